@@ -1,0 +1,3 @@
+module github.com/telsonhq/telson
+
+go 1.22

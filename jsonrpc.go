@@ -1,0 +1,1235 @@
+// jsonrpc.go holds the wire and the protocol: newline-delimited JSON-RPC 2.0
+// framing, the session (one client connection), dispatch through the method
+// table, the lifecycle of both protocol eras (legacy initialize, and the
+// stateless 2026-07-28 era with per-request _meta), tools/list and
+// tools/call from the tool table, argument checking against each tool's
+// schema, progress, logging, server-to-client requests and the notice queue.
+//
+// Rules:
+//   - only session.send writes to the client: one message per line, written
+//     whole under wmu, so messages never interleave;
+//   - every request runs in its own goroutine with its own context;
+//     notifications/cancelled cancels that context and no reply is sent;
+//   - a handler's panic becomes -32603 with its stack on stderr, and the
+//     session keeps serving;
+//   - protocol faults are JSON-RPC errors; a tool's failures, bad arguments
+//     included, are isError results the model can act on.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Protocol versions telson speaks, oldest first. The legacy era negotiates
+// one of the first four at initialize; the modern era names its version in
+// every request's _meta.
+const (
+	version20241105 = "2024-11-05"
+	version20250326 = "2025-03-26"
+	version20250618 = "2025-06-18"
+	version20251125 = "2025-11-25"
+	versionModern   = "2026-07-28"
+)
+
+var (
+	legacyVersions    = []string{version20241105, version20250326, version20250618, version20251125}
+	supportedVersions = []string{version20241105, version20250326, version20250618, version20251125, versionModern}
+)
+
+// Keys of the modern era's request and result _meta.
+const (
+	metaProtocolVersion = "io.modelcontextprotocol/protocolVersion"
+	metaClientCaps      = "io.modelcontextprotocol/clientCapabilities"
+	metaClientInfo      = "io.modelcontextprotocol/clientInfo"
+	metaLogLevel        = "io.modelcontextprotocol/logLevel"
+	metaServerInfo      = "io.modelcontextprotocol/serverInfo"
+)
+
+// JSON-RPC and MCP error codes.
+const (
+	codeParseError         = -32700
+	codeInvalidRequest     = -32600
+	codeMethodNotFound     = -32601
+	codeInvalidParams      = -32602
+	codeInternalError      = -32603
+	codeUnsupportedVersion = -32022
+)
+
+// atLeast reports whether protocol version v is min or newer (dates compare as strings).
+func atLeast(v, min string) bool { return v >= min }
+
+func isLegacyVersion(v string) bool {
+	for _, l := range legacyVersions {
+		if v == l {
+			return true
+		}
+	}
+	return false
+}
+
+// rpcMessage is any JSON-RPC 2.0 message: request, notification or response.
+type rpcMessage struct {
+	JSONRPC string          `json:"jsonrpc"`
+	ID      json.RawMessage `json:"id,omitempty"`
+	Method  string          `json:"method,omitempty"`
+	Params  json.RawMessage `json:"params,omitempty"`
+	Result  json.RawMessage `json:"result,omitempty"`
+	Error   *rpcError       `json:"error,omitempty"`
+}
+
+// rpcError is a JSON-RPC error object; it is also the error handlers return
+// for protocol faults.
+type rpcError struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+	Data    any    `json:"data,omitempty"`
+}
+
+func (e *rpcError) Error() string { return fmt.Sprintf("jsonrpc: %d %s", e.Code, e.Message) }
+
+func newRPCError(code int, format string, a ...any) *rpcError {
+	return &rpcError{Code: code, Message: fmt.Sprintf(format, a...)}
+}
+
+var nullID = json.RawMessage("null")
+
+func errorMessage(id json.RawMessage, e *rpcError) *rpcMessage {
+	if len(id) == 0 {
+		id = nullID
+	}
+	return &rpcMessage{JSONRPC: "2.0", ID: id, Error: e}
+}
+
+// hasID reports whether a message carries a usable id (not absent, not null).
+func hasID(id json.RawMessage) bool { return len(id) > 0 && string(id) != "null" }
+
+// validID reports whether id is a string or a number, the only ids JSON-RPC allows.
+func validID(id json.RawMessage) bool {
+	if !hasID(id) {
+		return false
+	}
+	c := id[0]
+	return c == '"' || c == '-' || (c >= '0' && c <= '9')
+}
+
+// lineReader reads newline-delimited messages. A line longer than max bytes
+// is read to its newline without being kept, and reported as too long.
+type lineReader struct {
+	r   *bufio.Reader
+	max int
+}
+
+func newLineReader(r io.Reader, max int) *lineReader {
+	return &lineReader{r: bufio.NewReaderSize(r, 64<<10), max: max}
+}
+
+// next returns the next line without its line ending and a leading UTF-8 BOM.
+func (lr *lineReader) next() (line []byte, tooLong bool, err error) {
+	var buf []byte
+	for {
+		chunk, err := lr.r.ReadSlice('\n')
+		if !tooLong {
+			if len(buf)+len(chunk) > lr.max+2 { // +2 for "\r\n"
+				tooLong, buf = true, nil
+			} else {
+				buf = append(buf, chunk...)
+			}
+		}
+		if err == bufio.ErrBufferFull {
+			continue
+		}
+		if err != nil && (!errors.Is(err, io.EOF) || (len(buf) == 0 && !tooLong)) {
+			return nil, false, err
+		}
+		buf = bytes.TrimRight(buf, "\r\n")
+		buf = bytes.TrimPrefix(buf, []byte("\xef\xbb\xbf"))
+		return buf, tooLong, nil
+	}
+}
+
+// server is what all sessions of one telson process share: configuration,
+// the stderr log, the tool table, child process tracking and the browser.
+type server struct {
+	cfg     *config
+	log     *logger
+	tools   []*toolEntry // the tool table's enabled rows, in table order
+	procs   *procTracker
+	version string
+
+	mu         sync.Mutex                 // guards toolsCache
+	toolsCache map[string]json.RawMessage // tools/list "tools" arrays by protocol version
+}
+
+// toolEntry is a row of the tool table with its parsed input schema.
+type toolEntry struct {
+	def    *toolDef
+	schema *jsonSchema
+}
+
+func (srv *server) tool(name string) *toolEntry {
+	for _, t := range srv.tools {
+		if t.def.name == name {
+			return t
+		}
+	}
+	return nil
+}
+
+// toolsChanged drops the cached tools/list answers; sessions tell their
+// clients with notifications/tools/list_changed.
+func (srv *server) toolsChanged() {
+	srv.mu.Lock()
+	srv.toolsCache = nil
+	srv.mu.Unlock()
+}
+
+// session is one client connection: stdio has exactly one.
+type session struct {
+	srv     *server
+	notices *noticeQueue
+	shell   *shellState
+
+	wmu sync.Mutex // guards out
+	out io.Writer
+
+	mu          sync.Mutex // guards the fields below
+	version     string     // negotiated by initialize; "" before it
+	clientCaps  map[string]json.RawMessage
+	initialized bool // notifications/initialized arrived
+	logLevel    int  // notifications/message below this level are not sent
+	inflight    map[string]*inflightRequest
+	pending     map[string]chan *rpcMessage // server-to-client requests awaiting their reply
+	nextID      int64
+
+	wg sync.WaitGroup // counts running request goroutines
+}
+
+type inflightRequest struct {
+	cancel    context.CancelFunc
+	cancelled bool // by the client: the reply is not sent
+}
+
+func newSession(srv *server, out io.Writer) *session {
+	return &session{
+		srv:      srv,
+		out:      out,
+		notices:  &noticeQueue{},
+		shell:    newShellState(),
+		logLevel: logLevelIndex(srv.cfg.str("LOG_LEVEL")),
+		inflight: map[string]*inflightRequest{},
+		pending:  map[string]chan *rpcMessage{},
+	}
+}
+
+// send writes one message as one line. It is the only writer of out.
+func (s *session) send(msg any) error {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(msg); err != nil { // Encode ends the line with '\n'
+		s.srv.log.errorf("send: encode: %v", err)
+		return fmt.Errorf("send: %w", err)
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if _, err := s.out.Write(buf.Bytes()); err != nil {
+		return fmt.Errorf("send: %w", err)
+	}
+	return nil
+}
+
+func (s *session) sendMessage(m *rpcMessage) {
+	if m != nil {
+		s.send(m)
+	}
+}
+
+// notify sends a notification to the client.
+func (s *session) notify(method string, params any) {
+	s.send(struct {
+		JSONRPC string `json:"jsonrpc"`
+		Method  string `json:"method"`
+		Params  any    `json:"params,omitempty"`
+	}{"2.0", method, params})
+}
+
+// serve reads messages from r until EOF or a read error, dispatching each.
+// It returns without waiting for running requests; wait() does that.
+func (s *session) serve(ctx context.Context, r io.Reader) error {
+	lr := newLineReader(r, s.srv.cfg.int("MAX_MESSAGE_BYTES"))
+	for {
+		line, tooLong, err := lr.next()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return fmt.Errorf("read: %w", err)
+		}
+		if tooLong {
+			s.sendMessage(errorMessage(nil, newRPCError(codeInvalidRequest, "invalid request: message longer than %d bytes skipped", lr.max)))
+			continue
+		}
+		s.handleLine(ctx, line, s.sendMessage)
+	}
+}
+
+// wait blocks until every running request has answered.
+func (s *session) wait() { s.wg.Wait() }
+
+// cancelAll cancels every running request; they still answer.
+func (s *session) cancelAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range s.inflight {
+		r.cancel()
+	}
+}
+
+// handleLine handles one line: a message or, where the version allows, a
+// batch. done receives the reply (a message or an array), once, or nil
+// when nothing is to be sent.
+func (s *session) handleLine(ctx context.Context, line []byte, done func(*rpcMessage)) {
+	line = bytes.TrimSpace(line)
+	if len(line) == 0 {
+		return
+	}
+	if !json.Valid(line) {
+		var v any
+		err := json.Unmarshal(line, &v)
+		done(errorMessage(nil, newRPCError(codeParseError, "parse error: %v", err)))
+		return
+	}
+	if line[0] == '[' {
+		s.handleBatch(ctx, line)
+		return
+	}
+	var m rpcMessage
+	if err := json.Unmarshal(line, &m); err != nil {
+		id := m.ID
+		if !validID(id) {
+			id = nil
+		}
+		done(errorMessage(id, newRPCError(codeInvalidRequest, "invalid request: %v", err)))
+		return
+	}
+	s.handleMessage(ctx, &m, done)
+}
+
+// handleBatch answers a JSON array of messages with an array of replies,
+// for the versions that have batches (before 2025-06-18).
+func (s *session) handleBatch(ctx context.Context, line []byte) {
+	s.mu.Lock()
+	v := s.version
+	s.mu.Unlock()
+	var items []json.RawMessage
+	if err := json.Unmarshal(line, &items); err != nil || len(items) == 0 || v == "" || atLeast(v, version20250618) {
+		why := "batches are not supported in protocol version " + v
+		if v == "" {
+			why = "a batch cannot come before initialize"
+		} else if len(items) == 0 {
+			why = "empty batch"
+		}
+		s.sendMessage(errorMessage(nil, newRPCError(codeInvalidRequest, "invalid request: %s", why)))
+		return
+	}
+	var (
+		mu      sync.Mutex // guards replies
+		replies []*rpcMessage
+		wg      sync.WaitGroup
+	)
+	collect := func(m *rpcMessage) {
+		if m != nil {
+			mu.Lock()
+			replies = append(replies, m)
+			mu.Unlock()
+		}
+		wg.Done()
+	}
+	for _, item := range items {
+		wg.Add(1)
+		var m rpcMessage
+		if bytes.HasPrefix(bytes.TrimSpace(item), []byte("[")) {
+			collect(errorMessage(nil, newRPCError(codeInvalidRequest, "invalid request: nested batch")))
+			continue
+		}
+		if err := json.Unmarshal(item, &m); err != nil {
+			collect(errorMessage(nil, newRPCError(codeInvalidRequest, "invalid request: %v", err)))
+			continue
+		}
+		if m.Method == "initialize" {
+			collect(errorMessage(m.ID, newRPCError(codeInvalidRequest, "invalid request: initialize cannot be part of a batch")))
+			continue
+		}
+		s.handleMessage(ctx, &m, collect)
+	}
+	s.wg.Add(1)
+	go func() { // exits once every request of the batch has answered
+		defer s.wg.Done()
+		wg.Wait()
+		if len(replies) > 0 {
+			s.send(replies)
+		}
+	}()
+}
+
+// handleMessage classifies one message and handles it. done is called
+// exactly once.
+func (s *session) handleMessage(ctx context.Context, m *rpcMessage, done func(*rpcMessage)) {
+	isResponse := m.Method == "" && (m.Result != nil || m.Error != nil)
+	switch {
+	case m.JSONRPC != "2.0":
+		done(s.invalid(m, `"jsonrpc" must be "2.0"`))
+	case len(m.ID) > 0 && !validID(m.ID):
+		done(errorMessage(nil, newRPCError(codeInvalidRequest, "invalid request: id must be a string or a number")))
+	case isResponse && hasID(m.ID):
+		s.routeResponse(m)
+		done(nil)
+	case m.Method == "":
+		done(s.invalid(m, "no method"))
+	case !hasID(m.ID):
+		s.handleNotification(m)
+		done(nil)
+	default:
+		s.startRequest(ctx, m, done)
+	}
+}
+
+func (s *session) invalid(m *rpcMessage, why string) *rpcMessage {
+	id := m.ID
+	if !validID(id) {
+		id = nil
+	}
+	return errorMessage(id, newRPCError(codeInvalidRequest, "invalid request: %s", why))
+}
+
+// rpcRequest is one request being handled, with what its _meta says.
+type rpcRequest struct {
+	s             *session
+	id            json.RawMessage
+	method        string
+	params        json.RawMessage
+	version       string // the protocol version this request is served under
+	modern        bool   // served in the 2026-07-28 era
+	caps          map[string]json.RawMessage
+	logLevel      int // modern era: the request's own log level; -1 when none
+	progressToken json.RawMessage
+
+	progressMu   sync.Mutex // guards lastProgress
+	lastProgress float64
+}
+
+// methodInfo is a row of the method table.
+type methodInfo struct {
+	handle func(ctx context.Context, r *rpcRequest) (map[string]any, error)
+	inline bool // run in the read loop, so later messages see its effect
+}
+
+var methods map[string]methodInfo
+
+func init() {
+	methods = map[string]methodInfo{
+		"initialize":       {handle: handleInitialize, inline: true},
+		"ping":             {handle: handlePing},
+		"server/discover":  {handle: handleDiscover},
+		"tools/list":       {handle: handleToolsList},
+		"tools/call":       {handle: handleToolsCall},
+		"logging/setLevel": {handle: handleSetLevel, inline: true},
+	}
+}
+
+func idKey(id json.RawMessage) string { return string(bytes.TrimSpace(id)) }
+
+// startRequest runs one request in its own goroutine (or inline, for the
+// few methods whose effect later messages depend on).
+func (s *session) startRequest(ctx context.Context, m *rpcMessage, done func(*rpcMessage)) {
+	info, ok := methods[m.Method]
+	if !ok {
+		done(errorMessage(m.ID, newRPCError(codeMethodNotFound, "method not found: %s", m.Method)))
+		return
+	}
+	r, rerr := s.newRequest(m)
+	if rerr != nil {
+		done(errorMessage(m.ID, rerr))
+		return
+	}
+	key := idKey(m.ID)
+	reqCtx, cancel := context.WithCancel(ctx)
+	s.mu.Lock()
+	if _, dup := s.inflight[key]; dup {
+		s.mu.Unlock()
+		cancel()
+		done(errorMessage(m.ID, newRPCError(codeInvalidRequest, "invalid request: id %s is already in use by a running request", key)))
+		return
+	}
+	inf := &inflightRequest{cancel: cancel}
+	s.inflight[key] = inf
+	s.mu.Unlock()
+
+	run := func() {
+		defer cancel()
+		reply := s.runRequest(reqCtx, r, info)
+		s.mu.Lock()
+		delete(s.inflight, key)
+		cancelled := inf.cancelled
+		s.mu.Unlock()
+		if cancelled {
+			reply = nil
+		}
+		done(reply)
+	}
+	if info.inline {
+		run()
+		return
+	}
+	s.wg.Add(1)
+	go func() { // exits when the handler returns
+		defer s.wg.Done()
+		run()
+	}()
+}
+
+// newRequest reads a request's _meta and settles the era and version it is served under.
+func (s *session) newRequest(m *rpcMessage) (*rpcRequest, *rpcError) {
+	r := &rpcRequest{s: s, id: m.ID, method: m.Method, params: m.Params, logLevel: -1}
+	if len(m.Params) > 0 && string(m.Params) != "null" && m.Params[0] != '{' {
+		return nil, newRPCError(codeInvalidParams, "invalid params: params must be an object")
+	}
+	var p struct {
+		Meta map[string]json.RawMessage `json:"_meta"`
+	}
+	if len(m.Params) > 0 {
+		if err := json.Unmarshal(m.Params, &p); err != nil {
+			return nil, newRPCError(codeInvalidParams, "invalid params: _meta: %v", err)
+		}
+	}
+	r.progressToken = p.Meta["progressToken"]
+	var metaVersion string
+	if raw, ok := p.Meta[metaProtocolVersion]; ok {
+		if err := json.Unmarshal(raw, &metaVersion); err != nil {
+			return nil, newRPCError(codeInvalidParams, "invalid params: _meta %s must be a string", metaProtocolVersion)
+		}
+	}
+	s.mu.Lock()
+	r.version, r.caps = s.version, s.clientCaps
+	s.mu.Unlock()
+	switch {
+	case metaVersion == versionModern || (metaVersion == "" && m.Method == "server/discover"):
+		r.version, r.modern = versionModern, true
+		caps, ok := p.Meta[metaClientCaps]
+		if !ok && m.Method != "server/discover" {
+			return nil, newRPCError(codeInvalidParams, "invalid params: _meta %s is required in protocol version %s", metaClientCaps, versionModern)
+		}
+		r.caps = nil
+		if len(caps) > 0 {
+			json.Unmarshal(caps, &r.caps)
+		}
+		if raw, ok := p.Meta[metaLogLevel]; ok {
+			var lvl string
+			json.Unmarshal(raw, &lvl)
+			r.logLevel = logLevelIndex(lvl)
+		}
+	case metaVersion != "" && isLegacyVersion(metaVersion):
+		r.version = metaVersion
+	case metaVersion != "":
+		return nil, &rpcError{Code: codeUnsupportedVersion, Message: "unsupported protocol version: " + metaVersion,
+			Data: map[string]any{"supported": supportedVersions, "requested": metaVersion}}
+	case r.version == "":
+		r.version = version20251125 // a request before initialize is served as the newest legacy version
+	}
+	return r, nil
+}
+
+// runRequest calls the handler, turning its result, error or panic into a reply.
+func (s *session) runRequest(ctx context.Context, r *rpcRequest, info methodInfo) (reply *rpcMessage) {
+	defer func() {
+		if p := recover(); p != nil {
+			buf := make([]byte, 64<<10)
+			buf = buf[:runtime.Stack(buf, false)]
+			s.srv.log.errorf("panic serving %s: %v\n%s", r.method, p, buf)
+			reply = errorMessage(r.id, newRPCError(codeInternalError, "internal error: %v", p))
+		}
+	}()
+	result, err := info.handle(ctx, r)
+	if err != nil {
+		var re *rpcError
+		if !errors.As(err, &re) {
+			re = newRPCError(codeInternalError, "internal error: %v", err)
+		}
+		return errorMessage(r.id, re)
+	}
+	if result == nil {
+		result = map[string]any{}
+	}
+	if r.modern {
+		result["resultType"] = "complete"
+		meta, _ := result["_meta"].(map[string]any)
+		if meta == nil {
+			meta = map[string]any{}
+		}
+		meta[metaServerInfo] = s.srv.serverInfo(versionModern)
+		result["_meta"] = meta
+	}
+	raw, err := marshalJSON(result)
+	if err != nil {
+		return errorMessage(r.id, newRPCError(codeInternalError, "internal error: encode result: %v", err))
+	}
+	return &rpcMessage{JSONRPC: "2.0", ID: r.id, Result: raw}
+}
+
+func marshalJSON(v any) (json.RawMessage, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimRight(buf.Bytes(), "\n"), nil
+}
+
+// handleNotification handles what needs no reply. Unknown notifications are ignored.
+func (s *session) handleNotification(m *rpcMessage) {
+	switch m.Method {
+	case "notifications/initialized":
+		s.mu.Lock()
+		s.initialized = true
+		s.mu.Unlock()
+	case "notifications/cancelled":
+		var p struct {
+			RequestID json.RawMessage `json:"requestId"`
+		}
+		if json.Unmarshal(m.Params, &p) != nil || !validID(p.RequestID) {
+			return
+		}
+		s.mu.Lock()
+		if r, ok := s.inflight[idKey(p.RequestID)]; ok {
+			r.cancelled = true
+			r.cancel()
+		}
+		s.mu.Unlock()
+	}
+}
+
+// routeResponse hands a client's reply to the server request waiting for it.
+func (s *session) routeResponse(m *rpcMessage) {
+	key := idKey(m.ID)
+	s.mu.Lock()
+	ch := s.pending[key]
+	delete(s.pending, key)
+	s.mu.Unlock()
+	if ch == nil {
+		s.srv.log.debugf("reply to unknown request %s ignored", key)
+		return
+	}
+	ch <- m
+}
+
+// request sends a request to the client and waits for its reply. When ctx
+// ends first, the client is told with notifications/cancelled.
+func (s *session) request(ctx context.Context, method string, params any) (json.RawMessage, error) {
+	s.mu.Lock()
+	s.nextID++
+	id := json.RawMessage(strconv.Quote("telson-" + strconv.FormatInt(s.nextID, 10)))
+	ch := make(chan *rpcMessage, 1)
+	s.pending[idKey(id)] = ch
+	s.mu.Unlock()
+	if err := s.send(&struct {
+		JSONRPC string          `json:"jsonrpc"`
+		ID      json.RawMessage `json:"id"`
+		Method  string          `json:"method"`
+		Params  any             `json:"params,omitempty"`
+	}{"2.0", id, method, params}); err != nil {
+		s.mu.Lock()
+		delete(s.pending, idKey(id))
+		s.mu.Unlock()
+		return nil, fmt.Errorf("%s: %w", method, err)
+	}
+	select {
+	case m := <-ch:
+		if m.Error != nil {
+			return nil, fmt.Errorf("%s: client answered %d %s", method, m.Error.Code, m.Error.Message)
+		}
+		return m.Result, nil
+	case <-ctx.Done():
+		s.mu.Lock()
+		delete(s.pending, idKey(id))
+		s.mu.Unlock()
+		s.notify("notifications/cancelled", map[string]any{"requestId": id, "reason": ctx.Err().Error()})
+		return nil, fmt.Errorf("%s: %w", method, ctx.Err())
+	}
+}
+
+// clientHas reports whether the client declared capability name, for this request.
+func (r *rpcRequest) clientHas(name string) bool {
+	_, ok := r.caps[name]
+	return ok
+}
+
+// progress sends notifications/progress when the request asked for it.
+// progress must grow; a value that does not is raised a little.
+func (r *rpcRequest) progress(progress, total float64, message string) {
+	if len(r.progressToken) == 0 {
+		return
+	}
+	r.progressMu.Lock()
+	if progress <= r.lastProgress {
+		progress = r.lastProgress + 1
+	}
+	r.lastProgress = progress
+	r.progressMu.Unlock()
+	p := map[string]any{"progressToken": r.progressToken, "progress": progress}
+	if total > 0 {
+		p["total"] = total
+	}
+	if message != "" && atLeast(r.version, version20250326) {
+		p["message"] = message
+	}
+	r.s.notify("notifications/progress", p)
+}
+
+// Logging levels of RFC 5424, least severe first.
+var logLevels = []string{"debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"}
+
+// logLevelIndex returns the index of level name, or that of "info" when unknown.
+func logLevelIndex(name string) int {
+	for i, l := range logLevels {
+		if strings.EqualFold(l, name) {
+			return i
+		}
+	}
+	return 1
+}
+
+// logToClient sends notifications/message at level when the client wants it.
+// A session only ever served in the 2026-07-28 era gets none (that era sends
+// them only for requests that ask).
+func (s *session) logToClient(level, logger string, data any) {
+	s.mu.Lock()
+	ok := s.version != "" && logLevelIndex(level) >= s.logLevel
+	s.mu.Unlock()
+	if ok {
+		s.notify("notifications/message", map[string]any{"level": level, "logger": logger, "data": data})
+	}
+}
+
+// log sends notifications/message about this request, honouring a modern
+// request's own log level.
+func (r *rpcRequest) log(level string, data any) {
+	if r.modern {
+		if r.logLevel >= 0 && logLevelIndex(level) >= r.logLevel {
+			r.s.notify("notifications/message", map[string]any{"level": level, "logger": "telson", "data": data})
+		}
+		return
+	}
+	r.s.logToClient(level, "telson", data)
+}
+
+// noticeQueue holds one-line notices for the agent (a background task ended,
+// a callback fired) until the next tool result carries them, each once.
+type noticeQueue struct {
+	mu      sync.Mutex // guards lines and dropped
+	lines   []string
+	dropped int
+}
+
+const maxNotices = 100
+
+func (q *noticeQueue) push(line string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.lines) == maxNotices {
+		q.lines = q.lines[1:]
+		q.dropped++
+	}
+	q.lines = append(q.lines, line)
+}
+
+// drain returns the waiting notices and forgets them.
+func (q *noticeQueue) drain() []string {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	lines := q.lines
+	if q.dropped > 0 {
+		lines = append([]string{fmt.Sprintf("(%d older notices dropped)", q.dropped)}, lines...)
+	}
+	q.lines, q.dropped = nil, 0
+	return lines
+}
+
+// announce queues a notice for the next tool result and tells the client at once.
+func (s *session) announce(line string) {
+	s.notices.push(line)
+	s.logToClient("info", "telson", line)
+}
+
+// serverInfo is the Implementation object for version v.
+func (srv *server) serverInfo(v string) map[string]any {
+	info := map[string]any{"name": "telson", "version": srv.version}
+	if atLeast(v, version20250618) {
+		info["title"] = "telson agent tools"
+	}
+	if atLeast(v, version20251125) {
+		info["icons"] = telsonIcons
+		info["description"] = "Shell, background processes, web reading and search, and workflow tools for agents."
+	}
+	return info
+}
+
+var telsonIcons = []map[string]any{{
+	"src":      "data:image/svg+xml;base64," + base64.StdEncoding.EncodeToString([]byte(`<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16"><rect width="16" height="16" rx="3" fill="#1f6feb"/><path d="M4 5h8M8 5v7" stroke="#fff" stroke-width="2" fill="none"/></svg>`)),
+	"mimeType": "image/svg+xml",
+	"sizes":    []string{"any"},
+}}
+
+const serverInstructions = "telson gives you a shell (Bash, and BackgroundBash for long-running processes), " +
+	"web access (ReadDocs reads a page through a real browser; WebSearch asks many search engines at once) " +
+	"and workflow tools. Tool results may start with notices about background tasks or reminders; act on them."
+
+func (srv *server) capabilities() map[string]any {
+	return map[string]any{
+		"tools":   map[string]any{"listChanged": true},
+		"logging": map[string]any{},
+	}
+}
+
+func handleInitialize(ctx context.Context, r *rpcRequest) (map[string]any, error) {
+	var p struct {
+		ProtocolVersion string                     `json:"protocolVersion"`
+		Capabilities    map[string]json.RawMessage `json:"capabilities"`
+	}
+	if len(r.params) > 0 {
+		if err := json.Unmarshal(r.params, &p); err != nil {
+			return nil, newRPCError(codeInvalidParams, "invalid params: %v", err)
+		}
+	}
+	v := p.ProtocolVersion
+	if !isLegacyVersion(v) {
+		v = version20251125
+	}
+	s := r.s
+	s.mu.Lock()
+	s.version, s.clientCaps = v, p.Capabilities
+	s.mu.Unlock()
+	return map[string]any{
+		"protocolVersion": v,
+		"capabilities":    s.srv.capabilities(),
+		"serverInfo":      s.srv.serverInfo(v),
+		"instructions":    serverInstructions,
+	}, nil
+}
+
+func handlePing(ctx context.Context, r *rpcRequest) (map[string]any, error) {
+	return map[string]any{}, nil
+}
+
+func handleDiscover(ctx context.Context, r *rpcRequest) (map[string]any, error) {
+	return map[string]any{
+		"supportedVersions": supportedVersions,
+		"capabilities":      r.s.srv.capabilities(),
+		"instructions":      serverInstructions,
+		"ttlMs":             3600000,
+		"cacheScope":        "public",
+	}, nil
+}
+
+func handleSetLevel(ctx context.Context, r *rpcRequest) (map[string]any, error) {
+	var p struct {
+		Level string `json:"level"`
+	}
+	if err := json.Unmarshal(r.params, &p); err != nil || p.Level == "" {
+		return nil, newRPCError(codeInvalidParams, "invalid params: level is required, one of %s", strings.Join(logLevels, ", "))
+	}
+	found := false
+	for _, l := range logLevels {
+		found = found || l == p.Level
+	}
+	if !found {
+		return nil, newRPCError(codeInvalidParams, "invalid params: unknown level %q, want one of %s", p.Level, strings.Join(logLevels, ", "))
+	}
+	r.s.mu.Lock()
+	r.s.logLevel = logLevelIndex(p.Level)
+	r.s.mu.Unlock()
+	return map[string]any{}, nil
+}
+
+const toolsPageSize = 100
+
+func encodeCursor(offset int) string {
+	return base64.RawURLEncoding.EncodeToString([]byte("tools:" + strconv.Itoa(offset)))
+}
+
+func decodeCursor(c string) (int, bool) {
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil || !bytes.HasPrefix(b, []byte("tools:")) {
+		return 0, false
+	}
+	n, err := strconv.Atoi(string(b[len("tools:"):]))
+	return n, err == nil && n >= 0
+}
+
+func handleToolsList(ctx context.Context, r *rpcRequest) (map[string]any, error) {
+	var p struct {
+		Cursor *string `json:"cursor"`
+	}
+	if len(r.params) > 0 {
+		if err := json.Unmarshal(r.params, &p); err != nil {
+			return nil, newRPCError(codeInvalidParams, "invalid params: %v", err)
+		}
+	}
+	srv := r.s.srv
+	start := 0
+	if p.Cursor != nil {
+		n, ok := decodeCursor(*p.Cursor)
+		if !ok || n > len(srv.tools) {
+			return nil, newRPCError(codeInvalidParams, "invalid params: bad cursor %q", *p.Cursor)
+		}
+		start = n
+	}
+	end := min(start+toolsPageSize, len(srv.tools))
+	res := map[string]any{}
+	if start == 0 && end == len(srv.tools) {
+		res["tools"] = srv.toolList(r.version)
+	} else {
+		list := make([]map[string]any, 0, end-start)
+		for _, t := range srv.tools[start:end] {
+			list = append(list, srv.describeTool(t, r.version))
+		}
+		res["tools"] = list
+	}
+	if end < len(srv.tools) {
+		res["nextCursor"] = encodeCursor(end)
+	}
+	if r.modern {
+		res["ttlMs"] = 60000
+		res["cacheScope"] = "public"
+	}
+	return res, nil
+}
+
+// toolList is the encoded tools/list array for version v, built once.
+func (srv *server) toolList(v string) json.RawMessage {
+	srv.mu.Lock()
+	cached, ok := srv.toolsCache[v]
+	srv.mu.Unlock()
+	if ok {
+		return cached
+	}
+	list := make([]map[string]any, 0, len(srv.tools))
+	for _, t := range srv.tools {
+		list = append(list, srv.describeTool(t, v))
+	}
+	raw, _ := marshalJSON(list)
+	srv.mu.Lock()
+	if srv.toolsCache == nil {
+		srv.toolsCache = map[string]json.RawMessage{}
+	}
+	srv.toolsCache[v] = raw
+	srv.mu.Unlock()
+	return raw
+}
+
+// describeTool is one tools/list entry, with the fields version v knows.
+func (srv *server) describeTool(t *toolEntry, v string) map[string]any {
+	d := t.def
+	desc := d.description
+	if d.describe != nil {
+		desc = d.describe(srv)
+	}
+	m := map[string]any{"name": d.name, "description": desc, "inputSchema": json.RawMessage(d.input)}
+	if atLeast(v, version20250326) {
+		m["annotations"] = map[string]any{
+			"title":           d.title,
+			"readOnlyHint":    d.hints.readOnly,
+			"destructiveHint": d.hints.destructive,
+			"idempotentHint":  d.hints.idempotent,
+			"openWorldHint":   d.hints.openWorld,
+		}
+	}
+	if atLeast(v, version20250618) {
+		m["title"] = d.title
+		if d.output != "" {
+			m["outputSchema"] = json.RawMessage(d.output)
+		}
+	}
+	if atLeast(v, version20251125) {
+		m["icons"] = telsonIcons
+	}
+	return m
+}
+
+// toolDef is a row of the tool table (see toolTable in main.go).
+type toolDef struct {
+	name, title string
+	description string
+	describe    func(srv *server) string // builds the description when it depends on state
+	input       string                   // JSON Schema of the arguments
+	output      string                   // JSON Schema of structuredContent; "" for none
+	hints       toolHints
+	run         func(ctx context.Context, c *toolCall) toolResult
+}
+
+// toolHints are the tool annotations of 2025-03-26.
+type toolHints struct{ readOnly, destructive, idempotent, openWorld bool }
+
+// toolCall is what a tool handler gets: its session, its request and its
+// arguments, already checked against the input schema.
+type toolCall struct {
+	s    *session
+	req  *rpcRequest
+	args json.RawMessage
+}
+
+// toolResult is what a tool handler returns.
+type toolResult struct {
+	content    []contentItem
+	structured any // structuredContent, sent from 2025-06-18 to tools with an output schema
+	isError    bool
+}
+
+type contentItem struct {
+	Type     string `json:"type"`
+	Text     string `json:"text,omitempty"`
+	Data     string `json:"data,omitempty"`
+	MimeType string `json:"mimeType,omitempty"`
+}
+
+func textResult(text string) toolResult {
+	return toolResult{content: []contentItem{{Type: "text", Text: text}}}
+}
+
+func errorResult(format string, a ...any) toolResult {
+	r := textResult(fmt.Sprintf(format, a...))
+	r.isError = true
+	return r
+}
+
+func handleToolsCall(ctx context.Context, r *rpcRequest) (map[string]any, error) {
+	var p struct {
+		Name      string          `json:"name"`
+		Arguments json.RawMessage `json:"arguments"`
+	}
+	if err := json.Unmarshal(r.params, &p); err != nil {
+		return nil, newRPCError(codeInvalidParams, "invalid params: %v", err)
+	}
+	t := r.s.srv.tool(p.Name)
+	if t == nil {
+		return nil, newRPCError(codeInvalidParams, "unknown tool: %q", p.Name)
+	}
+	args := p.Arguments
+	if len(args) == 0 || string(args) == "null" {
+		args = json.RawMessage("{}")
+	}
+	var res toolResult
+	if problem := t.schema.check(args); problem != "" {
+		res = errorResult("%s: invalid arguments: %s", t.def.name, problem)
+	} else {
+		res = t.def.run(ctx, &toolCall{s: r.s, req: r, args: args})
+	}
+	return r.s.toolResultMap(r.version, t.def, res), nil
+}
+
+// toolResultMap is the CallToolResult for res, with waiting notices first.
+func (s *session) toolResultMap(v string, d *toolDef, res toolResult) map[string]any {
+	content := res.content
+	if notices := s.notices.drain(); len(notices) > 0 {
+		content = append([]contentItem{{Type: "text", Text: strings.Join(notices, "\n")}}, content...)
+	}
+	if content == nil {
+		content = []contentItem{}
+	}
+	m := map[string]any{"content": content}
+	if res.isError {
+		m["isError"] = true
+	}
+	if res.structured != nil && d.output != "" && atLeast(v, version20250618) {
+		m["structuredContent"] = res.structured
+	}
+	return m
+}
+
+// jsonSchema is the part of JSON Schema that tool inputs use; check applies it.
+type jsonSchema struct {
+	Type        string                 `json:"type"`
+	Description string                 `json:"description"`
+	Properties  map[string]*jsonSchema `json:"properties"`
+	Required    []string               `json:"required"`
+	Items       *jsonSchema            `json:"items"`
+	Enum        []any                  `json:"enum"`
+	Minimum     *float64               `json:"minimum"`
+	Maximum     *float64               `json:"maximum"`
+	MinLength   *int                   `json:"minLength"`
+	MaxLength   *int                   `json:"maxLength"`
+	MinItems    *int                   `json:"minItems"`
+	MaxItems    *int                   `json:"maxItems"`
+}
+
+func parseSchema(text string) (*jsonSchema, error) {
+	var sc jsonSchema
+	if err := json.Unmarshal([]byte(text), &sc); err != nil {
+		return nil, fmt.Errorf("schema: %w", err)
+	}
+	if sc.Type != "object" {
+		return nil, fmt.Errorf("schema: type is %q, want object", sc.Type)
+	}
+	return &sc, nil
+}
+
+// check returns "" when args satisfy the schema, else what is wrong, naming the field.
+func (sc *jsonSchema) check(args json.RawMessage) string {
+	dec := json.NewDecoder(bytes.NewReader(args))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return fmt.Sprintf("arguments are not valid JSON: %v", err)
+	}
+	return sc.checkValue("arguments", v)
+}
+
+func (sc *jsonSchema) checkValue(path string, v any) string {
+	switch sc.Type {
+	case "object":
+		obj, ok := v.(map[string]any)
+		if !ok {
+			return fmt.Sprintf("%s must be an object, got %s", path, jsonKind(v))
+		}
+		for _, name := range sc.Required {
+			if x, ok := obj[name]; !ok || x == nil {
+				return fmt.Sprintf("%q is required", name)
+			}
+		}
+		for name, prop := range sc.Properties {
+			x, ok := obj[name]
+			if !ok || x == nil {
+				continue
+			}
+			if problem := prop.checkValue(strconv.Quote(name), x); problem != "" {
+				return problem
+			}
+		}
+	case "string":
+		str, ok := v.(string)
+		if !ok {
+			return fmt.Sprintf("%s must be a string, got %s", path, jsonKind(v))
+		}
+		n := len([]rune(str))
+		if sc.MinLength != nil && n < *sc.MinLength {
+			return fmt.Sprintf("%s must be at least %d characters", path, *sc.MinLength)
+		}
+		if sc.MaxLength != nil && n > *sc.MaxLength {
+			return fmt.Sprintf("%s must be at most %d characters, got %d", path, *sc.MaxLength, n)
+		}
+	case "integer", "number":
+		num, ok := v.(json.Number)
+		if !ok {
+			return fmt.Sprintf("%s must be %s, got %s", path, article(sc.Type), jsonKind(v))
+		}
+		f, err := num.Float64()
+		if err != nil || math.IsInf(f, 0) {
+			return fmt.Sprintf("%s: %s is out of range", path, num)
+		}
+		if sc.Type == "integer" && f != math.Trunc(f) {
+			return fmt.Sprintf("%s must be an integer, got %s", path, num)
+		}
+		if sc.Minimum != nil && f < *sc.Minimum {
+			return fmt.Sprintf("%s must be at least %v, got %s", path, *sc.Minimum, num)
+		}
+		if sc.Maximum != nil && f > *sc.Maximum {
+			return fmt.Sprintf("%s must be at most %v, got %s", path, *sc.Maximum, num)
+		}
+	case "boolean":
+		if _, ok := v.(bool); !ok {
+			return fmt.Sprintf("%s must be a boolean, got %s", path, jsonKind(v))
+		}
+	case "array":
+		arr, ok := v.([]any)
+		if !ok {
+			return fmt.Sprintf("%s must be an array, got %s", path, jsonKind(v))
+		}
+		if sc.MinItems != nil && len(arr) < *sc.MinItems {
+			return fmt.Sprintf("%s must have at least %d items", path, *sc.MinItems)
+		}
+		if sc.MaxItems != nil && len(arr) > *sc.MaxItems {
+			return fmt.Sprintf("%s must have at most %d items, got %d", path, *sc.MaxItems, len(arr))
+		}
+		if sc.Items != nil {
+			for i, x := range arr {
+				if problem := sc.Items.checkValue(fmt.Sprintf("%s[%d]", path, i), x); problem != "" {
+					return problem
+				}
+			}
+		}
+	}
+	if len(sc.Enum) > 0 {
+		for _, e := range sc.Enum {
+			if fmt.Sprint(e) == fmt.Sprint(v) {
+				return ""
+			}
+		}
+		opts := make([]string, len(sc.Enum))
+		for i, e := range sc.Enum {
+			opts[i] = fmt.Sprint(e)
+		}
+		return fmt.Sprintf("%s must be one of %s, got %v", path, strings.Join(opts, ", "), v)
+	}
+	return ""
+}
+
+func article(t string) string {
+	if t == "integer" {
+		return "an integer"
+	}
+	return "a number"
+}
+
+func jsonKind(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return "null"
+	case string:
+		return "a string"
+	case bool:
+		return "a boolean"
+	case json.Number:
+		return "a number (" + x.String() + ")"
+	case []any:
+		return "an array"
+	case map[string]any:
+		return "an object"
+	}
+	return fmt.Sprintf("%T", v)
+}
+
+// logger writes telson's own log lines to stderr, never to stdout.
+type logger struct {
+	mu    sync.Mutex // guards w
+	w     io.Writer
+	level atomic.Int32
+}
+
+func (l *logger) logf(level int, format string, a ...any) {
+	if level < int(l.level.Load()) {
+		return
+	}
+	line := fmt.Sprintf("telson: %s %s: %s\n", time.Now().Format("15:04:05.000"), logLevels[level], fmt.Sprintf(format, a...))
+	l.mu.Lock()
+	io.WriteString(l.w, line)
+	l.mu.Unlock()
+}
+
+func (l *logger) debugf(format string, a ...any) { l.logf(0, format, a...) }
+func (l *logger) infof(format string, a ...any)  { l.logf(1, format, a...) }
+func (l *logger) warnf(format string, a ...any)  { l.logf(3, format, a...) }
+func (l *logger) errorf(format string, a ...any) { l.logf(4, format, a...) }

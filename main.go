@@ -1,0 +1,437 @@
+// Command telson is a Model Context Protocol server that gives an AI client
+// practical agent tools: a shell, background processes, a browser-backed page
+// reader, a many-engine web search and workflow tools.
+//
+// Usage:
+//
+//	telson                      serve MCP on stdin/stdout (what clients spawn)
+//	telson -http 127.0.0.1:65510  serve Streamable HTTP instead
+//	telson tools                list the tools and their parameters
+//	telson call NAME 'JSON'     run one tool once and print its text
+//	telson -config              print the effective configuration
+//	telson -version             print the version
+//
+// main.go holds flags, configuration, the tool table, start and shutdown.
+// Rules: main only calls run; run owns everything it starts and stops it all
+// before it returns; configuration problems are warnings on stderr, never fatal.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime/debug"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// toolTable is every tool telson has, in the order tools/list gives them.
+// tools/list, tools/call, `telson tools` and `telson call` all come from it.
+var toolTable = []*toolDef{
+	&bashTool,
+}
+
+func main() {
+	if os.Getenv(reaperEnv) == "1" {
+		os.Exit(runReaper(os.Stdin))
+	}
+	signal.Ignore(syscall.SIGPIPE) // a vanished client shows up as a write error, handled
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	err := run(ctx, os.Stdin, os.Stdout, os.Stderr, os.Args[1:])
+	stop()
+	if err != nil {
+		if !errors.Is(err, errToolFailed) {
+			fmt.Fprintln(os.Stderr, "telson:", err)
+		}
+		os.Exit(1)
+	}
+}
+
+// errToolFailed makes `telson call` exit 1 when the tool's result is an error.
+var errToolFailed = errors.New("tool returned an error")
+
+// run is telson: it parses args, loads configuration and serves until stdin
+// ends, ctx is cancelled, or a one-shot command is done.
+func run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, args []string) error {
+	fs := flag.NewFlagSet("telson", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	showConfig := fs.Bool("config", false, "print the effective configuration and where each value came from")
+	keyFlags := map[string]*string{}
+	for _, k := range configKeys {
+		keyFlags[k.name] = fs.String(flagName(k.name), "", k.help)
+	}
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: telson [flags] [tools | call NAME JSON]\n\nflags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return fmt.Errorf("flags: %w", err)
+	}
+	flags := map[string]string{}
+	fs.Visit(func(f *flag.Flag) {
+		for k, p := range keyFlags {
+			if flagName(k) == f.Name {
+				flags[k] = *p
+			}
+		}
+	})
+	cfg := loadConfig(flags)
+	for _, w := range cfg.warnings {
+		fmt.Fprintln(stderr, "telson: warning:", w)
+	}
+	srv := newServer(cfg, stderr)
+	defer srv.close()
+
+	rest := fs.Args()
+	switch {
+	case *showVersion:
+		fmt.Fprintln(stdout, "telson", srv.version)
+		return nil
+	case *showConfig:
+		cfg.print(stdout)
+		return nil
+	case len(rest) > 0 && rest[0] == "tools":
+		printTools(stdout, srv)
+		return nil
+	case len(rest) > 0 && rest[0] == "call":
+		return callOnce(ctx, srv, stdout, rest[1:])
+	case len(rest) > 0:
+		return fmt.Errorf("unknown command %q (want tools or call)", rest[0])
+	}
+	return serveStdio(ctx, srv, stdin, stdout)
+}
+
+// serveStdio serves one session on stdin/stdout. At stdin EOF it lets running
+// requests finish and answer; when ctx ends it cancels them.
+func serveStdio(ctx context.Context, srv *server, stdin io.Reader, stdout io.Writer) error {
+	s := newSession(srv, stdout)
+	srv.log.debugf("serving stdio")
+	readErr := make(chan error, 1)
+	go func() { readErr <- s.serve(ctx, stdin) }() // exits at EOF or a read error; blocked on stdin otherwise
+	select {
+	case err := <-readErr:
+		if err != nil {
+			srv.log.errorf("%v", err)
+		}
+		s.wait()
+		return nil
+	case <-ctx.Done():
+		s.cancelAll()
+		done := make(chan struct{})
+		go func() { s.wait(); close(done) }() // exits when the cancelled requests have answered
+		select {
+		case <-done:
+		case <-time.After(3 * time.Second):
+			srv.log.warnf("requests still running at shutdown")
+		}
+		return nil
+	}
+}
+
+func newServer(cfg *config, stderr io.Writer) *server {
+	log := &logger{w: stderr}
+	log.level.Store(int32(logLevelIndex(cfg.str("LOG_LEVEL"))))
+	srv := &server{cfg: cfg, log: log, version: buildVersion()}
+	srv.procs = newProcTracker(log)
+	for _, d := range toolTable {
+		if !cfg.toolEnabled(d.name) {
+			continue
+		}
+		sc, err := parseSchema(d.input)
+		if err != nil {
+			panic(fmt.Sprintf("tool %s: %v", d.name, err)) // the table is code; a test checks every schema
+		}
+		srv.tools = append(srv.tools, &toolEntry{def: d, schema: sc})
+	}
+	return srv
+}
+
+// close stops everything the server started: every child process group dies.
+func (srv *server) close() {
+	srv.procs.closeAll()
+}
+
+func buildVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return strings.TrimPrefix(bi.Main.Version, "v")
+	}
+	return "dev"
+}
+
+// callOnce runs one tool through the same dispatch a client uses and prints its text.
+func callOnce(ctx context.Context, srv *server, stdout io.Writer, args []string) error {
+	if len(args) < 1 || len(args) > 2 {
+		return errors.New("usage: telson call NAME 'JSON'")
+	}
+	params := map[string]any{"name": args[0]}
+	if len(args) == 2 {
+		params["arguments"] = json.RawMessage(args[1])
+		if !json.Valid([]byte(args[1])) {
+			return fmt.Errorf("call: arguments are not valid JSON: %s", args[1])
+		}
+	}
+	raw, _ := json.Marshal(params)
+	s := newSession(srv, io.Discard)
+	s.version = version20251125
+	defer s.wait()
+	r, rerr := s.newRequest(&rpcMessage{JSONRPC: "2.0", ID: json.RawMessage("1"), Method: "tools/call", Params: raw})
+	if rerr != nil {
+		return fmt.Errorf("call: %s", rerr.Message)
+	}
+	res, err := handleToolsCall(ctx, r)
+	if err != nil {
+		var re *rpcError
+		if errors.As(err, &re) {
+			return fmt.Errorf("call: %s", re.Message)
+		}
+		return fmt.Errorf("call: %w", err)
+	}
+	for _, c := range res["content"].([]contentItem) {
+		switch c.Type {
+		case "text":
+			fmt.Fprintln(stdout, c.Text)
+		default:
+			fmt.Fprintf(stdout, "[%s content, %s, %d bytes base64]\n", c.Type, c.MimeType, len(c.Data))
+		}
+	}
+	if res["isError"] == true {
+		return errToolFailed
+	}
+	return nil
+}
+
+// printTools lists the tools and their parameters for a person.
+func printTools(w io.Writer, srv *server) {
+	for _, t := range srv.tools {
+		d := t.def
+		desc := d.description
+		if d.describe != nil {
+			desc = d.describe(srv)
+		}
+		first, _, _ := strings.Cut(desc, "\n")
+		fmt.Fprintf(w, "%s — %s\n  %s\n", d.name, d.title, first)
+		names := make([]string, 0, len(t.schema.Properties))
+		for n := range t.schema.Properties {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			p := t.schema.Properties[n]
+			req := ""
+			for _, r := range t.schema.Required {
+				if r == n {
+					req = ", required"
+				}
+			}
+			fmt.Fprintf(w, "  - %s (%s%s): %s\n", n, p.Type, req, p.Description)
+		}
+		fmt.Fprintln(w)
+	}
+}
+
+// configKey is one configuration key: its default, its kind and what it does.
+type configKey struct {
+	name, def, kind, help string // kind: str, int, bool
+}
+
+// configKeys are the keys telson knows. Keys starting with a prefix in
+// configPrefixes are known too (TOOL_Bash=0, SEARCH_URL_BING=...).
+var configKeys = []configKey{
+	{"TOOLS", "all", "str", "tools to serve: all, or a comma list of names"},
+	{"STREAMING", "on", "bool", "send a running Bash command's new output lines as progress notifications"},
+	{"BASH_TIMEOUT_MS", "30000", "int", "Bash's default timeout in milliseconds (a call may ask for up to 600000)"},
+	{"OUTPUT_LIMIT", "30000", "int", "characters of command output a reply keeps (head and tail)"},
+	{"LOG_LEVEL", "info", "str", "least severe level logged to stderr and sent to the client (debug, info, warning, error)"},
+	{"STATE_DIR", "~/.telson", "str", "where state files live"},
+	{"MAX_MESSAGE_BYTES", "67108864", "int", "longest input message; a longer line is skipped and answered with an error"},
+}
+
+var configPrefixes = []string{"TOOL_"}
+
+func flagName(key string) string { return strings.ToLower(strings.ReplaceAll(key, "_", "-")) }
+
+// config is the effective configuration: defaults, then ~/.telson/telson-env.txt,
+// then ./.telson/telson-env.txt, then TELSON_<KEY> variables, then flags.
+type config struct {
+	values   map[string]string
+	source   map[string]string
+	warnings []string
+}
+
+func loadConfig(flags map[string]string) *config {
+	c := &config{values: map[string]string{}, source: map[string]string{}}
+	for _, k := range configKeys {
+		c.values[k.name], c.source[k.name] = k.def, "default"
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		c.loadFile(filepath.Join(home, ".telson", "telson-env.txt"))
+	}
+	c.loadFile(filepath.Join(".telson", "telson-env.txt"))
+	env := os.Environ()
+	sort.Strings(env)
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		if name, ok := strings.CutPrefix(k, "TELSON_"); ok && name != "RUN_MAIN" && name != "REAPER" && !strings.HasPrefix(name, "TEST_") && name != "REQUIRE_BROWSER" {
+			c.set(name, v, "environment "+k)
+		}
+	}
+	for k, v := range flags {
+		c.set(k, v, "flag -"+flagName(k))
+	}
+	if dir := c.values["STATE_DIR"]; strings.HasPrefix(dir, "~/") || dir == "~" {
+		if home, err := os.UserHomeDir(); err == nil {
+			c.values["STATE_DIR"] = filepath.Join(home, strings.TrimPrefix(dir, "~"))
+		}
+	}
+	return c
+}
+
+func (c *config) loadFile(path string) {
+	f, err := os.Open(path)
+	if err != nil {
+		if !errors.Is(err, os.ErrNotExist) {
+			c.warnings = append(c.warnings, fmt.Sprintf("config: %v", err))
+		}
+		return
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		k = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(k), "export "))
+		if !ok || k == "" {
+			c.warnings = append(c.warnings, fmt.Sprintf("%s:%d: not KEY=VALUE: %q", path, n, line))
+			continue
+		}
+		v = strings.TrimSpace(v)
+		if len(v) >= 2 && (v[0] == '"' || v[0] == '\'') && v[len(v)-1] == v[0] {
+			v = v[1 : len(v)-1]
+		}
+		c.set(strings.TrimPrefix(k, "TELSON_"), v, fmt.Sprintf("%s:%d", path, n))
+	}
+}
+
+// set records key=value from src, warning about unknown keys and bad values.
+func (c *config) set(key, value, src string) {
+	k := c.lookup(key)
+	if k == nil {
+		known := false
+		for _, p := range configPrefixes {
+			known = known || strings.HasPrefix(key, p)
+		}
+		if !known {
+			c.warnings = append(c.warnings, fmt.Sprintf("%s: unknown key %s", src, key))
+			return
+		}
+	} else if problem := k.check(value); problem != "" {
+		c.warnings = append(c.warnings, fmt.Sprintf("%s: %s: %s; keeping %q", src, key, problem, c.values[key]))
+		return
+	}
+	c.values[key], c.source[key] = value, src
+}
+
+func (c *config) lookup(key string) *configKey {
+	for i := range configKeys {
+		if configKeys[i].name == key {
+			return &configKeys[i]
+		}
+	}
+	return nil
+}
+
+func (k *configKey) check(v string) string {
+	switch k.kind {
+	case "int":
+		if _, err := strconv.Atoi(v); err != nil {
+			return fmt.Sprintf("%q is not a whole number", v)
+		}
+	case "bool":
+		if _, ok := parseBool(v); !ok {
+			return fmt.Sprintf("%q is not a boolean (1/0, true/false, yes/no, on/off)", v)
+		}
+	}
+	return ""
+}
+
+func parseBool(v string) (value, ok bool) {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "1", "true", "yes", "on":
+		return true, true
+	case "0", "false", "no", "off", "":
+		return false, true
+	}
+	return false, false
+}
+
+func (c *config) str(key string) string { return c.values[key] }
+
+func (c *config) int(key string) int {
+	n, err := strconv.Atoi(c.values[key])
+	if err != nil {
+		if k := c.lookup(key); k != nil {
+			n, _ = strconv.Atoi(k.def)
+		}
+	}
+	return n
+}
+
+func (c *config) bool(key string) bool {
+	b, _ := parseBool(c.values[key])
+	return b
+}
+
+// toolEnabled applies TOOLS (all, or a comma list) and TOOL_<Name>=0.
+func (c *config) toolEnabled(name string) bool {
+	for k, v := range c.values {
+		if strings.HasPrefix(k, "TOOL_") && strings.EqualFold(k[len("TOOL_"):], name) {
+			if b, ok := parseBool(v); ok && !b {
+				return false
+			}
+		}
+	}
+	list := strings.TrimSpace(c.values["TOOLS"])
+	if list == "" || strings.EqualFold(list, "all") {
+		return true
+	}
+	for _, n := range strings.Split(list, ",") {
+		if strings.EqualFold(strings.TrimSpace(n), name) {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *config) print(w io.Writer) {
+	keys := make([]string, 0, len(c.values))
+	for k := range c.values {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		v := c.values[k]
+		if strings.Contains(k, "KEY") || strings.Contains(k, "TOKEN") {
+			if v != "" {
+				v = "(set)"
+			}
+		}
+		fmt.Fprintf(w, "%s=%s\t# %s\n", k, v, c.source[k])
+	}
+}
