@@ -318,7 +318,7 @@ func (s *session) handleLine(ctx context.Context, line []byte, done func(*rpcMes
 		return
 	}
 	var m rpcMessage
-	if err := json.Unmarshal(line, &m); err != nil {
+	if err := decodeMessage(line, &m); err != nil {
 		id := m.ID
 		if !validID(id) {
 			id = nil
@@ -327,6 +327,19 @@ func (s *session) handleLine(ctx context.Context, line []byte, done func(*rpcMes
 		return
 	}
 	s.handleMessage(ctx, &m, done)
+}
+
+// decodeMessage decodes one message (valid JSON), saying plainly what is wrong with its shape.
+func decodeMessage(b []byte, m *rpcMessage) error {
+	if b = bytes.TrimSpace(b); len(b) == 0 || b[0] != '{' {
+		return errors.New("a message must be a JSON object")
+	}
+	err := json.Unmarshal(b, m)
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		return fmt.Errorf("%q must not be a %s", te.Field, te.Value)
+	}
+	return err
 }
 
 // handleBatch answers a JSON array of messages with an array of replies,
@@ -362,11 +375,7 @@ func (s *session) handleBatch(ctx context.Context, line []byte) {
 	for _, item := range items {
 		wg.Add(1)
 		var m rpcMessage
-		if bytes.HasPrefix(bytes.TrimSpace(item), []byte("[")) {
-			collect(errorMessage(nil, newRPCError(codeInvalidRequest, "invalid request: nested batch")))
-			continue
-		}
-		if err := json.Unmarshal(item, &m); err != nil {
+		if err := decodeMessage(item, &m); err != nil {
 			collect(errorMessage(nil, newRPCError(codeInvalidRequest, "invalid request: %v", err)))
 			continue
 		}
@@ -580,7 +589,10 @@ func (s *session) runRequest(ctx context.Context, r *rpcRequest, info methodInfo
 		if meta == nil {
 			meta = map[string]any{}
 		}
-		meta[metaServerInfo] = s.srv.serverInfo(versionModern)
+		meta[metaServerInfo] = map[string]any{"name": "telson", "version": s.srv.version}
+		if r.method == "server/discover" {
+			meta[metaServerInfo] = s.srv.serverInfo(versionModern)
+		}
 		result["_meta"] = meta
 	}
 	raw, err := marshalJSON(result)

@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -295,3 +296,468 @@ func readPidFile(t *testing.T, path string) int {
 
 var _ = filepath.Join
 var _ = syscall.Kill
+
+var update = flag.Bool("update", false, "rewrite golden files in testdata/")
+
+// TestTranscripts replays each testdata/transcripts/*.txt: a line "> msg" is
+// sent, a line "< msg" is the message expected next (compared as JSON, with
+// duration_ms zeroed). With -update the expected lines are rewritten.
+func TestTranscripts(t *testing.T) {
+	files, _ := filepath.Glob("testdata/transcripts/*.txt")
+	if len(files) == 0 {
+		t.Fatal("no transcripts")
+	}
+	for _, file := range files {
+		file := file
+		t.Run(filepath.Base(file), func(t *testing.T) {
+			t.Parallel()
+			b, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := startServer(t, "-tools", "Bash")
+			var out []string
+			for _, line := range strings.Split(strings.TrimRight(string(b), "\n"), "\n") {
+				switch {
+				case strings.HasPrefix(line, "> "):
+					c.send(line[2:])
+					out = append(out, line)
+				case strings.HasPrefix(line, "< "):
+					got := normalizeMessage(t, c.recvRaw())
+					if *update {
+						out = append(out, "< "+got)
+						continue
+					}
+					want := normalizeMessage(t, []byte(line[2:]))
+					if got != want {
+						t.Errorf("after %s\ngot  %s\nwant %s", lastSent(out), got, want)
+					}
+					out = append(out, line)
+				default:
+					out = append(out, line)
+				}
+			}
+			if *update {
+				os.WriteFile(file, []byte(strings.Join(out, "\n")+"\n"), 0o644)
+			}
+		})
+	}
+}
+
+func lastSent(lines []string) string {
+	for i := len(lines) - 1; i >= 0; i-- {
+		if strings.HasPrefix(lines[i], "> ") {
+			return lines[i]
+		}
+	}
+	return "(start)"
+}
+
+// normalizeMessage re-encodes a message with sorted keys and volatile values zeroed.
+func normalizeMessage(t *testing.T, raw []byte) string {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		t.Fatalf("not JSON: %s", raw)
+	}
+	var zero func(any)
+	zero = func(v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			for k, e := range x {
+				if k == "duration_ms" {
+					x[k] = 0
+				}
+				zero(e)
+			}
+		case []any:
+			for _, e := range x {
+				zero(e)
+			}
+		}
+	}
+	zero(v)
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+func TestFramingToleratesBOMCRLFAndBlankLines(t *testing.T) {
+	t.Parallel()
+	c := startServer(t)
+	c.send("\xef\xbb\xbf{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}\r")
+	c.send("")
+	c.send("   \t")
+	c.send(`{"jsonrpc":"2.0","id":2,"method":"ping"}` + "\r")
+	got := map[any]bool{}
+	for i := 0; i < 2; i++ {
+		m := c.recv()
+		got[m["id"]] = m["result"] != nil
+	}
+	if !got[float64(1)] || !got[float64(2)] {
+		t.Errorf("got %v, want results for ids 1 and 2", got)
+	}
+}
+
+func TestLongLineIsSkippedAndAnswered(t *testing.T) {
+	t.Parallel()
+	c := startServer(t, "-max-message-bytes", "1000")
+	c.send(`{"jsonrpc":"2.0","id":1,"method":"ping","params":{"pad":"` + strings.Repeat("x", 200000) + `"}}`)
+	if m := c.recv(); errCode(m) != codeInvalidRequest || m["id"] != nil {
+		t.Errorf("long line: got %v, want -32600 with id null", m)
+	}
+	if m := c.request("ping", nil); m["result"] == nil {
+		t.Errorf("ping after long line: %v", m)
+	}
+}
+
+func TestIDsAreEchoedByteForByte(t *testing.T) {
+	t.Parallel()
+	c := startServer(t)
+	for _, id := range []string{`"a\u00e9b"`, `1e2`, `12345678901234567890`, `-7`, `""`, `"x\"y"`, `0.5`} {
+		c.send(`{"jsonrpc":"2.0","id":` + id + `,"method":"ping"}`)
+		got := string(c.recvRaw())
+		if !strings.Contains(got, `"id":`+id+`,`) {
+			t.Errorf("id %s: got %s", id, got)
+		}
+	}
+}
+
+func TestSlowToolDoesNotDelayPingAndCancelKillsIt(t *testing.T) {
+	t.Parallel()
+	c := startServer(t)
+	c.initialize("2025-11-25")
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	c.send(`{"jsonrpc":"2.0","id":"slow","method":"tools/call","params":{"name":"Bash","arguments":{"command":"sleep 300 & echo $! > ` + pidFile + `; wait"}}}`)
+	pid := readPidFile(t, pidFile)
+	if m := c.request("ping", nil); m["result"] == nil {
+		t.Fatalf("ping while Bash runs: %v", m)
+	}
+	c.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"slow","reason":"user"}}`)
+	waitGone(t, pid)
+	// The cancelled request is never answered: the next message is the ping's reply.
+	if m := c.request("ping", nil); m["result"] == nil {
+		t.Fatalf("ping after cancel: %v", m)
+	}
+	c.in.Close()
+	for line := range c.lines {
+		if strings.Contains(string(line), `"slow"`) {
+			t.Errorf("cancelled request was answered: %s", line)
+		}
+	}
+}
+
+func TestEOFLetsRunningRequestsAnswer(t *testing.T) {
+	t.Parallel()
+	c := startBinary(t, nil)
+	c.initialize("2025-06-18")
+	c.send(`{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"Bash","arguments":{"command":"sleep 0.3; echo drained"}}}`)
+	c.in.Close()
+	m := c.waitResponse(float64(9))
+	if res := m["result"].(map[string]any); !strings.Contains(resultText(res), "drained") {
+		t.Errorf("got %v", m)
+	}
+	if err := <-c.done; err != nil {
+		t.Errorf("exit after EOF: %v; stderr:\n%s", err, c.stderr.String())
+	}
+	c.done <- nil // for the cleanup
+}
+
+// TestNoOrphans starts a grandchild that would outlive its shell, then ends
+// telson three ways; the grandchild must die each time.
+func TestNoOrphans(t *testing.T) {
+	for _, how := range []string{"eof", "sigterm", "sigkill"} {
+		how := how
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			c := startBinary(t, nil)
+			c.initialize("2025-11-25")
+			pidFile := filepath.Join(t.TempDir(), "pid")
+			cmd := `sleep 1000 & echo $! > ` + pidFile
+			if how != "eof" {
+				cmd += "; wait"
+			}
+			c.send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"Bash","arguments":{"command":"` + cmd + `"}}}`)
+			pid := readPidFile(t, pidFile)
+			switch how {
+			case "eof":
+				c.waitResponse(float64(1))
+				c.in.Close()
+			case "sigterm":
+				c.cmd.Process.Signal(syscall.SIGTERM)
+			case "sigkill":
+				c.cmd.Process.Kill()
+			}
+			waitGone(t, pid)
+		})
+	}
+}
+
+func TestBashOutputIsBoundedHeadAndTail(t *testing.T) {
+	t.Parallel()
+	c := startServer(t, "-output-limit", "1000")
+	c.initialize("2025-06-18")
+	res := c.callTool("Bash", map[string]any{"command": "seq 1 100000"})
+	text := resultText(res)
+	sc := res["structuredContent"].(map[string]any)
+	if !strings.HasPrefix(text, "1\n2\n3\n") || !strings.Contains(text, "99999\n100000\n") || !strings.Contains(text, "cut from the middle") {
+		t.Errorf("head/tail not kept: %q", text)
+	}
+	if len(text) > 1200 || sc["truncated"] != true || isError(res) {
+		t.Errorf("len %d, structured %v", len(text), sc)
+	}
+}
+
+func TestBashTimeoutStopsTheGroup(t *testing.T) {
+	t.Parallel()
+	c := startServer(t)
+	c.initialize("2025-06-18")
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	// The child ignores TERM, so the group needs the KILL after the grace.
+	res := c.callTool("Bash", map[string]any{"timeout": 300,
+		"command": "echo started; (trap '' TERM; sleep 300) & echo $! > " + pidFile + "; wait"})
+	text := resultText(res)
+	if !isError(res) || !strings.Contains(text, "started") || !strings.Contains(text, "timed out") {
+		t.Errorf("got %q", text)
+	}
+	if sc := res["structuredContent"].(map[string]any); sc["timed_out"] != true || sc["exit_code"] != float64(-1) {
+		t.Errorf("structured %v", sc)
+	}
+	waitGone(t, readPidFile(t, pidFile))
+}
+
+func TestBashWorkingDirectoryPersistsEnvironmentDoesNot(t *testing.T) {
+	t.Parallel()
+	c := startServer(t)
+	c.initialize("2025-11-25")
+	dir, _ := filepath.EvalSymlinks(t.TempDir())
+	c.callTool("Bash", map[string]any{"command": "cd " + dir + " && export TELSON_TEST_VAR=1"})
+	res := c.callTool("Bash", map[string]any{"command": "pwd; echo ${TELSON_TEST_VAR:-unset}"})
+	if got, want := resultText(res), dir+"\nunset\n"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	if sc := res["structuredContent"].(map[string]any); sc["cwd"] != dir {
+		t.Errorf("cwd %v, want %s", sc["cwd"], dir)
+	}
+}
+
+func TestBashExitStatusAndInvalidUTF8(t *testing.T) {
+	t.Parallel()
+	c := startServer(t)
+	c.initialize("2025-11-25")
+	res := c.callTool("Bash", map[string]any{"command": `printf 'a\377b'; exit 3`})
+	if text := resultText(res); !isError(res) || text != "a\uFFFDb\n[exit status 3]" {
+		t.Errorf("got %q", text)
+	}
+	res = c.callTool("Bash", map[string]any{"command": `kill -SEGV $$`})
+	if text := resultText(res); !isError(res) || !strings.Contains(text, "killed by signal SEGV") {
+		t.Errorf("got %q", text)
+	}
+	res = c.callTool("Bash", map[string]any{"command": "   "})
+	if !isError(res) || !strings.Contains(resultText(res), "empty") {
+		t.Errorf("blank command: %v", res)
+	}
+	res = c.callTool("Bash", map[string]any{"command": "true", "timeout": 700000})
+	if !isError(res) || !strings.Contains(resultText(res), `"timeout" must be at most 600000`) {
+		t.Errorf("timeout range: %v", res)
+	}
+}
+
+func TestBashStreamsProgress(t *testing.T) {
+	t.Parallel()
+	c := startServer(t)
+	c.initialize("2025-11-25")
+	resp := c.request("tools/call", map[string]any{"name": "Bash", "_meta": map[string]any{"progressToken": "tok"},
+		"arguments": map[string]any{"command": "for i in 1 2 3 4; do echo line$i; sleep 0.15; done"}})
+	if resp["result"] == nil {
+		t.Fatalf("%v", resp)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var last float64
+	seen := 0
+	for _, n := range c.notes {
+		if n["method"] != "notifications/progress" {
+			continue
+		}
+		p := n["params"].(map[string]any)
+		if p["progressToken"] != "tok" || p["progress"].(float64) <= last || !strings.Contains(p["message"].(string), "line") {
+			t.Errorf("bad progress %v", p)
+		}
+		last = p["progress"].(float64)
+		seen++
+	}
+	if seen == 0 {
+		t.Errorf("no progress notifications; notes %v", c.notes)
+	}
+}
+
+func TestToolTableIsWellFormed(t *testing.T) {
+	seen := map[string]bool{}
+	for _, d := range toolTable {
+		if seen[d.name] || d.run == nil || d.title == "" || len(d.description) < 80 {
+			t.Errorf("tool %q: duplicate, no handler, no title or a thin description", d.name)
+		}
+		seen[d.name] = true
+		for _, r := range d.name {
+			if !strings.ContainsRune("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-", r) {
+				t.Errorf("tool %q: bad name", d.name)
+			}
+		}
+		sc, err := parseSchema(d.input)
+		if err != nil {
+			t.Errorf("tool %s: input schema: %v", d.name, err)
+			continue
+		}
+		for _, r := range sc.Required {
+			if sc.Properties[r] == nil {
+				t.Errorf("tool %s: required %q is not a property", d.name, r)
+			}
+		}
+		if d.output != "" {
+			if _, err := parseSchema(d.output); err != nil {
+				t.Errorf("tool %s: output schema: %v", d.name, err)
+			}
+		}
+	}
+}
+
+func TestPanicInHandlerIsAnInternalError(t *testing.T) {
+	methods["test/panic"] = methodInfo{handle: func(context.Context, *rpcRequest) (map[string]any, error) { panic("boom") }}
+	defer delete(methods, "test/panic")
+	c := startServer(t)
+	if m := c.request("test/panic", nil); errCode(m) != codeInternalError {
+		t.Errorf("got %v", m)
+	}
+	if m := c.request("ping", nil); m["result"] == nil {
+		t.Errorf("ping after panic: %v", m)
+	}
+	if !strings.Contains(c.stderr.String(), "boom") || !strings.Contains(c.stderr.String(), "goroutine") {
+		t.Errorf("no stack on stderr: %s", c.stderr.String())
+	}
+}
+
+func TestToolsListPagination(t *testing.T) {
+	t.Parallel()
+	c := startServer(t)
+	c.initialize("2025-11-25")
+	m := c.request("tools/list", map[string]any{"cursor": encodeCursor(0)})
+	tools := m["result"].(map[string]any)["tools"].([]any)
+	if len(tools) != len(toolTable) || tools[0].(map[string]any)["name"] != "Bash" {
+		t.Errorf("got %d tools", len(tools))
+	}
+	if m := c.request("tools/list", map[string]any{"cursor": encodeCursor(len(toolTable) + 1)}); errCode(m) != codeInvalidParams {
+		t.Errorf("cursor past the end: %v", m)
+	}
+}
+
+func TestDisabledToolIsUnknown(t *testing.T) {
+	t.Parallel()
+	c := startServer(t, "-tools", "none")
+	c.initialize("2025-11-25")
+	if m := c.request("tools/list", nil); len(m["result"].(map[string]any)["tools"].([]any)) != 0 {
+		t.Errorf("tools listed: %v", m)
+	}
+	if m := c.request("tools/call", map[string]any{"name": "Bash", "arguments": map[string]any{"command": "true"}}); errCode(m) != codeInvalidParams {
+		t.Errorf("disabled tool: %v", m)
+	}
+}
+
+func TestConfigLayers(t *testing.T) {
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	os.MkdirAll(filepath.Join(home, ".telson"), 0o755)
+	os.WriteFile(filepath.Join(home, ".telson", "telson-env.txt"), []byte(
+		"# comment\nOUTPUT_LIMIT=1000\nSTREAMING=no\nBASH_TIMEOUT_MS=abc\nNOT_A_KEY=1\nthis line is wrong\nTOOL_Bash=off\nexport LOG_LEVEL=\"debug\"\n"), 0o644)
+	t.Setenv("TELSON_OUTPUT_LIMIT", "2000")
+	cfg := loadConfig(map[string]string{"OUTPUT_LIMIT": "3000"})
+	if cfg.int("OUTPUT_LIMIT") != 3000 || cfg.source["OUTPUT_LIMIT"] != "flag -output-limit" {
+		t.Errorf("flag should win: %v from %s", cfg.str("OUTPUT_LIMIT"), cfg.source["OUTPUT_LIMIT"])
+	}
+	if cfg.bool("STREAMING") || cfg.int("BASH_TIMEOUT_MS") != 30000 || cfg.str("LOG_LEVEL") != "debug" || cfg.toolEnabled("Bash") {
+		t.Errorf("file values not applied: %v", cfg.values)
+	}
+	warnings := strings.Join(cfg.warnings, "\n")
+	for _, want := range []string{"telson-env.txt:4: BASH_TIMEOUT_MS", "telson-env.txt:5: unknown key NOT_A_KEY", "telson-env.txt:6: not KEY=VALUE"} {
+		if !strings.Contains(warnings, want) {
+			t.Errorf("warnings lack %q:\n%s", want, warnings)
+		}
+	}
+	cfg = loadConfig(nil)
+	if cfg.int("OUTPUT_LIMIT") != 2000 {
+		t.Errorf("environment should beat files: %v", cfg.str("OUTPUT_LIMIT"))
+	}
+}
+
+func TestCommandLine(t *testing.T) {
+	t.Parallel()
+	runCLI := func(args ...string) (string, error) {
+		var out, errb bytes.Buffer
+		err := run(context.Background(), strings.NewReader(""), &out, &errb, args)
+		return out.String() + errb.String(), err
+	}
+	if out, err := runCLI("-version"); err != nil || !strings.HasPrefix(out, "telson ") {
+		t.Errorf("-version: %q %v", out, err)
+	}
+	if out, err := runCLI("tools"); err != nil || !strings.Contains(out, "Bash — Run a shell command") || !strings.Contains(out, "command (string, required)") {
+		t.Errorf("tools: %q %v", out, err)
+	}
+	if out, err := runCLI("call", "Bash", `{"command":"echo from-cli"}`); err != nil || out != "from-cli\n\n" && out != "from-cli\n" {
+		t.Errorf("call: %q %v", out, err)
+	}
+	if out, err := runCLI("call", "Bash", `{"command":"exit 4"}`); err != errToolFailed || !strings.Contains(out, "exit status 4") {
+		t.Errorf("failing call: %q %v", out, err)
+	}
+	if out, err := runCLI("-config", "-output-limit", "77"); err != nil || !strings.Contains(out, "OUTPUT_LIMIT=77\t# flag -output-limit") {
+		t.Errorf("-config: %q %v", out, err)
+	}
+	if _, err := runCLI("frobnicate"); err == nil {
+		t.Errorf("unknown command accepted")
+	}
+}
+
+// FuzzServe feeds arbitrary input to a server with no tools: it must never
+// panic, must write only whole JSON lines, and must answer every request
+// exactly once.
+func FuzzServe(f *testing.F) {
+	f.Add([]byte(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-03-26"}}` + "\n" + `[{"jsonrpc":"2.0","id":2,"method":"ping"}]` + "\n"))
+	f.Add([]byte("\xef\xbb\xbf{\"jsonrpc\":\"2.0\",\"id\":\"a\",\"method\":\"tools/list\",\"params\":{\"cursor\":\"x\"}}\r\n"))
+	f.Add([]byte(`{"jsonrpc":"2.0","id":3,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}` + "\n{]\n"))
+	f.Add([]byte(`{"jsonrpc":"2.0","id":1,"result":{}}` + "\n" + `{"id":1e400,"jsonrpc":"2.0","method":"ping"}`))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		var out bytes.Buffer
+		if err := run(context.Background(), bytes.NewReader(in), &out, io.Discard, []string{"-tools", "none", "-max-message-bytes", "4096"}); err != nil {
+			t.Fatal(err)
+		}
+		answers := map[string]int{}
+		for _, line := range strings.SplitAfter(out.String(), "\n") {
+			if line == "" {
+				continue
+			}
+			if !strings.HasSuffix(line, "\n") || !json.Valid([]byte(line)) {
+				t.Fatalf("bad output line %q", line)
+			}
+			var m rpcMessage
+			json.Unmarshal([]byte(line), &m)
+			if m.ID != nil {
+				answers[string(m.ID)]++
+			}
+		}
+		if bytes.Contains(in, []byte("cancelled")) || bytes.Contains(in, []byte("[")) {
+			return // cancellations and batches change what is answered
+		}
+		want := map[string]int{}
+		for _, line := range bytes.Split(in, []byte("\n")) {
+			line = bytes.TrimPrefix(bytes.TrimRight(line, "\r"), []byte("\xef\xbb\xbf"))
+			var m rpcMessage
+			if len(line) > 4096 || decodeMessage(line, &m) != nil || m.JSONRPC != "2.0" || m.Method == "" || !validID(m.ID) {
+				continue
+			}
+			want[idKey(m.ID)]++
+		}
+		for id, n := range want {
+			if answers[id] != n {
+				t.Errorf("id %s: %d requests, %d answers", id, n, answers[id])
+			}
+		}
+	})
+}
