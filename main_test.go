@@ -761,3 +761,174 @@ func FuzzServe(f *testing.F) {
 		}
 	})
 }
+
+// benchProc is telson as a real process with raw pipes, for benchmarks.
+type benchProc struct {
+	cmd *exec.Cmd
+	in  io.WriteCloser
+	out *bufio.Reader
+}
+
+func startBenchProc(b *testing.B, args ...string) *benchProc {
+	b.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), "TELSON_RUN_MAIN=1")
+	in, _ := cmd.StdinPipe()
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	p := &benchProc{cmd: cmd, in: in, out: bufio.NewReaderSize(out, 1<<20)}
+	b.Cleanup(func() { in.Close(); cmd.Wait() })
+	return p
+}
+
+func (p *benchProc) roundTrip(b *testing.B, line string) []byte {
+	if _, err := io.WriteString(p.in, line); err != nil {
+		b.Fatal(err)
+	}
+	resp, err := p.out.ReadBytes('\n')
+	if err != nil {
+		b.Fatal(err)
+	}
+	return resp
+}
+
+const benchInit = `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}}` + "\n"
+
+// BenchmarkPingRoundTrip: one ping at a time over OS pipes to the real binary.
+func BenchmarkPingRoundTrip(b *testing.B) {
+	p := startBenchProc(b)
+	p.roundTrip(b, benchInit)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		p.roundTrip(b, `{"jsonrpc":"2.0","id":1,"method":"ping"}`+"\n")
+	}
+}
+
+// BenchmarkPipeEchoBaseline: the same round trip to `cat`, the floor for any server.
+func BenchmarkPipeEchoBaseline(b *testing.B) {
+	cmd := exec.Command("cat")
+	in, _ := cmd.StdinPipe()
+	out, _ := cmd.StdoutPipe()
+	cmd.Start()
+	defer func() { in.Close(); cmd.Wait() }()
+	r := bufio.NewReader(out)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		io.WriteString(in, `{"jsonrpc":"2.0","id":1,"result":{}}`+"\n")
+		r.ReadBytes('\n')
+	}
+}
+
+// BenchmarkPipelinedPing: b.N pings written without waiting; reports messages/s.
+func BenchmarkPipelinedPing(b *testing.B) {
+	p := startBenchProc(b)
+	p.roundTrip(b, benchInit)
+	b.ResetTimer()
+	start := time.Now()
+	go func() { // exits when every ping is written
+		w := bufio.NewWriter(p.in)
+		for i := 0; i < b.N; i++ {
+			fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%d,"method":"ping"}`+"\n", i+1)
+		}
+		w.Flush()
+	}()
+	for i := 0; i < b.N; i++ {
+		if _, err := p.out.ReadBytes('\n'); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
+}
+
+func BenchmarkToolsList(b *testing.B) {
+	p := startBenchProc(b)
+	p.roundTrip(b, benchInit)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		p.roundTrip(b, `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`+"\n")
+	}
+}
+
+func BenchmarkBashTrue(b *testing.B) {
+	p := startBenchProc(b)
+	p.roundTrip(b, benchInit)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		p.roundTrip(b, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"Bash","arguments":{"command":"true"}}}`+"\n")
+	}
+}
+
+// BenchmarkDirectBashTrue is the baseline for BenchmarkBashTrue: bash -c true from Go.
+func BenchmarkDirectBashTrue(b *testing.B) {
+	for i := 0; i < b.N; i++ {
+		if err := exec.Command("bash", "-c", "true").Run(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkSpawnToInitialize: process start to the initialize response.
+func BenchmarkSpawnToInitialize(b *testing.B) {
+	for i := 0; i < b.N; i++ {
+		cmd := exec.Command(os.Args[0])
+		cmd.Env = append(os.Environ(), "TELSON_RUN_MAIN=1")
+		in, _ := cmd.StdinPipe()
+		out, _ := cmd.StdoutPipe()
+		cmd.Start()
+		io.WriteString(in, benchInit)
+		if _, err := bufio.NewReader(out).ReadBytes('\n'); err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		in.Close()
+		cmd.Wait()
+		b.StartTimer()
+	}
+}
+
+// BenchmarkSpawnBaseline: starting the same binary and reading one line it
+// prints at once (-version), the floor for BenchmarkSpawnToInitialize.
+func BenchmarkSpawnBaseline(b *testing.B) {
+	for i := 0; i < b.N; i++ {
+		cmd := exec.Command(os.Args[0], "-version")
+		cmd.Env = append(os.Environ(), "TELSON_RUN_MAIN=1")
+		if _, err := cmd.Output(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func procStatusKB(pid int, field string) float64 {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, field+":") {
+			n, _ := strconv.Atoi(strings.Fields(line)[1])
+			return float64(n)
+		}
+	}
+	return 0
+}
+
+// BenchmarkIdleMemory reports the resident memory of an initialized, idle telson.
+func BenchmarkIdleMemory(b *testing.B) {
+	for i := 0; i < b.N; i++ {
+		p := startBenchProc(b)
+		p.roundTrip(b, benchInit)
+		p.roundTrip(b, `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`+"\n")
+		b.ReportMetric(procStatusKB(p.cmd.Process.Pid, "VmRSS")/1024, "MB-idle-rss")
+	}
+}
+
+// BenchmarkBashBigOutput: a command printing 50 MB; reports the reply size
+// and telson's peak resident memory.
+func BenchmarkBashBigOutput(b *testing.B) {
+	for i := 0; i < b.N; i++ {
+		p := startBenchProc(b)
+		p.roundTrip(b, benchInit)
+		resp := p.roundTrip(b, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"Bash","arguments":{"command":"head -c 50000000 /dev/zero | tr '\\0' a"}}}`+"\n")
+		b.ReportMetric(float64(len(resp))/1024, "KiB-reply")
+		b.ReportMetric(procStatusKB(p.cmd.Process.Pid, "VmHWM")/1024, "MB-peak-rss")
+	}
+}

@@ -24,6 +24,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unicode/utf8"
@@ -161,26 +162,27 @@ func newLineStreamer(r *rpcRequest) func(chunk []byte, total int64) {
 // runShell runs command with bash -c in sh's directory, in its own process
 // group, and returns what it printed (bounded to limit characters) and how it ended.
 func runShell(ctx context.Context, procs *procTracker, sh *shellState, command string, timeout time.Duration, limit int, stream func([]byte, int64)) (*bashOutcome, error) {
-	cwdFile, err := os.CreateTemp("", "telson-cwd-*")
-	if err != nil {
-		return nil, fmt.Errorf("run: %w", err)
-	}
-	cwdFile.Close()
-	defer os.Remove(cwdFile.Name())
-	// The EXIT trap records where the command left the shell, so a cd sticks.
-	script := "trap 'builtin pwd -P >" + shellQuote(cwdFile.Name()) + " 2>/dev/null' EXIT\n" + command
-	dir := sh.dir()
+	// The EXIT trap tells where the command left the shell, on fd 9, so a cd sticks.
+	script := "trap 'builtin pwd -P 2>/dev/null >&9' EXIT\n" + command
 	cmd := exec.Command("bash", "-c", script)
-	cmd.Dir = dir
+	cmd.Dir = sh.dir()
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("run: %w", err)
 	}
 	defer pr.Close()
+	cwdR, cwdW, err := os.Pipe()
+	if err != nil {
+		pw.Close()
+		return nil, fmt.Errorf("run: %w", err)
+	}
+	defer cwdR.Close()
 	cmd.Stdout, cmd.Stderr = pw, pw
+	cmd.ExtraFiles = []*os.File{6: cwdW} // fd 3+6 = 9
 	start := time.Now()
 	err = procs.start(cmd)
 	pw.Close()
+	cwdW.Close()
 	if err != nil {
 		return nil, fmt.Errorf("run: %w", err)
 	}
@@ -202,22 +204,14 @@ func runShell(ctx context.Context, procs *procTracker, sh *shellState, command s
 			}
 		}
 	}()
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }() // exits when bash exits
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-	o := &bashOutcome{}
-	var waitErr error
-	select {
-	case waitErr = <-exited:
-	case <-timer.C:
-		o.TimedOut = true
-		procs.killGroup(cmd.Process.Pid, killGrace)
-		waitErr = <-exited
-	case <-ctx.Done():
-		procs.killGroup(cmd.Process.Pid, killGrace)
-		waitErr = <-exited
-	}
+	var timedOut atomic.Bool
+	pgid := cmd.Process.Pid
+	timer := time.AfterFunc(timeout, func() { timedOut.Store(true); procs.killGroup(pgid, killGrace) })
+	stopCancel := context.AfterFunc(ctx, func() { procs.killGroup(pgid, killGrace) })
+	waitErr := cmd.Wait()
+	timer.Stop()
+	stopCancel()
+	o := &bashOutcome{TimedOut: timedOut.Load()}
 	// bash is gone; what it wrote is in the pipe. A grandchild may still hold
 	// the pipe open, so read for a moment only.
 	pr.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
@@ -230,16 +224,31 @@ func runShell(ctx context.Context, procs *procTracker, sh *shellState, command s
 	if o.TimedOut {
 		o.ExitCode = -1
 	}
-	if b, err := os.ReadFile(cwdFile.Name()); err == nil {
-		if d := strings.TrimSpace(string(b)); d != "" {
-			sh.setDir(d)
-		}
+	if d := readLastLine(cwdR); d != "" {
+		sh.setDir(d)
 	}
 	o.Cwd = sh.dir()
 	if ctx.Err() != nil && !o.TimedOut {
 		return o, fmt.Errorf("cancelled: %w", ctx.Err())
 	}
 	return o, nil
+}
+
+// readLastLine reads what the exited shell wrote to r, stopping at a
+// newline or after a moment (a grandchild may hold the pipe), and returns its last line.
+func readLastLine(r *os.File) string {
+	r.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	var b []byte
+	buf := make([]byte, 4096)
+	for len(b) < 1<<16 {
+		n, err := r.Read(buf)
+		b = append(b, buf[:n]...)
+		if err != nil || (n > 0 && buf[n-1] == '\n') {
+			break
+		}
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return lines[len(lines)-1]
 }
 
 func exitStatus(cmd *exec.Cmd, waitErr error) (code int, signal string) {
@@ -389,15 +398,19 @@ const killGrace = 2 * time.Second
 const reaperEnv = "TELSON_REAPER"
 
 // procTracker knows every live child process group. It kills them all when
-// the server stops, and tells a reaper process about them, which kills them
-// if telson dies without stopping (even by SIGKILL).
+// the server stops. For the case where telson dies without stopping (even by
+// SIGKILL) it keeps a reaper process: telson appends "+pgid" and "-pgid"
+// lines to a registry file (an unlinked temporary file both processes hold,
+// so a spawn costs one write and wakes nobody), and the reaper waits for its
+// stdin, a lifeline pipe, to close, then kills every group still registered.
 type procTracker struct {
 	log *logger
 
 	mu       sync.Mutex // guards the fields below
 	groups   map[int]bool
 	reaper   *exec.Cmd
-	toReaper io.WriteCloser
+	registry *os.File       // append-only "+pgid"/"-pgid" lines the reaper reads
+	lifeline io.WriteCloser // the reaper's stdin; closes when telson ends
 	closed   bool
 }
 
@@ -422,23 +435,23 @@ func (pt *procTracker) start(cmd *exec.Cmd) error {
 	}
 	pgid := cmd.Process.Pid
 	pt.groups[pgid] = true
-	if pt.toReaper != nil {
-		fmt.Fprintf(pt.toReaper, "+%d\n", pgid)
+	if pt.registry != nil {
+		fmt.Fprintf(pt.registry, "+%d\n", pgid)
 	}
 	return nil
 }
 
 // forgetIfGone stops tracking a group once no process is left in it.
 func (pt *procTracker) forgetIfGone(pgid int) {
-	if syscall.Kill(-pgid, 0) == nil {
+	if groupAlive(pgid) {
 		return // a grandchild lives on; closeAll will end it
 	}
 	pt.mu.Lock()
 	defer pt.mu.Unlock()
 	if pt.groups[pgid] {
 		delete(pt.groups, pgid)
-		if pt.toReaper != nil {
-			fmt.Fprintf(pt.toReaper, "-%d\n", pgid)
+		if pt.registry != nil {
+			fmt.Fprintf(pt.registry, "-%d\n", pgid)
 		}
 	}
 }
@@ -454,12 +467,40 @@ func killGroupWithGrace(pgid int, grace time.Duration) {
 	}
 	deadline := time.Now().Add(grace)
 	for wait := time.Millisecond; time.Now().Before(deadline); wait = min(wait*2, 50*time.Millisecond) {
-		if syscall.Kill(-pgid, 0) != nil {
+		if !groupAlive(pgid) {
 			return
 		}
 		time.Sleep(wait) // polling an external process group, bounded by the grace
 	}
 	syscall.Kill(-pgid, syscall.SIGKILL)
+}
+
+// groupAlive reports whether process group pgid has a process that is not a
+// zombie (a zombie waits for its reaper, not for us). Without /proc it
+// counts zombies as alive.
+func groupAlive(pgid int) bool {
+	if syscall.Kill(-pgid, 0) != nil {
+		return false
+	}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return true
+	}
+	for _, e := range ents {
+		if e.Name()[0] < '0' || e.Name()[0] > '9' {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		i := strings.LastIndexByte(string(b), ')')
+		if err != nil || i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:])) // state ppid pgrp ...
+		if len(f) > 2 && f[2] == strconv.Itoa(pgid) && f[0] != "Z" {
+			return true
+		}
+	}
+	return false
 }
 
 // closeAll kills every tracked group and lets the reaper go.
@@ -471,7 +512,7 @@ func (pt *procTracker) closeAll() {
 		groups = append(groups, g)
 	}
 	pt.groups = map[int]bool{}
-	reaper, toReaper := pt.reaper, pt.toReaper
+	reaper, lifeline, registry := pt.reaper, pt.lifeline, pt.registry
 	pt.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, g := range groups {
@@ -479,9 +520,10 @@ func (pt *procTracker) closeAll() {
 		go func(g int) { defer wg.Done(); killGroupWithGrace(g, 500*time.Millisecond) }(g) // exits when the group is gone
 	}
 	wg.Wait()
-	if toReaper != nil {
-		toReaper.Close() // the reaper finds nothing left to kill and exits
+	if lifeline != nil {
+		lifeline.Close() // the reaper finds nothing left to kill and exits
 		reaper.Wait()
+		registry.Close()
 	}
 }
 
@@ -490,50 +532,57 @@ func (pt *procTracker) startReaperLocked() {
 	if pt.reaper != nil {
 		return
 	}
+	pt.reaper = &exec.Cmd{} // tried once; a failure is logged, not retried
 	exe, err := os.Executable()
 	if err != nil {
 		pt.log.warnf("reaper: %v; children may outlive a killed telson", err)
 		return
 	}
-	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(), reaperEnv+"=1")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	w, err := cmd.StdinPipe()
+	registry, err := os.CreateTemp("", "telson-groups-*")
 	if err != nil {
-		pt.log.warnf("reaper: %v", err)
-		return
-	}
-	if err := cmd.Start(); err != nil {
 		pt.log.warnf("reaper: %v; children may outlive a killed telson", err)
 		return
 	}
-	pt.reaper, pt.toReaper = cmd, w
+	os.Remove(registry.Name()) // both processes hold it open; nothing to clean up
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(), reaperEnv+"=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.ExtraFiles = []*os.File{registry} // fd 3
+	w, err := cmd.StdinPipe()
+	if err == nil {
+		err = cmd.Start()
+	}
+	if err != nil {
+		registry.Close()
+		pt.log.warnf("reaper: %v; children may outlive a killed telson", err)
+		return
+	}
+	pt.reaper, pt.lifeline, pt.registry = cmd, w, registry
 }
 
-// runReaper is the reaper process: it reads "+pgid" and "-pgid" lines and,
-// when its stdin closes because telson ended, kills every group still listed.
-func runReaper(in io.Reader) int {
+// runReaper is the reaper process: when its stdin closes because telson
+// ended, it kills every group the registry on fd 3 still lists.
+func runReaper(lifeline io.Reader) int {
+	io.Copy(io.Discard, lifeline)
+	registry := os.NewFile(3, "registry")
+	if registry == nil {
+		return 1
+	}
+	registry.Seek(0, io.SeekStart)
 	groups := map[int]bool{}
-	sc := bufio.NewScanner(in)
+	sc := bufio.NewScanner(registry)
 	for sc.Scan() {
 		line := sc.Text()
-		if len(line) < 2 {
-			continue
-		}
-		n, err := strconv.Atoi(line[1:])
-		if err != nil || n <= 1 {
-			continue
-		}
-		if line[0] == '+' {
-			groups[n] = true
-		} else {
-			delete(groups, n)
+		if n, err := strconv.Atoi(line[min(1, len(line)):]); err == nil && n > 1 {
+			groups[n] = line[0] == '+'
 		}
 	}
 	var wg sync.WaitGroup
-	for g := range groups {
-		wg.Add(1)
-		go func(g int) { defer wg.Done(); killGroupWithGrace(g, 500*time.Millisecond) }(g) // exits when the group is gone
+	for g, live := range groups {
+		if live {
+			wg.Add(1)
+			go func(g int) { defer wg.Done(); killGroupWithGrace(g, 500*time.Millisecond) }(g) // exits when the group is gone
+		}
 	}
 	wg.Wait()
 	return 0
