@@ -301,7 +301,7 @@ var update = flag.Bool("update", false, "rewrite golden files in testdata/")
 
 // TestTranscripts replays each testdata/transcripts/*.txt: a line "> msg" is
 // sent, a line "< msg" is the message expected next (compared as JSON, with
-// duration_ms zeroed). With -update the expected lines are rewritten.
+// duration_ms and cwd made constant). With -update the expected lines are rewritten.
 func TestTranscripts(t *testing.T) {
 	files, _ := filepath.Glob("testdata/transcripts/*.txt")
 	if len(files) == 0 {
@@ -365,8 +365,11 @@ func normalizeMessage(t *testing.T, raw []byte) string {
 		switch x := v.(type) {
 		case map[string]any:
 			for k, e := range x {
-				if k == "duration_ms" {
+				switch k {
+				case "duration_ms":
 					x[k] = 0
+				case "cwd":
+					x[k] = "(cwd)"
 				}
 				zero(e)
 			}

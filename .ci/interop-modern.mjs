@@ -1,0 +1,29 @@
+// interop-modern.mjs drives a built telson with the official v2 TypeScript
+// client (@modelcontextprotocol/client), once pinned to the 2026-07-28 era
+// (server/discover, per-request _meta) and once in 'auto' mode (probe, then
+// the era the server offers). Run: node interop-modern.mjs /path/to/telson
+import { Client } from "@modelcontextprotocol/client";
+import { StdioClientTransport } from "@modelcontextprotocol/client/stdio";
+
+const telson = process.argv[2];
+let failures = 0;
+const check = (ok, what) => {
+  console.log(`${ok ? "ok  " : "FAIL"} ${what}`);
+  if (!ok) failures++;
+};
+
+for (const mode of [{ pin: "2026-07-28" }, "auto"]) {
+  const label = JSON.stringify(mode);
+  const transport = new StdioClientTransport({ command: telson, args: [], stderr: "inherit" });
+  const client = new Client({ name: "telson-interop-modern", version: "1.0.0" }, { capabilities: {}, versionNegotiation: { mode } });
+  await client.connect(transport);
+  const v = client.getNegotiatedProtocolVersion?.();
+  check(v === "2026-07-28", `${label}: negotiated ${v}`);
+  const { tools } = await client.listTools();
+  check(tools.some((t) => t.name === "Bash"), `${label}: tools/list (${tools.length} tools)`);
+  const res = await client.callTool({ name: "Bash", arguments: { command: "echo modern-$((40+2))" } });
+  check(!res.isError && res.content[0].text === "modern-42\n", `${label}: tools/call Bash ${JSON.stringify(res.content[0].text)}`);
+  await client.close();
+}
+console.log(failures === 0 ? "interop-modern: all passed" : `interop-modern: ${failures} failed`);
+process.exit(failures === 0 ? 0 : 1);
