@@ -369,7 +369,9 @@ func normalizeMessage(t *testing.T, raw []byte) string {
 				case "duration_ms":
 					x[k] = 0
 				case "cwd":
-					x[k] = "(cwd)"
+					if _, ok := e.(string); ok {
+						x[k] = "(cwd)"
+					}
 				}
 				zero(e)
 			}
