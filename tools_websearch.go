@@ -14,8 +14,7 @@
 package main
 
 import (
-	"bytes"
-	"compress/gzip"
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -27,6 +26,7 @@ import (
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -109,13 +109,290 @@ type searchQuery struct {
 	st         *searchState
 }
 
-// searchEngine is one engine: how to ask it and how to read its answer.
+// searchEngine is one engine. Its request is a template: path (and body)
+// with $q, $n, $base and $CONFIG_KEY filled in; header lines whose
+// placeholders are empty are left out. Its answer is read by parse if set,
+// else as the JSON list at path list with item templates ($field of each
+// item; " || " separates fallbacks), else by recipe.
 type searchEngine struct {
 	name, base string
 	keys       []string // configuration a keyed engine needs; it is off until all are set
 	api        bool     // a JSON or XML API: telson names itself instead of posing as a browser
+	method     string   // "" (GET), POST (a form) or JSON (a POST with a JSON body)
+	path, body string
+	header     string // "Name: value" lines
+	max        int    // most results one request may ask for; 0: no limit below 50
+	list       string
+	item       [3]string // title, url, snippet
+	recipe     searchRecipe
 	build      func(ctx context.Context, q *searchQuery) (*http.Request, error)
 	parse      func(q *searchQuery, body []byte) (hits []searchHit, listed bool, err error) // listed: a result list is there
+}
+
+// searchEngines is every engine; those without keys are the default set.
+var searchEngines = []searchEngine{
+	{name: "duckduckgo", base: "https://html.duckduckgo.com", method: "POST", path: "/html/", body: "q=$q&b=&kl=wt-wt",
+		header: "Referer: $base/\nOrigin: $base\nSec-Fetch-Site: same-origin",
+		recipe: searchRecipe{list: "#links", item: "div.result", skip: "result--ad", link: "a.result__a", snippet: ".result__snippet"}},
+	{name: "brave", base: "https://search.brave.com", path: "/search?q=$q&source=web",
+		header: "Cookie: safesearch=moderate; useLocation=0; summarizer=0; country=us; ui_lang=en-us",
+		recipe: searchRecipe{list: "#results", item: "div[data-type=web]", link: "a", title: ".search-snippet-title,.snippet-title",
+			snippet: ".generic-snippet .content,.snippet-description", strip: "t-secondary"}},
+	{name: "mojeek", base: "https://www.mojeek.com", path: "/search?q=$q&safe=0",
+		recipe: searchRecipe{list: "ul.results-standard", item: "ul.results-standard li", link: "a.ob,h2 a", title: "h2 a,a.title", snippet: "p.s"}},
+	{name: "startpage", base: "https://www.startpage.com", build: buildStartpage, parse: parseStartpage},
+	{name: "bing", base: "https://www.bing.com", path: "/search?q=$q&mkt=en-US", header: "Cookie: _EDGE_CD=m=en-us&u=en-us; _EDGE_S=mkt=en-us&ui=en-us",
+		recipe: searchRecipe{list: "#b_results", item: "li.b_algo", link: "h2 a,a.tilk", title: "h2 a,.tptt",
+			snippet: ".b_caption p,.b_snippet,.b_lineclamp2,.b_lineclamp3,p", strip: "algoSlug_icon"}},
+	{name: "yahoo", base: "https://search.yahoo.com", path: "/search?p=$q&iscqry=", header: "Cookie: sB=v=1&vm=r&fl=1&vl=lang_en&pn=10&rw=new&userset=1",
+		recipe: searchRecipe{list: "#web", item: "div.algo-sr", link: ".compTitle a", title: ".compTitle h3", snippet: ".compText"}},
+	{name: "wikipedia", base: "https://en.wikipedia.org", api: true, path: "/w/api.php?action=query&list=search&srsearch=$q&srlimit=$n&format=json&utf8=1",
+		list: "query.search", item: [3]string{"$title", "$base/wiki/$title_", "$snippet"}},
+	{name: "hackernews", base: "https://hn.algolia.com", api: true, path: "/api/v1/search?query=$q&tags=story&hitsPerPage=$n",
+		list: "hits", item: [3]string{"$title", "$url || https://news.ycombinator.com/item?id=$objectID",
+			"$points points, $num_comments comments: https://news.ycombinator.com/item?id=$objectID $story_text || $points points, $num_comments comments: https://news.ycombinator.com/item?id=$objectID"}},
+	{name: "stackoverflow", base: "https://api.stackexchange.com", api: true, path: "/2.3/search/advanced?order=desc&sort=relevance&q=$q&site=stackoverflow&pagesize=$n&page=1",
+		list: "items", item: [3]string{"$title", "$link", "$answer_count answers, score $score; tags: $tags"}},
+	{name: "github", base: "https://api.github.com", api: true, path: "/search/repositories?q=$q&per_page=$n",
+		header: "Accept: application/vnd.github+json\nX-GitHub-Api-Version: 2022-11-28\nAuthorization: Bearer $GITHUB_TOKEN",
+		list:   "items", item: [3]string{"$full_name", "$html_url", "$description ($stargazers_count stars, $language) || $description ($stargazers_count stars) || $stargazers_count stars"}},
+	{name: "arxiv", base: "https://export.arxiv.org", api: true, path: "/api/query?search_query=all:$q&start=0&max_results=$n",
+		header: "Accept: application/atom+xml", parse: parseArxiv},
+	{name: "braveapi", base: "https://api.search.brave.com", api: true, keys: []string{"BRAVE_API_KEY"}, max: 20,
+		path: "/res/v1/web/search?q=$q&count=$n&text_decorations=false", header: "X-Subscription-Token: $BRAVE_API_KEY",
+		list: "web.results", item: [3]string{"$title", "$url", "$description"}},
+	{name: "tavily", base: "https://api.tavily.com", api: true, keys: []string{"TAVILY_API_KEY"}, max: 20, method: "JSON",
+		path: "/search", body: `{"query":"$q","max_results":$n}`, header: "Authorization: Bearer $TAVILY_API_KEY",
+		list: "results", item: [3]string{"$title", "$url", "$content"}},
+	{name: "serper", base: "https://google.serper.dev", api: true, keys: []string{"SERPER_API_KEY"}, method: "JSON",
+		path: "/search", body: `{"q":"$q","num":$n}`, header: "X-API-KEY: $SERPER_API_KEY",
+		list: "organic", item: [3]string{"$title", "$link", "$snippet"}},
+	{name: "exa", base: "https://api.exa.ai", api: true, keys: []string{"EXA_API_KEY"}, method: "JSON",
+		path: "/search", body: `{"query":"$q","type":"auto","numResults":$n,"contents":{"highlights":{"maxCharacters":500}}}`, header: "x-api-key: $EXA_API_KEY",
+		list: "results", item: [3]string{"$title", "$url", "$highlights"}},
+	{name: "google", base: "https://www.googleapis.com", api: true, keys: []string{"GOOGLE_API_KEY", "GOOGLE_CSE_ID"}, max: 10,
+		path: "/customsearch/v1?key=$GOOGLE_API_KEY&cx=$GOOGLE_CSE_ID&q=$q&num=$n", list: "items", item: [3]string{"$title", "$link", "$snippet"}},
+	{name: "searxng", api: true, keys: []string{"SEARXNG_URL"}, path: "/search?q=$q&format=json&pageno=1&safesearch=0", // base: SEARXNG_URL
+		list: "results", item: [3]string{"$title", "$url", "$content"}},
+}
+
+// searchExpand fills $name placeholders from get; of alternatives separated
+// by " || ", the first whose placeholders are all non-empty wins.
+func searchExpand(t string, get func(string) string) (string, bool) {
+	alts := strings.Split(t, " || ")
+	for k, alt := range alts {
+		var b strings.Builder
+		ok := true
+		for {
+			i := strings.IndexByte(alt, '$')
+			if i < 0 {
+				b.WriteString(alt)
+				break
+			}
+			j := i + 1
+			for j < len(alt) && (isASCIILetter(alt[j]) || alt[j] == '_' || alt[j] >= '0' && alt[j] <= '9') {
+				j++
+			}
+			v := get(alt[i+1 : j])
+			ok = ok && v != ""
+			b.WriteString(alt[:i] + v)
+			alt = alt[j:]
+		}
+		if ok || k == len(alts)-1 {
+			return b.String(), ok
+		}
+	}
+	return "", false
+}
+
+// request builds an engine's request from its templates.
+func (e *searchEngine) request(ctx context.Context, q *searchQuery) (*http.Request, error) {
+	if e.build != nil {
+		return e.build(ctx, q)
+	}
+	vars := func(esc func(string) string) func(string) string {
+		return func(name string) string {
+			switch name {
+			case "q":
+				return esc(q.text)
+			case "n":
+				if e.max > 0 {
+					return strconv.Itoa(min(q.n, e.max))
+				}
+				return strconv.Itoa(q.n)
+			case "base":
+				return q.base
+			}
+			return esc(q.cfg.str(name))
+		}
+	}
+	jsonEsc := func(s string) string { b, _ := json.Marshal(s); return string(b[1 : len(b)-1]) }
+	path, _ := searchExpand(e.path, vars(url.QueryEscape))
+	method, ctype, esc := "GET", "", url.QueryEscape
+	switch e.method {
+	case "POST":
+		method, ctype = "POST", "application/x-www-form-urlencoded"
+	case "JSON":
+		method, ctype, esc = "POST", "application/json", jsonEsc
+	}
+	body, _ := searchExpand(e.body, vars(esc))
+	var hdr []string
+	for _, line := range strings.Split(e.header, "\n") {
+		if line, ok := searchExpand(line, vars(func(s string) string { return s })); ok && line != "" {
+			hdr = append(hdr, line)
+		}
+	}
+	return searchRequest(ctx, method, q.base+path, body, ctype, hdr)
+}
+
+// searchRequest builds a request with "Name: value" header lines.
+func searchRequest(ctx context.Context, method, u, body, ctype string, hdr []string) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, method, u, strings.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("request: %w", err)
+	}
+	if ctype != "" {
+		req.Header.Set("Content-Type", ctype)
+	}
+	for _, h := range hdr {
+		k, v, _ := strings.Cut(h, ": ")
+		req.Header.Set(k, v)
+	}
+	return req, nil
+}
+
+// read parses an engine's answer.
+func (e *searchEngine) read(q *searchQuery, body []byte) ([]searchHit, bool, error) {
+	if e.parse != nil {
+		return e.parse(q, body)
+	}
+	if e.list == "" {
+		return e.recipe.parse(body)
+	}
+	var v any
+	if err := json.Unmarshal(body, &v); err != nil {
+		return nil, false, fmt.Errorf("bad JSON: %w", err)
+	}
+	items, _ := searchPath(v, e.list).([]any)
+	var hits []searchHit
+	for _, it := range items {
+		m, _ := it.(map[string]any)
+		field := func(name string) string {
+			if name == "base" {
+				return q.base
+			}
+			s := searchString(m[strings.TrimSuffix(name, "_")])
+			if strings.HasSuffix(name, "_") { // a title made a wiki path
+				s = strings.ReplaceAll(s, " ", "_")
+			}
+			return s
+		}
+		var h [3]string
+		for i, t := range e.item {
+			h[i], _ = searchExpand(t, field)
+		}
+		hits = append(hits, searchHit{h[0], h[1], h[2]})
+	}
+	return hits, items != nil, nil
+}
+
+// searchPath is the value at path (dot-separated keys) in decoded JSON.
+func searchPath(v any, path string) any {
+	for _, k := range strings.Split(path, ".") {
+		m, _ := v.(map[string]any)
+		v = m[k]
+	}
+	return v
+}
+
+func searchString(v any) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case float64:
+		return strconv.FormatFloat(x, 'f', -1, 64)
+	case []any:
+		var parts []string
+		for _, p := range x {
+			parts = append(parts, searchString(p))
+		}
+		if sep := ", "; len(parts) > 0 {
+			if strings.Contains(parts[0], " ") {
+				sep = " … "
+			}
+			return strings.Join(parts, sep)
+		}
+	}
+	return ""
+}
+
+// buildStartpage fetches the home page for its sc token, then posts the search.
+func buildStartpage(ctx context.Context, q *searchQuery) (*http.Request, error) {
+	home, err := searchRequest(ctx, "GET", q.base+"/", "", "", nil)
+	if err != nil {
+		return nil, err
+	}
+	body, err := q.st.get(home, false)
+	if err != nil {
+		return nil, err
+	}
+	sc := searchFirst(parseHTML(string(body)), "input[name=sc]")
+	if sc == nil || sc.attr("value") == "" {
+		return nil, &searchFail{"blocked", "no sc token on the home page"}
+	}
+	form := url.Values{"query": {q.text}, "cat": {"web"}, "t": {"device"}, "sc": {sc.attr("value")}, "with_date": {""}, "abd": {"1"},
+		"abe": {"1"}, "qsr": {"all"}, "qadf": {"moderate"}, "language": {"english"}, "lui": {"english"}}
+	return searchRequest(ctx, "POST", q.base+"/sp/search", form.Encode(), "application/x-www-form-urlencoded", []string{"Origin: " + q.base,
+		"Referer: " + q.base + "/", "Sec-Fetch-Site: same-origin",
+		"Cookie: preferences=date_timeEEEworldN1Ndisable_family_filterEEE0N1Nenable_post_methodEEE1N1NlanguageEEEenglishN1Nnum_of_resultsEEE10"})
+}
+
+// parseStartpage reads the results data the page hands to its script, or else its HTML.
+func parseStartpage(_ *searchQuery, body []byte) ([]searchHit, bool, error) {
+	s := string(body)
+	i := strings.Index(s, "UIStartpage.AppSerpWeb")
+	if i < 0 || strings.IndexByte(s[i:], '{') < 0 {
+		return searchRecipe{list: ".w-gl", item: "div.result", link: "a.result-link", title: "h2", snippet: "p.description"}.parse(body)
+	}
+	var v any
+	if err := json.NewDecoder(strings.NewReader(s[i+strings.IndexByte(s[i:], '{'):])).Decode(&v); err != nil {
+		return nil, false, fmt.Errorf("bad results data: %w", err)
+	}
+	var hits []searchHit
+	mainline, _ := searchPath(v, "render.presenter.regions.mainline").([]any)
+	for _, m := range mainline {
+		results, _ := searchPath(m, "results").([]any)
+		for _, r := range results {
+			if searchPath(m, "display_type") != "web-google" {
+				break
+			}
+			d := parseHTML(searchString(searchPath(r, "description"))).textContent()
+			if j := strings.Index(d, " ... "); j >= 0 && j < 20 { // a date: "2 Sep 2014 ... ", "5 days ago ... "
+				d = d[j+5:]
+			}
+			hits = append(hits, searchHit{parseHTML(searchString(searchPath(r, "title"))).textContent(), searchString(searchPath(r, "clickUrl")), d})
+		}
+	}
+	return hits, true, nil
+}
+
+func parseArxiv(_ *searchQuery, body []byte) ([]searchHit, bool, error) {
+	var v struct {
+		XMLName xml.Name
+		Entries []struct {
+			Title   string `xml:"title"`
+			ID      string `xml:"id"`
+			Summary string `xml:"summary"`
+		} `xml:"entry"`
+	}
+	if err := xml.Unmarshal(body, &v); err != nil {
+		return nil, false, fmt.Errorf("bad Atom: %w", err)
+	}
+	var hits []searchHit
+	for _, e := range v.Entries {
+		hits = append(hits, searchHit{e.Title, strings.Replace(e.ID, "http://", "https://", 1), e.Summary})
+	}
+	return hits, v.XMLName.Local == "feed", nil
 }
 
 // searchRecipe reads an HTML result page with selectors (see searchAll).
@@ -125,7 +402,7 @@ type searchRecipe struct {
 	strip                            string // class of elements left out of snippets (dates, icons)
 }
 
-func (r searchRecipe) parse(_ *searchQuery, body []byte) ([]searchHit, bool, error) {
+func (r searchRecipe) parse(body []byte) ([]searchHit, bool, error) {
 	doc := parseHTML(string(body))
 	var hits []searchHit
 	for _, it := range searchAll(doc, r.item) {
@@ -140,347 +417,6 @@ func (r searchRecipe) parse(_ *searchQuery, body []byte) ([]searchHit, bool, err
 		hits = append(hits, searchHit{t.textContent(), a.attr("href"), searchStrip(searchFirst(it, r.snippet), r.strip)})
 	}
 	return hits, searchFirst(doc, r.list) != nil, nil
-}
-
-var startpageRecipe = searchRecipe{list: ".w-gl", item: "div.result", link: "a.result-link", title: "h2", snippet: "p.description"}
-
-// searchEngines is every engine; those without keys are the default set.
-var searchEngines = []searchEngine{
-	{name: "duckduckgo", base: "https://html.duckduckgo.com",
-		build: func(ctx context.Context, q *searchQuery) (*http.Request, error) {
-			return searchPostForm(ctx, q.base+"/html/", url.Values{"q": {q.text}, "b": {""}, "kl": {"wt-wt"}},
-				"Referer", q.base+"/", "Origin", q.base, "Sec-Fetch-Site", "same-origin")
-		},
-		parse: searchRecipe{list: "#links", item: "div.result", skip: "result--ad", link: "a.result__a", snippet: ".result__snippet"}.parse},
-	{name: "brave", base: "https://search.brave.com",
-		build: func(ctx context.Context, q *searchQuery) (*http.Request, error) {
-			return searchGet(ctx, q.base+"/search", url.Values{"q": {q.text}, "source": {"web"}},
-				"Cookie", "safesearch=moderate; useLocation=0; summarizer=0; country=us; ui_lang=en-us")
-		},
-		parse: searchRecipe{list: "#results", item: "div[data-type=web]", link: "a", title: ".search-snippet-title,.snippet-title",
-			snippet: ".generic-snippet .content,.snippet-description", strip: "t-secondary"}.parse},
-	{name: "mojeek", base: "https://www.mojeek.com",
-		build: func(ctx context.Context, q *searchQuery) (*http.Request, error) {
-			return searchGet(ctx, q.base+"/search", url.Values{"q": {q.text}, "safe": {"0"}})
-		},
-		parse: searchRecipe{list: "ul.results-standard", item: "ul.results-standard li", link: "a.ob,h2 a", title: "h2 a,a.title", snippet: "p.s"}.parse},
-	{name: "startpage", base: "https://www.startpage.com", build: buildStartpage, parse: parseStartpage},
-	{name: "bing", base: "https://www.bing.com",
-		build: func(ctx context.Context, q *searchQuery) (*http.Request, error) {
-			return searchGet(ctx, q.base+"/search", url.Values{"q": {q.text}, "mkt": {"en-US"}},
-				"Cookie", "_EDGE_CD=m=en-us&u=en-us; _EDGE_S=mkt=en-us&ui=en-us")
-		},
-		parse: searchRecipe{list: "#b_results", item: "li.b_algo", link: "h2 a,a.tilk", title: "h2 a,.tptt",
-			snippet: ".b_caption p,.b_snippet,.b_lineclamp2,.b_lineclamp3,p", strip: "algoSlug_icon"}.parse},
-	{name: "yahoo", base: "https://search.yahoo.com",
-		build: func(ctx context.Context, q *searchQuery) (*http.Request, error) {
-			return searchGet(ctx, q.base+"/search", url.Values{"p": {q.text}, "iscqry": {""}},
-				"Cookie", "sB=v=1&vm=r&fl=1&vl=lang_en&pn=10&rw=new&userset=1")
-		},
-		parse: searchRecipe{list: "#web", item: "div.algo-sr", link: ".compTitle a", title: ".compTitle h3", snippet: ".compText"}.parse},
-	{name: "wikipedia", base: "https://en.wikipedia.org", api: true,
-		build: func(ctx context.Context, q *searchQuery) (*http.Request, error) {
-			return searchGet(ctx, q.base+"/w/api.php", url.Values{"action": {"query"}, "list": {"search"}, "srsearch": {q.text},
-				"srlimit": {strconv.Itoa(q.n)}, "format": {"json"}, "utf8": {"1"}})
-		},
-		parse: func(q *searchQuery, b []byte) ([]searchHit, bool, error) {
-			var v struct {
-				Query *struct {
-					Search []struct{ Title, Snippet string }
-				}
-			}
-			err := searchJSON(b, &v)
-			if err != nil || v.Query == nil {
-				return nil, false, err
-			}
-			var hits []searchHit
-			esc := strings.NewReplacer(" ", "_", "%", "%25", "?", "%3F", "#", "%23")
-			for _, r := range v.Query.Search {
-				hits = append(hits, searchHit{r.Title, q.base + "/wiki/" + esc.Replace(r.Title), r.Snippet})
-			}
-			return hits, true, nil
-		}},
-	{name: "hackernews", base: "https://hn.algolia.com", api: true,
-		build: func(ctx context.Context, q *searchQuery) (*http.Request, error) {
-			return searchGet(ctx, q.base+"/api/v1/search", url.Values{"query": {q.text}, "tags": {"story"}, "hitsPerPage": {strconv.Itoa(q.n)}})
-		},
-		parse: func(_ *searchQuery, b []byte) ([]searchHit, bool, error) {
-			var v struct {
-				Hits []struct {
-					Title, URL, ObjectID string
-					Text                 string `json:"story_text"`
-					Points               int
-					Comments             int `json:"num_comments"`
-				}
-			}
-			err := searchJSON(b, &v)
-			var hits []searchHit
-			for _, h := range v.Hits {
-				item := "https://news.ycombinator.com/item?id=" + h.ObjectID
-				if h.URL == "" {
-					h.URL = item
-				}
-				hits = append(hits, searchHit{h.Title, h.URL, strings.TrimSpace(fmt.Sprintf("%d points, %d comments: %s %s", h.Points, h.Comments, item, h.Text))})
-			}
-			return hits, v.Hits != nil, err
-		}},
-	{name: "stackoverflow", base: "https://api.stackexchange.com", api: true,
-		build: func(ctx context.Context, q *searchQuery) (*http.Request, error) {
-			return searchGet(ctx, q.base+"/2.3/search/advanced", url.Values{"order": {"desc"}, "sort": {"relevance"}, "q": {q.text},
-				"site": {"stackoverflow"}, "pagesize": {strconv.Itoa(q.n)}, "page": {"1"}})
-		},
-		parse: func(_ *searchQuery, b []byte) ([]searchHit, bool, error) {
-			var v struct {
-				Items []struct {
-					Title, Link string
-					Tags        []string
-					Score       int
-					Answers     int  `json:"answer_count"`
-					Answered    bool `json:"is_answered"`
-				}
-				ErrorName string `json:"error_name"`
-			}
-			err := searchJSON(b, &v)
-			if err == nil && v.ErrorName != "" {
-				err = errors.New(v.ErrorName)
-			}
-			var hits []searchHit
-			for _, it := range v.Items {
-				done := ""
-				if it.Answered {
-					done = ", answered"
-				}
-				hits = append(hits, searchHit{it.Title, it.Link, fmt.Sprintf("score %d, %d answers%s; tags: %s", it.Score, it.Answers, done, strings.Join(it.Tags, ", "))})
-			}
-			return hits, v.Items != nil, err
-		}},
-	{name: "github", base: "https://api.github.com", api: true,
-		build: func(ctx context.Context, q *searchQuery) (*http.Request, error) {
-			auth := ""
-			if t := q.cfg.str("GITHUB_TOKEN"); t != "" {
-				auth = "Bearer " + t
-			}
-			return searchGet(ctx, q.base+"/search/repositories", url.Values{"q": {q.text}, "per_page": {strconv.Itoa(q.n)}},
-				"Accept", "application/vnd.github+json", "X-GitHub-Api-Version", "2022-11-28", "Authorization", auth)
-		},
-		parse: func(_ *searchQuery, b []byte) ([]searchHit, bool, error) {
-			var v struct {
-				Items []struct {
-					Name        string `json:"full_name"`
-					URL         string `json:"html_url"`
-					Description string
-					Language    string
-					Stars       int `json:"stargazers_count"`
-				}
-			}
-			err := searchJSON(b, &v)
-			var hits []searchHit
-			for _, it := range v.Items {
-				if it.Language != "" {
-					it.Language = ", " + it.Language
-				}
-				hits = append(hits, searchHit{it.Name, it.URL, strings.TrimSpace(fmt.Sprintf("%s (%d stars%s)", it.Description, it.Stars, it.Language))})
-			}
-			return hits, v.Items != nil, err
-		}},
-	{name: "arxiv", base: "https://export.arxiv.org", api: true,
-		build: func(ctx context.Context, q *searchQuery) (*http.Request, error) {
-			var terms []string
-			for _, w := range strings.Fields(q.text) {
-				if w = strings.Trim(w, `"'()`); w != "" {
-					terms = append(terms, "all:"+w)
-				}
-			}
-			return searchGet(ctx, q.base+"/api/query", url.Values{"search_query": {strings.Join(terms, " AND ")}, "start": {"0"},
-				"max_results": {strconv.Itoa(q.n)}}, "Accept", "application/atom+xml")
-		},
-		parse: func(_ *searchQuery, b []byte) ([]searchHit, bool, error) {
-			var v struct {
-				XMLName xml.Name
-				Entries []struct {
-					Title   string `xml:"title"`
-					ID      string `xml:"id"`
-					Summary string `xml:"summary"`
-				} `xml:"entry"`
-			}
-			if err := xml.Unmarshal(b, &v); err != nil {
-				return nil, false, fmt.Errorf("bad Atom: %w", err)
-			}
-			var hits []searchHit
-			for _, e := range v.Entries {
-				hits = append(hits, searchHit{e.Title, strings.Replace(e.ID, "http://", "https://", 1), e.Summary})
-			}
-			return hits, v.XMLName.Local == "feed", nil
-		}},
-	{name: "braveapi", base: "https://api.search.brave.com", api: true, keys: []string{"BRAVE_API_KEY"},
-		build: func(ctx context.Context, q *searchQuery) (*http.Request, error) {
-			return searchGet(ctx, q.base+"/res/v1/web/search", url.Values{"q": {q.text}, "count": {strconv.Itoa(min(q.n, 20))}, "text_decorations": {"false"}},
-				"X-Subscription-Token", q.cfg.str("BRAVE_API_KEY"))
-		},
-		parse: searchJSONList("web.results", "title", "url", "description")},
-	{name: "tavily", base: "https://api.tavily.com", api: true, keys: []string{"TAVILY_API_KEY"},
-		build: func(ctx context.Context, q *searchQuery) (*http.Request, error) {
-			return searchPostJSON(ctx, q.base+"/search", map[string]any{"query": q.text, "max_results": min(q.n, 20)},
-				"Authorization", "Bearer "+q.cfg.str("TAVILY_API_KEY"))
-		},
-		parse: searchJSONList("results", "title", "url", "content")},
-	{name: "serper", base: "https://google.serper.dev", api: true, keys: []string{"SERPER_API_KEY"},
-		build: func(ctx context.Context, q *searchQuery) (*http.Request, error) {
-			return searchPostJSON(ctx, q.base+"/search", map[string]any{"q": q.text, "num": q.n}, "X-API-KEY", q.cfg.str("SERPER_API_KEY"))
-		},
-		parse: searchJSONList("organic", "title", "link", "snippet")},
-	{name: "exa", base: "https://api.exa.ai", api: true, keys: []string{"EXA_API_KEY"},
-		build: func(ctx context.Context, q *searchQuery) (*http.Request, error) {
-			return searchPostJSON(ctx, q.base+"/search", map[string]any{"query": q.text, "type": "auto", "numResults": q.n,
-				"contents": map[string]any{"highlights": map[string]any{"maxCharacters": 500}}}, "x-api-key", q.cfg.str("EXA_API_KEY"))
-		},
-		parse: searchJSONList("results", "title", "url", "highlights")},
-	{name: "google", base: "https://www.googleapis.com", api: true, keys: []string{"GOOGLE_API_KEY", "GOOGLE_CSE_ID"},
-		build: func(ctx context.Context, q *searchQuery) (*http.Request, error) {
-			return searchGet(ctx, q.base+"/customsearch/v1", url.Values{"key": {q.cfg.str("GOOGLE_API_KEY")}, "cx": {q.cfg.str("GOOGLE_CSE_ID")},
-				"q": {q.text}, "num": {strconv.Itoa(min(q.n, 10))}})
-		},
-		parse: searchJSONList("items", "title", "link", "snippet")},
-	{name: "searxng", api: true, keys: []string{"SEARXNG_URL"}, // base: SEARXNG_URL
-		build: func(ctx context.Context, q *searchQuery) (*http.Request, error) {
-			return searchGet(ctx, q.base+"/search", url.Values{"q": {q.text}, "format": {"json"}, "pageno": {"1"}, "safesearch": {"0"}})
-		},
-		parse: searchJSONList("results", "title", "url", "content")},
-}
-
-// buildStartpage fetches the home page for its sc token, then posts the search.
-func buildStartpage(ctx context.Context, q *searchQuery) (*http.Request, error) {
-	home, err := searchGet(ctx, q.base+"/", nil)
-	if err != nil {
-		return nil, err
-	}
-	body, err := q.st.get(home, false)
-	if err != nil {
-		return nil, err
-	}
-	sc := searchFirst(parseHTML(string(body)), "input[name=sc]")
-	if sc == nil || sc.attr("value") == "" {
-		return nil, &searchFail{"blocked", "no sc token on the home page"}
-	}
-	form := url.Values{"query": {q.text}, "cat": {"web"}, "t": {"device"}, "sc": {sc.attr("value")}, "with_date": {""}, "abd": {"1"},
-		"abe": {"1"}, "qsr": {"all"}, "qadf": {"moderate"}, "language": {"english"}, "lui": {"english"}}
-	return searchPostForm(ctx, q.base+"/sp/search", form, "Origin", q.base, "Referer", q.base+"/", "Sec-Fetch-Site", "same-origin",
-		"Cookie", "preferences=date_timeEEEworldN1Ndisable_family_filterEEE0N1Nenable_post_methodEEE1N1NlanguageEEEenglishN1Nnum_of_resultsEEE10")
-}
-
-// parseStartpage reads the results data the page hands to its script, or else its HTML.
-func parseStartpage(q *searchQuery, body []byte) ([]searchHit, bool, error) {
-	s := string(body)
-	i := strings.Index(s, "UIStartpage.AppSerpWeb")
-	if i < 0 || strings.IndexByte(s[i:], '{') < 0 {
-		return startpageRecipe.parse(q, body)
-	}
-	var v struct {
-		Render struct {
-			Presenter struct {
-				Regions struct {
-					Mainline []struct {
-						Type    string `json:"display_type"`
-						Results []struct{ ClickURL, Title, Description string }
-					}
-				}
-			}
-		}
-	}
-	if err := json.NewDecoder(strings.NewReader(s[i+strings.IndexByte(s[i:], '{'):])).Decode(&v); err != nil {
-		return nil, false, fmt.Errorf("bad results data: %w", err)
-	}
-	var hits []searchHit
-	for _, m := range v.Render.Presenter.Regions.Mainline {
-		for _, r := range m.Results {
-			d := parseHTML(r.Description).textContent()
-			if j := strings.Index(d, " ... "); j >= 0 && j < 20 { // a date: "2 Sep 2014 ... ", "5 days ago ... "
-				d = d[j+5:]
-			}
-			if m.Type == "web-google" {
-				hits = append(hits, searchHit{parseHTML(r.Title).textContent(), r.ClickURL, d})
-			}
-		}
-	}
-	return hits, true, nil
-}
-
-// searchJSONList reads the list at path (dot-separated) of a JSON answer,
-// taking title, url and snippet from the named fields of each item.
-func searchJSONList(path, title, link, snippet string) func(*searchQuery, []byte) ([]searchHit, bool, error) {
-	return func(_ *searchQuery, b []byte) ([]searchHit, bool, error) {
-		var v any
-		if err := searchJSON(b, &v); err != nil {
-			return nil, false, err
-		}
-		for _, k := range strings.Split(path, ".") {
-			m, _ := v.(map[string]any)
-			v = m[k]
-		}
-		items, _ := v.([]any)
-		var hits []searchHit
-		for _, it := range items {
-			m, _ := it.(map[string]any)
-			hits = append(hits, searchHit{searchString(m[title]), searchString(m[link]), searchString(m[snippet])})
-		}
-		return hits, items != nil, nil
-	}
-}
-
-func searchString(v any) string {
-	switch x := v.(type) {
-	case string:
-		return x
-	case []any:
-		var parts []string
-		for _, p := range x {
-			if s, ok := p.(string); ok {
-				parts = append(parts, s)
-			}
-		}
-		return strings.Join(parts, " … ")
-	}
-	return ""
-}
-
-func searchJSON(b []byte, v any) error {
-	if err := json.Unmarshal(b, v); err != nil {
-		return fmt.Errorf("bad JSON: %w", err)
-	}
-	return nil
-}
-
-func searchGet(ctx context.Context, u string, v url.Values, hdr ...string) (*http.Request, error) {
-	if v != nil {
-		u += "?" + v.Encode()
-	}
-	return searchRequest(ctx, "GET", u, "", "", hdr)
-}
-
-func searchPostForm(ctx context.Context, u string, v url.Values, hdr ...string) (*http.Request, error) {
-	return searchRequest(ctx, "POST", u, v.Encode(), "application/x-www-form-urlencoded", hdr)
-}
-
-func searchPostJSON(ctx context.Context, u string, v any, hdr ...string) (*http.Request, error) {
-	b, _ := json.Marshal(v)
-	return searchRequest(ctx, "POST", u, string(b), "application/json", hdr)
-}
-
-// searchRequest builds a request; hdr holds header names and values in turn, empty values skipped.
-func searchRequest(ctx context.Context, method, u, body, ctype string, hdr []string) (*http.Request, error) {
-	req, err := http.NewRequestWithContext(ctx, method, u, strings.NewReader(body))
-	if err != nil {
-		return nil, fmt.Errorf("request: %w", err)
-	}
-	if ctype != "" {
-		req.Header.Set("Content-Type", ctype)
-	}
-	for i := 0; i+1 < len(hdr); i += 2 {
-		if hdr[i+1] != "" {
-			req.Header.Set(hdr[i], hdr[i+1])
-		}
-	}
-	return req, nil
 }
 
 // searchAll returns the nodes below n that sel matches. sel is a small CSS
@@ -604,13 +540,6 @@ func (st *searchState) get(req *http.Request, api bool) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read: %w", err)
 	}
-	if len(body) > 2 && body[0] == 0x1f && body[1] == 0x8b { // gzip the transport did not undo
-		if zr, err := gzip.NewReader(bytes.NewReader(body)); err == nil {
-			if body, err = io.ReadAll(io.LimitReader(zr, searchMaxBody)); err != nil {
-				return nil, fmt.Errorf("gunzip: %w", err)
-			}
-		}
-	}
 	if status, detail := searchClassify(resp, body, api); status != "" {
 		return nil, &searchFail{status, detail}
 	}
@@ -645,9 +574,7 @@ func searchClassify(resp *http.Response, body []byte, api bool) (status, detail 
 		return "blocked", "consent page"
 	case htmlPage && searchContains(low, searchCaptchaMarks):
 		return "captcha", "challenge page"
-	case code == 429 || code == 202:
-		return "rate-limited", http
-	case code >= 400 && (strings.Contains(low, "rate limit") || strings.Contains(low, "throttle")):
+	case code == 429 || code == 202 || code >= 400 && searchContains(low, []string{"rate limit", "throttle"}):
 		return "rate-limited", http
 	case code == 402 || code == 403:
 		return "blocked", http
@@ -692,7 +619,7 @@ func searchAPIMessage(body []byte) string {
 // ask asks one engine and reads its answer.
 func (st *searchState) ask(ctx context.Context, e *searchEngine, q *searchQuery, timeout time.Duration) searchOutcome {
 	o := searchOutcome{Name: e.name}
-	req, err := e.build(ctx, q)
+	req, err := e.request(ctx, q)
 	var body []byte
 	if err == nil {
 		body, err = st.get(req, e.api)
@@ -712,7 +639,7 @@ func (st *searchState) ask(ctx context.Context, e *searchEngine, q *searchQuery,
 	if err != nil {
 		return o
 	}
-	hits, listed, err := e.parse(q, body)
+	hits, listed, err := e.read(q, body)
 	hits = searchTidy(hits, q.n, e.api)
 	low := strings.ToLower(string(body[:min(len(body), 512<<10)]))
 	switch {
@@ -725,7 +652,7 @@ func (st *searchState) ask(ctx context.Context, e *searchEngine, q *searchQuery,
 	case listed || searchContains(low, searchNoneWords):
 		o.Status = "empty"
 	default:
-		o.Status, o.Detail = "error", "unrecognised answer (no result list)"
+		o.Status, o.Detail = "error", strings.TrimSuffix("unrecognised answer (no result list) "+searchAPIMessage(body), " ")
 	}
 	return o
 }
@@ -759,14 +686,10 @@ func searchText(s string, max int, markup bool) string {
 }
 
 func searchCut(s string, max int) string {
-	if len(s) <= max {
-		return s
+	if r := []rune(s); len(r) > max {
+		return strings.TrimSpace(string(r[:max-1])) + "…"
 	}
-	r := []rune(s)
-	if len(r) <= max {
-		return s
-	}
-	return strings.TrimSpace(string(r[:max-1])) + "…"
+	return s
 }
 
 func searchIsAd(u *url.URL) bool {
@@ -878,9 +801,6 @@ func searchMerge(outs []searchOutcome, max int) []searchResult {
 		if a.Score != b.Score {
 			return a.Score > b.Score
 		}
-		if len(a.Engines) != len(b.Engines) {
-			return len(a.Engines) > len(b.Engines)
-		}
 		if a.best != b.best {
 			return a.best < b.best
 		}
@@ -920,28 +840,19 @@ func searchSelect(cfg *config, names []string) ([]*searchEngine, error) {
 		names = strings.Split(cfg.str("SEARCH_ENGINES"), ",")
 	}
 	var out []*searchEngine
+	var known []string
 	for i := range searchEngines {
-		if len(names) == 0 && searchConfigured(cfg, &searchEngines[i]) {
+		if known = append(known, searchEngines[i].name); len(names) == 0 && searchConfigured(cfg, &searchEngines[i]) {
 			out = append(out, &searchEngines[i])
 		}
 	}
-	known := make([]string, len(searchEngines))
-	for i, e := range searchEngines {
-		known[i] = e.name
-	}
 	for _, n := range names {
 		n = strings.ToLower(strings.TrimSpace(n))
-		i := -1
-		for j, k := range known {
-			if k == n {
-				i = j
-			}
-		}
-		switch {
-		case n == "":
+		switch i := slices.Index(known, n); {
+		case n == "" || slices.ContainsFunc(out, func(e *searchEngine) bool { return e.name == n }):
 		case i < 0:
 			return nil, fmt.Errorf("unknown engine %q (known: %s)", n, strings.Join(known, ", "))
-		case !searchHas(out, n):
+		default:
 			out = append(out, &searchEngines[i])
 		}
 	}
@@ -949,15 +860,6 @@ func searchSelect(cfg *config, names []string) ([]*searchEngine, error) {
 		return nil, errors.New("no engines selected")
 	}
 	return out, nil
-}
-
-func searchHas(es []*searchEngine, name string) bool {
-	for _, e := range es {
-		if e.name == name {
-			return true
-		}
-	}
-	return false
 }
 
 // search asks every engine at once and returns their outcomes in engine order.
@@ -976,13 +878,7 @@ func (st *searchState) search(ctx context.Context, cfg *config, text string, eng
 	now := time.Now()
 	for i, e := range engines {
 		outs[i] = searchOutcome{Name: e.name, Status: "timed out", Detail: fmt.Sprintf("no answer within %v", timeout)}
-		base := strings.TrimRight(cfg.str("SEARCH_URL_"+strings.ToUpper(e.name)), "/")
-		if base == "" {
-			base = e.base
-		}
-		if base == "" && len(e.keys) > 0 {
-			base = strings.TrimRight(cfg.str(e.keys[0]), "/")
-		}
+		base := strings.TrimRight(cmp.Or(cfg.str("SEARCH_URL_"+strings.ToUpper(e.name)), e.base, cfg.str("SEARXNG_URL")), "/")
 		st.mu.Lock()
 		rest, resting := st.resting[e.name]
 		st.mu.Unlock()
@@ -1000,6 +896,11 @@ func (st *searchState) search(ctx context.Context, cfg *config, text string, eng
 			go func(i int, e *searchEngine) { // exits when the engine has answered or its timeout has ended
 				ectx, cancel := context.WithTimeout(ctx, timeout)
 				defer cancel()
+				defer func() { // a parser's panic must not take the server down
+					if p := recover(); p != nil {
+						ch <- answer{i, searchOutcome{Name: e.name, Status: "error", Detail: fmt.Sprintf("parser panic: %v", p)}}
+					}
+				}()
 				ch <- answer{i, st.ask(ectx, e, q, timeout)}
 			}(i, e)
 		}
