@@ -94,6 +94,7 @@ type searchOutcome struct {
 	Count  int    `json:"count"`
 	Detail string `json:"detail,omitempty"`
 	hits   []searchHit
+	rest   time.Duration // the engine asked not to be called again for this long (Stack Exchange's backoff)
 }
 
 // searchFail is a failure already classified, such as a captcha on Startpage's home page.
@@ -205,40 +206,53 @@ func searchExpand(t string, get func(string) string) (string, bool) {
 	return "", false
 }
 
-// request builds an engine's request from its templates.
+// Headers every request starts with; an engine's own header lines come after and win.
+const (
+	searchBrowserHeader = "User-Agent: " + searchBrowserUA + "\nAccept: text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8\n" +
+		"Accept-Language: en-US,en;q=0.9\nSec-Fetch-Dest: document\nSec-Fetch-Mode: navigate\nSec-Fetch-Site: none\nSec-Fetch-User: ?1\n"
+	searchAPIHeader = "User-Agent: telson/$version (+https://github.com/telsonhq/telson)\nAccept: application/json\n"
+)
+
+// request builds an engine's request from its templates. Accept-Encoding is
+// left to net/http, which asks for gzip and decodes it.
 func (e *searchEngine) request(ctx context.Context, q *searchQuery) (*http.Request, error) {
 	if e.build != nil {
 		return e.build(ctx, q)
 	}
-	vars := func(esc func(string) string) func(string) string {
-		return func(name string) string {
+	n := q.n
+	if e.max > 0 {
+		n = min(n, e.max)
+	}
+	fill := func(t string, esc func(string) string) (string, bool) {
+		return searchExpand(t, func(name string) string {
 			switch name {
 			case "q":
 				return esc(q.text)
 			case "n":
-				if e.max > 0 {
-					return strconv.Itoa(min(q.n, e.max))
-				}
-				return strconv.Itoa(q.n)
+				return strconv.Itoa(n)
 			case "base":
 				return q.base
+			case "version":
+				return q.st.version
 			}
 			return esc(q.cfg.str(name))
-		}
+		})
 	}
-	jsonEsc := func(s string) string { b, _ := json.Marshal(s); return string(b[1 : len(b)-1]) }
-	path, _ := searchExpand(e.path, vars(url.QueryEscape))
-	method, ctype, esc := "GET", "", url.QueryEscape
+	method, ctype, esc, header := "GET", "", url.QueryEscape, searchBrowserHeader+e.header
 	switch e.method {
 	case "POST":
 		method, ctype = "POST", "application/x-www-form-urlencoded"
 	case "JSON":
-		method, ctype, esc = "POST", "application/json", jsonEsc
+		method, ctype, esc = "POST", "application/json", func(s string) string { b, _ := json.Marshal(s); return string(b[1 : len(b)-1]) }
 	}
-	body, _ := searchExpand(e.body, vars(esc))
+	if e.api {
+		header = searchAPIHeader + e.header
+	}
+	path, _ := fill(e.path, url.QueryEscape)
+	body, _ := fill(e.body, esc)
 	var hdr []string
-	for _, line := range strings.Split(e.header, "\n") {
-		if line, ok := searchExpand(line, vars(func(s string) string { return s })); ok && line != "" {
+	for _, line := range strings.Split(header, "\n") {
+		if line, ok := fill(line, func(s string) string { return s }); ok && line != "" {
 			hdr = append(hdr, line)
 		}
 	}
@@ -328,7 +342,8 @@ func searchString(v any) string {
 
 // buildStartpage fetches the home page for its sc token, then posts the search.
 func buildStartpage(ctx context.Context, q *searchQuery) (*http.Request, error) {
-	home, err := searchRequest(ctx, "GET", q.base+"/", "", "", nil)
+	browser := strings.Split(strings.TrimSpace(searchBrowserHeader), "\n")
+	home, err := searchRequest(ctx, "GET", q.base+"/", "", "", browser)
 	if err != nil {
 		return nil, err
 	}
@@ -342,9 +357,9 @@ func buildStartpage(ctx context.Context, q *searchQuery) (*http.Request, error) 
 	}
 	form := url.Values{"query": {q.text}, "cat": {"web"}, "t": {"device"}, "sc": {sc.attr("value")}, "with_date": {""}, "abd": {"1"},
 		"abe": {"1"}, "qsr": {"all"}, "qadf": {"moderate"}, "language": {"english"}, "lui": {"english"}}
-	return searchRequest(ctx, "POST", q.base+"/sp/search", form.Encode(), "application/x-www-form-urlencoded", []string{"Origin: " + q.base,
-		"Referer: " + q.base + "/", "Sec-Fetch-Site: same-origin",
-		"Cookie: preferences=date_timeEEEworldN1Ndisable_family_filterEEE0N1Nenable_post_methodEEE1N1NlanguageEEEenglishN1Nnum_of_resultsEEE10"})
+	return searchRequest(ctx, "POST", q.base+"/sp/search", form.Encode(), "application/x-www-form-urlencoded", append(browser, "Origin: "+q.base,
+		"Referer: "+q.base+"/", "Sec-Fetch-Site: same-origin",
+		"Cookie: preferences=date_timeEEEworldN1Ndisable_family_filterEEE0N1Nenable_post_methodEEE1N1NlanguageEEEenglishN1Nnum_of_resultsEEE10"))
 }
 
 // parseStartpage reads the results data the page hands to its script, or else its HTML.
@@ -492,8 +507,8 @@ func searchStrip(n *htmlNode, strip string) string {
 // searchState is what WebSearch keeps across calls and sessions: one HTTP
 // client (keep-alive, cookies) and the engines that are resting.
 type searchState struct {
-	client *http.Client
-	apiUA  string
+	client  *http.Client
+	version string // telson's, for the API engines' User-Agent
 
 	mu      sync.Mutex // guards resting
 	resting map[string]searchRest
@@ -507,30 +522,12 @@ type searchRest struct {
 func newSearchState(version string) *searchState {
 	jar, _ := cookiejar.New(nil)
 	tr := http.DefaultTransport.(*http.Transport).Clone()
-	return &searchState{client: &http.Client{Jar: jar, Transport: tr}, resting: map[string]searchRest{},
-		apiUA: "telson/" + version + " (+https://github.com/telsonhq/telson)"}
+	return &searchState{client: &http.Client{Jar: jar, Transport: tr}, resting: map[string]searchRest{}, version: version}
 }
 
-// get sends req as a browser (or, for APIs, as telson) would and reads at
-// most searchMaxBody of the answer; an answer classified as a failure is a *searchFail.
+// get sends req and reads at most searchMaxBody of the answer; an answer
+// classified as a failure is a *searchFail.
 func (st *searchState) get(req *http.Request, api bool) ([]byte, error) {
-	h := req.Header
-	if api {
-		h.Set("User-Agent", st.apiUA)
-		if h.Get("Accept") == "" {
-			h.Set("Accept", "application/json")
-		}
-	} else {
-		h.Set("User-Agent", searchBrowserUA)
-		h.Set("Accept", "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8")
-		h.Set("Sec-Fetch-Dest", "document")
-		h.Set("Sec-Fetch-Mode", "navigate")
-		h.Set("Sec-Fetch-User", "?1")
-		if h.Get("Sec-Fetch-Site") == "" {
-			h.Set("Sec-Fetch-Site", "none")
-		}
-	}
-	h.Set("Accept-Language", "en-US,en;q=0.9") // Accept-Encoding is left to net/http: gzip, decoded for us
 	resp, err := st.client.Do(req)
 	if err != nil {
 		return nil, err
@@ -641,6 +638,10 @@ func (st *searchState) ask(ctx context.Context, e *searchEngine, q *searchQuery,
 	}
 	hits, listed, err := e.read(q, body)
 	hits = searchTidy(hits, q.n, e.api)
+	var bo struct{ Backoff float64 }
+	if e.api && json.Unmarshal(body, &bo) == nil && bo.Backoff > 0 {
+		o.rest = time.Duration(bo.Backoff * float64(time.Second))
+	}
 	low := strings.ToLower(string(body[:min(len(body), 512<<10)]))
 	switch {
 	case err != nil:
@@ -918,6 +919,8 @@ func (st *searchState) search(ctx context.Context, cfg *config, text string, eng
 	for _, o := range outs {
 		if backoff > 0 && (o.Status == "rate-limited" || o.Status == "blocked" || o.Status == "captcha") {
 			st.resting[o.Name] = searchRest{since: now, until: time.Now().Add(backoff), why: o.Status}
+		} else if o.rest > 0 {
+			st.resting[o.Name] = searchRest{since: now, until: time.Now().Add(o.rest), why: "told to back off"}
 		}
 	}
 	return outs

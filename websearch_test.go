@@ -308,7 +308,7 @@ func TestWebSearchRealPages(t *testing.T) {
 		{"yahoo", "yahoo_html_2026_excerpt.html", 200, "ok", 1, [2]string{"GitHub - react/react: The library for web and native user ...", "https://github.com/react/react"},
 			[2]string{}, "The library for web and native user interfaces."},
 		// SOURCES.md says 14 li.b_algo with very_good_result first; the page holds
-		// 10 li.b_algo (14 b_algo elements counting nested answer cards), and
+		// 10 li.b_algo (plus 5 div.b_algo inside answer cards, not results), and
 		// very_good_result is the second.
 		{"bing", "bing_html_2023_sr.html", 200, "ok", 10, [2]string{"322 Words and Phrases for Good Results - Power Thesaurus", "https://www.powerthesaurus.org/good_results/synonyms"},
 			[2]string{"", "https://www.powerthesaurus.org/very_good_result/synonyms"}, "Good Results synonyms"},
@@ -435,6 +435,18 @@ func TestWebSearchBackoff(t *testing.T) {
 	if n := hits.Load(); n != 1 {
 		t.Errorf("a resting engine was asked: %d requests", n)
 	}
+	// Stack Exchange's backoff field rests the engine even on success.
+	so := searchServe(t, func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		io.WriteString(w, `{"items":[{"title":"T","link":"https://stackoverflow.com/q/1","tags":[]}],"backoff":30}`)
+	})
+	srvSO := searchNewServer(t, "SEARCH_URL_STACKOVERFLOW", so.URL)
+	for i, want := range []string{"- stackoverflow: ok (1 results)", "- stackoverflow: resting (told to back off 0s ago)"} {
+		if res := searchCall(context.Background(), srvSO, map[string]any{"query": "go", "engines": []string{"stackoverflow"}}); !strings.Contains(res.content[0].Text, want) {
+			t.Errorf("call %d: %s", i, res.content[0].Text)
+		}
+	}
+	hits.Add(-1)
 	// Without back-off the engine is asked every time.
 	srv0 := searchNewServer(t, "SEARCH_URL_BRAVE", ts.URL, "SEARCH_BACKOFF_MS", "0")
 	for i := 0; i < 2; i++ {
@@ -655,7 +667,7 @@ func BenchmarkWebSearchFanout(b *testing.B) {
 		"bing": "bing.html", "yahoo": "yahoo.html", "wikipedia": "wikipedia.json", "hackernews": "hackernews.json",
 		"stackoverflow": "stackoverflow.json", "github": "github.json", "arxiv": "arxiv.xml"}
 	var busy atomic.Int64 // nanoseconds the engines spent answering
-	kv := []string{"SEARCH_TIMEOUT_MS", "5000", "SEARCH_ENGINES", ""}
+	kv := []string{"SEARCH_TIMEOUT_MS", "5000", "SEARCH_ENGINES", "duckduckgo,brave,mojeek,startpage,bing,yahoo,wikipedia,hackernews,stackoverflow,github,arxiv"}
 	for name, file := range files {
 		var h http.HandlerFunc
 		if name == "startpage" {
