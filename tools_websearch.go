@@ -51,16 +51,11 @@ var webSearchTool = toolDef{
 		"engines":{"type":"array","maxItems":20,"items":{"type":"string","enum":["duckduckgo","brave","mojeek","startpage","bing","yahoo","wikipedia","hackernews","stackoverflow","github","arxiv","braveapi","tavily","serper","exa","google","searxng"]},"description":"Engines to ask (default: all enabled)."}},
 		"required":["query"],"additionalProperties":false}`,
 	output: `{"type":"object","properties":{
-		"results":{"type":"array","items":{"type":"object","properties":{
-			"title":{"type":"string"},"url":{"type":"string"},"snippet":{"type":"string"},
-			"engines":{"type":"array","items":{"type":"string"}},"score":{"type":"number"}},
-			"required":["title","url","snippet","engines","score"]}},
-		"engines":{"type":"array","items":{"type":"object","properties":{
-			"name":{"type":"string"},
+		"results":{"type":"array","items":{"type":"object","properties":{"title":{"type":"string"},"url":{"type":"string"},"snippet":{"type":"string"},
+			"engines":{"type":"array","items":{"type":"string"}},"score":{"type":"number"}},"required":["title","url","snippet","engines","score"]}},
+		"engines":{"type":"array","items":{"type":"object","properties":{"name":{"type":"string"},
 			"status":{"type":"string","enum":["ok","empty","rate-limited","captcha","blocked","error","timed out","resting"]},
-			"count":{"type":"integer"},"detail":{"type":"string"}},
-			"required":["name","status","count"]}}},
-		"required":["results","engines"]}`,
+			"count":{"type":"integer"},"detail":{"type":"string"}},"required":["name","status","count"]}}},"required":["results","engines"]}`,
 	hints: toolHints{readOnly: true, openWorld: true},
 	run:   runWebSearch,
 }
@@ -219,21 +214,14 @@ func (e *searchEngine) request(ctx context.Context, q *searchQuery) (*http.Reque
 	if e.build != nil {
 		return e.build(ctx, q)
 	}
-	n := q.n
-	if e.max > 0 {
-		n = min(n, e.max)
-	}
+	vars := map[string]string{"n": strconv.Itoa(min(q.n, cmp.Or(e.max, q.n))), "base": q.base, "version": q.st.version}
 	fill := func(t string, esc func(string) string) (string, bool) {
 		return searchExpand(t, func(name string) string {
-			switch name {
-			case "q":
+			if v, ok := vars[name]; ok {
+				return v
+			}
+			if name == "q" {
 				return esc(q.text)
-			case "n":
-				return strconv.Itoa(n)
-			case "base":
-				return q.base
-			case "version":
-				return q.st.version
 			}
 			return esc(q.cfg.str(name))
 		})
@@ -668,6 +656,13 @@ func searchTidy(hits []searchHit, n int, api bool) []searchHit {
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || searchIsAd(u) {
 			continue
 		}
+		if q := u.Query(); searchDropTracking(q) {
+			u.RawQuery = q.Encode()
+		}
+		if strings.HasPrefix(u.Fragment, ":~:") { // a text fragment
+			u.Fragment, u.RawFragment = "", ""
+		}
+		h.url = u.String()
 		h.title, h.snippet = searchText(h.title, 300, api), searchText(h.snippet, 500, api)
 		if h.title == "" {
 			h.title = u.Host + u.Path
@@ -746,12 +741,18 @@ func searchURLKey(raw string) string {
 		host += ":" + p
 	}
 	q := u.Query()
+	searchDropTracking(q)
+	return host + strings.TrimSuffix(u.Path, "/") + "?" + q.Encode()
+}
+
+func searchDropTracking(q url.Values) (dropped bool) {
 	for k := range q {
 		if strings.HasPrefix(k, "utm_") || searchTrackingParams[strings.ToLower(k)] {
 			delete(q, k)
+			dropped = true
 		}
 	}
-	return host + strings.TrimSuffix(u.Path, "/") + "?" + q.Encode()
+	return dropped
 }
 
 // searchResult is one merged result.

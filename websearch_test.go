@@ -108,7 +108,7 @@ func TestWebSearchEngines(t *testing.T) {
 				return "want a browser UA, a Referer and no brotli"
 			}
 			return ""
-		}, want{2, "The Go Programming Language", "https://go.dev/", "Go is an open source programming language & tools.", "https://pkg.go.dev/context?utm_source=ddg"}},
+		}, want{2, "The Go Programming Language", "https://go.dev/", "Go is an open source programming language & tools.", "https://pkg.go.dev/context"}},
 		{"brave", "brave.html", func(r *http.Request) string {
 			if r.URL.Path != "/search" || r.URL.Query().Get("q") != "golang" || r.URL.Query().Get("source") != "web" {
 				return "want GET /search?q=&source=web"
@@ -541,6 +541,17 @@ func TestWebSearchURLKey(t *testing.T) {
 			t.Errorf("unwrap %s: got %s", in, got)
 		}
 	}
+	tidy := searchTidy([]searchHit{
+		{"  A\n title ", "https://x.org/a?utm_source=1&id=2#:~:text=foo", "<b>kept</b> as text"},
+		{"", "https://x.org/b#section", ""},
+		{"ad", "https://duckduckgo.com/y.js?ad_domain=x.org", ""},
+		{"relative", "/search?q=x", ""},
+		{"js", "javascript:void(0)", ""},
+	}, 10, false)
+	if len(tidy) != 2 || tidy[0].url != "https://x.org/a?id=2" || tidy[0].title != "A title" || tidy[0].snippet != "<b>kept</b> as text" ||
+		tidy[1].url != "https://x.org/b#section" || tidy[1].title != "x.org/b" {
+		t.Errorf("tidy: %+v", tidy)
+	}
 }
 
 func TestWebSearchMerge(t *testing.T) {
@@ -624,7 +635,7 @@ func TestWebSearchTool(t *testing.T) {
    found by: bing
 
 3. **context package - context - Go Packages**
-   https://pkg.go.dev/context?utm_source=ddg
+   https://pkg.go.dev/context
    Package context defines the Context type.
    found by: duckduckgo
 
