@@ -315,7 +315,11 @@ func loadConfig(flags map[string]string) *config {
 		}
 	}
 	for k, v := range flags {
-		c.set(k, v, "flag -"+flagName(k))
+		src := "flag -" + flagName(k)
+		if c.lookup(k) == nil {
+			src = "flag -set" // a prefix key has no flag of its own
+		}
+		c.set(k, v, src)
 	}
 	if dir := c.values["STATE_DIR"]; strings.HasPrefix(dir, "~/") || dir == "~" {
 		if home, err := os.UserHomeDir(); err == nil {

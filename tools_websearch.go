@@ -546,9 +546,10 @@ func searchClassify(resp *http.Response, body []byte, api bool) (status, detail 
 	low := strings.ToLower(string(body[:min(len(body), 512<<10)]))
 	page := strings.ToLower(resp.Request.URL.Host + resp.Request.URL.Path)
 	code := resp.StatusCode
-	http := fmt.Sprintf("HTTP %d", code)
-	if m := searchAPIMessage(body); m != "" {
-		http += ": " + m
+	failed := code < 200 || code >= 300
+	why := fmt.Sprintf("HTTP %d", code)
+	if failed && searchAPIMessage(body) != "" {
+		why += ": " + searchAPIMessage(body)
 	}
 	trimmed := strings.TrimSpace(low)
 	htmlPage := !api || strings.HasPrefix(trimmed, "<!doctype html") || strings.HasPrefix(trimmed, "<html")
@@ -560,11 +561,11 @@ func searchClassify(resp *http.Response, body []byte, api bool) (status, detail 
 	case htmlPage && searchContains(low, searchCaptchaMarks):
 		return "captcha", "challenge page"
 	case code == 429 || code == 202 || code >= 400 && searchContains(low, []string{"rate limit", "throttle"}):
-		return "rate-limited", http
+		return "rate-limited", why
 	case code == 402 || code == 403:
-		return "blocked", http
-	case code < 200 || code >= 300:
-		return "error", http
+		return "blocked", why
+	case failed:
+		return "error", why
 	}
 	return "", ""
 }
