@@ -760,3 +760,36 @@ func BenchmarkMerge(b *testing.B) {
 	b.ReportMetric(base, "baseline-ns/op")
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/base, "x-baseline")
 }
+
+// TestWebSearchParsersSurviveGarbage feeds every parser every page, cut short
+// at many points and with bytes flipped: no panic, only results or errors.
+func TestWebSearchParsersSurviveGarbage(t *testing.T) {
+	t.Parallel()
+	files, _ := filepath.Glob("testdata/websearch/*")
+	if dir := searchFixturesDir(); dir != "" {
+		more, _ := filepath.Glob(filepath.Join(dir, "*.html"))
+		files = append(files, more...)
+	}
+	q := &searchQuery{base: "https://example.com", text: "go", n: 50}
+	for _, f := range files {
+		body := searchReadFile(t, f)
+		for cut := 0; cut < len(body); cut += max(len(body)/40, 1) {
+			page := append([]byte(nil), body[:cut]...)
+			for i := 7; i < len(page); i += 97 {
+				page[i] ^= "<\"'>{}[]"[i%8]
+			}
+			for i := range searchEngines {
+				e := &searchEngines[i]
+				func() {
+					defer func() {
+						if p := recover(); p != nil {
+							t.Fatalf("%s on %s cut at %d: panic %v", e.name, f, cut, p)
+						}
+					}()
+					hits, _, _ := e.read(q, page)
+					searchMerge([]searchOutcome{{Name: e.name, hits: searchTidy(hits, 50, e.api)}}, 50)
+				}()
+			}
+		}
+	}
+}
