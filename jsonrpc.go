@@ -169,6 +169,7 @@ type server struct {
 	tools   []*toolEntry // the tool table's enabled rows, in table order
 	procs   *procTracker
 	version string
+	search  *searchState // WebSearch's HTTP client and resting engines
 
 	mu         sync.Mutex                 // guards toolsCache
 	toolsCache map[string]json.RawMessage // tools/list "tools" arrays by protocol version

@@ -39,6 +39,7 @@ import (
 // tools/list, tools/call, `telson tools` and `telson call` all come from it.
 var toolTable = []*toolDef{
 	&bashTool,
+	&webSearchTool,
 }
 
 func main() {
@@ -67,6 +68,16 @@ func run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, args []
 	fs.SetOutput(stderr)
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	showConfig := fs.Bool("config", false, "print the effective configuration and where each value came from")
+	flags := map[string]string{} // key → value from -set and the per-key flags
+	fs.Func("set", "set any configuration key, `KEY=VALUE` (repeatable; also for keys without a flag of their own, such as SEARCH_URL_BING)", func(kv string) error {
+		k, v, ok := strings.Cut(kv, "=")
+		k = strings.TrimPrefix(strings.ToUpper(strings.TrimSpace(k)), "TELSON_")
+		if !ok || k == "" {
+			return fmt.Errorf("-set %q: want KEY=VALUE", kv)
+		}
+		flags[k] = v
+		return nil
+	})
 	keyFlags := map[string]*string{}
 	for _, k := range configKeys {
 		keyFlags[k.name] = fs.String(flagName(k.name), "", k.help)
@@ -81,7 +92,6 @@ func run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, args []
 		}
 		return fmt.Errorf("flags: %w", err)
 	}
-	flags := map[string]string{}
 	fs.Visit(func(f *flag.Flag) {
 		for k, p := range keyFlags {
 			if flagName(k) == f.Name {
@@ -147,6 +157,7 @@ func newServer(cfg *config, stderr io.Writer) *server {
 	log.level.Store(int32(logLevelIndex(cfg.str("LOG_LEVEL"))))
 	srv := &server{cfg: cfg, log: log, version: buildVersion()}
 	srv.procs = newProcTracker(log)
+	srv.search = newSearchState(srv.version)
 	for _, d := range toolTable {
 		if !cfg.toolEnabled(d.name) {
 			continue
@@ -163,6 +174,7 @@ func newServer(cfg *config, stderr io.Writer) *server {
 // close stops everything the server started: every child process group dies.
 func (srv *server) close() {
 	srv.procs.closeAll()
+	srv.search.client.CloseIdleConnections()
 }
 
 func buildVersion() string {
@@ -258,9 +270,22 @@ var configKeys = []configKey{
 	{"LOG_LEVEL", "info", "str", "least severe level logged to stderr and sent to the client (debug, info, warning, error)"},
 	{"STATE_DIR", "~/.telson", "str", "where state files live"},
 	{"MAX_MESSAGE_BYTES", "67108864", "int", "longest input message; a longer line is skipped and answered with an error"},
+	{"SEARCH_ENGINES", "", "str", "engines WebSearch asks, a comma list (default: the eleven keyless ones plus every keyed one configured)"},
+	{"SEARCH_TIMEOUT_MS", "6000", "int", "milliseconds each WebSearch engine gets to answer"},
+	{"SEARCH_BACKOFF_MS", "300000", "int", "milliseconds a rate-limited, blocked or captcha-showing engine rests"},
+	{"BRAVE_API_KEY", "", "str", "Brave Search API key: turns on the braveapi engine"},
+	{"TAVILY_API_KEY", "", "str", "Tavily API key: turns on the tavily engine"},
+	{"SERPER_API_KEY", "", "str", "Serper API key: turns on the serper engine"},
+	{"EXA_API_KEY", "", "str", "Exa API key: turns on the exa engine"},
+	{"GOOGLE_API_KEY", "", "str", "Google Programmable Search key (with GOOGLE_CSE_ID): turns on the google engine"},
+	{"GOOGLE_CSE_ID", "", "str", "Google Programmable Search engine id (cx)"},
+	{"SEARXNG_URL", "", "str", "base URL of a SearXNG instance with JSON output: turns on the searxng engine"},
+	{"GITHUB_TOKEN", "", "str", "token for the github engine (optional; raises GitHub's search rate limit)"},
 }
 
-var configPrefixes = []string{"TOOL_"}
+// configPrefixes: TOOL_<Name>=0 turns a tool off; SEARCH_URL_<ENGINE> is an
+// engine's base URL (scheme://host[:port]).
+var configPrefixes = []string{"TOOL_", "SEARCH_URL_"}
 
 func flagName(key string) string { return strings.ToLower(strings.ReplaceAll(key, "_", "-")) }
 
@@ -290,7 +315,11 @@ func loadConfig(flags map[string]string) *config {
 		}
 	}
 	for k, v := range flags {
-		c.set(k, v, "flag -"+flagName(k))
+		src := "flag -" + flagName(k)
+		if c.lookup(k) == nil {
+			src = "flag -set" // a prefix key has no flag of its own
+		}
+		c.set(k, v, src)
 	}
 	if dir := c.values["STATE_DIR"]; strings.HasPrefix(dir, "~/") || dir == "~" {
 		if home, err := os.UserHomeDir(); err == nil {

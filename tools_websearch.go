@@ -1,0 +1,1005 @@
+// tools_websearch.go holds WebSearch: many search engines asked at once,
+// every answer classified, parsed, cleaned, merged and ranked, and every
+// engine's fate reported. It uses tools_web.go's HTML tree for the HTML engines.
+//
+// Rules:
+//   - an engine is one row of searchEngines: a request builder and a parser;
+//     the HTML engines' parsers are recipes of selectors;
+//   - every answer is classified (status, captcha and consent markers) before
+//     it is parsed; an engine that was rate-limited, blocked or shown a captcha
+//     rests for SEARCH_BACKOFF_MS, for every session, instead of being asked;
+//   - all engines run at once, each under SEARCH_TIMEOUT_MS, all under one
+//     overall deadline; cancelling the call stops every request;
+//   - bodies are capped at searchMaxBody; titles and snippets are plain text.
+package main
+
+import (
+	"cmp"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"encoding/xml"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+const (
+	searchMaxBody        = 4 << 20
+	searchRRFK           = 60.0                 // reciprocal rank fusion: score = Σ 1/(k + rank)
+	searchAgreementBonus = 1 / (2 * searchRRFK) // per extra engine that found a result: half a first place
+	searchBrowserUA      = "Mozilla/5.0 (X11; Linux x86_64; rv:152.0) Gecko/20100101 Firefox/152.0"
+)
+
+var webSearchTool = toolDef{
+	name:     "WebSearch",
+	title:    "Search the web with many engines at once",
+	describe: describeWebSearch,
+	input: `{"type":"object","properties":{
+		"query":{"type":"string","minLength":1,"maxLength":2000,"description":"What to search for, as you would type it into a search engine."},
+		"max_results":{"type":"integer","minimum":1,"maximum":50,"description":"How many merged results to return (default 10, max 50)."},
+		"engines":{"type":"array","maxItems":20,"items":{"type":"string","enum":["duckduckgo","brave","mojeek","startpage","bing","yahoo","wikipedia","hackernews","stackoverflow","github","arxiv","braveapi","tavily","serper","exa","google","searxng"]},"description":"Engines to ask (default: all enabled)."}},
+		"required":["query"],"additionalProperties":false}`,
+	output: `{"type":"object","properties":{
+		"results":{"type":"array","items":{"type":"object","properties":{"title":{"type":"string"},"url":{"type":"string"},"snippet":{"type":"string"},
+			"engines":{"type":"array","items":{"type":"string"}},"score":{"type":"number"}},"required":["title","url","snippet","engines","score"]}},
+		"engines":{"type":"array","items":{"type":"object","properties":{"name":{"type":"string"},
+			"status":{"type":"string","enum":["ok","empty","rate-limited","captcha","blocked","error","timed out","resting"]},
+			"count":{"type":"integer"},"detail":{"type":"string"}},"required":["name","status","count"]}}},"required":["results","engines"]}`,
+	hints: toolHints{readOnly: true, openWorld: true},
+	run:   runWebSearch,
+}
+
+func describeWebSearch(srv *server) string {
+	var names []string
+	engines, err := searchSelect(srv.cfg, nil)
+	for _, e := range engines {
+		names = append(names, e.name)
+	}
+	if err != nil {
+		names = []string{err.Error()}
+	}
+	return fmt.Sprintf(`Searches the web with many engines at once and returns one merged list: title, URL, snippet and which engines found each result, then one line per engine saying how it fared (ok, empty, rate-limited, captcha, blocked, error, timed out, resting).
+
+- Engines: %s. Results several engines agree on rank higher.
+- Each engine gets %d ms; the call takes about as long as the slowest engine within that, never the sum.
+- An engine that was rate-limited, blocked or shown a captcha rests for a while and is reported as resting.
+- engines picks a few by name: ["wikipedia","arxiv"] for papers, ["stackoverflow","github","hackernews"] for code.
+
+Example: {"query": "golang context cancellation", "max_results": 10}`, strings.Join(names, ", "), srv.cfg.int("SEARCH_TIMEOUT_MS"))
+}
+
+// searchHit is one result as an engine gave it.
+type searchHit struct{ title, url, snippet string }
+
+// searchOutcome is one engine's fate in one call.
+type searchOutcome struct {
+	Name   string `json:"name"`
+	Status string `json:"status"` // ok, empty, rate-limited, captcha, blocked, error, timed out, resting
+	Count  int    `json:"count"`
+	Detail string `json:"detail,omitempty"`
+	hits   []searchHit
+	rest   time.Duration // the engine asked not to be called again for this long (Stack Exchange's backoff)
+}
+
+// searchFail is a failure already classified, such as a captcha on Startpage's home page.
+type searchFail struct{ status, detail string }
+
+func (f *searchFail) Error() string { return f.status + ": " + f.detail }
+
+// searchQuery is what a request builder and a parser get.
+type searchQuery struct {
+	base, text string // base: scheme://host[:port] the engine's paths go under
+	n          int    // results wanted
+	cfg        *config
+	st         *searchState
+}
+
+// searchEngine is one engine. Its request is a template: path (and body)
+// with $q, $n, $base and $CONFIG_KEY filled in; header lines whose
+// placeholders are empty are left out. Its answer is read by parse if set,
+// else as the JSON list at path list with item templates ($field of each
+// item; " || " separates fallbacks), else by recipe.
+type searchEngine struct {
+	name, base string
+	keys       []string // configuration a keyed engine needs; it is off until all are set
+	api        bool     // a JSON or XML API: telson names itself instead of posing as a browser
+	method     string   // "" (GET), POST (a form) or JSON (a POST with a JSON body)
+	path, body string
+	header     string // "Name: value" lines
+	max        int    // most results one request may ask for; 0: no limit below 50
+	list       string
+	item       [3]string // title, url, snippet
+	recipe     searchRecipe
+	build      func(ctx context.Context, q *searchQuery) (*http.Request, error)
+	parse      func(q *searchQuery, body []byte) (hits []searchHit, listed bool, err error) // listed: a result list is there
+}
+
+// searchEngines is every engine; those without keys are the default set.
+var searchEngines = []searchEngine{
+	{name: "duckduckgo", base: "https://html.duckduckgo.com", method: "POST", path: "/html/", body: "q=$q&b=&kl=wt-wt",
+		header: "Referer: $base/\nOrigin: $base\nSec-Fetch-Site: same-origin",
+		recipe: searchRecipe{list: "#links", item: "div.result", skip: "result--ad", link: "a.result__a", snippet: ".result__snippet"}},
+	{name: "brave", base: "https://search.brave.com", path: "/search?q=$q&source=web",
+		header: "Cookie: safesearch=moderate; useLocation=0; summarizer=0; country=us; ui_lang=en-us",
+		recipe: searchRecipe{list: "#results", item: "div[data-type=web]", link: "a", title: ".search-snippet-title,.snippet-title",
+			snippet: ".generic-snippet .content,.snippet-description", strip: "t-secondary"}},
+	{name: "mojeek", base: "https://www.mojeek.com", path: "/search?q=$q&safe=0",
+		recipe: searchRecipe{list: "ul.results-standard", item: "ul.results-standard li", link: "a.ob,h2 a", title: "h2 a,a.title", snippet: "p.s"}},
+	{name: "startpage", base: "https://www.startpage.com", build: buildStartpage, parse: parseStartpage},
+	{name: "bing", base: "https://www.bing.com", path: "/search?q=$q&mkt=en-US", header: "Cookie: _EDGE_CD=m=en-us&u=en-us; _EDGE_S=mkt=en-us&ui=en-us",
+		recipe: searchRecipe{list: "#b_results", item: "li.b_algo", link: "h2 a,a.tilk", title: "h2 a,.tptt",
+			snippet: ".b_caption p,.b_snippet,.b_lineclamp2,.b_lineclamp3,p", strip: "algoSlug_icon"}},
+	{name: "yahoo", base: "https://search.yahoo.com", path: "/search?p=$q&iscqry=", header: "Cookie: sB=v=1&vm=r&fl=1&vl=lang_en&pn=10&rw=new&userset=1",
+		recipe: searchRecipe{list: "#web", item: "div.algo-sr", link: ".compTitle a", title: ".compTitle h3", snippet: ".compText"}},
+	{name: "wikipedia", base: "https://en.wikipedia.org", api: true, path: "/w/api.php?action=query&list=search&srsearch=$q&srlimit=$n&format=json&utf8=1",
+		list: "query.search", item: [3]string{"$title", "$base/wiki/$title_", "$snippet"}},
+	{name: "hackernews", base: "https://hn.algolia.com", api: true, path: "/api/v1/search?query=$q&tags=story&hitsPerPage=$n",
+		list: "hits", item: [3]string{"$title", "$url || https://news.ycombinator.com/item?id=$objectID",
+			"$points points, $num_comments comments: https://news.ycombinator.com/item?id=$objectID $story_text || $points points, $num_comments comments: https://news.ycombinator.com/item?id=$objectID"}},
+	{name: "stackoverflow", base: "https://api.stackexchange.com", api: true, path: "/2.3/search/advanced?order=desc&sort=relevance&q=$q&site=stackoverflow&pagesize=$n&page=1",
+		list: "items", item: [3]string{"$title", "$link", "$answer_count answers, score $score; tags: $tags"}},
+	{name: "github", base: "https://api.github.com", api: true, path: "/search/repositories?q=$q&per_page=$n",
+		header: "Accept: application/vnd.github+json\nX-GitHub-Api-Version: 2022-11-28\nAuthorization: Bearer $GITHUB_TOKEN",
+		list:   "items", item: [3]string{"$full_name", "$html_url", "$description ($stargazers_count stars, $language) || $description ($stargazers_count stars) || $stargazers_count stars"}},
+	{name: "arxiv", base: "https://export.arxiv.org", api: true, path: "/api/query?search_query=all:$q&start=0&max_results=$n",
+		header: "Accept: application/atom+xml", parse: parseArxiv},
+	{name: "braveapi", base: "https://api.search.brave.com", api: true, keys: []string{"BRAVE_API_KEY"}, max: 20,
+		path: "/res/v1/web/search?q=$q&count=$n&text_decorations=false", header: "X-Subscription-Token: $BRAVE_API_KEY",
+		list: "web.results", item: [3]string{"$title", "$url", "$description"}},
+	{name: "tavily", base: "https://api.tavily.com", api: true, keys: []string{"TAVILY_API_KEY"}, max: 20, method: "JSON",
+		path: "/search", body: `{"query":"$q","max_results":$n}`, header: "Authorization: Bearer $TAVILY_API_KEY",
+		list: "results", item: [3]string{"$title", "$url", "$content"}},
+	{name: "serper", base: "https://google.serper.dev", api: true, keys: []string{"SERPER_API_KEY"}, method: "JSON",
+		path: "/search", body: `{"q":"$q","num":$n}`, header: "X-API-KEY: $SERPER_API_KEY",
+		list: "organic", item: [3]string{"$title", "$link", "$snippet"}},
+	{name: "exa", base: "https://api.exa.ai", api: true, keys: []string{"EXA_API_KEY"}, method: "JSON",
+		path: "/search", body: `{"query":"$q","type":"auto","numResults":$n,"contents":{"highlights":{"maxCharacters":500}}}`, header: "x-api-key: $EXA_API_KEY",
+		list: "results", item: [3]string{"$title", "$url", "$highlights"}},
+	{name: "google", base: "https://www.googleapis.com", api: true, keys: []string{"GOOGLE_API_KEY", "GOOGLE_CSE_ID"}, max: 10,
+		path: "/customsearch/v1?key=$GOOGLE_API_KEY&cx=$GOOGLE_CSE_ID&q=$q&num=$n", list: "items", item: [3]string{"$title", "$link", "$snippet"}},
+	{name: "searxng", api: true, keys: []string{"SEARXNG_URL"}, path: "/search?q=$q&format=json&pageno=1&safesearch=0", // base: SEARXNG_URL
+		list: "results", item: [3]string{"$title", "$url", "$content"}},
+}
+
+// searchExpand fills $name placeholders from get; of alternatives separated
+// by " || ", the first whose placeholders are all non-empty wins.
+func searchExpand(t string, get func(string) string) (string, bool) {
+	alts := strings.Split(t, " || ")
+	for k, alt := range alts {
+		var b strings.Builder
+		ok := true
+		for {
+			i := strings.IndexByte(alt, '$')
+			if i < 0 {
+				b.WriteString(alt)
+				break
+			}
+			j := i + 1
+			for j < len(alt) && (isASCIILetter(alt[j]) || alt[j] == '_' || alt[j] >= '0' && alt[j] <= '9') {
+				j++
+			}
+			v := get(alt[i+1 : j])
+			ok = ok && v != ""
+			b.WriteString(alt[:i] + v)
+			alt = alt[j:]
+		}
+		if ok || k == len(alts)-1 {
+			return b.String(), ok
+		}
+	}
+	return "", false
+}
+
+// Headers every request starts with; an engine's own header lines come after and win.
+const (
+	searchBrowserHeader = "User-Agent: " + searchBrowserUA + "\nAccept: text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8\n" +
+		"Accept-Language: en-US,en;q=0.9\nSec-Fetch-Dest: document\nSec-Fetch-Mode: navigate\nSec-Fetch-Site: none\nSec-Fetch-User: ?1\n"
+	searchAPIHeader = "User-Agent: telson/$version (+https://github.com/telsonhq/telson)\nAccept: application/json\n"
+)
+
+// request builds an engine's request from its templates. Accept-Encoding is
+// left to net/http, which asks for gzip and decodes it.
+func (e *searchEngine) request(ctx context.Context, q *searchQuery) (*http.Request, error) {
+	if e.build != nil {
+		return e.build(ctx, q)
+	}
+	vars := map[string]string{"n": strconv.Itoa(min(q.n, cmp.Or(e.max, q.n))), "base": q.base, "version": q.st.version}
+	fill := func(t string, esc func(string) string) (string, bool) {
+		return searchExpand(t, func(name string) string {
+			if v, ok := vars[name]; ok {
+				return v
+			}
+			if name == "q" {
+				return esc(q.text)
+			}
+			return esc(q.cfg.str(name))
+		})
+	}
+	method, ctype, esc, header := "GET", "", url.QueryEscape, searchBrowserHeader+e.header
+	switch e.method {
+	case "POST":
+		method, ctype = "POST", "application/x-www-form-urlencoded"
+	case "JSON":
+		method, ctype, esc = "POST", "application/json", func(s string) string { b, _ := json.Marshal(s); return string(b[1 : len(b)-1]) }
+	}
+	if e.api {
+		header = searchAPIHeader + e.header
+	}
+	path, _ := fill(e.path, url.QueryEscape)
+	body, _ := fill(e.body, esc)
+	var hdr []string
+	for _, line := range strings.Split(header, "\n") {
+		if line, ok := fill(line, func(s string) string { return s }); ok && line != "" {
+			hdr = append(hdr, line)
+		}
+	}
+	return searchRequest(ctx, method, q.base+path, body, ctype, hdr)
+}
+
+// searchRequest builds a request with "Name: value" header lines.
+func searchRequest(ctx context.Context, method, u, body, ctype string, hdr []string) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, method, u, strings.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("request: %w", err)
+	}
+	if ctype != "" {
+		req.Header.Set("Content-Type", ctype)
+	}
+	for _, h := range hdr {
+		k, v, _ := strings.Cut(h, ": ")
+		req.Header.Set(k, v)
+	}
+	return req, nil
+}
+
+// read parses an engine's answer.
+func (e *searchEngine) read(q *searchQuery, body []byte) ([]searchHit, bool, error) {
+	if e.parse != nil {
+		return e.parse(q, body)
+	}
+	if e.list == "" {
+		return e.recipe.parse(body)
+	}
+	var v any
+	if err := json.Unmarshal(body, &v); err != nil {
+		return nil, false, fmt.Errorf("bad JSON: %w", err)
+	}
+	items, _ := searchPath(v, e.list).([]any)
+	var hits []searchHit
+	for _, it := range items {
+		m, _ := it.(map[string]any)
+		field := func(name string) string {
+			if name == "base" {
+				return q.base
+			}
+			s := searchString(m[strings.TrimSuffix(name, "_")])
+			if strings.HasSuffix(name, "_") { // a title made a wiki path
+				s = strings.ReplaceAll(s, " ", "_")
+			}
+			return s
+		}
+		var h [3]string
+		for i, t := range e.item {
+			h[i], _ = searchExpand(t, field)
+		}
+		hits = append(hits, searchHit{h[0], h[1], h[2]})
+	}
+	return hits, items != nil, nil
+}
+
+// searchPath is the value at path (dot-separated keys) in decoded JSON.
+func searchPath(v any, path string) any {
+	for _, k := range strings.Split(path, ".") {
+		m, _ := v.(map[string]any)
+		v = m[k]
+	}
+	return v
+}
+
+func searchString(v any) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case float64:
+		return strconv.FormatFloat(x, 'f', -1, 64)
+	case []any:
+		var parts []string
+		for _, p := range x {
+			parts = append(parts, searchString(p))
+		}
+		if sep := ", "; len(parts) > 0 {
+			if strings.Contains(parts[0], " ") {
+				sep = " … "
+			}
+			return strings.Join(parts, sep)
+		}
+	}
+	return ""
+}
+
+// buildStartpage fetches the home page for its sc token, then posts the search.
+func buildStartpage(ctx context.Context, q *searchQuery) (*http.Request, error) {
+	browser := strings.Split(strings.TrimSpace(searchBrowserHeader), "\n")
+	home, err := searchRequest(ctx, "GET", q.base+"/", "", "", browser)
+	if err != nil {
+		return nil, err
+	}
+	body, err := q.st.get(home, false)
+	if err != nil {
+		return nil, err
+	}
+	sc := searchFirst(parseHTML(string(body)), "input[name=sc]")
+	if sc == nil || sc.attr("value") == "" {
+		return nil, &searchFail{"blocked", "no sc token on the home page"}
+	}
+	form := url.Values{"query": {q.text}, "cat": {"web"}, "t": {"device"}, "sc": {sc.attr("value")}, "with_date": {""}, "abd": {"1"},
+		"abe": {"1"}, "qsr": {"all"}, "qadf": {"moderate"}, "language": {"english"}, "lui": {"english"}}
+	return searchRequest(ctx, "POST", q.base+"/sp/search", form.Encode(), "application/x-www-form-urlencoded", append(browser, "Origin: "+q.base,
+		"Referer: "+q.base+"/", "Sec-Fetch-Site: same-origin",
+		"Cookie: preferences=date_timeEEEworldN1Ndisable_family_filterEEE0N1Nenable_post_methodEEE1N1NlanguageEEEenglishN1Nnum_of_resultsEEE10"))
+}
+
+// parseStartpage reads the results data the page hands to its script, or else its HTML.
+func parseStartpage(_ *searchQuery, body []byte) ([]searchHit, bool, error) {
+	s := string(body)
+	i := strings.Index(s, "UIStartpage.AppSerpWeb")
+	if i < 0 || strings.IndexByte(s[i:], '{') < 0 {
+		return searchRecipe{list: ".w-gl", item: "div.result", link: "a.result-link", title: "h2", snippet: "p.description"}.parse(body)
+	}
+	var v any
+	if err := json.NewDecoder(strings.NewReader(s[i+strings.IndexByte(s[i:], '{'):])).Decode(&v); err != nil {
+		return nil, false, fmt.Errorf("bad results data: %w", err)
+	}
+	var hits []searchHit
+	mainline, _ := searchPath(v, "render.presenter.regions.mainline").([]any)
+	for _, m := range mainline {
+		results, _ := searchPath(m, "results").([]any)
+		for _, r := range results {
+			if searchPath(m, "display_type") != "web-google" {
+				break
+			}
+			d := parseHTML(searchString(searchPath(r, "description"))).textContent()
+			if j := strings.Index(d, " ... "); j >= 0 && j < 20 { // a date: "2 Sep 2014 ... ", "5 days ago ... "
+				d = d[j+5:]
+			}
+			hits = append(hits, searchHit{parseHTML(searchString(searchPath(r, "title"))).textContent(), searchString(searchPath(r, "clickUrl")), d})
+		}
+	}
+	return hits, true, nil
+}
+
+func parseArxiv(_ *searchQuery, body []byte) ([]searchHit, bool, error) {
+	var v struct {
+		XMLName xml.Name
+		Entries []struct {
+			Title   string `xml:"title"`
+			ID      string `xml:"id"`
+			Summary string `xml:"summary"`
+		} `xml:"entry"`
+	}
+	if err := xml.Unmarshal(body, &v); err != nil {
+		return nil, false, fmt.Errorf("bad Atom: %w", err)
+	}
+	var hits []searchHit
+	for _, e := range v.Entries {
+		hits = append(hits, searchHit{e.Title, strings.Replace(e.ID, "http://", "https://", 1), e.Summary})
+	}
+	return hits, v.XMLName.Local == "feed", nil
+}
+
+// searchRecipe reads an HTML result page with selectors (see searchAll).
+type searchRecipe struct {
+	list, item, link, title, snippet string // list: the result container, to tell "no results" from "not a result page"
+	skip                             string // class of items that are ads
+	strip                            string // class of elements left out of snippets (dates, icons)
+}
+
+func (r searchRecipe) parse(body []byte) ([]searchHit, bool, error) {
+	doc := parseHTML(string(body))
+	var hits []searchHit
+	for _, it := range searchAll(doc, r.item) {
+		a := searchFirst(it, r.link)
+		if a == nil || (r.skip != "" && it.hasClass(r.skip)) {
+			continue
+		}
+		t := a
+		if x := searchFirst(it, r.title); x != nil {
+			t = x
+		}
+		hits = append(hits, searchHit{t.textContent(), a.attr("href"), searchStrip(searchFirst(it, r.snippet), r.strip)})
+	}
+	return hits, searchFirst(doc, r.list) != nil, nil
+}
+
+// searchAll returns the nodes below n that sel matches. sel is a small CSS
+// subset: comma-separated alternatives, tried in order, each a descendant
+// chain of simple selectors tag#id.class[attr=value].
+func searchAll(n *htmlNode, sel string) []*htmlNode {
+	var out []*htmlNode
+	for _, alt := range strings.Split(sel, ",") {
+		steps := strings.Fields(alt)
+		if len(steps) == 0 {
+			continue
+		}
+		nodes := []*htmlNode{n}
+		for _, step := range steps {
+			var next []*htmlNode
+			for _, p := range nodes {
+				next = append(next, p.findAll(func(c *htmlNode) bool { return searchMatch(c, step) })...)
+			}
+			nodes = next
+		}
+		out = append(out, nodes...)
+	}
+	return out
+}
+
+func searchFirst(n *htmlNode, sel string) *htmlNode {
+	if all := searchAll(n, sel); len(all) > 0 {
+		return all[0]
+	}
+	return nil
+}
+
+// searchMatch reports whether element n matches one simple selector.
+func searchMatch(n *htmlNode, sel string) bool {
+	if n.tag == "" {
+		return false
+	}
+	i := strings.IndexAny(sel, "#.[")
+	if i < 0 {
+		i = len(sel)
+	}
+	if sel[:i] != "" && sel[:i] != n.tag {
+		return false
+	}
+	for rest := sel[i:]; rest != ""; {
+		j := strings.IndexAny(rest[1:], "#.[") + 1
+		if j == 0 {
+			j = len(rest)
+		}
+		part := rest[:j]
+		rest = rest[j:]
+		k, v, _ := strings.Cut(strings.Trim(part[1:], "]"), "=")
+		if part[0] == '#' && n.attr("id") != part[1:] || part[0] == '.' && !n.hasClass(part[1:]) || part[0] == '[' && n.attr(k) != v {
+			return false
+		}
+	}
+	return true
+}
+
+// searchStrip is n's text without the elements of class strip.
+func searchStrip(n *htmlNode, strip string) string {
+	if n == nil {
+		return ""
+	}
+	if strip != "" {
+		for _, x := range n.findAll(func(c *htmlNode) bool { return c.hasClass(strip) }) {
+			x.children = nil // the tree is this parse's own
+		}
+	}
+	return n.textContent()
+}
+
+// searchState is what WebSearch keeps across calls and sessions: one HTTP
+// client (keep-alive, cookies) and the engines that are resting.
+type searchState struct {
+	client  *http.Client
+	version string // telson's, for the API engines' User-Agent
+
+	mu      sync.Mutex // guards resting
+	resting map[string]searchRest
+}
+
+type searchRest struct {
+	since, until time.Time
+	why          string // the status that sent the engine to rest
+}
+
+func newSearchState(version string) *searchState {
+	jar, _ := cookiejar.New(nil)
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	return &searchState{client: &http.Client{Jar: jar, Transport: tr}, resting: map[string]searchRest{}, version: version}
+}
+
+// get sends req and reads at most searchMaxBody of the answer; an answer
+// classified as a failure is a *searchFail.
+func (st *searchState) get(req *http.Request, api bool) ([]byte, error) {
+	resp, err := st.client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, searchMaxBody))
+	if err != nil {
+		return nil, fmt.Errorf("read: %w", err)
+	}
+	if status, detail := searchClassify(resp, body, api); status != "" {
+		return nil, &searchFail{status, detail}
+	}
+	return body, nil
+}
+
+// Markers of anti-bot pages: strong ones are checked on every HTML answer,
+// weak ones (and "no results" words) only when a page gave no results.
+var (
+	searchCaptchaMarks = []string{`id="challenge-form"`, "anomaly-modal", "<title>captcha", "altcha.js", "/sp/captcha",
+		"__cf_chl_", "/cdn-cgi/challenge-platform/", "google.com/recaptcha", `id="b_captcha"`, `class="b_captcha"`, "captcha-wrap"}
+	searchBotWords  = []string{"verify you are human", "unusual traffic", "automated queries", "are you a robot", "bots use duckduckgo too", "non-javascript site"}
+	searchNoneWords = []string{"no results found", "no results for", "no pages found", "did not match any", "there are no results"}
+)
+
+// searchClassify names a failed answer by its final URL, its status and its
+// markers; "" means the answer is to be parsed.
+func searchClassify(resp *http.Response, body []byte, api bool) (status, detail string) {
+	low := strings.ToLower(string(body[:min(len(body), 512<<10)]))
+	page := strings.ToLower(resp.Request.URL.Host + resp.Request.URL.Path)
+	code := resp.StatusCode
+	failed := code < 200 || code >= 300
+	why := fmt.Sprintf("HTTP %d", code)
+	if failed && searchAPIMessage(body) != "" {
+		why += ": " + searchAPIMessage(body)
+	}
+	trimmed := strings.TrimSpace(low)
+	htmlPage := !api || strings.HasPrefix(trimmed, "<!doctype html") || strings.HasPrefix(trimmed, "<html")
+	switch {
+	case strings.Contains(page, "captcha") || strings.Contains(page, "/sorry"):
+		return "captcha", "sent to " + resp.Request.URL.Path
+	case strings.Contains(page, "consent") || strings.Contains(page, "guce."):
+		return "blocked", "consent page"
+	case htmlPage && searchContains(low, searchCaptchaMarks):
+		return "captcha", "challenge page"
+	case code == 429 || code == 202 || code >= 400 && searchContains(low, []string{"rate limit", "throttle"}):
+		return "rate-limited", why
+	case code == 402 || code == 403:
+		return "blocked", why
+	case failed:
+		return "error", why
+	}
+	return "", ""
+}
+
+func searchContains(s string, words []string) bool {
+	for _, w := range words {
+		if strings.Contains(s, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// searchAPIMessage digs an error message out of a JSON error answer.
+func searchAPIMessage(body []byte) string {
+	var v any
+	if len(body) == 0 || body[0] != '{' || json.Unmarshal(body, &v) != nil {
+		return ""
+	}
+	for depth := 0; depth < 3; depth++ {
+		m, _ := v.(map[string]any)
+		v = nil
+		for _, k := range []string{"message", "error_message", "error", "detail"} {
+			switch x := m[k].(type) {
+			case string:
+				if x != "" {
+					return searchCut(x, 160)
+				}
+			case map[string]any:
+				v = x
+			}
+		}
+	}
+	return ""
+}
+
+// ask asks one engine and reads its answer.
+func (st *searchState) ask(ctx context.Context, e *searchEngine, q *searchQuery, timeout time.Duration) searchOutcome {
+	o := searchOutcome{Name: e.name}
+	req, err := e.request(ctx, q)
+	var body []byte
+	if err == nil {
+		body, err = st.get(req, e.api)
+	}
+	var sf *searchFail
+	var ue *url.Error
+	switch {
+	case errors.As(err, &sf):
+		o.Status, o.Detail = sf.status, sf.detail
+	case err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
+		o.Status, o.Detail = "timed out", fmt.Sprintf("no answer within %v", timeout)
+	case err != nil && errors.As(err, &ue):
+		o.Status, o.Detail = "error", ue.Err.Error()
+	case err != nil:
+		o.Status, o.Detail = "error", err.Error()
+	}
+	if err != nil {
+		return o
+	}
+	hits, listed, err := e.read(q, body)
+	hits = searchTidy(hits, q.n, e.api)
+	var bo struct{ Backoff float64 }
+	if e.api && json.Unmarshal(body, &bo) == nil && bo.Backoff > 0 {
+		o.rest = time.Duration(bo.Backoff * float64(time.Second))
+	}
+	low := strings.ToLower(string(body[:min(len(body), 512<<10)]))
+	switch {
+	case err != nil:
+		o.Status, o.Detail = "error", err.Error()
+	case len(hits) > 0:
+		o.Status, o.Count, o.hits = "ok", len(hits), hits
+	case searchContains(low, searchBotWords):
+		o.Status, o.Detail = "blocked", "bot check page"
+	case listed || searchContains(low, searchNoneWords):
+		o.Status = "empty"
+	default:
+		o.Status, o.Detail = "error", strings.TrimSuffix("unrecognised answer (no result list) "+searchAPIMessage(body), " ")
+	}
+	return o
+}
+
+// searchTidy unwraps redirect links, drops ads and what is not a web page,
+// and makes titles and snippets plain, bounded text.
+func searchTidy(hits []searchHit, n int, api bool) []searchHit {
+	var out []searchHit
+	for _, h := range hits {
+		h.url = searchUnwrap(strings.TrimSpace(h.url))
+		u, err := url.Parse(h.url)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || searchIsAd(u) {
+			continue
+		}
+		if q := u.Query(); searchDropTracking(q) {
+			u.RawQuery = q.Encode()
+		}
+		if strings.HasPrefix(u.Fragment, ":~:") { // a text fragment
+			u.Fragment, u.RawFragment = "", ""
+		}
+		h.url = u.String()
+		h.title, h.snippet = searchText(h.title, 300, api), searchText(h.snippet, 500, api)
+		if h.title == "" {
+			h.title = u.Host + u.Path
+		}
+		if out = append(out, h); len(out) == n {
+			break
+		}
+	}
+	return out
+}
+
+func searchText(s string, max int, markup bool) string {
+	if markup && strings.ContainsAny(s, "<&") {
+		s = parseHTML(s).textContent()
+	}
+	return searchCut(strings.Join(strings.Fields(s), " "), max)
+}
+
+func searchCut(s string, max int) string {
+	if r := []rune(s); len(r) > max {
+		return strings.TrimSpace(string(r[:max-1])) + "…"
+	}
+	return s
+}
+
+func searchIsAd(u *url.URL) bool {
+	p := strings.ToLower(u.Host + u.Path)
+	return u.Query().Get("ad_domain") != "" || searchContains(p, []string{"duckduckgo.com/y.js", "duckduckgo.com/l/", "bing.com/aclick", "bing.com/ck/a", "r.search.yahoo.com/"})
+}
+
+// searchUnwrap turns an engine's click-tracking link into its target:
+// DuckDuckGo uddg=, Bing ck/a u=a1<base64url>, Yahoo /RU=…/RK=, Google /url?q=.
+func searchUnwrap(href string) string {
+	if i := strings.Index(href, "/RU="); i >= 0 {
+		ru := href[i+4:]
+		for _, end := range []string{"/RK=", "/RS="} {
+			if j := strings.Index(ru, end); j >= 0 {
+				ru = ru[:j]
+			}
+		}
+		if s, err := url.PathUnescape(ru); err == nil {
+			return s
+		}
+	}
+	u, err := url.Parse(href)
+	if err != nil {
+		return href
+	}
+	q := u.Query()
+	switch {
+	case q.Get("uddg") != "":
+		return q.Get("uddg")
+	case strings.HasSuffix(u.Path, "/ck/a") && strings.HasPrefix(q.Get("u"), "a1"):
+		if b, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(q.Get("u")[2:], "=")); err == nil {
+			return string(b)
+		}
+	case u.Path == "/url" && strings.HasPrefix(q.Get("q"), "http"):
+		return q.Get("q")
+	}
+	return href
+}
+
+var searchTrackingParams = map[string]bool{"fbclid": true, "gclid": true, "gclsrc": true, "dclid": true, "msclkid": true, "yclid": true,
+	"mc_cid": true, "mc_eid": true, "_ga": true, "_gl": true, "igshid": true, "ref": true, "ref_src": true, "spm": true}
+
+// searchURLKey folds what does not change the page a URL names: scheme,
+// host case, www., default ports, trailing slash, fragment, tracking
+// parameters and parameter order.
+func searchURLKey(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return raw
+	}
+	host := strings.TrimPrefix(strings.ToLower(u.Hostname()), "www.")
+	if p := u.Port(); p != "" && p != "80" && p != "443" {
+		host += ":" + p
+	}
+	q := u.Query()
+	searchDropTracking(q)
+	return host + strings.TrimSuffix(u.Path, "/") + "?" + q.Encode()
+}
+
+func searchDropTracking(q url.Values) (dropped bool) {
+	for k := range q {
+		if strings.HasPrefix(k, "utm_") || searchTrackingParams[strings.ToLower(k)] {
+			delete(q, k)
+			dropped = true
+		}
+	}
+	return dropped
+}
+
+// searchResult is one merged result.
+type searchResult struct {
+	Title   string   `json:"title"`
+	URL     string   `json:"url"`
+	Snippet string   `json:"snippet"`
+	Engines []string `json:"engines"`
+	Score   float64  `json:"score"`
+	best    int      // best rank any engine gave it
+}
+
+// searchMerge merges the engines' lists by URL and ranks them by reciprocal
+// rank fusion plus a bonus for every extra engine that agrees.
+func searchMerge(outs []searchOutcome, max int) []searchResult {
+	byKey := map[string]*searchResult{}
+	var all []*searchResult
+	for _, o := range outs {
+		for i, h := range o.hits {
+			key := searchURLKey(h.url)
+			r := byKey[key]
+			if r == nil {
+				r = &searchResult{URL: h.url, best: i + 1}
+				byKey[key] = r
+				all = append(all, r)
+			} else if r.Engines[len(r.Engines)-1] == o.Name {
+				continue // the same page twice in one engine's list
+			}
+			r.Engines = append(r.Engines, o.Name)
+			r.Score += 1 / (searchRRFK + float64(i+1))
+			r.best = min(r.best, i+1)
+			if strings.HasPrefix(h.url, "https:") && !strings.HasPrefix(r.URL, "https:") {
+				r.URL = h.url
+			}
+			if searchTruncated(r.Title) && !searchTruncated(h.title) || searchTruncated(r.Title) == searchTruncated(h.title) && len(h.title) > len(r.Title) {
+				r.Title = h.title
+			}
+			if searchUseful(h) && (!searchUseful(searchHit{r.Title, r.URL, r.Snippet}) || len(h.snippet) > len(r.Snippet)) {
+				r.Snippet = h.snippet
+			}
+		}
+	}
+	for _, r := range all {
+		r.Score += float64(len(r.Engines)-1) * searchAgreementBonus
+	}
+	sort.Slice(all, func(i, j int) bool {
+		a, b := all[i], all[j]
+		if a.Score != b.Score {
+			return a.Score > b.Score
+		}
+		if a.best != b.best {
+			return a.best < b.best
+		}
+		return a.URL < b.URL
+	})
+	out := make([]searchResult, 0, min(len(all), max))
+	for _, r := range all[:min(len(all), max)] {
+		r.Score = math.Round(r.Score*1e5) / 1e5
+		out = append(out, *r)
+	}
+	return out
+}
+
+func searchTruncated(s string) bool {
+	return strings.HasSuffix(s, "...") || strings.HasSuffix(s, "…")
+}
+
+// searchUseful: a snippet that says more than the title or a bare link.
+func searchUseful(h searchHit) bool {
+	return h.snippet != "" && h.snippet != h.title && !strings.HasPrefix(h.snippet, "http")
+}
+
+// searchConfigured reports whether a keyed engine has its keys; keyless ones always do.
+func searchConfigured(cfg *config, e *searchEngine) bool {
+	for _, k := range e.keys {
+		if strings.TrimSpace(cfg.str(k)) == "" {
+			return false
+		}
+	}
+	return true
+}
+
+// searchSelect picks the engines a call asks: names, else SEARCH_ENGINES,
+// else every configured engine.
+func searchSelect(cfg *config, names []string) ([]*searchEngine, error) {
+	if len(names) == 0 && strings.TrimSpace(cfg.str("SEARCH_ENGINES")) != "" {
+		names = strings.Split(cfg.str("SEARCH_ENGINES"), ",")
+	}
+	var out []*searchEngine
+	var known []string
+	for i := range searchEngines {
+		if known = append(known, searchEngines[i].name); len(names) == 0 && searchConfigured(cfg, &searchEngines[i]) {
+			out = append(out, &searchEngines[i])
+		}
+	}
+	for _, n := range names {
+		n = strings.ToLower(strings.TrimSpace(n))
+		switch i := slices.Index(known, n); {
+		case n == "" || slices.ContainsFunc(out, func(e *searchEngine) bool { return e.name == n }):
+		case i < 0:
+			return nil, fmt.Errorf("unknown engine %q (known: %s)", n, strings.Join(known, ", "))
+		default:
+			out = append(out, &searchEngines[i])
+		}
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no engines selected")
+	}
+	return out, nil
+}
+
+// search asks every engine at once and returns their outcomes in engine order.
+func (st *searchState) search(ctx context.Context, cfg *config, text string, engines []*searchEngine, n int) []searchOutcome {
+	timeout := time.Duration(max(cfg.int("SEARCH_TIMEOUT_MS"), 1)) * time.Millisecond
+	backoff := time.Duration(cfg.int("SEARCH_BACKOFF_MS")) * time.Millisecond
+	ctx, cancel := context.WithTimeout(ctx, timeout+time.Second) // the overall deadline; engines time out first
+	defer cancel()
+	type answer struct {
+		i int
+		o searchOutcome
+	}
+	outs := make([]searchOutcome, len(engines))
+	ch := make(chan answer, len(engines))
+	waiting := 0
+	now := time.Now()
+	for i, e := range engines {
+		outs[i] = searchOutcome{Name: e.name, Status: "timed out", Detail: fmt.Sprintf("no answer within %v", timeout)}
+		base := strings.TrimRight(cmp.Or(cfg.str("SEARCH_URL_"+strings.ToUpper(e.name)), e.base, cfg.str("SEARXNG_URL")), "/")
+		st.mu.Lock()
+		rest, resting := st.resting[e.name]
+		st.mu.Unlock()
+		u, err := url.Parse(base)
+		switch {
+		case !searchConfigured(cfg, e):
+			outs[i].Status, outs[i].Detail = "error", "not configured: set "+strings.Join(e.keys, " and ")
+		case resting && now.Before(rest.until):
+			outs[i].Status, outs[i].Detail = "resting", rest.why+" "+searchAgo(now.Sub(rest.since))
+		case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+			outs[i].Status, outs[i].Detail = "error", fmt.Sprintf("bad base URL %q", base)
+		default:
+			waiting++
+			q := &searchQuery{base: base, text: text, n: n, cfg: cfg, st: st}
+			go func(i int, e *searchEngine) { // exits when the engine has answered or its timeout has ended
+				ectx, cancel := context.WithTimeout(ctx, timeout)
+				defer cancel()
+				defer func() { // a parser's panic must not take the server down
+					if p := recover(); p != nil {
+						ch <- answer{i, searchOutcome{Name: e.name, Status: "error", Detail: fmt.Sprintf("parser panic: %v", p)}}
+					}
+				}()
+				ch <- answer{i, st.ask(ectx, e, q, timeout)}
+			}(i, e)
+		}
+	}
+	for ; waiting > 0; waiting-- {
+		select {
+		case a := <-ch:
+			outs[a.i] = a.o
+		case <-ctx.Done():
+			waiting = 1 // the rest keep their "timed out"
+		}
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for _, o := range outs {
+		if backoff > 0 && (o.Status == "rate-limited" || o.Status == "blocked" || o.Status == "captcha") {
+			st.resting[o.Name] = searchRest{since: now, until: time.Now().Add(backoff), why: o.Status}
+		} else if o.rest > 0 {
+			st.resting[o.Name] = searchRest{since: now, until: time.Now().Add(o.rest), why: "told to back off"}
+		}
+	}
+	return outs
+}
+
+func searchAgo(d time.Duration) string {
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds ago", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm ago", int(d.Minutes()))
+	}
+	return fmt.Sprintf("%dh ago", int(d.Hours()))
+}
+
+func runWebSearch(ctx context.Context, c *toolCall) toolResult {
+	var a struct {
+		Query      string   `json:"query"`
+		MaxResults int      `json:"max_results"`
+		Engines    []string `json:"engines"`
+	}
+	if err := json.Unmarshal(c.args, &a); err != nil {
+		return errorResult("WebSearch: %v", err)
+	}
+	query := strings.TrimSpace(a.Query)
+	switch {
+	case query == "":
+		return errorResult("WebSearch: the query is blank; say what to search for")
+	case len([]rune(query)) > 2000:
+		return errorResult("WebSearch: the query is longer than 2000 characters; shorten it")
+	}
+	if a.MaxResults <= 0 {
+		a.MaxResults = 10
+	}
+	srv := c.s.srv
+	engines, err := searchSelect(srv.cfg, a.Engines)
+	if err != nil {
+		return errorResult("WebSearch: %v", err)
+	}
+	outs := srv.search.search(ctx, srv.cfg, query, engines, min(max(a.MaxResults, 10), 50))
+	return searchReply(searchMerge(outs, a.MaxResults), outs)
+}
+
+// searchReply is the numbered list, then one line per engine.
+func searchReply(results []searchResult, outs []searchOutcome) toolResult {
+	var b, fates strings.Builder
+	for i, r := range results {
+		fmt.Fprintf(&b, "%d. **%s**\n   %s\n", i+1, r.Title, r.URL)
+		if r.Snippet != "" {
+			fmt.Fprintf(&b, "   %s\n", r.Snippet)
+		}
+		fmt.Fprintf(&b, "   found by: %s\n\n", strings.Join(r.Engines, ", "))
+	}
+	failed := 0
+	for _, o := range outs {
+		fate := o.Status
+		switch {
+		case o.Status == "ok":
+			fate = fmt.Sprintf("ok (%d results)", o.Count)
+		case o.Detail != "":
+			fate += " (" + o.Detail + ")"
+		}
+		if o.Status != "ok" && o.Status != "empty" {
+			failed++
+		}
+		fmt.Fprintf(&fates, "- %s: %s\n", o.Name, fate)
+	}
+	structured := map[string]any{"results": results, "engines": outs}
+	if failed == len(outs) {
+		res := errorResult("WebSearch: every engine failed:\n%s", strings.TrimRight(fates.String(), "\n"))
+		res.structured = structured
+		return res
+	}
+	if len(results) == 0 {
+		b.WriteString("No results.\n\n")
+	}
+	res := textResult(b.String() + "Engines:\n" + strings.TrimRight(fates.String(), "\n"))
+	res.structured = structured
+	return res
+}
