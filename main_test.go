@@ -598,8 +598,14 @@ func TestBashStreamsProgress(t *testing.T) {
 
 func TestToolTableIsWellFormed(t *testing.T) {
 	seen := map[string]bool{}
+	srv := newServer(loadConfig(nil), io.Discard)
+	defer srv.close()
 	for _, d := range toolTable {
-		if seen[d.name] || d.run == nil || d.title == "" || len(d.description) < 80 {
+		desc := d.description
+		if d.describe != nil {
+			desc = d.describe(srv)
+		}
+		if seen[d.name] || d.run == nil || d.title == "" || len(desc) < 80 {
 			t.Errorf("tool %q: duplicate, no handler, no title or a thin description", d.name)
 		}
 		seen[d.name] = true
