@@ -39,6 +39,8 @@ import (
 // tools/list, tools/call, `telson tools` and `telson call` all come from it.
 var toolTable = []*toolDef{
 	&bashTool,
+	&readImageTool,
+	&askUserQuestionTool,
 }
 
 func main() {
@@ -145,7 +147,7 @@ func serveStdio(ctx context.Context, srv *server, stdin io.Reader, stdout io.Wri
 func newServer(cfg *config, stderr io.Writer) *server {
 	log := &logger{w: stderr}
 	log.level.Store(int32(logLevelIndex(cfg.str("LOG_LEVEL"))))
-	srv := &server{cfg: cfg, log: log, version: buildVersion()}
+	srv := &server{cfg: cfg, log: log, version: buildVersion(), stateKey: newStateKey()}
 	srv.procs = newProcTracker(log)
 	for _, d := range toolTable {
 		if !cfg.toolEnabled(d.name) {
@@ -258,6 +260,10 @@ var configKeys = []configKey{
 	{"LOG_LEVEL", "info", "str", "least severe level logged to stderr and sent to the client (debug, info, warning, error)"},
 	{"STATE_DIR", "~/.telson", "str", "where state files live"},
 	{"MAX_MESSAGE_BYTES", "67108864", "int", "longest input message; a longer line is skipped and answered with an error"},
+	{"IMAGE_MAX_EDGE", "2000", "int", "ReadImage scales down images whose long edge is longer than this many pixels"},
+	{"IMAGE_MAX_BYTES", "5000000", "int", "ReadImage scales down images larger than this many bytes (at most 7000000, so the message stays under 10 MiB)"},
+	{"ASK_TIMEOUT_MS", "600000", "int", "how long AskUserQuestion waits for the user's answer, in milliseconds"},
+	{"ASK_TTY", "off", "bool", "let AskUserQuestion ask on /dev/tty when the client has no elicitation"},
 }
 
 var configPrefixes = []string{"TOOL_"}
