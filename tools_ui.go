@@ -49,7 +49,7 @@ var readImageTool = toolDef{
 		return fmt.Sprintf(`Reads an image file and shows it to you: PNG, JPEG, GIF, WebP or BMP, recognised from the file's bytes, not its name.
 
 - Relative paths resolve against Bash's working directory (a "cd" in Bash applies here).
-- Images larger than %d px on the long edge or %s are scaled down (aspect ratio kept) and re-encoded: JPEG, or PNG when the image has transparency. An animated GIF that needs scaling keeps its first frame. WebP and BMP cannot be scaled here: over the limits they are an error, so convert them first (for example with ImageMagick in Bash).
+- Images larger than %d px on the long edge or %s are scaled down (aspect ratio kept) and re-encoded: JPEG, or PNG when the image has transparency; an animated GIF then keeps its first frame. WebP and BMP over the limits are an error: convert them first (e.g. with ImageMagick in Bash).
 - Only regular files. A file that is not an image is an error saying what it looks like (text, PDF, ZIP, ...).
 
 Example: {"file_path": "screenshots/home.png"}`, edge, humanBytes(max))
@@ -69,9 +69,7 @@ const (
 
 // imageLimits is the long-edge and byte limits from IMAGE_MAX_EDGE and IMAGE_MAX_BYTES.
 func imageLimits(cfg *config) (edge int, maxBytes int64) {
-	edge = max(cfg.int("IMAGE_MAX_EDGE"), 16)
-	maxBytes = min(int64(cfg.int("IMAGE_MAX_BYTES")), imageMaxPayload)
-	return edge, max(maxBytes, 1024)
+	return max(cfg.int("IMAGE_MAX_EDGE"), 16), max(min(int64(cfg.int("IMAGE_MAX_BYTES")), imageMaxPayload), 1024)
 }
 
 func runReadImage(ctx context.Context, c *toolCall) toolResult {
@@ -80,7 +78,7 @@ func runReadImage(ctx context.Context, c *toolCall) toolResult {
 	}
 	json.Unmarshal(c.args, &a)
 	path := c.s.shell.resolve(a.FilePath)
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0) // O_NONBLOCK: a fifo must not block the open
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0) // O_NONBLOCK: opening a fifo must not block
 	if errors.Is(err, fs.ErrNotExist) {
 		return errorResult("ReadImage: %s does not exist", path)
 	} else if err != nil {
@@ -91,22 +89,15 @@ func runReadImage(ctx context.Context, c *toolCall) toolResult {
 	if err != nil {
 		return errorResult("ReadImage: %v", err)
 	}
-	if !fi.Mode().IsRegular() {
-		kind := "a special file"
-		switch m := fi.Mode(); {
-		case m.IsDir():
-			kind = "a directory"
-		case m&fs.ModeNamedPipe != 0:
-			kind = "a named pipe (fifo)"
-		case m&fs.ModeDevice != 0:
-			kind = "a device"
-		case m&fs.ModeSocket != 0:
-			kind = "a socket"
+	if t := fi.Mode().Type(); t != 0 {
+		kind := map[fs.FileMode]string{fs.ModeDir: "a directory", fs.ModeNamedPipe: "a named pipe (fifo)", fs.ModeSocket: "a socket",
+			fs.ModeDevice: "a device", fs.ModeDevice | fs.ModeCharDevice: "a device"}[t]
+		if kind == "" {
+			kind = "a special file"
 		}
 		return errorResult("ReadImage: %s is %s, not a regular file", path, kind)
 	}
-	size := fi.Size()
-	head := make([]byte, 512)
+	size, head := fi.Size(), make([]byte, 512)
 	n, _ := io.ReadFull(f, head)
 	head = head[:n]
 	format, mime := sniffImage(head)
@@ -114,14 +105,13 @@ func runReadImage(ctx context.Context, c *toolCall) toolResult {
 		return errorResult("ReadImage: %s is not an image (PNG, JPEG, GIF, WebP or BMP): it looks like %s", path, describeBytes(head, size))
 	}
 	edge, maxBytes := imageLimits(c.s.srv.cfg)
-	var w, h int
+	w, h, ok := headerSize(format, head)
 	if format == "WebP" || format == "BMP" {
-		var ok bool
-		if w, h, ok = headerSize(format, head); !ok {
+		if !ok {
 			return errorResult("ReadImage: %s: damaged %s header", path, format)
 		}
 		if size > maxBytes || max(w, h) > edge {
-			return errorResult("ReadImage: %s is a %d×%d %s image of %s, over the limits (%d px long edge, %s), and %s cannot be scaled without a decoder, which telson lacks. Shrink or convert it first (e.g. convert in Bash) and read the result.",
+			return errorResult("ReadImage: %s is a %d×%d %s image of %s, over the limits (%d px long edge, %s), and %s cannot be scaled without a decoder, which telson lacks. Shrink or convert it first (e.g. in Bash) and read the result.",
 				path, w, h, format, humanBytes(size), edge, humanBytes(maxBytes), format)
 		}
 	} else {
@@ -130,14 +120,13 @@ func runReadImage(ctx context.Context, c *toolCall) toolResult {
 		if err != nil {
 			return errorResult("ReadImage: %s: damaged %s image: %v", path, format, err)
 		}
-		w, h = cfg.Width, cfg.Height
-		if int64(w)*int64(h) > imageMaxPixels {
-			return errorResult("ReadImage: %s is a %d×%d %s image (%d megapixels); telson refuses to decode more than %d megapixels", path, w, h, format, int64(w)*int64(h)/1e6, imageMaxPixels/1_000_000)
+		if w, h = cfg.Width, cfg.Height; int64(w)*int64(h) > imageMaxPixels {
+			return errorResult("ReadImage: %s is a %d×%d %s image; telson refuses to decode more than %d megapixels", path, w, h, format, imageMaxPixels/1_000_000)
 		}
 	}
 	info := fmt.Sprintf("%s: %s image, %d×%d px, %s", path, format, w, h, humanBytes(size))
+	f.Seek(0, io.SeekStart)
 	if size <= maxBytes && max(w, h) <= edge {
-		f.Seek(0, io.SeekStart)
 		data, err := io.ReadAll(io.LimitReader(f, maxBytes+1))
 		if err != nil || int64(len(data)) > maxBytes {
 			return errorResult("ReadImage: %s: read failed or the file grew: %v", path, err)
@@ -147,7 +136,6 @@ func runReadImage(ctx context.Context, c *toolCall) toolResult {
 	if size > imageReadCap {
 		return errorResult("ReadImage: %s is %s; telson reads image files up to %s", path, humanBytes(size), humanBytes(imageReadCap))
 	}
-	f.Seek(0, io.SeekStart)
 	img, _, err := image.Decode(bufio.NewReader(f))
 	if err != nil {
 		return errorResult("ReadImage: %s: cannot decode %s image: %v", path, format, err)
@@ -156,19 +144,15 @@ func runReadImage(ctx context.Context, c *toolCall) toolResult {
 	if err != nil {
 		return errorResult("ReadImage: %s: %v", path, err)
 	}
-	outFormat := strings.ToUpper(strings.TrimPrefix(mime, "image/"))
 	if format == "GIF" {
 		info += " (first frame)"
 	}
 	return imageResult(data, mime, fmt.Sprintf("%s; scaled to %d×%d and re-encoded as %s (%s) to fit the limits (%d px long edge, %s).",
-		info, b.Dx(), b.Dy(), outFormat, humanBytes(int64(len(data))), edge, humanBytes(maxBytes)))
+		info, b.Dx(), b.Dy(), strings.ToUpper(mime[len("image/"):]), humanBytes(int64(len(data))), edge, humanBytes(maxBytes)))
 }
 
 func imageResult(data []byte, mime, text string) toolResult {
-	return toolResult{content: []contentItem{
-		{Type: "image", Data: base64.StdEncoding.EncodeToString(data), MimeType: mime},
-		{Type: "text", Text: text},
-	}}
+	return toolResult{content: []contentItem{{Type: "image", Data: base64.StdEncoding.EncodeToString(data), MimeType: mime}, {Type: "text", Text: text}}}
 }
 
 // sniffImage names the image format the bytes start with, or "".
@@ -183,7 +167,7 @@ func sniffImage(b []byte) (format, mime string) {
 		return "GIF", "image/gif"
 	case len(s) >= 16 && s[:4] == "RIFF" && s[8:12] == "WEBP":
 		return "WebP", "image/webp"
-	case len(s) >= 26 && s[:2] == "BM" && strings.Contains(" 12 40 52 56 64 108 124 ", " "+strconv.Itoa(int(le32(b, 14)))+" "):
+	case len(s) >= 26 && s[:2] == "BM" && strings.Contains(" 12 40 52 56 64 108 124 ", fmt.Sprint(" ", le32(b, 14), " ")):
 		return "BMP", "image/bmp"
 	}
 	return "", ""
@@ -202,15 +186,14 @@ func headerSize(format string, b []byte) (w, h int, ok bool) {
 	switch {
 	case format == "BMP" && le32(b, 14) == 12: // BITMAPCOREHEADER: 16-bit sizes
 		return int(b[18]) | int(b[19])<<8, int(b[20]) | int(b[21])<<8, true
-	case format == "BMP": // BITMAPINFOHEADER and later: signed 32-bit, negative height = top-down
+	case format == "BMP": // BITMAPINFOHEADER and later: signed, a negative height means top-down
 		w, h := int64(int32(le32(b, 18))), int64(int32(le32(b, 22)))
 		return int(w), int(max(h, -h)), w > 0 && h != 0
-	case chunk == "VP8 " && string(b[23:26]) == "\x9d\x01\x2a":
+	case format == "WebP" && chunk == "VP8 " && string(b[23:26]) == "\x9d\x01\x2a":
 		return int(le32(b, 26) & 0x3fff), int(le32(b, 28) & 0x3fff), true
-	case chunk == "VP8L" && b[20] == 0x2f:
-		v := le32(b, 21)
-		return int(v&0x3fff) + 1, int(v>>14&0x3fff) + 1, true
-	case chunk == "VP8X":
+	case format == "WebP" && chunk == "VP8L" && b[20] == 0x2f:
+		return int(le32(b, 21)&0x3fff) + 1, int(le32(b, 21)>>14&0x3fff) + 1, true
+	case format == "WebP" && chunk == "VP8X":
 		return int(le32(b, 24)&0xffffff) + 1, int(le32(b, 27)&0xffffff) + 1, true
 	}
 	return 0, 0, false
@@ -218,24 +201,13 @@ func headerSize(format string, b []byte) (w, h int, ok bool) {
 
 // nonImages are signatures of common files that are not images.
 var nonImages = []struct{ magic, what string }{
-	{"%PDF-", "a PDF document"},
-	{"PK\x03\x04", "a ZIP archive (or a file built on one: .docx, .xlsx, .jar, .apk)"},
-	{"\x1f\x8b", "gzip-compressed data"},
-	{"\x7fELF", "an ELF executable or library"},
-	{"MZ", "a Windows executable"},
-	{"\xcf\xfa\xed\xfe", "a Mach-O executable"},
-	{"II*\x00", "a TIFF image, which is not supported: convert it to PNG first"},
-	{"MM\x00*", "a TIFF image, which is not supported: convert it to PNG first"},
-	{"\x00\x00\x01\x00", "a Windows icon (.ico), which is not supported: convert it to PNG first"},
-	{"BZh", "bzip2-compressed data"},
-	{"\xfd7zXZ\x00", "xz-compressed data"},
-	{"\x28\xb5\x2f\xfd", "zstd-compressed data"},
-	{"7z\xbc\xaf\x27\x1c", "a 7-Zip archive"},
-	{"SQLite format 3\x00", "an SQLite database"},
-	{"OggS", "Ogg audio or video"},
-	{"ID3", "MP3 audio"},
-	{"RIFF", "a RIFF file (WAV audio or AVI video)"},
-	{"\x1a\x45\xdf\xa3", "Matroska or WebM video"},
+	{"%PDF-", "a PDF document"}, {"PK\x03\x04", "a ZIP archive (or a file built on one: .docx, .xlsx, .jar)"},
+	{"\x1f\x8b", "gzip-compressed data"}, {"\x7fELF", "an ELF executable or library"}, {"MZ", "a Windows executable"},
+	{"II*\x00", "a TIFF image, which is not supported: convert it to PNG first"}, {"MM\x00*", "a TIFF image, which is not supported: convert it to PNG first"},
+	{"\x00\x00\x01\x00", "a Windows icon, which is not supported: convert it to PNG first"}, {"BZh", "bzip2-compressed data"},
+	{"\xfd7zXZ\x00", "xz-compressed data"}, {"\x28\xb5\x2f\xfd", "zstd-compressed data"}, {"7z\xbc\xaf\x27\x1c", "a 7-Zip archive"},
+	{"SQLite format 3\x00", "an SQLite database"}, {"OggS", "Ogg audio or video"}, {"ID3", "MP3 audio"},
+	{"RIFF", "a RIFF file (WAV audio or AVI video)"}, {"\x1a\x45\xdf\xa3", "Matroska or WebM video"},
 }
 
 // describeBytes says what a file that is not an image looks like.
@@ -278,37 +250,34 @@ func describeBytes(b []byte, size int64) string {
 }
 
 // shrinkImage fits img within edge px and maxBytes: JPEG (quality 85) when
-// it is opaque, PNG when it has transparency. While the encoding is still too
-// large the picture shrinks further.
+// it is opaque, PNG when it has transparency. While the encoding is still
+// too large the picture shrinks further.
 func shrinkImage(ctx context.Context, img image.Image, edge int, maxBytes int64) ([]byte, string, image.Rectangle, error) {
-	opaque := false
-	if o, ok := img.(interface{ Opaque() bool }); ok {
-		opaque = o.Opaque()
-	}
+	o, ok := img.(interface{ Opaque() bool })
+	opaque := ok && o.Opaque()
 	b := img.Bounds()
 	scale := min(1, float64(edge)/float64(max(b.Dx(), b.Dy())))
-	for {
-		if err := ctx.Err(); err != nil {
-			return nil, "", b, fmt.Errorf("scale: %w", err)
-		}
+	for ctx.Err() == nil {
 		dw, dh := max(1, int(math.Round(float64(b.Dx())*scale))), max(1, int(math.Round(float64(b.Dy())*scale)))
 		small := boxScale(img, dw, dh)
 		var buf bytes.Buffer
-		mime := "image/png"
+		mime, err := "image/png", error(nil)
 		if opaque {
-			mime = "image/jpeg"
-			jpeg.Encode(&buf, small, &jpeg.Options{Quality: 85})
-		} else if err := png.Encode(&buf, small); err != nil {
+			mime, err = "image/jpeg", jpeg.Encode(&buf, small, &jpeg.Options{Quality: 85})
+		} else {
+			err = png.Encode(&buf, small)
+		}
+		switch {
+		case err != nil:
 			return nil, "", b, fmt.Errorf("encode: %w", err)
-		}
-		if int64(buf.Len()) <= maxBytes {
+		case int64(buf.Len()) <= maxBytes:
 			return buf.Bytes(), mime, small.Bounds(), nil
-		}
-		if max(dw, dh) <= 16 {
+		case max(dw, dh) <= 16:
 			return nil, "", b, fmt.Errorf("cannot encode it within %s even at %d×%d", humanBytes(maxBytes), dw, dh)
 		}
-		img, b, scale = small, small.Bounds(), 0.7 // shrink the last try further; cheaper than starting over
+		img, b, scale = small, small.Bounds(), 0.7 // shrink the last try further: cheaper than starting over
 	}
+	return nil, "", b, fmt.Errorf("scale: %w", ctx.Err())
 }
 
 // boxScale shrinks img to dw×dh (no larger than img) by averaging, in
@@ -317,13 +286,7 @@ func boxScale(img image.Image, dw, dh int) *image.RGBA {
 	b := img.Bounds()
 	sw, sh := b.Dx(), b.Dy()
 	out := image.NewRGBA(image.Rect(0, 0, dw, dh))
-	row := make([]uint8, sw*4)
-	sum := make([]uint64, dw*4)
-	count := make([]uint64, dw)
-	col := make([]int, sw) // source column → output column
-	for x := range col {
-		col[x] = x * dw / sw
-	}
+	row, sum, count := make([]uint8, sw*4), make([]uint64, dw*4), make([]uint64, dw)
 	flush := func(dy int) {
 		p := out.Pix[dy*out.Stride:]
 		for i := range sum {
@@ -339,12 +302,11 @@ func boxScale(img image.Image, dw, dh int) *image.RGBA {
 			cur = dy
 		}
 		readRow(img, b.Min.Y+sy, row)
-		for sx, dx := range col {
-			s, r := sum[dx*4:dx*4+4], row[sx*4:sx*4+4]
-			s[0] += uint64(r[0])
-			s[1] += uint64(r[1])
-			s[2] += uint64(r[2])
-			s[3] += uint64(r[3])
+		for sx := 0; sx < sw; sx++ {
+			dx := sx * dw / sw
+			for k := 0; k < 4; k++ {
+				sum[dx*4+k] += uint64(row[sx*4+k])
+			}
 			count[dx]++
 		}
 	}
@@ -355,24 +317,24 @@ func boxScale(img image.Image, dw, dh int) *image.RGBA {
 // readRow fills row with line y of img as premultiplied 8-bit RGBA, with
 // fast paths for what the decoders return most.
 func readRow(img image.Image, y int, row []uint8) {
-	b := img.Bounds()
+	x0 := img.Bounds().Min.X
 	switch m := img.(type) {
 	case *image.RGBA:
-		copy(row, m.Pix[m.PixOffset(b.Min.X, y):])
+		copy(row, m.Pix[m.PixOffset(x0, y):])
 	case *image.NRGBA:
-		p := m.Pix[m.PixOffset(b.Min.X, y):]
+		p := m.Pix[m.PixOffset(x0, y):]
 		for i := 0; i < len(row); i += 4 {
 			a := uint32(p[i+3])
 			row[i], row[i+1], row[i+2], row[i+3] = uint8(uint32(p[i])*a/255), uint8(uint32(p[i+1])*a/255), uint8(uint32(p[i+2])*a/255), p[i+3]
 		}
 	case *image.YCbCr:
-		for i, x := 0, b.Min.X; i < len(row); i, x = i+4, x+1 {
+		for i, x := 0, x0; i < len(row); i, x = i+4, x+1 {
 			yi, ci := m.YOffset(x, y), m.COffset(x, y)
 			row[i], row[i+1], row[i+2] = color.YCbCrToRGB(m.Y[yi], m.Cb[ci], m.Cr[ci])
 			row[i+3] = 255
 		}
 	default:
-		for i, x := 0, b.Min.X; i < len(row); i, x = i+4, x+1 {
+		for i, x := 0, x0; i < len(row); i, x = i+4, x+1 {
 			r, g, bl, a := m.At(x, y).RGBA()
 			row[i], row[i+1], row[i+2], row[i+3] = uint8(r>>8), uint8(g>>8), uint8(bl>>8), uint8(a>>8)
 		}
@@ -423,6 +385,12 @@ type askQuestion struct {
 
 type askOption struct{ label, description string }
 
+// askReply is an elicitation result: the client's, or the terminal's in the same shape.
+type askReply struct {
+	Action  string         `json:"action"`
+	Content map[string]any `json:"content"`
+}
+
 func runAskUserQuestion(ctx context.Context, c *toolCall) toolResult {
 	var a struct {
 		QuestionsJSON string `json:"questions_json"`
@@ -432,8 +400,7 @@ func runAskUserQuestion(ctx context.Context, c *toolCall) toolResult {
 	if err != nil {
 		return errorResult("AskUserQuestion: %v", err)
 	}
-	cfg := c.s.srv.cfg
-	timeout := time.Duration(cfg.int("ASK_TIMEOUT_MS")) * time.Millisecond
+	timeout := time.Duration(c.s.srv.cfg.int("ASK_TIMEOUT_MS")) * time.Millisecond
 	switch {
 	case formElicitation(c.req) && c.req.modern:
 		return askRoundTrip(c, qs, a.QuestionsJSON, timeout)
@@ -446,15 +413,8 @@ func runAskUserQuestion(ctx context.Context, c *toolCall) toolResult {
 		} else if err != nil {
 			return askInChat(qs, fmt.Sprintf("the client could not show the questions (%v)", err))
 		}
-		var r struct {
-			Action  string         `json:"action"`
-			Content map[string]any `json:"content"`
-		}
-		if err := json.Unmarshal(raw, &r); err != nil {
-			return errorResult("AskUserQuestion: the client's reply is not an elicitation result: %v", err)
-		}
-		return askAnswer(qs, r.Action, r.Content)
-	case cfg.bool("ASK_TTY"):
+		return askAnswer(qs, raw)
+	case c.s.srv.cfg.bool("ASK_TTY"):
 		if res, ok := askTTY(ctx, qs, timeout); ok {
 			return res
 		}
@@ -465,14 +425,11 @@ func runAskUserQuestion(ctx context.Context, c *toolCall) toolResult {
 // formElicitation reports whether the client takes elicitation/create forms:
 // it declared elicitation ({} means form) in a version that has it.
 func formElicitation(r *rpcRequest) bool {
-	raw, ok := r.caps["elicitation"]
-	if !ok || !atLeast(r.version, version20250618) {
-		return false
-	}
 	var modes map[string]json.RawMessage
+	raw, ok := r.caps["elicitation"]
 	json.Unmarshal(raw, &modes)
 	_, form := modes["form"]
-	return form || len(modes) == 0
+	return ok && atLeast(r.version, version20250618) && (form || len(modes) == 0)
 }
 
 // parseQuestions reads both shapes of questions_json (also a bare array, or
@@ -491,47 +448,44 @@ func parseQuestions(text string) ([]askQuestion, error) {
 	if m, isObj := v.(map[string]any); isObj {
 		list, ok = m["questions"].([]any)
 	}
-	if !ok {
+	switch {
+	case !ok:
 		return nil, errors.New(`questions_json must be {"questions":[...]} or an array of questions`)
-	}
-	if len(list) < 1 || len(list) > 4 {
+	case len(list) < 1 || len(list) > 4:
 		return nil, fmt.Errorf("%d questions; ask 1 to 4 at a time", len(list))
 	}
 	var qs []askQuestion
 	for i, item := range list {
-		m, ok := item.(map[string]any)
-		if !ok {
+		m, _ := item.(map[string]any)
+		if m == nil {
 			return nil, fmt.Errorf(`questions[%d] must be an object such as {"question":"...","options":[...]}`, i)
 		}
-		q := askQuestion{}
-		for _, k := range []string{"question", "text"} {
-			if s, ok := m[k].(string); ok && q.text == "" {
-				q.text = strings.TrimSpace(s)
-			}
+		q := askQuestion{text: strings.TrimSpace(fmt.Sprint(m["question"]))}
+		if _, ok := m["question"].(string); !ok {
+			q.text, _ = m["text"].(string)
+			q.text = strings.TrimSpace(q.text)
 		}
 		q.header, _ = m["header"].(string)
-		if q.text == "" {
+		multi, isBool := m["multiSelect"].(bool)
+		opts, _ := m["options"].([]any)
+		q.multi = multi
+		switch {
+		case q.text == "":
 			return nil, fmt.Errorf(`questions[%d] has no "question" (or "text")`, i)
+		case !isBool && m["multiSelect"] != nil:
+			return nil, fmt.Errorf("questions[%d].multiSelect must be true or false", i)
+		case opts == nil:
+			return nil, fmt.Errorf(`questions[%d] has no "options" array`, i)
+		case len(opts) < 2 || len(opts) > 10:
+			return nil, fmt.Errorf("questions[%d] has %d options; give 2 to 10", i, len(opts))
 		}
 		for _, p := range qs {
 			if p.text == q.text {
 				return nil, fmt.Errorf("questions[%d] repeats the question %q", i, q.text)
 			}
 		}
-		if x, ok := m["multiSelect"]; ok && x != nil {
-			if q.multi, ok = x.(bool); !ok {
-				return nil, fmt.Errorf("questions[%d].multiSelect must be true or false", i)
-			}
-		}
-		opts, ok := m["options"].([]any)
-		if !ok {
-			return nil, fmt.Errorf(`questions[%d] has no "options" array`, i)
-		}
-		if len(opts) < 2 || len(opts) > 10 {
-			return nil, fmt.Errorf("questions[%d] has %d options; give 2 to 10", i, len(opts))
-		}
 		for j, o := range opts {
-			var op askOption
+			op := askOption{}
 			switch x := o.(type) {
 			case string:
 				op.label = x
@@ -556,37 +510,38 @@ func parseQuestions(text string) ([]askQuestion, error) {
 	return qs, nil
 }
 
-// jsonProblem says where JSON text broke: byte offset, line and column.
+// jsonProblem says where JSON text broke: line, column and byte offset.
 func jsonProblem(text string, err error) error {
 	var se *json.SyntaxError
 	if !errors.As(err, &se) {
 		return fmt.Errorf("questions_json is not valid JSON: %w", err)
 	}
 	before := text[:min(int(se.Offset), len(text))]
-	line := strings.Count(before, "\n") + 1
 	col := utf8.RuneCountInString(before[strings.LastIndexByte(before, '\n')+1:])
-	near := before[max(0, len(before)-20):]
-	return fmt.Errorf("questions_json is not valid JSON: %v at line %d, column %d (byte %d), after %q", se, line, col, se.Offset, strings.ToValidUTF8(near, ""))
+	return fmt.Errorf("questions_json is not valid JSON: %v at line %d, column %d (byte %d), after %q",
+		se, strings.Count(before, "\n")+1, col, se.Offset, strings.ToValidUTF8(before[max(0, len(before)-20):], ""))
 }
 
 // elicitParams is the elicitation/create form: per question a single choice
 // (enum with enumNames for 2025-06-18, oneOf from 2025-11-25) or a multiple
 // choice (an array from 2025-11-25, one checkbox per option before), then a
-// free-text note. Properties keep the questions' order.
+// free-text note. The properties are written in the questions' order.
 func elicitParams(qs []askQuestion, v string) map[string]any {
 	newer := atLeast(v, version20251125)
-	var keys, required, msg []string
-	var vals []any
+	var props bytes.Buffer
+	var required, msg []string
+	add := func(key string, field map[string]any) {
+		kb, _ := json.Marshal(key)
+		fb, _ := marshalJSON(field)
+		props.WriteString(map[bool]string{true: "{", false: ","}[props.Len() == 0] + string(kb) + ":" + string(fb))
+	}
 	for i, q := range qs {
 		key := fmt.Sprintf("q%d", i+1)
 		msg = append(msg, q.text)
 		var labels, titles []string
 		var choices []map[string]string
 		for _, o := range q.options {
-			t := o.label
-			if o.description != "" {
-				t += " — " + o.description
-			}
+			t := strings.TrimSuffix(o.label+" — "+o.description, " — ")
 			labels, titles = append(labels, o.label), append(titles, t)
 			choices = append(choices, map[string]string{"const": o.label, "title": t})
 		}
@@ -597,8 +552,7 @@ func elicitParams(qs []askQuestion, v string) map[string]any {
 		switch {
 		case q.multi && !newer:
 			for j, t := range titles {
-				keys = append(keys, fmt.Sprintf("%s_%c", key, 'a'+j))
-				vals = append(vals, map[string]any{"type": "boolean", "title": q.text + ": " + t, "default": false})
+				add(fmt.Sprintf("%s_%c", key, 'a'+j), map[string]any{"type": "boolean", "title": q.text + ": " + t, "default": false})
 			}
 			continue
 		case q.multi:
@@ -608,19 +562,10 @@ func elicitParams(qs []askQuestion, v string) map[string]any {
 		default:
 			field["enum"], field["enumNames"] = labels, titles
 		}
-		keys, vals, required = append(keys, key), append(vals, field), append(required, key)
+		add(key, field)
+		required = append(required, key)
 	}
-	keys = append(keys, "note")
-	vals = append(vals, map[string]any{"type": "string", "title": "Anything to add? (optional)", "description": "Free text for the agent, such as an answer that is not among the options."})
-	var props bytes.Buffer
-	for i, k := range keys {
-		kb, _ := json.Marshal(k)
-		vb, _ := marshalJSON(vals[i])
-		props.WriteString(map[bool]string{true: "{", false: ","}[i == 0])
-		props.Write(kb)
-		props.WriteByte(':')
-		props.Write(vb)
-	}
+	add("note", map[string]any{"type": "string", "title": "Anything to add? (optional)", "description": "Free text for the agent, such as an answer that is not among the options."})
 	props.WriteByte('}')
 	p := map[string]any{"message": "The agent asks:\n" + strings.Join(msg, "\n"),
 		"requestedSchema": map[string]any{"type": "object", "properties": json.RawMessage(props.Bytes()), "required": required}}
@@ -630,55 +575,56 @@ func elicitParams(qs []askQuestion, v string) map[string]any {
 	return p
 }
 
-// askAnswer turns an elicitation result (or the terminal's answers, in the
-// same shape) into the tool's reply.
-func askAnswer(qs []askQuestion, action string, content map[string]any) toolResult {
-	status := map[string]string{"decline": "declined", "cancel": "dismissed"}[action]
-	switch action {
-	case "decline", "cancel":
+// askAnswer turns an elicitation result into the tool's reply.
+func askAnswer(qs []askQuestion, raw json.RawMessage) toolResult {
+	var r askReply
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return errorResult("AskUserQuestion: the client's reply is not an elicitation result: %v", err)
+	}
+	if status := map[string]string{"decline": "declined", "cancel": "dismissed"}[r.Action]; status != "" {
 		res := textResult(fmt.Sprintf("User %s the questions without answering. Do not assume an answer: go on without one, or ask in chat if you must know.", status))
 		res.structured = map[string]any{"status": status, "answers": []any{}}
 		return res
-	case "accept":
-	default:
-		return errorResult("AskUserQuestion: the client answered with the unknown action %q", action)
+	} else if r.Action != "accept" {
+		return errorResult("AskUserQuestion: the client answered with the unknown action %q", r.Action)
 	}
 	var pairs []string
 	answers := []map[string]any{}
 	for i, q := range qs {
 		key := fmt.Sprintf("q%d", i+1)
 		var selected any
-		shown := "(no answer)"
-		switch x := content[key].(type) {
+		var picked []string
+		for j, o := range q.options { // 2025-06-18: one checkbox per option
+			if r.Content[fmt.Sprintf("%s_%c", key, 'a'+j)] == true {
+				picked = append(picked, o.label)
+			}
+		}
+		switch x := r.Content[key].(type) {
 		case string:
-			selected, shown = x, x
+			selected = x
 		case []any:
-			picked := []string{}
 			for _, s := range x {
 				if s, ok := s.(string); ok {
 					picked = append(picked, s)
 				}
 			}
-			selected, shown = picked, strings.Join(picked, ", ")
 		}
-		if q.multi && selected == nil { // 2025-06-18: one checkbox per option
-			picked := []string{}
-			for j, o := range q.options {
-				if content[fmt.Sprintf("%s_%c", key, 'a'+j)] == true {
-					picked = append(picked, o.label)
-				}
-			}
-			selected, shown = picked, strings.Join(picked, ", ")
+		if selected == nil && (q.multi || picked != nil) {
+			selected = append([]string{}, picked...)
+		}
+		shown := strings.Join(picked, ", ")
+		if s, ok := selected.(string); ok {
+			shown = s
 		}
 		if shown == "" {
-			shown = "(none selected)"
+			shown = map[bool]string{true: "(no answer)", false: "(none selected)"}[selected == nil]
 		}
 		pairs = append(pairs, fmt.Sprintf("%q=%q", q.text, shown))
 		answers = append(answers, map[string]any{"question": q.text, "selected": selected})
 	}
 	text := "User has answered your questions: " + strings.Join(pairs, ", ") + "."
 	structured := map[string]any{"status": "answered", "answers": answers}
-	if note, _ := content["note"].(string); strings.TrimSpace(note) != "" {
+	if note, _ := r.Content["note"].(string); strings.TrimSpace(note) != "" {
 		text += fmt.Sprintf(" The user added: %q.", strings.TrimSpace(note))
 		structured["note"] = strings.TrimSpace(note)
 	}
@@ -692,44 +638,30 @@ func askAnswer(qs []askQuestion, action string, content map[string]any) toolResu
 func askRoundTrip(c *toolCall, qs []askQuestion, questions string, ttl time.Duration) toolResult {
 	var p struct {
 		InputResponses map[string]json.RawMessage `json:"inputResponses"`
-		RequestState   *string                    `json:"requestState"`
+		RequestState   string                     `json:"requestState"`
 	}
 	json.Unmarshal(c.req.params, &p)
-	key := c.s.srv.stateKey
-	if p.RequestState != nil || p.InputResponses != nil {
-		exp, mac, _ := strings.Cut(derefString(p.RequestState), ".")
+	key, again := c.s.srv.stateKey, "; call again without inputResponses and requestState to ask anew"
+	if p.RequestState != "" || p.InputResponses != nil {
+		exp, mac, _ := strings.Cut(p.RequestState, ".")
 		n, err := strconv.ParseInt(exp, 10, 64)
 		switch {
-		case p.RequestState == nil:
-			return errorResult("AskUserQuestion: inputResponses came without requestState; call again without inputResponses to ask anew")
+		case p.RequestState == "":
+			return errorResult("AskUserQuestion: inputResponses came without requestState%s", again)
 		case err != nil || !hmac.Equal([]byte(mac), []byte(askStateMAC(key, n, questions))):
-			return errorResult("AskUserQuestion: requestState does not verify (it was altered, or belongs to other questions or an earlier telson process); call again without inputResponses and requestState to ask anew")
+			return errorResult("AskUserQuestion: requestState does not verify: it was altered, or belongs to other questions or an earlier telson process%s", again)
 		case time.Now().Unix() > n:
-			return errorResult("AskUserQuestion: the answer came after the %s limit; call again without inputResponses and requestState to ask anew", ttl)
+			return errorResult("AskUserQuestion: the answer came after the %s limit%s", ttl, again)
 		}
 		if raw, ok := p.InputResponses["ask"]; ok {
-			var r struct {
-				Action  string         `json:"action"`
-				Content map[string]any `json:"content"`
-			}
-			if err := json.Unmarshal(raw, &r); err != nil {
-				return errorResult("AskUserQuestion: inputResponses.ask is not an elicitation result: %v", err)
-			}
-			return askAnswer(qs, r.Action, r.Content)
-		} // no answer to our request yet: ask again, as the spec advises
+			return askAnswer(qs, raw)
+		} // no answer to the request: ask again, as the spec advises
 	}
 	exp := time.Now().Add(ttl).Unix()
 	return toolResult{inputRequired: map[string]any{
 		"inputRequests": map[string]any{"ask": map[string]any{"method": "elicitation/create", "params": elicitParams(qs, versionModern)}},
 		"requestState":  fmt.Sprintf("%d.%s", exp, askStateMAC(key, exp, questions)),
 	}}
-}
-
-func derefString(p *string) string {
-	if p == nil {
-		return ""
-	}
-	return *p
 }
 
 // askStateMAC signs a requestState: this process's key over the expiry and the questions.
@@ -743,7 +675,7 @@ func askStateMAC(key []byte, exp int64, questions string) string {
 func newStateKey() []byte {
 	k := make([]byte, 32)
 	if _, err := rand.Read(k); err != nil {
-		panic(fmt.Sprintf("state key: %v", err)) // the kernel's random source failing is not survivable
+		panic(fmt.Sprintf("state key: %v", err)) // no randomness from the kernel: nothing is safe
 	}
 	return k
 }
@@ -754,22 +686,16 @@ func askInChat(qs []askQuestion, why string) toolResult {
 	var b strings.Builder
 	fmt.Fprintf(&b, "AskUserQuestion: %s. Ask the user these questions in chat yourself and wait for the reply:\n", why)
 	for i, q := range qs {
-		fmt.Fprintf(&b, "\n%d. %s", i+1, q.text)
-		if q.multi {
-			b.WriteString(" (several may be chosen)")
-		}
+		fmt.Fprintf(&b, "\n%d. %s%s", i+1, q.text, map[bool]string{true: " (several may be chosen)"}[q.multi])
 		for _, o := range q.options {
-			fmt.Fprintf(&b, "\n   - %s", o.label)
-			if o.description != "" {
-				fmt.Fprintf(&b, ": %s", o.description)
-			}
+			fmt.Fprintf(&b, "\n   - %s", strings.TrimSuffix(o.label+": "+o.description, ": "))
 		}
 	}
 	return errorResult("%s", b.String())
 }
 
-// askTTY asks on /dev/tty; ok is false when there is no terminal that can
-// time out (then the caller falls back to chat).
+// askTTY asks on /dev/tty; ok is false when there is no terminal whose reads
+// can time out (the caller then falls back to chat).
 func askTTY(ctx context.Context, qs []askQuestion, timeout time.Duration) (res toolResult, ok bool) {
 	tty, err := os.OpenFile("/dev/tty", os.O_RDWR, 0)
 	if err != nil {
@@ -788,58 +714,47 @@ func askTTY(ctx context.Context, qs []askQuestion, timeout time.Duration) (res t
 		case <-stop:
 		}
 	}()
-	content, err := ttyDialogue(bufio.NewReader(tty), tty, qs)
-	switch {
-	case errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() == nil:
+	raw, err := ttyDialogue(bufio.NewReader(tty), tty, qs)
+	if errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() == nil {
 		return askInChat(qs, fmt.Sprintf("the user did not answer on the terminal within %s", timeout)), true
-	case errors.Is(err, io.EOF):
-		return askAnswer(qs, "cancel", nil), true
-	case err != nil:
+	} else if err != nil {
 		return errorResult("AskUserQuestion: terminal: %v", err), true
 	}
-	return askAnswer(qs, "accept", content), true
+	return askAnswer(qs, raw), true
 }
 
-// ttyDialogue asks each question on a terminal: a number picks an option
-// (several numbers separated by commas for multiSelect), other text is taken
-// as the answer itself, an empty line dismisses the questions (io.EOF).
-func ttyDialogue(r *bufio.Reader, w io.Writer, qs []askQuestion) (map[string]any, error) {
+// ttyDialogue asks each question on a terminal and returns an elicitation
+// result: a number picks an option (numbers separated by commas for
+// multiSelect), other text is the answer itself, an empty line dismisses.
+func ttyDialogue(r *bufio.Reader, w io.Writer, qs []askQuestion) (json.RawMessage, error) {
+	reply := askReply{Action: "accept", Content: map[string]any{}}
 	fmt.Fprintf(w, "\n== The agent asks (telson AskUserQuestion) ==\n")
-	content := map[string]any{}
 	for i, q := range qs {
 		fmt.Fprintf(w, "\n%d. %s\n", i+1, q.text)
 		for j, o := range q.options {
 			fmt.Fprintf(w, "   %d) %s\n", j+1, strings.TrimSuffix(o.label+" — "+o.description, " — "))
 		}
-		how := "a number"
-		if q.multi {
-			how = "numbers separated by commas"
-		}
-		fmt.Fprintf(w, "Answer with %s, or type your own answer (an empty line dismisses the questions): ", how)
+		fmt.Fprintf(w, "Answer with %s, or type your own answer (an empty line dismisses the questions): ", map[bool]string{false: "a number", true: "numbers separated by commas"}[q.multi])
 		line, err := r.ReadString('\n')
-		if line = strings.TrimSpace(line); line == "" {
-			if err == nil {
-				err = io.EOF
-			}
+		if line = strings.TrimSpace(line); line == "" && err != nil && !errors.Is(err, io.EOF) {
 			return nil, err
+		} else if line == "" { // an empty line or end of input (Ctrl-D)
+			return json.RawMessage(`{"action":"cancel"}`), nil
 		}
-		var picked []any
+		picked := []any{}
 		for _, f := range strings.Split(line, ",") {
-			n, err := strconv.Atoi(strings.TrimSpace(f))
-			if err != nil || n < 1 || n > len(q.options) {
+			if n, err := strconv.Atoi(strings.TrimSpace(f)); err == nil && n >= 1 && n <= len(q.options) && (q.multi || len(picked) == 0) {
+				picked = append(picked, q.options[n-1].label)
+			} else {
 				picked = []any{line}
 				break
 			}
-			picked = append(picked, q.options[n-1].label)
 		}
-		content[fmt.Sprintf("q%d", i+1)] = any(picked)
+		reply.Content[fmt.Sprintf("q%d", i+1)] = any(picked)
 		if !q.multi {
-			content[fmt.Sprintf("q%d", i+1)] = picked[0]
-			if len(picked) > 1 {
-				content[fmt.Sprintf("q%d", i+1)] = line
-			}
+			reply.Content[fmt.Sprintf("q%d", i+1)] = picked[0]
 		}
 	}
 	fmt.Fprintf(w, "Thank you; the answers went to the agent.\n")
-	return content, nil
+	return marshalJSON(reply)
 }

@@ -721,24 +721,28 @@ func TestAskUserQuestionTerminalDialogue(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	content, err := ttyDialogue(bufio.NewReader(strings.NewReader("2\n1, 3\n")), &out, qs)
+	raw, err := ttyDialogue(bufio.NewReader(strings.NewReader("2\n1, 3\n")), &out, qs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	res := askAnswer(qs, "accept", content)
-	if got := res.content[0].Text; !strings.Contains(got, `"Which database?"="SQLite", "Which extras?"="Redis, S3"`) {
+	if got := askAnswer(qs, raw).content[0].Text; !strings.Contains(got, `"Which database?"="SQLite", "Which extras?"="Redis, S3"`) {
 		t.Errorf("got %q", got)
 	}
 	if !strings.Contains(out.String(), "   1) PostgreSQL — a server\n") || !strings.Contains(out.String(), "numbers separated by commas") {
 		t.Errorf("terminal shows %q", out.String())
 	}
-	content, _ = ttyDialogue(bufio.NewReader(strings.NewReader("MySQL, really\n7\n")), &out, qs)
-	if got := askAnswer(qs, "accept", content).content[0].Text; !strings.Contains(got, `"Which database?"="MySQL, really", "Which extras?"="7"`) {
+	raw, _ = ttyDialogue(bufio.NewReader(strings.NewReader("MySQL, really\n7")), &out, qs)
+	if got := askAnswer(qs, raw).content[0].Text; !strings.Contains(got, `"Which database?"="MySQL, really", "Which extras?"="7"`) {
 		t.Errorf("typed answers: %q", got)
 	}
-	for _, in := range []string{"\n", "", "1\n"} {
-		if _, err := ttyDialogue(bufio.NewReader(strings.NewReader(in)), &out, qs); err == nil {
-			t.Errorf("%q: no error", in)
+	raw, _ = ttyDialogue(bufio.NewReader(strings.NewReader("1, 2\n2,9\n")), &out, qs) // two picks for one choice: taken as text
+	if got := askAnswer(qs, raw).content[0].Text; !strings.Contains(got, `"Which database?"="1, 2", "Which extras?"="2,9"`) {
+		t.Errorf("typed answers: %q", got)
+	}
+	for _, in := range []string{"\n", "", "1\n", "1\n\n"} { // an empty line or the end of input dismisses
+		raw, err := ttyDialogue(bufio.NewReader(strings.NewReader(in)), &out, qs)
+		if got := askAnswer(qs, raw).content[0].Text; err != nil || !strings.HasPrefix(got, "User dismissed") {
+			t.Errorf("%q: %v %q", in, err, got)
 		}
 	}
 }
