@@ -34,6 +34,7 @@ import (
 	"io/fs"
 	"math"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
 	"syscall"
@@ -286,7 +287,10 @@ func boxScale(img image.Image, dw, dh int) *image.RGBA {
 	b := img.Bounds()
 	sw, sh := b.Dx(), b.Dy()
 	out := image.NewRGBA(image.Rect(0, 0, dw, dh))
-	row, sum, count := make([]uint8, sw*4), make([]uint64, dw*4), make([]uint64, dw)
+	row, sum, count, col := make([]uint8, sw*4), make([]uint64, dw*4), make([]uint64, dw), make([]int, sw)
+	for x := range col {
+		col[x] = x * dw / sw // the output column of source column x
+	}
 	flush := func(dy int) {
 		p := out.Pix[dy*out.Stride:]
 		for i := range sum {
@@ -302,11 +306,9 @@ func boxScale(img image.Image, dw, dh int) *image.RGBA {
 			cur = dy
 		}
 		readRow(img, b.Min.Y+sy, row)
-		for sx := 0; sx < sw; sx++ {
-			dx := sx * dw / sw
-			for k := 0; k < 4; k++ {
-				sum[dx*4+k] += uint64(row[sx*4+k])
-			}
+		for sx, dx := range col {
+			s, r := sum[dx*4:dx*4+4], row[sx*4:sx*4+4]
+			s[0], s[1], s[2], s[3] = s[0]+uint64(r[0]), s[1]+uint64(r[1]), s[2]+uint64(r[2]), s[3]+uint64(r[3])
 			count[dx]++
 		}
 	}
@@ -377,13 +379,32 @@ Example: {"questions_json": "{\"questions\":[{\"text\":\"Which database?\",\"opt
 	run:   runAskUserQuestion,
 }
 
+// askQuestion is one question in either shape: Claude Code's (question,
+// header, options as objects, multiSelect) or the short one (text, options
+// as strings).
 type askQuestion struct {
-	text, header string
-	options      []askOption
-	multi        bool
+	Question    string      `json:"question"`
+	Text        string      `json:"text"`
+	Header      string      `json:"header"`
+	Options     []askOption `json:"options"`
+	MultiSelect bool        `json:"multiSelect"`
 }
 
-type askOption struct{ label, description string }
+type askOption struct {
+	Label       string `json:"label"`
+	Description string `json:"description"`
+}
+
+func (o *askOption) UnmarshalJSON(b []byte) error {
+	if b[0] == '"' {
+		return json.Unmarshal(b, &o.Label)
+	}
+	type plain askOption
+	if err := json.Unmarshal(b, (*plain)(o)); err != nil {
+		return fmt.Errorf(`an option must be a string or {"label":"...","description":"..."}, got %s`, b)
+	}
+	return nil
+}
 
 // askReply is an elicitation result: the client's, or the terminal's in the same shape.
 type askReply struct {
@@ -432,80 +453,54 @@ func formElicitation(r *rpcRequest) bool {
 	return ok && atLeast(r.version, version20250618) && (form || len(modes) == 0)
 }
 
-// parseQuestions reads both shapes of questions_json (also a bare array, or
-// JSON encoded twice) and checks the counts.
+// parseQuestions reads questions_json (also a bare array, or JSON encoded
+// twice) and checks it.
 func parseQuestions(text string) ([]askQuestion, error) {
-	var v any
-	if err := json.Unmarshal([]byte(text), &v); err != nil {
-		return nil, jsonProblem(text, err)
+	data, s := []byte(strings.TrimSpace(text)), ""
+	if json.Unmarshal(data, &s) == nil {
+		data = []byte(strings.TrimSpace(s))
 	}
-	if s, ok := v.(string); ok {
-		if err := json.Unmarshal([]byte(s), &v); err != nil {
-			return nil, fmt.Errorf("questions_json holds a string that is not JSON: %w", jsonProblem(s, err))
+	var w struct {
+		Questions []askQuestion `json:"questions"`
+	}
+	err := json.Unmarshal(data, &w)
+	if len(data) > 0 && data[0] == '[' {
+		err = json.Unmarshal(data, &w.Questions)
+	}
+	if err != nil {
+		return nil, jsonProblem(string(data), err)
+	}
+	qs := w.Questions
+	if len(qs) < 1 || len(qs) > 4 {
+		return nil, fmt.Errorf(`%d questions; ask 1 to 4 at a time, as {"questions":[...]} or a bare array`, len(qs))
+	}
+	for i := range qs {
+		q := &qs[i]
+		if q.Question = strings.TrimSpace(q.Question); q.Question == "" {
+			q.Question = strings.TrimSpace(q.Text)
 		}
-	}
-	list, ok := v.([]any)
-	if m, isObj := v.(map[string]any); isObj {
-		list, ok = m["questions"].([]any)
-	}
-	switch {
-	case !ok:
-		return nil, errors.New(`questions_json must be {"questions":[...]} or an array of questions`)
-	case len(list) < 1 || len(list) > 4:
-		return nil, fmt.Errorf("%d questions; ask 1 to 4 at a time", len(list))
-	}
-	var qs []askQuestion
-	for i, item := range list {
-		m, _ := item.(map[string]any)
-		if m == nil {
-			return nil, fmt.Errorf(`questions[%d] must be an object such as {"question":"...","options":[...]}`, i)
-		}
-		q := askQuestion{text: strings.TrimSpace(fmt.Sprint(m["question"]))}
-		if _, ok := m["question"].(string); !ok {
-			q.text, _ = m["text"].(string)
-			q.text = strings.TrimSpace(q.text)
-		}
-		q.header, _ = m["header"].(string)
-		multi, isBool := m["multiSelect"].(bool)
-		opts, _ := m["options"].([]any)
-		q.multi = multi
 		switch {
-		case q.text == "":
+		case q.Question == "":
 			return nil, fmt.Errorf(`questions[%d] has no "question" (or "text")`, i)
-		case !isBool && m["multiSelect"] != nil:
-			return nil, fmt.Errorf("questions[%d].multiSelect must be true or false", i)
-		case opts == nil:
-			return nil, fmt.Errorf(`questions[%d] has no "options" array`, i)
-		case len(opts) < 2 || len(opts) > 10:
-			return nil, fmt.Errorf("questions[%d] has %d options; give 2 to 10", i, len(opts))
+		case len(q.Options) < 2 || len(q.Options) > 10:
+			return nil, fmt.Errorf("questions[%d] has %d options; give 2 to 10", i, len(q.Options))
 		}
-		for _, p := range qs {
-			if p.text == q.text {
-				return nil, fmt.Errorf("questions[%d] repeats the question %q", i, q.text)
+		for _, p := range qs[:i] {
+			if p.Question == q.Question {
+				return nil, fmt.Errorf("questions[%d] repeats the question %q", i, q.Question)
 			}
 		}
-		for j, o := range opts {
-			op := askOption{}
-			switch x := o.(type) {
-			case string:
-				op.label = x
-			case map[string]any:
-				op.label, _ = x["label"].(string)
-				op.description, _ = x["description"].(string)
-			default:
-				return nil, fmt.Errorf(`questions[%d].options[%d] must be a string or {"label":"...","description":"..."}`, i, j)
-			}
-			if op.label = strings.TrimSpace(op.label); op.label == "" {
+		for j := range q.Options {
+			o := &q.Options[j]
+			if o.Label = strings.TrimSpace(o.Label); o.Label == "" {
 				return nil, fmt.Errorf("questions[%d].options[%d] has no label", i, j)
 			}
-			for _, p := range q.options {
-				if p.label == op.label {
-					return nil, fmt.Errorf("questions[%d] lists the option %q twice", i, op.label)
+			for _, p := range q.Options[:j] {
+				if p.Label == o.Label {
+					return nil, fmt.Errorf("questions[%d] lists the option %q twice", i, o.Label)
 				}
 			}
-			q.options = append(q.options, op)
 		}
-		qs = append(qs, q)
 	}
 	return qs, nil
 }
@@ -513,8 +508,16 @@ func parseQuestions(text string) ([]askQuestion, error) {
 // jsonProblem says where JSON text broke: line, column and byte offset.
 func jsonProblem(text string, err error) error {
 	var se *json.SyntaxError
-	if !errors.As(err, &se) {
-		return fmt.Errorf("questions_json is not valid JSON: %w", err)
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		want := map[reflect.Kind]string{reflect.Bool: "true or false", reflect.String: "a string", reflect.Slice: "an array", reflect.Struct: "an object"}
+		name := te.Field
+		if name == "" {
+			name = "a value"
+		}
+		return fmt.Errorf("questions_json: %s must be %s, not a %s", name, want[te.Type.Kind()], te.Value)
+	} else if !errors.As(err, &se) {
+		return fmt.Errorf("questions_json: %w", err)
 	}
 	before := text[:min(int(se.Offset), len(text))]
 	col := utf8.RuneCountInString(before[strings.LastIndexByte(before, '\n')+1:])
@@ -537,25 +540,25 @@ func elicitParams(qs []askQuestion, v string) map[string]any {
 	}
 	for i, q := range qs {
 		key := fmt.Sprintf("q%d", i+1)
-		msg = append(msg, q.text)
+		msg = append(msg, q.Question)
 		var labels, titles []string
 		var choices []map[string]string
-		for _, o := range q.options {
-			t := strings.TrimSuffix(o.label+" — "+o.description, " — ")
-			labels, titles = append(labels, o.label), append(titles, t)
-			choices = append(choices, map[string]string{"const": o.label, "title": t})
+		for _, o := range q.Options {
+			t := strings.TrimSuffix(o.Label+" — "+o.Description, " — ")
+			labels, titles = append(labels, o.Label), append(titles, t)
+			choices = append(choices, map[string]string{"const": o.Label, "title": t})
 		}
-		field := map[string]any{"type": "string", "title": q.text}
-		if q.header != "" {
-			field["description"] = q.header
+		field := map[string]any{"type": "string", "title": q.Question}
+		if q.Header != "" {
+			field["description"] = q.Header
 		}
 		switch {
-		case q.multi && !newer:
+		case q.MultiSelect && !newer:
 			for j, t := range titles {
-				add(fmt.Sprintf("%s_%c", key, 'a'+j), map[string]any{"type": "boolean", "title": q.text + ": " + t, "default": false})
+				add(fmt.Sprintf("%s_%c", key, 'a'+j), map[string]any{"type": "boolean", "title": q.Question + ": " + t, "default": false})
 			}
 			continue
-		case q.multi:
+		case q.MultiSelect:
 			field["type"], field["minItems"], field["items"] = "array", 1, map[string]any{"anyOf": choices}
 		case newer:
 			field["oneOf"] = choices
@@ -594,9 +597,9 @@ func askAnswer(qs []askQuestion, raw json.RawMessage) toolResult {
 		key := fmt.Sprintf("q%d", i+1)
 		var selected any
 		var picked []string
-		for j, o := range q.options { // 2025-06-18: one checkbox per option
+		for j, o := range q.Options { // 2025-06-18: one checkbox per option
 			if r.Content[fmt.Sprintf("%s_%c", key, 'a'+j)] == true {
-				picked = append(picked, o.label)
+				picked = append(picked, o.Label)
 			}
 		}
 		switch x := r.Content[key].(type) {
@@ -609,7 +612,7 @@ func askAnswer(qs []askQuestion, raw json.RawMessage) toolResult {
 				}
 			}
 		}
-		if selected == nil && (q.multi || picked != nil) {
+		if selected == nil && (q.MultiSelect || picked != nil) {
 			selected = append([]string{}, picked...)
 		}
 		shown := strings.Join(picked, ", ")
@@ -619,8 +622,8 @@ func askAnswer(qs []askQuestion, raw json.RawMessage) toolResult {
 		if shown == "" {
 			shown = map[bool]string{true: "(no answer)", false: "(none selected)"}[selected == nil]
 		}
-		pairs = append(pairs, fmt.Sprintf("%q=%q", q.text, shown))
-		answers = append(answers, map[string]any{"question": q.text, "selected": selected})
+		pairs = append(pairs, fmt.Sprintf("%q=%q", q.Question, shown))
+		answers = append(answers, map[string]any{"question": q.Question, "selected": selected})
 	}
 	text := "User has answered your questions: " + strings.Join(pairs, ", ") + "."
 	structured := map[string]any{"status": "answered", "answers": answers}
@@ -686,9 +689,9 @@ func askInChat(qs []askQuestion, why string) toolResult {
 	var b strings.Builder
 	fmt.Fprintf(&b, "AskUserQuestion: %s. Ask the user these questions in chat yourself and wait for the reply:\n", why)
 	for i, q := range qs {
-		fmt.Fprintf(&b, "\n%d. %s%s", i+1, q.text, map[bool]string{true: " (several may be chosen)"}[q.multi])
-		for _, o := range q.options {
-			fmt.Fprintf(&b, "\n   - %s", strings.TrimSuffix(o.label+": "+o.description, ": "))
+		fmt.Fprintf(&b, "\n%d. %s%s", i+1, q.Question, map[bool]string{true: " (several may be chosen)"}[q.MultiSelect])
+		for _, o := range q.Options {
+			fmt.Fprintf(&b, "\n   - %s", strings.TrimSuffix(o.Label+": "+o.Description, ": "))
 		}
 	}
 	return errorResult("%s", b.String())
@@ -730,11 +733,11 @@ func ttyDialogue(r *bufio.Reader, w io.Writer, qs []askQuestion) (json.RawMessag
 	reply := askReply{Action: "accept", Content: map[string]any{}}
 	fmt.Fprintf(w, "\n== The agent asks (telson AskUserQuestion) ==\n")
 	for i, q := range qs {
-		fmt.Fprintf(w, "\n%d. %s\n", i+1, q.text)
-		for j, o := range q.options {
-			fmt.Fprintf(w, "   %d) %s\n", j+1, strings.TrimSuffix(o.label+" — "+o.description, " — "))
+		fmt.Fprintf(w, "\n%d. %s\n", i+1, q.Question)
+		for j, o := range q.Options {
+			fmt.Fprintf(w, "   %d) %s\n", j+1, strings.TrimSuffix(o.Label+" — "+o.Description, " — "))
 		}
-		fmt.Fprintf(w, "Answer with %s, or type your own answer (an empty line dismisses the questions): ", map[bool]string{false: "a number", true: "numbers separated by commas"}[q.multi])
+		fmt.Fprintf(w, "Answer with %s, or type your own answer (an empty line dismisses the questions): ", map[bool]string{false: "a number", true: "numbers separated by commas"}[q.MultiSelect])
 		line, err := r.ReadString('\n')
 		if line = strings.TrimSpace(line); line == "" && err != nil && !errors.Is(err, io.EOF) {
 			return nil, err
@@ -743,15 +746,15 @@ func ttyDialogue(r *bufio.Reader, w io.Writer, qs []askQuestion) (json.RawMessag
 		}
 		picked := []any{}
 		for _, f := range strings.Split(line, ",") {
-			if n, err := strconv.Atoi(strings.TrimSpace(f)); err == nil && n >= 1 && n <= len(q.options) && (q.multi || len(picked) == 0) {
-				picked = append(picked, q.options[n-1].label)
+			if n, err := strconv.Atoi(strings.TrimSpace(f)); err == nil && n >= 1 && n <= len(q.Options) && (q.MultiSelect || len(picked) == 0) {
+				picked = append(picked, q.Options[n-1].Label)
 			} else {
 				picked = []any{line}
 				break
 			}
 		}
 		reply.Content[fmt.Sprintf("q%d", i+1)] = any(picked)
-		if !q.multi {
+		if !q.MultiSelect {
 			reply.Content[fmt.Sprintf("q%d", i+1)] = picked[0]
 		}
 	}

@@ -6,6 +6,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
@@ -17,6 +18,7 @@ import (
 	"image/jpeg"
 	"image/png"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -650,21 +652,21 @@ func TestAskUserQuestionValidation(t *testing.T) {
 	for input, want := range map[string]string{
 		"{\"questions\": [\n  {\"text\": \"x\" \"options\": []}]}": `invalid character '"' after object key:value pair at line 2, column 16 (byte 32)`,
 		`{"questions":[`:   "unexpected end of JSON input at line 1, column 14 (byte 14)",
-		`"[{\"text\": }]"`: "holds a string that is not JSON",
-		`{"qs":[]}`:        `must be {"questions":[...]} or an array of questions`,
-		`42`:               `must be {"questions":[...]} or an array of questions`,
+		`"[{\"text\": }]"`: "not valid JSON: invalid character '}' looking for beginning of value at line 1, column 11",
+		`{"qs":[]}`:        "0 questions; ask 1 to 4 at a time",
+		`42`:               "a value must be an object, not a number",
 		`[]`:               "0 questions; ask 1 to 4 at a time",
 		`[` + strings.Repeat(q("x")+",", 4) + q("y") + `]`: "5 questions; ask 1 to 4 at a time",
-		`["Which?"]`:                                             "questions[0] must be an object",
+		`["Which?"]`:                                             "a value must be an object, not a string",
 		`[{"options":["a","b"]}]`:                                `questions[0] has no "question" (or "text")`,
 		`[{"question":"  ","options":["a","b"]}]`:                `questions[0] has no "question" (or "text")`,
 		`[` + q("x") + `,` + q("x") + `]`:                        `questions[1] repeats the question "x"`,
-		`[{"text":"x","options":["a","b"],"multiSelect":"yes"}]`: "questions[0].multiSelect must be true or false",
-		`[{"text":"x"}]`:                                         `questions[0] has no "options" array`,
-		`[{"text":"x","options":"a,b"}]`:                         `questions[0] has no "options" array`,
+		`[{"text":"x","options":["a","b"],"multiSelect":"yes"}]`: "multiSelect must be true or false, not a string",
+		`[{"text":"x"}]`:                                         "questions[0] has 0 options; give 2 to 10",
+		`{"questions":[{"text":"x","options":"a,b"}]}`:           "questions.options must be an array, not a string",
 		`[{"text":"x","options":["a"]}]`:                         "questions[0] has 1 options; give 2 to 10",
 		`[{"text":"x","options":` + eleven + `}]`:                "questions[0] has 11 options; give 2 to 10",
-		`[{"text":"x","options":["a",3]}]`:                       "questions[0].options[1] must be a string or",
+		`[{"text":"x","options":["a",3]}]`:                       `an option must be a string or {"label":"...","description":"..."}, got 3`,
 		`[{"text":"x","options":["a",{"description":"d"}]}]`:     "questions[0].options[1] has no label",
 		`[{"text":"x","options":["a"," a "]}]`:                   `questions[0] lists the option "a" twice`,
 	} {
@@ -747,6 +749,25 @@ func TestAskUserQuestionTerminalDialogue(t *testing.T) {
 	}
 }
 
+// TestAskUserQuestionTerminal runs telson under script(1), which gives it a
+// terminal of its own, so ASK_TTY asks there.
+func TestAskUserQuestionTerminal(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("script"); err != nil {
+		t.Skip("script(1) is not installed")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), watchdog)
+	defer cancel()
+	args := shellQuote(`{"questions_json":"[{\"text\":\"Which db?\",\"options\":[\"PostgreSQL\",\"SQLite\"]}]"}`)
+	cmd := exec.CommandContext(ctx, "script", "-qc", shellQuote(os.Args[0])+" -ask-tty on call AskUserQuestion "+args, "/dev/null")
+	cmd.Env = append(os.Environ(), "TELSON_RUN_MAIN=1")
+	cmd.Stdin = strings.NewReader("2\n")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "1) PostgreSQL") || !strings.Contains(string(out), `User has answered your questions: "Which db?"="SQLite".`) {
+		t.Errorf("%v: %s", err, out)
+	}
+}
+
 func TestReadImageListed(t *testing.T) {
 	c := startServer(t, "-image-max-edge", "1234")
 	c.initialize("2025-06-18")
@@ -770,4 +791,42 @@ func TestReadImageListed(t *testing.T) {
 	if found != 2 {
 		t.Errorf("found %d of the 2 tools", found)
 	}
+}
+
+// BenchmarkUIShrinkPhoto times ReadImage's scaling of a 4000×3000 photo to
+// 2000×1500 JPEG; BenchmarkUIDecodePhoto, decoding that photo, is the
+// baseline to compare it with.
+func BenchmarkUIShrinkPhoto(b *testing.B) {
+	img, _ := jpeg.Decode(bytes.NewReader(uiBenchPhoto(b)))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, _, _, err := shrinkImage(context.Background(), img, 2000, 5000000); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkUIDecodePhoto(b *testing.B) {
+	data := uiBenchPhoto(b)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := jpeg.Decode(bytes.NewReader(data)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func uiBenchPhoto(b *testing.B) []byte {
+	img := image.NewRGBA(image.Rect(0, 0, 4000, 3000))
+	for y := 0; y < 3000; y++ {
+		for x := 0; x < 4000; x++ {
+			i := img.PixOffset(x, y)
+			img.Pix[i], img.Pix[i+1], img.Pix[i+2], img.Pix[i+3] = uint8(x/16), uint8(y/12), uint8((x^y)&0xff), 255
+		}
+	}
+	var buf bytes.Buffer
+	if err := jpeg.Encode(&buf, img, &jpeg.Options{Quality: 90}); err != nil {
+		b.Fatal(err)
+	}
+	return buf.Bytes()
 }
