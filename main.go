@@ -261,7 +261,7 @@ var configKeys = []configKey{
 	{"STATE_DIR", "~/.telson", "str", "where state files live"},
 	{"MAX_MESSAGE_BYTES", "67108864", "int", "longest input message; a longer line is skipped and answered with an error"},
 	{"IMAGE_MAX_EDGE", "2000", "int", "ReadImage scales down images whose long edge is longer than this many pixels"},
-	{"IMAGE_MAX_BYTES", "5000000", "int", "ReadImage scales down images larger than this many bytes (at most 7000000, so the message stays under 10 MiB)"},
+	{"IMAGE_MAX_BYTES", "5000000", "int", "ReadImage scales down images larger than this many bytes (at most 6000000, so the message stays well under 10 MiB)"},
 	{"ASK_TIMEOUT_MS", "600000", "int", "how long AskUserQuestion waits for the user's answer, in milliseconds"},
 	{"ASK_TTY", "off", "bool", "let AskUserQuestion ask on /dev/tty when the client has no elicitation"},
 }

@@ -64,7 +64,7 @@ Example: {"file_path": "screenshots/home.png"}`, edge, humanBytes(max))
 
 const (
 	imageMaxPixels  = 100_000_000 // a decodable image with more pixels is refused before decoding
-	imageMaxPayload = 7_000_000   // bytes; their base64 stays well under the 10 MiB stdio message cap
+	imageMaxPayload = 6_000_000   // bytes; their base64 (8 MB) stays well under the 10 MiB stdio message cap
 	imageReadCap    = 256 << 20   // a file this large is refused outright
 )
 
@@ -422,6 +422,9 @@ func runAskUserQuestion(ctx context.Context, c *toolCall) toolResult {
 		return errorResult("AskUserQuestion: %v", err)
 	}
 	timeout := time.Duration(c.s.srv.cfg.int("ASK_TIMEOUT_MS")) * time.Millisecond
+	if timeout <= 0 {
+		timeout = 10 * time.Minute
+	}
 	switch {
 	case formElicitation(c.req) && c.req.modern:
 		return askRoundTrip(c, qs, a.QuestionsJSON, timeout)
@@ -463,11 +466,11 @@ func parseQuestions(text string) ([]askQuestion, error) {
 	var w struct {
 		Questions []askQuestion `json:"questions"`
 	}
-	err := json.Unmarshal(data, &w)
+	target := any(&w)
 	if len(data) > 0 && data[0] == '[' {
-		err = json.Unmarshal(data, &w.Questions)
+		target = &w.Questions
 	}
-	if err != nil {
+	if err := json.Unmarshal(data, target); err != nil {
 		return nil, jsonProblem(string(data), err)
 	}
 	qs := w.Questions
@@ -532,7 +535,7 @@ func jsonProblem(text string, err error) error {
 func elicitParams(qs []askQuestion, v string) map[string]any {
 	newer := atLeast(v, version20251125)
 	var props bytes.Buffer
-	var required, msg []string
+	required, msg := []string{}, []string{}
 	add := func(key string, field map[string]any) {
 		kb, _ := json.Marshal(key)
 		fb, _ := marshalJSON(field)
@@ -739,8 +742,8 @@ func ttyDialogue(r *bufio.Reader, w io.Writer, qs []askQuestion) (json.RawMessag
 		}
 		fmt.Fprintf(w, "Answer with %s, or type your own answer (an empty line dismisses the questions): ", map[bool]string{false: "a number", true: "numbers separated by commas"}[q.MultiSelect])
 		line, err := r.ReadString('\n')
-		if line = strings.TrimSpace(line); line == "" && err != nil && !errors.Is(err, io.EOF) {
-			return nil, err
+		if line = strings.TrimSpace(line); err != nil && !errors.Is(err, io.EOF) {
+			return nil, err // a timeout or a cancelled call: a half-typed line is no answer
 		} else if line == "" { // an empty line or end of input (Ctrl-D)
 			return json.RawMessage(`{"action":"cancel"}`), nil
 		}

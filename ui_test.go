@@ -23,6 +23,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"testing/iotest"
 )
 
 // uiWriteFile writes data to dir/name and returns the path.
@@ -741,6 +742,9 @@ func TestAskUserQuestionTerminalDialogue(t *testing.T) {
 	if got := askAnswer(qs, raw).content[0].Text; !strings.Contains(got, `"Which database?"="1, 2", "Which extras?"="2,9"`) {
 		t.Errorf("typed answers: %q", got)
 	}
+	if _, err := ttyDialogue(bufio.NewReader(iotest.TimeoutReader(strings.NewReader("Postgr"))), &out, qs); err != iotest.ErrTimeout {
+		t.Errorf("a half-typed answer at the timeout: %v", err)
+	}
 	for _, in := range []string{"\n", "", "1\n", "1\n\n"} { // an empty line or the end of input dismisses
 		raw, err := ttyDialogue(bufio.NewReader(strings.NewReader(in)), &out, qs)
 		if got := askAnswer(qs, raw).content[0].Text; err != nil || !strings.HasPrefix(got, "User dismissed") {
@@ -769,7 +773,7 @@ func TestAskUserQuestionTerminal(t *testing.T) {
 }
 
 func TestReadImageListed(t *testing.T) {
-	c := startServer(t, "-image-max-edge", "1234")
+	c := startServer(t, "-image-max-edge", "1234", "-image-max-bytes", "99999999")
 	c.initialize("2025-06-18")
 	tools := uiResult(t, c.request("tools/list", nil))["tools"].([]any)
 	found := 0
@@ -778,7 +782,7 @@ func TestReadImageListed(t *testing.T) {
 		switch m["name"] {
 		case "ReadImage":
 			found++
-			if !strings.Contains(m["description"].(string), "larger than 1234 px") {
+			if !strings.Contains(m["description"].(string), "larger than 1234 px on the long edge or 6.0 MB") { // the byte limit is capped
 				t.Errorf("description: %s", m["description"])
 			}
 		case "AskUserQuestion":
