@@ -90,7 +90,8 @@ func uiBMP(w, h int) []byte {
 }
 
 // uiWebP builds a lossless (VP8L) WebP of w×h pixels of one colour: every
-// prefix code is a simple one-symbol code, so the pixels take no bits.
+// prefix code is a simple one-symbol code, so the pixels take no bits
+// (dwebp decodes it to rgb(128,64,192)).
 func uiWebP(w, h int) []byte {
 	var bits []bool
 	put := func(v uint32, n int) {
@@ -187,6 +188,14 @@ func TestReadImageFormats(t *testing.T) {
 		"pic.webp": {"image/webp", "33×17"}, "pic.bmp": {"image/bmp", "20×10"}, "misnamed.txt": {"image/png", "8×8"},
 		"extended.webp": {"image/webp", "100×50"},
 	}
+	for _, name := range []string{"lossy.webp", "alpha.webp"} { // made by cwebp: VP8, and VP8X with an alpha chunk
+		data, err := os.ReadFile(filepath.Join("testdata", "ui", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[name] = data
+	}
+	want["lossy.webp"], want["alpha.webp"] = struct{ mime, dims string }{"image/webp", "41×29"}, struct{ mime, dims string }{"image/webp", "43×31"}
 	for name, data := range files {
 		uiWriteFile(t, dir, name, data)
 	}
