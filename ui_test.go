@@ -17,6 +17,7 @@ import (
 	"image/gif"
 	"image/jpeg"
 	"image/png"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,6 +25,7 @@ import (
 	"syscall"
 	"testing"
 	"testing/iotest"
+	"time"
 )
 
 // uiWriteFile writes data to dir/name and returns the path.
@@ -652,6 +654,23 @@ func TestAskUserQuestionModernRoundTrip(t *testing.T) {
 	}
 }
 
+// TestAskUserQuestionStateExpiry signs a state that lapsed a minute ago
+// with the server's own key: it verifies, and is refused as too late.
+func TestAskUserQuestionStateExpiry(t *testing.T) {
+	t.Parallel()
+	srv := newServer(loadConfig(nil), io.Discard)
+	defer srv.close()
+	past := time.Now().Add(-time.Minute).Unix()
+	params, _ := json.Marshal(map[string]any{"requestState": fmt.Sprintf("%d.%s", past, askStateMAC(srv.stateKey, past, uiQuestions)),
+		"inputResponses": map[string]any{"ask": map[string]any{"action": "accept", "content": map[string]any{"q1": "SQLite"}}}})
+	r := &rpcRequest{s: newSession(srv, io.Discard), params: params, version: versionModern, modern: true}
+	qs, _ := parseQuestions(uiQuestions)
+	res := askRoundTrip(&toolCall{s: r.s, req: r}, qs, uiQuestions, time.Minute)
+	if !res.isError || !strings.Contains(res.content[0].Text, "the answer came after the 1m0s limit") {
+		t.Errorf("got %+v", res)
+	}
+}
+
 func TestAskUserQuestionValidation(t *testing.T) {
 	t.Parallel()
 	c := startServer(t)
@@ -685,7 +704,7 @@ func TestAskUserQuestionValidation(t *testing.T) {
 			t.Errorf("%s:\n want %q\n got  %q", input, want, resultText(res))
 		}
 	}
-	for _, args := range []map[string]any{{}, {"questions_json": ""}, {"questions_json": 5}} {
+	for _, args := range []map[string]any{{}, {"questions_json": ""}, {"questions_json": 5}, {"questions_json": strings.Repeat(" ", 100001)}} {
 		if res := c.callTool("AskUserQuestion", args); !isError(res) {
 			t.Errorf("%v: accepted", args)
 		}
