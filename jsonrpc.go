@@ -164,12 +164,13 @@ func (lr *lineReader) next() (line []byte, tooLong bool, err error) {
 // server is what all sessions of one telson process share: configuration,
 // the stderr log, the tool table, child process tracking and the browser.
 type server struct {
-	cfg     *config
-	log     *logger
-	tools   []*toolEntry // the tool table's enabled rows, in table order
-	procs   *procTracker
-	version string
-	search  *searchState // WebSearch's HTTP client and resting engines
+	cfg      *config
+	log      *logger
+	tools    []*toolEntry // the tool table's enabled rows, in table order
+	procs    *procTracker
+	version  string
+	search   *searchState // WebSearch's HTTP client and resting engines
+	stateKey []byte       // signs requestState in 2026-07-28 round trips; random per process
 
 	mu         sync.Mutex                 // guards toolsCache
 	toolsCache map[string]json.RawMessage // tools/list "tools" arrays by protocol version
@@ -584,8 +585,10 @@ func (s *session) runRequest(ctx context.Context, r *rpcRequest, info methodInfo
 	if result == nil {
 		result = map[string]any{}
 	}
-	if r.modern {
+	if _, set := result["resultType"]; r.modern && !set {
 		result["resultType"] = "complete"
+	}
+	if r.modern {
 		meta, _ := result["_meta"].(map[string]any)
 		if meta == nil {
 			meta = map[string]any{}
@@ -1010,6 +1013,9 @@ type toolResult struct {
 	content    []contentItem
 	structured any // structuredContent, sent from 2025-06-18 to tools with an output schema
 	isError    bool
+	// inputRequired, in the 2026-07-28 era, makes the reply an
+	// InputRequiredResult with these fields (inputRequests, requestState).
+	inputRequired map[string]any
 }
 
 type contentItem struct {
@@ -1056,6 +1062,13 @@ func handleToolsCall(ctx context.Context, r *rpcRequest) (map[string]any, error)
 
 // toolResultMap is the CallToolResult for res, with waiting notices first.
 func (s *session) toolResultMap(v string, d *toolDef, res toolResult) map[string]any {
+	if res.inputRequired != nil && v == versionModern {
+		m := map[string]any{"resultType": "input_required"}
+		for k, x := range res.inputRequired {
+			m[k] = x
+		}
+		return m
+	}
 	content := res.content
 	if notices := s.notices.drain(); len(notices) > 0 {
 		content = append([]contentItem{{Type: "text", Text: strings.Join(notices, "\n")}}, content...)

@@ -40,6 +40,8 @@ import (
 var toolTable = []*toolDef{
 	&bashTool,
 	&webSearchTool,
+	&readImageTool,
+	&askUserQuestionTool,
 }
 
 func main() {
@@ -155,7 +157,7 @@ func serveStdio(ctx context.Context, srv *server, stdin io.Reader, stdout io.Wri
 func newServer(cfg *config, stderr io.Writer) *server {
 	log := &logger{w: stderr}
 	log.level.Store(int32(logLevelIndex(cfg.str("LOG_LEVEL"))))
-	srv := &server{cfg: cfg, log: log, version: buildVersion()}
+	srv := &server{cfg: cfg, log: log, version: buildVersion(), stateKey: newStateKey()}
 	srv.procs = newProcTracker(log)
 	srv.search = newSearchState(srv.version)
 	for _, d := range toolTable {
@@ -281,6 +283,10 @@ var configKeys = []configKey{
 	{"GOOGLE_CSE_ID", "", "str", "Google Programmable Search engine id (cx)"},
 	{"SEARXNG_URL", "", "str", "base URL of a SearXNG instance with JSON output: turns on the searxng engine"},
 	{"GITHUB_TOKEN", "", "str", "token for the github engine (optional; raises GitHub's search rate limit)"},
+	{"IMAGE_MAX_EDGE", "2000", "int", "ReadImage scales down images whose long edge is longer than this many pixels"},
+	{"IMAGE_MAX_BYTES", "5000000", "int", "ReadImage scales down images larger than this many bytes (at most 6000000, so the message stays well under 10 MiB)"},
+	{"ASK_TIMEOUT_MS", "600000", "int", "how long AskUserQuestion waits for the user's answer, in milliseconds"},
+	{"ASK_TTY", "off", "bool", "let AskUserQuestion ask on /dev/tty when the client has no elicitation"},
 }
 
 // configPrefixes: TOOL_<Name>=0 turns a tool off; SEARCH_URL_<ENGINE> is an
