@@ -27,6 +27,7 @@ import (
 	"io"
 	"math"
 	"runtime"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -1100,6 +1101,7 @@ type jsonSchema struct {
 	MaxLength   *int                   `json:"maxLength"`
 	MinItems    *int                   `json:"minItems"`
 	MaxItems    *int                   `json:"maxItems"`
+	Additional  json.RawMessage        `json:"additionalProperties"`
 }
 
 func parseSchema(text string) (*jsonSchema, error) {
@@ -1134,6 +1136,18 @@ func (sc *jsonSchema) checkValue(path string, v any) string {
 		for _, name := range sc.Required {
 			if x, ok := obj[name]; !ok || x == nil {
 				return fmt.Sprintf("%q is required", name)
+			}
+		}
+		if string(sc.Additional) == "false" {
+			for name := range obj {
+				if sc.Properties[name] == nil {
+					known := make([]string, 0, len(sc.Properties))
+					for k := range sc.Properties {
+						known = append(known, k)
+					}
+					sort.Strings(known)
+					return fmt.Sprintf("unknown argument %q (this tool takes %s)", name, strings.Join(known, ", "))
+				}
 			}
 		}
 		for name, prop := range sc.Properties {

@@ -561,6 +561,10 @@ func TestBashExitStatusAndInvalidUTF8(t *testing.T) {
 	if !isError(res) || !strings.Contains(resultText(res), "empty") {
 		t.Errorf("blank command: %v", res)
 	}
+	res = c.callTool("Bash", map[string]any{"command": "true", "timeout_ms": 5})
+	if !isError(res) || !strings.Contains(resultText(res), `unknown argument "timeout_ms" (this tool takes command, timeout)`) {
+		t.Errorf("unknown argument: %v", res)
+	}
 	res = c.callTool("Bash", map[string]any{"command": "true", "timeout": 700000})
 	if !isError(res) || !strings.Contains(resultText(res), `"timeout" must be at most 600000`) {
 		t.Errorf("timeout range: %v", res)
