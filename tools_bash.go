@@ -163,8 +163,8 @@ func newLineStreamer(r *rpcRequest) func(chunk []byte, total int64) {
 // group, and returns what it printed (bounded to limit characters) and how it ended.
 func runShell(ctx context.Context, procs *procTracker, sh *shellState, command string, timeout time.Duration, limit int, stream func([]byte, int64)) (*bashOutcome, error) {
 	// The EXIT trap tells where the command left the shell, on fd 9, so a cd sticks.
-	script := "trap 'builtin pwd -P 2>/dev/null >&9' EXIT\n" + command
-	cmd := exec.Command("bash", "-c", script)
+	cmd := exec.Command("bash", "-c", "")
+	cmd.Args[2] = procs.shellPreamble(cmd) + "trap 'builtin pwd -P 2>/dev/null >&9' EXIT\n" + command
 	cmd.Dir = sh.dir()
 	pr, pw, err := os.Pipe()
 	if err != nil {
@@ -178,7 +178,7 @@ func runShell(ctx context.Context, procs *procTracker, sh *shellState, command s
 	}
 	defer cwdR.Close()
 	cmd.Stdout, cmd.Stderr = pw, pw
-	cmd.ExtraFiles = []*os.File{6: cwdW} // fd 3+6 = 9
+	cmd.ExtraFiles[6] = cwdW // fd 3+6 = 9
 	start := time.Now()
 	err = procs.start(cmd)
 	pw.Close()
@@ -439,6 +439,23 @@ func (pt *procTracker) start(cmd *exec.Cmd) error {
 		fmt.Fprintf(pt.registry, "+%d\n", pgid)
 	}
 	return nil
+}
+
+// shellPreamble readies cmd, a bash -c, to register its own process group
+// with the reaper before it runs anything: without it, a telson killed
+// between starting the shell and registering the group would leave whatever
+// the shell started. It sets cmd.ExtraFiles (fd 8 is the registry) and
+// returns the script line to put first.
+func (pt *procTracker) shellPreamble(cmd *exec.Cmd) string {
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	pt.startReaperLocked()
+	cmd.ExtraFiles = make([]*os.File, 7)
+	if pt.registry == nil {
+		return ""
+	}
+	cmd.ExtraFiles[5] = pt.registry
+	return "builtin echo +$$ >&8; exec 8>&-\n"
 }
 
 // forgetIfGone stops tracking a group once no process is left in it.
