@@ -168,6 +168,7 @@ type server struct {
 	log     *logger
 	tools   []*toolEntry // the tool table's enabled rows, in table order
 	procs   *procTracker
+	skills  *skillCatalog // skills for InvokeSkill and prompts
 	version string
 
 	mu         sync.Mutex                 // guards toolsCache
@@ -199,9 +200,10 @@ func (srv *server) toolsChanged() {
 
 // session is one client connection: stdio has exactly one.
 type session struct {
-	srv     *server
-	notices *noticeQueue
-	shell   *shellState
+	srv      *server
+	notices  *noticeQueue
+	shell    *shellState
+	workflow *sessionWorkflow // plan mode, callbacks, skill watch
 
 	wmu sync.Mutex // guards out
 	out io.Writer
@@ -224,7 +226,7 @@ type inflightRequest struct {
 }
 
 func newSession(srv *server, out io.Writer) *session {
-	return &session{
+	s := &session{
 		srv:      srv,
 		out:      out,
 		notices:  &noticeQueue{},
@@ -233,6 +235,8 @@ func newSession(srv *server, out io.Writer) *session {
 		inflight: map[string]*inflightRequest{},
 		pending:  map[string]chan *rpcMessage{},
 	}
+	s.workflow = newSessionWorkflow(s)
+	return s
 }
 
 // send writes one message as one line. It is the only writer of out.
@@ -448,6 +452,8 @@ func init() {
 		"tools/list":       {handle: handleToolsList},
 		"tools/call":       {handle: handleToolsCall},
 		"logging/setLevel": {handle: handleSetLevel, inline: true},
+		"prompts/list":     {handle: handlePromptsList},
+		"prompts/get":      {handle: handlePromptsGet},
 	}
 }
 
@@ -801,6 +807,7 @@ const serverInstructions = "telson gives you a shell (Bash, and BackgroundBash f
 func (srv *server) capabilities() map[string]any {
 	return map[string]any{
 		"tools":   map[string]any{"listChanged": true},
+		"prompts": map[string]any{"listChanged": true},
 		"logging": map[string]any{},
 	}
 }

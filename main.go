@@ -39,6 +39,10 @@ import (
 // tools/list, tools/call, `telson tools` and `telson call` all come from it.
 var toolTable = []*toolDef{
 	&bashTool,
+	&taskManagerTool,
+	&planModeTool,
+	&invokeSkillTool,
+	&setCallbackTool,
 }
 
 func main() {
@@ -119,6 +123,8 @@ func run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, args []
 // requests finish and answer; when ctx ends it cancels them.
 func serveStdio(ctx context.Context, srv *server, stdin io.Reader, stdout io.Writer) error {
 	s := newSession(srv, stdout)
+	defer s.stopWorkflow() // runs after s.wait below: callbacks and the skill watch end with the session
+	s.watchSkills()
 	srv.log.debugf("serving stdio")
 	readErr := make(chan error, 1)
 	go func() { readErr <- s.serve(ctx, stdin) }() // exits at EOF or a read error; blocked on stdin otherwise
@@ -147,6 +153,8 @@ func newServer(cfg *config, stderr io.Writer) *server {
 	log.level.Store(int32(logLevelIndex(cfg.str("LOG_LEVEL"))))
 	srv := &server{cfg: cfg, log: log, version: buildVersion()}
 	srv.procs = newProcTracker(log)
+	wd, _ := os.Getwd()
+	srv.skills = &skillCatalog{dir: wd}
 	for _, d := range toolTable {
 		if !cfg.toolEnabled(d.name) {
 			continue
@@ -187,6 +195,7 @@ func callOnce(ctx context.Context, srv *server, stdout io.Writer, args []string)
 	raw, _ := json.Marshal(params)
 	s := newSession(srv, io.Discard)
 	s.version = version20251125
+	defer s.stopWorkflow()
 	defer s.wait()
 	r, rerr := s.newRequest(&rpcMessage{JSONRPC: "2.0", ID: json.RawMessage("1"), Method: "tools/call", Params: raw})
 	if rerr != nil {
@@ -258,6 +267,8 @@ var configKeys = []configKey{
 	{"LOG_LEVEL", "info", "str", "least severe level logged to stderr and sent to the client (debug, info, warning, error)"},
 	{"STATE_DIR", "~/.telson", "str", "where state files live"},
 	{"MAX_MESSAGE_BYTES", "67108864", "int", "longest input message; a longer line is skipped and answered with an error"},
+	{"PLAN_MODE_STRICT", "on", "bool", "while PlanMode is active, Bash, BackgroundBash and KillBgTask refuse to run"},
+	{"ADDITIONAL_SKILLS", "", "str", "more skill folders for InvokeSkill and prompts, comma or colon separated, searched last"},
 }
 
 var configPrefixes = []string{"TOOL_"}
