@@ -433,7 +433,9 @@ func wfSkill(t *testing.T, root, name, text string) string {
 func TestWorkflowSkillSearchOrder(t *testing.T) {
 	home, proj, extra := t.TempDir(), t.TempDir(), t.TempDir()
 	t.Setenv("HOME", home)
-	skill := func(where string) string { return "---\nname: dup\ndescription: from " + where + "\n---\nbody from " + where + "\n" }
+	skill := func(where string) string {
+		return "---\nname: dup\ndescription: from " + where + "\n---\nbody from " + where + "\n"
+	}
 	wfSkill(t, filepath.Join(proj, ".claude", "skills"), "dup", skill("project"))
 	wfSkill(t, filepath.Join(proj, ".agents", "skills"), "dup", skill("agents"))
 	wfSkill(t, filepath.Join(home, ".claude", "skills"), "dup", skill("user-claude"))
