@@ -165,7 +165,9 @@ func runTaskManager(ctx context.Context, c *toolCall) toolResult {
 		case len(data) > maxStateSize:
 			err = fmt.Errorf("%d bytes, more than %d", len(data), maxStateSize)
 		default:
-			err = json.Unmarshal(data, tf)
+			if err = json.Unmarshal(data, tf); err == nil {
+				err = tf.check()
+			}
 		}
 		if err != nil && (a.Action != "create" || a.Text == "") {
 			res = errorResult("TaskManager: %s is corrupt (%v); it was left untouched. Fix or move the file, or call {\"action\":\"create\",\"text\":\"...\"} to start a new list (the old file is then kept as %s.corrupt-<time>).", path, err, path)
@@ -191,6 +193,22 @@ func runTaskManager(ctx context.Context, c *toolCall) toolResult {
 		return errorResult("TaskManager: %v", err)
 	}
 	return res
+}
+
+// check rejects entries apply cannot use and makes sure new ids are unused.
+func (tf *taskFile) check() error {
+	for _, t := range tf.Tasks {
+		if t == nil || t.ID == "" || slices.Contains(t.Steps, nil) {
+			return errors.New("a task or step is null or has no id")
+		}
+		n, _ := strconv.Atoi(strings.TrimPrefix(t.ID, "t"))
+		tf.NextID = max(tf.NextID, n+1)
+		for _, s := range t.Steps {
+			n, _ := strconv.Atoi(s.ID[strings.LastIndexByte(s.ID, '.')+1:])
+			t.NextStep = max(t.NextStep, n+1)
+		}
+	}
+	return nil
 }
 
 func (tf *taskFile) ids() string {
@@ -552,14 +570,12 @@ type skillCatalog struct {
 	listing string
 }
 
-// skillRoots lists the skill folders in search order; the first holding a name wins.
+// skillRoots lists the skill folders in search order; the first holding a
+// name wins. The project's folder is .claude/skills, or .agents/skills, in the
+// shell's directory or the nearest parent below home that has one.
 func skillRoots(cfg *config, project string) []skillInfo {
-	proj := filepath.Join(project, ".claude", "skills")
-	if _, err := os.Stat(proj); err != nil {
-		proj = filepath.Join(project, ".agents", "skills")
-	}
-	roots := []skillInfo{{path: proj, source: "Project Skill"}}
 	home, herr := os.UserHomeDir()
+	roots := []skillInfo{{path: projectSkills(project, home), source: "Project Skill"}}
 	if herr == nil {
 		roots = append(roots, skillInfo{path: filepath.Join(home, ".claude", "skills"), source: "User Skill"},
 			skillInfo{path: filepath.Join(home, ".telson", "skills"), source: "User Skill"})
@@ -573,6 +589,20 @@ func skillRoots(cfg *config, project string) []skillInfo {
 		}
 	}
 	return roots
+}
+
+func projectSkills(dir, home string) string {
+	for d := dir; d != home; d = filepath.Dir(d) {
+		for _, p := range []string{filepath.Join(d, ".claude", "skills"), filepath.Join(d, ".agents", "skills")} {
+			if fi, err := os.Stat(p); err == nil && fi.IsDir() {
+				return p
+			}
+		}
+		if d == filepath.Dir(d) {
+			break
+		}
+	}
+	return filepath.Join(dir, ".claude", "skills")
 }
 
 // refresh re-reads the skills when the project or a folder changed, and
@@ -631,10 +661,7 @@ func (sc *skillCatalog) refresh(srv *server, project string) int64 {
 	if len(sc.skills) == 0 {
 		list.WriteString("(none found)\n")
 	}
-	list.WriteString(strings.Join(skipped, "") + "Skill folders, in search order:")
-	for _, r := range roots {
-		list.WriteString(" " + r.path)
-	}
+	list.WriteString(strings.Join(skipped, "") + "Skill folders, in search order: .claude/skills (or .agents/skills) in the shell's directory or its nearest parent having one, ~/.claude/skills, ~/.telson/skills, then ADDITIONAL_SKILLS.")
 	if list.String() != sc.listing {
 		sc.listing, sc.gen = list.String(), sc.gen+1
 	}
@@ -784,13 +811,16 @@ func (s *session) loadSkill(name, args string) (skillInfo, string, error) {
 	sc.mu.Unlock()
 	i := slices.IndexFunc(skills, func(sk skillInfo) bool { return sk.name == name })
 	if i < 0 {
-		names := []string{}
+		names := []string{"none"}
 		for _, sk := range skills {
 			names = append(names, sk.name)
 		}
+		if len(names) > 1 {
+			names = names[1:]
+		}
 		dist := func(n string) int { return editDistance(strings.ToLower(n), strings.ToLower(name)) }
 		sort.SliceStable(names, func(i, j int) bool { return dist(names[i]) < dist(names[j]) })
-		return skillInfo{}, "", fmt.Errorf("skill %q not found; closest: %s (the tool's description lists them all)", name, strings.Join(append(names[:min(3, len(names))], "none")[:max(1, min(3, len(names)))], ", "))
+		return skillInfo{}, "", fmt.Errorf("skill %q not found; closest: %s (the tool's description lists them all)", name, strings.Join(names[:min(3, len(names))], ", "))
 	}
 	b, err := os.ReadFile(skills[i].path)
 	if err == nil {
@@ -810,7 +840,11 @@ func editDistance(a, b string) int {
 	for i := 1; i <= len(a); i++ {
 		cur := append(make([]int, 0, len(b)+1), i)
 		for j := 1; j <= len(b); j++ {
-			cur = append(cur, min(prev[j]+1, cur[j-1]+1, prev[j-1]+map[bool]int{true: 0, false: 1}[a[i-1] == b[j-1]]))
+			subst := prev[j-1]
+			if a[i-1] != b[j-1] {
+				subst++
+			}
+			cur = append(cur, min(prev[j]+1, cur[j-1]+1, subst))
 		}
 		prev = cur
 	}

@@ -309,6 +309,13 @@ func TestWorkflowTaskManagerCorruptFile(t *testing.T) {
 		t.Fatalf("backup holds %q", b)
 	}
 	wfCall(t, c, "TaskManager", map[string]any{"action": "list"}, false, `* t1 "fresh"`)
+
+	// Valid JSON that is not a usable list is corrupt too; ids never repeat in a hand-edited file.
+	os.WriteFile(path, []byte(`{"tasks":[null]}`), 0o600)
+	wfCall(t, c, "TaskManager", map[string]any{"action": "list"}, true, "corrupt", "null")
+	os.WriteFile(path, []byte(`{"tasks":[{"id":"t7","title":"hand","steps":[{"id":"t7.4","text":"s"}]}],"current":"t7"}`), 0o600)
+	wfCall(t, c, "TaskManager", map[string]any{"action": "add", "text": "next"}, false, "Added step t7.5")
+	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "next"}, false, "Created task t8")
 }
 
 func TestWorkflowTaskManagerFullListDropsOldestDone(t *testing.T) {
@@ -444,7 +451,8 @@ func TestWorkflowSkillSearchOrder(t *testing.T) {
 	wfSkill(t, extra, "only-extra", "---\ndescription: extra only\n---\nx\n")
 	c := startServer(t, "-state-dir", t.TempDir(), "-additional-skills", extra)
 	c.initialize("2025-06-18")
-	wfCall(t, c, "Bash", map[string]any{"command": "cd " + proj}, false)
+	os.MkdirAll(filepath.Join(proj, "src", "deep"), 0o755)
+	wfCall(t, c, "Bash", map[string]any{"command": "cd " + filepath.Join(proj, "src", "deep")}, false)
 	for _, where := range []string{"project", "agents", "user-claude", "user-telson", "extra"} {
 		res := wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "dup"}, false, "body from "+where)
 		if where == "project" && !strings.HasPrefix(resultText(res), "[skill: dup | Project Skill | path: "+filepath.Join(proj, ".claude", "skills", "dup", "SKILL.md")+"]") {
