@@ -533,7 +533,7 @@ func runPlanMode(ctx context.Context, c *toolCall) toolResult {
 		v["goal"], v["plan_file"], v["started_at"] = p.goal, p.file, p.started.UTC().Format(time.RFC3339)
 	}
 	if a.Action == "json" {
-		b, _ := json.Marshal(v)
+		b, _ := marshalJSON(v)
 		text = string(b)
 	}
 	if a.Action == "exit" {

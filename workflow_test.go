@@ -697,3 +697,65 @@ func TestWorkflowCallbacks(t *testing.T) {
 	}
 	cbk(true, map[string]any{"message": "m", "delay_seconds": 5}, "Error: callback slots not available")
 }
+
+// BenchmarkWorkflowSkillCatalog compares a refresh that finds nothing
+// changed (what every tool call and the two-second watch cost) with a full
+// re-read of 50 skills.
+func BenchmarkWorkflowSkillCatalog(b *testing.B) {
+	root := b.TempDir()
+	for i := 0; i < 50; i++ {
+		p := filepath.Join(root, fmt.Sprintf("skill-%02d", i), "SKILL.md")
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		os.WriteFile(p, []byte(fmt.Sprintf("---\nname: skill-%02d\ndescription: >\n  does thing %d\n---\nbody $ARGUMENTS\n", i, i)), 0o644)
+	}
+	srv := newServer(loadConfig(map[string]string{"ADDITIONAL_SKILLS": root}), io.Discard)
+	srv.skills.refresh(srv, root)
+	b.Run("unchanged", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			srv.skills.refresh(srv, root)
+		}
+	})
+	b.Run("rescan", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			srv.skills.mu.Lock()
+			srv.skills.sig = ""
+			srv.skills.mu.Unlock()
+			srv.skills.refresh(srv, root)
+		}
+	})
+}
+
+// BenchmarkWorkflowTaskFile measures TaskManager calls that write (lock,
+// read, fsync'd atomic replace) and that only read, against the baseline of a
+// plain os.WriteFile of the same 51-step file.
+func BenchmarkWorkflowTaskFile(b *testing.B) {
+	dir := b.TempDir()
+	srv := newServer(loadConfig(map[string]string{"STATE_DIR": dir}), io.Discard)
+	s := newSession(srv, io.Discard)
+	defer s.stopWorkflow()
+	ctx := context.Background()
+	runTaskManager(ctx, &toolCall{s: s, args: json.RawMessage(`{"action":"create","text":"bench"}`)})
+	for i := 0; i < 50; i++ {
+		runTaskManager(ctx, &toolCall{s: s, args: json.RawMessage(`{"action":"add","text":"a step of moderate length"}`)})
+	}
+	data, _ := os.ReadFile(filepath.Join(dir, "tasks.json"))
+	b.Run("baseline-writefile", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			os.WriteFile(filepath.Join(dir, "plain.json"), data, 0o600)
+		}
+	})
+	runTaskManager(ctx, &toolCall{s: s, args: json.RawMessage(`{"action":"create","text":"other"}`)})
+	b.Run("switch", func(b *testing.B) { // each switch changes the file: lock, read, fsync, rename
+		for i := 0; i < b.N; i++ {
+			res := runTaskManager(ctx, &toolCall{s: s, args: json.RawMessage(fmt.Sprintf(`{"action":"switch","task_id":"t%d"}`, 1+i%2))})
+			if res.isError {
+				b.Fatal(res.content[0].Text)
+			}
+		}
+	})
+	b.Run("list", func(b *testing.B) { // lock and read only
+		for i := 0; i < b.N; i++ {
+			runTaskManager(ctx, &toolCall{s: s, args: json.RawMessage(`{"action":"list"}`)})
+		}
+	})
+}
