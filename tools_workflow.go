@@ -94,6 +94,7 @@ var taskManagerTool = toolDef{
 - complete: mark step_id done (t1.2, or just 2 for the current task or task_id); without step_id, complete the whole task.
 - list: every task with progress (done/total), the current one marked *. pending: open steps of the current task (or task_id).
 - switch: make task_id the current task. query: an optional case-insensitive filter for list and pending.
+Limits: 200 tasks (when full, create drops the oldest completed task), 100 steps a task, 500 characters of text.
 
 Example: {"action": "add", "text": "write the migration"}`,
 	input: `{"type":"object","properties":{
@@ -414,11 +415,6 @@ Example: {"action": "enter", "goal": "move the config loader to its own package"
 
 var nonSlug = regexp.MustCompile(`[^a-z0-9]+`)
 
-func lstatErr(path string) error {
-	_, err := os.Lstat(path)
-	return err
-}
-
 // planState is a session's plan mode.
 type planState struct {
 	mu      sync.Mutex // guards the fields below
@@ -473,7 +469,10 @@ func runPlanMode(ctx context.Context, c *toolCall) toolResult {
 				slug = "plan"
 			}
 			file = filepath.Join(dir, slug+".md")
-			for n := 2; !errors.Is(lstatErr(file), os.ErrNotExist); n++ { // a new file each time: never a stale plan
+			for n := 2; ; n++ { // a new file each time: never a stale plan
+				if _, err := os.Lstat(file); errors.Is(err, os.ErrNotExist) {
+					break
+				}
 				file = filepath.Join(dir, fmt.Sprintf("%s-%d.md", slug, n))
 			}
 		} else if fi, err := os.Stat(file); err == nil && fi.IsDir() {
@@ -654,9 +653,13 @@ func (sc *skillCatalog) refresh(srv *server, project string) int64 {
 		sc.skills = append(sc.skills, f)
 	}
 	sort.Slice(sc.skills, func(i, j int) bool { return sc.skills[i].name < sc.skills[j].name })
-	for _, sk := range sc.skills {
-		d := []rune(strings.Join(strings.Fields(sk.description), " "))
-		fmt.Fprintf(&list, "- %s: %s\n", sk.name, string(d[:min(len(d), 250)]))
+	for i, sk := range sc.skills {
+		if d := []rune(strings.Join(strings.Fields(sk.description), " ")); i < 200 {
+			fmt.Fprintf(&list, "- %s: %s\n", sk.name, string(d[:min(len(d), 250)]))
+		}
+	}
+	if len(sc.skills) > 200 {
+		fmt.Fprintf(&list, "(+%d more skills not listed; prompts/list names them all)\n", len(sc.skills)-200)
 	}
 	if len(sc.skills) == 0 {
 		list.WriteString("(none found)\n")
