@@ -43,14 +43,18 @@ func withStateLock(ctx context.Context, path string, fn func() error) error {
 	if err != nil {
 		return fmt.Errorf("lock: %w", err)
 	}
-	defer f.Close()                                                                       // closing releases the flock
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) { // holders keep it for milliseconds
+	defer f.Close() // closing releases the flock
+	// Holders keep the lock for milliseconds, so polling is cheap.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
 		if err == nil {
 			return fn()
 		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) || ctx.Err() != nil || time.Now().After(deadline) {
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
 			return fmt.Errorf("lock %s.lock: %w", path, err)
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			return fmt.Errorf("lock %s.lock: another process holds it; try again", path)
 		}
 	}
 }

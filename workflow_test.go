@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -758,4 +759,24 @@ func BenchmarkWorkflowTaskFile(b *testing.B) {
 			runTaskManager(ctx, &toolCall{s: s, args: json.RawMessage(`{"action":"list"}`)})
 		}
 	})
+}
+
+// A lock another process holds makes a call fail after a while instead of hanging.
+func TestWorkflowTaskManagerLockHeld(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	c := startServer(t, "-state-dir", dir)
+	c.initialize("2025-06-18")
+	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "x"}, false)
+	f, err := os.OpenFile(filepath.Join(dir, "tasks.json.lock"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	wfCall(t, c, "TaskManager", map[string]any{"action": "list"}, true, "another process holds it")
+	syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	wfCall(t, c, "TaskManager", map[string]any{"action": "list"}, false, `* t1 "x"`)
 }
