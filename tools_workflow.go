@@ -818,12 +818,12 @@ func (s *session) loadSkill(name, args string) (skillInfo, string, error) {
 	sc.mu.Unlock()
 	i := slices.IndexFunc(skills, func(sk skillInfo) bool { return sk.name == name })
 	if i < 0 {
-		names := []string{"none"}
+		if len(skills) == 0 {
+			return skillInfo{}, "", fmt.Errorf("skill %q not found: no skills are available", name)
+		}
+		var names []string
 		for _, sk := range skills {
 			names = append(names, sk.name)
-		}
-		if len(names) > 1 {
-			names = names[1:]
 		}
 		dist := func(n string) int { return editDistance(strings.ToLower(n), strings.ToLower(name)) }
 		sort.SliceStable(names, func(i, j int) bool { return dist(names[i]) < dist(names[j]) })
