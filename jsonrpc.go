@@ -170,8 +170,9 @@ type server struct {
 	tools    []*toolEntry // the tool table's enabled rows, in table order
 	procs    *procTracker
 	version  string
-	search   *searchState // WebSearch's HTTP client and resting engines
-	stateKey []byte       // signs requestState in 2026-07-28 round trips; random per process
+	search   *searchState  // WebSearch's HTTP client and resting engines
+	stateKey []byte        // signs requestState in 2026-07-28 round trips; random per process
+	skills   *skillCatalog // skills for InvokeSkill and prompts
 
 	mu         sync.Mutex                 // guards toolsCache
 	toolsCache map[string]json.RawMessage // tools/list "tools" arrays by protocol version
@@ -202,9 +203,10 @@ func (srv *server) toolsChanged() {
 
 // session is one client connection: stdio has exactly one.
 type session struct {
-	srv     *server
-	notices *noticeQueue
-	shell   *shellState
+	srv      *server
+	notices  *noticeQueue
+	shell    *shellState
+	workflow *sessionWorkflow // plan mode, callbacks, skill watch
 
 	wmu sync.Mutex // guards out
 	out io.Writer
@@ -227,7 +229,7 @@ type inflightRequest struct {
 }
 
 func newSession(srv *server, out io.Writer) *session {
-	return &session{
+	s := &session{
 		srv:      srv,
 		out:      out,
 		notices:  &noticeQueue{},
@@ -236,6 +238,8 @@ func newSession(srv *server, out io.Writer) *session {
 		inflight: map[string]*inflightRequest{},
 		pending:  map[string]chan *rpcMessage{},
 	}
+	s.workflow = newSessionWorkflow(s)
+	return s
 }
 
 // send writes one message as one line. It is the only writer of out.
@@ -460,6 +464,8 @@ func init() {
 		"tools/list":       {handle: handleToolsList},
 		"tools/call":       {handle: handleToolsCall},
 		"logging/setLevel": {handle: handleSetLevel, inline: true},
+		"prompts/list":     {handle: handlePromptsList},
+		"prompts/get":      {handle: handlePromptsGet},
 	}
 }
 
@@ -818,6 +824,7 @@ const serverInstructions = "telson gives you a shell (Bash, and BackgroundBash f
 func (srv *server) capabilities() map[string]any {
 	return map[string]any{
 		"tools":   map[string]any{"listChanged": true},
+		"prompts": map[string]any{"listChanged": true},
 		"logging": map[string]any{},
 	}
 }

@@ -42,6 +42,10 @@ var toolTable = []*toolDef{
 	&webSearchTool,
 	&readImageTool,
 	&askUserQuestionTool,
+	&taskManagerTool,
+	&planModeTool,
+	&invokeSkillTool,
+	&setCallbackTool,
 }
 
 func main() {
@@ -131,6 +135,8 @@ func run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, args []
 // requests finish and answer; when ctx ends it cancels them.
 func serveStdio(ctx context.Context, srv *server, stdin io.Reader, stdout io.Writer) error {
 	s := newSession(srv, stdout)
+	defer s.stopWorkflow() // runs after s.wait below: callbacks and the skill watch end with the session
+	s.watchSkills()
 	srv.log.debugf("serving stdio")
 	readErr := make(chan error, 1)
 	go func() { readErr <- s.serve(ctx, stdin) }() // exits at EOF or a read error; blocked on stdin otherwise
@@ -160,6 +166,8 @@ func newServer(cfg *config, stderr io.Writer) *server {
 	srv := &server{cfg: cfg, log: log, version: buildVersion(), stateKey: newStateKey()}
 	srv.procs = newProcTracker(log)
 	srv.search = newSearchState(srv.version)
+	wd, _ := os.Getwd()
+	srv.skills = &skillCatalog{dir: wd}
 	for _, d := range toolTable {
 		if !cfg.toolEnabled(d.name) {
 			continue
@@ -201,6 +209,7 @@ func callOnce(ctx context.Context, srv *server, stdout io.Writer, args []string)
 	raw, _ := json.Marshal(params)
 	s := newSession(srv, io.Discard)
 	s.version = version20251125
+	defer s.stopWorkflow()
 	defer s.wait()
 	r, rerr := s.newRequest(&rpcMessage{JSONRPC: "2.0", ID: json.RawMessage("1"), Method: "tools/call", Params: raw})
 	if rerr != nil {
@@ -287,6 +296,8 @@ var configKeys = []configKey{
 	{"IMAGE_MAX_BYTES", "5000000", "int", "ReadImage scales down images larger than this many bytes (at most 6000000, so the message stays well under 10 MiB)"},
 	{"ASK_TIMEOUT_MS", "600000", "int", "how long AskUserQuestion waits for the user's answer, in milliseconds"},
 	{"ASK_TTY", "off", "bool", "let AskUserQuestion ask on /dev/tty when the client has no elicitation"},
+	{"PLAN_MODE_STRICT", "on", "bool", "while PlanMode is active, Bash, BackgroundBash and KillBgTask refuse to run"},
+	{"ADDITIONAL_SKILLS", "", "str", "more skill folders for InvokeSkill and prompts, comma or colon separated, searched last"},
 }
 
 // configPrefixes: TOOL_<Name>=0 turns a tool off; SEARCH_URL_<ENGINE> is an

@@ -76,6 +76,9 @@ type bashOutcome struct {
 }
 
 func runBash(ctx context.Context, c *toolCall) toolResult {
+	if res, refused := c.s.planGate("Bash"); refused {
+		return res
+	}
 	var a bashArgs
 	if err := json.Unmarshal(c.args, &a); err != nil {
 		return errorResult("Bash: invalid arguments: %v", err)
