@@ -3,11 +3,14 @@
 // table, the lifecycle of both protocol eras (legacy initialize, and the
 // stateless 2026-07-28 era with per-request _meta), tools/list and
 // tools/call from the tool table, argument checking against each tool's
-// schema, progress, logging, server-to-client requests and the notice queue.
+// schema, progress, logging, server-to-client requests and the notice queue;
+// and the HTTP transports: Streamable HTTP on /mcp (both eras) and the
+// 2024-11-05 HTTP+SSE transport on /sse and /messages.
 //
 // Rules:
-//   - only session.send writes to the client: one message per line, written
-//     whole under wmu, so messages never interleave;
+//   - only session.send writes to the session's output: one message per
+//     line, written whole under wmu, so messages never interleave; over HTTP
+//     a request's own messages go to its POST's reply instead (see route);
 //   - every request runs in its own goroutine with its own context;
 //     notifications/cancelled cancels that context and no reply is sent;
 //   - a handler's panic becomes -32603 with its stack on stderr, and the
@@ -20,12 +23,18 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
+	"crypto/subtle"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math"
+	"net"
+	"net/http"
+	"net/url"
 	"runtime"
 	"strconv"
 	"strings"
@@ -66,6 +75,7 @@ const (
 	codeMethodNotFound     = -32601
 	codeInvalidParams      = -32602
 	codeInternalError      = -32603
+	codeHeaderMismatch     = -32020
 	codeUnsupportedVersion = -32022
 )
 
@@ -235,21 +245,70 @@ func newSession(srv *server, out io.Writer) *session {
 	}
 }
 
-// send writes one message as one line. It is the only writer of out.
-func (s *session) send(msg any) error {
+// encodeLine encodes msg as one line of JSON ending in '\n'.
+func encodeLine(msg any) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(msg); err != nil { // Encode ends the line with '\n'
-		s.srv.log.errorf("send: encode: %v", err)
-		return fmt.Errorf("send: %w", err)
+		return nil, fmt.Errorf("send: encode: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// send writes one message as one line. It is the only writer of out.
+func (s *session) send(msg any) error {
+	b, err := encodeLine(msg)
+	if err != nil {
+		s.srv.log.errorf("%v", err)
+		return err
 	}
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	if _, err := s.out.Write(buf.Bytes()); err != nil {
+	if _, err := s.out.Write(b); err != nil {
 		return fmt.Errorf("send: %w", err)
 	}
 	return nil
+}
+
+// errNoStream says a route cannot carry a message; it goes to the session's output instead.
+var errNoStream = errors.New("send: no stream to the client")
+
+// routeKey keys, in a request's context, the route of the messages about
+// that request (progress, logs, server-to-client requests): an HTTP POST's
+// reply. Without one they go to the session's output.
+type routeKey struct{}
+
+func withRoute(ctx context.Context, out func(msg any) error) context.Context {
+	return context.WithValue(ctx, routeKey{}, out)
+}
+
+func routeOf(ctx context.Context) func(msg any) error {
+	out, _ := ctx.Value(routeKey{}).(func(msg any) error)
+	return out
+}
+
+// sendVia sends msg on out when there is one that takes it, else on the session's output.
+func (s *session) sendVia(out func(msg any) error, msg any) error {
+	if out != nil {
+		if err := out(msg); !errors.Is(err, errNoStream) {
+			return err
+		}
+	}
+	return s.send(msg)
+}
+
+// reply sends a reply (a message or a batch's array); nil sends nothing.
+func (s *session) reply(msg any) {
+	if msg != nil {
+		s.send(msg)
+	}
+}
+
+// close ends the session: its running requests are cancelled and what it
+// owns is released.
+func (s *session) close() {
+	s.cancelAll()
 }
 
 func (s *session) sendMessage(m *rpcMessage) {
@@ -259,12 +318,19 @@ func (s *session) sendMessage(m *rpcMessage) {
 }
 
 // notify sends a notification to the client.
-func (s *session) notify(method string, params any) {
-	s.send(struct {
+func (s *session) notify(method string, params any) { s.send(notification(method, params)) }
+
+func notification(method string, params any) any {
+	return struct {
 		JSONRPC string `json:"jsonrpc"`
 		Method  string `json:"method"`
 		Params  any    `json:"params,omitempty"`
-	}{"2.0", method, params})
+	}{"2.0", method, params}
+}
+
+// notify sends a notification about request r on its route.
+func (r *rpcRequest) notify(method string, params any) {
+	r.s.sendVia(r.out, notification(method, params))
 }
 
 // serve reads messages from r until EOF or a read error, dispatching each.
@@ -283,7 +349,7 @@ func (s *session) serve(ctx context.Context, r io.Reader) error {
 			s.sendMessage(errorMessage(nil, newRPCError(codeInvalidRequest, "invalid request: message longer than %d bytes skipped", lr.max)))
 			continue
 		}
-		s.handleLine(ctx, line, s.sendMessage)
+		s.handleLine(ctx, line, s.reply)
 	}
 }
 
@@ -300,11 +366,12 @@ func (s *session) cancelAll() {
 }
 
 // handleLine handles one line: a message or, where the version allows, a
-// batch. done receives the reply (a message or an array), once, or nil
-// when nothing is to be sent.
-func (s *session) handleLine(ctx context.Context, line []byte, done func(*rpcMessage)) {
+// batch. done receives the reply (a *rpcMessage or an array) exactly once,
+// or nil when nothing is to be sent.
+func (s *session) handleLine(ctx context.Context, line []byte, done func(reply any)) {
 	line = bytes.TrimSpace(line)
 	if len(line) == 0 {
+		done(nil)
 		return
 	}
 	if !json.Valid(line) {
@@ -314,7 +381,7 @@ func (s *session) handleLine(ctx context.Context, line []byte, done func(*rpcMes
 		return
 	}
 	if line[0] == '[' {
-		s.handleBatch(ctx, line)
+		s.handleBatch(ctx, line, done)
 		return
 	}
 	var m rpcMessage
@@ -326,12 +393,18 @@ func (s *session) handleLine(ctx context.Context, line []byte, done func(*rpcMes
 		done(errorMessage(id, newRPCError(codeInvalidRequest, "invalid request: %v", err)))
 		return
 	}
-	s.handleMessage(ctx, &m, done)
+	s.handleMessage(ctx, &m, func(reply *rpcMessage) {
+		if reply == nil {
+			done(nil) // not a nil *rpcMessage in an interface
+		} else {
+			done(reply)
+		}
+	})
 }
 
 // handleBatch answers a JSON array of messages with an array of replies,
 // for the versions that have batches (before 2025-06-18).
-func (s *session) handleBatch(ctx context.Context, line []byte) {
+func (s *session) handleBatch(ctx context.Context, line []byte, done func(reply any)) {
 	s.mu.Lock()
 	v := s.version
 	s.mu.Unlock()
@@ -343,7 +416,7 @@ func (s *session) handleBatch(ctx context.Context, line []byte) {
 		} else if len(items) == 0 {
 			why = "empty batch"
 		}
-		s.sendMessage(errorMessage(nil, newRPCError(codeInvalidRequest, "invalid request: %s", why)))
+		done(errorMessage(nil, newRPCError(codeInvalidRequest, "invalid request: %s", why)))
 		return
 	}
 	var (
@@ -381,7 +454,9 @@ func (s *session) handleBatch(ctx context.Context, line []byte) {
 		defer s.wg.Done()
 		wg.Wait()
 		if len(replies) > 0 {
-			s.send(replies)
+			done(replies)
+		} else {
+			done(nil)
 		}
 	}()
 }
@@ -427,6 +502,7 @@ type rpcRequest struct {
 	caps          map[string]json.RawMessage
 	logLevel      int // modern era: the request's own log level; -1 when none
 	progressToken json.RawMessage
+	out           func(msg any) error // where messages about the request go (see routeKey); nil: the session's output
 
 	progressMu   sync.Mutex // guards lastProgress
 	lastProgress float64
@@ -466,6 +542,7 @@ func (s *session) startRequest(ctx context.Context, m *rpcMessage, done func(*rp
 		done(errorMessage(m.ID, rerr))
 		return
 	}
+	r.out = routeOf(ctx)
 	key := idKey(m.ID)
 	reqCtx, cancel := context.WithCancel(ctx)
 	s.mu.Lock()
@@ -646,7 +723,8 @@ func (s *session) request(ctx context.Context, method string, params any) (json.
 	ch := make(chan *rpcMessage, 1)
 	s.pending[idKey(id)] = ch
 	s.mu.Unlock()
-	if err := s.send(&struct {
+	out := routeOf(ctx)
+	if err := s.sendVia(out, &struct {
 		JSONRPC string          `json:"jsonrpc"`
 		ID      json.RawMessage `json:"id"`
 		Method  string          `json:"method"`
@@ -667,7 +745,7 @@ func (s *session) request(ctx context.Context, method string, params any) (json.
 		s.mu.Lock()
 		delete(s.pending, idKey(id))
 		s.mu.Unlock()
-		s.notify("notifications/cancelled", map[string]any{"requestId": id, "reason": ctx.Err().Error()})
+		s.sendVia(out, notification("notifications/cancelled", map[string]any{"requestId": id, "reason": ctx.Err().Error()}))
 		return nil, fmt.Errorf("%s: %w", method, ctx.Err())
 	}
 }
@@ -697,7 +775,7 @@ func (r *rpcRequest) progress(progress, total float64, message string) {
 	if message != "" && atLeast(r.version, version20250326) {
 		p["message"] = message
 	}
-	r.s.notify("notifications/progress", p)
+	r.notify("notifications/progress", p)
 }
 
 // Logging levels of RFC 5424, least severe first.
@@ -716,12 +794,15 @@ func logLevelIndex(name string) int {
 // logToClient sends notifications/message at level when the client wants it.
 // A session only ever served in the 2026-07-28 era gets none (that era sends
 // them only for requests that ask).
-func (s *session) logToClient(level, logger string, data any) {
+func (s *session) logToClient(level, logger string, data any) { s.logVia(nil, level, logger, data) }
+
+// logVia is logToClient on route out.
+func (s *session) logVia(out func(msg any) error, level, logger string, data any) {
 	s.mu.Lock()
 	ok := s.version != "" && logLevelIndex(level) >= s.logLevel
 	s.mu.Unlock()
 	if ok {
-		s.notify("notifications/message", map[string]any{"level": level, "logger": logger, "data": data})
+		s.sendVia(out, notification("notifications/message", map[string]any{"level": level, "logger": logger, "data": data}))
 	}
 }
 
@@ -730,11 +811,11 @@ func (s *session) logToClient(level, logger string, data any) {
 func (r *rpcRequest) log(level string, data any) {
 	if r.modern {
 		if r.logLevel >= 0 && logLevelIndex(level) >= r.logLevel {
-			r.s.notify("notifications/message", map[string]any{"level": level, "logger": "telson", "data": data})
+			r.notify("notifications/message", map[string]any{"level": level, "logger": "telson", "data": data})
 		}
 		return
 	}
-	r.s.logToClient(level, "telson", data)
+	r.s.logVia(r.out, level, "telson", data)
 }
 
 // noticeQueue holds one-line notices for the agent (a background task ended,
@@ -1233,3 +1314,638 @@ func (l *logger) debugf(format string, a ...any) { l.logf(0, format, a...) }
 func (l *logger) infof(format string, a ...any)  { l.logf(1, format, a...) }
 func (l *logger) warnf(format string, a ...any)  { l.logf(3, format, a...) }
 func (l *logger) errorf(format string, a ...any) { l.logf(4, format, a...) }
+
+// httpHandler serves MCP over HTTP: Streamable HTTP on /mcp, with sessions
+// in the legacy era and stateless in the 2026-07-28 era, and the 2024-11-05
+// HTTP+SSE transport on /sse and /messages. Every request first passes the
+// Host (DNS rebinding), Origin and bearer-token checks.
+type httpHandler struct {
+	srv         *server
+	token       string   // the bearer token every request must carry; "" for none
+	origins     []string // allowed Origin values besides loopback ones
+	hosts       []string // allowed Host names besides loopback ones
+	boundHost   string   // the listening host when it is a specific non-loopback one
+	anyIPHost   bool     // listening on every interface: any IP-literal Host is allowed
+	maxBody     int64
+	maxSessions int
+	idle        time.Duration
+	modern      *session         // serves the stateless 2026-07-28 era
+	now         func() time.Time // the clock (tests replace it)
+
+	mu       sync.Mutex // guards sessions
+	sessions map[string]*httpSession
+}
+
+// httpSession is one legacy-era session and its server-to-client stream.
+type httpSession struct {
+	id string
+	s  *session
+
+	mu       sync.Mutex // guards the fields below
+	stream   *sseStream // the open GET (or /sse) stream; nil when none
+	busy     int        // POSTs being handled, plus an open stream
+	lastUsed time.Time
+	ended    bool
+}
+
+// sseStream is an open text/event-stream response.
+type sseStream struct {
+	mu    sync.Mutex // guards w and ended
+	w     http.ResponseWriter
+	ended bool
+	done  chan struct{} // closed by end
+}
+
+// httpReply is one POST's answer: JSON when only the response is sent, SSE
+// once a message about the request (progress, log, server request) comes first.
+type httpReply struct {
+	mu     sync.Mutex // guards the fields below and writes to w
+	w      http.ResponseWriter
+	canSSE bool // the client accepts text/event-stream
+	sse    bool // the reply is an SSE stream
+	closed bool // the response has been sent, or the handler returned
+}
+
+const httpShutdownGrace = 3 * time.Second
+
+func newHTTPHandler(srv *server, host string) *httpHandler {
+	cfg := srv.cfg
+	h := &httpHandler{
+		srv: srv, token: cfg.str("HTTP_TOKEN"), origins: splitList(cfg.str("HTTP_ORIGINS")), hosts: splitList(cfg.str("HTTP_HOSTS")),
+		maxBody: int64(cfg.int("HTTP_MAX_BODY_BYTES")), maxSessions: max(cfg.int("HTTP_MAX_SESSIONS"), 1),
+		idle: time.Duration(cfg.int("HTTP_SESSION_IDLE_MS")) * time.Millisecond, now: time.Now, sessions: map[string]*httpSession{},
+	}
+	h.modern = newSession(srv, noStream{})
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		h.anyIPHost = true
+	} else if !isLoopbackHost(host) {
+		h.boundHost = host
+	}
+	return h
+}
+
+func splitList(v string) []string {
+	var out []string
+	for _, x := range strings.Split(v, ",") {
+		if x = strings.TrimSpace(x); x != "" {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+func isLoopbackHost(host string) bool {
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return strings.EqualFold(host, "localhost") || (ip != nil && ip.IsLoopback())
+}
+
+// randomHex is n bytes from crypto/rand in hex: session ids and tokens.
+func randomHex(n int) (string, error) {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("random: %w", err)
+	}
+	return hex.EncodeToString(b), nil
+}
+
+// noStream is the output of a session that has no server-to-client stream.
+type noStream struct{}
+
+func (noStream) Write(p []byte) (int, error) { return 0, errNoStream }
+
+// httpFail answers with status and a JSON-RPC error body.
+func httpFail(w http.ResponseWriter, status int, id json.RawMessage, e *rpcError) {
+	b, _ := encodeLine(errorMessage(id, e))
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(b)
+}
+
+func (h *httpHandler) hostAllowed(hostport string) bool {
+	host := hostport
+	if hh, _, err := net.SplitHostPort(hostport); err == nil {
+		host = hh
+	}
+	host = strings.Trim(host, "[]")
+	if isLoopbackHost(host) || (h.boundHost != "" && strings.EqualFold(host, h.boundHost)) || (h.anyIPHost && net.ParseIP(host) != nil) {
+		return true
+	}
+	for _, a := range h.hosts {
+		if strings.EqualFold(a, host) {
+			return true
+		}
+	}
+	return false
+}
+
+func (h *httpHandler) originAllowed(origin string) bool {
+	for _, o := range h.origins {
+		if o == "*" || strings.EqualFold(strings.TrimSuffix(o, "/"), origin) {
+			return true
+		}
+	}
+	u, err := url.Parse(origin)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && isLoopbackHost(u.Hostname())
+}
+
+func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	origin := r.Header.Get("Origin")
+	auth, hasBearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	switch {
+	case !h.hostAllowed(r.Host):
+		httpFail(w, http.StatusForbidden, nil, newRPCError(codeInvalidRequest, "forbidden: Host %q is not allowed (DNS rebinding protection; see HTTP_HOSTS)", r.Host))
+		return
+	case origin != "" && !h.originAllowed(origin):
+		httpFail(w, http.StatusForbidden, nil, newRPCError(codeInvalidRequest, "forbidden: Origin %q is not allowed (see HTTP_ORIGINS)", origin))
+		return
+	case origin != "":
+		w.Header().Set("Access-Control-Allow-Origin", origin)
+		w.Header().Set("Access-Control-Expose-Headers", "Mcp-Session-Id")
+		w.Header().Set("Vary", "Origin")
+		if r.Method == http.MethodOptions {
+			w.Header().Set("Access-Control-Allow-Methods", "GET, POST, DELETE")
+			w.Header().Set("Access-Control-Allow-Headers", "Authorization, Content-Type, Accept, Mcp-Session-Id, MCP-Protocol-Version, Mcp-Method, Mcp-Name, Last-Event-ID")
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+	}
+	if h.token != "" && (!hasBearer || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(auth)), []byte(h.token)) != 1) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="telson"`)
+		httpFail(w, http.StatusUnauthorized, nil, newRPCError(codeInvalidRequest, "unauthorized: send the header Authorization: Bearer <HTTP_TOKEN>"))
+		return
+	}
+	switch {
+	case r.URL.Path == "/mcp" && r.Method == http.MethodPost:
+		h.post(w, r)
+	case r.URL.Path == "/mcp" && (r.Method == http.MethodGet || r.Method == http.MethodDelete):
+		h.getOrDelete(w, r)
+	case r.URL.Path == "/sse" && r.Method == http.MethodGet:
+		hs, err := h.newSession()
+		if err != nil {
+			httpFail(w, http.StatusServiceUnavailable, nil, newRPCError(codeInternalError, "%v", err))
+			return
+		}
+		defer h.end(hs) // the old transport's session lives as long as its stream
+		h.stream(w, r, hs, "/messages?sessionId="+hs.id)
+	case r.URL.Path == "/messages" && r.Method == http.MethodPost:
+		hs := h.session(r.URL.Query().Get("sessionId"))
+		if hs == nil {
+			httpFail(w, http.StatusNotFound, nil, newRPCError(codeInvalidRequest, "unknown or expired sessionId; open a new stream with GET /sse"))
+			return
+		}
+		if body, ok := h.readBody(w, r); ok {
+			// replies go to the stream; requests outlive this POST, which is answered now
+			hs.s.handleLine(context.WithoutCancel(r.Context()), body, hs.s.reply)
+			w.WriteHeader(http.StatusAccepted)
+		}
+	case r.URL.Path == "/mcp" || r.URL.Path == "/sse" || r.URL.Path == "/messages":
+		w.Header().Set("Allow", map[string]string{"/mcp": "GET, POST, DELETE", "/sse": "GET", "/messages": "POST"}[r.URL.Path])
+		httpFail(w, http.StatusMethodNotAllowed, nil, newRPCError(codeInvalidRequest, "method %s not allowed on %s", r.Method, r.URL.Path))
+	default:
+		httpFail(w, http.StatusNotFound, nil, newRPCError(codeInvalidRequest, "not found: %s (the MCP endpoint is /mcp)", r.URL.Path))
+	}
+}
+
+// readBody reads a request body up to HTTP_MAX_BODY_BYTES, answering 413 beyond it.
+func (h *httpHandler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.maxBody))
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		httpFail(w, http.StatusRequestEntityTooLarge, nil, newRPCError(codeInvalidRequest, "invalid request: body longer than %d bytes (HTTP_MAX_BODY_BYTES)", h.maxBody))
+	case err != nil:
+		httpFail(w, http.StatusBadRequest, nil, newRPCError(codeParseError, "parse error: read body: %v", err))
+	case len(bytes.TrimSpace(body)) == 0:
+		httpFail(w, http.StatusBadRequest, nil, newRPCError(codeParseError, "parse error: empty body"))
+	default:
+		return body, true
+	}
+	return nil, false
+}
+
+// post handles POST /mcp: initialize makes a session; other legacy messages
+// need its Mcp-Session-Id; without one a message is served statelessly in
+// the 2026-07-28 era.
+func (h *httpHandler) post(w http.ResponseWriter, r *http.Request) {
+	body, ok := h.readBody(w, r)
+	if !ok {
+		return
+	}
+	var peek struct {
+		Method string `json:"method"`
+	}
+	json.Unmarshal(body, &peek)
+	sid := r.Header.Get("Mcp-Session-Id")
+	if sid == "" && peek.Method != "initialize" {
+		h.postModern(w, r, body)
+		return
+	}
+	if v := r.Header.Get("MCP-Protocol-Version"); v != "" && !isLegacyVersion(v) && v != versionModern {
+		httpFail(w, http.StatusBadRequest, nil, &rpcError{Code: codeUnsupportedVersion, Message: "unsupported MCP-Protocol-Version: " + v,
+			Data: map[string]any{"supported": supportedVersions, "requested": v}})
+		return
+	}
+	var hs *httpSession
+	if sid == "" {
+		var err error
+		if hs, err = h.newSession(); err != nil {
+			httpFail(w, http.StatusServiceUnavailable, nil, newRPCError(codeInternalError, "%v", err))
+			return
+		}
+		w.Header().Set("Mcp-Session-Id", hs.id)
+	} else if hs = h.session(sid); hs == nil {
+		httpFail(w, http.StatusNotFound, nil, newRPCError(codeInvalidRequest, "unknown or expired Mcp-Session-Id; initialize a new session"))
+		return
+	}
+	h.touch(hs, 1)
+	defer h.touch(hs, -1)
+	// a dropped connection does not cancel a legacy request (notifications/cancelled does)
+	reply := h.exchange(context.WithoutCancel(r.Context()), w, r, hs.s, body, false)
+	if m, ok := reply.(*rpcMessage); ok && sid == "" && m.Error != nil {
+		h.end(hs) // a failed initialize leaves no session behind
+	}
+}
+
+// postModern serves one stateless 2026-07-28 message after checking that
+// the headers agree with the body.
+func (h *httpHandler) postModern(w http.ResponseWriter, r *http.Request, body []byte) {
+	var m struct {
+		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
+		Params struct {
+			Name string                     `json:"name"`
+			URI  string                     `json:"uri"`
+			Meta map[string]json.RawMessage `json:"_meta"`
+		} `json:"params"`
+	}
+	bad := func(code int, format string, a ...any) {
+		id := m.ID
+		if !validID(id) {
+			id = nil
+		}
+		httpFail(w, http.StatusBadRequest, id, newRPCError(code, format, a...))
+	}
+	if !json.Valid(body) {
+		bad(codeParseError, "parse error: body is not valid JSON")
+		return
+	}
+	if body = bytes.TrimSpace(body); body[0] != '{' {
+		bad(codeInvalidRequest, "invalid request: without Mcp-Session-Id the body must be one message (protocol %s has no batches)", versionModern)
+		return
+	}
+	json.Unmarshal(body, &m)
+	var metaVersion string
+	json.Unmarshal(m.Params.Meta[metaProtocolVersion], &metaVersion)
+	hdr := r.Header.Get("MCP-Protocol-Version")
+	name := map[string]string{"tools/call": m.Params.Name, "prompts/get": m.Params.Name, "resources/read": m.Params.URI}[m.Method]
+	unsupported := func(v string) {
+		httpFail(w, http.StatusBadRequest, m.ID, &rpcError{Code: codeUnsupportedVersion, Message: "unsupported protocol version: " + v,
+			Data: map[string]any{"supported": []string{versionModern}, "requested": v}})
+	}
+	switch {
+	case metaVersion == "" && m.Method != "server/discover":
+		bad(codeInvalidRequest, "bad request: Mcp-Session-Id header is required (initialize first), or name protocol %s in _meta %s", versionModern, metaProtocolVersion)
+	case m.Method == "":
+		bad(codeInvalidRequest, "invalid request: a client sends no responses without a session")
+	case metaVersion != "" && metaVersion != versionModern:
+		unsupported(metaVersion)
+	case hdr != "" && hdr != versionModern:
+		unsupported(hdr)
+	case metaVersion != "" && hdr != metaVersion:
+		bad(codeHeaderMismatch, "header mismatch: MCP-Protocol-Version %q, _meta says %q", hdr, metaVersion)
+	case r.Header.Get("Mcp-Method") != m.Method:
+		bad(codeHeaderMismatch, "header mismatch: Mcp-Method %q, body method %q", r.Header.Get("Mcp-Method"), m.Method)
+	case r.Header.Get("Mcp-Name") != name:
+		bad(codeHeaderMismatch, "header mismatch: Mcp-Name %q, body names %q", r.Header.Get("Mcp-Name"), name)
+	case metaVersion != "" && m.Params.Meta[metaClientCaps] == nil:
+		bad(codeInvalidParams, "invalid params: _meta %s is required in protocol version %s", metaClientCaps, versionModern)
+	default:
+		h.exchange(r.Context(), w, r, h.modern, body, true) // disconnect cancels
+	}
+}
+
+// exchange hands body to session s and answers the POST: 202 when nothing
+// needs a reply, else JSON, or SSE when messages about the request came first.
+func (h *httpHandler) exchange(ctx context.Context, w http.ResponseWriter, r *http.Request, s *session, body []byte, modern bool) any {
+	p := &httpReply{w: w, canSSE: strings.Contains(r.Header.Get("Accept"), "text/event-stream")}
+	replies := make(chan any, 1)
+	s.handleLine(withRoute(ctx, p.send), body, func(reply any) { replies <- reply })
+	var reply any
+	select {
+	case reply = <-replies:
+	case <-r.Context().Done():
+	}
+	status := http.StatusOK
+	if m, ok := reply.(*rpcMessage); ok && m.Error != nil {
+		switch {
+		case modern && m.Error.Code == codeMethodNotFound:
+			status = http.StatusNotFound
+		case !hasID(m.ID) || (modern && m.Error.Code == codeUnsupportedVersion):
+			status = http.StatusBadRequest
+		}
+	}
+	p.finish(reply, status)
+	return reply
+}
+
+// send writes a message about the request ahead of its response, turning
+// the reply into an SSE stream.
+func (p *httpReply) send(msg any) error {
+	b, err := encodeLine(msg)
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case p.closed:
+		return errors.New("send: the request has been answered")
+	case !p.canSSE:
+		return errNoStream
+	case !p.sse:
+		p.sse = true
+		sseHeaders(p.w)
+	}
+	return writeEvent(p.w, "message", b)
+}
+
+// finish sends the response (nil: none) and closes the reply.
+func (p *httpReply) finish(reply any, status int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	var b []byte
+	if reply != nil {
+		b, _ = encodeLine(reply)
+	}
+	switch {
+	case p.sse:
+		if b != nil {
+			writeEvent(p.w, "message", b)
+		}
+	case b == nil:
+		p.w.WriteHeader(http.StatusAccepted)
+	default:
+		p.w.Header().Set("Content-Type", "application/json")
+		p.w.WriteHeader(status)
+		p.w.Write(b)
+	}
+}
+
+func sseHeaders(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+}
+
+// writeEvent writes one SSE event (data is one line: JSON has no raw newlines) and flushes it.
+func writeEvent(w http.ResponseWriter, event string, data []byte) error {
+	if _, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, bytes.TrimRight(data, "\n")); err != nil {
+		return fmt.Errorf("sse: %w", err)
+	}
+	return http.NewResponseController(w).Flush()
+}
+
+func (st *sseStream) event(name string, data []byte) error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.ended {
+		return errNoStream
+	}
+	return writeEvent(st.w, name, data)
+}
+
+func (st *sseStream) end() {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if !st.ended {
+		st.ended = true
+		close(st.done)
+	}
+}
+
+// Write is the session's output: one message as an event on the open stream.
+func (hs *httpSession) Write(p []byte) (int, error) {
+	hs.mu.Lock()
+	st := hs.stream
+	hs.mu.Unlock()
+	if st == nil {
+		return 0, errNoStream
+	}
+	if err := st.event("message", p); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// getOrDelete handles GET /mcp (the session's server-to-client stream) and
+// DELETE /mcp (end the session).
+func (h *httpHandler) getOrDelete(w http.ResponseWriter, r *http.Request) {
+	sid := r.Header.Get("Mcp-Session-Id")
+	hs := h.session(sid)
+	switch {
+	case sid == "" && r.Header.Get("MCP-Protocol-Version") == versionModern:
+		w.Header().Set("Allow", "POST")
+		httpFail(w, http.StatusMethodNotAllowed, nil, newRPCError(codeInvalidRequest, "protocol %s has no %s", versionModern, r.Method))
+	case sid == "":
+		httpFail(w, http.StatusBadRequest, nil, newRPCError(codeInvalidRequest, "bad request: Mcp-Session-Id header is required"))
+	case hs == nil:
+		httpFail(w, http.StatusNotFound, nil, newRPCError(codeInvalidRequest, "unknown or expired Mcp-Session-Id"))
+	case r.Method == http.MethodDelete:
+		h.end(hs)
+		w.WriteHeader(http.StatusOK)
+	default:
+		h.stream(w, r, hs, "")
+	}
+}
+
+// stream holds a text/event-stream open as hs's server-to-client channel
+// until the client leaves, the session ends or the server shuts down.
+func (h *httpHandler) stream(w http.ResponseWriter, r *http.Request, hs *httpSession, endpoint string) {
+	st := &sseStream{w: w, done: make(chan struct{})}
+	hs.mu.Lock()
+	if hs.stream != nil || hs.ended {
+		hs.mu.Unlock()
+		httpFail(w, http.StatusConflict, nil, newRPCError(codeInvalidRequest, "conflict: this session already has a stream open"))
+		return
+	}
+	hs.stream = st
+	hs.mu.Unlock()
+	h.touch(hs, 1)
+	defer func() {
+		st.end()
+		hs.mu.Lock()
+		hs.stream = nil
+		hs.mu.Unlock()
+		h.touch(hs, -1)
+	}()
+	st.mu.Lock()
+	sseHeaders(w)
+	if endpoint != "" {
+		writeEvent(w, "endpoint", []byte(endpoint))
+	} else {
+		http.NewResponseController(w).Flush()
+	}
+	st.mu.Unlock()
+	ping := time.NewTicker(25 * time.Second)
+	defer ping.Stop()
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-st.done:
+			return
+		case <-ping.C: // a comment line keeps proxies from closing an idle stream
+			st.mu.Lock()
+			_, err := io.WriteString(w, ": ping\n\n")
+			if err == nil {
+				err = http.NewResponseController(w).Flush()
+			}
+			st.mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}
+}
+
+// newSession mints a session, making room when HTTP_MAX_SESSIONS are open by
+// ending expired sessions, then the least recently used idle one.
+func (h *httpHandler) newSession() (*httpSession, error) {
+	id, err := randomHex(16)
+	if err != nil {
+		return nil, fmt.Errorf("new session: %w", err)
+	}
+	h.expire()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.sessions) >= h.maxSessions {
+		var lru *httpSession
+		var lruUsed time.Time
+		for _, hs := range h.sessions {
+			hs.mu.Lock()
+			if hs.busy == 0 && (lru == nil || hs.lastUsed.Before(lruUsed)) {
+				lru, lruUsed = hs, hs.lastUsed
+			}
+			hs.mu.Unlock()
+		}
+		if lru == nil {
+			return nil, fmt.Errorf("new session: all %d sessions (HTTP_MAX_SESSIONS) are busy; try again later", h.maxSessions)
+		}
+		h.srv.log.infof("http: session limit reached; ending least recently used session %s", lru.id)
+		delete(h.sessions, lru.id)
+		lru.end()
+	}
+	hs := &httpSession{id: id, lastUsed: h.now()}
+	hs.s = newSession(h.srv, hs)
+	h.sessions[id] = hs
+	return hs, nil
+}
+
+// session returns the live session with id, or nil.
+func (h *httpHandler) session(id string) *httpSession {
+	h.expire()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.sessions[id]
+}
+
+// touch records a POST or stream starting (+1) or ending (-1) on hs.
+func (h *httpHandler) touch(hs *httpSession, delta int) {
+	hs.mu.Lock()
+	hs.busy += delta
+	hs.lastUsed = h.now()
+	hs.mu.Unlock()
+}
+
+// expire ends the sessions idle for longer than HTTP_SESSION_IDLE_MS.
+func (h *httpHandler) expire() {
+	now := h.now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for id, hs := range h.sessions {
+		hs.mu.Lock()
+		old := hs.busy == 0 && now.Sub(hs.lastUsed) > h.idle
+		hs.mu.Unlock()
+		if old {
+			delete(h.sessions, id)
+			hs.end()
+		}
+	}
+}
+
+func (h *httpHandler) end(hs *httpSession) {
+	h.mu.Lock()
+	if h.sessions[hs.id] == hs {
+		delete(h.sessions, hs.id)
+	}
+	h.mu.Unlock()
+	hs.end()
+}
+
+// end closes the session and its stream.
+func (hs *httpSession) end() {
+	hs.mu.Lock()
+	st, was := hs.stream, hs.ended
+	hs.ended = true
+	hs.mu.Unlock()
+	if st != nil {
+		st.end()
+	}
+	if !was {
+		hs.s.close()
+	}
+}
+
+// endStreams ends every open stream, so a shutdown does not wait on them.
+func (h *httpHandler) endStreams() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, hs := range h.sessions {
+		hs.mu.Lock()
+		if hs.stream != nil {
+			hs.stream.end()
+		}
+		hs.mu.Unlock()
+	}
+}
+
+// closeAll ends every session and waits a little for their requests to answer.
+func (h *httpHandler) closeAll() {
+	h.mu.Lock()
+	all := []*session{h.modern}
+	for id, hs := range h.sessions {
+		delete(h.sessions, id)
+		hs.end()
+		all = append(all, hs.s)
+	}
+	h.mu.Unlock()
+	h.modern.close()
+	done := make(chan struct{})
+	go func() { // exits when the cancelled requests have answered
+		for _, s := range all {
+			s.wait()
+		}
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(httpShutdownGrace):
+		h.srv.log.warnf("http: requests still running at shutdown")
+	}
+}
+
+// expireLoop ends idle sessions now and then, until ctx ends.
+func (h *httpHandler) expireLoop(ctx context.Context) {
+	t := time.NewTicker(min(max(h.idle/4, time.Second), time.Minute))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			h.expire()
+		}
+	}
+}
