@@ -1609,7 +1609,7 @@ func (h *httpHandler) postModern(w http.ResponseWriter, r *http.Request, body []
 		bad(codeInvalidRequest, "invalid request: a client sends no responses without a session")
 	case metaVersion != "" && metaVersion != versionModern:
 		unsupported(metaVersion)
-	case hdr != "" && hdr != versionModern:
+	case hdr != "" && !isLegacyVersion(hdr) && hdr != versionModern:
 		unsupported(hdr)
 	case metaVersion != "" && hdr != metaVersion:
 		bad(codeHeaderMismatch, "header mismatch: MCP-Protocol-Version %q, _meta says %q", hdr, metaVersion)
@@ -1617,7 +1617,7 @@ func (h *httpHandler) postModern(w http.ResponseWriter, r *http.Request, body []
 		bad(codeHeaderMismatch, "header mismatch: Mcp-Method %q, body method %q", r.Header.Get("Mcp-Method"), m.Method)
 	case r.Header.Get("Mcp-Name") != name:
 		bad(codeHeaderMismatch, "header mismatch: Mcp-Name %q, body names %q", r.Header.Get("Mcp-Name"), name)
-	case metaVersion != "" && m.Params.Meta[metaClientCaps] == nil:
+	case metaVersion != "" && hasID(m.ID) && m.Params.Meta[metaClientCaps] == nil:
 		bad(codeInvalidParams, "invalid params: _meta %s is required in protocol version %s", metaClientCaps, versionModern)
 	default:
 		h.exchange(r.Context(), w, r, h.modern, body, true) // disconnect cancels
