@@ -279,10 +279,6 @@ var errNoStream = errors.New("send: no stream to the client")
 // reply. Without one they go to the session's output.
 type routeKey struct{}
 
-func withRoute(ctx context.Context, out func(msg any) error) context.Context {
-	return context.WithValue(ctx, routeKey{}, out)
-}
-
 func routeOf(ctx context.Context) func(msg any) error {
 	out, _ := ctx.Value(routeKey{}).(func(msg any) error)
 	return out
@@ -1322,15 +1318,15 @@ func (l *logger) errorf(format string, a ...any) { l.logf(4, format, a...) }
 type httpHandler struct {
 	srv         *server
 	token       string   // the bearer token every request must carry; "" for none
-	origins     []string // allowed Origin values besides loopback ones
+	origins     []string // allowed Origins besides loopback ones ("*": any)
 	hosts       []string // allowed Host names besides loopback ones
-	boundHost   string   // the listening host when it is a specific non-loopback one
 	anyIPHost   bool     // listening on every interface: any IP-literal Host is allowed
 	maxBody     int64
 	maxSessions int
 	idle        time.Duration
 	modern      *session         // serves the stateless 2026-07-28 era
 	now         func() time.Time // the clock (tests replace it)
+	shutdown    chan struct{}    // closed when the server shuts down: streams end
 
 	mu       sync.Mutex // guards sessions
 	sessions map[string]*httpSession
@@ -1341,51 +1337,37 @@ type httpSession struct {
 	id string
 	s  *session
 
-	mu       sync.Mutex // guards the fields below
-	stream   *sseStream // the open GET (or /sse) stream; nil when none
-	busy     int        // POSTs being handled, plus an open stream
+	mu       sync.Mutex  // guards the fields below
+	stream   *httpStream // the open GET (or /sse) stream; nil when none
+	busy     int         // POSTs being handled, plus an open stream
 	lastUsed time.Time
 	ended    bool
 }
 
-// sseStream is an open text/event-stream response.
-type sseStream struct {
-	mu    sync.Mutex // guards w and ended
-	w     http.ResponseWriter
-	ended bool
-	done  chan struct{} // closed by end
-}
-
-// httpReply is one POST's answer: JSON when only the response is sent, SSE
-// once a message about the request (progress, log, server request) comes first.
-type httpReply struct {
+// httpStream is one response carrying messages: a POST's reply (JSON, or SSE
+// once a message about the request comes before its response) or a GET stream.
+type httpStream struct {
 	mu     sync.Mutex // guards the fields below and writes to w
 	w      http.ResponseWriter
 	canSSE bool // the client accepts text/event-stream
-	sse    bool // the reply is an SSE stream
-	closed bool // the response has been sent, or the handler returned
+	sse    bool // the response is an event stream
+	ended  bool
+	done   chan struct{} // closed by end
 }
 
 const httpShutdownGrace = 3 * time.Second
 
 func newHTTPHandler(srv *server, host string) *httpHandler {
-	cfg := srv.cfg
-	h := &httpHandler{
-		srv: srv, token: cfg.str("HTTP_TOKEN"), origins: splitList(cfg.str("HTTP_ORIGINS")), hosts: splitList(cfg.str("HTTP_HOSTS")),
-		maxBody: int64(cfg.int("HTTP_MAX_BODY_BYTES")), maxSessions: max(cfg.int("HTTP_MAX_SESSIONS"), 1),
-		idle: time.Duration(cfg.int("HTTP_SESSION_IDLE_MS")) * time.Millisecond, now: time.Now, sessions: map[string]*httpSession{},
-	}
+	cfg, ip := srv.cfg, net.ParseIP(host)
+	h := &httpHandler{srv: srv, token: cfg.str("HTTP_TOKEN"), origins: splitList(cfg.str("HTTP_ORIGINS")),
+		hosts: append(splitList(cfg.str("HTTP_HOSTS")), host), anyIPHost: host == "" || (ip != nil && ip.IsUnspecified()),
+		maxBody: int64(cfg.int("HTTP_MAX_BODY_BYTES")), maxSessions: cfg.int("HTTP_MAX_SESSIONS"),
+		idle: time.Duration(cfg.int("HTTP_SESSION_IDLE_MS")) * time.Millisecond, now: time.Now, sessions: map[string]*httpSession{}, shutdown: make(chan struct{})}
 	h.modern = newSession(srv, noStream{})
-	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
-		h.anyIPHost = true
-	} else if !isLoopbackHost(host) {
-		h.boundHost = host
-	}
 	return h
 }
 
-func splitList(v string) []string {
-	var out []string
+func splitList(v string) (out []string) {
 	for _, x := range strings.Split(v, ",") {
 		if x = strings.TrimSpace(x); x != "" {
 			out = append(out, x)
@@ -1408,7 +1390,7 @@ func randomHex(n int) (string, error) {
 	return hex.EncodeToString(b), nil
 }
 
-// noStream is the output of a session that has no server-to-client stream.
+// noStream is the output of a session without a server-to-client stream.
 type noStream struct{}
 
 func (noStream) Write(p []byte) (int, error) { return 0, errNoStream }
@@ -1421,93 +1403,68 @@ func httpFail(w http.ResponseWriter, status int, id json.RawMessage, e *rpcError
 	w.Write(b)
 }
 
-func (h *httpHandler) hostAllowed(hostport string) bool {
-	host := hostport
-	if hh, _, err := net.SplitHostPort(hostport); err == nil {
+func (h *httpHandler) hostAllowed(host string) bool {
+	if hh, _, err := net.SplitHostPort(host); err == nil {
 		host = hh
 	}
 	host = strings.Trim(host, "[]")
-	if isLoopbackHost(host) || (h.boundHost != "" && strings.EqualFold(host, h.boundHost)) || (h.anyIPHost && net.ParseIP(host) != nil) {
-		return true
-	}
+	ok := isLoopbackHost(host) || (h.anyIPHost && net.ParseIP(host) != nil)
 	for _, a := range h.hosts {
-		if strings.EqualFold(a, host) {
-			return true
-		}
+		ok = ok || strings.EqualFold(a, host)
 	}
-	return false
+	return ok
 }
 
 func (h *httpHandler) originAllowed(origin string) bool {
-	for _, o := range h.origins {
-		if o == "*" || strings.EqualFold(strings.TrimSuffix(o, "/"), origin) {
-			return true
-		}
-	}
 	u, err := url.Parse(origin)
-	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && isLoopbackHost(u.Hostname())
+	ok := err == nil && (u.Scheme == "http" || u.Scheme == "https") && isLoopbackHost(u.Hostname())
+	for _, o := range h.origins {
+		ok = ok || o == "*" || strings.EqualFold(strings.TrimSuffix(o, "/"), origin)
+	}
+	return ok
 }
 
 func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	origin := r.Header.Get("Origin")
-	auth, hasBearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	switch {
+	auth, bearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	fail := func(status int, format string, a ...any) {
+		httpFail(w, status, nil, newRPCError(codeInvalidRequest, format, a...))
+	}
+	switch route := r.Method + " " + r.URL.Path; {
 	case !h.hostAllowed(r.Host):
-		httpFail(w, http.StatusForbidden, nil, newRPCError(codeInvalidRequest, "forbidden: Host %q is not allowed (DNS rebinding protection; see HTTP_HOSTS)", r.Host))
-		return
+		fail(http.StatusForbidden, "forbidden: Host %q is not allowed (DNS rebinding protection; see HTTP_HOSTS)", r.Host)
 	case origin != "" && !h.originAllowed(origin):
-		httpFail(w, http.StatusForbidden, nil, newRPCError(codeInvalidRequest, "forbidden: Origin %q is not allowed (see HTTP_ORIGINS)", origin))
-		return
-	case origin != "":
-		w.Header().Set("Access-Control-Allow-Origin", origin)
-		w.Header().Set("Access-Control-Expose-Headers", "Mcp-Session-Id")
-		w.Header().Set("Vary", "Origin")
-		if r.Method == http.MethodOptions {
-			w.Header().Set("Access-Control-Allow-Methods", "GET, POST, DELETE")
-			w.Header().Set("Access-Control-Allow-Headers", "Authorization, Content-Type, Accept, Mcp-Session-Id, MCP-Protocol-Version, Mcp-Method, Mcp-Name, Last-Event-ID")
-			w.WriteHeader(http.StatusNoContent)
-			return
-		}
-	}
-	if h.token != "" && (!hasBearer || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(auth)), []byte(h.token)) != 1) {
+		fail(http.StatusForbidden, "forbidden: Origin %q is not allowed (see HTTP_ORIGINS)", origin)
+	case h.token != "" && (!bearer || subtle.ConstantTimeCompare([]byte(auth), []byte(h.token)) != 1):
 		w.Header().Set("WWW-Authenticate", `Bearer realm="telson"`)
-		httpFail(w, http.StatusUnauthorized, nil, newRPCError(codeInvalidRequest, "unauthorized: send the header Authorization: Bearer <HTTP_TOKEN>"))
-		return
-	}
-	switch {
-	case r.URL.Path == "/mcp" && r.Method == http.MethodPost:
+		fail(http.StatusUnauthorized, "unauthorized: send the header Authorization: Bearer <HTTP_TOKEN>")
+	case route == "POST /mcp":
 		h.post(w, r)
-	case r.URL.Path == "/mcp" && (r.Method == http.MethodGet || r.Method == http.MethodDelete):
+	case route == "GET /mcp" || route == "DELETE /mcp":
 		h.getOrDelete(w, r)
-	case r.URL.Path == "/sse" && r.Method == http.MethodGet:
-		hs, err := h.newSession()
-		if err != nil {
-			httpFail(w, http.StatusServiceUnavailable, nil, newRPCError(codeInternalError, "%v", err))
-			return
+	case route == "GET /sse":
+		if hs := h.newSession(w); hs != nil {
+			defer h.end(hs) // the old transport's session lives as long as its stream
+			h.stream(w, r, hs, "/messages?sessionId="+hs.id)
 		}
-		defer h.end(hs) // the old transport's session lives as long as its stream
-		h.stream(w, r, hs, "/messages?sessionId="+hs.id)
-	case r.URL.Path == "/messages" && r.Method == http.MethodPost:
+	case route == "POST /messages":
 		hs := h.session(r.URL.Query().Get("sessionId"))
 		if hs == nil {
-			httpFail(w, http.StatusNotFound, nil, newRPCError(codeInvalidRequest, "unknown or expired sessionId; open a new stream with GET /sse"))
-			return
-		}
-		if body, ok := h.readBody(w, r); ok {
+			fail(http.StatusNotFound, "unknown or expired sessionId; open a new stream with GET /sse")
+		} else if body := h.readBody(w, r); body != nil {
 			// replies go to the stream; requests outlive this POST, which is answered now
 			hs.s.handleLine(context.WithoutCancel(r.Context()), body, hs.s.reply)
 			w.WriteHeader(http.StatusAccepted)
 		}
 	case r.URL.Path == "/mcp" || r.URL.Path == "/sse" || r.URL.Path == "/messages":
-		w.Header().Set("Allow", map[string]string{"/mcp": "GET, POST, DELETE", "/sse": "GET", "/messages": "POST"}[r.URL.Path])
-		httpFail(w, http.StatusMethodNotAllowed, nil, newRPCError(codeInvalidRequest, "method %s not allowed on %s", r.Method, r.URL.Path))
+		fail(http.StatusMethodNotAllowed, "method %s is not allowed on %s", r.Method, r.URL.Path)
 	default:
-		httpFail(w, http.StatusNotFound, nil, newRPCError(codeInvalidRequest, "not found: %s (the MCP endpoint is /mcp)", r.URL.Path))
+		fail(http.StatusNotFound, "not found: %s (the MCP endpoint is /mcp)", r.URL.Path)
 	}
 }
 
-// readBody reads a request body up to HTTP_MAX_BODY_BYTES, answering 413 beyond it.
-func (h *httpHandler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+// readBody reads a request body of at most HTTP_MAX_BODY_BYTES; nil means it answered an error.
+func (h *httpHandler) readBody(w http.ResponseWriter, r *http.Request) []byte {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.maxBody))
 	var tooBig *http.MaxBytesError
 	switch {
@@ -1515,47 +1472,44 @@ func (h *httpHandler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, 
 		httpFail(w, http.StatusRequestEntityTooLarge, nil, newRPCError(codeInvalidRequest, "invalid request: body longer than %d bytes (HTTP_MAX_BODY_BYTES)", h.maxBody))
 	case err != nil:
 		httpFail(w, http.StatusBadRequest, nil, newRPCError(codeParseError, "parse error: read body: %v", err))
-	case len(bytes.TrimSpace(body)) == 0:
-		httpFail(w, http.StatusBadRequest, nil, newRPCError(codeParseError, "parse error: empty body"))
+	case !json.Valid(body):
+		httpFail(w, http.StatusBadRequest, nil, newRPCError(codeParseError, "parse error: the body is not one JSON value"))
 	default:
-		return body, true
+		return bytes.TrimSpace(body)
 	}
-	return nil, false
+	return nil
 }
 
 // post handles POST /mcp: initialize makes a session; other legacy messages
 // need its Mcp-Session-Id; without one a message is served statelessly in
 // the 2026-07-28 era.
 func (h *httpHandler) post(w http.ResponseWriter, r *http.Request) {
-	body, ok := h.readBody(w, r)
-	if !ok {
+	body := h.readBody(w, r)
+	if body == nil {
 		return
 	}
-	var peek struct {
-		Method string `json:"method"`
-	}
+	var peek struct{ Method string }
 	json.Unmarshal(body, &peek)
-	sid := r.Header.Get("Mcp-Session-Id")
-	if sid == "" && peek.Method != "initialize" {
+	sid, v := r.Header.Get("Mcp-Session-Id"), r.Header.Get("MCP-Protocol-Version")
+	var hs *httpSession
+	switch {
+	case sid == "" && peek.Method != "initialize":
 		h.postModern(w, r, body)
 		return
-	}
-	if v := r.Header.Get("MCP-Protocol-Version"); v != "" && !isLegacyVersion(v) && v != versionModern {
+	case v != "" && !isLegacyVersion(v) && v != versionModern: // another supported version than the negotiated one is tolerated
 		httpFail(w, http.StatusBadRequest, nil, &rpcError{Code: codeUnsupportedVersion, Message: "unsupported MCP-Protocol-Version: " + v,
 			Data: map[string]any{"supported": supportedVersions, "requested": v}})
 		return
-	}
-	var hs *httpSession
-	if sid == "" {
-		var err error
-		if hs, err = h.newSession(); err != nil {
-			httpFail(w, http.StatusServiceUnavailable, nil, newRPCError(codeInternalError, "%v", err))
+	case sid == "":
+		if hs = h.newSession(w); hs == nil {
 			return
 		}
 		w.Header().Set("Mcp-Session-Id", hs.id)
-	} else if hs = h.session(sid); hs == nil {
-		httpFail(w, http.StatusNotFound, nil, newRPCError(codeInvalidRequest, "unknown or expired Mcp-Session-Id; initialize a new session"))
-		return
+	default:
+		if hs = h.session(sid); hs == nil {
+			httpFail(w, http.StatusNotFound, nil, newRPCError(codeInvalidRequest, "unknown or expired Mcp-Session-Id; initialize a new session"))
+			return
+		}
 	}
 	h.touch(hs, 1)
 	defer h.touch(hs, -1)
@@ -1570,66 +1524,53 @@ func (h *httpHandler) post(w http.ResponseWriter, r *http.Request) {
 // the headers agree with the body.
 func (h *httpHandler) postModern(w http.ResponseWriter, r *http.Request, body []byte) {
 	var m struct {
-		ID     json.RawMessage `json:"id"`
-		Method string          `json:"method"`
+		ID     json.RawMessage
+		Method string
 		Params struct {
-			Name string                     `json:"name"`
-			URI  string                     `json:"uri"`
-			Meta map[string]json.RawMessage `json:"_meta"`
-		} `json:"params"`
-	}
-	bad := func(code int, format string, a ...any) {
-		id := m.ID
-		if !validID(id) {
-			id = nil
+			Name, URI string
+			Meta      map[string]json.RawMessage `json:"_meta"`
 		}
-		httpFail(w, http.StatusBadRequest, id, newRPCError(code, format, a...))
-	}
-	if !json.Valid(body) {
-		bad(codeParseError, "parse error: body is not valid JSON")
-		return
-	}
-	if body = bytes.TrimSpace(body); body[0] != '{' {
-		bad(codeInvalidRequest, "invalid request: without Mcp-Session-Id the body must be one message (protocol %s has no batches)", versionModern)
-		return
 	}
 	json.Unmarshal(body, &m)
-	var metaVersion string
-	json.Unmarshal(m.Params.Meta[metaProtocolVersion], &metaVersion)
-	hdr := r.Header.Get("MCP-Protocol-Version")
+	var metaV string
+	json.Unmarshal(m.Params.Meta[metaProtocolVersion], &metaV)
+	hdrV, hdrM := r.Header.Get("MCP-Protocol-Version"), r.Header.Get("Mcp-Method")
 	name := map[string]string{"tools/call": m.Params.Name, "prompts/get": m.Params.Name, "resources/read": m.Params.URI}[m.Method]
-	unsupported := func(v string) {
-		httpFail(w, http.StatusBadRequest, m.ID, &rpcError{Code: codeUnsupportedVersion, Message: "unsupported protocol version: " + v,
-			Data: map[string]any{"supported": []string{versionModern}, "requested": v}})
+	if !validID(m.ID) {
+		m.ID = nil
 	}
+	e := &rpcError{Code: codeInvalidRequest}
 	switch {
-	case metaVersion == "" && m.Method != "server/discover":
-		bad(codeInvalidRequest, "bad request: Mcp-Session-Id header is required (initialize first), or name protocol %s in _meta %s", versionModern, metaProtocolVersion)
+	case body[0] != '{':
+		e.Message = "invalid request: without Mcp-Session-Id the body must be one message (protocol " + versionModern + " has no batches)"
+	case metaV == "" && m.Method != "server/discover":
+		e.Message = "bad request: Mcp-Session-Id header is required (initialize first), or name protocol " + versionModern + " in _meta " + metaProtocolVersion
 	case m.Method == "":
-		bad(codeInvalidRequest, "invalid request: a client sends no responses without a session")
-	case metaVersion != "" && metaVersion != versionModern:
-		unsupported(metaVersion)
-	case hdr != "" && !isLegacyVersion(hdr) && hdr != versionModern:
-		unsupported(hdr)
-	case metaVersion != "" && hdr != metaVersion:
-		bad(codeHeaderMismatch, "header mismatch: MCP-Protocol-Version %q, _meta says %q", hdr, metaVersion)
-	case r.Header.Get("Mcp-Method") != m.Method:
-		bad(codeHeaderMismatch, "header mismatch: Mcp-Method %q, body method %q", r.Header.Get("Mcp-Method"), m.Method)
-	case r.Header.Get("Mcp-Name") != name:
-		bad(codeHeaderMismatch, "header mismatch: Mcp-Name %q, body names %q", r.Header.Get("Mcp-Name"), name)
-	case metaVersion != "" && hasID(m.ID) && m.Params.Meta[metaClientCaps] == nil:
-		bad(codeInvalidParams, "invalid params: _meta %s is required in protocol version %s", metaClientCaps, versionModern)
+		e.Message = "invalid request: no method"
+	case metaV != "" && metaV != versionModern || hdrV != "" && !isLegacyVersion(hdrV) && hdrV != versionModern:
+		bad := metaV
+		if metaV == "" || metaV == versionModern {
+			bad = hdrV
+		}
+		e = &rpcError{Code: codeUnsupportedVersion, Message: "unsupported protocol version: " + bad, Data: map[string]any{"supported": []string{versionModern}, "requested": bad}}
+	case metaV != "" && hdrV != metaV || hdrM != m.Method || r.Header.Get("Mcp-Name") != name:
+		e = newRPCError(codeHeaderMismatch, "header mismatch: MCP-Protocol-Version %q, Mcp-Method %q, Mcp-Name %q must match the body's %q, %q, %q",
+			hdrV, hdrM, r.Header.Get("Mcp-Name"), metaV, m.Method, name)
+	case metaV != "" && hasID(m.ID) && m.Params.Meta[metaClientCaps] == nil:
+		e = newRPCError(codeInvalidParams, "invalid params: _meta %s is required in protocol version %s", metaClientCaps, versionModern)
 	default:
 		h.exchange(r.Context(), w, r, h.modern, body, true) // disconnect cancels
+		return
 	}
+	httpFail(w, http.StatusBadRequest, m.ID, e)
 }
 
 // exchange hands body to session s and answers the POST: 202 when nothing
 // needs a reply, else JSON, or SSE when messages about the request came first.
 func (h *httpHandler) exchange(ctx context.Context, w http.ResponseWriter, r *http.Request, s *session, body []byte, modern bool) any {
-	p := &httpReply{w: w, canSSE: strings.Contains(r.Header.Get("Accept"), "text/event-stream")}
+	st := &httpStream{w: w, canSSE: strings.Contains(r.Header.Get("Accept"), "text/event-stream"), done: make(chan struct{})}
 	replies := make(chan any, 1)
-	s.handleLine(withRoute(ctx, p.send), body, func(reply any) { replies <- reply })
+	s.handleLine(context.WithValue(ctx, routeKey{}, st.send), body, func(reply any) { replies <- reply })
 	var reply any
 	select {
 	case reply = <-replies:
@@ -1637,66 +1578,58 @@ func (h *httpHandler) exchange(ctx context.Context, w http.ResponseWriter, r *ht
 	}
 	status := http.StatusOK
 	if m, ok := reply.(*rpcMessage); ok && m.Error != nil {
-		switch {
-		case modern && m.Error.Code == codeMethodNotFound:
+		switch c := m.Error.Code; {
+		case modern && c == codeMethodNotFound:
 			status = http.StatusNotFound
-		case !hasID(m.ID) || (modern && m.Error.Code == codeUnsupportedVersion):
+		case !hasID(m.ID) || modern && (c == codeInvalidRequest || c == codeUnsupportedVersion):
 			status = http.StatusBadRequest
 		}
 	}
-	p.finish(reply, status)
+	b, _ := encodeLine(reply)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.ended = true
+	switch {
+	case st.sse && reply != nil:
+		writeEvent(w, "message", b)
+	case st.sse:
+	case reply == nil:
+		w.WriteHeader(http.StatusAccepted)
+	default:
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		w.Write(b)
+	}
 	return reply
 }
 
-// send writes a message about the request ahead of its response, turning
-// the reply into an SSE stream.
-func (p *httpReply) send(msg any) error {
+// send writes a message as an event, turning a POST's reply into an event stream.
+func (st *httpStream) send(msg any) error {
 	b, err := encodeLine(msg)
 	if err != nil {
 		return err
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	switch {
-	case p.closed:
-		return errors.New("send: the request has been answered")
-	case !p.canSSE:
+	return st.event("message", b)
+}
+
+func (st *httpStream) event(name string, data []byte) error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.ended || !st.canSSE {
 		return errNoStream
-	case !p.sse:
-		p.sse = true
-		sseHeaders(p.w)
 	}
-	return writeEvent(p.w, "message", b)
+	st.begin()
+	return writeEvent(st.w, name, data)
 }
 
-// finish sends the response (nil: none) and closes the reply.
-func (p *httpReply) finish(reply any, status int) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.closed = true
-	var b []byte
-	if reply != nil {
-		b, _ = encodeLine(reply)
+// begin makes the response an event stream. st.mu is held.
+func (st *httpStream) begin() {
+	if !st.sse {
+		st.sse = true
+		st.w.Header().Set("Content-Type", "text/event-stream")
+		st.w.Header().Set("Cache-Control", "no-cache")
+		st.w.Header().Set("X-Accel-Buffering", "no")
 	}
-	switch {
-	case p.sse:
-		if b != nil {
-			writeEvent(p.w, "message", b)
-		}
-	case b == nil:
-		p.w.WriteHeader(http.StatusAccepted)
-	default:
-		p.w.Header().Set("Content-Type", "application/json")
-		p.w.WriteHeader(status)
-		p.w.Write(b)
-	}
-}
-
-func sseHeaders(w http.ResponseWriter) {
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	w.Header().Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
 }
 
 // writeEvent writes one SSE event (data is one line: JSON has no raw newlines) and flushes it.
@@ -1707,16 +1640,7 @@ func writeEvent(w http.ResponseWriter, event string, data []byte) error {
 	return http.NewResponseController(w).Flush()
 }
 
-func (st *sseStream) event(name string, data []byte) error {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.ended {
-		return errNoStream
-	}
-	return writeEvent(st.w, name, data)
-}
-
-func (st *sseStream) end() {
+func (st *httpStream) end() {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if !st.ended {
@@ -1733,10 +1657,7 @@ func (hs *httpSession) Write(p []byte) (int, error) {
 	if st == nil {
 		return 0, errNoStream
 	}
-	if err := st.event("message", p); err != nil {
-		return 0, err
-	}
-	return len(p), nil
+	return len(p), st.event("message", p)
 }
 
 // getOrDelete handles GET /mcp (the session's server-to-client stream) and
@@ -1746,7 +1667,6 @@ func (h *httpHandler) getOrDelete(w http.ResponseWriter, r *http.Request) {
 	hs := h.session(sid)
 	switch {
 	case sid == "" && r.Header.Get("MCP-Protocol-Version") == versionModern:
-		w.Header().Set("Allow", "POST")
 		httpFail(w, http.StatusMethodNotAllowed, nil, newRPCError(codeInvalidRequest, "protocol %s has no %s", versionModern, r.Method))
 	case sid == "":
 		httpFail(w, http.StatusBadRequest, nil, newRPCError(codeInvalidRequest, "bad request: Mcp-Session-Id header is required"))
@@ -1754,24 +1674,25 @@ func (h *httpHandler) getOrDelete(w http.ResponseWriter, r *http.Request) {
 		httpFail(w, http.StatusNotFound, nil, newRPCError(codeInvalidRequest, "unknown or expired Mcp-Session-Id"))
 	case r.Method == http.MethodDelete:
 		h.end(hs)
-		w.WriteHeader(http.StatusOK)
 	default:
 		h.stream(w, r, hs, "")
 	}
 }
 
-// stream holds a text/event-stream open as hs's server-to-client channel
-// until the client leaves, the session ends or the server shuts down.
+// stream holds an event stream open as hs's server-to-client channel until
+// the client leaves, the session ends or the server shuts down.
 func (h *httpHandler) stream(w http.ResponseWriter, r *http.Request, hs *httpSession, endpoint string) {
-	st := &sseStream{w: w, done: make(chan struct{})}
+	st := &httpStream{w: w, canSSE: true, done: make(chan struct{})}
 	hs.mu.Lock()
-	if hs.stream != nil || hs.ended {
-		hs.mu.Unlock()
+	busy := hs.stream != nil || hs.ended
+	if !busy {
+		hs.stream = st
+	}
+	hs.mu.Unlock()
+	if busy {
 		httpFail(w, http.StatusConflict, nil, newRPCError(codeInvalidRequest, "conflict: this session already has a stream open"))
 		return
 	}
-	hs.stream = st
-	hs.mu.Unlock()
 	h.touch(hs, 1)
 	defer func() {
 		st.end()
@@ -1780,67 +1701,38 @@ func (h *httpHandler) stream(w http.ResponseWriter, r *http.Request, hs *httpSes
 		hs.mu.Unlock()
 		h.touch(hs, -1)
 	}()
-	st.mu.Lock()
-	sseHeaders(w)
 	if endpoint != "" {
-		writeEvent(w, "endpoint", []byte(endpoint))
+		st.event("endpoint", []byte(endpoint))
 	} else {
-		http.NewResponseController(w).Flush()
+		st.mu.Lock()
+		st.begin()
+		http.NewResponseController(w).Flush() // clients wait for the headers
+		st.mu.Unlock()
 	}
-	st.mu.Unlock()
-	ping := time.NewTicker(25 * time.Second)
-	defer ping.Stop()
-	for {
-		select {
-		case <-r.Context().Done():
-			return
-		case <-st.done:
-			return
-		case <-ping.C: // a comment line keeps proxies from closing an idle stream
-			st.mu.Lock()
-			_, err := io.WriteString(w, ": ping\n\n")
-			if err == nil {
-				err = http.NewResponseController(w).Flush()
-			}
-			st.mu.Unlock()
-			if err != nil {
-				return
-			}
-		}
+	select {
+	case <-r.Context().Done():
+	case <-st.done:
+	case <-h.shutdown:
 	}
 }
 
-// newSession mints a session, making room when HTTP_MAX_SESSIONS are open by
-// ending expired sessions, then the least recently used idle one.
-func (h *httpHandler) newSession() (*httpSession, error) {
+// newSession mints a session after ending expired ones; at HTTP_MAX_SESSIONS it answers 503.
+func (h *httpHandler) newSession(w http.ResponseWriter) *httpSession {
 	id, err := randomHex(16)
-	if err != nil {
-		return nil, fmt.Errorf("new session: %w", err)
-	}
 	h.expire()
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if len(h.sessions) >= h.maxSessions {
-		var lru *httpSession
-		var lruUsed time.Time
-		for _, hs := range h.sessions {
-			hs.mu.Lock()
-			if hs.busy == 0 && (lru == nil || hs.lastUsed.Before(lruUsed)) {
-				lru, lruUsed = hs, hs.lastUsed
-			}
-			hs.mu.Unlock()
-		}
-		if lru == nil {
-			return nil, fmt.Errorf("new session: all %d sessions (HTTP_MAX_SESSIONS) are busy; try again later", h.maxSessions)
-		}
-		h.srv.log.infof("http: session limit reached; ending least recently used session %s", lru.id)
-		delete(h.sessions, lru.id)
-		lru.end()
+	if err == nil && len(h.sessions) >= h.maxSessions {
+		err = fmt.Errorf("%d sessions (HTTP_MAX_SESSIONS) are open; end one with DELETE or try later", len(h.sessions))
+	}
+	if err != nil {
+		httpFail(w, http.StatusServiceUnavailable, nil, newRPCError(codeInternalError, "no new session: %v", err))
+		return nil
 	}
 	hs := &httpSession{id: id, lastUsed: h.now()}
 	hs.s = newSession(h.srv, hs)
 	h.sessions[id] = hs
-	return hs, nil
+	return hs
 }
 
 // session returns the live session with id, or nil.
@@ -1861,31 +1753,26 @@ func (h *httpHandler) touch(hs *httpSession, delta int) {
 
 // expire ends the sessions idle for longer than HTTP_SESSION_IDLE_MS.
 func (h *httpHandler) expire() {
-	now := h.now()
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	for id, hs := range h.sessions {
+	var old []*httpSession
+	for _, hs := range h.sessions {
 		hs.mu.Lock()
-		old := hs.busy == 0 && now.Sub(hs.lastUsed) > h.idle
-		hs.mu.Unlock()
-		if old {
-			delete(h.sessions, id)
-			hs.end()
+		if hs.busy == 0 && h.now().Sub(hs.lastUsed) > h.idle {
+			old = append(old, hs)
 		}
-	}
-}
-
-func (h *httpHandler) end(hs *httpSession) {
-	h.mu.Lock()
-	if h.sessions[hs.id] == hs {
-		delete(h.sessions, hs.id)
+		hs.mu.Unlock()
 	}
 	h.mu.Unlock()
-	hs.end()
+	for _, hs := range old {
+		h.end(hs)
+	}
 }
 
-// end closes the session and its stream.
-func (hs *httpSession) end() {
+// end ends a session: its stream, its requests and what it owns.
+func (h *httpHandler) end(hs *httpSession) {
+	h.mu.Lock()
+	delete(h.sessions, hs.id)
+	h.mu.Unlock()
 	hs.mu.Lock()
 	st, was := hs.stream, hs.ended
 	hs.ended = true
@@ -1898,29 +1785,18 @@ func (hs *httpSession) end() {
 	}
 }
 
-// endStreams ends every open stream, so a shutdown does not wait on them.
-func (h *httpHandler) endStreams() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for _, hs := range h.sessions {
-		hs.mu.Lock()
-		if hs.stream != nil {
-			hs.stream.end()
-		}
-		hs.mu.Unlock()
-	}
-}
-
 // closeAll ends every session and waits a little for their requests to answer.
 func (h *httpHandler) closeAll() {
 	h.mu.Lock()
 	all := []*session{h.modern}
-	for id, hs := range h.sessions {
-		delete(h.sessions, id)
-		hs.end()
-		all = append(all, hs.s)
+	var ends []*httpSession
+	for _, hs := range h.sessions {
+		all, ends = append(all, hs.s), append(ends, hs)
 	}
 	h.mu.Unlock()
+	for _, hs := range ends {
+		h.end(hs)
+	}
 	h.modern.close()
 	done := make(chan struct{})
 	go func() { // exits when the cancelled requests have answered
@@ -1933,19 +1809,5 @@ func (h *httpHandler) closeAll() {
 	case <-done:
 	case <-time.After(httpShutdownGrace):
 		h.srv.log.warnf("http: requests still running at shutdown")
-	}
-}
-
-// expireLoop ends idle sessions now and then, until ctx ends.
-func (h *httpHandler) expireLoop(ctx context.Context) {
-	t := time.NewTicker(min(max(h.idle/4, time.Second), time.Minute))
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			h.expire()
-		}
 	}
 }

@@ -152,8 +152,8 @@ func serveStdio(ctx context.Context, srv *server, stdin io.Reader, stdout io.Wri
 // 127.0.0.1) until ctx ends, then stops accepting, gives in-flight requests
 // httpShutdownGrace to answer, and ends every session; run then kills children.
 func serveHTTP(ctx context.Context, srv *server, addr string, stderr io.Writer) error {
-	if _, err := strconv.Atoi(addr); err == nil {
-		addr = ":" + addr
+	if !strings.Contains(addr, ":") {
+		addr = ":" + addr // a bare port
 	}
 	if strings.HasPrefix(addr, ":") {
 		addr = "127.0.0.1" + addr
@@ -174,18 +174,21 @@ func serveHTTP(ctx context.Context, srv *server, addr string, stderr io.Writer) 
 		return fmt.Errorf("http: %w", err)
 	}
 	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	hs.RegisterOnShutdown(h.endStreams)
+	hs.RegisterOnShutdown(func() { close(h.shutdown) })
 	fmt.Fprintf(stderr, "telson: serving MCP on http://%s/mcp\n", ln.Addr())
-	loopCtx, stopLoop := context.WithCancel(ctx)
-	defer stopLoop()
-	go h.expireLoop(loopCtx) // exits when serveHTTP returns
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }() // exits when the server is shut down or closed
-	select {
-	case err := <-served:
-		h.closeAll()
-		return fmt.Errorf("http: %w", err)
-	case <-ctx.Done():
+	expiry := time.NewTicker(min(max(h.idle/4, time.Second), time.Minute))
+	defer expiry.Stop()
+	for ctx.Err() == nil {
+		select {
+		case err := <-served:
+			h.closeAll()
+			return fmt.Errorf("http: %w", err)
+		case <-expiry.C:
+			h.expire()
+		case <-ctx.Done():
+		}
 	}
 	grace, cancel := context.WithTimeout(context.Background(), httpShutdownGrace)
 	defer cancel()
@@ -318,7 +321,7 @@ var configKeys = []configKey{
 	{"HTTP_ORIGINS", "", "str", "comma list of browser Origins allowed besides http(s)://localhost, 127.0.0.1 and [::1] (* for any)"},
 	{"HTTP_HOSTS", "", "str", "comma list of Host names allowed besides loopback ones and the listening address (DNS rebinding protection)"},
 	{"HTTP_MAX_BODY_BYTES", "4194304", "int", "largest HTTP request body; a larger one is answered 413"},
-	{"HTTP_MAX_SESSIONS", "64", "int", "most HTTP sessions at once; at the limit the least recently used idle one ends"},
+	{"HTTP_MAX_SESSIONS", "64", "int", "most HTTP sessions at once; beyond it (after idle ones expire) a new session is refused with 503"},
 	{"HTTP_SESSION_IDLE_MS", "1800000", "int", "an HTTP session idle this long (milliseconds) ends, with its tasks"},
 }
 
