@@ -844,3 +844,61 @@ func BenchmarkStdioBashTrue(b *testing.B) {
 	inW.Close()
 	<-done
 }
+
+// httpAskTool is a test-only tool (added to one test server, never to toolTable)
+// that logs, asks the client with a server-to-client request and returns the answer.
+var httpAskTool = toolDef{name: "HTTPAsk", title: "t", description: "t", input: `{"type":"object","properties":{}}`,
+	run: func(ctx context.Context, c *toolCall) toolResult {
+		c.req.log("info", "asking")
+		res, err := c.s.request(ctx, "elicitation/create", map[string]any{"message": "ok?"})
+		if err != nil {
+			return errorResult("%v", err)
+		}
+		return textResult(string(res))
+	}}
+
+func TestHTTPServerRequestOnPOSTStream(t *testing.T) {
+	t.Parallel()
+	ts, _ := httpStart(t, nil, func(h *httpHandler) {
+		sc, _ := parseSchema(httpAskTool.input)
+		h.srv.tools = append(h.srv.tools, &toolEntry{def: &httpAskTool, schema: sc})
+	})
+	c := httpClientFor(t, ts)
+	c.initialize("2025-06-18")
+	req, _ := http.NewRequest("POST", c.url, strings.NewReader(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"HTTPAsk"}}`))
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Mcp-Session-Id", c.sid)
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("Content-Type %q, want an event stream", resp.Header.Get("Content-Type"))
+	}
+	br := bufio.NewReader(resp.Body)
+	next := func() map[string]any {
+		t.Helper()
+		ev, err := httpReadEvent(br)
+		if err != nil || ev.name != "message" {
+			t.Fatalf("event %+v: %v", ev, err)
+		}
+		return httpDecode(t, []byte(ev.data))
+	}
+	if m := next(); m["method"] != "notifications/message" || m["params"].(map[string]any)["data"] != "asking" {
+		t.Fatalf("want the request's log first, got %v", m)
+	}
+	ask := next()
+	if ask["method"] != "elicitation/create" {
+		t.Fatalf("want the server request on the POST's stream, got %v", ask)
+	}
+	id, _ := json.Marshal(ask["id"])
+	r2, b2 := c.do("POST", fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"result":{"action":"accept"}}`, id), nil)
+	httpStatus(t, "the client's answer", r2, b2, 202, 0)
+	if m := next(); m["id"] != float64(7) || resultText(m["result"].(map[string]any)) != `{"action":"accept"}` {
+		t.Fatalf("response: %v", m)
+	}
+	if _, err := httpReadEvent(br); err != io.EOF {
+		t.Errorf("the stream did not end after the response: %v", err)
+	}
+}
