@@ -1785,29 +1785,17 @@ func (h *httpHandler) end(hs *httpSession) {
 	}
 }
 
-// closeAll ends every session and waits a little for their requests to answer.
+// closeAll ends every session; their cancelled requests answer into closed
+// connections, and run's srv.close kills what is left.
 func (h *httpHandler) closeAll() {
 	h.mu.Lock()
-	all := []*session{h.modern}
-	var ends []*httpSession
+	var all []*httpSession
 	for _, hs := range h.sessions {
-		all, ends = append(all, hs.s), append(ends, hs)
+		all = append(all, hs)
 	}
 	h.mu.Unlock()
-	for _, hs := range ends {
+	for _, hs := range all {
 		h.end(hs)
 	}
 	h.modern.close()
-	done := make(chan struct{})
-	go func() { // exits when the cancelled requests have answered
-		for _, s := range all {
-			s.wait()
-		}
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(httpShutdownGrace):
-		h.srv.log.warnf("http: requests still running at shutdown")
-	}
 }
