@@ -3,11 +3,14 @@
 // table, the lifecycle of both protocol eras (legacy initialize, and the
 // stateless 2026-07-28 era with per-request _meta), tools/list and
 // tools/call from the tool table, argument checking against each tool's
-// schema, progress, logging, server-to-client requests and the notice queue.
+// schema, progress, logging, server-to-client requests and the notice queue;
+// and the HTTP transports: Streamable HTTP on /mcp (both eras) and the
+// 2024-11-05 HTTP+SSE transport on /sse and /messages.
 //
 // Rules:
-//   - only session.send writes to the client: one message per line, written
-//     whole under wmu, so messages never interleave;
+//   - only session.send writes to the session's output: one message per
+//     line, written whole under wmu, so messages never interleave; over HTTP
+//     a request's own messages go to its POST's reply instead (see route);
 //   - every request runs in its own goroutine with its own context;
 //     notifications/cancelled cancels that context and no reply is sent;
 //   - a handler's panic becomes -32603 with its stack on stderr, and the
@@ -20,12 +23,18 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
+	"crypto/subtle"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math"
+	"net"
+	"net/http"
+	"net/url"
 	"runtime"
 	"sort"
 	"strconv"
@@ -67,6 +76,7 @@ const (
 	codeMethodNotFound     = -32601
 	codeInvalidParams      = -32602
 	codeInternalError      = -32603
+	codeHeaderMismatch     = -32020
 	codeUnsupportedVersion = -32022
 )
 
@@ -242,21 +252,67 @@ func newSession(srv *server, out io.Writer) *session {
 	return s
 }
 
-// send writes one message as one line. It is the only writer of out.
-func (s *session) send(msg any) error {
+// encodeLine encodes msg as one line of JSON ending in '\n'.
+func encodeLine(msg any) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(msg); err != nil { // Encode ends the line with '\n'
-		s.srv.log.errorf("send: encode: %v", err)
-		return fmt.Errorf("send: %w", err)
+		return nil, fmt.Errorf("send: encode: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// send writes one message as one line. It is the only writer of out.
+func (s *session) send(msg any) error {
+	b, err := encodeLine(msg)
+	if err != nil {
+		s.srv.log.errorf("%v", err)
+		return err
 	}
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	if _, err := s.out.Write(buf.Bytes()); err != nil {
+	if _, err := s.out.Write(b); err != nil {
 		return fmt.Errorf("send: %w", err)
 	}
 	return nil
+}
+
+// errNoStream says a route cannot carry a message; it goes to the session's output instead.
+var errNoStream = errors.New("send: no stream to the client")
+
+// routeKey keys, in a request's context, the route of the messages about
+// that request (progress, logs, server-to-client requests): an HTTP POST's
+// reply. Without one they go to the session's output.
+type routeKey struct{}
+
+func routeOf(ctx context.Context) func(msg any) error {
+	out, _ := ctx.Value(routeKey{}).(func(msg any) error)
+	return out
+}
+
+// sendVia sends msg on out when there is one that takes it, else on the session's output.
+func (s *session) sendVia(out func(msg any) error, msg any) error {
+	if out != nil {
+		if err := out(msg); !errors.Is(err, errNoStream) {
+			return err
+		}
+	}
+	return s.send(msg)
+}
+
+// reply sends a reply (a message or a batch's array); nil sends nothing.
+func (s *session) reply(msg any) {
+	if msg != nil {
+		s.send(msg)
+	}
+}
+
+// close ends the session: its running requests are cancelled and what it
+// owns is released.
+func (s *session) close() {
+	s.cancelAll()
+	s.stopWorkflow()
 }
 
 func (s *session) sendMessage(m *rpcMessage) {
@@ -266,12 +322,19 @@ func (s *session) sendMessage(m *rpcMessage) {
 }
 
 // notify sends a notification to the client.
-func (s *session) notify(method string, params any) {
-	s.send(struct {
+func (s *session) notify(method string, params any) { s.send(notification(method, params)) }
+
+func notification(method string, params any) any {
+	return struct {
 		JSONRPC string `json:"jsonrpc"`
 		Method  string `json:"method"`
 		Params  any    `json:"params,omitempty"`
-	}{"2.0", method, params})
+	}{"2.0", method, params}
+}
+
+// notify sends a notification about request r on its route.
+func (r *rpcRequest) notify(method string, params any) {
+	r.s.sendVia(r.out, notification(method, params))
 }
 
 // serve reads messages from r until EOF or a read error, dispatching each.
@@ -290,7 +353,7 @@ func (s *session) serve(ctx context.Context, r io.Reader) error {
 			s.sendMessage(errorMessage(nil, newRPCError(codeInvalidRequest, "invalid request: message longer than %d bytes skipped", lr.max)))
 			continue
 		}
-		s.handleLine(ctx, line, s.sendMessage)
+		s.handleLine(ctx, line, s.reply)
 	}
 }
 
@@ -307,11 +370,12 @@ func (s *session) cancelAll() {
 }
 
 // handleLine handles one line: a message or, where the version allows, a
-// batch. done receives the reply (a message or an array), once, or nil
-// when nothing is to be sent.
-func (s *session) handleLine(ctx context.Context, line []byte, done func(*rpcMessage)) {
+// batch. done receives the reply (a *rpcMessage or an array) exactly once,
+// or nil when nothing is to be sent.
+func (s *session) handleLine(ctx context.Context, line []byte, done func(reply any)) {
 	line = bytes.TrimSpace(line)
 	if len(line) == 0 {
+		done(nil)
 		return
 	}
 	if !json.Valid(line) {
@@ -321,7 +385,7 @@ func (s *session) handleLine(ctx context.Context, line []byte, done func(*rpcMes
 		return
 	}
 	if line[0] == '[' {
-		s.handleBatch(ctx, line)
+		s.handleBatch(ctx, line, done)
 		return
 	}
 	var m rpcMessage
@@ -333,7 +397,13 @@ func (s *session) handleLine(ctx context.Context, line []byte, done func(*rpcMes
 		done(errorMessage(id, newRPCError(codeInvalidRequest, "invalid request: %v", err)))
 		return
 	}
-	s.handleMessage(ctx, &m, done)
+	s.handleMessage(ctx, &m, func(reply *rpcMessage) {
+		if reply == nil {
+			done(nil) // not a nil *rpcMessage in an interface
+		} else {
+			done(reply)
+		}
+	})
 }
 
 // decodeMessage decodes one message (valid JSON), saying plainly what is wrong with its shape.
@@ -351,7 +421,7 @@ func decodeMessage(b []byte, m *rpcMessage) error {
 
 // handleBatch answers a JSON array of messages with an array of replies,
 // for the versions that have batches (before 2025-06-18).
-func (s *session) handleBatch(ctx context.Context, line []byte) {
+func (s *session) handleBatch(ctx context.Context, line []byte, done func(reply any)) {
 	s.mu.Lock()
 	v := s.version
 	s.mu.Unlock()
@@ -363,7 +433,7 @@ func (s *session) handleBatch(ctx context.Context, line []byte) {
 		} else if len(items) == 0 {
 			why = "empty batch"
 		}
-		s.sendMessage(errorMessage(nil, newRPCError(codeInvalidRequest, "invalid request: %s", why)))
+		done(errorMessage(nil, newRPCError(codeInvalidRequest, "invalid request: %s", why)))
 		return
 	}
 	var (
@@ -397,7 +467,9 @@ func (s *session) handleBatch(ctx context.Context, line []byte) {
 		defer s.wg.Done()
 		wg.Wait()
 		if len(replies) > 0 {
-			s.send(replies)
+			done(replies)
+		} else {
+			done(nil)
 		}
 	}()
 }
@@ -443,6 +515,7 @@ type rpcRequest struct {
 	caps          map[string]json.RawMessage
 	logLevel      int // modern era: the request's own log level; -1 when none
 	progressToken json.RawMessage
+	out           func(msg any) error // where messages about the request go (see routeKey); nil: the session's output
 
 	progressMu   sync.Mutex // guards lastProgress
 	lastProgress float64
@@ -484,6 +557,7 @@ func (s *session) startRequest(ctx context.Context, m *rpcMessage, done func(*rp
 		done(errorMessage(m.ID, rerr))
 		return
 	}
+	r.out = routeOf(ctx)
 	key := idKey(m.ID)
 	reqCtx, cancel := context.WithCancel(ctx)
 	s.mu.Lock()
@@ -669,7 +743,8 @@ func (s *session) request(ctx context.Context, method string, params any) (json.
 	ch := make(chan *rpcMessage, 1)
 	s.pending[idKey(id)] = ch
 	s.mu.Unlock()
-	if err := s.send(&struct {
+	out := routeOf(ctx)
+	if err := s.sendVia(out, &struct {
 		JSONRPC string          `json:"jsonrpc"`
 		ID      json.RawMessage `json:"id"`
 		Method  string          `json:"method"`
@@ -690,7 +765,7 @@ func (s *session) request(ctx context.Context, method string, params any) (json.
 		s.mu.Lock()
 		delete(s.pending, idKey(id))
 		s.mu.Unlock()
-		s.notify("notifications/cancelled", map[string]any{"requestId": id, "reason": ctx.Err().Error()})
+		s.sendVia(out, notification("notifications/cancelled", map[string]any{"requestId": id, "reason": ctx.Err().Error()}))
 		return nil, fmt.Errorf("%s: %w", method, ctx.Err())
 	}
 }
@@ -720,7 +795,7 @@ func (r *rpcRequest) progress(progress, total float64, message string) {
 	if message != "" && atLeast(r.version, version20250326) {
 		p["message"] = message
 	}
-	r.s.notify("notifications/progress", p)
+	r.notify("notifications/progress", p)
 }
 
 // Logging levels of RFC 5424, least severe first.
@@ -739,12 +814,15 @@ func logLevelIndex(name string) int {
 // logToClient sends notifications/message at level when the client wants it.
 // A session only ever served in the 2026-07-28 era gets none (that era sends
 // them only for requests that ask).
-func (s *session) logToClient(level, logger string, data any) {
+func (s *session) logToClient(level, logger string, data any) { s.logVia(nil, level, logger, data) }
+
+// logVia is logToClient on route out.
+func (s *session) logVia(out func(msg any) error, level, logger string, data any) {
 	s.mu.Lock()
 	ok := s.version != "" && logLevelIndex(level) >= s.logLevel
 	s.mu.Unlock()
 	if ok {
-		s.notify("notifications/message", map[string]any{"level": level, "logger": logger, "data": data})
+		s.sendVia(out, notification("notifications/message", map[string]any{"level": level, "logger": logger, "data": data}))
 	}
 }
 
@@ -753,11 +831,11 @@ func (s *session) logToClient(level, logger string, data any) {
 func (r *rpcRequest) log(level string, data any) {
 	if r.modern {
 		if r.logLevel >= 0 && logLevelIndex(level) >= r.logLevel {
-			r.s.notify("notifications/message", map[string]any{"level": level, "logger": "telson", "data": data})
+			r.notify("notifications/message", map[string]any{"level": level, "logger": "telson", "data": data})
 		}
 		return
 	}
-	r.s.logToClient(level, "telson", data)
+	r.s.logVia(r.out, level, "telson", data)
 }
 
 // noticeQueue holds one-line notices for the agent (a background task ended,
@@ -1280,3 +1358,492 @@ func (l *logger) debugf(format string, a ...any) { l.logf(0, format, a...) }
 func (l *logger) infof(format string, a ...any)  { l.logf(1, format, a...) }
 func (l *logger) warnf(format string, a ...any)  { l.logf(3, format, a...) }
 func (l *logger) errorf(format string, a ...any) { l.logf(4, format, a...) }
+
+// httpHandler serves MCP over HTTP: Streamable HTTP on /mcp, with sessions
+// in the legacy era and stateless in the 2026-07-28 era, and the 2024-11-05
+// HTTP+SSE transport on /sse and /messages. Every request first passes the
+// Host (DNS rebinding), Origin and bearer-token checks.
+type httpHandler struct {
+	srv         *server
+	token       string   // the bearer token every request must carry; "" for none
+	origins     []string // allowed Origins besides loopback ones ("*": any)
+	hosts       []string // allowed Host names besides loopback ones
+	anyIPHost   bool     // listening on every interface: any IP-literal Host is allowed
+	maxBody     int64
+	maxSessions int
+	idle        time.Duration
+	modern      *session         // serves the stateless 2026-07-28 era
+	now         func() time.Time // the clock (tests replace it)
+	shutdown    chan struct{}    // closed when the server shuts down: streams end
+
+	mu       sync.Mutex // guards sessions
+	sessions map[string]*httpSession
+}
+
+// httpSession is one legacy-era session and its server-to-client stream.
+type httpSession struct {
+	id string
+	s  *session
+
+	mu       sync.Mutex  // guards the fields below
+	stream   *httpStream // the open GET (or /sse) stream; nil when none
+	busy     int         // POSTs being handled, plus an open stream
+	lastUsed time.Time
+	ended    bool
+}
+
+// httpStream is one response carrying messages: a POST's reply (JSON, or SSE
+// once a message about the request comes before its response) or a GET stream.
+type httpStream struct {
+	mu     sync.Mutex // guards the fields below and writes to w
+	w      http.ResponseWriter
+	canSSE bool // the client accepts text/event-stream
+	sse    bool // the response is an event stream
+	ended  bool
+	done   chan struct{} // closed by end
+}
+
+const httpShutdownGrace = 3 * time.Second
+
+func newHTTPHandler(srv *server, host string) *httpHandler {
+	cfg, ip := srv.cfg, net.ParseIP(host)
+	h := &httpHandler{srv: srv, token: cfg.str("HTTP_TOKEN"), origins: splitList(cfg.str("HTTP_ORIGINS")),
+		hosts: append(splitList(cfg.str("HTTP_HOSTS")), host), anyIPHost: host == "" || (ip != nil && ip.IsUnspecified()),
+		maxBody: int64(cfg.int("HTTP_MAX_BODY_BYTES")), maxSessions: cfg.int("HTTP_MAX_SESSIONS"),
+		idle: time.Duration(cfg.int("HTTP_SESSION_IDLE_MS")) * time.Millisecond, now: time.Now, sessions: map[string]*httpSession{}, shutdown: make(chan struct{})}
+	h.modern = newSession(srv, noStream{})
+	return h
+}
+
+func splitList(v string) (out []string) {
+	for _, x := range strings.Split(v, ",") {
+		if x = strings.TrimSpace(x); x != "" {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+func isLoopbackHost(host string) bool {
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return strings.EqualFold(host, "localhost") || (ip != nil && ip.IsLoopback())
+}
+
+// randomHex is n bytes from crypto/rand in hex: session ids and tokens.
+func randomHex(n int) (string, error) {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("random: %w", err)
+	}
+	return hex.EncodeToString(b), nil
+}
+
+// noStream is the output of a session without a server-to-client stream.
+type noStream struct{}
+
+func (noStream) Write(p []byte) (int, error) { return 0, errNoStream }
+
+// httpFail answers with status and a JSON-RPC error body.
+func httpFail(w http.ResponseWriter, status int, id json.RawMessage, e *rpcError) {
+	b, _ := encodeLine(errorMessage(id, e))
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(b)
+}
+
+func (h *httpHandler) hostAllowed(host string) bool {
+	if hh, _, err := net.SplitHostPort(host); err == nil {
+		host = hh
+	}
+	host = strings.Trim(host, "[]")
+	ok := isLoopbackHost(host) || (h.anyIPHost && net.ParseIP(host) != nil)
+	for _, a := range h.hosts {
+		ok = ok || strings.EqualFold(a, host)
+	}
+	return ok
+}
+
+func (h *httpHandler) originAllowed(origin string) bool {
+	u, err := url.Parse(origin)
+	ok := err == nil && (u.Scheme == "http" || u.Scheme == "https") && isLoopbackHost(u.Hostname())
+	for _, o := range h.origins {
+		ok = ok || o == "*" || strings.EqualFold(strings.TrimSuffix(o, "/"), origin)
+	}
+	return ok
+}
+
+func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	origin := r.Header.Get("Origin")
+	auth, bearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	fail := func(status int, format string, a ...any) {
+		httpFail(w, status, nil, newRPCError(codeInvalidRequest, format, a...))
+	}
+	switch route := r.Method + " " + r.URL.Path; {
+	case !h.hostAllowed(r.Host):
+		fail(http.StatusForbidden, "forbidden: Host %q is not allowed (DNS rebinding protection; see HTTP_HOSTS)", r.Host)
+	case origin != "" && !h.originAllowed(origin):
+		fail(http.StatusForbidden, "forbidden: Origin %q is not allowed (see HTTP_ORIGINS)", origin)
+	case h.token != "" && (!bearer || subtle.ConstantTimeCompare([]byte(auth), []byte(h.token)) != 1):
+		w.Header().Set("WWW-Authenticate", `Bearer realm="telson"`)
+		fail(http.StatusUnauthorized, "unauthorized: send the header Authorization: Bearer <HTTP_TOKEN>")
+	case route == "POST /mcp":
+		h.post(w, r)
+	case route == "GET /mcp" || route == "DELETE /mcp":
+		h.getOrDelete(w, r)
+	case route == "GET /sse":
+		if hs := h.newSession(w); hs != nil {
+			defer h.end(hs) // the old transport's session lives as long as its stream
+			h.stream(w, r, hs, "/messages?sessionId="+hs.id)
+		}
+	case route == "POST /messages":
+		hs := h.session(r.URL.Query().Get("sessionId"))
+		if hs == nil {
+			fail(http.StatusNotFound, "unknown or expired sessionId; open a new stream with GET /sse")
+		} else if body := h.readBody(w, r); body != nil {
+			// replies go to the stream; requests outlive this POST, which is answered now
+			hs.s.handleLine(context.WithoutCancel(r.Context()), body, hs.s.reply)
+			w.WriteHeader(http.StatusAccepted)
+		}
+	case r.URL.Path == "/mcp" || r.URL.Path == "/sse" || r.URL.Path == "/messages":
+		fail(http.StatusMethodNotAllowed, "method %s is not allowed on %s", r.Method, r.URL.Path)
+	default:
+		fail(http.StatusNotFound, "not found: %s (the MCP endpoint is /mcp)", r.URL.Path)
+	}
+}
+
+// readBody reads a request body of at most HTTP_MAX_BODY_BYTES; nil means it answered an error.
+func (h *httpHandler) readBody(w http.ResponseWriter, r *http.Request) []byte {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.maxBody))
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		httpFail(w, http.StatusRequestEntityTooLarge, nil, newRPCError(codeInvalidRequest, "invalid request: body longer than %d bytes (HTTP_MAX_BODY_BYTES)", h.maxBody))
+	case err != nil:
+		httpFail(w, http.StatusBadRequest, nil, newRPCError(codeParseError, "parse error: read body: %v", err))
+	case !json.Valid(body):
+		httpFail(w, http.StatusBadRequest, nil, newRPCError(codeParseError, "parse error: the body is not one JSON value"))
+	default:
+		return bytes.TrimSpace(body)
+	}
+	return nil
+}
+
+// post handles POST /mcp: initialize makes a session; other legacy messages
+// need its Mcp-Session-Id; without one a message is served statelessly in
+// the 2026-07-28 era.
+func (h *httpHandler) post(w http.ResponseWriter, r *http.Request) {
+	body := h.readBody(w, r)
+	if body == nil {
+		return
+	}
+	var peek struct{ Method string }
+	json.Unmarshal(body, &peek)
+	sid, v := r.Header.Get("Mcp-Session-Id"), r.Header.Get("MCP-Protocol-Version")
+	var hs *httpSession
+	switch {
+	case sid == "" && peek.Method != "initialize":
+		h.postModern(w, r, body)
+		return
+	case v != "" && !isLegacyVersion(v) && v != versionModern: // another supported version than the negotiated one is tolerated
+		httpFail(w, http.StatusBadRequest, nil, &rpcError{Code: codeUnsupportedVersion, Message: "unsupported MCP-Protocol-Version: " + v,
+			Data: map[string]any{"supported": supportedVersions, "requested": v}})
+		return
+	case sid == "":
+		if hs = h.newSession(w); hs == nil {
+			return
+		}
+		w.Header().Set("Mcp-Session-Id", hs.id)
+	default:
+		if hs = h.session(sid); hs == nil {
+			httpFail(w, http.StatusNotFound, nil, newRPCError(codeInvalidRequest, "unknown or expired Mcp-Session-Id; initialize a new session"))
+			return
+		}
+	}
+	h.touch(hs, 1)
+	defer h.touch(hs, -1)
+	// a dropped connection does not cancel a legacy request (notifications/cancelled does)
+	reply := h.exchange(context.WithoutCancel(r.Context()), w, r, hs.s, body, false)
+	if m, ok := reply.(*rpcMessage); ok && sid == "" && m.Error != nil {
+		h.end(hs) // a failed initialize leaves no session behind
+	}
+}
+
+// postModern serves one stateless 2026-07-28 message after checking that
+// the headers agree with the body.
+func (h *httpHandler) postModern(w http.ResponseWriter, r *http.Request, body []byte) {
+	var m struct {
+		ID     json.RawMessage
+		Method string
+		Params struct {
+			Name, URI string
+			Meta      map[string]json.RawMessage `json:"_meta"`
+		}
+	}
+	json.Unmarshal(body, &m)
+	var metaV string
+	json.Unmarshal(m.Params.Meta[metaProtocolVersion], &metaV)
+	hdrV, hdrM := r.Header.Get("MCP-Protocol-Version"), r.Header.Get("Mcp-Method")
+	name := map[string]string{"tools/call": m.Params.Name, "prompts/get": m.Params.Name, "resources/read": m.Params.URI}[m.Method]
+	if !validID(m.ID) {
+		m.ID = nil
+	}
+	e := &rpcError{Code: codeInvalidRequest}
+	switch {
+	case body[0] != '{':
+		e.Message = "invalid request: without Mcp-Session-Id the body must be one message (protocol " + versionModern + " has no batches)"
+	case metaV == "" && m.Method != "server/discover":
+		e.Message = "bad request: Mcp-Session-Id header is required (initialize first), or name protocol " + versionModern + " in _meta " + metaProtocolVersion
+	case m.Method == "":
+		e.Message = "invalid request: no method"
+	case metaV != "" && metaV != versionModern || hdrV != "" && !isLegacyVersion(hdrV) && hdrV != versionModern:
+		bad := metaV
+		if metaV == "" || metaV == versionModern {
+			bad = hdrV
+		}
+		e = &rpcError{Code: codeUnsupportedVersion, Message: "unsupported protocol version: " + bad, Data: map[string]any{"supported": []string{versionModern}, "requested": bad}}
+	case metaV != "" && hdrV != metaV || hdrM != m.Method || r.Header.Get("Mcp-Name") != name:
+		e = newRPCError(codeHeaderMismatch, "header mismatch: MCP-Protocol-Version %q, Mcp-Method %q, Mcp-Name %q must match the body's %q, %q, %q",
+			hdrV, hdrM, r.Header.Get("Mcp-Name"), metaV, m.Method, name)
+	case metaV != "" && hasID(m.ID) && m.Params.Meta[metaClientCaps] == nil:
+		e = newRPCError(codeInvalidParams, "invalid params: _meta %s is required in protocol version %s", metaClientCaps, versionModern)
+	default:
+		h.exchange(r.Context(), w, r, h.modern, body, true) // disconnect cancels
+		return
+	}
+	httpFail(w, http.StatusBadRequest, m.ID, e)
+}
+
+// exchange hands body to session s and answers the POST: 202 when nothing
+// needs a reply, else JSON, or SSE when messages about the request came first.
+func (h *httpHandler) exchange(ctx context.Context, w http.ResponseWriter, r *http.Request, s *session, body []byte, modern bool) any {
+	st := &httpStream{w: w, canSSE: strings.Contains(r.Header.Get("Accept"), "text/event-stream"), done: make(chan struct{})}
+	replies := make(chan any, 1)
+	s.handleLine(context.WithValue(ctx, routeKey{}, st.send), body, func(reply any) { replies <- reply })
+	var reply any
+	select {
+	case reply = <-replies:
+	case <-r.Context().Done():
+	}
+	status := http.StatusOK
+	if m, ok := reply.(*rpcMessage); ok && m.Error != nil {
+		switch c := m.Error.Code; {
+		case modern && c == codeMethodNotFound:
+			status = http.StatusNotFound
+		case !hasID(m.ID) || modern && (c == codeInvalidRequest || c == codeUnsupportedVersion):
+			status = http.StatusBadRequest
+		}
+	}
+	b, _ := encodeLine(reply)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.ended = true
+	switch {
+	case st.sse && reply != nil:
+		writeEvent(w, "message", b)
+	case st.sse:
+	case reply == nil:
+		w.WriteHeader(http.StatusAccepted)
+	default:
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		w.Write(b)
+	}
+	return reply
+}
+
+// send writes a message as an event, turning a POST's reply into an event stream.
+func (st *httpStream) send(msg any) error {
+	b, err := encodeLine(msg)
+	if err != nil {
+		return err
+	}
+	return st.event("message", b)
+}
+
+func (st *httpStream) event(name string, data []byte) error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.ended || !st.canSSE {
+		return errNoStream
+	}
+	st.begin()
+	return writeEvent(st.w, name, data)
+}
+
+// begin makes the response an event stream. st.mu is held.
+func (st *httpStream) begin() {
+	if !st.sse {
+		st.sse = true
+		st.w.Header().Set("Content-Type", "text/event-stream")
+		st.w.Header().Set("Cache-Control", "no-cache")
+		st.w.Header().Set("X-Accel-Buffering", "no")
+	}
+}
+
+// writeEvent writes one SSE event (data is one line: JSON has no raw newlines) and flushes it.
+func writeEvent(w http.ResponseWriter, event string, data []byte) error {
+	if _, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, bytes.TrimRight(data, "\n")); err != nil {
+		return fmt.Errorf("sse: %w", err)
+	}
+	return http.NewResponseController(w).Flush()
+}
+
+func (st *httpStream) end() {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if !st.ended {
+		st.ended = true
+		close(st.done)
+	}
+}
+
+// Write is the session's output: one message as an event on the open stream.
+func (hs *httpSession) Write(p []byte) (int, error) {
+	hs.mu.Lock()
+	st := hs.stream
+	hs.mu.Unlock()
+	if st == nil {
+		return 0, errNoStream
+	}
+	return len(p), st.event("message", p)
+}
+
+// getOrDelete handles GET /mcp (the session's server-to-client stream) and
+// DELETE /mcp (end the session).
+func (h *httpHandler) getOrDelete(w http.ResponseWriter, r *http.Request) {
+	sid := r.Header.Get("Mcp-Session-Id")
+	hs := h.session(sid)
+	switch {
+	case sid == "" && r.Header.Get("MCP-Protocol-Version") == versionModern:
+		httpFail(w, http.StatusMethodNotAllowed, nil, newRPCError(codeInvalidRequest, "protocol %s has no %s", versionModern, r.Method))
+	case sid == "":
+		httpFail(w, http.StatusBadRequest, nil, newRPCError(codeInvalidRequest, "bad request: Mcp-Session-Id header is required"))
+	case hs == nil:
+		httpFail(w, http.StatusNotFound, nil, newRPCError(codeInvalidRequest, "unknown or expired Mcp-Session-Id"))
+	case r.Method == http.MethodDelete:
+		h.end(hs)
+	default:
+		h.stream(w, r, hs, "")
+	}
+}
+
+// stream holds an event stream open as hs's server-to-client channel until
+// the client leaves, the session ends or the server shuts down.
+func (h *httpHandler) stream(w http.ResponseWriter, r *http.Request, hs *httpSession, endpoint string) {
+	st := &httpStream{w: w, canSSE: true, done: make(chan struct{})}
+	hs.mu.Lock()
+	busy := hs.stream != nil || hs.ended
+	if !busy {
+		hs.stream = st
+	}
+	hs.mu.Unlock()
+	if busy {
+		httpFail(w, http.StatusConflict, nil, newRPCError(codeInvalidRequest, "conflict: this session already has a stream open"))
+		return
+	}
+	h.touch(hs, 1)
+	defer func() {
+		st.end()
+		hs.mu.Lock()
+		hs.stream = nil
+		hs.mu.Unlock()
+		h.touch(hs, -1)
+	}()
+	if endpoint != "" {
+		st.event("endpoint", []byte(endpoint))
+	} else {
+		st.mu.Lock()
+		st.begin()
+		http.NewResponseController(w).Flush() // clients wait for the headers
+		st.mu.Unlock()
+	}
+	select {
+	case <-r.Context().Done():
+	case <-st.done:
+	case <-h.shutdown:
+	}
+}
+
+// newSession mints a session after ending expired ones; at HTTP_MAX_SESSIONS it answers 503.
+func (h *httpHandler) newSession(w http.ResponseWriter) *httpSession {
+	id, err := randomHex(16)
+	h.expire()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err == nil && len(h.sessions) >= h.maxSessions {
+		err = fmt.Errorf("%d sessions (HTTP_MAX_SESSIONS) are open; end one with DELETE or try later", len(h.sessions))
+	}
+	if err != nil {
+		httpFail(w, http.StatusServiceUnavailable, nil, newRPCError(codeInternalError, "no new session: %v", err))
+		return nil
+	}
+	hs := &httpSession{id: id, lastUsed: h.now()}
+	hs.s = newSession(h.srv, hs)
+	h.sessions[id] = hs
+	return hs
+}
+
+// session returns the live session with id, or nil.
+func (h *httpHandler) session(id string) *httpSession {
+	h.expire()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.sessions[id]
+}
+
+// touch records a POST or stream starting (+1) or ending (-1) on hs.
+func (h *httpHandler) touch(hs *httpSession, delta int) {
+	hs.mu.Lock()
+	hs.busy += delta
+	hs.lastUsed = h.now()
+	hs.mu.Unlock()
+}
+
+// expire ends the sessions idle for longer than HTTP_SESSION_IDLE_MS.
+func (h *httpHandler) expire() {
+	h.mu.Lock()
+	var old []*httpSession
+	for _, hs := range h.sessions {
+		hs.mu.Lock()
+		if hs.busy == 0 && h.now().Sub(hs.lastUsed) > h.idle {
+			old = append(old, hs)
+		}
+		hs.mu.Unlock()
+	}
+	h.mu.Unlock()
+	for _, hs := range old {
+		h.end(hs)
+	}
+}
+
+// end ends a session: its stream, its requests and what it owns.
+func (h *httpHandler) end(hs *httpSession) {
+	h.mu.Lock()
+	delete(h.sessions, hs.id)
+	h.mu.Unlock()
+	hs.mu.Lock()
+	st, was := hs.stream, hs.ended
+	hs.ended = true
+	hs.mu.Unlock()
+	if st != nil {
+		st.end()
+	}
+	if !was {
+		hs.s.close()
+	}
+}
+
+// closeAll ends every session; their cancelled requests answer into closed
+// connections, and run's srv.close kills what is left.
+func (h *httpHandler) closeAll() {
+	h.mu.Lock()
+	var all []*httpSession
+	for _, hs := range h.sessions {
+		all = append(all, hs)
+	}
+	h.mu.Unlock()
+	for _, hs := range all {
+		h.end(hs)
+	}
+	h.modern.close()
+}

