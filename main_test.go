@@ -28,6 +28,11 @@ func TestMain(m *testing.M) {
 		main()
 		os.Exit(0)
 	}
+	// Child processes (the reaper, telson as a binary) are this test binary;
+	// under -race each would sleep a second at exit without this.
+	if os.Getenv("GORACE") == "" {
+		os.Setenv("GORACE", "atexit_sleep_ms=0")
+	}
 	os.Exit(m.Run())
 }
 
