@@ -168,6 +168,7 @@ type server struct {
 	log     *logger
 	tools   []*toolEntry // the tool table's enabled rows, in table order
 	procs   *procTracker
+	browser *browserHolder // ReadDocs's Chromium, started on first use
 	version string
 
 	mu         sync.Mutex                 // guards toolsCache

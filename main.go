@@ -39,6 +39,7 @@ import (
 // tools/list, tools/call, `telson tools` and `telson call` all come from it.
 var toolTable = []*toolDef{
 	&bashTool,
+	&readDocsTool,
 }
 
 func main() {
@@ -147,6 +148,7 @@ func newServer(cfg *config, stderr io.Writer) *server {
 	log.level.Store(int32(logLevelIndex(cfg.str("LOG_LEVEL"))))
 	srv := &server{cfg: cfg, log: log, version: buildVersion()}
 	srv.procs = newProcTracker(log)
+	srv.browser = &browserHolder{tabs: make(chan struct{}, 2)}
 	for _, d := range toolTable {
 		if !cfg.toolEnabled(d.name) {
 			continue
@@ -162,6 +164,7 @@ func newServer(cfg *config, stderr io.Writer) *server {
 
 // close stops everything the server started: every child process group dies.
 func (srv *server) close() {
+	srv.browser.close(srv.procs)
 	srv.procs.closeAll()
 }
 
@@ -258,6 +261,11 @@ var configKeys = []configKey{
 	{"LOG_LEVEL", "info", "str", "least severe level logged to stderr and sent to the client (debug, info, warning, error)"},
 	{"STATE_DIR", "~/.telson", "str", "where state files live"},
 	{"MAX_MESSAGE_BYTES", "67108864", "int", "longest input message; a longer line is skipped and answered with an error"},
+	{"CHROME_PATH", "", "str", "the Chromium or Chrome binary ReadDocs runs (default: found on PATH and in the usual install locations)"},
+	{"READDOCS_BROWSER", "on", "bool", "read pages in headless Chromium; off reads them over plain HTTP (no JavaScript)"},
+	{"READDOCS_TIMEOUT_MS", "30000", "int", "ReadDocs's deadline for a page in milliseconds (wait_ms is added to it)"},
+	{"READDOCS_IDLE_MS", "500", "int", "how long a page's network must be quiet after load before ReadDocs reads it"},
+	{"WS_MAX_MESSAGE_BYTES", "134217728", "int", "longest DevTools websocket message ReadDocs accepts from the browser"},
 }
 
 var configPrefixes = []string{"TOOL_"}
