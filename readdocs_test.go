@@ -20,6 +20,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -275,7 +276,7 @@ func TestCDPClient(t *testing.T) {
 	events := make(chan string, 4)
 	c.subscribe("S1", func(method string, params json.RawMessage) { events <- method + " " + string(params) })
 	type reply struct {
-		V   int    `json:"v"`
+		V   int `json:"v"`
 		err error
 	}
 	done := make(chan reply, 2)
@@ -556,4 +557,86 @@ func TestReadDocsWithoutBrowser(t *testing.T) {
 	}
 	check("past the end", map[string]any{"url": site.URL + "/long", "start_index": 25005}, false, "<error>No more content available.</error>")
 	check("scheme", map[string]any{"url": "ftp://example.com/"}, true, "only http and https")
+}
+
+// BenchmarkReadDocsWarm reads a local page with the browser reused; it
+// reports the median, the first call (with browser start) and a plain
+// net/http GET of the same page as the baseline.
+// go test -run XXX -bench ReadDocsWarm -benchtime 20x
+func BenchmarkReadDocsWarm(b *testing.B) {
+	if findChrome(loadConfig(map[string]string{})) == "" {
+		b.Skip("no Chromium found")
+	}
+	page := "<html><head><title>Bench</title></head><body><main><h1>Doc</h1>" + strings.Repeat("<p>Some <a href='/x'>documentation</a> text.</p>", 200) + "</main></body></html>"
+	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		io.WriteString(w, page)
+	}))
+	defer site.Close()
+	srv := newServer(loadConfig(map[string]string{}), io.Discard)
+	defer srv.close()
+	ctx := context.Background()
+	a := readDocsArgs{URL: site.URL + "/doc", Format: "markdown"}
+	t0 := time.Now()
+	if _, err := srv.readPage(ctx, a); err != nil {
+		b.Fatal(err)
+	}
+	first := time.Since(t0)
+	median := func(d []time.Duration) float64 {
+		slices.Sort(d)
+		return float64(d[len(d)/2].Microseconds()) / 1000
+	}
+	var plain []time.Duration
+	for i := 0; i < max(b.N, 5); i++ {
+		t0 := time.Now()
+		resp, err := http.Get(a.URL)
+		if err != nil {
+			b.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		plain = append(plain, time.Since(t0))
+	}
+	var warm []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		if _, err := srv.readPage(ctx, a); err != nil {
+			b.Fatal(err)
+		}
+		warm = append(warm, time.Since(t0))
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(first.Microseconds())/1000, "first-call-ms")
+	b.ReportMetric(median(warm), "median-ms")
+	b.ReportMetric(median(plain), "http-get-median-ms")
+	b.ReportMetric(median(warm)/median(plain), "x-http-get")
+}
+
+// BenchmarkHTMLToMarkdown converts a 1 MB documentation page (MB/s); parsing
+// alone is the baseline in the same run.
+func BenchmarkHTMLToMarkdown(b *testing.B) {
+	section := `<section><h2 id="s">Section <a href="#s">¶</a></h2><p>Some <b>bold</b> and <a href="../rel/page.html">a link</a>, with <code>code()</code>.</p>
+<ul><li>item one</li><li>item <em>two</em><ul><li>nested</li></ul></li></ul>
+<pre><code class="language-go">func f() int {
+	return 1 &lt; 2
+}</code></pre><table><tr><th>A</th><th>B</th></tr><tr><td>1</td><td>2</td></tr></table><blockquote><p>Quote.</p></blockquote></section>`
+	var sb strings.Builder
+	sb.WriteString("<html><head><title>Big</title></head><body><nav><a href='/'>home</a></nav><main>")
+	for sb.Len() < 1<<20 {
+		sb.WriteString(section)
+	}
+	sb.WriteString("</main></body></html>")
+	src := sb.String()
+	t0 := time.Now()
+	for i := 0; i < 5; i++ {
+		parseHTML(src)
+	}
+	parse := time.Since(t0) / 5
+	b.SetBytes(int64(len(src)))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		htmlToMarkdown(src, "https://example.com/docs/", false)
+	}
+	b.ReportMetric(float64(b.Elapsed())/float64(b.N)/float64(parse), "x-parse-only")
 }

@@ -405,29 +405,24 @@ func (n *htmlNode) textContent() string {
 
 // ---- HTML to markdown ----------------------------------------------------
 
-// mdDrop are elements whose content is never shown as text.
-var mdDrop = map[string]bool{"head": true, "script": true, "style": true, "noscript": true, "svg": true, "template": true,
-	"iframe": true, "object": true, "embed": true, "canvas": true, "input": true, "textarea": true, "select": true,
-	"button": true, "link": true, "meta": true, "datalist": true}
+// Element sets, as " a b c " strings for mdIn.
+const (
+	mdDropTags   = " head script style noscript svg template iframe object embed canvas input textarea select button link meta datalist "
+	mdBlockTags  = " address article aside blockquote body caption center dd details dialog div dl dt fieldset figcaption figure footer form h1 h2 h3 h4 h5 h6 header hgroup hr html li main nav ol p pre section summary table ul "
+	mdInlineTags = " a b strong em i del s strike code kbd samp tt var img br "
+	mdNoiseRoles = " navigation banner contentinfo complementary menu menubar search dialog alertdialog "
+)
 
-// mdBlockTags start a block; other elements are inline or transparent.
-var mdBlockTags = map[string]bool{"address": true, "article": true, "aside": true, "blockquote": true, "body": true,
-	"caption": true, "center": true, "dd": true, "details": true, "dialog": true, "div": true, "dl": true, "dt": true,
-	"fieldset": true, "figcaption": true, "figure": true, "footer": true, "form": true, "h1": true, "h2": true, "h3": true,
-	"h4": true, "h5": true, "h6": true, "header": true, "hgroup": true, "hr": true, "html": true, "li": true, "main": true,
-	"nav": true, "ol": true, "p": true, "pre": true, "section": true, "summary": true, "table": true, "ul": true}
-
-// mdInlineTags are the inline elements that have a markdown form.
-var mdInlineTags = map[string]bool{"a": true, "b": true, "strong": true, "em": true, "i": true, "del": true, "s": true,
-	"strike": true, "code": true, "kbd": true, "samp": true, "tt": true, "var": true, "img": true, "br": true}
+func mdIn(set, tag string) bool { return tag != "" && strings.Contains(set, " "+tag+" ") }
 
 var (
-	mdUnlikely  = regexp.MustCompile(`(?i)-ad-|banner|breadcrumb|combx|comment|community|cookie|disqus|footer|gdpr|header|menu|related|remark|replies|rss|share|shoutbox|sidebar|skyscraper|social|sponsor|pagination|pager|popup|newsletter`)
-	mdLikely    = regexp.MustCompile(`(?i)and|article|body|column|content|main|shadow`)
-	mdNoiseRole = map[string]bool{"navigation": true, "banner": true, "contentinfo": true, "complementary": true,
-		"menu": true, "menubar": true, "search": true, "dialog": true, "alertdialog": true}
-	mdLineStart   = regexp.MustCompile(`^(#{1,6}|[>+-]|\d{1,9}[.)])( |$)`)
-	mdMetaCharset = regexp.MustCompile(`(?i)<meta[^>]+charset=["']?\s*([a-z0-9_-]+)`)
+	mdUnlikely     = regexp.MustCompile(`(?i)-ad-|banner|breadcrumb|combx|comment|community|cookie|disqus|footer|gdpr|header|menu|related|remark|replies|rss|share|shoutbox|sidebar|skyscraper|social|sponsor|pagination|pager|popup|newsletter`)
+	mdLikely       = regexp.MustCompile(`(?i)and|article|body|column|content|main|shadow`)
+	mdEscape       = strings.NewReplacer("*", `\*`, "`", "\\`")
+	mdEscapeInLink = strings.NewReplacer("*", `\*`, "`", "\\`", "[", `\[`, "]", `\]`)
+	mdURLEscape    = strings.NewReplacer("(", "%28", ")", "%29", " ", "%20")
+	mdLineStart    = regexp.MustCompile(`^(#{1,6}|[>+-]|\d{1,9}[.)])( |$)`)
+	mdMetaCharset  = regexp.MustCompile(`(?i)<meta[^>]+charset=["']?\s*([a-z0-9_-]+)`)
 )
 
 // mdConv turns a parsed page into markdown, or into plain text when plain is set.
@@ -439,40 +434,39 @@ type mdConv struct {
 	sizes   map[*htmlNode][2]int // text and link-text length below a node
 }
 
+func htmlByTag(tag string) func(*htmlNode) bool {
+	return func(n *htmlNode) bool { return n.tag == tag }
+}
+
 // htmlToMarkdown returns the page's title and its main content as markdown
 // (plain text when plain), with links and images made absolute against pageURL.
 func htmlToMarkdown(src, pageURL string, plain bool) (title, md string) {
 	root := parseHTML(src)
 	m := &mdConv{plain: plain, sizes: map[*htmlNode][2]int{}}
 	m.base, _ = url.Parse(pageURL)
-	if t := root.find(func(n *htmlNode) bool { return n.tag == "title" }); t != nil {
+	if t := root.find(htmlByTag("title")); t != nil {
 		title = t.textContent()
 	}
-	if b := root.find(func(n *htmlNode) bool { return n.tag == "base" && n.attr("href") != "" }); b != nil && m.base != nil {
+	if b := root.find(htmlByTag("base")); b != nil && m.base != nil {
 		if u, err := m.base.Parse(b.attr("href")); err == nil {
 			m.base = u
 		}
 	}
-	body := root.find(func(n *htmlNode) bool { return n.tag == "body" })
-	if body == nil {
-		body = root
-	}
-	content := body
-	for _, pick := range []func(*htmlNode) bool{
-		func(n *htmlNode) bool { return n.tag == "main" },
-		func(n *htmlNode) bool { return n.attr("role") == "main" },
-		func(n *htmlNode) bool { return n.tag == "article" },
-	} {
-		cands := body.findAll(func(n *htmlNode) bool { return pick(n) && !htmlHidden(n) })
-		for _, c := range cands { // several articles are a list of them, not a main area
-			if len(cands) == 1 || c.tag != "article" {
-				if m.measure(c)[0] > 0 && (content == body || m.measure(c)[0] > m.measure(content)[0]) {
-					content = c
-				}
+	content := cmp.Or(root.find(htmlByTag("body")), root)
+	// The main area is <main>, else [role=main], else the page's only <article>.
+	for _, pick := range []func(*htmlNode) bool{htmlByTag("main"), func(n *htmlNode) bool { return n.attr("role") == "main" }, htmlByTag("article")} {
+		cands := content.findAll(func(n *htmlNode) bool { return pick(n) && !htmlHidden(n) })
+		if len(cands) == 0 || (len(cands) > 1 && cands[0].tag == "article") {
+			continue
+		}
+		best := cands[0]
+		for _, c := range cands {
+			if m.measure(c)[0] > m.measure(best)[0] {
+				best = c
 			}
 		}
-		if content != body {
-			m.hasMain = true
+		if m.measure(best)[0] > 0 {
+			content, m.hasMain = best, true
 			break
 		}
 	}
@@ -481,92 +475,61 @@ func htmlToMarkdown(src, pageURL string, plain bool) (title, md string) {
 
 // htmlHidden reports an element the page does not show.
 func htmlHidden(n *htmlNode) bool {
-	for _, a := range n.attrs {
-		if a.key == "hidden" {
-			return true
-		}
-	}
 	style := strings.ToLower(strings.ReplaceAll(n.attr("style"), " ", ""))
-	return n.attr("aria-hidden") == "true" || strings.Contains(style, "display:none") || strings.Contains(style, "visibility:hidden")
+	hidden := slices.ContainsFunc(n.attrs, func(a htmlAttr) bool { return a.key == "hidden" })
+	return hidden || n.attr("aria-hidden") == "true" || strings.Contains(style, "display:none") || strings.Contains(style, "visibility:hidden")
 }
 
 // measure returns the length of the text below n and of the part inside links.
 func (m *mdConv) measure(n *htmlNode) [2]int {
+	s, ok := m.sizes[n]
 	if n.tag == "" {
 		return [2]int{len(strings.TrimSpace(n.text)), 0}
-	}
-	if s, ok := m.sizes[n]; ok {
+	} else if ok || mdIn(mdDropTags, n.tag) {
 		return s
 	}
-	var s [2]int
-	if !mdDrop[n.tag] {
-		for _, c := range n.children {
-			cs := m.measure(c)
-			s[0] += cs[0]
-			if n.tag == "a" {
-				s[1] += cs[0]
-			} else {
-				s[1] += cs[1]
-			}
-		}
+	for _, c := range n.children {
+		cs := m.measure(c)
+		s[0], s[1] = s[0]+cs[0], s[1]+cs[1]
+	}
+	if n.tag == "a" {
+		s[1] = s[0]
 	}
 	m.sizes[n] = s
 	return s
 }
 
 // skip reports an element left out: never shown, hidden, or page furniture.
+// Without a main area, menus are found by role, class and link density.
 func (m *mdConv) skip(n *htmlNode) bool {
-	if mdDrop[n.tag] || htmlHidden(n) {
+	s := m.measure(n)
+	switch {
+	case mdIn(mdDropTags+"nav aside footer ", n.tag) || htmlHidden(n) || (n.tag == "form" && s[0] < 500):
 		return true
-	}
-	switch n.tag {
-	case "nav", "aside":
-		return true
-	case "form":
-		return m.measure(n)[0] < 500
-	case "footer":
-		return true
-	case "header":
-		return !m.hasMain && n.find(func(c *htmlNode) bool { return c.tag == "h1" }) == nil
-	}
-	if m.hasMain {
+	case m.hasMain:
 		return false
+	case n.tag == "header":
+		return n.find(htmlByTag("h1")) == nil
 	}
-	if mdNoiseRole[n.attr("role")] {
-		return true
-	}
-	if ci := n.attr("class") + " " + n.attr("id"); mdUnlikely.MatchString(ci) && !mdLikely.MatchString(ci) {
-		return true
-	}
-	switch n.tag { // blocks that are mostly links are menus
-	case "div", "ul", "ol", "section", "table":
-		s := m.measure(n)
-		return s[0] > 0 && s[1]*2 > s[0] && s[0]-s[1] < 100
-	}
-	return false
+	ci := n.attr("class") + " " + n.attr("id")
+	return mdIn(mdNoiseRoles, n.attr("role")) || (mdUnlikely.MatchString(ci) && !mdLikely.MatchString(ci)) ||
+		(mdIn(" div ul ol section table ", n.tag) && s[0] > 0 && s[1]*2 > s[0] && s[0]-s[1] < 100)
 }
 
 // block renders n's children as markdown blocks separated by blank lines; in
 // a tight container (a list item) a list follows its neighbour directly.
 func (m *mdConv) block(n *htmlNode, tight bool) string {
-	var out strings.Builder
-	var inl strings.Builder
+	var out, inl strings.Builder
 	prevList := false
 	add := func(s string, list bool) {
-		if s == "" {
-			return
-		}
-		if out.Len() > 0 {
-			if tight && (list || prevList) {
-				out.WriteString("\n")
-			} else {
-				out.WriteString("\n\n")
-			}
+		if s != "" && out.Len() > 0 && tight && (list || prevList) {
+			out.WriteString("\n")
+		} else if s != "" && out.Len() > 0 {
+			out.WriteString("\n\n")
 		}
 		out.WriteString(s)
-		prevList = list
+		prevList = list && s != "" || prevList && s == ""
 	}
-	flush := func() { add(m.para(inl.String()), false); inl.Reset() }
 	var walk func(p *htmlNode)
 	walk = func(p *htmlNode) {
 		for _, c := range p.children {
@@ -574,10 +537,11 @@ func (m *mdConv) block(n *htmlNode, tight bool) string {
 			case c.tag == "":
 				inl.WriteString(m.text(c.text))
 			case m.skip(c):
-			case mdBlockTags[c.tag]:
-				flush()
+			case mdIn(mdBlockTags, c.tag):
+				add(m.para(inl.String()), false)
+				inl.Reset()
 				add(m.element(c), c.tag == "ul" || c.tag == "ol")
-			case mdInlineTags[c.tag]:
+			case mdIn(mdInlineTags, c.tag):
 				inl.WriteString(m.inline(c))
 			default:
 				walk(c)
@@ -585,7 +549,7 @@ func (m *mdConv) block(n *htmlNode, tight bool) string {
 		}
 	}
 	walk(n)
-	flush()
+	add(m.para(inl.String()), false)
 	return out.String()
 }
 
@@ -594,15 +558,9 @@ func (m *mdConv) element(n *htmlNode) string {
 	switch n.tag {
 	case "h1", "h2", "h3", "h4", "h5", "h6":
 		s := strings.ReplaceAll(m.para(m.inlineChildren(n)), "  \n", " ")
-		if s == "" || m.plain {
-			return s
-		}
-		return strings.Repeat("#", int(n.tag[1]-'0')) + " " + s
+		return m.mark(s, strings.Repeat("#", int(n.tag[1]-'0'))+" ", "")
 	case "hr":
-		if m.plain {
-			return ""
-		}
-		return "* * *"
+		return map[bool]string{false: "* * *"}[m.plain]
 	case "pre":
 		return m.pre(n)
 	case "ul", "ol":
@@ -610,13 +568,21 @@ func (m *mdConv) element(n *htmlNode) string {
 	case "table":
 		return m.table(n)
 	case "blockquote":
-		s := m.block(n, false)
-		if m.plain || s == "" {
-			return s
+		if s := m.block(n, false); !m.plain && s != "" {
+			return "> " + strings.ReplaceAll(strings.ReplaceAll(s, "\n", "\n> "), "> \n", ">\n")
 		}
-		return "> " + strings.ReplaceAll(strings.ReplaceAll(s, "\n", "\n> "), "> \n", ">\n")
 	}
-	return m.block(n, n.tag == "li")
+	return m.block(n, n.tag == "li" || m.plain && n.tag == "blockquote")
+}
+
+// mark puts markup around s, outside its white space: not in plain text, not around nothing.
+func (m *mdConv) mark(s, before, after string) string {
+	t := strings.TrimSpace(s)
+	if m.plain || t == "" {
+		return s
+	}
+	i := strings.Index(s, t)
+	return s[:i] + before + t + after + s[i+len(t):]
 }
 
 // inline renders an inline node: text, emphasis, links, images, code, breaks.
@@ -630,7 +596,7 @@ func (m *mdConv) inline(n *htmlNode) string {
 		return "\x01"
 	case n.tag == "img":
 		return m.image(n)
-	case n.tag == "code" || n.tag == "kbd" || n.tag == "samp" || n.tag == "tt" || n.tag == "var":
+	case mdIn(" code kbd samp tt var ", n.tag):
 		return m.code(n)
 	case n.tag == "a":
 		m.inLink++
@@ -641,13 +607,13 @@ func (m *mdConv) inline(n *htmlNode) string {
 	s := m.inlineChildren(n)
 	switch n.tag {
 	case "strong", "b":
-		return m.wrap(s, "**")
+		return m.mark(s, "**", "**")
 	case "em", "i":
-		return m.wrap(s, "*")
+		return m.mark(s, "*", "*")
 	case "del", "s", "strike":
-		return m.wrap(s, "~~")
+		return m.mark(s, "~~", "~~")
 	}
-	if mdBlockTags[n.tag] {
+	if mdIn(mdBlockTags, n.tag) {
 		return " " + s + " "
 	}
 	return s
@@ -663,73 +629,45 @@ func (m *mdConv) inlineChildren(n *htmlNode) string {
 
 // text escapes the characters that would start markdown syntax inside a line.
 func (m *mdConv) text(s string) string {
-	if m.plain {
+	switch {
+	case m.plain:
 		return s
+	case m.inLink > 0:
+		return mdEscapeInLink.Replace(s)
 	}
-	r := strings.NewReplacer("*", `\*`, "`", "\\`")
-	if m.inLink > 0 {
-		r = strings.NewReplacer("*", `\*`, "`", "\\`", "[", `\[`, "]", `\]`)
-	}
-	return r.Replace(s)
+	return mdEscape.Replace(s)
 }
 
 // para folds white space as a browser does, turns breaks into hard line
 // breaks and escapes what would read as a heading, quote or list marker.
 func (m *mdConv) para(s string) string {
-	var b strings.Builder
-	space := false
-	for _, r := range s {
-		if r == ' ' || r == '\t' || r == '\n' || r == '\r' || r == '\f' {
-			space = true
-			continue
-		}
-		if space && b.Len() > 0 {
-			b.WriteByte(' ')
-		}
-		space = false
-		b.WriteRune(r)
-	}
-	lines := strings.Split(strings.ReplaceAll(b.String(), "\u00a0", " "), "\x01")
-	kept := lines[:0]
-	for _, l := range lines {
+	s = strings.Join(strings.FieldsFunc(s, func(r rune) bool { return r == ' ' || r == '\t' || r == '\n' || r == '\r' || r == '\f' }), " ")
+	lines := strings.Split(strings.ReplaceAll(s, "\u00a0", " "), "\x01")
+	for i, l := range lines {
 		l = strings.TrimSpace(l)
 		if loc := mdLineStart.FindStringSubmatchIndex(l); loc != nil && !m.plain {
-			at := loc[0]
+			at := loc[0] // before # > + -, or before the dot of "1."
 			if l[0] >= '0' && l[0] <= '9' {
 				at = loc[3] - 1
 			}
 			l = l[:at] + `\` + l[at:]
 		}
-		if l != "" || len(kept) > 0 {
-			kept = append(kept, l)
-		}
+		lines[i] = l
 	}
-	sep := "  \n"
 	if m.plain {
-		sep = "\n"
+		return strings.Trim(strings.Join(lines, "\n"), " \n")
 	}
-	return strings.TrimRight(strings.Join(kept, sep), " \n")
-}
-
-// wrap puts marks around s, keeping its outer white space outside them.
-func (m *mdConv) wrap(s, mark string) string {
-	t := strings.TrimSpace(s)
-	if t == "" || m.plain {
-		return s
-	}
-	i := strings.Index(s, t)
-	return s[:i] + mark + t + mark + s[i+len(t):]
+	return strings.Trim(strings.Join(lines, "  \n"), " \n")
 }
 
 func (m *mdConv) abs(ref string) string {
 	if m.base == nil {
 		return ref
 	}
-	u, err := m.base.Parse(strings.TrimSpace(ref))
-	if err != nil {
-		return ref
+	if u, err := m.base.Parse(strings.TrimSpace(ref)); err == nil {
+		ref = mdURLEscape.Replace(u.String())
 	}
-	return strings.NewReplacer("(", "%28", ")", "%29", " ", "%20").Replace(u.String())
+	return ref
 }
 
 func mdTitle(n *htmlNode) string {
@@ -741,98 +679,82 @@ func mdTitle(n *htmlNode) string {
 
 func (m *mdConv) link(n *htmlNode, s string) string {
 	href := strings.TrimSpace(n.attr("href"))
-	t := strings.TrimSpace(s)
-	switch {
+	switch t := strings.TrimSpace(s); {
 	case t == "#" || t == "¶" || t == "§":
 		return "" // a heading's permalink
-	case m.plain || t == "" || href == "" || strings.HasPrefix(strings.ToLower(href), "javascript:"):
+	case href == "" || strings.HasPrefix(strings.ToLower(href), "javascript:"):
 		return s
 	}
-	i := strings.Index(s, t)
-	return s[:i] + "[" + t + "](" + m.abs(href) + mdTitle(n) + ")" + s[i+len(t):]
+	return m.mark(s, "[", "]("+m.abs(href)+mdTitle(n)+")")
 }
 
 func (m *mdConv) image(n *htmlNode) string {
 	alt := strings.Join(strings.Fields(n.attr("alt")), " ")
 	src := n.attr("src")
 	if src == "" || strings.HasPrefix(src, "data:") {
-		src = n.attr("data-src")
+		src = n.attr("data-src") // a lazy image's real source
 	}
 	if m.plain || src == "" || strings.HasPrefix(src, "data:") {
 		return alt
 	}
-	alt = strings.NewReplacer("[", `\[`, "]", `\]`).Replace(alt)
-	return "![" + alt + "](" + m.abs(src) + mdTitle(n) + ")"
+	return "![" + mdEscapeInLink.Replace(alt) + "](" + m.abs(src) + mdTitle(n) + ")"
 }
 
 // rawText is the text below n as it stands, with <br> as a newline.
-func rawText(n *htmlNode, b *strings.Builder) {
+func rawText(n *htmlNode, b *strings.Builder) string {
 	for _, c := range n.children {
 		switch {
 		case c.tag == "":
 			b.WriteString(c.text)
 		case c.tag == "br":
 			b.WriteByte('\n')
-		case !mdDrop[c.tag]:
+		case !mdIn(mdDropTags, c.tag):
 			rawText(c, b)
 		}
 	}
+	return b.String()
 }
 
-// fence returns a run of backticks longer than any in s (at least min).
+// fence returns a run of backticks longer than any in s, at least least long.
 func fence(s string, least int) string {
-	run, longest := 0, 0
-	for i := 0; i < len(s); i++ {
-		if s[i] == '`' {
-			run++
-			longest = max(longest, run)
-		} else {
-			run = 0
-		}
+	f := strings.Repeat("`", least)
+	for strings.Contains(s, f) {
+		f += "`"
 	}
-	return strings.Repeat("`", max(least, longest+1))
+	return f
 }
 
 func (m *mdConv) code(n *htmlNode) string {
-	var b strings.Builder
-	rawText(n, &b)
-	s := strings.ReplaceAll(b.String(), "\n", " ")
+	s := strings.ReplaceAll(rawText(n, &strings.Builder{}), "\n", " ")
 	if m.plain || strings.TrimSpace(s) == "" {
 		return s
-	}
-	f := fence(s, 1)
-	if strings.HasPrefix(s, "`") || strings.HasSuffix(s, "`") {
+	} else if strings.HasPrefix(s, "`") || strings.HasSuffix(s, "`") {
 		s = " " + s + " "
 	}
-	return f + s + f
+	return fence(s, 1) + s + fence(s, 1)
 }
 
 func (m *mdConv) pre(n *htmlNode) string {
-	var b strings.Builder
-	rawText(n, &b)
-	s := strings.TrimRight(strings.TrimPrefix(b.String(), "\n"), "\n ")
-	if m.plain || strings.TrimSpace(s) == "" {
-		return s
-	}
-	lang := ""
+	s := strings.TrimRight(strings.TrimPrefix(rawText(n, &strings.Builder{}), "\n"), "\n ")
 	classes := n.attr("class")
-	if c := n.find(func(c *htmlNode) bool { return c.tag == "code" }); c != nil {
+	if c := n.find(htmlByTag("code")); c != nil {
 		classes += " " + c.attr("class")
 	}
+	lang := ""
 	for _, c := range strings.Fields(classes) {
-		if l, ok := strings.CutPrefix(c, "language-"); ok && lang == "" {
-			lang = l
-		} else if l, ok := strings.CutPrefix(c, "lang-"); ok && lang == "" {
+		if l, ok := strings.CutPrefix(strings.TrimPrefix(c, "language-"), "lang-"); lang == "" && (ok || l != c) {
 			lang = l
 		}
 	}
-	f := fence(s, 3)
-	return f + lang + "\n" + s + "\n" + f
+	if f := fence(s, 3); !m.plain && strings.TrimSpace(s) != "" {
+		return f + lang + "\n" + s + "\n" + f
+	}
+	return s
 }
 
 func (m *mdConv) list(n *htmlNode) string {
-	num, _ := strconv.Atoi(n.attr("start"))
-	if n.attr("start") == "" {
+	num, err := strconv.Atoi(n.attr("start"))
+	if err != nil {
 		num = 1
 	}
 	var items []string
@@ -840,21 +762,16 @@ func (m *mdConv) list(n *htmlNode) string {
 		if c.tag == "" || m.skip(c) {
 			continue
 		}
-		body := m.block(c, true)
-		if c.tag != "li" { // a list put straight inside a list belongs to the item before
-			if len(items) > 0 && body != "" {
-				items[len(items)-1] += "\n" + indent(body, 2)
-			} else if body != "" {
-				items = append(items, body)
-			}
-			continue
-		}
 		marker := "- "
-		if n.tag == "ol" {
+		if n.tag == "ol" && c.tag == "li" {
 			marker = strconv.Itoa(num) + ". "
 			num++
 		}
-		if body != "" {
+		switch body := m.block(c, true); {
+		case body == "":
+		case c.tag != "li" && len(items) > 0: // a list put straight inside a list belongs to the item before
+			items[len(items)-1] += "\n" + indent(body, 2)
+		default:
 			items = append(items, marker+indent(body, len(marker)))
 		}
 	}
@@ -863,52 +780,39 @@ func (m *mdConv) list(n *htmlNode) string {
 
 // indent indents every line but the first by w spaces, leaving blank lines empty.
 func indent(s string, w int) string {
-	pad := strings.Repeat(" ", w)
-	lines := strings.Split(s, "\n")
-	for i := 1; i < len(lines); i++ {
-		if lines[i] != "" {
-			lines[i] = pad + lines[i]
-		}
-	}
-	return strings.Join(lines, "\n")
+	return strings.ReplaceAll(strings.ReplaceAll(s, "\n", "\n"+strings.Repeat(" ", w)), "\n"+strings.Repeat(" ", w)+"\n", "\n\n")
 }
 
 func (m *mdConv) table(n *htmlNode) string {
-	if n.find(func(c *htmlNode) bool { return c.tag == "table" }) != nil {
+	if n.find(htmlByTag("table")) != nil {
 		return m.block(n, false) // a layout table
+	}
+	var b strings.Builder
+	if c := n.find(htmlByTag("caption")); c != nil && m.block(c, false) != "" {
+		b.WriteString(m.block(c, false) + "\n\n")
 	}
 	var rows [][]string
 	cols := 0
-	for _, tr := range n.findAll(func(c *htmlNode) bool { return c.tag == "tr" }) {
+	for _, tr := range n.findAll(htmlByTag("tr")) {
 		var row []string
 		for _, c := range tr.children {
-			if (c.tag != "td" && c.tag != "th") || m.skip(c) {
-				continue
-			}
-			s := strings.ReplaceAll(strings.ReplaceAll(m.block(c, false), "  \n", " "), "\n", " ")
-			if !m.plain {
-				s = strings.ReplaceAll(s, "|", `\|`)
-			}
-			row = append(row, s)
-			for span, _ := strconv.Atoi(c.attr("colspan")); span > 1 && span < 100; span-- {
-				row = append(row, "")
+			if (c.tag == "td" || c.tag == "th") && !m.skip(c) {
+				s := strings.ReplaceAll(strings.ReplaceAll(m.block(c, false), "  \n", " "), "\n", " ")
+				if !m.plain {
+					s = strings.ReplaceAll(s, "|", `\|`)
+				}
+				row = append(row, s)
+				for span, _ := strconv.Atoi(c.attr("colspan")); span > 1 && span < 100; span-- {
+					row = append(row, "")
+				}
 			}
 		}
 		if len(row) > 0 {
-			rows = append(rows, row)
-			cols = max(cols, len(row))
-		}
-	}
-	var b strings.Builder
-	if c := n.find(func(c *htmlNode) bool { return c.tag == "caption" }); c != nil {
-		if s := m.block(c, false); s != "" {
-			b.WriteString(s + "\n\n")
+			rows, cols = append(rows, row), max(cols, len(row))
 		}
 	}
 	for i, row := range rows {
-		for len(row) < cols {
-			row = append(row, "")
-		}
+		row = append(row, make([]string, cols-len(row))...)
 		b.WriteString("| " + strings.Join(row, " | ") + " |\n")
 		if i == 0 && !m.plain {
 			b.WriteString("|" + strings.Repeat(" --- |", cols) + "\n")
