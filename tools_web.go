@@ -422,7 +422,6 @@ var (
 	mdEscapeInLink = strings.NewReplacer("*", `\*`, "`", "\\`", "[", `\[`, "]", `\]`)
 	mdURLEscape    = strings.NewReplacer("(", "%28", ")", "%29", " ", "%20")
 	mdLineStart    = regexp.MustCompile(`^(#{1,6}|[>+-]|\d{1,9}[.)])( |$)`)
-	mdMetaCharset  = regexp.MustCompile(`(?i)<meta[^>]+charset=["']?\s*([a-z0-9_-]+)`)
 )
 
 // mdConv turns a parsed page into markdown, or into plain text when plain is set.
@@ -1503,7 +1502,6 @@ func (srv *server) readPage(ctx context.Context, a readDocsArgs) (*pageRead, err
 		if err != nil {
 			return nil, err
 		}
-		pg.via = "http"
 		pg.notes = append([]string{"Read without a browser (" + why + "): content that scripts build may be missing."}, pg.notes...)
 		return pg, nil
 	}
@@ -1520,44 +1518,38 @@ func (srv *server) readPage(ctx context.Context, a readDocsArgs) (*pageRead, err
 	return b.read(ctx, u.String(), a.Format, ms(srv.cfg.int("READDOCS_IDLE_MS")), ms(a.WaitMS), timeout)
 }
 
-// tabState is what a tab's events have told us; the reader goroutine writes it.
+// tabState is what a tab's events have said; the reader goroutine writes it.
 type tabState struct {
 	changed chan struct{} // a token after every change
 
-	mu       sync.Mutex // guards the fields below
-	loaded   map[string]bool
-	status   map[string]int    // main document status by loader id
-	mime     map[string]string // main document type by loader id
-	inflight map[string]bool   // request ids
+	mu       sync.Mutex             // guards the fields below
+	loaded   map[string]bool        // loader ids whose load event fired
+	doc      map[string]cdpResponse // the main document's response by loader id
+	inflight map[string]bool        // request ids
 	lastNet  time.Time
+}
+
+type cdpResponse struct {
+	Status   int    `json:"status"`
+	MimeType string `json:"mimeType"`
 }
 
 func (ts *tabState) event(method string, params json.RawMessage) {
 	var e struct {
-		Name      string `json:"name"`
-		LoaderID  string `json:"loaderId"`
-		RequestID string `json:"requestId"`
-		Type      string `json:"type"`
-		Response  struct {
-			Status   int    `json:"status"`
-			MimeType string `json:"mimeType"`
-		} `json:"response"`
+		Name, LoaderID, RequestID, Type string
+		Response                        cdpResponse
 	}
 	json.Unmarshal(params, &e)
 	ts.mu.Lock()
-	switch method {
-	case "Page.lifecycleEvent":
-		ts.loaded[e.LoaderID] = ts.loaded[e.LoaderID] || e.Name == "load"
-	case "Network.requestWillBeSent":
-		if e.Type != "EventSource" && e.Type != "WebSocket" && e.Type != "Media" && e.Type != "Image" && e.Type != "Font" {
-			ts.inflight[e.RequestID] = true
-		}
-	case "Network.loadingFinished", "Network.loadingFailed":
+	switch {
+	case method == "Page.lifecycleEvent" && e.Name == "load":
+		ts.loaded[e.LoaderID] = true
+	case method == "Network.requestWillBeSent" && !mdIn(" EventSource WebSocket Media Image Font ", e.Type):
+		ts.inflight[e.RequestID] = true // long-lived or decorative requests do not hold up reading
+	case method == "Network.loadingFinished" || method == "Network.loadingFailed":
 		delete(ts.inflight, e.RequestID)
-	case "Network.responseReceived":
-		if e.Type == "Document" {
-			ts.status[e.LoaderID], ts.mime[e.LoaderID] = e.Response.Status, e.Response.MimeType
-		}
+	case method == "Network.responseReceived" && e.Type == "Document":
+		ts.doc[e.LoaderID] = e.Response
 	}
 	if strings.HasPrefix(method, "Network.") {
 		ts.lastNet = time.Now()
@@ -1569,7 +1561,7 @@ func (ts *tabState) event(method string, params json.RawMessage) {
 	}
 }
 
-// wait waits until cond holds (false at the deadline of ctx); cond runs under
+// wait waits until cond holds (false when ctx ends first); cond runs under
 // ts.mu and says how soon to look again without a new event (0: at the next).
 func (ts *tabState) wait(ctx context.Context, cond func() (bool, time.Duration)) bool {
 	for {
@@ -1579,44 +1571,38 @@ func (ts *tabState) wait(ctx context.Context, cond func() (bool, time.Duration))
 		if ok {
 			return true
 		}
-		var tick <-chan time.Time
-		if again > 0 {
-			t := time.NewTimer(again)
-			defer t.Stop()
-			tick = t.C
+		t := time.NewTimer(max(again, 0))
+		if again <= 0 {
+			t.Stop()
 		}
 		select {
 		case <-ts.changed:
-		case <-tick:
+		case <-t.C:
 		case <-ctx.Done():
 			return false
 		}
+		t.Stop()
 	}
 }
 
-// read loads pageURL in a new tab and returns its DOM (innerText for text).
+// read loads pageURL in a new tab and returns its DOM (innerText for text):
+// after the load event of this navigation, a quiet network and settle.
 func (b *browser) read(ctx context.Context, pageURL, format string, idle, settle, timeout time.Duration) (*pageRead, error) {
-	c := b.cdp
-	var tgt struct {
-		TargetID string `json:"targetId"`
-	}
-	if err := c.call(ctx, "", "Target.createTarget", map[string]any{"url": "about:blank"}, &tgt); err != nil {
+	c, t0 := b.cdp, time.Now()
+	var tab struct{ TargetID, SessionID string }
+	if err := c.call(ctx, "", "Target.createTarget", map[string]any{"url": "about:blank"}, &tab); err != nil {
 		return nil, err
 	}
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		c.call(cctx, "", "Target.closeTarget", map[string]any{"targetId": tgt.TargetID}, nil)
+		c.call(cctx, "", "Target.closeTarget", map[string]any{"targetId": tab.TargetID}, nil)
 		cancel()
 	}()
-	var att struct {
-		SessionID string `json:"sessionId"`
-	}
-	if err := c.call(ctx, "", "Target.attachToTarget", map[string]any{"targetId": tgt.TargetID, "flatten": true}, &att); err != nil {
+	if err := c.call(ctx, "", "Target.attachToTarget", map[string]any{"targetId": tab.TargetID, "flatten": true}, &tab); err != nil {
 		return nil, err
 	}
-	sid := att.SessionID
-	ts := &tabState{changed: make(chan struct{}, 1), loaded: map[string]bool{}, status: map[string]int{},
-		mime: map[string]string{}, inflight: map[string]bool{}, lastNet: time.Now()}
+	sid := tab.SessionID
+	ts := &tabState{changed: make(chan struct{}, 1), loaded: map[string]bool{}, doc: map[string]cdpResponse{}, inflight: map[string]bool{}, lastNet: t0}
 	c.subscribe(sid, func(method string, params json.RawMessage) {
 		if method == "Page.javascriptDialogOpening" {
 			go func() { // exits when Chrome answers, the connection drops, or after 5 s
@@ -1628,60 +1614,45 @@ func (b *browser) read(ctx context.Context, pageURL, format string, idle, settle
 		ts.event(method, params)
 	})
 	defer c.subscribe(sid, nil)
-	for _, m := range []string{"Page.enable", "Network.enable"} {
-		if err := c.call(ctx, sid, m, nil, nil); err != nil {
+	for _, m := range []string{"Page.enable", "Network.enable", "Page.setLifecycleEventsEnabled"} {
+		if err := c.call(ctx, sid, m, map[string]any{"enabled": true}, nil); err != nil {
 			return nil, err
 		}
 	}
-	if err := c.call(ctx, sid, "Page.setLifecycleEventsEnabled", map[string]any{"enabled": true}, nil); err != nil {
-		return nil, err
-	}
-	// The waits stop early enough to leave time to read what the page shows.
+	// The waits end early enough to leave time to read what the page shows.
 	dl, _ := ctx.Deadline()
 	waitCtx, cancel := context.WithDeadline(ctx, dl.Add(-min(5*time.Second, timeout/4)))
 	defer cancel()
 	var nav struct {
-		LoaderID   string `json:"loaderId"`
-		ErrorText  string `json:"errorText"`
-		IsDownload bool   `json:"isDownload"`
+		LoaderID, ErrorText string
+		IsDownload          bool
 	}
 	if err := c.call(waitCtx, sid, "Page.navigate", map[string]any{"url": pageURL}, &nav); err != nil {
 		if waitCtx.Err() != nil {
-			return nil, fmt.Errorf("%s sent no response within %s", pageURL, timeout)
+			return nil, fmt.Errorf("%s sent no response within %s", pageURL, time.Since(t0).Round(time.Millisecond))
 		}
 		return nil, err
-	}
-	switch {
-	case nav.IsDownload:
-		return nil, fmt.Errorf("%s is a download, not a page (%s)", pageURL, cmp.Or(nav.ErrorText, "isDownload"))
-	case nav.ErrorText != "":
-		return nil, fmt.Errorf("loading %s failed: %s", pageURL, nav.ErrorText)
+	} else if nav.IsDownload || nav.ErrorText != "" {
+		return nil, fmt.Errorf("loading %s failed: %s (download: %v)", pageURL, nav.ErrorText, nav.IsDownload)
 	}
 	pg := &pageRead{via: "chromium"}
 	if !ts.wait(waitCtx, func() (bool, time.Duration) { return ts.loaded[nav.LoaderID] || nav.LoaderID == "", 0 }) {
-		pg.notes = append(pg.notes, fmt.Sprintf("The page had not finished loading after %s; this is what it showed then.", timeout.Round(time.Millisecond)))
+		pg.notes = append(pg.notes, fmt.Sprintf("The page had not finished loading after %s; this is what it showed then.", time.Since(t0).Round(time.Millisecond)))
 	} else if !ts.wait(waitCtx, func() (bool, time.Duration) {
 		quiet := time.Since(ts.lastNet)
 		return len(ts.inflight) == 0 && quiet >= idle, idle - quiet
 	}) {
 		pg.notes = append(pg.notes, "The page's network never went quiet; content may still have been arriving.")
 	}
-	if settle > 0 {
-		t := time.NewTimer(settle)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-		}
-		t.Stop()
-	}
+	until := time.Now().Add(settle)
+	ts.wait(ctx, func() (bool, time.Duration) { return time.Until(until) <= 0, time.Until(until) })
 	ts.mu.Lock()
-	status, mime := ts.status[nav.LoaderID], ts.mime[nav.LoaderID]
+	doc := ts.doc[nav.LoaderID]
 	ts.mu.Unlock()
-	pg.status = status
-	if mime != "" && !readableType(mime) {
-		return nil, fmt.Errorf("%s is %s, not a page ReadDocs can read", pageURL, mime)
+	if doc.MimeType != "" && !readableType(doc.MimeType) {
+		return nil, fmt.Errorf("%s is %s, not a page ReadDocs can read", pageURL, doc.MimeType)
 	}
-	pg.isText = format == "text" || (mime != "" && !strings.Contains(mime, "html"))
+	pg.status, pg.isText = doc.Status, format == "text" || (doc.MimeType != "" && !strings.Contains(doc.MimeType, "html"))
 	expr := fmt.Sprintf(`(() => { const h = document.documentElement, b = document.body;
 		const s = %t ? (b ? b.innerText : '') : (h ? h.outerHTML : '');
 		return {body: s.slice(0, %d), full: s.length, title: document.title, url: location.href}; })()`, pg.isText, pageCap)
@@ -1690,19 +1661,16 @@ func (b *browser) read(ctx context.Context, pageURL, format string, idle, settle
 			Value struct {
 				Body, Title, URL string
 				Full             int
-			} `json:"value"`
-		} `json:"result"`
-		ExceptionDetails *struct {
-			Text string `json:"text"`
-		} `json:"exceptionDetails"`
+			}
+		}
+		ExceptionDetails *struct{ Text string }
 	}
 	if err := c.call(ctx, sid, "Runtime.evaluate", map[string]any{"expression": expr, "returnByValue": true}, &ev); err != nil {
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("%s did not answer within %s (a script may be busy)", pageURL, timeout)
 		}
 		return nil, err
-	}
-	if ev.ExceptionDetails != nil {
+	} else if ev.ExceptionDetails != nil {
 		return nil, fmt.Errorf("reading the page: %s", ev.ExceptionDetails.Text)
 	}
 	v := ev.Result.Value
@@ -1723,21 +1691,17 @@ func readableType(ct string) bool {
 // windows1252 maps bytes 0x80-0x9f; latin-1 labels mean this encoding on the web.
 var windows1252 = []rune("€\u0081‚ƒ„…†‡ˆ‰Š‹Œ\u008dŽ\u008f\u0090‘’“”•–—˜™š›œ\u009džŸ")
 
-// fetchPlain GETs the page with net/http: 10 redirects, pageCap bytes, the charset honoured.
+var metaCharset = regexp.MustCompile(`(?i)<meta[^>]+charset=["']?\s*([a-z0-9_-]+)`)
+
+// fetchPlain GETs the page with net/http: 10 redirects, pageCap bytes, and
+// its charset honoured for UTF-8 and Latin-1/Windows-1252.
 func fetchPlain(ctx context.Context, pageURL string) (*pageRead, error) {
-	client := &http.Client{CheckRedirect: func(req *http.Request, via []*http.Request) error {
-		if len(via) >= 10 {
-			return errors.New("stopped after 10 redirects")
-		}
-		return nil
-	}}
 	req, err := http.NewRequestWithContext(ctx, "GET", pageURL, nil)
 	if err != nil {
 		return nil, fmt.Errorf("fetch: %w", err)
 	}
 	req.Header.Set("User-Agent", "Mozilla/5.0 (compatible; telson; +https://github.com/telsonhq/telson)")
-	req.Header.Set("Accept", "text/html,application/xhtml+xml,text/plain;q=0.9,*/*;q=0.8")
-	resp, err := client.Do(req)
+	resp, err := http.DefaultClient.Do(req) // the default client stops after 10 redirects
 	if err != nil {
 		return nil, fmt.Errorf("fetch: %w", err)
 	}
@@ -1746,27 +1710,23 @@ func fetchPlain(ctx context.Context, pageURL string) (*pageRead, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fetch %s: reading the body: %w", pageURL, err)
 	}
-	pg := &pageRead{finalURL: resp.Request.URL.String(), status: resp.StatusCode}
+	pg := &pageRead{finalURL: resp.Request.URL.String(), status: resp.StatusCode, via: "http"}
 	if len(raw) > pageCap {
 		raw = raw[:pageCap]
 		pg.notes = append(pg.notes, fmt.Sprintf("Only the first %d bytes of the page were read.", pageCap))
 	}
-	ct := resp.Header.Get("Content-Type")
-	if ct == "" {
-		ct = http.DetectContentType(raw)
-	}
-	if strings.HasPrefix(strings.ToLower(resp.Header.Get("Content-Disposition")), "attachment") || !readableType(ct) {
+	ct := cmp.Or(resp.Header.Get("Content-Type"), http.DetectContentType(raw))
+	if strings.HasPrefix(resp.Header.Get("Content-Disposition"), "attachment") || !readableType(ct) {
 		return nil, fmt.Errorf("%s is a download or %s, not a page ReadDocs can read", pageURL, ct)
 	}
 	_, params, _ := mime.ParseMediaType(ct)
-	charset := strings.ToLower(params["charset"])
-	isHTML := strings.Contains(strings.ToLower(ct), "html")
-	if m := mdMetaCharset.FindSubmatch(raw[:min(len(raw), 2048)]); charset == "" && isHTML && m != nil {
+	charset, isHTML := strings.ToLower(params["charset"]), strings.Contains(strings.ToLower(ct), "html")
+	if m := metaCharset.FindSubmatch(raw[:min(len(raw), 2048)]); charset == "" && isHTML && m != nil {
 		charset = strings.ToLower(string(m[1]))
 	}
+	pg.body, pg.isText = strings.ToValidUTF8(strings.TrimPrefix(string(raw), "\ufeff"), "\ufffd"), !isHTML
 	switch charset {
 	case "", "utf-8", "utf8", "us-ascii", "ascii":
-		pg.body = strings.ToValidUTF8(strings.TrimPrefix(string(raw), "\ufeff"), "\ufffd")
 	case "iso-8859-1", "iso8859-1", "latin1", "latin-1", "l1", "windows-1252", "cp1252", "x-cp1252":
 		rs := make([]rune, len(raw))
 		for i, c := range raw {
@@ -1777,9 +1737,7 @@ func fetchPlain(ctx context.Context, pageURL string) (*pageRead, error) {
 		}
 		pg.body = string(rs)
 	default:
-		pg.body = strings.ToValidUTF8(string(raw), "\ufffd")
 		pg.notes = append(pg.notes, "The page's charset "+charset+" is not supported; it was read as UTF-8.")
 	}
-	pg.isText = !isHTML
 	return pg, nil
 }
