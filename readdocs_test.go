@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -467,6 +468,15 @@ func TestReadDocsChromium(t *testing.T) {
 	starts := strings.Count(c.stderr.String(), "started Chromium pid")
 	if starts != 1 {
 		t.Errorf("browser started %d times for all calls, want once:\n%s", starts, c.stderr.String())
+	}
+	// A browser that died is replaced on the next call.
+	var pid int
+	fmt.Sscanf(c.stderr.String()[strings.Index(c.stderr.String(), "started Chromium pid "):], "started Chromium pid %d", &pid)
+	syscall.Kill(-pid, syscall.SIGKILL)
+	waitGone(t, pid)
+	check("after a crash", map[string]any{"url": site.URL + "/js"}, false, "Added by **script**.")
+	if starts := strings.Count(c.stderr.String(), "started Chromium pid"); starts != 2 {
+		t.Errorf("browser started %d times, want a second start after the crash:\n%s", starts, c.stderr.String())
 	}
 }
 

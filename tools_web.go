@@ -1182,19 +1182,11 @@ func findChrome(cfg *config) string {
 	if !cfg.bool("READDOCS_BROWSER") {
 		return ""
 	}
-	isExec := func(p string) bool { fi, err := os.Stat(p); return err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 }
-	if p := cfg.str("CHROME_PATH"); p != "" && isExec(p) {
-		return p
-	}
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome", "chrome-headless-shell"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	for _, p := range []string{"/usr/lib/chromium/chromium-headless-shell", "/opt/google/chrome/chrome", "/snap/bin/chromium",
+	for _, p := range []string{cfg.str("CHROME_PATH"), "chromium", "chromium-browser", "google-chrome", "google-chrome-stable",
+		"chrome", "chrome-headless-shell", "/usr/lib/chromium/chromium-headless-shell", "/opt/google/chrome/chrome", "/snap/bin/chromium",
 		"/Applications/Chromium.app/Contents/MacOS/Chromium", "/Applications/Google Chrome.app/Contents/MacOS/Google Chrome"} {
-		if isExec(p) {
-			return p
+		if path, err := exec.LookPath(p); err == nil && p != "" {
+			return path
 		}
 	}
 	return ""
@@ -1208,10 +1200,7 @@ func (h *browserHolder) get(ctx context.Context, srv *server) (*browser, error) 
 		return nil, errors.New("browser: server is shutting down")
 	}
 	if b := h.b; b != nil {
-		select {
-		case <-b.exited:
-		case <-b.cdp.done:
-		default:
+		if !b.dead() {
 			return b, nil
 		}
 		srv.log.warnf("readdocs: Chromium (pid %d) stopped; starting a new one", b.pid)
@@ -1342,6 +1331,17 @@ func startBrowser(ctx context.Context, srv *server, path string) (*browser, erro
 	b.cdp = newCDPClient(ws)
 	srv.log.infof("readdocs: started Chromium pid %d (%s) in %d ms", b.pid, path, time.Since(t0).Milliseconds())
 	return b, nil
+}
+
+// dead reports a browser whose process or connection has ended.
+func (b *browser) dead() bool {
+	select {
+	case <-b.exited:
+	case <-b.cdp.done:
+	default:
+		return false
+	}
+	return true
 }
 
 // stop kills the browser's process group and removes its profile.
@@ -1515,7 +1515,13 @@ func (srv *server) readPage(ctx context.Context, a readDocsArgs) (*pageRead, err
 		return nil, fmt.Errorf("no free browser tab within %s", timeout)
 	}
 	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
-	return b.read(ctx, u.String(), a.Format, ms(srv.cfg.int("READDOCS_IDLE_MS")), ms(a.WaitMS), timeout)
+	pg, err := b.read(ctx, u.String(), a.Format, ms(srv.cfg.int("READDOCS_IDLE_MS")), ms(a.WaitMS), timeout)
+	if err != nil && b.dead() && ctx.Err() == nil { // the browser died under us: once more with a new one
+		if b, err = srv.browser.get(ctx, srv); err == nil {
+			pg, err = b.read(ctx, u.String(), a.Format, ms(srv.cfg.int("READDOCS_IDLE_MS")), ms(a.WaitMS), timeout)
+		}
+	}
+	return pg, err
 }
 
 // tabState is what a tab's events have said; the reader goroutine writes it.
