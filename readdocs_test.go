@@ -153,7 +153,7 @@ func TestWSMaskedWrites(t *testing.T) {
 	f.server(t)
 	msg := bytes.Repeat([]byte("hello websocket "), 5000) // 80,000 bytes: a 64-bit length
 	for _, m := range [][]byte{[]byte("hi"), msg[:200], msg} {
-		if err := ws.writeMessage(m); err != nil {
+		if err := ws.writeFrame(1, m); err != nil {
 			t.Fatal(err)
 		}
 		h, got := f.readFrame(t)
@@ -196,7 +196,7 @@ func TestWSReadLengthsFragmentsPing(t *testing.T) {
 	if h, p := f.readFrame(t); h.op != 8 || binary.BigEndian.Uint16(p) != 1001 {
 		t.Errorf("close echo: op %d %v", h.op, p)
 	}
-	if err := ws.writeMessage([]byte("late")); !errors.Is(err, errWSClosed) {
+	if err := ws.writeFrame(1, []byte("late")); !errors.Is(err, errWSClosed) {
 		t.Errorf("write after close: %v", err)
 	}
 }
@@ -227,6 +227,7 @@ func TestWSProtocolErrors(t *testing.T) {
 	}{
 		{"oversize", [][]byte{readdocsFrame(false, 1, make([]byte, 600)), readdocsFrame(true, 0, make([]byte, 600))}, "longer than 1000", 1009},
 		{"oversize header", [][]byte{wsAppendHeader(nil, wsFrameHeader{fin: true, op: 2, length: 1 << 40})}, "longer than 1000", 1009},
+		{"wrapping length", [][]byte{readdocsFrame(false, 1, make([]byte, 10)), wsAppendHeader(nil, wsFrameHeader{op: 0, length: 1<<64 - 5})}, "longer than 1000", 1009},
 		{"rsv", [][]byte{{0xc1, 0x00}}, "reserved bits", 1002},
 		{"masked", [][]byte{append(masked, 1, 2, 3, 4, 'x')}, "masked frame", 1002},
 		{"stray continuation", [][]byte{readdocsFrame(true, 0, []byte("x"))}, "continuation", 1002},

@@ -39,7 +39,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-	"unicode/utf8"
 )
 
 // htmlNode is an element or a text node of a parsed page. The root has tag "#root".
@@ -937,9 +936,7 @@ func wsReadHeader(r io.Reader) (wsFrameHeader, error) {
 		if _, err := io.ReadFull(r, p[:8]); err != nil {
 			return h, err
 		}
-		if h.length = binary.BigEndian.Uint64(p[:8]); h.length>>63 != 0 {
-			return h, errors.New("websocket: frame length has its top bit set")
-		}
+		h.length = binary.BigEndian.Uint64(p[:8]) // a length over the cap is refused by the reader
 	}
 	if h.masked {
 		if _, err := io.ReadFull(r, h.mask[:]); err != nil {
@@ -970,8 +967,6 @@ func (ws *wsConn) writeFrame(op byte, p []byte) error {
 	}
 	return nil
 }
-
-func (ws *wsConn) writeMessage(p []byte) error { return ws.writeFrame(1, p) }
 
 // close starts the close handshake; the reader sees the peer's close frame
 // (or its deadline) and the caller then closes conn.
@@ -1009,7 +1004,7 @@ func (ws *wsConn) readMessage() ([]byte, error) {
 			return nil, ws.fail(1002, "new message inside a fragmented one")
 		case h.op > 2 && h.op != 8 && h.op != 9 && h.op != 10:
 			return nil, ws.fail(1002, "unknown opcode %d", h.op)
-		case h.op < 8 && uint64(len(msg))+h.length > uint64(ws.maxMsg):
+		case h.op < 8 && h.length > uint64(ws.maxMsg)-uint64(len(msg)):
 			return nil, ws.fail(1009, "message longer than %d bytes", ws.maxMsg)
 		}
 		n := len(msg)
@@ -1120,7 +1115,7 @@ func (c *cdpClient) call(ctx context.Context, session, method string, params, re
 	c.mu.Unlock()
 	forget := func() { c.mu.Lock(); delete(c.pending, m.ID); c.mu.Unlock() }
 	data, _ := json.Marshal(m)
-	if err := c.ws.writeMessage(data); err != nil {
+	if err := c.ws.writeFrame(1, data); err != nil {
 		forget()
 		return fmt.Errorf("cdp %s: %w", method, err)
 	}
@@ -1446,7 +1441,8 @@ func runReadDocs(ctx context.Context, c *toolCall) toolResult {
 			o.Title = title
 		}
 	}
-	o.TotalLength = utf8.RuneCountInString(content)
+	runes := []rune(content)
+	o.TotalLength = len(runes)
 	var b strings.Builder
 	b.WriteString(cmp.Or(o.Title, "(no title)") + "\n" + o.FinalURL + "\n")
 	if o.Status >= 400 {
@@ -1455,15 +1451,12 @@ func runReadDocs(ctx context.Context, c *toolCall) toolResult {
 	for _, n := range o.Notes {
 		b.WriteString("Note: " + n + "\n")
 	}
-	b.WriteString("\n")
 	if a.StartIndex > 0 && a.StartIndex >= o.TotalLength {
-		b.WriteString("<error>No more content available.</error>")
+		b.WriteString("\n<error>No more content available.</error>")
 	} else {
-		from := runeOffset(content, a.StartIndex)
-		to := from + runeOffset(content[from:], a.MaxLength)
-		o.Content = content[from:to]
-		b.WriteString(o.Content)
-		if to < len(content) {
+		o.Content = string(runes[a.StartIndex:min(len(runes), a.StartIndex+a.MaxLength)])
+		b.WriteString("\n" + o.Content)
+		if a.StartIndex+a.MaxLength < len(runes) {
 			o.Truncated, o.NextStartIndex = true, a.StartIndex+a.MaxLength
 			fmt.Fprintf(&b, "\n\n<error>Content truncated. Call the ReadDocs tool with a start_index of %d to get more content.</error>", o.NextStartIndex)
 		}
@@ -1471,17 +1464,6 @@ func runReadDocs(ctx context.Context, c *toolCall) toolResult {
 	res := textResult(b.String())
 	res.structured = o
 	return res
-}
-
-// runeOffset is the byte offset of the n-th character of s (len(s) past the end).
-func runeOffset(s string, n int) int {
-	for i := range s {
-		if n == 0 {
-			return i
-		}
-		n--
-	}
-	return len(s)
 }
 
 // readPage reads the page through Chromium, or over plain HTTP when there is no browser.
