@@ -651,3 +651,14 @@ func BenchmarkHTMLToMarkdown(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed())/float64(b.N)/float64(parse), "x-parse-only")
 }
+
+// FuzzHTMLToMarkdown feeds the converter arbitrary markup: it must not panic.
+func FuzzHTMLToMarkdown(f *testing.F) {
+	for _, in := range []string{"<p>a<b>b</p>", "<ul><li>x<ol start=x><li>y", "<pre><code class=lang-", "<table><tr><td colspan=99999>", "<a href='%zz'>x</a><img src=':'>", "<base href='::'><a href=x>y</a>"} {
+		f.Add(in)
+	}
+	f.Fuzz(func(t *testing.T, src string) {
+		htmlToMarkdown(src, "https://example.com/a/", false)
+		htmlToMarkdown(src, "", true)
+	})
+}

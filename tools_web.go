@@ -429,6 +429,7 @@ type mdConv struct {
 	plain   bool
 	hasMain bool                 // the content root is the page's main area
 	inLink  int                  // depth of links being rendered
+	nest    int                  // depth of lists and quotes being rendered
 	sizes   map[*htmlNode][2]int // text and link-text length below a node
 }
 
@@ -558,19 +559,30 @@ func (m *mdConv) element(n *htmlNode) string {
 		s := strings.ReplaceAll(m.para(m.inlineChildren(n)), "  \n", " ")
 		return m.mark(s, strings.Repeat("#", int(n.tag[1]-'0'))+" ", "")
 	case "hr":
-		return map[bool]string{false: "* * *"}[m.plain]
+		if m.plain {
+			return ""
+		}
+		return "* * *"
 	case "pre":
 		return m.pre(n)
-	case "ul", "ol":
-		return m.list(n)
+	case "ul", "ol", "blockquote":
+		if m.nest >= 10 { // deeper nesting is flat, so prefixes cannot multiply a page's size
+			return m.block(n, false)
+		}
+		m.nest++
+		defer func() { m.nest-- }()
+		if n.tag != "blockquote" {
+			return m.list(n)
+		}
+		s := m.block(n, false)
+		if m.plain || s == "" {
+			return s
+		}
+		return "> " + strings.ReplaceAll(strings.ReplaceAll(s, "\n", "\n> "), "> \n", ">\n")
 	case "table":
 		return m.table(n)
-	case "blockquote":
-		if s := m.block(n, false); !m.plain && s != "" {
-			return "> " + strings.ReplaceAll(strings.ReplaceAll(s, "\n", "\n> "), "> \n", ">\n")
-		}
 	}
-	return m.block(n, n.tag == "li" || m.plain && n.tag == "blockquote")
+	return m.block(n, n.tag == "li")
 }
 
 // mark puts markup around s, outside its white space: not in plain text, not around nothing.
@@ -715,11 +727,14 @@ func rawText(n *htmlNode, b *strings.Builder) string {
 
 // fence returns a run of backticks longer than any in s, at least least long.
 func fence(s string, least int) string {
-	f := strings.Repeat("`", least)
-	for strings.Contains(s, f) {
-		f += "`"
+	run, longest := 0, 0
+	for i := 0; i < len(s); i++ {
+		if run++; s[i] != '`' {
+			run = 0
+		}
+		longest = max(longest, run)
 	}
-	return f
+	return strings.Repeat("`", max(least, longest+1))
 }
 
 func (m *mdConv) code(n *htmlNode) string {
@@ -786,8 +801,8 @@ func (m *mdConv) table(n *htmlNode) string {
 		return m.block(n, false) // a layout table
 	}
 	var b strings.Builder
-	if c := n.find(htmlByTag("caption")); c != nil && m.block(c, false) != "" {
-		b.WriteString(m.block(c, false) + "\n\n")
+	if c := n.find(htmlByTag("caption")); c != nil {
+		b.WriteString(strings.TrimPrefix(m.block(c, false)+"\n\n", "\n\n"))
 	}
 	var rows [][]string
 	cols := 0
@@ -808,6 +823,9 @@ func (m *mdConv) table(n *htmlNode) string {
 		if len(row) > 0 {
 			rows, cols = append(rows, row), max(cols, len(row))
 		}
+	}
+	if cols > 64 {
+		return m.block(n, false) // not a table to read as one
 	}
 	for i, row := range rows {
 		row = append(row, make([]string, cols-len(row))...)
