@@ -15,6 +15,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -403,6 +404,16 @@ func readdocsSite(t *testing.T) *httptest.Server {
 		w.Write([]byte(`<html><head><meta charset="windows-1252"><title>Quotes</title></head><body><p>` + "\x93quoted\x94 \x96 dash</p></body></html>"))
 	})
 	mux.HandleFunc("/long", page("<html><head><title>Long</title></head><body><p>"+strings.Repeat("word ", 5000)+"end</p></body></html>"))
+	mux.HandleFunc("/silent", func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-stop:
+		case <-r.Context().Done():
+		}
+	})
+	mux.HandleFunc("/download", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Disposition", `attachment; filename="a.txt"`)
+		io.WriteString(w, "file contents")
+	})
 	mux.HandleFunc("/file.bin", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/octet-stream")
 		w.Write(make([]byte, 100))
@@ -460,6 +471,13 @@ func TestReadDocsChromium(t *testing.T) {
 	check("refused", map[string]any{"url": "http://" + closed + "/"}, true, "net::ERR_CONNECTION_REFUSED")
 	check("scheme", map[string]any{"url": "file:///etc/passwd"}, true, "only http and https")
 	check("alert", map[string]any{"url": site.URL + "/alert"}, false, "After the alert.")
+	check("download", map[string]any{"url": site.URL + "/download"}, true, "is a download, not a page")
+	check("silent", map[string]any{"url": site.URL + "/silent"}, true, "sent no response within")
+	tlsSite := httptest.NewUnstartedServer(http.NotFoundHandler())
+	tlsSite.Config.ErrorLog = log.New(io.Discard, "", 0) // the browser's refusal is expected
+	tlsSite.StartTLS()                                   // with a certificate nobody trusts
+	defer tlsSite.Close()
+	check("tls", map[string]any{"url": tlsSite.URL + "/"}, true, "net::ERR_CERT_AUTHORITY_INVALID")
 	check("never loads", map[string]any{"url": site.URL + "/hang"}, false, "Text before the image.", "had not finished loading")
 	sc = check("paging", map[string]any{"url": site.URL + "/long", "max_length": 1000, "start_index": 23000}, false,
 		"Content truncated. Call the ReadDocs tool with a start_index of 24000 to get more content.")
@@ -563,6 +581,7 @@ func TestReadDocsWithoutBrowser(t *testing.T) {
 	check("html", map[string]any{"url": site.URL + "/latin1", "format": "html"}, false, "<p>Crème brûlée € 5</p>")
 	check("404", map[string]any{"url": site.URL + "/missing"}, false, "HTTP status 404", "# No such page")
 	check("binary", map[string]any{"url": site.URL + "/file.bin"}, true, "application/octet-stream")
+	check("download", map[string]any{"url": site.URL + "/download"}, true, "is a download")
 	if text, _, _ := readdocsCall(t, c, map[string]any{"url": site.URL + "/long", "start_index": 24990}); !strings.HasSuffix(text, "\n\nword word end") {
 		t.Errorf("last part: %q", text)
 	}

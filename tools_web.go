@@ -980,6 +980,7 @@ func (ws *wsConn) writeFrame(op byte, p []byte) error {
 		buf = append(buf, c^h.mask[i&3])
 	}
 	ws.closeSent = op == 8
+	ws.conn.SetWriteDeadline(time.Now().Add(10 * time.Second)) // a browser that stops reading fails the write
 	if _, err := ws.conn.Write(buf); err != nil {
 		return fmt.Errorf("websocket write: %w", err)
 	}
@@ -1638,8 +1639,10 @@ func (b *browser) read(ctx context.Context, pageURL, format string, idle, settle
 			return nil, fmt.Errorf("%s sent no response within %s", pageURL, time.Since(t0).Round(time.Millisecond))
 		}
 		return nil, err
-	} else if nav.IsDownload || nav.ErrorText != "" {
-		return nil, fmt.Errorf("loading %s failed: %s (download: %v)", pageURL, nav.ErrorText, nav.IsDownload)
+	} else if nav.IsDownload {
+		return nil, fmt.Errorf("%s is a download, not a page", pageURL)
+	} else if nav.ErrorText != "" {
+		return nil, fmt.Errorf("loading %s failed: %s", pageURL, nav.ErrorText)
 	}
 	pg := &pageRead{via: "chromium"}
 	if !ts.wait(waitCtx, func() (bool, time.Duration) { return ts.loaded[nav.LoaderID] || nav.LoaderID == "", 0 }) {
