@@ -1301,8 +1301,9 @@ func startBrowser(ctx context.Context, srv *server, path string) (*browser, erro
 		return nil, fmt.Errorf("browser start: %s: %w", path, err)
 	}
 	b.pid = cmd.Process.Pid
-	found := make(chan string, 1) // the endpoint, or the last stderr lines when there is none
-	go func() {                   // exits when every browser process has closed stderr
+	// found gets the endpoint, or "\x00" and the last stderr lines when the browser printed none.
+	found := make(chan string, 1)
+	go func() { // exits when every browser process has closed stderr
 		sc := bufio.NewScanner(pr)
 		var tail []string
 		sent := false
@@ -1325,15 +1326,11 @@ func startBrowser(ctx context.Context, srv *server, path string) (*browser, erro
 		b.stop(srv.procs)
 		return nil, fmt.Errorf("browser start: "+format, a...)
 	}
-	timer := time.NewTimer(20 * time.Second)
-	defer timer.Stop()
 	var wsURL string
 	select {
 	case wsURL = <-found:
-	case <-timer.C:
-		return fail("no DevTools endpoint after 20s")
 	case <-ctx.Done():
-		return fail("%w", ctx.Err())
+		return fail("no DevTools endpoint: %w", ctx.Err())
 	}
 	if tail, ok := strings.CutPrefix(wsURL, "\x00"); ok {
 		return fail("%s exited: %s", path, tail)
@@ -1453,11 +1450,10 @@ func runReadDocs(ctx context.Context, c *toolCall) toolResult {
 	}
 	o := readDocsOut{URL: a.URL, FinalURL: pg.finalURL, Title: pg.title, Status: pg.status, Format: a.Format, Via: pg.via, Notes: pg.notes}
 	content := pg.body
-	if !pg.isText && a.Format != "html" {
-		var title string
-		title, content = htmlToMarkdown(pg.body, pg.finalURL, a.Format == "text")
-		if o.Title == "" {
-			o.Title = title
+	if !pg.isText {
+		title, md := htmlToMarkdown(pg.body, pg.finalURL, a.Format == "text")
+		if o.Title = cmp.Or(o.Title, title); a.Format != "html" {
+			content = md
 		}
 	}
 	runes := []rune(content)
