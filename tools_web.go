@@ -1335,7 +1335,7 @@ func startBrowser(ctx context.Context, srv *server, path string) (*browser, erro
 	if tail, ok := strings.CutPrefix(wsURL, "\x00"); ok {
 		return fail("%s exited: %s", path, tail)
 	}
-	ws, err := wsDial(ctx, wsURL, crand.Reader, int64(srv.cfg.int("WS_MAX_MESSAGE_BYTES")))
+	ws, err := wsDial(ctx, wsURL, crand.Reader, max(int64(srv.cfg.int("WS_MAX_MESSAGE_BYTES")), 1<<20))
 	if err != nil {
 		return fail("%w", err)
 	}
