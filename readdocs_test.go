@@ -534,13 +534,23 @@ func TestReadDocsBrowserDiesWithTelson(t *testing.T) {
 		if pid == 0 || len(readdocsGroupAlive(pid)) == 0 {
 			t.Fatalf("no browser group found; stderr:\n%s", c.stderr.String())
 		}
+		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		_, profile, _ := strings.Cut(string(cmdline), "--user-data-dir=")
+		profile, _, _ = strings.Cut(profile, "\x00")
+		if _, err := os.Stat(profile); profile == "" || err != nil {
+			t.Fatalf("no profile directory in the browser's command line %q: %v", cmdline, err)
+		}
 		if kill {
 			c.cmd.Process.Kill()
 		} else {
 			c.in.Close()
 		}
 		<-c.done
-		c.done <- nil // for the cleanup
+		if _, err := os.Stat(profile); !kill && !os.IsNotExist(err) {
+			t.Errorf("profile directory %s left behind: %v", profile, err)
+		}
+		os.RemoveAll(profile) // a killed telson cannot remove it
+		c.done <- nil         // for the cleanup
 		deadline := time.Now().Add(watchdog)
 		for wait := time.Millisecond; len(readdocsGroupAlive(pid)) > 0; wait = min(2*wait, 100*time.Millisecond) {
 			if time.Now().After(deadline) {
