@@ -407,7 +407,7 @@ func (n *htmlNode) textContent() string {
 // Element sets, as " a b c " strings for mdIn.
 const (
 	mdDropTags   = " head script style noscript svg template iframe object embed canvas input textarea select button link meta datalist "
-	mdBlockTags  = " address article aside blockquote body caption center dd details dialog div dl dt fieldset figcaption figure footer form h1 h2 h3 h4 h5 h6 header hgroup hr html li main nav ol p pre section summary table ul "
+	mdBlockTags  = " address article aside blockquote body caption center dd details dialog div dl dt fieldset figcaption figure footer form h1 h2 h3 h4 h5 h6 header hgroup hr html li main nav ol p pre section summary table td th tr ul "
 	mdInlineTags = " a b strong em i del s strike code kbd samp tt var img br "
 	mdNoiseRoles = " navigation banner contentinfo complementary menu menubar search dialog alertdialog "
 )
