@@ -1371,7 +1371,7 @@ func (b *browser) stop(procs *procTracker) {
 var readDocsTool = toolDef{
 	name:  "ReadDocs",
 	title: "Read a web page",
-	description: `Reads a web page (documentation, an article, any http or https URL) in headless Chromium and returns what a person would see, as markdown by default. Content that JavaScript builds after load is included: the page is read once it has loaded and its network has been quiet for half a second.
+	description: `Reads a web page (documentation, an article, any http or https URL) in headless Chromium and returns what a person would see, as markdown by default. Content that JavaScript builds after load is included: the page is read once it has loaded and (if it has scripts) its network has been quiet for half a second.
 
 - format: "markdown" (main content only: menus, headers, footers and sidebars dropped; links absolute), "text" (the visible text of the whole page) or "html" (the page's DOM).
 - wait_ms: extra time to wait after load for pages that keep changing (default 0, max 30000).
@@ -1641,9 +1641,11 @@ func (b *browser) read(ctx context.Context, pageURL, format string, idle, settle
 		return nil, fmt.Errorf("loading %s failed: %s", pageURL, nav.ErrorText)
 	}
 	pg := &pageRead{via: "chromium"}
+	// A page without scripts fetches nothing after load: it needs no quiet period.
+	var scripts struct{ Result struct{ Value int } }
 	if !ts.wait(waitCtx, func() (bool, time.Duration) { return ts.loaded[nav.LoaderID] || nav.LoaderID == "", 0 }) {
 		pg.notes = append(pg.notes, fmt.Sprintf("The page had not finished loading after %s; this is what it showed then.", time.Since(t0).Round(time.Millisecond)))
-	} else if !ts.wait(waitCtx, func() (bool, time.Duration) {
+	} else if c.call(waitCtx, sid, "Runtime.evaluate", map[string]any{"expression": "document.scripts.length", "returnByValue": true}, &scripts); scripts.Result.Value > 0 && !ts.wait(waitCtx, func() (bool, time.Duration) {
 		quiet := time.Since(ts.lastNet)
 		return len(ts.inflight) == 0 && quiet >= idle, idle - quiet
 	}) {
