@@ -394,6 +394,7 @@ func readdocsSite(t *testing.T) *httptest.Server {
 		}
 	})
 	mux.HandleFunc("/alert", page(`<html><head><title>Alert</title></head><body><script>alert('hello')</script><p>After the alert.</p></body></html>`))
+	mux.HandleFunc("/refresh", page(`<html><head><meta http-equiv="refresh" content="0; url=/js"></head><body>Moving…</body></html>`))
 	mux.HandleFunc("/redirect", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/js", http.StatusFound) })
 	mux.HandleFunc("/latin1", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html; charset=ISO-8859-1")
@@ -465,6 +466,7 @@ func TestReadDocsChromium(t *testing.T) {
 		t.Errorf("404: status %v", sc["status"])
 	}
 	check("redirect", map[string]any{"url": site.URL + "/redirect"}, false, site.URL+"/js\n")
+	check("refresh", map[string]any{"url": site.URL + "/refresh"}, false, site.URL+"/js\n", "Added by **script**.")
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	closed := ln.Addr().String()
 	ln.Close()

@@ -1641,11 +1641,11 @@ func (b *browser) read(ctx context.Context, pageURL, format string, idle, settle
 		return nil, fmt.Errorf("loading %s failed: %s", pageURL, nav.ErrorText)
 	}
 	pg := &pageRead{via: "chromium"}
-	// A page without scripts fetches nothing after load: it needs no quiet period.
+	// A page without scripts (or a refresh) fetches nothing after load: it needs no quiet period.
 	var scripts struct{ Result struct{ Value int } }
 	if !ts.wait(waitCtx, func() (bool, time.Duration) { return ts.loaded[nav.LoaderID] || nav.LoaderID == "", 0 }) {
 		pg.notes = append(pg.notes, fmt.Sprintf("The page had not finished loading after %s; this is what it showed then.", time.Since(t0).Round(time.Millisecond)))
-	} else if c.call(waitCtx, sid, "Runtime.evaluate", map[string]any{"expression": "document.scripts.length", "returnByValue": true}, &scripts); scripts.Result.Value > 0 && !ts.wait(waitCtx, func() (bool, time.Duration) {
+	} else if c.call(waitCtx, sid, "Runtime.evaluate", map[string]any{"expression": `document.querySelectorAll('script, meta[http-equiv="refresh" i]').length`, "returnByValue": true}, &scripts); scripts.Result.Value > 0 && !ts.wait(waitCtx, func() (bool, time.Duration) {
 		quiet := time.Since(ts.lastNet)
 		return len(ts.inflight) == 0 && quiet >= idle, idle - quiet
 	}) {
