@@ -180,9 +180,10 @@ type server struct {
 	tools    []*toolEntry // the tool table's enabled rows, in table order
 	procs    *procTracker
 	version  string
-	search   *searchState  // WebSearch's HTTP client and resting engines
-	stateKey []byte        // signs requestState in 2026-07-28 round trips; random per process
-	skills   *skillCatalog // skills for InvokeSkill and prompts
+	search   *searchState   // WebSearch's HTTP client and resting engines
+	stateKey []byte         // signs requestState in 2026-07-28 round trips; random per process
+	skills   *skillCatalog  // skills for InvokeSkill and prompts
+	browser  *browserHolder // ReadDocs's Chromium, started on first use
 
 	mu         sync.Mutex                 // guards toolsCache
 	toolsCache map[string]json.RawMessage // tools/list "tools" arrays by protocol version

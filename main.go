@@ -41,11 +41,12 @@ import (
 // tools/list, tools/call, `telson tools` and `telson call` all come from it.
 var toolTable = []*toolDef{
 	&bashTool,
-	&webSearchTool,
 	&readImageTool,
-	&askUserQuestionTool,
+	&readDocsTool,
+	&webSearchTool,
 	&taskManagerTool,
 	&planModeTool,
+	&askUserQuestionTool,
 	&invokeSkillTool,
 	&setCallbackTool,
 }
@@ -225,6 +226,7 @@ func newServer(cfg *config, stderr io.Writer) *server {
 	srv.search = newSearchState(srv.version)
 	wd, _ := os.Getwd()
 	srv.skills = &skillCatalog{dir: wd}
+	srv.browser = &browserHolder{tabs: make(chan struct{}, 2)}
 	for _, d := range toolTable {
 		if !cfg.toolEnabled(d.name) {
 			continue
@@ -240,6 +242,7 @@ func newServer(cfg *config, stderr io.Writer) *server {
 
 // close stops everything the server started: every child process group dies.
 func (srv *server) close() {
+	srv.browser.close(srv.procs)
 	srv.procs.closeAll()
 	srv.search.client.CloseIdleConnections()
 }
@@ -362,6 +365,11 @@ var configKeys = []configKey{
 	{"HTTP_MAX_BODY_BYTES", "4194304", "int", "largest HTTP request body; a larger one is answered 413"},
 	{"HTTP_MAX_SESSIONS", "64", "int", "most HTTP sessions at once; beyond it (after idle ones expire) a new session is refused with 503"},
 	{"HTTP_SESSION_IDLE_MS", "1800000", "int", "an HTTP session idle this long (milliseconds) ends, with its tasks"},
+	{"CHROME_PATH", "", "str", "the Chromium or Chrome binary ReadDocs runs (default: found on PATH and in the usual install locations)"},
+	{"READDOCS_BROWSER", "on", "bool", "read pages in headless Chromium; off reads them over plain HTTP (no JavaScript)"},
+	{"READDOCS_TIMEOUT_MS", "30000", "int", "ReadDocs's deadline for a page in milliseconds (wait_ms is added to it)"},
+	{"READDOCS_IDLE_MS", "500", "int", "how long a page's network must be quiet after load before ReadDocs reads it"},
+	{"WS_MAX_MESSAGE_BYTES", "134217728", "int", "longest DevTools websocket message ReadDocs accepts from the browser"},
 }
 
 // configPrefixes: TOOL_<Name>=0 turns a tool off; SEARCH_URL_<ENGINE> is an

@@ -12,8 +12,33 @@
 package main
 
 import (
+	"bufio"
+	"cmp"
+	"context"
+	crand "crypto/rand"
+	"crypto/sha1"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"html"
+	"io"
+	"mime"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"reflect"
+	"regexp"
+	"runtime"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
+	"syscall"
+	"time"
 )
 
 // htmlNode is an element or a text node of a parsed page. The root has tag "#root".
@@ -375,4 +400,1351 @@ func (n *htmlNode) textContent() string {
 	}
 	walk(n)
 	return strings.Join(strings.Fields(b.String()), " ")
+}
+
+// ---- HTML to markdown ----------------------------------------------------
+
+// Element sets, as " a b c " strings for mdIn.
+const (
+	mdDropTags   = " head script style noscript svg template iframe object embed canvas input textarea select button link meta datalist "
+	mdBlockTags  = " address article aside blockquote body caption center dd details dialog div dl dt fieldset figcaption figure footer form h1 h2 h3 h4 h5 h6 header hgroup hr html li main nav ol p pre section summary table td th tr ul "
+	mdInlineTags = " a b strong em i del s strike code kbd samp tt var img br "
+	mdNoiseRoles = " navigation banner contentinfo complementary menu menubar search dialog alertdialog "
+)
+
+func mdIn(set, tag string) bool { return tag != "" && strings.Contains(set, " "+tag+" ") }
+
+var (
+	mdUnlikely     = regexp.MustCompile(`(?i)-ad-|banner|breadcrumb|combx|comment|community|cookie|disqus|footer|gdpr|header|menu|related|remark|replies|rss|share|shoutbox|sidebar|skyscraper|social|sponsor|pagination|pager|popup|newsletter`)
+	mdLikely       = regexp.MustCompile(`(?i)and|article|body|column|content|main|shadow`)
+	mdEscape       = strings.NewReplacer("*", `\*`, "`", "\\`")
+	mdEscapeInLink = strings.NewReplacer("*", `\*`, "`", "\\`", "[", `\[`, "]", `\]`)
+	mdURLEscape    = strings.NewReplacer("(", "%28", ")", "%29", " ", "%20")
+	mdLineStart    = regexp.MustCompile(`^(#{1,6}|[>+-]|\d{1,9}[.)])( |$)`)
+)
+
+// mdConv turns a parsed page into markdown, or into plain text when plain is set.
+type mdConv struct {
+	base    *url.URL
+	plain   bool
+	hasMain bool                 // the content root is the page's main area
+	inLink  int                  // depth of links being rendered
+	nest    int                  // depth of lists and quotes being rendered
+	sizes   map[*htmlNode][2]int // text and link-text length below a node
+}
+
+func htmlByTag(tag string) func(*htmlNode) bool {
+	return func(n *htmlNode) bool { return n.tag == tag }
+}
+
+// htmlToMarkdown returns the page's title and its main content as markdown
+// (plain text when plain), with links and images made absolute against pageURL.
+func htmlToMarkdown(src, pageURL string, plain bool) (title, md string) {
+	root := parseHTML(src)
+	m := &mdConv{plain: plain, sizes: map[*htmlNode][2]int{}}
+	m.base, _ = url.Parse(pageURL)
+	if t := root.find(htmlByTag("title")); t != nil {
+		title = t.textContent()
+	}
+	if b := root.find(htmlByTag("base")); b != nil && m.base != nil {
+		if u, err := m.base.Parse(b.attr("href")); err == nil {
+			m.base = u
+		}
+	}
+	content := cmp.Or(root.find(htmlByTag("body")), root)
+	// The main area is <main>, else [role=main], else the page's only <article>.
+	for _, pick := range []func(*htmlNode) bool{htmlByTag("main"), func(n *htmlNode) bool { return n.attr("role") == "main" }, htmlByTag("article")} {
+		cands := content.findAll(func(n *htmlNode) bool { return pick(n) && !htmlHidden(n) })
+		if len(cands) == 0 || (len(cands) > 1 && cands[0].tag == "article") {
+			continue
+		}
+		best := cands[0]
+		for _, c := range cands {
+			if m.measure(c)[0] > m.measure(best)[0] {
+				best = c
+			}
+		}
+		if m.measure(best)[0] > 0 {
+			content, m.hasMain = best, true
+			break
+		}
+	}
+	return title, m.block(content, false)
+}
+
+// htmlHidden reports an element the page does not show.
+func htmlHidden(n *htmlNode) bool {
+	style := strings.ToLower(strings.ReplaceAll(n.attr("style"), " ", ""))
+	hidden := slices.ContainsFunc(n.attrs, func(a htmlAttr) bool { return a.key == "hidden" })
+	return hidden || n.attr("aria-hidden") == "true" || strings.Contains(style, "display:none") || strings.Contains(style, "visibility:hidden")
+}
+
+// measure returns the length of the text below n and of the part inside links.
+func (m *mdConv) measure(n *htmlNode) [2]int {
+	s, ok := m.sizes[n]
+	if n.tag == "" {
+		return [2]int{len(strings.TrimSpace(n.text)), 0}
+	} else if ok || mdIn(mdDropTags, n.tag) {
+		return s
+	}
+	for _, c := range n.children {
+		cs := m.measure(c)
+		s[0], s[1] = s[0]+cs[0], s[1]+cs[1]
+	}
+	if n.tag == "a" {
+		s[1] = s[0]
+	}
+	m.sizes[n] = s
+	return s
+}
+
+// skip reports an element left out: never shown, hidden, or page furniture.
+// Without a main area, menus are found by role, class and link density.
+func (m *mdConv) skip(n *htmlNode) bool {
+	s := m.measure(n)
+	switch {
+	case mdIn(mdDropTags+"nav aside footer ", n.tag) || htmlHidden(n) || (n.tag == "form" && s[0] < 500):
+		return true
+	case m.hasMain:
+		return false
+	case n.tag == "header":
+		return n.find(htmlByTag("h1")) == nil
+	}
+	ci := n.attr("class") + " " + n.attr("id")
+	return mdIn(mdNoiseRoles, n.attr("role")) || (mdUnlikely.MatchString(ci) && !mdLikely.MatchString(ci)) ||
+		(mdIn(" div ul ol section table ", n.tag) && s[0] > 0 && s[1]*2 > s[0] && s[0]-s[1] < 100)
+}
+
+// block renders n's children as markdown blocks separated by blank lines; in
+// a tight container (a list item) a list follows its neighbour directly.
+func (m *mdConv) block(n *htmlNode, tight bool) string {
+	var out, inl strings.Builder
+	prevList := false
+	add := func(s string, list bool) {
+		if s != "" && out.Len() > 0 && tight && (list || prevList) {
+			out.WriteString("\n")
+		} else if s != "" && out.Len() > 0 {
+			out.WriteString("\n\n")
+		}
+		out.WriteString(s)
+		prevList = list && s != "" || prevList && s == ""
+	}
+	var walk func(p *htmlNode)
+	walk = func(p *htmlNode) {
+		for _, c := range p.children {
+			switch {
+			case c.tag == "":
+				inl.WriteString(m.text(c.text))
+			case m.skip(c):
+			case mdIn(mdBlockTags, c.tag):
+				add(m.para(inl.String()), false)
+				inl.Reset()
+				add(m.element(c), c.tag == "ul" || c.tag == "ol")
+			case mdIn(mdInlineTags, c.tag):
+				inl.WriteString(m.inline(c))
+			default:
+				walk(c)
+			}
+		}
+	}
+	walk(n)
+	add(m.para(inl.String()), false)
+	return out.String()
+}
+
+// element renders one block element.
+func (m *mdConv) element(n *htmlNode) string {
+	switch n.tag {
+	case "h1", "h2", "h3", "h4", "h5", "h6":
+		s := strings.ReplaceAll(m.para(m.inlineChildren(n)), "  \n", " ")
+		return m.mark(s, strings.Repeat("#", int(n.tag[1]-'0'))+" ", "")
+	case "hr":
+		if m.plain {
+			return ""
+		}
+		return "* * *"
+	case "pre":
+		return m.pre(n)
+	case "ul", "ol", "blockquote":
+		if m.nest >= 10 { // deeper nesting is flat, so prefixes cannot multiply a page's size
+			return m.block(n, false)
+		}
+		m.nest++
+		defer func() { m.nest-- }()
+		if n.tag != "blockquote" {
+			return m.list(n)
+		}
+		s := m.block(n, false)
+		if m.plain || s == "" {
+			return s
+		}
+		return "> " + strings.ReplaceAll(strings.ReplaceAll(s, "\n", "\n> "), "> \n", ">\n")
+	case "table":
+		return m.table(n)
+	}
+	return m.block(n, n.tag == "li")
+}
+
+// mark puts markup around s, outside its white space: not in plain text, not around nothing.
+func (m *mdConv) mark(s, before, after string) string {
+	t := strings.TrimSpace(s)
+	if m.plain || t == "" {
+		return s
+	}
+	i := strings.Index(s, t)
+	return s[:i] + before + t + after + s[i+len(t):]
+}
+
+// inline renders an inline node: text, emphasis, links, images, code, breaks.
+func (m *mdConv) inline(n *htmlNode) string {
+	switch {
+	case n.tag == "":
+		return m.text(n.text)
+	case m.skip(n):
+		return ""
+	case n.tag == "br":
+		return "\x01"
+	case n.tag == "img":
+		return m.image(n)
+	case mdIn(" code kbd samp tt var ", n.tag):
+		return m.code(n)
+	case n.tag == "a":
+		m.inLink++
+		s := m.inlineChildren(n)
+		m.inLink--
+		return m.link(n, s)
+	}
+	s := m.inlineChildren(n)
+	switch n.tag {
+	case "strong", "b":
+		return m.mark(s, "**", "**")
+	case "em", "i":
+		return m.mark(s, "*", "*")
+	case "del", "s", "strike":
+		return m.mark(s, "~~", "~~")
+	}
+	if mdIn(mdBlockTags, n.tag) {
+		return " " + s + " "
+	}
+	return s
+}
+
+func (m *mdConv) inlineChildren(n *htmlNode) string {
+	var b strings.Builder
+	for _, c := range n.children {
+		b.WriteString(m.inline(c))
+	}
+	return b.String()
+}
+
+// text escapes the characters that would start markdown syntax inside a line.
+func (m *mdConv) text(s string) string {
+	switch {
+	case m.plain:
+		return s
+	case m.inLink > 0:
+		return mdEscapeInLink.Replace(s)
+	}
+	return mdEscape.Replace(s)
+}
+
+// para folds white space as a browser does, turns breaks into hard line
+// breaks and escapes what would read as a heading, quote or list marker.
+func (m *mdConv) para(s string) string {
+	s = strings.Join(strings.FieldsFunc(s, func(r rune) bool { return r == ' ' || r == '\t' || r == '\n' || r == '\r' || r == '\f' }), " ")
+	lines := strings.Split(strings.ReplaceAll(s, "\u00a0", " "), "\x01")
+	for i, l := range lines {
+		l = strings.TrimSpace(l)
+		if loc := mdLineStart.FindStringSubmatchIndex(l); loc != nil && !m.plain {
+			at := loc[0] // before # > + -, or before the dot of "1."
+			if l[0] >= '0' && l[0] <= '9' {
+				at = loc[3] - 1
+			}
+			l = l[:at] + `\` + l[at:]
+		}
+		lines[i] = l
+	}
+	if m.plain {
+		return strings.Trim(strings.Join(lines, "\n"), " \n")
+	}
+	return strings.Trim(strings.Join(lines, "  \n"), " \n")
+}
+
+func (m *mdConv) abs(ref string) string {
+	if m.base == nil {
+		return ref
+	}
+	if u, err := m.base.Parse(strings.TrimSpace(ref)); err == nil {
+		ref = mdURLEscape.Replace(u.String())
+	}
+	return ref
+}
+
+func mdTitle(n *htmlNode) string {
+	if t := n.attr("title"); t != "" {
+		return ` "` + strings.ReplaceAll(t, `"`, `\"`) + `"`
+	}
+	return ""
+}
+
+func (m *mdConv) link(n *htmlNode, s string) string {
+	href := strings.TrimSpace(n.attr("href"))
+	switch t := strings.TrimSpace(s); {
+	case t == "#" || t == "¶" || t == "§":
+		return "" // a heading's permalink
+	case href == "" || strings.HasPrefix(strings.ToLower(href), "javascript:"):
+		return s
+	}
+	return m.mark(s, "[", "]("+m.abs(href)+mdTitle(n)+")")
+}
+
+func (m *mdConv) image(n *htmlNode) string {
+	alt := strings.Join(strings.Fields(n.attr("alt")), " ")
+	src := n.attr("src")
+	if src == "" || strings.HasPrefix(src, "data:") {
+		src = n.attr("data-src") // a lazy image's real source
+	}
+	if m.plain || src == "" || strings.HasPrefix(src, "data:") {
+		return alt
+	}
+	return "![" + mdEscapeInLink.Replace(alt) + "](" + m.abs(src) + mdTitle(n) + ")"
+}
+
+// rawText is the text below n as it stands, with <br> as a newline.
+func rawText(n *htmlNode, b *strings.Builder) string {
+	for _, c := range n.children {
+		switch {
+		case c.tag == "":
+			b.WriteString(c.text)
+		case c.tag == "br":
+			b.WriteByte('\n')
+		case !mdIn(mdDropTags, c.tag):
+			rawText(c, b)
+		}
+	}
+	return b.String()
+}
+
+// fence returns a run of backticks longer than any in s, at least least long.
+func fence(s string, least int) string {
+	run, longest := 0, 0
+	for i := 0; i < len(s); i++ {
+		if run++; s[i] != '`' {
+			run = 0
+		}
+		longest = max(longest, run)
+	}
+	return strings.Repeat("`", max(least, longest+1))
+}
+
+func (m *mdConv) code(n *htmlNode) string {
+	s := strings.ReplaceAll(rawText(n, &strings.Builder{}), "\n", " ")
+	if m.plain || strings.TrimSpace(s) == "" {
+		return s
+	} else if strings.HasPrefix(s, "`") || strings.HasSuffix(s, "`") {
+		s = " " + s + " "
+	}
+	return fence(s, 1) + s + fence(s, 1)
+}
+
+func (m *mdConv) pre(n *htmlNode) string {
+	s := strings.TrimRight(strings.TrimPrefix(rawText(n, &strings.Builder{}), "\n"), "\n ")
+	classes := n.attr("class")
+	if c := n.find(htmlByTag("code")); c != nil {
+		classes += " " + c.attr("class")
+	}
+	lang := ""
+	for _, c := range strings.Fields(classes) {
+		if l, ok := strings.CutPrefix(strings.TrimPrefix(c, "language-"), "lang-"); lang == "" && (ok || l != c) {
+			lang = l
+		}
+	}
+	if f := fence(s, 3); !m.plain && strings.TrimSpace(s) != "" {
+		return f + lang + "\n" + s + "\n" + f
+	}
+	return s
+}
+
+func (m *mdConv) list(n *htmlNode) string {
+	num, err := strconv.Atoi(n.attr("start"))
+	if err != nil {
+		num = 1
+	}
+	var items []string
+	for _, c := range n.children {
+		if c.tag == "" || m.skip(c) {
+			continue
+		}
+		marker := "- "
+		if n.tag == "ol" && c.tag == "li" {
+			marker = strconv.Itoa(num) + ". "
+			num++
+		}
+		switch body := m.block(c, true); {
+		case body == "":
+		case c.tag != "li" && len(items) > 0: // a list put straight inside a list belongs to the item before
+			items[len(items)-1] += "\n" + indent(body, 2)
+		default:
+			items = append(items, marker+indent(body, len(marker)))
+		}
+	}
+	return strings.Join(items, "\n")
+}
+
+// indent indents every line but the first by w spaces, leaving blank lines empty.
+func indent(s string, w int) string {
+	return strings.ReplaceAll(strings.ReplaceAll(s, "\n", "\n"+strings.Repeat(" ", w)), "\n"+strings.Repeat(" ", w)+"\n", "\n\n")
+}
+
+func (m *mdConv) table(n *htmlNode) string {
+	if n.find(htmlByTag("table")) != nil {
+		return m.block(n, false) // a layout table
+	}
+	var b strings.Builder
+	if c := n.find(htmlByTag("caption")); c != nil {
+		b.WriteString(strings.TrimPrefix(m.block(c, false)+"\n\n", "\n\n"))
+	}
+	var rows [][]string
+	cols := 0
+	for _, tr := range n.findAll(htmlByTag("tr")) {
+		var row []string
+		for _, c := range tr.children {
+			if (c.tag == "td" || c.tag == "th") && !m.skip(c) {
+				s := strings.ReplaceAll(strings.ReplaceAll(m.block(c, false), "  \n", " "), "\n", " ")
+				if !m.plain {
+					s = strings.ReplaceAll(s, "|", `\|`)
+				}
+				row = append(row, s)
+				for span, _ := strconv.Atoi(c.attr("colspan")); span > 1 && span < 100; span-- {
+					row = append(row, "")
+				}
+			}
+		}
+		if len(row) > 0 {
+			rows, cols = append(rows, row), max(cols, len(row))
+		}
+	}
+	if cols > 64 {
+		return m.block(n, false) // not a table to read as one
+	}
+	for i, row := range rows {
+		row = append(row, make([]string, cols-len(row))...)
+		b.WriteString("| " + strings.Join(row, " | ") + " |\n")
+		if i == 0 && !m.plain {
+			b.WriteString("|" + strings.Repeat(" --- |", cols) + "\n")
+		}
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
+
+// ---- websocket client (RFC 6455) ------------------------------------------
+
+const wsGUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+
+// errWSClosed is returned by readMessage once a close frame has arrived.
+var errWSClosed = errors.New("websocket: closed")
+
+// wsConn is a client websocket: one goroutine calls readMessage, any may write.
+type wsConn struct {
+	conn   net.Conn
+	br     *bufio.Reader
+	rand   io.Reader // masking keys
+	maxMsg int64
+
+	wmu       sync.Mutex // guards writes to conn and closeSent
+	closeSent bool
+}
+
+// wsFrameHeader is a frame header (RFC 6455 section 5.2).
+type wsFrameHeader struct {
+	fin     bool
+	rsv, op byte
+	masked  bool
+	mask    [4]byte
+	length  uint64
+}
+
+// wsDial opens a websocket to a ws:// URL. It sends no Origin header and
+// offers no extensions: Chromium refuses the first and would compress with the second.
+func wsDial(ctx context.Context, rawURL string, rnd io.Reader, maxMsg int64) (*wsConn, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil || u.Scheme != "ws" || u.Host == "" {
+		return nil, fmt.Errorf("websocket dial: bad url %q", rawURL)
+	}
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", u.Host)
+	if err != nil {
+		return nil, fmt.Errorf("websocket dial: %w", err)
+	}
+	fail := func(format string, a ...any) (*wsConn, error) {
+		conn.Close()
+		return nil, fmt.Errorf("websocket handshake: "+format, a...)
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		conn.SetDeadline(dl)
+	}
+	nonce := make([]byte, 16)
+	if _, err := io.ReadFull(rnd, nonce); err != nil {
+		return fail("%w", err)
+	}
+	key := base64.StdEncoding.EncodeToString(nonce)
+	if _, err := fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
+		"Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n\r\n", u.RequestURI(), u.Host, key); err != nil {
+		return fail("%w", err)
+	}
+	br := bufio.NewReaderSize(conn, 64<<10)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		return fail("%w", err)
+	}
+	sum := sha1.Sum([]byte(key + wsGUID))
+	switch {
+	case resp.StatusCode != http.StatusSwitchingProtocols:
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fail("%s: %s", resp.Status, strings.TrimSpace(string(body)))
+	case !strings.EqualFold(resp.Header.Get("Upgrade"), "websocket"):
+		return fail("no Upgrade: websocket header")
+	case !strings.Contains(strings.ToLower(resp.Header.Get("Connection")), "upgrade"):
+		return fail("no Connection: upgrade header")
+	case resp.Header.Get("Sec-WebSocket-Accept") != base64.StdEncoding.EncodeToString(sum[:]):
+		return fail("wrong Sec-WebSocket-Accept")
+	case resp.Header.Get("Sec-WebSocket-Extensions") != "":
+		return fail("extensions that were not asked for: %s", resp.Header.Get("Sec-WebSocket-Extensions"))
+	}
+	conn.SetDeadline(time.Time{})
+	return &wsConn{conn: conn, br: br, rand: rnd, maxMsg: maxMsg}, nil
+}
+
+func wsAppendHeader(b []byte, h wsFrameHeader) []byte {
+	b0 := h.op&0x0f | (h.rsv&7)<<4
+	if h.fin {
+		b0 |= 0x80
+	}
+	var b1 byte
+	if h.masked {
+		b1 = 0x80
+	}
+	switch {
+	case h.length < 126:
+		b = append(b, b0, b1|byte(h.length))
+	case h.length <= 0xffff:
+		b = append(b, b0, b1|126, byte(h.length>>8), byte(h.length))
+	default:
+		b = binary.BigEndian.AppendUint64(append(b, b0, b1|127), h.length)
+	}
+	if h.masked {
+		b = append(b, h.mask[:]...)
+	}
+	return b
+}
+
+func wsReadHeader(r io.Reader) (wsFrameHeader, error) {
+	var p [8]byte
+	if _, err := io.ReadFull(r, p[:2]); err != nil {
+		return wsFrameHeader{}, err
+	}
+	h := wsFrameHeader{fin: p[0]&0x80 != 0, rsv: p[0] >> 4 & 7, op: p[0] & 0x0f, masked: p[1]&0x80 != 0, length: uint64(p[1] & 0x7f)}
+	switch h.length {
+	case 126:
+		if _, err := io.ReadFull(r, p[:2]); err != nil {
+			return h, err
+		}
+		h.length = uint64(binary.BigEndian.Uint16(p[:2]))
+	case 127:
+		if _, err := io.ReadFull(r, p[:8]); err != nil {
+			return h, err
+		}
+		h.length = binary.BigEndian.Uint64(p[:8]) // a length over the cap is refused by the reader
+	}
+	if h.masked {
+		if _, err := io.ReadFull(r, h.mask[:]); err != nil {
+			return h, err
+		}
+	}
+	return h, nil
+}
+
+// writeFrame sends one masked frame with FIN set.
+func (ws *wsConn) writeFrame(op byte, p []byte) error {
+	ws.wmu.Lock()
+	defer ws.wmu.Unlock()
+	if ws.closeSent {
+		return errWSClosed
+	}
+	h := wsFrameHeader{fin: true, op: op, masked: true, length: uint64(len(p))}
+	if _, err := io.ReadFull(ws.rand, h.mask[:]); err != nil {
+		return fmt.Errorf("websocket write: %w", err)
+	}
+	buf := wsAppendHeader(make([]byte, 0, 14+len(p)), h)
+	for i, c := range p {
+		buf = append(buf, c^h.mask[i&3])
+	}
+	ws.closeSent = op == 8
+	ws.conn.SetWriteDeadline(time.Now().Add(10 * time.Second)) // a browser that stops reading fails the write
+	if _, err := ws.conn.Write(buf); err != nil {
+		return fmt.Errorf("websocket write: %w", err)
+	}
+	return nil
+}
+
+// close starts the close handshake; the reader sees the peer's close frame
+// (or its deadline) and the caller then closes conn.
+func (ws *wsConn) close() {
+	ws.writeFrame(8, []byte{0x03, 0xe8}) // 1000: normal closure
+	ws.conn.SetReadDeadline(time.Now().Add(time.Second))
+}
+
+// fail sends a close frame with code and returns the protocol error.
+func (ws *wsConn) fail(code int, format string, a ...any) error {
+	ws.writeFrame(8, []byte{byte(code >> 8), byte(code)})
+	return fmt.Errorf("websocket: "+format, a...)
+}
+
+// readMessage returns the next data message, reassembled from its frames,
+// answering pings and close frames on the way.
+func (ws *wsConn) readMessage() ([]byte, error) {
+	var msg []byte
+	inMsg := false
+	for {
+		h, err := wsReadHeader(ws.br)
+		if err != nil {
+			return nil, fmt.Errorf("websocket read: %w", err)
+		}
+		switch {
+		case h.rsv != 0:
+			return nil, ws.fail(1002, "reserved bits set (no extension was agreed)")
+		case h.masked:
+			return nil, ws.fail(1002, "masked frame from the server")
+		case h.op >= 8 && (!h.fin || h.length > 125):
+			return nil, ws.fail(1002, "fragmented or long control frame")
+		case h.op == 0 && !inMsg:
+			return nil, ws.fail(1002, "continuation frame outside a message")
+		case (h.op == 1 || h.op == 2) && inMsg:
+			return nil, ws.fail(1002, "new message inside a fragmented one")
+		case h.op > 2 && h.op != 8 && h.op != 9 && h.op != 10:
+			return nil, ws.fail(1002, "unknown opcode %d", h.op)
+		case h.op < 8 && h.length > uint64(ws.maxMsg)-uint64(len(msg)):
+			return nil, ws.fail(1009, "message longer than %d bytes", ws.maxMsg)
+		}
+		n := len(msg)
+		msg = slices.Grow(msg, int(h.length))[:n+int(h.length)]
+		if _, err := io.ReadFull(ws.br, msg[n:]); err != nil {
+			return nil, fmt.Errorf("websocket read: %w", err)
+		}
+		switch h.op {
+		case 8:
+			ws.writeFrame(8, msg[n:min(len(msg), n+2)]) // echo the code unless we sent ours first
+			code := 1005
+			if h.length >= 2 {
+				code = int(binary.BigEndian.Uint16(msg[n:]))
+			}
+			return nil, fmt.Errorf("%w by peer (%d %s)", errWSClosed, code, msg[min(len(msg), n+2):])
+		case 9:
+			if err := ws.writeFrame(10, msg[n:]); err != nil {
+				return nil, err
+			}
+			fallthrough
+		case 10:
+			msg = msg[:n]
+			continue
+		}
+		inMsg = true
+		if h.fin {
+			return msg, nil
+		}
+	}
+}
+
+// ---- DevTools protocol client ----------------------------------------------
+
+type cdpMessage struct {
+	ID        int64           `json:"id,omitempty"`
+	SessionID string          `json:"sessionId,omitempty"`
+	Method    string          `json:"method,omitempty"`
+	Params    json.RawMessage `json:"params,omitempty"`
+	Result    json.RawMessage `json:"result,omitempty"`
+	Error     *struct {
+		Message string `json:"message"`
+	} `json:"error,omitempty"`
+}
+
+// cdpClient sends DevTools commands over one websocket and routes replies by
+// id and events by session to their subscriber.
+type cdpClient struct {
+	ws   *wsConn
+	done chan struct{} // closed when the reader stops; err then says why
+
+	mu      sync.Mutex // guards the fields below
+	nextID  int64
+	pending map[int64]chan cdpMessage
+	subs    map[string]func(method string, params json.RawMessage)
+	err     error
+}
+
+func newCDPClient(ws *wsConn) *cdpClient {
+	c := &cdpClient{ws: ws, done: make(chan struct{}), pending: map[int64]chan cdpMessage{},
+		subs: map[string]func(string, json.RawMessage){}}
+	go c.readLoop() // exits when the websocket closes or fails
+	return c
+}
+
+func (c *cdpClient) readLoop() {
+	var err error
+	for {
+		var data []byte
+		if data, err = c.ws.readMessage(); err != nil {
+			break
+		}
+		var m cdpMessage
+		if json.Unmarshal(data, &m) != nil {
+			continue
+		}
+		c.mu.Lock()
+		ch, fn := c.pending[m.ID], c.subs[m.SessionID]
+		delete(c.pending, m.ID)
+		c.mu.Unlock()
+		if m.ID != 0 && ch != nil {
+			ch <- m
+		} else if m.ID == 0 && fn != nil {
+			fn(m.Method, m.Params) // subscribers only record and signal: they never block
+		}
+	}
+	c.mu.Lock()
+	c.err = fmt.Errorf("cdp: connection lost: %w", err)
+	c.mu.Unlock()
+	close(c.done)
+	c.ws.conn.Close()
+}
+
+// call sends a command (on a session when session is not "") and decodes its result.
+func (c *cdpClient) call(ctx context.Context, session, method string, params, result any) error {
+	m := cdpMessage{SessionID: session, Method: method}
+	if params != nil {
+		m.Params, _ = json.Marshal(params)
+	}
+	ch := make(chan cdpMessage, 1)
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return c.err
+	}
+	c.nextID++
+	m.ID = c.nextID
+	c.pending[m.ID] = ch
+	c.mu.Unlock()
+	forget := func() { c.mu.Lock(); delete(c.pending, m.ID); c.mu.Unlock() }
+	data, _ := json.Marshal(m)
+	if err := c.ws.writeFrame(1, data); err != nil {
+		forget()
+		return fmt.Errorf("cdp %s: %w", method, err)
+	}
+	select {
+	case r := <-ch:
+		if r.Error != nil {
+			return fmt.Errorf("cdp %s: %s", method, r.Error.Message)
+		}
+		if result != nil {
+			return json.Unmarshal(r.Result, result)
+		}
+		return nil
+	case <-c.done:
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.err
+	case <-ctx.Done():
+		forget()
+		return fmt.Errorf("cdp %s: %w", method, ctx.Err())
+	}
+}
+
+func (c *cdpClient) subscribe(session string, fn func(method string, params json.RawMessage)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if fn == nil {
+		delete(c.subs, session)
+	} else {
+		c.subs[session] = fn
+	}
+}
+
+// ---- the browser ----------------------------------------------------------
+
+// errNoBrowser means ReadDocs has no browser to use and reads over plain HTTP.
+var errNoBrowser = errors.New("no browser")
+
+// browserHolder is the server's one Chromium, started on first use and
+// restarted when it has died.
+type browserHolder struct {
+	tabs chan struct{} // a slot per open tab: pages are heavy on two cores
+
+	mu       sync.Mutex // guards the fields below
+	b        *browser
+	failErr  error // the last start failure, retried after a minute
+	failedAt time.Time
+	closed   bool
+}
+
+type browser struct {
+	pid    int
+	dir    string // the temporary profile
+	cdp    *cdpClient
+	exited chan struct{} // closed once the process has been waited for
+}
+
+// findChrome returns the browser to run, or "" when there is none (or READDOCS_BROWSER is off).
+func findChrome(cfg *config) string {
+	if !cfg.bool("READDOCS_BROWSER") {
+		return ""
+	}
+	for _, p := range []string{cfg.str("CHROME_PATH"), "chromium", "chromium-browser", "google-chrome", "google-chrome-stable",
+		"chrome", "chrome-headless-shell", "/usr/lib/chromium/chromium-headless-shell", "/opt/google/chrome/chrome", "/snap/bin/chromium",
+		"/Applications/Chromium.app/Contents/MacOS/Chromium", "/Applications/Google Chrome.app/Contents/MacOS/Google Chrome"} {
+		if path, err := exec.LookPath(p); err == nil && p != "" {
+			return path
+		}
+	}
+	return ""
+}
+
+// get returns the running browser, starting one when there is none or it died.
+func (h *browserHolder) get(ctx context.Context, srv *server) (*browser, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return nil, errors.New("browser: server is shutting down")
+	}
+	if b := h.b; b != nil {
+		if !b.dead() {
+			return b, nil
+		}
+		srv.log.warnf("readdocs: Chromium (pid %d) stopped; starting a new one", b.pid)
+		b.stop(srv.procs)
+		h.b = nil
+	}
+	if h.failErr != nil && time.Since(h.failedAt) < time.Minute {
+		return nil, h.failErr
+	}
+	path := findChrome(srv.cfg)
+	if !srv.cfg.bool("READDOCS_BROWSER") {
+		return nil, fmt.Errorf("%w: READDOCS_BROWSER is off", errNoBrowser)
+	} else if path == "" {
+		return nil, fmt.Errorf("%w: no Chromium found; set CHROME_PATH", errNoBrowser)
+	}
+	b, err := startBrowser(ctx, srv, path)
+	if err != nil {
+		err = fmt.Errorf("%w: %v", errNoBrowser, err)
+		if ctx.Err() == nil {
+			h.failErr, h.failedAt = err, time.Now()
+			srv.log.warnf("readdocs: %v", err)
+		}
+		return nil, err
+	}
+	h.b = b
+	return b, nil
+}
+
+func (h *browserHolder) close(procs *procTracker) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.closed = true
+	if h.b != nil {
+		h.b.stop(procs)
+		h.b = nil
+	}
+}
+
+// startBrowser runs Chromium headless with a fresh profile and connects to
+// the DevTools endpoint it prints on stderr.
+func startBrowser(ctx context.Context, srv *server, path string) (*browser, error) {
+	t0 := time.Now()
+	dir, err := os.MkdirTemp("", "telson-chromium-")
+	if err != nil {
+		return nil, fmt.Errorf("browser start: %w", err)
+	}
+	args := []string{"--headless", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run", "--no-default-browser-check",
+		"--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-extensions",
+		"--disable-default-apps", "--mute-audio", "--hide-scrollbars",
+		"--disable-features=WebUIOmniboxPopup,WebUIOmniboxAimPopup,Translate,MediaRouter,OptimizationHints",
+		"--user-data-dir=" + dir, "--remote-debugging-port=0"}
+	if os.Geteuid() == 0 {
+		args = append(args, "--no-sandbox") // Chromium refuses to run as root with its sandbox
+	}
+	cmd := exec.Command(path, append(args, "about:blank")...)
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("browser start: %w", err)
+	}
+	cmd.Stderr = pw
+	cmd.SysProcAttr = &syscall.SysProcAttr{}
+	// Linux kills the browser when the thread that started it ends, so a
+	// killed telson leaves no browser behind (other systems have the reaper).
+	if f := reflect.ValueOf(cmd.SysProcAttr).Elem().FieldByName("Pdeathsig"); f.IsValid() {
+		f.Set(reflect.ValueOf(syscall.SIGKILL))
+	}
+	b := &browser{dir: dir, exited: make(chan struct{})}
+	started := make(chan error, 1)
+	go func() { // exits when the browser exits; its thread stays locked so Pdeathsig fires only when telson dies
+		runtime.LockOSThread()
+		err := srv.procs.start(cmd)
+		started <- err
+		if err == nil {
+			cmd.Wait()
+		}
+		close(b.exited)
+	}()
+	err = <-started
+	pw.Close()
+	if err != nil {
+		pr.Close()
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("browser start: %s: %w", path, err)
+	}
+	b.pid = cmd.Process.Pid
+	// found gets the endpoint, or "\x00" and the last stderr lines when the browser printed none.
+	found := make(chan string, 1)
+	go func() { // exits when every browser process has closed stderr
+		sc := bufio.NewScanner(pr)
+		var tail []string
+		sent := false
+		for sc.Scan() {
+			line := sc.Text()
+			if u, ok := strings.CutPrefix(line, "DevTools listening on "); ok && !sent {
+				found <- u
+				sent = true
+			} else if !sent && line != "" && !strings.Contains(line, "dbus") {
+				tail = append(tail[max(0, len(tail)-3):], line)
+			}
+		}
+		io.Copy(io.Discard, pr) // a line too long for the scanner: keep draining
+		pr.Close()
+		if !sent {
+			found <- "\x00" + strings.Join(tail, "; ")
+		}
+	}()
+	fail := func(format string, a ...any) (*browser, error) {
+		b.stop(srv.procs)
+		return nil, fmt.Errorf("browser start: "+format, a...)
+	}
+	var wsURL string
+	select {
+	case wsURL = <-found:
+	case <-ctx.Done():
+		return fail("no DevTools endpoint: %w", ctx.Err())
+	}
+	if tail, ok := strings.CutPrefix(wsURL, "\x00"); ok {
+		return fail("%s exited: %s", path, tail)
+	}
+	ws, err := wsDial(ctx, wsURL, crand.Reader, max(int64(srv.cfg.int("WS_MAX_MESSAGE_BYTES")), 1<<20))
+	if err != nil {
+		return fail("%w", err)
+	}
+	b.cdp = newCDPClient(ws)
+	srv.log.infof("readdocs: started Chromium pid %d (%s) in %d ms", b.pid, path, time.Since(t0).Milliseconds())
+	return b, nil
+}
+
+// dead reports a browser whose process or connection has ended.
+func (b *browser) dead() bool {
+	select {
+	case <-b.exited:
+	case <-b.cdp.done:
+	default:
+		return false
+	}
+	return true
+}
+
+// stop kills the browser's process group and removes its profile.
+func (b *browser) stop(procs *procTracker) {
+	syscall.Kill(-b.pid, syscall.SIGKILL) // nothing of it is worth a graceful close
+	<-b.exited
+	if b.cdp != nil {
+		b.cdp.ws.conn.Close()
+	}
+	procs.forgetIfGone(b.pid)
+	os.RemoveAll(b.dir)
+}
+
+// ---- ReadDocs ---------------------------------------------------------------
+
+var readDocsTool = toolDef{
+	name:  "ReadDocs",
+	title: "Read a web page",
+	description: `Reads a web page (documentation, an article, any http or https URL) in headless Chromium and returns what a person would see, as markdown by default. Content that JavaScript builds after load is included: the page is read once it has loaded and (if it has scripts) its network has been quiet for half a second.
+
+- format: "markdown" (main content only: menus, headers, footers and sidebars dropped; links absolute), "text" (the visible text of the whole page) or "html" (the page's DOM).
+- wait_ms: extra time to wait after load for pages that keep changing (default 0, max 30000).
+- The reply starts with the page title and final URL. Long pages come in parts of max_length characters (default 30000); the reply says which start_index gets the next part.
+- HTTP errors (404, 500) are reported with the page's content; DNS failures, refused connections, TLS errors, downloads and servers that never answer are errors.
+- Without Chromium the page is fetched over plain HTTP, and the reply says so.
+
+Example: {"url": "https://go.dev/doc/effective_go", "max_length": 20000}`,
+	input: `{"type":"object","properties":{
+		"url":{"type":"string","minLength":1,"description":"The http or https URL to read."},
+		"format":{"type":"string","enum":["markdown","text","html"],"description":"markdown (default), text or html."},
+		"wait_ms":{"type":"integer","minimum":0,"maximum":30000,"description":"Milliseconds to wait after the page has loaded and gone quiet (default 0)."},
+		"max_length":{"type":"integer","minimum":1,"maximum":1000000,"description":"Most characters of content to return (default 30000)."},
+		"start_index":{"type":"integer","minimum":0,"description":"Character of the content to start at, to read the next part of a long page (default 0)."}},
+		"required":["url"],"additionalProperties":false}`,
+	output: `{"type":"object","properties":{
+		"url":{"type":"string"},
+		"final_url":{"type":"string","description":"the URL after redirects"},
+		"title":{"type":"string"},
+		"status":{"type":"integer","description":"HTTP status of the page; 0 when unknown"},
+		"format":{"type":"string","enum":["markdown","text","html"]},
+		"content":{"type":"string","description":"this part of the content"},
+		"truncated":{"type":"boolean","description":"more content follows this part"},
+		"next_start_index":{"type":"integer","description":"start_index of the next part, when truncated"},
+		"total_length":{"type":"integer","description":"characters of content in all parts"},
+		"via":{"type":"string","enum":["chromium","http"]},
+		"notes":{"type":"array","items":{"type":"string"}}},
+		"required":["url","final_url","title","status","format","content","truncated","total_length","via"]}`,
+	hints: toolHints{readOnly: true, idempotent: true, openWorld: true},
+	run:   runReadDocs,
+}
+
+type readDocsArgs struct {
+	URL        string `json:"url"`
+	Format     string `json:"format"`
+	WaitMS     int    `json:"wait_ms"`
+	MaxLength  int    `json:"max_length"`
+	StartIndex int    `json:"start_index"`
+}
+
+type readDocsOut struct {
+	URL            string   `json:"url"`
+	FinalURL       string   `json:"final_url"`
+	Title          string   `json:"title"`
+	Status         int      `json:"status"`
+	Format         string   `json:"format"`
+	Content        string   `json:"content"`
+	Truncated      bool     `json:"truncated"`
+	NextStartIndex int      `json:"next_start_index,omitempty"`
+	TotalLength    int      `json:"total_length"`
+	Via            string   `json:"via"`
+	Notes          []string `json:"notes,omitempty"`
+}
+
+// pageRead is a page as a browser or plain HTTP got it.
+type pageRead struct {
+	finalURL, title, via string
+	status               int
+	body                 string // outerHTML, innerText, or the response body
+	isText               bool   // body is text already (innerText, or not HTML)
+	notes                []string
+}
+
+// pageCap bounds what is taken from a page: characters from the browser, bytes over HTTP.
+const pageCap = 10 << 20
+
+func runReadDocs(ctx context.Context, c *toolCall) toolResult {
+	a := readDocsArgs{Format: "markdown", MaxLength: 30000}
+	if err := json.Unmarshal(c.args, &a); err != nil {
+		return errorResult("ReadDocs: invalid arguments: %v", err)
+	}
+	srv := c.s.srv
+	pg, err := srv.readPage(ctx, a)
+	if err != nil {
+		return errorResult("ReadDocs: %v", err)
+	}
+	o := readDocsOut{URL: a.URL, FinalURL: pg.finalURL, Title: pg.title, Status: pg.status, Format: a.Format, Via: pg.via, Notes: pg.notes}
+	content := pg.body
+	if !pg.isText {
+		title, md := htmlToMarkdown(pg.body, pg.finalURL, a.Format == "text")
+		if o.Title = cmp.Or(o.Title, title); a.Format != "html" {
+			content = md
+		}
+	}
+	runes := []rune(content)
+	o.TotalLength = len(runes)
+	var b strings.Builder
+	b.WriteString(cmp.Or(o.Title, "(no title)") + "\n" + o.FinalURL + "\n")
+	if o.Status >= 400 {
+		fmt.Fprintf(&b, "HTTP status %d\n", o.Status)
+	}
+	for _, n := range o.Notes {
+		b.WriteString("Note: " + n + "\n")
+	}
+	if a.StartIndex > 0 && a.StartIndex >= o.TotalLength {
+		b.WriteString("\n<error>No more content available.</error>")
+	} else {
+		o.Content = string(runes[a.StartIndex:min(len(runes), a.StartIndex+a.MaxLength)])
+		b.WriteString("\n" + o.Content)
+		if a.StartIndex+a.MaxLength < len(runes) {
+			o.Truncated, o.NextStartIndex = true, a.StartIndex+a.MaxLength
+			fmt.Fprintf(&b, "\n\n<error>Content truncated. Call the ReadDocs tool with a start_index of %d to get more content.</error>", o.NextStartIndex)
+		}
+	}
+	res := textResult(b.String())
+	res.structured = o
+	return res
+}
+
+// readPage reads the page through Chromium, or over plain HTTP when there is no browser.
+func (srv *server) readPage(ctx context.Context, a readDocsArgs) (*pageRead, error) {
+	u, err := url.Parse(a.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("only http and https URLs can be read, not %q", a.URL)
+	}
+	timeout := time.Duration(srv.cfg.int("READDOCS_TIMEOUT_MS")+a.WaitMS) * time.Millisecond
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	startCtx, cancelStart := context.WithTimeout(ctx, 15*time.Second)
+	b, err := srv.browser.get(startCtx, srv)
+	cancelStart()
+	if errors.Is(err, errNoBrowser) {
+		why := strings.TrimPrefix(err.Error(), errNoBrowser.Error()+": ")
+		pg, err := fetchPlain(ctx, u.String())
+		if err != nil {
+			return nil, err
+		}
+		pg.notes = append([]string{"Read without a browser (" + why + "): content that scripts build may be missing."}, pg.notes...)
+		return pg, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case srv.browser.tabs <- struct{}{}:
+		defer func() { <-srv.browser.tabs }()
+	case <-ctx.Done():
+		return nil, fmt.Errorf("no free browser tab within %s", timeout)
+	}
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	pg, err := b.read(ctx, u.String(), a.Format, ms(srv.cfg.int("READDOCS_IDLE_MS")), ms(a.WaitMS), timeout)
+	if err != nil && b.dead() && ctx.Err() == nil { // the browser died under us: once more with a new one
+		if b, err = srv.browser.get(ctx, srv); err == nil {
+			pg, err = b.read(ctx, u.String(), a.Format, ms(srv.cfg.int("READDOCS_IDLE_MS")), ms(a.WaitMS), timeout)
+		}
+	}
+	return pg, err
+}
+
+// tabState is what a tab's events have said; the reader goroutine writes it.
+type tabState struct {
+	changed chan struct{} // a token after every change
+
+	mu       sync.Mutex             // guards the fields below
+	loaded   map[string]bool        // loader ids whose load event fired
+	doc      map[string]cdpResponse // the main document's response by loader id
+	inflight map[string]bool        // request ids
+	lastNet  time.Time
+}
+
+type cdpResponse struct {
+	Status   int    `json:"status"`
+	MimeType string `json:"mimeType"`
+}
+
+func (ts *tabState) event(method string, params json.RawMessage) {
+	var e struct {
+		Name, LoaderID, RequestID, Type string
+		Response                        cdpResponse
+	}
+	json.Unmarshal(params, &e)
+	ts.mu.Lock()
+	switch {
+	case method == "Page.lifecycleEvent" && e.Name == "load":
+		ts.loaded[e.LoaderID] = true
+	case method == "Network.requestWillBeSent" && !mdIn(" EventSource WebSocket Media Image Font ", e.Type):
+		ts.inflight[e.RequestID] = true // long-lived or decorative requests do not hold up reading
+	case method == "Network.loadingFinished" || method == "Network.loadingFailed":
+		delete(ts.inflight, e.RequestID)
+	case method == "Network.responseReceived" && e.Type == "Document":
+		ts.doc[e.LoaderID] = e.Response
+	}
+	if strings.HasPrefix(method, "Network.") {
+		ts.lastNet = time.Now()
+	}
+	ts.mu.Unlock()
+	select {
+	case ts.changed <- struct{}{}:
+	default:
+	}
+}
+
+// wait waits until cond holds (false when ctx ends first); cond runs under
+// ts.mu and says how soon to look again without a new event (0: at the next).
+func (ts *tabState) wait(ctx context.Context, cond func() (bool, time.Duration)) bool {
+	for {
+		ts.mu.Lock()
+		ok, again := cond()
+		ts.mu.Unlock()
+		if ok {
+			return true
+		}
+		t := time.NewTimer(max(again, 0))
+		if again <= 0 {
+			t.Stop()
+		}
+		select {
+		case <-ts.changed:
+		case <-t.C:
+		case <-ctx.Done():
+			return false
+		}
+		t.Stop()
+	}
+}
+
+// read loads pageURL in a new tab and returns its DOM (innerText for text):
+// after the load event of this navigation, a quiet network and settle.
+func (b *browser) read(ctx context.Context, pageURL, format string, idle, settle, timeout time.Duration) (*pageRead, error) {
+	c, t0 := b.cdp, time.Now()
+	var tab struct{ TargetID, SessionID string }
+	if err := c.call(ctx, "", "Target.createTarget", map[string]any{"url": "about:blank"}, &tab); err != nil {
+		return nil, err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		c.call(cctx, "", "Target.closeTarget", map[string]any{"targetId": tab.TargetID}, nil)
+		cancel()
+	}()
+	if err := c.call(ctx, "", "Target.attachToTarget", map[string]any{"targetId": tab.TargetID, "flatten": true}, &tab); err != nil {
+		return nil, err
+	}
+	sid := tab.SessionID
+	ts := &tabState{changed: make(chan struct{}, 1), loaded: map[string]bool{}, doc: map[string]cdpResponse{}, inflight: map[string]bool{}, lastNet: t0}
+	c.subscribe(sid, func(method string, params json.RawMessage) {
+		if method == "Page.javascriptDialogOpening" {
+			go func() { // exits when Chrome answers, the connection drops, or after 5 s
+				dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				c.call(dctx, sid, "Page.handleJavaScriptDialog", map[string]any{"accept": false}, nil)
+			}()
+		}
+		ts.event(method, params)
+	})
+	defer c.subscribe(sid, nil)
+	for _, m := range []string{"Page.enable", "Network.enable", "Page.setLifecycleEventsEnabled"} {
+		if err := c.call(ctx, sid, m, map[string]any{"enabled": true}, nil); err != nil {
+			return nil, err
+		}
+	}
+	// The waits end early enough to leave time to read what the page shows.
+	dl, _ := ctx.Deadline()
+	waitCtx, cancel := context.WithDeadline(ctx, dl.Add(-min(5*time.Second, timeout/4)))
+	defer cancel()
+	var nav struct {
+		LoaderID, ErrorText string
+		IsDownload          bool
+	}
+	if err := c.call(waitCtx, sid, "Page.navigate", map[string]any{"url": pageURL}, &nav); err != nil {
+		if waitCtx.Err() != nil {
+			return nil, fmt.Errorf("%s sent no response within %s", pageURL, time.Since(t0).Round(time.Millisecond))
+		}
+		return nil, err
+	} else if nav.IsDownload {
+		return nil, fmt.Errorf("%s is a download, not a page", pageURL)
+	} else if nav.ErrorText != "" {
+		return nil, fmt.Errorf("loading %s failed: %s", pageURL, nav.ErrorText)
+	}
+	pg := &pageRead{via: "chromium"}
+	// A page without scripts (or a refresh) fetches nothing after load: it needs no quiet period.
+	var scripts struct{ Result struct{ Value int } }
+	if !ts.wait(waitCtx, func() (bool, time.Duration) { return ts.loaded[nav.LoaderID] || nav.LoaderID == "", 0 }) {
+		pg.notes = append(pg.notes, fmt.Sprintf("The page had not finished loading after %s; this is what it showed then.", time.Since(t0).Round(time.Millisecond)))
+	} else if c.call(waitCtx, sid, "Runtime.evaluate", map[string]any{"expression": `document.querySelectorAll('script, meta[http-equiv="refresh" i]').length`, "returnByValue": true}, &scripts); scripts.Result.Value > 0 && !ts.wait(waitCtx, func() (bool, time.Duration) {
+		quiet := time.Since(ts.lastNet)
+		return len(ts.inflight) == 0 && quiet >= idle, idle - quiet
+	}) {
+		pg.notes = append(pg.notes, "The page's network never went quiet; content may still have been arriving.")
+	}
+	until := time.Now().Add(settle)
+	ts.wait(ctx, func() (bool, time.Duration) { return time.Until(until) <= 0, time.Until(until) })
+	ts.mu.Lock()
+	doc := ts.doc[nav.LoaderID]
+	ts.mu.Unlock()
+	if doc.MimeType != "" && !readableType(doc.MimeType) {
+		return nil, fmt.Errorf("%s is %s, not a page ReadDocs can read", pageURL, doc.MimeType)
+	}
+	pg.status, pg.isText = doc.Status, format == "text" || (doc.MimeType != "" && !strings.Contains(doc.MimeType, "html"))
+	expr := fmt.Sprintf(`(() => { const h = document.documentElement, b = document.body;
+		const s = %t ? (b ? b.innerText : '') : (h ? h.outerHTML : '');
+		return {body: s.slice(0, %d), full: s.length, title: document.title, url: location.href}; })()`, pg.isText, pageCap)
+	var ev struct {
+		Result struct {
+			Value struct {
+				Body, Title, URL string
+				Full             int
+			}
+		}
+		ExceptionDetails *struct{ Text string }
+	}
+	if err := c.call(ctx, sid, "Runtime.evaluate", map[string]any{"expression": expr, "returnByValue": true}, &ev); err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%s did not answer within %s (a script may be busy)", pageURL, timeout)
+		}
+		return nil, err
+	} else if ev.ExceptionDetails != nil {
+		return nil, fmt.Errorf("reading the page: %s", ev.ExceptionDetails.Text)
+	}
+	v := ev.Result.Value
+	pg.body, pg.title, pg.finalURL = v.Body, v.Title, v.URL
+	if v.Full > pageCap {
+		pg.notes = append(pg.notes, fmt.Sprintf("Only the first %d of %d characters of the page were read.", pageCap, v.Full))
+	}
+	return pg, nil
+}
+
+// readableType reports a content type that reads as text.
+func readableType(ct string) bool {
+	ct = strings.ToLower(ct)
+	return strings.HasPrefix(ct, "text/") || strings.Contains(ct, "html") || strings.Contains(ct, "xml") ||
+		strings.Contains(ct, "json") || strings.Contains(ct, "javascript")
+}
+
+// windows1252 maps bytes 0x80-0x9f; latin-1 labels mean this encoding on the web.
+var windows1252 = []rune("€\u0081‚ƒ„…†‡ˆ‰Š‹Œ\u008dŽ\u008f\u0090‘’“”•–—˜™š›œ\u009džŸ")
+
+var metaCharset = regexp.MustCompile(`(?i)<meta[^>]+charset=["']?\s*([a-z0-9_-]+)`)
+
+// fetchPlain GETs the page with net/http: 10 redirects, pageCap bytes, and
+// its charset honoured for UTF-8 and Latin-1/Windows-1252.
+func fetchPlain(ctx context.Context, pageURL string) (*pageRead, error) {
+	req, err := http.NewRequestWithContext(ctx, "GET", pageURL, nil)
+	if err != nil {
+		return nil, fmt.Errorf("fetch: %w", err)
+	}
+	req.Header.Set("User-Agent", "Mozilla/5.0 (compatible; telson; +https://github.com/telsonhq/telson)")
+	resp, err := http.DefaultClient.Do(req) // the default client stops after 10 redirects
+	if err != nil {
+		return nil, fmt.Errorf("fetch: %w", err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, pageCap+1))
+	if err != nil {
+		return nil, fmt.Errorf("fetch %s: reading the body: %w", pageURL, err)
+	}
+	pg := &pageRead{finalURL: resp.Request.URL.String(), status: resp.StatusCode, via: "http"}
+	if len(raw) > pageCap {
+		raw = raw[:pageCap]
+		pg.notes = append(pg.notes, fmt.Sprintf("Only the first %d bytes of the page were read.", pageCap))
+	}
+	ct := cmp.Or(resp.Header.Get("Content-Type"), http.DetectContentType(raw))
+	if strings.HasPrefix(resp.Header.Get("Content-Disposition"), "attachment") || !readableType(ct) {
+		return nil, fmt.Errorf("%s is a download or %s, not a page ReadDocs can read", pageURL, ct)
+	}
+	_, params, _ := mime.ParseMediaType(ct)
+	charset, isHTML := strings.ToLower(params["charset"]), strings.Contains(strings.ToLower(ct), "html")
+	if m := metaCharset.FindSubmatch(raw[:min(len(raw), 2048)]); charset == "" && isHTML && m != nil {
+		charset = strings.ToLower(string(m[1]))
+	}
+	pg.body, pg.isText = strings.ToValidUTF8(strings.TrimPrefix(string(raw), "\ufeff"), "\ufffd"), !isHTML
+	switch charset {
+	case "", "utf-8", "utf8", "us-ascii", "ascii":
+	case "iso-8859-1", "iso8859-1", "latin1", "latin-1", "l1", "windows-1252", "cp1252", "x-cp1252":
+		rs := make([]rune, len(raw))
+		for i, c := range raw {
+			rs[i] = rune(c)
+			if c >= 0x80 && c < 0xa0 {
+				rs[i] = windows1252[c-0x80]
+			}
+		}
+		pg.body = string(rs)
+	default:
+		pg.notes = append(pg.notes, "The page's charset "+charset+" is not supported; it was read as UTF-8.")
+	}
+	return pg, nil
 }
