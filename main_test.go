@@ -951,3 +951,23 @@ func BenchmarkBashBigOutput(b *testing.B) {
 		b.ReportMetric(procStatusKB(p.cmd.Process.Pid, "VmHWM")/1024, "MB-peak-rss")
 	}
 }
+
+// TestREADMEIsComplete keeps the README true: every tool and every
+// configuration key is documented there.
+func TestREADMEIsComplete(t *testing.T) {
+	b, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(b)
+	for _, d := range toolTable {
+		if !strings.Contains(readme, "| "+d.name+" |") {
+			t.Errorf("README: no row for tool %s", d.name)
+		}
+	}
+	for _, k := range configKeys {
+		if !strings.Contains(readme, "| "+k.name+" |") {
+			t.Errorf("README: no row for config key %s", k.name)
+		}
+	}
+}
