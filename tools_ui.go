@@ -147,8 +147,7 @@ func imageResult(data []byte, mime, text string) toolResult {
 	return toolResult{content: []contentItem{{Type: "image", Data: base64.StdEncoding.EncodeToString(data), MimeType: mime}, {Type: "text", Text: text}}}
 }
 
-// signatures are the magic numbers of the images Go decodes (format) and of
-// common files that are not images (what they look like).
+// signatures are magic numbers of the images Go decodes and of common files that are not images.
 var signatures = []struct{ magic, format, looks string }{
 	{"\x89PNG\r\n\x1a\n", "PNG", ""}, {"\xff\xd8\xff", "JPEG", ""}, {"GIF87a", "GIF", ""}, {"GIF89a", "GIF", ""},
 	{"%PDF-", "", "a PDF document"}, {"PK\x03\x04", "", "a ZIP archive (or a file built on one: .docx, .xlsx, .jar)"},
@@ -160,8 +159,7 @@ var signatures = []struct{ magic, format, looks string }{
 	{"RIFF", "", "a RIFF file (WAV audio or AVI video)"}, {"\x1a\x45\xdf\xa3", "", "Matroska or WebM video"},
 }
 
-// sniffImage names the image format a file's head b starts with or, when it
-// is no image, says what the file looks like.
+// sniffImage names the image format the file's head b starts with, or says what the file looks like.
 func sniffImage(b []byte, size int64) (format, looks string) {
 	s := string(b)
 	switch {
@@ -232,24 +230,19 @@ func headerSize(format string, b []byte) (w, h int, ok bool) {
 	return 0, 0, false
 }
 
-// shrinkImage fits img within edge px and maxBytes: JPEG (quality 85) when it
-// is opaque, PNG when it has transparency, shrinking further while too large.
+// shrinkImage fits img within edge px and maxBytes as JPEG (quality 85), or PNG when it has transparency.
 func shrinkImage(ctx context.Context, img image.Image, edge int, maxBytes int64) ([]byte, string, image.Rectangle, error) {
-	o, ok := img.(interface{ Opaque() bool })
-	opaque := ok && o.Opaque()
+	mime, encode := "image/png", png.Encode
+	if o, ok := img.(interface{ Opaque() bool }); ok && o.Opaque() {
+		mime, encode = "image/jpeg", func(w io.Writer, m image.Image) error { return jpeg.Encode(w, m, &jpeg.Options{Quality: 85}) }
+	}
 	b := img.Bounds()
 	scale := min(1, float64(edge)/float64(max(b.Dx(), b.Dy())))
 	for ctx.Err() == nil {
 		dw, dh := max(1, int(math.Round(float64(b.Dx())*scale))), max(1, int(math.Round(float64(b.Dy())*scale)))
 		small := boxScale(img, dw, dh)
 		var buf bytes.Buffer
-		mime, err := "image/png", error(nil)
-		if opaque {
-			mime, err = "image/jpeg", jpeg.Encode(&buf, small, &jpeg.Options{Quality: 85})
-		} else {
-			err = png.Encode(&buf, small)
-		}
-		switch {
+		switch err := encode(&buf, small); {
 		case err != nil:
 			return nil, "", b, fmt.Errorf("encode: %w", err)
 		case int64(buf.Len()) <= maxBytes:
@@ -262,8 +255,7 @@ func shrinkImage(ctx context.Context, img image.Image, edge int, maxBytes int64)
 	return nil, "", b, fmt.Errorf("scale: %w", ctx.Err())
 }
 
-// boxScale shrinks img to dw×dh (no larger than img): each output pixel is the
-// average, in premultiplied colour, of the source pixels that fall in it.
+// boxScale shrinks img to dw×dh, averaging in premultiplied colour the source pixels of each output pixel.
 func boxScale(img image.Image, dw, dh int) *image.RGBA {
 	b := img.Bounds()
 	sw, sh := b.Dx(), b.Dy()
@@ -317,20 +309,15 @@ Example: {"questions_json": "{\"questions\":[{\"text\":\"Which database?\",\"opt
 	input: `{"type":"object","properties":{
 		"questions_json":{"type":"string","minLength":1,"maxLength":100000,"description":"JSON text: {\"questions\":[{\"question\",\"header\",\"options\":[{\"label\",\"description\"}],\"multiSelect\"}]}, or {\"questions\":[{\"text\",\"options\":[\"...\"]}]}, or a bare array of questions."}},
 		"required":["questions_json"],"additionalProperties":false}`,
-	output: `{"type":"object","properties":{
-		"status":{"type":"string","enum":["answered","declined","dismissed"]},
-		"answers":{"type":"array","items":{"type":"object","properties":{
-			"question":{"type":"string"},
-			"selected":{"type":["string","array","null"],"items":{"type":"string"},"description":"the chosen label, the chosen labels when multiSelect, null when unanswered"}},
-			"required":["question","selected"]}},
-		"note":{"type":"string","description":"the user's free-text note"}},
-		"required":["status","answers"]}`,
+	output: `{"type":"object","required":["status","answers"],"properties":{"status":{"type":"string","enum":["answered","declined","dismissed"]},
+		"answers":{"type":"array","items":{"type":"object","required":["question","selected"],"properties":{"question":{"type":"string"},
+			"selected":{"type":["string","array","null"],"items":{"type":"string"},"description":"the chosen label, the chosen labels when multiSelect, null when unanswered"}}}},
+		"note":{"type":"string","description":"the user's free-text note"}}}`,
 	hints: toolHints{readOnly: true},
 	run:   runAskUserQuestion,
 }
 
-// askQuestion is one question in Claude Code's shape (question, header, options
-// as objects, multiSelect) or the short one (text, options as strings).
+// askQuestion is one question in Claude Code's shape or the short one (text, options as strings).
 type askQuestion struct {
 	Question    string      `json:"question"`
 	Text        string      `json:"text"`
@@ -349,16 +336,10 @@ func (o *askOption) UnmarshalJSON(b []byte) error {
 		return json.Unmarshal(b, &o.Label)
 	}
 	type plain askOption
-	if err := json.Unmarshal(b, (*plain)(o)); err != nil {
+	if json.Unmarshal(b, (*plain)(o)) != nil {
 		return fmt.Errorf(`an option must be a string or {"label":"...","description":"..."}, got %s`, b)
 	}
 	return nil
-}
-
-// askReply is an elicitation result: the client's, or the terminal's in the same shape.
-type askReply struct {
-	Action  string         `json:"action"`
-	Content map[string]any `json:"content"`
 }
 
 func runAskUserQuestion(ctx context.Context, c *toolCall) toolResult {
@@ -374,11 +355,11 @@ func runAskUserQuestion(ctx context.Context, c *toolCall) toolResult {
 	if timeout <= 0 {
 		timeout = 10 * time.Minute
 	}
-	// Form elicitation: the client declared elicitation ({} means form) in a version that has it.
-	var modes map[string]json.RawMessage
+	var modes map[string]json.RawMessage // form elicitation: declared ({} means form) in a version that has it
 	json.Unmarshal(c.req.caps["elicitation"], &modes)
 	_, form := modes["form"]
-	switch form = c.req.clientHas("elicitation") && atLeast(c.req.version, version20250618) && (form || len(modes) == 0); {
+	form = c.req.clientHas("elicitation") && atLeast(c.req.version, version20250618) && (form || len(modes) == 0)
+	switch {
 	case form && c.req.modern:
 		return askRoundTrip(c, qs, a.QuestionsJSON, timeout)
 	case form:
@@ -399,8 +380,7 @@ func runAskUserQuestion(ctx context.Context, c *toolCall) toolResult {
 	return askInChat(qs, "this client cannot show questions to the user (it did not declare form elicitation)")
 }
 
-// parseQuestions reads questions_json (also a bare array, or JSON encoded
-// twice) and checks it.
+// parseQuestions reads questions_json (also a bare array, or JSON encoded twice) and checks it.
 func parseQuestions(text string) ([]askQuestion, error) {
 	data, s := []byte(strings.TrimSpace(text)), ""
 	if json.Unmarshal(data, &s) == nil {
@@ -454,15 +434,12 @@ func jsonProblem(text string, err error) error {
 		return fmt.Errorf("questions_json: %w", err)
 	}
 	before := text[:min(int(se.Offset), len(text))]
-	col := utf8.RuneCountInString(before[strings.LastIndexByte(before, '\n')+1:])
-	return fmt.Errorf("questions_json is not valid JSON: %v at line %d, column %d (byte %d), after %q",
-		se, strings.Count(before, "\n")+1, col, se.Offset, strings.ToValidUTF8(before[max(0, len(before)-20):], ""))
+	return fmt.Errorf("questions_json is not valid JSON: %v at line %d, column %d (byte %d), after %q", se, strings.Count(before, "\n")+1,
+		utf8.RuneCountInString(before[strings.LastIndexByte(before, '\n')+1:]), se.Offset, strings.ToValidUTF8(before[max(0, len(before)-20):], ""))
 }
 
-// elicitParams is the elicitation/create form, its properties in the
-// questions' order: per question a single choice (enum with enumNames for
-// 2025-06-18, oneOf from 2025-11-25) or a multiple choice (an array from
-// 2025-11-25, one checkbox per option before), then a free-text note.
+// elicitParams is the elicitation/create form, in the questions' order: a single choice (enum before
+// 2025-11-25, then oneOf) or a multiple choice (checkboxes before 2025-11-25, then an array) each, and a note.
 func elicitParams(qs []askQuestion, v string) map[string]any {
 	newer, msg, required := atLeast(v, version20251125), "The agent asks:", []string{}
 	var props []byte
@@ -511,7 +488,10 @@ func elicitParams(qs []askQuestion, v string) map[string]any {
 
 // askAnswer turns an elicitation result into the tool's reply.
 func askAnswer(qs []askQuestion, raw json.RawMessage) toolResult {
-	var r askReply
+	var r struct {
+		Action  string         `json:"action"`
+		Content map[string]any `json:"content"`
+	}
 	if err := json.Unmarshal(raw, &r); err != nil {
 		return errorResult("AskUserQuestion: the client's reply is not an elicitation result: %v", err)
 	}
@@ -557,8 +537,7 @@ func askAnswer(qs []askQuestion, raw json.RawMessage) toolResult {
 	return toolResult{content: textResult(text + " You can now continue with the user's answers in mind.").content, structured: structured}
 }
 
-// askRoundTrip is the 2026-07-28 way: an input-required result carrying the
-// form and a signed requestState, then the client's retry with the answer.
+// askRoundTrip is the 2026-07-28 way: an input-required result with a signed requestState, then the retry.
 func askRoundTrip(c *toolCall, qs []askQuestion, questions string, ttl time.Duration) toolResult {
 	var p struct {
 		InputResponses map[string]json.RawMessage `json:"inputResponses"`
@@ -604,8 +583,7 @@ func newStateKey() []byte {
 	return k
 }
 
-// askInChat is the reply when the questions cannot reach the user: an error
-// laying them out for the agent to ask in chat.
+// askInChat is an error laying out for the agent to ask in chat questions that cannot reach the user.
 func askInChat(qs []askQuestion, why string) toolResult {
 	var b strings.Builder
 	fmt.Fprintf(&b, "AskUserQuestion: %s. Ask the user these questions in chat yourself and wait for the reply:\n", why)
@@ -618,8 +596,7 @@ func askInChat(qs []askQuestion, why string) toolResult {
 	return errorResult("%s", b.String())
 }
 
-// askTTY asks on /dev/tty; ok is false when there is no terminal whose reads
-// can time out (the caller then falls back to chat).
+// askTTY asks on /dev/tty; ok is false when there is no terminal whose reads can time out.
 func askTTY(ctx context.Context, qs []askQuestion, timeout time.Duration) (res toolResult, ok bool) {
 	tty, err := os.OpenFile("/dev/tty", os.O_RDWR, 0)
 	if err != nil {
@@ -640,11 +617,10 @@ func askTTY(ctx context.Context, qs []askQuestion, timeout time.Duration) (res t
 	return askAnswer(qs, raw), true
 }
 
-// ttyDialogue asks each question on a terminal and returns an elicitation
-// result: a number picks an option (numbers separated by commas for
-// multiSelect), other text is the answer itself, an empty line dismisses.
+// ttyDialogue asks on a terminal and returns an elicitation result: a number picks an option (numbers
+// separated by commas for multiSelect), other text is the answer itself, an empty line dismisses.
 func ttyDialogue(r *bufio.Reader, w io.Writer, qs []askQuestion) (json.RawMessage, error) {
-	reply := askReply{Action: "accept", Content: map[string]any{}}
+	content := map[string]any{}
 	fmt.Fprintf(w, "\n== The agent asks (telson AskUserQuestion) ==\n")
 	for i, q := range qs {
 		fmt.Fprintf(w, "\n%d. %s\n", i+1, q.Question)
@@ -668,10 +644,10 @@ func ttyDialogue(r *bufio.Reader, w io.Writer, qs []askQuestion) (json.RawMessag
 			}
 		}
 		key := fmt.Sprintf("q%d", i+1)
-		if reply.Content[key] = picked; !q.MultiSelect {
-			reply.Content[key] = picked[0]
+		if content[key] = picked; !q.MultiSelect {
+			content[key] = picked[0]
 		}
 	}
 	fmt.Fprintf(w, "Thank you; the answers went to the agent.\n")
-	return marshalJSON(reply)
+	return marshalJSON(map[string]any{"action": "accept", "content": content})
 }
