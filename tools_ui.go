@@ -35,7 +35,6 @@ import (
 	"io/fs"
 	"math"
 	"os"
-	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -428,8 +427,8 @@ func jsonProblem(text string, err error) error {
 	var se *json.SyntaxError
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) {
-		want := map[reflect.Kind]string{reflect.Bool: "true or false", reflect.String: "a string", reflect.Slice: "an array", reflect.Struct: "an object"}
-		return fmt.Errorf("questions_json: %s must be %s, not a %s", cmp.Or(te.Field, "a value"), want[te.Type.Kind()], te.Value)
+		want := map[string]string{"bool": "true or false", "string": "a string", "slice": "an array", "struct": "an object"}
+		return fmt.Errorf("questions_json: %s must be %s, not a %s", cmp.Or(te.Field, "a value"), want[te.Type.Kind().String()], te.Value)
 	} else if !errors.As(err, &se) {
 		return fmt.Errorf("questions_json: %w", err)
 	}
@@ -452,10 +451,13 @@ func elicitParams(qs []askQuestion, v string) map[string]any {
 		msg += "\n" + q.Question
 		var labels, titles []string
 		var choices []map[string]string
-		for _, o := range q.Options {
+		for j, o := range q.Options {
 			t := strings.TrimSuffix(o.Label+" — "+o.Description, " — ")
 			labels, titles = append(labels, o.Label), append(titles, t)
 			choices = append(choices, map[string]string{"const": o.Label, "title": t})
+			if q.MultiSelect && !newer { // one checkbox per option
+				add(fmt.Sprintf("%s_%c", key, 'a'+j), map[string]any{"type": "boolean", "title": q.Question + ": " + t, "default": false})
+			}
 		}
 		field := map[string]any{"type": "string", "title": q.Question}
 		if q.Header != "" {
@@ -463,9 +465,6 @@ func elicitParams(qs []askQuestion, v string) map[string]any {
 		}
 		switch {
 		case q.MultiSelect && !newer:
-			for j, t := range titles {
-				add(fmt.Sprintf("%s_%c", key, 'a'+j), map[string]any{"type": "boolean", "title": q.Question + ": " + t, "default": false})
-			}
 			continue
 		case q.MultiSelect:
 			field["type"], field["minItems"], field["items"] = "array", 1, map[string]any{"anyOf": choices}
