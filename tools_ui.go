@@ -56,9 +56,8 @@ var readImageTool = toolDef{
 
 Example: {"file_path": "screenshots/home.png"}`, edge, humanBytes(max))
 	},
-	input: `{"type":"object","properties":{
-		"file_path":{"type":"string","minLength":1,"description":"The image file, absolute or relative to Bash's working directory."}},
-		"required":["file_path"],"additionalProperties":false}`,
+	input: `{"type":"object","required":["file_path"],"additionalProperties":false,"properties":{
+		"file_path":{"type":"string","minLength":1,"description":"The image file, absolute or relative to Bash's working directory."}}}`,
 	hints: toolHints{readOnly: true, idempotent: true},
 	run:   runReadImage,
 }
@@ -75,11 +74,9 @@ func imageLimits(cfg *config) (edge int, maxBytes int64) {
 }
 
 func runReadImage(ctx context.Context, c *toolCall) toolResult {
-	var a struct {
-		FilePath string `json:"file_path"`
-	}
+	var a map[string]string // the schema check let through only file_path, a string
 	json.Unmarshal(c.args, &a)
-	path := c.s.shell.resolve(a.FilePath)
+	path := c.s.shell.resolve(a["file_path"])
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0) // O_NONBLOCK: opening a fifo must not block
 	if errors.Is(err, fs.ErrNotExist) {
 		return errorResult("ReadImage: %s does not exist", path)
@@ -305,9 +302,8 @@ var askUserQuestionTool = toolDef{
 - If the client cannot show questions you get an error with the questions laid out: ask them in chat instead.
 
 Example: {"questions_json": "{\"questions\":[{\"text\":\"Which database?\",\"options\":[\"PostgreSQL\",\"SQLite\"]}]}"}`,
-	input: `{"type":"object","properties":{
-		"questions_json":{"type":"string","minLength":1,"maxLength":100000,"description":"JSON text: {\"questions\":[{\"question\",\"header\",\"options\":[{\"label\",\"description\"}],\"multiSelect\"}]}, or {\"questions\":[{\"text\",\"options\":[\"...\"]}]}, or a bare array of questions."}},
-		"required":["questions_json"],"additionalProperties":false}`,
+	input: `{"type":"object","required":["questions_json"],"additionalProperties":false,"properties":{
+		"questions_json":{"type":"string","minLength":1,"maxLength":100000,"description":"JSON text: {\"questions\":[{\"question\",\"header\",\"options\":[{\"label\",\"description\"}],\"multiSelect\"}]}, or {\"questions\":[{\"text\",\"options\":[\"...\"]}]}, or a bare array of questions."}}}`,
 	output: `{"type":"object","required":["status","answers"],"properties":{"status":{"type":"string","enum":["answered","declined","dismissed"]},
 		"answers":{"type":"array","items":{"type":"object","required":["question","selected"],"properties":{"question":{"type":"string"},
 			"selected":{"type":["string","array","null"],"items":{"type":"string"},"description":"the chosen label, the chosen labels when multiSelect, null when unanswered"}}}},
@@ -342,11 +338,9 @@ func (o *askOption) UnmarshalJSON(b []byte) error {
 }
 
 func runAskUserQuestion(ctx context.Context, c *toolCall) toolResult {
-	var a struct {
-		QuestionsJSON string `json:"questions_json"`
-	}
+	var a map[string]string // the schema check let through only questions_json, a string
 	json.Unmarshal(c.args, &a)
-	qs, err := parseQuestions(a.QuestionsJSON)
+	qs, err := parseQuestions(a["questions_json"])
 	if err != nil {
 		return errorResult("AskUserQuestion: %v", err)
 	}
@@ -360,7 +354,7 @@ func runAskUserQuestion(ctx context.Context, c *toolCall) toolResult {
 	form = c.req.clientHas("elicitation") && atLeast(c.req.version, version20250618) && (form || len(modes) == 0)
 	switch {
 	case form && c.req.modern:
-		return askRoundTrip(c, qs, a.QuestionsJSON, timeout)
+		return askRoundTrip(c, qs, a["questions_json"], timeout)
 	case form:
 		ctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
