@@ -17,6 +17,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/hmac"
 	"crypto/rand"
@@ -26,7 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"image"
-	"image/color"
+	"image/draw"
 	_ "image/gif" // registers GIF with image.Decode
 	"image/jpeg"
 	"image/png"
@@ -34,7 +35,7 @@ import (
 	"io/fs"
 	"math"
 	"os"
-	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -55,9 +56,8 @@ var readImageTool = toolDef{
 
 Example: {"file_path": "screenshots/home.png"}`, edge, humanBytes(max))
 	},
-	input: `{"type":"object","properties":{
-		"file_path":{"type":"string","minLength":1,"description":"The image file, absolute or relative to Bash's working directory."}},
-		"required":["file_path"],"additionalProperties":false}`,
+	input: `{"type":"object","required":["file_path"],"additionalProperties":false,"properties":{
+		"file_path":{"type":"string","minLength":1,"description":"The image file, absolute or relative to Bash's working directory."}}}`,
 	hints: toolHints{readOnly: true, idempotent: true},
 	run:   runReadImage,
 }
@@ -74,11 +74,9 @@ func imageLimits(cfg *config) (edge int, maxBytes int64) {
 }
 
 func runReadImage(ctx context.Context, c *toolCall) toolResult {
-	var a struct {
-		FilePath string `json:"file_path"`
-	}
+	var a map[string]string // the schema check let through only file_path, a string
 	json.Unmarshal(c.args, &a)
-	path := c.s.shell.resolve(a.FilePath)
+	path := c.s.shell.resolve(a["file_path"])
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0) // O_NONBLOCK: opening a fifo must not block
 	if errors.Is(err, fs.ErrNotExist) {
 		return errorResult("ReadImage: %s does not exist", path)
@@ -89,29 +87,23 @@ func runReadImage(ctx context.Context, c *toolCall) toolResult {
 	fi, err := f.Stat()
 	if err != nil {
 		return errorResult("ReadImage: %v", err)
-	}
-	if t := fi.Mode().Type(); t != 0 {
+	} else if t := fi.Mode().Type(); t != 0 {
 		kind := map[fs.FileMode]string{fs.ModeDir: "a directory", fs.ModeNamedPipe: "a named pipe (fifo)", fs.ModeSocket: "a socket",
 			fs.ModeDevice: "a device", fs.ModeDevice | fs.ModeCharDevice: "a device"}[t]
-		if kind == "" {
-			kind = "a special file"
-		}
-		return errorResult("ReadImage: %s is %s, not a regular file", path, kind)
+		return errorResult("ReadImage: %s is %s, not a regular file", path, cmp.Or(kind, "a special file"))
 	}
-	size, head := fi.Size(), make([]byte, 512)
-	n, _ := io.ReadFull(f, head)
-	head = head[:n]
-	format, mime := sniffImage(head)
+	head, _ := io.ReadAll(io.LimitReader(f, 512))
+	size := fi.Size()
+	format, looks := sniffImage(head, size)
 	if format == "" {
-		return errorResult("ReadImage: %s is not an image (PNG, JPEG, GIF, WebP or BMP): it looks like %s", path, describeBytes(head, size))
+		return errorResult("ReadImage: %s is not an image (PNG, JPEG, GIF, WebP or BMP): it looks like %s", path, looks)
 	}
 	edge, maxBytes := imageLimits(c.s.srv.cfg)
 	w, h, ok := headerSize(format, head)
 	if format == "WebP" || format == "BMP" {
 		if !ok {
 			return errorResult("ReadImage: %s: damaged %s header", path, format)
-		}
-		if size > maxBytes || max(w, h) > edge {
+		} else if size > maxBytes || max(w, h) > edge {
 			return errorResult("ReadImage: %s is a %d×%d %s image of %s, over the limits (%d px long edge, %s), and %s cannot be scaled without a decoder, which telson lacks. Shrink or convert it first (e.g. in Bash) and read the result.",
 				path, w, h, format, humanBytes(size), edge, humanBytes(maxBytes), format)
 		}
@@ -120,8 +112,7 @@ func runReadImage(ctx context.Context, c *toolCall) toolResult {
 		cfg, _, err := image.DecodeConfig(bufio.NewReader(f))
 		if err != nil {
 			return errorResult("ReadImage: %s: damaged %s image: %v", path, format, err)
-		}
-		if w, h = cfg.Width, cfg.Height; int64(w)*int64(h) > imageMaxPixels {
+		} else if w, h = cfg.Width, cfg.Height; int64(w)*int64(h) > imageMaxPixels {
 			return errorResult("ReadImage: %s is a %d×%d %s image; telson refuses to decode more than %d megapixels", path, w, h, format, imageMaxPixels/1_000_000)
 		}
 	}
@@ -132,9 +123,8 @@ func runReadImage(ctx context.Context, c *toolCall) toolResult {
 		if err != nil || int64(len(data)) > maxBytes {
 			return errorResult("ReadImage: %s: read failed or the file grew: %v", path, err)
 		}
-		return imageResult(data, mime, info+", sent as is.")
-	}
-	if size > imageReadCap {
+		return imageResult(data, "image/"+strings.ToLower(format), info+", sent as is.")
+	} else if size > imageReadCap {
 		return errorResult("ReadImage: %s is %s; telson reads image files up to %s", path, humanBytes(size), humanBytes(imageReadCap))
 	}
 	img, _, err := image.Decode(bufio.NewReader(f))
@@ -145,33 +135,69 @@ func runReadImage(ctx context.Context, c *toolCall) toolResult {
 	if err != nil {
 		return errorResult("ReadImage: %s: %v", path, err)
 	}
-	if format == "GIF" {
-		info += " (first frame)"
-	}
-	return imageResult(data, mime, fmt.Sprintf("%s; scaled to %d×%d and re-encoded as %s (%s) to fit the limits (%d px long edge, %s).",
-		info, b.Dx(), b.Dy(), strings.ToUpper(mime[len("image/"):]), humanBytes(int64(len(data))), edge, humanBytes(maxBytes)))
+	return imageResult(data, mime, fmt.Sprintf("%s%s; scaled to %d×%d and re-encoded as %s (%s) to fit the limits (%d px long edge, %s).", info,
+		map[bool]string{true: " (first frame)"}[format == "GIF"], b.Dx(), b.Dy(), strings.ToUpper(mime[len("image/"):]), humanBytes(int64(len(data))), edge, humanBytes(maxBytes)))
 }
 
 func imageResult(data []byte, mime, text string) toolResult {
 	return toolResult{content: []contentItem{{Type: "image", Data: base64.StdEncoding.EncodeToString(data), MimeType: mime}, {Type: "text", Text: text}}}
 }
 
-// sniffImage names the image format the bytes start with, or "".
-func sniffImage(b []byte) (format, mime string) {
+// signatures are magic numbers of the images Go decodes and of common files that are not images.
+var signatures = []struct{ magic, format, looks string }{
+	{"\x89PNG\r\n\x1a\n", "PNG", ""}, {"\xff\xd8\xff", "JPEG", ""}, {"GIF87a", "GIF", ""}, {"GIF89a", "GIF", ""},
+	{"%PDF-", "", "a PDF document"}, {"PK\x03\x04", "", "a ZIP archive (or a file built on one: .docx, .xlsx, .jar)"},
+	{"\x1f\x8b", "", "gzip-compressed data"}, {"\x7fELF", "", "an ELF executable or library"}, {"MZ", "", "a Windows executable"},
+	{"II*\x00", "", "a TIFF image, which is not supported: convert it to PNG first"}, {"MM\x00*", "", "a TIFF image, which is not supported: convert it to PNG first"},
+	{"\x00\x00\x01\x00", "", "a Windows icon, which is not supported: convert it to PNG first"}, {"BZh", "", "bzip2-compressed data"},
+	{"\xfd7zXZ\x00", "", "xz-compressed data"}, {"\x28\xb5\x2f\xfd", "", "zstd-compressed data"}, {"7z\xbc\xaf\x27\x1c", "", "a 7-Zip archive"},
+	{"SQLite format 3\x00", "", "an SQLite database"}, {"OggS", "", "Ogg audio or video"}, {"ID3", "", "MP3 audio"},
+	{"RIFF", "", "a RIFF file (WAV audio or AVI video)"}, {"\x1a\x45\xdf\xa3", "", "Matroska or WebM video"},
+}
+
+// sniffImage names the image format the file's head b starts with, or says what the file looks like.
+func sniffImage(b []byte, size int64) (format, looks string) {
 	s := string(b)
 	switch {
-	case strings.HasPrefix(s, "\x89PNG\r\n\x1a\n"):
-		return "PNG", "image/png"
-	case strings.HasPrefix(s, "\xff\xd8\xff"):
-		return "JPEG", "image/jpeg"
-	case strings.HasPrefix(s, "GIF87a"), strings.HasPrefix(s, "GIF89a"):
-		return "GIF", "image/gif"
 	case len(s) >= 16 && s[:4] == "RIFF" && s[8:12] == "WEBP":
-		return "WebP", "image/webp"
+		return "WebP", ""
 	case len(s) >= 26 && s[:2] == "BM" && strings.Contains(" 12 40 52 56 64 108 124 ", fmt.Sprint(" ", le32(b, 14), " ")):
-		return "BMP", "image/bmp"
+		return "BMP", ""
+	case size == 0:
+		return "", "an empty file"
 	}
-	return "", ""
+	for _, sig := range signatures {
+		if strings.HasPrefix(s, sig.magic) {
+			return sig.format, sig.looks
+		}
+	}
+	lower := strings.ToLower(strings.TrimLeft(s, " \t\r\n\ufeff"))
+	switch {
+	case len(s) >= 12 && s[4:8] == "ftyp" && strings.Contains("heic heix mif1 msf1 avif avis", s[8:12]):
+		return "", "a HEIF or AVIF image, which is not supported: convert it to PNG or JPEG first"
+	case len(s) >= 12 && s[4:8] == "ftyp":
+		return "", "MP4 or QuickTime media"
+	case len(s) >= 262 && s[257:262] == "ustar":
+		return "", "a tar archive"
+	case strings.HasPrefix(lower, "<!doctype html") || strings.HasPrefix(lower, "<html"):
+		return "", "an HTML document"
+	case strings.Contains(lower, "<svg"):
+		return "", "an SVG image, which is text (vector graphics) this tool cannot show: read it as text, or render it to PNG first"
+	case strings.HasPrefix(lower, "<?xml"):
+		return "", "an XML document"
+	}
+	for rest := s; rest != ""; {
+		r, n := utf8.DecodeRuneInString(rest)
+		if r == 0 || (r == utf8.RuneError && n == 1 && utf8.FullRuneInString(rest)) {
+			return "", "binary data of an unknown kind"
+		}
+		rest = rest[n:]
+	}
+	line, _, _ := strings.Cut(s, "\n")
+	if len(line) > 60 {
+		line = line[:60] + "..."
+	}
+	return "", fmt.Sprintf("text (it starts %q)", strings.ToValidUTF8(line, ""))
 }
 
 func le32(b []byte, i int) uint32 {
@@ -181,7 +207,7 @@ func le32(b []byte, i int) uint32 {
 // headerSize reads width and height from a WebP (VP8, VP8L, VP8X) or BMP header.
 func headerSize(format string, b []byte) (w, h int, ok bool) {
 	chunk := ""
-	if len(b) >= 30 {
+	if len(b) >= 32 {
 		chunk = string(b[12:16])
 	}
 	switch {
@@ -200,75 +226,19 @@ func headerSize(format string, b []byte) (w, h int, ok bool) {
 	return 0, 0, false
 }
 
-// nonImages are signatures of common files that are not images.
-var nonImages = []struct{ magic, what string }{
-	{"%PDF-", "a PDF document"}, {"PK\x03\x04", "a ZIP archive (or a file built on one: .docx, .xlsx, .jar)"},
-	{"\x1f\x8b", "gzip-compressed data"}, {"\x7fELF", "an ELF executable or library"}, {"MZ", "a Windows executable"},
-	{"II*\x00", "a TIFF image, which is not supported: convert it to PNG first"}, {"MM\x00*", "a TIFF image, which is not supported: convert it to PNG first"},
-	{"\x00\x00\x01\x00", "a Windows icon, which is not supported: convert it to PNG first"}, {"BZh", "bzip2-compressed data"},
-	{"\xfd7zXZ\x00", "xz-compressed data"}, {"\x28\xb5\x2f\xfd", "zstd-compressed data"}, {"7z\xbc\xaf\x27\x1c", "a 7-Zip archive"},
-	{"SQLite format 3\x00", "an SQLite database"}, {"OggS", "Ogg audio or video"}, {"ID3", "MP3 audio"},
-	{"RIFF", "a RIFF file (WAV audio or AVI video)"}, {"\x1a\x45\xdf\xa3", "Matroska or WebM video"},
-}
-
-// describeBytes says what a file that is not an image looks like.
-func describeBytes(b []byte, size int64) string {
-	if size == 0 {
-		return "an empty file"
-	}
-	for _, n := range nonImages {
-		if strings.HasPrefix(string(b), n.magic) {
-			return n.what
-		}
-	}
-	lower := strings.ToLower(strings.TrimLeft(string(b), " \t\r\n\ufeff"))
-	switch {
-	case len(b) >= 12 && string(b[4:8]) == "ftyp" && strings.Contains("heic heix mif1 msf1 avif avis", string(b[8:12])):
-		return "a HEIF or AVIF image, which is not supported: convert it to PNG or JPEG first"
-	case len(b) >= 12 && string(b[4:8]) == "ftyp":
-		return "MP4 or QuickTime media"
-	case len(b) >= 262 && string(b[257:262]) == "ustar":
-		return "a tar archive"
-	case strings.HasPrefix(lower, "<!doctype html") || strings.HasPrefix(lower, "<html"):
-		return "an HTML document"
-	case strings.Contains(lower, "<svg"):
-		return "an SVG image, which is text (vector graphics) this tool cannot show: read it as text, or render it to PNG first"
-	case strings.HasPrefix(lower, "<?xml"):
-		return "an XML document"
-	}
-	for i := 0; i < len(b); {
-		r, n := utf8.DecodeRune(b[i:])
-		if r == 0 || (r == utf8.RuneError && n == 1 && utf8.FullRune(b[i:])) {
-			return "binary data of an unknown kind"
-		}
-		i += n
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	if len(line) > 60 {
-		line = line[:60] + "..."
-	}
-	return fmt.Sprintf("text (it starts %q)", strings.ToValidUTF8(line, ""))
-}
-
-// shrinkImage fits img within edge px and maxBytes: JPEG (quality 85) when
-// it is opaque, PNG when it has transparency. While the encoding is still
-// too large the picture shrinks further.
+// shrinkImage fits img within edge px and maxBytes as JPEG (quality 85), or PNG when it has transparency.
 func shrinkImage(ctx context.Context, img image.Image, edge int, maxBytes int64) ([]byte, string, image.Rectangle, error) {
-	o, ok := img.(interface{ Opaque() bool })
-	opaque := ok && o.Opaque()
+	mime, encode := "image/png", png.Encode
+	if o, ok := img.(interface{ Opaque() bool }); ok && o.Opaque() {
+		mime, encode = "image/jpeg", func(w io.Writer, m image.Image) error { return jpeg.Encode(w, m, &jpeg.Options{Quality: 85}) }
+	}
 	b := img.Bounds()
 	scale := min(1, float64(edge)/float64(max(b.Dx(), b.Dy())))
 	for ctx.Err() == nil {
 		dw, dh := max(1, int(math.Round(float64(b.Dx())*scale))), max(1, int(math.Round(float64(b.Dy())*scale)))
 		small := boxScale(img, dw, dh)
 		var buf bytes.Buffer
-		mime, err := "image/png", error(nil)
-		if opaque {
-			mime, err = "image/jpeg", jpeg.Encode(&buf, small, &jpeg.Options{Quality: 85})
-		} else {
-			err = png.Encode(&buf, small)
-		}
-		switch {
+		switch err := encode(&buf, small); {
 		case err != nil:
 			return nil, "", b, fmt.Errorf("encode: %w", err)
 		case int64(buf.Len()) <= maxBytes:
@@ -281,66 +251,34 @@ func shrinkImage(ctx context.Context, img image.Image, edge int, maxBytes int64)
 	return nil, "", b, fmt.Errorf("scale: %w", ctx.Err())
 }
 
-// boxScale shrinks img to dw×dh (no larger than img) by averaging, in
-// premultiplied colour, all the source pixels that fall in each output pixel.
+// boxScale shrinks img to dw×dh, averaging in premultiplied colour the source pixels of each output pixel.
 func boxScale(img image.Image, dw, dh int) *image.RGBA {
 	b := img.Bounds()
 	sw, sh := b.Dx(), b.Dy()
-	out := image.NewRGBA(image.Rect(0, 0, dw, dh))
-	row, sum, count, col := make([]uint8, sw*4), make([]uint64, dw*4), make([]uint64, dw), make([]int, sw)
-	for x := range col {
-		col[x] = x * dw / sw // the output column of source column x
-	}
-	flush := func(dy int) {
-		p := out.Pix[dy*out.Stride:]
-		for i := range sum {
-			n := count[i/4]
-			p[i], sum[i] = uint8((sum[i]+n/2)/n), 0
+	out, row := image.NewRGBA(image.Rect(0, 0, dw, dh)), image.NewRGBA(image.Rect(0, 0, sw, 1))
+	sum := make([]uint64, sw*4) // per source column, over the rows of one output row
+	for dy := 0; dy < dh; dy++ {
+		y0, y1 := (dy*sh+dh-1)/dh, ((dy+1)*sh+dh-1)/dh // the source rows sy with sy*dh/sh == dy
+		clear(sum)
+		for sy := y0; sy < y1; sy++ {
+			draw.Draw(row, row.Rect, img, image.Pt(b.Min.X, b.Min.Y+sy), draw.Src)
+			for i, v := range row.Pix {
+				sum[i] += uint64(v)
+			}
 		}
-		clear(count)
-	}
-	cur := 0
-	for sy := 0; sy < sh; sy++ {
-		if dy := sy * dh / sh; dy != cur {
-			flush(cur)
-			cur = dy
-		}
-		readRow(img, b.Min.Y+sy, row)
-		for sx, dx := range col {
-			s, r := sum[dx*4:dx*4+4], row[sx*4:sx*4+4]
-			s[0], s[1], s[2], s[3] = s[0]+uint64(r[0]), s[1]+uint64(r[1]), s[2]+uint64(r[2]), s[3]+uint64(r[3])
-			count[dx]++
+		for dx := 0; dx < dw; dx++ {
+			x0, x1 := (dx*sw+dw-1)/dw, ((dx+1)*sw+dw-1)/dw
+			n := uint64((y1 - y0) * (x1 - x0))
+			for c := 0; c < 4; c++ {
+				t := n / 2
+				for i := x0*4 + c; i < x1*4; i += 4 {
+					t += sum[i]
+				}
+				out.Pix[dy*out.Stride+dx*4+c] = uint8(t / n)
+			}
 		}
 	}
-	flush(cur)
 	return out
-}
-
-// readRow fills row with line y of img as premultiplied 8-bit RGBA, with
-// fast paths for what the decoders return most.
-func readRow(img image.Image, y int, row []uint8) {
-	x0 := img.Bounds().Min.X
-	switch m := img.(type) {
-	case *image.RGBA:
-		copy(row, m.Pix[m.PixOffset(x0, y):])
-	case *image.NRGBA:
-		p := m.Pix[m.PixOffset(x0, y):]
-		for i := 0; i < len(row); i += 4 {
-			a := uint32(p[i+3])
-			row[i], row[i+1], row[i+2], row[i+3] = uint8(uint32(p[i])*a/255), uint8(uint32(p[i+1])*a/255), uint8(uint32(p[i+2])*a/255), p[i+3]
-		}
-	case *image.YCbCr:
-		for i, x := 0, x0; i < len(row); i, x = i+4, x+1 {
-			yi, ci := m.YOffset(x, y), m.COffset(x, y)
-			row[i], row[i+1], row[i+2] = color.YCbCrToRGB(m.Y[yi], m.Cb[ci], m.Cr[ci])
-			row[i+3] = 255
-		}
-	default:
-		for i, x := 0, x0; i < len(row); i, x = i+4, x+1 {
-			r, g, bl, a := m.At(x, y).RGBA()
-			row[i], row[i+1], row[i+2], row[i+3] = uint8(r>>8), uint8(g>>8), uint8(bl>>8), uint8(a>>8)
-		}
-	}
 }
 
 func humanBytes(n int64) string {
@@ -364,24 +302,17 @@ var askUserQuestionTool = toolDef{
 - If the client cannot show questions you get an error with the questions laid out: ask them in chat instead.
 
 Example: {"questions_json": "{\"questions\":[{\"text\":\"Which database?\",\"options\":[\"PostgreSQL\",\"SQLite\"]}]}"}`,
-	input: `{"type":"object","properties":{
-		"questions_json":{"type":"string","minLength":1,"maxLength":100000,"description":"JSON text: {\"questions\":[{\"question\",\"header\",\"options\":[{\"label\",\"description\"}],\"multiSelect\"}]}, or {\"questions\":[{\"text\",\"options\":[\"...\"]}]}, or a bare array of questions."}},
-		"required":["questions_json"],"additionalProperties":false}`,
-	output: `{"type":"object","properties":{
-		"status":{"type":"string","enum":["answered","declined","dismissed"]},
-		"answers":{"type":"array","items":{"type":"object","properties":{
-			"question":{"type":"string"},
-			"selected":{"type":["string","array","null"],"items":{"type":"string"},"description":"the chosen label, the chosen labels when multiSelect, null when unanswered"}},
-			"required":["question","selected"]}},
-		"note":{"type":"string","description":"the user's free-text note"}},
-		"required":["status","answers"]}`,
+	input: `{"type":"object","required":["questions_json"],"additionalProperties":false,"properties":{
+		"questions_json":{"type":"string","minLength":1,"maxLength":100000,"description":"JSON text: {\"questions\":[{\"question\",\"header\",\"options\":[{\"label\",\"description\"}],\"multiSelect\"}]}, or {\"questions\":[{\"text\",\"options\":[\"...\"]}]}, or a bare array of questions."}}}`,
+	output: `{"type":"object","required":["status","answers"],"properties":{"status":{"type":"string","enum":["answered","declined","dismissed"]},
+		"answers":{"type":"array","items":{"type":"object","required":["question","selected"],"properties":{"question":{"type":"string"},
+			"selected":{"type":["string","array","null"],"items":{"type":"string"},"description":"the chosen label, the chosen labels when multiSelect, null when unanswered"}}}},
+		"note":{"type":"string","description":"the user's free-text note"}}}`,
 	hints: toolHints{readOnly: true},
 	run:   runAskUserQuestion,
 }
 
-// askQuestion is one question in either shape: Claude Code's (question,
-// header, options as objects, multiSelect) or the short one (text, options
-// as strings).
+// askQuestion is one question in Claude Code's shape or the short one (text, options as strings).
 type askQuestion struct {
 	Question    string      `json:"question"`
 	Text        string      `json:"text"`
@@ -400,24 +331,16 @@ func (o *askOption) UnmarshalJSON(b []byte) error {
 		return json.Unmarshal(b, &o.Label)
 	}
 	type plain askOption
-	if err := json.Unmarshal(b, (*plain)(o)); err != nil {
+	if json.Unmarshal(b, (*plain)(o)) != nil {
 		return fmt.Errorf(`an option must be a string or {"label":"...","description":"..."}, got %s`, b)
 	}
 	return nil
 }
 
-// askReply is an elicitation result: the client's, or the terminal's in the same shape.
-type askReply struct {
-	Action  string         `json:"action"`
-	Content map[string]any `json:"content"`
-}
-
 func runAskUserQuestion(ctx context.Context, c *toolCall) toolResult {
-	var a struct {
-		QuestionsJSON string `json:"questions_json"`
-	}
+	var a map[string]string // the schema check let through only questions_json, a string
 	json.Unmarshal(c.args, &a)
-	qs, err := parseQuestions(a.QuestionsJSON)
+	qs, err := parseQuestions(a["questions_json"])
 	if err != nil {
 		return errorResult("AskUserQuestion: %v", err)
 	}
@@ -425,10 +348,14 @@ func runAskUserQuestion(ctx context.Context, c *toolCall) toolResult {
 	if timeout <= 0 {
 		timeout = 10 * time.Minute
 	}
+	var modes map[string]json.RawMessage // form elicitation: declared ({} means form) in a version that has it
+	json.Unmarshal(c.req.caps["elicitation"], &modes)
+	_, form := modes["form"]
+	form = c.req.clientHas("elicitation") && atLeast(c.req.version, version20250618) && (form || len(modes) == 0)
 	switch {
-	case formElicitation(c.req) && c.req.modern:
-		return askRoundTrip(c, qs, a.QuestionsJSON, timeout)
-	case formElicitation(c.req):
+	case form && c.req.modern:
+		return askRoundTrip(c, qs, a["questions_json"], timeout)
+	case form:
 		ctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
 		raw, err := c.s.request(ctx, "elicitation/create", elicitParams(qs, c.req.version))
@@ -446,18 +373,7 @@ func runAskUserQuestion(ctx context.Context, c *toolCall) toolResult {
 	return askInChat(qs, "this client cannot show questions to the user (it did not declare form elicitation)")
 }
 
-// formElicitation reports whether the client takes elicitation/create forms:
-// it declared elicitation ({} means form) in a version that has it.
-func formElicitation(r *rpcRequest) bool {
-	var modes map[string]json.RawMessage
-	raw, ok := r.caps["elicitation"]
-	json.Unmarshal(raw, &modes)
-	_, form := modes["form"]
-	return ok && atLeast(r.version, version20250618) && (form || len(modes) == 0)
-}
-
-// parseQuestions reads questions_json (also a bare array, or JSON encoded
-// twice) and checks it.
+// parseQuestions reads questions_json (also a bare array, or JSON encoded twice) and checks it.
 func parseQuestions(text string) ([]askQuestion, error) {
 	data, s := []byte(strings.TrimSpace(text)), ""
 	if json.Unmarshal(data, &s) == nil {
@@ -479,29 +395,21 @@ func parseQuestions(text string) ([]askQuestion, error) {
 	}
 	for i := range qs {
 		q := &qs[i]
-		if q.Question = strings.TrimSpace(q.Question); q.Question == "" {
-			q.Question = strings.TrimSpace(q.Text)
-		}
+		q.Question = cmp.Or(strings.TrimSpace(q.Question), strings.TrimSpace(q.Text))
 		switch {
 		case q.Question == "":
 			return nil, fmt.Errorf(`questions[%d] has no "question" (or "text")`, i)
 		case len(q.Options) < 2 || len(q.Options) > 10:
 			return nil, fmt.Errorf("questions[%d] has %d options; give 2 to 10", i, len(q.Options))
-		}
-		for _, p := range qs[:i] {
-			if p.Question == q.Question {
-				return nil, fmt.Errorf("questions[%d] repeats the question %q", i, q.Question)
-			}
+		case slices.ContainsFunc(qs[:i], func(p askQuestion) bool { return p.Question == q.Question }):
+			return nil, fmt.Errorf("questions[%d] repeats the question %q", i, q.Question)
 		}
 		for j := range q.Options {
 			o := &q.Options[j]
 			if o.Label = strings.TrimSpace(o.Label); o.Label == "" {
 				return nil, fmt.Errorf("questions[%d].options[%d] has no label", i, j)
-			}
-			for _, p := range q.Options[:j] {
-				if p.Label == o.Label {
-					return nil, fmt.Errorf("questions[%d] lists the option %q twice", i, o.Label)
-				}
+			} else if slices.ContainsFunc(q.Options[:j], func(p askOption) bool { return p.Label == o.Label }) {
+				return nil, fmt.Errorf("questions[%d] lists the option %q twice", i, o.Label)
 			}
 		}
 	}
@@ -513,43 +421,37 @@ func jsonProblem(text string, err error) error {
 	var se *json.SyntaxError
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) {
-		want := map[reflect.Kind]string{reflect.Bool: "true or false", reflect.String: "a string", reflect.Slice: "an array", reflect.Struct: "an object"}
-		name := te.Field
-		if name == "" {
-			name = "a value"
-		}
-		return fmt.Errorf("questions_json: %s must be %s, not a %s", name, want[te.Type.Kind()], te.Value)
+		want := map[string]string{"bool": "true or false", "string": "a string", "slice": "an array", "struct": "an object"}
+		return fmt.Errorf("questions_json: %s must be %s, not a %s", cmp.Or(te.Field, "a value"), want[te.Type.Kind().String()], te.Value)
 	} else if !errors.As(err, &se) {
 		return fmt.Errorf("questions_json: %w", err)
 	}
 	before := text[:min(int(se.Offset), len(text))]
-	col := utf8.RuneCountInString(before[strings.LastIndexByte(before, '\n')+1:])
-	return fmt.Errorf("questions_json is not valid JSON: %v at line %d, column %d (byte %d), after %q",
-		se, strings.Count(before, "\n")+1, col, se.Offset, strings.ToValidUTF8(before[max(0, len(before)-20):], ""))
+	return fmt.Errorf("questions_json is not valid JSON: %v at line %d, column %d (byte %d), after %q", se, strings.Count(before, "\n")+1,
+		utf8.RuneCountInString(before[strings.LastIndexByte(before, '\n')+1:]), se.Offset, strings.ToValidUTF8(before[max(0, len(before)-20):], ""))
 }
 
-// elicitParams is the elicitation/create form: per question a single choice
-// (enum with enumNames for 2025-06-18, oneOf from 2025-11-25) or a multiple
-// choice (an array from 2025-11-25, one checkbox per option before), then a
-// free-text note. The properties are written in the questions' order.
+// elicitParams is the elicitation/create form, in the questions' order: a single choice (enum before
+// 2025-11-25, then oneOf) or a multiple choice (checkboxes before 2025-11-25, then an array) each, and a note.
 func elicitParams(qs []askQuestion, v string) map[string]any {
-	newer := atLeast(v, version20251125)
-	var props bytes.Buffer
-	required, msg := []string{}, []string{}
+	newer, msg, required := atLeast(v, version20251125), "The agent asks:", []string{}
+	var props []byte
 	add := func(key string, field map[string]any) {
-		kb, _ := json.Marshal(key)
 		fb, _ := marshalJSON(field)
-		props.WriteString(map[bool]string{true: "{", false: ","}[props.Len() == 0] + string(kb) + ":" + string(fb))
+		props = fmt.Appendf(props, ",%q:%s", key, fb)
 	}
 	for i, q := range qs {
 		key := fmt.Sprintf("q%d", i+1)
-		msg = append(msg, q.Question)
+		msg += "\n" + q.Question
 		var labels, titles []string
 		var choices []map[string]string
-		for _, o := range q.Options {
+		for j, o := range q.Options {
 			t := strings.TrimSuffix(o.Label+" — "+o.Description, " — ")
 			labels, titles = append(labels, o.Label), append(titles, t)
 			choices = append(choices, map[string]string{"const": o.Label, "title": t})
+			if q.MultiSelect && !newer { // one checkbox per option
+				add(fmt.Sprintf("%s_%c", key, 'a'+j), map[string]any{"type": "boolean", "title": q.Question + ": " + t, "default": false})
+			}
 		}
 		field := map[string]any{"type": "string", "title": q.Question}
 		if q.Header != "" {
@@ -557,9 +459,6 @@ func elicitParams(qs []askQuestion, v string) map[string]any {
 		}
 		switch {
 		case q.MultiSelect && !newer:
-			for j, t := range titles {
-				add(fmt.Sprintf("%s_%c", key, 'a'+j), map[string]any{"type": "boolean", "title": q.Question + ": " + t, "default": false})
-			}
 			continue
 		case q.MultiSelect:
 			field["type"], field["minItems"], field["items"] = "array", 1, map[string]any{"anyOf": choices}
@@ -572,9 +471,8 @@ func elicitParams(qs []askQuestion, v string) map[string]any {
 		required = append(required, key)
 	}
 	add("note", map[string]any{"type": "string", "title": "Anything to add? (optional)", "description": "Free text for the agent, such as an answer that is not among the options."})
-	props.WriteByte('}')
-	p := map[string]any{"message": "The agent asks:\n" + strings.Join(msg, "\n"),
-		"requestedSchema": map[string]any{"type": "object", "properties": json.RawMessage(props.Bytes()), "required": required}}
+	props[0] = '{' // the first property's leading comma
+	p := map[string]any{"message": msg, "requestedSchema": map[string]any{"type": "object", "properties": json.RawMessage(append(props, '}')), "required": required}}
 	if newer {
 		p["mode"] = "form"
 	}
@@ -583,23 +481,24 @@ func elicitParams(qs []askQuestion, v string) map[string]any {
 
 // askAnswer turns an elicitation result into the tool's reply.
 func askAnswer(qs []askQuestion, raw json.RawMessage) toolResult {
-	var r askReply
+	var r struct {
+		Action  string         `json:"action"`
+		Content map[string]any `json:"content"`
+	}
 	if err := json.Unmarshal(raw, &r); err != nil {
 		return errorResult("AskUserQuestion: the client's reply is not an elicitation result: %v", err)
 	}
 	if status := map[string]string{"decline": "declined", "cancel": "dismissed"}[r.Action]; status != "" {
-		res := textResult(fmt.Sprintf("User %s the questions without answering. Do not assume an answer: go on without one, or ask in chat if you must know.", status))
-		res.structured = map[string]any{"status": status, "answers": []any{}}
-		return res
+		text := fmt.Sprintf("User %s the questions without answering. Do not assume an answer: go on without one, or ask in chat if you must know.", status)
+		return toolResult{content: textResult(text).content, structured: map[string]any{"status": status, "answers": []any{}}}
 	} else if r.Action != "accept" {
 		return errorResult("AskUserQuestion: the client answered with the unknown action %q", r.Action)
 	}
 	var pairs []string
 	answers := []map[string]any{}
 	for i, q := range qs {
-		key := fmt.Sprintf("q%d", i+1)
+		key, picked := fmt.Sprintf("q%d", i+1), []string{}
 		var selected any
-		var picked []string
 		for j, o := range q.Options { // 2025-06-18: one checkbox per option
 			if r.Content[fmt.Sprintf("%s_%c", key, 'a'+j)] == true {
 				picked = append(picked, o.Label)
@@ -607,7 +506,7 @@ func askAnswer(qs []askQuestion, raw json.RawMessage) toolResult {
 		}
 		switch x := r.Content[key].(type) {
 		case string:
-			selected = x
+			selected, picked = x, []string{x}
 		case []any:
 			for _, s := range x {
 				if s, ok := s.(string); ok {
@@ -615,16 +514,10 @@ func askAnswer(qs []askQuestion, raw json.RawMessage) toolResult {
 				}
 			}
 		}
-		if selected == nil && (q.MultiSelect || picked != nil) {
-			selected = append([]string{}, picked...)
+		if selected == nil && (q.MultiSelect || len(picked) > 0) {
+			selected = picked
 		}
-		shown := strings.Join(picked, ", ")
-		if s, ok := selected.(string); ok {
-			shown = s
-		}
-		if shown == "" {
-			shown = map[bool]string{true: "(no answer)", false: "(none selected)"}[selected == nil]
-		}
+		shown := cmp.Or(strings.Join(picked, ", "), map[bool]string{true: "(no answer)", false: "(none selected)"}[selected == nil])
 		pairs = append(pairs, fmt.Sprintf("%q=%q", q.Question, shown))
 		answers = append(answers, map[string]any{"question": q.Question, "selected": selected})
 	}
@@ -634,13 +527,10 @@ func askAnswer(qs []askQuestion, raw json.RawMessage) toolResult {
 		text += fmt.Sprintf(" The user added: %q.", strings.TrimSpace(note))
 		structured["note"] = strings.TrimSpace(note)
 	}
-	res := textResult(text + " You can now continue with the user's answers in mind.")
-	res.structured = structured
-	return res
+	return toolResult{content: textResult(text + " You can now continue with the user's answers in mind.").content, structured: structured}
 }
 
-// askRoundTrip is the 2026-07-28 way: an input-required result carrying the
-// form and a signed requestState, then the client's retry with the answer.
+// askRoundTrip is the 2026-07-28 way: an input-required result with a signed requestState, then the retry.
 func askRoundTrip(c *toolCall, qs []askQuestion, questions string, ttl time.Duration) toolResult {
 	var p struct {
 		InputResponses map[string]json.RawMessage `json:"inputResponses"`
@@ -686,8 +576,7 @@ func newStateKey() []byte {
 	return k
 }
 
-// askInChat is the reply when the questions cannot reach the user: an error
-// laying them out for the agent to ask in chat.
+// askInChat is an error laying out for the agent to ask in chat questions that cannot reach the user.
 func askInChat(qs []askQuestion, why string) toolResult {
 	var b strings.Builder
 	fmt.Fprintf(&b, "AskUserQuestion: %s. Ask the user these questions in chat yourself and wait for the reply:\n", why)
@@ -700,8 +589,7 @@ func askInChat(qs []askQuestion, why string) toolResult {
 	return errorResult("%s", b.String())
 }
 
-// askTTY asks on /dev/tty; ok is false when there is no terminal whose reads
-// can time out (the caller then falls back to chat).
+// askTTY asks on /dev/tty; ok is false when there is no terminal whose reads can time out.
 func askTTY(ctx context.Context, qs []askQuestion, timeout time.Duration) (res toolResult, ok bool) {
 	tty, err := os.OpenFile("/dev/tty", os.O_RDWR, 0)
 	if err != nil {
@@ -711,15 +599,8 @@ func askTTY(ctx context.Context, qs []askQuestion, timeout time.Duration) (res t
 	if tty.SetDeadline(time.Now().Add(timeout)) != nil {
 		return res, false
 	}
-	stop := make(chan struct{})
-	defer close(stop)
-	go func() { // exits when the dialogue ends or the call is cancelled
-		select {
-		case <-ctx.Done():
-			tty.SetReadDeadline(time.Now())
-		case <-stop:
-		}
-	}()
+	stop := context.AfterFunc(ctx, func() { tty.SetReadDeadline(time.Now()) }) // a cancelled call ends the read
+	defer stop()
 	raw, err := ttyDialogue(bufio.NewReader(tty), tty, qs)
 	if errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() == nil {
 		return askInChat(qs, fmt.Sprintf("the user did not answer on the terminal within %s", timeout)), true
@@ -729,11 +610,10 @@ func askTTY(ctx context.Context, qs []askQuestion, timeout time.Duration) (res t
 	return askAnswer(qs, raw), true
 }
 
-// ttyDialogue asks each question on a terminal and returns an elicitation
-// result: a number picks an option (numbers separated by commas for
-// multiSelect), other text is the answer itself, an empty line dismisses.
+// ttyDialogue asks on a terminal and returns an elicitation result: a number picks an option (numbers
+// separated by commas for multiSelect), other text is the answer itself, an empty line dismisses.
 func ttyDialogue(r *bufio.Reader, w io.Writer, qs []askQuestion) (json.RawMessage, error) {
-	reply := askReply{Action: "accept", Content: map[string]any{}}
+	content := map[string]any{}
 	fmt.Fprintf(w, "\n== The agent asks (telson AskUserQuestion) ==\n")
 	for i, q := range qs {
 		fmt.Fprintf(w, "\n%d. %s\n", i+1, q.Question)
@@ -756,11 +636,11 @@ func ttyDialogue(r *bufio.Reader, w io.Writer, qs []askQuestion) (json.RawMessag
 				break
 			}
 		}
-		reply.Content[fmt.Sprintf("q%d", i+1)] = any(picked)
-		if !q.MultiSelect {
-			reply.Content[fmt.Sprintf("q%d", i+1)] = picked[0]
+		key := fmt.Sprintf("q%d", i+1)
+		if content[key] = picked; !q.MultiSelect {
+			content[key] = picked[0]
 		}
 	}
 	fmt.Fprintf(w, "Thank you; the answers went to the agent.\n")
-	return marshalJSON(reply)
+	return marshalJSON(map[string]any{"action": "accept", "content": content})
 }
