@@ -39,7 +39,6 @@ const (
 	searchMaxBody        = 4 << 20
 	searchRRFK           = 60.0                 // reciprocal rank fusion: score = Σ 1/(k + rank)
 	searchAgreementBonus = 1 / (2 * searchRRFK) // per extra engine that found a result: half a first place
-	searchBrowserUA      = "Mozilla/5.0 (X11; Linux x86_64; rv:152.0) Gecko/20100101 Firefox/152.0"
 )
 
 var webSearchTool = toolDef{
@@ -106,24 +105,22 @@ type searchQuery struct {
 	st         *searchState
 }
 
-// searchEngine is one engine. Its request is a template: path, body and
-// header lines with $q, $n, $base and $CONFIG_KEY filled in (a header line
-// whose placeholders are empty is left out); read parses its answer.
+// searchEngine is one engine: a request template (see request) and a parser.
 type searchEngine struct {
 	name, base string
 	keys       []string // configuration a keyed engine needs; it is off until all are set
 	api        bool     // a JSON or XML API: telson names itself instead of posing as a browser
-	method     string   // "" (GET), POST (a form) or JSON (a POST with a JSON body)
-	path, body string
-	header     string                                                                       // "Name: value" lines
-	max        int                                                                          // most results one request may ask for; 0: no limit below 50
-	prep       func(ctx context.Context, q *searchQuery, vars map[string]string) error      // fetches more placeholders first
-	read       func(q *searchQuery, body []byte) (hits []searchHit, listed bool, err error) // listed: a result list is there
+	path, body string   // a body makes a POST: JSON if it starts with {, else a form
+	header     string   // "Name: value" lines
+	max        int      // most results one request may ask for; 0: no limit below 50
+
+	prep func(ctx context.Context, q *searchQuery, vars map[string]string) error      // fetches more placeholders first
+	read func(q *searchQuery, body []byte) (hits []searchHit, listed bool, err error) // listed: a result list is there
 }
 
 // searchEngines is every engine; those without keys are the default set.
 var searchEngines = []searchEngine{
-	{name: "duckduckgo", base: "https://html.duckduckgo.com", method: "POST", path: "/html/", body: "q=$q&b=&kl=wt-wt",
+	{name: "duckduckgo", base: "https://html.duckduckgo.com", path: "/html/", body: "q=$q&b=&kl=wt-wt",
 		header: "Referer: $base/\nOrigin: $base\nSec-Fetch-Site: same-origin",
 		read:   searchRecipe{list: "#links", item: "div.result", skip: "result--ad", link: "a.result__a", snippet: ".result__snippet"}.read},
 	{name: "brave", base: "https://search.brave.com", path: "/search?q=$q&source=web",
@@ -132,10 +129,9 @@ var searchEngines = []searchEngine{
 			snippet: ".generic-snippet .content,.snippet-description", strip: "t-secondary"}.read},
 	{name: "mojeek", base: "https://www.mojeek.com", path: "/search?q=$q&safe=0",
 		read: searchRecipe{list: "ul.results-standard", item: "ul.results-standard li", link: "a.ob,h2 a", title: "h2 a,a.title", snippet: "p.s"}.read},
-	{name: "startpage", base: "https://www.startpage.com", prep: searchStartpageToken, method: "POST", path: "/sp/search",
-		body:   "query=$q&cat=web&t=device&sc=$sc&with_date=&abd=1&abe=1&qsr=all&qadf=moderate&language=english&lui=english",
-		header: "Origin: $base\nReferer: $base/\nSec-Fetch-Site: same-origin\nCookie: preferences=date_timeEEEworldN1Ndisable_family_filterEEE0N1Nenable_post_methodEEE1N1NlanguageEEEenglishN1Nnum_of_resultsEEE10",
-		read:   parseStartpage},
+	{name: "startpage", base: "https://www.startpage.com", prep: searchStartpageToken, path: "/sp/search",
+		body: "query=$q&cat=web&t=device&sc=$sc&with_date=&abd=1&abe=1&qsr=all&qadf=moderate&language=english&lui=english", read: parseStartpage,
+		header: "Origin: $base\nReferer: $base/\nSec-Fetch-Site: same-origin\nCookie: preferences=date_timeEEEworldN1Ndisable_family_filterEEE0N1Nenable_post_methodEEE1N1NlanguageEEEenglishN1Nnum_of_resultsEEE10"},
 	{name: "bing", base: "https://www.bing.com", path: "/search?q=$q&mkt=en-US", header: "Cookie: _EDGE_CD=m=en-us&u=en-us; _EDGE_S=mkt=en-us&ui=en-us",
 		read: searchRecipe{list: "#b_results", item: "li.b_algo", link: "h2 a,a.tilk", title: "h2 a,.tptt",
 			snippet: ".b_caption p,.b_snippet,.b_lineclamp2,.b_lineclamp3,p", strip: "algoSlug_icon"}.read},
@@ -156,13 +152,12 @@ var searchEngines = []searchEngine{
 	{name: "braveapi", base: "https://api.search.brave.com", api: true, keys: []string{"BRAVE_API_KEY"}, max: 20,
 		path: "/res/v1/web/search?q=$q&count=$n&text_decorations=false", header: "X-Subscription-Token: $BRAVE_API_KEY",
 		read: searchJSON{"web.results", "$title", "$url", "$description"}.read},
-	{name: "tavily", base: "https://api.tavily.com", api: true, keys: []string{"TAVILY_API_KEY"}, max: 20, method: "JSON",
+	{name: "tavily", base: "https://api.tavily.com", api: true, keys: []string{"TAVILY_API_KEY"}, max: 20,
 		path: "/search", body: `{"query":"$q","max_results":$n}`, header: "Authorization: Bearer $TAVILY_API_KEY",
 		read: searchJSON{"results", "$title", "$url", "$content"}.read},
-	{name: "serper", base: "https://google.serper.dev", api: true, keys: []string{"SERPER_API_KEY"}, method: "JSON",
-		path: "/search", body: `{"q":"$q","num":$n}`, header: "X-API-KEY: $SERPER_API_KEY",
-		read: searchJSON{"organic", "$title", "$link", "$snippet"}.read},
-	{name: "exa", base: "https://api.exa.ai", api: true, keys: []string{"EXA_API_KEY"}, method: "JSON",
+	{name: "serper", base: "https://google.serper.dev", api: true, keys: []string{"SERPER_API_KEY"},
+		path: "/search", body: `{"q":"$q","num":$n}`, header: "X-API-KEY: $SERPER_API_KEY", read: searchJSON{"organic", "$title", "$link", "$snippet"}.read},
+	{name: "exa", base: "https://api.exa.ai", api: true, keys: []string{"EXA_API_KEY"},
 		path: "/search", body: `{"query":"$q","type":"auto","numResults":$n,"contents":{"highlights":{"maxCharacters":500}}}`, header: "x-api-key: $EXA_API_KEY",
 		read: searchJSON{"results", "$title", "$url", "$highlights"}.read},
 	{name: "google", base: "https://www.googleapis.com", api: true, keys: []string{"GOOGLE_API_KEY", "GOOGLE_CSE_ID"}, max: 10,
@@ -173,8 +168,7 @@ var searchEngines = []searchEngine{
 
 var searchPlaceholder = regexp.MustCompile(`\$\w+`)
 
-// searchExpand fills $name placeholders from get; of alternatives separated
-// by " || ", the first whose placeholders are all non-empty wins.
+// searchExpand fills $name placeholders from get; of " || " alternatives, the first with all filled wins.
 func searchExpand(t string, get func(string) string) (s string, ok bool) {
 	alts := strings.Split(t, " || ")
 	for k, alt := range alts {
@@ -193,13 +187,13 @@ func searchExpand(t string, get func(string) string) (s string, ok bool) {
 
 // Headers every request starts with; an engine's own header lines come after and win.
 const (
-	searchBrowserHeader = "User-Agent: " + searchBrowserUA + "\nAccept: text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8\n" +
+	searchBrowserHeader = "User-Agent: Mozilla/5.0 (X11; Linux x86_64; rv:152.0) Gecko/20100101 Firefox/152.0\nAccept: text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8\n" +
 		"Accept-Language: en-US,en;q=0.9\nSec-Fetch-Dest: document\nSec-Fetch-Mode: navigate\nSec-Fetch-Site: none\nSec-Fetch-User: ?1\n"
 	searchAPIHeader = "User-Agent: telson/$version (+https://github.com/telsonhq/telson)\nAccept: application/json\n"
 )
 
-// request builds an engine's request from its templates. Accept-Encoding is
-// left to net/http, which asks for gzip and decodes it.
+// request fills an engine's templates with $q, $n, $base and $CONFIG_KEY; a header line
+// whose placeholders are empty is left out. net/http asks for gzip and decodes it.
 func (e *searchEngine) request(ctx context.Context, q *searchQuery) (*http.Request, error) {
 	vars := map[string]string{"q": q.text, "n": strconv.Itoa(min(q.n, cmp.Or(e.max, q.n))), "base": q.base, "version": q.st.version}
 	if e.prep != nil {
@@ -210,24 +204,21 @@ func (e *searchEngine) request(ctx context.Context, q *searchQuery) (*http.Reque
 	fill := func(t string, esc func(string) string) (string, bool) {
 		return searchExpand(t, func(name string) string { return esc(cmp.Or(vars[name], q.cfg.str(name))) })
 	}
-	method, ctype, esc, header := "GET", "", url.QueryEscape, searchBrowserHeader+e.header
-	switch e.method {
-	case "POST":
-		method, ctype = "POST", "application/x-www-form-urlencoded"
-	case "JSON":
-		method, ctype, esc = "POST", "application/json", func(s string) string { b, _ := json.Marshal(s); return string(b[1 : len(b)-1]) }
-	}
+	method, header, esc := "GET", searchBrowserHeader+e.header, url.QueryEscape
 	if e.api {
 		header = searchAPIHeader + e.header
+	}
+	switch {
+	case strings.HasPrefix(e.body, "{"):
+		method, header, esc = "POST", header+"\nContent-Type: application/json", func(s string) string { b, _ := json.Marshal(s); return string(b[1 : len(b)-1]) }
+	case e.body != "":
+		method, header = "POST", header+"\nContent-Type: application/x-www-form-urlencoded"
 	}
 	path, _ := fill(e.path, url.QueryEscape)
 	body, _ := fill(e.body, esc)
 	req, err := http.NewRequestWithContext(ctx, method, q.base+path, strings.NewReader(body))
 	if err != nil {
 		return nil, fmt.Errorf("request: %w", err)
-	}
-	if ctype != "" {
-		req.Header.Set("Content-Type", ctype)
 	}
 	for _, line := range strings.Split(header, "\n") {
 		if line, ok := fill(line, func(s string) string { return s }); ok && line != "" {
@@ -255,8 +246,7 @@ func searchStartpageToken(ctx context.Context, q *searchQuery, vars map[string]s
 	return &searchFail{"blocked", "no sc token on the home page"}
 }
 
-// searchJSON reads the JSON list at path list (dot-separated keys) with item
-// templates: $field of each item, $base, " || " between fallbacks.
+// searchJSON reads the JSON list at path list with item templates ($field of each item, $base).
 type searchJSON struct{ list, title, url, snippet string }
 
 func (j searchJSON) read(q *searchQuery, body []byte) ([]searchHit, bool, error) {
@@ -277,11 +267,8 @@ func (j searchJSON) read(q *searchQuery, body []byte) ([]searchHit, bool, error)
 			}
 			return s
 		}
-		var h searchHit
-		h.title, _ = searchExpand(j.title, field)
-		h.url, _ = searchExpand(j.url, field)
-		h.snippet, _ = searchExpand(j.snippet, field)
-		hits = append(hits, h)
+		fill := func(t string) string { s, _ := searchExpand(t, field); return s }
+		hits = append(hits, searchHit{fill(j.title), fill(j.url), fill(j.snippet)})
 	}
 	return hits, items != nil, nil
 }
@@ -393,9 +380,7 @@ func (r searchRecipe) read(_ *searchQuery, body []byte) ([]searchHit, bool, erro
 
 var searchSelectorPart = regexp.MustCompile(`[#.\[]?[^#.\[]+`) // tag, #id, .class or [attr=value]
 
-// searchAll returns the nodes below n that sel matches. sel is a small CSS
-// subset: comma-separated alternatives, tried in order, each a descendant
-// chain of simple selectors tag#id.class[attr=value].
+// searchAll returns the nodes below n that sel (alternatives a,b tried in order, each a descendant chain) matches.
 func searchAll(n *htmlNode, sel string) []*htmlNode {
 	var out []*htmlNode
 	for _, alt := range strings.Split(sel, ",") {
@@ -435,8 +420,7 @@ func searchMatch(n *htmlNode, parts []string) bool {
 	return n.tag != ""
 }
 
-// searchState is what WebSearch keeps across calls and sessions: one HTTP
-// client (keep-alive, cookies) and the engines that are resting.
+// searchState is what WebSearch keeps across calls and sessions: an HTTP client and the resting engines.
 type searchState struct {
 	client  *http.Client
 	version string // telson's, for the API engines' User-Agent
@@ -452,12 +436,11 @@ type searchRest struct {
 
 func newSearchState(version string) *searchState {
 	jar, _ := cookiejar.New(nil)
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	return &searchState{client: &http.Client{Jar: jar, Transport: tr}, resting: map[string]searchRest{}, version: version}
+	client := &http.Client{Jar: jar, Transport: http.DefaultTransport.(*http.Transport).Clone()} // its own idle connections
+	return &searchState{client: client, resting: map[string]searchRest{}, version: version}
 }
 
-// Markers of anti-bot pages: strong ones are checked on every HTML answer,
-// weak ones (and "no results" words) only when a page gave no results.
+// Anti-bot markers: captcha marks are checked on every HTML answer, the words only on pages without results.
 var (
 	searchCaptchaMarks = []string{`id="challenge-form"`, "anomaly-modal", "<title>captcha", "altcha.js", "/sp/captcha",
 		"__cf_chl_", "/cdn-cgi/challenge-platform/", "google.com/recaptcha", `id="b_captcha"`, `class="b_captcha"`, "captcha-wrap"}
@@ -465,8 +448,7 @@ var (
 	searchNoneWords = []string{"no results found", "no results for", "no pages found", "did not match any", "there are no results"}
 )
 
-// get sends req and reads at most searchMaxBody of the answer; an answer its
-// final URL, status or markers show to be a failure is a *searchFail.
+// get sends req and reads the answer; one its final URL, status or markers show to fail is a *searchFail.
 func (st *searchState) get(req *http.Request, api bool) ([]byte, error) {
 	resp, err := st.client.Do(req)
 	if err != nil {
@@ -483,8 +465,7 @@ func (st *searchState) get(req *http.Request, api bool) ([]byte, error) {
 	if failed && searchAPIMessage(body) != "" {
 		why += ": " + searchAPIMessage(body)
 	}
-	trimmed := strings.TrimSpace(low)
-	htmlPage := !api || strings.HasPrefix(trimmed, "<!doctype html") || strings.HasPrefix(trimmed, "<html")
+	htmlPage := !api || strings.HasPrefix(strings.TrimSpace(low), "<!doctype html") || strings.HasPrefix(strings.TrimSpace(low), "<html")
 	switch {
 	case strings.Contains(page, "captcha") || strings.Contains(page, "/sorry"):
 		return nil, &searchFail{"captcha", "sent to " + resp.Request.URL.Path}
@@ -530,13 +511,26 @@ func searchAPIMessage(body []byte) string {
 	return ""
 }
 
-// ask asks one engine and reads its answer.
+// ask asks one engine, unless it is not configured, resting or has a bad base URL, and reads its answer.
 func (st *searchState) ask(ctx context.Context, e *searchEngine, q *searchQuery, timeout time.Duration) searchOutcome {
 	o := searchOutcome{Name: e.name}
-	req, err := e.request(ctx, q)
+	st.mu.Lock()
+	rest := st.resting[e.name]
+	st.mu.Unlock()
+	u, err := url.Parse(q.base)
 	var body []byte
-	if err == nil {
-		body, err = st.get(req, e.api)
+	switch {
+	case !searchConfigured(q.cfg, e):
+		err = &searchFail{"error", "not configured: set " + strings.Join(e.keys, " and ")}
+	case time.Now().Before(rest.until):
+		err = &searchFail{"resting", rest.why + " " + searchAgo(time.Since(rest.since))}
+	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+		err = &searchFail{"error", fmt.Sprintf("bad base URL %q", q.base)}
+	default:
+		var req *http.Request
+		if req, err = e.request(ctx, q); err == nil {
+			body, err = st.get(req, e.api)
+		}
 	}
 	if err != nil {
 		var sf *searchFail
@@ -573,9 +567,14 @@ func (st *searchState) ask(ctx context.Context, e *searchEngine, q *searchQuery,
 	return o
 }
 
-// searchTidy unwraps redirect links, drops ads and what is not a web page,
-// and makes titles and snippets plain, bounded text.
+// searchTidy unwraps redirect links, drops ads and non-web links, and makes titles and snippets plain text.
 func searchTidy(hits []searchHit, n int, api bool) []searchHit {
+	text := func(s string, max int) string {
+		if api && strings.ContainsAny(s, "<&") {
+			s = parseHTML(s).textContent()
+		}
+		return searchCut(strings.Join(strings.Fields(s), " "), max)
+	}
 	var out []searchHit
 	for _, h := range hits {
 		u, err := url.Parse(searchUnwrap(strings.TrimSpace(h.url)))
@@ -590,7 +589,7 @@ func searchTidy(hits []searchHit, n int, api bool) []searchHit {
 			u.Fragment, u.RawFragment = "", ""
 		}
 		h.url = u.String()
-		h.title, h.snippet = searchText(h.title, 300, api), searchText(h.snippet, 500, api)
+		h.title, h.snippet = text(h.title, 300), text(h.snippet, 500)
 		if h.title == "" {
 			h.title = u.Host + u.Path
 		}
@@ -601,13 +600,6 @@ func searchTidy(hits []searchHit, n int, api bool) []searchHit {
 	return out
 }
 
-func searchText(s string, max int, markup bool) string {
-	if markup && strings.ContainsAny(s, "<&") {
-		s = parseHTML(s).textContent()
-	}
-	return searchCut(strings.Join(strings.Fields(s), " "), max)
-}
-
 func searchCut(s string, max int) string {
 	if r := []rune(s); len(r) > max {
 		return strings.TrimSpace(string(r[:max-1])) + "…"
@@ -615,8 +607,7 @@ func searchCut(s string, max int) string {
 	return s
 }
 
-// searchUnwrap turns an engine's click-tracking link into its target:
-// DuckDuckGo uddg=, Bing ck/a u=a1<base64url>, Yahoo /RU=…/RK=, Google /url?q=.
+// searchUnwrap turns a click-tracking link (DuckDuckGo, Bing ck/a, Yahoo /RU=, Google /url) into its target.
 func searchUnwrap(href string) string {
 	if _, ru, found := strings.Cut(href, "/RU="); found {
 		ru, _, _ = strings.Cut(ru, "/RK=")
@@ -646,9 +637,7 @@ func searchUnwrap(href string) string {
 var searchTrackingParams = map[string]bool{"fbclid": true, "gclid": true, "gclsrc": true, "dclid": true, "msclkid": true, "yclid": true,
 	"mc_cid": true, "mc_eid": true, "_ga": true, "_gl": true, "igshid": true, "ref": true, "ref_src": true, "spm": true}
 
-// searchURLKey folds what does not change the page a URL names: scheme,
-// host case, www., default ports, trailing slash, fragment, tracking
-// parameters and parameter order.
+// searchURLKey folds scheme, host case, www., default ports, trailing slash, fragment, tracking and parameter order.
 func searchURLKey(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
@@ -682,9 +671,12 @@ type searchResult struct {
 	best    int      // best rank any engine gave it
 }
 
-// searchMerge merges the engines' lists by URL and ranks them by reciprocal
-// rank fusion plus a bonus for every extra engine that agrees.
+// searchMerge merges the lists by URL, ranked by reciprocal rank fusion plus a bonus per agreeing engine.
 func searchMerge(outs []searchOutcome, max int) []searchResult {
+	truncated := func(s string) bool { return strings.HasSuffix(s, "...") || strings.HasSuffix(s, "…") }
+	useful := func(snippet, title string) bool { // says more than the title or a bare link
+		return snippet != "" && snippet != title && !strings.HasPrefix(snippet, "http")
+	}
 	byKey := map[string]*searchResult{}
 	var all []*searchResult
 	for _, o := range outs {
@@ -704,10 +696,10 @@ func searchMerge(outs []searchOutcome, max int) []searchResult {
 			if strings.HasPrefix(h.url, "https:") && !strings.HasPrefix(r.URL, "https:") {
 				r.URL = h.url
 			}
-			if searchTruncated(r.Title) && !searchTruncated(h.title) || searchTruncated(r.Title) == searchTruncated(h.title) && len(h.title) > len(r.Title) {
+			if truncated(r.Title) && !truncated(h.title) || truncated(r.Title) == truncated(h.title) && len(h.title) > len(r.Title) {
 				r.Title = h.title
 			}
-			if searchUseful(h) && (!searchUseful(searchHit{r.Title, r.URL, r.Snippet}) || len(h.snippet) > len(r.Snippet)) {
+			if useful(h.snippet, h.title) && (!useful(r.Snippet, r.Title) || len(h.snippet) > len(r.Snippet)) {
 				r.Snippet = h.snippet
 			}
 		}
@@ -726,22 +718,12 @@ func searchMerge(outs []searchOutcome, max int) []searchResult {
 	return out
 }
 
-func searchTruncated(s string) bool {
-	return strings.HasSuffix(s, "...") || strings.HasSuffix(s, "…")
-}
-
-// searchUseful: a snippet that says more than the title or a bare link.
-func searchUseful(h searchHit) bool {
-	return h.snippet != "" && h.snippet != h.title && !strings.HasPrefix(h.snippet, "http")
-}
-
 // searchConfigured reports whether a keyed engine has its keys; keyless ones always do.
 func searchConfigured(cfg *config, e *searchEngine) bool {
 	return !slices.ContainsFunc(e.keys, func(k string) bool { return strings.TrimSpace(cfg.str(k)) == "" })
 }
 
-// searchSelect picks the engines a call asks: names, else SEARCH_ENGINES,
-// else every configured engine.
+// searchSelect picks the engines a call asks: names, else SEARCH_ENGINES, else every configured engine.
 func searchSelect(cfg *config, names []string) ([]*searchEngine, error) {
 	if len(names) == 0 && strings.TrimSpace(cfg.str("SEARCH_ENGINES")) != "" {
 		names = strings.Split(cfg.str("SEARCH_ENGINES"), ",")
@@ -780,37 +762,23 @@ func (st *searchState) search(ctx context.Context, cfg *config, text string, eng
 	}
 	outs := make([]searchOutcome, len(engines))
 	ch := make(chan answer, len(engines))
-	waiting, now := 0, time.Now()
+	now := time.Now()
 	for i, e := range engines {
 		outs[i] = searchOutcome{Name: e.name, Status: "timed out", Detail: fmt.Sprintf("no answer within %v", timeout)}
 		base := strings.TrimRight(cmp.Or(cfg.str("SEARCH_URL_"+strings.ToUpper(e.name)), e.base, cfg.str("SEARXNG_URL")), "/")
-		st.mu.Lock()
-		rest := st.resting[e.name]
-		st.mu.Unlock()
-		u, err := url.Parse(base)
-		switch {
-		case !searchConfigured(cfg, e):
-			outs[i].Status, outs[i].Detail = "error", "not configured: set "+strings.Join(e.keys, " and ")
-		case now.Before(rest.until):
-			outs[i].Status, outs[i].Detail = "resting", rest.why+" "+searchAgo(now.Sub(rest.since))
-		case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
-			outs[i].Status, outs[i].Detail = "error", fmt.Sprintf("bad base URL %q", base)
-		default:
-			waiting++
-			q := &searchQuery{base: base, text: text, n: n, cfg: cfg, st: st}
-			go func() { // exits when the engine has answered or its timeout has ended
-				ectx, cancel := context.WithTimeout(ctx, timeout)
-				defer cancel()
-				defer func() { // a parser's panic must not take the server down
-					if p := recover(); p != nil {
-						ch <- answer{i, searchOutcome{Name: e.name, Status: "error", Detail: fmt.Sprintf("parser panic: %v", p)}}
-					}
-				}()
-				ch <- answer{i, st.ask(ectx, e, q, timeout)}
+		q := &searchQuery{base: base, text: text, n: n, cfg: cfg, st: st}
+		go func() { // exits when the engine has answered or its timeout has ended
+			ectx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			defer func() { // a parser's panic must not take the server down
+				if p := recover(); p != nil {
+					ch <- answer{i, searchOutcome{Name: e.name, Status: "error", Detail: fmt.Sprintf("parser panic: %v", p)}}
+				}
 			}()
-		}
+			ch <- answer{i, st.ask(ectx, e, q, timeout)}
+		}()
 	}
-	for ; waiting > 0; waiting-- {
+	for waiting := len(engines); waiting > 0; waiting-- {
 		select {
 		case a := <-ch:
 			outs[a.i] = a.o
@@ -861,7 +829,7 @@ func runWebSearch(ctx context.Context, c *toolCall) toolResult {
 	}
 	outs := srv.search.search(ctx, srv.cfg, query, engines, min(max(a.MaxResults, 10), 50))
 	results := searchMerge(outs, cmp.Or(a.MaxResults, 10))
-	var b, fates strings.Builder
+	var b strings.Builder
 	for i, r := range results {
 		fmt.Fprintf(&b, "%d. **%s**\n   %s\n", i+1, r.Title, r.URL)
 		if r.Snippet != "" {
@@ -872,23 +840,18 @@ func runWebSearch(ctx context.Context, c *toolCall) toolResult {
 	if len(results) == 0 {
 		b.WriteString("No results.\n\n")
 	}
-	failed := 0
-	for _, o := range outs {
-		fate := o.Status
-		switch {
-		case o.Status == "ok":
-			fate = fmt.Sprintf("ok (%d results)", o.Count)
-		case o.Detail != "":
-			fate += " (" + o.Detail + ")"
+	fates := make([]string, len(outs))
+	for i, o := range outs {
+		fates[i] = "- " + o.Name + ": " + o.Status
+		if o.Status == "ok" {
+			fates[i] += fmt.Sprintf(" (%d results)", o.Count)
+		} else if o.Detail != "" {
+			fates[i] += " (" + o.Detail + ")"
 		}
-		if o.Status != "ok" && o.Status != "empty" {
-			failed++
-		}
-		fmt.Fprintf(&fates, "- %s: %s\n", o.Name, fate)
 	}
-	res := textResult(b.String() + "Engines:\n" + strings.TrimRight(fates.String(), "\n"))
-	if failed == len(outs) {
-		res = errorResult("WebSearch: every engine failed:\n%s", strings.TrimRight(fates.String(), "\n"))
+	res := textResult(b.String() + "Engines:\n" + strings.Join(fates, "\n"))
+	if !slices.ContainsFunc(outs, func(o searchOutcome) bool { return o.Status == "ok" || o.Status == "empty" }) {
+		res = errorResult("WebSearch: every engine failed:\n%s", strings.Join(fates, "\n"))
 	}
 	res.structured = map[string]any{"results": results, "engines": outs}
 	return res
