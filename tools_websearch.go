@@ -380,7 +380,7 @@ func (r searchRecipe) read(_ *searchQuery, body []byte) ([]searchHit, bool, erro
 
 var searchSelectorPart = regexp.MustCompile(`[#.\[]?[^#.\[]+`) // tag, #id, .class or [attr=value]
 
-// searchAll returns the nodes below n that sel (alternatives a,b tried in order, each a descendant chain) matches.
+// searchAll returns the nodes below n that sel matches: comma-separated alternatives in order, each a descendant chain.
 func searchAll(n *htmlNode, sel string) []*htmlNode {
 	var out []*htmlNode
 	for _, alt := range strings.Split(sel, ",") {
