@@ -3,7 +3,7 @@
 // engine's fate reported. It uses tools_web.go's HTML tree for the HTML engines.
 //
 // Rules:
-//   - an engine is one row of searchEngines: a request builder and a parser;
+//   - an engine is one row of searchEngines: a request template and a parser;
 //     the HTML engines' parsers are recipes of selectors;
 //   - every answer is classified (status, captcha and consent markers) before
 //     it is parsed; an engine that was rate-limited, blocked or shown a captcha
@@ -22,12 +22,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
+	"regexp"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -38,7 +39,6 @@ const (
 	searchMaxBody        = 4 << 20
 	searchRRFK           = 60.0                 // reciprocal rank fusion: score = Σ 1/(k + rank)
 	searchAgreementBonus = 1 / (2 * searchRRFK) // per extra engine that found a result: half a first place
-	searchBrowserUA      = "Mozilla/5.0 (X11; Linux x86_64; rv:152.0) Gecko/20100101 Firefox/152.0"
 )
 
 var webSearchTool = toolDef{
@@ -92,7 +92,7 @@ type searchOutcome struct {
 	rest   time.Duration // the engine asked not to be called again for this long (Stack Exchange's backoff)
 }
 
-// searchFail is a failure already classified, such as a captcha on Startpage's home page.
+// searchFail is a failure already classified, such as a captcha page.
 type searchFail struct{ status, detail string }
 
 func (f *searchFail) Error() string { return f.status + ": " + f.detail }
@@ -105,195 +105,170 @@ type searchQuery struct {
 	st         *searchState
 }
 
-// searchEngine is one engine. Its request is a template: path (and body)
-// with $q, $n, $base and $CONFIG_KEY filled in; header lines whose
-// placeholders are empty are left out. Its answer is read by parse if set,
-// else as the JSON list at path list with item templates ($field of each
-// item; " || " separates fallbacks), else by recipe.
+// searchEngine is one engine: a request template (see request) and a parser.
 type searchEngine struct {
 	name, base string
 	keys       []string // configuration a keyed engine needs; it is off until all are set
 	api        bool     // a JSON or XML API: telson names itself instead of posing as a browser
-	method     string   // "" (GET), POST (a form) or JSON (a POST with a JSON body)
-	path, body string
-	header     string // "Name: value" lines
-	max        int    // most results one request may ask for; 0: no limit below 50
-	list       string
-	item       [3]string // title, url, snippet
-	recipe     searchRecipe
-	build      func(ctx context.Context, q *searchQuery) (*http.Request, error)
-	parse      func(q *searchQuery, body []byte) (hits []searchHit, listed bool, err error) // listed: a result list is there
+	path, body string   // a body makes a POST: JSON if it starts with {, else a form
+	header     string   // "Name: value" lines
+	max        int      // most results one request may ask for; 0: no limit below 50
+
+	prep func(ctx context.Context, q *searchQuery, vars map[string]string) error      // fetches more placeholders first
+	read func(q *searchQuery, body []byte) (hits []searchHit, listed bool, err error) // listed: a result list is there
 }
 
 // searchEngines is every engine; those without keys are the default set.
 var searchEngines = []searchEngine{
-	{name: "duckduckgo", base: "https://html.duckduckgo.com", method: "POST", path: "/html/", body: "q=$q&b=&kl=wt-wt",
+	{name: "duckduckgo", base: "https://html.duckduckgo.com", path: "/html/", body: "q=$q&b=&kl=wt-wt",
 		header: "Referer: $base/\nOrigin: $base\nSec-Fetch-Site: same-origin",
-		recipe: searchRecipe{list: "#links", item: "div.result", skip: "result--ad", link: "a.result__a", snippet: ".result__snippet"}},
+		read:   searchRecipe{list: "#links", item: "div.result", skip: "result--ad", link: "a.result__a", snippet: ".result__snippet"}.read},
 	{name: "brave", base: "https://search.brave.com", path: "/search?q=$q&source=web",
 		header: "Cookie: safesearch=moderate; useLocation=0; summarizer=0; country=us; ui_lang=en-us",
-		recipe: searchRecipe{list: "#results", item: "div[data-type=web]", link: "a", title: ".search-snippet-title,.snippet-title",
-			snippet: ".generic-snippet .content,.snippet-description", strip: "t-secondary"}},
+		read: searchRecipe{list: "#results", item: "div[data-type=web]", link: "a", title: ".search-snippet-title,.snippet-title",
+			snippet: ".generic-snippet .content,.snippet-description", strip: "t-secondary"}.read},
 	{name: "mojeek", base: "https://www.mojeek.com", path: "/search?q=$q&safe=0",
-		recipe: searchRecipe{list: "ul.results-standard", item: "ul.results-standard li", link: "a.ob,h2 a", title: "h2 a,a.title", snippet: "p.s"}},
-	{name: "startpage", base: "https://www.startpage.com", build: buildStartpage, parse: parseStartpage},
+		read: searchRecipe{list: "ul.results-standard", item: "ul.results-standard li", link: "a.ob,h2 a", title: "h2 a,a.title", snippet: "p.s"}.read},
+	{name: "startpage", base: "https://www.startpage.com", prep: searchStartpageToken, path: "/sp/search",
+		body: "query=$q&cat=web&t=device&sc=$sc&with_date=&abd=1&abe=1&qsr=all&qadf=moderate&language=english&lui=english", read: parseStartpage,
+		header: "Origin: $base\nReferer: $base/\nSec-Fetch-Site: same-origin\nCookie: preferences=date_timeEEEworldN1Ndisable_family_filterEEE0N1Nenable_post_methodEEE1N1NlanguageEEEenglishN1Nnum_of_resultsEEE10"},
 	{name: "bing", base: "https://www.bing.com", path: "/search?q=$q&mkt=en-US", header: "Cookie: _EDGE_CD=m=en-us&u=en-us; _EDGE_S=mkt=en-us&ui=en-us",
-		recipe: searchRecipe{list: "#b_results", item: "li.b_algo", link: "h2 a,a.tilk", title: "h2 a,.tptt",
-			snippet: ".b_caption p,.b_snippet,.b_lineclamp2,.b_lineclamp3,p", strip: "algoSlug_icon"}},
+		read: searchRecipe{list: "#b_results", item: "li.b_algo", link: "h2 a,a.tilk", title: "h2 a,.tptt",
+			snippet: ".b_caption p,.b_snippet,.b_lineclamp2,.b_lineclamp3,p", strip: "algoSlug_icon"}.read},
 	{name: "yahoo", base: "https://search.yahoo.com", path: "/search?p=$q&iscqry=", header: "Cookie: sB=v=1&vm=r&fl=1&vl=lang_en&pn=10&rw=new&userset=1",
-		recipe: searchRecipe{list: "#web", item: "div.algo-sr", link: ".compTitle a", title: ".compTitle h3", snippet: ".compText"}},
+		read: searchRecipe{list: "#web", item: "div.algo-sr", link: ".compTitle a", title: ".compTitle h3", snippet: ".compText"}.read},
 	{name: "wikipedia", base: "https://en.wikipedia.org", api: true, path: "/w/api.php?action=query&list=search&srsearch=$q&srlimit=$n&format=json&utf8=1",
-		list: "query.search", item: [3]string{"$title", "$base/wiki/$title_", "$snippet"}},
+		read: searchJSON{"query.search", "$title", "$base/wiki/$title_", "$snippet"}.read},
 	{name: "hackernews", base: "https://hn.algolia.com", api: true, path: "/api/v1/search?query=$q&tags=story&hitsPerPage=$n",
-		list: "hits", item: [3]string{"$title", "$url || https://news.ycombinator.com/item?id=$objectID",
-			"$points points, $num_comments comments: https://news.ycombinator.com/item?id=$objectID $story_text || $points points, $num_comments comments: https://news.ycombinator.com/item?id=$objectID"}},
+		read: searchJSON{"hits", "$title", "$url || https://news.ycombinator.com/item?id=$objectID",
+			"$points points, $num_comments comments: https://news.ycombinator.com/item?id=$objectID $story_text || $points points, $num_comments comments: https://news.ycombinator.com/item?id=$objectID"}.read},
 	{name: "stackoverflow", base: "https://api.stackexchange.com", api: true, path: "/2.3/search/advanced?order=desc&sort=relevance&q=$q&site=stackoverflow&pagesize=$n&page=1",
-		list: "items", item: [3]string{"$title", "$link", "$answer_count answers, score $score; tags: $tags"}},
+		read: searchJSON{"items", "$title", "$link", "$answer_count answers, score $score; tags: $tags"}.read},
 	{name: "github", base: "https://api.github.com", api: true, path: "/search/repositories?q=$q&per_page=$n",
 		header: "Accept: application/vnd.github+json\nX-GitHub-Api-Version: 2022-11-28\nAuthorization: Bearer $GITHUB_TOKEN",
-		list:   "items", item: [3]string{"$full_name", "$html_url", "$description ($stargazers_count stars, $language) || $description ($stargazers_count stars) || $stargazers_count stars"}},
+		read:   searchJSON{"items", "$full_name", "$html_url", "$description ($stargazers_count stars, $language) || $description ($stargazers_count stars) || $stargazers_count stars"}.read},
 	{name: "arxiv", base: "https://export.arxiv.org", api: true, path: "/api/query?search_query=all:$q&start=0&max_results=$n",
-		header: "Accept: application/atom+xml", parse: parseArxiv},
+		header: "Accept: application/atom+xml", read: parseArxiv},
 	{name: "braveapi", base: "https://api.search.brave.com", api: true, keys: []string{"BRAVE_API_KEY"}, max: 20,
 		path: "/res/v1/web/search?q=$q&count=$n&text_decorations=false", header: "X-Subscription-Token: $BRAVE_API_KEY",
-		list: "web.results", item: [3]string{"$title", "$url", "$description"}},
-	{name: "tavily", base: "https://api.tavily.com", api: true, keys: []string{"TAVILY_API_KEY"}, max: 20, method: "JSON",
+		read: searchJSON{"web.results", "$title", "$url", "$description"}.read},
+	{name: "tavily", base: "https://api.tavily.com", api: true, keys: []string{"TAVILY_API_KEY"}, max: 20,
 		path: "/search", body: `{"query":"$q","max_results":$n}`, header: "Authorization: Bearer $TAVILY_API_KEY",
-		list: "results", item: [3]string{"$title", "$url", "$content"}},
-	{name: "serper", base: "https://google.serper.dev", api: true, keys: []string{"SERPER_API_KEY"}, method: "JSON",
-		path: "/search", body: `{"q":"$q","num":$n}`, header: "X-API-KEY: $SERPER_API_KEY",
-		list: "organic", item: [3]string{"$title", "$link", "$snippet"}},
-	{name: "exa", base: "https://api.exa.ai", api: true, keys: []string{"EXA_API_KEY"}, method: "JSON",
+		read: searchJSON{"results", "$title", "$url", "$content"}.read},
+	{name: "serper", base: "https://google.serper.dev", api: true, keys: []string{"SERPER_API_KEY"},
+		path: "/search", body: `{"q":"$q","num":$n}`, header: "X-API-KEY: $SERPER_API_KEY", read: searchJSON{"organic", "$title", "$link", "$snippet"}.read},
+	{name: "exa", base: "https://api.exa.ai", api: true, keys: []string{"EXA_API_KEY"},
 		path: "/search", body: `{"query":"$q","type":"auto","numResults":$n,"contents":{"highlights":{"maxCharacters":500}}}`, header: "x-api-key: $EXA_API_KEY",
-		list: "results", item: [3]string{"$title", "$url", "$highlights"}},
+		read: searchJSON{"results", "$title", "$url", "$highlights"}.read},
 	{name: "google", base: "https://www.googleapis.com", api: true, keys: []string{"GOOGLE_API_KEY", "GOOGLE_CSE_ID"}, max: 10,
-		path: "/customsearch/v1?key=$GOOGLE_API_KEY&cx=$GOOGLE_CSE_ID&q=$q&num=$n", list: "items", item: [3]string{"$title", "$link", "$snippet"}},
+		path: "/customsearch/v1?key=$GOOGLE_API_KEY&cx=$GOOGLE_CSE_ID&q=$q&num=$n", read: searchJSON{"items", "$title", "$link", "$snippet"}.read},
 	{name: "searxng", api: true, keys: []string{"SEARXNG_URL"}, path: "/search?q=$q&format=json&pageno=1&safesearch=0", // base: SEARXNG_URL
-		list: "results", item: [3]string{"$title", "$url", "$content"}},
+		read: searchJSON{"results", "$title", "$url", "$content"}.read},
 }
 
-// searchExpand fills $name placeholders from get; of alternatives separated
-// by " || ", the first whose placeholders are all non-empty wins.
-func searchExpand(t string, get func(string) string) (string, bool) {
+var searchPlaceholder = regexp.MustCompile(`\$\w+`)
+
+// searchExpand fills $name placeholders from get; of " || " alternatives, the first with all filled wins.
+func searchExpand(t string, get func(string) string) (s string, ok bool) {
 	alts := strings.Split(t, " || ")
 	for k, alt := range alts {
-		var b strings.Builder
-		ok := true
-		for {
-			i := strings.IndexByte(alt, '$')
-			if i < 0 {
-				b.WriteString(alt)
-				break
-			}
-			j := i + 1
-			for j < len(alt) && (isASCIILetter(alt[j]) || alt[j] == '_' || alt[j] >= '0' && alt[j] <= '9') {
-				j++
-			}
-			v := get(alt[i+1 : j])
+		ok = true
+		s = searchPlaceholder.ReplaceAllStringFunc(alt, func(p string) string {
+			v := get(p[1:])
 			ok = ok && v != ""
-			b.WriteString(alt[:i] + v)
-			alt = alt[j:]
-		}
+			return v
+		})
 		if ok || k == len(alts)-1 {
-			return b.String(), ok
+			break
 		}
 	}
-	return "", false
+	return s, ok
 }
 
 // Headers every request starts with; an engine's own header lines come after and win.
 const (
-	searchBrowserHeader = "User-Agent: " + searchBrowserUA + "\nAccept: text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8\n" +
+	searchBrowserHeader = "User-Agent: Mozilla/5.0 (X11; Linux x86_64; rv:152.0) Gecko/20100101 Firefox/152.0\nAccept: text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8\n" +
 		"Accept-Language: en-US,en;q=0.9\nSec-Fetch-Dest: document\nSec-Fetch-Mode: navigate\nSec-Fetch-Site: none\nSec-Fetch-User: ?1\n"
 	searchAPIHeader = "User-Agent: telson/$version (+https://github.com/telsonhq/telson)\nAccept: application/json\n"
 )
 
-// request builds an engine's request from its templates. Accept-Encoding is
-// left to net/http, which asks for gzip and decodes it.
+// request fills an engine's templates with $q, $n, $base and $CONFIG_KEY; a header line
+// whose placeholders are empty is left out. net/http asks for gzip and decodes it.
 func (e *searchEngine) request(ctx context.Context, q *searchQuery) (*http.Request, error) {
-	if e.build != nil {
-		return e.build(ctx, q)
+	vars := map[string]string{"q": q.text, "n": strconv.Itoa(min(q.n, cmp.Or(e.max, q.n))), "base": q.base, "version": q.st.version}
+	if e.prep != nil {
+		if err := e.prep(ctx, q, vars); err != nil {
+			return nil, err
+		}
 	}
-	vars := map[string]string{"n": strconv.Itoa(min(q.n, cmp.Or(e.max, q.n))), "base": q.base, "version": q.st.version}
 	fill := func(t string, esc func(string) string) (string, bool) {
-		return searchExpand(t, func(name string) string {
-			if v, ok := vars[name]; ok {
-				return v
-			}
-			if name == "q" {
-				return esc(q.text)
-			}
-			return esc(q.cfg.str(name))
-		})
+		return searchExpand(t, func(name string) string { return esc(cmp.Or(vars[name], q.cfg.str(name))) })
 	}
-	method, ctype, esc, header := "GET", "", url.QueryEscape, searchBrowserHeader+e.header
-	switch e.method {
-	case "POST":
-		method, ctype = "POST", "application/x-www-form-urlencoded"
-	case "JSON":
-		method, ctype, esc = "POST", "application/json", func(s string) string { b, _ := json.Marshal(s); return string(b[1 : len(b)-1]) }
-	}
+	method, header, esc := "GET", searchBrowserHeader+e.header, url.QueryEscape
 	if e.api {
 		header = searchAPIHeader + e.header
 	}
+	switch {
+	case strings.HasPrefix(e.body, "{"):
+		method, header, esc = "POST", header+"\nContent-Type: application/json", func(s string) string { b, _ := json.Marshal(s); return string(b[1 : len(b)-1]) }
+	case e.body != "":
+		method, header = "POST", header+"\nContent-Type: application/x-www-form-urlencoded"
+	}
 	path, _ := fill(e.path, url.QueryEscape)
 	body, _ := fill(e.body, esc)
-	var hdr []string
-	for _, line := range strings.Split(header, "\n") {
-		if line, ok := fill(line, func(s string) string { return s }); ok && line != "" {
-			hdr = append(hdr, line)
-		}
-	}
-	return searchRequest(ctx, method, q.base+path, body, ctype, hdr)
-}
-
-// searchRequest builds a request with "Name: value" header lines.
-func searchRequest(ctx context.Context, method, u, body, ctype string, hdr []string) (*http.Request, error) {
-	req, err := http.NewRequestWithContext(ctx, method, u, strings.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, method, q.base+path, strings.NewReader(body))
 	if err != nil {
 		return nil, fmt.Errorf("request: %w", err)
 	}
-	if ctype != "" {
-		req.Header.Set("Content-Type", ctype)
-	}
-	for _, h := range hdr {
-		k, v, _ := strings.Cut(h, ": ")
-		req.Header.Set(k, v)
+	for _, line := range strings.Split(header, "\n") {
+		if line, ok := fill(line, func(s string) string { return s }); ok && line != "" {
+			k, v, _ := strings.Cut(line, ": ")
+			req.Header.Set(k, v)
+		}
 	}
 	return req, nil
 }
 
-// read parses an engine's answer.
-func (e *searchEngine) read(q *searchQuery, body []byte) ([]searchHit, bool, error) {
-	if e.parse != nil {
-		return e.parse(q, body)
+// searchStartpageToken reads from Startpage's home page the sc token its search form posts.
+func searchStartpageToken(ctx context.Context, q *searchQuery, vars map[string]string) error {
+	home, err := (&searchEngine{path: "/"}).request(ctx, q)
+	if err != nil {
+		return err
 	}
-	if e.list == "" {
-		return e.recipe.parse(body)
+	body, err := q.st.get(home, false)
+	if err != nil {
+		return err
 	}
+	if sc := searchFirst(parseHTML(string(body)), "input[name=sc]"); sc != nil && sc.attr("value") != "" {
+		vars["sc"] = sc.attr("value")
+		return nil
+	}
+	return &searchFail{"blocked", "no sc token on the home page"}
+}
+
+// searchJSON reads the JSON list at path list with item templates ($field of each item, $base).
+type searchJSON struct{ list, title, url, snippet string }
+
+func (j searchJSON) read(q *searchQuery, body []byte) ([]searchHit, bool, error) {
 	var v any
 	if err := json.Unmarshal(body, &v); err != nil {
 		return nil, false, fmt.Errorf("bad JSON: %w", err)
 	}
-	items, _ := searchPath(v, e.list).([]any)
+	items, _ := searchPath(v, j.list).([]any)
 	var hits []searchHit
 	for _, it := range items {
-		m, _ := it.(map[string]any)
 		field := func(name string) string {
 			if name == "base" {
 				return q.base
 			}
-			s := searchString(m[strings.TrimSuffix(name, "_")])
+			s := searchString(searchPath(it, strings.TrimSuffix(name, "_")))
 			if strings.HasSuffix(name, "_") { // a title made a wiki path
 				s = strings.ReplaceAll(s, " ", "_")
 			}
 			return s
 		}
-		var h [3]string
-		for i, t := range e.item {
-			h[i], _ = searchExpand(t, field)
-		}
-		hits = append(hits, searchHit{h[0], h[1], h[2]})
+		fill := func(t string) string { s, _ := searchExpand(t, field); return s }
+		hits = append(hits, searchHit{fill(j.title), fill(j.url), fill(j.snippet)})
 	}
 	return hits, items != nil, nil
 }
@@ -307,6 +282,7 @@ func searchPath(v any, path string) any {
 	return v
 }
 
+// searchString is a JSON value as text; a list of phrases is joined with " … ", of words with ", ".
 func searchString(v any) string {
 	switch x := v.(type) {
 	case string:
@@ -314,53 +290,30 @@ func searchString(v any) string {
 	case float64:
 		return strconv.FormatFloat(x, 'f', -1, 64)
 	case []any:
-		var parts []string
-		for _, p := range x {
-			parts = append(parts, searchString(p))
+		parts := make([]string, len(x))
+		for i, p := range x {
+			parts[i] = searchString(p)
 		}
-		if sep := ", "; len(parts) > 0 {
-			if strings.Contains(parts[0], " ") {
-				sep = " … "
-			}
-			return strings.Join(parts, sep)
+		if len(parts) > 0 && strings.Contains(parts[0], " ") {
+			return strings.Join(parts, " … ")
 		}
+		return strings.Join(parts, ", ")
 	}
 	return ""
 }
 
-// buildStartpage fetches the home page for its sc token, then posts the search.
-func buildStartpage(ctx context.Context, q *searchQuery) (*http.Request, error) {
-	browser := strings.Split(strings.TrimSpace(searchBrowserHeader), "\n")
-	home, err := searchRequest(ctx, "GET", q.base+"/", "", "", browser)
-	if err != nil {
-		return nil, err
-	}
-	body, err := q.st.get(home, false)
-	if err != nil {
-		return nil, err
-	}
-	sc := searchFirst(parseHTML(string(body)), "input[name=sc]")
-	if sc == nil || sc.attr("value") == "" {
-		return nil, &searchFail{"blocked", "no sc token on the home page"}
-	}
-	form := url.Values{"query": {q.text}, "cat": {"web"}, "t": {"device"}, "sc": {sc.attr("value")}, "with_date": {""}, "abd": {"1"},
-		"abe": {"1"}, "qsr": {"all"}, "qadf": {"moderate"}, "language": {"english"}, "lui": {"english"}}
-	return searchRequest(ctx, "POST", q.base+"/sp/search", form.Encode(), "application/x-www-form-urlencoded", append(browser, "Origin: "+q.base,
-		"Referer: "+q.base+"/", "Sec-Fetch-Site: same-origin",
-		"Cookie: preferences=date_timeEEEworldN1Ndisable_family_filterEEE0N1Nenable_post_methodEEE1N1NlanguageEEEenglishN1Nnum_of_resultsEEE10"))
-}
-
 // parseStartpage reads the results data the page hands to its script, or else its HTML.
-func parseStartpage(_ *searchQuery, body []byte) ([]searchHit, bool, error) {
-	s := string(body)
-	i := strings.Index(s, "UIStartpage.AppSerpWeb")
-	if i < 0 || strings.IndexByte(s[i:], '{') < 0 {
-		return searchRecipe{list: ".w-gl", item: "div.result", link: "a.result-link", title: "h2", snippet: "p.description"}.parse(body)
+func parseStartpage(q *searchQuery, body []byte) ([]searchHit, bool, error) {
+	_, data, _ := strings.Cut(string(body), "UIStartpage.AppSerpWeb")
+	i := strings.IndexByte(data, '{')
+	if i < 0 {
+		return searchRecipe{list: ".w-gl", item: "div.result", link: "a.result-link", title: "h2", snippet: "p.description"}.read(q, body)
 	}
 	var v any
-	if err := json.NewDecoder(strings.NewReader(s[i+strings.IndexByte(s[i:], '{'):])).Decode(&v); err != nil {
+	if err := json.NewDecoder(strings.NewReader(data[i:])).Decode(&v); err != nil {
 		return nil, false, fmt.Errorf("bad results data: %w", err)
 	}
+	text := func(r any, key string) string { return parseHTML(searchString(searchPath(r, key))).textContent() }
 	var hits []searchHit
 	mainline, _ := searchPath(v, "render.presenter.regions.mainline").([]any)
 	for _, m := range mainline {
@@ -369,11 +322,11 @@ func parseStartpage(_ *searchQuery, body []byte) ([]searchHit, bool, error) {
 			if searchPath(m, "display_type") != "web-google" {
 				break
 			}
-			d := parseHTML(searchString(searchPath(r, "description"))).textContent()
+			d := text(r, "description")
 			if j := strings.Index(d, " ... "); j >= 0 && j < 20 { // a date: "2 Sep 2014 ... ", "5 days ago ... "
 				d = d[j+5:]
 			}
-			hits = append(hits, searchHit{parseHTML(searchString(searchPath(r, "title"))).textContent(), searchString(searchPath(r, "clickUrl")), d})
+			hits = append(hits, searchHit{text(r, "title"), searchString(searchPath(r, "clickUrl")), d})
 		}
 	}
 	return hits, true, nil
@@ -405,42 +358,45 @@ type searchRecipe struct {
 	strip                            string // class of elements left out of snippets (dates, icons)
 }
 
-func (r searchRecipe) parse(body []byte) ([]searchHit, bool, error) {
+func (r searchRecipe) read(_ *searchQuery, body []byte) ([]searchHit, bool, error) {
 	doc := parseHTML(string(body))
 	var hits []searchHit
 	for _, it := range searchAll(doc, r.item) {
-		a := searchFirst(it, r.link)
-		if a == nil || (r.skip != "" && it.hasClass(r.skip)) {
+		a, t, s := searchFirst(it, r.link), searchFirst(it, r.title), searchFirst(it, r.snippet)
+		if a == nil || it.hasClass(r.skip) {
 			continue
 		}
-		t := a
-		if x := searchFirst(it, r.title); x != nil {
-			t = x
+		h := searchHit{title: cmp.Or(t, a).textContent(), url: a.attr("href")}
+		if s != nil {
+			for _, x := range s.findAll(func(c *htmlNode) bool { return c.hasClass(r.strip) }) {
+				x.children = nil // the tree is this parse's own
+			}
+			h.snippet = s.textContent()
 		}
-		hits = append(hits, searchHit{t.textContent(), a.attr("href"), searchStrip(searchFirst(it, r.snippet), r.strip)})
+		hits = append(hits, h)
 	}
 	return hits, searchFirst(doc, r.list) != nil, nil
 }
 
-// searchAll returns the nodes below n that sel matches. sel is a small CSS
-// subset: comma-separated alternatives, tried in order, each a descendant
-// chain of simple selectors tag#id.class[attr=value].
+var searchSelectorPart = regexp.MustCompile(`[#.\[]?[^#.\[]+`) // tag, #id, .class or [attr=value]
+
+// searchAll returns the nodes below n that sel matches: comma-separated alternatives in order, each a descendant chain.
 func searchAll(n *htmlNode, sel string) []*htmlNode {
 	var out []*htmlNode
 	for _, alt := range strings.Split(sel, ",") {
 		steps := strings.Fields(alt)
-		if len(steps) == 0 {
-			continue
-		}
 		nodes := []*htmlNode{n}
 		for _, step := range steps {
+			parts := searchSelectorPart.FindAllString(step, -1)
 			var next []*htmlNode
 			for _, p := range nodes {
-				next = append(next, p.findAll(func(c *htmlNode) bool { return searchMatch(c, step) })...)
+				next = append(next, p.findAll(func(c *htmlNode) bool { return searchMatch(c, parts) })...)
 			}
 			nodes = next
 		}
-		out = append(out, nodes...)
+		if len(steps) > 0 {
+			out = append(out, nodes...)
+		}
 	}
 	return out
 }
@@ -452,48 +408,19 @@ func searchFirst(n *htmlNode, sel string) *htmlNode {
 	return nil
 }
 
-// searchMatch reports whether element n matches one simple selector.
-func searchMatch(n *htmlNode, sel string) bool {
-	if n.tag == "" {
-		return false
-	}
-	i := strings.IndexAny(sel, "#.[")
-	if i < 0 {
-		i = len(sel)
-	}
-	if sel[:i] != "" && sel[:i] != n.tag {
-		return false
-	}
-	for rest := sel[i:]; rest != ""; {
-		j := strings.IndexAny(rest[1:], "#.[") + 1
-		if j == 0 {
-			j = len(rest)
-		}
-		part := rest[:j]
-		rest = rest[j:]
-		k, v, _ := strings.Cut(strings.Trim(part[1:], "]"), "=")
-		if part[0] == '#' && n.attr("id") != part[1:] || part[0] == '.' && !n.hasClass(part[1:]) || part[0] == '[' && n.attr(k) != v {
+// searchMatch reports whether element n matches every part of one simple selector.
+func searchMatch(n *htmlNode, parts []string) bool {
+	for _, p := range parts {
+		k, v, _ := strings.Cut(strings.Trim(p[1:], "]"), "=")
+		if p[0] == '#' && n.attr("id") != p[1:] || p[0] == '.' && !n.hasClass(p[1:]) || p[0] == '[' && n.attr(k) != v ||
+			isASCIILetter(p[0]) && n.tag != p {
 			return false
 		}
 	}
-	return true
+	return n.tag != ""
 }
 
-// searchStrip is n's text without the elements of class strip.
-func searchStrip(n *htmlNode, strip string) string {
-	if n == nil {
-		return ""
-	}
-	if strip != "" {
-		for _, x := range n.findAll(func(c *htmlNode) bool { return c.hasClass(strip) }) {
-			x.children = nil // the tree is this parse's own
-		}
-	}
-	return n.textContent()
-}
-
-// searchState is what WebSearch keeps across calls and sessions: one HTTP
-// client (keep-alive, cookies) and the engines that are resting.
+// searchState is what WebSearch keeps across calls and sessions: an HTTP client and the resting engines.
 type searchState struct {
 	client  *http.Client
 	version string // telson's, for the API engines' User-Agent
@@ -509,12 +436,19 @@ type searchRest struct {
 
 func newSearchState(version string) *searchState {
 	jar, _ := cookiejar.New(nil)
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	return &searchState{client: &http.Client{Jar: jar, Transport: tr}, resting: map[string]searchRest{}, version: version}
+	client := &http.Client{Jar: jar, Transport: http.DefaultTransport.(*http.Transport).Clone()} // its own idle connections
+	return &searchState{client: client, resting: map[string]searchRest{}, version: version}
 }
 
-// get sends req and reads at most searchMaxBody of the answer; an answer
-// classified as a failure is a *searchFail.
+// Anti-bot markers: captcha marks are checked on every HTML answer, the words only on pages without results.
+var (
+	searchCaptchaMarks = []string{`id="challenge-form"`, "anomaly-modal", "<title>captcha", "altcha.js", "/sp/captcha",
+		"__cf_chl_", "/cdn-cgi/challenge-platform/", "google.com/recaptcha", `id="b_captcha"`, `class="b_captcha"`, "captcha-wrap"}
+	searchBotWords  = []string{"verify you are human", "unusual traffic", "automated queries", "are you a robot", "bots use duckduckgo too", "non-javascript site"}
+	searchNoneWords = []string{"no results found", "no results for", "no pages found", "did not match any", "there are no results"}
+)
+
+// get sends req and reads the answer; one its final URL, status or markers show to fail is a *searchFail.
 func (st *searchState) get(req *http.Request, api bool) ([]byte, error) {
 	resp, err := st.client.Do(req)
 	if err != nil {
@@ -525,58 +459,35 @@ func (st *searchState) get(req *http.Request, api bool) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read: %w", err)
 	}
-	if status, detail := searchClassify(resp, body, api); status != "" {
-		return nil, &searchFail{status, detail}
+	low, code := searchLower(body), resp.StatusCode
+	page := strings.ToLower(resp.Request.URL.Host + resp.Request.URL.Path)
+	failed, why := code < 200 || code >= 300, fmt.Sprintf("HTTP %d", code)
+	if failed && searchAPIMessage(body) != "" {
+		why += ": " + searchAPIMessage(body)
+	}
+	htmlPage := !api || strings.HasPrefix(strings.TrimSpace(low), "<!doctype html") || strings.HasPrefix(strings.TrimSpace(low), "<html")
+	switch {
+	case strings.Contains(page, "captcha") || strings.Contains(page, "/sorry"):
+		return nil, &searchFail{"captcha", "sent to " + resp.Request.URL.Path}
+	case strings.Contains(page, "consent") || strings.Contains(page, "guce."):
+		return nil, &searchFail{"blocked", "consent page"}
+	case htmlPage && searchContains(low, searchCaptchaMarks):
+		return nil, &searchFail{"captcha", "challenge page"}
+	case code == 429 || code == 202 || code >= 400 && searchContains(low, []string{"rate limit", "throttle"}):
+		return nil, &searchFail{"rate-limited", why}
+	case code == 402 || code == 403:
+		return nil, &searchFail{"blocked", why}
+	case failed:
+		return nil, &searchFail{"error", why}
 	}
 	return body, nil
 }
 
-// Markers of anti-bot pages: strong ones are checked on every HTML answer,
-// weak ones (and "no results" words) only when a page gave no results.
-var (
-	searchCaptchaMarks = []string{`id="challenge-form"`, "anomaly-modal", "<title>captcha", "altcha.js", "/sp/captcha",
-		"__cf_chl_", "/cdn-cgi/challenge-platform/", "google.com/recaptcha", `id="b_captcha"`, `class="b_captcha"`, "captcha-wrap"}
-	searchBotWords  = []string{"verify you are human", "unusual traffic", "automated queries", "are you a robot", "bots use duckduckgo too", "non-javascript site"}
-	searchNoneWords = []string{"no results found", "no results for", "no pages found", "did not match any", "there are no results"}
-)
-
-// searchClassify names a failed answer by its final URL, its status and its
-// markers; "" means the answer is to be parsed.
-func searchClassify(resp *http.Response, body []byte, api bool) (status, detail string) {
-	low := strings.ToLower(string(body[:min(len(body), 512<<10)]))
-	page := strings.ToLower(resp.Request.URL.Host + resp.Request.URL.Path)
-	code := resp.StatusCode
-	failed := code < 200 || code >= 300
-	why := fmt.Sprintf("HTTP %d", code)
-	if failed && searchAPIMessage(body) != "" {
-		why += ": " + searchAPIMessage(body)
-	}
-	trimmed := strings.TrimSpace(low)
-	htmlPage := !api || strings.HasPrefix(trimmed, "<!doctype html") || strings.HasPrefix(trimmed, "<html")
-	switch {
-	case strings.Contains(page, "captcha") || strings.Contains(page, "/sorry"):
-		return "captcha", "sent to " + resp.Request.URL.Path
-	case strings.Contains(page, "consent") || strings.Contains(page, "guce."):
-		return "blocked", "consent page"
-	case htmlPage && searchContains(low, searchCaptchaMarks):
-		return "captcha", "challenge page"
-	case code == 429 || code == 202 || code >= 400 && searchContains(low, []string{"rate limit", "throttle"}):
-		return "rate-limited", why
-	case code == 402 || code == 403:
-		return "blocked", why
-	case failed:
-		return "error", why
-	}
-	return "", ""
-}
+// searchLower is the start of body in lower case, for markers.
+func searchLower(body []byte) string { return strings.ToLower(string(body[:min(len(body), 512<<10)])) }
 
 func searchContains(s string, words []string) bool {
-	for _, w := range words {
-		if strings.Contains(s, w) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(words, func(w string) bool { return strings.Contains(s, w) })
 }
 
 // searchAPIMessage digs an error message out of a JSON error answer.
@@ -589,12 +500,10 @@ func searchAPIMessage(body []byte) string {
 		m, _ := v.(map[string]any)
 		v = nil
 		for _, k := range []string{"message", "error_message", "error", "detail"} {
-			switch x := m[k].(type) {
-			case string:
-				if x != "" {
-					return searchCut(x, 160)
-				}
-			case map[string]any:
+			if s, _ := m[k].(string); s != "" {
+				return searchCut(s, 160)
+			}
+			if x, ok := m[k].(map[string]any); ok {
 				v = x
 			}
 		}
@@ -602,27 +511,39 @@ func searchAPIMessage(body []byte) string {
 	return ""
 }
 
-// ask asks one engine and reads its answer.
+// ask asks one engine, unless it is not configured, resting or has a bad base URL, and reads its answer.
 func (st *searchState) ask(ctx context.Context, e *searchEngine, q *searchQuery, timeout time.Duration) searchOutcome {
 	o := searchOutcome{Name: e.name}
-	req, err := e.request(ctx, q)
+	st.mu.Lock()
+	rest := st.resting[e.name]
+	st.mu.Unlock()
+	u, err := url.Parse(q.base)
 	var body []byte
-	if err == nil {
-		body, err = st.get(req, e.api)
-	}
-	var sf *searchFail
-	var ue *url.Error
 	switch {
-	case errors.As(err, &sf):
-		o.Status, o.Detail = sf.status, sf.detail
-	case err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
-		o.Status, o.Detail = "timed out", fmt.Sprintf("no answer within %v", timeout)
-	case err != nil && errors.As(err, &ue):
-		o.Status, o.Detail = "error", ue.Err.Error()
-	case err != nil:
-		o.Status, o.Detail = "error", err.Error()
+	case !searchConfigured(q.cfg, e):
+		err = &searchFail{"error", "not configured: set " + strings.Join(e.keys, " and ")}
+	case time.Now().Before(rest.until):
+		err = &searchFail{"resting", rest.why + " " + searchAgo(time.Since(rest.since))}
+	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+		err = &searchFail{"error", fmt.Sprintf("bad base URL %q", q.base)}
+	default:
+		var req *http.Request
+		if req, err = e.request(ctx, q); err == nil {
+			body, err = st.get(req, e.api)
+		}
 	}
 	if err != nil {
+		var sf *searchFail
+		var ue *url.Error
+		o.Status, o.Detail = "error", err.Error()
+		switch {
+		case errors.As(err, &sf):
+			o.Status, o.Detail = sf.status, sf.detail
+		case errors.Is(ctx.Err(), context.DeadlineExceeded):
+			o.Status, o.Detail = "timed out", fmt.Sprintf("no answer within %v", timeout)
+		case errors.As(err, &ue):
+			o.Detail = ue.Err.Error()
+		}
 		return o
 	}
 	hits, listed, err := e.read(q, body)
@@ -631,8 +552,7 @@ func (st *searchState) ask(ctx context.Context, e *searchEngine, q *searchQuery,
 	if e.api && json.Unmarshal(body, &bo) == nil && bo.Backoff > 0 {
 		o.rest = time.Duration(bo.Backoff * float64(time.Second))
 	}
-	low := strings.ToLower(string(body[:min(len(body), 512<<10)]))
-	switch {
+	switch low := searchLower(body); {
 	case err != nil:
 		o.Status, o.Detail = "error", err.Error()
 	case len(hits) > 0:
@@ -647,14 +567,19 @@ func (st *searchState) ask(ctx context.Context, e *searchEngine, q *searchQuery,
 	return o
 }
 
-// searchTidy unwraps redirect links, drops ads and what is not a web page,
-// and makes titles and snippets plain, bounded text.
+// searchTidy unwraps redirect links, drops ads and non-web links, and makes titles and snippets plain text.
 func searchTidy(hits []searchHit, n int, api bool) []searchHit {
+	text := func(s string, max int) string {
+		if api && strings.ContainsAny(s, "<&") {
+			s = parseHTML(s).textContent()
+		}
+		return searchCut(strings.Join(strings.Fields(s), " "), max)
+	}
 	var out []searchHit
 	for _, h := range hits {
-		h.url = searchUnwrap(strings.TrimSpace(h.url))
-		u, err := url.Parse(h.url)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || searchIsAd(u) {
+		u, err := url.Parse(searchUnwrap(strings.TrimSpace(h.url)))
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Query().Get("ad_domain") != "" ||
+			searchContains(strings.ToLower(u.Host+u.Path), []string{"duckduckgo.com/y.js", "duckduckgo.com/l/", "bing.com/aclick", "bing.com/ck/a", "r.search.yahoo.com/"}) {
 			continue
 		}
 		if q := u.Query(); searchDropTracking(q) {
@@ -664,7 +589,7 @@ func searchTidy(hits []searchHit, n int, api bool) []searchHit {
 			u.Fragment, u.RawFragment = "", ""
 		}
 		h.url = u.String()
-		h.title, h.snippet = searchText(h.title, 300, api), searchText(h.snippet, 500, api)
+		h.title, h.snippet = text(h.title, 300), text(h.snippet, 500)
 		if h.title == "" {
 			h.title = u.Host + u.Path
 		}
@@ -675,13 +600,6 @@ func searchTidy(hits []searchHit, n int, api bool) []searchHit {
 	return out
 }
 
-func searchText(s string, max int, markup bool) string {
-	if markup && strings.ContainsAny(s, "<&") {
-		s = parseHTML(s).textContent()
-	}
-	return searchCut(strings.Join(strings.Fields(s), " "), max)
-}
-
 func searchCut(s string, max int) string {
 	if r := []rune(s); len(r) > max {
 		return strings.TrimSpace(string(r[:max-1])) + "…"
@@ -689,21 +607,11 @@ func searchCut(s string, max int) string {
 	return s
 }
 
-func searchIsAd(u *url.URL) bool {
-	p := strings.ToLower(u.Host + u.Path)
-	return u.Query().Get("ad_domain") != "" || searchContains(p, []string{"duckduckgo.com/y.js", "duckduckgo.com/l/", "bing.com/aclick", "bing.com/ck/a", "r.search.yahoo.com/"})
-}
-
-// searchUnwrap turns an engine's click-tracking link into its target:
-// DuckDuckGo uddg=, Bing ck/a u=a1<base64url>, Yahoo /RU=…/RK=, Google /url?q=.
+// searchUnwrap turns a click-tracking link (DuckDuckGo, Bing ck/a, Yahoo /RU=, Google /url) into its target.
 func searchUnwrap(href string) string {
-	if i := strings.Index(href, "/RU="); i >= 0 {
-		ru := href[i+4:]
-		for _, end := range []string{"/RK=", "/RS="} {
-			if j := strings.Index(ru, end); j >= 0 {
-				ru = ru[:j]
-			}
-		}
+	if _, ru, found := strings.Cut(href, "/RU="); found {
+		ru, _, _ = strings.Cut(ru, "/RK=")
+		ru, _, _ = strings.Cut(ru, "/RS=")
 		if s, err := url.PathUnescape(ru); err == nil {
 			return s
 		}
@@ -729,9 +637,7 @@ func searchUnwrap(href string) string {
 var searchTrackingParams = map[string]bool{"fbclid": true, "gclid": true, "gclsrc": true, "dclid": true, "msclkid": true, "yclid": true,
 	"mc_cid": true, "mc_eid": true, "_ga": true, "_gl": true, "igshid": true, "ref": true, "ref_src": true, "spm": true}
 
-// searchURLKey folds what does not change the page a URL names: scheme,
-// host case, www., default ports, trailing slash, fragment, tracking
-// parameters and parameter order.
+// searchURLKey folds scheme, host case, www., default ports, trailing slash, fragment, tracking and parameter order.
 func searchURLKey(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
@@ -746,14 +652,13 @@ func searchURLKey(raw string) string {
 	return host + strings.TrimSuffix(u.Path, "/") + "?" + q.Encode()
 }
 
-func searchDropTracking(q url.Values) (dropped bool) {
-	for k := range q {
-		if strings.HasPrefix(k, "utm_") || searchTrackingParams[strings.ToLower(k)] {
-			delete(q, k)
-			dropped = true
-		}
-	}
-	return dropped
+// searchDropTracking deletes q's tracking parameters and reports whether there were any.
+func searchDropTracking(q url.Values) bool {
+	n := len(q)
+	maps.DeleteFunc(q, func(k string, _ []string) bool {
+		return strings.HasPrefix(k, "utm_") || searchTrackingParams[strings.ToLower(k)]
+	})
+	return len(q) < n
 }
 
 // searchResult is one merged result.
@@ -766,9 +671,12 @@ type searchResult struct {
 	best    int      // best rank any engine gave it
 }
 
-// searchMerge merges the engines' lists by URL and ranks them by reciprocal
-// rank fusion plus a bonus for every extra engine that agrees.
+// searchMerge merges the lists by URL, ranked by reciprocal rank fusion plus a bonus per agreeing engine.
 func searchMerge(outs []searchOutcome, max int) []searchResult {
+	truncated := func(s string) bool { return strings.HasSuffix(s, "...") || strings.HasSuffix(s, "…") }
+	useful := func(snippet, title string) bool { // says more than the title or a bare link
+		return snippet != "" && snippet != title && !strings.HasPrefix(snippet, "http")
+	}
 	byKey := map[string]*searchResult{}
 	var all []*searchResult
 	for _, o := range outs {
@@ -788,10 +696,10 @@ func searchMerge(outs []searchOutcome, max int) []searchResult {
 			if strings.HasPrefix(h.url, "https:") && !strings.HasPrefix(r.URL, "https:") {
 				r.URL = h.url
 			}
-			if searchTruncated(r.Title) && !searchTruncated(h.title) || searchTruncated(r.Title) == searchTruncated(h.title) && len(h.title) > len(r.Title) {
+			if truncated(r.Title) && !truncated(h.title) || truncated(r.Title) == truncated(h.title) && len(h.title) > len(r.Title) {
 				r.Title = h.title
 			}
-			if searchUseful(h) && (!searchUseful(searchHit{r.Title, r.URL, r.Snippet}) || len(h.snippet) > len(r.Snippet)) {
+			if useful(h.snippet, h.title) && (!useful(r.Snippet, r.Title) || len(h.snippet) > len(r.Snippet)) {
 				r.Snippet = h.snippet
 			}
 		}
@@ -799,45 +707,23 @@ func searchMerge(outs []searchOutcome, max int) []searchResult {
 	for _, r := range all {
 		r.Score += float64(len(r.Engines)-1) * searchAgreementBonus
 	}
-	sort.Slice(all, func(i, j int) bool {
-		a, b := all[i], all[j]
-		if a.Score != b.Score {
-			return a.Score > b.Score
-		}
-		if a.best != b.best {
-			return a.best < b.best
-		}
-		return a.URL < b.URL
+	slices.SortFunc(all, func(a, b *searchResult) int {
+		return cmp.Or(cmp.Compare(b.Score, a.Score), cmp.Compare(a.best, b.best), strings.Compare(a.URL, b.URL))
 	})
-	out := make([]searchResult, 0, min(len(all), max))
-	for _, r := range all[:min(len(all), max)] {
-		r.Score = math.Round(r.Score*1e5) / 1e5
-		out = append(out, *r)
+	out := make([]searchResult, min(len(all), max))
+	for i := range out {
+		all[i].Score = math.Round(all[i].Score*1e5) / 1e5
+		out[i] = *all[i]
 	}
 	return out
 }
 
-func searchTruncated(s string) bool {
-	return strings.HasSuffix(s, "...") || strings.HasSuffix(s, "…")
-}
-
-// searchUseful: a snippet that says more than the title or a bare link.
-func searchUseful(h searchHit) bool {
-	return h.snippet != "" && h.snippet != h.title && !strings.HasPrefix(h.snippet, "http")
-}
-
 // searchConfigured reports whether a keyed engine has its keys; keyless ones always do.
 func searchConfigured(cfg *config, e *searchEngine) bool {
-	for _, k := range e.keys {
-		if strings.TrimSpace(cfg.str(k)) == "" {
-			return false
-		}
-	}
-	return true
+	return !slices.ContainsFunc(e.keys, func(k string) bool { return strings.TrimSpace(cfg.str(k)) == "" })
 }
 
-// searchSelect picks the engines a call asks: names, else SEARCH_ENGINES,
-// else every configured engine.
+// searchSelect picks the engines a call asks: names, else SEARCH_ENGINES, else every configured engine.
 func searchSelect(cfg *config, names []string) ([]*searchEngine, error) {
 	if len(names) == 0 && strings.TrimSpace(cfg.str("SEARCH_ENGINES")) != "" {
 		names = strings.Split(cfg.str("SEARCH_ENGINES"), ",")
@@ -868,7 +754,6 @@ func searchSelect(cfg *config, names []string) ([]*searchEngine, error) {
 // search asks every engine at once and returns their outcomes in engine order.
 func (st *searchState) search(ctx context.Context, cfg *config, text string, engines []*searchEngine, n int) []searchOutcome {
 	timeout := time.Duration(max(cfg.int("SEARCH_TIMEOUT_MS"), 1)) * time.Millisecond
-	backoff := time.Duration(cfg.int("SEARCH_BACKOFF_MS")) * time.Millisecond
 	ctx, cancel := context.WithTimeout(ctx, timeout+time.Second) // the overall deadline; engines time out first
 	defer cancel()
 	type answer struct {
@@ -877,38 +762,23 @@ func (st *searchState) search(ctx context.Context, cfg *config, text string, eng
 	}
 	outs := make([]searchOutcome, len(engines))
 	ch := make(chan answer, len(engines))
-	waiting := 0
 	now := time.Now()
 	for i, e := range engines {
 		outs[i] = searchOutcome{Name: e.name, Status: "timed out", Detail: fmt.Sprintf("no answer within %v", timeout)}
 		base := strings.TrimRight(cmp.Or(cfg.str("SEARCH_URL_"+strings.ToUpper(e.name)), e.base, cfg.str("SEARXNG_URL")), "/")
-		st.mu.Lock()
-		rest, resting := st.resting[e.name]
-		st.mu.Unlock()
-		u, err := url.Parse(base)
-		switch {
-		case !searchConfigured(cfg, e):
-			outs[i].Status, outs[i].Detail = "error", "not configured: set "+strings.Join(e.keys, " and ")
-		case resting && now.Before(rest.until):
-			outs[i].Status, outs[i].Detail = "resting", rest.why+" "+searchAgo(now.Sub(rest.since))
-		case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
-			outs[i].Status, outs[i].Detail = "error", fmt.Sprintf("bad base URL %q", base)
-		default:
-			waiting++
-			q := &searchQuery{base: base, text: text, n: n, cfg: cfg, st: st}
-			go func(i int, e *searchEngine) { // exits when the engine has answered or its timeout has ended
-				ectx, cancel := context.WithTimeout(ctx, timeout)
-				defer cancel()
-				defer func() { // a parser's panic must not take the server down
-					if p := recover(); p != nil {
-						ch <- answer{i, searchOutcome{Name: e.name, Status: "error", Detail: fmt.Sprintf("parser panic: %v", p)}}
-					}
-				}()
-				ch <- answer{i, st.ask(ectx, e, q, timeout)}
-			}(i, e)
-		}
+		q := &searchQuery{base: base, text: text, n: n, cfg: cfg, st: st}
+		go func() { // exits when the engine has answered or its timeout has ended
+			ectx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			defer func() { // a parser's panic must not take the server down
+				if p := recover(); p != nil {
+					ch <- answer{i, searchOutcome{Name: e.name, Status: "error", Detail: fmt.Sprintf("parser panic: %v", p)}}
+				}
+			}()
+			ch <- answer{i, st.ask(ectx, e, q, timeout)}
+		}()
 	}
-	for ; waiting > 0; waiting-- {
+	for waiting := len(engines); waiting > 0; waiting-- {
 		select {
 		case a := <-ch:
 			outs[a.i] = a.o
@@ -916,6 +786,7 @@ func (st *searchState) search(ctx context.Context, cfg *config, text string, eng
 			waiting = 1 // the rest keep their "timed out"
 		}
 	}
+	backoff := time.Duration(cfg.int("SEARCH_BACKOFF_MS")) * time.Millisecond
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	for _, o := range outs {
@@ -938,6 +809,7 @@ func searchAgo(d time.Duration) string {
 	return fmt.Sprintf("%dh ago", int(d.Hours()))
 }
 
+// runWebSearch replies with the numbered merged list, then one line per engine.
 func runWebSearch(ctx context.Context, c *toolCall) toolResult {
 	var a struct {
 		Query      string   `json:"query"`
@@ -947,28 +819,17 @@ func runWebSearch(ctx context.Context, c *toolCall) toolResult {
 	if err := json.Unmarshal(c.args, &a); err != nil {
 		return errorResult("WebSearch: %v", err)
 	}
-	query := strings.TrimSpace(a.Query)
-	switch {
-	case query == "":
+	query, srv := strings.TrimSpace(a.Query), c.s.srv
+	if query == "" { // the schema's maxLength holds the 2,000 characters
 		return errorResult("WebSearch: the query is blank; say what to search for")
-	case len([]rune(query)) > 2000:
-		return errorResult("WebSearch: the query is longer than 2000 characters; shorten it")
 	}
-	if a.MaxResults <= 0 {
-		a.MaxResults = 10
-	}
-	srv := c.s.srv
 	engines, err := searchSelect(srv.cfg, a.Engines)
 	if err != nil {
 		return errorResult("WebSearch: %v", err)
 	}
 	outs := srv.search.search(ctx, srv.cfg, query, engines, min(max(a.MaxResults, 10), 50))
-	return searchReply(searchMerge(outs, a.MaxResults), outs)
-}
-
-// searchReply is the numbered list, then one line per engine.
-func searchReply(results []searchResult, outs []searchOutcome) toolResult {
-	var b, fates strings.Builder
+	results := searchMerge(outs, cmp.Or(a.MaxResults, 10))
+	var b strings.Builder
 	for i, r := range results {
 		fmt.Fprintf(&b, "%d. **%s**\n   %s\n", i+1, r.Title, r.URL)
 		if r.Snippet != "" {
@@ -976,30 +837,22 @@ func searchReply(results []searchResult, outs []searchOutcome) toolResult {
 		}
 		fmt.Fprintf(&b, "   found by: %s\n\n", strings.Join(r.Engines, ", "))
 	}
-	failed := 0
-	for _, o := range outs {
-		fate := o.Status
-		switch {
-		case o.Status == "ok":
-			fate = fmt.Sprintf("ok (%d results)", o.Count)
-		case o.Detail != "":
-			fate += " (" + o.Detail + ")"
-		}
-		if o.Status != "ok" && o.Status != "empty" {
-			failed++
-		}
-		fmt.Fprintf(&fates, "- %s: %s\n", o.Name, fate)
-	}
-	structured := map[string]any{"results": results, "engines": outs}
-	if failed == len(outs) {
-		res := errorResult("WebSearch: every engine failed:\n%s", strings.TrimRight(fates.String(), "\n"))
-		res.structured = structured
-		return res
-	}
 	if len(results) == 0 {
 		b.WriteString("No results.\n\n")
 	}
-	res := textResult(b.String() + "Engines:\n" + strings.TrimRight(fates.String(), "\n"))
-	res.structured = structured
+	fates := make([]string, len(outs))
+	for i, o := range outs {
+		fates[i] = "- " + o.Name + ": " + o.Status
+		if o.Status == "ok" {
+			fates[i] += fmt.Sprintf(" (%d results)", o.Count)
+		} else if o.Detail != "" {
+			fates[i] += " (" + o.Detail + ")"
+		}
+	}
+	res := textResult(b.String() + "Engines:\n" + strings.Join(fates, "\n"))
+	if !slices.ContainsFunc(outs, func(o searchOutcome) bool { return o.Status == "ok" || o.Status == "empty" }) {
+		res = errorResult("WebSearch: every engine failed:\n%s", strings.Join(fates, "\n"))
+	}
+	res.structured = map[string]any{"results": results, "engines": outs}
 	return res
 }
