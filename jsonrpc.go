@@ -202,6 +202,7 @@ type session struct {
 	srv     *server
 	notices *noticeQueue
 	shell   *shellState
+	bg      *bgTasks // background tasks; closeAll when the session ends
 
 	wmu sync.Mutex // guards out
 	out io.Writer
@@ -229,6 +230,7 @@ func newSession(srv *server, out io.Writer) *session {
 		out:      out,
 		notices:  &noticeQueue{},
 		shell:    newShellState(),
+		bg:       newBgTasks(srv.procs),
 		logLevel: logLevelIndex(srv.cfg.str("LOG_LEVEL")),
 		inflight: map[string]*inflightRequest{},
 		pending:  map[string]chan *rpcMessage{},

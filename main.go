@@ -39,6 +39,10 @@ import (
 // tools/list, tools/call, `telson tools` and `telson call` all come from it.
 var toolTable = []*toolDef{
 	&bashTool,
+	&backgroundBashTool,
+	&readBgOutputTool,
+	&listBgTasksTool,
+	&killBgTaskTool,
 }
 
 func main() {
@@ -119,6 +123,7 @@ func run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, args []
 // requests finish and answer; when ctx ends it cancels them.
 func serveStdio(ctx context.Context, srv *server, stdin io.Reader, stdout io.Writer) error {
 	s := newSession(srv, stdout)
+	defer s.bg.closeAll() // the session's background tasks die with it
 	srv.log.debugf("serving stdio")
 	readErr := make(chan error, 1)
 	go func() { readErr <- s.serve(ctx, stdin) }() // exits at EOF or a read error; blocked on stdin otherwise
@@ -188,6 +193,7 @@ func callOnce(ctx context.Context, srv *server, stdout io.Writer, args []string)
 	s := newSession(srv, io.Discard)
 	s.version = version20251125
 	defer s.wait()
+	defer s.bg.closeAll()
 	r, rerr := s.newRequest(&rpcMessage{JSONRPC: "2.0", ID: json.RawMessage("1"), Method: "tools/call", Params: raw})
 	if rerr != nil {
 		return fmt.Errorf("call: %s", rerr.Message)
@@ -258,6 +264,8 @@ var configKeys = []configKey{
 	{"LOG_LEVEL", "info", "str", "least severe level logged to stderr and sent to the client (debug, info, warning, error)"},
 	{"STATE_DIR", "~/.telson", "str", "where state files live"},
 	{"MAX_MESSAGE_BYTES", "67108864", "int", "longest input message; a longer line is skipped and answered with an error"},
+	{"BG_BUFFER_BYTES", "1048576", "int", "unread output a background task keeps; beyond it the oldest unread bytes are dropped"},
+	{"BG_MAX_TASKS", "32", "int", "background tasks that may run at once in a session"},
 }
 
 var configPrefixes = []string{"TOOL_"}
