@@ -119,8 +119,8 @@ type bgTask struct {
 	ended   chan struct{} // closed when bash has exited and the status is final
 
 	mu       sync.Mutex // guards the fields below
-	buf      []byte     // buf[off:] is unread; len(buf) stays within 2×limit
-	off      int
+	ring     []byte     // the unread output: n bytes from head, wrapping; it grows up to limit
+	head, n  int
 	dropped  int64         // unread bytes lost since the previous read
 	changed  chan struct{} // closed and replaced at new output and at the end
 	done     bool
@@ -258,15 +258,29 @@ func (t *bgTask) read(done chan struct{}) {
 func (t *bgTask) append(p []byte) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if over := len(t.buf) - t.off + len(p) - t.limit; over > 0 {
-		skip := min(over, len(t.buf)-t.off)
-		t.off, p, t.dropped = t.off+skip, p[over-skip:], t.dropped+int64(over)
+	if over := t.n + len(p) - t.limit; over > 0 {
+		skip := min(over, t.n)
+		t.head, t.n, p, t.dropped = t.head+skip, t.n-skip, p[over-skip:], t.dropped+int64(over)
 	}
-	if len(t.buf)+len(p) > 2*t.limit { // move the unread bytes to the front: once per limit bytes at most
-		t.buf, t.off = t.buf[:copy(t.buf, t.buf[t.off:])], 0
+	if t.n+len(p) > len(t.ring) {
+		t.resizeLocked(min(t.limit, max(2*len(t.ring), t.n+len(p), 4096)))
 	}
-	t.buf = append(t.buf, p...)
+	tail := (t.head + t.n) % len(t.ring)
+	copy(t.ring, p[copy(t.ring[tail:], p):])
+	t.n += len(p)
 	t.changedLocked()
+}
+
+// peekLocked copies the first len(dst) unread bytes, at most t.n, into dst.
+func (t *bgTask) peekLocked(dst []byte) {
+	t.head %= max(len(t.ring), 1)
+	copy(dst[copy(dst, t.ring[t.head:]):], t.ring)
+}
+
+func (t *bgTask) resizeLocked(size int) {
+	ring := make([]byte, size)
+	t.peekLocked(ring[:t.n])
+	t.ring, t.head = ring, 0
 }
 
 func (t *bgTask) changedLocked() {
@@ -288,7 +302,7 @@ func (t *bgTask) wait(s *session, b *bgTasks, cmd *exec.Cmd, readDone chan struc
 	b.mu.Unlock()
 	t.mu.Lock()
 	t.done, t.end, t.code, t.signal = true, time.Now(), code, sig
-	t.buf, t.off = append([]byte(nil), t.buf[t.off:]...), 0 // a finished task holds its unread bytes only
+	t.resizeLocked(t.n) // a finished task holds its unread bytes only
 	quiet = quiet || t.stopping
 	close(t.ended)
 	t.changedLocked()
@@ -305,7 +319,7 @@ func (t *bgTask) waitOutput(ctx context.Context, d time.Duration) {
 	defer timer.Stop()
 	for {
 		t.mu.Lock()
-		idle, changed := len(t.buf) == t.off && !t.done, t.changed
+		idle, changed := t.n == 0 && !t.done, t.changed
 		t.mu.Unlock()
 		if !idle || d <= 0 {
 			return
@@ -325,9 +339,10 @@ func (t *bgTask) waitOutput(ctx context.Context, d time.Duration) {
 func (t *bgTask) take(limit int) (string, int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	u := t.buf[t.off:]
-	n := min(limit, len(u))
-	for i := n - 1; i >= max(0, n-3) && (n < len(u) || !t.done); i-- {
+	u := make([]byte, min(limit, t.n))
+	t.peekLocked(u)
+	n := len(u)
+	for i := n - 1; i >= max(0, n-3) && (n < t.n || !t.done); i-- {
 		if utf8.RuneStart(u[i]) {
 			if !utf8.FullRune(u[i:n]) {
 				n = i
@@ -336,9 +351,9 @@ func (t *bgTask) take(limit int) (string, int64) {
 		}
 	}
 	out, dropped := validUTF8(string(u[:n])), t.dropped
-	t.off, t.dropped = t.off+n, 0
-	if t.off == len(t.buf) {
-		t.buf, t.off = nil, 0
+	t.head, t.n, t.dropped = t.head+n, t.n-n, 0
+	if t.n == 0 && t.done {
+		t.ring = nil
 	}
 	return out, dropped
 }
@@ -349,7 +364,7 @@ func (t *bgTask) info() (bgInfo, string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	i := bgInfo{TaskID: t.id, Pid: t.pid, Command: t.command, Status: "running", ExitCode: t.code, Signal: t.signal,
-		UnreadBytes: len(t.buf) - t.off, DroppedBytes: t.dropped}
+		UnreadBytes: t.n, DroppedBytes: t.dropped}
 	d := time.Since(t.start)
 	if t.done {
 		d = t.end.Sub(t.start)
