@@ -61,7 +61,7 @@ var readBgOutputTool = toolDef{
 	description: `Returns the output a background task printed since the previous ReadBgOutput of it, then a status line: running for how long, or how it ended (exit status or signal) after how long.
 
 - wait_ms (up to 60000) waits, when no output is waiting, until there is some or the task ends: no need to poll in a loop.
-- At most 30,000 characters per reply (OUTPUT_LIMIT); the rest stays for the next call and the reply says how much waits.
+- A reply carries at most 30,000 bytes of output (OUTPUT_LIMIT); the rest stays for the next call and the reply says how much waits.
 - If the task printed more than its buffer holds between two reads, the reply says how many bytes were dropped.
 
 Example: {"task_id": 1, "wait_ms": 5000}`,
@@ -220,11 +220,7 @@ func (b *bgTasks) closeAll() {
 	var wg sync.WaitGroup
 	for _, t := range tasks {
 		wg.Add(1)
-		go func(t *bgTask) { // exits when the group is gone
-			defer wg.Done()
-			b.procs.killGroup(t.pid, 500*time.Millisecond)
-			b.procs.forgetIfGone(t.pid)
-		}(t)
+		go func(pgid int) { defer wg.Done(); b.procs.killGroup(pgid, 500*time.Millisecond) }(t.pid) // exits when the group is gone
 	}
 	wg.Wait()
 	for _, t := range tasks {
