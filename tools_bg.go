@@ -40,14 +40,16 @@ const (
 var backgroundBashTool = toolDef{
 	name:  "BackgroundBash",
 	title: "Start a background command",
-	description: `Starts a command with bash -c in the background and returns at once with a task id: for dev servers, watchers, long builds and tests while you keep working.
+	describe: func(srv *server) string {
+		return fmt.Sprintf(`Starts a command with bash -c in the background and returns at once with a task id: for dev servers, watchers, long builds and tests while you keep working.
 
 - Runs in Bash's working directory; stdin is /dev/null; stdout and stderr are merged in order.
 - ReadBgOutput returns the output new since the previous read (wait_ms waits for some), KillBgTask stops the task and everything it started, ListBgTasks lists the tasks.
-- A task keeps up to 1 MiB of unread output (BG_BUFFER_BYTES); beyond that the oldest unread output is dropped and the next read says how much.
-- At most 32 tasks run at once (BG_MAX_TASKS). When a task ends, the next tool result starts with a notice. Tasks die when the server stops.
+- A task keeps up to %d bytes of unread output (BG_BUFFER_BYTES); beyond that the oldest unread output is dropped and the next read says how much.
+- At most %d tasks run at once (BG_MAX_TASKS). When a task ends, the next tool result starts with a notice. Tasks die when the server stops.
 
-Example: {"command": "npm run dev"}`,
+Example: {"command": "npm run dev"}`, srv.cfg.int("BG_BUFFER_BYTES"), srv.cfg.int("BG_MAX_TASKS"))
+	},
 	input: `{"type":"object","properties":{"command":{"type":"string","minLength":1,"description":"The command line to run with bash -c."}},
 		"required":["command"],"additionalProperties":false}`,
 	output: bgTaskSchema,
@@ -58,13 +60,15 @@ Example: {"command": "npm run dev"}`,
 var readBgOutputTool = toolDef{
 	name:  "ReadBgOutput",
 	title: "Read a background task's output",
-	description: `Returns the output a background task printed since the previous ReadBgOutput of it, then a status line: running for how long, or how it ended (exit status or signal) after how long.
+	describe: func(srv *server) string {
+		return fmt.Sprintf(`Returns the output a background task printed since the previous ReadBgOutput of it, then a status line: running for how long, or how it ended (exit status or signal) after how long.
 
 - wait_ms (up to 60000) waits, when no output is waiting, until there is some or the task ends: no need to poll in a loop.
-- A reply carries at most 30,000 bytes of output (OUTPUT_LIMIT); the rest stays for the next call and the reply says how much waits.
+- A reply carries at most %d bytes of output (OUTPUT_LIMIT); the rest stays for the next call and the reply says how much waits.
 - If the task printed more than its buffer holds between two reads, the reply says how many bytes were dropped.
 
-Example: {"task_id": 1, "wait_ms": 5000}`,
+Example: {"task_id": 1, "wait_ms": 5000}`, srv.cfg.int("OUTPUT_LIMIT"))
+	},
 	input: `{"type":"object","properties":{` + bgIDInput + `,
 		"wait_ms":{"type":"integer","minimum":0,"maximum":60000,"description":"Milliseconds to wait for output or the end when none is waiting (default 0)."}},
 		"required":["task_id"],"additionalProperties":false}`,
