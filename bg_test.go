@@ -325,20 +325,22 @@ func TestBgDroppedBytes(t *testing.T) {
 	}
 }
 
-// TestBgBufferModel appends random chunks and checks the buffer against a plain model.
+// TestBgBufferModel appends and takes random amounts and checks the ring against a plain model.
 func TestBgBufferModel(t *testing.T) {
 	rng := rand.New(rand.NewSource(1))
 	bt := &bgTask{limit: 300, changed: make(chan struct{})}
-	var pending []byte // everything printed since the previous read
+	var unread []byte // what the ring should hold
+	var dropped int64
 	var printed byte
-	for i := 0; i < 5000; i++ {
-		if rng.Intn(4) == 0 {
-			out, dropped := bt.take(100000)
-			keep := pending[max(0, len(pending)-300):]
-			if out != string(keep) || dropped != int64(len(pending)-len(keep)) {
-				t.Fatalf("step %d: got %d bytes, %d dropped; want %d bytes, %d dropped", i, len(out), dropped, len(keep), len(pending)-len(keep))
+	for i := 0; i < 20000; i++ {
+		if rng.Intn(3) == 0 {
+			limit := 1 + rng.Intn(400)
+			out, d := bt.take(limit)
+			k := min(limit, len(unread))
+			if out != string(unread[:k]) || d != dropped {
+				t.Fatalf("step %d: took %q, %d dropped; want %q, %d dropped", i, out, d, unread[:k], dropped)
 			}
-			pending = pending[:0]
+			unread, dropped = append([]byte(nil), unread[k:]...), 0
 			continue
 		}
 		chunk := make([]byte, rng.Intn(700))
@@ -347,10 +349,26 @@ func TestBgBufferModel(t *testing.T) {
 			printed++
 		}
 		bt.append(chunk)
-		pending = append(pending, chunk...)
-		if len(bt.ring) > bt.limit {
-			t.Fatalf("step %d: buffer holds %d bytes", i, len(bt.ring))
+		if unread = append(unread, chunk...); len(unread) > 300 {
+			dropped += int64(len(unread) - 300)
+			unread = unread[len(unread)-300:]
 		}
+		if len(bt.ring) > bt.limit || bt.n != len(unread) {
+			t.Fatalf("step %d: ring of %d bytes holds %d, want %d", i, len(bt.ring), bt.n, len(unread))
+		}
+	}
+}
+
+// TestBgTakeHoldsCutCharacter: a character the pipe delivered in two pieces is returned whole.
+func TestBgTakeHoldsCutCharacter(t *testing.T) {
+	bt := &bgTask{limit: 100, changed: make(chan struct{})}
+	bt.append([]byte("ab\xc3"))
+	if out, _ := bt.take(100); out != "ab" || bt.n != 1 {
+		t.Errorf("took %q, %d left", out, bt.n)
+	}
+	bt.append([]byte("\xa9"))
+	if out, _ := bt.take(100); out != "é" {
+		t.Errorf("took %q", out)
 	}
 }
 
