@@ -218,6 +218,7 @@ type session struct {
 	notices  *noticeQueue
 	shell    *shellState
 	workflow *sessionWorkflow // plan mode, callbacks, skill watch
+	bg       *bgTasks         // background tasks; closeAll when the session ends
 
 	wmu sync.Mutex // guards out
 	out io.Writer
@@ -245,6 +246,7 @@ func newSession(srv *server, out io.Writer) *session {
 		out:      out,
 		notices:  &noticeQueue{},
 		shell:    newShellState(),
+		bg:       newBgTasks(srv.procs),
 		logLevel: logLevelIndex(srv.cfg.str("LOG_LEVEL")),
 		inflight: map[string]*inflightRequest{},
 		pending:  map[string]chan *rpcMessage{},
@@ -314,6 +316,7 @@ func (s *session) reply(msg any) {
 func (s *session) close() {
 	s.cancelAll()
 	s.stopWorkflow()
+	s.bg.closeAll()
 }
 
 func (s *session) sendMessage(m *rpcMessage) {

@@ -41,6 +41,10 @@ import (
 // tools/list, tools/call, `telson tools` and `telson call` all come from it.
 var toolTable = []*toolDef{
 	&bashTool,
+	&backgroundBashTool,
+	&readBgOutputTool,
+	&listBgTasksTool,
+	&killBgTaskTool,
 	&readImageTool,
 	&readDocsTool,
 	&webSearchTool,
@@ -370,6 +374,8 @@ var configKeys = []configKey{
 	{"READDOCS_TIMEOUT_MS", "30000", "int", "ReadDocs's deadline for a page in milliseconds (wait_ms is added to it)"},
 	{"READDOCS_IDLE_MS", "500", "int", "how long a page's network must be quiet after load before ReadDocs reads it"},
 	{"WS_MAX_MESSAGE_BYTES", "134217728", "int", "longest DevTools websocket message ReadDocs accepts from the browser"},
+	{"BG_BUFFER_BYTES", "1048576", "int", "unread output a background task keeps; beyond it the oldest unread bytes are dropped"},
+	{"BG_MAX_TASKS", "32", "int", "background tasks that may run at once in a session"},
 }
 
 // configPrefixes: TOOL_<Name>=0 turns a tool off; SEARCH_URL_<ENGINE> is an

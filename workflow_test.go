@@ -372,6 +372,9 @@ func TestWorkflowPlanMode(t *testing.T) {
 	if strings.Contains(resultText(res), "ran\n") {
 		t.Fatal("Bash ran in plan mode")
 	}
+	wfCall(t, c, "BackgroundBash", map[string]any{"command": "echo ran"}, true, "BackgroundBash: refused: plan mode is active")
+	wfCall(t, c, "KillBgTask", map[string]any{"task_id": 1}, true, "KillBgTask: refused: plan mode is active")
+	wfCall(t, c, "ListBgTasks", map[string]any{}, false)
 	pm(true, map[string]any{"action": "exit"}, "no such file", "reset")
 	os.WriteFile(planFile, []byte(""), 0o600)
 	pm(true, map[string]any{"action": "exit"}, "empty or has not changed")
