@@ -982,3 +982,5 @@ func TestREADMEIsComplete(t *testing.T) {
 		}
 	}
 }
+
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }

@@ -273,8 +273,6 @@ func signalName(sig syscall.Signal) string {
 	return strconv.Itoa(int(sig))
 }
 
-func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
-
 // shellState is the shell's working directory, which Bash's cd changes and
 // BackgroundBash and ReadImage use.
 type shellState struct {
