@@ -110,7 +110,6 @@ Example: {"action": "add", "text": "write the migration"}`,
 const (
 	maxTasks     = 200 // when full, create drops the oldest completed task
 	maxTaskSteps = 100
-	maxStateSize = 16 << 20
 )
 
 // taskFile is STATE_DIR/tasks.json.
@@ -158,8 +157,6 @@ func runTaskManager(ctx context.Context, c *toolCall) toolResult {
 			err = nil
 		case err != nil:
 			return fmt.Errorf("read %s: %w", path, err)
-		case len(data) > maxStateSize:
-			err = fmt.Errorf("%d bytes, more than %d", len(data), maxStateSize)
 		default:
 			err = errors.Join(json.Unmarshal(data, tf), tf.check())
 		}
@@ -378,7 +375,7 @@ Example: {"action": "enter", "goal": "move the config loader to its own package"
 	input: `{"type":"object","properties":{
 		"action":{"type":"string","enum":["enter","exit","status","json","reset"],"description":"What to do."},
 		"goal":{"type":"string","maxLength":1000,"description":"What the plan is for (enter)."},
-		"plan_file":{"type":"string","maxLength":4096,"description":"Markdown file for the plan (enter; at exit, another file to take the plan from). Relative paths use the shell's working directory."}},
+		"plan_file":{"type":"string","maxLength":4096,"description":"Markdown file for the plan (enter). Relative paths use the shell's working directory."}},
 		"required":["action"],"additionalProperties":false}`,
 	output: `{"type":"object","required":["active","goal","plan_file","started_at"],"properties":{"active":{"type":"boolean"},
 		"goal":{"type":["string","null"]},"plan_file":{"type":["string","null"]},"started_at":{"type":["string","null"]},"plan":{"type":"string"}}}`,
@@ -457,29 +454,19 @@ func runPlanMode(ctx context.Context, c *toolCall) toolResult {
 		if !p.active {
 			return errorResult("PlanMode: plan mode is not active; nothing to exit")
 		}
-		file := p.file
-		if a.PlanFile != "" {
-			file = c.s.shell.resolve(a.PlanFile)
-		}
-		var b []byte
-		fi, err := os.Stat(file)
-		if err == nil && fi.Size() > maxStateSize {
-			err = fmt.Errorf("plan file %s is too large (%d bytes)", file, fi.Size())
-		} else if err == nil {
-			b, err = os.ReadFile(file)
-		}
+		b, err := os.ReadFile(p.file)
 		switch {
 		case err != nil:
-			return errorResult("PlanMode: %v. Write your plan to %s first, or reset to leave without a plan.", err, file)
-		case strings.TrimSpace(string(b)) == "" || (file == p.file && sha256.Sum256(b) == p.hash) || fi.ModTime().Before(p.started.Add(-time.Second)):
-			return errorResult("PlanMode: plan file %s is empty or has not changed since plan mode began. Write your plan there first, or reset to leave without a plan.", file)
+			return errorResult("PlanMode: %v. Write your plan to %s first, or reset to leave without a plan.", err, p.file)
+		case strings.TrimSpace(string(b)) == "" || sha256.Sum256(b) == p.hash:
+			return errorResult("PlanMode: plan file %s is empty or has not changed since plan mode began. Write your plan there first, or reset to leave without a plan.", p.file)
 		}
 		plan = string(b)
 		if limit := c.s.srv.cfg.int("OUTPUT_LIMIT"); len(plan) > limit && limit > 0 {
 			plan = strings.ToValidUTF8(plan[:limit], "") + fmt.Sprintf("\n[plan cut at %d of %d bytes; read the file for the rest]", limit, len(b))
 		}
-		p.active, p.file = false, file
-		text = fmt.Sprintf("Plan saved to %s\nExiting plan mode. Returning to execution.\n\n%s", file, plan)
+		p.active = false
+		text = fmt.Sprintf("Plan saved to %s\nExiting plan mode. Returning to execution.\n\n%s", p.file, plan)
 	case "status":
 		text = "Plan mode: INACTIVE"
 		if d := time.Since(p.started); p.active {
@@ -508,9 +495,17 @@ func runPlanMode(ctx context.Context, c *toolCall) toolResult {
 // ---- skills: InvokeSkill and MCP prompts ----
 
 var invokeSkillTool = toolDef{
-	name:     "InvokeSkill",
-	title:    "Load a skill",
-	describe: func(srv *server) string { return srv.skills.description(srv) },
+	name:  "InvokeSkill",
+	title: "Load a skill",
+	describe: func(srv *server) string {
+		_, _, listing := srv.skills.refresh(srv, "")
+		return `Invoke or load a skill by name. Returns the skill content for you to follow or use as context.
+The reply is a header line (skill, source, path), the skill's text with the arguments filled in ($ARGUMENTS; $ARGUMENTS[N] and $N are 0-based words split like a shell; with no placeholder the arguments are appended), then the other files in the skill's folder.
+Example: {"skill_name": "release-notes", "arguments": "v2.3.0"}
+
+Available skills:
+` + listing
+	},
 	input: `{"type":"object","properties":{
 		"skill_name":{"type":"string","minLength":1,"maxLength":200,"description":"The skill's name, as listed."},
 		"arguments":{"type":"string","maxLength":20000,"description":"Arguments for the skill: they fill $ARGUMENTS, and $ARGUMENTS[N] / $N (0-based words, split like a shell)."}},
@@ -590,18 +585,18 @@ func (sc *skillCatalog) refresh(srv *server, project string) (int64, []skillInfo
 			continue // an earlier folder has it
 		}
 		b, err := os.ReadFile(f.path)
-		if err == nil && len(b) > 256<<10 {
-			err = errors.New("larger than 256 KiB")
-		}
 		meta, _, perr := parseSkill(string(b))
 		switch {
 		case err != nil || perr != nil:
+			err = cmp.Or(err, perr)
+		case len(b) > 256<<10:
+			err = errors.New("larger than 256 KiB")
 		case meta["name"] != "" && meta["name"] != f.name:
-			perr = fmt.Errorf("name %q differs from its folder's", meta["name"])
+			err = fmt.Errorf("name %q differs from its folder's", meta["name"])
 		case meta["description"] == "":
-			perr = errors.New("no description")
+			err = errors.New("no description")
 		}
-		if err = errors.Join(err, perr); err != nil {
+		if err != nil {
 			srv.log.warnf("skills: skipping %s: %v", f.path, err)
 			skipped += fmt.Sprintf("(skipped %s: %v)\n", f.path, err)
 			continue
@@ -626,16 +621,6 @@ func (sc *skillCatalog) refresh(srv *server, project string) (int64, []skillInfo
 	return sc.gen, sc.skills, sc.listing
 }
 
-func (sc *skillCatalog) description(srv *server) string {
-	_, _, listing := sc.refresh(srv, "")
-	return `Invoke or load a skill by name. Returns the skill content for you to follow or use as context.
-The reply is a header line (skill, source, path), the skill's text with the arguments filled in ($ARGUMENTS; $ARGUMENTS[N] and $N are 0-based words split like a shell; with no placeholder the arguments are appended), then the other files in the skill's folder.
-Example: {"skill_name": "release-notes", "arguments": "v2.3.0"}
-
-Available skills:
-` + listing
-}
-
 // parseSkill splits SKILL.md into front matter (key: value lines, with
 // quoted, continued and block scalars) and body.
 func parseSkill(text string) (map[string]string, string, error) {
@@ -644,14 +629,14 @@ func parseSkill(text string) (map[string]string, string, error) {
 	if strings.TrimSpace(lines[0]) != "---" || end == 0 {
 		return nil, "", errors.New("broken front matter: the file must start with a --- line and the front matter end with one")
 	}
-	meta, last := map[string]string{}, ""
+	meta, key, sep := map[string]string{}, "", "" // sep joins key's indented lines; "" drops them
 	for i := 1; i < end; i++ {
-		line := lines[i]
-		if t := strings.TrimSpace(line); t == "" || t[0] == '#' {
+		line, t := lines[i], strings.TrimSpace(lines[i])
+		if t == "" || t[0] == '#' {
 			continue
-		} else if line[0] == ' ' || line[0] == '\t' { // a plain value continued; nested lists are not used
-			if last != "" && meta[last] != "" {
-				meta[last] += " " + t
+		} else if line[0] == ' ' || line[0] == '\t' { // a value continued, or a nested list (not used)
+			if sep != "" {
+				meta[key] = strings.TrimPrefix(meta[key]+sep+t, sep)
 			}
 			continue
 		}
@@ -659,15 +644,13 @@ func parseSkill(text string) (map[string]string, string, error) {
 		if !ok {
 			return nil, "", fmt.Errorf("broken front matter: line %d is not key: value", i+1)
 		}
-		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
-		last = k
-		if v != "" && (v[0] == '>' || v[0] == '|') && strings.Trim(v[1:], "+-") == "" {
-			var parts []string
-			for ; i+1 < end && (strings.TrimSpace(lines[i+1]) == "" || lines[i+1][0] == ' ' || lines[i+1][0] == '\t'); i++ {
-				parts = append(parts, strings.TrimSpace(lines[i+1]))
-			}
-			v, last = strings.TrimSpace(strings.Join(parts, map[byte]string{'>': " ", '|': "\n"}[v[0]])), ""
-		} else if v != "" && (v[0] == '"' || v[0] == '\'') {
+		key, v, sep = strings.TrimSpace(k), strings.TrimSpace(v), " "
+		switch {
+		case v == "":
+			sep = ""
+		case (v[0] == '>' || v[0] == '|') && strings.Trim(v[1:], "+-") == "": // a block scalar: folded or literal
+			v, sep = "", map[byte]string{'>': " ", '|': "\n"}[v[0]]
+		case v[0] == '"' || v[0] == '\'':
 			if len(v) < 2 || v[len(v)-1] != v[0] {
 				return nil, "", fmt.Errorf("broken front matter: line %d has an unterminated quote", i+1)
 			}
@@ -676,9 +659,9 @@ func parseSkill(text string) (map[string]string, string, error) {
 			} else {
 				v = strings.ReplaceAll(v[1:len(v)-1], "''", "'")
 			}
-			last = ""
+			sep = ""
 		}
-		meta[k] = v
+		meta[key] = v
 	}
 	return meta, strings.TrimLeft(strings.Join(lines[end+1:], "\n"), "\n"), nil
 }
@@ -707,30 +690,20 @@ func expandSkill(body, args, dir string) string {
 	return out
 }
 
+var (
+	shellWord    = regexp.MustCompile(`(?s)(?:"(?:[^"\\]|\\.)*"|'[^']*'|\\.|[^\s"'\\])+`) // quoted parts, escapes and plain characters
+	shellPart    = regexp.MustCompile(`(?s)"((?:[^"\\]|\\.)*)"|'([^']*)'|\\(.)`)          // "double", 'single' or \x
+	shellEscaped = regexp.MustCompile(`(?s)\\(.)`)
+)
+
 // shellWords splits s like a shell: blanks separate words, quotes group, a backslash escapes.
 func shellWords(s string) []string {
-	var words []string
-	var cur strings.Builder
-	inWord, quote, rs := false, rune(0), []rune(s)
-	for i := 0; i <= len(rs); i++ {
-		switch {
-		case i == len(rs) || quote == 0 && strings.ContainsRune(" \t\n", rs[i]): // the end of a word
-			if inWord {
-				words, inWord = append(words, cur.String()), false
-				cur.Reset()
-			}
-			continue
-		case quote == 0 && (rs[i] == '\'' || rs[i] == '"'):
-			quote = rs[i]
-		case rs[i] == quote:
-			quote = 0
-		case rs[i] == '\\' && quote != '\'' && i+1 < len(rs):
-			i++
-			cur.WriteRune(rs[i])
-		default:
-			cur.WriteRune(rs[i])
-		}
-		inWord = true
+	words := shellWord.FindAllString(s, -1)
+	for i, w := range words {
+		words[i] = shellPart.ReplaceAllStringFunc(w, func(part string) string {
+			m := shellPart.FindStringSubmatch(part)
+			return shellEscaped.ReplaceAllString(m[1], "$1") + m[2] + m[3]
+		})
 	}
 	return words
 }
@@ -768,13 +741,11 @@ func (s *session) loadSkill(name, args string) (skillInfo, string, error) {
 		return skillInfo{}, "", fmt.Errorf("skill %q not found; closest: %s (the tool's description lists them all)", name, strings.Join(names[:min(3, len(names))], ", "))
 	}
 	b, err := os.ReadFile(skills[i].path)
-	if err == nil {
-		var body string
-		if _, body, err = parseSkill(string(b)); err == nil {
-			return skills[i], expandSkill(body, args, filepath.Dir(skills[i].path)), nil
-		}
+	_, body, perr := parseSkill(string(b))
+	if err = cmp.Or(err, perr); err != nil {
+		return skills[i], "", fmt.Errorf("skill %s: %s: %w", name, skills[i].path, err)
 	}
-	return skills[i], "", fmt.Errorf("skill %s: %s: %w", name, skills[i].path, err)
+	return skills[i], expandSkill(body, args, filepath.Dir(skills[i].path)), nil
 }
 
 // editDistance is the Levenshtein distance between a and b, in bytes.
@@ -1023,9 +994,8 @@ func runSetCallback(ctx context.Context, c *toolCall) toolResult {
 type sessionWorkflow struct {
 	plan      *planState
 	callbacks *callbackSlots
-	skillGen  atomic.Int64 // catalog generation this session's client knows
-	done      chan struct{}
-	once      sync.Once
+	skillGen  atomic.Int64  // catalog generation this session's client knows
+	done      chan struct{} // closed by stopWorkflow
 }
 
 func newSessionWorkflow(s *session) *sessionWorkflow {
@@ -1054,12 +1024,12 @@ func (s *session) watchSkills() {
 
 // stopWorkflow ends the session's callbacks and skill watch.
 func (s *session) stopWorkflow() {
-	s.workflow.once.Do(func() {
+	cb := s.workflow.callbacks
+	cb.mu.Lock()
+	defer cb.mu.Unlock()
+	if !cb.stopped {
 		close(s.workflow.done)
-		cb := s.workflow.callbacks
-		cb.mu.Lock()
-		cb.stopped = true
-		cb.cancel(-1)
-		cb.mu.Unlock()
-	})
+	}
+	cb.stopped = true
+	cb.cancel(-1)
 }
