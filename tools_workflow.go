@@ -635,7 +635,7 @@ func parseSkill(text string) (map[string]string, string, error) {
 		if t == "" || t[0] == '#' {
 			continue
 		} else if line[0] == ' ' || line[0] == '\t' { // a value continued, or a nested list (not used)
-			if sep != "" {
+			if sep != "" { // a block's first line needs no sep: values never start with one
 				meta[key] = strings.TrimPrefix(meta[key]+sep+t, sep)
 			}
 			continue
