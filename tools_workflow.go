@@ -170,11 +170,10 @@ func runTaskManager(ctx context.Context, c *toolCall) toolResult {
 			}
 			tf, note = &taskFile{NextID: 1}, fmt.Sprintf("%s was corrupt; it is kept as %s and a new list was started.\n", path, backup)
 		}
-		before, _ := json.Marshal(tf)
 		res = tf.apply(a)
 		res.content[0].Text = note + res.content[0].Text
-		if after, _ := json.Marshal(tf); string(after) == string(before) {
-			return nil // nothing changed: nothing to write
+		if res.isError || a.Action == "list" || a.Action == "pending" {
+			return nil // the list is unchanged
 		}
 		tf.Rev++
 		out, _ := json.MarshalIndent(tf, "", "  ")
@@ -241,7 +240,7 @@ func containsFold(s, sub string) bool {
 	return strings.Contains(strings.ToLower(s), strings.ToLower(sub))
 }
 
-// apply performs one action; the caller writes the list when it changed.
+// apply performs one action; an error result leaves the list unchanged.
 func (tf *taskFile) apply(a taskArgs) toolResult {
 	var t *taskEntry
 	if a.Action != "create" && a.Action != "list" { // the others act on one task
