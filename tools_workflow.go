@@ -453,6 +453,9 @@ func runPlanMode(ctx context.Context, c *toolCall) toolResult {
 		if !p.active {
 			return errorResult("PlanMode: plan mode is not active; nothing to exit")
 		}
+		if fi, err := os.Stat(p.file); err == nil && fi.Size() > 16<<20 {
+			return errorResult("PlanMode: plan file %s is too large (%d bytes)", p.file, fi.Size())
+		}
 		b, err := os.ReadFile(p.file)
 		switch {
 		case err != nil:
