@@ -997,7 +997,7 @@ type sessionWorkflow struct {
 	plan      *planState
 	callbacks *callbackSlots
 	skillGen  atomic.Int64  // catalog generation this session's client knows
-	done      chan struct{} // closed by stopWorkflow
+	done      chan struct{} // closed by the first stopWorkflow (callbacks.stopped says it ran)
 }
 
 func newSessionWorkflow(s *session) *sessionWorkflow {
