@@ -15,6 +15,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -24,7 +25,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -46,14 +46,12 @@ func withStateLock(ctx context.Context, path string, fn func() error) error {
 	defer f.Close() // closing releases the flock
 	// Holders keep the lock for milliseconds, so polling is cheap.
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
+		switch err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); {
+		case err == nil:
 			return fn()
-		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) {
+		case !errors.Is(err, syscall.EWOULDBLOCK):
 			return fmt.Errorf("lock %s.lock: %w", path, err)
-		}
-		if ctx.Err() != nil || time.Now().After(deadline) {
+		case ctx.Err() != nil || time.Now().After(deadline):
 			return fmt.Errorf("lock %s.lock: another process holds it; try again", path)
 		}
 	}
@@ -67,19 +65,13 @@ func writeFileAtomic(path string, data []byte) error {
 	}
 	defer os.Remove(tmp.Name()) // fails harmlessly after the rename
 	_, err = tmp.Write(data)
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
+	if err = errors.Join(err, tmp.Sync(), tmp.Close()); err == nil {
 		err = os.Rename(tmp.Name(), path)
 	}
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	if d, err := os.Open(filepath.Dir(path)); err == nil {
+	if d, err := os.Open(filepath.Dir(path)); err == nil { // makes the rename durable
 		d.Sync()
 		d.Close()
 	}
@@ -118,9 +110,9 @@ Example: {"action": "add", "text": "write the migration"}`,
 const (
 	maxTasks     = 200 // when full, create drops the oldest completed task
 	maxTaskSteps = 100
-	maxStateSize = 16 << 20
 )
 
+// taskFile is STATE_DIR/tasks.json.
 type taskFile struct {
 	Rev     int64        `json:"rev"`
 	Current string       `json:"current"`
@@ -153,9 +145,7 @@ type taskArgs struct {
 
 func runTaskManager(ctx context.Context, c *toolCall) toolResult {
 	var a taskArgs
-	if err := json.Unmarshal(c.args, &a); err != nil {
-		return errorResult("TaskManager: invalid arguments: %v", err)
-	}
+	json.Unmarshal(c.args, &a) // schema-checked: every field is a string
 	a.TaskID, a.StepID, a.Text, a.Query = strings.TrimSpace(a.TaskID), strings.TrimSpace(a.StepID), strings.TrimSpace(a.Text), strings.TrimSpace(a.Query)
 	path := filepath.Join(c.s.srv.cfg.str("STATE_DIR"), "tasks.json")
 	var res toolResult
@@ -167,12 +157,8 @@ func runTaskManager(ctx context.Context, c *toolCall) toolResult {
 			err = nil
 		case err != nil:
 			return fmt.Errorf("read %s: %w", path, err)
-		case len(data) > maxStateSize:
-			err = fmt.Errorf("%d bytes, more than %d", len(data), maxStateSize)
 		default:
-			if err = json.Unmarshal(data, tf); err == nil {
-				err = tf.check()
-			}
+			err = errors.Join(json.Unmarshal(data, tf), tf.check())
 		}
 		if err != nil && (a.Action != "create" || a.Text == "") {
 			res = errorResult("TaskManager: %s is corrupt (%v); it was left untouched. Fix or move the file, or call {\"action\":\"create\",\"text\":\"...\"} to start a new list (the old file is then kept as %s.corrupt-<time>).", path, err, path)
@@ -184,11 +170,10 @@ func runTaskManager(ctx context.Context, c *toolCall) toolResult {
 			}
 			tf, note = &taskFile{NextID: 1}, fmt.Sprintf("%s was corrupt; it is kept as %s and a new list was started.\n", path, backup)
 		}
-		var changed bool
-		res, changed = tf.apply(a)
+		res = tf.apply(a)
 		res.content[0].Text = note + res.content[0].Text
-		if !changed {
-			return nil
+		if res.isError || a.Action == "list" || a.Action == "pending" {
+			return nil // the list is unchanged
 		}
 		tf.Rev++
 		out, _ := json.MarshalIndent(tf, "", "  ")
@@ -221,20 +206,12 @@ func (tf *taskFile) ids() string {
 	for _, t := range tf.Tasks {
 		ids = append(ids, t.ID)
 	}
-	if len(ids) == 0 {
-		return "none yet"
-	}
-	return strings.Join(ids, ", ")
+	return cmp.Or(strings.Join(ids, ", "), "none yet")
 }
 
+// line is t on one line: id, title, progress.
 func (t *taskEntry) line() string {
-	d := 0
-	for _, s := range t.Steps {
-		if s.Done {
-			d++
-		}
-	}
-	s := fmt.Sprintf("%s %q [%d/%d]", t.ID, t.Title, d, len(t.Steps))
+	s := fmt.Sprintf("%s %q [%d/%d]", t.ID, t.Title, t.view(nil)["steps_done"], len(t.Steps))
 	if t.Done {
 		s += " done"
 	}
@@ -263,91 +240,84 @@ func containsFold(s, sub string) bool {
 	return strings.Contains(strings.ToLower(s), strings.ToLower(sub))
 }
 
-// apply performs one action and reports whether it changed the list.
-func (tf *taskFile) apply(a taskArgs) (toolResult, bool) {
+// apply performs one action; an error result leaves the list unchanged.
+func (tf *taskFile) apply(a taskArgs) toolResult {
 	var t *taskEntry
 	if a.Action != "create" && a.Action != "list" { // the others act on one task
 		id := a.TaskID
 		if before, _, ok := strings.Cut(a.StepID, "."); ok && id == "" && a.Action == "complete" {
 			id = before
 		}
-		if id == "" && a.Action == "switch" {
-			return errorResult("TaskManager: switch needs task_id (tasks: %s)", tf.ids()), false
+		switch {
+		case id == "" && a.Action == "switch":
+			return errorResult("TaskManager: switch needs task_id (tasks: %s)", tf.ids())
+		case id == "" && tf.Current == "":
+			return errorResult("TaskManager: no current task; create one or switch to one (tasks: %s)", tf.ids())
 		}
-		if id == "" && tf.Current == "" {
-			return errorResult("TaskManager: no current task; create one or switch to one (tasks: %s)", tf.ids()), false
+		id = cmp.Or(id, tf.Current)
+		i := slices.IndexFunc(tf.Tasks, func(x *taskEntry) bool { return strings.EqualFold(x.ID, id) })
+		if i < 0 {
+			return errorResult("TaskManager: no task %q (tasks: %s)", id, tf.ids())
 		}
-		if id == "" {
-			id = tf.Current
-		}
-		if i := slices.IndexFunc(tf.Tasks, func(x *taskEntry) bool { return strings.EqualFold(x.ID, id) }); i >= 0 {
-			t = tf.Tasks[i]
-		} else {
-			return errorResult("TaskManager: no task %q (tasks: %s)", id, tf.ids()), false
-		}
+		t = tf.Tasks[i]
 	}
-	all := func(*taskStep) bool { return true }
 	var text string
-	changed, views := true, []map[string]any{}
+	views, keep := []map[string]any{}, func(*taskStep) bool { return true }
 	switch a.Action {
 	case "create":
 		if a.Text == "" {
-			return errorResult("TaskManager: create needs text, the task's title"), false
+			return errorResult("TaskManager: create needs text, the task's title")
 		}
 		if len(tf.Tasks) >= maxTasks {
 			i := slices.IndexFunc(tf.Tasks, func(x *taskEntry) bool { return x.Done })
 			if i < 0 {
-				return errorResult("TaskManager: the list holds %d open tasks, the most it keeps; complete some first", maxTasks), false
+				return errorResult("TaskManager: the list holds %d open tasks, the most it keeps; complete some first", maxTasks)
 			}
 			text = fmt.Sprintf("(The list was full: completed task %s was dropped.)\n", tf.Tasks[i].line())
 			tf.Tasks = slices.Delete(tf.Tasks, i, i+1)
 		}
 		t = &taskEntry{ID: "t" + strconv.Itoa(tf.NextID), Title: a.Text, Created: time.Now().UTC(), NextStep: 1, Steps: []*taskStep{}}
-		tf.NextID++
-		tf.Tasks, tf.Current = append(tf.Tasks, t), t.ID
+		tf.NextID, tf.Tasks, tf.Current = tf.NextID+1, append(tf.Tasks, t), t.ID
 		text += fmt.Sprintf("Created task %s %q; it is now the current task. Add steps with {\"action\":\"add\",\"text\":\"...\"}.", t.ID, t.Title)
 	case "add":
 		if a.Text == "" {
-			return errorResult("TaskManager: add needs text, the step to add"), false
+			return errorResult("TaskManager: add needs text, the step to add")
 		}
 		if len(t.Steps) >= maxTaskSteps {
-			return errorResult("TaskManager: task %s already has %d steps, the most it keeps", t.ID, maxTaskSteps), false
+			return errorResult("TaskManager: task %s already has %d steps, the most it keeps", t.ID, maxTaskSteps)
 		}
 		s := &taskStep{ID: fmt.Sprintf("%s.%d", t.ID, t.NextStep), Text: a.Text}
 		t.NextStep, t.Steps, t.Done = t.NextStep+1, append(t.Steps, s), false
 		text = fmt.Sprintf("Added step %s to task %s.", s.ID, t.line())
 	case "complete":
 		if a.StepID == "" {
-			changed = !t.Done
-			for _, s := range t.Steps {
-				s.Done = true
-			}
-			t.Done = true
-			text = fmt.Sprintf("Completed task %s.", t.line())
-			if !changed {
-				text = fmt.Sprintf("Task %s was already completed.", t.ID)
+			text = fmt.Sprintf("Task %s was already completed.", t.ID)
+			if !t.Done {
+				for _, s := range t.Steps {
+					s.Done = true
+				}
+				t.Done = true
+				text = fmt.Sprintf("Completed task %s.", t.line())
 			}
 			if tf.Current == t.ID {
-				tf.Current, changed = "", true
+				tf.Current = ""
 				text += " There is no current task now; create one or switch to one."
 			}
 			break
 		}
-		id := a.StepID
-		if !strings.Contains(id, ".") {
-			id = t.ID + "." + id
-		}
-		i := slices.IndexFunc(t.Steps, func(s *taskStep) bool { return strings.EqualFold(s.ID, id) })
+		i := slices.IndexFunc(t.Steps, func(s *taskStep) bool {
+			return strings.EqualFold(s.ID, a.StepID) || strings.EqualFold(s.ID, t.ID+"."+a.StepID) // t1.2, or 2 of task t1
+		})
 		if i < 0 {
-			return errorResult("TaskManager: task %s has no step %q (it has %d steps; pending lists the open ones)", t.ID, a.StepID, len(t.Steps)), false
+			return errorResult("TaskManager: task %s has no step %q (it has %d steps; pending lists the open ones)", t.ID, a.StepID, len(t.Steps))
 		}
-		changed, t.Steps[i].Done = !t.Steps[i].Done, true
-		text = fmt.Sprintf("Completed step %s of task %s.", t.Steps[i].ID, t.line())
-		if !changed {
-			text = fmt.Sprintf("Step %s was already completed.", t.Steps[i].ID)
+		text = fmt.Sprintf("Step %s was already completed.", t.Steps[i].ID)
+		if !t.Steps[i].Done {
+			t.Steps[i].Done = true
+			text = fmt.Sprintf("Completed step %s of task %s.", t.Steps[i].ID, t.line())
 		}
 	case "list":
-		changed, text = false, "Tasks (* = current):"
+		text = "Tasks (* = current):"
 		for _, x := range tf.Tasks {
 			match := a.Query == "" || containsFold(x.Title, a.Query) || containsFold(x.ID, a.Query) ||
 				slices.ContainsFunc(x.Steps, func(s *taskStep) bool { return containsFold(s.Text, a.Query) })
@@ -365,33 +335,27 @@ func (tf *taskFile) apply(a taskArgs) (toolResult, bool) {
 			text += fmt.Sprintf("\n(no task matches %q)", a.Query)
 		}
 	case "pending":
-		open := func(s *taskStep) bool { return !s.Done && (a.Query == "" || containsFold(s.Text, a.Query)) }
-		changed, text = false, fmt.Sprintf("Open steps of task %s:", t.line())
+		keep = func(s *taskStep) bool { return !s.Done && (a.Query == "" || containsFold(s.Text, a.Query)) }
+		text = fmt.Sprintf("Open steps of task %s:", t.line())
 		for _, s := range t.Steps {
-			if open(s) {
+			if keep(s) {
 				text += fmt.Sprintf("\n- %s %s", s.ID, s.Text)
 			}
 		}
-		if !slices.ContainsFunc(t.Steps, open) {
+		if !slices.ContainsFunc(t.Steps, keep) {
 			text = fmt.Sprintf("No open steps in task %s.", t.line())
 		}
-		views, all = append(views, t.view(open)), nil
 	case "switch":
-		changed, tf.Current = tf.Current != t.ID, t.ID
-		text = "Switched to task " + t.line() + "."
-	default:
-		return errorResult("TaskManager: unknown action %q", a.Action), false
+		tf.Current, text = t.ID, "Switched to task "+t.line()+"."
 	}
-	if t != nil && all != nil {
-		views = append(views, t.view(all))
+	if t != nil {
+		views = append(views, t.view(keep))
 	}
 	var cur any
 	if tf.Current != "" {
 		cur = tf.Current
 	}
-	res := textResult(text)
-	res.structured = map[string]any{"current": cur, "tasks": views}
-	return res, changed
+	return toolResult{content: []contentItem{{Type: "text", Text: text}}, structured: map[string]any{"current": cur, "tasks": views}}
 }
 
 // ---- PlanMode ----
@@ -410,7 +374,7 @@ Example: {"action": "enter", "goal": "move the config loader to its own package"
 	input: `{"type":"object","properties":{
 		"action":{"type":"string","enum":["enter","exit","status","json","reset"],"description":"What to do."},
 		"goal":{"type":"string","maxLength":1000,"description":"What the plan is for (enter)."},
-		"plan_file":{"type":"string","maxLength":4096,"description":"Markdown file for the plan (enter; at exit, another file to take the plan from). Relative paths use the shell's working directory."}},
+		"plan_file":{"type":"string","maxLength":4096,"description":"Markdown file for the plan (enter). Relative paths use the shell's working directory."}},
 		"required":["action"],"additionalProperties":false}`,
 	output: `{"type":"object","required":["active","goal","plan_file","started_at"],"properties":{"active":{"type":"boolean"},
 		"goal":{"type":["string","null"]},"plan_file":{"type":["string","null"]},"started_at":{"type":["string","null"]},"plan":{"type":"string"}}}`,
@@ -426,7 +390,7 @@ type planState struct {
 	goal    string
 	file    string
 	started time.Time
-	hash    [32]byte // of the plan file's content at enter; zero when it did not exist
+	hash    [32]byte // of the plan file's content at enter (a missing file hashes as empty)
 }
 
 // planGate refuses tool while plan mode is active and PLAN_MODE_STRICT is on.
@@ -446,9 +410,7 @@ func runPlanMode(ctx context.Context, c *toolCall) toolResult {
 		Goal     string `json:"goal"`
 		PlanFile string `json:"plan_file"`
 	}
-	if err := json.Unmarshal(c.args, &a); err != nil {
-		return errorResult("PlanMode: invalid arguments: %v", err)
-	}
+	json.Unmarshal(c.args, &a) // schema-checked: every field is a string
 	a.Goal, a.PlanFile = strings.TrimSpace(a.Goal), strings.TrimSpace(a.PlanFile)
 	p := c.s.workflow.plan
 	p.mu.Lock()
@@ -469,9 +431,7 @@ func runPlanMode(ctx context.Context, c *toolCall) toolResult {
 				return errorResult("PlanMode: %v", err)
 			}
 			slug := strings.Trim(nonSlug.ReplaceAllString(strings.ToLower(a.Goal), "-"), "-")
-			if slug = strings.TrimRight(slug[:min(len(slug), 60)], "-"); slug == "" {
-				slug = "plan"
-			}
+			slug = cmp.Or(strings.TrimRight(slug[:min(len(slug), 60)], "-"), "plan")
 			file = filepath.Join(dir, slug+".md")
 			for n := 2; ; n++ { // a new file each time: never a stale plan
 				if _, err := os.Lstat(file); errors.Is(err, os.ErrNotExist) {
@@ -482,10 +442,8 @@ func runPlanMode(ctx context.Context, c *toolCall) toolResult {
 		} else if fi, err := os.Stat(file); err == nil && fi.IsDir() {
 			return errorResult("PlanMode: plan_file %s is a directory", file)
 		}
-		p.active, p.goal, p.file, p.started, p.hash = true, a.Goal, file, time.Now(), [32]byte{}
-		if b, err := os.ReadFile(file); err == nil {
-			p.hash = sha256.Sum256(b)
-		}
+		b, _ := os.ReadFile(file)
+		p.active, p.goal, p.file, p.started, p.hash = true, a.Goal, file, time.Now(), sha256.Sum256(b)
 		gate := "Bash, BackgroundBash and KillBgTask are refused until you exit plan mode."
 		if !c.s.srv.cfg.bool("PLAN_MODE_STRICT") {
 			gate = "Do not change anything until you exit plan mode."
@@ -495,34 +453,26 @@ func runPlanMode(ctx context.Context, c *toolCall) toolResult {
 		if !p.active {
 			return errorResult("PlanMode: plan mode is not active; nothing to exit")
 		}
-		file := p.file
-		if a.PlanFile != "" {
-			file = c.s.shell.resolve(a.PlanFile)
+		if fi, err := os.Stat(p.file); err == nil && fi.Size() > 16<<20 {
+			return errorResult("PlanMode: plan file %s is too large (%d bytes)", p.file, fi.Size())
 		}
-		var b []byte
-		fi, err := os.Stat(file)
-		if err == nil && fi.Size() > maxStateSize {
-			err = fmt.Errorf("plan file %s is too large (%d bytes)", file, fi.Size())
-		} else if err == nil {
-			b, err = os.ReadFile(file)
-		}
+		b, err := os.ReadFile(p.file)
 		switch {
 		case err != nil:
-			return errorResult("PlanMode: %v. Write your plan to %s first, or reset to leave without a plan.", err, file)
-		case strings.TrimSpace(string(b)) == "" || (file == p.file && sha256.Sum256(b) == p.hash) || fi.ModTime().Before(p.started.Add(-time.Second)):
-			return errorResult("PlanMode: plan file %s is empty or has not changed since plan mode began. Write your plan there first, or reset to leave without a plan.", file)
+			return errorResult("PlanMode: %v. Write your plan to %s first, or reset to leave without a plan.", err, p.file)
+		case strings.TrimSpace(string(b)) == "" || sha256.Sum256(b) == p.hash:
+			return errorResult("PlanMode: plan file %s is empty or has not changed since plan mode began. Write your plan there first, or reset to leave without a plan.", p.file)
 		}
 		plan = string(b)
 		if limit := c.s.srv.cfg.int("OUTPUT_LIMIT"); len(plan) > limit && limit > 0 {
 			plan = strings.ToValidUTF8(plan[:limit], "") + fmt.Sprintf("\n[plan cut at %d of %d bytes; read the file for the rest]", limit, len(b))
 		}
-		p.active, p.file = false, file
-		text = fmt.Sprintf("Plan saved to %s\nExiting plan mode. Returning to execution.\n\n%s", file, plan)
+		p.active = false
+		text = fmt.Sprintf("Plan saved to %s\nExiting plan mode. Returning to execution.\n\n%s", p.file, plan)
 	case "status":
-		d := time.Since(p.started)
-		text = fmt.Sprintf("Plan mode: ACTIVE\nGoal: %q\nDuration: %dm %ds\nPlan file: %s", p.goal, int(d.Minutes()), int(d.Seconds())%60, p.file)
-		if !p.active {
-			text = "Plan mode: INACTIVE"
+		text = "Plan mode: INACTIVE"
+		if d := time.Since(p.started); p.active {
+			text = fmt.Sprintf("Plan mode: ACTIVE\nGoal: %q\nDuration: %dm %ds\nPlan file: %s", p.goal, int(d.Minutes()), int(d.Seconds())%60, p.file)
 		}
 	case "reset":
 		text = "Plan mode reset. No plan saved."
@@ -535,24 +485,29 @@ func runPlanMode(ctx context.Context, c *toolCall) toolResult {
 	if p.active {
 		v["goal"], v["plan_file"], v["started_at"] = p.goal, p.file, p.started.UTC().Format(time.RFC3339)
 	}
-	if a.Action == "json" {
+	if a.Action == "exit" {
+		v["plan"] = plan
+	} else if a.Action == "json" {
 		b, _ := marshalJSON(v)
 		text = string(b)
 	}
-	if a.Action == "exit" {
-		v["plan"] = plan
-	}
-	res := textResult(text)
-	res.structured = v
-	return res
+	return toolResult{content: []contentItem{{Type: "text", Text: text}}, structured: v}
 }
 
 // ---- skills: InvokeSkill and MCP prompts ----
 
 var invokeSkillTool = toolDef{
-	name:     "InvokeSkill",
-	title:    "Load a skill",
-	describe: func(srv *server) string { return srv.skills.description(srv) },
+	name:  "InvokeSkill",
+	title: "Load a skill",
+	describe: func(srv *server) string {
+		_, _, listing := srv.skills.refresh(srv, "")
+		return `Invoke or load a skill by name. Returns the skill content for you to follow or use as context.
+The reply is a header line (skill, source, path), the skill's text with the arguments filled in ($ARGUMENTS; $ARGUMENTS[N] and $N are 0-based words split like a shell; with no placeholder the arguments are appended), then the other files in the skill's folder.
+Example: {"skill_name": "release-notes", "arguments": "v2.3.0"}
+
+Available skills:
+` + listing
+	},
 	input: `{"type":"object","properties":{
 		"skill_name":{"type":"string","minLength":1,"maxLength":200,"description":"The skill's name, as listed."},
 		"arguments":{"type":"string","maxLength":20000,"description":"Arguments for the skill: they fill $ARGUMENTS, and $ARGUMENTS[N] / $N (0-based words, split like a shell)."}},
@@ -578,7 +533,16 @@ type skillCatalog struct {
 // shell's directory or the nearest parent below home that has one.
 func skillRoots(cfg *config, project string) []skillInfo {
 	home, herr := os.UserHomeDir()
-	roots := []skillInfo{{path: projectSkills(project, home), source: "Project Skill"}}
+	roots := []skillInfo{{path: filepath.Join(project, ".claude", "skills"), source: "Project Skill"}}
+findProject:
+	for d, prev := project, ""; d != home && d != prev; d, prev = filepath.Dir(d), d {
+		for _, p := range []string{filepath.Join(d, ".claude", "skills"), filepath.Join(d, ".agents", "skills")} {
+			if fi, err := os.Stat(p); err == nil && fi.IsDir() {
+				roots[0].path = p
+				break findProject
+			}
+		}
+	}
 	if herr == nil {
 		roots = append(roots, skillInfo{path: filepath.Join(home, ".claude", "skills"), source: "User Skill"},
 			skillInfo{path: filepath.Join(home, ".telson", "skills"), source: "User Skill"})
@@ -594,29 +558,15 @@ func skillRoots(cfg *config, project string) []skillInfo {
 	return roots
 }
 
-func projectSkills(dir, home string) string {
-	for d := dir; d != home; d = filepath.Dir(d) {
-		for _, p := range []string{filepath.Join(d, ".claude", "skills"), filepath.Join(d, ".agents", "skills")} {
-			if fi, err := os.Stat(p); err == nil && fi.IsDir() {
-				return p
-			}
-		}
-		if d == filepath.Dir(d) {
-			break
-		}
-	}
-	return filepath.Join(dir, ".claude", "skills")
-}
-
-// refresh re-reads the skills when the project or a folder changed, and
-// returns the listing's generation.
-func (sc *skillCatalog) refresh(srv *server, project string) int64 {
+// refresh re-reads the skills when the project ("" for the last one) or a
+// folder changed, and returns the listing's generation, skills and text.
+func (sc *skillCatalog) refresh(srv *server, project string) (int64, []skillInfo, string) {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
-	roots := skillRoots(srv.cfg, project)
+	project = cmp.Or(project, sc.dir)
 	var sig, list strings.Builder
 	var found []skillInfo
-	for _, r := range roots {
+	for _, r := range skillRoots(srv.cfg, project) {
 		entries, _ := os.ReadDir(r.path)
 		fmt.Fprintf(&sig, "%s %d\n", r.path, len(entries))
 		for _, e := range entries[:min(len(entries), 1000)] {
@@ -628,66 +578,49 @@ func (sc *skillCatalog) refresh(srv *server, project string) int64 {
 		}
 	}
 	if sig.String() == sc.sig {
-		return sc.gen
+		return sc.gen, sc.skills, sc.listing
 	}
 	sc.dir, sc.sig, sc.skills = project, sig.String(), nil
-	var skipped []string
+	var skipped string
 	for _, f := range found {
 		if slices.ContainsFunc(sc.skills, func(s skillInfo) bool { return s.name == f.name }) {
 			continue // an earlier folder has it
 		}
 		b, err := os.ReadFile(f.path)
-		if err == nil && len(b) > 256<<10 {
-			err = errors.New("larger than 256 KiB")
-		}
 		meta, _, perr := parseSkill(string(b))
 		switch {
 		case err != nil || perr != nil:
+			err = cmp.Or(err, perr)
+		case len(b) > 256<<10:
+			err = errors.New("larger than 256 KiB")
 		case meta["name"] != "" && meta["name"] != f.name:
-			perr = fmt.Errorf("name %q differs from its folder's", meta["name"])
+			err = fmt.Errorf("name %q differs from its folder's", meta["name"])
 		case meta["description"] == "":
-			perr = errors.New("no description")
+			err = errors.New("no description")
 		}
-		if err = errors.Join(err, perr); err != nil {
+		if err != nil {
 			srv.log.warnf("skills: skipping %s: %v", f.path, err)
-			skipped = append(skipped, fmt.Sprintf("(skipped %s: %v)\n", f.path, err))
+			skipped += fmt.Sprintf("(skipped %s: %v)\n", f.path, err)
 			continue
 		}
 		f.description, f.hint = meta["description"], meta["argument-hint"]
 		sc.skills = append(sc.skills, f)
 	}
-	sort.Slice(sc.skills, func(i, j int) bool { return sc.skills[i].name < sc.skills[j].name })
-	for i, sk := range sc.skills {
-		if d := []rune(strings.Join(strings.Fields(sk.description), " ")); i < 200 {
-			fmt.Fprintf(&list, "- %s: %s\n", sk.name, string(d[:min(len(d), 250)]))
-		}
+	slices.SortFunc(sc.skills, func(a, b skillInfo) int { return strings.Compare(a.name, b.name) })
+	for _, sk := range sc.skills[:min(len(sc.skills), 200)] {
+		d := []rune(strings.Join(strings.Fields(sk.description), " "))
+		fmt.Fprintf(&list, "- %s: %s\n", sk.name, string(d[:min(len(d), 250)]))
 	}
 	if len(sc.skills) > 200 {
 		fmt.Fprintf(&list, "(+%d more skills not listed; prompts/list names them all)\n", len(sc.skills)-200)
-	}
-	if len(sc.skills) == 0 {
+	} else if len(sc.skills) == 0 {
 		list.WriteString("(none found)\n")
 	}
-	list.WriteString(strings.Join(skipped, "") + "Skill folders, in search order: .claude/skills (or .agents/skills) in the shell's directory or its nearest parent having one, ~/.claude/skills, ~/.telson/skills, then ADDITIONAL_SKILLS.")
+	list.WriteString(skipped + "Skill folders, in search order: .claude/skills (or .agents/skills) in the shell's directory or its nearest parent having one, ~/.claude/skills, ~/.telson/skills, then ADDITIONAL_SKILLS.")
 	if list.String() != sc.listing {
 		sc.listing, sc.gen = list.String(), sc.gen+1
 	}
-	return sc.gen
-}
-
-func (sc *skillCatalog) description(srv *server) string {
-	sc.mu.Lock()
-	dir := sc.dir
-	sc.mu.Unlock()
-	sc.refresh(srv, dir)
-	sc.mu.Lock()
-	defer sc.mu.Unlock()
-	return `Invoke or load a skill by name. Returns the skill content for you to follow or use as context.
-The reply is a header line (skill, source, path), the skill's text with the arguments filled in ($ARGUMENTS; $ARGUMENTS[N] and $N are 0-based words split like a shell; with no placeholder the arguments are appended), then the other files in the skill's folder.
-Example: {"skill_name": "release-notes", "arguments": "v2.3.0"}
-
-Available skills:
-` + sc.listing
+	return sc.gen, sc.skills, sc.listing
 }
 
 // parseSkill splits SKILL.md into front matter (key: value lines, with
@@ -698,14 +631,14 @@ func parseSkill(text string) (map[string]string, string, error) {
 	if strings.TrimSpace(lines[0]) != "---" || end == 0 {
 		return nil, "", errors.New("broken front matter: the file must start with a --- line and the front matter end with one")
 	}
-	meta, last := map[string]string{}, ""
+	meta, key, sep := map[string]string{}, "", "" // sep joins key's indented lines; "" drops them
 	for i := 1; i < end; i++ {
-		line := lines[i]
-		if t := strings.TrimSpace(line); t == "" || t[0] == '#' {
+		line, t := lines[i], strings.TrimSpace(lines[i])
+		if t == "" || t[0] == '#' {
 			continue
-		} else if line[0] == ' ' || line[0] == '\t' { // a plain value continued; nested lists are not used
-			if last != "" && meta[last] != "" {
-				meta[last] += " " + t
+		} else if line[0] == ' ' || line[0] == '\t' { // a value continued, or a nested list (not used)
+			if sep != "" { // a block's first line needs no sep: values never start with one
+				meta[key] = strings.TrimPrefix(meta[key]+sep+t, sep)
 			}
 			continue
 		}
@@ -713,15 +646,13 @@ func parseSkill(text string) (map[string]string, string, error) {
 		if !ok {
 			return nil, "", fmt.Errorf("broken front matter: line %d is not key: value", i+1)
 		}
-		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
-		last = k
-		if v != "" && (v[0] == '>' || v[0] == '|') && strings.Trim(v[1:], "+-") == "" {
-			var parts []string
-			for ; i+1 < end && (strings.TrimSpace(lines[i+1]) == "" || lines[i+1][0] == ' ' || lines[i+1][0] == '\t'); i++ {
-				parts = append(parts, strings.TrimSpace(lines[i+1]))
-			}
-			v, last = strings.TrimSpace(strings.Join(parts, map[byte]string{'>': " ", '|': "\n"}[v[0]])), ""
-		} else if v != "" && (v[0] == '"' || v[0] == '\'') {
+		key, v, sep = strings.TrimSpace(k), strings.TrimSpace(v), " "
+		switch {
+		case v == "":
+			sep = ""
+		case (v[0] == '>' || v[0] == '|') && strings.Trim(v[1:], "+-") == "": // a block scalar: folded or literal
+			v, sep = "", map[byte]string{'>': " ", '|': "\n"}[v[0]]
+		case v[0] == '"' || v[0] == '\'':
 			if len(v) < 2 || v[len(v)-1] != v[0] {
 				return nil, "", fmt.Errorf("broken front matter: line %d has an unterminated quote", i+1)
 			}
@@ -730,9 +661,9 @@ func parseSkill(text string) (map[string]string, string, error) {
 			} else {
 				v = strings.ReplaceAll(v[1:len(v)-1], "''", "'")
 			}
-			last = ""
+			sep = ""
 		}
-		meta[k] = v
+		meta[key] = v
 	}
 	return meta, strings.TrimLeft(strings.Join(lines[end+1:], "\n"), "\n"), nil
 }
@@ -748,13 +679,12 @@ func expandSkill(body, args, dir string) string {
 		}
 		used = true
 		sub := skillPlaceholder.FindStringSubmatch(m)
-		if n, err := strconv.Atoi(sub[1] + sub[2]); err == nil {
-			if n < len(words) {
-				return words[n]
-			}
-			return ""
+		if n, err := strconv.Atoi(sub[1] + sub[2]); err != nil {
+			return args
+		} else if n < len(words) {
+			return words[n]
 		}
-		return args
+		return ""
 	})
 	if !used && strings.TrimSpace(args) != "" {
 		out = strings.TrimRight(out, "\n") + "\n\nARGUMENTS: " + args
@@ -762,42 +692,29 @@ func expandSkill(body, args, dir string) string {
 	return out
 }
 
+var (
+	shellWord    = regexp.MustCompile(`(?s)(?:"(?:[^"\\]|\\.)*"|'[^']*'|\\.|[^\s"'\\])+`) // quoted parts, escapes and plain characters
+	shellPart    = regexp.MustCompile(`(?s)"((?:[^"\\]|\\.)*)"|'([^']*)'|\\(.)`)          // "double", 'single' or \x
+	shellEscaped = regexp.MustCompile(`(?s)\\(.)`)
+)
+
 // shellWords splits s like a shell: blanks separate words, quotes group, a backslash escapes.
 func shellWords(s string) []string {
-	var words []string
-	var cur strings.Builder
-	inWord, quote, rs := false, rune(0), []rune(s)
-	for i := 0; i < len(rs); i++ {
-		switch r := rs[i]; {
-		case quote == 0 && strings.ContainsRune(" \t\n", r):
-			if inWord {
-				words, inWord = append(words, cur.String()), false
-				cur.Reset()
-			}
-			continue
-		case quote == 0 && (r == '\'' || r == '"'):
-			quote = r
-		case r == quote:
-			quote = 0
-		case r == '\\' && quote != '\'' && i+1 < len(rs):
-			i++
-			cur.WriteRune(rs[i])
-		default:
-			cur.WriteRune(r)
-		}
-		inWord = true
-	}
-	if inWord {
-		words = append(words, cur.String())
+	words := shellWord.FindAllString(s, -1)
+	for i, w := range words {
+		words[i] = shellPart.ReplaceAllStringFunc(w, func(part string) string {
+			m := shellPart.FindStringSubmatch(part)
+			return shellEscaped.ReplaceAllString(m[1], "$1") + m[2] + m[3]
+		})
 	}
 	return words
 }
 
-// checkSkills re-reads the catalog for the shell's directory and tells the
-// client when the listing changed since this session last knew it.
-func (s *session) checkSkills() {
-	gen := s.srv.skills.refresh(s.srv, s.shell.dir())
-	if old := s.workflow.skillGen.Swap(gen); old != gen {
+// checkSkills re-reads the catalog for the shell's directory, tells the client
+// when the listing changed since this session last knew it, and returns the skills.
+func (s *session) checkSkills() []skillInfo {
+	gen, skills, _ := s.srv.skills.refresh(s.srv, s.shell.dir())
+	if s.workflow.skillGen.Swap(gen) != gen {
 		s.srv.toolsChanged()
 		s.mu.Lock()
 		ready := s.version != ""
@@ -807,38 +724,33 @@ func (s *session) checkSkills() {
 			s.notify("notifications/prompts/list_changed", nil)
 		}
 	}
+	return skills
 }
 
 // loadSkill finds name and returns it with its expanded text, or an error naming the closest skills.
 func (s *session) loadSkill(name, args string) (skillInfo, string, error) {
-	s.checkSkills()
-	sc := s.srv.skills
-	sc.mu.Lock()
-	skills := sc.skills
-	sc.mu.Unlock()
+	skills := s.checkSkills()
 	i := slices.IndexFunc(skills, func(sk skillInfo) bool { return sk.name == name })
-	if i < 0 {
-		if len(skills) == 0 {
-			return skillInfo{}, "", fmt.Errorf("skill %q not found: no skills are available", name)
-		}
+	if i < 0 && len(skills) == 0 {
+		return skillInfo{}, "", fmt.Errorf("skill %q not found: no skills are available", name)
+	} else if i < 0 {
 		var names []string
 		for _, sk := range skills {
 			names = append(names, sk.name)
 		}
 		dist := func(n string) int { return editDistance(strings.ToLower(n), strings.ToLower(name)) }
-		sort.SliceStable(names, func(i, j int) bool { return dist(names[i]) < dist(names[j]) })
+		slices.SortStableFunc(names, func(a, b string) int { return dist(a) - dist(b) })
 		return skillInfo{}, "", fmt.Errorf("skill %q not found; closest: %s (the tool's description lists them all)", name, strings.Join(names[:min(3, len(names))], ", "))
 	}
 	b, err := os.ReadFile(skills[i].path)
-	if err == nil {
-		var body string
-		if _, body, err = parseSkill(string(b)); err == nil {
-			return skills[i], expandSkill(body, args, filepath.Dir(skills[i].path)), nil
-		}
+	_, body, perr := parseSkill(string(b))
+	if err = cmp.Or(err, perr); err != nil {
+		return skills[i], "", fmt.Errorf("skill %s: %s: %w", name, skills[i].path, err)
 	}
-	return skills[i], "", fmt.Errorf("skill %s: %s: %w", name, skills[i].path, err)
+	return skills[i], expandSkill(body, args, filepath.Dir(skills[i].path)), nil
 }
 
+// editDistance is the Levenshtein distance between a and b, in bytes.
 func editDistance(a, b string) int {
 	prev := make([]int, len(b)+1)
 	for j := range prev {
@@ -863,9 +775,7 @@ func runInvokeSkill(ctx context.Context, c *toolCall) toolResult {
 		SkillName string `json:"skill_name"`
 		Arguments string `json:"arguments"`
 	}
-	if err := json.Unmarshal(c.args, &a); err != nil {
-		return errorResult("InvokeSkill: invalid arguments: %v", err)
-	}
+	json.Unmarshal(c.args, &a) // schema-checked: every field is a string
 	sk, text, err := c.s.loadSkill(strings.TrimSpace(a.SkillName), a.Arguments)
 	if err != nil {
 		return errorResult("InvokeSkill: %v", err)
@@ -889,18 +799,10 @@ func runInvokeSkill(ctx context.Context, c *toolCall) toolResult {
 }
 
 func handlePromptsList(ctx context.Context, r *rpcRequest) (map[string]any, error) {
-	r.s.checkSkills()
-	sc := r.s.srv.skills
-	sc.mu.Lock()
-	defer sc.mu.Unlock()
 	prompts := []map[string]any{}
-	for _, sk := range sc.skills {
-		hint := sk.hint
-		if hint == "" {
-			hint = "Arguments for the skill ($ARGUMENTS)"
-		}
-		prompts = append(prompts, map[string]any{"name": sk.name, "description": sk.description,
-			"arguments": []map[string]any{{"name": "arguments", "description": hint, "required": false}}})
+	for _, sk := range r.s.checkSkills() {
+		prompts = append(prompts, map[string]any{"name": sk.name, "description": sk.description, "arguments": []map[string]any{
+			{"name": "arguments", "description": cmp.Or(sk.hint, "Arguments for the skill ($ARGUMENTS)"), "required": false}}})
 	}
 	return map[string]any{"prompts": prompts}, nil
 }
@@ -977,7 +879,7 @@ func (cb *callbackSlots) arm(i int, sl *callbackSlot) {
 
 func (cb *callbackSlots) fire(i int, sl *callbackSlot) {
 	cb.mu.Lock()
-	if cb.stopped || cb.slots[i] != sl {
+	if cb.slots[i] != sl { // cancelled, or the session ended
 		cb.mu.Unlock()
 		return
 	}
@@ -1013,14 +915,14 @@ func callbackPreview(msg string) string {
 }
 
 func runSetCallback(ctx context.Context, c *toolCall) toolResult {
-	var a struct {
+	a := struct {
 		Action       string `json:"action"`
 		Message      string `json:"message"`
 		DelaySeconds *int64 `json:"delay_seconds"`
-		RepeatCount  *int64 `json:"repeat_count"`
+		RepeatCount  int64  `json:"repeat_count"`
 		CallbackID   *int64 `json:"callback_id"`
-	}
-	if err := json.Unmarshal(c.args, &a); err != nil {
+	}{RepeatCount: 20}
+	if err := json.Unmarshal(c.args, &a); err != nil { // an integer too large for int64
 		return errorResult("Error: invalid arguments: %v", err)
 	}
 	cb := c.s.workflow.callbacks
@@ -1031,69 +933,60 @@ func runSetCallback(ctx context.Context, c *toolCall) toolResult {
 	}
 	switch a.Action {
 	case "list":
-		var b strings.Builder
-		n := 0
+		var lines []string
 		for i, sl := range cb.slots {
-			if sl != nil {
-				left, count := max(sl.fireAt.Sub(cb.now()), 0).Round(time.Second), "infinite"
-				if sl.remaining >= 0 {
-					count = fmt.Sprintf("%d left", sl.remaining)
-				}
-				fmt.Fprintf(&b, "\n  [%d] %s - fires in %dm%02ds (%s)", i, callbackPreview(sl.message), int(left.Minutes()), int(left.Seconds())%60, count)
-				n++
+			if sl == nil {
+				continue
 			}
+			left, count := max(sl.fireAt.Sub(cb.now()), 0).Round(time.Second), "infinite"
+			if sl.remaining >= 0 {
+				count = fmt.Sprintf("%d left", sl.remaining)
+			}
+			lines = append(lines, fmt.Sprintf("\n  [%d] %s - fires in %dm%02ds (%s)", i, callbackPreview(sl.message), int(left.Minutes()), int(left.Seconds())%60, count))
 		}
-		if n == 0 {
+		if len(lines) == 0 {
 			return textResult("No active callbacks.")
 		}
-		return textResult(fmt.Sprintf("Active callbacks (%d/%d):%s", n, callbackSlotCount, b.String()))
+		return textResult(fmt.Sprintf("Active callbacks (%d/%d):%s", len(lines), callbackSlotCount, strings.Join(lines, "")))
 	case "cancel":
 		if a.CallbackID == nil {
 			return textResult(fmt.Sprintf("Cancelled %d callbacks.", cb.cancel(-1)))
 		}
-		id := *a.CallbackID
-		if id < 0 || id >= callbackSlotCount {
+		switch id := *a.CallbackID; {
+		case id < 0 || id >= callbackSlotCount:
 			return errorResult("Error: callback_id %d out of range (max %d)", id, callbackSlotCount-1)
-		}
-		sl := cb.slots[id]
-		if sl == nil {
+		case cb.slots[id] == nil:
 			return errorResult("Error: callback slot %d is not active", id)
+		default:
+			msg := cb.slots[id].message
+			cb.cancel(id)
+			return textResult(fmt.Sprintf("Cancelled callback slot %d: %s", id, callbackPreview(msg)))
 		}
-		cb.cancel(id)
-		return textResult(fmt.Sprintf("Cancelled callback slot %d: %s", id, callbackPreview(sl.message)))
-	}
-	if strings.TrimSpace(a.Message) == "" {
-		return errorResult("Error: missing message parameter")
-	}
-	if n := len([]rune(a.Message)); n > 2048 {
-		return errorResult("Error: message is too long (max 2048 characters, got %d)", n)
-	}
-	if a.DelaySeconds == nil {
-		return errorResult("Error: missing delay_seconds parameter (1-3600)")
-	}
-	if d := *a.DelaySeconds; d < 1 || d > 3600 {
-		return errorResult("Error: delay_seconds must be between 1 and 3600 (got %d)", d)
-	}
-	repeat := int64(20)
-	if a.RepeatCount != nil {
-		repeat = *a.RepeatCount
-	}
-	if repeat < -1 {
-		return errorResult("Error: repeat_count must be -1 (forever), 0 or 1 (once), or more (got %d)", repeat)
-	}
-	if repeat != -1 {
-		repeat = max(repeat, 1) // 0 and 1 both mean once
 	}
 	i := slices.Index(cb.slots[:], nil)
-	if i < 0 {
+	switch n := len([]rune(a.Message)); {
+	case strings.TrimSpace(a.Message) == "":
+		return errorResult("Error: missing message parameter")
+	case n > 2048:
+		return errorResult("Error: message is too long (max 2048 characters, got %d)", n)
+	case a.DelaySeconds == nil:
+		return errorResult("Error: missing delay_seconds parameter (1-3600)")
+	case *a.DelaySeconds < 1 || *a.DelaySeconds > 3600:
+		return errorResult("Error: delay_seconds must be between 1 and 3600 (got %d)", *a.DelaySeconds)
+	case a.RepeatCount < -1:
+		return errorResult("Error: repeat_count must be -1 (forever), 0 or 1 (once), or more (got %d)", a.RepeatCount)
+	case i < 0:
 		return errorResult("Error: all callback slots full (max %d)", callbackSlotCount)
 	}
-	cb.slots[i] = &callbackSlot{message: a.Message, delay: time.Duration(*a.DelaySeconds) * time.Second, remaining: repeat}
-	cb.arm(i, cb.slots[i])
-	times := fmt.Sprintf("repeats %d times.", repeat)
-	if repeat == -1 {
+	if a.RepeatCount == 0 {
+		a.RepeatCount = 1 // 0 and 1 both mean once
+	}
+	times := fmt.Sprintf("repeats %d times.", a.RepeatCount)
+	if a.RepeatCount == -1 {
 		times = "repeats infinitely."
 	}
+	cb.slots[i] = &callbackSlot{message: a.Message, delay: time.Duration(*a.DelaySeconds) * time.Second, remaining: a.RepeatCount}
+	cb.arm(i, cb.slots[i])
 	return textResult(fmt.Sprintf("Callback scheduled: fires every %ds, %s\nSlot %d; cancel it with {\"action\":\"cancel\",\"callback_id\":%d}.", *a.DelaySeconds, times, i, i))
 }
 
@@ -1103,15 +996,15 @@ func runSetCallback(ctx context.Context, c *toolCall) toolResult {
 type sessionWorkflow struct {
 	plan      *planState
 	callbacks *callbackSlots
-	skillGen  atomic.Int64 // catalog generation this session's client knows
-	done      chan struct{}
-	once      sync.Once
+	skillGen  atomic.Int64  // catalog generation this session's client knows
+	done      chan struct{} // closed by the first stopWorkflow (callbacks.stopped says it ran)
 }
 
 func newSessionWorkflow(s *session) *sessionWorkflow {
 	w := &sessionWorkflow{plan: &planState{}, done: make(chan struct{}), callbacks: &callbackSlots{announce: s.announce, now: time.Now,
 		afterFunc: func(d time.Duration, f func()) stopper { return time.AfterFunc(d, f) }}}
-	w.skillGen.Store(s.srv.skills.refresh(s.srv, s.shell.dir()))
+	gen, _, _ := s.srv.skills.refresh(s.srv, s.shell.dir())
+	w.skillGen.Store(gen)
 	return w
 }
 
@@ -1133,11 +1026,12 @@ func (s *session) watchSkills() {
 
 // stopWorkflow ends the session's callbacks and skill watch.
 func (s *session) stopWorkflow() {
-	s.workflow.once.Do(func() {
+	cb := s.workflow.callbacks
+	cb.mu.Lock()
+	defer cb.mu.Unlock()
+	if !cb.stopped {
 		close(s.workflow.done)
-		s.workflow.callbacks.mu.Lock()
-		s.workflow.callbacks.stopped = true
-		s.workflow.callbacks.cancel(-1)
-		s.workflow.callbacks.mu.Unlock()
-	})
+	}
+	cb.stopped = true
+	cb.cancel(-1)
 }
