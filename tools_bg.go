@@ -97,9 +97,6 @@ var killBgTaskTool = toolDef{
 	run:         runKillBgTask,
 }
 
-// bgKeepFinished is how many finished tasks a session keeps for reading.
-const bgKeepFinished = 100
-
 // bgTasks is one session's background tasks.
 type bgTasks struct {
 	procs *procTracker
@@ -165,11 +162,14 @@ func runBackgroundBash(ctx context.Context, c *toolCall) toolResult {
 		return errorResult("BackgroundBash: start: the session is ending")
 	}
 	running, finished := 0, 0
-	for i := len(b.tasks) - 1; i >= 0; i-- { // count the running, forget the finished beyond bgKeepFinished
-		if !b.tasks[i].isDone() {
+	for i := len(b.tasks) - 1; i >= 0; i-- {
+		select {
+		case <-b.tasks[i].ended: // keep the newest 100 finished tasks
+			if finished++; finished > 100 {
+				b.tasks = append(b.tasks[:i], b.tasks[i+1:]...)
+			}
+		default:
 			running++
-		} else if finished++; finished > bgKeepFinished {
-			b.tasks = append(b.tasks[:i], b.tasks[i+1:]...)
 		}
 	}
 	if most := c.s.srv.cfg.int("BG_MAX_TASKS"); running >= most {
@@ -246,12 +246,6 @@ func (t *bgTask) run(s *session, b *bgTasks, cmd *exec.Cmd) {
 	if _, status := t.info(); !quiet {
 		s.announce(fmt.Sprintf("background task %d %s", t.id, status))
 	}
-}
-
-func (t *bgTask) isDone() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.done
 }
 
 // Write adds output, dropping the oldest unread bytes beyond the limit.
