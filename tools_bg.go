@@ -347,9 +347,7 @@ func (t *bgTask) report(limit int, note string) toolResult {
 		fmt.Fprintf(&b, "[%d more bytes waiting: call ReadBgOutput again]\n", info.UnreadBytes)
 	}
 	fmt.Fprintf(&b, "[task %d %s]", t.id, status)
-	res := textResult(b.String())
-	res.structured = info
-	return res
+	return toolResult{content: textResult(b.String()).content, structured: info}
 }
 
 // bgFind finds the task a call names, and its wait_ms, or says why not.
@@ -435,7 +433,5 @@ func runListBgTasks(ctx context.Context, c *toolCall) toolResult {
 	if len(tasks) == 0 {
 		b.WriteString("No background tasks. Start one with BackgroundBash.")
 	}
-	res := textResult(strings.TrimSuffix(b.String(), "\n"))
-	res.structured = map[string]any{"tasks": infos}
-	return res
+	return toolResult{content: textResult(strings.TrimSuffix(b.String(), "\n")).content, structured: map[string]any{"tasks": infos}}
 }
