@@ -348,7 +348,7 @@ func TestBgBufferModel(t *testing.T) {
 			chunk[j] = 'a' + printed%26
 			printed++
 		}
-		bt.append(chunk)
+		bt.Write(chunk)
 		if unread = append(unread, chunk...); len(unread) > 300 {
 			dropped += int64(len(unread) - 300)
 			unread = unread[len(unread)-300:]
@@ -362,11 +362,11 @@ func TestBgBufferModel(t *testing.T) {
 // TestBgTakeHoldsCutCharacter: a character the pipe delivered in two pieces is returned whole.
 func TestBgTakeHoldsCutCharacter(t *testing.T) {
 	bt := &bgTask{limit: 100, changed: make(chan struct{})}
-	bt.append([]byte("ab\xc3"))
+	bt.Write([]byte("ab\xc3"))
 	if out, _ := bt.take(100); out != "ab" || bt.n != 1 {
 		t.Errorf("took %q, %d left", out, bt.n)
 	}
-	bt.append([]byte("\xa9"))
+	bt.Write([]byte("\xa9"))
 	if out, _ := bt.take(100); out != "é" {
 		t.Errorf("took %q", out)
 	}

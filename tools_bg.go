@@ -14,8 +14,8 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strings"
@@ -97,18 +97,15 @@ var killBgTaskTool = toolDef{
 	run:         runKillBgTask,
 }
 
-// bgKeepFinished is how many finished tasks a session keeps for reading.
-const bgKeepFinished = 100
-
 // bgTasks is one session's background tasks.
 type bgTasks struct {
 	procs *procTracker
-	wg    sync.WaitGroup // counts the tasks' wait goroutines
+	wg    sync.WaitGroup // counts the tasks' wait goroutines and closeAll's kills
 
 	mu     sync.Mutex // guards the fields below
 	tasks  []*bgTask  // oldest first
 	nextID int
-	closed bool // the session ended: nothing starts, nothing is announced
+	closed bool // the session ended: nothing starts
 }
 
 func newBgTasks(procs *procTracker) *bgTasks { return &bgTasks{procs: procs} }
@@ -122,16 +119,16 @@ type bgTask struct {
 	out     *os.File      // the output pipe's read end
 	ended   chan struct{} // closed when bash has exited and the status is final
 
-	mu       sync.Mutex // guards the fields below
-	ring     []byte     // the unread output: n bytes from head, wrapping; it grows up to limit
-	head, n  int
-	dropped  int64         // unread bytes lost since the previous read
-	changed  chan struct{} // closed and replaced at new output and at the end
-	done     bool
-	end      time.Time
-	code     int // the exit status; -1 while running or after a signal
-	signal   string
-	stopping bool // KillBgTask stops it: its reply, not a notice, says how it ended
+	mu      sync.Mutex // guards the fields below
+	ring    []byte     // the unread output: n bytes from head, wrapping; it grows up to limit
+	head, n int
+	dropped int64         // unread bytes lost since the previous read
+	changed chan struct{} // closed and replaced at new output and at the end
+	done    bool
+	end     time.Time
+	code    int // the exit status; -1 while running or after a signal
+	signal  string
+	quiet   bool // KillBgTask or the session's end stops it: no notice announces its end
 }
 
 // bgInfo is a task in structured content.
@@ -158,109 +155,104 @@ func runBackgroundBash(ctx context.Context, c *toolCall) toolResult {
 	if err := json.Unmarshal(c.args, &a); err != nil || strings.TrimSpace(a.Command) == "" {
 		return errorResult("BackgroundBash: command is missing or empty")
 	}
-	dir := c.s.shell.dir()
-	t, err := c.s.bg.start(c.s, a.Command, dir)
-	if err != nil {
-		return errorResult("BackgroundBash: %v", err)
+	b, dir := c.s.bg, c.s.shell.dir()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return errorResult("BackgroundBash: start: the session is ending")
 	}
+	running, finished := 0, 0
+	for i := len(b.tasks) - 1; i >= 0; i-- {
+		select {
+		case <-b.tasks[i].ended: // keep the newest 100 finished tasks
+			if finished++; finished > 100 {
+				b.tasks = append(b.tasks[:i], b.tasks[i+1:]...)
+			}
+		default:
+			running++
+		}
+	}
+	if most := c.s.srv.cfg.int("BG_MAX_TASKS"); running >= most {
+		return errorResult("BackgroundBash: %d tasks are already running, the most allowed (BG_MAX_TASKS=%d); stop one with KillBgTask first", running, most)
+	}
+	cmd := exec.Command("bash", "-c", a.Command)
+	cmd.Dir = dir
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return errorResult("BackgroundBash: start: %v", err)
+	}
+	defer pw.Close() // the child has its own copy
+	cmd.Stdout, cmd.Stderr = pw, pw
+	if err := b.procs.start(cmd); err != nil {
+		pr.Close()
+		return errorResult("BackgroundBash: start: %v", err)
+	}
+	b.nextID++
+	t := &bgTask{id: b.nextID, pid: cmd.Process.Pid, command: a.Command, start: time.Now(), limit: max(c.s.srv.cfg.int("BG_BUFFER_BYTES"), 256),
+		out: pr, ended: make(chan struct{}), code: -1, changed: make(chan struct{})}
+	b.tasks = append(b.tasks, t)
+	b.wg.Add(1)
+	go t.run(c.s, b, cmd) // exits once bash has exited and its output is read
 	res := textResult(fmt.Sprintf("Started background task %d (pid %d) in %s.\nRead its output with ReadBgOutput {\"task_id\": %d, \"wait_ms\": 5000}; stop it with KillBgTask {\"task_id\": %d}.",
 		t.id, t.pid, dir, t.id, t.id))
 	res.structured, _ = t.info()
 	return res
 }
 
-// start starts command in dir as a new task of session s.
-func (b *bgTasks) start(s *session, command, dir string) (*bgTask, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	running := 0
-	for _, t := range b.tasks {
-		if !t.isDone() {
-			running++
-		}
-	}
-	if b.closed {
-		return nil, errors.New("start: the session is ending")
-	}
-	if most := s.srv.cfg.int("BG_MAX_TASKS"); running >= most {
-		return nil, fmt.Errorf("%d tasks are already running, the most allowed (BG_MAX_TASKS=%d); stop one with KillBgTask first", running, most)
-	}
-	cmd := exec.Command("bash", "-c", command)
-	cmd.Dir = dir
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		return nil, fmt.Errorf("start: %w", err)
-	}
-	cmd.Stdout, cmd.Stderr = pw, pw
-	err = b.procs.start(cmd)
-	pw.Close()
-	if err != nil {
-		pr.Close()
-		return nil, fmt.Errorf("start: %w", err)
-	}
-	b.nextID++
-	t := &bgTask{id: b.nextID, pid: cmd.Process.Pid, command: command, start: time.Now(), limit: max(s.srv.cfg.int("BG_BUFFER_BYTES"), 256),
-		out: pr, ended: make(chan struct{}), code: -1, changed: make(chan struct{})}
-	b.tasks = append(b.tasks, t)
-	finished := 0 // forget the oldest finished tasks beyond bgKeepFinished
-	for i := len(b.tasks) - 1; i >= 0; i-- {
-		if b.tasks[i].isDone() {
-			if finished++; finished > bgKeepFinished {
-				b.tasks = append(b.tasks[:i], b.tasks[i+1:]...)
-			}
-		}
-	}
-	readDone := make(chan struct{})
-	go t.read(readDone) // exits at EOF, or when closeAll sets a read deadline
-	b.wg.Add(1)
-	go t.wait(s, b, cmd, readDone) // exits once bash has exited and its output is read
-	return t, nil
-}
-
-// closeAll ends the session's tasks: every group still alive is stopped and
-// every task has ended when it returns. Nothing is announced or started after.
+// closeAll ends the session's tasks and their groups; nothing is announced or started after.
 func (b *bgTasks) closeAll() {
 	b.mu.Lock()
 	b.closed = true
 	tasks := b.tasks
 	b.mu.Unlock()
-	var wg sync.WaitGroup
 	for _, t := range tasks {
-		wg.Add(1)
-		go func(pgid int) { defer wg.Done(); b.procs.killGroup(pgid, 500*time.Millisecond) }(t.pid) // exits when the group is gone
-	}
-	wg.Wait()
-	for _, t := range tasks {
-		t.out.SetReadDeadline(time.Now()) // a process that left the group may hold the pipe
+		t.mu.Lock()
+		t.quiet = true
+		t.mu.Unlock()
+		b.wg.Add(1)
+		go func(t *bgTask) { // exits when the group is gone
+			defer b.wg.Done()
+			b.procs.killGroup(t.pid, 500*time.Millisecond)
+			t.out.SetReadDeadline(time.Now()) // a process that left the group may hold the pipe
+		}(t)
 	}
 	b.wg.Wait()
 }
 
-func (t *bgTask) isDone() bool {
+// run reads the task's output until bash has exited, records how it ended and announces it.
+func (t *bgTask) run(s *session, b *bgTasks, cmd *exec.Cmd) {
+	defer b.wg.Done()
+	readDone := make(chan struct{})
+	go func() { // exits at EOF, or when closeAll sets a read deadline
+		defer close(readDone)
+		io.Copy(t, t.out)
+		t.out.Close()
+	}()
+	err := cmd.Wait()
+	select { // bash's output is in the pipe; a process it left behind may hold the pipe open
+	case <-readDone:
+	case <-time.After(100 * time.Millisecond):
+	}
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.done
-}
-
-func (t *bgTask) read(done chan struct{}) {
-	defer close(done)
-	defer t.out.Close()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := t.out.Read(buf)
-		if n > 0 {
-			t.append(buf[:n])
-		}
-		if err != nil {
-			return
-		}
+	t.done, t.end = true, time.Now()
+	t.code, t.signal = exitStatus(cmd, err)
+	t.resizeLocked(t.n) // a finished task holds its unread bytes only
+	quiet := t.quiet
+	close(t.ended)
+	close(t.changed)
+	t.changed = make(chan struct{}) // output may still come from a process bash left behind
+	t.mu.Unlock()
+	b.procs.forgetIfGone(t.pid)
+	if _, status := t.info(); !quiet {
+		s.announce(fmt.Sprintf("background task %d %s", t.id, status))
 	}
 }
 
-// append adds output, dropping the oldest unread bytes beyond the limit.
-func (t *bgTask) append(p []byte) {
+// Write adds output, dropping the oldest unread bytes beyond the limit.
+func (t *bgTask) Write(p []byte) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	written := len(p)
 	if over := t.n + len(p) - t.limit; over > 0 {
 		skip := min(over, t.n)
 		t.head, t.n, p, t.dropped = t.head+skip, t.n-skip, p[over-skip:], t.dropped+int64(over)
@@ -271,7 +263,9 @@ func (t *bgTask) append(p []byte) {
 	tail := (t.head + t.n) % len(t.ring)
 	copy(t.ring, p[copy(t.ring[tail:], p):])
 	t.n += len(p)
-	t.changedLocked()
+	close(t.changed)
+	t.changed = make(chan struct{})
+	return written, nil
 }
 
 // peekLocked copies the first len(dst) unread bytes, at most t.n, into dst.
@@ -284,57 +278,6 @@ func (t *bgTask) resizeLocked(size int) {
 	ring := make([]byte, size)
 	t.peekLocked(ring[:t.n])
 	t.ring, t.head = ring, 0
-}
-
-func (t *bgTask) changedLocked() {
-	close(t.changed)
-	t.changed = make(chan struct{})
-}
-
-// wait waits for bash to exit, records how it ended and announces it.
-func (t *bgTask) wait(s *session, b *bgTasks, cmd *exec.Cmd, readDone chan struct{}) {
-	defer b.wg.Done()
-	err := cmd.Wait()
-	select { // bash's output is in the pipe; a process it left behind may hold the pipe open
-	case <-readDone:
-	case <-time.After(100 * time.Millisecond):
-	}
-	code, sig := exitStatus(cmd, err)
-	b.mu.Lock()
-	quiet := b.closed
-	b.mu.Unlock()
-	t.mu.Lock()
-	t.done, t.end, t.code, t.signal = true, time.Now(), code, sig
-	t.resizeLocked(t.n) // a finished task holds its unread bytes only
-	quiet = quiet || t.stopping
-	close(t.ended)
-	t.changedLocked()
-	t.mu.Unlock()
-	b.procs.forgetIfGone(t.pid)
-	if _, status := t.info(); !quiet {
-		s.announce(fmt.Sprintf("background task %d %s", t.id, status))
-	}
-}
-
-// waitOutput waits up to d while no output is waiting and the task runs.
-func (t *bgTask) waitOutput(ctx context.Context, d time.Duration) {
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	for {
-		t.mu.Lock()
-		idle, changed := t.n == 0 && !t.done, t.changed
-		t.mu.Unlock()
-		if !idle || d <= 0 {
-			return
-		}
-		select { // wakes at each change: new output (a concurrent read may take it) or the end
-		case <-changed:
-		case <-timer.C:
-			return
-		case <-ctx.Done():
-			return
-		}
-	}
 }
 
 // take removes and returns up to limit bytes of unread output, never
@@ -366,25 +309,22 @@ func (t *bgTask) take(limit int) (string, int64) {
 func (t *bgTask) info() (bgInfo, string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	i := bgInfo{TaskID: t.id, Pid: t.pid, Command: t.command, Status: "running", ExitCode: t.code, Signal: t.signal,
-		UnreadBytes: t.n, DroppedBytes: t.dropped}
 	d := time.Since(t.start)
 	if t.done {
 		d = t.end.Sub(t.start)
 	}
-	i.RuntimeMS = d.Milliseconds()
-	if d = d.Round(time.Second); i.RuntimeMS < 1000 {
-		d = time.Duration(i.RuntimeMS) * time.Millisecond
+	i := bgInfo{TaskID: t.id, Pid: t.pid, Command: t.command, Status: "running", ExitCode: t.code, Signal: t.signal,
+		RuntimeMS: d.Milliseconds(), UnreadBytes: t.n, DroppedBytes: t.dropped}
+	if d = d.Truncate(time.Millisecond); d >= time.Second {
+		d = d.Round(time.Second)
 	}
-	switch {
-	case !t.done:
-		return i, "running for " + d.String()
-	case t.signal != "":
-		i.Status = "killed"
-		return i, fmt.Sprintf("killed by signal %s after %s", t.signal, d)
+	status := "running for " + d.String()
+	if t.done && t.signal != "" {
+		i.Status, status = "killed", fmt.Sprintf("killed by signal %s after %s", t.signal, d)
+	} else if t.done {
+		i.Status, status = "exited", fmt.Sprintf("exited with status %d after %s", t.code, d)
 	}
-	i.Status = "exited"
-	return i, fmt.Sprintf("exited with status %d after %s", t.code, d)
+	return i, status
 }
 
 // report takes the unread output (up to limit bytes) and describes the
@@ -398,47 +338,56 @@ func (t *bgTask) report(limit int, note string) toolResult {
 	if dropped > 0 {
 		fmt.Fprintf(&b, "[%d bytes dropped: the task printed more than its %d-byte buffer holds since the previous read]\n", dropped, t.limit)
 	}
-	if text := strings.TrimSuffix(out, "\n"); out != "" {
-		b.WriteString(text + "\n")
-	} else {
-		b.WriteString("(no new output)\n")
+	text := out
+	if out == "" {
+		text = "(no new output)"
 	}
+	b.WriteString(strings.TrimSuffix(text, "\n") + "\n")
 	if info.UnreadBytes > 0 {
 		fmt.Fprintf(&b, "[%d more bytes waiting: call ReadBgOutput again]\n", info.UnreadBytes)
 	}
 	fmt.Fprintf(&b, "[task %d %s]", t.id, status)
-	res := textResult(b.String())
-	res.structured = info
-	return res
+	return toolResult{content: textResult(b.String()).content, structured: info}
 }
 
-type bgTaskArgs struct {
-	TaskID int `json:"task_id"`
-	WaitMS int `json:"wait_ms"`
-}
-
-// bgFind reads a call's arguments into a and finds its task, or says why not.
-func bgFind(c *toolCall, tool string, a *bgTaskArgs) (*bgTask, toolResult) {
-	if err := json.Unmarshal(c.args, a); err != nil {
-		return nil, errorResult("%s: invalid arguments: %v", tool, err)
+// bgFind finds the task a call names, and its wait_ms, or says why not.
+func bgFind(c *toolCall, tool string) (*bgTask, time.Duration, toolResult) {
+	var a struct {
+		TaskID int `json:"task_id"`
+		WaitMS int `json:"wait_ms"`
+	}
+	if err := json.Unmarshal(c.args, &a); err != nil {
+		return nil, 0, errorResult("%s: invalid arguments: %v", tool, err)
 	}
 	c.s.bg.mu.Lock()
 	defer c.s.bg.mu.Unlock()
 	for _, t := range c.s.bg.tasks {
 		if t.id == a.TaskID {
-			return t, toolResult{}
+			return t, time.Duration(a.WaitMS) * time.Millisecond, toolResult{}
 		}
 	}
-	return nil, errorResult("%s: no background task %d in this session; ListBgTasks shows the tasks there are", tool, a.TaskID)
+	return nil, 0, errorResult("%s: no background task %d in this session; ListBgTasks shows the tasks there are", tool, a.TaskID)
 }
 
 func runReadBgOutput(ctx context.Context, c *toolCall) toolResult {
-	var a bgTaskArgs
-	t, fail := bgFind(c, "ReadBgOutput", &a)
+	t, wait, fail := bgFind(c, "ReadBgOutput")
 	if t == nil {
 		return fail
 	}
-	t.waitOutput(ctx, time.Duration(a.WaitMS)*time.Millisecond)
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	for ctx.Err() == nil { // wait while no output is waiting and the task runs
+		t.mu.Lock()
+		idle, changed := t.n == 0 && !t.done, t.changed
+		t.mu.Unlock()
+		if !idle {
+			break
+		}
+		select { // wakes at each change: new output (a concurrent read may take it) or the end
+		case <-changed:
+		case <-ctx.Done():
+		}
+	}
 	return t.report(c.s.srv.cfg.int("OUTPUT_LIMIT"), "")
 }
 
@@ -446,8 +395,7 @@ func runKillBgTask(ctx context.Context, c *toolCall) toolResult {
 	if res, refused := c.s.planGate("KillBgTask"); refused {
 		return res
 	}
-	var a bgTaskArgs
-	t, fail := bgFind(c, "KillBgTask", &a)
+	t, _, fail := bgFind(c, "KillBgTask")
 	if t == nil {
 		return fail
 	}
@@ -456,7 +404,7 @@ func runKillBgTask(ctx context.Context, c *toolCall) toolResult {
 	if t.done {
 		note = fmt.Sprintf("Task %d had already ended.\n", t.id)
 	}
-	t.stopping = true
+	t.quiet = true
 	t.mu.Unlock()
 	c.s.srv.procs.killGroup(t.pid, killGrace) // bash and whatever it started, or left running
 	c.s.srv.procs.forgetIfGone(t.pid)
@@ -485,7 +433,5 @@ func runListBgTasks(ctx context.Context, c *toolCall) toolResult {
 	if len(tasks) == 0 {
 		b.WriteString("No background tasks. Start one with BackgroundBash.")
 	}
-	res := textResult(strings.TrimSuffix(b.String(), "\n"))
-	res.structured = map[string]any{"tasks": infos}
-	return res
+	return toolResult{content: textResult(strings.TrimSuffix(b.String(), "\n")).content, structured: map[string]any{"tasks": infos}}
 }
