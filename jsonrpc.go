@@ -31,11 +31,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net"
 	"net/http"
 	"net/url"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -83,15 +85,6 @@ const (
 // atLeast reports whether protocol version v is min or newer (dates compare as strings).
 func atLeast(v, min string) bool { return v >= min }
 
-func isLegacyVersion(v string) bool {
-	for _, l := range legacyVersions {
-		if v == l {
-			return true
-		}
-	}
-	return false
-}
-
 // rpcMessage is any JSON-RPC 2.0 message: request, notification or response.
 type rpcMessage struct {
 	JSONRPC string          `json:"jsonrpc"`
@@ -102,8 +95,7 @@ type rpcMessage struct {
 	Error   *rpcError       `json:"error,omitempty"`
 }
 
-// rpcError is a JSON-RPC error object; it is also the error handlers return
-// for protocol faults.
+// rpcError is a JSON-RPC error object, and the error handlers return for protocol faults.
 type rpcError struct {
 	Code    int    `json:"code"`
 	Message string `json:"message"`
@@ -116,13 +108,17 @@ func newRPCError(code int, format string, a ...any) *rpcError {
 	return &rpcError{Code: code, Message: fmt.Sprintf(format, a...)}
 }
 
-var nullID = json.RawMessage("null")
-
+// errorMessage is an error reply to id; an id that is not a string or a number becomes null.
 func errorMessage(id json.RawMessage, e *rpcError) *rpcMessage {
-	if len(id) == 0 {
-		id = nullID
+	if !validID(id) {
+		id = json.RawMessage("null")
 	}
 	return &rpcMessage{JSONRPC: "2.0", ID: id, Error: e}
+}
+
+// invalidRequest is a -32600 reply to id.
+func invalidRequest(id json.RawMessage, format string, a ...any) *rpcMessage {
+	return errorMessage(id, newRPCError(codeInvalidRequest, "invalid request: "+format, a...))
 }
 
 // hasID reports whether a message carries a usable id (not absent, not null).
@@ -144,10 +140,6 @@ type lineReader struct {
 	max int
 }
 
-func newLineReader(r io.Reader, max int) *lineReader {
-	return &lineReader{r: bufio.NewReaderSize(r, 64<<10), max: max}
-}
-
 // next returns the next line without its line ending and a leading UTF-8 BOM.
 func (lr *lineReader) next() (line []byte, tooLong bool, err error) {
 	var buf []byte
@@ -167,8 +159,7 @@ func (lr *lineReader) next() (line []byte, tooLong bool, err error) {
 			return nil, false, err
 		}
 		buf = bytes.TrimRight(buf, "\r\n")
-		buf = bytes.TrimPrefix(buf, []byte("\xef\xbb\xbf"))
-		return buf, tooLong, nil
+		return bytes.TrimPrefix(buf, []byte("\xef\xbb\xbf")), tooLong, nil
 	}
 }
 
@@ -185,8 +176,8 @@ type server struct {
 	skills   *skillCatalog  // skills for InvokeSkill and prompts
 	browser  *browserHolder // ReadDocs's Chromium, started on first use
 
-	mu         sync.Mutex                 // guards toolsCache
-	toolsCache map[string]json.RawMessage // tools/list "tools" arrays by protocol version
+	mu         sync.Mutex                   // guards toolsCache
+	toolsCache map[string][]json.RawMessage // encoded tools/list entries by protocol version
 }
 
 // toolEntry is a row of the tool table with its parsed input schema.
@@ -222,14 +213,13 @@ type session struct {
 	wmu sync.Mutex // guards out
 	out io.Writer
 
-	mu          sync.Mutex // guards the fields below
-	version     string     // negotiated by initialize; "" before it
-	clientCaps  map[string]json.RawMessage
-	initialized bool // notifications/initialized arrived
-	logLevel    int  // notifications/message below this level are not sent
-	inflight    map[string]*inflightRequest
-	pending     map[string]chan *rpcMessage // server-to-client requests awaiting their reply
-	nextID      int64
+	mu         sync.Mutex // guards the fields below
+	version    string     // negotiated by initialize; "" before it
+	clientCaps map[string]json.RawMessage
+	logLevel   int // notifications/message below this level are not sent
+	inflight   map[string]*inflightRequest
+	pending    map[string]chan *rpcMessage // server-to-client requests awaiting their reply
+	nextID     int64
 
 	wg sync.WaitGroup // counts running request goroutines
 }
@@ -253,15 +243,24 @@ func newSession(srv *server, out io.Writer) *session {
 	return s
 }
 
-// encodeLine encodes msg as one line of JSON ending in '\n'.
-func encodeLine(msg any) ([]byte, error) {
+// marshalJSON encodes v as JSON without HTML escaping or a trailing newline.
+func marshalJSON(v any) (json.RawMessage, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
-	if err := enc.Encode(msg); err != nil { // Encode ends the line with '\n'
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimRight(buf.Bytes(), "\n"), nil
+}
+
+// encodeLine encodes msg as one line of JSON ending in '\n'.
+func encodeLine(msg any) ([]byte, error) {
+	b, err := marshalJSON(msg)
+	if err != nil {
 		return nil, fmt.Errorf("send: encode: %w", err)
 	}
-	return buf.Bytes(), nil
+	return append(b, '\n'), nil
 }
 
 // send writes one message as one line. It is the only writer of out.
@@ -316,12 +315,6 @@ func (s *session) close() {
 	s.stopWorkflow()
 }
 
-func (s *session) sendMessage(m *rpcMessage) {
-	if m != nil {
-		s.send(m)
-	}
-}
-
 // notify sends a notification to the client.
 func (s *session) notify(method string, params any) { s.send(notification(method, params)) }
 
@@ -341,20 +334,19 @@ func (r *rpcRequest) notify(method string, params any) {
 // serve reads messages from r until EOF or a read error, dispatching each.
 // It returns without waiting for running requests; wait() does that.
 func (s *session) serve(ctx context.Context, r io.Reader) error {
-	lr := newLineReader(r, s.srv.cfg.int("MAX_MESSAGE_BYTES"))
+	lr := &lineReader{r: bufio.NewReaderSize(r, 64<<10), max: s.srv.cfg.int("MAX_MESSAGE_BYTES")}
 	for {
 		line, tooLong, err := lr.next()
-		if err != nil {
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
+		switch {
+		case errors.Is(err, io.EOF):
+			return nil
+		case err != nil:
 			return fmt.Errorf("read: %w", err)
+		case tooLong:
+			s.reply(invalidRequest(nil, "message longer than %d bytes skipped", lr.max))
+		default:
+			s.handleLine(ctx, line, s.reply)
 		}
-		if tooLong {
-			s.sendMessage(errorMessage(nil, newRPCError(codeInvalidRequest, "invalid request: message longer than %d bytes skipped", lr.max)))
-			continue
-		}
-		s.handleLine(ctx, line, s.reply)
 	}
 }
 
@@ -374,37 +366,22 @@ func (s *session) cancelAll() {
 // batch. done receives the reply (a *rpcMessage or an array) exactly once,
 // or nil when nothing is to be sent.
 func (s *session) handleLine(ctx context.Context, line []byte, done func(reply any)) {
-	line = bytes.TrimSpace(line)
-	if len(line) == 0 {
+	switch line = bytes.TrimSpace(line); {
+	case len(line) == 0:
 		done(nil)
-		return
-	}
-	if !json.Valid(line) {
-		var v any
-		err := json.Unmarshal(line, &v)
-		done(errorMessage(nil, newRPCError(codeParseError, "parse error: %v", err)))
-		return
-	}
-	if line[0] == '[' {
+	case !json.Valid(line):
+		done(errorMessage(nil, newRPCError(codeParseError, "parse error: %v", json.Unmarshal(line, new(any)))))
+	case line[0] == '[':
 		s.handleBatch(ctx, line, done)
-		return
+	default:
+		s.handleMessage(ctx, line, false, func(reply *rpcMessage) {
+			if reply == nil {
+				done(nil) // not a nil *rpcMessage in an interface
+			} else {
+				done(reply)
+			}
+		})
 	}
-	var m rpcMessage
-	if err := decodeMessage(line, &m); err != nil {
-		id := m.ID
-		if !validID(id) {
-			id = nil
-		}
-		done(errorMessage(id, newRPCError(codeInvalidRequest, "invalid request: %v", err)))
-		return
-	}
-	s.handleMessage(ctx, &m, func(reply *rpcMessage) {
-		if reply == nil {
-			done(nil) // not a nil *rpcMessage in an interface
-		} else {
-			done(reply)
-		}
-	})
 }
 
 // decodeMessage decodes one message (valid JSON), saying plainly what is wrong with its shape.
@@ -427,82 +404,63 @@ func (s *session) handleBatch(ctx context.Context, line []byte, done func(reply 
 	v := s.version
 	s.mu.Unlock()
 	var items []json.RawMessage
-	if err := json.Unmarshal(line, &items); err != nil || len(items) == 0 || v == "" || atLeast(v, version20250618) {
+	json.Unmarshal(line, &items) // line is a valid JSON array
+	if v == "" || len(items) == 0 || atLeast(v, version20250618) {
 		why := "batches are not supported in protocol version " + v
 		if v == "" {
 			why = "a batch cannot come before initialize"
 		} else if len(items) == 0 {
 			why = "empty batch"
 		}
-		done(errorMessage(nil, newRPCError(codeInvalidRequest, "invalid request: %s", why)))
+		done(invalidRequest(nil, "%s", why))
 		return
 	}
-	var (
-		mu      sync.Mutex // guards replies
-		replies []*rpcMessage
-		wg      sync.WaitGroup
-	)
-	collect := func(m *rpcMessage) {
-		if m != nil {
-			mu.Lock()
-			replies = append(replies, m)
-			mu.Unlock()
-		}
-		wg.Done()
-	}
+	replies := make(chan *rpcMessage, len(items))
 	for _, item := range items {
-		wg.Add(1)
-		var m rpcMessage
-		if err := decodeMessage(item, &m); err != nil {
-			collect(errorMessage(nil, newRPCError(codeInvalidRequest, "invalid request: %v", err)))
-			continue
-		}
-		if m.Method == "initialize" {
-			collect(errorMessage(m.ID, newRPCError(codeInvalidRequest, "invalid request: initialize cannot be part of a batch")))
-			continue
-		}
-		s.handleMessage(ctx, &m, collect)
+		s.handleMessage(ctx, item, true, func(m *rpcMessage) { replies <- m })
 	}
 	s.wg.Add(1)
 	go func() { // exits once every request of the batch has answered
 		defer s.wg.Done()
-		wg.Wait()
-		if len(replies) > 0 {
-			done(replies)
-		} else {
+		var out []*rpcMessage
+		for range items {
+			if m := <-replies; m != nil {
+				out = append(out, m)
+			}
+		}
+		if len(out) == 0 {
 			done(nil)
+		} else {
+			done(out)
 		}
 	}()
 }
 
-// handleMessage classifies one message and handles it. done is called
+// handleMessage decodes, classifies and handles one message. done is called
 // exactly once.
-func (s *session) handleMessage(ctx context.Context, m *rpcMessage, done func(*rpcMessage)) {
-	isResponse := m.Method == "" && (m.Result != nil || m.Error != nil)
+func (s *session) handleMessage(ctx context.Context, raw []byte, inBatch bool, done func(*rpcMessage)) {
+	var m rpcMessage
+	err := decodeMessage(raw, &m)
 	switch {
+	case err != nil:
+		done(invalidRequest(m.ID, "%v", err))
+	case inBatch && m.Method == "initialize":
+		done(invalidRequest(m.ID, "initialize cannot be part of a batch"))
 	case m.JSONRPC != "2.0":
-		done(s.invalid(m, `"jsonrpc" must be "2.0"`))
+		done(invalidRequest(m.ID, `"jsonrpc" must be "2.0"`))
 	case len(m.ID) > 0 && !validID(m.ID):
-		done(errorMessage(nil, newRPCError(codeInvalidRequest, "invalid request: id must be a string or a number")))
-	case isResponse && hasID(m.ID):
-		s.routeResponse(m)
+		done(invalidRequest(nil, "id must be a string or a number"))
+	case m.Method == "" && (m.Result != nil || m.Error != nil) && hasID(m.ID):
+		s.routeResponse(&m)
 		done(nil)
 	case m.Method == "":
-		done(s.invalid(m, "no method"))
+		done(invalidRequest(m.ID, "no method"))
 	case !hasID(m.ID):
-		s.handleNotification(m)
+		s.handleNotification(&m)
 		done(nil)
 	default:
-		s.startRequest(ctx, m, done)
+		s.startRequest(ctx, &m, done)
 	}
-}
-
-func (s *session) invalid(m *rpcMessage, why string) *rpcMessage {
-	id := m.ID
-	if !validID(id) {
-		id = nil
-	}
-	return errorMessage(id, newRPCError(codeInvalidRequest, "invalid request: %s", why))
 }
 
 // rpcRequest is one request being handled, with what its _meta says.
@@ -528,19 +486,15 @@ type methodInfo struct {
 	inline bool // run in the read loop, so later messages see its effect
 }
 
-var methods map[string]methodInfo
-
-func init() {
-	methods = map[string]methodInfo{
-		"initialize":       {handle: handleInitialize, inline: true},
-		"ping":             {handle: handlePing},
-		"server/discover":  {handle: handleDiscover},
-		"tools/list":       {handle: handleToolsList},
-		"tools/call":       {handle: handleToolsCall},
-		"logging/setLevel": {handle: handleSetLevel, inline: true},
-		"prompts/list":     {handle: handlePromptsList},
-		"prompts/get":      {handle: handlePromptsGet},
-	}
+var methods = map[string]methodInfo{
+	"initialize":       {handle: handleInitialize, inline: true},
+	"ping":             {handle: func(context.Context, *rpcRequest) (map[string]any, error) { return nil, nil }},
+	"server/discover":  {handle: handleDiscover},
+	"tools/list":       {handle: handleToolsList},
+	"tools/call":       {handle: handleToolsCall},
+	"logging/setLevel": {handle: handleSetLevel, inline: true},
+	"prompts/list":     {handle: handlePromptsList},
+	"prompts/get":      {handle: handlePromptsGet},
 }
 
 func idKey(id json.RawMessage) string { return string(bytes.TrimSpace(id)) }
@@ -565,7 +519,7 @@ func (s *session) startRequest(ctx context.Context, m *rpcMessage, done func(*rp
 	if _, dup := s.inflight[key]; dup {
 		s.mu.Unlock()
 		cancel()
-		done(errorMessage(m.ID, newRPCError(codeInvalidRequest, "invalid request: id %s is already in use by a running request", key)))
+		done(invalidRequest(m.ID, "id %s is already in use by a running request", key))
 		return
 	}
 	inf := &inflightRequest{cancel: cancel}
@@ -577,11 +531,10 @@ func (s *session) startRequest(ctx context.Context, m *rpcMessage, done func(*rp
 		reply := s.runRequest(reqCtx, r, info)
 		s.mu.Lock()
 		delete(s.inflight, key)
-		cancelled := inf.cancelled
-		s.mu.Unlock()
-		if cancelled {
+		if inf.cancelled {
 			reply = nil
 		}
+		s.mu.Unlock()
 		done(reply)
 	}
 	if info.inline {
@@ -611,31 +564,26 @@ func (s *session) newRequest(m *rpcMessage) (*rpcRequest, *rpcError) {
 	}
 	r.progressToken = p.Meta["progressToken"]
 	var metaVersion string
-	if raw, ok := p.Meta[metaProtocolVersion]; ok {
-		if err := json.Unmarshal(raw, &metaVersion); err != nil {
-			return nil, newRPCError(codeInvalidParams, "invalid params: _meta %s must be a string", metaProtocolVersion)
-		}
+	if raw, ok := p.Meta[metaProtocolVersion]; ok && json.Unmarshal(raw, &metaVersion) != nil {
+		return nil, newRPCError(codeInvalidParams, "invalid params: _meta %s must be a string", metaProtocolVersion)
 	}
 	s.mu.Lock()
 	r.version, r.caps = s.version, s.clientCaps
 	s.mu.Unlock()
 	switch {
 	case metaVersion == versionModern || (metaVersion == "" && m.Method == "server/discover"):
-		r.version, r.modern = versionModern, true
+		r.version, r.modern, r.caps = versionModern, true, nil
 		caps, ok := p.Meta[metaClientCaps]
 		if !ok && m.Method != "server/discover" {
 			return nil, newRPCError(codeInvalidParams, "invalid params: _meta %s is required in protocol version %s", metaClientCaps, versionModern)
 		}
-		r.caps = nil
-		if len(caps) > 0 {
-			json.Unmarshal(caps, &r.caps)
-		}
+		json.Unmarshal(caps, &r.caps) // absent (server/discover): none
 		if raw, ok := p.Meta[metaLogLevel]; ok {
 			var lvl string
 			json.Unmarshal(raw, &lvl)
 			r.logLevel = logLevelIndex(lvl)
 		}
-	case metaVersion != "" && isLegacyVersion(metaVersion):
+	case metaVersion != "" && slices.Contains(legacyVersions, metaVersion):
 		r.version = metaVersion
 	case metaVersion != "":
 		return nil, &rpcError{Code: codeUnsupportedVersion, Message: "unsupported protocol version: " + metaVersion,
@@ -667,19 +615,15 @@ func (s *session) runRequest(ctx context.Context, r *rpcRequest, info methodInfo
 	if result == nil {
 		result = map[string]any{}
 	}
-	if _, set := result["resultType"]; r.modern && !set {
-		result["resultType"] = "complete"
-	}
 	if r.modern {
-		meta, _ := result["_meta"].(map[string]any)
-		if meta == nil {
-			meta = map[string]any{}
+		if _, set := result["resultType"]; !set {
+			result["resultType"] = "complete"
 		}
-		meta[metaServerInfo] = map[string]any{"name": "telson", "version": s.srv.version}
+		v := "" // the bare name and version, except in server/discover
 		if r.method == "server/discover" {
-			meta[metaServerInfo] = s.srv.serverInfo(versionModern)
+			v = versionModern
 		}
-		result["_meta"] = meta
+		result["_meta"] = map[string]any{metaServerInfo: s.srv.serverInfo(v)}
 	}
 	raw, err := marshalJSON(result)
 	if err != nil {
@@ -688,36 +632,19 @@ func (s *session) runRequest(ctx context.Context, r *rpcRequest, info methodInfo
 	return &rpcMessage{JSONRPC: "2.0", ID: r.id, Result: raw}
 }
 
-func marshalJSON(v any) (json.RawMessage, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimRight(buf.Bytes(), "\n"), nil
-}
-
-// handleNotification handles what needs no reply. Unknown notifications are ignored.
+// handleNotification handles notifications/cancelled; other notifications need nothing.
 func (s *session) handleNotification(m *rpcMessage) {
-	switch m.Method {
-	case "notifications/initialized":
-		s.mu.Lock()
-		s.initialized = true
-		s.mu.Unlock()
-	case "notifications/cancelled":
-		var p struct {
-			RequestID json.RawMessage `json:"requestId"`
-		}
-		if json.Unmarshal(m.Params, &p) != nil || !validID(p.RequestID) {
-			return
-		}
-		s.mu.Lock()
-		if r, ok := s.inflight[idKey(p.RequestID)]; ok {
-			r.cancelled = true
-			r.cancel()
-		}
-		s.mu.Unlock()
+	var p struct {
+		RequestID json.RawMessage `json:"requestId"`
+	}
+	if m.Method != "notifications/cancelled" || json.Unmarshal(m.Params, &p) != nil || !validID(p.RequestID) {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r, ok := s.inflight[idKey(p.RequestID)]; ok {
+		r.cancelled = true
+		r.cancel()
 	}
 }
 
@@ -744,6 +671,11 @@ func (s *session) request(ctx context.Context, method string, params any) (json.
 	ch := make(chan *rpcMessage, 1)
 	s.pending[idKey(id)] = ch
 	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.pending, idKey(id))
+		s.mu.Unlock()
+	}()
 	out := routeOf(ctx)
 	if err := s.sendVia(out, &struct {
 		JSONRPC string          `json:"jsonrpc"`
@@ -751,9 +683,6 @@ func (s *session) request(ctx context.Context, method string, params any) (json.
 		Method  string          `json:"method"`
 		Params  any             `json:"params,omitempty"`
 	}{"2.0", id, method, params}); err != nil {
-		s.mu.Lock()
-		delete(s.pending, idKey(id))
-		s.mu.Unlock()
 		return nil, fmt.Errorf("%s: %w", method, err)
 	}
 	select {
@@ -763,9 +692,6 @@ func (s *session) request(ctx context.Context, method string, params any) (json.
 		}
 		return m.Result, nil
 	case <-ctx.Done():
-		s.mu.Lock()
-		delete(s.pending, idKey(id))
-		s.mu.Unlock()
 		s.sendVia(out, notification("notifications/cancelled", map[string]any{"requestId": id, "reason": ctx.Err().Error()}))
 		return nil, fmt.Errorf("%s: %w", method, ctx.Err())
 	}
@@ -812,31 +738,19 @@ func logLevelIndex(name string) int {
 	return 1
 }
 
-// logToClient sends notifications/message at level when the client wants it.
-// A session only ever served in the 2026-07-28 era gets none (that era sends
-// them only for requests that ask).
-func (s *session) logToClient(level, logger string, data any) { s.logVia(nil, level, logger, data) }
-
-// logVia is logToClient on route out.
-func (s *session) logVia(out func(msg any) error, level, logger string, data any) {
-	s.mu.Lock()
-	ok := s.version != "" && logLevelIndex(level) >= s.logLevel
-	s.mu.Unlock()
-	if ok {
-		s.sendVia(out, notification("notifications/message", map[string]any{"level": level, "logger": logger, "data": data}))
-	}
-}
-
-// log sends notifications/message about this request, honouring a modern
-// request's own log level.
+// log sends notifications/message about this request when its level is
+// wanted: a modern request's own level, else the session's, where a session
+// only ever served in the 2026-07-28 era gets none.
 func (r *rpcRequest) log(level string, data any) {
+	r.s.mu.Lock()
+	least, wanted := r.s.logLevel, r.s.version != ""
+	r.s.mu.Unlock()
 	if r.modern {
-		if r.logLevel >= 0 && logLevelIndex(level) >= r.logLevel {
-			r.notify("notifications/message", map[string]any{"level": level, "logger": "telson", "data": data})
-		}
-		return
+		least, wanted = r.logLevel, r.logLevel >= 0
 	}
-	r.s.logVia(r.out, level, "telson", data)
+	if wanted && logLevelIndex(level) >= least {
+		r.notify("notifications/message", map[string]any{"level": level, "logger": "telson", "data": data})
+	}
 }
 
 // noticeQueue holds one-line notices for the agent (a background task ended,
@@ -874,7 +788,7 @@ func (q *noticeQueue) drain() []string {
 // announce queues a notice for the next tool result and tells the client at once.
 func (s *session) announce(line string) {
 	s.notices.push(line)
-	s.logToClient("info", "telson", line)
+	(&rpcRequest{s: s, logLevel: -1}).log("info", line) // not about a request: the session's level applies
 }
 
 // serverInfo is the Implementation object for version v.
@@ -900,13 +814,7 @@ const serverInstructions = "telson gives you a shell (Bash, and BackgroundBash f
 	"web access (ReadDocs reads a page through a real browser; WebSearch asks many search engines at once) " +
 	"and workflow tools. Tool results may start with notices about background tasks or reminders; act on them."
 
-func (srv *server) capabilities() map[string]any {
-	return map[string]any{
-		"tools":   map[string]any{"listChanged": true},
-		"prompts": map[string]any{"listChanged": true},
-		"logging": map[string]any{},
-	}
-}
+var serverCapabilities = map[string]any{"tools": map[string]any{"listChanged": true}, "prompts": map[string]any{"listChanged": true}, "logging": map[string]any{}}
 
 func handleInitialize(ctx context.Context, r *rpcRequest) (map[string]any, error) {
 	var p struct {
@@ -919,33 +827,18 @@ func handleInitialize(ctx context.Context, r *rpcRequest) (map[string]any, error
 		}
 	}
 	v := p.ProtocolVersion
-	if !isLegacyVersion(v) {
+	if !slices.Contains(legacyVersions, v) {
 		v = version20251125
 	}
-	s := r.s
-	s.mu.Lock()
-	s.version, s.clientCaps = v, p.Capabilities
-	s.mu.Unlock()
-	return map[string]any{
-		"protocolVersion": v,
-		"capabilities":    s.srv.capabilities(),
-		"serverInfo":      s.srv.serverInfo(v),
-		"instructions":    serverInstructions,
-	}, nil
-}
-
-func handlePing(ctx context.Context, r *rpcRequest) (map[string]any, error) {
-	return map[string]any{}, nil
+	r.s.mu.Lock()
+	r.s.version, r.s.clientCaps = v, p.Capabilities
+	r.s.mu.Unlock()
+	return map[string]any{"protocolVersion": v, "capabilities": serverCapabilities, "serverInfo": r.s.srv.serverInfo(v), "instructions": serverInstructions}, nil
 }
 
 func handleDiscover(ctx context.Context, r *rpcRequest) (map[string]any, error) {
-	return map[string]any{
-		"supportedVersions": supportedVersions,
-		"capabilities":      r.s.srv.capabilities(),
-		"instructions":      serverInstructions,
-		"ttlMs":             3600000,
-		"cacheScope":        "public",
-	}, nil
+	return map[string]any{"supportedVersions": supportedVersions, "capabilities": serverCapabilities,
+		"instructions": serverInstructions, "ttlMs": 3600000, "cacheScope": "public"}, nil
 }
 
 func handleSetLevel(ctx context.Context, r *rpcRequest) (map[string]any, error) {
@@ -955,32 +848,19 @@ func handleSetLevel(ctx context.Context, r *rpcRequest) (map[string]any, error) 
 	if err := json.Unmarshal(r.params, &p); err != nil || p.Level == "" {
 		return nil, newRPCError(codeInvalidParams, "invalid params: level is required, one of %s", strings.Join(logLevels, ", "))
 	}
-	found := false
-	for _, l := range logLevels {
-		found = found || l == p.Level
-	}
-	if !found {
+	if !slices.Contains(logLevels, p.Level) {
 		return nil, newRPCError(codeInvalidParams, "invalid params: unknown level %q, want one of %s", p.Level, strings.Join(logLevels, ", "))
 	}
 	r.s.mu.Lock()
 	r.s.logLevel = logLevelIndex(p.Level)
 	r.s.mu.Unlock()
-	return map[string]any{}, nil
+	return nil, nil
 }
 
 const toolsPageSize = 100
 
 func encodeCursor(offset int) string {
 	return base64.RawURLEncoding.EncodeToString([]byte("tools:" + strconv.Itoa(offset)))
-}
-
-func decodeCursor(c string) (int, bool) {
-	b, err := base64.RawURLEncoding.DecodeString(c)
-	if err != nil || !bytes.HasPrefix(b, []byte("tools:")) {
-		return 0, false
-	}
-	n, err := strconv.Atoi(string(b[len("tools:"):]))
-	return n, err == nil && n >= 0
 }
 
 func handleToolsList(ctx context.Context, r *rpcRequest) (map[string]any, error) {
@@ -992,74 +872,54 @@ func handleToolsList(ctx context.Context, r *rpcRequest) (map[string]any, error)
 			return nil, newRPCError(codeInvalidParams, "invalid params: %v", err)
 		}
 	}
-	srv := r.s.srv
-	start := 0
+	list, start := r.s.srv.toolList(r.version), 0
 	if p.Cursor != nil {
-		n, ok := decodeCursor(*p.Cursor)
-		if !ok || n > len(srv.tools) {
+		b, err := base64.RawURLEncoding.DecodeString(*p.Cursor)
+		n, aerr := strconv.Atoi(strings.TrimPrefix(string(b), "tools:"))
+		if err != nil || aerr != nil || !bytes.HasPrefix(b, []byte("tools:")) || n < 0 || n > len(list) {
 			return nil, newRPCError(codeInvalidParams, "invalid params: bad cursor %q", *p.Cursor)
 		}
 		start = n
 	}
-	end := min(start+toolsPageSize, len(srv.tools))
-	res := map[string]any{}
-	if start == 0 && end == len(srv.tools) {
-		res["tools"] = srv.toolList(r.version)
-	} else {
-		list := make([]map[string]any, 0, end-start)
-		for _, t := range srv.tools[start:end] {
-			list = append(list, srv.describeTool(t, r.version))
-		}
-		res["tools"] = list
-	}
-	if end < len(srv.tools) {
+	end := min(start+toolsPageSize, len(list))
+	res := map[string]any{"tools": list[start:end]}
+	if end < len(list) {
 		res["nextCursor"] = encodeCursor(end)
 	}
 	if r.modern {
-		res["ttlMs"] = 60000
-		res["cacheScope"] = "public"
+		res["ttlMs"], res["cacheScope"] = 60000, "public"
 	}
 	return res, nil
 }
 
-// toolList is the encoded tools/list array for version v, built once.
-func (srv *server) toolList(v string) json.RawMessage {
+// toolList is the tools/list entries for version v, each encoded once.
+func (srv *server) toolList(v string) []json.RawMessage {
 	srv.mu.Lock()
 	cached, ok := srv.toolsCache[v]
 	srv.mu.Unlock()
 	if ok {
 		return cached
 	}
-	list := make([]map[string]any, 0, len(srv.tools))
+	list := make([]json.RawMessage, 0, len(srv.tools))
 	for _, t := range srv.tools {
-		list = append(list, srv.describeTool(t, v))
+		raw, _ := marshalJSON(srv.describeTool(t.def, v))
+		list = append(list, raw)
 	}
-	raw, _ := marshalJSON(list)
 	srv.mu.Lock()
 	if srv.toolsCache == nil {
-		srv.toolsCache = map[string]json.RawMessage{}
+		srv.toolsCache = map[string][]json.RawMessage{}
 	}
-	srv.toolsCache[v] = raw
+	srv.toolsCache[v] = list
 	srv.mu.Unlock()
-	return raw
+	return list
 }
 
 // describeTool is one tools/list entry, with the fields version v knows.
-func (srv *server) describeTool(t *toolEntry, v string) map[string]any {
-	d := t.def
-	desc := d.description
-	if d.describe != nil {
-		desc = d.describe(srv)
-	}
-	m := map[string]any{"name": d.name, "description": desc, "inputSchema": json.RawMessage(d.input)}
+func (srv *server) describeTool(d *toolDef, v string) map[string]any {
+	m := map[string]any{"name": d.name, "description": d.desc(srv), "inputSchema": json.RawMessage(d.input)}
 	if atLeast(v, version20250326) {
-		m["annotations"] = map[string]any{
-			"title":           d.title,
-			"readOnlyHint":    d.hints.readOnly,
-			"destructiveHint": d.hints.destructive,
-			"idempotentHint":  d.hints.idempotent,
-			"openWorldHint":   d.hints.openWorld,
-		}
+		m["annotations"] = map[string]any{"title": d.title, "readOnlyHint": d.hints.readOnly,
+			"destructiveHint": d.hints.destructive, "idempotentHint": d.hints.idempotent, "openWorldHint": d.hints.openWorld}
 	}
 	if atLeast(v, version20250618) {
 		m["title"] = d.title
@@ -1082,6 +942,14 @@ type toolDef struct {
 	output      string                   // JSON Schema of structuredContent; "" for none
 	hints       toolHints
 	run         func(ctx context.Context, c *toolCall) toolResult
+}
+
+// desc is the tool's description as it stands now.
+func (d *toolDef) desc(srv *server) string {
+	if d.describe != nil {
+		return d.describe(srv)
+	}
+	return d.description
 }
 
 // toolHints are the tool annotations of 2025-03-26.
@@ -1122,6 +990,7 @@ func errorResult(format string, a ...any) toolResult {
 	return r
 }
 
+// handleToolsCall runs a tool and answers its CallToolResult, waiting notices first.
 func handleToolsCall(ctx context.Context, r *rpcRequest) (map[string]any, error) {
 	var p struct {
 		Name      string          `json:"name"`
@@ -1134,30 +1003,22 @@ func handleToolsCall(ctx context.Context, r *rpcRequest) (map[string]any, error)
 	if t == nil {
 		return nil, newRPCError(codeInvalidParams, "unknown tool: %q", p.Name)
 	}
-	args := p.Arguments
-	if len(args) == 0 || string(args) == "null" {
-		args = json.RawMessage("{}")
+	if len(p.Arguments) == 0 || string(p.Arguments) == "null" {
+		p.Arguments = json.RawMessage("{}")
 	}
 	var res toolResult
-	if problem := t.schema.check(args); problem != "" {
+	if problem := t.schema.check(p.Arguments); problem != "" {
 		res = errorResult("%s: invalid arguments: %s", t.def.name, problem)
 	} else {
-		res = t.def.run(ctx, &toolCall{s: r.s, req: r, args: args})
+		res = t.def.run(ctx, &toolCall{s: r.s, req: r, args: p.Arguments})
 	}
-	return r.s.toolResultMap(r.version, t.def, res), nil
-}
-
-// toolResultMap is the CallToolResult for res, with waiting notices first.
-func (s *session) toolResultMap(v string, d *toolDef, res toolResult) map[string]any {
-	if res.inputRequired != nil && v == versionModern {
+	if res.inputRequired != nil && r.version == versionModern {
 		m := map[string]any{"resultType": "input_required"}
-		for k, x := range res.inputRequired {
-			m[k] = x
-		}
-		return m
+		maps.Copy(m, res.inputRequired)
+		return m, nil
 	}
 	content := res.content
-	if notices := s.notices.drain(); len(notices) > 0 {
+	if notices := r.s.notices.drain(); len(notices) > 0 {
 		content = append([]contentItem{{Type: "text", Text: strings.Join(notices, "\n")}}, content...)
 	}
 	if content == nil {
@@ -1167,10 +1028,10 @@ func (s *session) toolResultMap(v string, d *toolDef, res toolResult) map[string
 	if res.isError {
 		m["isError"] = true
 	}
-	if res.structured != nil && d.output != "" && atLeast(v, version20250618) {
+	if res.structured != nil && t.def.output != "" && atLeast(r.version, version20250618) {
 		m["structuredContent"] = res.structured
 	}
-	return m
+	return m, nil
 }
 
 // jsonSchema is the part of JSON Schema that tool inputs use; check applies it.
@@ -1220,59 +1081,51 @@ func (sc *jsonSchema) checkValue(path string, v any) string {
 			return fmt.Sprintf("%s must be an object, got %s", path, jsonKind(v))
 		}
 		for _, name := range sc.Required {
-			if x, ok := obj[name]; !ok || x == nil {
+			if obj[name] == nil {
 				return fmt.Sprintf("%q is required", name)
 			}
 		}
-		if string(sc.Additional) == "false" {
-			for name := range obj {
-				if sc.Properties[name] == nil {
-					known := make([]string, 0, len(sc.Properties))
-					for k := range sc.Properties {
-						known = append(known, k)
-					}
-					sort.Strings(known)
-					return fmt.Sprintf("unknown argument %q (this tool takes %s)", name, strings.Join(known, ", "))
+		for name := range obj {
+			if sc.Properties[name] == nil && string(sc.Additional) == "false" {
+				known := make([]string, 0, len(sc.Properties))
+				for k := range sc.Properties {
+					known = append(known, k)
 				}
+				sort.Strings(known)
+				return fmt.Sprintf("unknown argument %q (this tool takes %s)", name, strings.Join(known, ", "))
 			}
 		}
 		for name, prop := range sc.Properties {
-			x, ok := obj[name]
-			if !ok || x == nil {
-				continue
-			}
-			if problem := prop.checkValue(strconv.Quote(name), x); problem != "" {
-				return problem
+			if x := obj[name]; x != nil {
+				if problem := prop.checkValue(strconv.Quote(name), x); problem != "" {
+					return problem
+				}
 			}
 		}
 	case "string":
 		str, ok := v.(string)
-		if !ok {
+		switch n := len([]rune(str)); {
+		case !ok:
 			return fmt.Sprintf("%s must be a string, got %s", path, jsonKind(v))
-		}
-		n := len([]rune(str))
-		if sc.MinLength != nil && n < *sc.MinLength {
+		case sc.MinLength != nil && n < *sc.MinLength:
 			return fmt.Sprintf("%s must be at least %d characters", path, *sc.MinLength)
-		}
-		if sc.MaxLength != nil && n > *sc.MaxLength {
+		case sc.MaxLength != nil && n > *sc.MaxLength:
 			return fmt.Sprintf("%s must be at most %d characters, got %d", path, *sc.MaxLength, n)
 		}
 	case "integer", "number":
 		num, ok := v.(json.Number)
 		if !ok {
-			return fmt.Sprintf("%s must be %s, got %s", path, article(sc.Type), jsonKind(v))
+			return fmt.Sprintf("%s must be %s, got %s", path, map[string]string{"integer": "an integer", "number": "a number"}[sc.Type], jsonKind(v))
 		}
 		f, err := num.Float64()
-		if err != nil || math.IsInf(f, 0) {
+		switch {
+		case err != nil || math.IsInf(f, 0):
 			return fmt.Sprintf("%s: %s is out of range", path, num)
-		}
-		if sc.Type == "integer" && f != math.Trunc(f) {
+		case sc.Type == "integer" && f != math.Trunc(f):
 			return fmt.Sprintf("%s must be an integer, got %s", path, num)
-		}
-		if sc.Minimum != nil && f < *sc.Minimum {
+		case sc.Minimum != nil && f < *sc.Minimum:
 			return fmt.Sprintf("%s must be at least %v, got %s", path, *sc.Minimum, num)
-		}
-		if sc.Maximum != nil && f > *sc.Maximum {
+		case sc.Maximum != nil && f > *sc.Maximum:
 			return fmt.Sprintf("%s must be at most %v, got %s", path, *sc.Maximum, num)
 		}
 	case "boolean":
@@ -1281,43 +1134,30 @@ func (sc *jsonSchema) checkValue(path string, v any) string {
 		}
 	case "array":
 		arr, ok := v.([]any)
-		if !ok {
+		switch {
+		case !ok:
 			return fmt.Sprintf("%s must be an array, got %s", path, jsonKind(v))
-		}
-		if sc.MinItems != nil && len(arr) < *sc.MinItems {
+		case sc.MinItems != nil && len(arr) < *sc.MinItems:
 			return fmt.Sprintf("%s must have at least %d items", path, *sc.MinItems)
-		}
-		if sc.MaxItems != nil && len(arr) > *sc.MaxItems {
+		case sc.MaxItems != nil && len(arr) > *sc.MaxItems:
 			return fmt.Sprintf("%s must have at most %d items, got %d", path, *sc.MaxItems, len(arr))
 		}
-		if sc.Items != nil {
-			for i, x := range arr {
-				if problem := sc.Items.checkValue(fmt.Sprintf("%s[%d]", path, i), x); problem != "" {
-					return problem
-				}
+		for i := 0; sc.Items != nil && i < len(arr); i++ {
+			if problem := sc.Items.checkValue(fmt.Sprintf("%s[%d]", path, i), arr[i]); problem != "" {
+				return problem
 			}
 		}
 	}
 	if len(sc.Enum) > 0 {
-		for _, e := range sc.Enum {
-			if fmt.Sprint(e) == fmt.Sprint(v) {
-				return ""
-			}
-		}
 		opts := make([]string, len(sc.Enum))
 		for i, e := range sc.Enum {
-			opts[i] = fmt.Sprint(e)
+			if opts[i] = fmt.Sprint(e); opts[i] == fmt.Sprint(v) {
+				return ""
+			}
 		}
 		return fmt.Sprintf("%s must be one of %s, got %v", path, strings.Join(opts, ", "), v)
 	}
 	return ""
-}
-
-func article(t string) string {
-	if t == "integer" {
-		return "an integer"
-	}
-	return "a number"
 }
 
 func jsonKind(v any) string {
@@ -1408,12 +1248,11 @@ const httpShutdownGrace = 3 * time.Second
 
 func newHTTPHandler(srv *server, host string) *httpHandler {
 	cfg, ip := srv.cfg, net.ParseIP(host)
-	h := &httpHandler{srv: srv, token: cfg.str("HTTP_TOKEN"), origins: splitList(cfg.str("HTTP_ORIGINS")),
+	return &httpHandler{srv: srv, token: cfg.str("HTTP_TOKEN"), origins: splitList(cfg.str("HTTP_ORIGINS")),
 		hosts: append(splitList(cfg.str("HTTP_HOSTS")), host), anyIPHost: host == "" || (ip != nil && ip.IsUnspecified()),
 		maxBody: int64(cfg.int("HTTP_MAX_BODY_BYTES")), maxSessions: cfg.int("HTTP_MAX_SESSIONS"),
-		idle: time.Duration(cfg.int("HTTP_SESSION_IDLE_MS")) * time.Millisecond, now: time.Now, sessions: map[string]*httpSession{}, shutdown: make(chan struct{})}
-	h.modern = newSession(srv, noStream{})
-	return h
+		idle: time.Duration(cfg.int("HTTP_SESSION_IDLE_MS")) * time.Millisecond, modern: newSession(srv, noStream{}),
+		now: time.Now, sessions: map[string]*httpSession{}, shutdown: make(chan struct{})}
 }
 
 func splitList(v string) (out []string) {
@@ -1452,41 +1291,37 @@ func httpFail(w http.ResponseWriter, status int, id json.RawMessage, e *rpcError
 	w.Write(b)
 }
 
+// httpBad answers with status and a -32600 error body.
+func httpBad(w http.ResponseWriter, status int, format string, a ...any) {
+	httpFail(w, status, nil, newRPCError(codeInvalidRequest, format, a...))
+}
+
 func (h *httpHandler) hostAllowed(host string) bool {
 	if hh, _, err := net.SplitHostPort(host); err == nil {
 		host = hh
 	}
 	host = strings.Trim(host, "[]")
-	ok := isLoopbackHost(host) || (h.anyIPHost && net.ParseIP(host) != nil)
-	for _, a := range h.hosts {
-		ok = ok || strings.EqualFold(a, host)
-	}
-	return ok
+	return isLoopbackHost(host) || (h.anyIPHost && net.ParseIP(host) != nil) ||
+		slices.ContainsFunc(h.hosts, func(a string) bool { return strings.EqualFold(a, host) })
 }
 
 func (h *httpHandler) originAllowed(origin string) bool {
 	u, err := url.Parse(origin)
-	ok := err == nil && (u.Scheme == "http" || u.Scheme == "https") && isLoopbackHost(u.Hostname())
-	for _, o := range h.origins {
-		ok = ok || o == "*" || strings.EqualFold(strings.TrimSuffix(o, "/"), origin)
-	}
-	return ok
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && isLoopbackHost(u.Hostname()) ||
+		slices.ContainsFunc(h.origins, func(o string) bool { return o == "*" || strings.EqualFold(strings.TrimSuffix(o, "/"), origin) })
 }
 
 func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	origin := r.Header.Get("Origin")
 	auth, bearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	fail := func(status int, format string, a ...any) {
-		httpFail(w, status, nil, newRPCError(codeInvalidRequest, format, a...))
-	}
 	switch route := r.Method + " " + r.URL.Path; {
 	case !h.hostAllowed(r.Host):
-		fail(http.StatusForbidden, "forbidden: Host %q is not allowed (DNS rebinding protection; see HTTP_HOSTS)", r.Host)
+		httpBad(w, http.StatusForbidden, "forbidden: Host %q is not allowed (DNS rebinding protection; see HTTP_HOSTS)", r.Host)
 	case origin != "" && !h.originAllowed(origin):
-		fail(http.StatusForbidden, "forbidden: Origin %q is not allowed (see HTTP_ORIGINS)", origin)
+		httpBad(w, http.StatusForbidden, "forbidden: Origin %q is not allowed (see HTTP_ORIGINS)", origin)
 	case h.token != "" && (!bearer || subtle.ConstantTimeCompare([]byte(auth), []byte(h.token)) != 1):
 		w.Header().Set("WWW-Authenticate", `Bearer realm="telson"`)
-		fail(http.StatusUnauthorized, "unauthorized: send the header Authorization: Bearer <HTTP_TOKEN>")
+		httpBad(w, http.StatusUnauthorized, "unauthorized: send the header Authorization: Bearer <HTTP_TOKEN>")
 	case route == "POST /mcp":
 		h.post(w, r)
 	case route == "GET /mcp" || route == "DELETE /mcp":
@@ -1499,16 +1334,16 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case route == "POST /messages":
 		hs := h.session(r.URL.Query().Get("sessionId"))
 		if hs == nil {
-			fail(http.StatusNotFound, "unknown or expired sessionId; open a new stream with GET /sse")
+			httpBad(w, http.StatusNotFound, "unknown or expired sessionId; open a new stream with GET /sse")
 		} else if body := h.readBody(w, r); body != nil {
 			// replies go to the stream; requests outlive this POST, which is answered now
 			hs.s.handleLine(context.WithoutCancel(r.Context()), body, hs.s.reply)
 			w.WriteHeader(http.StatusAccepted)
 		}
 	case r.URL.Path == "/mcp" || r.URL.Path == "/sse" || r.URL.Path == "/messages":
-		fail(http.StatusMethodNotAllowed, "method %s is not allowed on %s", r.Method, r.URL.Path)
+		httpBad(w, http.StatusMethodNotAllowed, "method %s is not allowed on %s", r.Method, r.URL.Path)
 	default:
-		fail(http.StatusNotFound, "not found: %s (the MCP endpoint is /mcp)", r.URL.Path)
+		httpBad(w, http.StatusNotFound, "not found: %s (the MCP endpoint is /mcp)", r.URL.Path)
 	}
 }
 
@@ -1518,7 +1353,7 @@ func (h *httpHandler) readBody(w http.ResponseWriter, r *http.Request) []byte {
 	var tooBig *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooBig):
-		httpFail(w, http.StatusRequestEntityTooLarge, nil, newRPCError(codeInvalidRequest, "invalid request: body longer than %d bytes (HTTP_MAX_BODY_BYTES)", h.maxBody))
+		httpBad(w, http.StatusRequestEntityTooLarge, "invalid request: body longer than %d bytes (HTTP_MAX_BODY_BYTES)", h.maxBody)
 	case err != nil:
 		httpFail(w, http.StatusBadRequest, nil, newRPCError(codeParseError, "parse error: read body: %v", err))
 	case !json.Valid(body):
@@ -1545,7 +1380,7 @@ func (h *httpHandler) post(w http.ResponseWriter, r *http.Request) {
 	case sid == "" && peek.Method != "initialize":
 		h.postModern(w, r, body)
 		return
-	case v != "" && !isLegacyVersion(v) && v != versionModern: // another supported version than the negotiated one is tolerated
+	case v != "" && !slices.Contains(supportedVersions, v): // another supported version than the negotiated one is tolerated
 		httpFail(w, http.StatusBadRequest, nil, &rpcError{Code: codeUnsupportedVersion, Message: "unsupported MCP-Protocol-Version: " + v,
 			Data: map[string]any{"supported": supportedVersions, "requested": v}})
 		return
@@ -1556,7 +1391,7 @@ func (h *httpHandler) post(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Mcp-Session-Id", hs.id)
 	default:
 		if hs = h.session(sid); hs == nil {
-			httpFail(w, http.StatusNotFound, nil, newRPCError(codeInvalidRequest, "unknown or expired Mcp-Session-Id; initialize a new session"))
+			httpBad(w, http.StatusNotFound, "unknown or expired Mcp-Session-Id; initialize a new session")
 			return
 		}
 	}
@@ -1583,11 +1418,8 @@ func (h *httpHandler) postModern(w http.ResponseWriter, r *http.Request, body []
 	json.Unmarshal(body, &m)
 	var metaV string
 	json.Unmarshal(m.Params.Meta[metaProtocolVersion], &metaV)
-	hdrV, hdrM := r.Header.Get("MCP-Protocol-Version"), r.Header.Get("Mcp-Method")
+	hdrV, hdrM, hdrN := r.Header.Get("MCP-Protocol-Version"), r.Header.Get("Mcp-Method"), r.Header.Get("Mcp-Name")
 	name := map[string]string{"tools/call": m.Params.Name, "prompts/get": m.Params.Name, "resources/read": m.Params.URI}[m.Method]
-	if !validID(m.ID) {
-		m.ID = nil
-	}
 	e := &rpcError{Code: codeInvalidRequest}
 	switch {
 	case body[0] != '{':
@@ -1596,15 +1428,15 @@ func (h *httpHandler) postModern(w http.ResponseWriter, r *http.Request, body []
 		e.Message = "bad request: Mcp-Session-Id header is required (initialize first), or name protocol " + versionModern + " in _meta " + metaProtocolVersion
 	case m.Method == "":
 		e.Message = "invalid request: no method"
-	case metaV != "" && metaV != versionModern || hdrV != "" && !isLegacyVersion(hdrV) && hdrV != versionModern:
+	case metaV != "" && metaV != versionModern || hdrV != "" && !slices.Contains(supportedVersions, hdrV):
 		bad := metaV
 		if metaV == "" || metaV == versionModern {
 			bad = hdrV
 		}
 		e = &rpcError{Code: codeUnsupportedVersion, Message: "unsupported protocol version: " + bad, Data: map[string]any{"supported": []string{versionModern}, "requested": bad}}
-	case metaV != "" && hdrV != metaV || hdrM != m.Method || r.Header.Get("Mcp-Name") != name:
+	case metaV != "" && hdrV != metaV || hdrM != m.Method || hdrN != name:
 		e = newRPCError(codeHeaderMismatch, "header mismatch: MCP-Protocol-Version %q, Mcp-Method %q, Mcp-Name %q must match the body's %q, %q, %q",
-			hdrV, hdrM, r.Header.Get("Mcp-Name"), metaV, m.Method, name)
+			hdrV, hdrM, hdrN, metaV, m.Method, name)
 	case metaV != "" && hasID(m.ID) && m.Params.Meta[metaClientCaps] == nil:
 		e = newRPCError(codeInvalidParams, "invalid params: _meta %s is required in protocol version %s", metaClientCaps, versionModern)
 	default:
@@ -1716,11 +1548,11 @@ func (h *httpHandler) getOrDelete(w http.ResponseWriter, r *http.Request) {
 	hs := h.session(sid)
 	switch {
 	case sid == "" && r.Header.Get("MCP-Protocol-Version") == versionModern:
-		httpFail(w, http.StatusMethodNotAllowed, nil, newRPCError(codeInvalidRequest, "protocol %s has no %s", versionModern, r.Method))
+		httpBad(w, http.StatusMethodNotAllowed, "protocol %s has no %s", versionModern, r.Method)
 	case sid == "":
-		httpFail(w, http.StatusBadRequest, nil, newRPCError(codeInvalidRequest, "bad request: Mcp-Session-Id header is required"))
+		httpBad(w, http.StatusBadRequest, "bad request: Mcp-Session-Id header is required")
 	case hs == nil:
-		httpFail(w, http.StatusNotFound, nil, newRPCError(codeInvalidRequest, "unknown or expired Mcp-Session-Id"))
+		httpBad(w, http.StatusNotFound, "unknown or expired Mcp-Session-Id")
 	case r.Method == http.MethodDelete:
 		h.end(hs)
 	default:
@@ -1739,7 +1571,7 @@ func (h *httpHandler) stream(w http.ResponseWriter, r *http.Request, hs *httpSes
 	}
 	hs.mu.Unlock()
 	if busy {
-		httpFail(w, http.StatusConflict, nil, newRPCError(codeInvalidRequest, "conflict: this session already has a stream open"))
+		httpBad(w, http.StatusConflict, "conflict: this session already has a stream open")
 		return
 	}
 	h.touch(hs, 1)
@@ -1800,21 +1632,33 @@ func (h *httpHandler) touch(hs *httpSession, delta int) {
 	hs.mu.Unlock()
 }
 
-// expire ends the sessions idle for longer than HTTP_SESSION_IDLE_MS.
-func (h *httpHandler) expire() {
+// endIf ends the sessions for which cond holds; cond is asked with hs.mu held.
+func (h *httpHandler) endIf(cond func(hs *httpSession) bool) {
 	h.mu.Lock()
-	var old []*httpSession
+	var ending []*httpSession
 	for _, hs := range h.sessions {
 		hs.mu.Lock()
-		if hs.busy == 0 && h.now().Sub(hs.lastUsed) > h.idle {
-			old = append(old, hs)
+		if cond(hs) {
+			ending = append(ending, hs)
 		}
 		hs.mu.Unlock()
 	}
 	h.mu.Unlock()
-	for _, hs := range old {
+	for _, hs := range ending {
 		h.end(hs)
 	}
+}
+
+// expire ends the sessions idle for longer than HTTP_SESSION_IDLE_MS.
+func (h *httpHandler) expire() {
+	h.endIf(func(hs *httpSession) bool { return hs.busy == 0 && h.now().Sub(hs.lastUsed) > h.idle })
+}
+
+// closeAll ends every session; their cancelled requests answer into closed
+// connections, and run's srv.close kills what is left.
+func (h *httpHandler) closeAll() {
+	h.endIf(func(*httpSession) bool { return true })
+	h.modern.close()
 }
 
 // end ends a session: its stream, its requests and what it owns.
@@ -1832,19 +1676,4 @@ func (h *httpHandler) end(hs *httpSession) {
 	if !was {
 		hs.s.close()
 	}
-}
-
-// closeAll ends every session; their cancelled requests answer into closed
-// connections, and run's srv.close kills what is left.
-func (h *httpHandler) closeAll() {
-	h.mu.Lock()
-	var all []*httpSession
-	for _, hs := range h.sessions {
-		all = append(all, hs)
-	}
-	h.mu.Unlock()
-	for _, hs := range all {
-		h.end(hs)
-	}
-	h.modern.close()
 }
