@@ -36,9 +36,8 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"runtime"
+	"runtime/debug"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -46,9 +45,7 @@ import (
 	"time"
 )
 
-// Protocol versions telson speaks, oldest first. The legacy era negotiates
-// one of the first four at initialize; the modern era names its version in
-// every request's _meta.
+// Protocol versions, oldest first: the legacy era negotiates one of the first four, the modern one is per request.
 const (
 	version20241105 = "2024-11-05"
 	version20250326 = "2025-03-26"
@@ -66,7 +63,6 @@ var (
 const (
 	metaProtocolVersion = "io.modelcontextprotocol/protocolVersion"
 	metaClientCaps      = "io.modelcontextprotocol/clientCapabilities"
-	metaClientInfo      = "io.modelcontextprotocol/clientInfo"
 	metaLogLevel        = "io.modelcontextprotocol/logLevel"
 	metaServerInfo      = "io.modelcontextprotocol/serverInfo"
 )
@@ -126,27 +122,17 @@ func hasID(id json.RawMessage) bool { return len(id) > 0 && string(id) != "null"
 
 // validID reports whether id is a string or a number, the only ids JSON-RPC allows.
 func validID(id json.RawMessage) bool {
-	if !hasID(id) {
-		return false
-	}
-	c := id[0]
-	return c == '"' || c == '-' || (c >= '0' && c <= '9')
+	return hasID(id) && (id[0] == '"' || id[0] == '-' || (id[0] >= '0' && id[0] <= '9'))
 }
 
-// lineReader reads newline-delimited messages. A line longer than max bytes
-// is read to its newline without being kept, and reported as too long.
-type lineReader struct {
-	r   *bufio.Reader
-	max int
-}
-
-// next returns the next line without its line ending and a leading UTF-8 BOM.
-func (lr *lineReader) next() (line []byte, tooLong bool, err error) {
+// readLine returns the next line without its line ending and a leading UTF-8 BOM; a line
+// over max bytes is read to its newline without being kept, and reported as too long.
+func readLine(r *bufio.Reader, max int) (line []byte, tooLong bool, err error) {
 	var buf []byte
 	for {
-		chunk, err := lr.r.ReadSlice('\n')
+		chunk, err := r.ReadSlice('\n')
 		if !tooLong {
-			if len(buf)+len(chunk) > lr.max+2 { // +2 for "\r\n"
+			if len(buf)+len(chunk) > max+2 { // +2 for "\r\n"
 				tooLong, buf = true, nil
 			} else {
 				buf = append(buf, chunk...)
@@ -163,8 +149,7 @@ func (lr *lineReader) next() (line []byte, tooLong bool, err error) {
 	}
 }
 
-// server is what all sessions of one telson process share: configuration,
-// the stderr log, the tool table, child process tracking and the browser.
+// server is what all sessions of one telson process share.
 type server struct {
 	cfg      *config
 	log      *logger
@@ -195,8 +180,7 @@ func (srv *server) tool(name string) *toolEntry {
 	return nil
 }
 
-// toolsChanged drops the cached tools/list answers; sessions tell their
-// clients with notifications/tools/list_changed.
+// toolsChanged drops the cached tools/list answers (sessions tell their clients).
 func (srv *server) toolsChanged() {
 	srv.mu.Lock()
 	srv.toolsCache = nil
@@ -230,15 +214,8 @@ type inflightRequest struct {
 }
 
 func newSession(srv *server, out io.Writer) *session {
-	s := &session{
-		srv:      srv,
-		out:      out,
-		notices:  &noticeQueue{},
-		shell:    newShellState(),
-		logLevel: logLevelIndex(srv.cfg.str("LOG_LEVEL")),
-		inflight: map[string]*inflightRequest{},
-		pending:  map[string]chan *rpcMessage{},
-	}
+	s := &session{srv: srv, out: out, notices: &noticeQueue{}, shell: newShellState(), logLevel: logLevelIndex(srv.cfg.str("LOG_LEVEL")),
+		inflight: map[string]*inflightRequest{}, pending: map[string]chan *rpcMessage{}}
 	s.workflow = newSessionWorkflow(s)
 	return s
 }
@@ -281,9 +258,7 @@ func (s *session) send(msg any) error {
 // errNoStream says a route cannot carry a message; it goes to the session's output instead.
 var errNoStream = errors.New("send: no stream to the client")
 
-// routeKey keys, in a request's context, the route of the messages about
-// that request (progress, logs, server-to-client requests): an HTTP POST's
-// reply. Without one they go to the session's output.
+// routeKey keys, in a request's context, where messages about it go (an HTTP POST's reply); else the session's output.
 type routeKey struct{}
 
 func routeOf(ctx context.Context) func(msg any) error {
@@ -308,8 +283,7 @@ func (s *session) reply(msg any) {
 	}
 }
 
-// close ends the session: its running requests are cancelled and what it
-// owns is released.
+// close ends the session: its running requests are cancelled and what it owns is released.
 func (s *session) close() {
 	s.cancelAll()
 	s.stopWorkflow()
@@ -318,32 +292,33 @@ func (s *session) close() {
 // notify sends a notification to the client.
 func (s *session) notify(method string, params any) { s.send(notification(method, params)) }
 
-func notification(method string, params any) any {
-	return struct {
-		JSONRPC string `json:"jsonrpc"`
-		Method  string `json:"method"`
-		Params  any    `json:"params,omitempty"`
-	}{"2.0", method, params}
+// outgoing is a request or a notification telson sends.
+type outgoing struct {
+	JSONRPC string          `json:"jsonrpc"`
+	ID      json.RawMessage `json:"id,omitempty"`
+	Method  string          `json:"method"`
+	Params  any             `json:"params,omitempty"`
 }
+
+func notification(method string, params any) any { return &outgoing{"2.0", nil, method, params} }
 
 // notify sends a notification about request r on its route.
 func (r *rpcRequest) notify(method string, params any) {
 	r.s.sendVia(r.out, notification(method, params))
 }
 
-// serve reads messages from r until EOF or a read error, dispatching each.
-// It returns without waiting for running requests; wait() does that.
+// serve dispatches messages from r until EOF or a read error, without waiting for running requests.
 func (s *session) serve(ctx context.Context, r io.Reader) error {
-	lr := &lineReader{r: bufio.NewReaderSize(r, 64<<10), max: s.srv.cfg.int("MAX_MESSAGE_BYTES")}
+	br, max := bufio.NewReaderSize(r, 64<<10), s.srv.cfg.int("MAX_MESSAGE_BYTES")
 	for {
-		line, tooLong, err := lr.next()
+		line, tooLong, err := readLine(br, max)
 		switch {
 		case errors.Is(err, io.EOF):
 			return nil
 		case err != nil:
 			return fmt.Errorf("read: %w", err)
 		case tooLong:
-			s.reply(invalidRequest(nil, "message longer than %d bytes skipped", lr.max))
+			s.reply(invalidRequest(nil, "message longer than %d bytes skipped", max))
 		default:
 			s.handleLine(ctx, line, s.reply)
 		}
@@ -362,9 +337,7 @@ func (s *session) cancelAll() {
 	}
 }
 
-// handleLine handles one line: a message or, where the version allows, a
-// batch. done receives the reply (a *rpcMessage or an array) exactly once,
-// or nil when nothing is to be sent.
+// handleLine handles a message or a batch; done gets the reply (a *rpcMessage or an array), or nil, once.
 func (s *session) handleLine(ctx context.Context, line []byte, done func(reply any)) {
 	switch line = bytes.TrimSpace(line); {
 	case len(line) == 0:
@@ -374,13 +347,7 @@ func (s *session) handleLine(ctx context.Context, line []byte, done func(reply a
 	case line[0] == '[':
 		s.handleBatch(ctx, line, done)
 	default:
-		s.handleMessage(ctx, line, false, func(reply *rpcMessage) {
-			if reply == nil {
-				done(nil) // not a nil *rpcMessage in an interface
-			} else {
-				done(reply)
-			}
-		})
+		s.handleMessage(ctx, line, false, done)
 	}
 }
 
@@ -397,8 +364,7 @@ func decodeMessage(b []byte, m *rpcMessage) error {
 	return err
 }
 
-// handleBatch answers a JSON array of messages with an array of replies,
-// for the versions that have batches (before 2025-06-18).
+// handleBatch answers a JSON array of messages with an array of replies (before 2025-06-18 only).
 func (s *session) handleBatch(ctx context.Context, line []byte, done func(reply any)) {
 	s.mu.Lock()
 	v := s.version
@@ -415,14 +381,14 @@ func (s *session) handleBatch(ctx context.Context, line []byte, done func(reply 
 		done(invalidRequest(nil, "%s", why))
 		return
 	}
-	replies := make(chan *rpcMessage, len(items))
+	replies := make(chan any, len(items))
 	for _, item := range items {
-		s.handleMessage(ctx, item, true, func(m *rpcMessage) { replies <- m })
+		s.handleMessage(ctx, item, true, func(m any) { replies <- m })
 	}
 	s.wg.Add(1)
 	go func() { // exits once every request of the batch has answered
 		defer s.wg.Done()
-		var out []*rpcMessage
+		var out []any
 		for range items {
 			if m := <-replies; m != nil {
 				out = append(out, m)
@@ -436,9 +402,8 @@ func (s *session) handleBatch(ctx context.Context, line []byte, done func(reply 
 	}()
 }
 
-// handleMessage decodes, classifies and handles one message. done is called
-// exactly once.
-func (s *session) handleMessage(ctx context.Context, raw []byte, inBatch bool, done func(*rpcMessage)) {
+// handleMessage decodes, classifies and handles one message; done gets its reply (or nil) once.
+func (s *session) handleMessage(ctx context.Context, raw []byte, inBatch bool, done func(reply any)) {
 	var m rpcMessage
 	err := decodeMessage(raw, &m)
 	switch {
@@ -499,9 +464,8 @@ var methods = map[string]methodInfo{
 
 func idKey(id json.RawMessage) string { return string(bytes.TrimSpace(id)) }
 
-// startRequest runs one request in its own goroutine (or inline, for the
-// few methods whose effect later messages depend on).
-func (s *session) startRequest(ctx context.Context, m *rpcMessage, done func(*rpcMessage)) {
+// startRequest runs one request in its own goroutine, or inline when later messages depend on its effect.
+func (s *session) startRequest(ctx context.Context, m *rpcMessage, done func(reply any)) {
 	info, ok := methods[m.Method]
 	if !ok {
 		done(errorMessage(m.ID, newRPCError(codeMethodNotFound, "method not found: %s", m.Method)))
@@ -526,9 +490,11 @@ func (s *session) startRequest(ctx context.Context, m *rpcMessage, done func(*rp
 	s.inflight[key] = inf
 	s.mu.Unlock()
 
+	s.wg.Add(1)
 	run := func() {
+		defer s.wg.Done()
 		defer cancel()
-		reply := s.runRequest(reqCtx, r, info)
+		var reply any = s.runRequest(reqCtx, r, info)
 		s.mu.Lock()
 		delete(s.inflight, key)
 		if inf.cancelled {
@@ -539,13 +505,9 @@ func (s *session) startRequest(ctx context.Context, m *rpcMessage, done func(*rp
 	}
 	if info.inline {
 		run()
-		return
+	} else {
+		go run() // exits when the handler returns
 	}
-	s.wg.Add(1)
-	go func() { // exits when the handler returns
-		defer s.wg.Done()
-		run()
-	}()
 }
 
 // newRequest reads a request's _meta and settles the era and version it is served under.
@@ -598,9 +560,7 @@ func (s *session) newRequest(m *rpcMessage) (*rpcRequest, *rpcError) {
 func (s *session) runRequest(ctx context.Context, r *rpcRequest, info methodInfo) (reply *rpcMessage) {
 	defer func() {
 		if p := recover(); p != nil {
-			buf := make([]byte, 64<<10)
-			buf = buf[:runtime.Stack(buf, false)]
-			s.srv.log.errorf("panic serving %s: %v\n%s", r.method, p, buf)
+			s.srv.log.errorf("panic serving %s: %v\n%s", r.method, p, debug.Stack())
 			reply = errorMessage(r.id, newRPCError(codeInternalError, "internal error: %v", p))
 		}
 	}()
@@ -662,8 +622,7 @@ func (s *session) routeResponse(m *rpcMessage) {
 	ch <- m
 }
 
-// request sends a request to the client and waits for its reply. When ctx
-// ends first, the client is told with notifications/cancelled.
+// request sends a request to the client and waits for its reply; if ctx ends first, it sends notifications/cancelled.
 func (s *session) request(ctx context.Context, method string, params any) (json.RawMessage, error) {
 	s.mu.Lock()
 	s.nextID++
@@ -677,12 +636,7 @@ func (s *session) request(ctx context.Context, method string, params any) (json.
 		s.mu.Unlock()
 	}()
 	out := routeOf(ctx)
-	if err := s.sendVia(out, &struct {
-		JSONRPC string          `json:"jsonrpc"`
-		ID      json.RawMessage `json:"id"`
-		Method  string          `json:"method"`
-		Params  any             `json:"params,omitempty"`
-	}{"2.0", id, method, params}); err != nil {
+	if err := s.sendVia(out, &outgoing{"2.0", id, method, params}); err != nil {
 		return nil, fmt.Errorf("%s: %w", method, err)
 	}
 	select {
@@ -703,8 +657,7 @@ func (r *rpcRequest) clientHas(name string) bool {
 	return ok
 }
 
-// progress sends notifications/progress when the request asked for it.
-// progress must grow; a value that does not is raised a little.
+// progress sends notifications/progress when the request asked for it, raising a value that does not grow.
 func (r *rpcRequest) progress(progress, total float64, message string) {
 	if len(r.progressToken) == 0 {
 		return
@@ -738,9 +691,7 @@ func logLevelIndex(name string) int {
 	return 1
 }
 
-// log sends notifications/message about this request when its level is
-// wanted: a modern request's own level, else the session's, where a session
-// only ever served in the 2026-07-28 era gets none.
+// log sends notifications/message at a level the modern request, or else the initialized session, asked for.
 func (r *rpcRequest) log(level string, data any) {
 	r.s.mu.Lock()
 	least, wanted := r.s.logLevel, r.s.version != ""
@@ -753,8 +704,7 @@ func (r *rpcRequest) log(level string, data any) {
 	}
 }
 
-// noticeQueue holds one-line notices for the agent (a background task ended,
-// a callback fired) until the next tool result carries them, each once.
+// noticeQueue holds one-line notices for the agent until the next tool result carries them, each once.
 type noticeQueue struct {
 	mu      sync.Mutex // guards lines and dropped
 	lines   []string
@@ -955,8 +905,7 @@ func (d *toolDef) desc(srv *server) string {
 // toolHints are the tool annotations of 2025-03-26.
 type toolHints struct{ readOnly, destructive, idempotent, openWorld bool }
 
-// toolCall is what a tool handler gets: its session, its request and its
-// arguments, already checked against the input schema.
+// toolCall is what a tool handler gets; args are already checked against the input schema.
 type toolCall struct {
 	s    *session
 	req  *rpcRequest
@@ -1087,12 +1036,7 @@ func (sc *jsonSchema) checkValue(path string, v any) string {
 		}
 		for name := range obj {
 			if sc.Properties[name] == nil && string(sc.Additional) == "false" {
-				known := make([]string, 0, len(sc.Properties))
-				for k := range sc.Properties {
-					known = append(known, k)
-				}
-				sort.Strings(known)
-				return fmt.Sprintf("unknown argument %q (this tool takes %s)", name, strings.Join(known, ", "))
+				return fmt.Sprintf("unknown argument %q (this tool takes %s)", name, strings.Join(sortedKeys(sc.Properties), ", "))
 			}
 		}
 		for name, prop := range sc.Properties {
@@ -1200,10 +1144,8 @@ func (l *logger) infof(format string, a ...any)  { l.logf(1, format, a...) }
 func (l *logger) warnf(format string, a ...any)  { l.logf(3, format, a...) }
 func (l *logger) errorf(format string, a ...any) { l.logf(4, format, a...) }
 
-// httpHandler serves MCP over HTTP: Streamable HTTP on /mcp, with sessions
-// in the legacy era and stateless in the 2026-07-28 era, and the 2024-11-05
-// HTTP+SSE transport on /sse and /messages. Every request first passes the
-// Host (DNS rebinding), Origin and bearer-token checks.
+// httpHandler serves Streamable HTTP on /mcp (both eras) and the 2024-11-05 HTTP+SSE transport
+// on /sse and /messages; every request first passes the Host, Origin and bearer-token checks.
 type httpHandler struct {
 	srv         *server
 	token       string   // the bearer token every request must carry; "" for none
@@ -1213,7 +1155,7 @@ type httpHandler struct {
 	maxBody     int64
 	maxSessions int
 	idle        time.Duration
-	modern      *session         // serves the stateless 2026-07-28 era
+	modern      *session         // serves the stateless 2026-07-28 era; its output has no stream
 	now         func() time.Time // the clock (tests replace it)
 	shutdown    chan struct{}    // closed when the server shuts down: streams end
 
@@ -1233,8 +1175,7 @@ type httpSession struct {
 	ended    bool
 }
 
-// httpStream is one response carrying messages: a POST's reply (JSON, or SSE
-// once a message about the request comes before its response) or a GET stream.
+// httpStream is a response carrying messages: a POST's reply (JSON, or SSE once needed) or a GET stream.
 type httpStream struct {
 	mu     sync.Mutex // guards the fields below and writes to w
 	w      http.ResponseWriter
@@ -1251,7 +1192,7 @@ func newHTTPHandler(srv *server, host string) *httpHandler {
 	return &httpHandler{srv: srv, token: cfg.str("HTTP_TOKEN"), origins: splitList(cfg.str("HTTP_ORIGINS")),
 		hosts: append(splitList(cfg.str("HTTP_HOSTS")), host), anyIPHost: host == "" || (ip != nil && ip.IsUnspecified()),
 		maxBody: int64(cfg.int("HTTP_MAX_BODY_BYTES")), maxSessions: cfg.int("HTTP_MAX_SESSIONS"),
-		idle: time.Duration(cfg.int("HTTP_SESSION_IDLE_MS")) * time.Millisecond, modern: newSession(srv, noStream{}),
+		idle: time.Duration(cfg.int("HTTP_SESSION_IDLE_MS")) * time.Millisecond, modern: newSession(srv, &httpSession{}),
 		now: time.Now, sessions: map[string]*httpSession{}, shutdown: make(chan struct{})}
 }
 
@@ -1277,11 +1218,6 @@ func randomHex(n int) (string, error) {
 	}
 	return hex.EncodeToString(b), nil
 }
-
-// noStream is the output of a session without a server-to-client stream.
-type noStream struct{}
-
-func (noStream) Write(p []byte) (int, error) { return 0, errNoStream }
 
 // httpFail answers with status and a JSON-RPC error body.
 func httpFail(w http.ResponseWriter, status int, id json.RawMessage, e *rpcError) {
@@ -1364,9 +1300,7 @@ func (h *httpHandler) readBody(w http.ResponseWriter, r *http.Request) []byte {
 	return nil
 }
 
-// post handles POST /mcp: initialize makes a session; other legacy messages
-// need its Mcp-Session-Id; without one a message is served statelessly in
-// the 2026-07-28 era.
+// post handles POST /mcp: initialize makes a session, legacy messages name it, others are 2026-07-28 ones.
 func (h *httpHandler) post(w http.ResponseWriter, r *http.Request) {
 	body := h.readBody(w, r)
 	if body == nil {
@@ -1404,8 +1338,7 @@ func (h *httpHandler) post(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// postModern serves one stateless 2026-07-28 message after checking that
-// the headers agree with the body.
+// postModern serves one stateless 2026-07-28 message after checking that the headers agree with the body.
 func (h *httpHandler) postModern(w http.ResponseWriter, r *http.Request, body []byte) {
 	var m struct {
 		ID     json.RawMessage
@@ -1446,8 +1379,7 @@ func (h *httpHandler) postModern(w http.ResponseWriter, r *http.Request, body []
 	httpFail(w, http.StatusBadRequest, m.ID, e)
 }
 
-// exchange hands body to session s and answers the POST: 202 when nothing
-// needs a reply, else JSON, or SSE when messages about the request came first.
+// exchange hands body to s and answers the POST: 202 for no reply, else JSON, or SSE if messages came first.
 func (h *httpHandler) exchange(ctx context.Context, w http.ResponseWriter, r *http.Request, s *session, body []byte, modern bool) any {
 	st := &httpStream{w: w, canSSE: strings.Contains(r.Header.Get("Accept"), "text/event-stream"), done: make(chan struct{})}
 	replies := make(chan any, 1)
@@ -1541,8 +1473,7 @@ func (hs *httpSession) Write(p []byte) (int, error) {
 	return len(p), st.event("message", p)
 }
 
-// getOrDelete handles GET /mcp (the session's server-to-client stream) and
-// DELETE /mcp (end the session).
+// getOrDelete handles GET /mcp (the session's stream) and DELETE /mcp (end the session).
 func (h *httpHandler) getOrDelete(w http.ResponseWriter, r *http.Request) {
 	sid := r.Header.Get("Mcp-Session-Id")
 	hs := h.session(sid)
@@ -1560,8 +1491,7 @@ func (h *httpHandler) getOrDelete(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// stream holds an event stream open as hs's server-to-client channel until
-// the client leaves, the session ends or the server shuts down.
+// stream holds hs's server-to-client stream open until the client leaves, the session ends or the server stops.
 func (h *httpHandler) stream(w http.ResponseWriter, r *http.Request, hs *httpSession, endpoint string) {
 	st := &httpStream{w: w, canSSE: true, done: make(chan struct{})}
 	hs.mu.Lock()
@@ -1654,8 +1584,7 @@ func (h *httpHandler) expire() {
 	h.endIf(func(hs *httpSession) bool { return hs.busy == 0 && h.now().Sub(hs.lastUsed) > h.idle })
 }
 
-// closeAll ends every session; their cancelled requests answer into closed
-// connections, and run's srv.close kills what is left.
+// closeAll ends every session; run's srv.close then kills what is left.
 func (h *httpHandler) closeAll() {
 	h.endIf(func(*httpSession) bool { return true })
 	h.modern.close()
