@@ -1,11 +1,8 @@
-// jsonrpc.go holds the wire and the protocol: newline-delimited JSON-RPC 2.0
-// framing, the session (one client connection), dispatch through the method
-// table, the lifecycle of both protocol eras (legacy initialize, and the
-// stateless 2026-07-28 era with per-request _meta), tools/list and
-// tools/call from the tool table, argument checking against each tool's
-// schema, progress, logging, server-to-client requests and the notice queue;
-// and the HTTP transports: Streamable HTTP on /mcp (both eras) and the
-// 2024-11-05 HTTP+SSE transport on /sse and /messages.
+// jsonrpc.go holds the wire and the protocol: newline-delimited JSON-RPC 2.0 framing, the
+// session (one client connection), dispatch, both protocol eras (legacy initialize; stateless
+// 2026-07-28 with per-request _meta), tools/list and tools/call with the argument schema check,
+// progress, logging, server-to-client requests, the notice queue, and the HTTP transports
+// (Streamable HTTP on /mcp, and the 2024-11-05 HTTP+SSE transport on /sse and /messages).
 //
 // Rules:
 //   - only session.send writes to the session's output: one message per
@@ -172,10 +169,8 @@ type toolEntry struct {
 }
 
 func (srv *server) tool(name string) *toolEntry {
-	for _, t := range srv.tools {
-		if t.def.name == name {
-			return t
-		}
+	if i := slices.IndexFunc(srv.tools, func(t *toolEntry) bool { return t.def.name == name }); i >= 0 {
+		return srv.tools[i]
 	}
 	return nil
 }
@@ -183,7 +178,7 @@ func (srv *server) tool(name string) *toolEntry {
 // toolsChanged drops the cached tools/list answers (sessions tell their clients).
 func (srv *server) toolsChanged() {
 	srv.mu.Lock()
-	srv.toolsCache = nil
+	srv.toolsCache = map[string][]json.RawMessage{}
 	srv.mu.Unlock()
 }
 
@@ -519,10 +514,8 @@ func (s *session) newRequest(m *rpcMessage) (*rpcRequest, *rpcError) {
 	var p struct {
 		Meta map[string]json.RawMessage `json:"_meta"`
 	}
-	if len(m.Params) > 0 {
-		if err := json.Unmarshal(m.Params, &p); err != nil {
-			return nil, newRPCError(codeInvalidParams, "invalid params: _meta: %v", err)
-		}
+	if err := json.Unmarshal(m.Params, &p); len(m.Params) > 0 && err != nil {
+		return nil, newRPCError(codeInvalidParams, "invalid params: _meta: %v", err)
 	}
 	r.progressToken = p.Meta["progressToken"]
 	var metaVersion string
@@ -683,10 +676,8 @@ var logLevels = []string{"debug", "info", "notice", "warning", "error", "critica
 
 // logLevelIndex returns the index of level name, or that of "info" when unknown.
 func logLevelIndex(name string) int {
-	for i, l := range logLevels {
-		if strings.EqualFold(l, name) {
-			return i
-		}
+	if i := slices.IndexFunc(logLevels, func(l string) bool { return strings.EqualFold(l, name) }); i >= 0 {
+		return i
 	}
 	return 1
 }
@@ -771,10 +762,8 @@ func handleInitialize(ctx context.Context, r *rpcRequest) (map[string]any, error
 		ProtocolVersion string                     `json:"protocolVersion"`
 		Capabilities    map[string]json.RawMessage `json:"capabilities"`
 	}
-	if len(r.params) > 0 {
-		if err := json.Unmarshal(r.params, &p); err != nil {
-			return nil, newRPCError(codeInvalidParams, "invalid params: %v", err)
-		}
+	if err := json.Unmarshal(r.params, &p); len(r.params) > 0 && err != nil {
+		return nil, newRPCError(codeInvalidParams, "invalid params: %v", err)
 	}
 	v := p.ProtocolVersion
 	if !slices.Contains(legacyVersions, v) {
@@ -817,10 +806,8 @@ func handleToolsList(ctx context.Context, r *rpcRequest) (map[string]any, error)
 	var p struct {
 		Cursor *string `json:"cursor"`
 	}
-	if len(r.params) > 0 {
-		if err := json.Unmarshal(r.params, &p); err != nil {
-			return nil, newRPCError(codeInvalidParams, "invalid params: %v", err)
-		}
+	if err := json.Unmarshal(r.params, &p); len(r.params) > 0 && err != nil {
+		return nil, newRPCError(codeInvalidParams, "invalid params: %v", err)
 	}
 	list, start := r.s.srv.toolList(r.version), 0
 	if p.Cursor != nil {
@@ -856,9 +843,6 @@ func (srv *server) toolList(v string) []json.RawMessage {
 		list = append(list, raw)
 	}
 	srv.mu.Lock()
-	if srv.toolsCache == nil {
-		srv.toolsCache = map[string][]json.RawMessage{}
-	}
 	srv.toolsCache[v] = list
 	srv.mu.Unlock()
 	return list
@@ -914,12 +898,10 @@ type toolCall struct {
 
 // toolResult is what a tool handler returns.
 type toolResult struct {
-	content    []contentItem
-	structured any // structuredContent, sent from 2025-06-18 to tools with an output schema
-	isError    bool
-	// inputRequired, in the 2026-07-28 era, makes the reply an
-	// InputRequiredResult with these fields (inputRequests, requestState).
-	inputRequired map[string]any
+	content       []contentItem
+	structured    any // structuredContent, sent from 2025-06-18 to tools with an output schema
+	isError       bool
+	inputRequired map[string]any // 2026-07-28: reply with an InputRequiredResult with these fields
 }
 
 type contentItem struct {
@@ -1497,20 +1479,18 @@ func (h *httpHandler) stream(w http.ResponseWriter, r *http.Request, hs *httpSes
 	hs.mu.Lock()
 	busy := hs.stream != nil || hs.ended
 	if !busy {
-		hs.stream = st
+		hs.stream, hs.busy, hs.lastUsed = st, hs.busy+1, h.now()
 	}
 	hs.mu.Unlock()
 	if busy {
 		httpBad(w, http.StatusConflict, "conflict: this session already has a stream open")
 		return
 	}
-	h.touch(hs, 1)
 	defer func() {
 		st.end()
 		hs.mu.Lock()
-		hs.stream = nil
+		hs.stream, hs.busy, hs.lastUsed = nil, hs.busy-1, h.now()
 		hs.mu.Unlock()
-		h.touch(hs, -1)
 	}()
 	if endpoint != "" {
 		st.event("endpoint", []byte(endpoint))

@@ -37,8 +37,7 @@ import (
 	"time"
 )
 
-// toolTable is every tool telson has, in the order tools/list gives them.
-// tools/list, tools/call, `telson tools` and `telson call` all come from it.
+// toolTable is every tool telson has, in tools/list order; tools/list, tools/call, `telson tools` and `telson call` use it.
 var toolTable = []*toolDef{
 	&bashTool,
 	&readImageTool,
@@ -105,11 +104,7 @@ func run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, args []
 	srv := newServer(cfg, stderr)
 	defer srv.close()
 
-	cmd, rest := "", fs.Args()
-	if len(rest) > 0 {
-		cmd, rest = rest[0], rest[1:]
-	}
-	switch {
+	switch cmd := fs.Arg(0); {
 	case *showVersion:
 		fmt.Fprintln(stdout, "telson", srv.version)
 	case *showConfig:
@@ -117,7 +112,7 @@ func run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, args []
 	case cmd == "tools":
 		printTools(stdout, srv)
 	case cmd == "call":
-		return callOnce(ctx, srv, stdout, rest)
+		return callOnce(ctx, srv, stdout, fs.Args()[1:])
 	case cmd != "":
 		return fmt.Errorf("unknown command %q (want tools or call)", cmd)
 	case cfg.str("HTTP") != "":
@@ -156,8 +151,7 @@ func serveStdio(ctx context.Context, srv *server, stdin io.Reader, stdout io.Wri
 	}
 }
 
-// serveHTTP serves MCP at addr (a bare port or :port is on 127.0.0.1) until ctx ends, then
-// stops accepting, gives requests httpShutdownGrace to answer, and ends every session.
+// serveHTTP serves MCP at addr until ctx ends, then gives requests httpShutdownGrace and ends every session.
 func serveHTTP(ctx context.Context, srv *server, addr string, stderr io.Writer) error {
 	if !strings.Contains(addr, ":") || strings.HasPrefix(addr, ":") {
 		addr = "127.0.0.1:" + strings.TrimPrefix(addr, ":") // a bare port or :port
@@ -208,8 +202,12 @@ func newServer(cfg *config, stderr io.Writer) *server {
 	log := &logger{w: stderr}
 	log.level.Store(int32(logLevelIndex(cfg.str("LOG_LEVEL"))))
 	wd, _ := os.Getwd()
-	srv := &server{cfg: cfg, log: log, version: buildVersion(), stateKey: newStateKey(), procs: newProcTracker(log),
-		skills: &skillCatalog{dir: wd}, browser: &browserHolder{tabs: make(chan struct{}, 2)}}
+	version := "dev"
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		version = strings.TrimPrefix(bi.Main.Version, "v")
+	}
+	srv := &server{cfg: cfg, log: log, version: version, stateKey: newStateKey(), procs: newProcTracker(log),
+		skills: &skillCatalog{dir: wd}, browser: &browserHolder{tabs: make(chan struct{}, 2)}, toolsCache: map[string][]json.RawMessage{}}
 	srv.search = newSearchState(srv.version)
 	for _, d := range toolTable {
 		if !cfg.toolEnabled(d.name) {
@@ -231,23 +229,15 @@ func (srv *server) close() {
 	srv.search.client.CloseIdleConnections()
 }
 
-func buildVersion() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return strings.TrimPrefix(bi.Main.Version, "v")
-	}
-	return "dev"
-}
-
 // callOnce runs one tool through the same dispatch a client uses and prints its text.
 func callOnce(ctx context.Context, srv *server, stdout io.Writer, args []string) error {
 	if len(args) < 1 || len(args) > 2 {
 		return errors.New("usage: telson call NAME 'JSON'")
 	}
-	params := map[string]any{"name": args[0]}
-	if len(args) == 2 {
-		params["arguments"] = json.RawMessage(args[1])
+	if len(args) == 1 {
+		args = append(args, "{}") // what no arguments mean
 	}
-	raw, err := json.Marshal(params)
+	raw, err := json.Marshal(map[string]any{"name": args[0], "arguments": json.RawMessage(args[1])})
 	if err != nil {
 		return fmt.Errorf("call: arguments are not valid JSON: %s", args[1])
 	}
@@ -392,22 +382,21 @@ func (c *config) loadFile(path string) {
 		}
 		return
 	}
-	for i, line := range strings.Split(string(b), "\n") {
-		n := i + 1
+	for n, line := range strings.Split(string(b), "\n") {
 		if line = strings.TrimSpace(line); line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
 		k, v, ok := strings.Cut(line, "=")
 		k = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(k), "export "))
 		if !ok || k == "" {
-			c.warnings = append(c.warnings, fmt.Sprintf("%s:%d: not KEY=VALUE: %q", path, n, line))
+			c.warnings = append(c.warnings, fmt.Sprintf("%s:%d: not KEY=VALUE: %q", path, n+1, line))
 			continue
 		}
 		v = strings.TrimSpace(v)
 		if len(v) >= 2 && (v[0] == '"' || v[0] == '\'') && v[len(v)-1] == v[0] {
 			v = v[1 : len(v)-1]
 		}
-		c.set(strings.TrimPrefix(k, "TELSON_"), v, fmt.Sprintf("%s:%d", path, n))
+		c.set(strings.TrimPrefix(k, "TELSON_"), v, fmt.Sprintf("%s:%d", path, n+1))
 	}
 }
 
@@ -449,7 +438,6 @@ func parseBool(v string) (value, ok bool) {
 
 func (c *config) str(key string) string { return c.values[key] }
 
-// int reads an int key; set let only whole numbers in.
 func (c *config) int(key string) int {
 	n, _ := strconv.Atoi(c.values[key])
 	return n
