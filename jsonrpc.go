@@ -1209,11 +1209,6 @@ func httpFail(w http.ResponseWriter, status int, id json.RawMessage, e *rpcError
 	w.Write(b)
 }
 
-// httpBad answers with status and a -32600 error body.
-func httpBad(w http.ResponseWriter, status int, format string, a ...any) {
-	httpFail(w, status, nil, newRPCError(codeInvalidRequest, format, a...))
-}
-
 func (h *httpHandler) hostAllowed(host string) bool {
 	if hh, _, err := net.SplitHostPort(host); err == nil {
 		host = hh
@@ -1232,14 +1227,17 @@ func (h *httpHandler) originAllowed(origin string) bool {
 func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	origin := r.Header.Get("Origin")
 	auth, bearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	fail := func(status int, format string, a ...any) {
+		httpFail(w, status, nil, newRPCError(codeInvalidRequest, format, a...))
+	}
 	switch route := r.Method + " " + r.URL.Path; {
 	case !h.hostAllowed(r.Host):
-		httpBad(w, http.StatusForbidden, "forbidden: Host %q is not allowed (DNS rebinding protection; see HTTP_HOSTS)", r.Host)
+		fail(http.StatusForbidden, "forbidden: Host %q is not allowed (DNS rebinding protection; see HTTP_HOSTS)", r.Host)
 	case origin != "" && !h.originAllowed(origin):
-		httpBad(w, http.StatusForbidden, "forbidden: Origin %q is not allowed (see HTTP_ORIGINS)", origin)
+		fail(http.StatusForbidden, "forbidden: Origin %q is not allowed (see HTTP_ORIGINS)", origin)
 	case h.token != "" && (!bearer || subtle.ConstantTimeCompare([]byte(auth), []byte(h.token)) != 1):
 		w.Header().Set("WWW-Authenticate", `Bearer realm="telson"`)
-		httpBad(w, http.StatusUnauthorized, "unauthorized: send the header Authorization: Bearer <HTTP_TOKEN>")
+		fail(http.StatusUnauthorized, "unauthorized: send the header Authorization: Bearer <HTTP_TOKEN>")
 	case route == "POST /mcp":
 		h.post(w, r)
 	case route == "GET /mcp" || route == "DELETE /mcp":
@@ -1252,16 +1250,16 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case route == "POST /messages":
 		hs := h.session(r.URL.Query().Get("sessionId"))
 		if hs == nil {
-			httpBad(w, http.StatusNotFound, "unknown or expired sessionId; open a new stream with GET /sse")
+			fail(http.StatusNotFound, "unknown or expired sessionId; open a new stream with GET /sse")
 		} else if body := h.readBody(w, r); body != nil {
 			// replies go to the stream; requests outlive this POST, which is answered now
 			hs.s.handleLine(context.WithoutCancel(r.Context()), body, hs.s.reply)
 			w.WriteHeader(http.StatusAccepted)
 		}
 	case r.URL.Path == "/mcp" || r.URL.Path == "/sse" || r.URL.Path == "/messages":
-		httpBad(w, http.StatusMethodNotAllowed, "method %s is not allowed on %s", r.Method, r.URL.Path)
+		fail(http.StatusMethodNotAllowed, "method %s is not allowed on %s", r.Method, r.URL.Path)
 	default:
-		httpBad(w, http.StatusNotFound, "not found: %s (the MCP endpoint is /mcp)", r.URL.Path)
+		fail(http.StatusNotFound, "not found: %s (the MCP endpoint is /mcp)", r.URL.Path)
 	}
 }
 
@@ -1271,7 +1269,7 @@ func (h *httpHandler) readBody(w http.ResponseWriter, r *http.Request) []byte {
 	var tooBig *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooBig):
-		httpBad(w, http.StatusRequestEntityTooLarge, "invalid request: body longer than %d bytes (HTTP_MAX_BODY_BYTES)", h.maxBody)
+		httpFail(w, http.StatusRequestEntityTooLarge, nil, newRPCError(codeInvalidRequest, "invalid request: body longer than %d bytes (HTTP_MAX_BODY_BYTES)", h.maxBody))
 	case err != nil:
 		httpFail(w, http.StatusBadRequest, nil, newRPCError(codeParseError, "parse error: read body: %v", err))
 	case !json.Valid(body):
@@ -1307,7 +1305,7 @@ func (h *httpHandler) post(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Mcp-Session-Id", hs.id)
 	default:
 		if hs = h.session(sid); hs == nil {
-			httpBad(w, http.StatusNotFound, "unknown or expired Mcp-Session-Id; initialize a new session")
+			httpFail(w, http.StatusNotFound, nil, newRPCError(codeInvalidRequest, "unknown or expired Mcp-Session-Id; initialize a new session"))
 			return
 		}
 	}
@@ -1461,11 +1459,11 @@ func (h *httpHandler) getOrDelete(w http.ResponseWriter, r *http.Request) {
 	hs := h.session(sid)
 	switch {
 	case sid == "" && r.Header.Get("MCP-Protocol-Version") == versionModern:
-		httpBad(w, http.StatusMethodNotAllowed, "protocol %s has no %s", versionModern, r.Method)
+		httpFail(w, http.StatusMethodNotAllowed, nil, newRPCError(codeInvalidRequest, "protocol %s has no %s", versionModern, r.Method))
 	case sid == "":
-		httpBad(w, http.StatusBadRequest, "bad request: Mcp-Session-Id header is required")
+		httpFail(w, http.StatusBadRequest, nil, newRPCError(codeInvalidRequest, "bad request: Mcp-Session-Id header is required"))
 	case hs == nil:
-		httpBad(w, http.StatusNotFound, "unknown or expired Mcp-Session-Id")
+		httpFail(w, http.StatusNotFound, nil, newRPCError(codeInvalidRequest, "unknown or expired Mcp-Session-Id"))
 	case r.Method == http.MethodDelete:
 		h.end(hs)
 	default:
@@ -1483,7 +1481,7 @@ func (h *httpHandler) stream(w http.ResponseWriter, r *http.Request, hs *httpSes
 	}
 	hs.mu.Unlock()
 	if busy {
-		httpBad(w, http.StatusConflict, "conflict: this session already has a stream open")
+		httpFail(w, http.StatusConflict, nil, newRPCError(codeInvalidRequest, "conflict: this session already has a stream open"))
 		return
 	}
 	defer func() {

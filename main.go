@@ -56,9 +56,8 @@ func main() {
 	}
 	signal.Ignore(syscall.SIGPIPE) // a vanished client shows up as a write error, handled
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
-	err := run(ctx, os.Stdin, os.Stdout, os.Stderr, os.Args[1:])
-	stop()
-	if err != nil {
+	defer stop()
+	if err := run(ctx, os.Stdin, os.Stdout, os.Stderr, os.Args[1:]); err != nil {
 		if !errors.Is(err, errToolFailed) {
 			fmt.Fprintln(os.Stderr, "telson:", err)
 		}
