@@ -1,11 +1,8 @@
-// jsonrpc.go holds the wire and the protocol: newline-delimited JSON-RPC 2.0
-// framing, the session (one client connection), dispatch through the method
-// table, the lifecycle of both protocol eras (legacy initialize, and the
-// stateless 2026-07-28 era with per-request _meta), tools/list and
-// tools/call from the tool table, argument checking against each tool's
-// schema, progress, logging, server-to-client requests and the notice queue;
-// and the HTTP transports: Streamable HTTP on /mcp (both eras) and the
-// 2024-11-05 HTTP+SSE transport on /sse and /messages.
+// jsonrpc.go holds the wire and the protocol: newline-delimited JSON-RPC 2.0 framing, the
+// session (one client connection), dispatch, both protocol eras (legacy initialize; stateless
+// 2026-07-28 with per-request _meta), tools/list and tools/call with the argument schema check,
+// progress, logging, server-to-client requests, the notice queue, and the HTTP transports
+// (Streamable HTTP on /mcp, and the 2024-11-05 HTTP+SSE transport on /sse and /messages).
 //
 // Rules:
 //   - only session.send writes to the session's output: one message per
@@ -31,12 +28,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net"
 	"net/http"
 	"net/url"
-	"runtime"
-	"sort"
+	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -44,9 +42,7 @@ import (
 	"time"
 )
 
-// Protocol versions telson speaks, oldest first. The legacy era negotiates
-// one of the first four at initialize; the modern era names its version in
-// every request's _meta.
+// Protocol versions, oldest first: the legacy era negotiates one of the first four, the modern one is per request.
 const (
 	version20241105 = "2024-11-05"
 	version20250326 = "2025-03-26"
@@ -64,7 +60,6 @@ var (
 const (
 	metaProtocolVersion = "io.modelcontextprotocol/protocolVersion"
 	metaClientCaps      = "io.modelcontextprotocol/clientCapabilities"
-	metaClientInfo      = "io.modelcontextprotocol/clientInfo"
 	metaLogLevel        = "io.modelcontextprotocol/logLevel"
 	metaServerInfo      = "io.modelcontextprotocol/serverInfo"
 )
@@ -83,15 +78,6 @@ const (
 // atLeast reports whether protocol version v is min or newer (dates compare as strings).
 func atLeast(v, min string) bool { return v >= min }
 
-func isLegacyVersion(v string) bool {
-	for _, l := range legacyVersions {
-		if v == l {
-			return true
-		}
-	}
-	return false
-}
-
 // rpcMessage is any JSON-RPC 2.0 message: request, notification or response.
 type rpcMessage struct {
 	JSONRPC string          `json:"jsonrpc"`
@@ -102,8 +88,7 @@ type rpcMessage struct {
 	Error   *rpcError       `json:"error,omitempty"`
 }
 
-// rpcError is a JSON-RPC error object; it is also the error handlers return
-// for protocol faults.
+// rpcError is a JSON-RPC error object, and the error handlers return for protocol faults.
 type rpcError struct {
 	Code    int    `json:"code"`
 	Message string `json:"message"`
@@ -116,13 +101,17 @@ func newRPCError(code int, format string, a ...any) *rpcError {
 	return &rpcError{Code: code, Message: fmt.Sprintf(format, a...)}
 }
 
-var nullID = json.RawMessage("null")
-
+// errorMessage is an error reply to id; an id that is not a string or a number becomes null.
 func errorMessage(id json.RawMessage, e *rpcError) *rpcMessage {
-	if len(id) == 0 {
-		id = nullID
+	if !validID(id) {
+		id = json.RawMessage("null")
 	}
 	return &rpcMessage{JSONRPC: "2.0", ID: id, Error: e}
+}
+
+// invalidRequest is a -32600 reply to id.
+func invalidRequest(id json.RawMessage, format string, a ...any) *rpcMessage {
+	return errorMessage(id, newRPCError(codeInvalidRequest, "invalid request: "+format, a...))
 }
 
 // hasID reports whether a message carries a usable id (not absent, not null).
@@ -130,31 +119,17 @@ func hasID(id json.RawMessage) bool { return len(id) > 0 && string(id) != "null"
 
 // validID reports whether id is a string or a number, the only ids JSON-RPC allows.
 func validID(id json.RawMessage) bool {
-	if !hasID(id) {
-		return false
-	}
-	c := id[0]
-	return c == '"' || c == '-' || (c >= '0' && c <= '9')
+	return hasID(id) && (id[0] == '"' || id[0] == '-' || (id[0] >= '0' && id[0] <= '9'))
 }
 
-// lineReader reads newline-delimited messages. A line longer than max bytes
-// is read to its newline without being kept, and reported as too long.
-type lineReader struct {
-	r   *bufio.Reader
-	max int
-}
-
-func newLineReader(r io.Reader, max int) *lineReader {
-	return &lineReader{r: bufio.NewReaderSize(r, 64<<10), max: max}
-}
-
-// next returns the next line without its line ending and a leading UTF-8 BOM.
-func (lr *lineReader) next() (line []byte, tooLong bool, err error) {
+// readLine returns the next line without its line ending and a leading UTF-8 BOM; a line
+// over max bytes is read to its newline without being kept, and reported as too long.
+func readLine(r *bufio.Reader, max int) (line []byte, tooLong bool, err error) {
 	var buf []byte
 	for {
-		chunk, err := lr.r.ReadSlice('\n')
+		chunk, err := r.ReadSlice('\n')
 		if !tooLong {
-			if len(buf)+len(chunk) > lr.max+2 { // +2 for "\r\n"
+			if len(buf)+len(chunk) > max+2 { // +2 for "\r\n"
 				tooLong, buf = true, nil
 			} else {
 				buf = append(buf, chunk...)
@@ -167,13 +142,11 @@ func (lr *lineReader) next() (line []byte, tooLong bool, err error) {
 			return nil, false, err
 		}
 		buf = bytes.TrimRight(buf, "\r\n")
-		buf = bytes.TrimPrefix(buf, []byte("\xef\xbb\xbf"))
-		return buf, tooLong, nil
+		return bytes.TrimPrefix(buf, []byte("\xef\xbb\xbf")), tooLong, nil
 	}
 }
 
-// server is what all sessions of one telson process share: configuration,
-// the stderr log, the tool table, child process tracking and the browser.
+// server is what all sessions of one telson process share.
 type server struct {
 	cfg      *config
 	log      *logger
@@ -185,8 +158,8 @@ type server struct {
 	skills   *skillCatalog  // skills for InvokeSkill and prompts
 	browser  *browserHolder // ReadDocs's Chromium, started on first use
 
-	mu         sync.Mutex                 // guards toolsCache
-	toolsCache map[string]json.RawMessage // tools/list "tools" arrays by protocol version
+	mu         sync.Mutex                   // guards toolsCache
+	toolsCache map[string][]json.RawMessage // encoded tools/list entries by protocol version
 }
 
 // toolEntry is a row of the tool table with its parsed input schema.
@@ -196,19 +169,16 @@ type toolEntry struct {
 }
 
 func (srv *server) tool(name string) *toolEntry {
-	for _, t := range srv.tools {
-		if t.def.name == name {
-			return t
-		}
+	if i := slices.IndexFunc(srv.tools, func(t *toolEntry) bool { return t.def.name == name }); i >= 0 {
+		return srv.tools[i]
 	}
 	return nil
 }
 
-// toolsChanged drops the cached tools/list answers; sessions tell their
-// clients with notifications/tools/list_changed.
+// toolsChanged drops the cached tools/list answers (sessions tell their clients).
 func (srv *server) toolsChanged() {
 	srv.mu.Lock()
-	srv.toolsCache = nil
+	srv.toolsCache = map[string][]json.RawMessage{}
 	srv.mu.Unlock()
 }
 
@@ -223,14 +193,13 @@ type session struct {
 	wmu sync.Mutex // guards out
 	out io.Writer
 
-	mu          sync.Mutex // guards the fields below
-	version     string     // negotiated by initialize; "" before it
-	clientCaps  map[string]json.RawMessage
-	initialized bool // notifications/initialized arrived
-	logLevel    int  // notifications/message below this level are not sent
-	inflight    map[string]*inflightRequest
-	pending     map[string]chan *rpcMessage // server-to-client requests awaiting their reply
-	nextID      int64
+	mu         sync.Mutex // guards the fields below
+	version    string     // negotiated by initialize; "" before it
+	clientCaps map[string]json.RawMessage
+	logLevel   int // notifications/message below this level are not sent
+	inflight   map[string]*inflightRequest
+	pending    map[string]chan *rpcMessage // server-to-client requests awaiting their reply
+	nextID     int64
 
 	wg sync.WaitGroup // counts running request goroutines
 }
@@ -241,29 +210,30 @@ type inflightRequest struct {
 }
 
 func newSession(srv *server, out io.Writer) *session {
-	s := &session{
-		srv:      srv,
-		out:      out,
-		notices:  &noticeQueue{},
-		shell:    newShellState(),
-		bg:       newBgTasks(srv.procs),
-		logLevel: logLevelIndex(srv.cfg.str("LOG_LEVEL")),
-		inflight: map[string]*inflightRequest{},
-		pending:  map[string]chan *rpcMessage{},
-	}
+	s := &session{srv: srv, out: out, notices: &noticeQueue{}, shell: newShellState(), bg: newBgTasks(srv.procs),
+		logLevel: logLevelIndex(srv.cfg.str("LOG_LEVEL")), inflight: map[string]*inflightRequest{}, pending: map[string]chan *rpcMessage{}}
 	s.workflow = newSessionWorkflow(s)
 	return s
 }
 
-// encodeLine encodes msg as one line of JSON ending in '\n'.
-func encodeLine(msg any) ([]byte, error) {
+// marshalJSON encodes v as JSON without HTML escaping or a trailing newline.
+func marshalJSON(v any) (json.RawMessage, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
-	if err := enc.Encode(msg); err != nil { // Encode ends the line with '\n'
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimRight(buf.Bytes(), "\n"), nil
+}
+
+// encodeLine encodes msg as one line of JSON ending in '\n'.
+func encodeLine(msg any) ([]byte, error) {
+	b, err := marshalJSON(msg)
+	if err != nil {
 		return nil, fmt.Errorf("send: encode: %w", err)
 	}
-	return buf.Bytes(), nil
+	return append(b, '\n'), nil
 }
 
 // send writes one message as one line. It is the only writer of out.
@@ -284,9 +254,7 @@ func (s *session) send(msg any) error {
 // errNoStream says a route cannot carry a message; it goes to the session's output instead.
 var errNoStream = errors.New("send: no stream to the client")
 
-// routeKey keys, in a request's context, the route of the messages about
-// that request (progress, logs, server-to-client requests): an HTTP POST's
-// reply. Without one they go to the session's output.
+// routeKey keys, in a request's context, where messages about it go (an HTTP POST's reply); else the session's output.
 type routeKey struct{}
 
 func routeOf(ctx context.Context) func(msg any) error {
@@ -311,53 +279,46 @@ func (s *session) reply(msg any) {
 	}
 }
 
-// close ends the session: its running requests are cancelled and what it
-// owns is released.
+// close ends the session: its running requests are cancelled and what it owns is released.
 func (s *session) close() {
 	s.cancelAll()
 	s.stopWorkflow()
 	s.bg.closeAll()
 }
 
-func (s *session) sendMessage(m *rpcMessage) {
-	if m != nil {
-		s.send(m)
-	}
-}
-
 // notify sends a notification to the client.
 func (s *session) notify(method string, params any) { s.send(notification(method, params)) }
 
-func notification(method string, params any) any {
-	return struct {
-		JSONRPC string `json:"jsonrpc"`
-		Method  string `json:"method"`
-		Params  any    `json:"params,omitempty"`
-	}{"2.0", method, params}
+// outgoing is a request or a notification telson sends.
+type outgoing struct {
+	JSONRPC string          `json:"jsonrpc"`
+	ID      json.RawMessage `json:"id,omitempty"`
+	Method  string          `json:"method"`
+	Params  any             `json:"params,omitempty"`
 }
+
+func notification(method string, params any) any { return &outgoing{"2.0", nil, method, params} }
 
 // notify sends a notification about request r on its route.
 func (r *rpcRequest) notify(method string, params any) {
 	r.s.sendVia(r.out, notification(method, params))
 }
 
-// serve reads messages from r until EOF or a read error, dispatching each.
-// It returns without waiting for running requests; wait() does that.
+// serve dispatches messages from r until EOF or a read error, without waiting for running requests.
 func (s *session) serve(ctx context.Context, r io.Reader) error {
-	lr := newLineReader(r, s.srv.cfg.int("MAX_MESSAGE_BYTES"))
+	br, max := bufio.NewReaderSize(r, 64<<10), s.srv.cfg.int("MAX_MESSAGE_BYTES")
 	for {
-		line, tooLong, err := lr.next()
-		if err != nil {
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
+		line, tooLong, err := readLine(br, max)
+		switch {
+		case errors.Is(err, io.EOF):
+			return nil
+		case err != nil:
 			return fmt.Errorf("read: %w", err)
+		case tooLong:
+			s.reply(invalidRequest(nil, "message longer than %d bytes skipped", max))
+		default:
+			s.handleLine(ctx, line, s.reply)
 		}
-		if tooLong {
-			s.sendMessage(errorMessage(nil, newRPCError(codeInvalidRequest, "invalid request: message longer than %d bytes skipped", lr.max)))
-			continue
-		}
-		s.handleLine(ctx, line, s.reply)
 	}
 }
 
@@ -373,41 +334,18 @@ func (s *session) cancelAll() {
 	}
 }
 
-// handleLine handles one line: a message or, where the version allows, a
-// batch. done receives the reply (a *rpcMessage or an array) exactly once,
-// or nil when nothing is to be sent.
+// handleLine handles a message or a batch; done gets the reply (a *rpcMessage or an array), or nil, once.
 func (s *session) handleLine(ctx context.Context, line []byte, done func(reply any)) {
-	line = bytes.TrimSpace(line)
-	if len(line) == 0 {
+	switch line = bytes.TrimSpace(line); {
+	case len(line) == 0:
 		done(nil)
-		return
-	}
-	if !json.Valid(line) {
-		var v any
-		err := json.Unmarshal(line, &v)
-		done(errorMessage(nil, newRPCError(codeParseError, "parse error: %v", err)))
-		return
-	}
-	if line[0] == '[' {
+	case !json.Valid(line):
+		done(errorMessage(nil, newRPCError(codeParseError, "parse error: %v", json.Unmarshal(line, new(any)))))
+	case line[0] == '[':
 		s.handleBatch(ctx, line, done)
-		return
+	default:
+		s.handleMessage(ctx, line, false, done)
 	}
-	var m rpcMessage
-	if err := decodeMessage(line, &m); err != nil {
-		id := m.ID
-		if !validID(id) {
-			id = nil
-		}
-		done(errorMessage(id, newRPCError(codeInvalidRequest, "invalid request: %v", err)))
-		return
-	}
-	s.handleMessage(ctx, &m, func(reply *rpcMessage) {
-		if reply == nil {
-			done(nil) // not a nil *rpcMessage in an interface
-		} else {
-			done(reply)
-		}
-	})
 }
 
 // decodeMessage decodes one message (valid JSON), saying plainly what is wrong with its shape.
@@ -423,89 +361,68 @@ func decodeMessage(b []byte, m *rpcMessage) error {
 	return err
 }
 
-// handleBatch answers a JSON array of messages with an array of replies,
-// for the versions that have batches (before 2025-06-18).
+// handleBatch answers a JSON array of messages with an array of replies (before 2025-06-18 only).
 func (s *session) handleBatch(ctx context.Context, line []byte, done func(reply any)) {
 	s.mu.Lock()
 	v := s.version
 	s.mu.Unlock()
 	var items []json.RawMessage
-	if err := json.Unmarshal(line, &items); err != nil || len(items) == 0 || v == "" || atLeast(v, version20250618) {
+	json.Unmarshal(line, &items) // line is a valid JSON array
+	if v == "" || len(items) == 0 || atLeast(v, version20250618) {
 		why := "batches are not supported in protocol version " + v
 		if v == "" {
 			why = "a batch cannot come before initialize"
 		} else if len(items) == 0 {
 			why = "empty batch"
 		}
-		done(errorMessage(nil, newRPCError(codeInvalidRequest, "invalid request: %s", why)))
+		done(invalidRequest(nil, "%s", why))
 		return
 	}
-	var (
-		mu      sync.Mutex // guards replies
-		replies []*rpcMessage
-		wg      sync.WaitGroup
-	)
-	collect := func(m *rpcMessage) {
-		if m != nil {
-			mu.Lock()
-			replies = append(replies, m)
-			mu.Unlock()
-		}
-		wg.Done()
-	}
+	replies := make(chan any, len(items))
 	for _, item := range items {
-		wg.Add(1)
-		var m rpcMessage
-		if err := decodeMessage(item, &m); err != nil {
-			collect(errorMessage(nil, newRPCError(codeInvalidRequest, "invalid request: %v", err)))
-			continue
-		}
-		if m.Method == "initialize" {
-			collect(errorMessage(m.ID, newRPCError(codeInvalidRequest, "invalid request: initialize cannot be part of a batch")))
-			continue
-		}
-		s.handleMessage(ctx, &m, collect)
+		s.handleMessage(ctx, item, true, func(m any) { replies <- m })
 	}
 	s.wg.Add(1)
 	go func() { // exits once every request of the batch has answered
 		defer s.wg.Done()
-		wg.Wait()
-		if len(replies) > 0 {
-			done(replies)
-		} else {
+		var out []any
+		for range items {
+			if m := <-replies; m != nil {
+				out = append(out, m)
+			}
+		}
+		if len(out) == 0 {
 			done(nil)
+		} else {
+			done(out)
 		}
 	}()
 }
 
-// handleMessage classifies one message and handles it. done is called
-// exactly once.
-func (s *session) handleMessage(ctx context.Context, m *rpcMessage, done func(*rpcMessage)) {
-	isResponse := m.Method == "" && (m.Result != nil || m.Error != nil)
+// handleMessage decodes, classifies and handles one message; done gets its reply (or nil) once.
+func (s *session) handleMessage(ctx context.Context, raw []byte, inBatch bool, done func(reply any)) {
+	var m rpcMessage
+	err := decodeMessage(raw, &m)
 	switch {
+	case err != nil:
+		done(invalidRequest(m.ID, "%v", err))
+	case inBatch && m.Method == "initialize":
+		done(invalidRequest(m.ID, "initialize cannot be part of a batch"))
 	case m.JSONRPC != "2.0":
-		done(s.invalid(m, `"jsonrpc" must be "2.0"`))
+		done(invalidRequest(m.ID, `"jsonrpc" must be "2.0"`))
 	case len(m.ID) > 0 && !validID(m.ID):
-		done(errorMessage(nil, newRPCError(codeInvalidRequest, "invalid request: id must be a string or a number")))
-	case isResponse && hasID(m.ID):
-		s.routeResponse(m)
+		done(invalidRequest(nil, "id must be a string or a number"))
+	case m.Method == "" && (m.Result != nil || m.Error != nil) && hasID(m.ID):
+		s.routeResponse(&m)
 		done(nil)
 	case m.Method == "":
-		done(s.invalid(m, "no method"))
+		done(invalidRequest(m.ID, "no method"))
 	case !hasID(m.ID):
-		s.handleNotification(m)
+		s.handleNotification(&m)
 		done(nil)
 	default:
-		s.startRequest(ctx, m, done)
+		s.startRequest(ctx, &m, done)
 	}
-}
-
-func (s *session) invalid(m *rpcMessage, why string) *rpcMessage {
-	id := m.ID
-	if !validID(id) {
-		id = nil
-	}
-	return errorMessage(id, newRPCError(codeInvalidRequest, "invalid request: %s", why))
 }
 
 // rpcRequest is one request being handled, with what its _meta says.
@@ -531,26 +448,21 @@ type methodInfo struct {
 	inline bool // run in the read loop, so later messages see its effect
 }
 
-var methods map[string]methodInfo
-
-func init() {
-	methods = map[string]methodInfo{
-		"initialize":       {handle: handleInitialize, inline: true},
-		"ping":             {handle: handlePing},
-		"server/discover":  {handle: handleDiscover},
-		"tools/list":       {handle: handleToolsList},
-		"tools/call":       {handle: handleToolsCall},
-		"logging/setLevel": {handle: handleSetLevel, inline: true},
-		"prompts/list":     {handle: handlePromptsList},
-		"prompts/get":      {handle: handlePromptsGet},
-	}
+var methods = map[string]methodInfo{
+	"initialize":       {handle: handleInitialize, inline: true},
+	"ping":             {handle: func(context.Context, *rpcRequest) (map[string]any, error) { return nil, nil }},
+	"server/discover":  {handle: handleDiscover},
+	"tools/list":       {handle: handleToolsList},
+	"tools/call":       {handle: handleToolsCall},
+	"logging/setLevel": {handle: handleSetLevel, inline: true},
+	"prompts/list":     {handle: handlePromptsList},
+	"prompts/get":      {handle: handlePromptsGet},
 }
 
 func idKey(id json.RawMessage) string { return string(bytes.TrimSpace(id)) }
 
-// startRequest runs one request in its own goroutine (or inline, for the
-// few methods whose effect later messages depend on).
-func (s *session) startRequest(ctx context.Context, m *rpcMessage, done func(*rpcMessage)) {
+// startRequest runs one request in its own goroutine, or inline when later messages depend on its effect.
+func (s *session) startRequest(ctx context.Context, m *rpcMessage, done func(reply any)) {
 	info, ok := methods[m.Method]
 	if !ok {
 		done(errorMessage(m.ID, newRPCError(codeMethodNotFound, "method not found: %s", m.Method)))
@@ -568,34 +480,31 @@ func (s *session) startRequest(ctx context.Context, m *rpcMessage, done func(*rp
 	if _, dup := s.inflight[key]; dup {
 		s.mu.Unlock()
 		cancel()
-		done(errorMessage(m.ID, newRPCError(codeInvalidRequest, "invalid request: id %s is already in use by a running request", key)))
+		done(invalidRequest(m.ID, "id %s is already in use by a running request", key))
 		return
 	}
 	inf := &inflightRequest{cancel: cancel}
 	s.inflight[key] = inf
 	s.mu.Unlock()
 
+	s.wg.Add(1)
 	run := func() {
+		defer s.wg.Done()
 		defer cancel()
-		reply := s.runRequest(reqCtx, r, info)
+		var reply any = s.runRequest(reqCtx, r, info)
 		s.mu.Lock()
 		delete(s.inflight, key)
-		cancelled := inf.cancelled
-		s.mu.Unlock()
-		if cancelled {
+		if inf.cancelled {
 			reply = nil
 		}
+		s.mu.Unlock()
 		done(reply)
 	}
 	if info.inline {
 		run()
-		return
+	} else {
+		go run() // exits when the handler returns
 	}
-	s.wg.Add(1)
-	go func() { // exits when the handler returns
-		defer s.wg.Done()
-		run()
-	}()
 }
 
 // newRequest reads a request's _meta and settles the era and version it is served under.
@@ -607,38 +516,31 @@ func (s *session) newRequest(m *rpcMessage) (*rpcRequest, *rpcError) {
 	var p struct {
 		Meta map[string]json.RawMessage `json:"_meta"`
 	}
-	if len(m.Params) > 0 {
-		if err := json.Unmarshal(m.Params, &p); err != nil {
-			return nil, newRPCError(codeInvalidParams, "invalid params: _meta: %v", err)
-		}
+	if err := json.Unmarshal(m.Params, &p); len(m.Params) > 0 && err != nil {
+		return nil, newRPCError(codeInvalidParams, "invalid params: _meta: %v", err)
 	}
 	r.progressToken = p.Meta["progressToken"]
 	var metaVersion string
-	if raw, ok := p.Meta[metaProtocolVersion]; ok {
-		if err := json.Unmarshal(raw, &metaVersion); err != nil {
-			return nil, newRPCError(codeInvalidParams, "invalid params: _meta %s must be a string", metaProtocolVersion)
-		}
+	if raw, ok := p.Meta[metaProtocolVersion]; ok && json.Unmarshal(raw, &metaVersion) != nil {
+		return nil, newRPCError(codeInvalidParams, "invalid params: _meta %s must be a string", metaProtocolVersion)
 	}
 	s.mu.Lock()
 	r.version, r.caps = s.version, s.clientCaps
 	s.mu.Unlock()
 	switch {
 	case metaVersion == versionModern || (metaVersion == "" && m.Method == "server/discover"):
-		r.version, r.modern = versionModern, true
+		r.version, r.modern, r.caps = versionModern, true, nil
 		caps, ok := p.Meta[metaClientCaps]
 		if !ok && m.Method != "server/discover" {
 			return nil, newRPCError(codeInvalidParams, "invalid params: _meta %s is required in protocol version %s", metaClientCaps, versionModern)
 		}
-		r.caps = nil
-		if len(caps) > 0 {
-			json.Unmarshal(caps, &r.caps)
-		}
+		json.Unmarshal(caps, &r.caps) // absent (server/discover): none
 		if raw, ok := p.Meta[metaLogLevel]; ok {
 			var lvl string
 			json.Unmarshal(raw, &lvl)
 			r.logLevel = logLevelIndex(lvl)
 		}
-	case metaVersion != "" && isLegacyVersion(metaVersion):
+	case metaVersion != "" && slices.Contains(legacyVersions, metaVersion):
 		r.version = metaVersion
 	case metaVersion != "":
 		return nil, &rpcError{Code: codeUnsupportedVersion, Message: "unsupported protocol version: " + metaVersion,
@@ -653,9 +555,7 @@ func (s *session) newRequest(m *rpcMessage) (*rpcRequest, *rpcError) {
 func (s *session) runRequest(ctx context.Context, r *rpcRequest, info methodInfo) (reply *rpcMessage) {
 	defer func() {
 		if p := recover(); p != nil {
-			buf := make([]byte, 64<<10)
-			buf = buf[:runtime.Stack(buf, false)]
-			s.srv.log.errorf("panic serving %s: %v\n%s", r.method, p, buf)
+			s.srv.log.errorf("panic serving %s: %v\n%s", r.method, p, debug.Stack())
 			reply = errorMessage(r.id, newRPCError(codeInternalError, "internal error: %v", p))
 		}
 	}()
@@ -670,19 +570,15 @@ func (s *session) runRequest(ctx context.Context, r *rpcRequest, info methodInfo
 	if result == nil {
 		result = map[string]any{}
 	}
-	if _, set := result["resultType"]; r.modern && !set {
-		result["resultType"] = "complete"
-	}
 	if r.modern {
-		meta, _ := result["_meta"].(map[string]any)
-		if meta == nil {
-			meta = map[string]any{}
+		if _, set := result["resultType"]; !set {
+			result["resultType"] = "complete"
 		}
-		meta[metaServerInfo] = map[string]any{"name": "telson", "version": s.srv.version}
+		v := "" // the bare name and version, except in server/discover
 		if r.method == "server/discover" {
-			meta[metaServerInfo] = s.srv.serverInfo(versionModern)
+			v = versionModern
 		}
-		result["_meta"] = meta
+		result["_meta"] = map[string]any{metaServerInfo: s.srv.serverInfo(v)}
 	}
 	raw, err := marshalJSON(result)
 	if err != nil {
@@ -691,36 +587,19 @@ func (s *session) runRequest(ctx context.Context, r *rpcRequest, info methodInfo
 	return &rpcMessage{JSONRPC: "2.0", ID: r.id, Result: raw}
 }
 
-func marshalJSON(v any) (json.RawMessage, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimRight(buf.Bytes(), "\n"), nil
-}
-
-// handleNotification handles what needs no reply. Unknown notifications are ignored.
+// handleNotification handles notifications/cancelled; other notifications need nothing.
 func (s *session) handleNotification(m *rpcMessage) {
-	switch m.Method {
-	case "notifications/initialized":
-		s.mu.Lock()
-		s.initialized = true
-		s.mu.Unlock()
-	case "notifications/cancelled":
-		var p struct {
-			RequestID json.RawMessage `json:"requestId"`
-		}
-		if json.Unmarshal(m.Params, &p) != nil || !validID(p.RequestID) {
-			return
-		}
-		s.mu.Lock()
-		if r, ok := s.inflight[idKey(p.RequestID)]; ok {
-			r.cancelled = true
-			r.cancel()
-		}
-		s.mu.Unlock()
+	var p struct {
+		RequestID json.RawMessage `json:"requestId"`
+	}
+	if m.Method != "notifications/cancelled" || json.Unmarshal(m.Params, &p) != nil || !validID(p.RequestID) {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r, ok := s.inflight[idKey(p.RequestID)]; ok {
+		r.cancelled = true
+		r.cancel()
 	}
 }
 
@@ -738,8 +617,7 @@ func (s *session) routeResponse(m *rpcMessage) {
 	ch <- m
 }
 
-// request sends a request to the client and waits for its reply. When ctx
-// ends first, the client is told with notifications/cancelled.
+// request sends a request to the client and waits for its reply; if ctx ends first, it sends notifications/cancelled.
 func (s *session) request(ctx context.Context, method string, params any) (json.RawMessage, error) {
 	s.mu.Lock()
 	s.nextID++
@@ -747,16 +625,13 @@ func (s *session) request(ctx context.Context, method string, params any) (json.
 	ch := make(chan *rpcMessage, 1)
 	s.pending[idKey(id)] = ch
 	s.mu.Unlock()
-	out := routeOf(ctx)
-	if err := s.sendVia(out, &struct {
-		JSONRPC string          `json:"jsonrpc"`
-		ID      json.RawMessage `json:"id"`
-		Method  string          `json:"method"`
-		Params  any             `json:"params,omitempty"`
-	}{"2.0", id, method, params}); err != nil {
+	defer func() {
 		s.mu.Lock()
 		delete(s.pending, idKey(id))
 		s.mu.Unlock()
+	}()
+	out := routeOf(ctx)
+	if err := s.sendVia(out, &outgoing{"2.0", id, method, params}); err != nil {
 		return nil, fmt.Errorf("%s: %w", method, err)
 	}
 	select {
@@ -766,9 +641,6 @@ func (s *session) request(ctx context.Context, method string, params any) (json.
 		}
 		return m.Result, nil
 	case <-ctx.Done():
-		s.mu.Lock()
-		delete(s.pending, idKey(id))
-		s.mu.Unlock()
 		s.sendVia(out, notification("notifications/cancelled", map[string]any{"requestId": id, "reason": ctx.Err().Error()}))
 		return nil, fmt.Errorf("%s: %w", method, ctx.Err())
 	}
@@ -780,8 +652,7 @@ func (r *rpcRequest) clientHas(name string) bool {
 	return ok
 }
 
-// progress sends notifications/progress when the request asked for it.
-// progress must grow; a value that does not is raised a little.
+// progress sends notifications/progress when the request asked for it, raising a value that does not grow.
 func (r *rpcRequest) progress(progress, total float64, message string) {
 	if len(r.progressToken) == 0 {
 		return
@@ -807,43 +678,26 @@ var logLevels = []string{"debug", "info", "notice", "warning", "error", "critica
 
 // logLevelIndex returns the index of level name, or that of "info" when unknown.
 func logLevelIndex(name string) int {
-	for i, l := range logLevels {
-		if strings.EqualFold(l, name) {
-			return i
-		}
+	if i := slices.IndexFunc(logLevels, func(l string) bool { return strings.EqualFold(l, name) }); i >= 0 {
+		return i
 	}
 	return 1
 }
 
-// logToClient sends notifications/message at level when the client wants it.
-// A session only ever served in the 2026-07-28 era gets none (that era sends
-// them only for requests that ask).
-func (s *session) logToClient(level, logger string, data any) { s.logVia(nil, level, logger, data) }
-
-// logVia is logToClient on route out.
-func (s *session) logVia(out func(msg any) error, level, logger string, data any) {
-	s.mu.Lock()
-	ok := s.version != "" && logLevelIndex(level) >= s.logLevel
-	s.mu.Unlock()
-	if ok {
-		s.sendVia(out, notification("notifications/message", map[string]any{"level": level, "logger": logger, "data": data}))
-	}
-}
-
-// log sends notifications/message about this request, honouring a modern
-// request's own log level.
+// log sends notifications/message at a level the modern request, or else the initialized session, asked for.
 func (r *rpcRequest) log(level string, data any) {
+	r.s.mu.Lock()
+	least, wanted := r.s.logLevel, r.s.version != ""
+	r.s.mu.Unlock()
 	if r.modern {
-		if r.logLevel >= 0 && logLevelIndex(level) >= r.logLevel {
-			r.notify("notifications/message", map[string]any{"level": level, "logger": "telson", "data": data})
-		}
-		return
+		least, wanted = r.logLevel, r.logLevel >= 0
 	}
-	r.s.logVia(r.out, level, "telson", data)
+	if wanted && logLevelIndex(level) >= least {
+		r.notify("notifications/message", map[string]any{"level": level, "logger": "telson", "data": data})
+	}
 }
 
-// noticeQueue holds one-line notices for the agent (a background task ended,
-// a callback fired) until the next tool result carries them, each once.
+// noticeQueue holds one-line notices for the agent until the next tool result carries them, each once.
 type noticeQueue struct {
 	mu      sync.Mutex // guards lines and dropped
 	lines   []string
@@ -877,7 +731,7 @@ func (q *noticeQueue) drain() []string {
 // announce queues a notice for the next tool result and tells the client at once.
 func (s *session) announce(line string) {
 	s.notices.push(line)
-	s.logToClient("info", "telson", line)
+	(&rpcRequest{s: s, logLevel: -1}).log("info", line) // not about a request: the session's level applies
 }
 
 // serverInfo is the Implementation object for version v.
@@ -903,52 +757,29 @@ const serverInstructions = "telson gives you a shell (Bash, and BackgroundBash f
 	"web access (ReadDocs reads a page through a real browser; WebSearch asks many search engines at once) " +
 	"and workflow tools. Tool results may start with notices about background tasks or reminders; act on them."
 
-func (srv *server) capabilities() map[string]any {
-	return map[string]any{
-		"tools":   map[string]any{"listChanged": true},
-		"prompts": map[string]any{"listChanged": true},
-		"logging": map[string]any{},
-	}
-}
+var serverCapabilities = map[string]any{"tools": map[string]any{"listChanged": true}, "prompts": map[string]any{"listChanged": true}, "logging": map[string]any{}}
 
 func handleInitialize(ctx context.Context, r *rpcRequest) (map[string]any, error) {
 	var p struct {
 		ProtocolVersion string                     `json:"protocolVersion"`
 		Capabilities    map[string]json.RawMessage `json:"capabilities"`
 	}
-	if len(r.params) > 0 {
-		if err := json.Unmarshal(r.params, &p); err != nil {
-			return nil, newRPCError(codeInvalidParams, "invalid params: %v", err)
-		}
+	if err := json.Unmarshal(r.params, &p); len(r.params) > 0 && err != nil {
+		return nil, newRPCError(codeInvalidParams, "invalid params: %v", err)
 	}
 	v := p.ProtocolVersion
-	if !isLegacyVersion(v) {
+	if !slices.Contains(legacyVersions, v) {
 		v = version20251125
 	}
-	s := r.s
-	s.mu.Lock()
-	s.version, s.clientCaps = v, p.Capabilities
-	s.mu.Unlock()
-	return map[string]any{
-		"protocolVersion": v,
-		"capabilities":    s.srv.capabilities(),
-		"serverInfo":      s.srv.serverInfo(v),
-		"instructions":    serverInstructions,
-	}, nil
-}
-
-func handlePing(ctx context.Context, r *rpcRequest) (map[string]any, error) {
-	return map[string]any{}, nil
+	r.s.mu.Lock()
+	r.s.version, r.s.clientCaps = v, p.Capabilities
+	r.s.mu.Unlock()
+	return map[string]any{"protocolVersion": v, "capabilities": serverCapabilities, "serverInfo": r.s.srv.serverInfo(v), "instructions": serverInstructions}, nil
 }
 
 func handleDiscover(ctx context.Context, r *rpcRequest) (map[string]any, error) {
-	return map[string]any{
-		"supportedVersions": supportedVersions,
-		"capabilities":      r.s.srv.capabilities(),
-		"instructions":      serverInstructions,
-		"ttlMs":             3600000,
-		"cacheScope":        "public",
-	}, nil
+	return map[string]any{"supportedVersions": supportedVersions, "capabilities": serverCapabilities,
+		"instructions": serverInstructions, "ttlMs": 3600000, "cacheScope": "public"}, nil
 }
 
 func handleSetLevel(ctx context.Context, r *rpcRequest) (map[string]any, error) {
@@ -958,17 +789,13 @@ func handleSetLevel(ctx context.Context, r *rpcRequest) (map[string]any, error) 
 	if err := json.Unmarshal(r.params, &p); err != nil || p.Level == "" {
 		return nil, newRPCError(codeInvalidParams, "invalid params: level is required, one of %s", strings.Join(logLevels, ", "))
 	}
-	found := false
-	for _, l := range logLevels {
-		found = found || l == p.Level
-	}
-	if !found {
+	if !slices.Contains(logLevels, p.Level) {
 		return nil, newRPCError(codeInvalidParams, "invalid params: unknown level %q, want one of %s", p.Level, strings.Join(logLevels, ", "))
 	}
 	r.s.mu.Lock()
 	r.s.logLevel = logLevelIndex(p.Level)
 	r.s.mu.Unlock()
-	return map[string]any{}, nil
+	return nil, nil
 }
 
 const toolsPageSize = 100
@@ -977,92 +804,58 @@ func encodeCursor(offset int) string {
 	return base64.RawURLEncoding.EncodeToString([]byte("tools:" + strconv.Itoa(offset)))
 }
 
-func decodeCursor(c string) (int, bool) {
-	b, err := base64.RawURLEncoding.DecodeString(c)
-	if err != nil || !bytes.HasPrefix(b, []byte("tools:")) {
-		return 0, false
-	}
-	n, err := strconv.Atoi(string(b[len("tools:"):]))
-	return n, err == nil && n >= 0
-}
-
 func handleToolsList(ctx context.Context, r *rpcRequest) (map[string]any, error) {
 	var p struct {
 		Cursor *string `json:"cursor"`
 	}
-	if len(r.params) > 0 {
-		if err := json.Unmarshal(r.params, &p); err != nil {
-			return nil, newRPCError(codeInvalidParams, "invalid params: %v", err)
-		}
+	if err := json.Unmarshal(r.params, &p); len(r.params) > 0 && err != nil {
+		return nil, newRPCError(codeInvalidParams, "invalid params: %v", err)
 	}
-	srv := r.s.srv
-	start := 0
+	list, start := r.s.srv.toolList(r.version), 0
 	if p.Cursor != nil {
-		n, ok := decodeCursor(*p.Cursor)
-		if !ok || n > len(srv.tools) {
+		b, err := base64.RawURLEncoding.DecodeString(*p.Cursor)
+		n, aerr := strconv.Atoi(strings.TrimPrefix(string(b), "tools:"))
+		if err != nil || aerr != nil || !bytes.HasPrefix(b, []byte("tools:")) || n < 0 || n > len(list) {
 			return nil, newRPCError(codeInvalidParams, "invalid params: bad cursor %q", *p.Cursor)
 		}
 		start = n
 	}
-	end := min(start+toolsPageSize, len(srv.tools))
-	res := map[string]any{}
-	if start == 0 && end == len(srv.tools) {
-		res["tools"] = srv.toolList(r.version)
-	} else {
-		list := make([]map[string]any, 0, end-start)
-		for _, t := range srv.tools[start:end] {
-			list = append(list, srv.describeTool(t, r.version))
-		}
-		res["tools"] = list
-	}
-	if end < len(srv.tools) {
+	end := min(start+toolsPageSize, len(list))
+	res := map[string]any{"tools": list[start:end]}
+	if end < len(list) {
 		res["nextCursor"] = encodeCursor(end)
 	}
 	if r.modern {
-		res["ttlMs"] = 60000
-		res["cacheScope"] = "public"
+		res["ttlMs"], res["cacheScope"] = 60000, "public"
 	}
 	return res, nil
 }
 
-// toolList is the encoded tools/list array for version v, built once.
-func (srv *server) toolList(v string) json.RawMessage {
+// toolList is the tools/list entries for version v, each encoded once.
+func (srv *server) toolList(v string) []json.RawMessage {
 	srv.mu.Lock()
 	cached, ok := srv.toolsCache[v]
 	srv.mu.Unlock()
 	if ok {
 		return cached
 	}
-	list := make([]map[string]any, 0, len(srv.tools))
+	list := make([]json.RawMessage, 0, len(srv.tools))
 	for _, t := range srv.tools {
-		list = append(list, srv.describeTool(t, v))
+		raw, _ := marshalJSON(srv.describeTool(t.def, v))
+		list = append(list, raw)
 	}
-	raw, _ := marshalJSON(list)
 	srv.mu.Lock()
-	if srv.toolsCache == nil {
-		srv.toolsCache = map[string]json.RawMessage{}
-	}
-	srv.toolsCache[v] = raw
+	srv.toolsCache[v] = list
 	srv.mu.Unlock()
-	return raw
+	return list
 }
 
 // describeTool is one tools/list entry, with the fields version v knows.
-func (srv *server) describeTool(t *toolEntry, v string) map[string]any {
-	d := t.def
-	desc := d.description
-	if d.describe != nil {
-		desc = d.describe(srv)
-	}
-	m := map[string]any{"name": d.name, "description": desc, "inputSchema": json.RawMessage(d.input)}
+func (srv *server) describeTool(d *toolDef, v string) map[string]any {
+	m := map[string]any{"name": d.name, "description": d.desc(srv), "inputSchema": json.RawMessage(d.input)}
 	if atLeast(v, version20250326) {
-		m["annotations"] = map[string]any{
-			"title":           d.title,
-			"readOnlyHint":    d.hints.readOnly,
-			"destructiveHint": d.hints.destructive,
-			"idempotentHint":  d.hints.idempotent,
-			"openWorldHint":   d.hints.openWorld,
-		}
+		m["annotations"] = map[string]any{"title": d.title, "readOnlyHint": d.hints.readOnly,
+			"destructiveHint": d.hints.destructive, "idempotentHint": d.hints.idempotent, "openWorldHint": d.hints.openWorld}
 	}
 	if atLeast(v, version20250618) {
 		m["title"] = d.title
@@ -1087,11 +880,18 @@ type toolDef struct {
 	run         func(ctx context.Context, c *toolCall) toolResult
 }
 
+// desc is the tool's description as it stands now.
+func (d *toolDef) desc(srv *server) string {
+	if d.describe != nil {
+		return d.describe(srv)
+	}
+	return d.description
+}
+
 // toolHints are the tool annotations of 2025-03-26.
 type toolHints struct{ readOnly, destructive, idempotent, openWorld bool }
 
-// toolCall is what a tool handler gets: its session, its request and its
-// arguments, already checked against the input schema.
+// toolCall is what a tool handler gets; args are already checked against the input schema.
 type toolCall struct {
 	s    *session
 	req  *rpcRequest
@@ -1100,12 +900,10 @@ type toolCall struct {
 
 // toolResult is what a tool handler returns.
 type toolResult struct {
-	content    []contentItem
-	structured any // structuredContent, sent from 2025-06-18 to tools with an output schema
-	isError    bool
-	// inputRequired, in the 2026-07-28 era, makes the reply an
-	// InputRequiredResult with these fields (inputRequests, requestState).
-	inputRequired map[string]any
+	content       []contentItem
+	structured    any // structuredContent, sent from 2025-06-18 to tools with an output schema
+	isError       bool
+	inputRequired map[string]any // 2026-07-28: reply with an InputRequiredResult with these fields
 }
 
 type contentItem struct {
@@ -1125,6 +923,7 @@ func errorResult(format string, a ...any) toolResult {
 	return r
 }
 
+// handleToolsCall runs a tool and answers its CallToolResult, waiting notices first.
 func handleToolsCall(ctx context.Context, r *rpcRequest) (map[string]any, error) {
 	var p struct {
 		Name      string          `json:"name"`
@@ -1137,30 +936,22 @@ func handleToolsCall(ctx context.Context, r *rpcRequest) (map[string]any, error)
 	if t == nil {
 		return nil, newRPCError(codeInvalidParams, "unknown tool: %q", p.Name)
 	}
-	args := p.Arguments
-	if len(args) == 0 || string(args) == "null" {
-		args = json.RawMessage("{}")
+	if len(p.Arguments) == 0 || string(p.Arguments) == "null" {
+		p.Arguments = json.RawMessage("{}")
 	}
 	var res toolResult
-	if problem := t.schema.check(args); problem != "" {
+	if problem := t.schema.check(p.Arguments); problem != "" {
 		res = errorResult("%s: invalid arguments: %s", t.def.name, problem)
 	} else {
-		res = t.def.run(ctx, &toolCall{s: r.s, req: r, args: args})
+		res = t.def.run(ctx, &toolCall{s: r.s, req: r, args: p.Arguments})
 	}
-	return r.s.toolResultMap(r.version, t.def, res), nil
-}
-
-// toolResultMap is the CallToolResult for res, with waiting notices first.
-func (s *session) toolResultMap(v string, d *toolDef, res toolResult) map[string]any {
-	if res.inputRequired != nil && v == versionModern {
+	if res.inputRequired != nil && r.version == versionModern {
 		m := map[string]any{"resultType": "input_required"}
-		for k, x := range res.inputRequired {
-			m[k] = x
-		}
-		return m
+		maps.Copy(m, res.inputRequired)
+		return m, nil
 	}
 	content := res.content
-	if notices := s.notices.drain(); len(notices) > 0 {
+	if notices := r.s.notices.drain(); len(notices) > 0 {
 		content = append([]contentItem{{Type: "text", Text: strings.Join(notices, "\n")}}, content...)
 	}
 	if content == nil {
@@ -1170,10 +961,10 @@ func (s *session) toolResultMap(v string, d *toolDef, res toolResult) map[string
 	if res.isError {
 		m["isError"] = true
 	}
-	if res.structured != nil && d.output != "" && atLeast(v, version20250618) {
+	if res.structured != nil && t.def.output != "" && atLeast(r.version, version20250618) {
 		m["structuredContent"] = res.structured
 	}
-	return m
+	return m, nil
 }
 
 // jsonSchema is the part of JSON Schema that tool inputs use; check applies it.
@@ -1223,59 +1014,46 @@ func (sc *jsonSchema) checkValue(path string, v any) string {
 			return fmt.Sprintf("%s must be an object, got %s", path, jsonKind(v))
 		}
 		for _, name := range sc.Required {
-			if x, ok := obj[name]; !ok || x == nil {
+			if obj[name] == nil {
 				return fmt.Sprintf("%q is required", name)
 			}
 		}
-		if string(sc.Additional) == "false" {
-			for name := range obj {
-				if sc.Properties[name] == nil {
-					known := make([]string, 0, len(sc.Properties))
-					for k := range sc.Properties {
-						known = append(known, k)
-					}
-					sort.Strings(known)
-					return fmt.Sprintf("unknown argument %q (this tool takes %s)", name, strings.Join(known, ", "))
-				}
+		for name := range obj {
+			if sc.Properties[name] == nil && string(sc.Additional) == "false" {
+				return fmt.Sprintf("unknown argument %q (this tool takes %s)", name, strings.Join(sortedKeys(sc.Properties), ", "))
 			}
 		}
 		for name, prop := range sc.Properties {
-			x, ok := obj[name]
-			if !ok || x == nil {
-				continue
-			}
-			if problem := prop.checkValue(strconv.Quote(name), x); problem != "" {
-				return problem
+			if x := obj[name]; x != nil {
+				if problem := prop.checkValue(strconv.Quote(name), x); problem != "" {
+					return problem
+				}
 			}
 		}
 	case "string":
 		str, ok := v.(string)
-		if !ok {
+		switch n := len([]rune(str)); {
+		case !ok:
 			return fmt.Sprintf("%s must be a string, got %s", path, jsonKind(v))
-		}
-		n := len([]rune(str))
-		if sc.MinLength != nil && n < *sc.MinLength {
+		case sc.MinLength != nil && n < *sc.MinLength:
 			return fmt.Sprintf("%s must be at least %d characters", path, *sc.MinLength)
-		}
-		if sc.MaxLength != nil && n > *sc.MaxLength {
+		case sc.MaxLength != nil && n > *sc.MaxLength:
 			return fmt.Sprintf("%s must be at most %d characters, got %d", path, *sc.MaxLength, n)
 		}
 	case "integer", "number":
 		num, ok := v.(json.Number)
 		if !ok {
-			return fmt.Sprintf("%s must be %s, got %s", path, article(sc.Type), jsonKind(v))
+			return fmt.Sprintf("%s must be %s, got %s", path, map[string]string{"integer": "an integer", "number": "a number"}[sc.Type], jsonKind(v))
 		}
 		f, err := num.Float64()
-		if err != nil || math.IsInf(f, 0) {
+		switch {
+		case err != nil || math.IsInf(f, 0):
 			return fmt.Sprintf("%s: %s is out of range", path, num)
-		}
-		if sc.Type == "integer" && f != math.Trunc(f) {
+		case sc.Type == "integer" && f != math.Trunc(f):
 			return fmt.Sprintf("%s must be an integer, got %s", path, num)
-		}
-		if sc.Minimum != nil && f < *sc.Minimum {
+		case sc.Minimum != nil && f < *sc.Minimum:
 			return fmt.Sprintf("%s must be at least %v, got %s", path, *sc.Minimum, num)
-		}
-		if sc.Maximum != nil && f > *sc.Maximum {
+		case sc.Maximum != nil && f > *sc.Maximum:
 			return fmt.Sprintf("%s must be at most %v, got %s", path, *sc.Maximum, num)
 		}
 	case "boolean":
@@ -1284,43 +1062,30 @@ func (sc *jsonSchema) checkValue(path string, v any) string {
 		}
 	case "array":
 		arr, ok := v.([]any)
-		if !ok {
+		switch {
+		case !ok:
 			return fmt.Sprintf("%s must be an array, got %s", path, jsonKind(v))
-		}
-		if sc.MinItems != nil && len(arr) < *sc.MinItems {
+		case sc.MinItems != nil && len(arr) < *sc.MinItems:
 			return fmt.Sprintf("%s must have at least %d items", path, *sc.MinItems)
-		}
-		if sc.MaxItems != nil && len(arr) > *sc.MaxItems {
+		case sc.MaxItems != nil && len(arr) > *sc.MaxItems:
 			return fmt.Sprintf("%s must have at most %d items, got %d", path, *sc.MaxItems, len(arr))
 		}
-		if sc.Items != nil {
-			for i, x := range arr {
-				if problem := sc.Items.checkValue(fmt.Sprintf("%s[%d]", path, i), x); problem != "" {
-					return problem
-				}
+		for i := 0; sc.Items != nil && i < len(arr); i++ {
+			if problem := sc.Items.checkValue(fmt.Sprintf("%s[%d]", path, i), arr[i]); problem != "" {
+				return problem
 			}
 		}
 	}
 	if len(sc.Enum) > 0 {
-		for _, e := range sc.Enum {
-			if fmt.Sprint(e) == fmt.Sprint(v) {
-				return ""
-			}
-		}
 		opts := make([]string, len(sc.Enum))
 		for i, e := range sc.Enum {
-			opts[i] = fmt.Sprint(e)
+			if opts[i] = fmt.Sprint(e); opts[i] == fmt.Sprint(v) {
+				return ""
+			}
 		}
 		return fmt.Sprintf("%s must be one of %s, got %v", path, strings.Join(opts, ", "), v)
 	}
 	return ""
-}
-
-func article(t string) string {
-	if t == "integer" {
-		return "an integer"
-	}
-	return "a number"
 }
 
 func jsonKind(v any) string {
@@ -1363,10 +1128,8 @@ func (l *logger) infof(format string, a ...any)  { l.logf(1, format, a...) }
 func (l *logger) warnf(format string, a ...any)  { l.logf(3, format, a...) }
 func (l *logger) errorf(format string, a ...any) { l.logf(4, format, a...) }
 
-// httpHandler serves MCP over HTTP: Streamable HTTP on /mcp, with sessions
-// in the legacy era and stateless in the 2026-07-28 era, and the 2024-11-05
-// HTTP+SSE transport on /sse and /messages. Every request first passes the
-// Host (DNS rebinding), Origin and bearer-token checks.
+// httpHandler serves Streamable HTTP on /mcp (both eras) and the 2024-11-05 HTTP+SSE transport
+// on /sse and /messages; every request first passes the Host, Origin and bearer-token checks.
 type httpHandler struct {
 	srv         *server
 	token       string   // the bearer token every request must carry; "" for none
@@ -1376,7 +1139,7 @@ type httpHandler struct {
 	maxBody     int64
 	maxSessions int
 	idle        time.Duration
-	modern      *session         // serves the stateless 2026-07-28 era
+	modern      *session         // serves the stateless 2026-07-28 era; its output has no stream
 	now         func() time.Time // the clock (tests replace it)
 	shutdown    chan struct{}    // closed when the server shuts down: streams end
 
@@ -1396,8 +1159,7 @@ type httpSession struct {
 	ended    bool
 }
 
-// httpStream is one response carrying messages: a POST's reply (JSON, or SSE
-// once a message about the request comes before its response) or a GET stream.
+// httpStream is a response carrying messages: a POST's reply (JSON, or SSE once needed) or a GET stream.
 type httpStream struct {
 	mu     sync.Mutex // guards the fields below and writes to w
 	w      http.ResponseWriter
@@ -1411,12 +1173,11 @@ const httpShutdownGrace = 3 * time.Second
 
 func newHTTPHandler(srv *server, host string) *httpHandler {
 	cfg, ip := srv.cfg, net.ParseIP(host)
-	h := &httpHandler{srv: srv, token: cfg.str("HTTP_TOKEN"), origins: splitList(cfg.str("HTTP_ORIGINS")),
+	return &httpHandler{srv: srv, token: cfg.str("HTTP_TOKEN"), origins: splitList(cfg.str("HTTP_ORIGINS")),
 		hosts: append(splitList(cfg.str("HTTP_HOSTS")), host), anyIPHost: host == "" || (ip != nil && ip.IsUnspecified()),
 		maxBody: int64(cfg.int("HTTP_MAX_BODY_BYTES")), maxSessions: cfg.int("HTTP_MAX_SESSIONS"),
-		idle: time.Duration(cfg.int("HTTP_SESSION_IDLE_MS")) * time.Millisecond, now: time.Now, sessions: map[string]*httpSession{}, shutdown: make(chan struct{})}
-	h.modern = newSession(srv, noStream{})
-	return h
+		idle: time.Duration(cfg.int("HTTP_SESSION_IDLE_MS")) * time.Millisecond, modern: newSession(srv, &httpSession{}),
+		now: time.Now, sessions: map[string]*httpSession{}, shutdown: make(chan struct{})}
 }
 
 func splitList(v string) (out []string) {
@@ -1442,11 +1203,6 @@ func randomHex(n int) (string, error) {
 	return hex.EncodeToString(b), nil
 }
 
-// noStream is the output of a session without a server-to-client stream.
-type noStream struct{}
-
-func (noStream) Write(p []byte) (int, error) { return 0, errNoStream }
-
 // httpFail answers with status and a JSON-RPC error body.
 func httpFail(w http.ResponseWriter, status int, id json.RawMessage, e *rpcError) {
 	b, _ := encodeLine(errorMessage(id, e))
@@ -1460,20 +1216,14 @@ func (h *httpHandler) hostAllowed(host string) bool {
 		host = hh
 	}
 	host = strings.Trim(host, "[]")
-	ok := isLoopbackHost(host) || (h.anyIPHost && net.ParseIP(host) != nil)
-	for _, a := range h.hosts {
-		ok = ok || strings.EqualFold(a, host)
-	}
-	return ok
+	return isLoopbackHost(host) || (h.anyIPHost && net.ParseIP(host) != nil) ||
+		slices.ContainsFunc(h.hosts, func(a string) bool { return strings.EqualFold(a, host) })
 }
 
 func (h *httpHandler) originAllowed(origin string) bool {
 	u, err := url.Parse(origin)
-	ok := err == nil && (u.Scheme == "http" || u.Scheme == "https") && isLoopbackHost(u.Hostname())
-	for _, o := range h.origins {
-		ok = ok || o == "*" || strings.EqualFold(strings.TrimSuffix(o, "/"), origin)
-	}
-	return ok
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && isLoopbackHost(u.Hostname()) ||
+		slices.ContainsFunc(h.origins, func(o string) bool { return o == "*" || strings.EqualFold(strings.TrimSuffix(o, "/"), origin) })
 }
 
 func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -1532,9 +1282,7 @@ func (h *httpHandler) readBody(w http.ResponseWriter, r *http.Request) []byte {
 	return nil
 }
 
-// post handles POST /mcp: initialize makes a session; other legacy messages
-// need its Mcp-Session-Id; without one a message is served statelessly in
-// the 2026-07-28 era.
+// post handles POST /mcp: initialize makes a session, legacy messages name it, others are 2026-07-28 ones.
 func (h *httpHandler) post(w http.ResponseWriter, r *http.Request) {
 	body := h.readBody(w, r)
 	if body == nil {
@@ -1548,7 +1296,7 @@ func (h *httpHandler) post(w http.ResponseWriter, r *http.Request) {
 	case sid == "" && peek.Method != "initialize":
 		h.postModern(w, r, body)
 		return
-	case v != "" && !isLegacyVersion(v) && v != versionModern: // another supported version than the negotiated one is tolerated
+	case v != "" && !slices.Contains(supportedVersions, v): // another supported version than the negotiated one is tolerated
 		httpFail(w, http.StatusBadRequest, nil, &rpcError{Code: codeUnsupportedVersion, Message: "unsupported MCP-Protocol-Version: " + v,
 			Data: map[string]any{"supported": supportedVersions, "requested": v}})
 		return
@@ -1572,8 +1320,7 @@ func (h *httpHandler) post(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// postModern serves one stateless 2026-07-28 message after checking that
-// the headers agree with the body.
+// postModern serves one stateless 2026-07-28 message after checking that the headers agree with the body.
 func (h *httpHandler) postModern(w http.ResponseWriter, r *http.Request, body []byte) {
 	var m struct {
 		ID     json.RawMessage
@@ -1586,11 +1333,8 @@ func (h *httpHandler) postModern(w http.ResponseWriter, r *http.Request, body []
 	json.Unmarshal(body, &m)
 	var metaV string
 	json.Unmarshal(m.Params.Meta[metaProtocolVersion], &metaV)
-	hdrV, hdrM := r.Header.Get("MCP-Protocol-Version"), r.Header.Get("Mcp-Method")
+	hdrV, hdrM, hdrN := r.Header.Get("MCP-Protocol-Version"), r.Header.Get("Mcp-Method"), r.Header.Get("Mcp-Name")
 	name := map[string]string{"tools/call": m.Params.Name, "prompts/get": m.Params.Name, "resources/read": m.Params.URI}[m.Method]
-	if !validID(m.ID) {
-		m.ID = nil
-	}
 	e := &rpcError{Code: codeInvalidRequest}
 	switch {
 	case body[0] != '{':
@@ -1599,15 +1343,15 @@ func (h *httpHandler) postModern(w http.ResponseWriter, r *http.Request, body []
 		e.Message = "bad request: Mcp-Session-Id header is required (initialize first), or name protocol " + versionModern + " in _meta " + metaProtocolVersion
 	case m.Method == "":
 		e.Message = "invalid request: no method"
-	case metaV != "" && metaV != versionModern || hdrV != "" && !isLegacyVersion(hdrV) && hdrV != versionModern:
+	case metaV != "" && metaV != versionModern || hdrV != "" && !slices.Contains(supportedVersions, hdrV):
 		bad := metaV
 		if metaV == "" || metaV == versionModern {
 			bad = hdrV
 		}
 		e = &rpcError{Code: codeUnsupportedVersion, Message: "unsupported protocol version: " + bad, Data: map[string]any{"supported": []string{versionModern}, "requested": bad}}
-	case metaV != "" && hdrV != metaV || hdrM != m.Method || r.Header.Get("Mcp-Name") != name:
+	case metaV != "" && hdrV != metaV || hdrM != m.Method || hdrN != name:
 		e = newRPCError(codeHeaderMismatch, "header mismatch: MCP-Protocol-Version %q, Mcp-Method %q, Mcp-Name %q must match the body's %q, %q, %q",
-			hdrV, hdrM, r.Header.Get("Mcp-Name"), metaV, m.Method, name)
+			hdrV, hdrM, hdrN, metaV, m.Method, name)
 	case metaV != "" && hasID(m.ID) && m.Params.Meta[metaClientCaps] == nil:
 		e = newRPCError(codeInvalidParams, "invalid params: _meta %s is required in protocol version %s", metaClientCaps, versionModern)
 	default:
@@ -1617,8 +1361,7 @@ func (h *httpHandler) postModern(w http.ResponseWriter, r *http.Request, body []
 	httpFail(w, http.StatusBadRequest, m.ID, e)
 }
 
-// exchange hands body to session s and answers the POST: 202 when nothing
-// needs a reply, else JSON, or SSE when messages about the request came first.
+// exchange hands body to s and answers the POST: 202 for no reply, else JSON, or SSE if messages came first.
 func (h *httpHandler) exchange(ctx context.Context, w http.ResponseWriter, r *http.Request, s *session, body []byte, modern bool) any {
 	st := &httpStream{w: w, canSSE: strings.Contains(r.Header.Get("Accept"), "text/event-stream"), done: make(chan struct{})}
 	replies := make(chan any, 1)
@@ -1712,8 +1455,7 @@ func (hs *httpSession) Write(p []byte) (int, error) {
 	return len(p), st.event("message", p)
 }
 
-// getOrDelete handles GET /mcp (the session's server-to-client stream) and
-// DELETE /mcp (end the session).
+// getOrDelete handles GET /mcp (the session's stream) and DELETE /mcp (end the session).
 func (h *httpHandler) getOrDelete(w http.ResponseWriter, r *http.Request) {
 	sid := r.Header.Get("Mcp-Session-Id")
 	hs := h.session(sid)
@@ -1731,27 +1473,24 @@ func (h *httpHandler) getOrDelete(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// stream holds an event stream open as hs's server-to-client channel until
-// the client leaves, the session ends or the server shuts down.
+// stream holds hs's server-to-client stream open until the client leaves, the session ends or the server stops.
 func (h *httpHandler) stream(w http.ResponseWriter, r *http.Request, hs *httpSession, endpoint string) {
 	st := &httpStream{w: w, canSSE: true, done: make(chan struct{})}
 	hs.mu.Lock()
 	busy := hs.stream != nil || hs.ended
 	if !busy {
-		hs.stream = st
+		hs.stream, hs.busy, hs.lastUsed = st, hs.busy+1, h.now()
 	}
 	hs.mu.Unlock()
 	if busy {
 		httpFail(w, http.StatusConflict, nil, newRPCError(codeInvalidRequest, "conflict: this session already has a stream open"))
 		return
 	}
-	h.touch(hs, 1)
 	defer func() {
 		st.end()
 		hs.mu.Lock()
-		hs.stream = nil
+		hs.stream, hs.busy, hs.lastUsed = nil, hs.busy-1, h.now()
 		hs.mu.Unlock()
-		h.touch(hs, -1)
 	}()
 	if endpoint != "" {
 		st.event("endpoint", []byte(endpoint))
@@ -1803,21 +1542,32 @@ func (h *httpHandler) touch(hs *httpSession, delta int) {
 	hs.mu.Unlock()
 }
 
-// expire ends the sessions idle for longer than HTTP_SESSION_IDLE_MS.
-func (h *httpHandler) expire() {
+// endIf ends the sessions for which cond holds; cond is asked with hs.mu held.
+func (h *httpHandler) endIf(cond func(hs *httpSession) bool) {
 	h.mu.Lock()
-	var old []*httpSession
+	var ending []*httpSession
 	for _, hs := range h.sessions {
 		hs.mu.Lock()
-		if hs.busy == 0 && h.now().Sub(hs.lastUsed) > h.idle {
-			old = append(old, hs)
+		if cond(hs) {
+			ending = append(ending, hs)
 		}
 		hs.mu.Unlock()
 	}
 	h.mu.Unlock()
-	for _, hs := range old {
+	for _, hs := range ending {
 		h.end(hs)
 	}
+}
+
+// expire ends the sessions idle for longer than HTTP_SESSION_IDLE_MS.
+func (h *httpHandler) expire() {
+	h.endIf(func(hs *httpSession) bool { return hs.busy == 0 && h.now().Sub(hs.lastUsed) > h.idle })
+}
+
+// closeAll ends every session; run's srv.close then kills what is left.
+func (h *httpHandler) closeAll() {
+	h.endIf(func(*httpSession) bool { return true })
+	h.modern.close()
 }
 
 // end ends a session: its stream, its requests and what it owns.
@@ -1835,19 +1585,4 @@ func (h *httpHandler) end(hs *httpSession) {
 	if !was {
 		hs.s.close()
 	}
-}
-
-// closeAll ends every session; their cancelled requests answer into closed
-// connections, and run's srv.close kills what is left.
-func (h *httpHandler) closeAll() {
-	h.mu.Lock()
-	var all []*httpSession
-	for _, hs := range h.sessions {
-		all = append(all, hs)
-	}
-	h.mu.Unlock()
-	for _, hs := range all {
-		h.end(hs)
-	}
-	h.modern.close()
 }

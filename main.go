@@ -17,7 +17,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -30,6 +29,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -37,8 +37,7 @@ import (
 	"time"
 )
 
-// toolTable is every tool telson has, in the order tools/list gives them.
-// tools/list, tools/call, `telson tools` and `telson call` all come from it.
+// toolTable is every tool telson has, in tools/list order; tools/list, tools/call, `telson tools` and `telson call` use it.
 var toolTable = []*toolDef{
 	&bashTool,
 	&backgroundBashTool,
@@ -61,9 +60,8 @@ func main() {
 	}
 	signal.Ignore(syscall.SIGPIPE) // a vanished client shows up as a write error, handled
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
-	err := run(ctx, os.Stdin, os.Stdout, os.Stderr, os.Args[1:])
-	stop()
-	if err != nil {
+	defer stop()
+	if err := run(ctx, os.Stdin, os.Stdout, os.Stderr, os.Args[1:]); err != nil {
 		if !errors.Is(err, errToolFailed) {
 			fmt.Fprintln(os.Stderr, "telson:", err)
 		}
@@ -74,8 +72,7 @@ func main() {
 // errToolFailed makes `telson call` exit 1 when the tool's result is an error.
 var errToolFailed = errors.New("tool returned an error")
 
-// run is telson: it parses args, loads configuration and serves until stdin
-// ends, ctx is cancelled, or a one-shot command is done.
+// run is telson: it parses args, loads configuration and serves until stdin ends, ctx ends or a command is done.
 func run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, args []string) error {
 	fs := flag.NewFlagSet("telson", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -91,27 +88,18 @@ func run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, args []
 		flags[k] = v
 		return nil
 	})
-	keyFlags := map[string]*string{}
 	for _, k := range configKeys {
-		keyFlags[k.name] = fs.String(flagName(k.name), "", k.help)
+		fs.Func(flagName(k.name), k.help, func(v string) error { flags[k.name] = v; return nil })
 	}
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: telson [flags] [tools | call NAME JSON]\n\nflags:\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
+	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+		return nil
+	} else if err != nil {
 		return fmt.Errorf("flags: %w", err)
 	}
-	fs.Visit(func(f *flag.Flag) {
-		for k, p := range keyFlags {
-			if flagName(k) == f.Name {
-				flags[k] = *p
-			}
-		}
-	})
 	cfg := loadConfig(flags)
 	for _, w := range cfg.warnings {
 		fmt.Fprintln(stderr, "telson: warning:", w)
@@ -119,30 +107,26 @@ func run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, args []
 	srv := newServer(cfg, stderr)
 	defer srv.close()
 
-	rest := fs.Args()
-	switch {
+	switch cmd := fs.Arg(0); {
 	case *showVersion:
 		fmt.Fprintln(stdout, "telson", srv.version)
-		return nil
 	case *showConfig:
 		cfg.print(stdout)
-		return nil
-	case len(rest) > 0 && rest[0] == "tools":
+	case cmd == "tools":
 		printTools(stdout, srv)
-		return nil
-	case len(rest) > 0 && rest[0] == "call":
-		return callOnce(ctx, srv, stdout, rest[1:])
-	case len(rest) > 0:
-		return fmt.Errorf("unknown command %q (want tools or call)", rest[0])
+	case cmd == "call":
+		return callOnce(ctx, srv, stdout, fs.Args()[1:])
+	case cmd != "":
+		return fmt.Errorf("unknown command %q (want tools or call)", cmd)
+	case cfg.str("HTTP") != "":
+		return serveHTTP(ctx, srv, cfg.str("HTTP"), stderr)
+	default:
+		return serveStdio(ctx, srv, stdin, stdout)
 	}
-	if addr := cfg.str("HTTP"); addr != "" {
-		return serveHTTP(ctx, srv, addr, stderr)
-	}
-	return serveStdio(ctx, srv, stdin, stdout)
+	return nil
 }
 
-// serveStdio serves one session on stdin/stdout. At stdin EOF it lets running
-// requests finish and answer; when ctx ends it cancels them.
+// serveStdio serves one session; at stdin EOF running requests finish, when ctx ends they are cancelled.
 func serveStdio(ctx context.Context, srv *server, stdin io.Reader, stdout io.Writer) error {
 	s := newSession(srv, stdout)
 	defer s.close() // runs after s.wait below: what the session started ends with it
@@ -170,15 +154,10 @@ func serveStdio(ctx context.Context, srv *server, stdin io.Reader, stdout io.Wri
 	}
 }
 
-// serveHTTP serves MCP over HTTP at addr (a bare port or ":port" means
-// 127.0.0.1) until ctx ends, then stops accepting, gives in-flight requests
-// httpShutdownGrace to answer, and ends every session; run then kills children.
+// serveHTTP serves MCP at addr until ctx ends, then gives requests httpShutdownGrace and ends every session.
 func serveHTTP(ctx context.Context, srv *server, addr string, stderr io.Writer) error {
-	if !strings.Contains(addr, ":") {
-		addr = ":" + addr // a bare port
-	}
-	if strings.HasPrefix(addr, ":") {
-		addr = "127.0.0.1" + addr
+	if !strings.Contains(addr, ":") || strings.HasPrefix(addr, ":") {
+		addr = "127.0.0.1:" + strings.TrimPrefix(addr, ":") // a bare port or :port
 	}
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
@@ -225,12 +204,14 @@ func serveHTTP(ctx context.Context, srv *server, addr string, stderr io.Writer) 
 func newServer(cfg *config, stderr io.Writer) *server {
 	log := &logger{w: stderr}
 	log.level.Store(int32(logLevelIndex(cfg.str("LOG_LEVEL"))))
-	srv := &server{cfg: cfg, log: log, version: buildVersion(), stateKey: newStateKey()}
-	srv.procs = newProcTracker(log)
-	srv.search = newSearchState(srv.version)
 	wd, _ := os.Getwd()
-	srv.skills = &skillCatalog{dir: wd}
-	srv.browser = &browserHolder{tabs: make(chan struct{}, 2)}
+	version := "dev"
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		version = strings.TrimPrefix(bi.Main.Version, "v")
+	}
+	srv := &server{cfg: cfg, log: log, version: version, stateKey: newStateKey(), procs: newProcTracker(log),
+		skills: &skillCatalog{dir: wd}, browser: &browserHolder{tabs: make(chan struct{}, 2)}, toolsCache: map[string][]json.RawMessage{}}
+	srv.search = newSearchState(srv.version)
 	for _, d := range toolTable {
 		if !cfg.toolEnabled(d.name) {
 			continue
@@ -251,47 +232,30 @@ func (srv *server) close() {
 	srv.search.client.CloseIdleConnections()
 }
 
-func buildVersion() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return strings.TrimPrefix(bi.Main.Version, "v")
-	}
-	return "dev"
-}
-
 // callOnce runs one tool through the same dispatch a client uses and prints its text.
 func callOnce(ctx context.Context, srv *server, stdout io.Writer, args []string) error {
 	if len(args) < 1 || len(args) > 2 {
 		return errors.New("usage: telson call NAME 'JSON'")
 	}
-	params := map[string]any{"name": args[0]}
-	if len(args) == 2 {
-		params["arguments"] = json.RawMessage(args[1])
-		if !json.Valid([]byte(args[1])) {
-			return fmt.Errorf("call: arguments are not valid JSON: %s", args[1])
-		}
+	if len(args) == 1 {
+		args = append(args, "{}") // what no arguments mean
 	}
-	raw, _ := json.Marshal(params)
+	raw, err := json.Marshal(map[string]any{"name": args[0], "arguments": json.RawMessage(args[1])})
+	if err != nil {
+		return fmt.Errorf("call: arguments are not valid JSON: %s", args[1])
+	}
 	s := newSession(srv, io.Discard)
 	s.version = version20251125
 	defer s.close()
 	defer s.wait()
-	r, rerr := s.newRequest(&rpcMessage{JSONRPC: "2.0", ID: json.RawMessage("1"), Method: "tools/call", Params: raw})
-	if rerr != nil {
-		return fmt.Errorf("call: %s", rerr.Message)
-	}
-	res, err := handleToolsCall(ctx, r)
-	if err != nil {
-		var re *rpcError
-		if errors.As(err, &re) {
-			return fmt.Errorf("call: %s", re.Message)
-		}
-		return fmt.Errorf("call: %w", err)
+	res, err := handleToolsCall(ctx, &rpcRequest{s: s, id: json.RawMessage("1"), method: "tools/call", params: raw, version: s.version, logLevel: -1})
+	if re := (*rpcError)(nil); errors.As(err, &re) { // handleToolsCall fails only with an *rpcError
+		return fmt.Errorf("call: %s", re.Message)
 	}
 	for _, c := range res["content"].([]contentItem) {
-		switch c.Type {
-		case "text":
+		if c.Type == "text" {
 			fmt.Fprintln(stdout, c.Text)
-		default:
+		} else {
 			fmt.Fprintf(stdout, "[%s content, %s, %d bytes base64]\n", c.Type, c.MimeType, len(c.Data))
 		}
 	}
@@ -304,39 +268,33 @@ func callOnce(ctx context.Context, srv *server, stdout io.Writer, args []string)
 // printTools lists the tools and their parameters for a person.
 func printTools(w io.Writer, srv *server) {
 	for _, t := range srv.tools {
-		d := t.def
-		desc := d.description
-		if d.describe != nil {
-			desc = d.describe(srv)
-		}
-		first, _, _ := strings.Cut(desc, "\n")
-		fmt.Fprintf(w, "%s — %s\n  %s\n", d.name, d.title, first)
-		names := make([]string, 0, len(t.schema.Properties))
-		for n := range t.schema.Properties {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		for _, n := range names {
-			p := t.schema.Properties[n]
+		first, _, _ := strings.Cut(t.def.desc(srv), "\n")
+		fmt.Fprintf(w, "%s — %s\n  %s\n", t.def.name, t.def.title, first)
+		for _, n := range sortedKeys(t.schema.Properties) {
 			req := ""
-			for _, r := range t.schema.Required {
-				if r == n {
-					req = ", required"
-				}
+			if slices.Contains(t.schema.Required, n) {
+				req = ", required"
 			}
-			fmt.Fprintf(w, "  - %s (%s%s): %s\n", n, p.Type, req, p.Description)
+			fmt.Fprintf(w, "  - %s (%s%s): %s\n", n, t.schema.Properties[n].Type, req, t.schema.Properties[n].Description)
 		}
 		fmt.Fprintln(w)
 	}
 }
 
-// configKey is one configuration key: its default, its kind and what it does.
-type configKey struct {
-	name, def, kind, help string // kind: str, int, bool
+// sortedKeys returns m's keys in order.
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
-// configKeys are the keys telson knows. Keys starting with a prefix in
-// configPrefixes are known too (TOOL_Bash=0, SEARCH_URL_BING=...).
+// configKey is one configuration key: its default, its kind and what it does.
+type configKey struct{ name, def, kind, help string } // kind: str, int or bool
+
+// configKeys are the keys telson knows, besides those starting with one of configPrefixes.
 var configKeys = []configKey{
 	{"TOOLS", "all", "str", "tools to serve: all, or a comma list of names"},
 	{"STREAMING", "on", "bool", "send a running Bash command's new output lines as progress notifications"},
@@ -378,14 +336,12 @@ var configKeys = []configKey{
 	{"BG_MAX_TASKS", "32", "int", "background tasks that may run at once in a session"},
 }
 
-// configPrefixes: TOOL_<Name>=0 turns a tool off; SEARCH_URL_<ENGINE> is an
-// engine's base URL (scheme://host[:port]).
+// configPrefixes: TOOL_<Name>=0 turns a tool off; SEARCH_URL_<ENGINE> is an engine's base URL.
 var configPrefixes = []string{"TOOL_", "SEARCH_URL_"}
 
 func flagName(key string) string { return strings.ToLower(strings.ReplaceAll(key, "_", "-")) }
 
-// config is the effective configuration: defaults, then ~/.telson/telson-env.txt,
-// then ./.telson/telson-env.txt, then TELSON_<KEY> variables, then flags.
+// config is the effective configuration: defaults, ~/.telson/ and ./.telson/telson-env.txt, TELSON_<KEY>, flags.
 type config struct {
 	values   map[string]string
 	source   map[string]string
@@ -397,7 +353,8 @@ func loadConfig(flags map[string]string) *config {
 	for _, k := range configKeys {
 		c.values[k.name], c.source[k.name] = k.def, "default"
 	}
-	if home, err := os.UserHomeDir(); err == nil {
+	home, homeErr := os.UserHomeDir()
+	if homeErr == nil {
 		c.loadFile(filepath.Join(home, ".telson", "telson-env.txt"))
 	}
 	c.loadFile(filepath.Join(".telson", "telson-env.txt"))
@@ -416,56 +373,51 @@ func loadConfig(flags map[string]string) *config {
 		}
 		c.set(k, v, src)
 	}
-	if dir := c.values["STATE_DIR"]; strings.HasPrefix(dir, "~/") || dir == "~" {
-		if home, err := os.UserHomeDir(); err == nil {
-			c.values["STATE_DIR"] = filepath.Join(home, strings.TrimPrefix(dir, "~"))
-		}
+	if dir := c.values["STATE_DIR"]; homeErr == nil && (strings.HasPrefix(dir, "~/") || dir == "~") {
+		c.values["STATE_DIR"] = filepath.Join(home, strings.TrimPrefix(dir, "~"))
 	}
 	return c
 }
 
 func (c *config) loadFile(path string) {
-	f, err := os.Open(path)
+	b, err := os.ReadFile(path)
 	if err != nil {
 		if !errors.Is(err, os.ErrNotExist) {
 			c.warnings = append(c.warnings, fmt.Sprintf("config: %v", err))
 		}
 		return
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
+	for n, line := range strings.Split(string(b), "\n") {
+		if line = strings.TrimSpace(line); line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
 		k, v, ok := strings.Cut(line, "=")
 		k = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(k), "export "))
 		if !ok || k == "" {
-			c.warnings = append(c.warnings, fmt.Sprintf("%s:%d: not KEY=VALUE: %q", path, n, line))
+			c.warnings = append(c.warnings, fmt.Sprintf("%s:%d: not KEY=VALUE: %q", path, n+1, line))
 			continue
 		}
 		v = strings.TrimSpace(v)
 		if len(v) >= 2 && (v[0] == '"' || v[0] == '\'') && v[len(v)-1] == v[0] {
 			v = v[1 : len(v)-1]
 		}
-		c.set(strings.TrimPrefix(k, "TELSON_"), v, fmt.Sprintf("%s:%d", path, n))
+		c.set(strings.TrimPrefix(k, "TELSON_"), v, fmt.Sprintf("%s:%d", path, n+1))
 	}
 }
 
 // set records key=value from src, warning about unknown keys and bad values.
 func (c *config) set(key, value, src string) {
-	k := c.lookup(key)
-	if k == nil {
-		known := false
-		for _, p := range configPrefixes {
-			known = known || strings.HasPrefix(key, p)
-		}
-		if !known {
-			c.warnings = append(c.warnings, fmt.Sprintf("%s: unknown key %s", src, key))
-			return
-		}
-	} else if problem := k.check(value); problem != "" {
+	k, problem := c.lookup(key), ""
+	if k == nil && !slices.ContainsFunc(configPrefixes, func(p string) bool { return strings.HasPrefix(key, p) }) {
+		c.warnings = append(c.warnings, fmt.Sprintf("%s: unknown key %s", src, key))
+		return
+	}
+	if _, err := strconv.Atoi(value); k != nil && k.kind == "int" && err != nil {
+		problem = fmt.Sprintf("%q is not a whole number", value)
+	} else if _, ok := parseBool(value); k != nil && k.kind == "bool" && !ok {
+		problem = fmt.Sprintf("%q is not a boolean (1/0, true/false, yes/no, on/off)", value)
+	}
+	if problem != "" {
 		c.warnings = append(c.warnings, fmt.Sprintf("%s: %s: %s; keeping %q", src, key, problem, c.values[key]))
 		return
 	}
@@ -473,26 +425,10 @@ func (c *config) set(key, value, src string) {
 }
 
 func (c *config) lookup(key string) *configKey {
-	for i := range configKeys {
-		if configKeys[i].name == key {
-			return &configKeys[i]
-		}
+	if i := slices.IndexFunc(configKeys, func(k configKey) bool { return k.name == key }); i >= 0 {
+		return &configKeys[i]
 	}
 	return nil
-}
-
-func (k *configKey) check(v string) string {
-	switch k.kind {
-	case "int":
-		if _, err := strconv.Atoi(v); err != nil {
-			return fmt.Sprintf("%q is not a whole number", v)
-		}
-	case "bool":
-		if _, ok := parseBool(v); !ok {
-			return fmt.Sprintf("%q is not a boolean (1/0, true/false, yes/no, on/off)", v)
-		}
-	}
-	return ""
 }
 
 func parseBool(v string) (value, ok bool) {
@@ -508,12 +444,7 @@ func parseBool(v string) (value, ok bool) {
 func (c *config) str(key string) string { return c.values[key] }
 
 func (c *config) int(key string) int {
-	n, err := strconv.Atoi(c.values[key])
-	if err != nil {
-		if k := c.lookup(key); k != nil {
-			n, _ = strconv.Atoi(k.def)
-		}
-	}
+	n, _ := strconv.Atoi(c.values[key])
 	return n
 }
 
@@ -525,36 +456,20 @@ func (c *config) bool(key string) bool {
 // toolEnabled applies TOOLS (all, or a comma list) and TOOL_<Name>=0.
 func (c *config) toolEnabled(name string) bool {
 	for k, v := range c.values {
-		if strings.HasPrefix(k, "TOOL_") && strings.EqualFold(k[len("TOOL_"):], name) {
-			if b, ok := parseBool(v); ok && !b {
-				return false
-			}
+		if b, ok := parseBool(v); ok && !b && strings.HasPrefix(k, "TOOL_") && strings.EqualFold(k[len("TOOL_"):], name) {
+			return false
 		}
 	}
 	list := strings.TrimSpace(c.values["TOOLS"])
-	if list == "" || strings.EqualFold(list, "all") {
-		return true
-	}
-	for _, n := range strings.Split(list, ",") {
-		if strings.EqualFold(strings.TrimSpace(n), name) {
-			return true
-		}
-	}
-	return false
+	return list == "" || strings.EqualFold(list, "all") ||
+		slices.ContainsFunc(strings.Split(list, ","), func(n string) bool { return strings.EqualFold(strings.TrimSpace(n), name) })
 }
 
 func (c *config) print(w io.Writer) {
-	keys := make([]string, 0, len(c.values))
-	for k := range c.values {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
+	for _, k := range sortedKeys(c.values) {
 		v := c.values[k]
-		if strings.Contains(k, "KEY") || strings.Contains(k, "TOKEN") {
-			if v != "" {
-				v = "(set)"
-			}
+		if v != "" && (strings.Contains(k, "KEY") || strings.Contains(k, "TOKEN")) {
+			v = "(set)"
 		}
 		fmt.Fprintf(w, "%s=%s\t# %s\n", k, v, c.source[k])
 	}
