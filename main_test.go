@@ -7,19 +7,35 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"context"
+	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"flag"
 	"fmt"
+	"hash/crc32"
+	"image"
+	"image/color"
+	"image/gif"
+	"image/jpeg"
+	"image/png"
 	"io"
+	"math/rand"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
+	"testing/iotest"
 	"time"
 )
 
@@ -984,3 +1000,4000 @@ func TestREADMEIsComplete(t *testing.T) {
 }
 
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// ---- bg ----
+
+// bg_test.go tests the background task tools against real processes: output
+// order, incremental and waiting reads, the bounded buffer, kills that leave
+// nothing behind, limits, notices and concurrent reads; and benchmarks the
+// server's memory under a flood and the latency of a read.
+
+// bgServer starts an in-process telson on protocol 2025-06-18 (structured content on).
+func bgServer(t *testing.T, args ...string) *testClient {
+	t.Helper()
+	c := startServer(t, args...)
+	c.initialize("2025-06-18")
+	return c
+}
+
+func bgStructured(t *testing.T, res map[string]any) map[string]any {
+	t.Helper()
+	sc, ok := res["structuredContent"].(map[string]any)
+	if !ok {
+		t.Fatalf("no structuredContent: %v", res)
+	}
+	return sc
+}
+
+// bgStart starts command with BackgroundBash and returns the task id.
+func bgStart(t *testing.T, c *testClient, command string) int {
+	t.Helper()
+	res := c.callTool("BackgroundBash", map[string]any{"command": command})
+	if isError(res) {
+		t.Fatalf("BackgroundBash %q: %s", command, resultText(res))
+	}
+	return int(bgStructured(t, res)["task_id"].(float64))
+}
+
+func bgRead(t *testing.T, c *testClient, id, waitMS int) map[string]any {
+	t.Helper()
+	res := c.callTool("ReadBgOutput", map[string]any{"task_id": id, "wait_ms": waitMS})
+	if isError(res) {
+		t.Fatalf("ReadBgOutput %d: %s", id, resultText(res))
+	}
+	return res
+}
+
+// bgReadToEnd reads until the task has ended and returns all its output and the last result.
+func bgReadToEnd(t *testing.T, c *testClient, id int) (string, map[string]any) {
+	t.Helper()
+	var out strings.Builder
+	for {
+		res := bgRead(t, c, id, 10000)
+		sc := bgStructured(t, res)
+		out.WriteString(sc["output"].(string))
+		if sc["status"] != "running" && sc["unread_bytes"].(float64) == 0 {
+			return out.String(), res
+		}
+	}
+}
+
+// bgSend sends a tools/call without waiting for its answer and returns its id.
+func bgSend(c *testClient, name string, args any) float64 {
+	c.t.Helper()
+	c.nextID++
+	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": c.nextID, "method": "tools/call",
+		"params": map[string]any{"name": name, "arguments": args}})
+	c.send(string(b))
+	return float64(c.nextID)
+}
+
+// bgWaitNote waits for a notifications/message whose data contains substr,
+// looking first at the notifications already received.
+func bgWaitNote(c *testClient, substr string) {
+	c.t.Helper()
+	match := func(m map[string]any) bool {
+		p, _ := m["params"].(map[string]any)
+		return m["method"] == "notifications/message" && strings.Contains(fmt.Sprint(p["data"]), substr)
+	}
+	c.mu.Lock()
+	seen := c.notes
+	c.mu.Unlock()
+	for _, m := range seen {
+		if match(m) {
+			return
+		}
+	}
+	for {
+		m := c.recv()
+		if _, ok := m["method"]; !ok {
+			c.t.Fatalf("unexpected response while waiting for a notice: %v", m)
+		}
+		c.mu.Lock()
+		c.notes = append(c.notes, m)
+		c.mu.Unlock()
+		if match(m) {
+			return
+		}
+	}
+}
+
+// bgCheckSchema checks v against the parts of JSON Schema the output schemas use.
+func bgCheckSchema(t *testing.T, path string, schema map[string]any, v any) {
+	t.Helper()
+	switch schema["type"] {
+	case "object":
+		obj, ok := v.(map[string]any)
+		if !ok {
+			t.Fatalf("%s: want an object, got %v", path, v)
+		}
+		for _, r := range schema["required"].([]any) {
+			if _, ok := obj[r.(string)]; !ok {
+				t.Errorf("%s: required %q missing in %v", path, r, obj)
+			}
+		}
+		props, _ := schema["properties"].(map[string]any)
+		for k, x := range obj {
+			if p, ok := props[k].(map[string]any); ok {
+				bgCheckSchema(t, path+"."+k, p, x)
+			}
+		}
+	case "array":
+		for i, x := range v.([]any) {
+			bgCheckSchema(t, fmt.Sprintf("%s[%d]", path, i), schema["items"].(map[string]any), x)
+		}
+	case "integer":
+		if f, ok := v.(float64); !ok || f != float64(int64(f)) {
+			t.Errorf("%s: want an integer, got %v", path, v)
+		}
+	case "string":
+		if _, ok := v.(string); !ok {
+			t.Errorf("%s: want a string, got %v", path, v)
+		}
+	}
+	if enum, ok := schema["enum"].([]any); ok {
+		found := false
+		for _, e := range enum {
+			found = found || e == v
+		}
+		if !found {
+			t.Errorf("%s: %v is not one of %v", path, v, enum)
+		}
+	}
+}
+
+func bgOutputSchemas(t *testing.T, c *testClient) map[string]map[string]any {
+	t.Helper()
+	resp := c.request("tools/list", nil)
+	schemas := map[string]map[string]any{}
+	for _, x := range resp["result"].(map[string]any)["tools"].([]any) {
+		tool := x.(map[string]any)
+		if s, ok := tool["outputSchema"].(map[string]any); ok {
+			schemas[tool["name"].(string)] = s
+		}
+	}
+	return schemas
+}
+
+func TestBgToolOrder(t *testing.T) {
+	var names []string
+	for _, d := range toolTable {
+		names = append(names, d.name)
+	}
+	if got := strings.Join(names, ","); !strings.HasPrefix(got, "Bash,BackgroundBash,ReadBgOutput,ListBgTasks,KillBgTask") {
+		t.Errorf("tool table starts %s", got)
+	}
+}
+
+func TestBgOutputOrderAndSchemas(t *testing.T) {
+	t.Parallel()
+	c := bgServer(t)
+	schemas := bgOutputSchemas(t, c)
+	res := c.callTool("BackgroundBash", map[string]any{"command": "echo out1; echo err1 >&2; echo out2; echo err2 >&2; printf tail; exit 3"})
+	bgCheckSchema(t, "BackgroundBash", schemas["BackgroundBash"], bgStructured(t, res))
+	if !strings.Contains(resultText(res), `ReadBgOutput {"task_id": 1`) {
+		t.Errorf("start reply has no hint: %s", resultText(res))
+	}
+	out, last := bgReadToEnd(t, c, 1)
+	if out != "out1\nerr1\nout2\nerr2\ntail" {
+		t.Errorf("output %q", out)
+	}
+	sc := bgStructured(t, last)
+	bgCheckSchema(t, "ReadBgOutput", schemas["ReadBgOutput"], sc)
+	if sc["status"] != "exited" || sc["exit_code"] != 3.0 {
+		t.Errorf("status %v exit_code %v", sc["status"], sc["exit_code"])
+	}
+	if text := resultText(last); !strings.Contains(text, "[task 1 exited with status 3 after ") {
+		t.Errorf("no status line: %q", text)
+	}
+	list := c.callTool("ListBgTasks", map[string]any{})
+	bgCheckSchema(t, "ListBgTasks", schemas["ListBgTasks"], bgStructured(t, list))
+	kill := c.callTool("KillBgTask", map[string]any{"task_id": 1})
+	bgCheckSchema(t, "KillBgTask", schemas["KillBgTask"], bgStructured(t, kill))
+	if text := resultText(kill); isError(kill) || !strings.Contains(text, "Task 1 had already ended.\n(no new output)\n[task 1 exited with status 3 after ") {
+		t.Errorf("kill of an ended task: %q", text)
+	}
+}
+
+// bgFifo makes a named pipe a task blocks on until the test writes a line to it.
+func bgFifo(t *testing.T) (path string, release func()) {
+	t.Helper()
+	path = filepath.Join(t.TempDir(), "fifo")
+	if err := syscall.Mkfifo(path, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path, func() {
+		f, err := os.OpenFile(path, os.O_WRONLY, 0) // blocks until the task opens it
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		f.WriteString("go\n")
+		f.Close()
+	}
+}
+
+func TestBgIncrementalReads(t *testing.T) {
+	t.Parallel()
+	c := bgServer(t)
+	fifo, release := bgFifo(t)
+	fifo2, release2 := bgFifo(t) // one per step: a writer still closing one would end the next read early
+	id := bgStart(t, c, "echo first; read x < "+shellQuote(fifo)+"; echo second; read x < "+shellQuote(fifo2)+"; echo third")
+	if out := bgStructured(t, bgRead(t, c, id, 10000))["output"]; out != "first\n" {
+		t.Fatalf("first read %q", out)
+	}
+	res := bgRead(t, c, id, 0)
+	if sc := bgStructured(t, res); sc["output"] != "" || sc["status"] != "running" {
+		t.Errorf("read with nothing new: %v", sc)
+	}
+	if text := resultText(res); !strings.Contains(text, "(no new output)") || !strings.Contains(text, "[task 1 running for ") {
+		t.Errorf("text %q", text)
+	}
+	release()
+	if out := bgStructured(t, bgRead(t, c, id, 10000))["output"]; out != "second\n" {
+		t.Errorf("second read %q", out)
+	}
+	release2()
+	if out, _ := bgReadToEnd(t, c, id); out != "third\n" {
+		t.Errorf("third read %q", out)
+	}
+}
+
+// TestBgWaitWakes waits longer than the watchdog, so a wait that does not wake fails the test.
+func TestBgWaitWakes(t *testing.T) {
+	t.Parallel()
+	t.Run("output", func(t *testing.T) {
+		t.Parallel()
+		c := bgServer(t)
+		fifo, release := bgFifo(t)
+		id := bgStart(t, c, "read x < "+shellQuote(fifo)+"; echo late; sleep 1000")
+		req := bgSend(c, "ReadBgOutput", map[string]any{"task_id": id, "wait_ms": 60000})
+		release()
+		sc := bgStructured(t, c.waitResponse(req)["result"].(map[string]any))
+		if sc["output"] != "late\n" || sc["status"] != "running" {
+			t.Errorf("got %v", sc)
+		}
+	})
+	t.Run("exit", func(t *testing.T) {
+		t.Parallel()
+		c := bgServer(t)
+		fifo, release := bgFifo(t)
+		id := bgStart(t, c, "read x < "+shellQuote(fifo)+"; exit 7")
+		req := bgSend(c, "ReadBgOutput", map[string]any{"task_id": id, "wait_ms": 60000})
+		release()
+		sc := bgStructured(t, c.waitResponse(req)["result"].(map[string]any))
+		if sc["output"] != "" || sc["status"] != "exited" || sc["exit_code"] != 7.0 {
+			t.Errorf("got %v", sc)
+		}
+	})
+	t.Run("timeout", func(t *testing.T) {
+		t.Parallel()
+		c := bgServer(t)
+		id := bgStart(t, c, "sleep 1000")
+		sc := bgStructured(t, bgRead(t, c, id, 50))
+		if sc["output"] != "" || sc["status"] != "running" || sc["exit_code"] != -1.0 {
+			t.Errorf("got %v", sc)
+		}
+	})
+	t.Run("cancelled", func(t *testing.T) {
+		t.Parallel()
+		c := bgServer(t)
+		id := bgStart(t, c, "sleep 1000")
+		req := bgSend(c, "ReadBgOutput", map[string]any{"task_id": id, "wait_ms": 60000})
+		c.send(fmt.Sprintf(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":%v}}`, req))
+		// At EOF the server waits for running requests: a read still waiting would hold it past the watchdog.
+		c.in.Close()
+		select {
+		case err := <-c.done:
+			c.done <- err
+		case <-time.After(watchdog):
+			t.Fatal("the cancelled read kept the server from stopping")
+		}
+	})
+}
+
+func TestBgDroppedBytes(t *testing.T) {
+	t.Parallel()
+	c := bgServer(t, "-bg-buffer-bytes", "1000")
+	id := bgStart(t, c, "head -c 5000 /dev/zero | tr '\\0' a; echo; echo end")
+	bgWaitNote(c, "background task 1 exited with status 0")
+	res := bgRead(t, c, id, 0)
+	sc := bgStructured(t, res)
+	out := sc["output"].(string)
+	if sc["dropped_bytes"] != 4005.0 || len(out) != 1000 || !strings.HasSuffix(out, "aaa\nend\n") {
+		t.Errorf("dropped %v, output %d bytes ending %q", sc["dropped_bytes"], len(out), out[max(0, len(out)-10):])
+	}
+	if text := resultText(res); !strings.Contains(text, "[4005 bytes dropped: the task printed more than its 1000-byte buffer holds") {
+		t.Errorf("text does not say what was dropped: %.200q", text)
+	}
+	if sc := bgStructured(t, bgRead(t, c, id, 0)); sc["dropped_bytes"] != 0.0 || sc["output"] != "" {
+		t.Errorf("second read: %v", sc)
+	}
+}
+
+// TestBgBufferModel appends and takes random amounts and checks the ring against a plain model.
+func TestBgBufferModel(t *testing.T) {
+	rng := rand.New(rand.NewSource(1))
+	bt := &bgTask{limit: 300, changed: make(chan struct{})}
+	var unread []byte // what the ring should hold
+	var dropped int64
+	var printed byte
+	for i := 0; i < 20000; i++ {
+		if rng.Intn(3) == 0 {
+			limit := 1 + rng.Intn(400)
+			out, d := bt.take(limit)
+			k := min(limit, len(unread))
+			if out != string(unread[:k]) || d != dropped {
+				t.Fatalf("step %d: took %q, %d dropped; want %q, %d dropped", i, out, d, unread[:k], dropped)
+			}
+			unread, dropped = append([]byte(nil), unread[k:]...), 0
+			continue
+		}
+		chunk := make([]byte, rng.Intn(700))
+		for j := range chunk {
+			chunk[j] = 'a' + printed%26
+			printed++
+		}
+		bt.Write(chunk)
+		if unread = append(unread, chunk...); len(unread) > 300 {
+			dropped += int64(len(unread) - 300)
+			unread = unread[len(unread)-300:]
+		}
+		if len(bt.ring) > bt.limit || bt.n != len(unread) {
+			t.Fatalf("step %d: ring of %d bytes holds %d, want %d", i, len(bt.ring), bt.n, len(unread))
+		}
+	}
+}
+
+// TestBgTakeHoldsCutCharacter: a character the pipe delivered in two pieces is returned whole.
+func TestBgTakeHoldsCutCharacter(t *testing.T) {
+	bt := &bgTask{limit: 100, changed: make(chan struct{})}
+	bt.Write([]byte("ab\xc3"))
+	if out, _ := bt.take(100); out != "ab" || bt.n != 1 {
+		t.Errorf("took %q, %d left", out, bt.n)
+	}
+	bt.Write([]byte("\xa9"))
+	if out, _ := bt.take(100); out != "é" {
+		t.Errorf("took %q", out)
+	}
+}
+
+func TestBgReadLimitKeepsCharacters(t *testing.T) {
+	t.Parallel()
+	c := bgServer(t, "-output-limit", "1001")
+	id := bgStart(t, c, "for i in $(seq 1500); do printf 'é'; done")
+	bgWaitNote(c, "background task 1 exited")
+	res := bgRead(t, c, id, 0)
+	sc := bgStructured(t, res)
+	if out := sc["output"].(string); out != strings.Repeat("é", 500) || sc["unread_bytes"] != 2000.0 {
+		t.Errorf("first read: %d characters, unread %v", len([]rune(out)), sc["unread_bytes"])
+	}
+	if text := resultText(res); !strings.Contains(text, "[2000 more bytes waiting: call ReadBgOutput again]") {
+		t.Errorf("text does not say more is waiting: %.100q", text[len(text)-100:])
+	}
+	for i := 0; i < 2; i++ {
+		if out := bgStructured(t, bgRead(t, c, id, 0))["output"]; out != strings.Repeat("é", 500) {
+			t.Errorf("read %d: %q", i+2, out)
+		}
+	}
+}
+
+func TestBgKillChildIgnoringTerm(t *testing.T) {
+	t.Parallel()
+	c := bgServer(t)
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	id := bgStart(t, c, "(trap '' TERM; exec sleep 1000) & echo $! > "+shellQuote(pidFile)+"; echo ready; wait")
+	pid := readPidFile(t, pidFile)
+	res := c.callTool("KillBgTask", map[string]any{"task_id": id})
+	sc := bgStructured(t, res)
+	if isError(res) || sc["status"] != "killed" || sc["signal"] != "TERM" || sc["output"] != "ready\n" {
+		t.Errorf("kill: %v", sc)
+	}
+	if text := resultText(res); !strings.HasPrefix(text, "Stopped task 1.") || !strings.Contains(text, "[task 1 killed by signal TERM after ") {
+		t.Errorf("text %q", text)
+	}
+	waitGone(t, pid)
+	// A kill announces nothing: its reply said how the task ended.
+	if text := resultText(c.callTool("ListBgTasks", map[string]any{})); strings.Contains(text, "background task 1") {
+		t.Errorf("notice after a kill: %q", text)
+	}
+}
+
+func TestBgKillLeftoverProcesses(t *testing.T) {
+	t.Parallel()
+	c := bgServer(t)
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	id := bgStart(t, c, "sleep 1000 >/dev/null 2>&1 & echo $! > "+shellQuote(pidFile))
+	pid := readPidFile(t, pidFile)
+	bgWaitNote(c, "background task 1 exited with status 0")
+	res := c.callTool("KillBgTask", map[string]any{"task_id": id})
+	if isError(res) || !strings.Contains(resultText(res), "\nTask 1 had already ended.\n") {
+		t.Errorf("kill: %s", resultText(res))
+	}
+	waitGone(t, pid)
+}
+
+func TestBgServerExitKillsTasks(t *testing.T) {
+	t.Parallel()
+	c := bgServer(t)
+	dir := t.TempDir()
+	bgStart(t, c, "sleep 1000 & echo $! > "+shellQuote(filepath.Join(dir, "a"))+"; wait")
+	bgStart(t, c, "echo $$ > "+shellQuote(filepath.Join(dir, "b"))+"; trap '' TERM; while :; do sleep 1; done")
+	a, b := readPidFile(t, filepath.Join(dir, "a")), readPidFile(t, filepath.Join(dir, "b"))
+	c.in.Close()
+	select {
+	case err := <-c.done:
+		c.done <- err
+	case <-time.After(watchdog):
+		t.Fatal("server did not stop")
+	}
+	waitGone(t, a)
+	waitGone(t, b)
+}
+
+func TestBgBinaryExitKillsTasks(t *testing.T) {
+	t.Parallel()
+	for _, how := range []string{"eof", "sigterm", "sigkill"} {
+		how := how
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			c := startBinary(t, nil)
+			c.initialize("2025-11-25")
+			pidFile := filepath.Join(t.TempDir(), "pid")
+			bgStart(t, c, "sleep 1000 & echo $! > "+shellQuote(pidFile)+"; wait")
+			pid := readPidFile(t, pidFile)
+			switch how {
+			case "eof":
+				c.in.Close()
+			case "sigterm":
+				c.cmd.Process.Signal(syscall.SIGTERM)
+			case "sigkill": // the reaper kills the group
+				c.cmd.Process.Kill()
+			}
+			waitGone(t, pid)
+		})
+	}
+}
+
+func TestBgMaxTasks(t *testing.T) {
+	t.Parallel()
+	c := bgServer(t, "-bg-max-tasks", "2")
+	a := bgStart(t, c, "sleep 1000")
+	bgStart(t, c, "sleep 1000")
+	res := c.callTool("BackgroundBash", map[string]any{"command": "sleep 1000"})
+	if !isError(res) || !strings.Contains(resultText(res), "2 tasks are already running") {
+		t.Fatalf("third task: %s", resultText(res))
+	}
+	if _, ok := res["structuredContent"]; ok {
+		t.Errorf("an error result carries structured content: %v", res)
+	}
+	c.callTool("KillBgTask", map[string]any{"task_id": a})
+	if id := bgStart(t, c, "sleep 1000"); id != 3 {
+		t.Errorf("task id %d after a refusal, want 3", id)
+	}
+}
+
+func TestBgExitNoticeOnce(t *testing.T) {
+	t.Parallel()
+	c := bgServer(t)
+	bgStart(t, c, "exit 1")
+	bgWaitNote(c, "background task 1 exited with status 1 after ")
+	first := c.callTool("Bash", map[string]any{"command": "echo hi"})
+	items := first["content"].([]any)
+	if len(items) != 2 || !strings.HasPrefix(items[0].(map[string]any)["text"].(string), "background task 1 exited with status 1 after ") {
+		t.Errorf("first result after the exit: %v", items)
+	}
+	if text := resultText(c.callTool("Bash", map[string]any{"command": "echo hi"})); text != "hi\n" {
+		t.Errorf("second result carries the notice again: %q", text)
+	}
+}
+
+func TestBgUnknownTask(t *testing.T) {
+	t.Parallel()
+	c := bgServer(t)
+	for _, name := range []string{"ReadBgOutput", "KillBgTask"} {
+		res := c.callTool(name, map[string]any{"task_id": 99})
+		if !isError(res) || !strings.Contains(resultText(res), "no background task 99") {
+			t.Errorf("%s 99: %v", name, res)
+		}
+		if res := c.callTool(name, map[string]any{"task_id": 0}); !isError(res) {
+			t.Errorf("%s 0: %v", name, res)
+		}
+		if res := c.callTool(name, map[string]any{"task_id": "1"}); !isError(res) {
+			t.Errorf("%s \"1\": %v", name, res)
+		}
+	}
+	if res := c.callTool("ReadBgOutput", map[string]any{"task_id": 1, "wait_ms": 60001}); !isError(res) {
+		t.Errorf("wait_ms 60001: %v", res)
+	}
+	res := c.callTool("ListBgTasks", map[string]any{})
+	if text := resultText(res); !strings.HasPrefix(text, "No background tasks.") || len(bgStructured(t, res)["tasks"].([]any)) != 0 {
+		t.Errorf("empty list: %v", res)
+	}
+}
+
+func TestBgListAndWorkingDir(t *testing.T) {
+	t.Parallel()
+	c := bgServer(t)
+	dir, _ := filepath.EvalSymlinks(t.TempDir())
+	c.callTool("Bash", map[string]any{"command": "cd " + shellQuote(dir)})
+	first := bgStart(t, c, "pwd")
+	long := "sleep 1000; echo " + strings.Repeat("x", 200)
+	bgStart(t, c, long)
+	if out, _ := bgReadToEnd(t, c, first); out != dir+"\n" {
+		t.Errorf("pwd %q, want %q", out, dir)
+	}
+	res := c.callTool("ListBgTasks", map[string]any{})
+	tasks := bgStructured(t, res)["tasks"].([]any)
+	if len(tasks) != 2 || tasks[0].(map[string]any)["task_id"] != 2.0 || tasks[1].(map[string]any)["status"] != "exited" {
+		t.Fatalf("list: %v", tasks)
+	}
+	if cmd := tasks[0].(map[string]any)["command"].(string); len([]rune(cmd)) != 80 || !strings.HasSuffix(cmd, "…") {
+		t.Errorf("long command not shortened: %q", cmd)
+	}
+	lines := strings.Split(resultText(res), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "task 2: running for ") || !strings.HasPrefix(lines[1], "task 1: exited with status 0 after ") {
+		t.Errorf("list text %q", resultText(res))
+	}
+}
+
+func TestBgConcurrentReads(t *testing.T) {
+	t.Parallel()
+	c := bgServer(t)
+	var want strings.Builder
+	for i := 1; i <= 20000; i++ {
+		fmt.Fprintf(&want, "%d\n", i)
+	}
+	id := bgStart(t, c, "seq 20000")
+	var total int
+	for ended := false; !ended; {
+		var ids []float64
+		for i := 0; i < 8; i++ {
+			ids = append(ids, bgSend(c, "ReadBgOutput", map[string]any{"task_id": id, "wait_ms": 1000}))
+		}
+		ids = append(ids, bgSend(c, "ListBgTasks", map[string]any{}))
+		for answered := 0; answered < len(ids); {
+			m := c.recv()
+			if _, ok := m["method"]; ok {
+				continue // the exit notice
+			}
+			answered++
+			sc := bgStructured(t, m["result"].(map[string]any))
+			out, ok := sc["output"].(string)
+			if !ok {
+				continue // the list
+			}
+			if !strings.Contains(want.String(), out) {
+				t.Fatalf("a read returned output that is not a piece of the task's: %.80q", out)
+			}
+			total += len(out)
+			ended = ended || (sc["status"] == "exited" && sc["unread_bytes"] == 0.0)
+		}
+	}
+	if total != want.Len() {
+		t.Errorf("read %d bytes in all, want %d", total, want.Len())
+	}
+}
+
+// bgBenchProc is telson run as a real process for the benchmarks (testClient needs a *testing.T).
+type bgBenchProc struct {
+	b   *testing.B
+	cmd *exec.Cmd
+	in  io.WriteCloser
+	out *bufio.Reader
+	id  int
+}
+
+func bgBenchStart(b *testing.B) *bgBenchProc {
+	b.Helper()
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), "TELSON_RUN_MAIN=1")
+	in, _ := cmd.StdinPipe()
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	p := &bgBenchProc{b: b, cmd: cmd, in: in, out: bufio.NewReaderSize(out, 1<<20)}
+	b.Cleanup(func() { in.Close(); cmd.Wait() })
+	p.call("initialize", map[string]any{"protocolVersion": "2025-06-18", "capabilities": map[string]any{}})
+	return p
+}
+
+// roundTrip sends a request and reads lines until its answer, which it returns undecoded.
+func (p *bgBenchProc) roundTrip(method string, params any) []byte {
+	p.id++
+	msg, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": p.id, "method": method, "params": params})
+	if _, err := p.in.Write(append(msg, '\n')); err != nil {
+		p.b.Fatal(err)
+	}
+	prefix := []byte(`{"jsonrpc":"2.0","id":` + strconv.Itoa(p.id) + `,`)
+	for {
+		line, err := p.out.ReadBytes('\n')
+		if err != nil {
+			p.b.Fatalf("read: %v", err)
+		}
+		if bytes.HasPrefix(line, prefix) {
+			return line
+		}
+	}
+}
+
+func (p *bgBenchProc) call(method string, params any) map[string]any {
+	var m map[string]any
+	if err := json.Unmarshal(p.roundTrip(method, params), &m); err != nil {
+		p.b.Fatal(err)
+	}
+	return m
+}
+
+func (p *bgBenchProc) tool(name string, args any) map[string]any {
+	res, _ := p.call("tools/call", map[string]any{"name": name, "arguments": args})["result"].(map[string]any)
+	return res
+}
+
+// peakRSS is the process's peak resident set size (VmHWM) in bytes.
+func (p *bgBenchProc) peakRSS() float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		p.b.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmHWM:" {
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			return kb * 1024
+		}
+	}
+	p.b.Fatal("no VmHWM")
+	return 0
+}
+
+// bgBenchSeconds is how long the flood runs: 3 s, or TELSON_TEST_BG_SECONDS.
+func bgBenchSeconds() time.Duration {
+	if n, err := strconv.Atoi(os.Getenv("TELSON_TEST_BG_SECONDS")); err == nil && n > 0 {
+		return time.Duration(n) * time.Second
+	}
+	return 3 * time.Second
+}
+
+// BenchmarkBgOutputMemory floods a task's buffer with `yes` while reading it
+// and reports telson's peak RSS against an idle telson's, both measured here.
+// The 10 s run: TELSON_TEST_BG_SECONDS=10 go test -run '^$' -bench BgOutputMemory
+func BenchmarkBgOutputMemory(b *testing.B) {
+	idle := bgBenchStart(b)
+	for i := 0; i < 100; i++ {
+		idle.call("ping", nil)
+	}
+	idle.tool("ListBgTasks", map[string]any{})
+	idleRSS := idle.peakRSS()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		p := bgBenchStart(b)
+		p.tool("BackgroundBash", map[string]any{"command": "yes"})
+		var read, dropped float64
+		for start := time.Now(); time.Since(start) < bgBenchSeconds(); {
+			sc := p.tool("ReadBgOutput", map[string]any{"task_id": 1})["structuredContent"].(map[string]any)
+			read += float64(len(sc["output"].(string)))
+			dropped += sc["dropped_bytes"].(float64)
+		}
+		peak := p.peakRSS()
+		p.tool("KillBgTask", map[string]any{"task_id": 1})
+		b.ReportMetric(peak/(1<<20), "peak-RSS-MB")
+		b.ReportMetric(idleRSS/(1<<20), "idle-RSS-MB")
+		b.ReportMetric(peak/idleRSS, "peak/idle")
+		b.ReportMetric((read+dropped)/bgBenchSeconds().Seconds()/(1<<20), "printed-MB/s")
+		if peak > 20<<20 {
+			b.Errorf("peak RSS %.1f MB, target under 20 MB", peak/(1<<20))
+		}
+	}
+}
+
+// BenchmarkReadBgOutput measures ReadBgOutput on a running task with output
+// waiting (`yes`: every read returns 30,000 characters) against a ping round
+// trip to the same process.
+func BenchmarkReadBgOutput(b *testing.B) {
+	p := bgBenchStart(b)
+	p.tool("BackgroundBash", map[string]any{"command": "yes"})
+	median := func(d []time.Duration) time.Duration {
+		sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+		return d[len(d)/2]
+	}
+	pings := make([]time.Duration, 2000)
+	for i := range pings {
+		start := time.Now()
+		p.roundTrip("ping", nil)
+		pings[i] = time.Since(start)
+	}
+	args := map[string]any{"name": "ReadBgOutput", "arguments": map[string]any{"task_id": 1}}
+	reads := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		p.roundTrip("tools/call", args)
+		reads = append(reads, time.Since(start))
+	}
+	b.StopTimer()
+	m, mp := median(reads), median(pings)
+	b.ReportMetric(float64(m.Microseconds()), "median-µs")
+	b.ReportMetric(float64(mp.Microseconds()), "ping-median-µs")
+	b.ReportMetric(float64(m)/float64(mp), "median/ping")
+}
+
+// ---- http ----
+
+// http_test.go tests the HTTP transports the way HTTP clients use them:
+// Streamable HTTP in both eras against an httptest server, the 2024-11-05
+// HTTP+SSE transport, every 4xx rule, session limits and expiry, and a
+// graceful shutdown of the real `run -http`. Benchmarks compare HTTP with stdio.
+
+// httpStart serves a fresh telson over httptest with configuration flags.
+func httpStart(t testing.TB, flags map[string]string, setup ...func(h *httpHandler)) (*httptest.Server, *httpHandler) {
+	t.Helper()
+	srv := newServer(loadConfig(flags), io.Discard)
+	h := newHTTPHandler(srv, "127.0.0.1")
+	for _, f := range setup {
+		f(h)
+	}
+	ts := httptest.NewServer(h)
+	t.Cleanup(func() {
+		h.closeAll()
+		ts.Close()
+		srv.close()
+	})
+	return ts, h
+}
+
+// httpTestClient talks to one /mcp endpoint, as one session once initialized.
+type httpTestClient struct {
+	t       testing.TB
+	hc      *http.Client
+	url     string
+	sid     string // Mcp-Session-Id to send
+	version string // MCP-Protocol-Version to send
+	token   string
+	nextID  int
+}
+
+func httpClientFor(t testing.TB, ts *httptest.Server) *httpTestClient {
+	return &httpTestClient{t: t, hc: ts.Client(), url: ts.URL + "/mcp"}
+}
+
+// do sends one HTTP request; hdr adds or (with "") removes headers.
+func (c *httpTestClient) do(method, body string, hdr map[string]string) (*http.Response, []byte) {
+	c.t.Helper()
+	req, err := http.NewRequest(method, c.url, strings.NewReader(body))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range map[string]string{"Mcp-Session-Id": c.sid, "MCP-Protocol-Version": c.version} {
+		if v != "" {
+			req.Header.Set(k, v)
+		}
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	for k, v := range hdr {
+		switch {
+		case k == "Host":
+			req.Host = v
+		case v == "":
+			req.Header.Del(k)
+		default:
+			req.Header.Set(k, v)
+		}
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		c.t.Fatalf("%s %s: %v", method, c.url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		c.t.Fatalf("%s %s: read: %v", method, c.url, err)
+	}
+	return resp, b
+}
+
+// httpMessages decodes a reply body: one JSON message, or the data of every SSE event.
+func httpMessages(t testing.TB, resp *http.Response, body []byte) []map[string]any {
+	t.Helper()
+	var datas []string
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		br := bufio.NewReader(bytes.NewReader(body))
+		for {
+			ev, err := httpReadEvent(br)
+			if err != nil {
+				break
+			}
+			if ev.name != "message" {
+				t.Fatalf("SSE event %q, want message", ev.name)
+			}
+			datas = append(datas, ev.data)
+		}
+	} else {
+		datas = []string{string(body)}
+	}
+	var out []map[string]any
+	for _, d := range datas {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(d), &m); err != nil {
+			t.Fatalf("reply %q: %v", d, err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// httpEvent is one server-sent event.
+type httpEvent struct{ name, data string }
+
+// httpReadEvent reads the next event, skipping comments and blank lines.
+func httpReadEvent(br *bufio.Reader) (httpEvent, error) {
+	var ev httpEvent
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			return ev, err
+		}
+		line = strings.TrimRight(line, "\r\n")
+		switch {
+		case line == "":
+			if ev.name != "" || ev.data != "" {
+				return ev, nil
+			}
+		case strings.HasPrefix(line, ":"):
+		case strings.HasPrefix(line, "event: "):
+			ev.name = line[len("event: "):]
+		case strings.HasPrefix(line, "data: "):
+			if ev.data != "" {
+				ev.data += "\n"
+			}
+			ev.data += line[len("data: "):]
+		}
+	}
+}
+
+// rpc sends a request and returns every message of the reply, the response last.
+func (c *httpTestClient) rpc(method string, params any, hdr map[string]string) (*http.Response, []map[string]any) {
+	c.t.Helper()
+	c.nextID++
+	msg := map[string]any{"jsonrpc": "2.0", "id": c.nextID, "method": method}
+	if params != nil {
+		msg["params"] = params
+	}
+	b, _ := json.Marshal(msg)
+	resp, body := c.do("POST", string(b), hdr)
+	if resp.StatusCode != http.StatusOK {
+		return resp, []map[string]any{httpDecode(c.t, body)}
+	}
+	msgs := httpMessages(c.t, resp, body)
+	if len(msgs) == 0 || msgs[len(msgs)-1]["id"] != float64(c.nextID) {
+		c.t.Fatalf("%s: reply does not end with response %d: %s", method, c.nextID, body)
+	}
+	return resp, msgs
+}
+
+// result sends a request that must succeed and returns its result.
+func (c *httpTestClient) result(method string, params any) map[string]any {
+	c.t.Helper()
+	resp, msgs := c.rpc(method, params, nil)
+	res, ok := msgs[len(msgs)-1]["result"].(map[string]any)
+	if resp.StatusCode != http.StatusOK || !ok {
+		c.t.Fatalf("%s: HTTP %d %v", method, resp.StatusCode, msgs)
+	}
+	return res
+}
+
+func httpDecode(t testing.TB, body []byte) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(body, &m); err != nil {
+		t.Fatalf("body %q: %v", body, err)
+	}
+	return m
+}
+
+// initialize opens a session at version.
+func (c *httpTestClient) initialize(version string) {
+	c.t.Helper()
+	c.sid, c.version = "", ""
+	resp, msgs := c.rpc("initialize", map[string]any{"protocolVersion": version, "capabilities": map[string]any{},
+		"clientInfo": map[string]any{"name": "test", "version": "1"}}, nil)
+	if resp.StatusCode != 200 || msgs[0]["result"] == nil {
+		c.t.Fatalf("initialize: HTTP %d %v", resp.StatusCode, msgs)
+	}
+	c.sid, c.version = resp.Header.Get("Mcp-Session-Id"), version
+	resp, body := c.do("POST", `{"jsonrpc":"2.0","method":"notifications/initialized"}`, nil)
+	if resp.StatusCode != http.StatusAccepted || len(body) != 0 {
+		c.t.Fatalf("notifications/initialized: HTTP %d %q, want 202 and no body", resp.StatusCode, body)
+	}
+}
+
+// httpStatus asserts an HTTP status and, when code is not 0, the JSON-RPC error code of the body.
+func httpStatus(t *testing.T, what string, resp *http.Response, body []byte, status, code int) {
+	t.Helper()
+	if resp.StatusCode != status {
+		t.Errorf("%s: HTTP %d, want %d: %s", what, resp.StatusCode, status, body)
+		return
+	}
+	if code != 0 {
+		if got := errCode(httpDecode(t, body)); got != code {
+			t.Errorf("%s: error code %d, want %d: %s", what, got, code, body)
+		}
+	}
+}
+
+func TestHTTPSessionLifecycle(t *testing.T) {
+	t.Parallel()
+	ts, _ := httpStart(t, nil)
+	c := httpClientFor(t, ts)
+	c.initialize("2025-06-18")
+	if !regexp.MustCompile(`^[0-9a-f]{32}$`).MatchString(c.sid) {
+		t.Fatalf("Mcp-Session-Id %q is not 16 random bytes in hex", c.sid)
+	}
+	res := c.result("tools/list", nil)
+	if tools := res["tools"].([]any); len(tools) == 0 || tools[0].(map[string]any)["name"] != "Bash" {
+		t.Errorf("tools/list: %v", res)
+	}
+	if c.result("ping", nil) == nil {
+		t.Error("ping: no result")
+	}
+	other := httpClientFor(t, ts)
+	other.initialize("2025-11-25")
+	if other.sid == c.sid {
+		t.Fatal("two sessions got the same id")
+	}
+
+	resp, body := c.do("POST", `{"jsonrpc":"2.0","id":9,"method":"tools/list"}`, map[string]string{"Mcp-Session-Id": ""})
+	httpStatus(t, "no session id", resp, body, 400, codeInvalidRequest)
+	resp, body = c.do("POST", `{"jsonrpc":"2.0","id":9,"method":"tools/list"}`, map[string]string{"Mcp-Session-Id": "0123456789abcdef0123456789abcdef"})
+	httpStatus(t, "unknown session id", resp, body, 404, codeInvalidRequest)
+	resp, body = c.do("GET", "", map[string]string{"Mcp-Session-Id": ""})
+	httpStatus(t, "GET without session id", resp, body, 400, codeInvalidRequest)
+
+	resp, body = c.do("DELETE", "", nil)
+	httpStatus(t, "DELETE", resp, body, 200, 0)
+	resp, body = c.do("POST", `{"jsonrpc":"2.0","id":10,"method":"tools/list"}`, nil)
+	httpStatus(t, "after DELETE", resp, body, 404, codeInvalidRequest)
+	resp, body = c.do("DELETE", "", nil)
+	httpStatus(t, "second DELETE", resp, body, 404, 0)
+	if other.result("ping", nil) == nil {
+		t.Error("the other session ended too")
+	}
+}
+
+func TestHTTPProtocolVersionHeader(t *testing.T) {
+	t.Parallel()
+	ts, _ := httpStart(t, nil)
+	c := httpClientFor(t, ts)
+	c.initialize("2025-06-18")
+	// Claude Code sends a supported version other than the negotiated one: tolerated
+	resp, msgs := c.rpc("tools/list", nil, map[string]string{"MCP-Protocol-Version": "2025-03-26"})
+	if resp.StatusCode != 200 || msgs[0]["result"] == nil {
+		t.Errorf("other supported version: HTTP %d %v", resp.StatusCode, msgs)
+	}
+	resp, _ = c.rpc("tools/list", nil, map[string]string{"MCP-Protocol-Version": ""})
+	if resp.StatusCode != 200 {
+		t.Errorf("no version header: HTTP %d", resp.StatusCode)
+	}
+	resp, body := c.do("POST", `{"jsonrpc":"2.0","id":5,"method":"tools/list"}`, map[string]string{"MCP-Protocol-Version": "1999-01-01"})
+	httpStatus(t, "unsupported version header", resp, body, 400, codeUnsupportedVersion)
+}
+
+func TestHTTPBashCall(t *testing.T) {
+	t.Parallel()
+	ts, _ := httpStart(t, nil)
+	c := httpClientFor(t, ts)
+	c.initialize("2025-11-25")
+	resp, msgs := c.rpc("tools/call", map[string]any{"name": "Bash", "arguments": map[string]any{"command": "cd / && echo over http"}}, nil)
+	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+		t.Errorf("Content-Type %q, want application/json for a call with nothing before its response", ct)
+	}
+	res := msgs[0]["result"].(map[string]any)
+	if resultText(res) != "over http\n" || isError(res) || res["structuredContent"] == nil {
+		t.Errorf("Bash over HTTP: %v", res)
+	}
+	// the session keeps its shell state between POSTs
+	res = c.result("tools/call", map[string]any{"name": "Bash", "arguments": map[string]any{"command": "pwd"}})
+	if resultText(res) != "/\n" {
+		t.Errorf("cwd not kept across POSTs: %q", resultText(res))
+	}
+}
+
+func TestHTTPProgressIsSSE(t *testing.T) {
+	t.Parallel()
+	ts, _ := httpStart(t, nil)
+	c := httpClientFor(t, ts)
+	c.initialize("2025-06-18")
+	params := map[string]any{"name": "Bash", "_meta": map[string]any{"progressToken": "p1"},
+		"arguments": map[string]any{"command": "for i in 1 2 3 4; do echo line$i; sleep 0.15; done"}}
+	resp, msgs := c.rpc("tools/call", params, nil)
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+		t.Fatalf("Content-Type %q, want text/event-stream when progress comes first", ct)
+	}
+	if len(msgs) < 2 {
+		t.Fatalf("want progress events before the response, got %v", msgs)
+	}
+	for _, m := range msgs[:len(msgs)-1] {
+		if m["method"] != "notifications/progress" || m["params"].(map[string]any)["progressToken"] != "p1" {
+			t.Errorf("event before the response: %v", m)
+		}
+	}
+	if res := msgs[len(msgs)-1]["result"].(map[string]any); !strings.Contains(resultText(res), "line4") {
+		t.Errorf("response: %v", res)
+	}
+
+	// a client that takes only JSON gets plain JSON; the progress goes nowhere (no GET stream)
+	resp, msgs = c.rpc("tools/call", params, map[string]string{"Accept": "application/json"})
+	if ct := resp.Header.Get("Content-Type"); ct != "application/json" || len(msgs) != 1 {
+		t.Errorf("JSON-only client: %q %v", ct, msgs)
+	}
+}
+
+// httpOpenStream opens GET /mcp and returns its events on a channel (closed at the stream's end).
+func httpOpenStream(t *testing.T, c *httpTestClient, path string) (*http.Response, chan httpEvent) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", strings.TrimSuffix(c.url, "/mcp")+path, nil)
+	req.Header.Set("Accept", "text/event-stream")
+	if c.sid != "" && path == "/mcp" {
+		req.Header.Set("Mcp-Session-Id", c.sid)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	events := make(chan httpEvent, 100)
+	go func() { // exits when the stream ends
+		defer close(events)
+		br := bufio.NewReader(resp.Body)
+		for {
+			ev, err := httpReadEvent(br)
+			if err != nil {
+				return
+			}
+			events <- ev
+		}
+	}()
+	return resp, events
+}
+
+func httpNextEvent(t *testing.T, events chan httpEvent) (httpEvent, bool) {
+	t.Helper()
+	select {
+	case ev, ok := <-events:
+		return ev, ok
+	case <-time.After(watchdog):
+		t.Fatal("no event within the watchdog")
+	}
+	return httpEvent{}, false
+}
+
+func TestHTTPGetStream(t *testing.T) {
+	t.Parallel()
+	ts, h := httpStart(t, nil)
+	c := httpClientFor(t, ts)
+	c.initialize("2025-11-25")
+	resp, events := httpOpenStream(t, c, "/mcp")
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("GET: HTTP %d %q", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	r2, b2 := c.do("GET", "", nil)
+	httpStatus(t, "second GET stream", r2, b2, http.StatusConflict, 0)
+
+	s := h.session(c.sid).s
+	s.announce("background task 7 finished")
+	ev, _ := httpNextEvent(t, events)
+	var m map[string]any
+	json.Unmarshal([]byte(ev.data), &m)
+	if ev.name != "message" || m["method"] != "notifications/message" || m["params"].(map[string]any)["data"] != "background task 7 finished" {
+		t.Fatalf("unsolicited message on the GET stream: %+v", ev)
+	}
+
+	// a server-to-client request goes out on the stream; the client POSTs its reply
+	got := make(chan string, 1)
+	go func() { // exits when the request is answered or times out
+		ctx, cancel := context.WithTimeout(context.Background(), watchdog)
+		defer cancel()
+		res, err := s.request(ctx, "roots/list", nil)
+		got <- fmt.Sprintf("%s %v", res, err)
+	}()
+	ev, _ = httpNextEvent(t, events)
+	json.Unmarshal([]byte(ev.data), &m)
+	if m["method"] != "roots/list" {
+		t.Fatalf("want roots/list on the stream, got %s", ev.data)
+	}
+	id, _ := json.Marshal(m["id"])
+	r3, b3 := c.do("POST", fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"result":{"roots":[]}}`, id), nil)
+	httpStatus(t, "client response", r3, b3, http.StatusAccepted, 0)
+	if g := <-got; g != `{"roots":[]} <nil>` {
+		t.Errorf("server request result: %s", g)
+	}
+
+	c.do("DELETE", "", nil)
+	if _, ok := httpNextEvent(t, events); ok {
+		t.Error("the stream outlived its session")
+	}
+}
+
+// httpModernPost sends a stateless 2026-07-28 request with matching headers, then hdr's changes.
+func httpModernPost(c *httpTestClient, method string, params map[string]any, hdr map[string]string) (*http.Response, []byte) {
+	c.t.Helper()
+	if params == nil {
+		params = map[string]any{}
+	}
+	if _, ok := params["_meta"]; !ok {
+		params["_meta"] = map[string]any{metaProtocolVersion: versionModern, metaClientCaps: map[string]any{}}
+	}
+	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+	all := map[string]string{"Mcp-Method": method, "MCP-Protocol-Version": versionModern}
+	if n, ok := params["name"].(string); ok {
+		all["Mcp-Name"] = n
+	}
+	for k, v := range hdr {
+		all[k] = v
+	}
+	return c.do("POST", string(b), all)
+}
+
+func TestHTTPModernEra(t *testing.T) {
+	t.Parallel()
+	ts, _ := httpStart(t, nil)
+	c := httpClientFor(t, ts)
+
+	resp, body := httpModernPost(c, "tools/list", nil, nil)
+	httpStatus(t, "tools/list", resp, body, 200, 0)
+	res := httpDecode(t, body)["result"].(map[string]any)
+	if res["resultType"] != "complete" || res["ttlMs"] == nil || resp.Header.Get("Mcp-Session-Id") != "" {
+		t.Errorf("modern tools/list: %s (session %q)", body, resp.Header.Get("Mcp-Session-Id"))
+	}
+	resp, body = httpModernPost(c, "tools/call", map[string]any{"name": "Bash", "arguments": map[string]any{"command": "echo stateless"}}, nil)
+	httpStatus(t, "tools/call", resp, body, 200, 0)
+	if got := resultText(httpDecode(t, body)["result"].(map[string]any)); got != "stateless\n" {
+		t.Errorf("modern Bash: %q", got)
+	}
+	resp, body = c.do("POST", `{"jsonrpc":"2.0","id":1,"method":"server/discover"}`, map[string]string{"Mcp-Method": "server/discover"})
+	httpStatus(t, "server/discover probe", resp, body, 200, 0)
+
+	cases := []struct {
+		name         string
+		method       string
+		params       map[string]any
+		hdr          map[string]string
+		status, code int
+	}{
+		{"Mcp-Method mismatch", "tools/list", nil, map[string]string{"Mcp-Method": "tools/call"}, 400, codeHeaderMismatch},
+		{"Mcp-Method missing", "tools/list", nil, map[string]string{"Mcp-Method": ""}, 400, codeHeaderMismatch},
+		{"Mcp-Name mismatch", "tools/call", map[string]any{"name": "Bash", "arguments": map[string]any{"command": "true"}}, map[string]string{"Mcp-Name": "Other"}, 400, codeHeaderMismatch},
+		{"version header differs from _meta", "tools/list", nil, map[string]string{"MCP-Protocol-Version": "2025-11-25"}, 400, codeHeaderMismatch},
+		{"unsupported version header", "tools/list", nil, map[string]string{"MCP-Protocol-Version": "2099-01-01"}, 400, codeUnsupportedVersion},
+		{"version header missing", "tools/list", nil, map[string]string{"MCP-Protocol-Version": ""}, 400, codeHeaderMismatch},
+		{"unsupported version", "tools/list", map[string]any{"_meta": map[string]any{metaProtocolVersion: "2099-01-01", metaClientCaps: map[string]any{}}},
+			map[string]string{"MCP-Protocol-Version": "2099-01-01"}, 400, codeUnsupportedVersion},
+		{"missing clientCapabilities", "tools/list", map[string]any{"_meta": map[string]any{metaProtocolVersion: versionModern}}, nil, 400, codeInvalidParams},
+		{"unknown method", "resources/frobnicate", nil, nil, 404, codeMethodNotFound},
+	}
+	for _, tc := range cases {
+		resp, body := httpModernPost(c, tc.method, tc.params, tc.hdr)
+		httpStatus(t, tc.name, resp, body, tc.status, tc.code)
+	}
+	resp, body = c.do("POST", `[{"jsonrpc":"2.0","id":1,"method":"tools/list"}]`, map[string]string{"MCP-Protocol-Version": versionModern})
+	httpStatus(t, "batch", resp, body, 400, codeInvalidRequest)
+	for _, m := range []string{"GET", "DELETE"} {
+		resp, body = c.do(m, "", map[string]string{"MCP-Protocol-Version": versionModern})
+		httpStatus(t, m+" in the modern era", resp, body, 405, 0)
+	}
+	resp, body = c.do("POST", `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":3,"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}`,
+		map[string]string{"MCP-Protocol-Version": versionModern, "Mcp-Method": "notifications/cancelled"})
+	httpStatus(t, "modern notification", resp, body, 202, 0)
+}
+
+func TestHTTPSecurityChecks(t *testing.T) {
+	t.Parallel()
+	ts, _ := httpStart(t, map[string]string{"HTTP_ORIGINS": "https://app.example.com", "HTTP_HOSTS": "mybox.lan", "HTTP_MAX_BODY_BYTES": "2000"})
+	c := httpClientFor(t, ts)
+	init := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
+	for _, tc := range []struct {
+		name   string
+		hdr    map[string]string
+		status int
+	}{
+		{"Host evil.example.com", map[string]string{"Host": "evil.example.com"}, 403},
+		{"Host evil with loopback port", map[string]string{"Host": "evil.example.com:" + strings.Split(ts.URL, ":")[2]}, 403},
+		{"Origin evil", map[string]string{"Origin": "http://evil.example.com"}, 403},
+		{"Origin null", map[string]string{"Origin": "null"}, 403},
+		{"Origin localhost", map[string]string{"Origin": "http://localhost:5173"}, 200},
+		{"Origin [::1]", map[string]string{"Origin": "https://[::1]:8443"}, 200},
+		{"Origin configured", map[string]string{"Origin": "https://app.example.com"}, 200},
+		{"Host localhost", map[string]string{"Host": "localhost:1234"}, 200},
+		{"Host [::1]", map[string]string{"Host": "[::1]:80"}, 200},
+		{"Host configured", map[string]string{"Host": "mybox.lan:65510"}, 200},
+	} {
+		resp, body := c.do("POST", init, tc.hdr)
+		httpStatus(t, tc.name, resp, body, tc.status, 0)
+	}
+	resp, body := c.do("POST", `{"jsonrpc":"2.0","id":1,"method":"ping","params":{"pad":"`+strings.Repeat("x", 3000)+`"}}`, nil)
+	httpStatus(t, "body over HTTP_MAX_BODY_BYTES", resp, body, 413, codeInvalidRequest)
+	resp, body = c.do("PUT", init, nil)
+	httpStatus(t, "PUT /mcp", resp, body, 405, 0)
+	c.url = ts.URL + "/other"
+	resp, body = c.do("POST", init, nil)
+	httpStatus(t, "unknown path", resp, body, 404, 0)
+	c.url = ts.URL + "/mcp"
+	resp, body = c.do("POST", "{not json", nil)
+	httpStatus(t, "bad JSON", resp, body, 400, codeParseError)
+
+	tokTS, _ := httpStart(t, map[string]string{"HTTP_TOKEN": "s3cret"})
+	tc := httpClientFor(t, tokTS)
+	resp, body = tc.do("POST", init, nil)
+	httpStatus(t, "no token", resp, body, 401, 0)
+	if resp.Header.Get("WWW-Authenticate") == "" {
+		t.Error("401 without WWW-Authenticate")
+	}
+	tc.token = "wrong"
+	resp, body = tc.do("POST", init, nil)
+	httpStatus(t, "wrong token", resp, body, 401, 0)
+	tc.token = "s3cret"
+	tc.initialize("2025-11-25")
+	if tc.result("ping", nil) == nil {
+		t.Error("ping with the token failed")
+	}
+}
+
+func TestHTTPSessionLimitsAndExpiry(t *testing.T) {
+	t.Parallel()
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixNano())
+	ts, _ := httpStart(t, map[string]string{"HTTP_MAX_SESSIONS": "2", "HTTP_SESSION_IDLE_MS": "60000"},
+		func(h *httpHandler) { h.now = func() time.Time { return time.Unix(0, clock.Load()) } })
+	initialize := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{}}}`
+	ping := `{"jsonrpc":"2.0","id":1,"method":"ping"}`
+
+	a, b, c := httpClientFor(t, ts), httpClientFor(t, ts), httpClientFor(t, ts)
+	a.initialize("2025-11-25")
+	b.initialize("2025-11-25")
+	resp, body := c.do("POST", initialize, nil)
+	httpStatus(t, "a session over HTTP_MAX_SESSIONS", resp, body, 503, codeInternalError)
+	a.do("DELETE", "", nil)
+	c.initialize("2025-11-25")
+
+	// idle expiry: a session without requests or stream for HTTP_SESSION_IDLE_MS ends;
+	// one with an open stream is not idle
+	httpOpenStream(t, c, "/mcp")
+	clock.Add(int64(61 * time.Second))
+	resp, body = b.do("POST", ping, nil)
+	httpStatus(t, "idle session", resp, body, 404, codeInvalidRequest)
+	c.result("ping", nil)
+	a.initialize("2025-11-25") // b's expiry made room
+}
+
+func TestHTTPSessionEndKillsItsCommands(t *testing.T) {
+	t.Parallel()
+	ts, _ := httpStart(t, nil)
+	c := httpClientFor(t, ts)
+	c.initialize("2025-11-25")
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	other := *c
+	done := make(chan map[string]any, 1)
+	go func() { // exits when the call answers
+		_, msgs := c.rpc("tools/call", map[string]any{"name": "Bash", "arguments": map[string]any{"command": "sleep 300 & echo $! > " + pidFile + "; wait"}}, nil)
+		done <- msgs[len(msgs)-1]
+	}()
+	pid := readPidFile(t, pidFile)
+	resp, _ := other.do("DELETE", "", nil)
+	if resp.StatusCode != 200 {
+		t.Fatalf("DELETE: HTTP %d", resp.StatusCode)
+	}
+	waitGone(t, pid)
+	select {
+	case m := <-done:
+		if res, _ := m["result"].(map[string]any); res == nil || !isError(res) {
+			t.Errorf("the cancelled call answered %v", m)
+		}
+	case <-time.After(watchdog):
+		t.Fatal("the call never answered")
+	}
+}
+
+func TestHTTPBatchPerVersion(t *testing.T) {
+	t.Parallel()
+	ts, _ := httpStart(t, nil)
+	c := httpClientFor(t, ts)
+	c.initialize("2025-03-26")
+	resp, body := c.do("POST", `[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"tools/list"},{"jsonrpc":"2.0","method":"notifications/x"}]`, nil)
+	var arr []map[string]any
+	if resp.StatusCode != 200 || json.Unmarshal(body, &arr) != nil || len(arr) != 2 {
+		t.Errorf("batch in 2025-03-26: HTTP %d %s", resp.StatusCode, body)
+	}
+	resp, body = c.do("POST", `[{"jsonrpc":"2.0","method":"notifications/x"}]`, nil)
+	httpStatus(t, "notification-only batch", resp, body, 202, 0)
+	c.initialize("2025-06-18")
+	resp, body = c.do("POST", `[{"jsonrpc":"2.0","id":1,"method":"ping"}]`, nil)
+	httpStatus(t, "batch in 2025-06-18", resp, body, 400, codeInvalidRequest)
+}
+
+func TestHTTPOldSSETransport(t *testing.T) {
+	t.Parallel()
+	ts, _ := httpStart(t, nil)
+	c := httpClientFor(t, ts)
+	stream, events := httpOpenStream(t, c, "/sse")
+	if stream.StatusCode != 200 || stream.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("GET /sse: HTTP %d", stream.StatusCode)
+	}
+	ev, _ := httpNextEvent(t, events)
+	if ev.name != "endpoint" || !regexp.MustCompile(`^/messages\?sessionId=[0-9a-f]{32}$`).MatchString(ev.data) {
+		t.Fatalf("first event: %+v", ev)
+	}
+	c.url = ts.URL + ev.data
+	post := func(msg string) {
+		t.Helper()
+		resp, body := c.do("POST", msg, nil)
+		httpStatus(t, "POST /messages", resp, body, 202, 0)
+	}
+	next := func() map[string]any {
+		t.Helper()
+		ev, ok := httpNextEvent(t, events)
+		if !ok || ev.name != "message" {
+			t.Fatalf("stream: %+v %v", ev, ok)
+		}
+		return httpDecode(t, []byte(ev.data))
+	}
+	post(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2024-11-05","capabilities":{},"clientInfo":{"name":"old","version":"1"}}}`)
+	if m := next(); m["result"].(map[string]any)["protocolVersion"] != "2024-11-05" {
+		t.Fatalf("initialize: %v", m)
+	}
+	post(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	post(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"Bash","arguments":{"command":"echo old transport"}}}`)
+	if m := next(); m["id"] != float64(2) || resultText(m["result"].(map[string]any)) != "old transport\n" {
+		t.Fatalf("Bash: %v", m)
+	}
+	bad := *c
+	bad.url = ts.URL + "/messages?sessionId=nope"
+	resp, body := bad.do("POST", `{"jsonrpc":"2.0","id":1,"method":"ping"}`, nil)
+	httpStatus(t, "unknown sessionId", resp, body, 404, 0)
+
+	stream.Body.Close()
+	// closing the stream ends the session; the server notices asynchronously
+	deadline := time.Now().Add(watchdog)
+	for {
+		resp, _ := c.do("POST", `{"jsonrpc":"2.0","id":3,"method":"ping"}`, nil)
+		if resp.StatusCode == 404 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the session outlived its /sse stream")
+		}
+		time.Sleep(10 * time.Millisecond) // polling the server's view, bounded by the watchdog
+	}
+}
+
+// httpRun runs telson's run with -http in-process and returns its URL, cancel and result.
+func httpRun(t *testing.T, args ...string) (url string, stderr *syncBuffer, cancel context.CancelFunc, result chan error) {
+	t.Helper()
+	stderr = &syncBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	result = make(chan error, 1)
+	go func() { result <- run(ctx, strings.NewReader(""), io.Discard, stderr, args) }() // exits when run returns
+	t.Cleanup(cancel)
+	re := regexp.MustCompile(`serving MCP on (http://\S+)`)
+	deadline := time.Now().Add(watchdog)
+	for {
+		if m := re.FindStringSubmatch(stderr.String()); m != nil {
+			return m[1], stderr, cancel, result
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("telson -http did not start: %s", stderr.String())
+		}
+		time.Sleep(5 * time.Millisecond) // polling the log line, bounded by the watchdog
+	}
+}
+
+func TestHTTPGracefulShutdown(t *testing.T) {
+	t.Parallel()
+	url, stderr, cancel, result := httpRun(t, "-http", ":0")
+	if !strings.HasPrefix(url, "http://127.0.0.1:") {
+		t.Errorf("-http :0 listens on %s, want loopback", url)
+	}
+	c := &httpTestClient{t: t, hc: &http.Client{}, url: url}
+	c.initialize("2025-11-25")
+	dir := t.TempDir()
+	finished, killed := make(chan map[string]any, 1), make(chan struct{})
+	go func() { // exits when the call answers
+		_, msgs := c.rpc("tools/call", map[string]any{"name": "Bash", "arguments": map[string]any{"command": "echo $$ > " + dir + "/a; sleep 0.5; echo finished"}}, nil)
+		finished <- msgs[len(msgs)-1]
+	}()
+	go func() { // exits when the call's connection ends
+		defer close(killed)
+		b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 99, "method": "tools/call", "params": map[string]any{"name": "Bash", "arguments": map[string]any{"command": "sleep 300 & echo $! > " + dir + "/b; wait"}}})
+		req, _ := http.NewRequest("POST", url, bytes.NewReader(b))
+		req.Header.Set("Mcp-Session-Id", c.sid)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	}()
+	readPidFile(t, dir+"/a")
+	long := readPidFile(t, dir+"/b")
+	cancel()
+	select {
+	case m := <-finished:
+		if res, _ := m["result"].(map[string]any); res == nil || !strings.Contains(resultText(res), "finished") {
+			t.Errorf("in-flight call during shutdown: %v", m)
+		}
+	case <-time.After(watchdog):
+		t.Fatal("the in-flight call never answered")
+	}
+	select {
+	case err := <-result:
+		if err != nil {
+			t.Errorf("run: %v", err)
+		}
+	case <-time.After(watchdog):
+		t.Fatalf("run did not return; stderr:\n%s", stderr.String())
+	}
+	waitGone(t, long)
+	<-killed
+	if _, err := http.Post(url, "application/json", strings.NewReader("{}")); err == nil {
+		t.Error("still accepting connections after shutdown")
+	}
+}
+
+func TestHTTPBeyondLoopbackNeedsToken(t *testing.T) {
+	t.Parallel()
+	url, stderr, cancel, result := httpRun(t, "-http", "0.0.0.0:0")
+	defer func() { cancel(); <-result }()
+	m := regexp.MustCompile(`Authorization: Bearer ([0-9a-f]{48})`).FindStringSubmatch(stderr.String())
+	if m == nil {
+		t.Fatalf("no generated token on stderr: %s", stderr.String())
+	}
+	url = "http://127.0.0.1:" + regexp.MustCompile(`:(\d+)/mcp$`).FindStringSubmatch(url)[1] + "/mcp"
+	c := &httpTestClient{t: t, hc: &http.Client{}, url: url}
+	resp, body := c.do("POST", `{"jsonrpc":"2.0","id":1,"method":"ping"}`, nil)
+	httpStatus(t, "no token beyond loopback", resp, body, 401, 0)
+	c.token = m[1]
+	c.initialize("2025-11-25")
+	resp, body = c.do("POST", `{"jsonrpc":"2.0","id":2,"method":"ping"}`, map[string]string{"Host": "192.0.2.7:65510"})
+	httpStatus(t, "IP-literal Host when listening on every interface", resp, body, 200, 0)
+	resp, body = c.do("POST", `{"jsonrpc":"2.0","id":3,"method":"ping"}`, map[string]string{"Host": "evil.example.com"})
+	httpStatus(t, "DNS name Host when listening on every interface", resp, body, 403, 0)
+}
+
+// BenchmarkHTTPToolsList: tools/list over keep-alive from 8 concurrent clients of one session.
+func BenchmarkHTTPToolsList(b *testing.B) {
+	ts, _ := httpStart(b, nil)
+	c := httpClientFor(b, ts)
+	c.hc = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
+	c.initialize("2025-11-25")
+	body := []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`)
+	var n atomic.Int64
+	var wg sync.WaitGroup
+	var failed atomic.Value
+	b.ResetTimer()
+	start := time.Now()
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() { // exits when b.N requests are done
+			defer wg.Done()
+			for n.Add(1) <= int64(b.N) {
+				req, _ := http.NewRequest("POST", c.url, bytes.NewReader(body))
+				req.Header.Set("Mcp-Session-Id", c.sid)
+				req.Header.Set("Accept", "application/json, text/event-stream")
+				resp, err := c.hc.Do(req)
+				if err != nil {
+					failed.Store(err.Error())
+					return
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					failed.Store(resp.Status)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "req/s")
+	if f := failed.Load(); f != nil {
+		b.Fatal(f)
+	}
+}
+
+// BenchmarkHTTPBashTrue: one Bash `true` call over HTTP (compare with BenchmarkStdioBashTrue).
+func BenchmarkHTTPBashTrue(b *testing.B) {
+	ts, _ := httpStart(b, nil)
+	c := httpClientFor(b, ts)
+	c.initialize("2025-11-25")
+	params := map[string]any{"name": "Bash", "arguments": map[string]any{"command": "true"}}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		c.result("tools/call", params)
+	}
+}
+
+// BenchmarkStdioBashTrue: one Bash `true` call over stdio, the baseline for BenchmarkHTTPBashTrue.
+func BenchmarkStdioBashTrue(b *testing.B) {
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { // exits when run returns
+		run(ctx, inR, outW, io.Discard, nil)
+		outW.Close()
+		close(done)
+	}()
+	br := bufio.NewReader(outR)
+	call := func(id int, msg string) {
+		fmt.Fprintf(inW, msg+"\n", id)
+		want := fmt.Sprintf(`"id":%d,`, id)
+		for {
+			line, err := br.ReadString('\n')
+			if err != nil {
+				b.Fatal(err)
+			}
+			if strings.Contains(line, want) {
+				return
+			}
+		}
+	}
+	call(0, `{"jsonrpc":"2.0","id":%d,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{}}}`)
+	b.ResetTimer()
+	for i := 1; i <= b.N; i++ {
+		call(i, `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"Bash","arguments":{"command":"true"}}}`)
+	}
+	b.StopTimer()
+	cancel()
+	inW.Close()
+	<-done
+}
+
+// httpAskTool is a test-only tool (added to one test server, never to toolTable)
+// that logs, asks the client with a server-to-client request and returns the answer.
+var httpAskTool = toolDef{name: "HTTPAsk", title: "t", description: "t", input: `{"type":"object","properties":{}}`,
+	run: func(ctx context.Context, c *toolCall) toolResult {
+		c.req.log("info", "asking")
+		res, err := c.s.request(ctx, "elicitation/create", map[string]any{"message": "ok?"})
+		if err != nil {
+			return errorResult("%v", err)
+		}
+		return textResult(string(res))
+	}}
+
+func TestHTTPServerRequestOnPOSTStream(t *testing.T) {
+	t.Parallel()
+	ts, _ := httpStart(t, nil, func(h *httpHandler) {
+		sc, _ := parseSchema(httpAskTool.input)
+		h.srv.tools = append(h.srv.tools, &toolEntry{def: &httpAskTool, schema: sc})
+	})
+	c := httpClientFor(t, ts)
+	c.initialize("2025-06-18")
+	req, _ := http.NewRequest("POST", c.url, strings.NewReader(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"HTTPAsk"}}`))
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Mcp-Session-Id", c.sid)
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("Content-Type %q, want an event stream", resp.Header.Get("Content-Type"))
+	}
+	br := bufio.NewReader(resp.Body)
+	next := func() map[string]any {
+		t.Helper()
+		ev, err := httpReadEvent(br)
+		if err != nil || ev.name != "message" {
+			t.Fatalf("event %+v: %v", ev, err)
+		}
+		return httpDecode(t, []byte(ev.data))
+	}
+	if m := next(); m["method"] != "notifications/message" || m["params"].(map[string]any)["data"] != "asking" {
+		t.Fatalf("want the request's log first, got %v", m)
+	}
+	ask := next()
+	if ask["method"] != "elicitation/create" {
+		t.Fatalf("want the server request on the POST's stream, got %v", ask)
+	}
+	id, _ := json.Marshal(ask["id"])
+	r2, b2 := c.do("POST", fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"result":{"action":"accept"}}`, id), nil)
+	httpStatus(t, "the client's answer", r2, b2, 202, 0)
+	if m := next(); m["id"] != float64(7) || resultText(m["result"].(map[string]any)) != `{"action":"accept"}` {
+		t.Fatalf("response: %v", m)
+	}
+	if _, err := httpReadEvent(br); err != io.EOF {
+		t.Errorf("the stream did not end after the response: %v", err)
+	}
+}
+
+// ---- ui ----
+
+// ui_test.go tests ReadImage and AskUserQuestion: images made here with the
+// standard encoders (WebP and BMP built byte by byte), special files, and a
+// fake client that answers elicitation/create in every way it can.
+
+// uiWriteFile writes data to dir/name and returns the path.
+func uiWriteFile(t *testing.T, dir, name string, data []byte) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// uiNoise is a w×h opaque image of pseudo-random colours (it compresses badly).
+func uiNoise(w, h int) *image.RGBA {
+	img := image.NewRGBA(image.Rect(0, 0, w, h))
+	x := uint32(12345)
+	for i := range img.Pix {
+		x = x*1664525 + 1013904223
+		img.Pix[i] = uint8(x >> 24)
+		if i%4 == 3 {
+			img.Pix[i] = 255
+		}
+	}
+	return img
+}
+
+func uiEncode(t *testing.T, img image.Image, format string) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	var err error
+	switch format {
+	case "png":
+		err = png.Encode(&buf, img)
+	case "jpeg":
+		err = jpeg.Encode(&buf, img, &jpeg.Options{Quality: 90})
+	case "gif":
+		err = gif.Encode(&buf, img, nil)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// uiBMP builds an uncompressed 24-bit BMP (BITMAPINFOHEADER) of w×h grey pixels.
+func uiBMP(w, h int) []byte {
+	stride := (w*3 + 3) &^ 3
+	var b bytes.Buffer
+	le := func(v any) { binary.Write(&b, binary.LittleEndian, v) }
+	b.WriteString("BM")
+	le(uint32(54 + stride*h))
+	le(uint32(0))
+	le(uint32(54))
+	le(uint32(40))
+	le(int32(w))
+	le(int32(h))
+	le(uint16(1))
+	le(uint16(24))
+	le(uint32(0))
+	le(uint32(stride * h))
+	le([4]uint32{2835, 2835, 0, 0})
+	b.Write(bytes.Repeat([]byte{0x80}, stride*h))
+	return b.Bytes()
+}
+
+// uiWebP builds a lossless (VP8L) WebP of w×h pixels of one colour: every
+// prefix code is a simple one-symbol code, so the pixels take no bits
+// (dwebp decodes it to rgb(128,64,192)).
+func uiWebP(w, h int) []byte {
+	var bits []bool
+	put := func(v uint32, n int) {
+		for i := 0; i < n; i++ {
+			bits = append(bits, v>>i&1 == 1)
+		}
+	}
+	put(uint32(w-1), 14)
+	put(uint32(h-1), 14)
+	put(0, 1)                                              // alpha hint
+	put(0, 3)                                              // version
+	put(0, 1)                                              // no transform
+	put(0, 1)                                              // no colour cache
+	put(0, 1)                                              // no meta prefix codes
+	for _, sym := range []uint32{0x40, 0x80, 0xc0, 0xff} { // green, red, blue, alpha
+		put(1, 1) // simple code
+		put(0, 1) // one symbol
+		put(1, 1) // 8-bit symbol
+		put(sym, 8)
+	}
+	put(1, 1) // distance: simple code, one 1-bit symbol 0
+	put(0, 1)
+	put(0, 1)
+	put(0, 1)
+	data := []byte{0x2f}
+	for i := 0; i < len(bits); i += 8 {
+		var c byte
+		for j := 0; j < 8 && i+j < len(bits); j++ {
+			if bits[i+j] {
+				c |= 1 << j
+			}
+		}
+		data = append(data, c)
+	}
+	if len(data)%2 == 1 {
+		data = append(data, 0)
+	}
+	var b bytes.Buffer
+	b.WriteString("RIFF")
+	binary.Write(&b, binary.LittleEndian, uint32(4+8+len(data)))
+	b.WriteString("WEBPVP8L")
+	binary.Write(&b, binary.LittleEndian, uint32(len(data)))
+	b.Write(data)
+	return b.Bytes()
+}
+
+// uiPNGHeader is a PNG signature and IHDR claiming w×h, with no pixel data.
+func uiPNGHeader(w, h uint32) []byte {
+	ihdr := make([]byte, 13)
+	binary.BigEndian.PutUint32(ihdr, w)
+	binary.BigEndian.PutUint32(ihdr[4:], h)
+	ihdr[8], ihdr[9] = 8, 2
+	var b bytes.Buffer
+	b.WriteString("\x89PNG\r\n\x1a\n")
+	binary.Write(&b, binary.BigEndian, uint32(13))
+	b.WriteString("IHDR")
+	b.Write(ihdr)
+	binary.Write(&b, binary.BigEndian, crc32.ChecksumIEEE(append([]byte("IHDR"), ihdr...)))
+	return b.Bytes()
+}
+
+// uiImage returns a result's image item, decoded, and its mime type.
+func uiImage(t *testing.T, res map[string]any) ([]byte, string) {
+	t.Helper()
+	for _, it := range res["content"].([]any) {
+		m := it.(map[string]any)
+		if m["type"] == "image" {
+			data, err := base64.StdEncoding.DecodeString(m["data"].(string))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return data, m["mimeType"].(string)
+		}
+	}
+	t.Fatalf("no image in %v", resultText(res))
+	return nil, ""
+}
+
+func TestReadImageFormats(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	pal := image.NewPaletted(image.Rect(0, 0, 40, 30), color.Palette{color.Transparent, color.RGBA{255, 0, 0, 255}})
+	files := map[string][]byte{
+		"photo.jpg":     uiEncode(t, uiNoise(64, 48), "jpeg"),
+		"shot.png":      uiEncode(t, uiNoise(64, 48), "png"),
+		"anim.gif":      uiEncode(t, pal, "gif"),
+		"pic.webp":      uiWebP(33, 17),
+		"pic.bmp":       uiBMP(20, 10),
+		"misnamed.txt":  uiEncode(t, uiNoise(8, 8), "png"),
+		"extended.webp": append(append([]byte("RIFF\x00\x00\x00\x00WEBPVP8X\x0a\x00\x00\x00\x10\x00\x00\x00"), 99, 0, 0, 49, 0, 0), make([]byte, 8)...),
+	}
+	want := map[string]struct{ mime, dims string }{
+		"photo.jpg": {"image/jpeg", "64×48"}, "shot.png": {"image/png", "64×48"}, "anim.gif": {"image/gif", "40×30"},
+		"pic.webp": {"image/webp", "33×17"}, "pic.bmp": {"image/bmp", "20×10"}, "misnamed.txt": {"image/png", "8×8"},
+		"extended.webp": {"image/webp", "100×50"},
+	}
+	for _, name := range []string{"lossy.webp", "alpha.webp"} { // made by cwebp: VP8, and VP8X with an alpha chunk
+		data, err := os.ReadFile(filepath.Join("testdata", "ui", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[name] = data
+	}
+	want["lossy.webp"], want["alpha.webp"] = struct{ mime, dims string }{"image/webp", "41×29"}, struct{ mime, dims string }{"image/webp", "43×31"}
+	for name, data := range files {
+		uiWriteFile(t, dir, name, data)
+	}
+	c := startServer(t)
+	c.initialize("2025-06-18")
+	for name, w := range want {
+		res := c.callTool("ReadImage", map[string]any{"file_path": filepath.Join(dir, name)})
+		if isError(res) {
+			t.Errorf("%s: %s", name, resultText(res))
+			continue
+		}
+		data, mime := uiImage(t, res)
+		if mime != w.mime || !bytes.Equal(data, files[name]) {
+			t.Errorf("%s: got %s, %d bytes; want %s as is", name, mime, len(data), w.mime)
+		}
+		if text := resultText(res); !strings.Contains(text, w.dims+" px") || !strings.Contains(text, "as is") {
+			t.Errorf("%s: text %q lacks %s", name, text, w.dims)
+		}
+	}
+}
+
+func TestReadImageScaling(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	// A 1-pixel checkerboard: a box filter averages it to grey, nearest-neighbour would keep black or white.
+	board := image.NewGray(image.Rect(0, 0, 600, 300))
+	for i := range board.Pix {
+		if (i%600+i/600)%2 == 0 {
+			board.Pix[i] = 255
+		}
+	}
+	// Half transparent red fading in: must stay PNG with its alpha.
+	alpha := image.NewNRGBA(image.Rect(0, 0, 500, 250))
+	for y := 0; y < 250; y++ {
+		for x := 0; x < 500; x++ {
+			alpha.SetNRGBA(x, y, color.NRGBA{255, 0, 0, uint8(x * 255 / 499)})
+		}
+	}
+	gifBig := image.NewPaletted(image.Rect(0, 0, 300, 120), color.Palette{color.Black, color.White})
+	paths := map[string]string{
+		"board":  uiWriteFile(t, dir, "board.png", uiEncode(t, board, "png")),
+		"alpha":  uiWriteFile(t, dir, "alpha.png", uiEncode(t, alpha, "png")),
+		"photo":  uiWriteFile(t, dir, "photo.jpg", uiEncode(t, uiNoise(450, 150), "jpeg")),
+		"gif":    uiWriteFile(t, dir, "big.gif", uiEncode(t, gifBig, "gif")),
+		"wbig":   uiWriteFile(t, dir, "big.webp", uiWebP(300, 20)),
+		"bbig":   uiWriteFile(t, dir, "big.bmp", uiBMP(10, 250)),
+		"bomb":   uiWriteFile(t, dir, "bomb.png", uiPNGHeader(20000, 20000)),
+		"broken": uiWriteFile(t, dir, "broken.png", append(uiPNGHeader(300, 300), "IDATgarbage"...)),
+	}
+	c := startServer(t, "-image-max-edge", "200")
+	c.initialize("2025-11-25")
+	cases := []struct {
+		name, mime string
+		w, h       int
+	}{{"board", "image/jpeg", 200, 100}, {"alpha", "image/png", 200, 100}, {"photo", "image/jpeg", 200, 67}, {"gif", "image/jpeg", 200, 80}}
+	for _, tc := range cases {
+		res := c.callTool("ReadImage", map[string]any{"file_path": paths[tc.name]})
+		if isError(res) {
+			t.Fatalf("%s: %s", tc.name, resultText(res))
+		}
+		data, mime := uiImage(t, res)
+		img, _, err := image.Decode(bytes.NewReader(data))
+		if err != nil || mime != tc.mime {
+			t.Fatalf("%s: %s, %v", tc.name, mime, err)
+		}
+		if b := img.Bounds(); b.Dx() != tc.w || b.Dy() != tc.h {
+			t.Errorf("%s: scaled to %v, want %d×%d", tc.name, b, tc.w, tc.h)
+		}
+		if !strings.Contains(resultText(res), fmt.Sprintf("scaled to %d×%d", tc.w, tc.h)) {
+			t.Errorf("%s: text %q", tc.name, resultText(res))
+		}
+		switch tc.name {
+		case "board":
+			for _, p := range [][2]int{{10, 10}, {100, 50}, {199, 99}} {
+				if g := color.GrayModel.Convert(img.At(p[0], p[1])).(color.Gray).Y; g < 100 || g > 155 {
+					t.Errorf("checkerboard pixel %v = %d, want mid grey (box filter)", p, g)
+				}
+			}
+		case "alpha":
+			left, right := color.NRGBAModel.Convert(img.At(2, 50)).(color.NRGBA), color.NRGBAModel.Convert(img.At(197, 50)).(color.NRGBA)
+			if left.A > 20 || right.A < 235 || right.R < 250 || right.G > 5 {
+				t.Errorf("alpha lost: left %v right %v", left, right)
+			}
+		}
+	}
+	for name, want := range map[string]string{
+		"wbig":   "WebP cannot be scaled without a decoder",
+		"bbig":   "BMP cannot be scaled without a decoder",
+		"bomb":   "refuses to decode more than 100 megapixels",
+		"broken": "cannot decode PNG image",
+	} {
+		res := c.callTool("ReadImage", map[string]any{"file_path": paths[name]})
+		if !isError(res) || !strings.Contains(resultText(res), want) {
+			t.Errorf("%s: want error %q, got %q", name, want, resultText(res))
+		}
+	}
+}
+
+func TestReadImageByteLimit(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	noisy := uiWriteFile(t, dir, "noise.png", uiEncode(t, uiNoise(300, 300), "png")) // about 270 KB, small in pixels
+	c := startServer(t, "-image-max-bytes", "30000")
+	c.initialize("2025-06-18")
+	res := c.callTool("ReadImage", map[string]any{"file_path": noisy})
+	if isError(res) {
+		t.Fatal(resultText(res))
+	}
+	data, mime := uiImage(t, res)
+	img, err := jpeg.Decode(bytes.NewReader(data))
+	if err != nil || mime != "image/jpeg" || len(data) > 30000 {
+		t.Fatalf("got %s, %d bytes, %v", mime, len(data), err)
+	}
+	if b := img.Bounds(); b.Dx() != b.Dy() || b.Dx() > 300 {
+		t.Errorf("aspect lost: %v", b)
+	}
+	if !strings.Contains(resultText(res), "to fit the limits (2000 px long edge, 30.0 KB)") {
+		t.Errorf("text %q", resultText(res))
+	}
+}
+
+func TestReadImageNotImages(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cases := map[string]string{
+		fifo:         "is a named pipe (fifo), not a regular file",
+		dir:          "is a directory, not a regular file",
+		"/dev/zero":  "is a device, not a regular file",
+		"nope.png":   "does not exist",
+		"notes.png":  `it looks like text (it starts "hello world")`,
+		"empty.png":  "it looks like an empty file",
+		"doc.png":    "it looks like a PDF document",
+		"a.zip":      "it looks like a ZIP archive",
+		"prog":       "it looks like an ELF executable",
+		"page.png":   "it looks like an HTML document",
+		"logo.svg":   "it looks like an SVG image",
+		"blob.bin":   "it looks like binary data of an unknown kind",
+		"photo.heic": "it looks like a HEIF or AVIF image",
+	}
+	uiWriteFile(t, dir, "notes.png", []byte("hello world\nsecond line\n"))
+	uiWriteFile(t, dir, "empty.png", nil)
+	uiWriteFile(t, dir, "doc.png", []byte("%PDF-1.7\n%\xe2\xe3\xcf\xd3\n"))
+	uiWriteFile(t, dir, "a.zip", []byte("PK\x03\x04\x14\x00\x00\x00"))
+	uiWriteFile(t, dir, "prog", []byte("\x7fELF\x02\x01\x01\x00"))
+	uiWriteFile(t, dir, "page.png", []byte("\n  <!DOCTYPE html><html><body>hi</body></html>"))
+	uiWriteFile(t, dir, "logo.svg", []byte(`<?xml version="1.0"?><svg xmlns="http://www.w3.org/2000/svg"/>`))
+	uiWriteFile(t, dir, "blob.bin", []byte{0x13, 0x00, 0xfe, 0x99, 0x01})
+	uiWriteFile(t, dir, "photo.heic", []byte("\x00\x00\x00\x18ftypheic\x00\x00\x00\x00"))
+	c := startServer(t)
+	c.initialize("2025-06-18")
+	c.callTool("Bash", map[string]any{"command": "cd " + dir})
+	for path, want := range cases {
+		res := c.callTool("ReadImage", map[string]any{"file_path": path})
+		if !isError(res) || !strings.Contains(resultText(res), want) {
+			t.Errorf("%s: want %q, got %q", path, want, resultText(res))
+		}
+	}
+}
+
+func TestReadImageRelativeToBashCd(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	sub := filepath.Join(dir, "shots")
+	os.Mkdir(sub, 0o755)
+	data := uiEncode(t, uiNoise(10, 5), "png")
+	uiWriteFile(t, sub, "a.png", data)
+	c := startServer(t)
+	c.initialize("2025-06-18")
+	if res := c.callTool("Bash", map[string]any{"command": "cd " + dir + " && cd shots"}); isError(res) {
+		t.Fatal(resultText(res))
+	}
+	res := c.callTool("ReadImage", map[string]any{"file_path": "a.png"})
+	if isError(res) {
+		t.Fatal(resultText(res))
+	}
+	if got, _ := uiImage(t, res); !bytes.Equal(got, data) || !strings.Contains(resultText(res), filepath.Join(sub, "a.png")) {
+		t.Errorf("relative path: %q", resultText(res))
+	}
+}
+
+// --- AskUserQuestion ---
+
+const uiQuestions = `{"questions":[{"text":"Which database?","options":["PostgreSQL","SQLite"]}]}`
+
+const uiClaudeQuestions = `[{"question":"Which database?","header":"DB","options":[{"label":"PostgreSQL","description":"a server"},{"label":"SQLite","description":"one file"}],"multiSelect":false},
+	{"question":"Which extras?","header":"Extras","options":[{"label":"Redis"},{"label":"Kafka"},{"label":"S3"}],"multiSelect":true}]`
+
+// uiInitialize initializes with the given client capabilities.
+func uiInitialize(c *testClient, version string, caps map[string]any) {
+	c.t.Helper()
+	resp := c.request("initialize", map[string]any{"protocolVersion": version, "capabilities": caps,
+		"clientInfo": map[string]any{"name": "ui-test", "version": "1"}})
+	if resp["result"] == nil {
+		c.t.Fatalf("initialize: %v", resp)
+	}
+	c.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+}
+
+// uiStartCall sends a tools/call without waiting and returns its id.
+func uiStartCall(c *testClient, name string, args any) float64 {
+	c.t.Helper()
+	c.nextID++
+	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": c.nextID, "method": "tools/call", "params": map[string]any{"name": name, "arguments": args}})
+	c.send(string(b))
+	return float64(c.nextID)
+}
+
+// uiNextRequest reads until telson sends a message with method, which it returns.
+func uiNextRequest(c *testClient, method string) map[string]any {
+	c.t.Helper()
+	for {
+		line := c.recvRaw()
+		var m map[string]any
+		if err := json.Unmarshal(line, &m); err != nil {
+			c.t.Fatalf("%v: %s", err, line)
+		}
+		if m["method"] == method {
+			m["_line"] = string(line)
+			return m
+		}
+		if _, isNote := m["method"]; !isNote {
+			c.t.Fatalf("waiting for %s, got %v", method, m)
+		}
+	}
+}
+
+// uiReply answers a server request with result.
+func uiReply(c *testClient, id any, result any) {
+	c.t.Helper()
+	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "result": result})
+	c.send(string(b))
+}
+
+func uiResult(t *testing.T, resp map[string]any) map[string]any {
+	t.Helper()
+	res, ok := resp["result"].(map[string]any)
+	if !ok {
+		t.Fatalf("no result: %v", resp)
+	}
+	return res
+}
+
+func TestAskUserQuestionElicitation(t *testing.T) {
+	t.Parallel()
+	c := startServer(t)
+	uiInitialize(c, "2025-11-25", map[string]any{"elicitation": map[string]any{}})
+	id := uiStartCall(c, "AskUserQuestion", map[string]any{"questions_json": uiClaudeQuestions})
+	req := uiNextRequest(c, "elicitation/create")
+	p := req["params"].(map[string]any)
+	if p["mode"] != "form" || !strings.Contains(p["message"].(string), "Which database?\nWhich extras?") {
+		t.Errorf("params: %v", p)
+	}
+	schema := req["_line"].(string) // as sent: the properties' order is the form's order
+	for _, want := range []string{
+		`"properties":{"q1":{"description":"DB","oneOf":[{"const":"PostgreSQL","title":"PostgreSQL — a server"},{"const":"SQLite","title":"SQLite — one file"}],"title":"Which database?","type":"string"},"q2":{"description":"Extras","items":{"anyOf":[{"const":"Redis","title":"Redis"}`,
+		`"minItems":1,"title":"Which extras?","type":"array"},"note":{`, `"required":["q1","q2"]`,
+	} {
+		if !strings.Contains(string(schema), want) {
+			t.Errorf("schema %s\nlacks %s", schema, want)
+		}
+	}
+	// The read loop stays free while the question waits: a ping is answered.
+	if resp := c.request("ping", nil); resp["result"] == nil {
+		t.Fatalf("ping: %v", resp)
+	}
+	uiReply(c, req["id"], map[string]any{"action": "accept", "content": map[string]any{"q1": "SQLite", "q2": []string{"Redis", "S3"}, "note": " keep it small "}})
+	res := uiResult(t, c.waitResponse(id))
+	want := `User has answered your questions: "Which database?"="SQLite", "Which extras?"="Redis, S3". The user added: "keep it small". You can now continue with the user's answers in mind.`
+	if isError(res) || resultText(res) != want {
+		t.Errorf("got %q", resultText(res))
+	}
+	sc, _ := json.Marshal(res["structuredContent"])
+	if string(sc) != `{"answers":[{"question":"Which database?","selected":"SQLite"},{"question":"Which extras?","selected":["Redis","S3"]}],"note":"keep it small","status":"answered"}` {
+		t.Errorf("structured: %s", sc)
+	}
+}
+
+func TestAskUserQuestionLegacyForm(t *testing.T) {
+	t.Parallel()
+	c := startServer(t)
+	uiInitialize(c, "2025-06-18", map[string]any{"elicitation": map[string]any{}})
+	id := uiStartCall(c, "AskUserQuestion", map[string]any{"questions_json": uiClaudeQuestions})
+	req := uiNextRequest(c, "elicitation/create")
+	p := req["params"].(map[string]any)
+	schema, _ := json.Marshal(p["requestedSchema"])
+	if _, hasMode := p["mode"]; hasMode || !strings.Contains(string(schema), `"enum":["PostgreSQL","SQLite"],"enumNames":["PostgreSQL — a server","SQLite — one file"]`) ||
+		!strings.Contains(string(schema), `"q2_a":{"default":false,"title":"Which extras?: Redis","type":"boolean"},"q2_b"`) {
+		t.Errorf("2025-06-18 form: %v %s", p["mode"], schema)
+	}
+	uiReply(c, req["id"], map[string]any{"action": "accept", "content": map[string]any{"q1": "PostgreSQL", "q2_a": false, "q2_b": true, "q2_c": true}})
+	res := uiResult(t, c.waitResponse(id))
+	if !strings.Contains(resultText(res), `"Which database?"="PostgreSQL", "Which extras?"="Kafka, S3". You can`) {
+		t.Errorf("got %q", resultText(res))
+	}
+	// Without checkboxes ticked, the answer says so rather than being empty.
+	id = uiStartCall(c, "AskUserQuestion", map[string]any{"questions_json": uiClaudeQuestions})
+	req = uiNextRequest(c, "elicitation/create")
+	uiReply(c, req["id"], map[string]any{"action": "accept", "content": map[string]any{}})
+	res = uiResult(t, c.waitResponse(id))
+	if !strings.Contains(resultText(res), `"Which database?"="(no answer)", "Which extras?"="(none selected)"`) {
+		t.Errorf("got %q", resultText(res))
+	}
+}
+
+func TestAskUserQuestionDeclineCancel(t *testing.T) {
+	t.Parallel()
+	c := startServer(t)
+	uiInitialize(c, "2025-11-25", map[string]any{"elicitation": map[string]any{"form": map[string]any{}}})
+	for action, want := range map[string]string{"decline": "declined", "cancel": "dismissed"} {
+		id := uiStartCall(c, "AskUserQuestion", map[string]any{"questions_json": uiQuestions})
+		req := uiNextRequest(c, "elicitation/create")
+		uiReply(c, req["id"], map[string]any{"action": action})
+		res := uiResult(t, c.waitResponse(id))
+		if isError(res) || !strings.HasPrefix(resultText(res), "User "+want+" the questions without answering.") {
+			t.Errorf("%s: %q", action, resultText(res))
+		}
+		if sc, _ := json.Marshal(res["structuredContent"]); string(sc) != `{"answers":[],"status":"`+want+`"}` {
+			t.Errorf("%s: structured %s", action, sc)
+		}
+	}
+}
+
+func TestAskUserQuestionMismatchedIDAndErrors(t *testing.T) {
+	t.Parallel()
+	c := startServer(t)
+	uiInitialize(c, "2025-11-25", map[string]any{"elicitation": map[string]any{}})
+	id := uiStartCall(c, "AskUserQuestion", map[string]any{"questions_json": uiQuestions})
+	req := uiNextRequest(c, "elicitation/create")
+	uiReply(c, "telson-999", map[string]any{"action": "accept", "content": map[string]any{"q1": "SQLite"}})
+	uiReply(c, 424242, map[string]any{"action": "decline"})
+	if resp := c.request("ping", nil); resp["result"] == nil { // the stray replies changed nothing
+		t.Fatalf("ping: %v", resp)
+	}
+	uiReply(c, req["id"], map[string]any{"action": "accept", "content": map[string]any{"q1": "PostgreSQL"}})
+	if res := uiResult(t, c.waitResponse(id)); !strings.Contains(resultText(res), `"Which database?"="PostgreSQL"`) {
+		t.Errorf("got %q", resultText(res))
+	}
+	// The client answers with an error: the questions come back for the chat.
+	id = uiStartCall(c, "AskUserQuestion", map[string]any{"questions_json": uiQuestions})
+	req = uiNextRequest(c, "elicitation/create")
+	c.send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%q,"error":{"code":-32602,"message":"form mode not supported"}}`, req["id"]))
+	res := uiResult(t, c.waitResponse(id))
+	if !isError(res) || !strings.Contains(resultText(res), "could not show the questions") || !strings.Contains(resultText(res), "form mode not supported") ||
+		!strings.Contains(resultText(res), "1. Which database?\n   - PostgreSQL\n   - SQLite") {
+		t.Errorf("got %q", resultText(res))
+	}
+	// An answer that is no elicitation result, and an unknown action.
+	for _, bad := range []any{"yes", map[string]any{"action": "maybe"}} {
+		id = uiStartCall(c, "AskUserQuestion", map[string]any{"questions_json": uiQuestions})
+		req = uiNextRequest(c, "elicitation/create")
+		uiReply(c, req["id"], bad)
+		if res := uiResult(t, c.waitResponse(id)); !isError(res) {
+			t.Errorf("%v: got %q", bad, resultText(res))
+		}
+	}
+}
+
+func TestAskUserQuestionTimeoutAndCancel(t *testing.T) {
+	t.Parallel()
+	c := startServer(t, "-ask-timeout-ms", "300")
+	uiInitialize(c, "2025-11-25", map[string]any{"elicitation": map[string]any{}})
+	id := uiStartCall(c, "AskUserQuestion", map[string]any{"questions_json": uiQuestions})
+	req := uiNextRequest(c, "elicitation/create")
+	cancel := uiNextRequest(c, "notifications/cancelled") // never answered: telson withdraws the request
+	if cancel["params"].(map[string]any)["requestId"] != req["id"] {
+		t.Errorf("cancelled %v, want %v", cancel, req["id"])
+	}
+	res := uiResult(t, c.waitResponse(id))
+	if !isError(res) || !strings.Contains(resultText(res), "did not answer within 300ms") || !strings.Contains(resultText(res), "1. Which database?") {
+		t.Errorf("got %q", resultText(res))
+	}
+	uiReply(c, req["id"], map[string]any{"action": "accept", "content": map[string]any{"q1": "SQLite"}}) // too late: ignored
+	if resp := c.request("ping", nil); resp["result"] == nil {
+		t.Fatalf("ping after late answer: %v", resp)
+	}
+
+	// Cancelling the tool call cancels the question.
+	c2 := startServer(t)
+	uiInitialize(c2, "2025-11-25", map[string]any{"elicitation": map[string]any{}})
+	id = uiStartCall(c2, "AskUserQuestion", map[string]any{"questions_json": uiQuestions})
+	req = uiNextRequest(c2, "elicitation/create")
+	c2.send(fmt.Sprintf(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":%v}}`, id))
+	cancel = uiNextRequest(c2, "notifications/cancelled")
+	if cancel["params"].(map[string]any)["requestId"] != req["id"] {
+		t.Errorf("cancelled %v, want %v", cancel, req["id"])
+	}
+	if resp := c2.request("ping", nil); resp["result"] == nil { // and no reply to the cancelled call came first
+		t.Fatalf("ping: %v", resp)
+	}
+}
+
+// uiModernCall is a 2026-07-28 tools/call with extra params.
+func uiModernCall(c *testClient, caps map[string]any, args any, extra map[string]any) map[string]any {
+	c.t.Helper()
+	p := map[string]any{"name": "AskUserQuestion", "arguments": args, "_meta": map[string]any{
+		"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": caps}}
+	for k, v := range extra {
+		p[k] = v
+	}
+	return uiResult(c.t, c.request("tools/call", p))
+}
+
+func TestAskUserQuestionModernRoundTrip(t *testing.T) {
+	t.Parallel()
+	c := startServer(t)
+	elicit := map[string]any{"elicitation": map[string]any{}}
+	args := map[string]any{"questions_json": uiQuestions}
+	first := uiModernCall(c, elicit, args, nil)
+	state, _ := first["requestState"].(string)
+	ask, _ := first["inputRequests"].(map[string]any)["ask"].(map[string]any)
+	if first["resultType"] != "input_required" || state == "" || ask["method"] != "elicitation/create" || first["content"] != nil {
+		t.Fatalf("first: %v", first)
+	}
+	if p := ask["params"].(map[string]any); p["mode"] != "form" || p["requestedSchema"] == nil {
+		t.Errorf("params: %v", p)
+	}
+	answer := map[string]any{"ask": map[string]any{"action": "accept", "content": map[string]any{"q1": "PostgreSQL"}}}
+	res := uiModernCall(c, elicit, args, map[string]any{"inputResponses": answer, "requestState": state})
+	if res["resultType"] != "complete" || isError(res) || resultText(res) != `User has answered your questions: "Which database?"="PostgreSQL". You can now continue with the user's answers in mind.` {
+		t.Errorf("retry: %v", res)
+	}
+	// Retried without an answer: asked again.
+	if again := uiModernCall(c, elicit, args, map[string]any{"inputResponses": map[string]any{}, "requestState": state}); again["resultType"] != "input_required" {
+		t.Errorf("no answer: %v", again)
+	}
+	declined := uiModernCall(c, elicit, args, map[string]any{"inputResponses": map[string]any{"ask": map[string]any{"action": "decline"}}, "requestState": state})
+	if !strings.HasPrefix(resultText(declined), "User declined") {
+		t.Errorf("decline: %v", declined)
+	}
+	// Forged, foreign or missing state is refused.
+	exp, _, _ := strings.Cut(state, ".")
+	other := map[string]any{"questions_json": `[{"text":"Deploy now?","options":["yes","no"]}]`}
+	for name, tc := range map[string]struct {
+		args  any
+		extra map[string]any
+	}{
+		"forged":   {args, map[string]any{"inputResponses": answer, "requestState": exp + ".AAAA"}},
+		"later":    {args, map[string]any{"inputResponses": answer, "requestState": "9" + state}},
+		"foreign":  {other, map[string]any{"inputResponses": answer, "requestState": state}},
+		"no state": {args, map[string]any{"inputResponses": answer}},
+	} {
+		res := uiModernCall(c, elicit, tc.args, tc.extra)
+		if !isError(res) || res["resultType"] != "complete" || !strings.Contains(resultText(res), "requestState") {
+			t.Errorf("%s: %v", name, res)
+		}
+	}
+	// A client without elicitation gets the questions for the chat.
+	if res := uiModernCall(c, map[string]any{}, args, nil); !isError(res) || !strings.Contains(resultText(res), "cannot show questions") {
+		t.Errorf("no elicitation: %v", res)
+	}
+}
+
+// TestAskUserQuestionStateExpiry signs a state that lapsed a minute ago
+// with the server's own key: it verifies, and is refused as too late.
+func TestAskUserQuestionStateExpiry(t *testing.T) {
+	t.Parallel()
+	srv := newServer(loadConfig(nil), io.Discard)
+	defer srv.close()
+	past := time.Now().Add(-time.Minute).Unix()
+	params, _ := json.Marshal(map[string]any{"requestState": fmt.Sprintf("%d.%s", past, askStateMAC(srv.stateKey, past, uiQuestions)),
+		"inputResponses": map[string]any{"ask": map[string]any{"action": "accept", "content": map[string]any{"q1": "SQLite"}}}})
+	r := &rpcRequest{s: newSession(srv, io.Discard), params: params, version: versionModern, modern: true}
+	qs, _ := parseQuestions(uiQuestions)
+	res := askRoundTrip(&toolCall{s: r.s, req: r}, qs, uiQuestions, time.Minute)
+	if !res.isError || !strings.Contains(res.content[0].Text, "the answer came after the 1m0s limit") {
+		t.Errorf("got %+v", res)
+	}
+}
+
+func TestAskUserQuestionValidation(t *testing.T) {
+	t.Parallel()
+	c := startServer(t)
+	uiInitialize(c, "2025-11-25", map[string]any{"elicitation": map[string]any{}})
+	opts := `["a","b"]`
+	q := func(s string) string { return `{"text":"` + s + `","options":` + opts + `}` }
+	eleven := `["1","2","3","4","5","6","7","8","9","10","11"]`
+	for input, want := range map[string]string{
+		"{\"questions\": [\n  {\"text\": \"x\" \"options\": []}]}": `invalid character '"' after object key:value pair at line 2, column 16 (byte 32)`,
+		`{"questions":[`:   "unexpected end of JSON input at line 1, column 14 (byte 14)",
+		`"[{\"text\": }]"`: "not valid JSON: invalid character '}' looking for beginning of value at line 1, column 11",
+		`{"qs":[]}`:        "0 questions; ask 1 to 4 at a time",
+		`42`:               "a value must be an object, not a number",
+		`[]`:               "0 questions; ask 1 to 4 at a time",
+		`[` + strings.Repeat(q("x")+",", 4) + q("y") + `]`: "5 questions; ask 1 to 4 at a time",
+		`["Which?"]`:                                             "a value must be an object, not a string",
+		`[{"options":["a","b"]}]`:                                `questions[0] has no "question" (or "text")`,
+		`[{"question":"  ","options":["a","b"]}]`:                `questions[0] has no "question" (or "text")`,
+		`[` + q("x") + `,` + q("x") + `]`:                        `questions[1] repeats the question "x"`,
+		`[{"text":"x","options":["a","b"],"multiSelect":"yes"}]`: "multiSelect must be true or false, not a string",
+		`[{"text":"x"}]`:                                         "questions[0] has 0 options; give 2 to 10",
+		`{"questions":[{"text":"x","options":"a,b"}]}`:           "questions.options must be an array, not a string",
+		`[{"text":"x","options":["a"]}]`:                         "questions[0] has 1 options; give 2 to 10",
+		`[{"text":"x","options":` + eleven + `}]`:                "questions[0] has 11 options; give 2 to 10",
+		`[{"text":"x","options":["a",3]}]`:                       `an option must be a string or {"label":"...","description":"..."}, got 3`,
+		`[{"text":"x","options":["a",{"description":"d"}]}]`:     "questions[0].options[1] has no label",
+		`[{"text":"x","options":["a"," a "]}]`:                   `questions[0] lists the option "a" twice`,
+	} {
+		res := c.callTool("AskUserQuestion", map[string]any{"questions_json": input})
+		if !isError(res) || !strings.Contains(resultText(res), want) {
+			t.Errorf("%s:\n want %q\n got  %q", input, want, resultText(res))
+		}
+	}
+	for _, args := range []map[string]any{{}, {"questions_json": ""}, {"questions_json": 5}, {"questions_json": strings.Repeat(" ", 100001)}} {
+		if res := c.callTool("AskUserQuestion", args); !isError(res) {
+			t.Errorf("%v: accepted", args)
+		}
+	}
+	if len(c.notes) != 0 {
+		t.Errorf("invalid input reached the client: %v", c.notes)
+	}
+}
+
+func TestAskUserQuestionNoElicitation(t *testing.T) {
+	t.Parallel()
+	c := startServer(t)
+	c.initialize("2025-06-18")
+	// The JSON may be encoded twice, and the short shape works.
+	res := c.callTool("AskUserQuestion", map[string]any{"questions_json": fmt.Sprintf("%q", uiClaudeQuestions)})
+	want := `AskUserQuestion: this client cannot show questions to the user (it did not declare form elicitation). Ask the user these questions in chat yourself and wait for the reply:
+
+1. Which database?
+   - PostgreSQL: a server
+   - SQLite: one file
+2. Which extras? (several may be chosen)
+   - Redis
+   - Kafka
+   - S3`
+	if !isError(res) || resultText(res) != want || res["structuredContent"] != nil {
+		t.Errorf("got %q", resultText(res))
+	}
+	// Elicitation declared in a version without it, or URL mode only: no form either.
+	for _, tc := range []struct {
+		v    string
+		caps map[string]any
+	}{{"2025-03-26", map[string]any{"elicitation": map[string]any{}}}, {"2025-11-25", map[string]any{"elicitation": map[string]any{"url": map[string]any{}}}}} {
+		c := startServer(t)
+		uiInitialize(c, tc.v, tc.caps)
+		if res := c.callTool("AskUserQuestion", map[string]any{"questions_json": uiQuestions}); !isError(res) || !strings.Contains(resultText(res), "cannot show questions") {
+			t.Errorf("%s %v: %q", tc.v, tc.caps, resultText(res))
+		}
+	}
+}
+
+func TestAskUserQuestionTerminalDialogue(t *testing.T) {
+	t.Parallel()
+	qs, err := parseQuestions(uiClaudeQuestions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	raw, err := ttyDialogue(bufio.NewReader(strings.NewReader("2\n1, 3\n")), &out, qs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := askAnswer(qs, raw).content[0].Text; !strings.Contains(got, `"Which database?"="SQLite", "Which extras?"="Redis, S3"`) {
+		t.Errorf("got %q", got)
+	}
+	if !strings.Contains(out.String(), "   1) PostgreSQL — a server\n") || !strings.Contains(out.String(), "numbers separated by commas") {
+		t.Errorf("terminal shows %q", out.String())
+	}
+	raw, _ = ttyDialogue(bufio.NewReader(strings.NewReader("MySQL, really\n7")), &out, qs)
+	if got := askAnswer(qs, raw).content[0].Text; !strings.Contains(got, `"Which database?"="MySQL, really", "Which extras?"="7"`) {
+		t.Errorf("typed answers: %q", got)
+	}
+	raw, _ = ttyDialogue(bufio.NewReader(strings.NewReader("1, 2\n2,9\n")), &out, qs) // two picks for one choice: taken as text
+	if got := askAnswer(qs, raw).content[0].Text; !strings.Contains(got, `"Which database?"="1, 2", "Which extras?"="2,9"`) {
+		t.Errorf("typed answers: %q", got)
+	}
+	if _, err := ttyDialogue(bufio.NewReader(iotest.TimeoutReader(strings.NewReader("Postgr"))), &out, qs); err != iotest.ErrTimeout {
+		t.Errorf("a half-typed answer at the timeout: %v", err)
+	}
+	for _, in := range []string{"\n", "", "1\n", "1\n\n"} { // an empty line or the end of input dismisses
+		raw, err := ttyDialogue(bufio.NewReader(strings.NewReader(in)), &out, qs)
+		if got := askAnswer(qs, raw).content[0].Text; err != nil || !strings.HasPrefix(got, "User dismissed") {
+			t.Errorf("%q: %v %q", in, err, got)
+		}
+	}
+}
+
+// TestAskUserQuestionTerminal runs telson under script(1), which gives it a
+// terminal of its own, so ASK_TTY asks there.
+func TestAskUserQuestionTerminal(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("script"); err != nil {
+		t.Skip("script(1) is not installed")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), watchdog)
+	defer cancel()
+	args := shellQuote(`{"questions_json":"[{\"text\":\"Which db?\",\"options\":[\"PostgreSQL\",\"SQLite\"]}]"}`)
+	cmd := exec.CommandContext(ctx, "script", "-qc", shellQuote(os.Args[0])+" -ask-tty on call AskUserQuestion "+args, "/dev/null")
+	cmd.Env = append(os.Environ(), "TELSON_RUN_MAIN=1")
+	cmd.Stdin = strings.NewReader("2\n")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "1) PostgreSQL") || !strings.Contains(string(out), `User has answered your questions: "Which db?"="SQLite".`) {
+		t.Errorf("%v: %s", err, out)
+	}
+}
+
+func TestReadImageListed(t *testing.T) {
+	c := startServer(t, "-image-max-edge", "1234", "-image-max-bytes", "99999999")
+	c.initialize("2025-06-18")
+	tools := uiResult(t, c.request("tools/list", nil))["tools"].([]any)
+	found := 0
+	for _, x := range tools {
+		m := x.(map[string]any)
+		switch m["name"] {
+		case "ReadImage":
+			found++
+			if !strings.Contains(m["description"].(string), "larger than 1234 px on the long edge or 6.0 MB") { // the byte limit is capped
+				t.Errorf("description: %s", m["description"])
+			}
+		case "AskUserQuestion":
+			found++
+			if m["outputSchema"] == nil {
+				t.Error("AskUserQuestion has no outputSchema")
+			}
+		}
+	}
+	if found != 2 {
+		t.Errorf("found %d of the 2 tools", found)
+	}
+}
+
+// BenchmarkUIShrinkPhoto times ReadImage's scaling of a 4000×3000 photo to
+// 2000×1500 JPEG; BenchmarkUIDecodePhoto, decoding that photo, is the
+// baseline to compare it with.
+func BenchmarkUIShrinkPhoto(b *testing.B) {
+	img, _ := jpeg.Decode(bytes.NewReader(uiBenchPhoto(b)))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, _, _, err := shrinkImage(context.Background(), img, 2000, 5000000); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkUIDecodePhoto(b *testing.B) {
+	data := uiBenchPhoto(b)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := jpeg.Decode(bytes.NewReader(data)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func uiBenchPhoto(b *testing.B) []byte {
+	img := image.NewRGBA(image.Rect(0, 0, 4000, 3000))
+	for y := 0; y < 3000; y++ {
+		for x := 0; x < 4000; x++ {
+			i := img.PixOffset(x, y)
+			img.Pix[i], img.Pix[i+1], img.Pix[i+2], img.Pix[i+3] = uint8(x/16), uint8(y/12), uint8((x^y)&0xff), 255
+		}
+	}
+	var buf bytes.Buffer
+	if err := jpeg.Encode(&buf, img, &jpeg.Options{Quality: 90}); err != nil {
+		b.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// ---- websearch ----
+
+// websearch_test.go tests WebSearch against engines served by httptest on
+// 127.0.0.1: every engine's request and parser with our own pages
+// (testdata/websearch), the real pages in ../shared/fixtures/search when
+// present, classification, back-off, timeouts, cancellation, merging and the
+// reply. Nothing here reaches the internet: every test names its engines.
+
+// searchNewServer builds a server whose configuration is kv (KEY, VALUE, ...).
+func searchNewServer(t testing.TB, kv ...string) *server {
+	t.Helper()
+	flags := map[string]string{"SEARCH_BACKOFF_MS": "0"}
+	for i := 0; i+1 < len(kv); i += 2 {
+		flags[kv[i]] = kv[i+1]
+	}
+	srv := newServer(loadConfig(flags), io.Discard)
+	t.Cleanup(srv.close)
+	return srv
+}
+
+// searchCall runs the WebSearch handler directly.
+func searchCall(ctx context.Context, srv *server, args map[string]any) toolResult {
+	b, _ := json.Marshal(args)
+	return runWebSearch(ctx, &toolCall{s: newSession(srv, io.Discard), req: &rpcRequest{}, args: b})
+}
+
+// searchServe starts an httptest server for h.
+func searchServe(t testing.TB, h http.HandlerFunc) *httptest.Server {
+	ts := httptest.NewServer(h)
+	t.Cleanup(ts.Close)
+	return ts
+}
+
+func searchReadFile(t testing.TB, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// searchFilePage serves file with status, gzipped when gz (as Stack Exchange does).
+func searchFilePage(t testing.TB, file string, status int, gz bool) http.HandlerFunc {
+	body := searchReadFile(t, file)
+	return func(w http.ResponseWriter, r *http.Request) {
+		if gz {
+			var buf bytes.Buffer
+			zw := gzip.NewWriter(&buf)
+			zw.Write(body)
+			zw.Close()
+			w.Header().Set("Content-Encoding", "gzip")
+			body = buf.Bytes()
+		}
+		w.WriteHeader(status)
+		w.Write(body)
+	}
+}
+
+// searchAsk asks one engine at base and returns its outcome.
+func searchAsk(t testing.TB, engine, base string, n int, kv ...string) searchOutcome {
+	t.Helper()
+	srv := searchNewServer(t, append(kv, "SEARCH_URL_"+strings.ToUpper(engine), base)...)
+	engines, err := searchSelect(srv.cfg, []string{engine})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv.search.search(context.Background(), srv.cfg, "golang", engines, n)[0]
+}
+
+var searchKeys = []string{"BRAVE_API_KEY", "bk", "TAVILY_API_KEY", "tk", "SERPER_API_KEY", "sk", "EXA_API_KEY", "ek",
+	"GOOGLE_API_KEY", "gk", "GOOGLE_CSE_ID", "cx1", "SEARXNG_URL", "http://127.0.0.1:1"}
+
+func TestWebSearchEngines(t *testing.T) {
+	t.Parallel()
+	type want struct {
+		n                   int
+		title, url, snippet string // of the first result; snippet: exact
+		url2                string // of the second result, when given
+	}
+	cases := []struct {
+		engine, file string
+		check        func(r *http.Request) string // "" when the request is right
+		want         want
+	}{
+		{"duckduckgo", "duckduckgo.html", func(r *http.Request) string {
+			if r.Method != "POST" || r.URL.Path != "/html/" || r.FormValue("q") != "golang" || r.FormValue("kl") != "wt-wt" {
+				return "want POST /html/ with q and kl"
+			}
+			if !strings.HasPrefix(r.UserAgent(), "Mozilla/5.0") || !strings.HasSuffix(r.Referer(), "/") || strings.Contains(r.Header.Get("Accept-Encoding"), "br") {
+				return "want a browser UA, a Referer and no brotli"
+			}
+			return ""
+		}, want{2, "The Go Programming Language", "https://go.dev/", "Go is an open source programming language & tools.", "https://pkg.go.dev/context"}},
+		{"brave", "brave.html", func(r *http.Request) string {
+			if r.URL.Path != "/search" || r.URL.Query().Get("q") != "golang" || r.URL.Query().Get("source") != "web" {
+				return "want GET /search?q=&source=web"
+			}
+			return ""
+		}, want{2, "The Go Programming Language", "https://go.dev/", "Go is an open source programming language that makes it simple to build secure, scalable systems.", "https://en.wikipedia.org/wiki/Go_(programming_language)"}},
+		{"mojeek", "mojeek.html", func(r *http.Request) string {
+			if r.URL.Path != "/search" || r.URL.Query().Get("q") != "golang" || r.URL.Query().Has("s") {
+				return "want GET /search?q= without s"
+			}
+			return ""
+		}, want{2, "The Go Programming Language", "https://go.dev/", "Go is an open source programming language supported by Google.", "https://gobyexample.com/"}},
+		{"bing", "bing.html", func(r *http.Request) string {
+			if r.URL.Path != "/search" || r.URL.Query().Get("q") != "golang" {
+				return "want GET /search?q="
+			}
+			return ""
+		}, want{2, "The Go Programming Language", "https://go.dev/", "Go is an open source programming language.", "https://en.wikipedia.org/wiki/Go_(programming_language)"}},
+		{"yahoo", "yahoo.html", func(r *http.Request) string {
+			if r.URL.Path != "/search" || r.URL.Query().Get("p") != "golang" {
+				return "want GET /search?p="
+			}
+			return ""
+		}, want{2, "The Go Programming Language", "https://go.dev/", "Go is an open source programming language that makes it simple to build secure, scalable systems.", "https://go.dev/doc/effective_go"}},
+		{"wikipedia", "wikipedia.json", func(r *http.Request) string {
+			q := r.URL.Query()
+			if r.URL.Path != "/w/api.php" || q.Get("srsearch") != "golang" || q.Get("list") != "search" || !strings.HasPrefix(r.UserAgent(), "telson/") {
+				return "want /w/api.php?list=search&srsearch= from a telson UA"
+			}
+			return ""
+		}, want{2, "Go (programming language)", "/wiki/Go_(programming_language)", "Go is a high-level general purpose programming language & more", ""}},
+		{"hackernews", "hackernews.json", func(r *http.Request) string {
+			if r.URL.Path != "/api/v1/search" || r.URL.Query().Get("query") != "golang" || r.URL.Query().Get("tags") != "story" {
+				return "want /api/v1/search?query=&tags=story"
+			}
+			return ""
+		}, want{2, "Go 1.0 released", "https://go.dev/blog/go1", "512 points, 170 comments: https://news.ycombinator.com/item?id=8602", "https://news.ycombinator.com/item?id=9001"}},
+		{"stackoverflow", "stackoverflow.json", func(r *http.Request) string {
+			if r.URL.Path != "/2.3/search/advanced" || r.URL.Query().Get("q") != "golang" || r.URL.Query().Get("site") != "stackoverflow" {
+				return "want /2.3/search/advanced?q=&site=stackoverflow"
+			}
+			return ""
+		}, want{2, `How to cancel a goroutine "nicely"?`, "https://stackoverflow.com/questions/1/how-to-cancel-a-goroutine", "3 answers, score 42; tags: go, concurrency", ""}},
+		{"github", "github.json", func(r *http.Request) string {
+			if r.URL.Path != "/search/repositories" || r.URL.Query().Get("q") != "golang" || r.Header.Get("Accept") != "application/vnd.github+json" || !strings.HasPrefix(r.UserAgent(), "telson/") {
+				return "want /search/repositories?q= with the GitHub Accept and a telson UA"
+			}
+			return ""
+		}, want{2, "golang/go", "https://github.com/golang/go", "The Go programming language (120000 stars, Go)", "https://github.com/avelino/awesome-go"}},
+		{"arxiv", "arxiv.xml", func(r *http.Request) string {
+			if r.URL.Path != "/api/query" || r.URL.Query().Get("search_query") != "all:golang" {
+				return "want /api/query?search_query=all:golang"
+			}
+			return ""
+		}, want{2, "Understanding Real-World Concurrency Bugs in Go", "https://arxiv.org/abs/2101.00001v1", "Go is a statically-typed programming language that aims to provide a simple, efficient, and safe way to build multi-threaded software.", "https://arxiv.org/abs/2202.00002v2"}},
+		{"braveapi", "braveapi.json", func(r *http.Request) string {
+			if r.URL.Path != "/res/v1/web/search" || r.Header.Get("X-Subscription-Token") != "bk" {
+				return "want /res/v1/web/search with X-Subscription-Token"
+			}
+			return ""
+		}, want{1, "The Go Programming Language", "https://go.dev/", "Go is an open source programming language.", ""}},
+		{"tavily", "tavily.json", func(r *http.Request) string {
+			var body map[string]any
+			json.NewDecoder(r.Body).Decode(&body)
+			if r.Method != "POST" || r.URL.Path != "/search" || r.Header.Get("Authorization") != "Bearer tk" || body["query"] != "golang" {
+				return "want POST /search {query} with a bearer key"
+			}
+			return ""
+		}, want{1, "The Go Programming Language", "https://go.dev/", "Go is an open source programming language.", ""}},
+		{"serper", "serper.json", func(r *http.Request) string {
+			if r.Method != "POST" || r.Header.Get("X-API-KEY") != "sk" {
+				return "want POST with X-API-KEY"
+			}
+			return ""
+		}, want{1, "The Go Programming Language", "https://go.dev/", "Go is an open source programming language.", ""}},
+		{"exa", "exa.json", func(r *http.Request) string {
+			if r.Method != "POST" || r.Header.Get("x-api-key") != "ek" {
+				return "want POST with x-api-key"
+			}
+			return ""
+		}, want{1, "The Go Programming Language", "https://go.dev/", "Go is an open source programming language. … Build simple, secure, scalable systems.", ""}},
+		{"google", "google.json", func(r *http.Request) string {
+			if q := r.URL.Query(); r.URL.Path != "/customsearch/v1" || q.Get("key") != "gk" || q.Get("cx") != "cx1" {
+				return "want /customsearch/v1 with key and cx"
+			}
+			return ""
+		}, want{1, "The Go Programming Language", "https://go.dev/", "Go is an open source programming language.", ""}},
+		{"searxng", "searxng.json", func(r *http.Request) string {
+			if r.URL.Path != "/search" || r.URL.Query().Get("format") != "json" {
+				return "want /search?format=json"
+			}
+			return ""
+		}, want{1, "The Go Programming Language", "https://go.dev/", "Go is an open source programming language.", ""}},
+	}
+	for _, tc := range cases {
+		tc := tc
+		t.Run(tc.engine, func(t *testing.T) {
+			t.Parallel()
+			var problem atomic.Value
+			page := searchFilePage(t, filepath.Join("testdata", "websearch", tc.file), 200, tc.engine == "stackoverflow")
+			ts := searchServe(t, func(w http.ResponseWriter, r *http.Request) {
+				if p := tc.check(r); p != "" {
+					problem.Store(p + "; got " + r.Method + " " + r.URL.String())
+				}
+				page(w, r)
+			})
+			o := searchAsk(t, tc.engine, ts.URL, 10, searchKeys...)
+			if p, _ := problem.Load().(string); p != "" {
+				t.Errorf("request: %s", p)
+			}
+			if o.Status != "ok" || o.Count != tc.want.n || len(o.hits) != tc.want.n {
+				t.Fatalf("got %s (%s) with %d results, want ok with %d: %+v", o.Status, o.Detail, len(o.hits), tc.want.n, o.hits)
+			}
+			h := o.hits[0]
+			if h.title != tc.want.title || !strings.HasSuffix(h.url, tc.want.url) || h.snippet != tc.want.snippet {
+				t.Errorf("first result:\n got %q %q %q\nwant %q %q %q", h.title, h.url, h.snippet, tc.want.title, tc.want.url, tc.want.snippet)
+			}
+			if tc.want.url2 != "" && o.hits[1].url != tc.want.url2 {
+				t.Errorf("second url: got %q, want %q", o.hits[1].url, tc.want.url2)
+			}
+		})
+	}
+}
+
+func TestWebSearchStartpageTwoSteps(t *testing.T) {
+	t.Parallel()
+	home := searchFilePage(t, "testdata/websearch/startpage_home.html", 200, false)
+	serp := searchFilePage(t, "testdata/websearch/startpage.html", 200, false)
+	var sc atomic.Value
+	ts := searchServe(t, func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.Method == "GET" && r.URL.Path == "/":
+			home(w, r)
+		case r.Method == "POST" && r.URL.Path == "/sp/search" && r.FormValue("query") == "golang":
+			sc.Store(r.FormValue("sc"))
+			serp(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+	o := searchAsk(t, "startpage", ts.URL, 10)
+	if o.Status != "ok" || len(o.hits) != 2 {
+		t.Fatalf("got %s (%s) %+v", o.Status, o.Detail, o.hits)
+	}
+	if got, _ := sc.Load().(string); got != "Xy12abCD34ef20" {
+		t.Errorf("sc posted: %q", got)
+	}
+	h := o.hits[0]
+	if h.title != "The Go Programming Language" || h.url != "https://go.dev/" || h.snippet != "Go is an open source programming language & more." {
+		t.Errorf("first: %+v", h)
+	}
+}
+
+// searchFixturesDir finds shared/fixtures/search above the working directory, or "".
+func searchFixturesDir() string {
+	dir, _ := os.Getwd()
+	for {
+		if fi, err := os.Stat(filepath.Join(dir, "shared", "fixtures", "search")); err == nil && fi.IsDir() {
+			return filepath.Join(dir, "shared", "fixtures", "search")
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return ""
+		}
+		dir = parent
+	}
+}
+
+// TestWebSearchRealPages parses the real engine pages in the shared fixtures,
+// with the expected values of their SOURCES.md.
+func TestWebSearchRealPages(t *testing.T) {
+	t.Parallel()
+	dir := searchFixturesDir()
+	if dir == "" {
+		t.Skip("no shared/fixtures/search above the working directory")
+	}
+	cases := []struct {
+		engine, file string
+		status       int
+		want         string // outcome status
+		n            int
+		first        [2]string // title, url
+		second       [2]string
+		snippet      string // prefix of the first snippet
+	}{
+		{"duckduckgo", "duckduckgo_html_2025_golang.html", 200, "ok", 10, [2]string{"The Go Programming Language", "https://go.dev/"},
+			[2]string{"Go (programming language) - Wikipedia", "https://en.wikipedia.org/wiki/Go_(programming_language)"}, "Go is an open source programming language"},
+		{"duckduckgo", "duckduckgo_html_2020_exit_vim.html", 200, "ok", 30, [2]string{"vi - How do I exit the Vim editor? - Stack Overflow", "https://stackoverflow.com/questions/11828270/how-do-i-exit-the-vim-editor"},
+			[2]string{}, ""},
+		{"duckduckgo", "duckduckgo_js_nojs_redirect_2020.html", 200, "blocked", 0, [2]string{}, [2]string{}, ""},
+		{"wikipedia", "wikipedia_api_list_search_2025.json", 200, "ok", 2, [2]string{"North America", "/wiki/North_America"},
+			[2]string{"United States", "/wiki/United_States"}, "North America is a continent"},
+		{"brave", "brave_html_2026_excerpt.html", 200, "ok", 1, [2]string{"GitHub - react/react: The library for web and native user interfaces. · GitHub", "https://github.com/react/react"},
+			[2]string{}, "The library for web and native user interfaces."},
+		{"brave", "brave_html_2023_full.html", 200, "ok", 19, [2]string{"What is a query? Explore database queries and more", "https://www.techtarget.com/searchdatamanagement/definition/query"},
+			[2]string{}, "Learn about database queries"},
+		{"yahoo", "yahoo_html_2026_excerpt.html", 200, "ok", 1, [2]string{"GitHub - react/react: The library for web and native user ...", "https://github.com/react/react"},
+			[2]string{}, "The library for web and native user interfaces."},
+		// SOURCES.md says 14 li.b_algo with very_good_result first; the page holds
+		// 10 li.b_algo (plus 5 div.b_algo inside answer cards, not results), and
+		// very_good_result is the second.
+		{"bing", "bing_html_2023_sr.html", 200, "ok", 10, [2]string{"322 Words and Phrases for Good Results - Power Thesaurus", "https://www.powerthesaurus.org/good_results/synonyms"},
+			[2]string{"", "https://www.powerthesaurus.org/very_good_result/synonyms"}, "Good Results synonyms"},
+		{"mojeek", "mojeek_403_blocked_2023.html", 403, "blocked", 0, [2]string{}, [2]string{}, ""},
+	}
+	for _, tc := range cases {
+		tc := tc
+		t.Run(tc.file, func(t *testing.T) {
+			t.Parallel()
+			ts := searchServe(t, searchFilePage(t, filepath.Join(dir, tc.file), tc.status, false))
+			o := searchAsk(t, tc.engine, ts.URL, 50)
+			if o.Status != tc.want || len(o.hits) != tc.n {
+				t.Fatalf("got %s (%s) with %d results, want %s with %d", o.Status, o.Detail, len(o.hits), tc.want, tc.n)
+			}
+			if tc.n == 0 {
+				return
+			}
+			h := o.hits[0]
+			if h.title != tc.first[0] || !strings.HasSuffix(h.url, tc.first[1]) || !strings.HasPrefix(h.snippet, tc.snippet) || strings.Contains(h.snippet, "<") {
+				t.Errorf("first: got %q %q %q", h.title, h.url, h.snippet)
+			}
+			if tc.second[1] != "" && (!strings.HasSuffix(o.hits[1].url, tc.second[1]) || tc.second[0] != "" && o.hits[1].title != tc.second[0]) {
+				t.Errorf("second: got %q %q", o.hits[1].title, o.hits[1].url)
+			}
+			for _, h := range o.hits {
+				if !strings.HasPrefix(h.url, "http") || strings.Contains(h.url, "duckduckgo.com/") || strings.Contains(h.url, "bing.com/") || h.title == "" {
+					t.Errorf("bad result %+v", h)
+				}
+			}
+		})
+	}
+}
+
+func TestWebSearchClassify(t *testing.T) {
+	t.Parallel()
+	page := func(status int, ctype, body string) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", ctype)
+			w.WriteHeader(status)
+			io.WriteString(w, body)
+		}
+	}
+	file := func(name string) string {
+		return string(searchReadFile(t, filepath.Join("testdata", "websearch", name)))
+	}
+	cases := []struct {
+		name, engine string
+		h            http.HandlerFunc
+		status       string
+		detail       string // substring
+	}{
+		{"ddg 202", "duckduckgo", page(202, "text/html", "<html><body></body></html>"), "rate-limited", "HTTP 202"},
+		{"429", "brave", page(429, "text/html", "Too Many Requests"), "rate-limited", "HTTP 429"},
+		{"403", "bing", page(403, "text/html", "<html>Forbidden</html>"), "blocked", "HTTP 403"},
+		{"500", "mojeek", page(500, "text/html", "oops"), "error", "HTTP 500"},
+		{"503 json", "wikipedia", page(503, "application/json", `{"error":{"code":"maxlag","info":"lagged"}}`), "error", "HTTP 503"},
+		{"ddg anomaly page", "duckduckgo", page(200, "text/html", file("duckduckgo_challenge.html")), "captcha", "challenge page"},
+		{"mojeek altcha", "mojeek", page(200, "text/html", file("mojeek_captcha.html")), "captcha", ""},
+		{"cloudflare 403", "brave", page(403, "text/html", `<html><script src="/cdn-cgi/challenge-platform/h/b/orchestrate/jsch/v1"></script></html>`), "captcha", ""},
+		{"redirect to captcha", "startpage", func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/" {
+				http.Redirect(w, r, "/sp/captcha?x=1", http.StatusFound)
+				return
+			}
+			io.WriteString(w, "<html>solve this</html>")
+		}, "captcha", "/sp/captcha"},
+		{"startpage without sc", "startpage", page(200, "text/html", "<html><form id=search></form></html>"), "blocked", "no sc token"},
+		{"consent wall", "yahoo", func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/search" {
+				http.Redirect(w, r, "/consent?sessionId=1", http.StatusFound)
+				return
+			}
+			io.WriteString(w, "<html><form>Accept all</form></html>")
+		}, "blocked", "consent page"},
+		{"truncated json", "wikipedia", page(200, "application/json", `{"query":{"search":[{"title":"Go","snippet":"x"`), "error", "unexpected end of JSON input"},
+		{"github rate limit", "github", page(403, "application/json", `{"message":"API rate limit exceeded for 192.0.2.1.","documentation_url":"https://docs.github.com"}`), "rate-limited", "API rate limit exceeded"},
+		{"stack exchange throttle", "stackoverflow", page(400, "application/json", `{"error_id":502,"error_name":"throttle_violation","error_message":"too many requests from this IP, more requests available in 60 seconds"}`), "rate-limited", "too many requests"},
+		{"stack exchange error 200", "stackoverflow", page(200, "application/json", `{"error_id":400,"error_name":"bad_parameter","error_message":"site is required"}`), "error", "site is required"},
+		{"bad key", "braveapi", page(401, "application/json", `{"type":"ErrorResponse","error":{"code":"SUBSCRIPTION_TOKEN_INVALID","detail":"The provided subscription token is invalid."}}`), "error", "HTTP 401: The provided subscription token is invalid."},
+		{"html instead of json", "hackernews", page(200, "text/html", `<!DOCTYPE html><html><head><title>Captcha</title></head></html>`), "captcha", ""},
+		{"no results", "duckduckgo", page(200, "text/html", file("duckduckgo_empty.html")), "empty", ""},
+		{"json no results", "github", page(200, "application/json", `{"total_count":0,"items":[]}`), "empty", ""},
+		{"bot words", "bing", page(200, "text/html", "<html><body>Our systems have detected unusual traffic from your network.</body></html>"), "blocked", "bot check"},
+		{"not a result page", "bing", page(200, "text/html", "<html><body>hello</body></html>"), "error", "unrecognised"},
+		{"only ads", "duckduckgo", page(200, "text/html", `<div id="links"><div class="result result--ad"><a class="result__a" href="https://duckduckgo.com/y.js?ad_domain=x.com">Ad</a></div></div>`), "empty", ""},
+	}
+	for _, tc := range cases {
+		tc := tc
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ts := searchServe(t, tc.h)
+			o := searchAsk(t, tc.engine, ts.URL, 10, searchKeys...)
+			if o.Status != tc.status || !strings.Contains(o.Detail, tc.detail) {
+				t.Errorf("got %q (%s), want %q (…%s…)", o.Status, o.Detail, tc.status, tc.detail)
+			}
+		})
+	}
+	t.Run("not configured", func(t *testing.T) {
+		srv := searchNewServer(t)
+		res := searchCall(context.Background(), srv, map[string]any{"query": "golang", "engines": []string{"tavily"}})
+		if !res.isError || !strings.Contains(res.content[0].Text, "tavily: error (not configured: set TAVILY_API_KEY)") {
+			t.Errorf("got %+v", res)
+		}
+	})
+}
+
+func TestWebSearchBackoff(t *testing.T) {
+	t.Parallel()
+	var hits atomic.Int32
+	ts := searchServe(t, func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		w.WriteHeader(http.StatusTooManyRequests)
+	})
+	wiki := searchServe(t, searchFilePage(t, "testdata/websearch/wikipedia.json", 200, false))
+	srv := searchNewServer(t, "SEARCH_URL_BRAVE", ts.URL, "SEARCH_URL_WIKIPEDIA", wiki.URL, "SEARCH_BACKOFF_MS", "600000", "SEARCH_ENGINES", "brave,wikipedia")
+	first := searchCall(context.Background(), srv, map[string]any{"query": "golang"})
+	if first.isError || !strings.Contains(first.content[0].Text, "- brave: rate-limited (HTTP 429)") {
+		t.Fatalf("first call: %+v", first)
+	}
+	second := searchCall(context.Background(), srv, map[string]any{"query": "golang again"})
+	if !strings.Contains(second.content[0].Text, "- brave: resting (rate-limited 0s ago)") || !strings.Contains(second.content[0].Text, "- wikipedia: ok (2 results)") {
+		t.Errorf("second call: %s", second.content[0].Text)
+	}
+	if n := hits.Load(); n != 1 {
+		t.Errorf("a resting engine was asked: %d requests", n)
+	}
+	// Stack Exchange's backoff field rests the engine even on success.
+	so := searchServe(t, func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		io.WriteString(w, `{"items":[{"title":"T","link":"https://stackoverflow.com/q/1","tags":[]}],"backoff":30}`)
+	})
+	srvSO := searchNewServer(t, "SEARCH_URL_STACKOVERFLOW", so.URL)
+	for i, want := range []string{"- stackoverflow: ok (1 results)", "- stackoverflow: resting (told to back off 0s ago)"} {
+		if res := searchCall(context.Background(), srvSO, map[string]any{"query": "go", "engines": []string{"stackoverflow"}}); !strings.Contains(res.content[0].Text, want) {
+			t.Errorf("call %d: %s", i, res.content[0].Text)
+		}
+	}
+	hits.Add(-1)
+	// Without back-off the engine is asked every time.
+	srv0 := searchNewServer(t, "SEARCH_URL_BRAVE", ts.URL, "SEARCH_BACKOFF_MS", "0")
+	for i := 0; i < 2; i++ {
+		searchCall(context.Background(), srv0, map[string]any{"query": "golang", "engines": []string{"brave"}})
+	}
+	if n := hits.Load(); n != 3 {
+		t.Errorf("with SEARCH_BACKOFF_MS=0: %d requests, want 3", n)
+	}
+}
+
+// TestWebSearchSlowEngine: a stalled engine costs its timeout, not the call.
+func TestWebSearchSlowEngine(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	var finished atomic.Bool
+	slow := searchServe(t, func(w http.ResponseWriter, r *http.Request) {
+		<-release // until the test ends, whatever the client does
+		finished.Store(true)
+	})
+	t.Cleanup(func() { close(release) }) // runs before slow.Close
+	wiki := searchServe(t, searchFilePage(t, "testdata/websearch/wikipedia.json", 200, false))
+	srv := searchNewServer(t, "SEARCH_URL_HACKERNEWS", slow.URL, "SEARCH_URL_WIKIPEDIA", wiki.URL, "SEARCH_TIMEOUT_MS", "300")
+	res := searchCall(context.Background(), srv, map[string]any{"query": "golang", "engines": []string{"hackernews", "wikipedia"}})
+	if finished.Load() {
+		t.Fatal("the slow handler finished before the call returned")
+	}
+	text := res.content[0].Text
+	if res.isError || !strings.Contains(text, "- hackernews: timed out (no answer within 300ms)") || !strings.Contains(text, "- wikipedia: ok (2 results)") {
+		t.Errorf("got %s", text)
+	}
+}
+
+// TestWebSearchCancel: cancelling the call stops every engine's request.
+func TestWebSearchCancel(t *testing.T) {
+	t.Parallel()
+	entered := make(chan struct{}, 2)
+	stopped := make(chan struct{}, 2)
+	h := func(w http.ResponseWriter, r *http.Request) {
+		entered <- struct{}{}
+		<-r.Context().Done()
+		stopped <- struct{}{}
+	}
+	a, b := searchServe(t, h), searchServe(t, h)
+	c := startServer(t, "-set", "SEARCH_URL_WIKIPEDIA="+a.URL, "-set", "search_url_github="+b.URL, "-set", "SEARCH_TIMEOUT_MS=60000")
+	c.initialize("2025-06-18")
+	c.send(`{"jsonrpc":"2.0","id":"s1","method":"tools/call","params":{"name":"WebSearch","arguments":{"query":"golang","engines":["wikipedia","github"]}}}`)
+	for i := 0; i < 2; i++ {
+		select {
+		case <-entered:
+		case <-time.After(watchdog):
+			t.Fatal("engines were not asked")
+		}
+	}
+	c.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"s1","reason":"test"}}`)
+	for i := 0; i < 2; i++ {
+		select {
+		case <-stopped:
+		case <-time.After(watchdog):
+			t.Fatal("an engine request outlived the cancelled call")
+		}
+	}
+}
+
+func TestWebSearchURLKey(t *testing.T) {
+	t.Parallel()
+	same := [][2]string{
+		{"http://www.Example.com:80/a/?utm_source=x&b=2&a=1#top", "https://example.com/a?a=1&b=2"},
+		{"https://example.com:443/", "https://example.com"},
+		{"https://example.com/p?fbclid=1&gclid=2&ref=hn", "https://example.com/p"},
+		{"https://en.wikipedia.org/wiki/Go_%28programming_language%29", "https://en.wikipedia.org/wiki/Go_(programming_language)"},
+	}
+	for _, p := range same {
+		if searchURLKey(p[0]) != searchURLKey(p[1]) {
+			t.Errorf("%s and %s differ: %s vs %s", p[0], p[1], searchURLKey(p[0]), searchURLKey(p[1]))
+		}
+	}
+	differ := [][2]string{{"https://example.com/a", "https://example.com/b"}, {"https://example.com/?q=1", "https://example.com/?q=2"}, {"https://example.com:8080/", "https://example.com/"}}
+	for _, p := range differ {
+		if searchURLKey(p[0]) == searchURLKey(p[1]) {
+			t.Errorf("%s and %s should differ", p[0], p[1])
+		}
+	}
+	unwrap := map[string]string{
+		"//duckduckgo.com/l/?uddg=https%3A%2F%2Fgo.dev%2F&rut=x":                              "https://go.dev/",
+		"https://www.bing.com/ck/a?!&&p=1&u=a1aHR0cHM6Ly9nby5kZXYv&ntb=1":                     "https://go.dev/",
+		"https://r.search.yahoo.com/_ylt=A;_ylu=B/RV=2/RU=https%3a%2f%2fgo.dev%2f/RK=2/RS=x-": "https://go.dev/",
+		"https://www.google.com/url?q=https://go.dev/&sa=U":                                   "https://go.dev/",
+		"https://go.dev/": "https://go.dev/",
+	}
+	for in, want := range unwrap {
+		if got := searchUnwrap(in); got != want {
+			t.Errorf("unwrap %s: got %s", in, got)
+		}
+	}
+	tidy := searchTidy([]searchHit{
+		{"  A\n title ", "https://x.org/a?utm_source=1&id=2#:~:text=foo", "<b>kept</b> as text"},
+		{"", "https://x.org/b#section", ""},
+		{"ad", "https://duckduckgo.com/y.js?ad_domain=x.org", ""},
+		{"relative", "/search?q=x", ""},
+		{"js", "javascript:void(0)", ""},
+	}, 10, false)
+	if len(tidy) != 2 || tidy[0].url != "https://x.org/a?id=2" || tidy[0].title != "A title" || tidy[0].snippet != "<b>kept</b> as text" ||
+		tidy[1].url != "https://x.org/b#section" || tidy[1].title != "x.org/b" {
+		t.Errorf("tidy: %+v", tidy)
+	}
+}
+
+func TestWebSearchMerge(t *testing.T) {
+	t.Parallel()
+	outs := []searchOutcome{
+		{Name: "duckduckgo", hits: []searchHit{
+			{"Example page ...", "http://www.Example.com:80/page/?utm_source=x#frag", "short"},
+			{"B", "https://b.org/", "b"},
+			{"C", "https://c.org/x", "c"},
+			{"Example again", "https://example.com/page", "same page twice in one list"},
+		}},
+		{Name: "bing", hits: []searchHit{
+			{"Example Page: the full title", "https://example.com/page", "a much longer snippet about the example page"},
+			{"C", "https://c.org/x?fbclid=1", "https://c.org/x"},
+		}},
+		{Name: "brave", hits: []searchHit{
+			{"D", "https://d.org/", "d"},
+			{"Example", "https://www.example.com/page/", "mid"},
+		}},
+		{Name: "wikipedia", Status: "rate-limited"},
+	}
+	got := searchMerge(outs, 10)
+	var order []string
+	for _, r := range got {
+		order = append(order, r.Title)
+	}
+	if strings.Join(order, "|") != "Example Page: the full title|C|D|B" {
+		t.Fatalf("order: %v", order)
+	}
+	ex := got[0]
+	if ex.URL != "https://example.com/page" || ex.Snippet != "a much longer snippet about the example page" ||
+		strings.Join(ex.Engines, ",") != "duckduckgo,bing,brave" {
+		t.Errorf("merged: %+v", ex)
+	}
+	if got[1].Snippet != "c" || strings.Join(got[1].Engines, ",") != "duckduckgo,bing" {
+		t.Errorf("a bare URL is not a better snippet: %+v", got[1])
+	}
+	want := 1/61.0 + 1/61.0 + 1/62.0 + 2*searchAgreementBonus
+	if d := ex.Score - want; d > 1e-4 || d < -1e-4 {
+		t.Errorf("score %v, want %v", ex.Score, want)
+	}
+	if n := len(searchMerge(outs, 2)); n != 2 {
+		t.Errorf("max 2: got %d", n)
+	}
+	if r := searchMerge(nil, 10); r == nil || len(r) != 0 {
+		t.Errorf("no outcomes: %#v", r)
+	}
+}
+
+// TestWebSearchTool drives the tool through the protocol: the reply, its
+// structured content, bad input and every engine failing.
+func TestWebSearchTool(t *testing.T) {
+	t.Parallel()
+	ddg := searchServe(t, searchFilePage(t, "testdata/websearch/duckduckgo.html", 200, false))
+	bing := searchServe(t, searchFilePage(t, "testdata/websearch/bing.html", 200, false))
+	broken := searchServe(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(500) })
+	c := startServer(t, "-set", "SEARCH_URL_DUCKDUCKGO="+ddg.URL, "-set", "SEARCH_URL_BING="+bing.URL, "-set", "SEARCH_URL_HACKERNEWS="+broken.URL,
+		"-set", "SEARCH_URL_GITHUB="+broken.URL, "-set", "SEARCH_ENGINES=duckduckgo,bing,hackernews", "-set", "SEARCH_BACKOFF_MS=0")
+	c.initialize("2025-06-18")
+	list := c.request("tools/list", nil)
+	found := false
+	for _, tl := range list["result"].(map[string]any)["tools"].([]any) {
+		m := tl.(map[string]any)
+		if m["name"] == "WebSearch" {
+			found = m["outputSchema"] != nil && strings.Contains(m["description"].(string), "Engines: duckduckgo, bing, hackernews.")
+		}
+	}
+	if !found {
+		t.Fatalf("WebSearch with outputSchema not listed: %v", list)
+	}
+	res := c.callTool("WebSearch", map[string]any{"query": "golang", "max_results": 3})
+	text := resultText(res)
+	wantText := `1. **The Go Programming Language**
+   https://go.dev/
+   Go is an open source programming language & tools.
+   found by: duckduckgo, bing
+
+2. **Go (programming language) - Wikipedia**
+   https://en.wikipedia.org/wiki/Go_(programming_language)
+   Go is a statically typed, compiled high-level programming language designed at Google.
+   found by: bing
+
+3. **context package - context - Go Packages**
+   https://pkg.go.dev/context
+   Package context defines the Context type.
+   found by: duckduckgo
+
+Engines:
+- duckduckgo: ok (2 results)
+- bing: ok (2 results)
+- hackernews: error (HTTP 500)`
+	if isError(res) || text != wantText {
+		t.Errorf("reply:\n%s\nwant:\n%s", text, wantText)
+	}
+	sc, _ := res["structuredContent"].(map[string]any)
+	results, _ := sc["results"].([]any)
+	engines, _ := sc["engines"].([]any)
+	if len(results) != 3 || len(engines) != 3 {
+		t.Fatalf("structuredContent: %v", sc)
+	}
+	first := results[0].(map[string]any)
+	if first["url"] != "https://go.dev/" || first["score"].(float64) <= 0 || len(first["engines"].([]any)) != 2 || first["snippet"] == nil || first["title"] == nil {
+		t.Errorf("first structured result: %v", first)
+	}
+	if e := engines[2].(map[string]any); e["name"] != "hackernews" || e["status"] != "error" || e["count"].(float64) != 0 || e["detail"] != "HTTP 500" {
+		t.Errorf("engine status: %v", e)
+	}
+	for _, bad := range []map[string]any{{"query": "   "}, {"query": strings.Repeat("x", 2001)}, {"query": "go", "engines": []string{"altavista"}}, {"query": "go", "max_results": 51}} {
+		if res := c.callTool("WebSearch", bad); !isError(res) {
+			t.Errorf("%v: not an error: %s", bad, resultText(res))
+		}
+	}
+	res = c.callTool("WebSearch", map[string]any{"query": "golang", "engines": []string{"hackernews", "github"}})
+	if !isError(res) || resultText(res) != "WebSearch: every engine failed:\n- hackernews: error (HTTP 500)\n- github: error (HTTP 500)" {
+		t.Errorf("all failing: %s", resultText(res))
+	}
+}
+
+// BenchmarkWebSearchFanout: eleven local engines, one answering after 2 s,
+// the others after a 100 ms round trip each; a call takes about 2 s, not
+// the sum of the engines' times (reported as sum-of-engines-s/op).
+func BenchmarkWebSearchFanout(b *testing.B) {
+	files := map[string]string{"duckduckgo": "duckduckgo.html", "brave": "brave.html", "mojeek": "mojeek.html", "startpage": "",
+		"bing": "bing.html", "yahoo": "yahoo.html", "wikipedia": "wikipedia.json", "hackernews": "hackernews.json",
+		"stackoverflow": "stackoverflow.json", "github": "github.json", "arxiv": "arxiv.xml"}
+	var busy atomic.Int64 // nanoseconds the engines spent answering
+	kv := []string{"SEARCH_TIMEOUT_MS", "5000", "SEARCH_ENGINES", "duckduckgo,brave,mojeek,startpage,bing,yahoo,wikipedia,hackernews,stackoverflow,github,arxiv"}
+	for name, file := range files {
+		var h http.HandlerFunc
+		if name == "startpage" {
+			home := searchFilePage(b, "testdata/websearch/startpage_home.html", 200, false)
+			serp := searchFilePage(b, "testdata/websearch/startpage.html", 200, false)
+			h = func(w http.ResponseWriter, r *http.Request) {
+				if r.Method == "GET" {
+					home(w, r)
+				} else {
+					serp(w, r)
+				}
+			}
+		} else {
+			h = searchFilePage(b, filepath.Join("testdata", "websearch", file), 200, false)
+		}
+		slow := name == "github"
+		ts := searchServe(b, func(w http.ResponseWriter, r *http.Request) {
+			start := time.Now()
+			if slow {
+				time.Sleep(2 * time.Second) // the slow engine under measurement
+			} else {
+				time.Sleep(100 * time.Millisecond) // a network round trip for the others
+			}
+			h(w, r)
+			busy.Add(int64(time.Since(start)))
+		})
+		kv = append(kv, "SEARCH_URL_"+strings.ToUpper(name), ts.URL)
+	}
+	srv := searchNewServer(b, kv...)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		res := searchCall(context.Background(), srv, map[string]any{"query": "golang"})
+		if res.isError || strings.Count(res.content[0].Text, ": ok (") != 11 {
+			b.Fatalf("not every engine answered: %s", res.content[0].Text)
+		}
+	}
+	b.StopTimer()
+	elapsed := b.Elapsed().Seconds() / float64(b.N)
+	sum := time.Duration(busy.Load()).Seconds() / float64(b.N)
+	b.ReportMetric(sum, "sum-of-engines-s/op")
+	b.ReportMetric(sum/elapsed, "sum/elapsed")
+}
+
+// BenchmarkMerge merges 11 lists of 50 overlapping results; the baseline,
+// measured in the same run, sorts the same 550 results by rank alone.
+func BenchmarkMerge(b *testing.B) {
+	var outs []searchOutcome
+	for e := 0; e < 11; e++ {
+		o := searchOutcome{Name: fmt.Sprintf("engine%d", e)}
+		for r := 0; r < 50; r++ {
+			u := fmt.Sprintf("https://www.site%d.example.com/path/%d/?utm_source=x&id=%d", (r+e*7)%90, r%5, r)
+			o.hits = append(o.hits, searchHit{fmt.Sprintf("Title %d", r), u, strings.Repeat("snippet words ", 10+r%7)})
+		}
+		outs = append(outs, o)
+	}
+	type ranked struct {
+		h    searchHit
+		rank int
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if len(searchMerge(outs, 50)) != 50 {
+			b.Fatal("short merge")
+		}
+	}
+	b.StopTimer()
+	start := time.Now()
+	for i := 0; i < b.N; i++ {
+		all := make([]ranked, 0, 550)
+		for _, o := range outs {
+			for r, h := range o.hits {
+				all = append(all, ranked{h, r})
+			}
+		}
+		sort.Slice(all, func(i, j int) bool { return all[i].rank < all[j].rank })
+	}
+	base := float64(time.Since(start).Nanoseconds()) / float64(b.N)
+	b.ReportMetric(base, "baseline-ns/op")
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/base, "x-baseline")
+}
+
+// TestWebSearchParsersSurviveGarbage feeds every parser every page, cut short
+// at many points and with bytes flipped: no panic, only results or errors.
+func TestWebSearchParsersSurviveGarbage(t *testing.T) {
+	t.Parallel()
+	files, _ := filepath.Glob("testdata/websearch/*")
+	if dir := searchFixturesDir(); dir != "" {
+		more, _ := filepath.Glob(filepath.Join(dir, "*.html"))
+		files = append(files, more...)
+	}
+	q := &searchQuery{base: "https://example.com", text: "go", n: 50}
+	for _, f := range files {
+		body := searchReadFile(t, f)
+		for cut := 0; cut < len(body); cut += max(len(body)/40, 1) {
+			page := append([]byte(nil), body[:cut]...)
+			for i := 7; i < len(page); i += 97 {
+				page[i] ^= "<\"'>{}[]"[i%8]
+			}
+			for i := range searchEngines {
+				e := &searchEngines[i]
+				func() {
+					defer func() {
+						if p := recover(); p != nil {
+							t.Fatalf("%s on %s cut at %d: panic %v", e.name, f, cut, p)
+						}
+					}()
+					hits, _, _ := e.read(q, page)
+					searchMerge([]searchOutcome{{Name: e.name, hits: searchTidy(hits, 50, e.api)}}, 50)
+				}()
+			}
+		}
+	}
+}
+
+// ---- workflow ----
+
+// workflow_test.go tests TaskManager, PlanMode, InvokeSkill (and skills as
+// prompts) and SetCallback the way a client sees them. Callback timers run
+// on wfClock, a clock the test advances; nothing sleeps.
+
+// wfClock is a fake clock for callback timers: advance fires what is due.
+type wfClock struct {
+	mu     sync.Mutex // guards now and timers
+	now    time.Time
+	timers []*wfTimer
+}
+
+type wfTimer struct {
+	c    *wfClock
+	at   time.Time
+	f    func()
+	done bool
+}
+
+func (t *wfTimer) Stop() bool {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	was := !t.done
+	t.done = true
+	return was
+}
+
+func (c *wfClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *wfClock) afterFunc(d time.Duration, f func()) stopper {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := &wfTimer{c: c, at: c.now.Add(d), f: f}
+	c.timers = append(c.timers, t)
+	return t
+}
+
+// advance moves the clock by d and runs the timers that came due, in order.
+func (c *wfClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	var due []*wfTimer
+	for _, t := range c.timers {
+		if !t.done && !t.at.After(c.now) {
+			t.done = true
+			due = append(due, t)
+		}
+	}
+	c.mu.Unlock()
+	sort.SliceStable(due, func(i, j int) bool { return due[i].at.Before(due[j].at) })
+	for _, t := range due {
+		t.f()
+	}
+}
+
+// armed counts timers not yet fired or stopped.
+func (c *wfClock) armed() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, t := range c.timers {
+		if !t.done {
+			n++
+		}
+	}
+	return n
+}
+
+// wfStart serves one in-process session like serveStdio does, but hands the
+// test the session so its callback clock can be replaced.
+func wfStart(t *testing.T, flags map[string]string) (*testClient, *session, *wfClock) {
+	t.Helper()
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	c := &testClient{t: t, in: inW, lines: make(chan []byte, 1024), done: make(chan error, 1), stderr: &syncBuffer{}}
+	srv := newServer(loadConfig(flags), c.stderr)
+	s := newSession(srv, outW)
+	clk := &wfClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	s.workflow.callbacks.afterFunc, s.workflow.callbacks.now = clk.afterFunc, clk.Now
+	go func() { // exits at stdin EOF, once the session is shut down
+		err := s.serve(context.Background(), inR)
+		s.wait()
+		s.stopWorkflow()
+		srv.close()
+		outW.Close()
+		c.done <- err
+	}()
+	go c.readLines(outR)
+	t.Cleanup(func() {
+		c.in.Close()
+		select {
+		case <-c.done:
+		case <-time.After(watchdog):
+			t.Errorf("session did not stop")
+		}
+	})
+	return c, s, clk
+}
+
+// wfCall calls a tool and checks whether it failed as expected and that its text holds want.
+func wfCall(t *testing.T, c *testClient, name string, args map[string]any, wantErr bool, want ...string) map[string]any {
+	t.Helper()
+	res := c.callTool(name, args)
+	text := resultText(res)
+	if isError(res) != wantErr {
+		t.Fatalf("%s %v: isError=%v, want %v: %s", name, args, isError(res), wantErr, text)
+	}
+	for _, w := range want {
+		if !strings.Contains(text, w) {
+			t.Fatalf("%s %v: text lacks %q:\n%s", name, args, w, text)
+		}
+	}
+	return res
+}
+
+func wfStructured(t *testing.T, res map[string]any) map[string]any {
+	t.Helper()
+	sc, ok := res["structuredContent"].(map[string]any)
+	if !ok {
+		t.Fatalf("no structuredContent: %v", res)
+	}
+	return sc
+}
+
+// wfNotes returns and forgets the notifications with method seen so far.
+func wfNotes(c *testClient, method string) []map[string]any {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var got, rest []map[string]any
+	for _, n := range c.notes {
+		if n["method"] == method {
+			got = append(got, n)
+		} else {
+			rest = append(rest, n)
+		}
+	}
+	c.notes = rest
+	return got
+}
+
+func TestWorkflowTaskManagerRoundTrip(t *testing.T) {
+	t.Parallel()
+	c := startServer(t, "-state-dir", t.TempDir())
+	c.initialize("2025-06-18")
+	tm := func(wantErr bool, args map[string]any, want ...string) map[string]any {
+		t.Helper()
+		return wfCall(t, c, "TaskManager", args, wantErr, want...)
+	}
+	tm(false, map[string]any{"action": "list"}, "No tasks yet")
+	res := tm(false, map[string]any{"action": "create", "text": "Ship v2"}, `Created task t1 "Ship v2"`, "current task")
+	if sc := wfStructured(t, res); sc["current"] != "t1" || len(sc["tasks"].([]any)) != 1 {
+		t.Fatalf("create structured: %v", sc)
+	}
+	tm(false, map[string]any{"action": "add", "text": "write tests"}, "Added step t1.1", "[0/1]")
+	tm(false, map[string]any{"action": "add", "text": "write docs"}, "Added step t1.2", "[0/2]")
+	tm(false, map[string]any{"action": "create", "text": "Fix login"}, "Created task t2")
+	tm(false, map[string]any{"action": "add", "task_id": "t1", "text": "tag release"}, "Added step t1.3 to task t1")
+	tm(false, map[string]any{"action": "add", "text": "reproduce"}, "Added step t2.1 to task t2")
+	tm(false, map[string]any{"action": "complete", "step_id": "t1.2"}, "Completed step t1.2", "[1/3]")
+	tm(false, map[string]any{"action": "complete", "step_id": "t1.2"}, "already completed")
+	res = tm(false, map[string]any{"action": "list"}, "* t2 \"Fix login\" [0/1]", "  t1 \"Ship v2\" [1/3]")
+	if sc := wfStructured(t, res); sc["current"] != "t2" || len(sc["tasks"].([]any)) != 2 {
+		t.Fatalf("list structured: %v", sc)
+	}
+	tm(false, map[string]any{"action": "list", "query": "DOCS"}, "t1 \"Ship v2\"")
+	if text := resultText(tm(false, map[string]any{"action": "list", "query": "docs"})); strings.Contains(text, "t2") {
+		t.Fatalf("query did not filter: %s", text)
+	}
+	res = tm(false, map[string]any{"action": "pending", "task_id": "t1"}, "- t1.1 write tests", "- t1.3 tag release")
+	steps := wfStructured(t, res)["tasks"].([]any)[0].(map[string]any)["steps"].([]any)
+	if len(steps) != 2 {
+		t.Fatalf("pending structured steps: %v", steps)
+	}
+	if text := resultText(tm(false, map[string]any{"action": "pending", "task_id": "t1", "query": "tag"})); strings.Contains(text, "t1.1") {
+		t.Fatalf("pending query did not filter: %s", text)
+	}
+	tm(false, map[string]any{"action": "switch", "task_id": "t1"}, "Switched to task t1")
+	tm(false, map[string]any{"action": "complete", "step_id": "1"}, "Completed step t1.1", "[2/3]")
+	tm(false, map[string]any{"action": "complete"}, "Completed task t1", "no current task")
+	tm(false, map[string]any{"action": "complete", "task_id": "t1"}, "already completed")
+	tm(false, map[string]any{"action": "pending", "task_id": "t1"}, "No open steps")
+	tm(false, map[string]any{"action": "list"}, "t1 \"Ship v2\" [3/3] done")
+	tm(false, map[string]any{"action": "add", "task_id": "t1", "text": "hotfix"}, "Added step t1.4", "[3/4]")
+
+	// Bad input, parameter by parameter.
+	tm(true, map[string]any{}, `"action" is required`)
+	tm(true, map[string]any{"action": "delete"}, "must be one of")
+	tm(true, map[string]any{"action": "create"}, "create needs text")
+	tm(true, map[string]any{"action": "create", "text": "   "}, "create needs text")
+	tm(true, map[string]any{"action": "create", "text": strings.Repeat("x", 501)}, "at most 500")
+	tm(true, map[string]any{"action": "add", "text": "x"}, "no current task")
+	tm(true, map[string]any{"action": "add", "task_id": "t9", "text": "x"}, `no task "t9"`, "t1, t2")
+	tm(true, map[string]any{"action": "add", "task_id": 1, "text": "x"}, "must be a string")
+	tm(true, map[string]any{"action": "add", "task_id": "t1"}, "add needs text")
+	tm(true, map[string]any{"action": "complete", "step_id": "t1.99"}, `no step "t1.99"`)
+	tm(true, map[string]any{"action": "complete", "task_id": "t2", "step_id": "t1.1"}, "no step")
+	tm(true, map[string]any{"action": "switch"}, "switch needs task_id")
+	tm(true, map[string]any{"action": "switch", "task_id": "nope"}, `no task "nope"`)
+	tm(true, map[string]any{"action": "list", "query": 5}, "must be a string")
+}
+
+func TestWorkflowTaskManagerPersistsAcrossRestart(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	c := startServer(t, "-state-dir", dir)
+	c.initialize("2025-11-25")
+	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "Persist me"}, false)
+	wfCall(t, c, "TaskManager", map[string]any{"action": "add", "text": "step one"}, false)
+	c.in.Close()
+	if err := <-c.done; err != nil {
+		t.Fatal(err)
+	}
+	c.done <- nil // let the cleanup find it stopped
+
+	c2 := startServer(t, "-state-dir", dir)
+	c2.initialize("2025-11-25")
+	wfCall(t, c2, "TaskManager", map[string]any{"action": "list"}, false, `* t1 "Persist me" [0/1]`)
+	wfCall(t, c2, "TaskManager", map[string]any{"action": "create", "text": "Second"}, false, "Created task t2")
+	var tf taskFile
+	b, _ := os.ReadFile(filepath.Join(dir, "tasks.json"))
+	if err := json.Unmarshal(b, &tf); err != nil || tf.Rev != 3 || len(tf.Tasks) != 2 {
+		t.Fatalf("tasks.json: rev %d, %d tasks, %v:\n%s", tf.Rev, len(tf.Tasks), err, b)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, "*.tmp-*")); len(left) > 0 {
+		t.Fatalf("temp files left: %v", left)
+	}
+}
+
+// Two telson processes add steps to one task at once: none is lost.
+func TestWorkflowTaskManagerTwoProcesses(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	c := startServer(t, "-state-dir", dir)
+	c.initialize("2025-11-25")
+	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "shared"}, false)
+	const perProcess = 25
+	t.Run("writers", func(t *testing.T) {
+		for _, name := range []string{"a", "b"} {
+			name := name
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				p := startBinary(t, nil, "-state-dir", dir)
+				p.initialize("2025-11-25")
+				for i := 0; i < perProcess; i++ {
+					wfCall(t, p, "TaskManager", map[string]any{"action": "add", "task_id": "t1", "text": fmt.Sprintf("%s-%d", name, i)}, false, "Added step")
+				}
+			})
+		}
+	})
+	res := wfCall(t, c, "TaskManager", map[string]any{"action": "pending", "task_id": "t1"}, false)
+	steps := wfStructured(t, res)["tasks"].([]any)[0].(map[string]any)["steps"].([]any)
+	seen := map[string]bool{}
+	for _, s := range steps {
+		seen[s.(map[string]any)["id"].(string)] = true
+		seen[s.(map[string]any)["text"].(string)] = true
+	}
+	for i := 0; i < perProcess; i++ {
+		for _, name := range []string{"a", "b"} {
+			if !seen[fmt.Sprintf("%s-%d", name, i)] {
+				t.Errorf("step %s-%d lost", name, i)
+			}
+		}
+	}
+	if len(steps) != 2*perProcess || len(seen) != 4*perProcess {
+		t.Fatalf("%d steps, %d distinct ids+texts; want %d", len(steps), len(seen), 2*perProcess)
+	}
+}
+
+func TestWorkflowTaskManagerCorruptFile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "tasks.json")
+	os.WriteFile(path, []byte(`{"tasks": [oops`), 0o600)
+	c := startServer(t, "-state-dir", dir)
+	c.initialize("2025-06-18")
+	for _, args := range []map[string]any{{"action": "list"}, {"action": "add", "text": "x"}, {"action": "create"}} {
+		res := wfCall(t, c, "TaskManager", args, true, path, "corrupt", "left untouched")
+		if _, ok := res["structuredContent"]; ok {
+			t.Fatalf("error result with structured content: %v", res)
+		}
+	}
+	if b, _ := os.ReadFile(path); string(b) != `{"tasks": [oops` {
+		t.Fatalf("corrupt file changed: %s", b)
+	}
+	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "fresh"}, false, "was corrupt", ".corrupt-", "Created task t1")
+	backups, _ := filepath.Glob(path + ".corrupt-*")
+	if len(backups) != 1 {
+		t.Fatalf("backups: %v", backups)
+	}
+	if b, _ := os.ReadFile(backups[0]); string(b) != `{"tasks": [oops` {
+		t.Fatalf("backup holds %q", b)
+	}
+	wfCall(t, c, "TaskManager", map[string]any{"action": "list"}, false, `* t1 "fresh"`)
+
+	// Valid JSON that is not a usable list is corrupt too; ids never repeat in a hand-edited file.
+	os.WriteFile(path, []byte(`{"tasks":[null]}`), 0o600)
+	wfCall(t, c, "TaskManager", map[string]any{"action": "list"}, true, "corrupt", "null")
+	os.WriteFile(path, []byte(`{"tasks":[{"id":"t7","title":"hand","steps":[{"id":"t7.4","text":"s"}]}],"current":"t7"}`), 0o600)
+	wfCall(t, c, "TaskManager", map[string]any{"action": "add", "text": "next"}, false, "Added step t7.5")
+	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "next"}, false, "Created task t8")
+}
+
+func TestWorkflowTaskManagerFullListDropsOldestDone(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	tf := taskFile{NextID: maxTasks + 1}
+	for i := 1; i <= maxTasks; i++ {
+		tf.Tasks = append(tf.Tasks, &taskEntry{ID: fmt.Sprintf("t%d", i), Title: "x", Done: i == 5 || i == 9})
+	}
+	b, _ := json.Marshal(tf)
+	os.WriteFile(filepath.Join(dir, "tasks.json"), b, 0o600)
+	c := startServer(t, "-state-dir", dir)
+	c.initialize("2025-06-18")
+	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "new"}, false, "t5", "dropped", "Created task t201")
+	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "new"}, false, "t9", "dropped", "Created task t202")
+	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "new"}, true, "200 open tasks")
+}
+
+func TestWorkflowPlanMode(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	c := startServer(t, "-state-dir", dir)
+	c.initialize("2025-06-18")
+	pm := func(wantErr bool, args map[string]any, want ...string) map[string]any {
+		t.Helper()
+		return wfCall(t, c, "PlanMode", args, wantErr, want...)
+	}
+	res := pm(false, map[string]any{"action": "json"}, `{"active":false,"goal":null,"plan_file":null,"started_at":null}`)
+	if sc := wfStructured(t, res); sc["active"] != false {
+		t.Fatalf("json structured: %v", sc)
+	}
+	pm(false, map[string]any{"action": "status"}, "Plan mode: INACTIVE")
+	pm(true, map[string]any{"action": "exit"}, "not active")
+	pm(true, map[string]any{"action": "enter"}, "enter needs goal")
+	pm(true, map[string]any{"action": "enter", "goal": strings.Repeat("g", 1001)}, "at most 1000")
+	pm(true, map[string]any{"action": "plan"}, "must be one of")
+	pm(true, map[string]any{"action": "enter", "goal": "x", "plan_file": dir}, "is a directory")
+	res = pm(false, map[string]any{"action": "enter", "goal": "Move the Config loader!"}, "Plan mode activated. Write your plan as markdown.", "refused")
+	sc := wfStructured(t, res)
+	planFile := sc["plan_file"].(string)
+	if planFile != filepath.Join(dir, "plans", "move-the-config-loader.md") || sc["active"] != true || sc["goal"] != "Move the Config loader!" {
+		t.Fatalf("enter structured: %v", sc)
+	}
+	if _, err := time.Parse(time.RFC3339, sc["started_at"].(string)); err != nil {
+		t.Fatalf("started_at: %v", err)
+	}
+	pm(true, map[string]any{"action": "enter", "goal": "again"}, "already active")
+	pm(false, map[string]any{"action": "status"}, "Plan mode: ACTIVE", `Goal: "Move the Config loader!"`, "Duration: 0m ", planFile)
+	pm(false, map[string]any{"action": "json"}, `"active":true`, `"plan_file":"`+planFile+`"`)
+
+	// Gating: Bash is refused while planning.
+	res = wfCall(t, c, "Bash", map[string]any{"command": "echo ran"}, true, "plan mode is active", "PlanMode")
+	if strings.Contains(resultText(res), "ran\n") {
+		t.Fatal("Bash ran in plan mode")
+	}
+	wfCall(t, c, "BackgroundBash", map[string]any{"command": "echo ran"}, true, "BackgroundBash: refused: plan mode is active")
+	wfCall(t, c, "KillBgTask", map[string]any{"task_id": 1}, true, "KillBgTask: refused: plan mode is active")
+	wfCall(t, c, "ListBgTasks", map[string]any{}, false)
+	pm(true, map[string]any{"action": "exit"}, "no such file", "reset")
+	os.WriteFile(planFile, []byte(""), 0o600)
+	pm(true, map[string]any{"action": "exit"}, "empty or has not changed")
+	os.WriteFile(planFile, []byte("# Plan\n1. move it\n"), 0o600)
+	res = pm(false, map[string]any{"action": "exit"}, "Plan saved to "+planFile, "Exiting plan mode. Returning to execution.", "1. move it")
+	if sc := wfStructured(t, res); sc["active"] != false || sc["plan"] != "# Plan\n1. move it\n" {
+		t.Fatalf("exit structured: %v", sc)
+	}
+	wfCall(t, c, "Bash", map[string]any{"command": "echo ran"}, false, "ran")
+
+	// Entering again with the same goal gets a new file, so an old plan is never taken as new.
+	res = pm(false, map[string]any{"action": "enter", "goal": "Move the Config loader!"})
+	if f := wfStructured(t, res)["plan_file"]; f != filepath.Join(dir, "plans", "move-the-config-loader-2.md") {
+		t.Fatalf("second plan file: %v", f)
+	}
+	pm(false, map[string]any{"action": "reset"}, "Plan mode reset. No plan saved.")
+	pm(false, map[string]any{"action": "reset"}, "not active")
+
+	// An existing plan_file, relative to the shell's directory, must change before exit.
+	wfCall(t, c, "Bash", map[string]any{"command": "cd " + dir}, false)
+	os.WriteFile(filepath.Join(dir, "mine.md"), []byte("old plan\n"), 0o600)
+	pm(false, map[string]any{"action": "enter", "goal": "g", "plan_file": "mine.md"}, filepath.Join(dir, "mine.md"))
+	pm(true, map[string]any{"action": "exit"}, "has not changed")
+	os.WriteFile(filepath.Join(dir, "mine.md"), []byte("new plan\n"), 0o600)
+	pm(false, map[string]any{"action": "exit"}, "new plan")
+
+	// A new session starts outside plan mode.
+	pm(false, map[string]any{"action": "enter", "goal": "left active"})
+	c2 := startServer(t, "-state-dir", dir)
+	c2.initialize("2025-06-18")
+	wfCall(t, c2, "PlanMode", map[string]any{"action": "status"}, false, "INACTIVE")
+	wfCall(t, c2, "Bash", map[string]any{"command": "echo ok"}, false, "ok")
+}
+
+func TestWorkflowPlanModeNotStrict(t *testing.T) {
+	t.Parallel()
+	c := startServer(t, "-state-dir", t.TempDir(), "-plan-mode-strict", "0")
+	c.initialize("2025-06-18")
+	wfCall(t, c, "PlanMode", map[string]any{"action": "enter", "goal": "g"}, false, "Do not change anything")
+	wfCall(t, c, "Bash", map[string]any{"command": "echo ran"}, false, "ran")
+}
+
+func TestWorkflowPlanModeOldProtocolHasNoStructured(t *testing.T) {
+	t.Parallel()
+	c := startServer(t, "-state-dir", t.TempDir())
+	c.initialize("2025-03-26")
+	res := wfCall(t, c, "PlanMode", map[string]any{"action": "json"}, false, `"active":false`)
+	if _, ok := res["structuredContent"]; ok {
+		t.Fatalf("structuredContent before 2025-06-18: %v", res)
+	}
+}
+
+// wfSkill writes <root>/<name>/SKILL.md.
+func wfSkill(t *testing.T, root, name, text string) string {
+	t.Helper()
+	p := filepath.Join(root, name, "SKILL.md")
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// Not parallel: it sets HOME.
+func TestWorkflowSkillSearchOrder(t *testing.T) {
+	home, proj, extra := t.TempDir(), t.TempDir(), t.TempDir()
+	t.Setenv("HOME", home)
+	skill := func(where string) string {
+		return "---\nname: dup\ndescription: from " + where + "\n---\nbody from " + where + "\n"
+	}
+	wfSkill(t, filepath.Join(proj, ".claude", "skills"), "dup", skill("project"))
+	wfSkill(t, filepath.Join(proj, ".agents", "skills"), "dup", skill("agents"))
+	wfSkill(t, filepath.Join(home, ".claude", "skills"), "dup", skill("user-claude"))
+	wfSkill(t, filepath.Join(home, ".telson", "skills"), "dup", skill("user-telson"))
+	wfSkill(t, extra, "dup", skill("extra"))
+	wfSkill(t, extra, "only-extra", "---\ndescription: extra only\n---\nx\n")
+	c := startServer(t, "-state-dir", t.TempDir(), "-additional-skills", extra)
+	c.initialize("2025-06-18")
+	os.MkdirAll(filepath.Join(proj, "src", "deep"), 0o755)
+	wfCall(t, c, "Bash", map[string]any{"command": "cd " + filepath.Join(proj, "src", "deep")}, false)
+	for _, where := range []string{"project", "agents", "user-claude", "user-telson", "extra"} {
+		res := wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "dup"}, false, "body from "+where)
+		if where == "project" && !strings.HasPrefix(resultText(res), "[skill: dup | Project Skill | path: "+filepath.Join(proj, ".claude", "skills", "dup", "SKILL.md")+"]") {
+			t.Fatalf("header: %s", resultText(res))
+		}
+		switch where { // remove the winner; the next folder takes over
+		case "project":
+			os.RemoveAll(filepath.Join(proj, ".claude"))
+		case "agents":
+			os.RemoveAll(filepath.Join(proj, ".agents"))
+		case "user-claude":
+			os.RemoveAll(filepath.Join(home, ".claude"))
+		case "user-telson":
+			os.RemoveAll(filepath.Join(home, ".telson"))
+		}
+	}
+	wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "only-extra"}, false, "Additional Skill")
+}
+
+// Not parallel: it sets HOME.
+func TestWorkflowSkillsListingPromptsAndChanges(t *testing.T) {
+	home, proj := t.TempDir(), t.TempDir()
+	t.Setenv("HOME", home)
+	root := filepath.Join(proj, ".claude", "skills")
+	wfSkill(t, root, "release-notes", "---\nname: release-notes\ndescription: >\n  Write release notes\n  for a version.\nargument-hint: \"<version> [audience]\"\n---\n\nNotes for $ARGUMENTS[0] aimed at $1 (all: $ARGUMENTS).\n")
+	os.WriteFile(filepath.Join(root, "release-notes", "template.md"), []byte("t"), 0o644)
+	wfSkill(t, root, "plain", "---\ndescription: 'It''s plain'\n---\nDo the plain thing.\n")
+	wfSkill(t, root, "broken", "---\ndescription: no end\n")
+	wfSkill(t, root, "misnamed", "---\nname: other\ndescription: d\n---\nx\n")
+	wfSkill(t, root, "nodesc", "---\nname: nodesc\n---\nx\n")
+	c := startServer(t, "-state-dir", t.TempDir())
+	init := c.initialize("2025-06-18")
+	if caps := init["result"].(map[string]any)["capabilities"].(map[string]any); caps["prompts"] == nil {
+		t.Fatalf("no prompts capability: %v", caps)
+	}
+	wfCall(t, c, "Bash", map[string]any{"command": "cd " + proj}, false)
+	// The first call from the project directory finds its skills and says the list changed.
+	res := wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "release-notes", "arguments": `v2.3 "ops team"`}, false,
+		"[skill: release-notes | Project Skill | path: ", "Notes for v2.3 aimed at ops team (all: v2.3 \"ops team\").", "Other files in", "- template.md")
+	if strings.Contains(resultText(res), "name: release-notes") {
+		t.Fatalf("front matter in the reply: %s", resultText(res))
+	}
+	if n := len(wfNotes(c, "notifications/tools/list_changed")); n < 1 {
+		t.Fatalf("no tools/list_changed after the project's skills appeared")
+	}
+	wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "plain", "arguments": "extra words"}, false, "Do the plain thing.\n\nARGUMENTS: extra words")
+	wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "plain"}, false, "Do the plain thing.")
+	wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "relase-notes"}, true, `skill "relase-notes" not found`, "closest: release-notes")
+	wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "broken"}, true, "not found")
+	wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": ""}, true, "at least 1")
+	wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "plain", "arguments": 3}, true, "must be a string")
+
+	list := c.request("tools/list", nil)["result"].(map[string]any)["tools"].([]any)
+	var desc string
+	for _, tl := range list {
+		if tl.(map[string]any)["name"] == "InvokeSkill" {
+			desc = tl.(map[string]any)["description"].(string)
+		}
+	}
+	for _, want := range []string{"- plain: It's plain\n- release-notes: Write release notes for a version.\n", "(skipped " + filepath.Join(root, "broken"), "(skipped " + filepath.Join(root, "misnamed"), "(skipped " + filepath.Join(root, "nodesc")} {
+		if !strings.Contains(desc, want) {
+			t.Fatalf("description lacks %q:\n%s", want, desc)
+		}
+	}
+	if !strings.Contains(c.stderr.String(), "skipping "+filepath.Join(root, "broken", "SKILL.md")) {
+		t.Fatalf("no warning on stderr: %s", c.stderr.String())
+	}
+
+	prompts := c.request("prompts/list", nil)["result"].(map[string]any)["prompts"].([]any)
+	if len(prompts) != 2 || prompts[1].(map[string]any)["name"] != "release-notes" ||
+		prompts[1].(map[string]any)["arguments"].([]any)[0].(map[string]any)["description"] != "<version> [audience]" {
+		t.Fatalf("prompts/list: %v", prompts)
+	}
+	got := c.request("prompts/get", map[string]any{"name": "release-notes", "arguments": map[string]any{"arguments": "v9 devs"}})
+	msgs := got["result"].(map[string]any)["messages"].([]any)
+	content := msgs[0].(map[string]any)["content"].(map[string]any)
+	if msgs[0].(map[string]any)["role"] != "user" || content["type"] != "text" || content["text"] != "Notes for v9 aimed at devs (all: v9 devs).\n" {
+		t.Fatalf("prompts/get: %v", got)
+	}
+	if code := errCode(c.request("prompts/get", map[string]any{"name": "nope"})); code != codeInvalidParams {
+		t.Fatalf("prompts/get unknown: code %d", code)
+	}
+	if code := errCode(c.request("prompts/get", map[string]any{})); code != codeInvalidParams {
+		t.Fatalf("prompts/get without name: code %d", code)
+	}
+
+	// A new skill: the list changes, and the client hears it once.
+	wfNotes(c, "notifications/tools/list_changed")
+	wfSkill(t, root, "newer", "---\ndescription: a new one\n---\nnew\n")
+	wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "newer"}, false, "new")
+	if n := len(wfNotes(c, "notifications/tools/list_changed")); n != 1 {
+		t.Fatalf("%d tools/list_changed after adding a skill, want 1", n)
+	}
+	if n := len(wfNotes(c, "notifications/prompts/list_changed")); n < 1 {
+		t.Fatalf("no prompts/list_changed")
+	}
+	wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "newer"}, false, "new")
+	if n := len(wfNotes(c, "notifications/tools/list_changed")); n != 0 {
+		t.Fatalf("tools/list_changed without a change")
+	}
+	list = c.request("tools/list", nil)["result"].(map[string]any)["tools"].([]any)
+	if b, _ := json.Marshal(list); !strings.Contains(string(b), "- newer: a new one") {
+		t.Fatal("tools/list still shows the old skill list")
+	}
+}
+
+// The skill watch notices a new skill with no call at all.
+func TestWorkflowSkillWatch(t *testing.T) {
+	extra := t.TempDir()
+	c := startServer(t, "-state-dir", t.TempDir(), "-additional-skills", extra)
+	c.initialize("2025-06-18")
+	wfSkill(t, extra, "watched", "---\ndescription: d\n---\nx\n")
+	for {
+		if m := c.recv(); m["method"] == "notifications/tools/list_changed" {
+			break
+		}
+	}
+}
+
+func TestWorkflowExpandSkill(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ body, args, want string }{
+		{"Fix $ARGUMENTS now", "issue 12", "Fix issue 12 now"},
+		{"$0|$1|$2", `a "b c" 'd e'`, "a|b c|d e"},
+		{"$ARGUMENTS[1] then $ARGUMENTS[0]", `x\ y z`, "z then x y"},
+		{"missing: [$5] [$ARGUMENTS[3]]", "one", "missing: [] []"},
+		{"no placeholder\n", "some args", "no placeholder\n\nARGUMENTS: some args"},
+		{"no placeholder\n", "", "no placeholder\n"},
+		{"dir ${CLAUDE_SKILL_DIR}/x", "", "dir /skills/s/x"},
+		{"$ARGUMENTS", "", ""},
+	} {
+		if got := expandSkill(tc.body, tc.args, "/skills/s"); got != tc.want {
+			t.Errorf("expandSkill(%q, %q) = %q, want %q", tc.body, tc.args, got, tc.want)
+		}
+	}
+}
+
+func TestWorkflowParseSkill(t *testing.T) {
+	t.Parallel()
+	meta, body, err := parseSkill("\ufeff---\r\nname: a\r\ndescription: first\r\n  continued\r\nargument-hint: \"[x]\"\r\nallowed-tools:\r\n  - Bash\r\nnotes: |\r\n  l1\r\n  l2\r\n---\r\n\r\nBody\r\n")
+	if err != nil || meta["name"] != "a" || meta["description"] != "first continued" || meta["argument-hint"] != "[x]" || meta["notes"] != "l1\nl2" || body != "Body\n" {
+		t.Fatalf("parseSkill: %q %q %v", meta, body, err)
+	}
+	for _, bad := range []string{"", "no front matter", "---\nname: x\n", "---\nname x\n---\n", "---\ndescription: \"open\n---\n"} {
+		if _, _, err := parseSkill(bad); err == nil {
+			t.Errorf("parseSkill(%q): no error", bad)
+		}
+	}
+}
+
+func TestWorkflowCallbacks(t *testing.T) {
+	t.Parallel()
+	c, s, clk := wfStart(t, map[string]string{"STATE_DIR": t.TempDir()})
+	c.initialize("2025-06-18")
+	cbk := func(wantErr bool, args map[string]any, want ...string) map[string]any {
+		t.Helper()
+		return wfCall(t, c, "SetCallback", args, wantErr, want...)
+	}
+	cbk(false, map[string]any{"action": "list"}, "No active callbacks.")
+	cbk(false, map[string]any{"message": "check the deploy", "delay_seconds": 30, "repeat_count": 3}, "Callback scheduled: fires every 30s, repeats 3 times.", "Slot 0")
+	cbk(false, map[string]any{"action": "set", "message": strings.Repeat("long message ", 10), "delay_seconds": 3600, "repeat_count": -1}, "repeats infinitely.", "Slot 1")
+	clk.advance(18 * time.Second)
+	cbk(false, map[string]any{"action": "list"}, "Active callbacks (2/8):\n  [0] \"check the deploy\" - fires in 0m12s (3 left)\n  [1] \"long message long message long message long message long message...\" - fires in 59m42s (infinite)")
+
+	// A fire reaches the client at once and the next tool result once.
+	clk.advance(12 * time.Second)
+	res := cbk(false, map[string]any{"action": "list"}, "(2 left)")
+	if first := res["content"].([]any)[0].(map[string]any)["text"]; first != "[callback 0] check the deploy" {
+		t.Fatalf("notice: %v", res["content"])
+	}
+	msgs := wfNotes(c, "notifications/message")
+	if len(msgs) != 1 || msgs[0]["params"].(map[string]any)["data"] != "[callback 0] check the deploy" {
+		t.Fatalf("notifications/message: %v", msgs)
+	}
+	if text := resultText(cbk(false, map[string]any{"action": "list"})); strings.Contains(text, "[callback") {
+		t.Fatalf("notice delivered twice: %s", text)
+	}
+	// Repeat count: two more fires, then the slot is free.
+	clk.advance(30 * time.Second)
+	clk.advance(30 * time.Second)
+	clk.advance(30 * time.Second)
+	text := resultText(cbk(false, map[string]any{"action": "list"}, "Active callbacks (1/8):"))
+	if strings.Count(text, "[callback 0] check the deploy") != 2 || strings.Contains(text, "[0]") {
+		t.Fatalf("after three fires: %s", text)
+	}
+	// Forever: fires again and again.
+	for i := 0; i < 5; i++ {
+		clk.advance(time.Hour)
+	}
+	cbk(false, map[string]any{"action": "list"}, "[1] ", "(infinite)")
+	wfNotes(c, "notifications/message")
+
+	// 0 means once.
+	cbk(false, map[string]any{"message": "once", "delay_seconds": 1, "repeat_count": 0}, "repeats 1 times.", "Slot 0")
+	clk.advance(time.Second)
+	clk.advance(time.Second)
+	text = resultText(cbk(false, map[string]any{"action": "list"}))
+	if strings.Count(text, "[callback 0] once") != 1 || strings.Contains(text, "[0]") {
+		t.Fatalf("one-shot: %s", text)
+	}
+
+	// Slot exhaustion.
+	for i := 0; i < 7; i++ {
+		cbk(false, map[string]any{"message": fmt.Sprintf("m%d", i), "delay_seconds": 60})
+	}
+	cbk(true, map[string]any{"message": "ninth", "delay_seconds": 60}, "Error: all callback slots full (max 8)")
+	cbk(false, map[string]any{"action": "list"}, "Active callbacks (8/8):")
+
+	// Cancel one, then all.
+	cbk(false, map[string]any{"action": "cancel", "callback_id": 3}, `Cancelled callback slot 3: "m2"`)
+	cbk(true, map[string]any{"action": "cancel", "callback_id": 3}, "Error: callback slot 3 is not active")
+	cbk(true, map[string]any{"action": "cancel", "callback_id": 8}, "Error: callback_id 8 out of range (max 7)")
+	cbk(true, map[string]any{"action": "cancel", "callback_id": -1}, "out of range")
+	cbk(false, map[string]any{"message": "reuses slot 3", "delay_seconds": 5}, "Slot 3")
+	cbk(false, map[string]any{"action": "cancel"}, "Cancelled 8 callbacks.")
+	cbk(false, map[string]any{"action": "list"}, "No active callbacks.")
+	if n := clk.armed(); n != 0 {
+		t.Fatalf("%d timers still armed after cancel", n)
+	}
+	clk.advance(2 * time.Hour)
+	if text := resultText(cbk(false, map[string]any{"action": "list"})); strings.Contains(text, "[callback") {
+		t.Fatalf("a cancelled callback fired: %s", text)
+	}
+
+	// Bad input, parameter by parameter.
+	cbk(true, map[string]any{"delay_seconds": 5}, "Error: missing message parameter")
+	cbk(true, map[string]any{"message": "  ", "delay_seconds": 5}, "Error: missing message parameter")
+	cbk(true, map[string]any{"message": strings.Repeat("x", 2049), "delay_seconds": 5}, "max 2048")
+	cbk(true, map[string]any{"message": "m"}, "missing delay_seconds")
+	cbk(true, map[string]any{"message": "m", "delay_seconds": 7200}, "Error: delay_seconds must be between 1 and 3600 (got 7200)")
+	cbk(true, map[string]any{"message": "m", "delay_seconds": 0}, "(got 0)")
+	cbk(true, map[string]any{"message": "m", "delay_seconds": 1.5}, "must be an integer")
+	cbk(true, map[string]any{"message": "m", "delay_seconds": 5, "repeat_count": -2}, "repeat_count")
+	cbk(true, map[string]any{"action": "snooze"}, "must be one of")
+	cbk(true, map[string]any{"action": "cancel", "callback_id": "2"}, "must be an integer")
+
+	// The session's end stops every timer.
+	cbk(false, map[string]any{"message": "m", "delay_seconds": 5})
+	s.stopWorkflow()
+	if n := clk.armed(); n != 0 {
+		t.Fatalf("%d timers armed after the session ended", n)
+	}
+	cbk(true, map[string]any{"message": "m", "delay_seconds": 5}, "Error: callback slots not available")
+}
+
+// BenchmarkWorkflowSkillCatalog compares a refresh that finds nothing
+// changed (what every tool call and the two-second watch cost) with a full
+// re-read of 50 skills.
+func BenchmarkWorkflowSkillCatalog(b *testing.B) {
+	root := b.TempDir()
+	for i := 0; i < 50; i++ {
+		p := filepath.Join(root, fmt.Sprintf("skill-%02d", i), "SKILL.md")
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		os.WriteFile(p, []byte(fmt.Sprintf("---\nname: skill-%02d\ndescription: >\n  does thing %d\n---\nbody $ARGUMENTS\n", i, i)), 0o644)
+	}
+	srv := newServer(loadConfig(map[string]string{"ADDITIONAL_SKILLS": root}), io.Discard)
+	srv.skills.refresh(srv, root)
+	b.Run("unchanged", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			srv.skills.refresh(srv, root)
+		}
+	})
+	b.Run("rescan", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			srv.skills.mu.Lock()
+			srv.skills.sig = ""
+			srv.skills.mu.Unlock()
+			srv.skills.refresh(srv, root)
+		}
+	})
+}
+
+// BenchmarkWorkflowTaskFile measures TaskManager calls that write (lock,
+// read, fsync'd atomic replace) and that only read, against the baseline of a
+// plain os.WriteFile of the same 51-step file.
+func BenchmarkWorkflowTaskFile(b *testing.B) {
+	dir := b.TempDir()
+	srv := newServer(loadConfig(map[string]string{"STATE_DIR": dir}), io.Discard)
+	s := newSession(srv, io.Discard)
+	defer s.stopWorkflow()
+	ctx := context.Background()
+	runTaskManager(ctx, &toolCall{s: s, args: json.RawMessage(`{"action":"create","text":"bench"}`)})
+	for i := 0; i < 50; i++ {
+		runTaskManager(ctx, &toolCall{s: s, args: json.RawMessage(`{"action":"add","text":"a step of moderate length"}`)})
+	}
+	data, _ := os.ReadFile(filepath.Join(dir, "tasks.json"))
+	b.Run("baseline-writefile", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			os.WriteFile(filepath.Join(dir, "plain.json"), data, 0o600)
+		}
+	})
+	runTaskManager(ctx, &toolCall{s: s, args: json.RawMessage(`{"action":"create","text":"other"}`)})
+	b.Run("switch", func(b *testing.B) { // each switch changes the file: lock, read, fsync, rename
+		for i := 0; i < b.N; i++ {
+			res := runTaskManager(ctx, &toolCall{s: s, args: json.RawMessage(fmt.Sprintf(`{"action":"switch","task_id":"t%d"}`, 1+i%2))})
+			if res.isError {
+				b.Fatal(res.content[0].Text)
+			}
+		}
+	})
+	b.Run("list", func(b *testing.B) { // lock and read only
+		for i := 0; i < b.N; i++ {
+			runTaskManager(ctx, &toolCall{s: s, args: json.RawMessage(`{"action":"list"}`)})
+		}
+	})
+}
+
+// A lock another process holds makes a call fail after a while instead of hanging.
+func TestWorkflowTaskManagerLockHeld(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	c := startServer(t, "-state-dir", dir)
+	c.initialize("2025-06-18")
+	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "x"}, false)
+	f, err := os.OpenFile(filepath.Join(dir, "tasks.json.lock"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	wfCall(t, c, "TaskManager", map[string]any{"action": "list"}, true, "another process holds it")
+	syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	wfCall(t, c, "TaskManager", map[string]any{"action": "list"}, false, `* t1 "x"`)
+}
