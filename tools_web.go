@@ -52,22 +52,26 @@ type htmlNode struct {
 
 type htmlAttr struct{ key, val string }
 
-// maxHTMLDepth bounds nesting: deeper elements become children of the deepest kept one.
-const maxHTMLDepth = 256
+const (
+	maxHTMLDepth = 256 // deeper elements become children of the deepest kept one
+	htmlSpace    = " \t\r\n\f"
+	// Element sets, as " a b c " strings for inSet.
+	htmlVoid     = " area base br col embed hr img input link meta param source track wbr frame keygen "
+	htmlRawText  = " script style textarea title xmp iframe noembed noframes plaintext " // text up to the end tag, markup and all
+	htmlClosesP  = " address article aside blockquote details div dl fieldset figure footer form h1 h2 h3 h4 h5 h6 header hr main nav ol p pre section table ul "
+	mdDropTags   = " head script style noscript svg template iframe object embed canvas input textarea select button link meta datalist "
+	mdBlockTags  = " address article aside blockquote body caption center dd details dialog div dl dt fieldset figcaption figure footer form h1 h2 h3 h4 h5 h6 header hgroup hr html li main nav ol p pre section summary table td th tr ul "
+	mdInlineTags = " a b strong em i del s strike code kbd samp tt var img br "
+	mdNoiseRoles = " navigation banner contentinfo complementary menu menubar search dialog alertdialog "
+)
 
-var htmlVoid = map[string]bool{"area": true, "base": true, "br": true, "col": true, "embed": true, "hr": true,
-	"img": true, "input": true, "link": true, "meta": true, "param": true, "source": true, "track": true, "wbr": true,
-	"frame": true, "keygen": true}
+// htmlImpliedEnd: these start tags close the nearest open element named in
+// the first set, unless one named in the second is nearer.
+var htmlImpliedEnd = map[string][2]string{"li": {" li ", " ul ol menu table "}, "dt": {" dt dd ", " dl table "},
+	"dd": {" dt dd ", " dl table "}, "tr": {" tr ", " table "}, "td": {" td th ", " tr table "}, "th": {" td th ", " tr table "},
+	"option": {" option ", " select "}}
 
-// htmlRawText elements hold text up to their end tag, markup and all.
-var htmlRawText = map[string]bool{"script": true, "style": true, "textarea": true, "title": true, "xmp": true,
-	"iframe": true, "noembed": true, "noframes": true, "plaintext": true}
-
-// htmlClosesP are start tags that end an open paragraph.
-var htmlClosesP = map[string]bool{"address": true, "article": true, "aside": true, "blockquote": true, "details": true,
-	"div": true, "dl": true, "fieldset": true, "figure": true, "footer": true, "form": true, "h1": true, "h2": true,
-	"h3": true, "h4": true, "h5": true, "h6": true, "header": true, "hr": true, "main": true, "nav": true, "ol": true,
-	"p": true, "pre": true, "section": true, "table": true, "ul": true}
+func inSet(set, tag string) bool { return tag != "" && strings.Contains(set, " "+tag+" ") }
 
 // parseHTML builds a tree from src the forgiving way browsers do, in
 // simplified form: implied end tags for p, li, dt, dd, tr, td, th and option;
@@ -75,92 +79,55 @@ var htmlClosesP = map[string]bool{"address": true, "article": true, "aside": tru
 func parseHTML(src string) *htmlNode {
 	root := &htmlNode{tag: "#root"}
 	stack := []*htmlNode{root}
-	cur := func() *htmlNode { return stack[len(stack)-1] }
-	appendText := func(t string) {
-		if t == "" {
-			return
-		}
-		p := cur()
-		if n := len(p.children); n > 0 && p.children[n-1].tag == "" {
-			p.children[n-1].text += t
-			return
-		}
-		p.children = append(p.children, &htmlNode{text: t, parent: p})
-	}
-	// closeTo pops up to and including the nearest open element named one of
+	// closeTo pops up to and including the nearest open element named in
 	// names, unless an element named in stop comes first.
 	closeTo := func(names, stop string) {
-		for i := len(stack) - 1; i > 0; i-- {
-			t := stack[i].tag
-			if strings.Contains(stop, " "+t+" ") {
-				return
-			}
-			if strings.Contains(names, " "+t+" ") {
+		for i := len(stack) - 1; i > 0 && !inSet(stop, stack[i].tag); i-- {
+			if inSet(names, stack[i].tag) {
 				stack = stack[:i]
 				return
 			}
 		}
 	}
 	z := htmlTokenizer{s: src}
-	for {
-		tok, ok := z.next()
-		if !ok {
-			break
-		}
-		switch tok.kind {
-		case tokText:
-			appendText(tok.text)
-		case tokStart:
-			switch {
-			case tok.name == "li":
-				closeTo(" li ", " ul ol menu table ")
-			case tok.name == "dt" || tok.name == "dd":
-				closeTo(" dt dd ", " dl table ")
-			case tok.name == "tr":
-				closeTo(" tr ", " table ")
-			case tok.name == "td" || tok.name == "th":
-				closeTo(" td th ", " tr table ")
-			case tok.name == "option":
-				closeTo(" option ", " select ")
+	for tok, ok := z.next(); ok; tok, ok = z.next() {
+		p := stack[len(stack)-1]
+		switch {
+		case tok.end:
+			closeTo(" "+tok.name+" ", "")
+		case tok.name == "": // text, joined to the text before it
+			if n := len(p.children); n > 0 && p.children[n-1].tag == "" {
+				p.children[n-1].text += tok.text
+			} else if tok.text != "" {
+				p.children = append(p.children, &htmlNode{text: tok.text, parent: p})
 			}
-			if htmlClosesP[tok.name] {
+		default:
+			e := htmlImpliedEnd[tok.name]
+			closeTo(e[0], e[1])
+			if inSet(htmlClosesP, tok.name) {
 				closeTo(" p ", " div section article main table ul ol li blockquote td th button ")
 			}
-			n := &htmlNode{tag: tok.name, attrs: tok.attrs, parent: cur()}
-			cur().children = append(cur().children, n)
-			if tok.raw != "" {
-				n.children = []*htmlNode{{text: tok.raw, parent: n}}
+			p = stack[len(stack)-1]
+			n := &htmlNode{tag: tok.name, attrs: tok.attrs, parent: p}
+			p.children = append(p.children, n)
+			if tok.text != "" {
+				n.children = []*htmlNode{{text: tok.text, parent: n}}
 			}
-			if !htmlVoid[tok.name] && !tok.selfClosing && !htmlRawText[tok.name] && len(stack) < maxHTMLDepth {
+			if !inSet(htmlVoid+htmlRawText, tok.name) && !tok.selfClosing && len(stack) < maxHTMLDepth {
 				stack = append(stack, n)
-			}
-		case tokEnd:
-			for i := len(stack) - 1; i > 0; i-- {
-				if stack[i].tag == tok.name {
-					stack = stack[:i]
-					break
-				}
 			}
 		}
 	}
 	return root
 }
 
-type htmlTokenKind int
-
-const (
-	tokText htmlTokenKind = iota
-	tokStart
-	tokEnd
-)
-
+// htmlToken is text (no name), a start tag or an end tag.
 type htmlToken struct {
-	kind        htmlTokenKind
+	end         bool   // an end tag
 	name        string // lowercase tag name
 	attrs       []htmlAttr
 	selfClosing bool
-	text        string // decoded text
-	raw         string // a raw-text element's content (decoded for title and textarea)
+	text        string // decoded text, or a raw-text element's content (decoded for title and textarea)
 }
 
 // htmlTokenizer splits HTML into text, start tags and end tags; comments,
@@ -171,57 +138,37 @@ type htmlTokenizer struct {
 }
 
 func (z *htmlTokenizer) next() (htmlToken, bool) {
-	s := z.s
-	for z.pos < len(s) {
-		if s[z.pos] != '<' {
-			end := strings.IndexByte(s[z.pos:], '<')
-			if end < 0 {
-				end = len(s) - z.pos
-			}
-			t := s[z.pos : z.pos+end]
-			z.pos += end
-			return htmlToken{kind: tokText, text: html.UnescapeString(t)}, true
-		}
-		rest := s[z.pos:]
+	for z.pos < len(z.s) {
+		rest := z.s[z.pos:]
 		switch {
+		case rest[0] != '<':
+			t, _, _ := strings.Cut(rest, "<")
+			z.pos += len(t)
+			return htmlToken{text: html.UnescapeString(t)}, true
 		case strings.HasPrefix(rest, "<!--"):
-			end := strings.Index(rest[4:], "-->")
-			if end < 0 {
-				z.pos = len(s)
-			} else {
-				z.pos += 4 + end + 3
-			}
+			_, after, _ := strings.Cut(rest[4:], "-->")
+			z.pos = len(z.s) - len(after)
 		case strings.HasPrefix(rest, "<![CDATA["):
-			end := strings.Index(rest, "]]>")
-			if end < 0 {
-				end = len(rest)
-			}
-			z.pos += min(end+3, len(rest))
-			return htmlToken{kind: tokText, text: rest[9:end]}, true
+			t, _, _ := strings.Cut(rest[9:], "]]>")
+			z.pos += min(9+len(t)+3, len(rest))
+			return htmlToken{text: t}, true
 		case strings.HasPrefix(rest, "<!") || strings.HasPrefix(rest, "<?"):
-			end := strings.IndexByte(rest, '>')
-			if end < 0 {
-				z.pos = len(s)
-			} else {
-				z.pos += end + 1
-			}
+			_, after, _ := strings.Cut(rest, ">")
+			z.pos = len(z.s) - len(after)
 		case len(rest) > 2 && rest[1] == '/' && isASCIILetter(rest[2]):
-			end := strings.IndexByte(rest, '>')
-			if end < 0 {
-				z.pos = len(s)
+			name, after, found := strings.Cut(rest[2:], ">")
+			if z.pos = len(z.s) - len(after); !found {
 				return htmlToken{}, false
 			}
-			name := rest[2:end]
-			if i := strings.IndexAny(name, " \t\r\n\f/"); i >= 0 {
+			if i := strings.IndexAny(name, htmlSpace+"/"); i >= 0 {
 				name = name[:i]
 			}
-			z.pos += end + 1
-			return htmlToken{kind: tokEnd, name: strings.ToLower(name)}, true
+			return htmlToken{end: true, name: strings.ToLower(name)}, true
 		case len(rest) > 1 && isASCIILetter(rest[1]):
 			return z.startTag(), true
 		default: // a lone '<' is text
 			z.pos++
-			return htmlToken{kind: tokText, text: "<"}, true
+			return htmlToken{text: "<"}, true
 		}
 	}
 	return htmlToken{}, false
@@ -232,102 +179,64 @@ func isASCIILetter(c byte) bool { return (c|0x20) >= 'a' && (c|0x20) <= 'z' }
 // startTag reads a start tag at z.pos, its attributes and, for raw-text
 // elements, everything up to the matching end tag.
 func (z *htmlTokenizer) startTag() htmlToken {
-	s := z.s
-	i := z.pos + 1
-	j := i
-	for j < len(s) && !strings.ContainsRune(" \t\r\n\f/>", rune(s[j])) {
-		j++
+	s, i := z.s, z.pos+1
+	span := func(stop string) string { // the bytes from i to the next one in stop; i moves past them
+		j := i
+		for i < len(s) && !strings.ContainsRune(stop, rune(s[i])) {
+			i++
+		}
+		return s[j:i]
 	}
-	tok := htmlToken{kind: tokStart, name: strings.ToLower(s[i:j])}
-	i = j
-	for i < len(s) {
-		for i < len(s) && strings.ContainsRune(" \t\r\n\f", rune(s[i])) {
+	skipSpace := func() {
+		for i < len(s) && strings.ContainsRune(htmlSpace, rune(s[i])) {
 			i++
 		}
-		if i >= len(s) {
-			break
-		}
-		if s[i] == '>' {
+	}
+	tok := htmlToken{name: strings.ToLower(span(htmlSpace + "/>"))}
+	for skipSpace(); i < len(s) && s[i] != '>'; skipSpace() {
+		if strings.HasPrefix(s[i:], "/>") {
+			tok.selfClosing = true
 			i++
 			break
-		}
-		if s[i] == '/' {
-			if i+1 < len(s) && s[i+1] == '>' {
-				tok.selfClosing = true
-				i += 2
-				break
-			}
+		} else if s[i] == '/' {
 			i++
 			continue
 		}
-		k := i
-		for k < len(s) && !strings.ContainsRune(" \t\r\n\f/>=", rune(s[k])) {
-			k++
+		key := span(htmlSpace + "/>=")
+		if key == "" { // a stray '='
+			key, i = s[i:i+1], i+1
 		}
-		if k == i { // a stray '=': skip it
-			k++
-		}
-		key := strings.ToLower(s[i:k])
-		i = k
-		for i < len(s) && strings.ContainsRune(" \t\r\n\f", rune(s[i])) {
-			i++
-		}
+		skipSpace()
 		val := ""
 		if i < len(s) && s[i] == '=' {
 			i++
-			for i < len(s) && strings.ContainsRune(" \t\r\n\f", rune(s[i])) {
-				i++
-			}
+			skipSpace()
 			if i < len(s) && (s[i] == '"' || s[i] == '\'') {
-				q := s[i]
-				end := strings.IndexByte(s[i+1:], q)
-				if end < 0 {
-					end = len(s) - i - 1
-				}
-				val = s[i+1 : i+1+end]
-				i = min(i+1+end+1, len(s))
+				i++
+				val = span(s[i-1 : i])
+				i = min(i+1, len(s))
 			} else {
-				k = i
-				for k < len(s) && !strings.ContainsRune(" \t\r\n\f>", rune(s[k])) {
-					k++
-				}
-				val = s[i:k]
-				i = k
+				val = span(htmlSpace + ">")
 			}
 		}
 		if len(tok.attrs) < 64 {
-			tok.attrs = append(tok.attrs, htmlAttr{key, html.UnescapeString(val)})
+			tok.attrs = append(tok.attrs, htmlAttr{strings.ToLower(key), html.UnescapeString(val)})
 		}
+	}
+	i = min(i+1, len(s)) // past the '>'
+	if inSet(htmlRawText, tok.name) && !tok.selfClosing {
+		j, closer := i, "</"+tok.name
+		for j < len(s) && !strings.EqualFold(s[j:min(j+len(closer), len(s))], closer) {
+			j++
+		}
+		if tok.text, i = s[i:j], j; tok.name == "title" || tok.name == "textarea" {
+			tok.text = html.UnescapeString(tok.text)
+		}
+		span(">")
+		i = min(i+1, len(s))
 	}
 	z.pos = i
-	if htmlRawText[tok.name] && !tok.selfClosing {
-		end := indexFold(s[z.pos:], "</"+tok.name)
-		if end < 0 {
-			end = len(s) - z.pos
-		}
-		tok.raw = s[z.pos : z.pos+end]
-		if tok.name == "title" || tok.name == "textarea" {
-			tok.raw = html.UnescapeString(tok.raw)
-		}
-		z.pos += end
-		if gt := strings.IndexByte(s[z.pos:], '>'); gt >= 0 {
-			z.pos += gt + 1
-		} else {
-			z.pos = len(s)
-		}
-	}
 	return tok
-}
-
-// indexFold is strings.Index for an ASCII needle, ignoring case.
-func indexFold(s, needle string) int {
-	n := len(needle)
-	for i := 0; i+n <= len(s); i++ {
-		if strings.EqualFold(s[i:i+n], needle) {
-			return i
-		}
-	}
-	return -1
 }
 
 func (n *htmlNode) attr(key string) string {
@@ -340,12 +249,7 @@ func (n *htmlNode) attr(key string) string {
 }
 
 func (n *htmlNode) hasClass(class string) bool {
-	for _, c := range strings.Fields(n.attr("class")) {
-		if c == class {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(strings.Fields(n.attr("class")), class)
 }
 
 // find returns the first node below n (depth first) that match accepts, or nil.
@@ -365,17 +269,13 @@ func (n *htmlNode) find(match func(*htmlNode) bool) *htmlNode {
 // it does not look inside a node it returns.
 func (n *htmlNode) findAll(match func(*htmlNode) bool) []*htmlNode {
 	var out []*htmlNode
-	var walk func(*htmlNode)
-	walk = func(p *htmlNode) {
-		for _, c := range p.children {
-			if match(c) {
-				out = append(out, c)
-				continue
-			}
-			walk(c)
+	for _, c := range n.children {
+		if match(c) {
+			out = append(out, c)
+		} else {
+			out = append(out, c.findAll(match)...)
 		}
 	}
-	walk(n)
 	return out
 }
 
@@ -404,29 +304,20 @@ func (n *htmlNode) textContent() string {
 
 // ---- HTML to markdown ----------------------------------------------------
 
-// Element sets, as " a b c " strings for mdIn.
-const (
-	mdDropTags   = " head script style noscript svg template iframe object embed canvas input textarea select button link meta datalist "
-	mdBlockTags  = " address article aside blockquote body caption center dd details dialog div dl dt fieldset figcaption figure footer form h1 h2 h3 h4 h5 h6 header hgroup hr html li main nav ol p pre section summary table td th tr ul "
-	mdInlineTags = " a b strong em i del s strike code kbd samp tt var img br "
-	mdNoiseRoles = " navigation banner contentinfo complementary menu menubar search dialog alertdialog "
-)
-
-func mdIn(set, tag string) bool { return tag != "" && strings.Contains(set, " "+tag+" ") }
-
 var (
 	mdUnlikely     = regexp.MustCompile(`(?i)-ad-|banner|breadcrumb|combx|comment|community|cookie|disqus|footer|gdpr|header|menu|related|remark|replies|rss|share|shoutbox|sidebar|skyscraper|social|sponsor|pagination|pager|popup|newsletter`)
 	mdLikely       = regexp.MustCompile(`(?i)and|article|body|column|content|main|shadow`)
 	mdEscape       = strings.NewReplacer("*", `\*`, "`", "\\`")
 	mdEscapeInLink = strings.NewReplacer("*", `\*`, "`", "\\`", "[", `\[`, "]", `\]`)
 	mdURLEscape    = strings.NewReplacer("(", "%28", ")", "%29", " ", "%20")
+	mdCellEscape   = strings.NewReplacer("  \n", " ", "\n", " ", "|", `\|`)
 	mdLineStart    = regexp.MustCompile(`^(#{1,6}|[>+-]|\d{1,9}[.)])( |$)`)
+	mdEmphasis     = map[string]string{"strong": "**", "b": "**", "em": "*", "i": "*", "del": "~~", "s": "~~", "strike": "~~"}
 )
 
-// mdConv turns a parsed page into markdown, or into plain text when plain is set.
+// mdConv turns a parsed page into markdown.
 type mdConv struct {
 	base    *url.URL
-	plain   bool
 	hasMain bool                 // the content root is the page's main area
 	inLink  int                  // depth of links being rendered
 	nest    int                  // depth of lists and quotes being rendered
@@ -437,11 +328,11 @@ func htmlByTag(tag string) func(*htmlNode) bool {
 	return func(n *htmlNode) bool { return n.tag == tag }
 }
 
-// htmlToMarkdown returns the page's title and its main content as markdown
-// (plain text when plain), with links and images made absolute against pageURL.
-func htmlToMarkdown(src, pageURL string, plain bool) (title, md string) {
+// htmlToMarkdown returns the page's title and its main content as markdown,
+// with links and images made absolute against pageURL.
+func htmlToMarkdown(src, pageURL string) (title, md string) {
 	root := parseHTML(src)
-	m := &mdConv{plain: plain, sizes: map[*htmlNode][2]int{}}
+	m := &mdConv{sizes: map[*htmlNode][2]int{}}
 	m.base, _ = url.Parse(pageURL)
 	if t := root.find(htmlByTag("title")); t != nil {
 		title = t.textContent()
@@ -458,13 +349,7 @@ func htmlToMarkdown(src, pageURL string, plain bool) (title, md string) {
 		if len(cands) == 0 || (len(cands) > 1 && cands[0].tag == "article") {
 			continue
 		}
-		best := cands[0]
-		for _, c := range cands {
-			if m.measure(c)[0] > m.measure(best)[0] {
-				best = c
-			}
-		}
-		if m.measure(best)[0] > 0 {
+		if best := slices.MaxFunc(cands, func(a, b *htmlNode) int { return m.measure(a)[0] - m.measure(b)[0] }); m.measure(best)[0] > 0 {
 			content, m.hasMain = best, true
 			break
 		}
@@ -484,7 +369,7 @@ func (m *mdConv) measure(n *htmlNode) [2]int {
 	s, ok := m.sizes[n]
 	if n.tag == "" {
 		return [2]int{len(strings.TrimSpace(n.text)), 0}
-	} else if ok || mdIn(mdDropTags, n.tag) {
+	} else if ok || inSet(mdDropTags, n.tag) {
 		return s
 	}
 	for _, c := range n.children {
@@ -503,7 +388,7 @@ func (m *mdConv) measure(n *htmlNode) [2]int {
 func (m *mdConv) skip(n *htmlNode) bool {
 	s := m.measure(n)
 	switch {
-	case mdIn(mdDropTags+"nav aside footer ", n.tag) || htmlHidden(n) || (n.tag == "form" && s[0] < 500):
+	case inSet(mdDropTags+"nav aside footer ", n.tag) || htmlHidden(n) || (n.tag == "form" && s[0] < 500):
 		return true
 	case m.hasMain:
 		return false
@@ -511,8 +396,8 @@ func (m *mdConv) skip(n *htmlNode) bool {
 		return n.find(htmlByTag("h1")) == nil
 	}
 	ci := n.attr("class") + " " + n.attr("id")
-	return mdIn(mdNoiseRoles, n.attr("role")) || (mdUnlikely.MatchString(ci) && !mdLikely.MatchString(ci)) ||
-		(mdIn(" div ul ol section table ", n.tag) && s[0] > 0 && s[1]*2 > s[0] && s[0]-s[1] < 100)
+	return inSet(mdNoiseRoles, n.attr("role")) || (mdUnlikely.MatchString(ci) && !mdLikely.MatchString(ci)) ||
+		(inSet(" div ul ol section table ", n.tag) && s[0] > 0 && s[1]*2 > s[0] && s[0]-s[1] < 100)
 }
 
 // block renders n's children as markdown blocks separated by blank lines; in
@@ -536,11 +421,11 @@ func (m *mdConv) block(n *htmlNode, tight bool) string {
 			case c.tag == "":
 				inl.WriteString(m.text(c.text))
 			case m.skip(c):
-			case mdIn(mdBlockTags, c.tag):
-				add(m.para(inl.String()), false)
+			case inSet(mdBlockTags, c.tag):
+				add(mdPara(inl.String()), false)
 				inl.Reset()
 				add(m.element(c), c.tag == "ul" || c.tag == "ol")
-			case mdIn(mdInlineTags, c.tag):
+			case inSet(mdInlineTags, c.tag):
 				inl.WriteString(m.inline(c))
 			default:
 				walk(c)
@@ -548,7 +433,7 @@ func (m *mdConv) block(n *htmlNode, tight bool) string {
 		}
 	}
 	walk(n)
-	add(m.para(inl.String()), false)
+	add(mdPara(inl.String()), false)
 	return out.String()
 }
 
@@ -556,15 +441,14 @@ func (m *mdConv) block(n *htmlNode, tight bool) string {
 func (m *mdConv) element(n *htmlNode) string {
 	switch n.tag {
 	case "h1", "h2", "h3", "h4", "h5", "h6":
-		s := strings.ReplaceAll(m.para(m.inlineChildren(n)), "  \n", " ")
-		return m.mark(s, strings.Repeat("#", int(n.tag[1]-'0'))+" ", "")
+		s := strings.ReplaceAll(mdPara(m.inlineChildren(n)), "  \n", " ")
+		return mdMark(s, strings.Repeat("#", int(n.tag[1]-'0'))+" ", "")
 	case "hr":
-		if m.plain {
-			return ""
-		}
 		return "* * *"
 	case "pre":
-		return m.pre(n)
+		return mdPre(n)
+	case "table":
+		return m.table(n)
 	case "ul", "ol", "blockquote":
 		if m.nest >= 10 { // deeper nesting is flat, so prefixes cannot multiply a page's size
 			return m.block(n, false)
@@ -574,21 +458,18 @@ func (m *mdConv) element(n *htmlNode) string {
 		if n.tag != "blockquote" {
 			return m.list(n)
 		}
-		s := m.block(n, false)
-		if m.plain || s == "" {
-			return s
+		if s := m.block(n, false); s != "" {
+			return "> " + strings.ReplaceAll(strings.ReplaceAll(s, "\n", "\n> "), "> \n", ">\n")
 		}
-		return "> " + strings.ReplaceAll(strings.ReplaceAll(s, "\n", "\n> "), "> \n", ">\n")
-	case "table":
-		return m.table(n)
+		return ""
 	}
 	return m.block(n, n.tag == "li")
 }
 
-// mark puts markup around s, outside its white space: not in plain text, not around nothing.
-func (m *mdConv) mark(s, before, after string) string {
+// mdMark puts markup around s, outside its white space; not around nothing.
+func mdMark(s, before, after string) string {
 	t := strings.TrimSpace(s)
-	if m.plain || t == "" {
+	if t == "" {
 		return s
 	}
 	i := strings.Index(s, t)
@@ -605,25 +486,38 @@ func (m *mdConv) inline(n *htmlNode) string {
 	case n.tag == "br":
 		return "\x01"
 	case n.tag == "img":
-		return m.image(n)
-	case mdIn(" code kbd samp tt var ", n.tag):
-		return m.code(n)
+		alt, src := strings.Join(strings.Fields(n.attr("alt")), " "), n.attr("src")
+		if src == "" || strings.HasPrefix(src, "data:") {
+			src = n.attr("data-src") // a lazy image's real source
+		}
+		if src == "" || strings.HasPrefix(src, "data:") {
+			return alt
+		}
+		return "![" + mdEscapeInLink.Replace(alt) + "](" + m.abs(src) + ")"
+	case inSet(" code kbd samp tt var ", n.tag):
+		s := strings.ReplaceAll(rawText(n, &strings.Builder{}), "\n", " ")
+		if strings.TrimSpace(s) == "" {
+			return s
+		} else if strings.HasPrefix(s, "`") || strings.HasSuffix(s, "`") {
+			s = " " + s + " "
+		}
+		return fence(s, 1) + s + fence(s, 1)
 	case n.tag == "a":
 		m.inLink++
 		s := m.inlineChildren(n)
 		m.inLink--
-		return m.link(n, s)
+		href := strings.TrimSpace(n.attr("href"))
+		if t := strings.TrimSpace(s); t == "#" || t == "¶" || t == "§" {
+			return "" // a heading's permalink
+		} else if href == "" || strings.HasPrefix(strings.ToLower(href), "javascript:") {
+			return s
+		}
+		return mdMark(s, "[", "]("+m.abs(href)+")")
 	}
 	s := m.inlineChildren(n)
-	switch n.tag {
-	case "strong", "b":
-		return m.mark(s, "**", "**")
-	case "em", "i":
-		return m.mark(s, "*", "*")
-	case "del", "s", "strike":
-		return m.mark(s, "~~", "~~")
-	}
-	if mdIn(mdBlockTags, n.tag) {
+	if mk := mdEmphasis[n.tag]; mk != "" {
+		return mdMark(s, mk, mk)
+	} else if inSet(mdBlockTags, n.tag) {
 		return " " + s + " "
 	}
 	return s
@@ -639,33 +533,27 @@ func (m *mdConv) inlineChildren(n *htmlNode) string {
 
 // text escapes the characters that would start markdown syntax inside a line.
 func (m *mdConv) text(s string) string {
-	switch {
-	case m.plain:
-		return s
-	case m.inLink > 0:
+	if m.inLink > 0 {
 		return mdEscapeInLink.Replace(s)
 	}
 	return mdEscape.Replace(s)
 }
 
-// para folds white space as a browser does, turns breaks into hard line
+// mdPara folds white space as a browser does, turns breaks into hard line
 // breaks and escapes what would read as a heading, quote or list marker.
-func (m *mdConv) para(s string) string {
-	s = strings.Join(strings.FieldsFunc(s, func(r rune) bool { return r == ' ' || r == '\t' || r == '\n' || r == '\r' || r == '\f' }), " ")
+func mdPara(s string) string {
+	s = strings.Join(strings.FieldsFunc(s, func(r rune) bool { return strings.ContainsRune(htmlSpace, r) }), " ")
 	lines := strings.Split(strings.ReplaceAll(s, "\u00a0", " "), "\x01")
 	for i, l := range lines {
 		l = strings.TrimSpace(l)
-		if loc := mdLineStart.FindStringSubmatchIndex(l); loc != nil && !m.plain {
-			at := loc[0] // before # > + -, or before the dot of "1."
+		if loc := mdLineStart.FindStringSubmatchIndex(l); loc != nil {
+			at := 0 // before # > + -, or before the dot of "1."
 			if l[0] >= '0' && l[0] <= '9' {
 				at = loc[3] - 1
 			}
 			l = l[:at] + `\` + l[at:]
 		}
 		lines[i] = l
-	}
-	if m.plain {
-		return strings.Trim(strings.Join(lines, "\n"), " \n")
 	}
 	return strings.Trim(strings.Join(lines, "  \n"), " \n")
 }
@@ -680,36 +568,6 @@ func (m *mdConv) abs(ref string) string {
 	return ref
 }
 
-func mdTitle(n *htmlNode) string {
-	if t := n.attr("title"); t != "" {
-		return ` "` + strings.ReplaceAll(t, `"`, `\"`) + `"`
-	}
-	return ""
-}
-
-func (m *mdConv) link(n *htmlNode, s string) string {
-	href := strings.TrimSpace(n.attr("href"))
-	switch t := strings.TrimSpace(s); {
-	case t == "#" || t == "¶" || t == "§":
-		return "" // a heading's permalink
-	case href == "" || strings.HasPrefix(strings.ToLower(href), "javascript:"):
-		return s
-	}
-	return m.mark(s, "[", "]("+m.abs(href)+mdTitle(n)+")")
-}
-
-func (m *mdConv) image(n *htmlNode) string {
-	alt := strings.Join(strings.Fields(n.attr("alt")), " ")
-	src := n.attr("src")
-	if src == "" || strings.HasPrefix(src, "data:") {
-		src = n.attr("data-src") // a lazy image's real source
-	}
-	if m.plain || src == "" || strings.HasPrefix(src, "data:") {
-		return alt
-	}
-	return "![" + mdEscapeInLink.Replace(alt) + "](" + m.abs(src) + mdTitle(n) + ")"
-}
-
 // rawText is the text below n as it stands, with <br> as a newline.
 func rawText(n *htmlNode, b *strings.Builder) string {
 	for _, c := range n.children {
@@ -718,7 +576,7 @@ func rawText(n *htmlNode, b *strings.Builder) string {
 			b.WriteString(c.text)
 		case c.tag == "br":
 			b.WriteByte('\n')
-		case !mdIn(mdDropTags, c.tag):
+		case !inSet(mdDropTags, c.tag):
 			rawText(c, b)
 		}
 	}
@@ -737,17 +595,8 @@ func fence(s string, least int) string {
 	return strings.Repeat("`", max(least, longest+1))
 }
 
-func (m *mdConv) code(n *htmlNode) string {
-	s := strings.ReplaceAll(rawText(n, &strings.Builder{}), "\n", " ")
-	if m.plain || strings.TrimSpace(s) == "" {
-		return s
-	} else if strings.HasPrefix(s, "`") || strings.HasSuffix(s, "`") {
-		s = " " + s + " "
-	}
-	return fence(s, 1) + s + fence(s, 1)
-}
-
-func (m *mdConv) pre(n *htmlNode) string {
+// mdPre renders a code block, with the language its classes name.
+func mdPre(n *htmlNode) string {
 	s := strings.TrimRight(strings.TrimPrefix(rawText(n, &strings.Builder{}), "\n"), "\n ")
 	classes := n.attr("class")
 	if c := n.find(htmlByTag("code")); c != nil {
@@ -759,7 +608,7 @@ func (m *mdConv) pre(n *htmlNode) string {
 			lang = l
 		}
 	}
-	if f := fence(s, 3); !m.plain && strings.TrimSpace(s) != "" {
+	if f := fence(s, 3); strings.TrimSpace(s) != "" {
 		return f + lang + "\n" + s + "\n" + f
 	}
 	return s
@@ -800,21 +649,13 @@ func (m *mdConv) table(n *htmlNode) string {
 	if n.find(htmlByTag("table")) != nil {
 		return m.block(n, false) // a layout table
 	}
-	var b strings.Builder
-	if c := n.find(htmlByTag("caption")); c != nil {
-		b.WriteString(strings.TrimPrefix(m.block(c, false)+"\n\n", "\n\n"))
-	}
 	var rows [][]string
 	cols := 0
 	for _, tr := range n.findAll(htmlByTag("tr")) {
 		var row []string
 		for _, c := range tr.children {
 			if (c.tag == "td" || c.tag == "th") && !m.skip(c) {
-				s := strings.ReplaceAll(strings.ReplaceAll(m.block(c, false), "  \n", " "), "\n", " ")
-				if !m.plain {
-					s = strings.ReplaceAll(s, "|", `\|`)
-				}
-				row = append(row, s)
+				row = append(row, mdCellEscape.Replace(m.block(c, false)))
 				for span, _ := strconv.Atoi(c.attr("colspan")); span > 1 && span < 100; span-- {
 					row = append(row, "")
 				}
@@ -827,10 +668,14 @@ func (m *mdConv) table(n *htmlNode) string {
 	if cols > 64 {
 		return m.block(n, false) // not a table to read as one
 	}
+	var b strings.Builder
+	if c := n.find(htmlByTag("caption")); c != nil {
+		b.WriteString(strings.TrimPrefix(m.block(c, false)+"\n\n", "\n\n"))
+	}
 	for i, row := range rows {
 		row = append(row, make([]string, cols-len(row))...)
 		b.WriteString("| " + strings.Join(row, " | ") + " |\n")
-		if i == 0 && !m.plain {
+		if i == 0 {
 			b.WriteString("|" + strings.Repeat(" --- |", cols) + "\n")
 		}
 	}
@@ -871,8 +716,7 @@ func wsDial(ctx context.Context, rawURL string, rnd io.Reader, maxMsg int64) (*w
 	if err != nil || u.Scheme != "ws" || u.Host == "" {
 		return nil, fmt.Errorf("websocket dial: bad url %q", rawURL)
 	}
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", u.Host)
+	conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", u.Host)
 	if err != nil {
 		return nil, fmt.Errorf("websocket dial: %w", err)
 	}
@@ -880,20 +724,20 @@ func wsDial(ctx context.Context, rawURL string, rnd io.Reader, maxMsg int64) (*w
 		conn.Close()
 		return nil, fmt.Errorf("websocket handshake: "+format, a...)
 	}
-	if dl, ok := ctx.Deadline(); ok {
-		conn.SetDeadline(dl)
-	}
+	dl, _ := ctx.Deadline()
+	conn.SetDeadline(dl) // none when ctx has none
 	nonce := make([]byte, 16)
-	if _, err := io.ReadFull(rnd, nonce); err != nil {
-		return fail("%w", err)
-	}
+	_, err = io.ReadFull(rnd, nonce)
 	key := base64.StdEncoding.EncodeToString(nonce)
-	if _, err := fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
-		"Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n\r\n", u.RequestURI(), u.Host, key); err != nil {
-		return fail("%w", err)
+	if err == nil {
+		_, err = fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
+			"Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n\r\n", u.RequestURI(), u.Host, key)
 	}
 	br := bufio.NewReaderSize(conn, 64<<10)
-	resp, err := http.ReadResponse(br, nil)
+	var resp *http.Response
+	if err == nil {
+		resp, err = http.ReadResponse(br, nil)
+	}
 	if err != nil {
 		return fail("%w", err)
 	}
@@ -916,11 +760,10 @@ func wsDial(ctx context.Context, rawURL string, rnd io.Reader, maxMsg int64) (*w
 }
 
 func wsAppendHeader(b []byte, h wsFrameHeader) []byte {
-	b0 := h.op&0x0f | (h.rsv&7)<<4
+	b0, b1 := h.op&0x0f|(h.rsv&7)<<4, byte(0)
 	if h.fin {
 		b0 |= 0x80
 	}
-	var b1 byte
 	if h.masked {
 		b1 = 0x80
 	}
@@ -938,30 +781,23 @@ func wsAppendHeader(b []byte, h wsFrameHeader) []byte {
 	return b
 }
 
-func wsReadHeader(r io.Reader) (wsFrameHeader, error) {
+func wsReadHeader(r io.Reader) (h wsFrameHeader, err error) {
 	var p [8]byte
-	if _, err := io.ReadFull(r, p[:2]); err != nil {
-		return wsFrameHeader{}, err
+	if _, err = io.ReadFull(r, p[:2]); err != nil {
+		return h, err
 	}
-	h := wsFrameHeader{fin: p[0]&0x80 != 0, rsv: p[0] >> 4 & 7, op: p[0] & 0x0f, masked: p[1]&0x80 != 0, length: uint64(p[1] & 0x7f)}
-	switch h.length {
-	case 126:
-		if _, err := io.ReadFull(r, p[:2]); err != nil {
-			return h, err
-		}
+	h = wsFrameHeader{fin: p[0]&0x80 != 0, rsv: p[0] >> 4 & 7, op: p[0] & 0x0f, masked: p[1]&0x80 != 0, length: uint64(p[1] & 0x7f)}
+	if h.length == 126 {
+		_, err = io.ReadFull(r, p[:2])
 		h.length = uint64(binary.BigEndian.Uint16(p[:2]))
-	case 127:
-		if _, err := io.ReadFull(r, p[:8]); err != nil {
-			return h, err
-		}
+	} else if h.length == 127 {
+		_, err = io.ReadFull(r, p[:8])
 		h.length = binary.BigEndian.Uint64(p[:8]) // a length over the cap is refused by the reader
 	}
-	if h.masked {
-		if _, err := io.ReadFull(r, h.mask[:]); err != nil {
-			return h, err
-		}
+	if h.masked && err == nil {
+		_, err = io.ReadFull(r, h.mask[:])
 	}
-	return h, nil
+	return h, err
 }
 
 // writeFrame sends one masked frame with FIN set.
@@ -1142,8 +978,7 @@ func (c *cdpClient) call(ctx context.Context, session, method string, params, re
 	case r := <-ch:
 		if r.Error != nil {
 			return fmt.Errorf("cdp %s: %s", method, r.Error.Message)
-		}
-		if result != nil {
+		} else if result != nil {
 			return json.Unmarshal(r.Result, result)
 		}
 		return nil
@@ -1157,13 +992,12 @@ func (c *cdpClient) call(ctx context.Context, session, method string, params, re
 	}
 }
 
+// subscribe routes a session's events to fn (nil: drops them).
 func (c *cdpClient) subscribe(session string, fn func(method string, params json.RawMessage)) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if fn == nil {
+	if c.subs[session] = fn; fn == nil {
 		delete(c.subs, session)
-	} else {
-		c.subs[session] = fn
 	}
 }
 
@@ -1177,11 +1011,9 @@ var errNoBrowser = errors.New("no browser")
 type browserHolder struct {
 	tabs chan struct{} // a slot per open tab: pages are heavy on two cores
 
-	mu       sync.Mutex // guards the fields below
-	b        *browser
-	failErr  error // the last start failure, retried after a minute
-	failedAt time.Time
-	closed   bool
+	mu     sync.Mutex // guards the fields below
+	b      *browser
+	closed bool
 }
 
 type browser struct {
@@ -1212,17 +1044,12 @@ func (h *browserHolder) get(ctx context.Context, srv *server) (*browser, error) 
 	defer h.mu.Unlock()
 	if h.closed {
 		return nil, errors.New("browser: server is shutting down")
-	}
-	if b := h.b; b != nil {
-		if !b.dead() {
-			return b, nil
-		}
-		srv.log.warnf("readdocs: Chromium (pid %d) stopped; starting a new one", b.pid)
-		b.stop(srv.procs)
+	} else if h.b != nil && !h.b.dead() {
+		return h.b, nil
+	} else if h.b != nil {
+		srv.log.warnf("readdocs: Chromium (pid %d) stopped; starting a new one", h.b.pid)
+		h.b.stop(srv.procs)
 		h.b = nil
-	}
-	if h.failErr != nil && time.Since(h.failedAt) < time.Minute {
-		return nil, h.failErr
 	}
 	path := findChrome(srv.cfg)
 	if !srv.cfg.bool("READDOCS_BROWSER") {
@@ -1232,12 +1059,8 @@ func (h *browserHolder) get(ctx context.Context, srv *server) (*browser, error) 
 	}
 	b, err := startBrowser(ctx, srv, path)
 	if err != nil {
-		err = fmt.Errorf("%w: %v", errNoBrowser, err)
-		if ctx.Err() == nil {
-			h.failErr, h.failedAt = err, time.Now()
-			srv.log.warnf("readdocs: %v", err)
-		}
-		return nil, err
+		srv.log.warnf("readdocs: %v", err)
+		return nil, fmt.Errorf("%w: %v", errNoBrowser, err)
 	}
 	h.b = b
 	return b, nil
@@ -1275,8 +1098,7 @@ func startBrowser(ctx context.Context, srv *server, path string) (*browser, erro
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("browser start: %w", err)
 	}
-	cmd.Stderr = pw
-	cmd.SysProcAttr = &syscall.SysProcAttr{}
+	cmd.Stderr, cmd.SysProcAttr = pw, &syscall.SysProcAttr{}
 	// Linux kills the browser when the thread that started it ends, so a
 	// killed telson leaves no browser behind (other systems have the reaper).
 	if f := reflect.ValueOf(cmd.SysProcAttr).Elem().FieldByName("Pdeathsig"); f.IsValid() {
@@ -1287,8 +1109,7 @@ func startBrowser(ctx context.Context, srv *server, path string) (*browser, erro
 	go func() { // exits when the browser exits; its thread stays locked so Pdeathsig fires only when telson dies
 		runtime.LockOSThread()
 		err := srv.procs.start(cmd)
-		started <- err
-		if err == nil {
+		if started <- err; err == nil {
 			cmd.Wait()
 		}
 		close(b.exited)
@@ -1304,23 +1125,20 @@ func startBrowser(ctx context.Context, srv *server, path string) (*browser, erro
 	// found gets the endpoint, or "\x00" and the last stderr lines when the browser printed none.
 	found := make(chan string, 1)
 	go func() { // exits when every browser process has closed stderr
+		defer pr.Close()
 		sc := bufio.NewScanner(pr)
 		var tail []string
-		sent := false
 		for sc.Scan() {
-			line := sc.Text()
-			if u, ok := strings.CutPrefix(line, "DevTools listening on "); ok && !sent {
+			if u, ok := strings.CutPrefix(sc.Text(), "DevTools listening on "); ok {
 				found <- u
-				sent = true
-			} else if !sent && line != "" && !strings.Contains(line, "dbus") {
+				io.Copy(io.Discard, pr) // the browser's later output
+				return
+			} else if line := sc.Text(); line != "" && !strings.Contains(line, "dbus") {
 				tail = append(tail[max(0, len(tail)-3):], line)
 			}
 		}
 		io.Copy(io.Discard, pr) // a line too long for the scanner: keep draining
-		pr.Close()
-		if !sent {
-			found <- "\x00" + strings.Join(tail, "; ")
-		}
+		found <- "\x00" + strings.Join(tail, "; ")
 	}()
 	fail := func(format string, a ...any) (*browser, error) {
 		b.stop(srv.procs)
@@ -1377,7 +1195,7 @@ var readDocsTool = toolDef{
 - wait_ms: extra time to wait after load for pages that keep changing (default 0, max 30000).
 - The reply starts with the page title and final URL. Long pages come in parts of max_length characters (default 30000); the reply says which start_index gets the next part.
 - HTTP errors (404, 500) are reported with the page's content; DNS failures, refused connections, TLS errors, downloads and servers that never answer are errors.
-- Without Chromium the page is fetched over plain HTTP, and the reply says so.
+- Without Chromium the page is fetched over plain HTTP (text then comes as markdown), and the reply says so.
 
 Example: {"url": "https://go.dev/doc/effective_go", "max_length": 20000}`,
 	input: `{"type":"object","properties":{
@@ -1424,15 +1242,9 @@ type readDocsOut struct {
 	TotalLength    int      `json:"total_length"`
 	Via            string   `json:"via"`
 	Notes          []string `json:"notes,omitempty"`
-}
 
-// pageRead is a page as a browser or plain HTTP got it.
-type pageRead struct {
-	finalURL, title, via string
-	status               int
-	body                 string // outerHTML, innerText, or the response body
-	isText               bool   // body is text already (innerText, or not HTML)
-	notes                []string
+	body   string // the page as read: outerHTML, innerText, or the response body
+	isText bool   // body is text already (innerText, or not HTML)
 }
 
 // pageCap bounds what is taken from a page: characters from the browser, bytes over HTTP.
@@ -1443,15 +1255,14 @@ func runReadDocs(ctx context.Context, c *toolCall) toolResult {
 	if err := json.Unmarshal(c.args, &a); err != nil {
 		return errorResult("ReadDocs: invalid arguments: %v", err)
 	}
-	srv := c.s.srv
-	pg, err := srv.readPage(ctx, a)
+	o, err := c.s.srv.readPage(ctx, a)
 	if err != nil {
 		return errorResult("ReadDocs: %v", err)
 	}
-	o := readDocsOut{URL: a.URL, FinalURL: pg.finalURL, Title: pg.title, Status: pg.status, Format: a.Format, Via: pg.via, Notes: pg.notes}
-	content := pg.body
-	if !pg.isText {
-		title, md := htmlToMarkdown(pg.body, pg.finalURL, a.Format == "text")
+	o.URL, o.Format = a.URL, a.Format
+	content := o.body
+	if !o.isText {
+		title, md := htmlToMarkdown(o.body, o.FinalURL)
 		if o.Title = cmp.Or(o.Title, title); a.Format != "html" {
 			content = md
 		}
@@ -1482,7 +1293,7 @@ func runReadDocs(ctx context.Context, c *toolCall) toolResult {
 }
 
 // readPage reads the page through Chromium, or over plain HTTP when there is no browser.
-func (srv *server) readPage(ctx context.Context, a readDocsArgs) (*pageRead, error) {
+func (srv *server) readPage(ctx context.Context, a readDocsArgs) (*readDocsOut, error) {
 	u, err := url.Parse(a.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("only http and https URLs can be read, not %q", a.URL)
@@ -1499,10 +1310,9 @@ func (srv *server) readPage(ctx context.Context, a readDocsArgs) (*pageRead, err
 		if err != nil {
 			return nil, err
 		}
-		pg.notes = append([]string{"Read without a browser (" + why + "): content that scripts build may be missing."}, pg.notes...)
+		pg.Notes = append([]string{"Read without a browser (" + why + "): content that scripts build may be missing."}, pg.Notes...)
 		return pg, nil
-	}
-	if err != nil {
+	} else if err != nil {
 		return nil, err
 	}
 	select {
@@ -1547,7 +1357,7 @@ func (ts *tabState) event(method string, params json.RawMessage) {
 	switch {
 	case method == "Page.lifecycleEvent" && e.Name == "load":
 		ts.loaded[e.LoaderID] = true
-	case method == "Network.requestWillBeSent" && !mdIn(" EventSource WebSocket Media Image Font ", e.Type):
+	case method == "Network.requestWillBeSent" && !inSet(" EventSource WebSocket Media Image Font ", e.Type):
 		ts.inflight[e.RequestID] = true // long-lived or decorative requests do not hold up reading
 	case method == "Network.loadingFinished" || method == "Network.loadingFailed":
 		delete(ts.inflight, e.RequestID)
@@ -1590,7 +1400,7 @@ func (ts *tabState) wait(ctx context.Context, cond func() (bool, time.Duration))
 
 // read loads pageURL in a new tab and returns its DOM (innerText for text):
 // after the load event of this navigation, a quiet network and settle.
-func (b *browser) read(ctx context.Context, pageURL, format string, idle, settle, timeout time.Duration) (*pageRead, error) {
+func (b *browser) read(ctx context.Context, pageURL, format string, idle, settle, timeout time.Duration) (*readDocsOut, error) {
 	c, t0 := b.cdp, time.Now()
 	var tab struct{ TargetID, SessionID string }
 	if err := c.call(ctx, "", "Target.createTarget", map[string]any{"url": "about:blank"}, &tab); err != nil {
@@ -1640,16 +1450,16 @@ func (b *browser) read(ctx context.Context, pageURL, format string, idle, settle
 	} else if nav.ErrorText != "" {
 		return nil, fmt.Errorf("loading %s failed: %s", pageURL, nav.ErrorText)
 	}
-	pg := &pageRead{via: "chromium"}
+	pg := &readDocsOut{Via: "chromium"}
 	// A page without scripts (or a refresh) fetches nothing after load: it needs no quiet period.
 	var scripts struct{ Result struct{ Value int } }
 	if !ts.wait(waitCtx, func() (bool, time.Duration) { return ts.loaded[nav.LoaderID] || nav.LoaderID == "", 0 }) {
-		pg.notes = append(pg.notes, fmt.Sprintf("The page had not finished loading after %s; this is what it showed then.", time.Since(t0).Round(time.Millisecond)))
+		pg.Notes = append(pg.Notes, fmt.Sprintf("The page had not finished loading after %s; this is what it showed then.", time.Since(t0).Round(time.Millisecond)))
 	} else if c.call(waitCtx, sid, "Runtime.evaluate", map[string]any{"expression": `document.querySelectorAll('script, meta[http-equiv="refresh" i]').length`, "returnByValue": true}, &scripts); scripts.Result.Value > 0 && !ts.wait(waitCtx, func() (bool, time.Duration) {
 		quiet := time.Since(ts.lastNet)
 		return len(ts.inflight) == 0 && quiet >= idle, idle - quiet
 	}) {
-		pg.notes = append(pg.notes, "The page's network never went quiet; content may still have been arriving.")
+		pg.Notes = append(pg.Notes, "The page's network never went quiet; content may still have been arriving.")
 	}
 	until := time.Now().Add(settle)
 	ts.wait(ctx, func() (bool, time.Duration) { return time.Until(until) <= 0, time.Until(until) })
@@ -1659,7 +1469,7 @@ func (b *browser) read(ctx context.Context, pageURL, format string, idle, settle
 	if doc.MimeType != "" && !readableType(doc.MimeType) {
 		return nil, fmt.Errorf("%s is %s, not a page ReadDocs can read", pageURL, doc.MimeType)
 	}
-	pg.status, pg.isText = doc.Status, format == "text" || (doc.MimeType != "" && !strings.Contains(doc.MimeType, "html"))
+	pg.Status, pg.isText = doc.Status, format == "text" || (doc.MimeType != "" && !strings.Contains(doc.MimeType, "html"))
 	expr := fmt.Sprintf(`(() => { const h = document.documentElement, b = document.body;
 		const s = %t ? (b ? b.innerText : '') : (h ? h.outerHTML : '');
 		return {body: s.slice(0, %d), full: s.length, title: document.title, url: location.href}; })()`, pg.isText, pageCap)
@@ -1681,9 +1491,9 @@ func (b *browser) read(ctx context.Context, pageURL, format string, idle, settle
 		return nil, fmt.Errorf("reading the page: %s", ev.ExceptionDetails.Text)
 	}
 	v := ev.Result.Value
-	pg.body, pg.title, pg.finalURL = v.Body, v.Title, v.URL
+	pg.body, pg.Title, pg.FinalURL = v.Body, v.Title, v.URL
 	if v.Full > pageCap {
-		pg.notes = append(pg.notes, fmt.Sprintf("Only the first %d of %d characters of the page were read.", pageCap, v.Full))
+		pg.Notes = append(pg.Notes, fmt.Sprintf("Only the first %d of %d characters of the page were read.", pageCap, v.Full))
 	}
 	return pg, nil
 }
@@ -1702,7 +1512,7 @@ var metaCharset = regexp.MustCompile(`(?i)<meta[^>]+charset=["']?\s*([a-z0-9_-]+
 
 // fetchPlain GETs the page with net/http: 10 redirects, pageCap bytes, and
 // its charset honoured for UTF-8 and Latin-1/Windows-1252.
-func fetchPlain(ctx context.Context, pageURL string) (*pageRead, error) {
+func fetchPlain(ctx context.Context, pageURL string) (*readDocsOut, error) {
 	req, err := http.NewRequestWithContext(ctx, "GET", pageURL, nil)
 	if err != nil {
 		return nil, fmt.Errorf("fetch: %w", err)
@@ -1717,10 +1527,10 @@ func fetchPlain(ctx context.Context, pageURL string) (*pageRead, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fetch %s: reading the body: %w", pageURL, err)
 	}
-	pg := &pageRead{finalURL: resp.Request.URL.String(), status: resp.StatusCode, via: "http"}
+	pg := &readDocsOut{FinalURL: resp.Request.URL.String(), Status: resp.StatusCode, Via: "http"}
 	if len(raw) > pageCap {
 		raw = raw[:pageCap]
-		pg.notes = append(pg.notes, fmt.Sprintf("Only the first %d bytes of the page were read.", pageCap))
+		pg.Notes = append(pg.Notes, fmt.Sprintf("Only the first %d bytes of the page were read.", pageCap))
 	}
 	ct := cmp.Or(resp.Header.Get("Content-Type"), http.DetectContentType(raw))
 	if strings.HasPrefix(resp.Header.Get("Content-Disposition"), "attachment") || !readableType(ct) {
@@ -1744,7 +1554,7 @@ func fetchPlain(ctx context.Context, pageURL string) (*pageRead, error) {
 		}
 		pg.body = string(rs)
 	default:
-		pg.notes = append(pg.notes, "The page's charset "+charset+" is not supported; it was read as UTF-8.")
+		pg.Notes = append(pg.Notes, "The page's charset "+charset+" is not supported; it was read as UTF-8.")
 	}
 	return pg, nil
 }
