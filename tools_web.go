@@ -65,8 +65,7 @@ const (
 	mdNoiseRoles = " navigation banner contentinfo complementary menu menubar search dialog alertdialog "
 )
 
-// htmlImpliedEnd: these start tags close the nearest open element named in
-// the first set, unless one named in the second is nearer.
+// htmlImpliedEnd: a start tag closes an open element of the first set unless one of the second is nearer.
 var htmlImpliedEnd = map[string][2]string{"li": {" li ", " ul ol menu table "}, "dt": {" dt dd ", " dl table "},
 	"dd": {" dt dd ", " dl table "}, "tr": {" tr ", " table "}, "td": {" td th ", " tr table "}, "th": {" td th ", " tr table "},
 	"option": {" option ", " select "}}
@@ -75,7 +74,8 @@ func inSet(set, tag string) bool { return tag != "" && strings.Contains(set, " "
 
 // parseHTML builds a tree from src the forgiving way browsers do, in
 // simplified form: implied end tags for p, li, dt, dd, tr, td, th and option;
-// stray end tags are ignored; unclosed elements end with their parent.
+// stray end tags are ignored; unclosed elements end with their parent;
+// comments, doctypes and processing instructions are dropped.
 func parseHTML(src string) *htmlNode {
 	root := &htmlNode{tag: "#root"}
 	stack := []*htmlNode{root}
@@ -89,97 +89,64 @@ func parseHTML(src string) *htmlNode {
 			}
 		}
 	}
-	z := htmlTokenizer{s: src}
-	for tok, ok := z.next(); ok; tok, ok = z.next() {
+	addText := func(t string) { // joined to the text before it
 		p := stack[len(stack)-1]
-		switch {
-		case tok.end:
-			closeTo(" "+tok.name+" ", "")
-		case tok.name == "": // text, joined to the text before it
-			if n := len(p.children); n > 0 && p.children[n-1].tag == "" {
-				p.children[n-1].text += tok.text
-			} else if tok.text != "" {
-				p.children = append(p.children, &htmlNode{text: tok.text, parent: p})
+		if n := len(p.children); n > 0 && p.children[n-1].tag == "" {
+			p.children[n-1].text += t
+		} else if t != "" {
+			p.children = append(p.children, &htmlNode{text: t, parent: p})
+		}
+	}
+	for pos := 0; pos < len(src); {
+		switch rest := src[pos:]; {
+		case rest[0] != '<':
+			t, _, _ := strings.Cut(rest, "<")
+			pos += len(t)
+			addText(html.UnescapeString(t))
+		case strings.HasPrefix(rest, "<!--"):
+			_, after, _ := strings.Cut(rest[4:], "-->")
+			pos = len(src) - len(after)
+		case strings.HasPrefix(rest, "<![CDATA["):
+			t, _, _ := strings.Cut(rest[9:], "]]>")
+			pos += min(9+len(t)+3, len(rest))
+			addText(t)
+		case strings.HasPrefix(rest, "<!") || strings.HasPrefix(rest, "<?"):
+			_, after, _ := strings.Cut(rest, ">")
+			pos = len(src) - len(after)
+		case len(rest) > 2 && rest[1] == '/' && isASCIILetter(rest[2]):
+			name, after, found := strings.Cut(rest[2:], ">")
+			if i := strings.IndexAny(name, htmlSpace+"/"); i >= 0 {
+				name = name[:i]
 			}
-		default:
-			e := htmlImpliedEnd[tok.name]
+			if pos = len(src) - len(after); found {
+				closeTo(" "+strings.ToLower(name)+" ", "")
+			}
+		case len(rest) > 1 && isASCIILetter(rest[1]):
+			var n *htmlNode
+			var open bool
+			n, open, pos = htmlStartTag(src, pos)
+			e := htmlImpliedEnd[n.tag]
 			closeTo(e[0], e[1])
-			if inSet(htmlClosesP, tok.name) {
+			if inSet(htmlClosesP, n.tag) {
 				closeTo(" p ", " div section article main table ul ol li blockquote td th button ")
 			}
-			p = stack[len(stack)-1]
-			n := &htmlNode{tag: tok.name, attrs: tok.attrs, parent: p}
-			p.children = append(p.children, n)
-			if tok.text != "" {
-				n.children = []*htmlNode{{text: tok.text, parent: n}}
-			}
-			if !inSet(htmlVoid+htmlRawText, tok.name) && !tok.selfClosing && len(stack) < maxHTMLDepth {
+			p := stack[len(stack)-1]
+			n.parent, p.children = p, append(p.children, n)
+			if open && len(stack) < maxHTMLDepth {
 				stack = append(stack, n)
 			}
+		default: // a lone '<' is text
+			pos++
+			addText("<")
 		}
 	}
 	return root
 }
 
-// htmlToken is text (no name), a start tag or an end tag.
-type htmlToken struct {
-	end         bool   // an end tag
-	name        string // lowercase tag name
-	attrs       []htmlAttr
-	selfClosing bool
-	text        string // decoded text, or a raw-text element's content (decoded for title and textarea)
-}
-
-// htmlTokenizer splits HTML into text, start tags and end tags; comments,
-// doctypes and processing instructions are dropped.
-type htmlTokenizer struct {
-	s   string
-	pos int
-}
-
-func (z *htmlTokenizer) next() (htmlToken, bool) {
-	for z.pos < len(z.s) {
-		rest := z.s[z.pos:]
-		switch {
-		case rest[0] != '<':
-			t, _, _ := strings.Cut(rest, "<")
-			z.pos += len(t)
-			return htmlToken{text: html.UnescapeString(t)}, true
-		case strings.HasPrefix(rest, "<!--"):
-			_, after, _ := strings.Cut(rest[4:], "-->")
-			z.pos = len(z.s) - len(after)
-		case strings.HasPrefix(rest, "<![CDATA["):
-			t, _, _ := strings.Cut(rest[9:], "]]>")
-			z.pos += min(9+len(t)+3, len(rest))
-			return htmlToken{text: t}, true
-		case strings.HasPrefix(rest, "<!") || strings.HasPrefix(rest, "<?"):
-			_, after, _ := strings.Cut(rest, ">")
-			z.pos = len(z.s) - len(after)
-		case len(rest) > 2 && rest[1] == '/' && isASCIILetter(rest[2]):
-			name, after, found := strings.Cut(rest[2:], ">")
-			if z.pos = len(z.s) - len(after); !found {
-				return htmlToken{}, false
-			}
-			if i := strings.IndexAny(name, htmlSpace+"/"); i >= 0 {
-				name = name[:i]
-			}
-			return htmlToken{end: true, name: strings.ToLower(name)}, true
-		case len(rest) > 1 && isASCIILetter(rest[1]):
-			return z.startTag(), true
-		default: // a lone '<' is text
-			z.pos++
-			return htmlToken{text: "<"}, true
-		}
-	}
-	return htmlToken{}, false
-}
-
 func isASCIILetter(c byte) bool { return (c|0x20) >= 'a' && (c|0x20) <= 'z' }
 
-// startTag reads a start tag at z.pos, its attributes and, for raw-text
-// elements, everything up to the matching end tag.
-func (z *htmlTokenizer) startTag() htmlToken {
-	s, i := z.s, z.pos+1
+// htmlStartTag reads the start tag at s[i] (and a raw-text element's text); open: it takes children.
+func htmlStartTag(s string, i int) (n *htmlNode, open bool, end int) {
 	span := func(stop string) string { // the bytes from i to the next one in stop; i moves past them
 		j := i
 		for i < len(s) && !strings.ContainsRune(stop, rune(s[i])) {
@@ -192,10 +159,11 @@ func (z *htmlTokenizer) startTag() htmlToken {
 			i++
 		}
 	}
-	tok := htmlToken{name: strings.ToLower(span(htmlSpace + "/>"))}
+	i++
+	n, selfClosing := &htmlNode{tag: strings.ToLower(span(htmlSpace + "/>"))}, false
 	for skipSpace(); i < len(s) && s[i] != '>'; skipSpace() {
 		if strings.HasPrefix(s[i:], "/>") {
-			tok.selfClosing = true
+			selfClosing = true
 			i++
 			break
 		} else if s[i] == '/' {
@@ -219,24 +187,26 @@ func (z *htmlTokenizer) startTag() htmlToken {
 				val = span(htmlSpace + ">")
 			}
 		}
-		if len(tok.attrs) < 64 {
-			tok.attrs = append(tok.attrs, htmlAttr{strings.ToLower(key), html.UnescapeString(val)})
+		if len(n.attrs) < 64 {
+			n.attrs = append(n.attrs, htmlAttr{strings.ToLower(key), html.UnescapeString(val)})
 		}
 	}
 	i = min(i+1, len(s)) // past the '>'
-	if inSet(htmlRawText, tok.name) && !tok.selfClosing {
-		j, closer := i, "</"+tok.name
-		for j < len(s) && !strings.EqualFold(s[j:min(j+len(closer), len(s))], closer) {
-			j++
-		}
-		if tok.text, i = s[i:j], j; tok.name == "title" || tok.name == "textarea" {
-			tok.text = html.UnescapeString(tok.text)
-		}
-		span(">")
-		i = min(i+1, len(s))
+	if selfClosing || !inSet(htmlRawText, n.tag) {
+		return n, !selfClosing && !inSet(htmlVoid, n.tag), i
 	}
-	z.pos = i
-	return tok
+	j, closer := i, "</"+n.tag
+	for j < len(s) && !strings.EqualFold(s[j:min(j+len(closer), len(s))], closer) {
+		j++
+	}
+	if raw := s[i:j]; raw != "" {
+		if n.tag == "title" || n.tag == "textarea" {
+			raw = html.UnescapeString(raw)
+		}
+		n.children = []*htmlNode{{text: raw, parent: n}}
+	}
+	_, after, _ := strings.Cut(s[j:], ">")
+	return n, false, len(s) - len(after)
 }
 
 func (n *htmlNode) attr(key string) string {
@@ -254,19 +224,13 @@ func (n *htmlNode) hasClass(class string) bool {
 
 // find returns the first node below n (depth first) that match accepts, or nil.
 func (n *htmlNode) find(match func(*htmlNode) bool) *htmlNode {
-	for _, c := range n.children {
-		if match(c) {
-			return c
-		}
-		if f := c.find(match); f != nil {
-			return f
-		}
+	if all := n.findAll(match); len(all) > 0 {
+		return all[0]
 	}
 	return nil
 }
 
-// findAll returns every node below n that match accepts, in document order;
-// it does not look inside a node it returns.
+// findAll returns the nodes below n that match accepts, in document order, not looking inside them.
 func (n *htmlNode) findAll(match func(*htmlNode) bool) []*htmlNode {
 	var out []*htmlNode
 	for _, c := range n.children {
@@ -284,18 +248,16 @@ func (n *htmlNode) textContent() string {
 	var b strings.Builder
 	var walk func(*htmlNode)
 	walk = func(p *htmlNode) {
-		if p.tag == "" {
+		switch {
+		case p.tag == "":
 			b.WriteString(p.text)
-			return
-		}
-		if p.tag == "script" || p.tag == "style" {
-			return
-		}
-		for _, c := range p.children {
-			walk(c)
-		}
-		if p.tag == "br" || p.tag == "p" || p.tag == "div" || p.tag == "li" {
-			b.WriteByte(' ')
+		case p.tag != "script" && p.tag != "style":
+			for _, c := range p.children {
+				walk(c)
+			}
+			if inSet(" br p div li ", p.tag) {
+				b.WriteByte(' ')
+			}
 		}
 	}
 	walk(n)
@@ -319,7 +281,7 @@ var (
 type mdConv struct {
 	base    *url.URL
 	hasMain bool                 // the content root is the page's main area
-	inLink  int                  // depth of links being rendered
+	esc     *strings.Replacer    // escapes text (more inside links)
 	nest    int                  // depth of lists and quotes being rendered
 	sizes   map[*htmlNode][2]int // text and link-text length below a node
 }
@@ -328,11 +290,10 @@ func htmlByTag(tag string) func(*htmlNode) bool {
 	return func(n *htmlNode) bool { return n.tag == tag }
 }
 
-// htmlToMarkdown returns the page's title and its main content as markdown,
-// with links and images made absolute against pageURL.
+// htmlToMarkdown returns the page's title and its main content as markdown, links made absolute.
 func htmlToMarkdown(src, pageURL string) (title, md string) {
 	root := parseHTML(src)
-	m := &mdConv{sizes: map[*htmlNode][2]int{}}
+	m := &mdConv{sizes: map[*htmlNode][2]int{}, esc: mdEscape}
 	m.base, _ = url.Parse(pageURL)
 	if t := root.find(htmlByTag("title")); t != nil {
 		title = t.textContent()
@@ -419,7 +380,7 @@ func (m *mdConv) block(n *htmlNode, tight bool) string {
 		for _, c := range p.children {
 			switch {
 			case c.tag == "":
-				inl.WriteString(m.text(c.text))
+				inl.WriteString(m.esc.Replace(c.text))
 			case m.skip(c):
 			case inSet(mdBlockTags, c.tag):
 				add(mdPara(inl.String()), false)
@@ -480,7 +441,7 @@ func mdMark(s, before, after string) string {
 func (m *mdConv) inline(n *htmlNode) string {
 	switch {
 	case n.tag == "":
-		return m.text(n.text)
+		return m.esc.Replace(n.text)
 	case m.skip(n):
 		return ""
 	case n.tag == "br":
@@ -503,9 +464,10 @@ func (m *mdConv) inline(n *htmlNode) string {
 		}
 		return fence(s, 1) + s + fence(s, 1)
 	case n.tag == "a":
-		m.inLink++
+		esc := m.esc
+		m.esc = mdEscapeInLink
 		s := m.inlineChildren(n)
-		m.inLink--
+		m.esc = esc
 		href := strings.TrimSpace(n.attr("href"))
 		if t := strings.TrimSpace(s); t == "#" || t == "¶" || t == "§" {
 			return "" // a heading's permalink
@@ -529,14 +491,6 @@ func (m *mdConv) inlineChildren(n *htmlNode) string {
 		b.WriteString(m.inline(c))
 	}
 	return b.String()
-}
-
-// text escapes the characters that would start markdown syntax inside a line.
-func (m *mdConv) text(s string) string {
-	if m.inLink > 0 {
-		return mdEscapeInLink.Replace(s)
-	}
-	return mdEscape.Replace(s)
 }
 
 // mdPara folds white space as a browser does, turns breaks into hard line
@@ -823,8 +777,7 @@ func (ws *wsConn) writeFrame(op byte, p []byte) error {
 	return nil
 }
 
-// close starts the close handshake; the reader sees the peer's close frame
-// (or its deadline) and the caller then closes conn.
+// close starts the close handshake; the reader then gets the peer's close frame or times out.
 func (ws *wsConn) close() {
 	ws.writeFrame(8, []byte{0x03, 0xe8}) // 1000: normal closure
 	ws.conn.SetReadDeadline(time.Now().Add(time.Second))
@@ -836,8 +789,7 @@ func (ws *wsConn) fail(code int, format string, a ...any) error {
 	return fmt.Errorf("websocket: "+format, a...)
 }
 
-// readMessage returns the next data message, reassembled from its frames,
-// answering pings and close frames on the way.
+// readMessage returns the next data message, reassembled, answering pings and close frames.
 func (ws *wsConn) readMessage() ([]byte, error) {
 	var msg []byte
 	inMsg := false
@@ -894,18 +846,15 @@ func (ws *wsConn) readMessage() ([]byte, error) {
 // ---- DevTools protocol client ----------------------------------------------
 
 type cdpMessage struct {
-	ID        int64           `json:"id,omitempty"`
-	SessionID string          `json:"sessionId,omitempty"`
-	Method    string          `json:"method,omitempty"`
-	Params    json.RawMessage `json:"params,omitempty"`
-	Result    json.RawMessage `json:"result,omitempty"`
-	Error     *struct {
-		Message string `json:"message"`
-	} `json:"error,omitempty"`
+	ID        int64                     `json:"id,omitempty"`
+	SessionID string                    `json:"sessionId,omitempty"`
+	Method    string                    `json:"method,omitempty"`
+	Params    json.RawMessage           `json:"params,omitempty"`
+	Result    json.RawMessage           `json:"result,omitempty"`
+	Error     *struct{ Message string } `json:"error,omitempty"`
 }
 
-// cdpClient sends DevTools commands over one websocket and routes replies by
-// id and events by session to their subscriber.
+// cdpClient sends DevTools commands; it routes replies by id and events by session.
 type cdpClient struct {
 	ws   *wsConn
 	done chan struct{} // closed when the reader stops; err then says why
@@ -925,12 +874,8 @@ func newCDPClient(ws *wsConn) *cdpClient {
 }
 
 func (c *cdpClient) readLoop() {
-	var err error
-	for {
-		var data []byte
-		if data, err = c.ws.readMessage(); err != nil {
-			break
-		}
+	data, err := c.ws.readMessage()
+	for ; err == nil; data, err = c.ws.readMessage() {
 		var m cdpMessage
 		if json.Unmarshal(data, &m) != nil {
 			continue
@@ -983,9 +928,7 @@ func (c *cdpClient) call(ctx context.Context, session, method string, params, re
 		}
 		return nil
 	case <-c.done:
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return c.err
+		return c.err // set before done was closed
 	case <-ctx.Done():
 		forget()
 		return fmt.Errorf("cdp %s: %w", method, ctx.Err())
@@ -1006,8 +949,7 @@ func (c *cdpClient) subscribe(session string, fn func(method string, params json
 // errNoBrowser means ReadDocs has no browser to use and reads over plain HTTP.
 var errNoBrowser = errors.New("no browser")
 
-// browserHolder is the server's one Chromium, started on first use and
-// restarted when it has died.
+// browserHolder is the server's one Chromium, started on first use and again when it died.
 type browserHolder struct {
 	tabs chan struct{} // a slot per open tab: pages are heavy on two cores
 
@@ -1076,8 +1018,7 @@ func (h *browserHolder) close(procs *procTracker) {
 	}
 }
 
-// startBrowser runs Chromium headless with a fresh profile and connects to
-// the DevTools endpoint it prints on stderr.
+// startBrowser runs Chromium with a fresh profile and connects to the endpoint it prints.
 func startBrowser(ctx context.Context, srv *server, path string) (*browser, error) {
 	t0 := time.Now()
 	dir, err := os.MkdirTemp("", "telson-chromium-")
@@ -1093,12 +1034,7 @@ func startBrowser(ctx context.Context, srv *server, path string) (*browser, erro
 		args = append(args, "--no-sandbox") // Chromium refuses to run as root with its sandbox
 	}
 	cmd := exec.Command(path, append(args, "about:blank")...)
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("browser start: %w", err)
-	}
-	cmd.Stderr, cmd.SysProcAttr = pw, &syscall.SysProcAttr{}
+	cmd.SysProcAttr = &syscall.SysProcAttr{}
 	// Linux kills the browser when the thread that started it ends, so a
 	// killed telson leaves no browser behind (other systems have the reaper).
 	if f := reflect.ValueOf(cmd.SysProcAttr).Elem().FieldByName("Pdeathsig"); f.IsValid() {
@@ -1106,26 +1042,26 @@ func startBrowser(ctx context.Context, srv *server, path string) (*browser, erro
 	}
 	b := &browser{dir: dir, exited: make(chan struct{})}
 	started := make(chan error, 1)
-	go func() { // exits when the browser exits; its thread stays locked so Pdeathsig fires only when telson dies
-		runtime.LockOSThread()
-		err := srv.procs.start(cmd)
-		if started <- err; err == nil {
-			cmd.Wait()
-		}
-		close(b.exited)
-	}()
-	err = <-started
-	pw.Close()
+	pr, err := cmd.StderrPipe() // Wait closes it
+	if err == nil {
+		go func() { // exits when the browser exits; its thread stays locked so Pdeathsig fires only when telson dies
+			runtime.LockOSThread()
+			err := srv.procs.start(cmd)
+			if started <- err; err == nil {
+				cmd.Wait()
+			}
+			close(b.exited)
+		}()
+		err = <-started
+	}
 	if err != nil {
-		pr.Close()
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("browser start: %s: %w", path, err)
 	}
 	b.pid = cmd.Process.Pid
 	// found gets the endpoint, or "\x00" and the last stderr lines when the browser printed none.
 	found := make(chan string, 1)
-	go func() { // exits when every browser process has closed stderr
-		defer pr.Close()
+	go func() { // exits when the browser has exited or closed stderr
 		sc := bufio.NewScanner(pr)
 		var tail []string
 		for sc.Scan() {
@@ -1321,11 +1257,11 @@ func (srv *server) readPage(ctx context.Context, a readDocsArgs) (*readDocsOut, 
 	case <-ctx.Done():
 		return nil, fmt.Errorf("no free browser tab within %s", timeout)
 	}
-	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
-	pg, err := b.read(ctx, u.String(), a.Format, ms(srv.cfg.int("READDOCS_IDLE_MS")), ms(a.WaitMS), timeout)
+	idle := time.Duration(srv.cfg.int("READDOCS_IDLE_MS")) * time.Millisecond
+	pg, err := b.read(ctx, u.String(), a.Format, idle, time.Duration(a.WaitMS)*time.Millisecond, timeout)
 	if err != nil && b.dead() && ctx.Err() == nil { // the browser died under us: once more with a new one
 		if b, err = srv.browser.get(ctx, srv); err == nil {
-			pg, err = b.read(ctx, u.String(), a.Format, ms(srv.cfg.int("READDOCS_IDLE_MS")), ms(a.WaitMS), timeout)
+			pg, err = b.read(ctx, u.String(), a.Format, idle, time.Duration(a.WaitMS)*time.Millisecond, timeout)
 		}
 	}
 	return pg, err
@@ -1398,8 +1334,7 @@ func (ts *tabState) wait(ctx context.Context, cond func() (bool, time.Duration))
 	}
 }
 
-// read loads pageURL in a new tab and returns its DOM (innerText for text):
-// after the load event of this navigation, a quiet network and settle.
+// read loads pageURL in a new tab and reads it after load, a quiet network and settle.
 func (b *browser) read(ctx context.Context, pageURL, format string, idle, settle, timeout time.Duration) (*readDocsOut, error) {
 	c, t0 := b.cdp, time.Now()
 	var tab struct{ TargetID, SessionID string }
@@ -1417,12 +1352,8 @@ func (b *browser) read(ctx context.Context, pageURL, format string, idle, settle
 	sid := tab.SessionID
 	ts := &tabState{changed: make(chan struct{}, 1), loaded: map[string]bool{}, doc: map[string]cdpResponse{}, inflight: map[string]bool{}, lastNet: t0}
 	c.subscribe(sid, func(method string, params json.RawMessage) {
-		if method == "Page.javascriptDialogOpening" {
-			go func() { // exits when Chrome answers, the connection drops, or after 5 s
-				dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				c.call(dctx, sid, "Page.handleJavaScriptDialog", map[string]any{"accept": false}, nil)
-			}()
+		if method == "Page.javascriptDialogOpening" { // dismissed; the goroutine exits when Chrome answers or the connection drops
+			go c.call(context.Background(), sid, "Page.handleJavaScriptDialog", map[string]any{"accept": false}, nil)
 		}
 		ts.event(method, params)
 	})
@@ -1510,8 +1441,7 @@ var windows1252 = []rune("€\u0081‚ƒ„…†‡ˆ‰Š‹Œ\u008dŽ\u008f\u
 
 var metaCharset = regexp.MustCompile(`(?i)<meta[^>]+charset=["']?\s*([a-z0-9_-]+)`)
 
-// fetchPlain GETs the page with net/http: 10 redirects, pageCap bytes, and
-// its charset honoured for UTF-8 and Latin-1/Windows-1252.
+// fetchPlain GETs the page: 10 redirects, pageCap bytes, UTF-8 or Latin-1/Windows-1252.
 func fetchPlain(ctx context.Context, pageURL string) (*readDocsOut, error) {
 	req, err := http.NewRequestWithContext(ctx, "GET", pageURL, nil)
 	if err != nil {
