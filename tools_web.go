@@ -79,8 +79,7 @@ func inSet(set, tag string) bool { return tag != "" && strings.Contains(set, " "
 func parseHTML(src string) *htmlNode {
 	root := &htmlNode{tag: "#root"}
 	stack := []*htmlNode{root}
-	// closeTo pops up to and including the nearest open element named in
-	// names, unless an element named in stop comes first.
+	// closeTo pops the nearest open element named in names and those above it, unless one named in stop is nearer.
 	closeTo := func(names, stop string) {
 		for i := len(stack) - 1; i > 0 && !inSet(stop, stack[i].tag); i-- {
 			if inSet(names, stack[i].tag) {
@@ -122,9 +121,8 @@ func parseHTML(src string) *htmlNode {
 				closeTo(" "+strings.ToLower(name)+" ", "")
 			}
 		case len(rest) > 1 && isASCIILetter(rest[1]):
-			var n *htmlNode
-			var open bool
-			n, open, pos = htmlStartTag(src, pos)
+			n, open, next := htmlStartTag(src, pos)
+			pos = next
 			e := htmlImpliedEnd[n.tag]
 			closeTo(e[0], e[1])
 			if inSet(htmlClosesP, n.tag) {
@@ -147,21 +145,16 @@ func isASCIILetter(c byte) bool { return (c|0x20) >= 'a' && (c|0x20) <= 'z' }
 
 // htmlStartTag reads the start tag at s[i] (and a raw-text element's text); open: it takes children.
 func htmlStartTag(s string, i int) (n *htmlNode, open bool, end int) {
-	span := func(stop string) string { // the bytes from i to the next one in stop; i moves past them
+	span := func(set string, in bool) string { // the bytes from i that are (or are not) in set; i moves past them
 		j := i
-		for i < len(s) && !strings.ContainsRune(stop, rune(s[i])) {
+		for i < len(s) && strings.ContainsRune(set, rune(s[i])) == in {
 			i++
 		}
 		return s[j:i]
 	}
-	skipSpace := func() {
-		for i < len(s) && strings.ContainsRune(htmlSpace, rune(s[i])) {
-			i++
-		}
-	}
 	i++
-	n, selfClosing := &htmlNode{tag: strings.ToLower(span(htmlSpace + "/>"))}, false
-	for skipSpace(); i < len(s) && s[i] != '>'; skipSpace() {
+	n, selfClosing := &htmlNode{tag: strings.ToLower(span(htmlSpace+"/>", false))}, false
+	for span(htmlSpace, true); i < len(s) && s[i] != '>'; span(htmlSpace, true) {
 		if strings.HasPrefix(s[i:], "/>") {
 			selfClosing = true
 			i++
@@ -170,21 +163,21 @@ func htmlStartTag(s string, i int) (n *htmlNode, open bool, end int) {
 			i++
 			continue
 		}
-		key := span(htmlSpace + "/>=")
+		key := span(htmlSpace+"/>=", false)
 		if key == "" { // a stray '='
 			key, i = s[i:i+1], i+1
 		}
-		skipSpace()
+		span(htmlSpace, true)
 		val := ""
 		if i < len(s) && s[i] == '=' {
 			i++
-			skipSpace()
+			span(htmlSpace, true)
 			if i < len(s) && (s[i] == '"' || s[i] == '\'') {
 				i++
-				val = span(s[i-1 : i])
+				val = span(s[i-1:i], false)
 				i = min(i+1, len(s))
 			} else {
-				val = span(htmlSpace + ">")
+				val = span(htmlSpace+">", false)
 			}
 		}
 		if len(n.attrs) < 64 {
@@ -447,14 +440,13 @@ func (m *mdConv) inline(n *htmlNode) string {
 	case n.tag == "br":
 		return "\x01"
 	case n.tag == "img":
-		alt, src := strings.Join(strings.Fields(n.attr("alt")), " "), n.attr("src")
-		if src == "" || strings.HasPrefix(src, "data:") {
-			src = n.attr("data-src") // a lazy image's real source
+		alt := strings.Join(strings.Fields(n.attr("alt")), " ")
+		for _, src := range []string{n.attr("src"), n.attr("data-src")} { // data-src: a lazy image's real source
+			if src != "" && !strings.HasPrefix(src, "data:") {
+				return "![" + mdEscapeInLink.Replace(alt) + "](" + m.abs(src) + ")"
+			}
 		}
-		if src == "" || strings.HasPrefix(src, "data:") {
-			return alt
-		}
-		return "![" + mdEscapeInLink.Replace(alt) + "](" + m.abs(src) + ")"
+		return alt
 	case inSet(" code kbd samp tt var ", n.tag):
 		s := strings.ReplaceAll(rawText(n, &strings.Builder{}), "\n", " ")
 		if strings.TrimSpace(s) == "" {
@@ -1142,17 +1134,12 @@ Example: {"url": "https://go.dev/doc/effective_go", "max_length": 20000}`,
 		"start_index":{"type":"integer","minimum":0,"description":"Character of the content to start at, to read the next part of a long page (default 0)."}},
 		"required":["url"],"additionalProperties":false}`,
 	output: `{"type":"object","properties":{
-		"url":{"type":"string"},
-		"final_url":{"type":"string","description":"the URL after redirects"},
-		"title":{"type":"string"},
-		"status":{"type":"integer","description":"HTTP status of the page; 0 when unknown"},
-		"format":{"type":"string","enum":["markdown","text","html"]},
-		"content":{"type":"string","description":"this part of the content"},
-		"truncated":{"type":"boolean","description":"more content follows this part"},
+		"url":{"type":"string"},"final_url":{"type":"string","description":"the URL after redirects"},"title":{"type":"string"},
+		"status":{"type":"integer","description":"HTTP status of the page; 0 when unknown"},"format":{"type":"string","enum":["markdown","text","html"]},
+		"content":{"type":"string","description":"this part of the content"},"truncated":{"type":"boolean","description":"more content follows this part"},
 		"next_start_index":{"type":"integer","description":"start_index of the next part, when truncated"},
 		"total_length":{"type":"integer","description":"characters of content in all parts"},
-		"via":{"type":"string","enum":["chromium","http"]},
-		"notes":{"type":"array","items":{"type":"string"}}},
+		"via":{"type":"string","enum":["chromium","http"]},"notes":{"type":"array","items":{"type":"string"}}},
 		"required":["url","final_url","title","status","format","content","truncated","total_length","via"]}`,
 	hints: toolHints{readOnly: true, idempotent: true, openWorld: true},
 	run:   runReadDocs,
@@ -1204,7 +1191,8 @@ func runReadDocs(ctx context.Context, c *toolCall) toolResult {
 		}
 	}
 	runes := []rune(content)
-	o.TotalLength = len(runes)
+	end := min(len(runes), a.StartIndex+a.MaxLength)
+	o.TotalLength, o.Truncated = len(runes), end < len(runes)
 	var b strings.Builder
 	b.WriteString(cmp.Or(o.Title, "(no title)") + "\n" + o.FinalURL + "\n")
 	if o.Status >= 400 {
@@ -1216,10 +1204,10 @@ func runReadDocs(ctx context.Context, c *toolCall) toolResult {
 	if a.StartIndex > 0 && a.StartIndex >= o.TotalLength {
 		b.WriteString("\n<error>No more content available.</error>")
 	} else {
-		o.Content = string(runes[a.StartIndex:min(len(runes), a.StartIndex+a.MaxLength)])
+		o.Content = string(runes[a.StartIndex:end])
 		b.WriteString("\n" + o.Content)
-		if a.StartIndex+a.MaxLength < len(runes) {
-			o.Truncated, o.NextStartIndex = true, a.StartIndex+a.MaxLength
+		if o.Truncated {
+			o.NextStartIndex = end
 			fmt.Fprintf(&b, "\n\n<error>Content truncated. Call the ReadDocs tool with a start_index of %d to get more content.</error>", o.NextStartIndex)
 		}
 	}
@@ -1243,11 +1231,10 @@ func (srv *server) readPage(ctx context.Context, a readDocsArgs) (*readDocsOut, 
 	if errors.Is(err, errNoBrowser) {
 		why := strings.TrimPrefix(err.Error(), errNoBrowser.Error()+": ")
 		pg, err := fetchPlain(ctx, u.String())
-		if err != nil {
-			return nil, err
+		if err == nil {
+			pg.Notes = append([]string{"Read without a browser (" + why + "): content that scripts build may be missing."}, pg.Notes...)
 		}
-		pg.Notes = append([]string{"Read without a browser (" + why + "): content that scripts build may be missing."}, pg.Notes...)
-		return pg, nil
+		return pg, err
 	} else if err != nil {
 		return nil, err
 	}
@@ -1271,23 +1258,14 @@ func (srv *server) readPage(ctx context.Context, a readDocsArgs) (*readDocsOut, 
 type tabState struct {
 	changed chan struct{} // a token after every change
 
-	mu       sync.Mutex             // guards the fields below
-	loaded   map[string]bool        // loader ids whose load event fired
-	doc      map[string]cdpResponse // the main document's response by loader id
-	inflight map[string]bool        // request ids
+	mu       sync.Mutex      // guards the fields below
+	loaded   map[string]bool // loader ids whose load event fired
+	inflight map[string]bool // request ids
 	lastNet  time.Time
 }
 
-type cdpResponse struct {
-	Status   int    `json:"status"`
-	MimeType string `json:"mimeType"`
-}
-
 func (ts *tabState) event(method string, params json.RawMessage) {
-	var e struct {
-		Name, LoaderID, RequestID, Type string
-		Response                        cdpResponse
-	}
+	var e struct{ Name, LoaderID, RequestID, Type string }
 	json.Unmarshal(params, &e)
 	ts.mu.Lock()
 	switch {
@@ -1297,8 +1275,6 @@ func (ts *tabState) event(method string, params json.RawMessage) {
 		ts.inflight[e.RequestID] = true // long-lived or decorative requests do not hold up reading
 	case method == "Network.loadingFinished" || method == "Network.loadingFailed":
 		delete(ts.inflight, e.RequestID)
-	case method == "Network.responseReceived" && e.Type == "Document":
-		ts.doc[e.LoaderID] = e.Response
 	}
 	if strings.HasPrefix(method, "Network.") {
 		ts.lastNet = time.Now()
@@ -1350,7 +1326,7 @@ func (b *browser) read(ctx context.Context, pageURL, format string, idle, settle
 		return nil, err
 	}
 	sid := tab.SessionID
-	ts := &tabState{changed: make(chan struct{}, 1), loaded: map[string]bool{}, doc: map[string]cdpResponse{}, inflight: map[string]bool{}, lastNet: t0}
+	ts := &tabState{changed: make(chan struct{}, 1), loaded: map[string]bool{}, inflight: map[string]bool{}, lastNet: t0}
 	c.subscribe(sid, func(method string, params json.RawMessage) {
 		if method == "Page.javascriptDialogOpening" { // dismissed; the goroutine exits when Chrome answers or the connection drops
 			go c.call(context.Background(), sid, "Page.handleJavaScriptDialog", map[string]any{"accept": false}, nil)
@@ -1394,21 +1370,17 @@ func (b *browser) read(ctx context.Context, pageURL, format string, idle, settle
 	}
 	until := time.Now().Add(settle)
 	ts.wait(ctx, func() (bool, time.Duration) { return time.Until(until) <= 0, time.Until(until) })
-	ts.mu.Lock()
-	doc := ts.doc[nav.LoaderID]
-	ts.mu.Unlock()
-	if doc.MimeType != "" && !readableType(doc.MimeType) {
-		return nil, fmt.Errorf("%s is %s, not a page ReadDocs can read", pageURL, doc.MimeType)
-	}
-	pg.Status, pg.isText = doc.Status, format == "text" || (doc.MimeType != "" && !strings.Contains(doc.MimeType, "html"))
-	expr := fmt.Sprintf(`(() => { const h = document.documentElement, b = document.body;
-		const s = %t ? (b ? b.innerText : '') : (h ? h.outerHTML : '');
-		return {body: s.slice(0, %d), full: s.length, title: document.title, url: location.href}; })()`, pg.isText, pageCap)
+	// A page that is not HTML (text/plain, JSON) is read as text.
+	expr := fmt.Sprintf(`(() => { const h = document.documentElement, b = document.body, type = document.contentType;
+		const text = %t || !type.includes('html'), s = text ? (b ? b.innerText : '') : (h ? h.outerHTML : '');
+		const nav = performance.getEntriesByType('navigation')[0];
+		return {body: s.slice(0, %d), full: s.length, title: document.title, url: location.href, type, text, status: nav ? nav.responseStatus : 0}; })()`, format == "text", pageCap)
 	var ev struct {
 		Result struct {
 			Value struct {
-				Body, Title, URL string
-				Full             int
+				Body, Title, URL, Type string
+				Full, Status           int
+				Text                   bool
 			}
 		}
 		ExceptionDetails *struct{ Text string }
@@ -1422,19 +1394,18 @@ func (b *browser) read(ctx context.Context, pageURL, format string, idle, settle
 		return nil, fmt.Errorf("reading the page: %s", ev.ExceptionDetails.Text)
 	}
 	v := ev.Result.Value
-	pg.body, pg.Title, pg.FinalURL = v.Body, v.Title, v.URL
+	if !readableType.MatchString(v.Type) {
+		return nil, fmt.Errorf("%s is %s, not a page ReadDocs can read", pageURL, v.Type)
+	}
+	pg.body, pg.Title, pg.FinalURL, pg.Status, pg.isText = v.Body, v.Title, v.URL, v.Status, v.Text
 	if v.Full > pageCap {
 		pg.Notes = append(pg.Notes, fmt.Sprintf("Only the first %d of %d characters of the page were read.", pageCap, v.Full))
 	}
 	return pg, nil
 }
 
-// readableType reports a content type that reads as text.
-func readableType(ct string) bool {
-	ct = strings.ToLower(ct)
-	return strings.HasPrefix(ct, "text/") || strings.Contains(ct, "html") || strings.Contains(ct, "xml") ||
-		strings.Contains(ct, "json") || strings.Contains(ct, "javascript")
-}
+// readableType matches a content type that reads as text.
+var readableType = regexp.MustCompile(`(?i)^text/|html|xml|json|javascript`)
 
 // windows1252 maps bytes 0x80-0x9f; latin-1 labels mean this encoding on the web.
 var windows1252 = []rune("€\u0081‚ƒ„…†‡ˆ‰Š‹Œ\u008dŽ\u008f\u0090‘’“”•–—˜™š›œ\u009džŸ")
@@ -1463,7 +1434,7 @@ func fetchPlain(ctx context.Context, pageURL string) (*readDocsOut, error) {
 		pg.Notes = append(pg.Notes, fmt.Sprintf("Only the first %d bytes of the page were read.", pageCap))
 	}
 	ct := cmp.Or(resp.Header.Get("Content-Type"), http.DetectContentType(raw))
-	if strings.HasPrefix(resp.Header.Get("Content-Disposition"), "attachment") || !readableType(ct) {
+	if strings.HasPrefix(resp.Header.Get("Content-Disposition"), "attachment") || !readableType.MatchString(ct) {
 		return nil, fmt.Errorf("%s is a download or %s, not a page ReadDocs can read", pageURL, ct)
 	}
 	_, params, _ := mime.ParseMediaType(ct)
