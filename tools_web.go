@@ -56,14 +56,25 @@ const (
 	maxHTMLDepth = 256 // deeper elements become children of the deepest kept one
 	htmlSpace    = " \t\r\n\f"
 	// Element sets, as " a b c " strings for inSet.
-	htmlVoid     = " area base br col embed hr img input link meta param source track wbr frame keygen "
-	htmlRawText  = " script style textarea title xmp iframe noembed noframes plaintext " // text up to the end tag, markup and all
-	htmlClosesP  = " address article aside blockquote details div dl fieldset figure footer form h1 h2 h3 h4 h5 h6 header hr main nav ol p pre section table ul "
 	mdDropTags   = " head script style noscript svg template iframe object embed canvas input textarea select button link meta datalist "
 	mdBlockTags  = " address article aside blockquote body caption center dd details dialog div dl dt fieldset figcaption figure footer form h1 h2 h3 h4 h5 h6 header hgroup hr html li main nav ol p pre section summary table td th tr ul "
 	mdInlineTags = " a b strong em i del s strike code kbd samp tt var img br "
 	mdNoiseRoles = " navigation banner contentinfo complementary menu menubar search dialog alertdialog "
 )
+
+var htmlVoid = map[string]bool{"area": true, "base": true, "br": true, "col": true, "embed": true, "hr": true,
+	"img": true, "input": true, "link": true, "meta": true, "param": true, "source": true, "track": true, "wbr": true,
+	"frame": true, "keygen": true}
+
+// htmlRawText elements hold text up to their end tag, markup and all.
+var htmlRawText = map[string]bool{"script": true, "style": true, "textarea": true, "title": true, "xmp": true,
+	"iframe": true, "noembed": true, "noframes": true, "plaintext": true}
+
+// htmlClosesP are start tags that end an open paragraph.
+var htmlClosesP = map[string]bool{"address": true, "article": true, "aside": true, "blockquote": true, "details": true,
+	"div": true, "dl": true, "fieldset": true, "figure": true, "footer": true, "form": true, "h1": true, "h2": true,
+	"h3": true, "h4": true, "h5": true, "h6": true, "header": true, "hr": true, "main": true, "nav": true, "ol": true,
+	"p": true, "pre": true, "section": true, "table": true, "ul": true}
 
 // htmlImpliedEnd: a start tag closes an open element of the first set unless one of the second is nearer.
 var htmlImpliedEnd = map[string][2]string{"li": {" li ", " ul ol menu table "}, "dt": {" dt dd ", " dl table "},
@@ -123,9 +134,9 @@ func parseHTML(src string) *htmlNode {
 		case len(rest) > 1 && isASCIILetter(rest[1]):
 			n, open, next := htmlStartTag(src, pos)
 			pos = next
-			e := htmlImpliedEnd[n.tag]
-			closeTo(e[0], e[1])
-			if inSet(htmlClosesP, n.tag) {
+			if e, ok := htmlImpliedEnd[n.tag]; ok {
+				closeTo(e[0], e[1])
+			} else if htmlClosesP[n.tag] {
 				closeTo(" p ", " div section article main table ul ol li blockquote td th button ")
 			}
 			p := stack[len(stack)-1]
@@ -185,8 +196,8 @@ func htmlStartTag(s string, i int) (n *htmlNode, open bool, end int) {
 		}
 	}
 	i = min(i+1, len(s)) // past the '>'
-	if selfClosing || !inSet(htmlRawText, n.tag) {
-		return n, !selfClosing && !inSet(htmlVoid, n.tag), i
+	if selfClosing || !htmlRawText[n.tag] {
+		return n, !selfClosing && !htmlVoid[n.tag], i
 	}
 	j, closer := i, "</"+n.tag
 	for j < len(s) && !strings.EqualFold(s[j:min(j+len(closer), len(s))], closer) {
@@ -1296,10 +1307,7 @@ func (ts *tabState) wait(ctx context.Context, cond func() (bool, time.Duration))
 		if ok {
 			return true
 		}
-		t := time.NewTimer(max(again, 0))
-		if again <= 0 {
-			t.Stop()
-		}
+		t := time.NewTimer(cmp.Or(max(again, 0), time.Hour)) // 0: until the next event
 		select {
 		case <-ts.changed:
 		case <-t.C:
