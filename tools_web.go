@@ -1045,8 +1045,9 @@ func startBrowser(ctx context.Context, srv *server, path string) (*browser, erro
 	}
 	b := &browser{dir: dir, exited: make(chan struct{})}
 	started := make(chan error, 1)
-	pr, err := cmd.StderrPipe() // Wait closes it
+	pr, pw, err := os.Pipe() // not cmd.StderrPipe: Wait would close it before the last lines are read
 	if err == nil {
+		cmd.Stderr = pw
 		go func() { // exits when the browser exits; its thread stays locked so Pdeathsig fires only when telson dies
 			runtime.LockOSThread()
 			err := srv.procs.start(cmd)
@@ -1056,15 +1057,18 @@ func startBrowser(ctx context.Context, srv *server, path string) (*browser, erro
 			close(b.exited)
 		}()
 		err = <-started
+		pw.Close()
 	}
 	if err != nil {
+		pr.Close() // nil-safe
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("browser start: %s: %w", path, err)
 	}
 	b.pid = cmd.Process.Pid
 	// found gets the endpoint, or "\x00" and the last stderr lines when the browser printed none.
 	found := make(chan string, 1)
-	go func() { // exits when the browser has exited or closed stderr
+	go func() { // exits when every browser process has closed stderr
+		defer pr.Close()
 		sc := bufio.NewScanner(pr)
 		var tail []string
 		for sc.Scan() {
@@ -1336,8 +1340,8 @@ func (b *browser) read(ctx context.Context, pageURL, format string, idle, settle
 	sid := tab.SessionID
 	ts := &tabState{changed: make(chan struct{}, 1), loaded: map[string]bool{}, inflight: map[string]bool{}, lastNet: t0}
 	c.subscribe(sid, func(method string, params json.RawMessage) {
-		if method == "Page.javascriptDialogOpening" { // dismissed; the goroutine exits when Chrome answers or the connection drops
-			go c.call(context.Background(), sid, "Page.handleJavaScriptDialog", map[string]any{"accept": false}, nil)
+		if method == "Page.javascriptDialogOpening" { // dismiss it
+			go c.call(context.Background(), sid, "Page.handleJavaScriptDialog", map[string]any{"accept": false}, nil) // exits when Chrome answers or the connection drops
 		}
 		ts.event(method, params)
 	})
