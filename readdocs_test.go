@@ -324,9 +324,8 @@ func TestHTMLToMarkdownGolden(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		title, md := htmlToMarkdown(string(src), "https://example.com/docs/guide/page.html", false)
-		_, text := htmlToMarkdown(string(src), "https://example.com/docs/guide/page.html", true)
-		got := "title: " + title + "\n\n" + md + "\n\n===== plain text =====\n\n" + text + "\n"
+		title, md := htmlToMarkdown(string(src), "https://example.com/docs/guide/page.html")
+		got := "title: " + title + "\n\n" + md + "\n"
 		golden := strings.TrimSuffix(in, ".html") + ".md"
 		if *update {
 			os.WriteFile(golden, []byte(got), 0o644)
@@ -678,7 +677,7 @@ func BenchmarkHTMLToMarkdown(b *testing.B) {
 	b.SetBytes(int64(len(src)))
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		htmlToMarkdown(src, "https://example.com/docs/", false)
+		htmlToMarkdown(src, "https://example.com/docs/")
 	}
 	b.ReportMetric(float64(b.Elapsed())/float64(b.N)/float64(parse), "x-parse-only")
 }
@@ -689,7 +688,7 @@ func FuzzHTMLToMarkdown(f *testing.F) {
 		f.Add(in)
 	}
 	f.Fuzz(func(t *testing.T, src string) {
-		htmlToMarkdown(src, "https://example.com/a/", false)
-		htmlToMarkdown(src, "", true)
+		htmlToMarkdown(src, "https://example.com/a/")
+		htmlToMarkdown(src, "")
 	})
 }

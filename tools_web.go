@@ -52,8 +52,15 @@ type htmlNode struct {
 
 type htmlAttr struct{ key, val string }
 
-// maxHTMLDepth bounds nesting: deeper elements become children of the deepest kept one.
-const maxHTMLDepth = 256
+const (
+	maxHTMLDepth = 256 // deeper elements become children of the deepest kept one
+	htmlSpace    = " \t\r\n\f"
+	// Element sets, as " a b c " strings for inSet.
+	mdDropTags   = " head script style noscript svg template iframe object embed canvas input textarea select button link meta datalist "
+	mdBlockTags  = " address article aside blockquote body caption center dd details dialog div dl dt fieldset figcaption figure footer form h1 h2 h3 h4 h5 h6 header hgroup hr html li main nav ol p pre section summary table td th tr ul "
+	mdInlineTags = " a b strong em i del s strike code kbd samp tt var img br "
+	mdNoiseRoles = " navigation banner contentinfo complementary menu menubar search dialog alertdialog "
+)
 
 var htmlVoid = map[string]bool{"area": true, "base": true, "br": true, "col": true, "embed": true, "hr": true,
 	"img": true, "input": true, "link": true, "meta": true, "param": true, "source": true, "track": true, "wbr": true,
@@ -69,265 +76,141 @@ var htmlClosesP = map[string]bool{"address": true, "article": true, "aside": tru
 	"h3": true, "h4": true, "h5": true, "h6": true, "header": true, "hr": true, "main": true, "nav": true, "ol": true,
 	"p": true, "pre": true, "section": true, "table": true, "ul": true}
 
+// htmlImpliedEnd: a start tag closes an open element of the first set unless one of the second is nearer.
+var htmlImpliedEnd = map[string][2]string{"li": {" li ", " ul ol menu table "}, "dt": {" dt dd ", " dl table "},
+	"dd": {" dt dd ", " dl table "}, "tr": {" tr ", " table "}, "td": {" td th ", " tr table "}, "th": {" td th ", " tr table "},
+	"option": {" option ", " select "}}
+
+func inSet(set, tag string) bool { return tag != "" && strings.Contains(set, " "+tag+" ") }
+
 // parseHTML builds a tree from src the forgiving way browsers do, in
 // simplified form: implied end tags for p, li, dt, dd, tr, td, th and option;
-// stray end tags are ignored; unclosed elements end with their parent.
+// stray end tags are ignored; unclosed elements end with their parent;
+// comments, doctypes and processing instructions are dropped.
 func parseHTML(src string) *htmlNode {
 	root := &htmlNode{tag: "#root"}
 	stack := []*htmlNode{root}
-	cur := func() *htmlNode { return stack[len(stack)-1] }
-	appendText := func(t string) {
-		if t == "" {
-			return
-		}
-		p := cur()
-		if n := len(p.children); n > 0 && p.children[n-1].tag == "" {
-			p.children[n-1].text += t
-			return
-		}
-		p.children = append(p.children, &htmlNode{text: t, parent: p})
-	}
-	// closeTo pops up to and including the nearest open element named one of
-	// names, unless an element named in stop comes first.
+	// closeTo pops the nearest open element named in names and those above it, unless one named in stop is nearer.
 	closeTo := func(names, stop string) {
-		for i := len(stack) - 1; i > 0; i-- {
-			t := stack[i].tag
-			if strings.Contains(stop, " "+t+" ") {
-				return
-			}
-			if strings.Contains(names, " "+t+" ") {
+		for i := len(stack) - 1; i > 0 && !inSet(stop, stack[i].tag); i-- {
+			if inSet(names, stack[i].tag) {
 				stack = stack[:i]
 				return
 			}
 		}
 	}
-	z := htmlTokenizer{s: src}
-	for {
-		tok, ok := z.next()
-		if !ok {
-			break
+	addText := func(t string) { // joined to the text before it
+		p := stack[len(stack)-1]
+		if n := len(p.children); n > 0 && p.children[n-1].tag == "" {
+			p.children[n-1].text += t
+		} else if t != "" {
+			p.children = append(p.children, &htmlNode{text: t, parent: p})
 		}
-		switch tok.kind {
-		case tokText:
-			appendText(tok.text)
-		case tokStart:
-			switch {
-			case tok.name == "li":
-				closeTo(" li ", " ul ol menu table ")
-			case tok.name == "dt" || tok.name == "dd":
-				closeTo(" dt dd ", " dl table ")
-			case tok.name == "tr":
-				closeTo(" tr ", " table ")
-			case tok.name == "td" || tok.name == "th":
-				closeTo(" td th ", " tr table ")
-			case tok.name == "option":
-				closeTo(" option ", " select ")
+	}
+	for pos := 0; pos < len(src); {
+		switch rest := src[pos:]; {
+		case rest[0] != '<':
+			t, _, _ := strings.Cut(rest, "<")
+			pos += len(t)
+			addText(html.UnescapeString(t))
+		case strings.HasPrefix(rest, "<!--"):
+			_, after, _ := strings.Cut(rest[4:], "-->")
+			pos = len(src) - len(after)
+		case strings.HasPrefix(rest, "<![CDATA["):
+			t, _, _ := strings.Cut(rest[9:], "]]>")
+			pos += min(9+len(t)+3, len(rest))
+			addText(t)
+		case strings.HasPrefix(rest, "<!") || strings.HasPrefix(rest, "<?"):
+			_, after, _ := strings.Cut(rest, ">")
+			pos = len(src) - len(after)
+		case len(rest) > 2 && rest[1] == '/' && isASCIILetter(rest[2]):
+			name, after, found := strings.Cut(rest[2:], ">")
+			if i := strings.IndexAny(name, htmlSpace+"/"); i >= 0 {
+				name = name[:i]
 			}
-			if htmlClosesP[tok.name] {
+			if pos = len(src) - len(after); found {
+				closeTo(" "+strings.ToLower(name)+" ", "")
+			}
+		case len(rest) > 1 && isASCIILetter(rest[1]):
+			n, open, next := htmlStartTag(src, pos)
+			pos = next
+			if e, ok := htmlImpliedEnd[n.tag]; ok {
+				closeTo(e[0], e[1])
+			} else if htmlClosesP[n.tag] {
 				closeTo(" p ", " div section article main table ul ol li blockquote td th button ")
 			}
-			n := &htmlNode{tag: tok.name, attrs: tok.attrs, parent: cur()}
-			cur().children = append(cur().children, n)
-			if tok.raw != "" {
-				n.children = []*htmlNode{{text: tok.raw, parent: n}}
-			}
-			if !htmlVoid[tok.name] && !tok.selfClosing && !htmlRawText[tok.name] && len(stack) < maxHTMLDepth {
+			p := stack[len(stack)-1]
+			n.parent, p.children = p, append(p.children, n)
+			if open && len(stack) < maxHTMLDepth {
 				stack = append(stack, n)
 			}
-		case tokEnd:
-			for i := len(stack) - 1; i > 0; i-- {
-				if stack[i].tag == tok.name {
-					stack = stack[:i]
-					break
-				}
-			}
+		default: // a lone '<' is text
+			pos++
+			addText("<")
 		}
 	}
 	return root
 }
 
-type htmlTokenKind int
-
-const (
-	tokText htmlTokenKind = iota
-	tokStart
-	tokEnd
-)
-
-type htmlToken struct {
-	kind        htmlTokenKind
-	name        string // lowercase tag name
-	attrs       []htmlAttr
-	selfClosing bool
-	text        string // decoded text
-	raw         string // a raw-text element's content (decoded for title and textarea)
-}
-
-// htmlTokenizer splits HTML into text, start tags and end tags; comments,
-// doctypes and processing instructions are dropped.
-type htmlTokenizer struct {
-	s   string
-	pos int
-}
-
-func (z *htmlTokenizer) next() (htmlToken, bool) {
-	s := z.s
-	for z.pos < len(s) {
-		if s[z.pos] != '<' {
-			end := strings.IndexByte(s[z.pos:], '<')
-			if end < 0 {
-				end = len(s) - z.pos
-			}
-			t := s[z.pos : z.pos+end]
-			z.pos += end
-			return htmlToken{kind: tokText, text: html.UnescapeString(t)}, true
-		}
-		rest := s[z.pos:]
-		switch {
-		case strings.HasPrefix(rest, "<!--"):
-			end := strings.Index(rest[4:], "-->")
-			if end < 0 {
-				z.pos = len(s)
-			} else {
-				z.pos += 4 + end + 3
-			}
-		case strings.HasPrefix(rest, "<![CDATA["):
-			end := strings.Index(rest, "]]>")
-			if end < 0 {
-				end = len(rest)
-			}
-			z.pos += min(end+3, len(rest))
-			return htmlToken{kind: tokText, text: rest[9:end]}, true
-		case strings.HasPrefix(rest, "<!") || strings.HasPrefix(rest, "<?"):
-			end := strings.IndexByte(rest, '>')
-			if end < 0 {
-				z.pos = len(s)
-			} else {
-				z.pos += end + 1
-			}
-		case len(rest) > 2 && rest[1] == '/' && isASCIILetter(rest[2]):
-			end := strings.IndexByte(rest, '>')
-			if end < 0 {
-				z.pos = len(s)
-				return htmlToken{}, false
-			}
-			name := rest[2:end]
-			if i := strings.IndexAny(name, " \t\r\n\f/"); i >= 0 {
-				name = name[:i]
-			}
-			z.pos += end + 1
-			return htmlToken{kind: tokEnd, name: strings.ToLower(name)}, true
-		case len(rest) > 1 && isASCIILetter(rest[1]):
-			return z.startTag(), true
-		default: // a lone '<' is text
-			z.pos++
-			return htmlToken{kind: tokText, text: "<"}, true
-		}
-	}
-	return htmlToken{}, false
-}
-
 func isASCIILetter(c byte) bool { return (c|0x20) >= 'a' && (c|0x20) <= 'z' }
 
-// startTag reads a start tag at z.pos, its attributes and, for raw-text
-// elements, everything up to the matching end tag.
-func (z *htmlTokenizer) startTag() htmlToken {
-	s := z.s
-	i := z.pos + 1
-	j := i
-	for j < len(s) && !strings.ContainsRune(" \t\r\n\f/>", rune(s[j])) {
-		j++
+// htmlStartTag reads the start tag at s[i] (and a raw-text element's text); open: it takes children.
+func htmlStartTag(s string, i int) (n *htmlNode, open bool, end int) {
+	span := func(set string, in bool) string { // the bytes from i that are (or are not) in set; i moves past them
+		j := i
+		for i < len(s) && strings.ContainsRune(set, rune(s[i])) == in {
+			i++
+		}
+		return s[j:i]
 	}
-	tok := htmlToken{kind: tokStart, name: strings.ToLower(s[i:j])}
-	i = j
-	for i < len(s) {
-		for i < len(s) && strings.ContainsRune(" \t\r\n\f", rune(s[i])) {
-			i++
-		}
-		if i >= len(s) {
-			break
-		}
-		if s[i] == '>' {
+	i++
+	n, selfClosing := &htmlNode{tag: strings.ToLower(span(htmlSpace+"/>", false))}, false
+	for span(htmlSpace, true); i < len(s) && s[i] != '>'; span(htmlSpace, true) {
+		if strings.HasPrefix(s[i:], "/>") {
+			selfClosing = true
 			i++
 			break
-		}
-		if s[i] == '/' {
-			if i+1 < len(s) && s[i+1] == '>' {
-				tok.selfClosing = true
-				i += 2
-				break
-			}
+		} else if s[i] == '/' {
 			i++
 			continue
 		}
-		k := i
-		for k < len(s) && !strings.ContainsRune(" \t\r\n\f/>=", rune(s[k])) {
-			k++
+		key := span(htmlSpace+"/>=", false)
+		if key == "" { // a stray '='
+			key, i = s[i:i+1], i+1
 		}
-		if k == i { // a stray '=': skip it
-			k++
-		}
-		key := strings.ToLower(s[i:k])
-		i = k
-		for i < len(s) && strings.ContainsRune(" \t\r\n\f", rune(s[i])) {
-			i++
-		}
+		span(htmlSpace, true)
 		val := ""
 		if i < len(s) && s[i] == '=' {
 			i++
-			for i < len(s) && strings.ContainsRune(" \t\r\n\f", rune(s[i])) {
-				i++
-			}
+			span(htmlSpace, true)
 			if i < len(s) && (s[i] == '"' || s[i] == '\'') {
-				q := s[i]
-				end := strings.IndexByte(s[i+1:], q)
-				if end < 0 {
-					end = len(s) - i - 1
-				}
-				val = s[i+1 : i+1+end]
-				i = min(i+1+end+1, len(s))
+				i++
+				val = span(s[i-1:i], false)
+				i = min(i+1, len(s))
 			} else {
-				k = i
-				for k < len(s) && !strings.ContainsRune(" \t\r\n\f>", rune(s[k])) {
-					k++
-				}
-				val = s[i:k]
-				i = k
+				val = span(htmlSpace+">", false)
 			}
 		}
-		if len(tok.attrs) < 64 {
-			tok.attrs = append(tok.attrs, htmlAttr{key, html.UnescapeString(val)})
+		if len(n.attrs) < 64 {
+			n.attrs = append(n.attrs, htmlAttr{strings.ToLower(key), html.UnescapeString(val)})
 		}
 	}
-	z.pos = i
-	if htmlRawText[tok.name] && !tok.selfClosing {
-		end := indexFold(s[z.pos:], "</"+tok.name)
-		if end < 0 {
-			end = len(s) - z.pos
-		}
-		tok.raw = s[z.pos : z.pos+end]
-		if tok.name == "title" || tok.name == "textarea" {
-			tok.raw = html.UnescapeString(tok.raw)
-		}
-		z.pos += end
-		if gt := strings.IndexByte(s[z.pos:], '>'); gt >= 0 {
-			z.pos += gt + 1
-		} else {
-			z.pos = len(s)
-		}
+	i = min(i+1, len(s)) // past the '>'
+	if selfClosing || !htmlRawText[n.tag] {
+		return n, !selfClosing && !htmlVoid[n.tag], i
 	}
-	return tok
-}
-
-// indexFold is strings.Index for an ASCII needle, ignoring case.
-func indexFold(s, needle string) int {
-	n := len(needle)
-	for i := 0; i+n <= len(s); i++ {
-		if strings.EqualFold(s[i:i+n], needle) {
-			return i
-		}
+	j, closer := i, "</"+n.tag
+	for j < len(s) && !strings.EqualFold(s[j:min(j+len(closer), len(s))], closer) {
+		j++
 	}
-	return -1
+	if raw := s[i:j]; raw != "" {
+		if n.tag == "title" || n.tag == "textarea" {
+			raw = html.UnescapeString(raw)
+		}
+		n.children = []*htmlNode{{text: raw, parent: n}}
+	}
+	_, after, _ := strings.Cut(s[j:], ">")
+	return n, false, len(s) - len(after)
 }
 
 func (n *htmlNode) attr(key string) string {
@@ -340,42 +223,27 @@ func (n *htmlNode) attr(key string) string {
 }
 
 func (n *htmlNode) hasClass(class string) bool {
-	for _, c := range strings.Fields(n.attr("class")) {
-		if c == class {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(strings.Fields(n.attr("class")), class)
 }
 
 // find returns the first node below n (depth first) that match accepts, or nil.
 func (n *htmlNode) find(match func(*htmlNode) bool) *htmlNode {
-	for _, c := range n.children {
-		if match(c) {
-			return c
-		}
-		if f := c.find(match); f != nil {
-			return f
-		}
+	if all := n.findAll(match); len(all) > 0 {
+		return all[0]
 	}
 	return nil
 }
 
-// findAll returns every node below n that match accepts, in document order;
-// it does not look inside a node it returns.
+// findAll returns the nodes below n that match accepts, in document order, not looking inside them.
 func (n *htmlNode) findAll(match func(*htmlNode) bool) []*htmlNode {
 	var out []*htmlNode
-	var walk func(*htmlNode)
-	walk = func(p *htmlNode) {
-		for _, c := range p.children {
-			if match(c) {
-				out = append(out, c)
-				continue
-			}
-			walk(c)
+	for _, c := range n.children {
+		if match(c) {
+			out = append(out, c)
+		} else {
+			out = append(out, c.findAll(match)...)
 		}
 	}
-	walk(n)
 	return out
 }
 
@@ -384,18 +252,16 @@ func (n *htmlNode) textContent() string {
 	var b strings.Builder
 	var walk func(*htmlNode)
 	walk = func(p *htmlNode) {
-		if p.tag == "" {
+		switch {
+		case p.tag == "":
 			b.WriteString(p.text)
-			return
-		}
-		if p.tag == "script" || p.tag == "style" {
-			return
-		}
-		for _, c := range p.children {
-			walk(c)
-		}
-		if p.tag == "br" || p.tag == "p" || p.tag == "div" || p.tag == "li" {
-			b.WriteByte(' ')
+		case p.tag != "script" && p.tag != "style":
+			for _, c := range p.children {
+				walk(c)
+			}
+			if inSet(" br p div li ", p.tag) {
+				b.WriteByte(' ')
+			}
 		}
 	}
 	walk(n)
@@ -404,31 +270,22 @@ func (n *htmlNode) textContent() string {
 
 // ---- HTML to markdown ----------------------------------------------------
 
-// Element sets, as " a b c " strings for mdIn.
-const (
-	mdDropTags   = " head script style noscript svg template iframe object embed canvas input textarea select button link meta datalist "
-	mdBlockTags  = " address article aside blockquote body caption center dd details dialog div dl dt fieldset figcaption figure footer form h1 h2 h3 h4 h5 h6 header hgroup hr html li main nav ol p pre section summary table td th tr ul "
-	mdInlineTags = " a b strong em i del s strike code kbd samp tt var img br "
-	mdNoiseRoles = " navigation banner contentinfo complementary menu menubar search dialog alertdialog "
-)
-
-func mdIn(set, tag string) bool { return tag != "" && strings.Contains(set, " "+tag+" ") }
-
 var (
 	mdUnlikely     = regexp.MustCompile(`(?i)-ad-|banner|breadcrumb|combx|comment|community|cookie|disqus|footer|gdpr|header|menu|related|remark|replies|rss|share|shoutbox|sidebar|skyscraper|social|sponsor|pagination|pager|popup|newsletter`)
 	mdLikely       = regexp.MustCompile(`(?i)and|article|body|column|content|main|shadow`)
 	mdEscape       = strings.NewReplacer("*", `\*`, "`", "\\`")
 	mdEscapeInLink = strings.NewReplacer("*", `\*`, "`", "\\`", "[", `\[`, "]", `\]`)
 	mdURLEscape    = strings.NewReplacer("(", "%28", ")", "%29", " ", "%20")
+	mdCellEscape   = strings.NewReplacer("  \n", " ", "\n", " ", "|", `\|`)
 	mdLineStart    = regexp.MustCompile(`^(#{1,6}|[>+-]|\d{1,9}[.)])( |$)`)
+	mdEmphasis     = map[string]string{"strong": "**", "b": "**", "em": "*", "i": "*", "del": "~~", "s": "~~", "strike": "~~"}
 )
 
-// mdConv turns a parsed page into markdown, or into plain text when plain is set.
+// mdConv turns a parsed page into markdown.
 type mdConv struct {
 	base    *url.URL
-	plain   bool
 	hasMain bool                 // the content root is the page's main area
-	inLink  int                  // depth of links being rendered
+	esc     *strings.Replacer    // escapes text (more inside links)
 	nest    int                  // depth of lists and quotes being rendered
 	sizes   map[*htmlNode][2]int // text and link-text length below a node
 }
@@ -437,11 +294,10 @@ func htmlByTag(tag string) func(*htmlNode) bool {
 	return func(n *htmlNode) bool { return n.tag == tag }
 }
 
-// htmlToMarkdown returns the page's title and its main content as markdown
-// (plain text when plain), with links and images made absolute against pageURL.
-func htmlToMarkdown(src, pageURL string, plain bool) (title, md string) {
+// htmlToMarkdown returns the page's title and its main content as markdown, links made absolute.
+func htmlToMarkdown(src, pageURL string) (title, md string) {
 	root := parseHTML(src)
-	m := &mdConv{plain: plain, sizes: map[*htmlNode][2]int{}}
+	m := &mdConv{sizes: map[*htmlNode][2]int{}, esc: mdEscape}
 	m.base, _ = url.Parse(pageURL)
 	if t := root.find(htmlByTag("title")); t != nil {
 		title = t.textContent()
@@ -458,13 +314,7 @@ func htmlToMarkdown(src, pageURL string, plain bool) (title, md string) {
 		if len(cands) == 0 || (len(cands) > 1 && cands[0].tag == "article") {
 			continue
 		}
-		best := cands[0]
-		for _, c := range cands {
-			if m.measure(c)[0] > m.measure(best)[0] {
-				best = c
-			}
-		}
-		if m.measure(best)[0] > 0 {
+		if best := slices.MaxFunc(cands, func(a, b *htmlNode) int { return m.measure(a)[0] - m.measure(b)[0] }); m.measure(best)[0] > 0 {
 			content, m.hasMain = best, true
 			break
 		}
@@ -484,7 +334,7 @@ func (m *mdConv) measure(n *htmlNode) [2]int {
 	s, ok := m.sizes[n]
 	if n.tag == "" {
 		return [2]int{len(strings.TrimSpace(n.text)), 0}
-	} else if ok || mdIn(mdDropTags, n.tag) {
+	} else if ok || inSet(mdDropTags, n.tag) {
 		return s
 	}
 	for _, c := range n.children {
@@ -503,7 +353,7 @@ func (m *mdConv) measure(n *htmlNode) [2]int {
 func (m *mdConv) skip(n *htmlNode) bool {
 	s := m.measure(n)
 	switch {
-	case mdIn(mdDropTags+"nav aside footer ", n.tag) || htmlHidden(n) || (n.tag == "form" && s[0] < 500):
+	case inSet(mdDropTags+"nav aside footer ", n.tag) || htmlHidden(n) || (n.tag == "form" && s[0] < 500):
 		return true
 	case m.hasMain:
 		return false
@@ -511,8 +361,8 @@ func (m *mdConv) skip(n *htmlNode) bool {
 		return n.find(htmlByTag("h1")) == nil
 	}
 	ci := n.attr("class") + " " + n.attr("id")
-	return mdIn(mdNoiseRoles, n.attr("role")) || (mdUnlikely.MatchString(ci) && !mdLikely.MatchString(ci)) ||
-		(mdIn(" div ul ol section table ", n.tag) && s[0] > 0 && s[1]*2 > s[0] && s[0]-s[1] < 100)
+	return inSet(mdNoiseRoles, n.attr("role")) || (mdUnlikely.MatchString(ci) && !mdLikely.MatchString(ci)) ||
+		(inSet(" div ul ol section table ", n.tag) && s[0] > 0 && s[1]*2 > s[0] && s[0]-s[1] < 100)
 }
 
 // block renders n's children as markdown blocks separated by blank lines; in
@@ -534,13 +384,13 @@ func (m *mdConv) block(n *htmlNode, tight bool) string {
 		for _, c := range p.children {
 			switch {
 			case c.tag == "":
-				inl.WriteString(m.text(c.text))
+				inl.WriteString(m.esc.Replace(c.text))
 			case m.skip(c):
-			case mdIn(mdBlockTags, c.tag):
-				add(m.para(inl.String()), false)
+			case inSet(mdBlockTags, c.tag):
+				add(mdPara(inl.String()), false)
 				inl.Reset()
 				add(m.element(c), c.tag == "ul" || c.tag == "ol")
-			case mdIn(mdInlineTags, c.tag):
+			case inSet(mdInlineTags, c.tag):
 				inl.WriteString(m.inline(c))
 			default:
 				walk(c)
@@ -548,7 +398,7 @@ func (m *mdConv) block(n *htmlNode, tight bool) string {
 		}
 	}
 	walk(n)
-	add(m.para(inl.String()), false)
+	add(mdPara(inl.String()), false)
 	return out.String()
 }
 
@@ -556,15 +406,14 @@ func (m *mdConv) block(n *htmlNode, tight bool) string {
 func (m *mdConv) element(n *htmlNode) string {
 	switch n.tag {
 	case "h1", "h2", "h3", "h4", "h5", "h6":
-		s := strings.ReplaceAll(m.para(m.inlineChildren(n)), "  \n", " ")
-		return m.mark(s, strings.Repeat("#", int(n.tag[1]-'0'))+" ", "")
+		s := strings.ReplaceAll(mdPara(m.inlineChildren(n)), "  \n", " ")
+		return mdMark(s, strings.Repeat("#", int(n.tag[1]-'0'))+" ", "")
 	case "hr":
-		if m.plain {
-			return ""
-		}
 		return "* * *"
 	case "pre":
-		return m.pre(n)
+		return mdPre(n)
+	case "table":
+		return m.table(n)
 	case "ul", "ol", "blockquote":
 		if m.nest >= 10 { // deeper nesting is flat, so prefixes cannot multiply a page's size
 			return m.block(n, false)
@@ -574,21 +423,18 @@ func (m *mdConv) element(n *htmlNode) string {
 		if n.tag != "blockquote" {
 			return m.list(n)
 		}
-		s := m.block(n, false)
-		if m.plain || s == "" {
-			return s
+		if s := m.block(n, false); s != "" {
+			return "> " + strings.ReplaceAll(strings.ReplaceAll(s, "\n", "\n> "), "> \n", ">\n")
 		}
-		return "> " + strings.ReplaceAll(strings.ReplaceAll(s, "\n", "\n> "), "> \n", ">\n")
-	case "table":
-		return m.table(n)
+		return ""
 	}
 	return m.block(n, n.tag == "li")
 }
 
-// mark puts markup around s, outside its white space: not in plain text, not around nothing.
-func (m *mdConv) mark(s, before, after string) string {
+// mdMark puts markup around s, outside its white space; not around nothing.
+func mdMark(s, before, after string) string {
 	t := strings.TrimSpace(s)
-	if m.plain || t == "" {
+	if t == "" {
 		return s
 	}
 	i := strings.Index(s, t)
@@ -599,31 +445,44 @@ func (m *mdConv) mark(s, before, after string) string {
 func (m *mdConv) inline(n *htmlNode) string {
 	switch {
 	case n.tag == "":
-		return m.text(n.text)
+		return m.esc.Replace(n.text)
 	case m.skip(n):
 		return ""
 	case n.tag == "br":
 		return "\x01"
 	case n.tag == "img":
-		return m.image(n)
-	case mdIn(" code kbd samp tt var ", n.tag):
-		return m.code(n)
+		alt := strings.Join(strings.Fields(n.attr("alt")), " ")
+		for _, src := range []string{n.attr("src"), n.attr("data-src")} { // data-src: a lazy image's real source
+			if src != "" && !strings.HasPrefix(src, "data:") {
+				return "![" + mdEscapeInLink.Replace(alt) + "](" + m.abs(src) + ")"
+			}
+		}
+		return alt
+	case inSet(" code kbd samp tt var ", n.tag):
+		s := strings.ReplaceAll(rawText(n, &strings.Builder{}), "\n", " ")
+		if strings.TrimSpace(s) == "" {
+			return s
+		} else if strings.HasPrefix(s, "`") || strings.HasSuffix(s, "`") {
+			s = " " + s + " "
+		}
+		return fence(s, 1) + s + fence(s, 1)
 	case n.tag == "a":
-		m.inLink++
+		esc := m.esc
+		m.esc = mdEscapeInLink
 		s := m.inlineChildren(n)
-		m.inLink--
-		return m.link(n, s)
+		m.esc = esc
+		href := strings.TrimSpace(n.attr("href"))
+		if t := strings.TrimSpace(s); t == "#" || t == "¶" || t == "§" {
+			return "" // a heading's permalink
+		} else if href == "" || strings.HasPrefix(strings.ToLower(href), "javascript:") {
+			return s
+		}
+		return mdMark(s, "[", "]("+m.abs(href)+")")
 	}
 	s := m.inlineChildren(n)
-	switch n.tag {
-	case "strong", "b":
-		return m.mark(s, "**", "**")
-	case "em", "i":
-		return m.mark(s, "*", "*")
-	case "del", "s", "strike":
-		return m.mark(s, "~~", "~~")
-	}
-	if mdIn(mdBlockTags, n.tag) {
+	if mk := mdEmphasis[n.tag]; mk != "" {
+		return mdMark(s, mk, mk)
+	} else if inSet(mdBlockTags, n.tag) {
 		return " " + s + " "
 	}
 	return s
@@ -637,35 +496,21 @@ func (m *mdConv) inlineChildren(n *htmlNode) string {
 	return b.String()
 }
 
-// text escapes the characters that would start markdown syntax inside a line.
-func (m *mdConv) text(s string) string {
-	switch {
-	case m.plain:
-		return s
-	case m.inLink > 0:
-		return mdEscapeInLink.Replace(s)
-	}
-	return mdEscape.Replace(s)
-}
-
-// para folds white space as a browser does, turns breaks into hard line
+// mdPara folds white space as a browser does, turns breaks into hard line
 // breaks and escapes what would read as a heading, quote or list marker.
-func (m *mdConv) para(s string) string {
-	s = strings.Join(strings.FieldsFunc(s, func(r rune) bool { return r == ' ' || r == '\t' || r == '\n' || r == '\r' || r == '\f' }), " ")
+func mdPara(s string) string {
+	s = strings.Join(strings.FieldsFunc(s, func(r rune) bool { return strings.ContainsRune(htmlSpace, r) }), " ")
 	lines := strings.Split(strings.ReplaceAll(s, "\u00a0", " "), "\x01")
 	for i, l := range lines {
 		l = strings.TrimSpace(l)
-		if loc := mdLineStart.FindStringSubmatchIndex(l); loc != nil && !m.plain {
-			at := loc[0] // before # > + -, or before the dot of "1."
+		if loc := mdLineStart.FindStringSubmatchIndex(l); loc != nil {
+			at := 0 // before # > + -, or before the dot of "1."
 			if l[0] >= '0' && l[0] <= '9' {
 				at = loc[3] - 1
 			}
 			l = l[:at] + `\` + l[at:]
 		}
 		lines[i] = l
-	}
-	if m.plain {
-		return strings.Trim(strings.Join(lines, "\n"), " \n")
 	}
 	return strings.Trim(strings.Join(lines, "  \n"), " \n")
 }
@@ -680,36 +525,6 @@ func (m *mdConv) abs(ref string) string {
 	return ref
 }
 
-func mdTitle(n *htmlNode) string {
-	if t := n.attr("title"); t != "" {
-		return ` "` + strings.ReplaceAll(t, `"`, `\"`) + `"`
-	}
-	return ""
-}
-
-func (m *mdConv) link(n *htmlNode, s string) string {
-	href := strings.TrimSpace(n.attr("href"))
-	switch t := strings.TrimSpace(s); {
-	case t == "#" || t == "¶" || t == "§":
-		return "" // a heading's permalink
-	case href == "" || strings.HasPrefix(strings.ToLower(href), "javascript:"):
-		return s
-	}
-	return m.mark(s, "[", "]("+m.abs(href)+mdTitle(n)+")")
-}
-
-func (m *mdConv) image(n *htmlNode) string {
-	alt := strings.Join(strings.Fields(n.attr("alt")), " ")
-	src := n.attr("src")
-	if src == "" || strings.HasPrefix(src, "data:") {
-		src = n.attr("data-src") // a lazy image's real source
-	}
-	if m.plain || src == "" || strings.HasPrefix(src, "data:") {
-		return alt
-	}
-	return "![" + mdEscapeInLink.Replace(alt) + "](" + m.abs(src) + mdTitle(n) + ")"
-}
-
 // rawText is the text below n as it stands, with <br> as a newline.
 func rawText(n *htmlNode, b *strings.Builder) string {
 	for _, c := range n.children {
@@ -718,7 +533,7 @@ func rawText(n *htmlNode, b *strings.Builder) string {
 			b.WriteString(c.text)
 		case c.tag == "br":
 			b.WriteByte('\n')
-		case !mdIn(mdDropTags, c.tag):
+		case !inSet(mdDropTags, c.tag):
 			rawText(c, b)
 		}
 	}
@@ -737,17 +552,8 @@ func fence(s string, least int) string {
 	return strings.Repeat("`", max(least, longest+1))
 }
 
-func (m *mdConv) code(n *htmlNode) string {
-	s := strings.ReplaceAll(rawText(n, &strings.Builder{}), "\n", " ")
-	if m.plain || strings.TrimSpace(s) == "" {
-		return s
-	} else if strings.HasPrefix(s, "`") || strings.HasSuffix(s, "`") {
-		s = " " + s + " "
-	}
-	return fence(s, 1) + s + fence(s, 1)
-}
-
-func (m *mdConv) pre(n *htmlNode) string {
+// mdPre renders a code block, with the language its classes name.
+func mdPre(n *htmlNode) string {
 	s := strings.TrimRight(strings.TrimPrefix(rawText(n, &strings.Builder{}), "\n"), "\n ")
 	classes := n.attr("class")
 	if c := n.find(htmlByTag("code")); c != nil {
@@ -759,7 +565,7 @@ func (m *mdConv) pre(n *htmlNode) string {
 			lang = l
 		}
 	}
-	if f := fence(s, 3); !m.plain && strings.TrimSpace(s) != "" {
+	if f := fence(s, 3); strings.TrimSpace(s) != "" {
 		return f + lang + "\n" + s + "\n" + f
 	}
 	return s
@@ -800,21 +606,13 @@ func (m *mdConv) table(n *htmlNode) string {
 	if n.find(htmlByTag("table")) != nil {
 		return m.block(n, false) // a layout table
 	}
-	var b strings.Builder
-	if c := n.find(htmlByTag("caption")); c != nil {
-		b.WriteString(strings.TrimPrefix(m.block(c, false)+"\n\n", "\n\n"))
-	}
 	var rows [][]string
 	cols := 0
 	for _, tr := range n.findAll(htmlByTag("tr")) {
 		var row []string
 		for _, c := range tr.children {
 			if (c.tag == "td" || c.tag == "th") && !m.skip(c) {
-				s := strings.ReplaceAll(strings.ReplaceAll(m.block(c, false), "  \n", " "), "\n", " ")
-				if !m.plain {
-					s = strings.ReplaceAll(s, "|", `\|`)
-				}
-				row = append(row, s)
+				row = append(row, mdCellEscape.Replace(m.block(c, false)))
 				for span, _ := strconv.Atoi(c.attr("colspan")); span > 1 && span < 100; span-- {
 					row = append(row, "")
 				}
@@ -827,10 +625,14 @@ func (m *mdConv) table(n *htmlNode) string {
 	if cols > 64 {
 		return m.block(n, false) // not a table to read as one
 	}
+	var b strings.Builder
+	if c := n.find(htmlByTag("caption")); c != nil {
+		b.WriteString(strings.TrimPrefix(m.block(c, false)+"\n\n", "\n\n"))
+	}
 	for i, row := range rows {
 		row = append(row, make([]string, cols-len(row))...)
 		b.WriteString("| " + strings.Join(row, " | ") + " |\n")
-		if i == 0 && !m.plain {
+		if i == 0 {
 			b.WriteString("|" + strings.Repeat(" --- |", cols) + "\n")
 		}
 	}
@@ -871,8 +673,7 @@ func wsDial(ctx context.Context, rawURL string, rnd io.Reader, maxMsg int64) (*w
 	if err != nil || u.Scheme != "ws" || u.Host == "" {
 		return nil, fmt.Errorf("websocket dial: bad url %q", rawURL)
 	}
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", u.Host)
+	conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", u.Host)
 	if err != nil {
 		return nil, fmt.Errorf("websocket dial: %w", err)
 	}
@@ -880,20 +681,20 @@ func wsDial(ctx context.Context, rawURL string, rnd io.Reader, maxMsg int64) (*w
 		conn.Close()
 		return nil, fmt.Errorf("websocket handshake: "+format, a...)
 	}
-	if dl, ok := ctx.Deadline(); ok {
-		conn.SetDeadline(dl)
-	}
+	dl, _ := ctx.Deadline()
+	conn.SetDeadline(dl) // none when ctx has none
 	nonce := make([]byte, 16)
-	if _, err := io.ReadFull(rnd, nonce); err != nil {
-		return fail("%w", err)
-	}
+	_, err = io.ReadFull(rnd, nonce)
 	key := base64.StdEncoding.EncodeToString(nonce)
-	if _, err := fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
-		"Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n\r\n", u.RequestURI(), u.Host, key); err != nil {
-		return fail("%w", err)
+	if err == nil {
+		_, err = fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
+			"Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n\r\n", u.RequestURI(), u.Host, key)
 	}
 	br := bufio.NewReaderSize(conn, 64<<10)
-	resp, err := http.ReadResponse(br, nil)
+	var resp *http.Response
+	if err == nil {
+		resp, err = http.ReadResponse(br, nil)
+	}
 	if err != nil {
 		return fail("%w", err)
 	}
@@ -916,11 +717,10 @@ func wsDial(ctx context.Context, rawURL string, rnd io.Reader, maxMsg int64) (*w
 }
 
 func wsAppendHeader(b []byte, h wsFrameHeader) []byte {
-	b0 := h.op&0x0f | (h.rsv&7)<<4
+	b0, b1 := h.op&0x0f|(h.rsv&7)<<4, byte(0)
 	if h.fin {
 		b0 |= 0x80
 	}
-	var b1 byte
 	if h.masked {
 		b1 = 0x80
 	}
@@ -938,30 +738,23 @@ func wsAppendHeader(b []byte, h wsFrameHeader) []byte {
 	return b
 }
 
-func wsReadHeader(r io.Reader) (wsFrameHeader, error) {
+func wsReadHeader(r io.Reader) (h wsFrameHeader, err error) {
 	var p [8]byte
-	if _, err := io.ReadFull(r, p[:2]); err != nil {
-		return wsFrameHeader{}, err
+	if _, err = io.ReadFull(r, p[:2]); err != nil {
+		return h, err
 	}
-	h := wsFrameHeader{fin: p[0]&0x80 != 0, rsv: p[0] >> 4 & 7, op: p[0] & 0x0f, masked: p[1]&0x80 != 0, length: uint64(p[1] & 0x7f)}
-	switch h.length {
-	case 126:
-		if _, err := io.ReadFull(r, p[:2]); err != nil {
-			return h, err
-		}
+	h = wsFrameHeader{fin: p[0]&0x80 != 0, rsv: p[0] >> 4 & 7, op: p[0] & 0x0f, masked: p[1]&0x80 != 0, length: uint64(p[1] & 0x7f)}
+	if h.length == 126 {
+		_, err = io.ReadFull(r, p[:2])
 		h.length = uint64(binary.BigEndian.Uint16(p[:2]))
-	case 127:
-		if _, err := io.ReadFull(r, p[:8]); err != nil {
-			return h, err
-		}
+	} else if h.length == 127 {
+		_, err = io.ReadFull(r, p[:8])
 		h.length = binary.BigEndian.Uint64(p[:8]) // a length over the cap is refused by the reader
 	}
-	if h.masked {
-		if _, err := io.ReadFull(r, h.mask[:]); err != nil {
-			return h, err
-		}
+	if h.masked && err == nil {
+		_, err = io.ReadFull(r, h.mask[:])
 	}
-	return h, nil
+	return h, err
 }
 
 // writeFrame sends one masked frame with FIN set.
@@ -987,8 +780,7 @@ func (ws *wsConn) writeFrame(op byte, p []byte) error {
 	return nil
 }
 
-// close starts the close handshake; the reader sees the peer's close frame
-// (or its deadline) and the caller then closes conn.
+// close starts the close handshake; the reader then gets the peer's close frame or times out.
 func (ws *wsConn) close() {
 	ws.writeFrame(8, []byte{0x03, 0xe8}) // 1000: normal closure
 	ws.conn.SetReadDeadline(time.Now().Add(time.Second))
@@ -1000,8 +792,7 @@ func (ws *wsConn) fail(code int, format string, a ...any) error {
 	return fmt.Errorf("websocket: "+format, a...)
 }
 
-// readMessage returns the next data message, reassembled from its frames,
-// answering pings and close frames on the way.
+// readMessage returns the next data message, reassembled, answering pings and close frames.
 func (ws *wsConn) readMessage() ([]byte, error) {
 	var msg []byte
 	inMsg := false
@@ -1058,18 +849,15 @@ func (ws *wsConn) readMessage() ([]byte, error) {
 // ---- DevTools protocol client ----------------------------------------------
 
 type cdpMessage struct {
-	ID        int64           `json:"id,omitempty"`
-	SessionID string          `json:"sessionId,omitempty"`
-	Method    string          `json:"method,omitempty"`
-	Params    json.RawMessage `json:"params,omitempty"`
-	Result    json.RawMessage `json:"result,omitempty"`
-	Error     *struct {
-		Message string `json:"message"`
-	} `json:"error,omitempty"`
+	ID        int64                     `json:"id,omitempty"`
+	SessionID string                    `json:"sessionId,omitempty"`
+	Method    string                    `json:"method,omitempty"`
+	Params    json.RawMessage           `json:"params,omitempty"`
+	Result    json.RawMessage           `json:"result,omitempty"`
+	Error     *struct{ Message string } `json:"error,omitempty"`
 }
 
-// cdpClient sends DevTools commands over one websocket and routes replies by
-// id and events by session to their subscriber.
+// cdpClient sends DevTools commands; it routes replies by id and events by session.
 type cdpClient struct {
 	ws   *wsConn
 	done chan struct{} // closed when the reader stops; err then says why
@@ -1089,12 +877,8 @@ func newCDPClient(ws *wsConn) *cdpClient {
 }
 
 func (c *cdpClient) readLoop() {
-	var err error
-	for {
-		var data []byte
-		if data, err = c.ws.readMessage(); err != nil {
-			break
-		}
+	data, err := c.ws.readMessage()
+	for ; err == nil; data, err = c.ws.readMessage() {
 		var m cdpMessage
 		if json.Unmarshal(data, &m) != nil {
 			continue
@@ -1142,28 +926,24 @@ func (c *cdpClient) call(ctx context.Context, session, method string, params, re
 	case r := <-ch:
 		if r.Error != nil {
 			return fmt.Errorf("cdp %s: %s", method, r.Error.Message)
-		}
-		if result != nil {
+		} else if result != nil {
 			return json.Unmarshal(r.Result, result)
 		}
 		return nil
 	case <-c.done:
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return c.err
+		return c.err // set before done was closed
 	case <-ctx.Done():
 		forget()
 		return fmt.Errorf("cdp %s: %w", method, ctx.Err())
 	}
 }
 
+// subscribe routes a session's events to fn (nil: drops them).
 func (c *cdpClient) subscribe(session string, fn func(method string, params json.RawMessage)) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if fn == nil {
+	if c.subs[session] = fn; fn == nil {
 		delete(c.subs, session)
-	} else {
-		c.subs[session] = fn
 	}
 }
 
@@ -1172,16 +952,13 @@ func (c *cdpClient) subscribe(session string, fn func(method string, params json
 // errNoBrowser means ReadDocs has no browser to use and reads over plain HTTP.
 var errNoBrowser = errors.New("no browser")
 
-// browserHolder is the server's one Chromium, started on first use and
-// restarted when it has died.
+// browserHolder is the server's one Chromium, started on first use and again when it died.
 type browserHolder struct {
 	tabs chan struct{} // a slot per open tab: pages are heavy on two cores
 
-	mu       sync.Mutex // guards the fields below
-	b        *browser
-	failErr  error // the last start failure, retried after a minute
-	failedAt time.Time
-	closed   bool
+	mu     sync.Mutex // guards the fields below
+	b      *browser
+	closed bool
 }
 
 type browser struct {
@@ -1212,17 +989,12 @@ func (h *browserHolder) get(ctx context.Context, srv *server) (*browser, error) 
 	defer h.mu.Unlock()
 	if h.closed {
 		return nil, errors.New("browser: server is shutting down")
-	}
-	if b := h.b; b != nil {
-		if !b.dead() {
-			return b, nil
-		}
-		srv.log.warnf("readdocs: Chromium (pid %d) stopped; starting a new one", b.pid)
-		b.stop(srv.procs)
+	} else if h.b != nil && !h.b.dead() {
+		return h.b, nil
+	} else if h.b != nil {
+		srv.log.warnf("readdocs: Chromium (pid %d) stopped; starting a new one", h.b.pid)
+		h.b.stop(srv.procs)
 		h.b = nil
-	}
-	if h.failErr != nil && time.Since(h.failedAt) < time.Minute {
-		return nil, h.failErr
 	}
 	path := findChrome(srv.cfg)
 	if !srv.cfg.bool("READDOCS_BROWSER") {
@@ -1232,12 +1004,8 @@ func (h *browserHolder) get(ctx context.Context, srv *server) (*browser, error) 
 	}
 	b, err := startBrowser(ctx, srv, path)
 	if err != nil {
-		err = fmt.Errorf("%w: %v", errNoBrowser, err)
-		if ctx.Err() == nil {
-			h.failErr, h.failedAt = err, time.Now()
-			srv.log.warnf("readdocs: %v", err)
-		}
-		return nil, err
+		srv.log.warnf("readdocs: %v", err)
+		return nil, fmt.Errorf("%w: %v", errNoBrowser, err)
 	}
 	h.b = b
 	return b, nil
@@ -1253,8 +1021,7 @@ func (h *browserHolder) close(procs *procTracker) {
 	}
 }
 
-// startBrowser runs Chromium headless with a fresh profile and connects to
-// the DevTools endpoint it prints on stderr.
+// startBrowser runs Chromium with a fresh profile and connects to the endpoint it prints.
 func startBrowser(ctx context.Context, srv *server, path string) (*browser, error) {
 	t0 := time.Now()
 	dir, err := os.MkdirTemp("", "telson-chromium-")
@@ -1270,12 +1037,6 @@ func startBrowser(ctx context.Context, srv *server, path string) (*browser, erro
 		args = append(args, "--no-sandbox") // Chromium refuses to run as root with its sandbox
 	}
 	cmd := exec.Command(path, append(args, "about:blank")...)
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("browser start: %w", err)
-	}
-	cmd.Stderr = pw
 	cmd.SysProcAttr = &syscall.SysProcAttr{}
 	// Linux kills the browser when the thread that started it ends, so a
 	// killed telson leaves no browser behind (other systems have the reaper).
@@ -1284,19 +1045,22 @@ func startBrowser(ctx context.Context, srv *server, path string) (*browser, erro
 	}
 	b := &browser{dir: dir, exited: make(chan struct{})}
 	started := make(chan error, 1)
-	go func() { // exits when the browser exits; its thread stays locked so Pdeathsig fires only when telson dies
-		runtime.LockOSThread()
-		err := srv.procs.start(cmd)
-		started <- err
-		if err == nil {
-			cmd.Wait()
-		}
-		close(b.exited)
-	}()
-	err = <-started
-	pw.Close()
+	pr, pw, err := os.Pipe() // not cmd.StderrPipe: Wait would close it before the last lines are read
+	if err == nil {
+		cmd.Stderr = pw
+		go func() { // exits when the browser exits; its thread stays locked so Pdeathsig fires only when telson dies
+			runtime.LockOSThread()
+			err := srv.procs.start(cmd)
+			if started <- err; err == nil {
+				cmd.Wait()
+			}
+			close(b.exited)
+		}()
+		err = <-started
+		pw.Close()
+	}
 	if err != nil {
-		pr.Close()
+		pr.Close() // nil-safe
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("browser start: %s: %w", path, err)
 	}
@@ -1304,23 +1068,20 @@ func startBrowser(ctx context.Context, srv *server, path string) (*browser, erro
 	// found gets the endpoint, or "\x00" and the last stderr lines when the browser printed none.
 	found := make(chan string, 1)
 	go func() { // exits when every browser process has closed stderr
+		defer pr.Close()
 		sc := bufio.NewScanner(pr)
 		var tail []string
-		sent := false
 		for sc.Scan() {
-			line := sc.Text()
-			if u, ok := strings.CutPrefix(line, "DevTools listening on "); ok && !sent {
+			if u, ok := strings.CutPrefix(sc.Text(), "DevTools listening on "); ok {
 				found <- u
-				sent = true
-			} else if !sent && line != "" && !strings.Contains(line, "dbus") {
+				io.Copy(io.Discard, pr) // the browser's later output
+				return
+			} else if line := sc.Text(); line != "" && !strings.Contains(line, "dbus") {
 				tail = append(tail[max(0, len(tail)-3):], line)
 			}
 		}
 		io.Copy(io.Discard, pr) // a line too long for the scanner: keep draining
-		pr.Close()
-		if !sent {
-			found <- "\x00" + strings.Join(tail, "; ")
-		}
+		found <- "\x00" + strings.Join(tail, "; ")
 	}()
 	fail := func(format string, a ...any) (*browser, error) {
 		b.stop(srv.procs)
@@ -1377,7 +1138,7 @@ var readDocsTool = toolDef{
 - wait_ms: extra time to wait after load for pages that keep changing (default 0, max 30000).
 - The reply starts with the page title and final URL. Long pages come in parts of max_length characters (default 30000); the reply says which start_index gets the next part.
 - HTTP errors (404, 500) are reported with the page's content; DNS failures, refused connections, TLS errors, downloads and servers that never answer are errors.
-- Without Chromium the page is fetched over plain HTTP, and the reply says so.
+- Without Chromium the page is fetched over plain HTTP (text then comes as markdown), and the reply says so.
 
 Example: {"url": "https://go.dev/doc/effective_go", "max_length": 20000}`,
 	input: `{"type":"object","properties":{
@@ -1388,17 +1149,12 @@ Example: {"url": "https://go.dev/doc/effective_go", "max_length": 20000}`,
 		"start_index":{"type":"integer","minimum":0,"description":"Character of the content to start at, to read the next part of a long page (default 0)."}},
 		"required":["url"],"additionalProperties":false}`,
 	output: `{"type":"object","properties":{
-		"url":{"type":"string"},
-		"final_url":{"type":"string","description":"the URL after redirects"},
-		"title":{"type":"string"},
-		"status":{"type":"integer","description":"HTTP status of the page; 0 when unknown"},
-		"format":{"type":"string","enum":["markdown","text","html"]},
-		"content":{"type":"string","description":"this part of the content"},
-		"truncated":{"type":"boolean","description":"more content follows this part"},
+		"url":{"type":"string"},"final_url":{"type":"string","description":"the URL after redirects"},"title":{"type":"string"},
+		"status":{"type":"integer","description":"HTTP status of the page; 0 when unknown"},"format":{"type":"string","enum":["markdown","text","html"]},
+		"content":{"type":"string","description":"this part of the content"},"truncated":{"type":"boolean","description":"more content follows this part"},
 		"next_start_index":{"type":"integer","description":"start_index of the next part, when truncated"},
 		"total_length":{"type":"integer","description":"characters of content in all parts"},
-		"via":{"type":"string","enum":["chromium","http"]},
-		"notes":{"type":"array","items":{"type":"string"}}},
+		"via":{"type":"string","enum":["chromium","http"]},"notes":{"type":"array","items":{"type":"string"}}},
 		"required":["url","final_url","title","status","format","content","truncated","total_length","via"]}`,
 	hints: toolHints{readOnly: true, idempotent: true, openWorld: true},
 	run:   runReadDocs,
@@ -1424,15 +1180,9 @@ type readDocsOut struct {
 	TotalLength    int      `json:"total_length"`
 	Via            string   `json:"via"`
 	Notes          []string `json:"notes,omitempty"`
-}
 
-// pageRead is a page as a browser or plain HTTP got it.
-type pageRead struct {
-	finalURL, title, via string
-	status               int
-	body                 string // outerHTML, innerText, or the response body
-	isText               bool   // body is text already (innerText, or not HTML)
-	notes                []string
+	body   string // the page as read: outerHTML, innerText, or the response body
+	isText bool   // body is text already (innerText, or not HTML)
 }
 
 // pageCap bounds what is taken from a page: characters from the browser, bytes over HTTP.
@@ -1443,21 +1193,21 @@ func runReadDocs(ctx context.Context, c *toolCall) toolResult {
 	if err := json.Unmarshal(c.args, &a); err != nil {
 		return errorResult("ReadDocs: invalid arguments: %v", err)
 	}
-	srv := c.s.srv
-	pg, err := srv.readPage(ctx, a)
+	o, err := c.s.srv.readPage(ctx, a)
 	if err != nil {
 		return errorResult("ReadDocs: %v", err)
 	}
-	o := readDocsOut{URL: a.URL, FinalURL: pg.finalURL, Title: pg.title, Status: pg.status, Format: a.Format, Via: pg.via, Notes: pg.notes}
-	content := pg.body
-	if !pg.isText {
-		title, md := htmlToMarkdown(pg.body, pg.finalURL, a.Format == "text")
+	o.URL, o.Format = a.URL, a.Format
+	content := o.body
+	if !o.isText {
+		title, md := htmlToMarkdown(o.body, o.FinalURL)
 		if o.Title = cmp.Or(o.Title, title); a.Format != "html" {
 			content = md
 		}
 	}
 	runes := []rune(content)
-	o.TotalLength = len(runes)
+	end := min(len(runes), a.StartIndex+a.MaxLength)
+	o.TotalLength, o.Truncated = len(runes), end < len(runes)
 	var b strings.Builder
 	b.WriteString(cmp.Or(o.Title, "(no title)") + "\n" + o.FinalURL + "\n")
 	if o.Status >= 400 {
@@ -1469,10 +1219,10 @@ func runReadDocs(ctx context.Context, c *toolCall) toolResult {
 	if a.StartIndex > 0 && a.StartIndex >= o.TotalLength {
 		b.WriteString("\n<error>No more content available.</error>")
 	} else {
-		o.Content = string(runes[a.StartIndex:min(len(runes), a.StartIndex+a.MaxLength)])
+		o.Content = string(runes[a.StartIndex:end])
 		b.WriteString("\n" + o.Content)
-		if a.StartIndex+a.MaxLength < len(runes) {
-			o.Truncated, o.NextStartIndex = true, a.StartIndex+a.MaxLength
+		if o.Truncated {
+			o.NextStartIndex = end
 			fmt.Fprintf(&b, "\n\n<error>Content truncated. Call the ReadDocs tool with a start_index of %d to get more content.</error>", o.NextStartIndex)
 		}
 	}
@@ -1482,7 +1232,7 @@ func runReadDocs(ctx context.Context, c *toolCall) toolResult {
 }
 
 // readPage reads the page through Chromium, or over plain HTTP when there is no browser.
-func (srv *server) readPage(ctx context.Context, a readDocsArgs) (*pageRead, error) {
+func (srv *server) readPage(ctx context.Context, a readDocsArgs) (*readDocsOut, error) {
 	u, err := url.Parse(a.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("only http and https URLs can be read, not %q", a.URL)
@@ -1496,13 +1246,11 @@ func (srv *server) readPage(ctx context.Context, a readDocsArgs) (*pageRead, err
 	if errors.Is(err, errNoBrowser) {
 		why := strings.TrimPrefix(err.Error(), errNoBrowser.Error()+": ")
 		pg, err := fetchPlain(ctx, u.String())
-		if err != nil {
-			return nil, err
+		if err == nil {
+			pg.Notes = append([]string{"Read without a browser (" + why + "): content that scripts build may be missing."}, pg.Notes...)
 		}
-		pg.notes = append([]string{"Read without a browser (" + why + "): content that scripts build may be missing."}, pg.notes...)
-		return pg, nil
-	}
-	if err != nil {
+		return pg, err
+	} else if err != nil {
 		return nil, err
 	}
 	select {
@@ -1511,11 +1259,11 @@ func (srv *server) readPage(ctx context.Context, a readDocsArgs) (*pageRead, err
 	case <-ctx.Done():
 		return nil, fmt.Errorf("no free browser tab within %s", timeout)
 	}
-	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
-	pg, err := b.read(ctx, u.String(), a.Format, ms(srv.cfg.int("READDOCS_IDLE_MS")), ms(a.WaitMS), timeout)
+	idle := time.Duration(srv.cfg.int("READDOCS_IDLE_MS")) * time.Millisecond
+	pg, err := b.read(ctx, u.String(), a.Format, idle, time.Duration(a.WaitMS)*time.Millisecond, timeout)
 	if err != nil && b.dead() && ctx.Err() == nil { // the browser died under us: once more with a new one
 		if b, err = srv.browser.get(ctx, srv); err == nil {
-			pg, err = b.read(ctx, u.String(), a.Format, ms(srv.cfg.int("READDOCS_IDLE_MS")), ms(a.WaitMS), timeout)
+			pg, err = b.read(ctx, u.String(), a.Format, idle, time.Duration(a.WaitMS)*time.Millisecond, timeout)
 		}
 	}
 	return pg, err
@@ -1525,34 +1273,23 @@ func (srv *server) readPage(ctx context.Context, a readDocsArgs) (*pageRead, err
 type tabState struct {
 	changed chan struct{} // a token after every change
 
-	mu       sync.Mutex             // guards the fields below
-	loaded   map[string]bool        // loader ids whose load event fired
-	doc      map[string]cdpResponse // the main document's response by loader id
-	inflight map[string]bool        // request ids
+	mu       sync.Mutex      // guards the fields below
+	loaded   map[string]bool // loader ids whose load event fired
+	inflight map[string]bool // request ids
 	lastNet  time.Time
 }
 
-type cdpResponse struct {
-	Status   int    `json:"status"`
-	MimeType string `json:"mimeType"`
-}
-
 func (ts *tabState) event(method string, params json.RawMessage) {
-	var e struct {
-		Name, LoaderID, RequestID, Type string
-		Response                        cdpResponse
-	}
+	var e struct{ Name, LoaderID, RequestID, Type string }
 	json.Unmarshal(params, &e)
 	ts.mu.Lock()
 	switch {
 	case method == "Page.lifecycleEvent" && e.Name == "load":
 		ts.loaded[e.LoaderID] = true
-	case method == "Network.requestWillBeSent" && !mdIn(" EventSource WebSocket Media Image Font ", e.Type):
+	case method == "Network.requestWillBeSent" && !inSet(" EventSource WebSocket Media Image Font ", e.Type):
 		ts.inflight[e.RequestID] = true // long-lived or decorative requests do not hold up reading
 	case method == "Network.loadingFinished" || method == "Network.loadingFailed":
 		delete(ts.inflight, e.RequestID)
-	case method == "Network.responseReceived" && e.Type == "Document":
-		ts.doc[e.LoaderID] = e.Response
 	}
 	if strings.HasPrefix(method, "Network.") {
 		ts.lastNet = time.Now()
@@ -1574,10 +1311,7 @@ func (ts *tabState) wait(ctx context.Context, cond func() (bool, time.Duration))
 		if ok {
 			return true
 		}
-		t := time.NewTimer(max(again, 0))
-		if again <= 0 {
-			t.Stop()
-		}
+		t := time.NewTimer(cmp.Or(max(again, 0), time.Hour)) // 0: until the next event
 		select {
 		case <-ts.changed:
 		case <-t.C:
@@ -1588,9 +1322,8 @@ func (ts *tabState) wait(ctx context.Context, cond func() (bool, time.Duration))
 	}
 }
 
-// read loads pageURL in a new tab and returns its DOM (innerText for text):
-// after the load event of this navigation, a quiet network and settle.
-func (b *browser) read(ctx context.Context, pageURL, format string, idle, settle, timeout time.Duration) (*pageRead, error) {
+// read loads pageURL in a new tab and reads it after load, a quiet network and settle.
+func (b *browser) read(ctx context.Context, pageURL, format string, idle, settle, timeout time.Duration) (*readDocsOut, error) {
 	c, t0 := b.cdp, time.Now()
 	var tab struct{ TargetID, SessionID string }
 	if err := c.call(ctx, "", "Target.createTarget", map[string]any{"url": "about:blank"}, &tab); err != nil {
@@ -1605,14 +1338,10 @@ func (b *browser) read(ctx context.Context, pageURL, format string, idle, settle
 		return nil, err
 	}
 	sid := tab.SessionID
-	ts := &tabState{changed: make(chan struct{}, 1), loaded: map[string]bool{}, doc: map[string]cdpResponse{}, inflight: map[string]bool{}, lastNet: t0}
+	ts := &tabState{changed: make(chan struct{}, 1), loaded: map[string]bool{}, inflight: map[string]bool{}, lastNet: t0}
 	c.subscribe(sid, func(method string, params json.RawMessage) {
-		if method == "Page.javascriptDialogOpening" {
-			go func() { // exits when Chrome answers, the connection drops, or after 5 s
-				dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				c.call(dctx, sid, "Page.handleJavaScriptDialog", map[string]any{"accept": false}, nil)
-			}()
+		if method == "Page.javascriptDialogOpening" { // dismiss it
+			go c.call(context.Background(), sid, "Page.handleJavaScriptDialog", map[string]any{"accept": false}, nil) // exits when Chrome answers or the connection drops
 		}
 		ts.event(method, params)
 	})
@@ -1640,34 +1369,30 @@ func (b *browser) read(ctx context.Context, pageURL, format string, idle, settle
 	} else if nav.ErrorText != "" {
 		return nil, fmt.Errorf("loading %s failed: %s", pageURL, nav.ErrorText)
 	}
-	pg := &pageRead{via: "chromium"}
+	pg := &readDocsOut{Via: "chromium"}
 	// A page without scripts (or a refresh) fetches nothing after load: it needs no quiet period.
 	var scripts struct{ Result struct{ Value int } }
 	if !ts.wait(waitCtx, func() (bool, time.Duration) { return ts.loaded[nav.LoaderID] || nav.LoaderID == "", 0 }) {
-		pg.notes = append(pg.notes, fmt.Sprintf("The page had not finished loading after %s; this is what it showed then.", time.Since(t0).Round(time.Millisecond)))
+		pg.Notes = append(pg.Notes, fmt.Sprintf("The page had not finished loading after %s; this is what it showed then.", time.Since(t0).Round(time.Millisecond)))
 	} else if c.call(waitCtx, sid, "Runtime.evaluate", map[string]any{"expression": `document.querySelectorAll('script, meta[http-equiv="refresh" i]').length`, "returnByValue": true}, &scripts); scripts.Result.Value > 0 && !ts.wait(waitCtx, func() (bool, time.Duration) {
 		quiet := time.Since(ts.lastNet)
 		return len(ts.inflight) == 0 && quiet >= idle, idle - quiet
 	}) {
-		pg.notes = append(pg.notes, "The page's network never went quiet; content may still have been arriving.")
+		pg.Notes = append(pg.Notes, "The page's network never went quiet; content may still have been arriving.")
 	}
 	until := time.Now().Add(settle)
 	ts.wait(ctx, func() (bool, time.Duration) { return time.Until(until) <= 0, time.Until(until) })
-	ts.mu.Lock()
-	doc := ts.doc[nav.LoaderID]
-	ts.mu.Unlock()
-	if doc.MimeType != "" && !readableType(doc.MimeType) {
-		return nil, fmt.Errorf("%s is %s, not a page ReadDocs can read", pageURL, doc.MimeType)
-	}
-	pg.status, pg.isText = doc.Status, format == "text" || (doc.MimeType != "" && !strings.Contains(doc.MimeType, "html"))
-	expr := fmt.Sprintf(`(() => { const h = document.documentElement, b = document.body;
-		const s = %t ? (b ? b.innerText : '') : (h ? h.outerHTML : '');
-		return {body: s.slice(0, %d), full: s.length, title: document.title, url: location.href}; })()`, pg.isText, pageCap)
+	// A page that is not HTML (text/plain, JSON) is read as text.
+	expr := fmt.Sprintf(`(() => { const h = document.documentElement, b = document.body, type = document.contentType;
+		const text = %t || !type.includes('html'), s = text ? (b ? b.innerText : '') : (h ? h.outerHTML : '');
+		const nav = performance.getEntriesByType('navigation')[0];
+		return {body: s.slice(0, %d), full: s.length, title: document.title, url: location.href, type, text, status: nav ? nav.responseStatus : 0}; })()`, format == "text", pageCap)
 	var ev struct {
 		Result struct {
 			Value struct {
-				Body, Title, URL string
-				Full             int
+				Body, Title, URL, Type string
+				Full, Status           int
+				Text                   bool
 			}
 		}
 		ExceptionDetails *struct{ Text string }
@@ -1681,28 +1406,26 @@ func (b *browser) read(ctx context.Context, pageURL, format string, idle, settle
 		return nil, fmt.Errorf("reading the page: %s", ev.ExceptionDetails.Text)
 	}
 	v := ev.Result.Value
-	pg.body, pg.title, pg.finalURL = v.Body, v.Title, v.URL
+	if !readableType.MatchString(v.Type) {
+		return nil, fmt.Errorf("%s is %s, not a page ReadDocs can read", pageURL, v.Type)
+	}
+	pg.body, pg.Title, pg.FinalURL, pg.Status, pg.isText = v.Body, v.Title, v.URL, v.Status, v.Text
 	if v.Full > pageCap {
-		pg.notes = append(pg.notes, fmt.Sprintf("Only the first %d of %d characters of the page were read.", pageCap, v.Full))
+		pg.Notes = append(pg.Notes, fmt.Sprintf("Only the first %d of %d characters of the page were read.", pageCap, v.Full))
 	}
 	return pg, nil
 }
 
-// readableType reports a content type that reads as text.
-func readableType(ct string) bool {
-	ct = strings.ToLower(ct)
-	return strings.HasPrefix(ct, "text/") || strings.Contains(ct, "html") || strings.Contains(ct, "xml") ||
-		strings.Contains(ct, "json") || strings.Contains(ct, "javascript")
-}
+// readableType matches a content type that reads as text.
+var readableType = regexp.MustCompile(`(?i)^text/|html|xml|json|javascript`)
 
 // windows1252 maps bytes 0x80-0x9f; latin-1 labels mean this encoding on the web.
 var windows1252 = []rune("€\u0081‚ƒ„…†‡ˆ‰Š‹Œ\u008dŽ\u008f\u0090‘’“”•–—˜™š›œ\u009džŸ")
 
 var metaCharset = regexp.MustCompile(`(?i)<meta[^>]+charset=["']?\s*([a-z0-9_-]+)`)
 
-// fetchPlain GETs the page with net/http: 10 redirects, pageCap bytes, and
-// its charset honoured for UTF-8 and Latin-1/Windows-1252.
-func fetchPlain(ctx context.Context, pageURL string) (*pageRead, error) {
+// fetchPlain GETs the page: 10 redirects, pageCap bytes, UTF-8 or Latin-1/Windows-1252.
+func fetchPlain(ctx context.Context, pageURL string) (*readDocsOut, error) {
 	req, err := http.NewRequestWithContext(ctx, "GET", pageURL, nil)
 	if err != nil {
 		return nil, fmt.Errorf("fetch: %w", err)
@@ -1717,13 +1440,13 @@ func fetchPlain(ctx context.Context, pageURL string) (*pageRead, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fetch %s: reading the body: %w", pageURL, err)
 	}
-	pg := &pageRead{finalURL: resp.Request.URL.String(), status: resp.StatusCode, via: "http"}
+	pg := &readDocsOut{FinalURL: resp.Request.URL.String(), Status: resp.StatusCode, Via: "http"}
 	if len(raw) > pageCap {
 		raw = raw[:pageCap]
-		pg.notes = append(pg.notes, fmt.Sprintf("Only the first %d bytes of the page were read.", pageCap))
+		pg.Notes = append(pg.Notes, fmt.Sprintf("Only the first %d bytes of the page were read.", pageCap))
 	}
 	ct := cmp.Or(resp.Header.Get("Content-Type"), http.DetectContentType(raw))
-	if strings.HasPrefix(resp.Header.Get("Content-Disposition"), "attachment") || !readableType(ct) {
+	if strings.HasPrefix(resp.Header.Get("Content-Disposition"), "attachment") || !readableType.MatchString(ct) {
 		return nil, fmt.Errorf("%s is a download or %s, not a page ReadDocs can read", pageURL, ct)
 	}
 	_, params, _ := mime.ParseMediaType(ct)
@@ -1744,7 +1467,7 @@ func fetchPlain(ctx context.Context, pageURL string) (*pageRead, error) {
 		}
 		pg.body = string(rs)
 	default:
-		pg.notes = append(pg.notes, "The page's charset "+charset+" is not supported; it was read as UTF-8.")
+		pg.Notes = append(pg.Notes, "The page's charset "+charset+" is not supported; it was read as UTF-8.")
 	}
 	return pg, nil
 }
