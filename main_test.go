@@ -5679,3 +5679,24 @@ func FuzzHTMLToMarkdown(f *testing.F) {
 		htmlToMarkdown(src, "")
 	})
 }
+
+// TestHTMLStrayLessThanIsText: a '<' that opens no markup is text, kept as is.
+func TestHTMLStrayLessThanIsText(t *testing.T) {
+	t.Parallel()
+	_, md := htmlToMarkdown("<p>a < b </ c <3 and <!-- x --> d</p>", "http://x/")
+	if !strings.Contains(md, "a < b </ c <3 and  d") && !strings.Contains(md, "a < b </ c <3 and d") {
+		t.Errorf("got %q", md)
+	}
+}
+
+// BenchmarkHTMLToMarkdownHostile converts 1 MB pages built to make a naive
+// tokenizer quadratic (stray '<', text split by comments); compare with
+// BenchmarkHTMLToMarkdown's ordinary 1 MB page.
+func BenchmarkHTMLToMarkdownHostile(b *testing.B) {
+	for _, in := range []string{strings.Repeat("<", 1<<20), strings.Repeat("a<!---->", 1<<17), strings.Repeat("<div>", 200000)} {
+		b.SetBytes(int64(len(in)))
+		for i := 0; i < b.N; i++ {
+			htmlToMarkdown(in, "http://x/")
+		}
+	}
+}

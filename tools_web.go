@@ -103,20 +103,35 @@ func parseHTML(src string) *htmlNode {
 			}
 		}
 	}
-	addText := func(t string) { // joined to the text before it
-		p := stack[len(stack)-1]
-		if n := len(p.children); n > 0 && p.children[n-1].tag == "" {
-			p.children[n-1].text += t
-		} else if t != "" {
-			p.children = append(p.children, &htmlNode{text: t, parent: p})
+	// Text gathers in pending (a comment between two runs joins them) and
+	// becomes a node when markup that builds the tree comes: linear, whatever the input.
+	var pending strings.Builder
+	flush := func() {
+		if pending.Len() > 0 {
+			p := stack[len(stack)-1]
+			p.children = append(p.children, &htmlNode{text: pending.String(), parent: p})
+			pending.Reset()
 		}
 	}
+	addText := func(t string) { pending.WriteString(t) }
 	for pos := 0; pos < len(src); {
 		switch rest := src[pos:]; {
-		case rest[0] != '<':
-			t, _, _ := strings.Cut(rest, "<")
-			pos += len(t)
-			addText(html.UnescapeString(t))
+		case rest[0] != '<' || len(rest) == 1 || !(isASCIILetter(rest[1]) || strings.IndexByte("/!?", rest[1]) >= 0):
+			// Text runs to the next '<' that may open markup; a lone '<' is text.
+			end := 1
+			for end < len(rest) {
+				i := strings.IndexByte(rest[end:], '<')
+				if i < 0 {
+					end = len(rest)
+					break
+				}
+				if end += i; end+1 < len(rest) && (isASCIILetter(rest[end+1]) || strings.IndexByte("/!?", rest[end+1]) >= 0) {
+					break
+				}
+				end++
+			}
+			pos += end
+			addText(html.UnescapeString(rest[:end]))
 		case strings.HasPrefix(rest, "<!--"):
 			_, after, _ := strings.Cut(rest[4:], "-->")
 			pos = len(src) - len(after)
@@ -127,7 +142,11 @@ func parseHTML(src string) *htmlNode {
 		case strings.HasPrefix(rest, "<!") || strings.HasPrefix(rest, "<?"):
 			_, after, _ := strings.Cut(rest, ">")
 			pos = len(src) - len(after)
-		case len(rest) > 2 && rest[1] == '/' && isASCIILetter(rest[2]):
+		case rest[1] == '/' && !(len(rest) > 2 && isASCIILetter(rest[2])):
+			pos++ // "</" not followed by a name: the '<' is text
+			addText("<")
+		case rest[1] == '/':
+			flush()
 			name, after, found := strings.Cut(rest[2:], ">")
 			if i := strings.IndexAny(name, htmlSpace+"/"); i >= 0 {
 				name = name[:i]
@@ -135,7 +154,8 @@ func parseHTML(src string) *htmlNode {
 			if pos = len(src) - len(after); found {
 				closeTo(" "+strings.ToLower(name)+" ", "")
 			}
-		case len(rest) > 1 && isASCIILetter(rest[1]):
+		default: // a start tag
+			flush()
 			n, open, next := htmlStartTag(src, pos)
 			pos = next
 			if e, ok := htmlImpliedEnd[n.tag]; ok {
@@ -148,11 +168,9 @@ func parseHTML(src string) *htmlNode {
 			if open && len(stack) < maxHTMLDepth {
 				stack = append(stack, n)
 			}
-		default: // a lone '<' is text
-			pos++
-			addText("<")
 		}
 	}
+	flush()
 	return root
 }
 
