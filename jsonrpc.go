@@ -158,8 +158,9 @@ type server struct {
 	skills   *skillCatalog  // skills for InvokeSkill and prompts
 	browser  *browserHolder // ReadDocs's Chromium, started on first use
 
-	mu         sync.Mutex                   // guards toolsCache
-	toolsCache map[string][]json.RawMessage // encoded tools/list entries by protocol version
+	mu          sync.Mutex                   // guards toolsCache and toolsResult
+	toolsCache  map[string][]json.RawMessage // encoded tools/list entries by protocol version
+	toolsResult map[string]json.RawMessage   // the whole first page, by protocol version
 }
 
 // toolEntry is a row of the tool table with its parsed input schema.
@@ -178,7 +179,7 @@ func (srv *server) tool(name string) *toolEntry {
 // toolsChanged drops the cached tools/list answers (sessions tell their clients).
 func (srv *server) toolsChanged() {
 	srv.mu.Lock()
-	srv.toolsCache = map[string][]json.RawMessage{}
+	srv.toolsCache, srv.toolsResult = map[string][]json.RawMessage{}, map[string]json.RawMessage{}
 	srv.mu.Unlock()
 }
 
@@ -229,6 +230,12 @@ func marshalJSON(v any) (json.RawMessage, error) {
 
 // encodeLine encodes msg as one line of JSON ending in '\n'.
 func encodeLine(msg any) ([]byte, error) {
+	if m, ok := msg.(*rpcMessage); ok && m.Result != nil && m.Error == nil {
+		// A result is our own compact encoding: frame it without scanning it again.
+		b := make([]byte, 0, len(m.ID)+len(m.Result)+40)
+		b = append(append(append(b, `{"jsonrpc":"2.0","id":`...), m.ID...), `,"result":`...)
+		return append(append(b, m.Result...), "}\n"...), nil
+	}
 	b, err := marshalJSON(msg)
 	if err != nil {
 		return nil, fmt.Errorf("send: encode: %w", err)
@@ -436,6 +443,7 @@ type rpcRequest struct {
 	caps          map[string]json.RawMessage
 	logLevel      int // modern era: the request's own log level; -1 when none
 	progressToken json.RawMessage
+	rawResult     json.RawMessage     // set by a handler whose result is already encoded
 	out           func(msg any) error // where messages about the request go (see routeKey); nil: the session's output
 
 	progressMu   sync.Mutex // guards lastProgress
@@ -560,6 +568,9 @@ func (s *session) runRequest(ctx context.Context, r *rpcRequest, info methodInfo
 		}
 	}()
 	result, err := info.handle(ctx, r)
+	if err == nil && r.rawResult != nil {
+		return &rpcMessage{JSONRPC: "2.0", ID: r.id, Result: r.rawResult}
+	}
 	if err != nil {
 		var re *rpcError
 		if !errors.As(err, &re) {
@@ -821,6 +832,10 @@ func handleToolsList(ctx context.Context, r *rpcRequest) (map[string]any, error)
 		start = n
 	}
 	end := min(start+toolsPageSize, len(list))
+	if start == 0 && end == len(list) && !r.modern {
+		r.rawResult = r.s.srv.toolListResult(r.version, list)
+		return nil, nil
+	}
 	res := map[string]any{"tools": list[start:end]}
 	if end < len(list) {
 		res["nextCursor"] = encodeCursor(end)
@@ -829,6 +844,25 @@ func handleToolsList(ctx context.Context, r *rpcRequest) (map[string]any, error)
 		res["ttlMs"], res["cacheScope"] = 60000, "public"
 	}
 	return res, nil
+}
+
+// toolListResult is the whole tools/list result for version v, encoded once.
+func (srv *server) toolListResult(v string, list []json.RawMessage) json.RawMessage {
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	if raw, ok := srv.toolsResult[v]; ok {
+		return raw
+	}
+	raw := []byte(`{"tools":[`)
+	for i, e := range list {
+		if i > 0 {
+			raw = append(raw, ',')
+		}
+		raw = append(raw, e...)
+	}
+	raw = append(raw, "]}"...)
+	srv.toolsResult[v] = raw
+	return raw
 }
 
 // toolList is the tools/list entries for version v, each encoded once.
