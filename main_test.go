@@ -969,6 +969,7 @@ func BenchmarkIdleMemory(b *testing.B) {
 		p.roundTrip(b, benchInit)
 		p.roundTrip(b, `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`+"\n")
 		b.ReportMetric(procStatusKB(p.cmd.Process.Pid, "VmRSS")/1024, "MB-idle-rss")
+		b.ReportMetric(procStatusKB(p.cmd.Process.Pid, "RssAnon")/1024, "MB-idle-private") // the rest is the binary's shared file pages
 	}
 }
 
