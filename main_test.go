@@ -787,8 +787,16 @@ func FuzzServe(f *testing.F) {
 		want := map[string]int{}
 		for _, line := range bytes.Split(in, []byte("\n")) {
 			line = bytes.TrimPrefix(bytes.TrimRight(line, "\r"), []byte("\xef\xbb\xbf"))
+			// Everything with a usable id is answered, requests and invalid
+			// messages alike, except a client's response to the server.
 			var m rpcMessage
-			if len(line) > 4096 || decodeMessage(line, &m) != nil || m.JSONRPC != "2.0" || m.Method == "" || !validID(m.ID) {
+			line = bytes.TrimSpace(line)
+			if len(line) > 4096 || !json.Valid(line) {
+				continue
+			}
+			err := decodeMessage(line, &m)
+			isResponse := err == nil && m.JSONRPC == "2.0" && m.Method == "" && (m.Result != nil || m.Error != nil)
+			if !validID(m.ID) || isResponse {
 				continue
 			}
 			want[idKey(m.ID)]++
