@@ -167,6 +167,25 @@ type server struct {
 type toolEntry struct {
 	def    *toolDef
 	schema *jsonSchema
+	output json.RawMessage // the output schema with notices declared; nil for none
+}
+
+// outputSchema is d's output schema with the notices property every result may carry.
+func outputSchema(d *toolDef) (json.RawMessage, error) {
+	if d.output == "" {
+		return nil, nil
+	}
+	var m map[string]any
+	if err := json.Unmarshal([]byte(d.output), &m); err != nil {
+		return nil, fmt.Errorf("output schema: %w", err)
+	}
+	props, _ := m["properties"].(map[string]any)
+	if props == nil {
+		props = map[string]any{}
+		m["properties"] = props
+	}
+	props["notices"] = json.RawMessage(noticesSchema)
+	return marshalJSON(m)
 }
 
 func (srv *server) tool(name string) *toolEntry {
@@ -875,7 +894,7 @@ func (srv *server) toolList(v string) []json.RawMessage {
 	}
 	list := make([]json.RawMessage, 0, len(srv.tools))
 	for _, t := range srv.tools {
-		raw, _ := marshalJSON(srv.describeTool(t.def, v))
+		raw, _ := marshalJSON(srv.describeTool(t, v))
 		list = append(list, raw)
 	}
 	srv.mu.Lock()
@@ -885,7 +904,8 @@ func (srv *server) toolList(v string) []json.RawMessage {
 }
 
 // describeTool is one tools/list entry, with the fields version v knows.
-func (srv *server) describeTool(d *toolDef, v string) map[string]any {
+func (srv *server) describeTool(t *toolEntry, v string) map[string]any {
+	d := t.def
 	m := map[string]any{"name": d.name, "description": d.desc(srv), "inputSchema": json.RawMessage(d.input)}
 	if atLeast(v, version20250326) {
 		m["annotations"] = map[string]any{"title": d.title, "readOnlyHint": d.hints.readOnly,
@@ -893,8 +913,8 @@ func (srv *server) describeTool(d *toolDef, v string) map[string]any {
 	}
 	if atLeast(v, version20250618) {
 		m["title"] = d.title
-		if d.output != "" {
-			m["outputSchema"] = json.RawMessage(d.output)
+		if t.output != nil {
+			m["outputSchema"] = t.output
 		}
 	}
 	if atLeast(v, version20251125) {
@@ -937,6 +957,7 @@ type toolResult struct {
 	content       []contentItem
 	structured    any // structuredContent, sent from 2025-06-18 to tools with an output schema
 	isError       bool
+	named         bool           // made by errorResult: the dispatcher puts the tool's name in front
 	inputRequired map[string]any // 2026-07-28: reply with an InputRequiredResult with these fields
 }
 
@@ -951,10 +972,36 @@ func textResult(text string) toolResult {
 	return toolResult{content: []contentItem{{Type: "text", Text: text}}}
 }
 
+// structuredResult is a result whose text and structured content say the
+// same: a client may show the model only one of them.
+func structuredResult(text string, structured any) toolResult {
+	return toolResult{content: []contentItem{{Type: "text", Text: text}}, structured: structured}
+}
+
+// errorResult is a failed call; the dispatcher puts the tool's name in front.
 func errorResult(format string, a ...any) toolResult {
 	r := textResult(fmt.Sprintf(format, a...))
 	r.isError = true
+	r.named = true
 	return r
+}
+
+// noticesSchema is the output-schema property every tool's structured content
+// may carry: notices (a background task ended, a reminder fired) waiting for the model.
+const noticesSchema = `{"type":"array","items":{"type":"string"},"description":"notices for you: background tasks that ended, reminders that fired; act on them"}`
+
+// withNotices adds the notices to structured content, which becomes a JSON object.
+func withNotices(structured any, notices []string) any {
+	b, err := json.Marshal(structured)
+	if err != nil {
+		return structured
+	}
+	var m map[string]any
+	if json.Unmarshal(b, &m) != nil || m == nil {
+		return structured
+	}
+	m["notices"] = notices
+	return m
 }
 
 // handleToolsCall runs a tool and answers its CallToolResult, waiting notices first.
@@ -985,8 +1032,17 @@ func handleToolsCall(ctx context.Context, r *rpcRequest) (map[string]any, error)
 		return m, nil
 	}
 	content := res.content
-	if notices := r.s.notices.drain(); len(notices) > 0 {
+	prefix := t.def.name + ": "
+	if res.named && len(content) > 0 && content[0].Type == "text" && !strings.HasPrefix(content[0].Text, prefix) {
+		content = slices.Clone(content)
+		content[0].Text = prefix + content[0].Text
+	}
+	notices := r.s.notices.drain()
+	if len(notices) > 0 {
 		content = append([]contentItem{{Type: "text", Text: strings.Join(notices, "\n")}}, content...)
+		if res.structured != nil {
+			res.structured = withNotices(res.structured, notices)
+		}
 	}
 	if content == nil {
 		content = []contentItem{}

@@ -220,7 +220,11 @@ func newServer(cfg *config, stderr io.Writer) *server {
 		if err != nil {
 			panic(fmt.Sprintf("tool %s: %v", d.name, err)) // the table is code; a test checks every schema
 		}
-		srv.tools = append(srv.tools, &toolEntry{def: d, schema: sc})
+		output, err := outputSchema(d)
+		if err != nil {
+			panic(fmt.Sprintf("tool %s: %v", d.name, err))
+		}
+		srv.tools = append(srv.tools, &toolEntry{def: d, schema: sc, output: output})
 	}
 	return srv
 }

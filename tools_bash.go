@@ -459,6 +459,17 @@ func (pt *procTracker) shellPreamble(cmd *exec.Cmd) string {
 	return "builtin echo +$$ >&8; exec 8>&-\n"
 }
 
+// removeAtExit registers dir with the reaper, which removes it once telson
+// has ended, however it ended (the owner still removes it when it stops).
+func (pt *procTracker) removeAtExit(dir string) {
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	pt.startReaperLocked()
+	if pt.registry != nil && !strings.ContainsAny(dir, "\n") {
+		fmt.Fprintf(pt.registry, "d%s\n", dir)
+	}
+}
+
 // forgetIfGone stops tracking a group once no process is left in it.
 func (pt *procTracker) forgetIfGone(pgid int) {
 	if groupAlive(pgid) {
@@ -588,9 +599,14 @@ func runReaper(lifeline io.Reader) int {
 	}
 	registry.Seek(0, io.SeekStart)
 	groups := map[int]bool{}
+	var dirs []string
 	sc := bufio.NewScanner(registry)
 	for sc.Scan() {
 		line := sc.Text()
+		if strings.HasPrefix(line, "d/") {
+			dirs = append(dirs, line[1:])
+			continue
+		}
 		if n, err := strconv.Atoi(line[min(1, len(line)):]); err == nil && n > 1 {
 			groups[n] = line[0] == '+'
 		}
@@ -603,5 +619,8 @@ func runReaper(lifeline io.Reader) int {
 		}
 	}
 	wg.Wait()
+	for _, dir := range dirs {
+		os.RemoveAll(dir)
+	}
 	return 0
 }
