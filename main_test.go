@@ -40,7 +40,6 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
-	"testing/iotest"
 	"time"
 )
 
@@ -2784,13 +2783,12 @@ func TestReadImageFormats(t *testing.T) {
 		"shot.png":      uiEncode(t, uiNoise(64, 48), "png"),
 		"anim.gif":      uiEncode(t, pal, "gif"),
 		"pic.webp":      uiWebP(33, 17),
-		"pic.bmp":       uiBMP(20, 10),
 		"misnamed.txt":  uiEncode(t, uiNoise(8, 8), "png"),
 		"extended.webp": append(append([]byte("RIFF\x00\x00\x00\x00WEBPVP8X\x0a\x00\x00\x00\x10\x00\x00\x00"), 99, 0, 0, 49, 0, 0), make([]byte, 8)...),
 	}
 	want := map[string]struct{ mime, dims string }{
 		"photo.jpg": {"image/jpeg", "64×48"}, "shot.png": {"image/png", "64×48"}, "anim.gif": {"image/gif", "40×30"},
-		"pic.webp": {"image/webp", "33×17"}, "pic.bmp": {"image/bmp", "20×10"}, "misnamed.txt": {"image/png", "8×8"},
+		"pic.webp": {"image/webp", "33×17"}, "misnamed.txt": {"image/png", "8×8"},
 		"extended.webp": {"image/webp", "100×50"},
 	}
 	for _, name := range []string{"lossy.webp", "alpha.webp"} { // made by cwebp: VP8, and VP8X with an alpha chunk
@@ -2846,7 +2844,6 @@ func TestReadImageScaling(t *testing.T) {
 		"photo":  uiWriteFile(t, dir, "photo.jpg", uiEncode(t, uiNoise(450, 150), "jpeg")),
 		"gif":    uiWriteFile(t, dir, "big.gif", uiEncode(t, gifBig, "gif")),
 		"wbig":   uiWriteFile(t, dir, "big.webp", uiWebP(300, 20)),
-		"bbig":   uiWriteFile(t, dir, "big.bmp", uiBMP(10, 250)),
 		"bomb":   uiWriteFile(t, dir, "bomb.png", uiPNGHeader(20000, 20000)),
 		"broken": uiWriteFile(t, dir, "broken.png", append(uiPNGHeader(300, 300), "IDATgarbage"...)),
 	}
@@ -2888,9 +2885,8 @@ func TestReadImageScaling(t *testing.T) {
 	}
 	for name, want := range map[string]string{
 		"wbig":   "WebP cannot be scaled without a decoder",
-		"bbig":   "BMP cannot be scaled without a decoder",
-		"bomb":   "refuses to decode more than 100 megapixels",
-		"broken": "cannot decode PNG image",
+		"bomb":   "decoding it would take 1600 MB of memory, over telson's 200 MB",
+		"broken": "cannot decode image/png image",
 	} {
 		res := c.callTool("ReadImage", map[string]any{"file_path": paths[name]})
 		if !isError(res) || !strings.Contains(resultText(res), want) {
@@ -2930,28 +2926,20 @@ func TestReadImageNotImages(t *testing.T) {
 		t.Fatal(err)
 	}
 	cases := map[string]string{
-		fifo:         "is a named pipe (fifo), not a regular file",
-		dir:          "is a directory, not a regular file",
-		"/dev/zero":  "is a device, not a regular file",
-		"nope.png":   "does not exist",
-		"notes.png":  `it looks like text (it starts "hello world")`,
-		"empty.png":  "it looks like an empty file",
-		"doc.png":    "it looks like a PDF document",
-		"a.zip":      "it looks like a ZIP archive",
-		"prog":       "it looks like an ELF executable",
-		"page.png":   "it looks like an HTML document",
-		"logo.svg":   "it looks like an SVG image",
-		"blob.bin":   "it looks like binary data of an unknown kind",
-		"photo.heic": "it looks like a HEIF or AVIF image",
+		fifo:         "fifo is not a regular file",
+		dir:          "is not a regular file",
+		"/dev/zero":  "/dev/zero is not a regular file",
+		"nope.png":   "nope.png: no such file or directory",
+		"notes.png":  "notes.png is text/plain; charset=utf-8; ReadImage shows PNG, JPEG, GIF and WebP",
+		"doc.png":    "doc.png is application/pdf;",
+		"page.png":   "page.png is text/html; charset=utf-8;",
+		"photo.heic": "photo.heic is application/octet-stream;",
+		"pic.bmp":    "pic.bmp is image/bmp; ReadImage shows PNG, JPEG, GIF and WebP, the formats the Anthropic API accepts (not BMP)",
 	}
 	uiWriteFile(t, dir, "notes.png", []byte("hello world\nsecond line\n"))
-	uiWriteFile(t, dir, "empty.png", nil)
 	uiWriteFile(t, dir, "doc.png", []byte("%PDF-1.7\n%\xe2\xe3\xcf\xd3\n"))
-	uiWriteFile(t, dir, "a.zip", []byte("PK\x03\x04\x14\x00\x00\x00"))
-	uiWriteFile(t, dir, "prog", []byte("\x7fELF\x02\x01\x01\x00"))
 	uiWriteFile(t, dir, "page.png", []byte("\n  <!DOCTYPE html><html><body>hi</body></html>"))
-	uiWriteFile(t, dir, "logo.svg", []byte(`<?xml version="1.0"?><svg xmlns="http://www.w3.org/2000/svg"/>`))
-	uiWriteFile(t, dir, "blob.bin", []byte{0x13, 0x00, 0xfe, 0x99, 0x01})
+	uiWriteFile(t, dir, "pic.bmp", uiBMP(20, 10))
 	uiWriteFile(t, dir, "photo.heic", []byte("\x00\x00\x00\x18ftypheic\x00\x00\x00\x00"))
 	c := startServer(t)
 	c.initialize("2025-06-18")
@@ -2989,8 +2977,8 @@ func TestReadImageRelativeToBashCd(t *testing.T) {
 
 const uiQuestions = `{"questions":[{"text":"Which database?","options":["PostgreSQL","SQLite"]}]}`
 
-const uiClaudeQuestions = `[{"question":"Which database?","header":"DB","options":[{"label":"PostgreSQL","description":"a server"},{"label":"SQLite","description":"one file"}],"multiSelect":false},
-	{"question":"Which extras?","header":"Extras","options":[{"label":"Redis"},{"label":"Kafka"},{"label":"S3"}],"multiSelect":true}]`
+const uiClaudeQuestions = `{"questions":[{"question":"Which database?","header":"DB","options":[{"label":"PostgreSQL","description":"a server"},{"label":"SQLite","description":"one file"}],"multiSelect":false},
+	{"question":"Which extras?","header":"Extras","options":[{"label":"Redis"},{"label":"Kafka"},{"label":"S3"}],"multiSelect":true}]}`
 
 // uiInitialize initializes with the given client capabilities.
 func uiInitialize(c *testClient, version string, caps map[string]any) {
@@ -3077,7 +3065,7 @@ func TestAskUserQuestionElicitation(t *testing.T) {
 		t.Errorf("got %q", resultText(res))
 	}
 	sc, _ := json.Marshal(res["structuredContent"])
-	if string(sc) != `{"answers":[{"question":"Which database?","selected":"SQLite"},{"question":"Which extras?","selected":["Redis","S3"]}],"note":"keep it small","status":"answered"}` {
+	if string(sc) != `{"answers":[{"question":"Which database?","selected":"SQLite"},{"question":"Which extras?","selected":["Redis","S3"]}],"message":`+strconv.Quote(want)+`,"note":"keep it small","status":"answered"}` {
 		t.Errorf("structured: %s", sc)
 	}
 }
@@ -3121,7 +3109,7 @@ func TestAskUserQuestionDeclineCancel(t *testing.T) {
 		if isError(res) || !strings.HasPrefix(resultText(res), "User "+want+" the questions without answering.") {
 			t.Errorf("%s: %q", action, resultText(res))
 		}
-		if sc, _ := json.Marshal(res["structuredContent"]); string(sc) != `{"answers":[],"status":"`+want+`"}` {
+		if sc, _ := json.Marshal(res["structuredContent"]); string(sc) != `{"answers":[],"message":`+strconv.Quote(resultText(res))+`,"status":"`+want+`"}` {
 			t.Errorf("%s: structured %s", action, sc)
 		}
 	}
@@ -3147,7 +3135,7 @@ func TestAskUserQuestionMismatchedIDAndErrors(t *testing.T) {
 	req = uiNextRequest(c, "elicitation/create")
 	c.send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%q,"error":{"code":-32602,"message":"form mode not supported"}}`, req["id"]))
 	res := uiResult(t, c.waitResponse(id))
-	if !isError(res) || !strings.Contains(resultText(res), "could not show the questions") || !strings.Contains(resultText(res), "form mode not supported") ||
+	if isError(res) || !strings.Contains(resultText(res), "could not show the questions") || !strings.Contains(resultText(res), "form mode not supported") ||
 		!strings.Contains(resultText(res), "1. Which database?\n   - PostgreSQL\n   - SQLite") {
 		t.Errorf("got %q", resultText(res))
 	}
@@ -3173,7 +3161,7 @@ func TestAskUserQuestionTimeoutAndCancel(t *testing.T) {
 		t.Errorf("cancelled %v, want %v", cancel, req["id"])
 	}
 	res := uiResult(t, c.waitResponse(id))
-	if !isError(res) || !strings.Contains(resultText(res), "did not answer within 300ms") || !strings.Contains(resultText(res), "1. Which database?") {
+	if isError(res) || !strings.Contains(resultText(res), "did not answer within 300ms") || !strings.Contains(resultText(res), "1. Which database?") {
 		t.Errorf("got %q", resultText(res))
 	}
 	uiReply(c, req["id"], map[string]any{"action": "accept", "content": map[string]any{"q1": "SQLite"}}) // too late: ignored
@@ -3236,7 +3224,7 @@ func TestAskUserQuestionModernRoundTrip(t *testing.T) {
 	}
 	// Forged, foreign or missing state is refused.
 	exp, _, _ := strings.Cut(state, ".")
-	other := map[string]any{"questions_json": `[{"text":"Deploy now?","options":["yes","no"]}]`}
+	other := map[string]any{"questions_json": `{"questions":[{"text":"Deploy now?","options":["yes","no"]}]}`}
 	for name, tc := range map[string]struct {
 		args  any
 		extra map[string]any
@@ -3252,7 +3240,7 @@ func TestAskUserQuestionModernRoundTrip(t *testing.T) {
 		}
 	}
 	// A client without elicitation gets the questions for the chat.
-	if res := uiModernCall(c, map[string]any{}, args, nil); !isError(res) || !strings.Contains(resultText(res), "cannot show questions") {
+	if res := uiModernCall(c, map[string]any{}, args, nil); isError(res) || !strings.Contains(resultText(res), "cannot show questions") {
 		t.Errorf("no elicitation: %v", res)
 	}
 }
@@ -3280,34 +3268,32 @@ func TestAskUserQuestionValidation(t *testing.T) {
 	uiInitialize(c, "2025-11-25", map[string]any{"elicitation": map[string]any{}})
 	opts := `["a","b"]`
 	q := func(s string) string { return `{"text":"` + s + `","options":` + opts + `}` }
+	qs := func(items ...string) string { return `{"questions":[` + strings.Join(items, ",") + `]}` }
 	eleven := `["1","2","3","4","5","6","7","8","9","10","11"]`
 	for input, want := range map[string]string{
-		"{\"questions\": [\n  {\"text\": \"x\" \"options\": []}]}": `invalid character '"' after object key:value pair at line 2, column 16 (byte 32)`,
-		`{"questions":[`:   "unexpected end of JSON input at line 1, column 14 (byte 14)",
-		`"[{\"text\": }]"`: "not valid JSON: invalid character '}' looking for beginning of value at line 1, column 11",
-		`{"qs":[]}`:        "0 questions; ask 1 to 4 at a time",
-		`42`:               "a value must be an object, not a number",
-		`[]`:               "0 questions; ask 1 to 4 at a time",
-		`[` + strings.Repeat(q("x")+",", 4) + q("y") + `]`: "5 questions; ask 1 to 4 at a time",
-		`["Which?"]`:                                             "a value must be an object, not a string",
-		`[{"options":["a","b"]}]`:                                `questions[0] has no "question" (or "text")`,
-		`[{"question":"  ","options":["a","b"]}]`:                `questions[0] has no "question" (or "text")`,
-		`[` + q("x") + `,` + q("x") + `]`:                        `questions[1] repeats the question "x"`,
-		`[{"text":"x","options":["a","b"],"multiSelect":"yes"}]`: "multiSelect must be true or false, not a string",
-		`[{"text":"x"}]`:                                         "questions[0] has 0 options; give 2 to 10",
-		`{"questions":[{"text":"x","options":"a,b"}]}`:           "questions.options must be an array, not a string",
-		`[{"text":"x","options":["a"]}]`:                         "questions[0] has 1 options; give 2 to 10",
-		`[{"text":"x","options":` + eleven + `}]`:                "questions[0] has 11 options; give 2 to 10",
-		`[{"text":"x","options":["a",3]}]`:                       `an option must be a string or {"label":"...","description":"..."}, got 3`,
-		`[{"text":"x","options":["a",{"description":"d"}]}]`:     "questions[0].options[1] has no label",
-		`[{"text":"x","options":["a"," a "]}]`:                   `questions[0] lists the option "a" twice`,
+		`{"questions": [{"text": "x" "options": []}]}`: `invalid character '"' after object key:value pair`,
+		`{"questions":[`:      "unexpected end of JSON input",
+		`{"qs":[]}`:           "0 questions; ask 1 to 4 at a time",
+		`[` + q("x") + `]`:    `want {"questions":[{"question":"Which database?"`, // a bare array is not a shape questions_json takes
+		strconv.Quote(q("x")): "cannot unmarshal string",                          // nor JSON encoded twice
+		qs(q("x"), q("x"), q("x"), q("x"), q("y")):                 "5 questions; ask 1 to 4 at a time",
+		qs(`{"options":["a","b"]}`):                                `questions[0] has no "question"`,
+		qs(`{"question":"  ","options":["a","b"]}`):                `questions[0] has no "question"`,
+		qs(q("x"), q("x")):                                         `questions[1] repeats the question "x"`,
+		qs(`{"text":"x","options":["a","b"],"multiSelect":"yes"}`): "cannot unmarshal string",
+		qs(`{"text":"x"}`):                                         "questions[0] has 0 options; give 2 to 10",
+		qs(`{"text":"x","options":["a"]}`):                         "questions[0] has 1 options; give 2 to 10",
+		qs(`{"text":"x","options":` + eleven + `}`):                "questions[0] has 11 options; give 2 to 10",
+		qs(`{"text":"x","options":["a",{"description":"d"}]}`):     "questions[0].options[1] has no label, or one given before",
+		qs(`{"text":"x","options":["a"," a "]}`):                   "questions[0].options[1] has no label, or one given before",
 	} {
 		res := c.callTool("AskUserQuestion", map[string]any{"questions_json": input})
 		if !isError(res) || !strings.Contains(resultText(res), want) {
 			t.Errorf("%s:\n want %q\n got  %q", input, want, resultText(res))
 		}
 	}
-	for _, args := range []map[string]any{{}, {"questions_json": ""}, {"questions_json": 5}, {"questions_json": strings.Repeat(" ", 100001)}} {
+	for _, args := range []map[string]any{{}, {"questions_json": ""}, {"questions_json": 5}, {"questions": "[]"},
+		{"questions": []any{}}, {"questions_json": strings.Repeat(" ", 100001)}} {
 		if res := c.callTool("AskUserQuestion", args); !isError(res) {
 			t.Errorf("%v: accepted", args)
 		}
@@ -3321,9 +3307,10 @@ func TestAskUserQuestionNoElicitation(t *testing.T) {
 	t.Parallel()
 	c := startServer(t)
 	c.initialize("2025-06-18")
-	// The JSON may be encoded twice, and the short shape works.
-	res := c.callTool("AskUserQuestion", map[string]any{"questions_json": fmt.Sprintf("%q", uiClaudeQuestions)})
-	want := `AskUserQuestion: this client cannot show questions to the user (it did not declare form elicitation). Ask the user these questions in chat yourself and wait for the reply:
+	res := c.callTool("AskUserQuestion", map[string]any{"questions_json": uiClaudeQuestions})
+	msg := "This client cannot show questions to the user (it did not declare form elicitation). " +
+		"Do not assume an answer: ask the user these questions in chat and wait for the reply."
+	want := msg + `
 
 1. Which database?
    - PostgreSQL: a server
@@ -3332,8 +3319,12 @@ func TestAskUserQuestionNoElicitation(t *testing.T) {
    - Redis
    - Kafka
    - S3`
-	if !isError(res) || resultText(res) != want || res["structuredContent"] != nil {
+	if isError(res) || resultText(res) != want {
 		t.Errorf("got %q", resultText(res))
+	}
+	sc, _ := json.Marshal(res["structuredContent"])
+	if string(sc) != `{"answers":[],"message":"`+msg+`","questions":[{"header":"DB","multiSelect":false,"options":[{"description":"a server","label":"PostgreSQL"},{"description":"one file","label":"SQLite"}],"question":"Which database?"},{"header":"Extras","multiSelect":true,"options":[{"label":"Redis"},{"label":"Kafka"},{"label":"S3"}],"question":"Which extras?"}],"status":"ask_in_chat"}` {
+		t.Errorf("structured: %s", sc)
 	}
 	// Elicitation declared in a version without it, or URL mode only: no form either.
 	for _, tc := range []struct {
@@ -3342,64 +3333,9 @@ func TestAskUserQuestionNoElicitation(t *testing.T) {
 	}{{"2025-03-26", map[string]any{"elicitation": map[string]any{}}}, {"2025-11-25", map[string]any{"elicitation": map[string]any{"url": map[string]any{}}}}} {
 		c := startServer(t)
 		uiInitialize(c, tc.v, tc.caps)
-		if res := c.callTool("AskUserQuestion", map[string]any{"questions_json": uiQuestions}); !isError(res) || !strings.Contains(resultText(res), "cannot show questions") {
+		if res := c.callTool("AskUserQuestion", map[string]any{"questions_json": uiQuestions}); isError(res) || !strings.Contains(resultText(res), "cannot show questions") {
 			t.Errorf("%s %v: %q", tc.v, tc.caps, resultText(res))
 		}
-	}
-}
-
-func TestAskUserQuestionTerminalDialogue(t *testing.T) {
-	t.Parallel()
-	qs, err := parseQuestions(uiClaudeQuestions)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out bytes.Buffer
-	raw, err := ttyDialogue(bufio.NewReader(strings.NewReader("2\n1, 3\n")), &out, qs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := askAnswer(qs, raw).content[0].Text; !strings.Contains(got, `"Which database?"="SQLite", "Which extras?"="Redis, S3"`) {
-		t.Errorf("got %q", got)
-	}
-	if !strings.Contains(out.String(), "   1) PostgreSQL — a server\n") || !strings.Contains(out.String(), "numbers separated by commas") {
-		t.Errorf("terminal shows %q", out.String())
-	}
-	raw, _ = ttyDialogue(bufio.NewReader(strings.NewReader("MySQL, really\n7")), &out, qs)
-	if got := askAnswer(qs, raw).content[0].Text; !strings.Contains(got, `"Which database?"="MySQL, really", "Which extras?"="7"`) {
-		t.Errorf("typed answers: %q", got)
-	}
-	raw, _ = ttyDialogue(bufio.NewReader(strings.NewReader("1, 2\n2,9\n")), &out, qs) // two picks for one choice: taken as text
-	if got := askAnswer(qs, raw).content[0].Text; !strings.Contains(got, `"Which database?"="1, 2", "Which extras?"="2,9"`) {
-		t.Errorf("typed answers: %q", got)
-	}
-	if _, err := ttyDialogue(bufio.NewReader(iotest.TimeoutReader(strings.NewReader("Postgr"))), &out, qs); err != iotest.ErrTimeout {
-		t.Errorf("a half-typed answer at the timeout: %v", err)
-	}
-	for _, in := range []string{"\n", "", "1\n", "1\n\n"} { // an empty line or the end of input dismisses
-		raw, err := ttyDialogue(bufio.NewReader(strings.NewReader(in)), &out, qs)
-		if got := askAnswer(qs, raw).content[0].Text; err != nil || !strings.HasPrefix(got, "User dismissed") {
-			t.Errorf("%q: %v %q", in, err, got)
-		}
-	}
-}
-
-// TestAskUserQuestionTerminal runs telson under script(1), which gives it a
-// terminal of its own, so ASK_TTY asks there.
-func TestAskUserQuestionTerminal(t *testing.T) {
-	t.Parallel()
-	if _, err := exec.LookPath("script"); err != nil {
-		t.Skip("script(1) is not installed")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), watchdog)
-	defer cancel()
-	args := shellQuote(`{"questions_json":"[{\"text\":\"Which db?\",\"options\":[\"PostgreSQL\",\"SQLite\"]}]"}`)
-	cmd := exec.CommandContext(ctx, "script", "-qc", shellQuote(os.Args[0])+" -ask-tty on call AskUserQuestion "+args, "/dev/null")
-	cmd.Env = append(os.Environ(), "TELSON_RUN_MAIN=1")
-	cmd.Stdin = strings.NewReader("2\n")
-	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "1) PostgreSQL") || !strings.Contains(string(out), `User has answered your questions: "Which db?"="SQLite".`) {
-		t.Errorf("%v: %s", err, out)
 	}
 }
 
