@@ -3284,8 +3284,8 @@ func TestAskUserQuestionValidation(t *testing.T) {
 		qs(`{"text":"x"}`):                                         "questions[0] has 0 options; give 2 to 10",
 		qs(`{"text":"x","options":["a"]}`):                         "questions[0] has 1 options; give 2 to 10",
 		qs(`{"text":"x","options":` + eleven + `}`):                "questions[0] has 11 options; give 2 to 10",
-		qs(`{"text":"x","options":["a",{"description":"d"}]}`):     "questions[0].options[1] has no label, or one given before",
-		qs(`{"text":"x","options":["a"," a "]}`):                   "questions[0].options[1] has no label, or one given before",
+		qs(`{"text":"x","options":["a",{"description":"d"}]}`):     "questions[0].options[1] has no label, or a repeated one",
+		qs(`{"text":"x","options":["a"," a "]}`):                   "questions[0].options[1] has no label, or a repeated one",
 	} {
 		res := c.callTool("AskUserQuestion", map[string]any{"questions_json": input})
 		if !isError(res) || !strings.Contains(resultText(res), want) {

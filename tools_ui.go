@@ -28,7 +28,6 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"image"
 	_ "image/gif" // registers GIF with image.Decode
@@ -50,7 +49,7 @@ var readImageTool = toolDef{
 	title: "Show an image file",
 	describe: func(srv *server) string {
 		edge, maxBytes := imageLimits(srv.cfg)
-		return fmt.Sprintf(`Shows you an image file: PNG, JPEG, GIF or WebP, recognised by its bytes.
+		return fmt.Sprintf(`Shows you an image file: PNG, JPEG, GIF or WebP (told by its bytes).
 
 - Relative paths resolve against Bash's working directory.
 - Images larger than %d px on the long edge or %s are scaled down and re-encoded
@@ -59,16 +58,17 @@ var readImageTool = toolDef{
 
 Example: {"file_path": "screenshots/home.png"}`, edge, humanBytes(maxBytes))
 	},
-	input: `{"type":"object","required":["file_path"],"properties":{"file_path":{"type":"string",
-		"minLength":1,"description":"The image file, absolute or relative to Bash's working directory."}}}`,
+	input: `{"type":"object","required":["file_path"],"properties":{"file_path":{
+		"type":"string","minLength":1,
+		"description":"The image file, absolute or relative to Bash's working directory."}}}`,
 	hints: toolHints{readOnly: true, idempotent: true},
 	run:   runReadImage,
 }
 
 const (
-	imageMaxPayload   = 6_000_000   // bytes; their base64 (8 MB) stays well under the 10 MiB stdio message cap
+	imageMaxPayload   = 6_000_000   // bytes; base64 (8 MB) stays under the 10 MiB message cap
 	imageDecodeBudget = 200_000_000 // bytes the decoder may hold: telson's peak stays under 300 MB
-	jpegSOF0          = 0xc0        // baseline frame header; SOF1 (extended) and SOF2 (progressive) follow
+	jpegSOF0          = 0xc0        // baseline frame; SOF1 (extended), SOF2 (progressive) follow
 	jpegSOF2          = 0xc2
 	jpegAPP14         = 0xee // Adobe segment: its colour transform may make the image RGB
 )
@@ -101,21 +101,23 @@ func runReadImage(ctx context.Context, c *toolCall) toolResult {
 			"the formats the Anthropic API accepts (not BMP)", path, mime)
 	}
 	f.Seek(0, io.SeekStart)
-	w, h, cost, err := imageHeader(mime, head, bufio.NewReader(f))
-	if err != nil {
-		return errorResult("%s: damaged %s header: %v", path, mime, err)
+	w, h, bpp := imageHeader(mime, head, bufio.NewReader(f))
+	if w <= 0 || h <= 0 {
+		return errorResult("%s: damaged %s header", path, mime)
 	}
 	edge, maxBytes := imageLimits(c.s.srv.cfg)
 	info := fmt.Sprintf("%s: %s, %d×%d px, %s", path, mime, w, h, humanBytes(fi.Size()))
 	limits := fmt.Sprintf("(%d px long edge, %s)", edge, humanBytes(maxBytes))
+	cost := float64(w) * float64(h+2) * bpp // the two more rows are a PNG decoder's
 	f.Seek(0, io.SeekStart)
 	switch {
 	case fi.Size() <= maxBytes && max(w, h) <= edge:
 		data, _ := io.ReadAll(io.LimitReader(f, maxBytes))
 		return imageResult(data, mime, info+", sent as is.")
 	case mime == "image/webp":
-		return errorResult("%s; that is over the limits %s, and WebP cannot be scaled without a decoder, "+
-			"which telson lacks: shrink or convert it in Bash first", info, limits)
+		return errorResult("%s; that is over the limits %s, and WebP cannot be scaled "+
+			"without a decoder, which telson lacks: shrink or convert it in Bash first",
+			info, limits)
 	case cost > imageDecodeBudget:
 		return errorResult("%s; decoding it would take %.0f MB of memory, over telson's %d MB: "+
 			"shrink it in Bash first", info, cost/1e6, imageDecodeBudget/1_000_000)
@@ -128,8 +130,9 @@ func runReadImage(ctx context.Context, c *toolCall) toolResult {
 	if err != nil {
 		return errorResult("%s: %v", path, err)
 	}
-	return imageResult(data, outMime, fmt.Sprintf("%s; scaled to %d×%d and re-encoded as %s (%s) to fit the limits %s.",
-		info, out.Dx(), out.Dy(), outMime, humanBytes(int64(len(data))), limits))
+	text := fmt.Sprintf("%s; scaled to %d×%d and re-encoded as %s (%s) to fit the limits %s.",
+		info, out.Dx(), out.Dy(), outMime, humanBytes(int64(len(data))), limits)
+	return imageResult(data, outMime, text)
 }
 
 func imageResult(data []byte, mime, text string) toolResult {
@@ -138,158 +141,136 @@ func imageResult(data []byte, mime, text string) toolResult {
 }
 
 // imageHeader reads an image's size from its header (r reads the file from its
-// start) and reckons the bytes Go's decoder holds for it: for a PNG the image
-// (4 bytes a pixel, 8 at 16 bits, 1 with a palette; grey with a transparent colour
-// becomes NRGBA) and its two rows, half the image again if interlaced; for a GIF
-// the first frame and its de-interlaced copy; for a JPEG see jpegCost.
-func imageHeader(mime string, head []byte, r *bufio.Reader) (w, h int, cost float64, err error) {
+// start) and the bytes a pixel takes in Go's decoder: for a PNG 4 (8 at 16 bits,
+// 1 with a palette; grey with a transparent colour becomes NRGBA), half again if
+// interlaced; for a GIF 2 (the first frame, and its de-interlaced copy); for a
+// JPEG see jpegBytes; for a WebP 0 (never decoded).
+func imageHeader(mime string, head []byte, r *bufio.Reader) (w, h int, bpp float64) {
 	switch {
-	case mime == "image/png" && len(head) >= 29 && string(head[12:16]) == "IHDR":
-		w = int(binary.BigEndian.Uint32(head[16:]))
-		h = int(binary.BigEndian.Uint32(head[20:]))
-		bpp := 4.0
+	case mime == "image/png" && len(head) >= 29:
+		bpp = 4
 		if head[24] == 16 {
 			bpp = 8
 		}
 		if head[25] == 3 {
 			bpp = 1
 		}
-		rows := float64(h) + 2 + float64(head[28])*float64(h)/2
-		return w, h, float64(w) * rows * bpp, nil
+		bpp *= 1 + float64(head[28])/2
+		w = int(binary.BigEndian.Uint32(head[16:]))
+		return w, int(binary.BigEndian.Uint32(head[20:])), bpp
 	case mime == "image/gif" && len(head) >= 10:
 		w = int(binary.LittleEndian.Uint16(head[6:]))
-		h = int(binary.LittleEndian.Uint16(head[8:]))
-		return w, h, 2 * float64(w) * float64(h), nil
+		return w, int(binary.LittleEndian.Uint16(head[8:])), 2
 	case mime == "image/jpeg":
-		return jpegCost(r)
-	case mime == "image/webp":
-		w, h, ok := webpSize(head)
-		if ok {
-			return w, h, 0, nil
+		return jpegBytes(r)
+	case mime == "image/webp" && len(head) >= 30:
+		le24 := func(i int) int { return int(binary.LittleEndian.Uint32(head[i:]) & 0xffffff) }
+		switch string(head[12:16]) {
+		case "VP8 ":
+			return le24(26) & 0x3fff, le24(28) & 0x3fff, 0
+		case "VP8L":
+			bits := le24(21) | int(head[24])<<24
+			return bits&0x3fff + 1, bits>>14&0x3fff + 1, 0
+		case "VP8X":
+			return le24(24) + 1, le24(27) + 1, 0
 		}
 	}
-	return 0, 0, 0, errors.New("too short")
+	return 0, 0, 0
 }
 
-// jpegCost walks a JPEG's segments to its frame header. Go's decoder keeps a byte
-// for each sample of each component (reckoned here without subsampling), 4 more
-// for a progressive image's coefficients, and 4 a pixel for a CMYK or RGB image's
-// converted copy.
-func jpegCost(r *bufio.Reader) (w, h int, cost float64, err error) {
+// jpegBytes walks a JPEG's segments to its frame header. Go's decoder keeps a
+// byte for each sample of each component (reckoned here without subsampling), 4
+// more for a progressive image's coefficients, and 4 a pixel for a CMYK or RGB
+// image's converted copy.
+func jpegBytes(r *bufio.Reader) (w, h int, bpp float64) {
 	r.Discard(2) // the start-of-image marker
-	copyCost := 0.0
+	copyBytes := 0.0
 	for {
 		var seg [4]byte
 		_, err := io.ReadFull(r, seg[:])
 		data := make([]byte, max(0, int(binary.BigEndian.Uint16(seg[2:]))-2))
-		if err != nil || seg[0] != 0xff {
-			return 0, 0, 0, errors.New("no frame header")
-		}
-		if _, err := io.ReadFull(r, data); err != nil {
-			return 0, 0, 0, err
+		if _, err2 := io.ReadFull(r, data); err != nil || err2 != nil || seg[0] != 0xff {
+			return 0, 0, 0
 		}
 		if seg[1] == jpegAPP14 {
-			copyCost = 4
+			copyBytes = 4
 		}
 		if seg[1] < jpegSOF0 || seg[1] > jpegSOF2 || len(data) < 6 {
 			continue
 		}
-		h = int(binary.BigEndian.Uint16(data[1:]))
-		w = int(binary.BigEndian.Uint16(data[3:]))
-		perPixel := float64(data[5])
+		bpp = float64(data[5])
 		if seg[1] == jpegSOF2 {
-			perPixel *= 5
+			bpp *= 5
 		}
 		if data[5] == 4 || len(data) >= 13 && data[6] == 'R' && data[9] == 'G' && data[12] == 'B' {
-			copyCost = 4
+			copyBytes = 4
 		}
-		return w, h, float64(w) * float64(h) * (perPixel + copyCost), nil
+		w = int(binary.BigEndian.Uint16(data[3:]))
+		return w, int(binary.BigEndian.Uint16(data[1:])), bpp + copyBytes
 	}
-}
-
-// webpSize reads width and height from a WebP header: VP8, VP8L or VP8X.
-func webpSize(b []byte) (w, h int, ok bool) {
-	if len(b) < 32 {
-		return 0, 0, false
-	}
-	le24 := func(i int) int { return int(b[i]) | int(b[i+1])<<8 | int(b[i+2])<<16 }
-	switch string(b[12:16]) {
-	case "VP8 ":
-		return le24(26) & 0x3fff, le24(28) & 0x3fff, string(b[23:26]) == "\x9d\x01\x2a"
-	case "VP8L":
-		bits := binary.LittleEndian.Uint32(b[21:])
-		return int(bits&0x3fff) + 1, int(bits>>14&0x3fff) + 1, b[20] == 0x2f
-	case "VP8X":
-		return le24(24) + 1, le24(27) + 1, true
-	}
-	return 0, 0, false
 }
 
 // shrinkImage fits img within edge px and maxBytes as JPEG (quality 85), or PNG
 // when it has transparency, shrinking by 0.7 again while too many bytes.
-func shrinkImage(ctx context.Context, img image.Image, edge int, maxBytes int64) ([]byte, string, image.Rectangle, error) {
-	o, _ := img.(interface{ Opaque() bool })
-	opaque := o != nil && o.Opaque()
+func shrinkImage(ctx context.Context, img image.Image, edge int, maxBytes int64) (
+	[]byte, string, image.Rectangle, error) {
+	opaque := img.(interface{ Opaque() bool }).Opaque() // as every standard decoder's image says
 	b := img.Bounds()
 	scale := min(1, float64(edge)/float64(max(b.Dx(), b.Dy())))
 	for ; ctx.Err() == nil; scale *= 0.7 {
-		small := boxScale(img, max(1, int(math.Round(float64(b.Dx())*scale))), max(1, int(math.Round(float64(b.Dy())*scale))))
+		dw := max(1, int(math.Round(float64(b.Dx())*scale)))
+		small := boxScale(img, dw, max(1, int(math.Round(float64(b.Dy())*scale))))
 		var buf bytes.Buffer
-		mime := "image/png"
-		encode := png.Encode
+		mime := "image/jpeg"
+		var err error
 		if opaque {
-			mime = "image/jpeg"
-			encode = encodeJPEG
+			err = jpeg.Encode(&buf, small, &jpeg.Options{Quality: 85})
+		} else {
+			mime = "image/png"
+			err = png.Encode(&buf, small)
 		}
-		err := encode(&buf, small)
 		switch {
 		case err != nil:
 			return nil, "", b, fmt.Errorf("encode: %w", err)
 		case int64(buf.Len()) <= maxBytes:
 			return buf.Bytes(), mime, small.Rect, nil
 		case max(small.Rect.Dx(), small.Rect.Dy()) <= 16:
-			return nil, "", b, fmt.Errorf("cannot encode it within %s even at %v", humanBytes(maxBytes), small.Rect.Size())
+			return nil, "", b, fmt.Errorf("cannot encode it within %s even at %v",
+				humanBytes(maxBytes), small.Rect.Size())
 		}
 	}
 	return nil, "", b, fmt.Errorf("scale: %w", ctx.Err())
 }
 
-func encodeJPEG(w io.Writer, img image.Image) error {
-	return jpeg.Encode(w, img, &jpeg.Options{Quality: 85})
-}
-
 // boxScale shrinks img to dw×dh (no larger than img): each output pixel averages,
-// in premultiplied colour, the source pixels mapped to it. It reads pixels one by
-// one, so its memory is the output's.
+// in premultiplied colour, the source pixels mapped to it. It reads the pixels
+// one by one, so its memory is the output's.
 func boxScale(img image.Image, dw, dh int) *image.RGBA {
-	src := img.(image.RGBA64Image) // every image the standard decoders return is one
+	src := img.(image.RGBA64Image) // as every image the standard decoders return is
 	b := img.Bounds()
-	sw := b.Dx()
-	sh := b.Dy()
 	out := image.NewRGBA(image.Rect(0, 0, dw, dh))
-	sum := make([]uint64, dw*4) // over the source pixels of one output row
-	for dy := 0; dy < dh; dy++ {
-		y0 := (dy*sh + dh - 1) / dh // the source rows sy with sy*dh/sh == dy
-		y1 := ((dy+1)*sh + dh - 1) / dh
+	sum := make([]uint64, dw*4) // R, G, B, A of each output pixel of the row
+	count := make([]uint64, dw) // the source pixels in each
+	for y := 0; y < b.Dy(); y++ {
+		dy := y * dh / b.Dy()
+		for x := 0; x < b.Dx(); x++ {
+			c := src.RGBA64At(b.Min.X+x, b.Min.Y+y)
+			dx := x * dw / b.Dx()
+			sum[dx*4] += uint64(c.R)
+			sum[dx*4+1] += uint64(c.G)
+			sum[dx*4+2] += uint64(c.B)
+			sum[dx*4+3] += uint64(c.A)
+			count[dx]++
+		}
+		if (y+1)*dh/b.Dy() == dy {
+			continue // the next source row adds to the same output row
+		}
+		for i := range sum {
+			n := count[i/4] * 257 // 16-bit sums to 8-bit averages
+			out.Pix[dy*out.Stride+i] = uint8((sum[i] + n/2) / n)
+		}
 		clear(sum)
-		for sy := y0; sy < y1; sy++ {
-			for sx := 0; sx < sw; sx++ {
-				c := src.RGBA64At(b.Min.X+sx, b.Min.Y+sy)
-				s := sum[sx*dw/sw*4:]
-				s[0] += uint64(c.R)
-				s[1] += uint64(c.G)
-				s[2] += uint64(c.B)
-				s[3] += uint64(c.A)
-			}
-		}
-		for dx := 0; dx < dw; dx++ {
-			x0 := (dx*sw + dw - 1) / dw
-			x1 := ((dx+1)*sw + dw - 1) / dw
-			n := uint64((y1-y0)*(x1-x0)) * 257 // 16-bit sums to 8-bit averages
-			for c := 0; c < 4; c++ {
-				out.Pix[dy*out.Stride+dx*4+c] = uint8((sum[dx*4+c] + n/2) / n)
-			}
-		}
+		clear(count)
 	}
 	return out
 }
@@ -305,8 +286,9 @@ func humanBytes(n int64) string {
 }
 
 // askShape is the questions argument as Claude Code's AskUserQuestion takes it.
-const askShape = `[{"question":"Which database?","header":"Database","options":[{"label":"PostgreSQL",` +
-	`"description":"a server"},{"label":"SQLite","description":"one file"}],"multiSelect":false}]`
+const askShape = `[{"question":"Which database?","header":"Database","options":[` +
+	`{"label":"PostgreSQL","description":"a server"},` +
+	`{"label":"SQLite","description":"one file"}],"multiSelect":false}]`
 
 var askUserQuestionTool = toolDef{
 	name:  "AskUserQuestion",
@@ -334,7 +316,8 @@ var askUserQuestionTool = toolDef{
 		"message":{"type":"string","description":"what happened and what to do next"},
 		"answers":{"type":"array","items":{"type":"object","required":["question","selected"],
 			"properties":{"question":{"type":"string"},"selected":{"type":["string","array","null"],
-			"items":{"type":"string"},"description":"the label, labels when multiSelect, null unanswered"}}}},
+			"items":{"type":"string"},
+			"description":"the label, labels when multiSelect, null unanswered"}}}},
 		"note":{"type":"string","description":"the user's free-text note"},
 		"questions":{"type":"array","description":"ask_in_chat: the questions to ask in chat"}}}`,
 	hints: toolHints{readOnly: true},
@@ -362,6 +345,16 @@ func (o *askOption) UnmarshalJSON(b []byte) error {
 	}
 	type plain askOption
 	return json.Unmarshal(b, (*plain)(o))
+}
+
+// same reports whether p asks the same question.
+func (q *askQuestion) same(p askQuestion) bool {
+	return p.Question == q.Question
+}
+
+// same reports whether p has the same label.
+func (o *askOption) same(p askOption) bool {
+	return p.Label == o.Label
 }
 
 // title is the option as a form shows it.
@@ -392,18 +385,17 @@ func runAskUserQuestion(ctx context.Context, c *toolCall) toolResult {
 	timeout := time.Duration(c.s.srv.cfg.int("ASK_TIMEOUT_MS")) * time.Millisecond
 	switch {
 	case !canElicitForm(c.req):
-		return askInChat(qs, "This client cannot show questions to the user (it did not declare form elicitation).")
+		return askInChat(qs, "This client cannot show questions to the user "+
+			"(it did not declare form elicitation).")
 	case c.req.modern:
 		return askRoundTrip(c, qs, text, timeout)
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	raw, err := c.s.request(ctx, "elicitation/create", elicitParams(qs, c.req.version))
-	if errors.Is(err, context.DeadlineExceeded) {
-		return askInChat(qs, fmt.Sprintf("The user did not answer within %s, so the questions were withdrawn.", timeout))
-	}
 	if err != nil {
-		return askInChat(qs, fmt.Sprintf("The client could not show the questions (%v).", err))
+		return askInChat(qs, fmt.Sprintf("The client could not show the questions, "+
+			"or the user did not answer within %s (%v).", timeout, err))
 	}
 	return askAnswer(qs, raw)
 }
@@ -414,7 +406,8 @@ func canElicitForm(r *rpcRequest) bool {
 	var modes map[string]json.RawMessage
 	json.Unmarshal(r.caps["elicitation"], &modes)
 	_, form := modes["form"]
-	return r.clientHas("elicitation") && atLeast(r.version, version20250618) && (form || len(modes) == 0)
+	declared := r.clientHas("elicitation") && atLeast(r.version, version20250618)
+	return declared && (form || len(modes) == 0)
 }
 
 // parseQuestions reads {"questions":[...]} and checks it.
@@ -427,7 +420,7 @@ func parseQuestions(text string) ([]askQuestion, error) {
 	}
 	qs := w.Questions
 	if len(qs) < 1 || len(qs) > 4 {
-		return nil, fmt.Errorf(`%d questions; ask 1 to 4 at a time, as {"questions":[...]}`, len(qs))
+		return nil, fmt.Errorf("%d questions; ask 1 to 4 at a time", len(qs))
 	}
 	for i := range qs {
 		q := &qs[i]
@@ -438,14 +431,15 @@ func parseQuestions(text string) ([]askQuestion, error) {
 			return nil, fmt.Errorf(`questions[%d] has no "question"`, i)
 		case len(q.Options) < 2 || len(q.Options) > 10:
 			return nil, fmt.Errorf("questions[%d] has %d options; give 2 to 10", i, len(q.Options))
-		case slices.ContainsFunc(qs[:i], func(p askQuestion) bool { return p.Question == q.Question }):
+		case slices.ContainsFunc(qs[:i], q.same):
 			return nil, fmt.Errorf("questions[%d] repeats the question %q", i, q.Question)
 		}
 		for j := range q.Options {
 			o := &q.Options[j]
 			o.Label = strings.TrimSpace(o.Label)
-			if o.Label == "" || slices.ContainsFunc(q.Options[:j], func(p askOption) bool { return p.Label == o.Label }) {
-				return nil, fmt.Errorf("questions[%d].options[%d] has no label, or one given before", i, j)
+			if o.Label == "" || slices.ContainsFunc(q.Options[:j], o.same) {
+				return nil, fmt.Errorf("questions[%d].options[%d] has no label, or a repeated one",
+					i, j)
 			}
 		}
 	}
@@ -475,8 +469,9 @@ func elicitParams(qs []askQuestion, v string) map[string]any {
 			titles = append(titles, o.title())
 			choices = append(choices, map[string]string{"const": o.Label, "title": o.title()})
 			if q.MultiSelect && !newer {
-				add(fmt.Sprintf("%s_%c", key, 'a'+j),
-					map[string]any{"type": "boolean", "title": q.Question + ": " + o.title(), "default": false})
+				box := map[string]any{"type": "boolean", "default": false}
+				box["title"] = q.Question + ": " + o.title()
+				add(fmt.Sprintf("%s_%c", key, 'a'+j), box)
 			}
 		}
 		field := map[string]any{"type": "string", "title": q.Question, "description": q.Header}
@@ -552,7 +547,8 @@ func askSelected(q askQuestion, content map[string]any, key string) (any, string
 	list, _ := content[key].([]any)
 	picked := []string{}
 	for j, o := range q.Options {
-		if slices.Contains(list, any(o.Label)) || content[fmt.Sprintf("%s_%c", key, 'a'+j)] == true {
+		ticked := content[fmt.Sprintf("%s_%c", key, 'a'+j)] == true
+		if ticked || slices.Contains(list, any(o.Label)) {
 			picked = append(picked, o.Label)
 		}
 	}
@@ -569,12 +565,14 @@ func askSelected(q askQuestion, content map[string]any, key string) (any, string
 func askUnanswered(status string) toolResult {
 	text := fmt.Sprintf("User %s the questions without answering. "+
 		"Do not assume an answer: go on without one, or ask in chat if you must know.", status)
-	return structuredResult(text, map[string]any{"status": status, "message": text, "answers": []any{}})
+	structured := map[string]any{"status": status, "message": text, "answers": []any{}}
+	return structuredResult(text, structured)
 }
 
 // askInChat hands questions that cannot reach the user back, for the agent to ask in chat.
 func askInChat(qs []askQuestion, why string) toolResult {
-	msg := why + " Do not assume an answer: ask the user these questions in chat and wait for the reply."
+	msg := why + " Do not assume an answer: " +
+		"ask the user these questions in chat and wait for the reply."
 	text := msg + "\n"
 	for i, q := range qs {
 		text += fmt.Sprintf("\n%d. %s", i+1, q.Question)
@@ -585,7 +583,8 @@ func askInChat(qs []askQuestion, why string) toolResult {
 			text += "\n   - " + strings.ReplaceAll(o.title(), " — ", ": ")
 		}
 	}
-	structured := map[string]any{"status": "ask_in_chat", "message": msg, "answers": []any{}, "questions": qs}
+	structured := map[string]any{"status": "ask_in_chat", "message": msg, "answers": []any{},
+		"questions": qs}
 	return structuredResult(text, structured)
 }
 
