@@ -388,7 +388,8 @@ func runAskUserQuestion(ctx context.Context, c *toolCall) toolResult {
 		return askInChat(qs, "This client cannot show questions to the user "+
 			"(it did not declare form elicitation).")
 	case c.req.modern:
-		return askRoundTrip(c, qs, text, timeout)
+		canonical, _ := json.Marshal(qs) // the retry may spell the same questions otherwise
+		return askRoundTrip(c, qs, string(canonical), timeout)
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()

@@ -113,18 +113,21 @@ func TestReadImagePeakMemory(t *testing.T) {
 		"16-bit PNG":        filepath.Join(dir, "deep.png"),
 		"progressive JPEG":  filepath.Join(dir, "progressive.jpg"),
 		"small progressive": filepath.Join(dir, "small-progressive.jpg"),
+		"small 16-bit PNG":  filepath.Join(dir, "small-deep.png"),
 	}
 	uiZeroPNG(t, paths["wide grey PNG"], 50_000_000, 1, 8, 0)
 	uiZeroPNG(t, paths["wide palette PNG"], 50_000_000, 1, 8, 3)
 	uiZeroPNG(t, paths["16-bit PNG"], 10000, 10000, 16, 2)
 	uiWriteFile(t, dir, "progressive.jpg", uiProgressiveJPEG(10000, 10000))
 	uiWriteFile(t, dir, "small-progressive.jpg", uiProgressiveJPEG(3600, 3600))
+	uiZeroPNG(t, paths["small 16-bit PNG"], 4000, 3000, 16, 6)
 	want := map[string]string{
 		"wide grey PNG":     "; decoding it would take 600 MB of memory, over telson's 200 MB: shrink it in Bash first",
 		"wide palette PNG":  "scaled to 2000×1",
 		"16-bit PNG":        "decoding it would take 800 MB of memory",
 		"progressive JPEG":  "decoding it would take 1500 MB of memory",
 		"small progressive": "scaled to 2000×2000",
+		"small 16-bit PNG":  "scaled to 2000×1500 and re-encoded as image/png",
 	}
 	for name, path := range paths {
 		out, peak := uiPeakCall(t, path)
