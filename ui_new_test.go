@@ -14,6 +14,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -105,6 +107,9 @@ func uiPeakCall(t *testing.T, path string) (string, int64) {
 func TestReadImagePeakMemory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("writes and reads images of up to 100 megapixels")
+	}
+	if bi, _ := debug.ReadBuildInfo(); slices.Contains(bi.Settings, debug.BuildSetting{Key: "-race", Value: "true"}) {
+		t.Skip("the race detector's shadow memory would be measured too")
 	}
 	dir := t.TempDir()
 	paths := map[string]string{
