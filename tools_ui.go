@@ -169,7 +169,7 @@ func imageHeader(mime string, head []byte, r *bufio.Reader) (w, h int, bpp float
 		case "VP8 ":
 			return le24(26) & 0x3fff, le24(28) & 0x3fff, 0
 		case "VP8L":
-			bits := le24(21) | int(head[24])<<24
+			bits := int(binary.LittleEndian.Uint32(head[21:]))
 			return bits&0x3fff + 1, bits>>14&0x3fff + 1, 0
 		case "VP8X":
 			return le24(24) + 1, le24(27) + 1, 0
@@ -186,10 +186,12 @@ func jpegBytes(r *bufio.Reader) (w, h int, bpp float64) {
 	r.Discard(2) // the start-of-image marker
 	copyBytes := 0.0
 	for {
-		var seg [4]byte
-		_, err := io.ReadFull(r, seg[:])
+		var seg [4]byte // a marker and the length of its segment
+		if _, err := io.ReadFull(r, seg[:]); err != nil || seg[0] != 0xff {
+			return 0, 0, 0
+		}
 		data := make([]byte, max(0, int(binary.BigEndian.Uint16(seg[2:]))-2))
-		if _, err2 := io.ReadFull(r, data); err != nil || err2 != nil || seg[0] != 0xff {
+		if _, err := io.ReadFull(r, data); err != nil {
 			return 0, 0, 0
 		}
 		if seg[1] == jpegAPP14 {
@@ -304,7 +306,8 @@ var askUserQuestionTool = toolDef{
   If the user declines or dismisses, or the client cannot show questions (status
   ask_in_chat), do not assume an answer.`,
 	input: `{"type":"object","properties":{
-		"questions":{"type":"array","minItems":1,"maxItems":4,"items":{"type":"object",
+		"questions":{"type":"array","minItems":1,"maxItems":4,
+			"description":"The questions, in Claude Code's shape.","items":{"type":"object",
 			"required":["question","options"],"properties":{"question":{"type":"string"},
 			"header":{"type":"string"},"multiSelect":{"type":"boolean"},"options":{"type":"array",
 			"items":{"type":"object","required":["label"],"properties":{"label":{"type":"string"},
