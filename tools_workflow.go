@@ -19,14 +19,12 @@ package main
 import (
 	"cmp"
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -80,13 +78,10 @@ func withStateLock(ctx context.Context, path string, fn func() error) error {
 // writeFileAtomic replaces path, a regular file or missing, with data: temp
 // file in the same folder, fsync, rename. A symlink is written through.
 func writeFileAtomic(path string, data []byte) error {
-	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSymlink != 0 {
-		path, err = filepath.EvalSymlinks(path)
-		if err != nil {
-			return fmt.Errorf("write: %w", err)
-		}
+	if target, err := filepath.EvalSymlinks(path); err == nil {
+		path = target
 	}
-	if fi, err := os.Stat(path); err == nil && !fi.Mode().IsRegular() {
+	if fi, err := os.Lstat(path); err == nil && !fi.Mode().IsRegular() { // a dangling link too
 		return fmt.Errorf("write %s: not a regular file", path)
 	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp-*")
@@ -150,7 +145,6 @@ const (
 // taskFile is STATE_DIR/tasks.json.
 type taskFile struct {
 	Rev     int64             `json:"rev"`
-	NextID  int               `json:"next_id"`
 	Current map[string]string `json:"current_by_project"` // project → task id
 	Tasks   []*taskEntry      `json:"tasks"`
 }
@@ -237,7 +231,7 @@ func runTaskManager(ctx context.Context, c *toolCall) toolResult {
 
 // loadTasks reads path; a missing file is an empty list.
 func loadTasks(path string) (*taskFile, error) {
-	tf := &taskFile{NextID: 1}
+	tf := &taskFile{}
 	data, err := readCapped(path, maxTaskFile)
 	if errors.Is(err, os.ErrNotExist) {
 		return tf, tf.check()
@@ -251,7 +245,7 @@ func loadTasks(path string) (*taskFile, error) {
 	return tf, nil
 }
 
-// check rejects entries apply cannot use and makes sure new ids are unused.
+// check rejects entries apply cannot use.
 func (tf *taskFile) check() error {
 	if tf.Current == nil {
 		tf.Current = map[string]string{}
@@ -260,8 +254,6 @@ func (tf *taskFile) check() error {
 		if t == nil || !strings.HasPrefix(t.ID, "t") || slices.Contains(t.Steps, nil) {
 			return errors.New("a task or step is null or has no id")
 		}
-		n, _ := strconv.Atoi(t.ID[1:])
-		tf.NextID = max(tf.NextID, n+1)
 	}
 	return nil
 }
@@ -319,21 +311,23 @@ func (tf *taskFile) create(a taskArgs) (string, []*taskEntry, error) {
 	if a.Text == "" {
 		return "", nil, errors.New("create needs text, the task's title")
 	}
-	text := ""
 	if len(tf.Tasks) >= maxTasks {
 		i := slices.IndexFunc(tf.Tasks, func(x *taskEntry) bool { return x.Done })
 		if i < 0 {
 			return "", nil, fmt.Errorf("the list holds %d open tasks, the most it keeps; complete some", maxTasks)
 		}
-		text = "The list was full: completed task " + tf.Tasks[i].line() + " was dropped.\n"
-		tf.Tasks = slices.Delete(tf.Tasks, i, i+1)
+		tf.Tasks = slices.Delete(tf.Tasks, i, i+1) // the oldest completed task
 	}
-	t := &taskEntry{ID: "t" + strconv.Itoa(tf.NextID), Title: a.Text, Project: a.project, Created: time.Now().UTC(),
+	next := 1
+	for _, x := range tf.Tasks {
+		n, _ := strconv.Atoi(x.ID[1:])
+		next = max(next, n+1)
+	}
+	t := &taskEntry{ID: "t" + strconv.Itoa(next), Title: a.Text, Project: a.project, Created: time.Now().UTC(),
 		Steps: []*taskStep{}}
-	tf.NextID++
 	tf.Tasks = append(tf.Tasks, t)
 	tf.Current[a.project] = t.ID
-	return text + fmt.Sprintf("Created task %s %q; it is now the current task.", t.ID, t.Title), []*taskEntry{t}, nil
+	return fmt.Sprintf("Created task %s %q; it is now the current task.", t.ID, t.Title), []*taskEntry{t}, nil
 }
 
 func (t *taskEntry) add(text string) (string, error) {
@@ -516,7 +510,6 @@ type planInfo struct {
 	goal    string
 	file    string
 	started time.Time
-	hash    [32]byte // of the plan file at enter (a missing file hashes as empty)
 }
 
 func (p *planState) snapshot() planInfo {
@@ -598,14 +591,13 @@ func (p *planState) enter(c *toolCall, goal, file string) toolResult {
 		os.MkdirAll(filepath.Dir(file), 0o700) // writing the plan reports a failure
 	}
 	file = c.s.shell.resolve(file)
-	b, err := readCapped(file, maxPlanBytes)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
+	if _, err := readCapped(file, maxPlanBytes); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return errorResult("plan_file: %v", err)
 	}
 	p.mu.Lock()
 	was := p.active
 	if !was {
-		p.planInfo = planInfo{active: true, goal: goal, file: file, started: time.Now(), hash: sha256.Sum256(b)}
+		p.planInfo = planInfo{active: true, goal: goal, file: file, started: time.Now()}
 	}
 	in := p.planInfo
 	p.mu.Unlock()
@@ -631,8 +623,8 @@ func (p *planState) exit(ctx context.Context, c *toolCall, plan string) toolResu
 		}
 	} else {
 		b, err := readCapped(in.file, maxPlanBytes)
-		if err == nil && (strings.TrimSpace(string(b)) == "" || sha256.Sum256(b) == in.hash) {
-			err = fmt.Errorf("plan file %s is empty or has not changed since enter", in.file)
+		if err == nil && strings.TrimSpace(string(b)) == "" {
+			err = fmt.Errorf("plan file %s is empty", in.file)
 		}
 		if err != nil {
 			return errorResult("%v. Pass the plan as plan (or reset to leave without one).", err)
@@ -697,13 +689,18 @@ var invokeSkillTool = toolDef{
 	name:  "InvokeSkill",
 	title: "Load a skill",
 	describe: func(srv *server) string {
-		_, _, listing := srv.skills.refresh(srv, "")
+		_, skills := srv.skills.refresh(srv, "")
+		list := ""
+		for _, sk := range skills[:min(len(skills), maxSkillsList)] {
+			list += "\n- " + sk.name + ": " + sk.description
+		}
 		return `Invoke or load a skill by name. Returns the skill content for you to follow or use
 as context: a header (skill, source, path), its text with $ARGUMENTS replaced by arguments
 (appended when it has no $ARGUMENTS), then the other files in its folder.
+Skill folders, in search order: .claude/skills in the shell's project (its git root),
+~/.claude/skills, ~/.telson/skills, ADDITIONAL_SKILLS.
 
-Available skills:
-` + listing
+Available skills (at most 200; prompts/list names all):` + cmp.Or(list, " none")
 	},
 	input: `{"type":"object","properties":{
 		"skill_name":{"type":"string","minLength":1,"maxLength":200,"description":"The skill's name, as listed."},
@@ -722,14 +719,13 @@ const (
 
 type skillInfo struct{ name, description, hint, source, path string } // path of SKILL.md
 
-// skillCatalog is the skills found on disk, re-read when the folders change.
+// skillCatalog is the skills found on disk, re-read when a SKILL.md changes.
 type skillCatalog struct {
-	mu      sync.Mutex // guards the fields below
-	dir     string     // project directory of the last scan
-	sig     string     // fingerprint of the SKILL.md files at the last scan
-	gen     int64      // bumped each time the listing changes
-	skills  []skillInfo
-	listing string
+	mu     sync.Mutex // guards the fields below
+	dir    string     // project of the last scan
+	sig    string     // the SKILL.md files' paths, times and sizes at the last scan
+	gen    int64      // bumped each time sig changes
+	skills []skillInfo
 }
 
 // skillRoots lists the skill folders in search order; the first holding a name wins.
@@ -749,8 +745,8 @@ func skillRoots(cfg *config, project string) []skillInfo {
 }
 
 // refresh re-reads the skills when the project of dir ("" for the last one)
-// or a SKILL.md changed, and returns the listing's generation, skills and text.
-func (sc *skillCatalog) refresh(srv *server, dir string) (int64, []skillInfo, string) {
+// or a SKILL.md changed, and returns the catalogue's generation and skills.
+func (sc *skillCatalog) refresh(srv *server, dir string) (int64, []skillInfo) {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
 	if dir != "" {
@@ -761,65 +757,51 @@ func (sc *skillCatalog) refresh(srv *server, dir string) (int64, []skillInfo, st
 	for _, r := range skillRoots(srv.cfg, sc.dir) {
 		entries, _ := os.ReadDir(r.path)
 		for _, e := range entries[:min(len(entries), maxSkillsRoot)] {
-			p := filepath.Join(r.path, e.Name(), "SKILL.md")
-			if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
-				fmt.Fprintf(&sig, "%s %v %d\n", p, fi.ModTime(), fi.Size())
-				found = append(found, skillInfo{name: e.Name(), source: r.source, path: p})
+			sk := skillInfo{name: e.Name(), source: r.source, path: filepath.Join(r.path, e.Name(), "SKILL.md")}
+			if fi, err := os.Stat(sk.path); err == nil && fi.Mode().IsRegular() {
+				fmt.Fprintln(&sig, sk.path, fi.ModTime(), fi.Size())
+				found = append(found, sk)
 			}
 		}
 	}
-	if sig.String() == sc.sig && sc.listing != "" {
-		return sc.gen, sc.skills, sc.listing
+	if sig.String() == sc.sig && sc.gen > 0 {
+		return sc.gen, sc.skills
 	}
 	sc.sig = sig.String()
+	sc.gen++
 	sc.skills = nil
-	for _, f := range found {
-		if slices.ContainsFunc(sc.skills, func(s skillInfo) bool { return s.name == f.name }) {
+	for _, sk := range found {
+		if slices.ContainsFunc(sc.skills, func(s skillInfo) bool { return s.name == sk.name }) {
 			continue // an earlier folder has it
 		}
-		meta, _, err := readSkill(f.path)
-		switch {
-		case err != nil:
-		case meta["description"] == "":
-			err = errors.New("no description")
-		case meta["name"] != "" && meta["name"] != f.name:
-			err = fmt.Errorf("name %q differs from its folder's", meta["name"])
-		}
-		if err != nil {
-			srv.log.warnf("skills: skipping %s: %v", f.path, err)
+		if _, err := sk.load(); err != nil {
+			srv.log.warnf("skills: skipping %s: %v", sk.path, err)
 			continue
 		}
-		f.description = meta["description"]
-		f.hint = meta["argument-hint"]
-		sc.skills = append(sc.skills, f)
+		sc.skills = append(sc.skills, sk)
 	}
 	slices.SortFunc(sc.skills, func(a, b skillInfo) int { return strings.Compare(a.name, b.name) })
-	list := "(none found)\n"
-	if len(sc.skills) > 0 {
-		list = ""
-	}
-	for _, sk := range sc.skills[:min(len(sc.skills), maxSkillsList)] {
-		list += "- " + sk.name + ": " + sk.description + "\n"
-	}
-	if len(sc.skills) > maxSkillsList {
-		list += fmt.Sprintf("(+%d more; prompts/list names them all)\n", len(sc.skills)-maxSkillsList)
-	}
-	list += "Skill folders, in search order: .claude/skills in the shell's project (git root), " +
-		"~/.claude/skills, ~/.telson/skills, ADDITIONAL_SKILLS."
-	if list != sc.listing {
-		sc.listing = list
-		sc.gen++
-	}
-	return sc.gen, sc.skills, sc.listing
+	return sc.gen, sc.skills
 }
 
-// readSkill reads and parses a SKILL.md.
-func readSkill(path string) (map[string]string, string, error) {
-	b, err := readCapped(path, maxSkillBytes)
+// load reads sk's SKILL.md: it sets the description and hint and returns the body.
+func (sk *skillInfo) load() (string, error) {
+	b, err := readCapped(sk.path, maxSkillBytes)
 	if err != nil {
-		return nil, "", err
+		return "", err
 	}
-	return parseSkill(string(b))
+	meta, body, err := parseSkill(string(b))
+	sk.description = meta["description"]
+	sk.hint = meta["argument-hint"]
+	switch {
+	case err != nil:
+		return "", err
+	case strings.Trim(sk.description, ">|+-") == "": // none, or a YAML block scalar
+		return "", errors.New("no description on one line")
+	case meta["name"] != "" && meta["name"] != sk.name:
+		return "", fmt.Errorf("name %q differs from its folder's", meta["name"])
+	}
+	return body, nil
 }
 
 // parseSkill splits SKILL.md into front matter (one-line key: value pairs,
@@ -833,64 +815,43 @@ func parseSkill(text string) (map[string]string, string, error) {
 	}
 	_, body, _ := strings.Cut(rest, "\n")
 	meta := map[string]string{}
-	for i, line := range strings.Split(front, "\n") {
-		k, v, ok := strings.Cut(line, ":")
+	for _, line := range strings.Split(front, "\n") {
+		k, v, _ := strings.Cut(line, ":")
 		v = strings.TrimSpace(v)
-		switch {
-		case strings.TrimSpace(line) == "" || strings.ContainsAny(line[:1], "# \t"):
-			continue
-		case !ok:
-			return nil, "", fmt.Errorf("broken front matter: line %d is not key: value", i+2)
-		case v != "" && strings.Trim(v, ">|+-") == "": // a YAML block scalar
-			return nil, "", fmt.Errorf("front matter line %d: write the value on one line", i+2)
-		case len(v) > 1 && v[0] == '\'' && v[len(v)-1] == '\'':
+		if u, err := strconv.Unquote(v); err == nil {
+			v = u
+		} else if len(v) > 1 && v[0] == '\'' && v[len(v)-1] == '\'' {
 			v = strings.ReplaceAll(v[1:len(v)-1], "''", "'")
-		case len(v) > 1 && v[0] == '"' && v[len(v)-1] == '"':
-			if u, err := strconv.Unquote(v); err == nil {
-				v = u
-			}
 		}
-		meta[strings.TrimSpace(k)] = v
+		if strings.TrimSpace(k) == k {
+			meta[k] = v
+		}
 	}
 	return meta, strings.TrimLeft(body, "\n"), nil
 }
 
-var skillPlaceholder = regexp.MustCompile(`\$\{CLAUDE_SKILL_DIR\}|\$ARGUMENTS`)
-
 // expandSkill fills body's placeholders; with none, non-empty args are
 // appended. The result is at most maxSkillBytes.
 func expandSkill(body, args, dir string) (string, error) {
-	if utf8.RuneCountInString(args) > maxSkillArgs {
+	uses := strings.Count(body, "$ARGUMENTS")
+	size := len(body) + uses*len(args) + strings.Count(body, "${CLAUDE_SKILL_DIR}")*len(dir)
+	switch {
+	case utf8.RuneCountInString(args) > maxSkillArgs:
 		return "", fmt.Errorf("arguments are longer than %d characters", maxSkillArgs)
+	case size > maxSkillBytes:
+		return "", fmt.Errorf("the skill with its arguments is larger than %d bytes", maxSkillBytes)
+	case uses == 0 && strings.TrimSpace(args) != "":
+		body = strings.TrimRight(body, "\n") + "\n\nARGUMENTS: $ARGUMENTS"
 	}
-	var out strings.Builder
-	used := false
-	last := 0
-	for _, m := range skillPlaceholder.FindAllStringIndex(body, -1) {
-		out.WriteString(body[last:m[0]])
-		if body[m[0]:m[1]] == "$ARGUMENTS" {
-			out.WriteString(args)
-			used = true
-		} else {
-			out.WriteString(dir)
-		}
-		last = m[1]
-		if out.Len() > maxSkillBytes {
-			return "", fmt.Errorf("the skill with its arguments is larger than %d bytes", maxSkillBytes)
-		}
-	}
-	out.WriteString(body[last:])
-	if !used && strings.TrimSpace(args) != "" {
-		return strings.TrimRight(out.String(), "\n") + "\n\nARGUMENTS: " + args, nil
-	}
-	return out.String(), nil
+	body = strings.ReplaceAll(body, "${CLAUDE_SKILL_DIR}", dir)
+	return strings.ReplaceAll(body, "$ARGUMENTS", args), nil
 }
 
 // checkSkills re-reads the catalogue for the shell's directory if a SKILL.md
-// changed (it stats a few folders), tells the client when the listing changed
-// since this session last knew it, and returns the skills.
+// changed (it stats a few folders), tells the client when it changed since
+// this session last knew it, and returns the skills.
 func (s *session) checkSkills() []skillInfo {
-	gen, skills, _ := s.srv.skills.refresh(s.srv, s.shell.dir())
+	gen, skills := s.srv.skills.refresh(s.srv, s.shell.dir())
 	if s.workflow.skillGen.Swap(gen) != gen {
 		s.srv.toolsChanged()
 		s.mu.Lock()
@@ -906,14 +867,13 @@ func (s *session) checkSkills() []skillInfo {
 
 // loadSkill finds name and returns it with its expanded text, or an error listing the skills.
 func (s *session) loadSkill(name, args string) (skillInfo, string, error) {
-	skills := s.checkSkills()
 	var names []string
-	for _, sk := range skills {
+	for _, sk := range s.checkSkills() {
 		if sk.name != name {
 			names = append(names, sk.name)
 			continue
 		}
-		_, body, err := readSkill(sk.path)
+		body, err := sk.load()
 		text := ""
 		if err == nil {
 			text, err = expandSkill(body, args, filepath.Dir(sk.path))
@@ -923,7 +883,7 @@ func (s *session) loadSkill(name, args string) (skillInfo, string, error) {
 		}
 		return sk, text, nil
 	}
-	return skillInfo{}, "", fmt.Errorf("skill %q not found; available: %s", name, cmp.Or(strings.Join(names, ", "), "none"))
+	return skillInfo{}, "", fmt.Errorf("skill %q not found; available: %s", name, strings.Join(names, ", "))
 }
 
 func runInvokeSkill(ctx context.Context, c *toolCall) toolResult {
@@ -937,12 +897,11 @@ func runInvokeSkill(ctx context.Context, c *toolCall) toolResult {
 		return errorResult("%v", err)
 	}
 	text = fmt.Sprintf("[skill: %s | %s | path: %s]\n\n%s", sk.name, sk.source, sk.path, strings.TrimRight(text, "\n"))
-	dir := filepath.Dir(sk.path)
-	root, _ := filepath.EvalSymlinks(dir) // a linked skill folder lists its files
+	dir, _ := filepath.EvalSymlinks(filepath.Dir(sk.path)) // a linked skill folder lists its files
 	var files []string
-	filepath.WalkDir(cmp.Or(root, dir), func(p string, d os.DirEntry, err error) error {
+	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
 		if err == nil && !d.IsDir() && d.Name() != "SKILL.md" {
-			files = append(files, "\n- "+strings.TrimPrefix(p, cmp.Or(root, dir)+"/"))
+			files = append(files, "\n- "+p)
 		}
 		if len(files) >= 50 {
 			return filepath.SkipAll
@@ -950,7 +909,7 @@ func runInvokeSkill(ctx context.Context, c *toolCall) toolResult {
 		return nil
 	})
 	if len(files) > 0 {
-		text += fmt.Sprintf("\n\nOther files in %s (at most 50 listed):%s", dir, strings.Join(files, ""))
+		text += "\n\nOther files of the skill (at most 50 listed):" + strings.Join(files, "")
 	}
 	return textResult(text)
 }
@@ -1072,11 +1031,10 @@ func (cb *callbackSlots) stop(i int64) int {
 }
 
 func callbackPreview(msg string) string {
-	r := []rune(strings.Join(strings.Fields(msg), " "))
-	if len(r) > 64 {
-		return `"` + string(r[:64]) + `..."`
+	if r := []rune(msg); len(r) > 64 {
+		msg = string(r[:64]) + "..."
 	}
-	return strconv.Quote(string(r))
+	return strconv.Quote(msg)
 }
 
 // plural is "1 time", "2 times".
@@ -1175,10 +1133,7 @@ type sessionWorkflow struct {
 func newSessionWorkflow(s *session) *sessionWorkflow {
 	cb := &callbackSlots{announce: s.announce, now: time.Now,
 		afterFunc: func(d time.Duration, f func()) stopper { return time.AfterFunc(d, f) }}
-	w := &sessionWorkflow{plan: &planState{}, callbacks: cb}
-	gen, _, _ := s.srv.skills.refresh(s.srv, s.shell.dir())
-	w.skillGen.Store(gen)
-	return w
+	return &sessionWorkflow{plan: &planState{}, callbacks: cb}
 }
 
 // stopWorkflow ends the session's callbacks.
