@@ -105,9 +105,9 @@ func writeFileAtomic(path string, data []byte) error {
 var taskManagerTool = toolDef{
 	name:  "TaskManager",
 	title: "Keep a task list",
-	description: `A persistent task list with steps, kept per project (the git root of the shell's
-directory). Use it like TodoWrite for multi-step work (3 or more steps) and to keep track
-across a long session.
+	description: `A persistent task list with steps, kept per project.
+Use it like TodoWrite for multi-step work (3 or more steps) and to keep track across a long
+session. The project is the git root of the shell's directory, else that directory.
 
 - create: a task titled text; it becomes the project's current task.
 - add: step text to task_id (default: the current task).
@@ -117,11 +117,13 @@ across a long session.
 - switch: make task_id the current task.
 Ids: task 3 or t3; step 2 (of the task) or t3.2.`,
 	input: `{"type":"object","properties":{
-		"action":{"type":"string","enum":["create","add","start","complete","list","pending","switch"]},
+		"action":{"type":"string",
+			"enum":["create","add","start","complete","list","pending","switch"]},
 		"task_id":{"description":"Task id, 3 or \"t3\" (default: the current task)."},
 		"step_id":{"description":"Step id, 2 or \"t3.2\"."},
 		"text":{"type":"string","maxLength":500,"description":"Task title (create) or step (add)."},
-		"query":{"type":"string","maxLength":200,"description":"The search query: filters list, pending."},
+		"query":{"type":"string","maxLength":200,
+			"description":"The search query: filters list and pending."},
 		"all":{"type":"boolean","description":"list: every project's tasks."},
 		"force":{"type":"boolean","description":"complete: close the open steps too."}},
 		"required":["action"]}`,
@@ -214,8 +216,8 @@ func runTaskManager(ctx context.Context, c *toolCall) toolResult {
 		if err != nil {
 			return err
 		}
-		res = structuredResult(text, map[string]any{"project": a.project, "current": tf.Current[a.project],
-			"tasks": shown, "message": text})
+		res = structuredResult(text, map[string]any{"project": a.project,
+			"current": tf.Current[a.project], "tasks": shown, "message": text})
 		if a.Action == "list" || a.Action == "pending" {
 			return nil // the list is unchanged
 		}
@@ -240,7 +242,8 @@ func loadTasks(path string) (*taskFile, error) {
 		err = errors.Join(json.Unmarshal(data, tf), tf.check())
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%s is unusable (%w); it was left untouched: fix, move or delete it", path, err)
+		return nil, fmt.Errorf("%s is unusable (%w); it was left untouched: fix, move or delete it",
+			path, err)
 	}
 	return tf, nil
 }
@@ -298,7 +301,8 @@ func (tf *taskFile) find(a taskArgs) (*taskEntry, error) {
 	}
 	id = cmp.Or(id, tf.Current[a.project])
 	if id == "" {
-		return nil, fmt.Errorf("no current task in %s: create one, or switch to one (list shows them)", a.project)
+		return nil, fmt.Errorf("no current task in %s: create or switch to one (list shows them)",
+			a.project)
 	}
 	i := slices.IndexFunc(tf.Tasks, func(x *taskEntry) bool { return x.ID == id })
 	if i < 0 {
@@ -314,7 +318,7 @@ func (tf *taskFile) create(a taskArgs) (string, []*taskEntry, error) {
 	if len(tf.Tasks) >= maxTasks {
 		i := slices.IndexFunc(tf.Tasks, func(x *taskEntry) bool { return x.Done })
 		if i < 0 {
-			return "", nil, fmt.Errorf("the list holds %d open tasks, the most it keeps; complete some", maxTasks)
+			return "", nil, fmt.Errorf("the list holds %d open tasks, the most it keeps", maxTasks)
 		}
 		tf.Tasks = slices.Delete(tf.Tasks, i, i+1) // the oldest completed task
 	}
@@ -323,11 +327,12 @@ func (tf *taskFile) create(a taskArgs) (string, []*taskEntry, error) {
 		n, _ := strconv.Atoi(x.ID[1:])
 		next = max(next, n+1)
 	}
-	t := &taskEntry{ID: "t" + strconv.Itoa(next), Title: a.Text, Project: a.project, Created: time.Now().UTC(),
-		Steps: []*taskStep{}}
+	t := &taskEntry{ID: "t" + strconv.Itoa(next), Title: a.Text, Project: a.project,
+		Created: time.Now().UTC(), Steps: []*taskStep{}}
 	tf.Tasks = append(tf.Tasks, t)
 	tf.Current[a.project] = t.ID
-	return fmt.Sprintf("Created task %s %q; it is now the current task.", t.ID, t.Title), []*taskEntry{t}, nil
+	text := fmt.Sprintf("Created task %s %q; it is now the current task.", t.ID, t.Title)
+	return text, []*taskEntry{t}, nil
 }
 
 func (t *taskEntry) add(text string) (string, error) {
@@ -351,7 +356,8 @@ func (t *taskEntry) step(id flexID) (*taskStep, error) {
 	}
 	i := slices.IndexFunc(t.Steps, func(s *taskStep) bool { return s.ID == want })
 	if i < 0 {
-		return nil, fmt.Errorf("task %s has no step %q; its open steps:%s", t.ID, id, stepLines(t.open("")))
+		open := stepLines(t.open(""))
+		return nil, fmt.Errorf("task %s has no step %q; its open steps:%s", t.ID, id, open)
 	}
 	return t.Steps[i], nil
 }
@@ -382,7 +388,7 @@ func (tf *taskFile) complete(t *taskEntry, a taskArgs) (string, error) {
 		return fmt.Sprintf("Completed step %s of task %s.", s.ID, t.line()), nil
 	}
 	if open := t.open(""); len(open) > 0 && !a.Force {
-		return "", fmt.Errorf("task %s has open steps; complete them, or pass force: true to close them too:%s",
+		return "", fmt.Errorf("task %s has open steps; complete them, or pass force: true:%s",
 			t.ID, stepLines(open))
 	}
 	for _, s := range t.Steps {
@@ -402,9 +408,8 @@ func (tf *taskFile) list(a taskArgs) (string, []*taskEntry, error) {
 	text := "Tasks (* = current):"
 	shown := []*taskEntry{}
 	for _, t := range tf.Tasks {
-		match := containsFold(t.Title, a.Query) || slices.ContainsFunc(t.Steps, func(s *taskStep) bool {
-			return containsFold(s.Text, a.Query)
-		})
+		inStep := func(s *taskStep) bool { return containsFold(s.Text, a.Query) }
+		match := containsFold(t.Title, a.Query) || slices.ContainsFunc(t.Steps, inStep)
 		if !match || t.Project != a.project && !a.All {
 			continue
 		}
@@ -419,7 +424,7 @@ func (tf *taskFile) list(a taskArgs) (string, []*taskEntry, error) {
 		shown = append(shown, t)
 	}
 	if len(shown) == 0 {
-		text = "No tasks in " + a.project + " match. create starts one; all: true lists every project's."
+		text = "No tasks in " + a.project + " match. create starts one; all lists every project's."
 	}
 	return text, shown, nil
 }
@@ -478,12 +483,14 @@ Plan mode belongs to this connection.`,
 		"goal":{"type":"string","maxLength":1000,"description":"What the plan is for (enter)."},
 		"plan":{"type":"string","maxLength":1048576,"description":"The plan, markdown (exit)."},
 		"plan_file":{"type":"string","maxLength":4096,
-			"description":"Where the plan is kept (enter; default: a new file in STATE_DIR/plans)."}},
+			"description":"Where the plan is kept (enter; default: a new file in STATE_DIR/plans)."}
+		},
 		"required":["action"]}`,
-	output: `{"type":"object","required":["active","goal","plan_file","started_at","message"],"properties":{
-		"active":{"type":"boolean"},"goal":{"type":["string","null"]},"plan_file":{"type":["string","null"]},
-		"started_at":{"type":["string","null"]},"plan":{"type":"string"},"message":{"type":"string"},
-		"approval":{"type":"string","enum":["approved","keep planning","not asked"]},"note":{"type":"string"}}}`,
+	output: `{"type":"object","required":["active","goal","plan_file","started_at","message"],
+		"properties":{"active":{"type":"boolean"},"goal":{"type":["string","null"]},
+		"plan_file":{"type":["string","null"]},"started_at":{"type":["string","null"]},
+		"plan":{"type":"string"},"message":{"type":"string"},"note":{"type":"string"},
+		"approval":{"type":"string","enum":["approved","keep planning","not asked"]}}}`,
 	run: runPlanMode,
 }
 
@@ -587,7 +594,8 @@ func (p *planState) enter(c *toolCall, goal, file string) toolResult {
 		return errorResult("enter needs goal, what the plan is for")
 	}
 	if file == "" {
-		file = filepath.Join(c.s.srv.cfg.str("STATE_DIR"), "plans", time.Now().Format("20060102-150405.000000")+".md")
+		name := time.Now().Format("20060102-150405.000000") + ".md"
+		file = filepath.Join(c.s.srv.cfg.str("STATE_DIR"), "plans", name)
 		os.MkdirAll(filepath.Dir(file), 0o700) // writing the plan reports a failure
 	}
 	file = c.s.shell.resolve(file)
@@ -608,8 +616,10 @@ func (p *planState) enter(c *toolCall, goal, file string) toolResult {
 	if !c.s.srv.cfg.bool("PLAN_MODE_STRICT") {
 		gate = "Do not change anything until you exit plan mode."
 	}
-	return in.result(fmt.Sprintf("Plan mode activated. Write your plan as markdown.\nGoal: %q\nPlan file: %s\n%s\n"+
-		`Then exit with {"action":"exit","plan":"..."}.`, goal, file, gate), nil)
+	text := fmt.Sprintf("Plan mode activated. Write your plan as markdown.\nGoal: %q\nPlan file: %s\n%s",
+		goal, file, gate)
+	return in.result(text+`
+Then exit with {"action":"exit","plan":"..."}.`, nil)
 }
 
 func (p *planState) exit(ctx context.Context, c *toolCall, plan string) toolResult {
@@ -643,7 +653,7 @@ func (p *planState) exit(ctx context.Context, c *toolCall, plan string) toolResu
 	case planApproved:
 		text = "The user approved the plan. " + text
 	case planKeep:
-		text = "The user wants more planning: plan mode stays active. Revise the plan and exit again."
+		text = "The user wants more planning: plan mode stays active. Revise the plan, exit again."
 	}
 	if note != "" {
 		text += "\nNote from the user: " + note
@@ -657,8 +667,9 @@ func approvePlan(ctx context.Context, c *toolCall, plan string) (approval, note 
 	if !c.req.clientHas("elicitation") || c.req.modern || !atLeast(c.req.version, version20250618) {
 		return planNotAsked, ""
 	}
-	raw, err := c.s.request(ctx, "elicitation/create", map[string]any{"message": "Approve this plan?\n\n" + plan,
-		"requestedSchema": json.RawMessage(planApproval)})
+	params := map[string]any{"message": "Approve this plan?\n\n" + plan,
+		"requestedSchema": json.RawMessage(planApproval)}
+	raw, err := c.s.request(ctx, "elicitation/create", params)
 	var r struct {
 		Action  string
 		Content struct{ Decision, Note string }
@@ -703,7 +714,8 @@ Skill folders, in search order: .claude/skills in the shell's project (its git r
 Available skills (at most 200; prompts/list names all):` + cmp.Or(list, " none")
 	},
 	input: `{"type":"object","properties":{
-		"skill_name":{"type":"string","minLength":1,"maxLength":200,"description":"The skill's name, as listed."},
+		"skill_name":{"type":"string","minLength":1,"maxLength":200,
+			"description":"The skill's name, as listed."},
 		"arguments":{"type":"string","maxLength":10000,"description":"Fills $ARGUMENTS."}},
 		"required":["skill_name"]}`,
 	hints: toolHints{readOnly: true, idempotent: true},
@@ -731,10 +743,12 @@ type skillCatalog struct {
 // skillRoots lists the skill folders in search order; the first holding a name wins.
 func skillRoots(cfg *config, project string) []skillInfo {
 	home, _ := os.UserHomeDir()
-	roots := []skillInfo{{path: filepath.Join(project, ".claude", "skills"), source: "Project Skill"},
+	roots := []skillInfo{
+		{path: filepath.Join(project, ".claude", "skills"), source: "Project Skill"},
 		{path: filepath.Join(home, ".claude", "skills"), source: "User Skill"},
 		{path: filepath.Join(home, ".telson", "skills"), source: "User Skill"}}
-	for _, d := range strings.FieldsFunc(cfg.str("ADDITIONAL_SKILLS"), func(r rune) bool { return r == ',' || r == ':' }) {
+	separator := func(r rune) bool { return r == ',' || r == ':' }
+	for _, d := range strings.FieldsFunc(cfg.str("ADDITIONAL_SKILLS"), separator) {
 		d = strings.TrimSpace(d)
 		if rest, ok := strings.CutPrefix(d, "~/"); ok {
 			d = filepath.Join(home, rest)
@@ -757,7 +771,8 @@ func (sc *skillCatalog) refresh(srv *server, dir string) (int64, []skillInfo) {
 	for _, r := range skillRoots(srv.cfg, sc.dir) {
 		entries, _ := os.ReadDir(r.path)
 		for _, e := range entries[:min(len(entries), maxSkillsRoot)] {
-			sk := skillInfo{name: e.Name(), source: r.source, path: filepath.Join(r.path, e.Name(), "SKILL.md")}
+			sk := skillInfo{name: e.Name(), source: r.source}
+			sk.path = filepath.Join(r.path, sk.name, "SKILL.md")
 			if fi, err := os.Stat(sk.path); err == nil && fi.Mode().IsRegular() {
 				fmt.Fprintln(&sig, sk.path, fi.ModTime(), fi.Size())
 				found = append(found, sk)
@@ -883,7 +898,8 @@ func (s *session) loadSkill(name, args string) (skillInfo, string, error) {
 		}
 		return sk, text, nil
 	}
-	return skillInfo{}, "", fmt.Errorf("skill %q not found; available: %s", name, strings.Join(names, ", "))
+	available := strings.Join(names, ", ")
+	return skillInfo{}, "", fmt.Errorf("skill %q not found; available: %s", name, available)
 }
 
 func runInvokeSkill(ctx context.Context, c *toolCall) toolResult {
@@ -896,7 +912,8 @@ func runInvokeSkill(ctx context.Context, c *toolCall) toolResult {
 	if err != nil {
 		return errorResult("%v", err)
 	}
-	text = fmt.Sprintf("[skill: %s | %s | path: %s]\n\n%s", sk.name, sk.source, sk.path, strings.TrimRight(text, "\n"))
+	text = fmt.Sprintf("[skill: %s | %s | path: %s]\n\n%s",
+		sk.name, sk.source, sk.path, strings.TrimRight(text, "\n"))
 	dir, _ := filepath.EvalSymlinks(filepath.Dir(sk.path)) // a linked skill folder lists its files
 	var files []string
 	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
@@ -930,7 +947,8 @@ func handlePromptsGet(ctx context.Context, r *rpcRequest) (map[string]any, error
 		Arguments map[string]string
 	}
 	if err := json.Unmarshal(r.params, &p); err != nil || p.Name == "" {
-		return nil, newRPCError(codeInvalidParams, "invalid params: name (a string) is required; arguments maps names to strings")
+		return nil, newRPCError(codeInvalidParams,
+			"invalid params: name (a string) is required; arguments maps names to strings")
 	}
 	sk, text, err := r.s.loadSkill(p.Name, p.Arguments["arguments"])
 	if err != nil {
@@ -953,12 +971,14 @@ result: it cannot wake you while you are idle.
 - list: the active reminders (slots 0-7). cancel: slot callback_id, or all.`,
 	input: `{"type":"object","properties":{
 		"action":{"type":"string","enum":["set","list","cancel"]},
-		"message":{"type":"string","maxLength":2048,"description":"What you are told when it fires."},
+		"message":{"type":"string","maxLength":2048,
+			"description":"What you are told when it fires."},
 		"delay_seconds":{"type":"integer","minimum":1,"maximum":3600,
 			"description":"Seconds until it fires, and between repeats."},
 		"repeat_count":{"type":"integer","minimum":-1,"maximum":10000,
 			"description":"How many times it fires: default 1, -1 forever."},
-		"callback_id":{"type":"integer","minimum":0,"maximum":7,"description":"Slot to cancel (default: all)."}}}`,
+		"callback_id":{"type":"integer","minimum":0,"maximum":7,
+			"description":"Slot to cancel (default: all)."}}}`,
 	run: runSetCallback,
 }
 
@@ -1081,7 +1101,8 @@ func (cb *callbackSlots) list() toolResult {
 	if len(lines) == 0 {
 		return textResult("No active callbacks.")
 	}
-	return textResult(fmt.Sprintf("Active callbacks (%d/%d):%s", len(lines), callbackSlotCount, strings.Join(lines, "")))
+	head := fmt.Sprintf("Active callbacks (%d/%d):", len(lines), callbackSlotCount)
+	return textResult(head + strings.Join(lines, ""))
 }
 
 func (cb *callbackSlots) cancel(id *int64) toolResult {
@@ -1093,7 +1114,8 @@ func (cb *callbackSlots) cancel(id *int64) toolResult {
 		return errorResult("callback slot %d is not active", *id)
 	}
 	cb.stop(*id)
-	return textResult(fmt.Sprintf("Cancelled callback slot %d: %s", *id, callbackPreview(sl.message)))
+	return textResult(fmt.Sprintf("Cancelled callback slot %d: %s",
+		*id, callbackPreview(sl.message)))
 }
 
 func (cb *callbackSlots) set(a callbackArgs) toolResult {
@@ -1115,9 +1137,11 @@ func (cb *callbackSlots) set(a callbackArgs) toolResult {
 	case -1:
 		times = fmt.Sprintf("fires every %ds until cancelled.", delay)
 	}
-	cb.slots[i] = &callbackSlot{message: a.Message, delay: time.Duration(delay) * time.Second, remaining: a.RepeatCount}
+	cb.slots[i] = &callbackSlot{message: a.Message, delay: time.Duration(delay) * time.Second,
+		remaining: a.RepeatCount}
 	cb.arm(i, cb.slots[i])
-	return textResult(fmt.Sprintf(`Callback scheduled in slot %d: %s Cancel it with {"action":"cancel","callback_id":%d}.`,
+	return textResult(fmt.Sprintf(
+		`Callback scheduled in slot %d: %s Cancel it with {"action":"cancel","callback_id":%d}.`,
 		i, times, i))
 }
 
