@@ -616,10 +616,9 @@ func (p *planState) enter(c *toolCall, goal, file string) toolResult {
 	if !c.s.srv.cfg.bool("PLAN_MODE_STRICT") {
 		gate = "Do not change anything until you exit plan mode."
 	}
-	text := fmt.Sprintf("Plan mode activated. Write your plan as markdown.\nGoal: %q\nPlan file: %s\n%s",
-		goal, file, gate)
-	return in.result(text+`
-Then exit with {"action":"exit","plan":"..."}.`, nil)
+	text := fmt.Sprintf("Plan mode activated. Write your plan as markdown.\nGoal: %q\nPlan file: %s\n%s\n%s",
+		goal, file, gate, `Then exit with {"action":"exit","plan":"..."}.`)
+	return in.result(text, nil)
 }
 
 func (p *planState) exit(ctx context.Context, c *toolCall, plan string) toolResult {
@@ -705,9 +704,10 @@ var invokeSkillTool = toolDef{
 		for _, sk := range skills[:min(len(skills), maxSkillsList)] {
 			list += "\n- " + sk.name + ": " + sk.description
 		}
-		return `Invoke or load a skill by name. Returns the skill content for you to follow or use
-as context: a header (skill, source, path), its text with $ARGUMENTS replaced by arguments
-(appended when it has no $ARGUMENTS), then the other files in its folder.
+		return `Invoke or load a skill by name.
+Returns the skill content for you to follow or use as context: a header (skill, source, path),
+its text with $ARGUMENTS replaced by arguments (appended when it has no $ARGUMENTS), then the
+other files in its folder.
 Skill folders, in search order: .claude/skills in the shell's project (its git root),
 ~/.claude/skills, ~/.telson/skills, ADDITIONAL_SKILLS.
 
@@ -963,8 +963,9 @@ func handlePromptsGet(ctx context.Context, r *rpcRequest) (map[string]any, error
 var setCallbackTool = toolDef{
 	name:  "SetCallback",
 	title: "Set a reminder for yourself",
-	description: `Reminds you of message after delay_seconds: to check on a deploy, a build or a
-background task later. It fires once unless repeat_count says more; repeats re-arm from each fire.
+	description: `Reminds you of message after delay_seconds.
+Use it to check on a deploy, a build or a background task later. It fires once unless
+repeat_count says more; repeats re-arm from each fire.
 A fired reminder reaches you as "[callback N] <message>" at the top of your next telson tool
 result: it cannot wake you while you are idle.
 - set (the default): message and delay_seconds are required.
