@@ -640,7 +640,10 @@ func (p *planState) exit(ctx context.Context, c *toolCall, plan string) toolResu
 		}
 		plan = string(b)
 	}
-	approval, note := approvePlan(ctx, c, plan)
+	approval, note, ask := approvePlan(ctx, c, plan)
+	if ask != nil {
+		return toolResult{inputRequired: ask}
+	}
 	p.mu.Lock()
 	if p.started.Equal(in.started) && approval != planKeep {
 		p.active = false
@@ -662,24 +665,37 @@ func (p *planState) exit(ctx context.Context, c *toolCall, plan string) toolResu
 }
 
 // approvePlan asks the user to approve plan when the client can show a form.
-func approvePlan(ctx context.Context, c *toolCall, plan string) (approval, note string) {
-	if !c.req.clientHas("elicitation") || c.req.modern || !atLeast(c.req.version, version20250618) {
-		return planNotAsked, ""
+// In the 2026-07-28 era the form goes back in an input-required result (ask)
+// and the answer comes with the retried call.
+func approvePlan(ctx context.Context, c *toolCall, plan string) (approval, note string, ask map[string]any) {
+	if !c.req.clientHas("elicitation") || !atLeast(c.req.version, version20250618) {
+		return planNotAsked, "", nil
 	}
 	params := map[string]any{"message": "Approve this plan?\n\n" + plan,
 		"requestedSchema": json.RawMessage(planApproval)}
-	raw, err := c.s.request(ctx, "elicitation/create", params)
+	var p struct {
+		InputResponses map[string]json.RawMessage `json:"inputResponses"`
+	}
+	json.Unmarshal(c.req.params, &p)
+	raw := p.InputResponses["approve"]
+	var err error
+	if !c.req.modern {
+		raw, err = c.s.request(ctx, "elicitation/create", params)
+	} else if raw == nil {
+		return "", "", map[string]any{"requestState": "plan", "inputRequests": map[string]any{
+			"approve": map[string]any{"method": "elicitation/create", "params": params}}}
+	}
 	var r struct {
 		Action  string
 		Content struct{ Decision, Note string }
 	}
 	if err != nil || json.Unmarshal(raw, &r) != nil {
-		return planNotAsked, ""
+		return planNotAsked, "", nil
 	}
 	if r.Action == "accept" && r.Content.Decision == "approve" {
-		return planApproved, r.Content.Note
+		return planApproved, r.Content.Note, nil
 	}
-	return planKeep, r.Content.Note
+	return planKeep, r.Content.Note, nil
 }
 
 func (p *planState) reset() toolResult {

@@ -333,3 +333,38 @@ func TestWorkflowCallbackDefaultsOnce(t *testing.T) {
 	wfCall(t, c, "SetCallback", map[string]any{"action": "cancel"}, false, "Cancelled 1 callback.")
 	wfCall(t, c, "SetCallback", map[string]any{"action": "cancel"}, false, "Cancelled 0 callbacks.")
 }
+
+// In the 2026-07-28 era the approval form comes back as an input-required
+// result, and the retried call carries the answer.
+func TestWorkflowPlanModeApprovalModern(t *testing.T) {
+	t.Parallel()
+	c := startServer(t, "-state-dir", t.TempDir())
+	call := func(args map[string]any, extra map[string]any) map[string]any {
+		t.Helper()
+		p := map[string]any{"name": "PlanMode", "arguments": args, "_meta": map[string]any{
+			"io.modelcontextprotocol/protocolVersion":    "2026-07-28",
+			"io.modelcontextprotocol/clientCapabilities": map[string]any{"elicitation": map[string]any{}}}}
+		for k, v := range extra {
+			p[k] = v
+		}
+		return uiResult(t, c.request("tools/call", p))
+	}
+	call(map[string]any{"action": "enter", "goal": "g"}, nil)
+	exit := map[string]any{"action": "exit", "plan": "the plan"}
+	first := call(exit, nil)
+	ask, _ := first["inputRequests"].(map[string]any)["approve"].(map[string]any)
+	if first["resultType"] != "input_required" || ask["method"] != "elicitation/create" ||
+		!strings.Contains(ask["params"].(map[string]any)["message"].(string), "the plan") {
+		t.Fatalf("first: %v", first)
+	}
+	answer := func(decision string) map[string]any {
+		return map[string]any{"requestState": first["requestState"], "inputResponses": map[string]any{
+			"approve": map[string]any{"action": "accept", "content": map[string]any{"decision": decision}}}}
+	}
+	if sc := wfStructured(t, call(exit, answer("keep planning"))); sc["active"] != true || sc["approval"] != "keep planning" {
+		t.Fatalf("keep planning: %v", sc)
+	}
+	if sc := wfStructured(t, call(exit, answer("approve"))); sc["active"] != false || sc["approval"] != "approved" {
+		t.Fatalf("approve: %v", sc)
+	}
+}
