@@ -779,9 +779,7 @@ func skillRoots(cfg *config, project string) []skillInfo {
 func (sc *skillCatalog) refresh(srv *server, dir string) (int64, []skillInfo) {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
-	if dir != "" {
-		sc.dir = projectOf(dir)
-	}
+	sc.dir = projectOf(cmp.Or(dir, sc.dir))
 	var sig strings.Builder
 	var found []skillInfo
 	for _, r := range skillRoots(srv.cfg, sc.dir) {
