@@ -718,7 +718,8 @@ var invokeSkillTool = toolDef{
 		_, skills := srv.skills.refresh(srv, "")
 		list := ""
 		for _, sk := range skills[:min(len(skills), maxSkillsList)] {
-			list += "\n- " + sk.name + ": " + sk.description
+			d := []rune(sk.description)
+			list += "\n- " + sk.name + ": " + string(d[:min(len(d), 250)])
 		}
 		return `Invoke or load a skill by name.
 Returns the skill content for you to follow or use as context: a header (skill, source, path),
