@@ -130,7 +130,6 @@ func run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, args []
 func serveStdio(ctx context.Context, srv *server, stdin io.Reader, stdout io.Writer) error {
 	s := newSession(srv, stdout)
 	defer s.close() // runs after s.wait below: what the session started ends with it
-	s.watchSkills()
 	srv.log.debugf("serving stdio")
 	readErr := make(chan error, 1)
 	go func() { readErr <- s.serve(ctx, stdin) }() // exits at EOF or a read error; blocked on stdin otherwise

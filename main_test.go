@@ -4334,7 +4334,7 @@ func TestWorkflowTaskManagerRoundTrip(t *testing.T) {
 		t.Helper()
 		return wfCall(t, c, "TaskManager", args, wantErr, want...)
 	}
-	tm(false, map[string]any{"action": "list"}, "No tasks yet")
+	tm(false, map[string]any{"action": "list"}, "No tasks in")
 	res := tm(false, map[string]any{"action": "create", "text": "Ship v2"}, `Created task t1 "Ship v2"`, "current task")
 	if sc := wfStructured(t, res); sc["current"] != "t1" || len(sc["tasks"].([]any)) != 1 {
 		t.Fatalf("create structured: %v", sc)
@@ -4345,7 +4345,7 @@ func TestWorkflowTaskManagerRoundTrip(t *testing.T) {
 	tm(false, map[string]any{"action": "add", "task_id": "t1", "text": "tag release"}, "Added step t1.3 to task t1")
 	tm(false, map[string]any{"action": "add", "text": "reproduce"}, "Added step t2.1 to task t2")
 	tm(false, map[string]any{"action": "complete", "step_id": "t1.2"}, "Completed step t1.2", "[1/3]")
-	tm(false, map[string]any{"action": "complete", "step_id": "t1.2"}, "already completed")
+	tm(false, map[string]any{"action": "complete", "step_id": "t1.2"}, "Completed step t1.2", "[1/3]")
 	res = tm(false, map[string]any{"action": "list"}, "* t2 \"Fix login\" [0/1]", "  t1 \"Ship v2\" [1/3]")
 	if sc := wfStructured(t, res); sc["current"] != "t2" || len(sc["tasks"].([]any)) != 2 {
 		t.Fatalf("list structured: %v", sc)
@@ -4356,7 +4356,7 @@ func TestWorkflowTaskManagerRoundTrip(t *testing.T) {
 	}
 	res = tm(false, map[string]any{"action": "pending", "task_id": "t1"}, "- t1.1 write tests", "- t1.3 tag release")
 	steps := wfStructured(t, res)["tasks"].([]any)[0].(map[string]any)["steps"].([]any)
-	if len(steps) != 2 {
+	if len(steps) != 3 {
 		t.Fatalf("pending structured steps: %v", steps)
 	}
 	if text := resultText(tm(false, map[string]any{"action": "pending", "task_id": "t1", "query": "tag"})); strings.Contains(text, "t1.1") {
@@ -4364,9 +4364,10 @@ func TestWorkflowTaskManagerRoundTrip(t *testing.T) {
 	}
 	tm(false, map[string]any{"action": "switch", "task_id": "t1"}, "Switched to task t1")
 	tm(false, map[string]any{"action": "complete", "step_id": "1"}, "Completed step t1.1", "[2/3]")
-	tm(false, map[string]any{"action": "complete"}, "Completed task t1", "no current task")
-	tm(false, map[string]any{"action": "complete", "task_id": "t1"}, "already completed")
-	tm(false, map[string]any{"action": "pending", "task_id": "t1"}, "No open steps")
+	tm(true, map[string]any{"action": "complete"}, "t1 has open steps", "- t1.3 tag release", "force")
+	tm(false, map[string]any{"action": "complete", "force": true}, "Completed task t1", "No task is current now")
+	tm(false, map[string]any{"action": "complete", "task_id": "t1"}, "Completed task t1")
+	tm(false, map[string]any{"action": "pending", "task_id": "t1"}, ": none")
 	tm(false, map[string]any{"action": "list"}, "t1 \"Ship v2\" [3/3] done")
 	tm(false, map[string]any{"action": "add", "task_id": "t1", "text": "hotfix"}, "Added step t1.4", "[3/4]")
 
@@ -4377,13 +4378,12 @@ func TestWorkflowTaskManagerRoundTrip(t *testing.T) {
 	tm(true, map[string]any{"action": "create", "text": "   "}, "create needs text")
 	tm(true, map[string]any{"action": "create", "text": strings.Repeat("x", 501)}, "at most 500")
 	tm(true, map[string]any{"action": "add", "text": "x"}, "no current task")
-	tm(true, map[string]any{"action": "add", "task_id": "t9", "text": "x"}, `no task "t9"`, "t1, t2")
-	tm(true, map[string]any{"action": "add", "task_id": 1, "text": "x"}, "must be a string")
+	tm(true, map[string]any{"action": "add", "task_id": "t9", "text": "x"}, `no task "t9"`)
 	tm(true, map[string]any{"action": "add", "task_id": "t1"}, "add needs text")
-	tm(true, map[string]any{"action": "complete", "step_id": "t1.99"}, `no step "t1.99"`)
+	tm(true, map[string]any{"action": "complete", "step_id": "t1.99"}, "no step")
 	tm(true, map[string]any{"action": "complete", "task_id": "t2", "step_id": "t1.1"}, "no step")
-	tm(true, map[string]any{"action": "switch"}, "switch needs task_id")
-	tm(true, map[string]any{"action": "switch", "task_id": "nope"}, `no task "nope"`)
+	tm(true, map[string]any{"action": "switch"}, "no current task")
+	tm(true, map[string]any{"action": "switch", "task_id": "nope"}, `no task "tnope"`)
 	tm(true, map[string]any{"action": "list", "query": 5}, "must be a string")
 }
 
@@ -4461,8 +4461,8 @@ func TestWorkflowTaskManagerCorruptFile(t *testing.T) {
 	os.WriteFile(path, []byte(`{"tasks": [oops`), 0o600)
 	c := startServer(t, "-state-dir", dir)
 	c.initialize("2025-06-18")
-	for _, args := range []map[string]any{{"action": "list"}, {"action": "add", "text": "x"}, {"action": "create"}} {
-		res := wfCall(t, c, "TaskManager", args, true, path, "corrupt", "left untouched")
+	for _, args := range []map[string]any{{"action": "list"}, {"action": "add", "text": "x"}, {"action": "create", "text": "x"}} {
+		res := wfCall(t, c, "TaskManager", args, true, path, "unusable", "left untouched")
 		if _, ok := res["structuredContent"]; ok {
 			t.Fatalf("error result with structured content: %v", res)
 		}
@@ -4470,28 +4470,19 @@ func TestWorkflowTaskManagerCorruptFile(t *testing.T) {
 	if b, _ := os.ReadFile(path); string(b) != `{"tasks": [oops` {
 		t.Fatalf("corrupt file changed: %s", b)
 	}
-	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "fresh"}, false, "was corrupt", ".corrupt-", "Created task t1")
-	backups, _ := filepath.Glob(path + ".corrupt-*")
-	if len(backups) != 1 {
-		t.Fatalf("backups: %v", backups)
-	}
-	if b, _ := os.ReadFile(backups[0]); string(b) != `{"tasks": [oops` {
-		t.Fatalf("backup holds %q", b)
-	}
-	wfCall(t, c, "TaskManager", map[string]any{"action": "list"}, false, `* t1 "fresh"`)
 
 	// Valid JSON that is not a usable list is corrupt too; ids never repeat in a hand-edited file.
 	os.WriteFile(path, []byte(`{"tasks":[null]}`), 0o600)
-	wfCall(t, c, "TaskManager", map[string]any{"action": "list"}, true, "corrupt", "null")
-	os.WriteFile(path, []byte(`{"tasks":[{"id":"t7","title":"hand","steps":[{"id":"t7.4","text":"s"}]}],"current":"t7"}`), 0o600)
-	wfCall(t, c, "TaskManager", map[string]any{"action": "add", "text": "next"}, false, "Added step t7.5")
+	wfCall(t, c, "TaskManager", map[string]any{"action": "list"}, true, "unusable", "null")
+	os.WriteFile(path, []byte(`{"tasks":[{"id":"t7","title":"hand","steps":[{"id":"t7.1","text":"s"}]}]}`), 0o600)
+	wfCall(t, c, "TaskManager", map[string]any{"action": "add", "task_id": 7, "text": "next"}, false, "Added step t7.2")
 	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "next"}, false, "Created task t8")
 }
 
 func TestWorkflowTaskManagerFullListDropsOldestDone(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	tf := taskFile{NextID: maxTasks + 1}
+	tf := taskFile{}
 	for i := 1; i <= maxTasks; i++ {
 		tf.Tasks = append(tf.Tasks, &taskEntry{ID: fmt.Sprintf("t%d", i), Title: "x", Done: i == 5 || i == 9})
 	}
@@ -4499,9 +4490,13 @@ func TestWorkflowTaskManagerFullListDropsOldestDone(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "tasks.json"), b, 0o600)
 	c := startServer(t, "-state-dir", dir)
 	c.initialize("2025-06-18")
-	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "new"}, false, "t5", "dropped", "Created task t201")
-	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "new"}, false, "t9", "dropped", "Created task t202")
+	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "new"}, false, "Created task t201")
+	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "new"}, false, "Created task t202")
 	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "new"}, true, "200 open tasks")
+	b, _ = os.ReadFile(filepath.Join(dir, "tasks.json"))
+	if strings.Contains(string(b), `"t5"`) || strings.Contains(string(b), `"t9"`) || !strings.Contains(string(b), `"t8"`) {
+		t.Fatalf("the oldest completed tasks were not the ones dropped:\n%.300s", b)
+	}
 }
 
 func TestWorkflowPlanMode(t *testing.T) {
@@ -4522,11 +4517,11 @@ func TestWorkflowPlanMode(t *testing.T) {
 	pm(true, map[string]any{"action": "enter"}, "enter needs goal")
 	pm(true, map[string]any{"action": "enter", "goal": strings.Repeat("g", 1001)}, "at most 1000")
 	pm(true, map[string]any{"action": "plan"}, "must be one of")
-	pm(true, map[string]any{"action": "enter", "goal": "x", "plan_file": dir}, "is a directory")
-	res = pm(false, map[string]any{"action": "enter", "goal": "Move the Config loader!"}, "Plan mode activated. Write your plan as markdown.", "refused")
+	pm(true, map[string]any{"action": "enter", "goal": "x", "plan_file": dir}, "not a regular file")
+	res = pm(false, map[string]any{"action": "enter", "goal": "Move the Config loader!"}, "Plan mode activated. Write your plan as markdown.", "read-only")
 	sc := wfStructured(t, res)
 	planFile := sc["plan_file"].(string)
-	if planFile != filepath.Join(dir, "plans", "move-the-config-loader.md") || sc["active"] != true || sc["goal"] != "Move the Config loader!" {
+	if filepath.Dir(planFile) != filepath.Join(dir, "plans") || sc["active"] != true || sc["goal"] != "Move the Config loader!" {
 		t.Fatalf("enter structured: %v", sc)
 	}
 	if _, err := time.Parse(time.RFC3339, sc["started_at"].(string)); err != nil {
@@ -4546,7 +4541,7 @@ func TestWorkflowPlanMode(t *testing.T) {
 	wfCall(t, c, "ListBgTasks", map[string]any{}, false)
 	pm(true, map[string]any{"action": "exit"}, "no such file", "reset")
 	os.WriteFile(planFile, []byte(""), 0o600)
-	pm(true, map[string]any{"action": "exit"}, "empty or has not changed")
+	pm(true, map[string]any{"action": "exit"}, "is empty")
 	os.WriteFile(planFile, []byte("# Plan\n1. move it\n"), 0o600)
 	res = pm(false, map[string]any{"action": "exit"}, "Plan saved to "+planFile, "Exiting plan mode. Returning to execution.", "1. move it")
 	if sc := wfStructured(t, res); sc["active"] != false || sc["plan"] != "# Plan\n1. move it\n" {
@@ -4556,19 +4551,20 @@ func TestWorkflowPlanMode(t *testing.T) {
 
 	// Entering again with the same goal gets a new file, so an old plan is never taken as new.
 	res = pm(false, map[string]any{"action": "enter", "goal": "Move the Config loader!"})
-	if f := wfStructured(t, res)["plan_file"]; f != filepath.Join(dir, "plans", "move-the-config-loader-2.md") {
+	if f := wfStructured(t, res)["plan_file"]; f == planFile {
 		t.Fatalf("second plan file: %v", f)
 	}
 	pm(false, map[string]any{"action": "reset"}, "Plan mode reset. No plan saved.")
 	pm(false, map[string]any{"action": "reset"}, "not active")
 
-	// An existing plan_file, relative to the shell's directory, must change before exit.
+	// A plan_file relative to the shell's directory; the plan passed inline replaces it.
 	wfCall(t, c, "Bash", map[string]any{"command": "cd " + dir}, false)
 	os.WriteFile(filepath.Join(dir, "mine.md"), []byte("old plan\n"), 0o600)
 	pm(false, map[string]any{"action": "enter", "goal": "g", "plan_file": "mine.md"}, filepath.Join(dir, "mine.md"))
-	pm(true, map[string]any{"action": "exit"}, "has not changed")
-	os.WriteFile(filepath.Join(dir, "mine.md"), []byte("new plan\n"), 0o600)
-	pm(false, map[string]any{"action": "exit"}, "new plan")
+	pm(false, map[string]any{"action": "exit", "plan": "new plan\n"}, "new plan")
+	if b, _ := os.ReadFile(filepath.Join(dir, "mine.md")); string(b) != "new plan\n" {
+		t.Fatalf("plan file holds %q", b)
+	}
 
 	// A new session starts outside plan mode.
 	pm(false, map[string]any{"action": "enter", "goal": "left active"})
@@ -4617,7 +4613,7 @@ func TestWorkflowSkillSearchOrder(t *testing.T) {
 		return "---\nname: dup\ndescription: from " + where + "\n---\nbody from " + where + "\n"
 	}
 	wfSkill(t, filepath.Join(proj, ".claude", "skills"), "dup", skill("project"))
-	wfSkill(t, filepath.Join(proj, ".agents", "skills"), "dup", skill("agents"))
+	os.Mkdir(filepath.Join(proj, ".git"), 0o755) // the project is the git root
 	wfSkill(t, filepath.Join(home, ".claude", "skills"), "dup", skill("user-claude"))
 	wfSkill(t, filepath.Join(home, ".telson", "skills"), "dup", skill("user-telson"))
 	wfSkill(t, extra, "dup", skill("extra"))
@@ -4626,7 +4622,7 @@ func TestWorkflowSkillSearchOrder(t *testing.T) {
 	c.initialize("2025-06-18")
 	os.MkdirAll(filepath.Join(proj, "src", "deep"), 0o755)
 	wfCall(t, c, "Bash", map[string]any{"command": "cd " + filepath.Join(proj, "src", "deep")}, false)
-	for _, where := range []string{"project", "agents", "user-claude", "user-telson", "extra"} {
+	for _, where := range []string{"project", "user-claude", "user-telson", "extra"} {
 		res := wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "dup"}, false, "body from "+where)
 		if where == "project" && !strings.HasPrefix(resultText(res), "[skill: dup | Project Skill | path: "+filepath.Join(proj, ".claude", "skills", "dup", "SKILL.md")+"]") {
 			t.Fatalf("header: %s", resultText(res))
@@ -4634,8 +4630,6 @@ func TestWorkflowSkillSearchOrder(t *testing.T) {
 		switch where { // remove the winner; the next folder takes over
 		case "project":
 			os.RemoveAll(filepath.Join(proj, ".claude"))
-		case "agents":
-			os.RemoveAll(filepath.Join(proj, ".agents"))
 		case "user-claude":
 			os.RemoveAll(filepath.Join(home, ".claude"))
 		case "user-telson":
@@ -4650,12 +4644,13 @@ func TestWorkflowSkillsListingPromptsAndChanges(t *testing.T) {
 	home, proj := t.TempDir(), t.TempDir()
 	t.Setenv("HOME", home)
 	root := filepath.Join(proj, ".claude", "skills")
-	wfSkill(t, root, "release-notes", "---\nname: release-notes\ndescription: >\n  Write release notes\n  for a version.\nargument-hint: \"<version> [audience]\"\n---\n\nNotes for $ARGUMENTS[0] aimed at $1 (all: $ARGUMENTS).\n")
+	wfSkill(t, root, "release-notes", "---\nname: release-notes\ndescription: Write release notes for a version.\nargument-hint: \"<version> [audience]\"\n---\n\nNotes for $ARGUMENTS.\n")
 	os.WriteFile(filepath.Join(root, "release-notes", "template.md"), []byte("t"), 0o644)
 	wfSkill(t, root, "plain", "---\ndescription: 'It''s plain'\n---\nDo the plain thing.\n")
 	wfSkill(t, root, "broken", "---\ndescription: no end\n")
 	wfSkill(t, root, "misnamed", "---\nname: other\ndescription: d\n---\nx\n")
 	wfSkill(t, root, "nodesc", "---\nname: nodesc\n---\nx\n")
+	wfSkill(t, root, "block", "---\ndescription: >\n  folded\n---\nx\n")
 	c := startServer(t, "-state-dir", t.TempDir())
 	init := c.initialize("2025-06-18")
 	if caps := init["result"].(map[string]any)["capabilities"].(map[string]any); caps["prompts"] == nil {
@@ -4664,7 +4659,7 @@ func TestWorkflowSkillsListingPromptsAndChanges(t *testing.T) {
 	wfCall(t, c, "Bash", map[string]any{"command": "cd " + proj}, false)
 	// The first call from the project directory finds its skills and says the list changed.
 	res := wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "release-notes", "arguments": `v2.3 "ops team"`}, false,
-		"[skill: release-notes | Project Skill | path: ", "Notes for v2.3 aimed at ops team (all: v2.3 \"ops team\").", "Other files in", "- template.md")
+		"[skill: release-notes | Project Skill | path: ", `Notes for v2.3 "ops team".`, "Other files of the skill", "template.md")
 	if strings.Contains(resultText(res), "name: release-notes") {
 		t.Fatalf("front matter in the reply: %s", resultText(res))
 	}
@@ -4673,7 +4668,7 @@ func TestWorkflowSkillsListingPromptsAndChanges(t *testing.T) {
 	}
 	wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "plain", "arguments": "extra words"}, false, "Do the plain thing.\n\nARGUMENTS: extra words")
 	wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "plain"}, false, "Do the plain thing.")
-	wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "relase-notes"}, true, `skill "relase-notes" not found`, "closest: release-notes")
+	wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "relase-notes"}, true, `skill "relase-notes" not found`, "available: plain, release-notes")
 	wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "broken"}, true, "not found")
 	wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": ""}, true, "at least 1")
 	wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "plain", "arguments": 3}, true, "must be a string")
@@ -4685,13 +4680,15 @@ func TestWorkflowSkillsListingPromptsAndChanges(t *testing.T) {
 			desc = tl.(map[string]any)["description"].(string)
 		}
 	}
-	for _, want := range []string{"- plain: It's plain\n- release-notes: Write release notes for a version.\n", "(skipped " + filepath.Join(root, "broken"), "(skipped " + filepath.Join(root, "misnamed"), "(skipped " + filepath.Join(root, "nodesc")} {
+	for _, want := range []string{"- plain: It's plain\n- release-notes: Write release notes for a version."} {
 		if !strings.Contains(desc, want) {
 			t.Fatalf("description lacks %q:\n%s", want, desc)
 		}
 	}
-	if !strings.Contains(c.stderr.String(), "skipping "+filepath.Join(root, "broken", "SKILL.md")) {
-		t.Fatalf("no warning on stderr: %s", c.stderr.String())
+	for _, name := range []string{"broken", "misnamed", "nodesc", "block"} {
+		if !strings.Contains(c.stderr.String(), "skipping "+filepath.Join(root, name, "SKILL.md")) {
+			t.Fatalf("no warning on stderr for %s: %s", name, c.stderr.String())
+		}
 	}
 
 	prompts := c.request("prompts/list", nil)["result"].(map[string]any)["prompts"].([]any)
@@ -4702,7 +4699,7 @@ func TestWorkflowSkillsListingPromptsAndChanges(t *testing.T) {
 	got := c.request("prompts/get", map[string]any{"name": "release-notes", "arguments": map[string]any{"arguments": "v9 devs"}})
 	msgs := got["result"].(map[string]any)["messages"].([]any)
 	content := msgs[0].(map[string]any)["content"].(map[string]any)
-	if msgs[0].(map[string]any)["role"] != "user" || content["type"] != "text" || content["text"] != "Notes for v9 aimed at devs (all: v9 devs).\n" {
+	if msgs[0].(map[string]any)["role"] != "user" || content["type"] != "text" || content["text"] != "Notes for v9 devs.\n" {
 		t.Fatalf("prompts/get: %v", got)
 	}
 	if code := errCode(c.request("prompts/get", map[string]any{"name": "nope"})); code != codeInvalidParams {
@@ -4732,44 +4729,29 @@ func TestWorkflowSkillsListingPromptsAndChanges(t *testing.T) {
 	}
 }
 
-// The skill watch notices a new skill with no call at all.
-func TestWorkflowSkillWatch(t *testing.T) {
-	extra := t.TempDir()
-	c := startServer(t, "-state-dir", t.TempDir(), "-additional-skills", extra)
-	c.initialize("2025-06-18")
-	wfSkill(t, extra, "watched", "---\ndescription: d\n---\nx\n")
-	for {
-		if m := c.recv(); m["method"] == "notifications/tools/list_changed" {
-			break
-		}
-	}
-}
-
 func TestWorkflowExpandSkill(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ body, args, want string }{
 		{"Fix $ARGUMENTS now", "issue 12", "Fix issue 12 now"},
-		{"$0|$1|$2", `a "b c" 'd e'`, "a|b c|d e"},
-		{"$ARGUMENTS[1] then $ARGUMENTS[0]", `x\ y z`, "z then x y"},
-		{"missing: [$5] [$ARGUMENTS[3]]", "one", "missing: [] []"},
+		{"$ARGUMENTS|$ARGUMENTS", `a "b c"`, `a "b c"|a "b c"`},
 		{"no placeholder\n", "some args", "no placeholder\n\nARGUMENTS: some args"},
 		{"no placeholder\n", "", "no placeholder\n"},
 		{"dir ${CLAUDE_SKILL_DIR}/x", "", "dir /skills/s/x"},
 		{"$ARGUMENTS", "", ""},
 	} {
-		if got := expandSkill(tc.body, tc.args, "/skills/s"); got != tc.want {
-			t.Errorf("expandSkill(%q, %q) = %q, want %q", tc.body, tc.args, got, tc.want)
+		if got, err := expandSkill(tc.body, tc.args, "/skills/s"); got != tc.want || err != nil {
+			t.Errorf("expandSkill(%q, %q) = %q, %v; want %q", tc.body, tc.args, got, err, tc.want)
 		}
 	}
 }
 
 func TestWorkflowParseSkill(t *testing.T) {
 	t.Parallel()
-	meta, body, err := parseSkill("\ufeff---\r\nname: a\r\ndescription: first\r\n  continued\r\nargument-hint: \"[x]\"\r\nallowed-tools:\r\n  - Bash\r\nnotes: |\r\n  l1\r\n  l2\r\n---\r\n\r\nBody\r\n")
-	if err != nil || meta["name"] != "a" || meta["description"] != "first continued" || meta["argument-hint"] != "[x]" || meta["notes"] != "l1\nl2" || body != "Body\n" {
+	meta, body, err := parseSkill("\ufeff---\r\nname: a\r\ndescription: first\r\n  continued\r\nargument-hint: \"[x]\"\r\nallowed-tools:\r\n  - Bash\r\n---\r\n\r\nBody\r\n")
+	if err != nil || meta["name"] != "a" || meta["description"] != "first" || meta["argument-hint"] != "[x]" || body != "Body\n" {
 		t.Fatalf("parseSkill: %q %q %v", meta, body, err)
 	}
-	for _, bad := range []string{"", "no front matter", "---\nname: x\n", "---\nname x\n---\n", "---\ndescription: \"open\n---\n"} {
+	for _, bad := range []string{"", "no front matter", "---\nname: x\n"} {
 		if _, _, err := parseSkill(bad); err == nil {
 			t.Errorf("parseSkill(%q): no error", bad)
 		}
@@ -4785,8 +4767,8 @@ func TestWorkflowCallbacks(t *testing.T) {
 		return wfCall(t, c, "SetCallback", args, wantErr, want...)
 	}
 	cbk(false, map[string]any{"action": "list"}, "No active callbacks.")
-	cbk(false, map[string]any{"message": "check the deploy", "delay_seconds": 30, "repeat_count": 3}, "Callback scheduled: fires every 30s, repeats 3 times.", "Slot 0")
-	cbk(false, map[string]any{"action": "set", "message": strings.Repeat("long message ", 10), "delay_seconds": 3600, "repeat_count": -1}, "repeats infinitely.", "Slot 1")
+	cbk(false, map[string]any{"message": "check the deploy", "delay_seconds": 30, "repeat_count": 3}, "Callback scheduled in slot 0: fires every 30s, 3 times.")
+	cbk(false, map[string]any{"action": "set", "message": strings.Repeat("long message ", 10), "delay_seconds": 3600, "repeat_count": -1}, "slot 1: fires every 3600s until cancelled.")
 	clk.advance(18 * time.Second)
 	cbk(false, map[string]any{"action": "list"}, "Active callbacks (2/8):\n  [0] \"check the deploy\" - fires in 0m12s (3 left)\n  [1] \"long message long message long message long message long message...\" - fires in 59m42s (infinite)")
 
@@ -4818,8 +4800,8 @@ func TestWorkflowCallbacks(t *testing.T) {
 	cbk(false, map[string]any{"action": "list"}, "[1] ", "(infinite)")
 	wfNotes(c, "notifications/message")
 
-	// 0 means once.
-	cbk(false, map[string]any{"message": "once", "delay_seconds": 1, "repeat_count": 0}, "repeats 1 times.", "Slot 0")
+	// The default, and 0, mean once.
+	cbk(false, map[string]any{"message": "once", "delay_seconds": 1, "repeat_count": 0}, "slot 0: fires once in 1s.")
 	clk.advance(time.Second)
 	clk.advance(time.Second)
 	text = resultText(cbk(false, map[string]any{"action": "list"}))
@@ -4831,15 +4813,15 @@ func TestWorkflowCallbacks(t *testing.T) {
 	for i := 0; i < 7; i++ {
 		cbk(false, map[string]any{"message": fmt.Sprintf("m%d", i), "delay_seconds": 60})
 	}
-	cbk(true, map[string]any{"message": "ninth", "delay_seconds": 60}, "Error: all callback slots full (max 8)")
+	cbk(true, map[string]any{"message": "ninth", "delay_seconds": 60}, "all callback slots full (max 8)")
 	cbk(false, map[string]any{"action": "list"}, "Active callbacks (8/8):")
 
 	// Cancel one, then all.
 	cbk(false, map[string]any{"action": "cancel", "callback_id": 3}, `Cancelled callback slot 3: "m2"`)
-	cbk(true, map[string]any{"action": "cancel", "callback_id": 3}, "Error: callback slot 3 is not active")
-	cbk(true, map[string]any{"action": "cancel", "callback_id": 8}, "Error: callback_id 8 out of range (max 7)")
-	cbk(true, map[string]any{"action": "cancel", "callback_id": -1}, "out of range")
-	cbk(false, map[string]any{"message": "reuses slot 3", "delay_seconds": 5}, "Slot 3")
+	cbk(true, map[string]any{"action": "cancel", "callback_id": 3}, "callback slot 3 is not active")
+	cbk(true, map[string]any{"action": "cancel", "callback_id": 8}, "must be at most 7")
+	cbk(true, map[string]any{"action": "cancel", "callback_id": -1}, "must be at least 0")
+	cbk(false, map[string]any{"message": "reuses slot 3", "delay_seconds": 5}, "slot 3")
 	cbk(false, map[string]any{"action": "cancel"}, "Cancelled 8 callbacks.")
 	cbk(false, map[string]any{"action": "list"}, "No active callbacks.")
 	if n := clk.armed(); n != 0 {
@@ -4851,14 +4833,14 @@ func TestWorkflowCallbacks(t *testing.T) {
 	}
 
 	// Bad input, parameter by parameter.
-	cbk(true, map[string]any{"delay_seconds": 5}, "Error: missing message parameter")
-	cbk(true, map[string]any{"message": "  ", "delay_seconds": 5}, "Error: missing message parameter")
-	cbk(true, map[string]any{"message": strings.Repeat("x", 2049), "delay_seconds": 5}, "max 2048")
+	cbk(true, map[string]any{"delay_seconds": 5}, "SetCallback: missing message parameter")
+	cbk(true, map[string]any{"message": "  ", "delay_seconds": 5}, "missing message parameter")
+	cbk(true, map[string]any{"message": strings.Repeat("x", 2049), "delay_seconds": 5}, "at most 2048")
 	cbk(true, map[string]any{"message": "m"}, "missing delay_seconds")
-	cbk(true, map[string]any{"message": "m", "delay_seconds": 7200}, "Error: delay_seconds must be between 1 and 3600 (got 7200)")
-	cbk(true, map[string]any{"message": "m", "delay_seconds": 0}, "(got 0)")
+	cbk(true, map[string]any{"message": "m", "delay_seconds": 7200}, `"delay_seconds" must be at most 3600, got 7200`)
+	cbk(true, map[string]any{"message": "m", "delay_seconds": 0}, "must be at least 1")
 	cbk(true, map[string]any{"message": "m", "delay_seconds": 1.5}, "must be an integer")
-	cbk(true, map[string]any{"message": "m", "delay_seconds": 5, "repeat_count": -2}, "repeat_count")
+	cbk(true, map[string]any{"message": "m", "delay_seconds": 5, "repeat_count": -2}, `"repeat_count" must be at least -1`)
 	cbk(true, map[string]any{"action": "snooze"}, "must be one of")
 	cbk(true, map[string]any{"action": "cancel", "callback_id": "2"}, "must be an integer")
 
@@ -4868,7 +4850,7 @@ func TestWorkflowCallbacks(t *testing.T) {
 	if n := clk.armed(); n != 0 {
 		t.Fatalf("%d timers armed after the session ended", n)
 	}
-	cbk(true, map[string]any{"message": "m", "delay_seconds": 5}, "Error: callback slots not available")
+	cbk(true, map[string]any{"message": "m", "delay_seconds": 5}, "callback slots not available")
 }
 
 // BenchmarkWorkflowSkillCatalog compares a refresh that finds nothing
@@ -4879,7 +4861,7 @@ func BenchmarkWorkflowSkillCatalog(b *testing.B) {
 	for i := 0; i < 50; i++ {
 		p := filepath.Join(root, fmt.Sprintf("skill-%02d", i), "SKILL.md")
 		os.MkdirAll(filepath.Dir(p), 0o755)
-		os.WriteFile(p, []byte(fmt.Sprintf("---\nname: skill-%02d\ndescription: >\n  does thing %d\n---\nbody $ARGUMENTS\n", i, i)), 0o644)
+		os.WriteFile(p, []byte(fmt.Sprintf("---\nname: skill-%02d\ndescription: does thing %d\n---\nbody $ARGUMENTS\n", i, i)), 0o644)
 	}
 	srv := newServer(loadConfig(map[string]string{"ADDITIONAL_SKILLS": root}), io.Discard)
 	srv.skills.refresh(srv, root)

@@ -1,29 +1,30 @@
-// tools_workflow.go holds the workflow tools: TaskManager (a task list in
-// STATE_DIR/tasks.json shared by every telson process), PlanMode (per
-// session; while active it refuses shell commands), InvokeSkill (SKILL.md
+// tools_workflow.go holds the workflow tools: TaskManager (a task list per
+// project in STATE_DIR/tasks.json, shared by every telson process), PlanMode
+// (per session; while active, Bash runs read-only), InvokeSkill (SKILL.md
 // folders, also served as MCP prompts) and SetCallback (per-session timers
 // delivered through the notice queue).
 //
 // Rules:
-//   - a state file changes only under an flock on <file>.lock, is read again
-//     inside the lock and is replaced atomically (temp file, fsync, rename);
-//   - a state file that does not parse is never overwritten: every action
-//     fails naming it until an explicit create moves it aside as
-//     <file>.corrupt-<time> and starts a new one;
+//   - every file read here goes through readCapped: a regular file, opened
+//     without blocking, read through a cap; no lock is held across an open or
+//     read that can block;
+//   - tasks.json changes only under an flock on tasks.json.lock, is read again
+//     inside the lock and is replaced atomically, through a symlink if it is one;
+//     one that does not parse is never overwritten;
 //   - callback timers go through callbackSlots.afterFunc, so tests drive them;
-//   - the skill catalog is re-read only when a skill folder or SKILL.md changes.
+//   - the skill catalogue is checked (folders stat'ed) at each InvokeSkill call,
+//     prompts/list and change of the shell's directory, and re-read when it changed.
 package main
 
 import (
 	"cmp"
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -31,49 +32,70 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unicode/utf8"
 )
+
+// readCapped reads path, which must be a regular file of at most limit bytes.
+// The open does not block: a FIFO is refused, not waited on.
+func readCapped(path string, limit int64) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	switch {
+	case err != nil:
+		return nil, err
+	case !fi.Mode().IsRegular():
+		return nil, fmt.Errorf("read %s: not a regular file", path)
+	case fi.Size() > limit:
+		return nil, fmt.Errorf("read %s: larger than %d bytes", path, limit)
+	}
+	return io.ReadAll(io.LimitReader(f, limit))
+}
 
 // withStateLock runs fn holding an exclusive flock on path+".lock". It gives
 // up after 5 s, so a stuck process cannot hang a tool call.
 func withStateLock(ctx context.Context, path string, fn func() error) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return fmt.Errorf("lock: %w", err)
-	}
-	f, err := os.OpenFile(path+".lock", os.O_CREATE|os.O_RDWR, 0o600)
+	os.MkdirAll(filepath.Dir(path), 0o700) // the open below reports a failure
+	f, err := os.OpenFile(path+".lock", os.O_CREATE|os.O_RDWR|syscall.O_NONBLOCK, 0o600)
 	if err != nil {
 		return fmt.Errorf("lock: %w", err)
 	}
 	defer f.Close() // closing releases the flock
+	deadline := time.Now().Add(5 * time.Second)
 	// Holders keep the lock for milliseconds, so polling is cheap.
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		switch err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); {
-		case err == nil:
-			return fn()
-		case !errors.Is(err, syscall.EWOULDBLOCK):
-			return fmt.Errorf("lock %s.lock: %w", path, err)
-		case ctx.Err() != nil || time.Now().After(deadline):
+	for syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
+		if ctx.Err() != nil || time.Now().After(deadline) {
 			return fmt.Errorf("lock %s.lock: another process holds it; try again", path)
 		}
+		time.Sleep(5 * time.Millisecond)
 	}
+	return fn()
 }
 
-// writeFileAtomic replaces path with data: temp file in the same folder, fsync, rename.
+// writeFileAtomic replaces path, a regular file or missing, with data: temp
+// file in the same folder, fsync, rename. A symlink is written through.
 func writeFileAtomic(path string, data []byte) error {
+	if target, err := filepath.EvalSymlinks(path); err == nil {
+		path = target
+	}
+	if fi, err := os.Lstat(path); err == nil && !fi.Mode().IsRegular() { // a dangling link too
+		return fmt.Errorf("write %s: not a regular file", path)
+	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp-*")
 	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
+		return fmt.Errorf("write: %w", err)
 	}
 	defer os.Remove(tmp.Name()) // fails harmlessly after the rename
 	_, err = tmp.Write(data)
-	if err = errors.Join(err, tmp.Sync(), tmp.Close()); err == nil {
+	err = errors.Join(err, tmp.Sync(), tmp.Close())
+	if err == nil {
 		err = os.Rename(tmp.Name(), path)
 	}
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if d, err := os.Open(filepath.Dir(path)); err == nil { // makes the rename durable
-		d.Sync()
-		d.Close()
 	}
 	return nil
 }
@@ -82,280 +104,364 @@ func writeFileAtomic(path string, data []byte) error {
 
 var taskManagerTool = toolDef{
 	name:  "TaskManager",
-	title: "Keep a persistent task list",
-	description: `Keeps a task list with steps that persists across sessions and restarts (shared by every telson on this machine).
+	title: "Keep a task list",
+	description: `A persistent task list with steps, kept per project.
+Use it like TodoWrite for multi-step work (3 or more steps) and to keep track across a long
+session. The project is the git root of the shell's directory, else that directory.
 
-- create: start a task named text; it becomes the current task. Task ids are t1, t2, ...
-- add: add step text to task_id, or to the current task. Step ids are t1.1, t1.2, ...
-- complete: mark step_id done (t1.2, or just 2 for the current task or task_id); without step_id, complete the whole task.
-- list: every task with progress (done/total), the current one marked *. pending: open steps of the current task (or task_id).
-- switch: make task_id the current task. query: an optional case-insensitive filter for list and pending.
-Limits: 200 tasks (when full, create drops the oldest completed task), 100 steps a task, 500 characters of text.
-
-Example: {"action": "add", "text": "write the migration"}`,
+- create: a task titled text; it becomes the project's current task.
+- add: step text to task_id (default: the current task).
+- start: mark step_id in progress. complete: mark step_id done; without step_id, the task
+  (refused while steps are open, unless force).
+- list: this project's tasks (all: every project's). pending: a task's open steps.
+- switch: make task_id the current task.
+Ids: task 3 or t3; step 2 (of the task) or t3.2.`,
 	input: `{"type":"object","properties":{
-		"action":{"type":"string","enum":["create","add","complete","list","pending","switch"],"description":"What to do."},
-		"task_id":{"type":"string","maxLength":40,"description":"A task id such as t3 (default: the current task)."},
-		"step_id":{"type":"string","maxLength":40,"description":"A step id such as t3.2 (or 2 for a step of the current task)."},
-		"text":{"type":"string","maxLength":500,"description":"Task title for create, step text for add."},
-		"query":{"type":"string","maxLength":200,"description":"The search query: optional case-insensitive filter for list and pending."}},
-		"required":["action"],"additionalProperties":false}`,
-	output: `{"type":"object","required":["current","tasks"],"properties":{"current":{"type":["string","null"]},
-		"tasks":{"type":"array","items":{"type":"object","required":["id","title","done","steps_done","steps_total"],"properties":{
-			"id":{"type":"string"},"title":{"type":"string"},"done":{"type":"boolean"},"steps_done":{"type":"integer"},"steps_total":{"type":"integer"},
-			"steps":{"type":"array","items":{"type":"object","required":["id","text","done"],"properties":{"id":{"type":"string"},"text":{"type":"string"},"done":{"type":"boolean"}}}}}}}}}`,
+		"action":{"type":"string",
+			"enum":["create","add","start","complete","list","pending","switch"]},
+		"task_id":{"description":"Task id, 3 or \"t3\" (default: the current task)."},
+		"step_id":{"description":"Step id, 2 or \"t3.2\"."},
+		"text":{"type":"string","maxLength":500,"description":"Task title (create) or step (add)."},
+		"query":{"type":"string","maxLength":200,
+			"description":"The search query: filters list and pending."},
+		"all":{"type":"boolean","description":"list: every project's tasks."},
+		"force":{"type":"boolean","description":"complete: close the open steps too."}},
+		"required":["action"]}`,
+	output: `{"type":"object","required":["project","current","tasks","message"],"properties":{
+		"project":{"type":"string"},"current":{"type":"string"},"message":{"type":"string"},
+		"tasks":{"type":"array","items":{"type":"object","properties":{
+			"id":{"type":"string"},"title":{"type":"string"},"project":{"type":"string"},
+			"done":{"type":"boolean"},"created":{"type":"string"},
+			"steps":{"type":"array","items":{"type":"object","properties":{
+				"id":{"type":"string"},"text":{"type":"string"},
+				"done":{"type":"boolean"},"in_progress":{"type":"boolean"}}}}}}}}}`,
 	run: runTaskManager,
 }
 
 const (
 	maxTasks     = 200 // when full, create drops the oldest completed task
 	maxTaskSteps = 100
+	maxTaskFile  = 16 << 20
 )
 
 // taskFile is STATE_DIR/tasks.json.
 type taskFile struct {
-	Rev     int64        `json:"rev"`
-	Current string       `json:"current"`
-	NextID  int          `json:"next_id"`
-	Tasks   []*taskEntry `json:"tasks"`
+	Rev     int64             `json:"rev"`
+	Current map[string]string `json:"current_by_project"` // project → task id
+	Tasks   []*taskEntry      `json:"tasks"`
 }
 
 type taskEntry struct {
-	ID       string      `json:"id"`
-	Title    string      `json:"title"`
-	Done     bool        `json:"done"`
-	Created  time.Time   `json:"created"`
-	NextStep int         `json:"next_step"`
-	Steps    []*taskStep `json:"steps"`
+	ID      string      `json:"id"`
+	Title   string      `json:"title"`
+	Project string      `json:"project"`
+	Done    bool        `json:"done"`
+	Created time.Time   `json:"created"`
+	Steps   []*taskStep `json:"steps"`
 }
 
 type taskStep struct {
-	ID   string `json:"id"`
-	Text string `json:"text"`
-	Done bool   `json:"done"`
+	ID         string `json:"id"`
+	Text       string `json:"text"`
+	Done       bool   `json:"done"`
+	InProgress bool   `json:"in_progress,omitempty"`
+}
+
+// flexID is an id sent as a string or as a bare number.
+type flexID string
+
+func (f *flexID) UnmarshalJSON(b []byte) error {
+	var v any
+	err := json.Unmarshal(b, &v)
+	if v != nil {
+		*f = flexID(strings.TrimPrefix(strings.TrimSpace(fmt.Sprint(v)), "t"))
+	}
+	return err
 }
 
 type taskArgs struct {
-	Action string `json:"action"`
-	TaskID string `json:"task_id"`
-	StepID string `json:"step_id"`
-	Text   string `json:"text"`
-	Query  string `json:"query"`
+	Action  string
+	TaskID  flexID `json:"task_id"` // without its "t"
+	StepID  flexID `json:"step_id"`
+	Text    string
+	Query   string
+	All     bool
+	Force   bool
+	project string
+}
+
+// projectOf is dir's git root (the nearest folder holding .git), else dir.
+func projectOf(dir string) string {
+	for d := dir; d != filepath.Dir(d); d = filepath.Dir(d) {
+		if _, err := os.Lstat(filepath.Join(d, ".git")); err == nil {
+			return d
+		}
+	}
+	return dir
 }
 
 func runTaskManager(ctx context.Context, c *toolCall) toolResult {
 	var a taskArgs
-	json.Unmarshal(c.args, &a) // schema-checked: every field is a string
-	a.TaskID, a.StepID, a.Text, a.Query = strings.TrimSpace(a.TaskID), strings.TrimSpace(a.StepID), strings.TrimSpace(a.Text), strings.TrimSpace(a.Query)
+	json.Unmarshal(c.args, &a) // schema-checked
+	a.Text = strings.TrimSpace(a.Text)
+	a.project = projectOf(c.s.shell.dir())
 	path := filepath.Join(c.s.srv.cfg.str("STATE_DIR"), "tasks.json")
 	var res toolResult
 	err := withStateLock(ctx, path, func() error {
-		tf, note := &taskFile{NextID: 1}, ""
-		data, err := os.ReadFile(path)
-		switch {
-		case errors.Is(err, os.ErrNotExist):
-			err = nil
-		case err != nil:
-			return fmt.Errorf("read %s: %w", path, err)
-		default:
-			err = errors.Join(json.Unmarshal(data, tf), tf.check())
+		tf, err := loadTasks(path)
+		if err != nil {
+			return err
 		}
-		if err != nil && (a.Action != "create" || a.Text == "") {
-			res = errorResult("TaskManager: %s is corrupt (%v); it was left untouched. Fix or move the file, or call {\"action\":\"create\",\"text\":\"...\"} to start a new list (the old file is then kept as %s.corrupt-<time>).", path, err, path)
-			return nil
-		} else if err != nil {
-			backup := path + ".corrupt-" + time.Now().UTC().Format("20060102T150405.000Z")
-			if err := os.Rename(path, backup); err != nil {
-				return fmt.Errorf("keep corrupt file: %w", err)
-			}
-			tf, note = &taskFile{NextID: 1}, fmt.Sprintf("%s was corrupt; it is kept as %s and a new list was started.\n", path, backup)
+		text, shown, err := tf.apply(a)
+		if err != nil {
+			return err
 		}
-		res = tf.apply(a)
-		res.content[0].Text = note + res.content[0].Text
-		if res.isError || a.Action == "list" || a.Action == "pending" {
+		res = structuredResult(text, map[string]any{"project": a.project,
+			"current": tf.Current[a.project], "tasks": shown, "message": text})
+		if a.Action == "list" || a.Action == "pending" {
 			return nil // the list is unchanged
 		}
 		tf.Rev++
 		out, _ := json.MarshalIndent(tf, "", "  ")
-		return writeFileAtomic(path, append(out, '\n'))
+		return writeFileAtomic(path, out)
 	})
 	if err != nil {
-		return errorResult("TaskManager: %v", err)
+		return errorResult("%v", err)
 	}
 	return res
 }
 
-// check rejects entries apply cannot use and makes sure new ids are unused.
+// loadTasks reads path; a missing file is an empty list.
+func loadTasks(path string) (*taskFile, error) {
+	tf := &taskFile{}
+	data, err := readCapped(path, maxTaskFile)
+	if errors.Is(err, os.ErrNotExist) {
+		return tf, tf.check()
+	}
+	if err == nil {
+		err = errors.Join(json.Unmarshal(data, tf), tf.check())
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s is unusable (%w); it was left untouched: fix, move or delete it",
+			path, err)
+	}
+	return tf, nil
+}
+
+// check rejects entries apply cannot use.
 func (tf *taskFile) check() error {
+	if tf.Current == nil {
+		tf.Current = map[string]string{}
+	}
 	for _, t := range tf.Tasks {
-		if t == nil || t.ID == "" || slices.Contains(t.Steps, nil) {
+		if t == nil || !strings.HasPrefix(t.ID, "t") || slices.Contains(t.Steps, nil) {
 			return errors.New("a task or step is null or has no id")
-		}
-		n, _ := strconv.Atoi(strings.TrimPrefix(t.ID, "t"))
-		tf.NextID = max(tf.NextID, n+1)
-		for _, s := range t.Steps {
-			n, _ := strconv.Atoi(s.ID[strings.LastIndexByte(s.ID, '.')+1:])
-			t.NextStep = max(t.NextStep, n+1)
 		}
 	}
 	return nil
 }
 
-func (tf *taskFile) ids() string {
-	var ids []string
-	for _, t := range tf.Tasks {
-		ids = append(ids, t.ID)
+// apply performs one action and returns its reply and the tasks it shows.
+func (tf *taskFile) apply(a taskArgs) (string, []*taskEntry, error) {
+	switch a.Action {
+	case "list":
+		return tf.list(a)
+	case "create":
+		return tf.create(a)
 	}
-	return cmp.Or(strings.Join(ids, ", "), "none yet")
+	t, err := tf.find(a)
+	if err != nil {
+		return "", nil, err
+	}
+	var text string
+	switch a.Action {
+	case "add":
+		text, err = t.add(a.Text)
+	case "start":
+		text, err = t.start(a.StepID)
+	case "complete":
+		text, err = tf.complete(t, a)
+	case "pending":
+		text = "Open steps of task " + t.line() + ":" + stepLines(t.open(a.Query))
+	case "switch":
+		tf.Current[a.project] = t.ID
+		text = "Switched to task " + t.line() + "."
+	}
+	return text, []*taskEntry{t}, err
+}
+
+// find is the task task_id names, else step_id's task, else the current one.
+func (tf *taskFile) find(a taskArgs) (*taskEntry, error) {
+	id := string(a.TaskID)
+	if before, _, ok := strings.Cut(string(a.StepID), "."); ok && id == "" {
+		id = before
+	}
+	if id != "" {
+		id = "t" + id
+	}
+	id = cmp.Or(id, tf.Current[a.project])
+	if id == "" {
+		return nil, fmt.Errorf("no current task in %s: create or switch to one (list shows them)",
+			a.project)
+	}
+	i := slices.IndexFunc(tf.Tasks, func(x *taskEntry) bool { return x.ID == id })
+	if i < 0 {
+		return nil, fmt.Errorf("no task %q (list shows them)", id)
+	}
+	return tf.Tasks[i], nil
+}
+
+func (tf *taskFile) create(a taskArgs) (string, []*taskEntry, error) {
+	if a.Text == "" {
+		return "", nil, errors.New("create needs text, the task's title")
+	}
+	if len(tf.Tasks) >= maxTasks {
+		i := slices.IndexFunc(tf.Tasks, func(x *taskEntry) bool { return x.Done })
+		if i < 0 {
+			return "", nil, fmt.Errorf("the list holds %d open tasks, the most it keeps", maxTasks)
+		}
+		tf.Tasks = slices.Delete(tf.Tasks, i, i+1) // the oldest completed task
+	}
+	next := 1
+	for _, x := range tf.Tasks {
+		n, _ := strconv.Atoi(x.ID[1:])
+		next = max(next, n+1)
+	}
+	t := &taskEntry{ID: "t" + strconv.Itoa(next), Title: a.Text, Project: a.project,
+		Created: time.Now().UTC(), Steps: []*taskStep{}}
+	tf.Tasks = append(tf.Tasks, t)
+	tf.Current[a.project] = t.ID
+	text := fmt.Sprintf("Created task %s %q; it is now the current task.", t.ID, t.Title)
+	return text, []*taskEntry{t}, nil
+}
+
+func (t *taskEntry) add(text string) (string, error) {
+	if text == "" {
+		return "", errors.New("add needs text, the step to add")
+	}
+	if len(t.Steps) >= maxTaskSteps {
+		return "", fmt.Errorf("task %s has %d steps, the most it keeps", t.ID, maxTaskSteps)
+	}
+	s := &taskStep{ID: fmt.Sprintf("%s.%d", t.ID, len(t.Steps)+1), Text: text}
+	t.Steps = append(t.Steps, s)
+	t.Done = false
+	return fmt.Sprintf("Added step %s to task %s.", s.ID, t.line()), nil
+}
+
+// step finds id: 2 (of t), or 1.2.
+func (t *taskEntry) step(id flexID) (*taskStep, error) {
+	want := "t" + string(id)
+	if !strings.Contains(want, ".") {
+		want = t.ID + "." + string(id)
+	}
+	i := slices.IndexFunc(t.Steps, func(s *taskStep) bool { return s.ID == want })
+	if i < 0 {
+		open := stepLines(t.open(""))
+		return nil, fmt.Errorf("task %s has no step %q; its open steps:%s", t.ID, id, open)
+	}
+	return t.Steps[i], nil
+}
+
+// start marks a step in progress, the only one of its task.
+func (t *taskEntry) start(id flexID) (string, error) {
+	s, err := t.step(id)
+	if err != nil {
+		return "", err
+	}
+	for _, x := range t.Steps {
+		x.InProgress = false
+	}
+	s.InProgress = true
+	s.Done = false
+	t.Done = false
+	return fmt.Sprintf("Step %s of task %s is in progress.", s.ID, t.line()), nil
+}
+
+func (tf *taskFile) complete(t *taskEntry, a taskArgs) (string, error) {
+	if a.StepID != "" {
+		s, err := t.step(a.StepID)
+		if err != nil {
+			return "", err
+		}
+		s.Done = true
+		s.InProgress = false
+		return fmt.Sprintf("Completed step %s of task %s.", s.ID, t.line()), nil
+	}
+	if open := t.open(""); len(open) > 0 && !a.Force {
+		return "", fmt.Errorf("task %s has open steps; complete them, or pass force: true:%s",
+			t.ID, stepLines(open))
+	}
+	for _, s := range t.Steps {
+		s.Done = true
+		s.InProgress = false
+	}
+	t.Done = true
+	text := fmt.Sprintf("Completed task %s.", t.line())
+	if tf.Current[a.project] == t.ID {
+		delete(tf.Current, a.project)
+		text += " No task is current now."
+	}
+	return text, nil
+}
+
+func (tf *taskFile) list(a taskArgs) (string, []*taskEntry, error) {
+	text := "Tasks (* = current):"
+	shown := []*taskEntry{}
+	for _, t := range tf.Tasks {
+		inStep := func(s *taskStep) bool { return containsFold(s.Text, a.Query) }
+		match := containsFold(t.Title, a.Query) || slices.ContainsFunc(t.Steps, inStep)
+		if !match || t.Project != a.project && !a.All {
+			continue
+		}
+		mark := "\n  "
+		if t.ID == tf.Current[a.project] {
+			mark = "\n* "
+		}
+		text += mark + t.line()
+		if t.Project != a.project {
+			text += " in " + t.Project
+		}
+		shown = append(shown, t)
+	}
+	if len(shown) == 0 {
+		text = "No tasks in " + a.project + " match. create starts one; all lists every project's."
+	}
+	return text, shown, nil
+}
+
+// open is t's steps not done whose text holds query.
+func (t *taskEntry) open(query string) []*taskStep {
+	var open []*taskStep
+	for _, s := range t.Steps {
+		if !s.Done && containsFold(s.Text, query) {
+			open = append(open, s)
+		}
+	}
+	return open
+}
+
+func stepLines(steps []*taskStep) string {
+	text := ""
+	for _, s := range steps {
+		text += "\n- " + s.ID + " " + s.Text
+		if s.InProgress {
+			text += " (in progress)"
+		}
+	}
+	return cmp.Or(text, " none")
 }
 
 // line is t on one line: id, title, progress.
 func (t *taskEntry) line() string {
-	s := fmt.Sprintf("%s %q [%d/%d]", t.ID, t.Title, t.view(nil)["steps_done"], len(t.Steps))
+	s := fmt.Sprintf("%s %q [%d/%d]", t.ID, t.Title, len(t.Steps)-len(t.open("")), len(t.Steps))
 	if t.Done {
 		s += " done"
 	}
 	return s
 }
 
-// view is t as structured content, with the steps keep accepts (none when keep is nil).
-func (t *taskEntry) view(keep func(*taskStep) bool) map[string]any {
-	d, steps := 0, []*taskStep{}
-	for _, s := range t.Steps {
-		if s.Done {
-			d++
-		}
-		if keep != nil && keep(s) {
-			steps = append(steps, s)
-		}
-	}
-	m := map[string]any{"id": t.ID, "title": t.Title, "done": t.Done, "steps_done": d, "steps_total": len(t.Steps)}
-	if keep != nil {
-		m["steps"] = steps
-	}
-	return m
-}
-
 func containsFold(s, sub string) bool {
 	return strings.Contains(strings.ToLower(s), strings.ToLower(sub))
-}
-
-// apply performs one action; an error result leaves the list unchanged.
-func (tf *taskFile) apply(a taskArgs) toolResult {
-	var t *taskEntry
-	if a.Action != "create" && a.Action != "list" { // the others act on one task
-		id := a.TaskID
-		if before, _, ok := strings.Cut(a.StepID, "."); ok && id == "" && a.Action == "complete" {
-			id = before
-		}
-		switch {
-		case id == "" && a.Action == "switch":
-			return errorResult("TaskManager: switch needs task_id (tasks: %s)", tf.ids())
-		case id == "" && tf.Current == "":
-			return errorResult("TaskManager: no current task; create one or switch to one (tasks: %s)", tf.ids())
-		}
-		id = cmp.Or(id, tf.Current)
-		i := slices.IndexFunc(tf.Tasks, func(x *taskEntry) bool { return strings.EqualFold(x.ID, id) })
-		if i < 0 {
-			return errorResult("TaskManager: no task %q (tasks: %s)", id, tf.ids())
-		}
-		t = tf.Tasks[i]
-	}
-	var text string
-	views, keep := []map[string]any{}, func(*taskStep) bool { return true }
-	switch a.Action {
-	case "create":
-		if a.Text == "" {
-			return errorResult("TaskManager: create needs text, the task's title")
-		}
-		if len(tf.Tasks) >= maxTasks {
-			i := slices.IndexFunc(tf.Tasks, func(x *taskEntry) bool { return x.Done })
-			if i < 0 {
-				return errorResult("TaskManager: the list holds %d open tasks, the most it keeps; complete some first", maxTasks)
-			}
-			text = fmt.Sprintf("(The list was full: completed task %s was dropped.)\n", tf.Tasks[i].line())
-			tf.Tasks = slices.Delete(tf.Tasks, i, i+1)
-		}
-		t = &taskEntry{ID: "t" + strconv.Itoa(tf.NextID), Title: a.Text, Created: time.Now().UTC(), NextStep: 1, Steps: []*taskStep{}}
-		tf.NextID, tf.Tasks, tf.Current = tf.NextID+1, append(tf.Tasks, t), t.ID
-		text += fmt.Sprintf("Created task %s %q; it is now the current task. Add steps with {\"action\":\"add\",\"text\":\"...\"}.", t.ID, t.Title)
-	case "add":
-		if a.Text == "" {
-			return errorResult("TaskManager: add needs text, the step to add")
-		}
-		if len(t.Steps) >= maxTaskSteps {
-			return errorResult("TaskManager: task %s already has %d steps, the most it keeps", t.ID, maxTaskSteps)
-		}
-		s := &taskStep{ID: fmt.Sprintf("%s.%d", t.ID, t.NextStep), Text: a.Text}
-		t.NextStep, t.Steps, t.Done = t.NextStep+1, append(t.Steps, s), false
-		text = fmt.Sprintf("Added step %s to task %s.", s.ID, t.line())
-	case "complete":
-		if a.StepID == "" {
-			text = fmt.Sprintf("Task %s was already completed.", t.ID)
-			if !t.Done {
-				for _, s := range t.Steps {
-					s.Done = true
-				}
-				t.Done = true
-				text = fmt.Sprintf("Completed task %s.", t.line())
-			}
-			if tf.Current == t.ID {
-				tf.Current = ""
-				text += " There is no current task now; create one or switch to one."
-			}
-			break
-		}
-		i := slices.IndexFunc(t.Steps, func(s *taskStep) bool {
-			return strings.EqualFold(s.ID, a.StepID) || strings.EqualFold(s.ID, t.ID+"."+a.StepID) // t1.2, or 2 of task t1
-		})
-		if i < 0 {
-			return errorResult("TaskManager: task %s has no step %q (it has %d steps; pending lists the open ones)", t.ID, a.StepID, len(t.Steps))
-		}
-		text = fmt.Sprintf("Step %s was already completed.", t.Steps[i].ID)
-		if !t.Steps[i].Done {
-			t.Steps[i].Done = true
-			text = fmt.Sprintf("Completed step %s of task %s.", t.Steps[i].ID, t.line())
-		}
-	case "list":
-		text = "Tasks (* = current):"
-		for _, x := range tf.Tasks {
-			match := a.Query == "" || containsFold(x.Title, a.Query) || containsFold(x.ID, a.Query) ||
-				slices.ContainsFunc(x.Steps, func(s *taskStep) bool { return containsFold(s.Text, a.Query) })
-			if mark := "\n  "; match {
-				if x.ID == tf.Current {
-					mark = "\n* "
-				}
-				text += mark + x.line()
-				views = append(views, x.view(nil))
-			}
-		}
-		if len(tf.Tasks) == 0 {
-			text = "No tasks yet. Start one with {\"action\":\"create\",\"text\":\"...\"}."
-		} else if len(views) == 0 {
-			text += fmt.Sprintf("\n(no task matches %q)", a.Query)
-		}
-	case "pending":
-		keep = func(s *taskStep) bool { return !s.Done && (a.Query == "" || containsFold(s.Text, a.Query)) }
-		text = fmt.Sprintf("Open steps of task %s:", t.line())
-		for _, s := range t.Steps {
-			if keep(s) {
-				text += fmt.Sprintf("\n- %s %s", s.ID, s.Text)
-			}
-		}
-		if !slices.ContainsFunc(t.Steps, keep) {
-			text = fmt.Sprintf("No open steps in task %s.", t.line())
-		}
-	case "switch":
-		tf.Current, text = t.ID, "Switched to task "+t.line()+"."
-	}
-	if t != nil {
-		views = append(views, t.view(keep))
-	}
-	var cur any
-	if tf.Current != "" {
-		cur = tf.Current
-	}
-	return toolResult{content: []contentItem{{Type: "text", Text: text}}, structured: map[string]any{"current": cur, "tasks": views}}
 }
 
 // ---- PlanMode ----
@@ -363,135 +469,244 @@ func (tf *taskFile) apply(a taskArgs) toolResult {
 var planModeTool = toolDef{
 	name:  "PlanMode",
 	title: "Plan before acting",
-	description: `Plan mode: think and write a plan before changing anything.
+	description: `Plan mode: look at the code and write a plan before changing anything.
 
-- enter (goal required): plan mode starts. Write your plan as markdown to the plan file the reply names (default: a new file under STATE_DIR/plans named after the goal; plan_file picks another). While plan mode is active, Bash, BackgroundBash and KillBgTask refuse to run.
-- exit: the plan file must exist and have changed since enter; returns the plan and leaves plan mode.
-- status: active or not, goal, duration, plan file. json: {active, goal, plan_file, started_at}. reset: leave without a plan.
-Plan mode belongs to this connection: a new session starts outside it. Plan files stay on disk.
-
-Example: {"action": "enter", "goal": "move the config loader to its own package"}`,
+- enter (goal required): plan mode starts. Until exit, Bash and BackgroundBash run read-only:
+  you can read files, writes fail.
+- exit: pass the plan as markdown in plan (it is saved to the plan file), or write it to the
+  plan file first. If the client can ask, the user approves the plan or sends you back to
+  planning with a note.
+- status, json: the state. reset: leave without a plan.
+Plan mode belongs to this connection.`,
 	input: `{"type":"object","properties":{
-		"action":{"type":"string","enum":["enter","exit","status","json","reset"],"description":"What to do."},
+		"action":{"type":"string","enum":["enter","exit","status","json","reset"]},
 		"goal":{"type":"string","maxLength":1000,"description":"What the plan is for (enter)."},
-		"plan_file":{"type":"string","maxLength":4096,"description":"Markdown file for the plan (enter). Relative paths use the shell's working directory."}},
-		"required":["action"],"additionalProperties":false}`,
-	output: `{"type":"object","required":["active","goal","plan_file","started_at"],"properties":{"active":{"type":"boolean"},
-		"goal":{"type":["string","null"]},"plan_file":{"type":["string","null"]},"started_at":{"type":["string","null"]},"plan":{"type":"string"}}}`,
+		"plan":{"type":"string","maxLength":1048576,"description":"The plan, markdown (exit)."},
+		"plan_file":{"type":"string","maxLength":4096,
+			"description":"Where the plan is kept (enter; default: a new file in STATE_DIR/plans)."}
+		},
+		"required":["action"]}`,
+	output: `{"type":"object","required":["active","goal","plan_file","started_at","message"],
+		"properties":{"active":{"type":"boolean"},"goal":{"type":["string","null"]},
+		"plan_file":{"type":["string","null"]},"started_at":{"type":["string","null"]},
+		"plan":{"type":"string"},"message":{"type":"string"},"note":{"type":"string"},
+		"approval":{"type":"string","enum":["approved","keep planning","not asked"]}}}`,
 	run: runPlanMode,
 }
 
-var nonSlug = regexp.MustCompile(`[^a-z0-9]+`)
+const (
+	maxPlanBytes = 1 << 20
+	planApproved = "approved"
+	planKeep     = "keep planning"
+	planNotAsked = "not asked"
+)
 
-// planState is a session's plan mode.
+// planApproval is the form that asks the user to approve a plan.
+const planApproval = `{"type":"object","required":["decision"],"properties":{
+	"decision":{"type":"string","title":"Decision","enum":["approve","keep planning"]},
+	"note":{"type":"string","title":"Note for the agent (optional)"}}}`
+
+// planState is a session's plan mode. Its lock is never held across file I/O.
 type planState struct {
-	mu      sync.Mutex // guards the fields below
+	mu sync.Mutex // guards planInfo
+	planInfo
+}
+
+type planInfo struct {
 	active  bool
 	goal    string
 	file    string
 	started time.Time
-	hash    [32]byte // of the plan file's content at enter (a missing file hashes as empty)
 }
 
-// planGate refuses tool while plan mode is active and PLAN_MODE_STRICT is on.
-func (s *session) planGate(tool string) (toolResult, bool) {
-	p := s.workflow.plan
+func (p *planState) snapshot() planInfo {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if !p.active || !s.srv.cfg.bool("PLAN_MODE_STRICT") {
+	return p.planInfo
+}
+
+// planActive reports whether plan mode is active and PLAN_MODE_STRICT on:
+// then Bash runs read-only.
+func (s *session) planActive() bool {
+	return s.workflow.plan.snapshot().active && s.srv.cfg.bool("PLAN_MODE_STRICT")
+}
+
+// planGate refuses a tool while planActive.
+func (s *session) planGate(tool string) (toolResult, bool) {
+	if !s.planActive() {
 		return toolResult{}, false
 	}
-	return errorResult("%s: refused: plan mode is active (goal: %q). Finish planning first: write the plan to %s, then call PlanMode with {\"action\":\"exit\"} (or {\"action\":\"reset\"} to leave without a plan).", tool, p.goal, p.file), true
+	return errorResult(`refused: plan mode is active. Finish planning first: call PlanMode with
+{"action":"exit","plan":"..."} (or reset to leave without a plan).`), true
 }
 
 func runPlanMode(ctx context.Context, c *toolCall) toolResult {
 	var a struct {
-		Action   string `json:"action"`
-		Goal     string `json:"goal"`
-		PlanFile string `json:"plan_file"`
+		Action, Goal, Plan string
+		PlanFile           string `json:"plan_file"`
 	}
-	json.Unmarshal(c.args, &a) // schema-checked: every field is a string
-	a.Goal, a.PlanFile = strings.TrimSpace(a.Goal), strings.TrimSpace(a.PlanFile)
+	json.Unmarshal(c.args, &a) // schema-checked
 	p := c.s.workflow.plan
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var text, plan string
+	in := p.snapshot()
 	switch a.Action {
 	case "enter":
-		if p.active {
-			return errorResult("PlanMode: plan mode is already active (goal: %q, plan file %s); exit or reset it first", p.goal, p.file)
-		}
-		if a.Goal == "" {
-			return errorResult("PlanMode: enter needs goal, what the plan is for")
-		}
-		file := c.s.shell.resolve(a.PlanFile)
-		if a.PlanFile == "" {
-			dir := filepath.Join(c.s.srv.cfg.str("STATE_DIR"), "plans")
-			if err := os.MkdirAll(dir, 0o700); err != nil {
-				return errorResult("PlanMode: %v", err)
-			}
-			slug := strings.Trim(nonSlug.ReplaceAllString(strings.ToLower(a.Goal), "-"), "-")
-			slug = cmp.Or(strings.TrimRight(slug[:min(len(slug), 60)], "-"), "plan")
-			file = filepath.Join(dir, slug+".md")
-			for n := 2; ; n++ { // a new file each time: never a stale plan
-				if _, err := os.Lstat(file); errors.Is(err, os.ErrNotExist) {
-					break
-				}
-				file = filepath.Join(dir, fmt.Sprintf("%s-%d.md", slug, n))
-			}
-		} else if fi, err := os.Stat(file); err == nil && fi.IsDir() {
-			return errorResult("PlanMode: plan_file %s is a directory", file)
-		}
-		b, _ := os.ReadFile(file)
-		p.active, p.goal, p.file, p.started, p.hash = true, a.Goal, file, time.Now(), sha256.Sum256(b)
-		gate := "Bash, BackgroundBash and KillBgTask are refused until you exit plan mode."
-		if !c.s.srv.cfg.bool("PLAN_MODE_STRICT") {
-			gate = "Do not change anything until you exit plan mode."
-		}
-		text = fmt.Sprintf("Plan mode activated. Write your plan as markdown.\nGoal: %q\nPlan file: %s\n%s", p.goal, p.file, gate)
+		return p.enter(c, strings.TrimSpace(a.Goal), strings.TrimSpace(a.PlanFile))
 	case "exit":
-		if !p.active {
-			return errorResult("PlanMode: plan mode is not active; nothing to exit")
+		return p.exit(ctx, c, a.Plan)
+	case "reset":
+		return p.reset()
+	case "json":
+		b, _ := marshalJSON(in.view())
+		return in.result(string(b), nil)
+	}
+	text := "Plan mode: INACTIVE"
+	if in.active {
+		d := time.Since(in.started)
+		text = fmt.Sprintf("Plan mode: ACTIVE\nGoal: %q\nDuration: %dm %ds\nPlan file: %s",
+			in.goal, int(d.Minutes()), int(d.Seconds())%60, in.file)
+	}
+	return in.result(text, nil)
+}
+
+// view is the documented json shape: {active, goal, plan_file, started_at}.
+func (in planInfo) view() map[string]any {
+	v := map[string]any{"active": in.active, "goal": nil, "plan_file": nil, "started_at": nil}
+	if in.active {
+		v["goal"] = in.goal
+		v["plan_file"] = in.file
+		v["started_at"] = in.started.UTC().Format(time.RFC3339)
+	}
+	return v
+}
+
+// result is text with the state, the text as message, and extra fields.
+func (in planInfo) result(text string, extra map[string]any) toolResult {
+	v := in.view()
+	v["message"] = text
+	for k, x := range extra {
+		v[k] = x
+	}
+	return structuredResult(text, v)
+}
+
+func (p *planState) enter(c *toolCall, goal, file string) toolResult {
+	if goal == "" {
+		return errorResult("enter needs goal, what the plan is for")
+	}
+	if file == "" {
+		name := time.Now().Format("20060102-150405.000000") + ".md"
+		file = filepath.Join(c.s.srv.cfg.str("STATE_DIR"), "plans", name)
+		os.MkdirAll(filepath.Dir(file), 0o700) // writing the plan reports a failure
+	}
+	file = c.s.shell.resolve(file)
+	if _, err := readCapped(file, maxPlanBytes); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return errorResult("plan_file: %v", err)
+	}
+	p.mu.Lock()
+	was := p.active
+	if !was {
+		p.planInfo = planInfo{active: true, goal: goal, file: file, started: time.Now()}
+	}
+	in := p.planInfo
+	p.mu.Unlock()
+	if was {
+		return errorResult("plan mode is already active (goal %q); exit or reset it first", in.goal)
+	}
+	gate := "Bash and BackgroundBash run read-only until you exit: read the code, writes fail."
+	if !c.s.srv.cfg.bool("PLAN_MODE_STRICT") {
+		gate = "Do not change anything until you exit plan mode."
+	}
+	text := fmt.Sprintf("Plan mode activated. Write your plan as markdown.\nGoal: %q\nPlan file: %s\n%s\n%s",
+		goal, file, gate, `Then exit with {"action":"exit","plan":"..."}.`)
+	return in.result(text, nil)
+}
+
+func (p *planState) exit(ctx context.Context, c *toolCall, plan string) toolResult {
+	in := p.snapshot()
+	if !in.active {
+		return errorResult("plan mode is not active; nothing to exit")
+	}
+	if strings.TrimSpace(plan) != "" {
+		if err := writeFileAtomic(in.file, []byte(plan)); err != nil {
+			return errorResult("%v", err)
 		}
-		if fi, err := os.Stat(p.file); err == nil && fi.Size() > 16<<20 {
-			return errorResult("PlanMode: plan file %s is too large (%d bytes)", p.file, fi.Size())
+	} else {
+		b, err := readCapped(in.file, maxPlanBytes)
+		if err == nil && strings.TrimSpace(string(b)) == "" {
+			err = fmt.Errorf("plan file %s is empty", in.file)
 		}
-		b, err := os.ReadFile(p.file)
-		switch {
-		case err != nil:
-			return errorResult("PlanMode: %v. Write your plan to %s first, or reset to leave without a plan.", err, p.file)
-		case strings.TrimSpace(string(b)) == "" || sha256.Sum256(b) == p.hash:
-			return errorResult("PlanMode: plan file %s is empty or has not changed since plan mode began. Write your plan there first, or reset to leave without a plan.", p.file)
+		if err != nil {
+			return errorResult("%v. Pass the plan as plan (or reset to leave without one).", err)
 		}
 		plan = string(b)
-		if limit := c.s.srv.cfg.int("OUTPUT_LIMIT"); len(plan) > limit && limit > 0 {
-			plan = strings.ToValidUTF8(plan[:limit], "") + fmt.Sprintf("\n[plan cut at %d of %d bytes; read the file for the rest]", limit, len(b))
-		}
-		p.active = false
-		text = fmt.Sprintf("Plan saved to %s\nExiting plan mode. Returning to execution.\n\n%s", p.file, plan)
-	case "status":
-		text = "Plan mode: INACTIVE"
-		if d := time.Since(p.started); p.active {
-			text = fmt.Sprintf("Plan mode: ACTIVE\nGoal: %q\nDuration: %dm %ds\nPlan file: %s", p.goal, int(d.Minutes()), int(d.Seconds())%60, p.file)
-		}
-	case "reset":
-		text = "Plan mode reset. No plan saved."
-		if !p.active {
-			text = "Plan mode is not active. Nothing to reset."
-		}
+	}
+	approval, note, ask := approvePlan(ctx, c, plan)
+	if ask != nil {
+		return toolResult{inputRequired: ask}
+	}
+	p.mu.Lock()
+	if p.started.Equal(in.started) && approval != planKeep {
 		p.active = false
 	}
-	v := map[string]any{"active": p.active, "goal": nil, "plan_file": nil, "started_at": nil}
-	if p.active {
-		v["goal"], v["plan_file"], v["started_at"] = p.goal, p.file, p.started.UTC().Format(time.RFC3339)
+	out := p.planInfo
+	p.mu.Unlock()
+	text := "Exiting plan mode. Returning to execution."
+	switch approval {
+	case planApproved:
+		text = "The user approved the plan. " + text
+	case planKeep:
+		text = "The user wants more planning: plan mode stays active. Revise the plan, exit again."
 	}
-	if a.Action == "exit" {
-		v["plan"] = plan
-	} else if a.Action == "json" {
-		b, _ := marshalJSON(v)
-		text = string(b)
+	if note != "" {
+		text += "\nNote from the user: " + note
 	}
-	return toolResult{content: []contentItem{{Type: "text", Text: text}}, structured: v}
+	text = fmt.Sprintf("Plan saved to %s\n%s\n\n%s", in.file, text, plan)
+	return out.result(text, map[string]any{"plan": plan, "approval": approval, "note": note})
+}
+
+// approvePlan asks the user to approve plan when the client can show a form.
+// In the 2026-07-28 era the form goes back in an input-required result (ask)
+// and the answer comes with the retried call.
+func approvePlan(ctx context.Context, c *toolCall, plan string) (approval, note string, ask map[string]any) {
+	if !c.req.clientHas("elicitation") || !atLeast(c.req.version, version20250618) {
+		return planNotAsked, "", nil
+	}
+	params := map[string]any{"message": "Approve this plan?\n\n" + plan,
+		"requestedSchema": json.RawMessage(planApproval)}
+	var p struct {
+		InputResponses map[string]json.RawMessage `json:"inputResponses"`
+	}
+	json.Unmarshal(c.req.params, &p)
+	raw := p.InputResponses["approve"]
+	var err error
+	if !c.req.modern {
+		raw, err = c.s.request(ctx, "elicitation/create", params)
+	} else if raw == nil {
+		return "", "", map[string]any{"requestState": "plan", "inputRequests": map[string]any{
+			"approve": map[string]any{"method": "elicitation/create", "params": params}}}
+	}
+	var r struct {
+		Action  string
+		Content struct{ Decision, Note string }
+	}
+	if err != nil || json.Unmarshal(raw, &r) != nil {
+		return planNotAsked, "", nil
+	}
+	if r.Action == "accept" && r.Content.Decision == "approve" {
+		return planApproved, r.Content.Note, nil
+	}
+	return planKeep, r.Content.Note, nil
+}
+
+func (p *planState) reset() toolResult {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	text := "Plan mode reset. No plan saved."
+	if !p.active {
+		text = "Plan mode is not active. Nothing to reset."
+	}
+	p.active = false
+	return p.result(text, nil)
 }
 
 // ---- skills: InvokeSkill and MCP prompts ----
@@ -500,220 +715,173 @@ var invokeSkillTool = toolDef{
 	name:  "InvokeSkill",
 	title: "Load a skill",
 	describe: func(srv *server) string {
-		_, _, listing := srv.skills.refresh(srv, "")
-		return `Invoke or load a skill by name. Returns the skill content for you to follow or use as context.
-The reply is a header line (skill, source, path), the skill's text with the arguments filled in ($ARGUMENTS; $ARGUMENTS[N] and $N are 0-based words split like a shell; with no placeholder the arguments are appended), then the other files in the skill's folder.
-Example: {"skill_name": "release-notes", "arguments": "v2.3.0"}
+		_, skills := srv.skills.refresh(srv, "")
+		list := ""
+		for _, sk := range skills[:min(len(skills), maxSkillsList)] {
+			d := []rune(sk.description)
+			list += "\n- " + sk.name + ": " + string(d[:min(len(d), 250)])
+		}
+		return `Invoke or load a skill by name.
+Returns the skill content for you to follow or use as context: a header (skill, source, path),
+its text with $ARGUMENTS replaced by arguments (appended when it has no $ARGUMENTS), then the
+other files in its folder.
+Skill folders, in search order: .claude/skills in the shell's project (its git root),
+~/.claude/skills, ~/.telson/skills, ADDITIONAL_SKILLS.
 
-Available skills:
-` + listing
+Available skills (at most 200; prompts/list names all):` + cmp.Or(list, " none")
 	},
 	input: `{"type":"object","properties":{
-		"skill_name":{"type":"string","minLength":1,"maxLength":200,"description":"The skill's name, as listed."},
-		"arguments":{"type":"string","maxLength":20000,"description":"Arguments for the skill: they fill $ARGUMENTS, and $ARGUMENTS[N] / $N (0-based words, split like a shell)."}},
-		"required":["skill_name"],"additionalProperties":false}`,
+		"skill_name":{"type":"string","minLength":1,"maxLength":200,
+			"description":"The skill's name, as listed."},
+		"arguments":{"type":"string","maxLength":10000,"description":"Fills $ARGUMENTS."}},
+		"required":["skill_name"]}`,
 	hints: toolHints{readOnly: true, idempotent: true},
 	run:   runInvokeSkill,
 }
 
+const (
+	maxSkillBytes = 256 << 10 // a SKILL.md, and a skill expanded with its arguments
+	maxSkillArgs  = 10000     // characters of arguments
+	maxSkillsRoot = 1000      // folders read in one skills folder
+	maxSkillsList = 200       // skills listed in the description
+)
+
 type skillInfo struct{ name, description, hint, source, path string } // path of SKILL.md
 
-// skillCatalog is the skills found on disk, re-read when the folders change.
+// skillCatalog is the skills found on disk, re-read when a SKILL.md changes.
 type skillCatalog struct {
-	mu      sync.Mutex // guards the fields below
-	dir     string     // project directory of the last scan
-	sig     string     // fingerprint of the folders at the last scan
-	gen     int64      // bumped each time the listing changes
-	skills  []skillInfo
-	listing string
+	mu     sync.Mutex // guards the fields below
+	dir    string     // project of the last scan
+	sig    string     // the SKILL.md files' paths, times and sizes at the last scan
+	gen    int64      // bumped each time sig changes
+	skills []skillInfo
 }
 
-// skillRoots lists the skill folders in search order; the first holding a
-// name wins. The project's folder is .claude/skills, or .agents/skills, in the
-// shell's directory or the nearest parent below home that has one.
+// skillRoots lists the skill folders in search order; the first holding a name wins.
 func skillRoots(cfg *config, project string) []skillInfo {
-	home, herr := os.UserHomeDir()
-	roots := []skillInfo{{path: filepath.Join(project, ".claude", "skills"), source: "Project Skill"}}
-findProject:
-	for d, prev := project, ""; d != home && d != prev; d, prev = filepath.Dir(d), d {
-		for _, p := range []string{filepath.Join(d, ".claude", "skills"), filepath.Join(d, ".agents", "skills")} {
-			if fi, err := os.Stat(p); err == nil && fi.IsDir() {
-				roots[0].path = p
-				break findProject
-			}
+	home, _ := os.UserHomeDir()
+	roots := []skillInfo{
+		{path: filepath.Join(project, ".claude", "skills"), source: "Project Skill"},
+		{path: filepath.Join(home, ".claude", "skills"), source: "User Skill"},
+		{path: filepath.Join(home, ".telson", "skills"), source: "User Skill"}}
+	separator := func(r rune) bool { return r == ',' || r == ':' }
+	for _, d := range strings.FieldsFunc(cfg.str("ADDITIONAL_SKILLS"), separator) {
+		d = strings.TrimSpace(d)
+		if rest, ok := strings.CutPrefix(d, "~/"); ok {
+			d = filepath.Join(home, rest)
 		}
-	}
-	if herr == nil {
-		roots = append(roots, skillInfo{path: filepath.Join(home, ".claude", "skills"), source: "User Skill"},
-			skillInfo{path: filepath.Join(home, ".telson", "skills"), source: "User Skill"})
-	}
-	for _, d := range strings.FieldsFunc(cfg.str("ADDITIONAL_SKILLS"), func(r rune) bool { return r == ',' || r == os.PathListSeparator }) {
-		if d = strings.TrimSpace(d); strings.HasPrefix(d, "~/") && herr == nil {
-			d = filepath.Join(home, d[2:])
-		}
-		if d != "" {
-			roots = append(roots, skillInfo{path: d, source: "Additional Skill"})
-		}
+		roots = append(roots, skillInfo{path: d, source: "Additional Skill"})
 	}
 	return roots
 }
 
-// refresh re-reads the skills when the project ("" for the last one) or a
-// folder changed, and returns the listing's generation, skills and text.
-func (sc *skillCatalog) refresh(srv *server, project string) (int64, []skillInfo, string) {
+// refresh re-reads the skills when the project of dir ("" for the last one)
+// or a SKILL.md changed, and returns the catalogue's generation and skills.
+func (sc *skillCatalog) refresh(srv *server, dir string) (int64, []skillInfo) {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
-	project = cmp.Or(project, sc.dir)
-	var sig, list strings.Builder
+	sc.dir = projectOf(cmp.Or(dir, sc.dir))
+	var sig strings.Builder
 	var found []skillInfo
-	for _, r := range skillRoots(srv.cfg, project) {
+	for _, r := range skillRoots(srv.cfg, sc.dir) {
 		entries, _ := os.ReadDir(r.path)
-		fmt.Fprintf(&sig, "%s %d\n", r.path, len(entries))
-		for _, e := range entries[:min(len(entries), 1000)] {
-			p := filepath.Join(r.path, e.Name(), "SKILL.md")
-			if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
-				fmt.Fprintf(&sig, "%s %d %d\n", p, fi.ModTime().UnixNano(), fi.Size())
-				found = append(found, skillInfo{name: e.Name(), source: r.source, path: p})
+		for _, e := range entries[:min(len(entries), maxSkillsRoot)] {
+			sk := skillInfo{name: e.Name(), source: r.source}
+			sk.path = filepath.Join(r.path, sk.name, "SKILL.md")
+			if fi, err := os.Stat(sk.path); err == nil && fi.Mode().IsRegular() {
+				fmt.Fprintln(&sig, sk.path, fi.ModTime(), fi.Size())
+				found = append(found, sk)
 			}
 		}
 	}
-	if sig.String() == sc.sig {
-		return sc.gen, sc.skills, sc.listing
+	if sig.String() == sc.sig && sc.gen > 0 {
+		return sc.gen, sc.skills
 	}
-	sc.dir, sc.sig, sc.skills = project, sig.String(), nil
-	var skipped string
-	for _, f := range found {
-		if slices.ContainsFunc(sc.skills, func(s skillInfo) bool { return s.name == f.name }) {
+	sc.sig = sig.String()
+	sc.gen++
+	sc.skills = nil
+	for _, sk := range found {
+		if slices.ContainsFunc(sc.skills, func(s skillInfo) bool { return s.name == sk.name }) {
 			continue // an earlier folder has it
 		}
-		b, err := os.ReadFile(f.path)
-		meta, _, perr := parseSkill(string(b))
-		switch {
-		case err != nil || perr != nil:
-			err = cmp.Or(err, perr)
-		case len(b) > 256<<10:
-			err = errors.New("larger than 256 KiB")
-		case meta["name"] != "" && meta["name"] != f.name:
-			err = fmt.Errorf("name %q differs from its folder's", meta["name"])
-		case meta["description"] == "":
-			err = errors.New("no description")
-		}
-		if err != nil {
-			srv.log.warnf("skills: skipping %s: %v", f.path, err)
-			skipped += fmt.Sprintf("(skipped %s: %v)\n", f.path, err)
+		if _, err := sk.load(); err != nil {
+			srv.log.warnf("skills: skipping %s: %v", sk.path, err)
 			continue
 		}
-		f.description, f.hint = meta["description"], meta["argument-hint"]
-		sc.skills = append(sc.skills, f)
+		sc.skills = append(sc.skills, sk)
 	}
 	slices.SortFunc(sc.skills, func(a, b skillInfo) int { return strings.Compare(a.name, b.name) })
-	for _, sk := range sc.skills[:min(len(sc.skills), 200)] {
-		d := []rune(strings.Join(strings.Fields(sk.description), " "))
-		fmt.Fprintf(&list, "- %s: %s\n", sk.name, string(d[:min(len(d), 250)]))
-	}
-	if len(sc.skills) > 200 {
-		fmt.Fprintf(&list, "(+%d more skills not listed; prompts/list names them all)\n", len(sc.skills)-200)
-	} else if len(sc.skills) == 0 {
-		list.WriteString("(none found)\n")
-	}
-	list.WriteString(skipped + "Skill folders, in search order: .claude/skills (or .agents/skills) in the shell's directory or its nearest parent having one, ~/.claude/skills, ~/.telson/skills, then ADDITIONAL_SKILLS.")
-	if list.String() != sc.listing {
-		sc.listing, sc.gen = list.String(), sc.gen+1
-	}
-	return sc.gen, sc.skills, sc.listing
+	return sc.gen, sc.skills
 }
 
-// parseSkill splits SKILL.md into front matter (key: value lines, with
-// quoted, continued and block scalars) and body.
+// load reads sk's SKILL.md: it sets the description and hint and returns the body.
+func (sk *skillInfo) load() (string, error) {
+	b, err := readCapped(sk.path, maxSkillBytes)
+	if err != nil {
+		return "", err
+	}
+	meta, body, err := parseSkill(string(b))
+	sk.description = meta["description"]
+	sk.hint = meta["argument-hint"]
+	switch {
+	case err != nil:
+		return "", err
+	case strings.Trim(sk.description, ">|+-") == "": // none, or a YAML block scalar
+		return "", errors.New("no description on one line")
+	case meta["name"] != "" && meta["name"] != sk.name:
+		return "", fmt.Errorf("name %q differs from its folder's", meta["name"])
+	}
+	return body, nil
+}
+
+// parseSkill splits SKILL.md into front matter (one-line key: value pairs,
+// quoted or not; indented lines are skipped) and body.
 func parseSkill(text string) (map[string]string, string, error) {
-	lines := strings.Split(strings.ReplaceAll(strings.TrimPrefix(text, "\ufeff"), "\r\n", "\n"), "\n")
-	end := slices.IndexFunc(lines[min(1, len(lines)):], func(l string) bool { return strings.TrimRight(l, " \t") == "---" }) + 1
-	if strings.TrimSpace(lines[0]) != "---" || end == 0 {
-		return nil, "", errors.New("broken front matter: the file must start with a --- line and the front matter end with one")
+	text = strings.ReplaceAll(strings.TrimPrefix(text, "\ufeff"), "\r\n", "\n")
+	rest, opened := strings.CutPrefix(text, "---\n")
+	front, rest, closed := strings.Cut(rest, "\n---")
+	if !opened || !closed {
+		return nil, "", errors.New("broken front matter: it must start and end with a --- line")
 	}
-	meta, key, sep := map[string]string{}, "", "" // sep joins key's indented lines; "" drops them
-	for i := 1; i < end; i++ {
-		line, t := lines[i], strings.TrimSpace(lines[i])
-		if t == "" || t[0] == '#' {
-			continue
-		} else if line[0] == ' ' || line[0] == '\t' { // a value continued, or a nested list (not used)
-			if sep != "" { // a block's first line needs no sep: values never start with one
-				meta[key] = strings.TrimPrefix(meta[key]+sep+t, sep)
-			}
-			continue
+	_, body, _ := strings.Cut(rest, "\n")
+	meta := map[string]string{}
+	for _, line := range strings.Split(front, "\n") {
+		k, v, _ := strings.Cut(line, ":")
+		v = strings.TrimSpace(v)
+		if u, err := strconv.Unquote(v); err == nil {
+			v = u
+		} else if len(v) > 1 && v[0] == '\'' && v[len(v)-1] == '\'' {
+			v = strings.ReplaceAll(v[1:len(v)-1], "''", "'")
 		}
-		k, v, ok := strings.Cut(line, ":")
-		if !ok {
-			return nil, "", fmt.Errorf("broken front matter: line %d is not key: value", i+1)
+		if strings.TrimSpace(k) == k {
+			meta[k] = v
 		}
-		key, v, sep = strings.TrimSpace(k), strings.TrimSpace(v), " "
-		switch {
-		case v == "":
-			sep = ""
-		case (v[0] == '>' || v[0] == '|') && strings.Trim(v[1:], "+-") == "": // a block scalar: folded or literal
-			v, sep = "", map[byte]string{'>': " ", '|': "\n"}[v[0]]
-		case v[0] == '"' || v[0] == '\'':
-			if len(v) < 2 || v[len(v)-1] != v[0] {
-				return nil, "", fmt.Errorf("broken front matter: line %d has an unterminated quote", i+1)
-			}
-			if u, err := strconv.Unquote(v); v[0] == '"' && err == nil {
-				v = u
-			} else {
-				v = strings.ReplaceAll(v[1:len(v)-1], "''", "'")
-			}
-			sep = ""
-		}
-		meta[key] = v
 	}
-	return meta, strings.TrimLeft(strings.Join(lines[end+1:], "\n"), "\n"), nil
+	return meta, strings.TrimLeft(body, "\n"), nil
 }
 
-var skillPlaceholder = regexp.MustCompile(`\$\{CLAUDE_SKILL_DIR\}|\$ARGUMENTS\[(\d+)\]|\$ARGUMENTS|\$(\d+)`)
-
-// expandSkill fills body's placeholders from args; with none, non-empty args are appended.
-func expandSkill(body, args, dir string) string {
-	words, used := shellWords(args), false
-	out := skillPlaceholder.ReplaceAllStringFunc(body, func(m string) string {
-		if m == "${CLAUDE_SKILL_DIR}" {
-			return dir
-		}
-		used = true
-		sub := skillPlaceholder.FindStringSubmatch(m)
-		if n, err := strconv.Atoi(sub[1] + sub[2]); err != nil {
-			return args
-		} else if n < len(words) {
-			return words[n]
-		}
-		return ""
-	})
-	if !used && strings.TrimSpace(args) != "" {
-		out = strings.TrimRight(out, "\n") + "\n\nARGUMENTS: " + args
+// expandSkill fills body's placeholders; with none, non-empty args are
+// appended. The result is at most maxSkillBytes.
+func expandSkill(body, args, dir string) (string, error) {
+	uses := strings.Count(body, "$ARGUMENTS")
+	size := len(body) + uses*len(args) + strings.Count(body, "${CLAUDE_SKILL_DIR}")*len(dir)
+	switch {
+	case utf8.RuneCountInString(args) > maxSkillArgs:
+		return "", fmt.Errorf("arguments are longer than %d characters", maxSkillArgs)
+	case size > maxSkillBytes:
+		return "", fmt.Errorf("the skill with its arguments is larger than %d bytes", maxSkillBytes)
+	case uses == 0 && strings.TrimSpace(args) != "":
+		body = strings.TrimRight(body, "\n") + "\n\nARGUMENTS: $ARGUMENTS"
 	}
-	return out
+	body = strings.ReplaceAll(body, "${CLAUDE_SKILL_DIR}", dir)
+	return strings.ReplaceAll(body, "$ARGUMENTS", args), nil
 }
 
-var (
-	shellWord    = regexp.MustCompile(`(?s)(?:"(?:[^"\\]|\\.)*"|'[^']*'|\\.|[^\s"'\\])+`) // quoted parts, escapes and plain characters
-	shellPart    = regexp.MustCompile(`(?s)"((?:[^"\\]|\\.)*)"|'([^']*)'|\\(.)`)          // "double", 'single' or \x
-	shellEscaped = regexp.MustCompile(`(?s)\\(.)`)
-)
-
-// shellWords splits s like a shell: blanks separate words, quotes group, a backslash escapes.
-func shellWords(s string) []string {
-	words := shellWord.FindAllString(s, -1)
-	for i, w := range words {
-		words[i] = shellPart.ReplaceAllStringFunc(w, func(part string) string {
-			m := shellPart.FindStringSubmatch(part)
-			return shellEscaped.ReplaceAllString(m[1], "$1") + m[2] + m[3]
-		})
-	}
-	return words
-}
-
-// checkSkills re-reads the catalog for the shell's directory, tells the client
-// when the listing changed since this session last knew it, and returns the skills.
+// checkSkills re-reads the catalogue for the shell's directory if a SKILL.md
+// changed (it stats a few folders), tells the client when it changed since
+// this session last knew it, and returns the skills.
 func (s *session) checkSkills() []skillInfo {
-	gen, skills, _ := s.srv.skills.refresh(s.srv, s.shell.dir())
+	gen, skills := s.srv.skills.refresh(s.srv, s.shell.dir())
 	if s.workflow.skillGen.Swap(gen) != gen {
 		s.srv.toolsChanged()
 		s.mu.Lock()
@@ -727,65 +895,45 @@ func (s *session) checkSkills() []skillInfo {
 	return skills
 }
 
-// loadSkill finds name and returns it with its expanded text, or an error naming the closest skills.
+// loadSkill finds name and returns it with its expanded text, or an error listing the skills.
 func (s *session) loadSkill(name, args string) (skillInfo, string, error) {
-	skills := s.checkSkills()
-	i := slices.IndexFunc(skills, func(sk skillInfo) bool { return sk.name == name })
-	if i < 0 && len(skills) == 0 {
-		return skillInfo{}, "", fmt.Errorf("skill %q not found: no skills are available", name)
-	} else if i < 0 {
-		var names []string
-		for _, sk := range skills {
+	var names []string
+	for _, sk := range s.checkSkills() {
+		if sk.name != name {
 			names = append(names, sk.name)
+			continue
 		}
-		dist := func(n string) int { return editDistance(strings.ToLower(n), strings.ToLower(name)) }
-		slices.SortStableFunc(names, func(a, b string) int { return dist(a) - dist(b) })
-		return skillInfo{}, "", fmt.Errorf("skill %q not found; closest: %s (the tool's description lists them all)", name, strings.Join(names[:min(3, len(names))], ", "))
-	}
-	b, err := os.ReadFile(skills[i].path)
-	_, body, perr := parseSkill(string(b))
-	if err = cmp.Or(err, perr); err != nil {
-		return skills[i], "", fmt.Errorf("skill %s: %s: %w", name, skills[i].path, err)
-	}
-	return skills[i], expandSkill(body, args, filepath.Dir(skills[i].path)), nil
-}
-
-// editDistance is the Levenshtein distance between a and b, in bytes.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur := append(make([]int, 0, len(b)+1), i)
-		for j := 1; j <= len(b); j++ {
-			subst := prev[j-1]
-			if a[i-1] != b[j-1] {
-				subst++
-			}
-			cur = append(cur, min(prev[j]+1, cur[j-1]+1, subst))
+		body, err := sk.load()
+		text := ""
+		if err == nil {
+			text, err = expandSkill(body, args, filepath.Dir(sk.path))
 		}
-		prev = cur
+		if err != nil {
+			return sk, "", fmt.Errorf("skill %s: %w", name, err)
+		}
+		return sk, text, nil
 	}
-	return prev[len(b)]
+	available := strings.Join(names, ", ")
+	return skillInfo{}, "", fmt.Errorf("skill %q not found; available: %s", name, available)
 }
 
 func runInvokeSkill(ctx context.Context, c *toolCall) toolResult {
 	var a struct {
 		SkillName string `json:"skill_name"`
-		Arguments string `json:"arguments"`
+		Arguments string
 	}
-	json.Unmarshal(c.args, &a) // schema-checked: every field is a string
+	json.Unmarshal(c.args, &a) // schema-checked
 	sk, text, err := c.s.loadSkill(strings.TrimSpace(a.SkillName), a.Arguments)
 	if err != nil {
-		return errorResult("InvokeSkill: %v", err)
+		return errorResult("%v", err)
 	}
-	text = fmt.Sprintf("[skill: %s | %s | path: %s]\n\n%s", sk.name, sk.source, sk.path, strings.TrimRight(text, "\n"))
+	text = fmt.Sprintf("[skill: %s | %s | path: %s]\n\n%s",
+		sk.name, sk.source, sk.path, strings.TrimRight(text, "\n"))
+	dir, _ := filepath.EvalSymlinks(filepath.Dir(sk.path)) // a linked skill folder lists its files
 	var files []string
-	dir := filepath.Dir(sk.path)
 	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-		if rel, _ := filepath.Rel(dir, p); err == nil && !d.IsDir() && rel != "SKILL.md" {
-			files = append(files, "- "+rel)
+		if err == nil && !d.IsDir() && d.Name() != "SKILL.md" {
+			files = append(files, "\n- "+p)
 		}
 		if len(files) >= 50 {
 			return filepath.SkipAll
@@ -793,7 +941,7 @@ func runInvokeSkill(ctx context.Context, c *toolCall) toolResult {
 		return nil
 	})
 	if len(files) > 0 {
-		text += fmt.Sprintf("\n\nOther files in %s (at most 50 listed):\n%s", dir, strings.Join(files, "\n"))
+		text += "\n\nOther files of the skill (at most 50 listed):" + strings.Join(files, "")
 	}
 	return textResult(text)
 }
@@ -801,19 +949,21 @@ func runInvokeSkill(ctx context.Context, c *toolCall) toolResult {
 func handlePromptsList(ctx context.Context, r *rpcRequest) (map[string]any, error) {
 	prompts := []map[string]any{}
 	for _, sk := range r.s.checkSkills() {
-		prompts = append(prompts, map[string]any{"name": sk.name, "description": sk.description, "arguments": []map[string]any{
-			{"name": "arguments", "description": cmp.Or(sk.hint, "Arguments for the skill ($ARGUMENTS)"), "required": false}}})
+		prompts = append(prompts, map[string]any{"name": sk.name, "description": sk.description,
+			"arguments": []map[string]any{{"name": "arguments", "required": false,
+				"description": cmp.Or(sk.hint, "Arguments for the skill ($ARGUMENTS)")}}})
 	}
 	return map[string]any{"prompts": prompts}, nil
 }
 
 func handlePromptsGet(ctx context.Context, r *rpcRequest) (map[string]any, error) {
 	var p struct {
-		Name      string            `json:"name"`
-		Arguments map[string]string `json:"arguments"`
+		Name      string
+		Arguments map[string]string
 	}
 	if err := json.Unmarshal(r.params, &p); err != nil || p.Name == "" {
-		return nil, newRPCError(codeInvalidParams, "invalid params: name (a string) is required; arguments maps names to strings")
+		return nil, newRPCError(codeInvalidParams,
+			"invalid params: name (a string) is required; arguments maps names to strings")
 	}
 	sk, text, err := r.s.loadSkill(p.Name, p.Arguments["arguments"])
 	if err != nil {
@@ -828,23 +978,23 @@ func handlePromptsGet(ctx context.Context, r *rpcRequest) (map[string]any, error
 var setCallbackTool = toolDef{
 	name:  "SetCallback",
 	title: "Set a reminder for yourself",
-	description: `Schedules a message to yourself after delay_seconds, optionally repeating: to check on a deploy, a build or a background task later.
-
-How a fired callback reaches you: telson sends it to the client at once as a log message (notifications/message; most clients show that to the user, not to you), and puts "[callback N] <message>" at the top of the next result of any telson tool. It cannot wake you while you are idle: you see it with your next tool call.
-
-- set (the default action): message (at most 2048 characters) and delay_seconds (1-3600) are required. repeat_count: how many times it fires (default 20; -1 forever; 0 or 1 once). Each repeat re-arms from the fire.
-- list: the active callbacks, their slot ids (0-7) and when each fires next.
-- cancel: cancels slot callback_id; without callback_id, every callback.
-Eight slots; callbacks last as long as this connection.
-
-Example: {"message": "Check the deploy job; if it finished, report and cancel this callback.", "delay_seconds": 120, "repeat_count": 10}`,
+	description: `Reminds you of message after delay_seconds.
+Use it to check on a deploy, a build or a background task later. It fires once unless
+repeat_count says more; repeats re-arm from each fire.
+A fired reminder reaches you as "[callback N] <message>" at the top of your next telson tool
+result: it cannot wake you while you are idle.
+- set (the default): message and delay_seconds are required.
+- list: the active reminders (slots 0-7). cancel: slot callback_id, or all.`,
 	input: `{"type":"object","properties":{
-		"action":{"type":"string","enum":["set","list","cancel"],"description":"set (the default), list or cancel."},
-		"message":{"type":"string","description":"What you are told when it fires (set; at most 2048 characters)."},
-		"delay_seconds":{"type":"integer","description":"Seconds until it fires, and between repeats (set; 1-3600)."},
-		"repeat_count":{"type":"integer","description":"How many times it fires: default 20, -1 forever, 0 or 1 once."},
-		"callback_id":{"type":"integer","description":"Slot 0-7 to cancel; omit it to cancel all."}},
-		"additionalProperties":false}`,
+		"action":{"type":"string","enum":["set","list","cancel"]},
+		"message":{"type":"string","maxLength":2048,
+			"description":"What you are told when it fires."},
+		"delay_seconds":{"type":"integer","minimum":1,"maximum":3600,
+			"description":"Seconds until it fires, and between repeats."},
+		"repeat_count":{"type":"integer","minimum":-1,"maximum":10000,
+			"description":"How many times it fires: default 1, -1 forever."},
+		"callback_id":{"type":"integer","minimum":0,"maximum":7,
+			"description":"Slot to cancel (default: all)."}}}`,
 	run: runSetCallback,
 }
 
@@ -871,6 +1021,14 @@ type callbackSlot struct {
 	timer     stopper
 }
 
+type callbackArgs struct {
+	Action       string
+	Message      string
+	DelaySeconds *int64 `json:"delay_seconds"`
+	RepeatCount  int64  `json:"repeat_count"`
+	CallbackID   *int64 `json:"callback_id"`
+}
+
 // arm starts slot i's timer; the caller holds cb.mu.
 func (cb *callbackSlots) arm(i int, sl *callbackSlot) {
 	sl.fireAt = cb.now().Add(sl.delay)
@@ -895,143 +1053,134 @@ func (cb *callbackSlots) fire(i int, sl *callbackSlot) {
 	cb.announce(fmt.Sprintf("[callback %d] %s", i, sl.message))
 }
 
-// cancel stops slot i (all slots when i < 0) and returns how many were active.
-func (cb *callbackSlots) cancel(i int64) int {
+// stop stops slot i (all slots when i < 0) and returns how many were active.
+func (cb *callbackSlots) stop(i int64) int {
 	n := 0
 	for j, sl := range cb.slots {
 		if sl != nil && (i < 0 || int64(j) == i) {
 			sl.timer.Stop()
-			cb.slots[j], n = nil, n+1
+			cb.slots[j] = nil
+			n++
 		}
 	}
 	return n
 }
 
 func callbackPreview(msg string) string {
-	if r := []rune(strings.Join(strings.Fields(msg), " ")); len(r) > 64 {
-		return `"` + string(r[:64]) + `..."`
+	if r := []rune(msg); len(r) > 64 {
+		msg = string(r[:64]) + "..."
 	}
-	return strconv.Quote(strings.Join(strings.Fields(msg), " "))
+	return strconv.Quote(msg)
+}
+
+// plural is "1 time", "2 times".
+func plural(n int64, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return fmt.Sprintf("%d %ss", n, word)
 }
 
 func runSetCallback(ctx context.Context, c *toolCall) toolResult {
-	a := struct {
-		Action       string `json:"action"`
-		Message      string `json:"message"`
-		DelaySeconds *int64 `json:"delay_seconds"`
-		RepeatCount  int64  `json:"repeat_count"`
-		CallbackID   *int64 `json:"callback_id"`
-	}{RepeatCount: 20}
+	a := callbackArgs{RepeatCount: 1}
 	if err := json.Unmarshal(c.args, &a); err != nil { // an integer too large for int64
-		return errorResult("Error: invalid arguments: %v", err)
+		return errorResult("invalid arguments: %v", err)
 	}
 	cb := c.s.workflow.callbacks
 	cb.mu.Lock()
 	defer cb.mu.Unlock()
-	if cb.stopped {
-		return errorResult("Error: callback slots not available")
+	switch {
+	case cb.stopped:
+		return errorResult("callback slots not available")
+	case a.Action == "list":
+		return cb.list()
+	case a.Action == "cancel":
+		return cb.cancel(a.CallbackID)
 	}
-	switch a.Action {
-	case "list":
-		var lines []string
-		for i, sl := range cb.slots {
-			if sl == nil {
-				continue
-			}
-			left, count := max(sl.fireAt.Sub(cb.now()), 0).Round(time.Second), "infinite"
-			if sl.remaining >= 0 {
-				count = fmt.Sprintf("%d left", sl.remaining)
-			}
-			lines = append(lines, fmt.Sprintf("\n  [%d] %s - fires in %dm%02ds (%s)", i, callbackPreview(sl.message), int(left.Minutes()), int(left.Seconds())%60, count))
+	return cb.set(a)
+}
+
+func (cb *callbackSlots) list() toolResult {
+	var lines []string
+	for i, sl := range cb.slots {
+		if sl == nil {
+			continue
 		}
-		if len(lines) == 0 {
-			return textResult("No active callbacks.")
+		left := max(sl.fireAt.Sub(cb.now()), 0).Round(time.Second)
+		count := "infinite"
+		if sl.remaining >= 0 {
+			count = fmt.Sprintf("%d left", sl.remaining)
 		}
-		return textResult(fmt.Sprintf("Active callbacks (%d/%d):%s", len(lines), callbackSlotCount, strings.Join(lines, "")))
-	case "cancel":
-		if a.CallbackID == nil {
-			return textResult(fmt.Sprintf("Cancelled %d callbacks.", cb.cancel(-1)))
-		}
-		switch id := *a.CallbackID; {
-		case id < 0 || id >= callbackSlotCount:
-			return errorResult("Error: callback_id %d out of range (max %d)", id, callbackSlotCount-1)
-		case cb.slots[id] == nil:
-			return errorResult("Error: callback slot %d is not active", id)
-		default:
-			msg := cb.slots[id].message
-			cb.cancel(id)
-			return textResult(fmt.Sprintf("Cancelled callback slot %d: %s", id, callbackPreview(msg)))
-		}
+		lines = append(lines, fmt.Sprintf("\n  [%d] %s - fires in %dm%02ds (%s)",
+			i, callbackPreview(sl.message), int(left.Minutes()), int(left.Seconds())%60, count))
 	}
+	if len(lines) == 0 {
+		return textResult("No active callbacks.")
+	}
+	head := fmt.Sprintf("Active callbacks (%d/%d):", len(lines), callbackSlotCount)
+	return textResult(head + strings.Join(lines, ""))
+}
+
+func (cb *callbackSlots) cancel(id *int64) toolResult {
+	if id == nil {
+		return textResult(fmt.Sprintf("Cancelled %s.", plural(int64(cb.stop(-1)), "callback")))
+	}
+	sl := cb.slots[*id] // the schema bounds id
+	if sl == nil {
+		return errorResult("callback slot %d is not active", *id)
+	}
+	cb.stop(*id)
+	return textResult(fmt.Sprintf("Cancelled callback slot %d: %s",
+		*id, callbackPreview(sl.message)))
+}
+
+func (cb *callbackSlots) set(a callbackArgs) toolResult {
 	i := slices.Index(cb.slots[:], nil)
-	switch n := len([]rune(a.Message)); {
+	switch {
 	case strings.TrimSpace(a.Message) == "":
-		return errorResult("Error: missing message parameter")
-	case n > 2048:
-		return errorResult("Error: message is too long (max 2048 characters, got %d)", n)
+		return errorResult("missing message parameter")
 	case a.DelaySeconds == nil:
-		return errorResult("Error: missing delay_seconds parameter (1-3600)")
-	case *a.DelaySeconds < 1 || *a.DelaySeconds > 3600:
-		return errorResult("Error: delay_seconds must be between 1 and 3600 (got %d)", *a.DelaySeconds)
-	case a.RepeatCount < -1:
-		return errorResult("Error: repeat_count must be -1 (forever), 0 or 1 (once), or more (got %d)", a.RepeatCount)
+		return errorResult("missing delay_seconds parameter (1-3600)")
 	case i < 0:
-		return errorResult("Error: all callback slots full (max %d)", callbackSlotCount)
+		return errorResult("all callback slots full (max %d)", callbackSlotCount)
 	}
-	if a.RepeatCount == 0 {
-		a.RepeatCount = 1 // 0 and 1 both mean once
+	delay := *a.DelaySeconds
+	times := fmt.Sprintf("fires every %ds, %s.", delay, plural(a.RepeatCount, "time"))
+	switch a.RepeatCount {
+	case 0, 1: // both mean once
+		a.RepeatCount = 1
+		times = fmt.Sprintf("fires once in %ds.", delay)
+	case -1:
+		times = fmt.Sprintf("fires every %ds until cancelled.", delay)
 	}
-	times := fmt.Sprintf("repeats %d times.", a.RepeatCount)
-	if a.RepeatCount == -1 {
-		times = "repeats infinitely."
-	}
-	cb.slots[i] = &callbackSlot{message: a.Message, delay: time.Duration(*a.DelaySeconds) * time.Second, remaining: a.RepeatCount}
+	cb.slots[i] = &callbackSlot{message: a.Message, delay: time.Duration(delay) * time.Second,
+		remaining: a.RepeatCount}
 	cb.arm(i, cb.slots[i])
-	return textResult(fmt.Sprintf("Callback scheduled: fires every %ds, %s\nSlot %d; cancel it with {\"action\":\"cancel\",\"callback_id\":%d}.", *a.DelaySeconds, times, i, i))
+	return textResult(fmt.Sprintf(
+		`Callback scheduled in slot %d: %s Cancel it with {"action":"cancel","callback_id":%d}.`,
+		i, times, i))
 }
 
 // ---- the session's workflow state ----
 
-// sessionWorkflow is a session's plan mode, callbacks and skill watch.
+// sessionWorkflow is a session's plan mode, callbacks and skill catalogue generation.
 type sessionWorkflow struct {
 	plan      *planState
 	callbacks *callbackSlots
-	skillGen  atomic.Int64  // catalog generation this session's client knows
-	done      chan struct{} // closed by the first stopWorkflow (callbacks.stopped says it ran)
+	skillGen  atomic.Int64 // catalogue generation this session's client knows
 }
 
 func newSessionWorkflow(s *session) *sessionWorkflow {
-	w := &sessionWorkflow{plan: &planState{}, done: make(chan struct{}), callbacks: &callbackSlots{announce: s.announce, now: time.Now,
-		afterFunc: func(d time.Duration, f func()) stopper { return time.AfterFunc(d, f) }}}
-	gen, _, _ := s.srv.skills.refresh(s.srv, s.shell.dir())
-	w.skillGen.Store(gen)
-	return w
+	cb := &callbackSlots{announce: s.announce, now: time.Now,
+		afterFunc: func(d time.Duration, f func()) stopper { return time.AfterFunc(d, f) }}
+	return &sessionWorkflow{plan: &planState{}, callbacks: cb}
 }
 
-// watchSkills checks the skill folders every two seconds until stopWorkflow.
-func (s *session) watchSkills() {
-	go func() { // exits when stopWorkflow closes done
-		t := time.NewTicker(2 * time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-s.workflow.done:
-				return
-			case <-t.C:
-				s.checkSkills()
-			}
-		}
-	}()
-}
-
-// stopWorkflow ends the session's callbacks and skill watch.
+// stopWorkflow ends the session's callbacks.
 func (s *session) stopWorkflow() {
 	cb := s.workflow.callbacks
 	cb.mu.Lock()
 	defer cb.mu.Unlock()
-	if !cb.stopped {
-		close(s.workflow.done)
-	}
 	cb.stopped = true
-	cb.cancel(-1)
+	cb.stop(-1)
 }
