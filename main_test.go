@@ -3806,7 +3806,7 @@ func TestWebSearchClassify(t *testing.T) {
 				return
 			}
 			io.WriteString(w, "<html><form>Accept all</form></html>")
-		}, "blocked", "consent page"},
+		}, "blocked", "consent"},
 		{"truncated json", "wikipedia", page(200, "application/json", `{"query":{"search":[{"title":"Go","snippet":"x"`), "error", "unexpected end of JSON input"},
 		{"github rate limit", "github", page(403, "application/json", `{"message":"API rate limit exceeded for 192.0.2.1.","documentation_url":"https://docs.github.com"}`), "rate-limited", "API rate limit exceeded"},
 		{"stack exchange throttle", "stackoverflow", page(400, "application/json", `{"error_id":502,"error_name":"throttle_violation","error_message":"too many requests from this IP, more requests available in 60 seconds"}`), "rate-limited", "too many requests"},

@@ -1494,24 +1494,25 @@ func fetchPlain(ctx context.Context, pageURL string) (*readDocsOut, error) {
 
 // ---- WebSearch ------------------------------------------------------------
 //
-// Many search engines asked at once, every answer parsed and classified, the
+// Many search engines asked at once, every answer parsed and judged, the
 // lists merged and ranked, and every engine's fate reported. Rules:
 //   - an engine is one row of searchEngines: a request template and where its
 //     results are; one extractor reads every answer: JSON by a path and field
 //     templates, markup (HTML, Atom) by selectors;
 //   - an answer's final URL, status and captcha markers decide its fate before
 //     its results do; an engine that was rate-limited, blocked or shown a
-//     captcha rests for SEARCH_BACKOFF_MS, for every session, instead of being asked;
+//     captcha rests for SEARCH_BACKOFF_MS, for every session;
 //   - all engines run at once, each under SEARCH_TIMEOUT_MS; cancelling the
 //     call stops every request;
 //   - bodies are capped at searchMaxBody; titles and snippets are plain text.
 
 const (
 	searchMaxBody        = 4 << 20
-	searchMaxText        = 500                  // runes kept of a title or snippet
-	searchDefaultResults = 10                   // merged results returned
-	searchRRFK           = 60.0                 // reciprocal rank fusion: score = Σ 1/(k + rank)
-	searchAgreementBonus = 1 / (2 * searchRRFK) // per extra engine that found a result: half a first place
+	searchMaxText        = 500 // runes kept of a title or snippet
+	searchDefaultResults = 10
+	searchRRFK           = 60.0 // reciprocal rank fusion: score = Σ 1/(k + rank)
+	// Per extra engine that found a result: half a first place.
+	searchAgreementBonus = 1 / (2 * searchRRFK)
 )
 
 var webSearchTool = toolDef{
@@ -1519,8 +1520,10 @@ var webSearchTool = toolDef{
 	title:    "Search the web with many engines at once",
 	describe: describeWebSearch,
 	input: `{"type":"object","properties":{
-		"query":{"type":"string","minLength":1,"maxLength":2000,"description":"What to search for."},
-		"max_results":{"type":"integer","minimum":1,"maximum":50,"description":"Merged results to return (default 10)."},
+		"query":{"type":"string","minLength":1,"maxLength":2000,
+			"description":"What to search for."},
+		"max_results":{"type":"integer","minimum":1,"maximum":50,
+			"description":"Merged results to return (default 10)."},
 		"engines":{"type":"array","maxItems":20,"items":{"type":"string"},
 			"description":"Engines to ask, by name (default: all enabled)."}},
 		"required":["query"]}`,
@@ -1531,8 +1534,10 @@ var webSearchTool = toolDef{
 			"required":["title","url","snippet","engines","score"]}},
 		"engines":{"type":"array","items":{"type":"object","properties":{
 			"name":{"type":"string"},
-			"status":{"type":"string","enum":["ok","empty","rate-limited","captcha","blocked","error","timed out","resting"]},
-			"count":{"type":"integer"},"detail":{"type":"string"}},"required":["name","status","count"]}},
+			"status":{"type":"string","enum":
+			["ok","empty","rate-limited","captcha","blocked","error","timed out","resting"]},
+			"count":{"type":"integer"},"detail":{"type":"string"}},
+			"required":["name","status","count"]}},
 		"message":{"type":"string","description":"why there are no results"}},
 		"required":["results","engines"]}`,
 	hints: toolHints{readOnly: true, openWorld: true},
@@ -1545,14 +1550,19 @@ func describeWebSearch(srv *server) string {
 	for _, e := range engines {
 		names = append(names, e.name)
 	}
-	return fmt.Sprintf(`Searches the web with many engines at once; returns one merged list (title, URL, snippet, the engines that found it; results several engines agree on rank higher) and each engine's fate (ok, empty, rate-limited, captcha, blocked, error, timed out, resting). An engine that was rate-limited, blocked or shown a captcha rests for a while.
+	return fmt.Sprintf(`Searches the web with many engines at once. Returns one merged list
+(title, URL, snippet, the engines that found it; results engines agree on rank higher) and each
+engine's fate (ok, empty, rate-limited, captcha, blocked, error, timed out, resting: an engine
+that was rate-limited, blocked or shown a captcha rests for a while).
 
-Engines: %s. Each gets %d ms. Pick a few with engines: ["wikipedia","arxiv"] for papers, ["stackoverflow","github","hackernews"] for code.`,
+Engines: %s. Each gets %d ms. Pick a few with engines: ["wikipedia","arxiv"] for papers,
+["stackoverflow","github","hackernews"] for code.`,
 		strings.Join(names, ", "), srv.cfg.int("SEARCH_TIMEOUT_MS"))
 }
 
-// searchEngine is one engine. Its templates hold $q (the query) and $KEY (a configuration key: an engine is off until the keys it
-// uses are set); field templates hold $field.
+// searchEngine is one engine. Its templates hold $q (the query) and $KEY, a
+// configuration key: an engine is off until the keys it uses are set. Field
+// templates hold $field of a JSON result.
 type searchEngine struct {
 	name    string
 	url     string // SEARCH_URL_<NAME> replaces its scheme and host
@@ -1562,43 +1572,55 @@ type searchEngine struct {
 
 	list  string // markup: the result container, telling "no results" from "not a result page"
 	items string // the result blocks: a selector, or a dotted JSON path to a list
-	// Within a block, selectors (the title defaults to the link's text) or JSON field templates.
+	// Within a block, selectors (the title defaults to the link's text) or
+	// JSON field templates.
 	link, title, snippet string
 	strip                string // markup: elements left out of snippets (dates, icons)
 }
 
 // searchEngines is every engine; those without keys are the default set.
 var searchEngines = []searchEngine{
-	{name: "duckduckgo", url: "https://html.duckduckgo.com/html/", body: "q=$q&b=&kl=wt-wt", browser: true,
-		header: "Referer: https://html.duckduckgo.com/\nContent-Type: application/x-www-form-urlencoded",
-		list:   "#links", items: "div.result", link: "a.result__a", snippet: ".result__snippet"},
-	{name: "brave", url: "https://search.brave.com/search?q=$q&source=web", browser: true,
-		header: "Cookie: safesearch=moderate; useLocation=0; summarizer=0; country=us; ui_lang=en-us",
-		list:   "#results", items: "div[data-type=web]", link: "a", title: ".search-snippet-title,.snippet-title",
+	{name: "duckduckgo", url: "https://html.duckduckgo.com/html/", body: "q=$q&b=&kl=wt-wt",
+		header:  "Referer: https://html.duckduckgo.com/\nContent-Type: application/x-www-form-urlencoded",
+		browser: true, list: "#links", items: "div.result",
+		link: "a.result__a", snippet: ".result__snippet"},
+	{name: "brave", url: "https://search.brave.com/search?q=$q&source=web",
+		header:  "Cookie: safesearch=moderate; useLocation=0; summarizer=0; country=us",
+		browser: true, list: "#results", items: "div[data-type=web]", link: "a",
+		title:   ".search-snippet-title,.snippet-title",
 		snippet: ".generic-snippet,.snippet-description", strip: ".t-secondary"},
-	{name: "mojeek", url: "https://www.mojeek.com/search?q=$q&safe=0", browser: true,
-		list: "ul.results-standard", items: "li", link: "a.ob,h2", title: "h2", snippet: "p.s"},
-	{name: "bing", url: "https://www.bing.com/search?q=$q&mkt=en-US", browser: true,
-		header: "Cookie: _EDGE_CD=m=en-us&u=en-us; _EDGE_S=mkt=en-us&ui=en-us",
-		list:   "#b_results", items: "li.b_algo", link: "h2,a.tilk", title: "h2,.tptt",
+	{name: "mojeek", url: "https://www.mojeek.com/search?q=$q&safe=0",
+		browser: true, list: "ul.results-standard", items: "li",
+		link: "a.ob,h2", title: "h2", snippet: "p.s"},
+	{name: "bing", url: "https://www.bing.com/search?q=$q&mkt=en-US",
+		header:  "Cookie: _EDGE_CD=m=en-us&u=en-us; _EDGE_S=mkt=en-us&ui=en-us",
+		browser: true, list: "#b_results", items: "li.b_algo", link: "h2,a.tilk", title: "h2,.tptt",
 		snippet: ".b_lineclamp2,.b_lineclamp3,.b_snippet,p", strip: ".algoSlug_icon"},
-	{name: "yahoo", url: "https://search.yahoo.com/search?p=$q&iscqry=", browser: true,
-		header: "Cookie: sB=v=1&vm=r&fl=1&vl=lang_en&pn=10&rw=new&userset=1",
-		list:   "#web", items: "div.algo-sr", link: ".compTitle", title: "h3", snippet: ".compText"},
-	{name: "wikipedia", url: "https://en.wikipedia.org/w/api.php?action=query&list=search&srsearch=$q&srlimit=20&format=json",
-		items: "query.search", link: "https://en.wikipedia.org/wiki/$title", title: "$title", snippet: "$snippet"},
-	{name: "hackernews", url: "https://hn.algolia.com/api/v1/search?query=$q&tags=story&hitsPerPage=20",
-		items: "hits", link: "https://news.ycombinator.com/item?id=$objectID", title: "$title",
-		snippet: "$points points, $num_comments comments. $url $story_text"},
-	{name: "stackoverflow", url: "https://api.stackexchange.com/2.3/search/advanced?order=desc&sort=relevance&q=$q&site=stackoverflow&pagesize=20",
-		items: "items", link: "$link", title: "$title", snippet: "$answer_count answers, score $score; tags: $tags"},
+	{name: "yahoo", url: "https://search.yahoo.com/search?p=$q&iscqry=",
+		header:  "Cookie: sB=v=1&vm=r&fl=1&vl=lang_en&pn=10&rw=new&userset=1",
+		browser: true, list: "#web", items: "div.algo-sr", link: ".compTitle", title: "h3",
+		snippet: ".compText"},
+	{name: "wikipedia",
+		url:  "https://en.wikipedia.org/w/api.php?action=query&list=search&format=json&srsearch=$q",
+		link: "https://en.wikipedia.org/wiki/$title", items: "query.search",
+		title: "$title", snippet: "$snippet"},
+	{name: "hackernews",
+		url:   "https://hn.algolia.com/api/v1/search?query=$q&tags=story&hitsPerPage=20",
+		items: "hits", link: "https://news.ycombinator.com/item?id=$objectID",
+		title: "$title", snippet: "$points points, $num_comments comments. $url $story_text"},
+	{name: "stackoverflow",
+		url:   "https://api.stackexchange.com/2.3/search/advanced?site=stackoverflow&sort=relevance&q=$q",
+		items: "items", link: "$link",
+		title: "$title", snippet: "$answer_count answers, score $score; tags: $tags"},
 	{name: "github", url: "https://api.github.com/search/repositories?q=$q&per_page=20",
 		header: "Accept: application/vnd.github+json\nX-GitHub-Api-Version: 2022-11-28",
-		items:  "items", link: "$html_url", title: "$full_name", snippet: "$description ($stargazers_count stars)"},
-	{name: "arxiv", url: "https://export.arxiv.org/api/query?search_query=all:$q&start=0&max_results=20",
-		header: "Accept: application/atom+xml",
-		list:   "feed", items: "entry", link: "link[rel=alternate]", title: "title", snippet: "summary"},
-	{name: "braveapi", url: "https://api.search.brave.com/res/v1/web/search?q=$q&count=20&text_decorations=false",
+		items:  "items", link: "$html_url",
+		title: "$full_name", snippet: "$description ($stargazers_count stars)"},
+	{name: "arxiv", url: "https://export.arxiv.org/api/query?search_query=all:$q&max_results=20",
+		header: "Accept: application/atom+xml", list: "feed", items: "entry",
+		link: "link[rel=alternate]", title: "title", snippet: "summary"},
+	{name: "braveapi",
+		url:    "https://api.search.brave.com/res/v1/web/search?q=$q&count=20&text_decorations=0",
 		header: "X-Subscription-Token: $BRAVE_API_KEY",
 		items:  "web.results", link: "$url", title: "$title", snippet: "$description"},
 	{name: "tavily", url: "https://api.tavily.com/search", body: `{"query":$q,"max_results":20}`,
@@ -1607,21 +1629,31 @@ var searchEngines = []searchEngine{
 	{name: "serper", url: "https://google.serper.dev/search", body: `{"q":$q,"num":20}`,
 		header: "X-API-KEY: $SERPER_API_KEY\nContent-Type: application/json",
 		items:  "organic", link: "$link", title: "$title", snippet: "$snippet"},
-	{name: "exa", url: "https://api.exa.ai/search", body: `{"query":$q,"numResults":20,"contents":{"text":{"maxCharacters":500}}}`,
+	{name: "exa", url: "https://api.exa.ai/search",
+		body:   `{"query":$q,"numResults":20,"contents":{"text":{"maxCharacters":500}}}`,
 		header: "x-api-key: $EXA_API_KEY\nContent-Type: application/json",
 		items:  "results", link: "$url", title: "$title", snippet: "$text"},
-	{name: "google", url: "https://www.googleapis.com/customsearch/v1?key=$GOOGLE_API_KEY&cx=$GOOGLE_CSE_ID&q=$q&num=10",
-		items: "items", link: "$link", title: "$title", snippet: "$snippet"},
-	{name: "searxng", url: "$SEARXNG_URL/search?q=$q&format=json&pageno=1&safesearch=0",
+	{name: "google",
+		url:  "https://www.googleapis.com/customsearch/v1?q=$q&key=$GOOGLE_API_KEY&cx=$GOOGLE_CSE_ID",
+		link: "$link", items: "items", title: "$title", snippet: "$snippet"},
+	{name: "searxng", url: "$SEARXNG_URL/search?q=$q&format=json",
 		items: "results", link: "$url", title: "$title", snippet: "$content"},
 }
 
 // Headers every request starts with; an engine's own lines come after and win.
 const (
-	searchBrowserHeader = "User-Agent: Mozilla/5.0 (X11; Linux x86_64; rv:152.0) Gecko/20100101 Firefox/152.0\n" +
-		"Accept: text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8\nAccept-Language: en-US,en;q=0.9\n" +
-		"Sec-Fetch-Dest: document\nSec-Fetch-Mode: navigate\nSec-Fetch-Site: same-origin\nSec-Fetch-User: ?1\n"
-	searchAPIHeader = "User-Agent: telson (+https://github.com/telsonhq/telson)\nAccept: application/json\n"
+	searchBrowserHeader = `
+User-Agent: Mozilla/5.0 (X11; Linux x86_64; rv:152.0) Gecko/20100101 Firefox/152
+Accept: text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8
+Accept-Language: en-US,en;q=0.9
+Sec-Fetch-Dest: document
+Sec-Fetch-Mode: navigate
+Sec-Fetch-Site: same-origin
+Sec-Fetch-User: ?1
+`
+	searchAPIHeader = `User-Agent: telson (+https://github.com/telsonhq/telson)
+Accept: application/json
+`
 )
 
 // searchMissing lists the configuration keys e's templates use that are not set.
@@ -1636,8 +1668,10 @@ func searchMissing(cfg *config, e *searchEngine) []string {
 	return missing
 }
 
-// get fills e's templates, sends the request and reads the answer; net/http asks for gzip and decodes it.
-func (e *searchEngine) get(ctx context.Context, client *http.Client, cfg *config, query string) (*http.Response, string, error) {
+// get fills e's templates, sends the request and reads the answer; net/http
+// asks for gzip and decodes it.
+func (e *searchEngine) get(ctx context.Context, client *http.Client, cfg *config,
+	query string) (*http.Response, string, error) {
 	q := url.QueryEscape(query)
 	if strings.HasPrefix(e.body, "{") {
 		quoted, _ := json.Marshal(query)
@@ -1662,7 +1696,8 @@ func (e *searchEngine) get(ctx context.Context, client *http.Client, cfg *config
 	if e.body != "" {
 		method = http.MethodPost
 	}
-	req, err := http.NewRequestWithContext(ctx, method, u.String(), strings.NewReader(os.Expand(e.body, fill)))
+	body := strings.NewReader(os.Expand(e.body, fill))
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), body)
 	if err != nil {
 		return nil, "", err
 	}
@@ -1680,8 +1715,8 @@ func (e *searchEngine) get(ctx context.Context, client *http.Client, cfg *config
 		return nil, "", err
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, searchMaxBody))
-	return resp, string(body), err
+	answer, err := io.ReadAll(io.LimitReader(resp.Body, searchMaxBody))
+	return resp, string(answer), err
 }
 
 // searchHit is one result as an engine gave it.
@@ -1710,8 +1745,11 @@ func (e *searchEngine) read(body string) (hits []searchHit, listed bool, err err
 			}
 			return fmt.Sprint(m[key])
 		}
-		link := strings.ReplaceAll(os.Expand(e.link, field), " ", "_") // Wikipedia's titles
-		hits = append(hits, searchHit{searchText(os.Expand(e.title, field)), link, searchText(os.Expand(e.snippet, field))})
+		hits = append(hits, searchHit{
+			title:   parseHTML(os.Expand(e.title, field)).textContent(),
+			url:     strings.ReplaceAll(os.Expand(e.link, field), " ", "_"), // Wikipedia's titles
+			snippet: parseHTML(os.Expand(e.snippet, field)).textContent(),
+		})
 	}
 	return hits, listed, nil
 }
@@ -1745,9 +1783,6 @@ func (e *searchEngine) readMarkup(body string) ([]searchHit, bool) {
 	return hits, list != nil
 }
 
-// searchText is HTML as plain text.
-func searchText(s string) string { return parseHTML(s).textContent() }
-
 // searchAll returns the elements below n that sel matches: comma-separated alternatives, in order.
 func searchAll(n *htmlNode, sel string) []*htmlNode {
 	var out []*htmlNode
@@ -1765,7 +1800,8 @@ func searchFirst(n *htmlNode, sel string) *htmlNode {
 	return all[0]
 }
 
-// searchMatch reports whether element n matches sel: a tag, then at most one #id, .class or [attr=value].
+// searchMatch reports whether element n matches sel: a tag, then at most
+// one #id, .class or [attr=value].
 func searchMatch(n *htmlNode, sel string) bool {
 	i := strings.IndexAny(sel, "#.[")
 	if i < 0 {
@@ -1784,7 +1820,8 @@ func searchMatch(n *htmlNode, sel string) bool {
 	return n.attr(key) == value
 }
 
-// searchState is what WebSearch keeps across calls and sessions: an HTTP client and the resting engines.
+// searchState is what WebSearch keeps across calls and sessions: an HTTP
+// client and the resting engines.
 type searchState struct {
 	client *http.Client
 
@@ -1806,8 +1843,9 @@ func newSearchState(string) *searchState {
 
 // searchOutcome is one engine's fate in one call.
 type searchOutcome struct {
-	Name   string `json:"name"`
-	Status string `json:"status"` // ok, empty, rate-limited, captcha, blocked, error, timed out, resting
+	Name string `json:"name"`
+	// ok, empty, rate-limited, captcha, blocked, error, timed out, resting
+	Status string `json:"status"`
 	Count  int    `json:"count"`
 	Detail string `json:"detail,omitempty"`
 	hits   []searchHit
@@ -1821,13 +1859,16 @@ func (o *searchOutcome) line() string {
 	return "- " + o.Name + ": " + o.Status + " (" + o.Detail + ")"
 }
 
-// Anti-bot markers: captcha marks are checked on every markup answer, the words only on pages without results.
+// Anti-bot markers: captcha marks are checked on every markup answer, the
+// words only on pages without results.
 var (
-	searchCaptchaMarks = []string{`id="challenge-form"`, "anomaly-modal", "<title>captcha", "altcha.js",
-		"__cf_chl_", "/cdn-cgi/challenge-platform/", "google.com/recaptcha", `id="b_captcha"`, "captcha-wrap"}
-	searchBotWords = []string{"verify you are human", "unusual traffic", "automated queries", "are you a robot",
-		"bots use duckduckgo too", "non-javascript site"}
-	searchNoneWords = []string{"no results found", "no results for", "no pages found", "did not match any"}
+	searchCaptchaMarks = []string{`id="challenge-form"`, "anomaly-modal", "<title>captcha",
+		"altcha.js", "__cf_chl_", "/cdn-cgi/challenge-platform/", "google.com/recaptcha",
+		`id="b_captcha"`}
+	searchBotWords = []string{"verify you are human", "unusual traffic", "automated queries",
+		"are you a robot", "bots use duckduckgo too", "non-javascript site"}
+	searchNoneWords = []string{"no results found", "no results for", "no pages found",
+		"did not match any"}
 )
 
 func searchContains(s string, words []string) bool {
@@ -1835,7 +1876,8 @@ func searchContains(s string, words []string) bool {
 }
 
 // ask asks one engine, unless it is resting or not configured, and judges its answer.
-func (st *searchState) ask(ctx context.Context, cfg *config, e *searchEngine, query string) searchOutcome {
+func (st *searchState) ask(ctx context.Context, cfg *config, e *searchEngine,
+	query string) searchOutcome {
 	o := searchOutcome{Name: e.name, Status: "error"}
 	st.mu.Lock()
 	rest := st.resting[e.name]
@@ -1872,7 +1914,8 @@ func (st *searchState) ask(ctx context.Context, cfg *config, e *searchEngine, qu
 }
 
 // searchJudge is an answer's fate: its final URL, status and markers first, then its results.
-func searchJudge(resp *http.Response, body string, hits int, listed bool, parseErr error) (status, detail string) {
+func searchJudge(resp *http.Response, body string, hits int, listed bool,
+	err error) (status, detail string) {
 	page := strings.ToLower(resp.Request.URL.Host + resp.Request.URL.Path)
 	low := strings.ToLower(body)
 	code := resp.StatusCode
@@ -1882,33 +1925,36 @@ func searchJudge(resp *http.Response, body string, hits int, listed bool, parseE
 		why += ": " + searchCut(body, 200)
 	}
 	switch {
-	case strings.Contains(page, "captcha") || strings.Contains(page, "/sorry"):
+	case strings.Contains(page, "captcha"):
 		return "captcha", page
-	case strings.Contains(page, "consent") || strings.Contains(page, "guce."):
-		return "blocked", "consent page"
+	case strings.Contains(page, "consent"):
+		return "blocked", page
 	case !isJSON && searchContains(low, searchCaptchaMarks):
 		return "captcha", "challenge page"
 	case code == http.StatusTooManyRequests || code == http.StatusAccepted:
 		return "rate-limited", why
 	case code >= 400 && searchContains(low, []string{"rate limit", "throttle"}):
 		return "rate-limited", why
-	case code == http.StatusPaymentRequired || code == http.StatusForbidden:
+	case code == http.StatusForbidden:
 		return "blocked", why
 	case code < 200 || code >= 300:
 		return "error", why
-	case parseErr != nil:
-		return "error", parseErr.Error()
+	case err != nil:
+		return "error", err.Error()
 	case hits > 0:
 		return "ok", ""
 	case searchContains(low, searchBotWords):
 		return "blocked", "bot check page"
 	case listed || searchContains(low, searchNoneWords):
 		return "empty", ""
+	case isJSON:
+		return "error", "no result list: " + searchCut(body, 200)
 	}
-	return "error", "no result list: " + searchCut(body, 200)
+	return "error", "no result list"
 }
 
-// searchTidy unwraps redirect links, drops ads and links that are not to web pages, and cuts long texts.
+// searchTidy unwraps redirect links, drops ads and links that are not to web
+// pages, and cuts long texts.
 func searchTidy(hits []searchHit) []searchHit {
 	var out []searchHit
 	for _, h := range hits {
@@ -1917,7 +1963,9 @@ func searchTidy(hits []searchHit) []searchHit {
 			continue
 		}
 		page := strings.ToLower(u.Host + u.Path)
-		if searchContains(page, []string{"duckduckgo.com/", "bing.com/aclick", "bing.com/ck/a", "r.search.yahoo.com/"}) {
+		wrapped := []string{"duckduckgo.com/", "bing.com/aclick", "bing.com/ck/a",
+			"r.search.yahoo.com/"}
+		if searchContains(page, wrapped) {
 			continue // an ad or a link still wrapped
 		}
 		h.url = u.String()
@@ -1997,12 +2045,14 @@ func (r *searchResult) add(engine string, rank int, h searchHit) {
 	if len(h.title) > len(r.Title) {
 		r.Title = h.title
 	}
-	if len(h.snippet) > len(r.Snippet) && !strings.HasPrefix(h.snippet, "http") { // a bare link says nothing
+	// A bare link says nothing.
+	if len(h.snippet) > len(r.Snippet) && !strings.HasPrefix(h.snippet, "http") {
 		r.Snippet = h.snippet
 	}
 }
 
-// searchMerge merges the lists by URL, ranked by reciprocal rank fusion plus a bonus per agreeing engine.
+// searchMerge merges the lists by URL, ranked by reciprocal rank fusion plus
+// a bonus per agreeing engine; ties keep the engines' order.
 func searchMerge(outs []searchOutcome, max int) []*searchResult {
 	byKey := map[string]*searchResult{}
 	all := []*searchResult{}
@@ -2024,11 +2074,14 @@ func searchMerge(outs []searchOutcome, max int) []*searchResult {
 		r.Score += float64(len(r.Engines)-1) * searchAgreementBonus
 		r.Score = math.Round(r.Score*1e5) / 1e5
 	}
-	slices.SortStableFunc(all, func(a, b *searchResult) int { return cmp.Compare(b.Score, a.Score) })
+	slices.SortStableFunc(all, func(a, b *searchResult) int {
+		return cmp.Compare(b.Score, a.Score)
+	})
 	return all[:min(len(all), max)]
 }
 
-// searchSelect picks the engines a call names, else those SEARCH_ENGINES names, else every configured one.
+// searchSelect picks the engines a call names, else those SEARCH_ENGINES
+// names, else every configured one.
 func searchSelect(cfg *config, names []string) ([]*searchEngine, error) {
 	if len(names) == 0 {
 		names = strings.Fields(strings.ReplaceAll(cfg.str("SEARCH_ENGINES"), ",", " "))
@@ -2049,7 +2102,8 @@ func searchSelect(cfg *config, names []string) ([]*searchEngine, error) {
 }
 
 // search asks every engine at once and returns their outcomes in engine order.
-func (st *searchState) search(ctx context.Context, cfg *config, query string, engines []*searchEngine) []searchOutcome {
+func (st *searchState) search(ctx context.Context, cfg *config, query string,
+	engines []*searchEngine) []searchOutcome {
 	timeout := time.Duration(cfg.int("SEARCH_TIMEOUT_MS")) * time.Millisecond
 	outs := make([]searchOutcome, len(engines))
 	var wg sync.WaitGroup
@@ -2059,7 +2113,8 @@ func (st *searchState) search(ctx context.Context, cfg *config, query string, en
 			defer wg.Done()
 			defer func() { // a parser's panic must not take the server down
 				if p := recover(); p != nil {
-					outs[i] = searchOutcome{Name: e.name, Status: "error", Detail: fmt.Sprint("parser panic: ", p)}
+					detail := fmt.Sprint("panic: ", p)
+					outs[i] = searchOutcome{Name: e.name, Status: "error", Detail: detail}
 				}
 			}()
 			ectx, cancel := context.WithTimeout(ctx, timeout)
@@ -2079,7 +2134,8 @@ func (st *searchState) rest(cfg *config, outs []searchOutcome) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	for _, o := range outs {
-		if backoff > 0 && searchContains(o.Status, []string{"rate-limited", "blocked", "captcha"}) {
+		resting := slices.Contains([]string{"rate-limited", "blocked", "captcha"}, o.Status)
+		if backoff > 0 && resting {
 			st.resting[o.Name] = searchRest{since: now, until: now.Add(backoff), why: o.Status}
 		}
 	}
