@@ -3529,10 +3529,7 @@ func searchFilePage(t testing.TB, file string, status int, gz bool) http.Handler
 func searchAsk(t testing.TB, engine, base string, kv ...string) searchOutcome {
 	t.Helper()
 	srv := searchNewServer(t, append(kv, "SEARCH_URL_"+strings.ToUpper(engine), base)...)
-	engines, err := searchSelect(srv.cfg, []string{engine})
-	if err != nil {
-		t.Fatal(err)
-	}
+	engines := searchSelect(srv.cfg, []string{engine})
 	return srv.search.search(context.Background(), srv.cfg, "golang", engines)[0]
 }
 

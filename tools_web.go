@@ -1524,8 +1524,10 @@ var webSearchTool = toolDef{
 			"description":"What to search for."},
 		"max_results":{"type":"integer","minimum":1,"maximum":50,
 			"description":"Merged results to return (default 10)."},
-		"engines":{"type":"array","maxItems":20,"items":{"type":"string"},
-			"description":"Engines to ask, by name (default: all enabled)."}},
+		"engines":{"type":"array","maxItems":20,"description":"Engines to ask (default: all enabled).",
+			"items":{"type":"string","enum":["duckduckgo","brave","mojeek","bing","yahoo","wikipedia",
+				"hackernews","stackoverflow","github","arxiv","braveapi","tavily","serper","exa","google",
+				"searxng"]}}},
 		"required":["query"]}`,
 	output: `{"type":"object","properties":{
 		"results":{"type":"array","items":{"type":"object","properties":{
@@ -1546,8 +1548,7 @@ var webSearchTool = toolDef{
 
 func describeWebSearch(srv *server) string {
 	var names []string
-	engines, _ := searchSelect(srv.cfg, nil)
-	for _, e := range engines {
+	for _, e := range searchSelect(srv.cfg, nil) {
 		names = append(names, e.name)
 	}
 	return fmt.Sprintf(`Searches the web with many engines at once. Returns one merged list
@@ -1836,9 +1837,7 @@ type searchRest struct {
 
 func newSearchState(string) *searchState {
 	jar, _ := cookiejar.New(nil)
-	transport := http.DefaultTransport.(*http.Transport).Clone() // its own idle connections
-	client := &http.Client{Jar: jar, Transport: transport}
-	return &searchState{client: client, resting: map[string]searchRest{}}
+	return &searchState{client: &http.Client{Jar: jar}, resting: map[string]searchRest{}}
 }
 
 // searchOutcome is one engine's fate in one call.
@@ -1989,27 +1988,21 @@ func searchCut(s string, max int) string {
 
 // searchUnwrap turns a click-tracking link (DuckDuckGo, Bing ck/a, Yahoo /RU=) into its target.
 func searchUnwrap(href string) string {
-	if _, target, found := strings.Cut(href, "/RU="); found {
-		target, _, _ = strings.Cut(target, "/RK=")
-		target, _, _ = strings.Cut(target, "/RS=")
-		s, err := url.PathUnescape(target)
-		if err == nil {
-			return s
-		}
-	}
 	u, err := url.Parse(href)
 	if err != nil {
 		return href
 	}
 	q := u.Query()
-	if q.Get("uddg") != "" {
+	_, yahoo, isYahoo := strings.Cut(u.Path, "/RU=")
+	yahoo, _, _ = strings.Cut(yahoo, "/RK=")
+	bing, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(q.Get("u"), "a1"))
+	switch {
+	case isYahoo:
+		return yahoo
+	case q.Get("uddg") != "":
 		return q.Get("uddg")
-	}
-	if strings.HasSuffix(u.Path, "/ck/a") && strings.HasPrefix(q.Get("u"), "a1") {
-		b, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(q.Get("u")[2:], "="))
-		if err == nil {
-			return string(b)
-		}
+	case strings.HasSuffix(u.Path, "/ck/a") && err == nil:
+		return string(bing)
 	}
 	return href
 }
@@ -2080,9 +2073,9 @@ func searchMerge(outs []searchOutcome, max int) []*searchResult {
 	return all[:min(len(all), max)]
 }
 
-// searchSelect picks the engines a call names, else those SEARCH_ENGINES
-// names, else every configured one.
-func searchSelect(cfg *config, names []string) ([]*searchEngine, error) {
+// searchSelect picks the engines a call names (the input schema lists the
+// names), else those SEARCH_ENGINES names, else every configured one.
+func searchSelect(cfg *config, names []string) []*searchEngine {
 	if len(names) == 0 {
 		names = strings.Fields(strings.ReplaceAll(cfg.str("SEARCH_ENGINES"), ",", " "))
 	}
@@ -2093,12 +2086,7 @@ func searchSelect(cfg *config, names []string) ([]*searchEngine, error) {
 			out = append(out, e)
 		}
 	}
-	for _, name := range names {
-		if !slices.ContainsFunc(out, func(e *searchEngine) bool { return e.name == name }) {
-			return nil, fmt.Errorf("unknown engine %q", name)
-		}
-	}
-	return out, nil
+	return out
 }
 
 // search asks every engine at once and returns their outcomes in engine order.
@@ -2155,10 +2143,7 @@ func runWebSearch(ctx context.Context, c *toolCall) toolResult {
 		return errorResult("the query is blank; say what to search for")
 	}
 	srv := c.s.srv
-	engines, err := searchSelect(srv.cfg, a.Engines)
-	if err != nil {
-		return errorResult("%v", err)
-	}
+	engines := searchSelect(srv.cfg, a.Engines)
 	outs := srv.search.search(ctx, srv.cfg, strings.TrimSpace(a.Query), engines)
 	results := searchMerge(outs, cmp.Or(a.MaxResults, searchDefaultResults))
 	out := map[string]any{"results": results, "engines": outs}
