@@ -1524,10 +1524,11 @@ var webSearchTool = toolDef{
 			"description":"What to search for."},
 		"max_results":{"type":"integer","minimum":1,"maximum":50,
 			"description":"Merged results to return (default 10)."},
-		"engines":{"type":"array","maxItems":20,"description":"Engines to ask (default: all enabled).",
-			"items":{"type":"string","enum":["duckduckgo","brave","mojeek","bing","yahoo","wikipedia",
-				"hackernews","stackoverflow","github","arxiv","braveapi","tavily","serper","exa","google",
-				"searxng"]}}},
+		"engines":{"type":"array","maxItems":20,
+			"description":"Engines to ask (default: all enabled).",
+			"items":{"type":"string","enum":["duckduckgo","brave","mojeek","bing","yahoo",
+			"wikipedia","hackernews","stackoverflow","github","arxiv",
+			"braveapi","tavily","serper","exa","google","searxng"]}}},
 		"required":["query"]}`,
 	output: `{"type":"object","properties":{
 		"results":{"type":"array","items":{"type":"object","properties":{
@@ -1574,7 +1575,7 @@ type searchEngine struct {
 	list  string // markup: the result container, telling "no results" from "not a result page"
 	items string // the result blocks: a selector, or a dotted JSON path to a list
 	// Within a block, selectors (the title defaults to the link's text) or
-	// JSON field templates.
+	// JSON field templates (the title defaults to $title).
 	link, title, snippet string
 	strip                string // markup: elements left out of snippets (dates, icons)
 }
@@ -1604,15 +1605,15 @@ var searchEngines = []searchEngine{
 	{name: "wikipedia",
 		url:  "https://en.wikipedia.org/w/api.php?action=query&list=search&format=json&srsearch=$q",
 		link: "https://en.wikipedia.org/wiki/$title", items: "query.search",
-		title: "$title", snippet: "$snippet"},
+		snippet: "$snippet"},
 	{name: "hackernews",
 		url:   "https://hn.algolia.com/api/v1/search?query=$q&tags=story&hitsPerPage=20",
 		items: "hits", link: "https://news.ycombinator.com/item?id=$objectID",
-		title: "$title", snippet: "$points points, $num_comments comments. $url $story_text"},
+		snippet: "$points points, $num_comments comments. $url $story_text"},
 	{name: "stackoverflow",
 		url:   "https://api.stackexchange.com/2.3/search/advanced?site=stackoverflow&sort=relevance&q=$q",
 		items: "items", link: "$link",
-		title: "$title", snippet: "$answer_count answers, score $score; tags: $tags"},
+		snippet: "$answer_count answers, score $score; tags: $tags"},
 	{name: "github", url: "https://api.github.com/search/repositories?q=$q&per_page=20",
 		header: "Accept: application/vnd.github+json\nX-GitHub-Api-Version: 2022-11-28",
 		items:  "items", link: "$html_url",
@@ -1623,22 +1624,22 @@ var searchEngines = []searchEngine{
 	{name: "braveapi",
 		url:    "https://api.search.brave.com/res/v1/web/search?q=$q&count=20&text_decorations=0",
 		header: "X-Subscription-Token: $BRAVE_API_KEY",
-		items:  "web.results", link: "$url", title: "$title", snippet: "$description"},
+		items:  "web.results", link: "$url", snippet: "$description"},
 	{name: "tavily", url: "https://api.tavily.com/search", body: `{"query":$q,"max_results":20}`,
 		header: "Authorization: Bearer $TAVILY_API_KEY\nContent-Type: application/json",
-		items:  "results", link: "$url", title: "$title", snippet: "$content"},
+		items:  "results", link: "$url", snippet: "$content"},
 	{name: "serper", url: "https://google.serper.dev/search", body: `{"q":$q,"num":20}`,
 		header: "X-API-KEY: $SERPER_API_KEY\nContent-Type: application/json",
-		items:  "organic", link: "$link", title: "$title", snippet: "$snippet"},
+		items:  "organic", link: "$link", snippet: "$snippet"},
 	{name: "exa", url: "https://api.exa.ai/search",
 		body:   `{"query":$q,"numResults":20,"contents":{"text":{"maxCharacters":500}}}`,
 		header: "x-api-key: $EXA_API_KEY\nContent-Type: application/json",
-		items:  "results", link: "$url", title: "$title", snippet: "$text"},
+		items:  "results", link: "$url", snippet: "$text"},
 	{name: "google",
 		url:  "https://www.googleapis.com/customsearch/v1?q=$q&key=$GOOGLE_API_KEY&cx=$GOOGLE_CSE_ID",
-		link: "$link", items: "items", title: "$title", snippet: "$snippet"},
+		link: "$link", items: "items", snippet: "$snippet"},
 	{name: "searxng", url: "$SEARXNG_URL/search?q=$q&format=json",
-		items: "results", link: "$url", title: "$title", snippet: "$content"},
+		items: "results", link: "$url", snippet: "$content"},
 }
 
 // Headers every request starts with; an engine's own lines come after and win.
@@ -1747,7 +1748,7 @@ func (e *searchEngine) read(body string) (hits []searchHit, listed bool, err err
 			return fmt.Sprint(m[key])
 		}
 		hits = append(hits, searchHit{
-			title:   parseHTML(os.Expand(e.title, field)).textContent(),
+			title:   parseHTML(os.Expand(cmp.Or(e.title, "$title"), field)).textContent(),
 			url:     strings.ReplaceAll(os.Expand(e.link, field), " ", "_"), // Wikipedia's titles
 			snippet: parseHTML(os.Expand(e.snippet, field)).textContent(),
 		})
