@@ -38,7 +38,8 @@ func TestWebSearchExtractorRealPages(t *testing.T) {
 		secondURL    string
 	}{
 		{"duckduckgo", "duckduckgo_html_2025_golang.html", 10,
-			searchHit{"The Go Programming Language", "https://go.dev/", "Go is an open source programming language"},
+			searchHit{"The Go Programming Language", "https://go.dev/",
+				"Go is an open source programming language"},
 			"https://en.wikipedia.org/wiki/Go_(programming_language)"},
 		{"duckduckgo", "duckduckgo_html_2020_exit_vim.html", 30,
 			searchHit{"vi - How do I exit the Vim editor? - Stack Overflow",
@@ -48,17 +49,19 @@ func TestWebSearchExtractorRealPages(t *testing.T) {
 				"https://github.com/react/react", "The library for web and native user interfaces."}, ""},
 		{"brave", "brave_html_2023_full.html", 19,
 			searchHit{"What is a query? Explore database queries and more",
-				"https://www.techtarget.com/searchdatamanagement/definition/query", "Learn about database queries"}, ""},
+				"https://www.techtarget.com/searchdatamanagement/definition/query",
+				"Learn about database queries"}, ""},
 		{"yahoo", "yahoo_html_2026_excerpt.html", 1,
-			searchHit{"GitHub - react/react: The library for web and native user ...", "https://github.com/react/react",
-				"The library for web and native user interfaces."}, ""},
+			searchHit{"GitHub - react/react: The library for web and native user ...",
+				"https://github.com/react/react", "The library for web and native user interfaces."}, ""},
 		// SOURCES.md counts 14 b_algo blocks, but 4 are answer-card divs: 10 are result items.
 		{"bing", "bing_html_2023_sr.html", 10,
 			searchHit{"322 Words and Phrases for Good Results - Power Thesaurus",
 				"https://www.powerthesaurus.org/good_results/synonyms", "Good Results synonyms"},
 			"https://www.powerthesaurus.org/very_good_result/synonyms"},
 		{"wikipedia", "wikipedia_api_list_search_2025.json", 2,
-			searchHit{"North America", "https://en.wikipedia.org/wiki/North_America", "North America is a continent"},
+			searchHit{"North America", "https://en.wikipedia.org/wiki/North_America",
+				"North America is a continent"},
 			"https://en.wikipedia.org/wiki/United_States"},
 		{"mojeek", "mojeek_403_blocked_2023.html", 0, searchHit{}, ""},
 	}
@@ -80,7 +83,8 @@ func TestWebSearchExtractorRealPages(t *testing.T) {
 				return
 			}
 			h := hits[0]
-			if h.title != tc.first.title || h.url != tc.first.url || !strings.HasPrefix(h.snippet, tc.first.snippet) {
+			if h.title != tc.first.title || h.url != tc.first.url ||
+				!strings.HasPrefix(h.snippet, tc.first.snippet) {
 				t.Errorf("first: got %q %q %q, want %q %q %q…", h.title, h.url, h.snippet,
 					tc.first.title, tc.first.url, tc.first.snippet)
 			}
@@ -101,24 +105,27 @@ func TestWebSearchExtractorRealPages(t *testing.T) {
 func TestWebSearchPartialFailure(t *testing.T) {
 	t.Parallel()
 	ddg := searchServe(t, searchFilePage(t, "testdata/websearch/duckduckgo.html", 200, false))
-	limited := searchServe(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusTooManyRequests) })
+	limited := searchServe(t, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusTooManyRequests)
+	})
 	broken := searchServe(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(500) })
 	c := startServer(t, "-set", "SEARCH_URL_DUCKDUCKGO="+ddg.URL, "-set", "SEARCH_URL_BRAVE="+limited.URL,
 		"-set", "SEARCH_URL_GITHUB="+broken.URL, "-set", "SEARCH_BACKOFF_MS=0")
 	c.initialize("2025-06-18")
-	res := c.callTool("WebSearch", map[string]any{"query": "golang", "engines": []string{"duckduckgo", "brave", "github"}})
+	engines := []string{"duckduckgo", "brave", "github"}
+	res := c.callTool("WebSearch", map[string]any{"query": "golang", "engines": engines})
 	if isError(res) {
 		t.Fatalf("partial failure is an error: %s", resultText(res))
 	}
 	sc, _ := res["structuredContent"].(map[string]any)
 	results, _ := sc["results"].([]any)
-	engines, _ := sc["engines"].([]any)
-	if len(results) != 2 || len(engines) != 3 || sc["message"] != nil {
+	fates, _ := sc["engines"].([]any)
+	if len(results) != 2 || len(fates) != 3 || sc["message"] != nil {
 		t.Fatalf("structuredContent: %v", sc)
 	}
-	want := map[string][2]string{"duckduckgo": {"ok", "2 results"}, "brave": {"rate-limited", "HTTP 429"},
-		"github": {"error", "HTTP 500"}}
-	for _, e := range engines {
+	want := map[string][2]string{"duckduckgo": {"ok", "2 results"},
+		"brave": {"rate-limited", "HTTP 429"}, "github": {"error", "HTTP 500"}}
+	for _, e := range fates {
 		m := e.(map[string]any)
 		w := want[m["name"].(string)]
 		if m["status"] != w[0] || m["detail"] != w[1] {
@@ -126,7 +133,8 @@ func TestWebSearchPartialFailure(t *testing.T) {
 		}
 	}
 	text := resultText(res)
-	if !strings.Contains(text, "- brave: rate-limited (HTTP 429)") || !strings.Contains(text, "- github: error (HTTP 500)") {
+	if !strings.Contains(text, "- brave: rate-limited (HTTP 429)") ||
+		!strings.Contains(text, "- github: error (HTTP 500)") {
 		t.Errorf("text does not name the failed engines:\n%s", text)
 	}
 }
@@ -138,13 +146,15 @@ func TestWebSearchNoResults(t *testing.T) {
 	t.Parallel()
 	empty := searchServe(t, searchFilePage(t, "testdata/websearch/duckduckgo_empty.html", 200, false))
 	broken := searchServe(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(500) })
-	c := startServer(t, "-set", "SEARCH_URL_DUCKDUCKGO="+empty.URL, "-set", "SEARCH_URL_GITHUB="+broken.URL,
-		"-set", "SEARCH_BACKOFF_MS=0")
+	c := startServer(t, "-set", "SEARCH_URL_DUCKDUCKGO="+empty.URL,
+		"-set", "SEARCH_URL_GITHUB="+broken.URL, "-set", "SEARCH_BACKOFF_MS=0")
 	c.initialize("2025-06-18")
-	res := c.callTool("WebSearch", map[string]any{"query": "zzqx", "engines": []string{"duckduckgo", "github"}})
+	both := []string{"duckduckgo", "github"}
+	res := c.callTool("WebSearch", map[string]any{"query": "zzqx", "engines": both})
 	sc, _ := res["structuredContent"].(map[string]any)
 	msg, _ := sc["message"].(string)
-	if isError(res) || !strings.HasPrefix(msg, "No results") || !strings.Contains(resultText(res), msg) {
+	if isError(res) || !strings.HasPrefix(msg, "No results") ||
+		!strings.Contains(resultText(res), msg) {
 		t.Errorf("no results: isError %v, structured %v, text %q", isError(res), sc, resultText(res))
 	}
 	res = c.callTool("WebSearch", map[string]any{"query": "zzqx", "engines": []string{"github"}})
