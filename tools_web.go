@@ -1583,11 +1583,13 @@ type searchEngine struct {
 // searchEngines is every engine; those without keys are the default set.
 var searchEngines = []searchEngine{
 	{name: "duckduckgo", url: "https://html.duckduckgo.com/html/", body: "q=$q&b=&kl=wt-wt",
-		header:  "Referer: https://html.duckduckgo.com/\nContent-Type: application/x-www-form-urlencoded",
+		header: `Referer: https://html.duckduckgo.com/
+Sec-Fetch-Site: same-origin
+Content-Type: application/x-www-form-urlencoded`,
 		browser: true, list: "#links", items: "div.result",
 		link: "a.result__a", snippet: ".result__snippet"},
 	{name: "brave", url: "https://search.brave.com/search?q=$q&source=web",
-		header:  "Cookie: safesearch=moderate; useLocation=0; summarizer=0; country=us",
+		header:  "Cookie: safesearch=moderate; useLocation=0; country=us; ui_lang=en-us",
 		browser: true, list: "#results", items: "div[data-type=web]", link: "a",
 		title:   ".search-snippet-title,.snippet-title",
 		snippet: ".generic-snippet,.snippet-description", strip: ".t-secondary"},
@@ -1622,7 +1624,7 @@ var searchEngines = []searchEngine{
 		header: "Accept: application/atom+xml", list: "feed", items: "entry",
 		link: "link[rel=alternate]", title: "title", snippet: "summary"},
 	{name: "braveapi",
-		url:    "https://api.search.brave.com/res/v1/web/search?q=$q&count=20&text_decorations=0",
+		url:    "https://api.search.brave.com/res/v1/web/search?q=$q&text_decorations=false",
 		header: "X-Subscription-Token: $BRAVE_API_KEY",
 		items:  "web.results", link: "$url", snippet: "$description"},
 	{name: "tavily", url: "https://api.tavily.com/search", body: `{"query":$q,"max_results":20}`,
@@ -1650,7 +1652,7 @@ Accept: text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8
 Accept-Language: en-US,en;q=0.9
 Sec-Fetch-Dest: document
 Sec-Fetch-Mode: navigate
-Sec-Fetch-Site: same-origin
+Sec-Fetch-Site: none
 Sec-Fetch-User: ?1
 `
 	searchAPIHeader = `User-Agent: telson (+https://github.com/telsonhq/telson)
