@@ -164,3 +164,15 @@ func TestWebSearchNoResults(t *testing.T) {
 		t.Errorf("every engine failed: isError %v, structured %v", isError(res), sc)
 	}
 }
+
+// TestWebSearchKeyNotShown: a failed request's detail leaves out the URL,
+// which holds the Google API key.
+func TestWebSearchKeyNotShown(t *testing.T) {
+	t.Parallel()
+	ts := searchServe(t, func(w http.ResponseWriter, r *http.Request) {})
+	ts.Close() // nothing listens there any more
+	o := searchAsk(t, "google", ts.URL, "GOOGLE_API_KEY", "secret-key", "GOOGLE_CSE_ID", "cx1")
+	if o.Status != "error" || o.Detail == "" || strings.Contains(o.Detail, "secret-key") {
+		t.Errorf("got %s (%s)", o.Status, o.Detail)
+	}
+}

@@ -1900,6 +1900,10 @@ func (st *searchState) ask(ctx context.Context, cfg *config, e *searchEngine,
 		o.Detail = fmt.Sprintf("no answer within %dms", cfg.int("SEARCH_TIMEOUT_MS"))
 		return o
 	}
+	var urlErr *url.Error
+	if errors.As(err, &urlErr) {
+		err = urlErr.Err // without the URL, which may hold a key
+	}
 	if err != nil {
 		o.Detail = err.Error()
 		return o
