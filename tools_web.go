@@ -1647,7 +1647,7 @@ Content-Type: application/x-www-form-urlencoded`,
 // Headers every request starts with; an engine's own lines come after and win.
 const (
 	searchBrowserHeader = `
-User-Agent: Mozilla/5.0 (X11; Linux x86_64; rv:152.0) Gecko/20100101 Firefox/152
+User-Agent: Mozilla/5.0 (X11; Linux x86_64; rv:152.0) Gecko/20100101 Firefox/152.0
 Accept: text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8
 Accept-Language: en-US,en;q=0.9
 Sec-Fetch-Dest: document
