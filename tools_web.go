@@ -1969,8 +1969,8 @@ func searchTidy(hits []searchHit) []searchHit {
 			continue
 		}
 		page := strings.ToLower(u.Host + u.Path)
-		wrapped := []string{"duckduckgo.com/", "bing.com/aclick", "bing.com/ck/a",
-			"r.search.yahoo.com/"}
+		wrapped := []string{"duckduckgo.com/y.js", "duckduckgo.com/l/", "bing.com/aclick",
+			"bing.com/ck/a", "r.search.yahoo.com/"}
 		if searchContains(page, wrapped) {
 			continue // an ad or a link still wrapped
 		}
