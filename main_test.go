@@ -3519,6 +3519,12 @@ func TestWebSearchEngines(t *testing.T) {
 			}
 			return ""
 		}, want{2, "The Go Programming Language", "https://go.dev/", "Go is an open source programming language that makes it simple to build secure, scalable systems.", "https://go.dev/doc/effective_go"}},
+		{"yandex", "yandex.html", func(r *http.Request) string {
+			if r.URL.Path != "/search/site/" || r.URL.Query().Get("text") != "golang" || !strings.HasPrefix(r.UserAgent(), "Mozilla/5.0") {
+				return "want GET /search/site/?text= from a browser UA"
+			}
+			return ""
+		}, want{2, "The Go Programming Language", "https://go.dev/", "Go is an open source programming language that makes it simple to build software.", "https://gobyexample.com/"}},
 		{"wikipedia", "wikipedia.json", func(r *http.Request) string {
 			q := r.URL.Query()
 			if r.URL.Path != "/w/api.php" || q.Get("srsearch") != "golang" || q.Get("list") != "search" || !strings.HasPrefix(r.UserAgent(), "telson") {
@@ -4013,15 +4019,15 @@ Engines:
 	}
 }
 
-// BenchmarkWebSearchFanout: ten local engines, one answering after 2 s,
+// BenchmarkWebSearchFanout: eleven local engines, one answering after 2 s,
 // the others after a 100 ms round trip each; a call takes about 2 s, not
 // the sum of the engines' times (reported as sum-of-engines-s/op).
 func BenchmarkWebSearchFanout(b *testing.B) {
 	files := map[string]string{"duckduckgo": "duckduckgo.html", "brave": "brave.html", "mojeek": "mojeek.html",
-		"bing": "bing.html", "yahoo": "yahoo.html", "wikipedia": "wikipedia.json", "hackernews": "hackernews.json",
+		"bing": "bing.html", "yahoo": "yahoo.html", "yandex": "yandex.html", "wikipedia": "wikipedia.json", "hackernews": "hackernews.json",
 		"stackoverflow": "stackoverflow.json", "github": "github.json", "arxiv": "arxiv.xml"}
 	var busy atomic.Int64 // nanoseconds the engines spent answering
-	kv := []string{"SEARCH_TIMEOUT_MS", "5000", "SEARCH_ENGINES", "duckduckgo,brave,mojeek,bing,yahoo,wikipedia,hackernews,stackoverflow,github,arxiv"}
+	kv := []string{"SEARCH_TIMEOUT_MS", "5000", "SEARCH_ENGINES", "duckduckgo,brave,mojeek,bing,yahoo,yandex,wikipedia,hackernews,stackoverflow,github,arxiv"}
 	for name, file := range files {
 		h := searchFilePage(b, filepath.Join("testdata", "websearch", file), 200, false)
 		slow := name == "github"
