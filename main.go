@@ -154,7 +154,9 @@ func serveStdio(ctx context.Context, srv *server, stdin io.Reader, stdout io.Wri
 	}
 }
 
-// serveHTTP serves MCP at addr until ctx ends, then gives requests httpShutdownGrace and ends every session.
+// serveHTTP serves MCP at addr until ctx ends, then gives requests httpShutdownGrace and ends
+// every session. A client has HTTP_TIMEOUT_MS to send a request, and a kept-alive connection
+// closes after as long idle; there is no write timeout, which would cut open event streams.
 func serveHTTP(ctx context.Context, srv *server, addr string, stderr io.Writer) error {
 	if !strings.Contains(addr, ":") || strings.HasPrefix(addr, ":") {
 		addr = "127.0.0.1:" + strings.TrimPrefix(addr, ":") // a bare port or :port
@@ -164,22 +166,25 @@ func serveHTTP(ctx context.Context, srv *server, addr string, stderr io.Writer) 
 		return fmt.Errorf("http: address %q: %w", addr, err)
 	}
 	h := newHTTPHandler(srv, host)
-	if h.token == "" && !isLoopbackHost(host) {
-		if h.token, err = randomHex(24); err != nil {
+	if h.gate.token == "" && !isLoopbackHost(host) {
+		if h.gate.token, err = randomHex(24); err != nil {
 			return fmt.Errorf("http: token: %w", err)
 		}
-		fmt.Fprintf(stderr, "telson: %s is reachable beyond this machine; clients must send the header \"Authorization: Bearer %s\" (set HTTP_TOKEN to choose it)\n", addr, h.token)
+		fmt.Fprintf(stderr, "telson: %s is reachable beyond this machine; clients must send the header "+
+			"\"Authorization: Bearer %s\" (set HTTP_TOKEN to choose it)\n", addr, h.gate.token)
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("http: %w", err)
 	}
-	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	limited := &connLimiter{Listener: ln, slots: make(chan struct{}, srv.cfg.int("HTTP_MAX_CONNECTIONS"))}
+	timeout := time.Duration(srv.cfg.int("HTTP_TIMEOUT_MS")) * time.Millisecond
+	hs := &http.Server{Handler: h, ReadTimeout: timeout, IdleTimeout: timeout}
 	hs.RegisterOnShutdown(func() { close(h.shutdown) })
 	fmt.Fprintf(stderr, "telson: serving MCP on http://%s/mcp\n", ln.Addr())
 	served := make(chan error, 1)
-	go func() { served <- hs.Serve(ln) }() // exits when the server is shut down or closed
-	expiry := time.NewTicker(min(max(h.idle/4, time.Second), time.Minute))
+	go func() { served <- hs.Serve(limited) }() // exits when the server is shut down or closed
+	expiry := time.NewTicker(min(max(h.sessions.idle/4, time.Second), time.Minute))
 	defer expiry.Stop()
 	for ctx.Err() == nil {
 		select {
@@ -187,7 +192,7 @@ func serveHTTP(ctx context.Context, srv *server, addr string, stderr io.Writer) 
 			h.closeAll()
 			return fmt.Errorf("http: %w", err)
 		case <-expiry.C:
-			h.expire()
+			h.sessions.expire()
 		case <-ctx.Done():
 		}
 	}
@@ -330,7 +335,9 @@ var configKeys = []configKey{
 	{"HTTP_HOSTS", "", "str", "comma list of Host names allowed besides loopback ones and the listening address (DNS rebinding protection)"},
 	{"HTTP_MAX_BODY_BYTES", "4194304", "int", "largest HTTP request body; a larger one is answered 413"},
 	{"HTTP_MAX_SESSIONS", "64", "int", "most HTTP sessions at once; beyond it (after idle ones expire) a new session is refused with 503"},
-	{"HTTP_SESSION_IDLE_MS", "1800000", "int", "an HTTP session idle this long (milliseconds) ends, with its tasks"},
+	{"HTTP_SESSION_IDLE_MS", "1800000", "int", "an HTTP session without a request this long (milliseconds) ends, with its tasks; an open stream does not count"},
+	{"HTTP_TIMEOUT_MS", "10000", "int", "milliseconds an HTTP client has to send a request (headers and body), and a kept-alive connection may idle"},
+	{"HTTP_MAX_CONNECTIONS", "128", "int", "most HTTP connections at once; beyond it a new connection is closed at once"},
 	{"CHROME_PATH", "", "str", "the Chromium or Chrome binary ReadDocs runs (default: found on PATH and in the usual install locations)"},
 	{"READDOCS_BROWSER", "on", "bool", "read pages in headless Chromium; off reads them over plain HTTP (no JavaScript)"},
 	{"READDOCS_TIMEOUT_MS", "30000", "int", "ReadDocs's deadline for a page in milliseconds (wait_ms is added to it)"},
