@@ -1400,8 +1400,7 @@ func (g *httpGate) tokenValid(r *http.Request) bool {
 	return g.token == "" || ok && subtle.ConstantTimeCompare([]byte(got), []byte(g.token)) == 1
 }
 
-// readBody reads a request body of at most maxBody bytes; nil means it answered an error. Once
-// the body is read, the read deadline (HTTP_TIMEOUT_MS) is lifted: it would cancel the request.
+// readBody reads a request body of at most maxBody bytes; nil means it answered an error.
 func (h *httpHandler) readBody(w http.ResponseWriter, r *http.Request) []byte {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.maxBody))
 	var tooBig *http.MaxBytesError
@@ -1414,7 +1413,6 @@ func (h *httpHandler) readBody(w http.ResponseWriter, r *http.Request) []byte {
 	case !json.Valid(body):
 		httpFail(w, http.StatusBadRequest, nil, newRPCError(codeParseError, "parse error: the body is not one JSON value"))
 	default:
-		http.NewResponseController(w).SetReadDeadline(time.Time{})
 		return bytes.TrimSpace(body)
 	}
 	return nil
@@ -1651,8 +1649,7 @@ func (h *httpHandler) closeAll() {
 	h.stateless.close()
 }
 
-// attach opens the session's GET stream on w; false when it has one. The stream has no read
-// deadline: HTTP_TIMEOUT_MS is for sending a request.
+// attach opens the session's GET stream on w; false when it has one.
 func (hs *httpSession) attach(w http.ResponseWriter) bool {
 	hs.mu.Lock()
 	defer hs.mu.Unlock()
@@ -1660,10 +1657,8 @@ func (hs *httpSession) attach(w http.ResponseWriter) bool {
 		return false
 	}
 	hs.stream = w
-	rc := http.NewResponseController(w)
-	rc.SetReadDeadline(time.Time{})
 	startEventStream(w)
-	rc.Flush() // clients wait for the headers
+	http.NewResponseController(w).Flush() // clients wait for the headers
 	return true
 }
 

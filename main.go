@@ -26,6 +26,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
@@ -35,6 +36,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode"
 )
 
 // toolTable is every tool telson has, in tools/list order; tools/list, tools/call, `telson tools` and `telson call` use it.
@@ -69,6 +71,17 @@ func main() {
 	}
 }
 
+const usage = `usage: telson [flags] [tools | call NAME 'JSON']
+
+Serves MCP on stdin/stdout, or Streamable HTTP with -http. Every flag but -config, -set and
+-version sets the configuration key of its name: -output-limit sets OUTPUT_LIMIT. Where a key
+is set in several places the last wins: its default, ~/.telson/telson-env.txt, then
+./.telson/telson-env.txt (KEY=VALUE lines), the environment variable TELSON_<KEY> (such as
+TELSON_OUTPUT_LIMIT), then the flag. -config shows every value and where it came from.
+
+flags:
+`
+
 // errToolFailed makes `telson call` exit 1 when the tool's result is an error.
 var errToolFailed = errors.New("tool returned an error")
 
@@ -90,9 +103,10 @@ func run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, args []
 	})
 	for _, k := range configKeys {
 		fs.Func(flagName(k.name), k.help, func(v string) error { flags[k.name] = v; return nil })
+		fs.Lookup(flagName(k.name)).DefValue = k.def // -h shows it
 	}
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: telson [flags] [tools | call NAME JSON]\n\nflags:\n")
+		fmt.Fprint(stderr, usage)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
@@ -155,8 +169,9 @@ func serveStdio(ctx context.Context, srv *server, stdin io.Reader, stdout io.Wri
 }
 
 // serveHTTP serves MCP at addr until ctx ends, then gives requests httpShutdownGrace and ends
-// every session. A client has HTTP_TIMEOUT_MS to send a request, and a kept-alive connection
-// closes after as long idle; there is no write timeout, which would cut open event streams.
+// every session. A client has HTTP_TIMEOUT_MS to send a request (net/http lifts the deadline
+// once it is read), and a kept-alive connection closes after as long idle; there is no write
+// timeout, which would cut open event streams.
 func serveHTTP(ctx context.Context, srv *server, addr string, stderr io.Writer) error {
 	if !strings.Contains(addr, ":") || strings.HasPrefix(addr, ":") {
 		addr = "127.0.0.1:" + strings.TrimPrefix(addr, ":") // a bare port or :port
@@ -253,6 +268,9 @@ func callOnce(ctx context.Context, srv *server, stdout io.Writer, args []string)
 	if err != nil {
 		return fmt.Errorf("call: arguments are not valid JSON: %s", args[1])
 	}
+	if isTerminal(stdout) {
+		stdout = controlStripper{stdout}
+	}
 	s := newSession(srv, io.Discard)
 	s.version = version20251125
 	defer s.close()
@@ -274,20 +292,68 @@ func callOnce(ctx context.Context, srv *server, stdout io.Writer, args []string)
 	return nil
 }
 
-// printTools lists the tools and their parameters for a person.
+// isTerminal reports whether w is a terminal (a character device).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	info, err := f.Stat()
+	return err == nil && info.Mode()&os.ModeCharDevice != 0
+}
+
+// controlStripper writes to a terminal without control characters but \n and \t: a page's
+// escape sequences would otherwise drive the terminal (retitle it, move the cursor, hide text).
+type controlStripper struct{ w io.Writer }
+
+func (cs controlStripper) Write(p []byte) (int, error) {
+	clean := strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) && r != '\n' && r != '\t' {
+			return -1
+		}
+		return r
+	}, string(p))
+	_, err := io.WriteString(cs.w, clean)
+	return len(p), err
+}
+
+// printTools lists the tools and their parameters for a person: required parameters first,
+// each with its type and the values it takes when they are a fixed list.
 func printTools(w io.Writer, srv *server) {
 	for _, t := range srv.tools {
 		first, _, _ := strings.Cut(t.def.desc(srv), "\n")
 		fmt.Fprintf(w, "%s — %s\n  %s\n", t.def.name, t.def.title, first)
-		for _, n := range sortedKeys(t.schema.Properties) {
-			req := ""
-			if slices.Contains(t.schema.Required, n) {
-				req = ", required"
+		for _, required := range []bool{true, false} {
+			for _, name := range sortedKeys(t.schema.Properties) {
+				if slices.Contains(t.schema.Required, name) == required {
+					printParam(w, name, t.schema.Properties[name], required)
+				}
 			}
-			fmt.Fprintf(w, "  - %s (%s%s): %s\n", n, t.schema.Properties[n].Type, req, t.schema.Properties[n].Description)
 		}
 		fmt.Fprintln(w)
 	}
+}
+
+func printParam(w io.Writer, name string, p *jsonSchema, required bool) {
+	kind := p.Type
+	if required {
+		kind += ", required"
+	}
+	if len(p.Enum) > 0 {
+		kind += ", one of: " + joinValues(p.Enum)
+	}
+	if p.Items != nil && len(p.Items.Enum) > 0 {
+		kind += ", each one of: " + joinValues(p.Items.Enum)
+	}
+	fmt.Fprintf(w, "  - %s (%s): %s\n", name, kind, p.Description)
+}
+
+func joinValues(values []any) string {
+	var out []string
+	for _, v := range values {
+		out = append(out, fmt.Sprint(v))
+	}
+	return strings.Join(out, ", ")
 }
 
 // sortedKeys returns m's keys in order.
@@ -305,7 +371,7 @@ type configKey struct{ name, def, kind, help string } // kind: str, int or bool
 
 // configKeys are the keys telson knows, besides those starting with one of configPrefixes.
 var configKeys = []configKey{
-	{"TOOLS", "all", "str", "tools to serve: all, or a comma list of names"},
+	{"TOOLS", "all", "str", "tools to serve: all, none, or a comma list of names"},
 	{"STREAMING", "on", "bool", "send a running Bash command's new output lines as progress notifications"},
 	{"BASH_TIMEOUT_MS", "30000", "int", "Bash's default timeout in milliseconds (a call may ask for up to 600000)"},
 	{"OUTPUT_LIMIT", "30000", "int", "characters of command output a reply keeps (head and tail)"},
@@ -384,6 +450,8 @@ func loadConfig(flags map[string]string) *config {
 		}
 		c.set(k, v, src)
 	}
+	c.checkTools()
+	c.checkChromePath()
 	if dir := c.values["STATE_DIR"]; homeErr == nil && (strings.HasPrefix(dir, "~/") || dir == "~") {
 		c.values["STATE_DIR"] = filepath.Join(home, strings.TrimPrefix(dir, "~"))
 	}
@@ -423,8 +491,8 @@ func (c *config) set(key, value, src string) {
 		c.warnings = append(c.warnings, fmt.Sprintf("%s: unknown key %s", src, key))
 		return
 	}
-	if _, err := strconv.Atoi(value); k != nil && k.kind == "int" && err != nil {
-		problem = fmt.Sprintf("%q is not a whole number", value)
+	if n, err := strconv.Atoi(value); k != nil && k.kind == "int" && (err != nil || n < 0) {
+		problem = fmt.Sprintf("%q is not a whole number of 0 or more", value)
 	} else if _, ok := parseBool(value); k != nil && k.kind == "bool" && !ok {
 		problem = fmt.Sprintf("%q is not a boolean (1/0, true/false, yes/no, on/off)", value)
 	}
@@ -433,6 +501,30 @@ func (c *config) set(key, value, src string) {
 		return
 	}
 	c.values[key], c.source[key] = value, src
+}
+
+// checkTools warns about names in TOOLS that are no tool's.
+func (c *config) checkTools() {
+	var names []string
+	for _, d := range toolTable {
+		names = append(names, d.name)
+	}
+	for _, name := range splitList(c.values["TOOLS"]) {
+		known := slices.ContainsFunc(names, func(n string) bool { return strings.EqualFold(n, name) })
+		if !known && !strings.EqualFold(name, "all") && !strings.EqualFold(name, "none") {
+			c.warnings = append(c.warnings, fmt.Sprintf("%s: TOOLS: no tool is named %q; it is left out (tools: %s)",
+				c.source["TOOLS"], name, strings.Join(names, ", ")))
+		}
+	}
+}
+
+// checkChromePath warns when CHROME_PATH is neither an executable file nor a command on PATH.
+func (c *config) checkChromePath() {
+	path := c.values["CHROME_PATH"]
+	if _, err := exec.LookPath(path); path != "" && err != nil {
+		c.warnings = append(c.warnings, fmt.Sprintf("%s: CHROME_PATH: %v; ReadDocs cannot start that browser",
+			c.source["CHROME_PATH"], err))
+	}
 }
 
 func (c *config) lookup(key string) *configKey {
