@@ -214,10 +214,10 @@ func TestCommandLineHelpWarningsAndTools(t *testing.T) {
 	if len(params) < 2 || !strings.HasPrefix(params[0], "url (string, required)") {
 		t.Errorf("ReadDocs: the required url is not first:\n%s", readDocs)
 	}
-	if !strings.Contains(readDocs, "format (string, one of: markdown, text, html)") {
+	if !strings.Contains(readDocs, "format (string, one of [markdown text html])") {
 		t.Errorf("ReadDocs: format's values are missing:\n%s", readDocs)
 	}
-	if !strings.Contains(tools, "engines (array, each one of: duckduckgo, ") {
+	if !strings.Contains(tools, "engines (array, one of [duckduckgo ") {
 		t.Errorf("WebSearch: the engines' values are missing")
 	}
 }

@@ -1277,22 +1277,20 @@ const httpShutdownGrace = 3 * time.Second
 func newHTTPHandler(srv *server, host string) *httpHandler {
 	cfg := srv.cfg
 	ip := net.ParseIP(host)
-	gate := &httpGate{
-		token:     cfg.str("HTTP_TOKEN"),
-		origins:   splitList(cfg.str("HTTP_ORIGINS")),
-		hosts:     append(splitList(cfg.str("HTTP_HOSTS")), host),
-		anyIPHost: host == "" || ip != nil && ip.IsUnspecified(),
-	}
-	sessions := &httpSessions{
-		srv:  srv,
-		max:  cfg.int("HTTP_MAX_SESSIONS"),
-		idle: time.Duration(cfg.int("HTTP_SESSION_IDLE_MS")) * time.Millisecond,
-		now:  time.Now,
-		byID: map[string]*httpSession{},
-	}
 	return &httpHandler{
-		gate:      gate,
-		sessions:  sessions,
+		gate: &httpGate{
+			token:     cfg.str("HTTP_TOKEN"),
+			origins:   splitList(cfg.str("HTTP_ORIGINS")),
+			hosts:     append(splitList(cfg.str("HTTP_HOSTS")), host),
+			anyIPHost: host == "" || ip != nil && ip.IsUnspecified(),
+		},
+		sessions: &httpSessions{
+			srv:  srv,
+			max:  cfg.int("HTTP_MAX_SESSIONS"),
+			idle: time.Duration(cfg.int("HTTP_SESSION_IDLE_MS")) * time.Millisecond,
+			now:  time.Now,
+			byID: map[string]*httpSession{},
+		},
 		stateless: newSession(srv, &httpSession{}),
 		maxBody:   int64(cfg.int("HTTP_MAX_BODY_BYTES")),
 		shutdown:  make(chan struct{}),
@@ -1645,7 +1643,7 @@ func (h *httpHandler) getOrDelete(w http.ResponseWriter, r *http.Request) {
 
 // closeAll ends every session; run's srv.close then kills what is left.
 func (h *httpHandler) closeAll() {
-	h.sessions.endAll()
+	h.sessions.endWhere(func(*httpSession) bool { return true })
 	h.stateless.close()
 }
 
@@ -1724,10 +1722,6 @@ func (ss *httpSessions) countRequest(hs *httpSession, delta int) {
 func (ss *httpSessions) expire() {
 	now := ss.now()
 	ss.endWhere(func(hs *httpSession) bool { return hs.requests == 0 && now.Sub(hs.lastUsed) > ss.idle })
-}
-
-func (ss *httpSessions) endAll() {
-	ss.endWhere(func(*httpSession) bool { return true })
 }
 
 // endWhere ends the sessions for which cond holds; cond is asked with ss.mu held.

@@ -102,7 +102,10 @@ func run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, args []
 		return nil
 	})
 	for _, k := range configKeys {
-		fs.Func(flagName(k.name), k.help, func(v string) error { flags[k.name] = v; return nil })
+		fs.Func(flagName(k.name), k.help, func(v string) error {
+			flags[k.name] = v
+			return nil
+		})
 		fs.Lookup(flagName(k.name)).DefValue = k.def // -h shows it
 	}
 	fs.Usage = func() {
@@ -339,21 +342,14 @@ func printParam(w io.Writer, name string, p *jsonSchema, required bool) {
 	if required {
 		kind += ", required"
 	}
-	if len(p.Enum) > 0 {
-		kind += ", one of: " + joinValues(p.Enum)
+	enum := p.Enum
+	if p.Items != nil {
+		enum = p.Items.Enum // an array's items are the choices
 	}
-	if p.Items != nil && len(p.Items.Enum) > 0 {
-		kind += ", each one of: " + joinValues(p.Items.Enum)
+	if len(enum) > 0 {
+		kind += fmt.Sprint(", one of ", enum)
 	}
 	fmt.Fprintf(w, "  - %s (%s): %s\n", name, kind, p.Description)
-}
-
-func joinValues(values []any) string {
-	var out []string
-	for _, v := range values {
-		out = append(out, fmt.Sprint(v))
-	}
-	return strings.Join(out, ", ")
 }
 
 // sortedKeys returns m's keys in order.
@@ -505,15 +501,11 @@ func (c *config) set(key, value, src string) {
 
 // checkTools warns about names in TOOLS that are no tool's.
 func (c *config) checkTools() {
-	var names []string
-	for _, d := range toolTable {
-		names = append(names, d.name)
-	}
 	for _, name := range splitList(c.values["TOOLS"]) {
-		known := slices.ContainsFunc(names, func(n string) bool { return strings.EqualFold(n, name) })
+		known := slices.ContainsFunc(toolTable, func(d *toolDef) bool { return strings.EqualFold(d.name, name) })
 		if !known && !strings.EqualFold(name, "all") && !strings.EqualFold(name, "none") {
-			c.warnings = append(c.warnings, fmt.Sprintf("%s: TOOLS: no tool is named %q; it is left out (tools: %s)",
-				c.source["TOOLS"], name, strings.Join(names, ", ")))
+			c.warnings = append(c.warnings, fmt.Sprintf("%s: TOOLS: no tool is named %q; it is left out "+
+				"(telson tools lists them)", c.source["TOOLS"], name))
 		}
 	}
 }
