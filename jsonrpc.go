@@ -1364,10 +1364,12 @@ func (g *httpGate) admit(w http.ResponseWriter, r *http.Request) bool {
 		httpError(w, http.StatusForbidden,
 			"forbidden: Host %q is not allowed (DNS rebinding protection; see HTTP_HOSTS)", r.Host)
 	case origin != "" && !g.originAllowed(origin):
-		httpError(w, http.StatusForbidden, "forbidden: Origin %q is not allowed (see HTTP_ORIGINS)", origin)
+		httpError(w, http.StatusForbidden, "forbidden: Origin %q is not allowed (see HTTP_ORIGINS)",
+			origin)
 	case !g.tokenValid(r):
 		w.Header().Set("WWW-Authenticate", `Bearer realm="telson"`)
-		httpError(w, http.StatusUnauthorized, "unauthorized: send the header Authorization: Bearer <HTTP_TOKEN>")
+		httpError(w, http.StatusUnauthorized,
+			"unauthorized: send the header Authorization: Bearer <HTTP_TOKEN>")
 	default:
 		return true
 	}
@@ -1407,9 +1409,11 @@ func (h *httpHandler) readBody(w http.ResponseWriter, r *http.Request) []byte {
 		httpError(w, http.StatusRequestEntityTooLarge,
 			"invalid request: body longer than %d bytes (HTTP_MAX_BODY_BYTES)", h.maxBody)
 	case err != nil:
-		httpFail(w, http.StatusBadRequest, nil, newRPCError(codeParseError, "parse error: read body: %v", err))
+		httpFail(w, http.StatusBadRequest, nil,
+			newRPCError(codeParseError, "parse error: read body: %v", err))
 	case !json.Valid(body):
-		httpFail(w, http.StatusBadRequest, nil, newRPCError(codeParseError, "parse error: the body is not one JSON value"))
+		httpFail(w, http.StatusBadRequest, nil,
+			newRPCError(codeParseError, "parse error: the body is not one JSON value"))
 	default:
 		return bytes.TrimSpace(body)
 	}
@@ -1455,13 +1459,15 @@ func (h *httpHandler) sessionFor(w http.ResponseWriter, r *http.Request, sid str
 	if sid != "" {
 		hs := h.sessions.get(sid)
 		if hs == nil {
-			httpError(w, http.StatusNotFound, "unknown or expired Mcp-Session-Id; initialize a new session")
+			httpError(w, http.StatusNotFound,
+				"unknown or expired Mcp-Session-Id; initialize a new session")
 		}
 		return hs
 	}
 	hs, err := h.sessions.open()
 	if err != nil {
-		httpFail(w, http.StatusServiceUnavailable, nil, newRPCError(codeInternalError, "no new session: %v", err))
+		httpFail(w, http.StatusServiceUnavailable, nil,
+			newRPCError(codeInternalError, "no new session: %v", err))
 		return nil
 	}
 	w.Header().Set("Mcp-Session-Id", hs.id)
@@ -1506,37 +1512,43 @@ func checkStateless(hdr http.Header, body []byte, m *statelessMessage) *rpcError
 	var version string
 	json.Unmarshal(m.Params.Meta[metaProtocolVersion], &version)
 	hdrVersion := hdr.Get("MCP-Protocol-Version")
+	method := hdr.Get("Mcp-Method")
+	name := hdr.Get("Mcp-Name")
 	switch {
 	case body[0] != '{':
-		return newRPCError(codeInvalidRequest, "invalid request: without Mcp-Session-Id the body must be "+
-			"one message (protocol %s has no batches)", versionModern)
+		return newRPCError(codeInvalidRequest, "invalid request: without Mcp-Session-Id the body "+
+			"must be one message (protocol %s has no batches)", versionModern)
 	case version == "" && m.Method != "server/discover":
 		return newRPCError(codeInvalidRequest, "bad request: Mcp-Session-Id header is required "+
-			"(initialize first), or name protocol %s in _meta %s", versionModern, metaProtocolVersion)
+			"(initialize first), or name protocol %s in _meta %s",
+			versionModern, metaProtocolVersion)
 	case m.Method == "":
 		return newRPCError(codeInvalidRequest, "invalid request: no method")
 	case version != "" && version != versionModern:
 		return unsupportedVersion(version, []string{versionModern})
 	case hdrVersion != "" && !slices.Contains(supportedVersions, hdrVersion):
 		return unsupportedVersion(hdrVersion, []string{versionModern})
-	case version != "" && hdrVersion != version || hdr.Get("Mcp-Method") != m.Method || hdr.Get("Mcp-Name") != m.mcpName():
-		return newRPCError(codeHeaderMismatch, "header mismatch: MCP-Protocol-Version %q, Mcp-Method %q, "+
-			"Mcp-Name %q must match the body's %q, %q, %q", hdrVersion, hdr.Get("Mcp-Method"),
-			hdr.Get("Mcp-Name"), version, m.Method, m.mcpName())
+	case version != "" && hdrVersion != version || method != m.Method || name != m.mcpName():
+		return newRPCError(codeHeaderMismatch, "header mismatch: MCP-Protocol-Version %q, "+
+			"Mcp-Method %q, Mcp-Name %q must match the body's %q, %q, %q",
+			hdrVersion, method, name, version, m.Method, m.mcpName())
 	case version != "" && hasID(m.ID) && m.Params.Meta[metaClientCaps] == nil:
-		return newRPCError(codeInvalidParams, "invalid params: _meta %s is required in protocol version %s",
-			metaClientCaps, versionModern)
+		return newRPCError(codeInvalidParams,
+			"invalid params: _meta %s is required in protocol version %s", metaClientCaps, versionModern)
 	}
 	return nil
 }
 
 // exchange hands body to s and answers the POST: 202 when there is no reply, else the reply.
 // Messages about the request go to the reply too (see routeKey).
-func (h *httpHandler) exchange(ctx context.Context, w http.ResponseWriter, r *http.Request, s *session,
-	body []byte, stateless bool) any {
+func (h *httpHandler) exchange(ctx context.Context, w http.ResponseWriter, r *http.Request,
+	s *session, body []byte, stateless bool) any {
 	out := &httpReply{w: w, canSSE: strings.Contains(r.Header.Get("Accept"), "text/event-stream")}
 	replies := make(chan any, 1)
-	s.handleLine(context.WithValue(ctx, routeKey{}, out.send), body, func(reply any) { replies <- reply })
+	routed := context.WithValue(ctx, routeKey{}, out.send)
+	s.handleLine(routed, body, func(reply any) {
+		replies <- reply
+	})
 	var reply any
 	select {
 	case reply = <-replies:
@@ -1610,7 +1622,8 @@ func startEventStream(w http.ResponseWriter) {
 
 // writeEvent writes one message event (JSON is one line) and flushes it.
 func writeEvent(w http.ResponseWriter, data []byte) error {
-	if _, err := fmt.Fprintf(w, "event: message\ndata: %s\n\n", bytes.TrimRight(data, "\n")); err != nil {
+	_, err := fmt.Fprintf(w, "event: message\ndata: %s\n\n", bytes.TrimRight(data, "\n"))
+	if err != nil {
 		return fmt.Errorf("sse: %w", err)
 	}
 	return http.NewResponseController(w).Flush()
@@ -1694,7 +1707,8 @@ func (ss *httpSessions) open() (*httpSession, error) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if len(ss.byID) >= ss.max {
-		return nil, fmt.Errorf("%d sessions (HTTP_MAX_SESSIONS) are open; end one with DELETE or try later", len(ss.byID))
+		return nil, fmt.Errorf("%d sessions (HTTP_MAX_SESSIONS) are open; end one with DELETE "+
+			"or try later", len(ss.byID))
 	}
 	hs := &httpSession{id: id, ended: make(chan struct{}), lastUsed: ss.now()}
 	hs.s = newSession(ss.srv, hs)
@@ -1721,7 +1735,9 @@ func (ss *httpSessions) countRequest(hs *httpSession, delta int) {
 // expire ends the sessions that have had no request running for longer than idle.
 func (ss *httpSessions) expire() {
 	now := ss.now()
-	ss.endWhere(func(hs *httpSession) bool { return hs.requests == 0 && now.Sub(hs.lastUsed) > ss.idle })
+	ss.endWhere(func(hs *httpSession) bool {
+		return hs.requests == 0 && now.Sub(hs.lastUsed) > ss.idle
+	})
 }
 
 // endWhere ends the sessions for which cond holds; cond is asked with ss.mu held.
