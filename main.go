@@ -288,9 +288,7 @@ func callOnce(ctx context.Context, srv *server, stdout io.Writer, args []string)
 	if err != nil {
 		return fmt.Errorf("call: arguments are not valid JSON: %s", args[1])
 	}
-	if isTerminal(stdout) {
-		stdout = controlStripper{stdout}
-	}
+	terminal := isTerminal(stdout)
 	s := newSession(srv, io.Discard)
 	s.version = version20251125
 	defer s.close()
@@ -302,12 +300,14 @@ func callOnce(ctx context.Context, srv *server, stdout io.Writer, args []string)
 		return fmt.Errorf("call: %s", re.Message)
 	}
 	for _, c := range res["content"].([]contentItem) {
-		if c.Type == "text" {
-			fmt.Fprintln(stdout, c.Text)
-		} else {
-			fmt.Fprintf(stdout, "[%s content, %s, %d bytes base64]\n", c.Type, c.MimeType,
-				len(c.Data))
+		text := c.Text
+		if c.Type != "text" {
+			text = fmt.Sprintf("[%s content, %s, %d bytes base64]", c.Type, c.MimeType, len(c.Data))
 		}
+		if terminal {
+			text = stripControls(text)
+		}
+		fmt.Fprintln(stdout, text)
 	}
 	if res["isError"] == true {
 		return errToolFailed
@@ -325,19 +325,15 @@ func isTerminal(w io.Writer) bool {
 	return err == nil && info.Mode()&os.ModeCharDevice != 0
 }
 
-// controlStripper writes to a terminal without control characters but \n and \t: a page's
-// escape sequences would otherwise drive the terminal (retitle it, move the cursor, hide text).
-type controlStripper struct{ w io.Writer }
-
-func (cs controlStripper) Write(p []byte) (int, error) {
-	clean := strings.Map(func(r rune) rune {
+// stripControls drops control characters but \n and \t: printed on a terminal, a page's escape
+// sequences would drive it (retitle it, move the cursor, hide text).
+func stripControls(s string) string {
+	return strings.Map(func(r rune) rune {
 		if unicode.IsControl(r) && r != '\n' && r != '\t' {
 			return -1
 		}
 		return r
-	}, string(p))
-	_, err := io.WriteString(cs.w, clean)
-	return len(p), err
+	}, s)
 }
 
 // printTools lists the tools and their parameters for a person: required parameters first,
