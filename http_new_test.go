@@ -48,15 +48,23 @@ func TestHTTPSlowBodyIsCutOff(t *testing.T) {
 	t.Parallel()
 	url, _, _, _ := httpRun(t, "-http", ":0", "-http-timeout-ms", "300")
 	conn := httpDialRaw(t, url)
-	// 10 bytes of a 1000-byte body, and no more: a client trickling its body
-	fmt.Fprintf(conn, "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000\r\n\r\n{\"jsonrpc\"")
+	fmt.Fprintf(conn, "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000\r\n\r\n")
+	go func() { // trickles the body, a byte every 50 ms, until the server has closed the connection
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for range tick.C {
+			if _, err := conn.Write([]byte(" ")); err != nil {
+				return
+			}
+		}
+	}()
 	reply := httpClosedByServer(t, conn, "slow body")
 	if len(reply) > 0 && !bytes.HasPrefix(reply, []byte("HTTP/1.1 400")) {
 		t.Errorf("slow body answered %q", reply)
 	}
-	conn = httpDialRaw(t, url)
-	fmt.Fprintf(conn, "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n") // headers that never end
-	httpClosedByServer(t, conn, "slow headers")
+	headers := httpDialRaw(t, url)
+	fmt.Fprintf(headers, "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n") // headers that never end
+	httpClosedByServer(t, headers, "slow headers")
 }
 
 func TestHTTPIdleConnectionIsClosed(t *testing.T) {

@@ -1291,7 +1291,7 @@ func newHTTPHandler(srv *server, host string) *httpHandler {
 			now:  time.Now,
 			byID: map[string]*httpSession{},
 		},
-		stateless: newSession(srv, &httpSession{}),
+		stateless: newSession(srv, &httpSession{}), // an output without a stream: errNoStream
 		maxBody:   int64(cfg.int("HTTP_MAX_BODY_BYTES")),
 		shutdown:  make(chan struct{}),
 	}
@@ -1342,6 +1342,7 @@ func unsupportedVersion(requested string, supported []string) *rpcError {
 	}
 }
 
+// ServeHTTP lets r through the gate, then routes it by method.
 func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case !h.gate.admit(w, r):
@@ -1349,8 +1350,10 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusNotFound, "not found: %s (the MCP endpoint is /mcp)", r.URL.Path)
 	case r.Method == http.MethodPost:
 		h.post(w, r)
-	case r.Method == http.MethodGet || r.Method == http.MethodDelete:
-		h.getOrDelete(w, r)
+	case r.Method == http.MethodGet:
+		h.stream(w, r)
+	case r.Method == http.MethodDelete:
+		h.delete(w, r)
 	default:
 		httpError(w, http.StatusMethodNotAllowed, "method %s is not allowed on /mcp", r.Method)
 	}
@@ -1629,8 +1632,8 @@ func writeEvent(w http.ResponseWriter, data []byte) error {
 	return http.NewResponseController(w).Flush()
 }
 
-// getOrDelete serves GET /mcp (the session's stream) and DELETE /mcp (end the session).
-func (h *httpHandler) getOrDelete(w http.ResponseWriter, r *http.Request) {
+// sessionOf returns the session a GET or DELETE names; nil means it answered why there is none.
+func (h *httpHandler) sessionOf(w http.ResponseWriter, r *http.Request) *httpSession {
 	sid := r.Header.Get("Mcp-Session-Id")
 	hs := h.sessions.get(sid)
 	switch {
@@ -1640,8 +1643,24 @@ func (h *httpHandler) getOrDelete(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusBadRequest, "bad request: Mcp-Session-Id header is required")
 	case hs == nil:
 		httpError(w, http.StatusNotFound, "unknown or expired Mcp-Session-Id")
-	case r.Method == http.MethodDelete:
+	}
+	return hs
+}
+
+// delete serves DELETE /mcp: the session ends.
+func (h *httpHandler) delete(w http.ResponseWriter, r *http.Request) {
+	hs := h.sessionOf(w, r)
+	if hs != nil {
 		h.sessions.end(hs)
+	}
+}
+
+// stream serves GET /mcp: the session's stream, open until the client leaves, the session ends
+// or the server shuts down.
+func (h *httpHandler) stream(w http.ResponseWriter, r *http.Request) {
+	hs := h.sessionOf(w, r)
+	switch {
+	case hs == nil:
 	case !hs.attach(w):
 		httpError(w, http.StatusConflict, "conflict: this session already has a stream open")
 	default:
