@@ -1218,59 +1218,87 @@ func (l *logger) infof(format string, a ...any)  { l.logf(1, format, a...) }
 func (l *logger) warnf(format string, a ...any)  { l.logf(3, format, a...) }
 func (l *logger) errorf(format string, a ...any) { l.logf(4, format, a...) }
 
-// httpHandler serves Streamable HTTP on /mcp (both eras) and the 2024-11-05 HTTP+SSE transport
-// on /sse and /messages; every request first passes the Host, Origin and bearer-token checks.
+// httpHandler serves Streamable HTTP on /mcp in both protocol eras: legacy sessions (initialize,
+// Mcp-Session-Id, a GET stream, DELETE) and stateless 2026-07-28 POSTs. Every request first
+// passes gate's checks.
 type httpHandler struct {
-	srv         *server
-	token       string   // the bearer token every request must carry; "" for none
-	origins     []string // allowed Origins besides loopback ones ("*": any)
-	hosts       []string // allowed Host names besides loopback ones
-	anyIPHost   bool     // listening on every interface: any IP-literal Host is allowed
-	maxBody     int64
-	maxSessions int
-	idle        time.Duration
-	modern      *session         // serves the stateless 2026-07-28 era; its output has no stream
-	now         func() time.Time // the clock (tests replace it)
-	shutdown    chan struct{}    // closed when the server shuts down: streams end
-
-	mu       sync.Mutex // guards sessions
-	sessions map[string]*httpSession
+	gate      *httpGate
+	sessions  *httpSessions
+	stateless *session // serves the 2026-07-28 era, which has no sessions and no GET stream
+	maxBody   int64
+	shutdown  chan struct{} // closed when the server shuts down: GET streams end
 }
 
-// httpSession is one legacy-era session and its server-to-client stream.
+// httpGate holds the checks every request passes: Host (DNS rebinding), Origin and bearer token.
+type httpGate struct {
+	token     string   // the bearer token every request must carry; "" for none
+	origins   []string // allowed Origins besides loopback ones ("*": any)
+	hosts     []string // allowed Host names besides loopback ones
+	anyIPHost bool     // listening on every interface: any IP-literal Host is allowed
+}
+
+// httpSessions are the legacy era's sessions by id. A session without a request for idle ends:
+// an open GET stream is not a request, so it cannot keep a session alive.
+type httpSessions struct {
+	srv  *server
+	max  int
+	idle time.Duration
+	now  func() time.Time // the clock (tests replace it)
+
+	mu   sync.Mutex // guards byID and every session's requests and lastUsed
+	byID map[string]*httpSession
+}
+
+// httpSession is one legacy-era session and its GET stream.
 type httpSession struct {
-	id string
-	s  *session
+	id       string
+	s        *session
+	ended    chan struct{} // closed by end
+	endOnce  sync.Once
+	requests int       // POSTs being served
+	lastUsed time.Time // when a POST last started or ended
 
-	mu       sync.Mutex  // guards the fields below
-	stream   *httpStream // the open GET (or /sse) stream; nil when none
-	busy     int         // POSTs being handled, plus an open stream
-	lastUsed time.Time
-	ended    bool
+	mu     sync.Mutex          // guards stream and writes to it
+	stream http.ResponseWriter // the open GET stream; nil when none
 }
 
-// httpStream is a response carrying messages: a POST's reply (JSON, or SSE once needed) or a GET stream.
-type httpStream struct {
+// httpReply is a POST's reply: JSON, or an event stream once a message about the request
+// (progress, a log, a server request) comes before its response.
+type httpReply struct {
 	mu     sync.Mutex // guards the fields below and writes to w
 	w      http.ResponseWriter
 	canSSE bool // the client accepts text/event-stream
-	sse    bool // the response is an event stream
+	sse    bool // the reply is an event stream
 	ended  bool
-	done   chan struct{} // closed by end
 }
 
 const httpShutdownGrace = 3 * time.Second
 
 func newHTTPHandler(srv *server, host string) *httpHandler {
-	cfg, ip := srv.cfg, net.ParseIP(host)
-	return &httpHandler{srv: srv, token: cfg.str("HTTP_TOKEN"), origins: splitList(cfg.str("HTTP_ORIGINS")),
-		hosts: append(splitList(cfg.str("HTTP_HOSTS")), host), anyIPHost: host == "" || (ip != nil && ip.IsUnspecified()),
-		maxBody: int64(cfg.int("HTTP_MAX_BODY_BYTES")), maxSessions: cfg.int("HTTP_MAX_SESSIONS"),
-		idle: time.Duration(cfg.int("HTTP_SESSION_IDLE_MS")) * time.Millisecond, modern: newSession(srv, &httpSession{}),
-		now: time.Now, sessions: map[string]*httpSession{}, shutdown: make(chan struct{})}
+	cfg := srv.cfg
+	ip := net.ParseIP(host)
+	return &httpHandler{
+		gate: &httpGate{
+			token:     cfg.str("HTTP_TOKEN"),
+			origins:   splitList(cfg.str("HTTP_ORIGINS")),
+			hosts:     append(splitList(cfg.str("HTTP_HOSTS")), host),
+			anyIPHost: host == "" || ip != nil && ip.IsUnspecified(),
+		},
+		sessions: &httpSessions{
+			srv:  srv,
+			max:  cfg.int("HTTP_MAX_SESSIONS"),
+			idle: time.Duration(cfg.int("HTTP_SESSION_IDLE_MS")) * time.Millisecond,
+			now:  time.Now,
+			byID: map[string]*httpSession{},
+		},
+		stateless: newSession(srv, &httpSession{}), // an output without a stream: errNoStream
+		maxBody:   int64(cfg.int("HTTP_MAX_BODY_BYTES")),
+		shutdown:  make(chan struct{}),
+	}
 }
 
-func splitList(v string) (out []string) {
+func splitList(v string) []string {
+	var out []string
 	for _, x := range strings.Split(v, ",") {
 		if x = strings.TrimSpace(x); x != "" {
 			out = append(out, x)
@@ -1281,7 +1309,7 @@ func splitList(v string) (out []string) {
 
 func isLoopbackHost(host string) bool {
 	ip := net.ParseIP(strings.Trim(host, "[]"))
-	return strings.EqualFold(host, "localhost") || (ip != nil && ip.IsLoopback())
+	return strings.EqualFold(host, "localhost") || ip != nil && ip.IsLoopback()
 }
 
 // randomHex is n bytes from crypto/rand in hex: session ids and tokens.
@@ -1293,7 +1321,7 @@ func randomHex(n int) (string, error) {
 	return hex.EncodeToString(b), nil
 }
 
-// httpFail answers with status and a JSON-RPC error body.
+// httpFail answers status with a JSON-RPC error body.
 func httpFail(w http.ResponseWriter, status int, id json.RawMessage, e *rpcError) {
 	b, _ := encodeLine(errorMessage(id, e))
 	w.Header().Set("Content-Type", "application/json")
@@ -1301,378 +1329,485 @@ func httpFail(w http.ResponseWriter, status int, id json.RawMessage, e *rpcError
 	w.Write(b)
 }
 
-func (h *httpHandler) hostAllowed(host string) bool {
-	if hh, _, err := net.SplitHostPort(host); err == nil {
-		host = hh
+// httpError answers status with an invalid-request error saying why.
+func httpError(w http.ResponseWriter, status int, format string, a ...any) {
+	httpFail(w, status, nil, newRPCError(codeInvalidRequest, format, a...))
+}
+
+func unsupportedVersion(requested string, supported []string) *rpcError {
+	return &rpcError{
+		Code:    codeUnsupportedVersion,
+		Message: "unsupported protocol version: " + requested,
+		Data:    map[string]any{"supported": supported, "requested": requested},
+	}
+}
+
+// ServeHTTP lets r through the gate, then routes it by method.
+func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch {
+	case !h.gate.admit(w, r):
+	case r.URL.Path != "/mcp":
+		httpError(w, http.StatusNotFound, "not found: %s (the MCP endpoint is /mcp)", r.URL.Path)
+	case r.Method == http.MethodPost:
+		h.post(w, r)
+	case r.Method == http.MethodGet:
+		h.stream(w, r)
+	case r.Method == http.MethodDelete:
+		h.delete(w, r)
+	default:
+		httpError(w, http.StatusMethodNotAllowed, "method %s is not allowed on /mcp", r.Method)
+	}
+}
+
+// admit answers 403 or 401 and returns false unless r passes the Host, Origin and token checks.
+func (g *httpGate) admit(w http.ResponseWriter, r *http.Request) bool {
+	origin := r.Header.Get("Origin")
+	switch {
+	case !g.hostAllowed(r.Host):
+		httpError(w, http.StatusForbidden,
+			"forbidden: Host %q is not allowed (DNS rebinding protection; see HTTP_HOSTS)", r.Host)
+	case origin != "" && !g.originAllowed(origin):
+		httpError(w, http.StatusForbidden, "forbidden: Origin %q is not allowed (see HTTP_ORIGINS)",
+			origin)
+	case !g.tokenValid(r):
+		w.Header().Set("WWW-Authenticate", `Bearer realm="telson"`)
+		httpError(w, http.StatusUnauthorized,
+			"unauthorized: send the header Authorization: Bearer <HTTP_TOKEN>")
+	default:
+		return true
+	}
+	return false
+}
+
+func (g *httpGate) hostAllowed(host string) bool {
+	if name, _, err := net.SplitHostPort(host); err == nil {
+		host = name
 	}
 	host = strings.Trim(host, "[]")
-	return isLoopbackHost(host) || (h.anyIPHost && net.ParseIP(host) != nil) ||
-		slices.ContainsFunc(h.hosts, func(a string) bool { return strings.EqualFold(a, host) })
+	return isLoopbackHost(host) || g.anyIPHost && net.ParseIP(host) != nil ||
+		slices.ContainsFunc(g.hosts, func(a string) bool { return strings.EqualFold(a, host) })
 }
 
-func (h *httpHandler) originAllowed(origin string) bool {
+func (g *httpGate) originAllowed(origin string) bool {
 	u, err := url.Parse(origin)
-	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && isLoopbackHost(u.Hostname()) ||
-		slices.ContainsFunc(h.origins, func(o string) bool { return o == "*" || strings.EqualFold(strings.TrimSuffix(o, "/"), origin) })
+	if err == nil && (u.Scheme == "http" || u.Scheme == "https") && isLoopbackHost(u.Hostname()) {
+		return true
+	}
+	return slices.ContainsFunc(g.origins, func(o string) bool {
+		return o == "*" || strings.EqualFold(strings.TrimSuffix(o, "/"), origin)
+	})
 }
 
-func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	origin := r.Header.Get("Origin")
-	auth, bearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	fail := func(status int, format string, a ...any) {
-		httpFail(w, status, nil, newRPCError(codeInvalidRequest, format, a...))
-	}
-	switch route := r.Method + " " + r.URL.Path; {
-	case !h.hostAllowed(r.Host):
-		fail(http.StatusForbidden, "forbidden: Host %q is not allowed (DNS rebinding protection; see HTTP_HOSTS)", r.Host)
-	case origin != "" && !h.originAllowed(origin):
-		fail(http.StatusForbidden, "forbidden: Origin %q is not allowed (see HTTP_ORIGINS)", origin)
-	case h.token != "" && (!bearer || subtle.ConstantTimeCompare([]byte(auth), []byte(h.token)) != 1):
-		w.Header().Set("WWW-Authenticate", `Bearer realm="telson"`)
-		fail(http.StatusUnauthorized, "unauthorized: send the header Authorization: Bearer <HTTP_TOKEN>")
-	case route == "POST /mcp":
-		h.post(w, r)
-	case route == "GET /mcp" || route == "DELETE /mcp":
-		h.getOrDelete(w, r)
-	case route == "GET /sse":
-		if hs := h.newSession(w); hs != nil {
-			defer h.end(hs) // the old transport's session lives as long as its stream
-			h.stream(w, r, hs, "/messages?sessionId="+hs.id)
-		}
-	case route == "POST /messages":
-		hs := h.session(r.URL.Query().Get("sessionId"))
-		if hs == nil {
-			fail(http.StatusNotFound, "unknown or expired sessionId; open a new stream with GET /sse")
-		} else if body := h.readBody(w, r); body != nil {
-			// replies go to the stream; requests outlive this POST, which is answered now
-			hs.s.handleLine(context.WithoutCancel(r.Context()), body, hs.s.reply)
-			w.WriteHeader(http.StatusAccepted)
-		}
-	case r.URL.Path == "/mcp" || r.URL.Path == "/sse" || r.URL.Path == "/messages":
-		fail(http.StatusMethodNotAllowed, "method %s is not allowed on %s", r.Method, r.URL.Path)
-	default:
-		fail(http.StatusNotFound, "not found: %s (the MCP endpoint is /mcp)", r.URL.Path)
-	}
+func (g *httpGate) tokenValid(r *http.Request) bool {
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return g.token == "" || ok && subtle.ConstantTimeCompare([]byte(got), []byte(g.token)) == 1
 }
 
-// readBody reads a request body of at most HTTP_MAX_BODY_BYTES; nil means it answered an error.
+// readBody reads a request body of at most maxBody bytes; nil means it answered an error.
 func (h *httpHandler) readBody(w http.ResponseWriter, r *http.Request) []byte {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.maxBody))
 	var tooBig *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooBig):
-		httpFail(w, http.StatusRequestEntityTooLarge, nil, newRPCError(codeInvalidRequest, "invalid request: body longer than %d bytes (HTTP_MAX_BODY_BYTES)", h.maxBody))
+		httpError(w, http.StatusRequestEntityTooLarge,
+			"invalid request: body longer than %d bytes (HTTP_MAX_BODY_BYTES)", h.maxBody)
 	case err != nil:
-		httpFail(w, http.StatusBadRequest, nil, newRPCError(codeParseError, "parse error: read body: %v", err))
+		httpFail(w, http.StatusBadRequest, nil,
+			newRPCError(codeParseError, "parse error: read body: %v", err))
 	case !json.Valid(body):
-		httpFail(w, http.StatusBadRequest, nil, newRPCError(codeParseError, "parse error: the body is not one JSON value"))
+		httpFail(w, http.StatusBadRequest, nil,
+			newRPCError(codeParseError, "parse error: the body is not one JSON value"))
 	default:
 		return bytes.TrimSpace(body)
 	}
 	return nil
 }
 
-// post handles POST /mcp: initialize makes a session, legacy messages name it, others are 2026-07-28 ones.
+// post serves POST /mcp: initialize opens a session, a message with Mcp-Session-Id belongs to
+// one, any other is a stateless 2026-07-28 message.
 func (h *httpHandler) post(w http.ResponseWriter, r *http.Request) {
 	body := h.readBody(w, r)
 	if body == nil {
 		return
 	}
-	var peek struct{ Method string }
-	json.Unmarshal(body, &peek)
-	sid, v := r.Header.Get("Mcp-Session-Id"), r.Header.Get("MCP-Protocol-Version")
-	var hs *httpSession
-	switch {
-	case sid == "" && peek.Method != "initialize":
-		h.postModern(w, r, body)
+	var m struct{ Method string }
+	json.Unmarshal(body, &m)
+	sid := r.Header.Get("Mcp-Session-Id")
+	if sid == "" && m.Method != "initialize" {
+		h.postStateless(w, r, body)
 		return
-	case v != "" && !slices.Contains(supportedVersions, v): // another supported version than the negotiated one is tolerated
-		httpFail(w, http.StatusBadRequest, nil, &rpcError{Code: codeUnsupportedVersion, Message: "unsupported MCP-Protocol-Version: " + v,
-			Data: map[string]any{"supported": supportedVersions, "requested": v}})
-		return
-	case sid == "":
-		if hs = h.newSession(w); hs == nil {
-			return
-		}
-		w.Header().Set("Mcp-Session-Id", hs.id)
-	default:
-		if hs = h.session(sid); hs == nil {
-			httpFail(w, http.StatusNotFound, nil, newRPCError(codeInvalidRequest, "unknown or expired Mcp-Session-Id; initialize a new session"))
-			return
-		}
 	}
-	h.touch(hs, 1)
-	defer h.touch(hs, -1)
+	hs := h.sessionFor(w, r, sid)
+	if hs == nil {
+		return
+	}
+	h.sessions.countRequest(hs, 1)
+	defer h.sessions.countRequest(hs, -1)
 	// a dropped connection does not cancel a legacy request (notifications/cancelled does)
 	reply := h.exchange(context.WithoutCancel(r.Context()), w, r, hs.s, body, false)
 	if m, ok := reply.(*rpcMessage); ok && sid == "" && m.Error != nil {
-		h.end(hs) // a failed initialize leaves no session behind
+		h.sessions.end(hs) // a failed initialize leaves no session behind
 	}
 }
 
-// postModern serves one stateless 2026-07-28 message after checking that the headers agree with the body.
-func (h *httpHandler) postModern(w http.ResponseWriter, r *http.Request, body []byte) {
-	var m struct {
-		ID     json.RawMessage
-		Method string
-		Params struct {
-			Name, URI string
-			Meta      map[string]json.RawMessage `json:"_meta"`
-		}
+// sessionFor returns the session a legacy POST belongs to, opening one when sid is ""; nil
+// means it answered an error.
+func (h *httpHandler) sessionFor(w http.ResponseWriter, r *http.Request, sid string) *httpSession {
+	version := r.Header.Get("MCP-Protocol-Version")
+	if version != "" && !slices.Contains(supportedVersions, version) {
+		// another supported version than the negotiated one is tolerated (Claude Code sends one)
+		httpFail(w, http.StatusBadRequest, nil, unsupportedVersion(version, supportedVersions))
+		return nil
 	}
-	json.Unmarshal(body, &m)
-	var metaV string
-	json.Unmarshal(m.Params.Meta[metaProtocolVersion], &metaV)
-	hdrV, hdrM, hdrN := r.Header.Get("MCP-Protocol-Version"), r.Header.Get("Mcp-Method"), r.Header.Get("Mcp-Name")
-	name := map[string]string{"tools/call": m.Params.Name, "prompts/get": m.Params.Name, "resources/read": m.Params.URI}[m.Method]
-	e := &rpcError{Code: codeInvalidRequest}
-	switch {
-	case body[0] != '{':
-		e.Message = "invalid request: without Mcp-Session-Id the body must be one message (protocol " + versionModern + " has no batches)"
-	case metaV == "" && m.Method != "server/discover":
-		e.Message = "bad request: Mcp-Session-Id header is required (initialize first), or name protocol " + versionModern + " in _meta " + metaProtocolVersion
-	case m.Method == "":
-		e.Message = "invalid request: no method"
-	case metaV != "" && metaV != versionModern || hdrV != "" && !slices.Contains(supportedVersions, hdrV):
-		bad := metaV
-		if metaV == "" || metaV == versionModern {
-			bad = hdrV
+	if sid != "" {
+		hs := h.sessions.get(sid)
+		if hs == nil {
+			httpError(w, http.StatusNotFound,
+				"unknown or expired Mcp-Session-Id; initialize a new session")
 		}
-		e = &rpcError{Code: codeUnsupportedVersion, Message: "unsupported protocol version: " + bad, Data: map[string]any{"supported": []string{versionModern}, "requested": bad}}
-	case metaV != "" && hdrV != metaV || hdrM != m.Method || hdrN != name:
-		e = newRPCError(codeHeaderMismatch, "header mismatch: MCP-Protocol-Version %q, Mcp-Method %q, Mcp-Name %q must match the body's %q, %q, %q",
-			hdrV, hdrM, hdrN, metaV, m.Method, name)
-	case metaV != "" && hasID(m.ID) && m.Params.Meta[metaClientCaps] == nil:
-		e = newRPCError(codeInvalidParams, "invalid params: _meta %s is required in protocol version %s", metaClientCaps, versionModern)
-	default:
-		h.exchange(r.Context(), w, r, h.modern, body, true) // disconnect cancels
+		return hs
+	}
+	hs, err := h.sessions.open()
+	if err != nil {
+		httpFail(w, http.StatusServiceUnavailable, nil,
+			newRPCError(codeInternalError, "no new session: %v", err))
+		return nil
+	}
+	w.Header().Set("Mcp-Session-Id", hs.id)
+	return hs
+}
+
+// statelessMessage is what a 2026-07-28 POST's header checks read from its body.
+type statelessMessage struct {
+	ID     json.RawMessage
+	Method string
+	Params struct {
+		Name string
+		URI  string
+		Meta map[string]json.RawMessage `json:"_meta"`
+	}
+}
+
+// mcpName is the Mcp-Name header the message needs: a tool's or prompt's name, a resource's URI.
+func (m *statelessMessage) mcpName() string {
+	switch m.Method {
+	case "tools/call", "prompts/get":
+		return m.Params.Name
+	case "resources/read":
+		return m.Params.URI
+	}
+	return ""
+}
+
+// postStateless serves one 2026-07-28 message whose headers agree with it; a disconnect cancels it.
+func (h *httpHandler) postStateless(w http.ResponseWriter, r *http.Request, body []byte) {
+	var m statelessMessage
+	json.Unmarshal(body, &m)
+	if e := checkStateless(r.Header, body, &m); e != nil {
+		httpFail(w, http.StatusBadRequest, m.ID, e)
 		return
 	}
-	httpFail(w, http.StatusBadRequest, m.ID, e)
+	h.exchange(r.Context(), w, r, h.stateless, body, true)
 }
 
-// exchange hands body to s and answers the POST: 202 for no reply, else JSON, or SSE if messages came first.
-func (h *httpHandler) exchange(ctx context.Context, w http.ResponseWriter, r *http.Request, s *session, body []byte, modern bool) any {
-	st := &httpStream{w: w, canSSE: strings.Contains(r.Header.Get("Accept"), "text/event-stream"), done: make(chan struct{})}
+// checkStateless says what is wrong with a 2026-07-28 message or its headers; nil when nothing is.
+func checkStateless(hdr http.Header, body []byte, m *statelessMessage) *rpcError {
+	var version string
+	json.Unmarshal(m.Params.Meta[metaProtocolVersion], &version)
+	hdrVersion := hdr.Get("MCP-Protocol-Version")
+	method := hdr.Get("Mcp-Method")
+	name := hdr.Get("Mcp-Name")
+	switch {
+	case body[0] != '{':
+		return newRPCError(codeInvalidRequest, "invalid request: without Mcp-Session-Id the body "+
+			"must be one message (protocol %s has no batches)", versionModern)
+	case version == "" && m.Method != "server/discover":
+		return newRPCError(codeInvalidRequest, "bad request: Mcp-Session-Id header is required "+
+			"(initialize first), or name protocol %s in _meta %s",
+			versionModern, metaProtocolVersion)
+	case m.Method == "":
+		return newRPCError(codeInvalidRequest, "invalid request: no method")
+	case version != "" && version != versionModern:
+		return unsupportedVersion(version, []string{versionModern})
+	case hdrVersion != "" && !slices.Contains(supportedVersions, hdrVersion):
+		return unsupportedVersion(hdrVersion, []string{versionModern})
+	case version != "" && hdrVersion != version || method != m.Method || name != m.mcpName():
+		return newRPCError(codeHeaderMismatch, "header mismatch: MCP-Protocol-Version %q, "+
+			"Mcp-Method %q, Mcp-Name %q must match the body's %q, %q, %q",
+			hdrVersion, method, name, version, m.Method, m.mcpName())
+	case version != "" && hasID(m.ID) && m.Params.Meta[metaClientCaps] == nil:
+		return newRPCError(codeInvalidParams,
+			"invalid params: _meta %s is required in protocol version %s", metaClientCaps, versionModern)
+	}
+	return nil
+}
+
+// exchange hands body to s and answers the POST: 202 when there is no reply, else the reply.
+// Messages about the request go to the reply too (see routeKey).
+func (h *httpHandler) exchange(ctx context.Context, w http.ResponseWriter, r *http.Request,
+	s *session, body []byte, stateless bool) any {
+	out := &httpReply{w: w, canSSE: strings.Contains(r.Header.Get("Accept"), "text/event-stream")}
 	replies := make(chan any, 1)
-	s.handleLine(context.WithValue(ctx, routeKey{}, st.send), body, func(reply any) { replies <- reply })
+	routed := context.WithValue(ctx, routeKey{}, out.send)
+	s.handleLine(routed, body, func(reply any) {
+		replies <- reply
+	})
 	var reply any
 	select {
 	case reply = <-replies:
 	case <-r.Context().Done():
 	}
-	status := http.StatusOK
-	if m, ok := reply.(*rpcMessage); ok && m.Error != nil {
-		switch c := m.Error.Code; {
-		case modern && c == codeMethodNotFound:
-			status = http.StatusNotFound
-		case !hasID(m.ID) || modern && (c == codeInvalidRequest || c == codeUnsupportedVersion):
-			status = http.StatusBadRequest
-		}
-	}
-	b, _ := encodeLine(reply)
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	st.ended = true
-	switch {
-	case st.sse && reply != nil:
-		writeEvent(w, "message", b)
-	case st.sse:
-	case reply == nil:
-		w.WriteHeader(http.StatusAccepted)
-	default:
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(status)
-		w.Write(b)
-	}
+	out.finish(reply, replyStatus(reply, stateless))
 	return reply
 }
 
-// send writes a message as an event, turning a POST's reply into an event stream.
-func (st *httpStream) send(msg any) error {
+// replyStatus is a POST reply's HTTP status: an error without id is 400; stateless, an unknown
+// method is 404 and an invalid request or version 400; everything else 200.
+func replyStatus(reply any, stateless bool) int {
+	m, ok := reply.(*rpcMessage)
+	if !ok || m.Error == nil {
+		return http.StatusOK
+	}
+	code := m.Error.Code
+	switch {
+	case stateless && code == codeMethodNotFound:
+		return http.StatusNotFound
+	case !hasID(m.ID):
+		return http.StatusBadRequest
+	case stateless && (code == codeInvalidRequest || code == codeUnsupportedVersion):
+		return http.StatusBadRequest
+	}
+	return http.StatusOK
+}
+
+// send writes a message about the request as an event, turning the reply into an event stream.
+func (out *httpReply) send(msg any) error {
 	b, err := encodeLine(msg)
 	if err != nil {
 		return err
 	}
-	return st.event("message", b)
-}
-
-func (st *httpStream) event(name string, data []byte) error {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.ended || !st.canSSE {
+	out.mu.Lock()
+	defer out.mu.Unlock()
+	if out.ended || !out.canSSE {
 		return errNoStream
 	}
-	st.begin()
-	return writeEvent(st.w, name, data)
+	if !out.sse {
+		out.sse = true
+		startEventStream(out.w)
+	}
+	return writeEvent(out.w, b)
 }
 
-// begin makes the response an event stream. st.mu is held.
-func (st *httpStream) begin() {
-	if !st.sse {
-		st.sse = true
-		st.w.Header().Set("Content-Type", "text/event-stream")
-		st.w.Header().Set("Cache-Control", "no-cache")
-		st.w.Header().Set("X-Accel-Buffering", "no")
+// finish writes the response (nil: none) as JSON or as the event stream's last event.
+func (out *httpReply) finish(reply any, status int) {
+	b, _ := encodeLine(reply)
+	out.mu.Lock()
+	defer out.mu.Unlock()
+	out.ended = true
+	switch {
+	case out.sse && reply != nil:
+		writeEvent(out.w, b)
+	case out.sse:
+	case reply == nil:
+		out.w.WriteHeader(http.StatusAccepted)
+	default:
+		out.w.Header().Set("Content-Type", "application/json")
+		out.w.WriteHeader(status)
+		out.w.Write(b)
 	}
 }
 
-// writeEvent writes one SSE event (data is one line: JSON has no raw newlines) and flushes it.
-func writeEvent(w http.ResponseWriter, event string, data []byte) error {
-	if _, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, bytes.TrimRight(data, "\n")); err != nil {
+func startEventStream(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.Header().Set("X-Accel-Buffering", "no")
+}
+
+// writeEvent writes one message event (JSON is one line) and flushes it.
+func writeEvent(w http.ResponseWriter, data []byte) error {
+	_, err := fmt.Fprintf(w, "event: message\ndata: %s\n\n", bytes.TrimRight(data, "\n"))
+	if err != nil {
 		return fmt.Errorf("sse: %w", err)
 	}
 	return http.NewResponseController(w).Flush()
 }
 
-func (st *httpStream) end() {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if !st.ended {
-		st.ended = true
-		close(st.done)
-	}
-}
-
-// Write is the session's output: one message as an event on the open stream.
-func (hs *httpSession) Write(p []byte) (int, error) {
-	hs.mu.Lock()
-	st := hs.stream
-	hs.mu.Unlock()
-	if st == nil {
-		return 0, errNoStream
-	}
-	return len(p), st.event("message", p)
-}
-
-// getOrDelete handles GET /mcp (the session's stream) and DELETE /mcp (end the session).
-func (h *httpHandler) getOrDelete(w http.ResponseWriter, r *http.Request) {
+// sessionOf returns the session a GET or DELETE names; nil means it answered why there is none.
+func (h *httpHandler) sessionOf(w http.ResponseWriter, r *http.Request) *httpSession {
 	sid := r.Header.Get("Mcp-Session-Id")
-	hs := h.session(sid)
+	hs := h.sessions.get(sid)
 	switch {
 	case sid == "" && r.Header.Get("MCP-Protocol-Version") == versionModern:
-		httpFail(w, http.StatusMethodNotAllowed, nil, newRPCError(codeInvalidRequest, "protocol %s has no %s", versionModern, r.Method))
+		httpError(w, http.StatusMethodNotAllowed, "protocol %s has no %s", versionModern, r.Method)
 	case sid == "":
-		httpFail(w, http.StatusBadRequest, nil, newRPCError(codeInvalidRequest, "bad request: Mcp-Session-Id header is required"))
+		httpError(w, http.StatusBadRequest, "bad request: Mcp-Session-Id header is required")
 	case hs == nil:
-		httpFail(w, http.StatusNotFound, nil, newRPCError(codeInvalidRequest, "unknown or expired Mcp-Session-Id"))
-	case r.Method == http.MethodDelete:
-		h.end(hs)
-	default:
-		h.stream(w, r, hs, "")
+		httpError(w, http.StatusNotFound, "unknown or expired Mcp-Session-Id")
 	}
-}
-
-// stream holds hs's server-to-client stream open until the client leaves, the session ends or the server stops.
-func (h *httpHandler) stream(w http.ResponseWriter, r *http.Request, hs *httpSession, endpoint string) {
-	st := &httpStream{w: w, canSSE: true, done: make(chan struct{})}
-	hs.mu.Lock()
-	busy := hs.stream != nil || hs.ended
-	if !busy {
-		hs.stream, hs.busy, hs.lastUsed = st, hs.busy+1, h.now()
-	}
-	hs.mu.Unlock()
-	if busy {
-		httpFail(w, http.StatusConflict, nil, newRPCError(codeInvalidRequest, "conflict: this session already has a stream open"))
-		return
-	}
-	defer func() {
-		st.end()
-		hs.mu.Lock()
-		hs.stream, hs.busy, hs.lastUsed = nil, hs.busy-1, h.now()
-		hs.mu.Unlock()
-	}()
-	if endpoint != "" {
-		st.event("endpoint", []byte(endpoint))
-	} else {
-		st.mu.Lock()
-		st.begin()
-		http.NewResponseController(w).Flush() // clients wait for the headers
-		st.mu.Unlock()
-	}
-	select {
-	case <-r.Context().Done():
-	case <-st.done:
-	case <-h.shutdown:
-	}
-}
-
-// newSession mints a session after ending expired ones; at HTTP_MAX_SESSIONS it answers 503.
-func (h *httpHandler) newSession(w http.ResponseWriter) *httpSession {
-	id, err := randomHex(16)
-	h.expire()
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if err == nil && len(h.sessions) >= h.maxSessions {
-		err = fmt.Errorf("%d sessions (HTTP_MAX_SESSIONS) are open; end one with DELETE or try later", len(h.sessions))
-	}
-	if err != nil {
-		httpFail(w, http.StatusServiceUnavailable, nil, newRPCError(codeInternalError, "no new session: %v", err))
-		return nil
-	}
-	hs := &httpSession{id: id, lastUsed: h.now()}
-	hs.s = newSession(h.srv, hs)
-	h.sessions[id] = hs
 	return hs
 }
 
-// session returns the live session with id, or nil.
-func (h *httpHandler) session(id string) *httpSession {
-	h.expire()
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.sessions[id]
+// delete serves DELETE /mcp: the session ends.
+func (h *httpHandler) delete(w http.ResponseWriter, r *http.Request) {
+	hs := h.sessionOf(w, r)
+	if hs != nil {
+		h.sessions.end(hs)
+	}
 }
 
-// touch records a POST or stream starting (+1) or ending (-1) on hs.
-func (h *httpHandler) touch(hs *httpSession, delta int) {
-	hs.mu.Lock()
-	hs.busy += delta
-	hs.lastUsed = h.now()
-	hs.mu.Unlock()
-}
-
-// endIf ends the sessions for which cond holds; cond is asked with hs.mu held.
-func (h *httpHandler) endIf(cond func(hs *httpSession) bool) {
-	h.mu.Lock()
-	var ending []*httpSession
-	for _, hs := range h.sessions {
-		hs.mu.Lock()
-		if cond(hs) {
-			ending = append(ending, hs)
+// stream serves GET /mcp: the session's stream, open until the client leaves, the session ends
+// or the server shuts down.
+func (h *httpHandler) stream(w http.ResponseWriter, r *http.Request) {
+	hs := h.sessionOf(w, r)
+	switch {
+	case hs == nil:
+	case !hs.attach(w):
+		httpError(w, http.StatusConflict, "conflict: this session already has a stream open")
+	default:
+		defer hs.detach()
+		select {
+		case <-r.Context().Done():
+		case <-hs.ended:
+		case <-h.shutdown:
 		}
-		hs.mu.Unlock()
 	}
-	h.mu.Unlock()
-	for _, hs := range ending {
-		h.end(hs)
-	}
-}
-
-// expire ends the sessions idle for longer than HTTP_SESSION_IDLE_MS.
-func (h *httpHandler) expire() {
-	h.endIf(func(hs *httpSession) bool { return hs.busy == 0 && h.now().Sub(hs.lastUsed) > h.idle })
 }
 
 // closeAll ends every session; run's srv.close then kills what is left.
 func (h *httpHandler) closeAll() {
-	h.endIf(func(*httpSession) bool { return true })
-	h.modern.close()
+	h.sessions.endWhere(func(*httpSession) bool { return true })
+	h.stateless.close()
 }
 
-// end ends a session: its stream, its requests and what it owns.
-func (h *httpHandler) end(hs *httpSession) {
-	h.mu.Lock()
-	delete(h.sessions, hs.id)
-	h.mu.Unlock()
+// attach opens the session's GET stream on w; false when it has one.
+func (hs *httpSession) attach(w http.ResponseWriter) bool {
 	hs.mu.Lock()
-	st, was := hs.stream, hs.ended
-	hs.ended = true
+	defer hs.mu.Unlock()
+	if hs.stream != nil {
+		return false
+	}
+	hs.stream = w
+	startEventStream(w)
+	http.NewResponseController(w).Flush() // clients wait for the headers
+	return true
+}
+
+func (hs *httpSession) detach() {
+	hs.mu.Lock()
+	hs.stream = nil
 	hs.mu.Unlock()
-	if st != nil {
-		st.end()
+}
+
+// Write is the session's output: one message as an event on its GET stream.
+func (hs *httpSession) Write(p []byte) (int, error) {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	if hs.stream == nil {
+		return 0, errNoStream
 	}
-	if !was {
+	return len(p), writeEvent(hs.stream, p)
+}
+
+// end ends the session, its GET stream and what it owns; later calls do nothing.
+func (hs *httpSession) end() {
+	hs.endOnce.Do(func() {
+		close(hs.ended)
 		hs.s.close()
+	})
+}
+
+// open mints a session after ending expired ones; it fails at HTTP_MAX_SESSIONS.
+func (ss *httpSessions) open() (*httpSession, error) {
+	id, err := randomHex(16)
+	if err != nil {
+		return nil, err
 	}
+	ss.expire()
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if len(ss.byID) >= ss.max {
+		return nil, fmt.Errorf("%d sessions (HTTP_MAX_SESSIONS) are open; end one with DELETE "+
+			"or try later", len(ss.byID))
+	}
+	hs := &httpSession{id: id, ended: make(chan struct{}), lastUsed: ss.now()}
+	hs.s = newSession(ss.srv, hs)
+	ss.byID[id] = hs
+	return hs, nil
+}
+
+// get returns the live session with id, or nil.
+func (ss *httpSessions) get(id string) *httpSession {
+	ss.expire()
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.byID[id]
+}
+
+// countRequest records a POST on hs starting (+1) or ending (-1).
+func (ss *httpSessions) countRequest(hs *httpSession, delta int) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	hs.requests += delta
+	hs.lastUsed = ss.now()
+}
+
+// expire ends the sessions that have had no request running for longer than idle.
+func (ss *httpSessions) expire() {
+	now := ss.now()
+	ss.endWhere(func(hs *httpSession) bool {
+		return hs.requests == 0 && now.Sub(hs.lastUsed) > ss.idle
+	})
+}
+
+// endWhere ends the sessions for which cond holds; cond is asked with ss.mu held.
+func (ss *httpSessions) endWhere(cond func(hs *httpSession) bool) {
+	var ending []*httpSession
+	ss.mu.Lock()
+	for id, hs := range ss.byID {
+		if cond(hs) {
+			ending = append(ending, hs)
+			delete(ss.byID, id)
+		}
+	}
+	ss.mu.Unlock()
+	for _, hs := range ending {
+		hs.end()
+	}
+}
+
+func (ss *httpSessions) end(hs *httpSession) {
+	ss.endWhere(func(other *httpSession) bool { return other == hs })
+}
+
+// connLimiter is a listener that holds at most cap(slots) connections at once. At the cap a new
+// connection is closed at once: the client learns it now and can retry, rather than hang.
+type connLimiter struct {
+	net.Listener
+	slots chan struct{}
+}
+
+func (l *connLimiter) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		select {
+		case l.slots <- struct{}{}:
+			return &limitedConn{Conn: c, release: sync.OnceFunc(func() { <-l.slots })}, nil
+		default:
+			c.Close()
+		}
+	}
+}
+
+// limitedConn gives its slot back when it closes.
+type limitedConn struct {
+	net.Conn
+	release func()
+}
+
+func (c *limitedConn) Close() error {
+	c.release()
+	return c.Conn.Close()
 }

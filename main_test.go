@@ -1738,10 +1738,9 @@ func BenchmarkReadBgOutput(b *testing.B) {
 
 // ---- http ----
 
-// http_test.go tests the HTTP transports the way HTTP clients use them:
-// Streamable HTTP in both eras against an httptest server, the 2024-11-05
-// HTTP+SSE transport, every 4xx rule, session limits and expiry, and a
-// graceful shutdown of the real `run -http`. Benchmarks compare HTTP with stdio.
+// http_test.go tests Streamable HTTP the way HTTP clients use it, in both
+// eras against an httptest server: every 4xx rule, session limits and expiry,
+// and a graceful shutdown of the real `run -http`. Benchmarks compare HTTP with stdio.
 
 // httpStart serves a fresh telson over httptest with configuration flags.
 func httpStart(t testing.TB, flags map[string]string, setup ...func(h *httpHandler)) (*httptest.Server, *httpHandler) {
@@ -2101,7 +2100,7 @@ func TestHTTPGetStream(t *testing.T) {
 	r2, b2 := c.do("GET", "", nil)
 	httpStatus(t, "second GET stream", r2, b2, http.StatusConflict, 0)
 
-	s := h.session(c.sid).s
+	s := h.sessions.get(c.sid).s
 	s.announce("background task 7 finished")
 	ev, _ := httpNextEvent(t, events)
 	var m map[string]any
@@ -2265,7 +2264,7 @@ func TestHTTPSessionLimitsAndExpiry(t *testing.T) {
 	var clock atomic.Int64
 	clock.Store(time.Now().UnixNano())
 	ts, _ := httpStart(t, map[string]string{"HTTP_MAX_SESSIONS": "2", "HTTP_SESSION_IDLE_MS": "60000"},
-		func(h *httpHandler) { h.now = func() time.Time { return time.Unix(0, clock.Load()) } })
+		func(h *httpHandler) { h.sessions.now = func() time.Time { return time.Unix(0, clock.Load()) } })
 	initialize := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{}}}`
 	ping := `{"jsonrpc":"2.0","id":1,"method":"ping"}`
 
@@ -2277,14 +2276,19 @@ func TestHTTPSessionLimitsAndExpiry(t *testing.T) {
 	a.do("DELETE", "", nil)
 	c.initialize("2025-11-25")
 
-	// idle expiry: a session without requests or stream for HTTP_SESSION_IDLE_MS ends;
-	// one with an open stream is not idle
-	httpOpenStream(t, c, "/mcp")
+	// idle expiry: a session without a request for HTTP_SESSION_IDLE_MS ends;
+	// an open GET stream does not keep it alive, and it ends with its session
+	_, events := httpOpenStream(t, c, "/mcp")
 	clock.Add(int64(61 * time.Second))
 	resp, body = b.do("POST", ping, nil)
 	httpStatus(t, "idle session", resp, body, 404, codeInvalidRequest)
-	c.result("ping", nil)
-	a.initialize("2025-11-25") // b's expiry made room
+	resp, body = c.do("POST", ping, nil)
+	httpStatus(t, "idle session with an open stream", resp, body, 404, codeInvalidRequest)
+	if _, ok := httpNextEvent(t, events); ok {
+		t.Error("the stream outlived its expired session")
+	}
+	a.initialize("2025-11-25") // the expiry made room
+	b.initialize("2025-11-25")
 }
 
 func TestHTTPSessionEndKillsItsCommands(t *testing.T) {
@@ -2330,61 +2334,6 @@ func TestHTTPBatchPerVersion(t *testing.T) {
 	c.initialize("2025-06-18")
 	resp, body = c.do("POST", `[{"jsonrpc":"2.0","id":1,"method":"ping"}]`, nil)
 	httpStatus(t, "batch in 2025-06-18", resp, body, 400, codeInvalidRequest)
-}
-
-func TestHTTPOldSSETransport(t *testing.T) {
-	t.Parallel()
-	ts, _ := httpStart(t, nil)
-	c := httpClientFor(t, ts)
-	stream, events := httpOpenStream(t, c, "/sse")
-	if stream.StatusCode != 200 || stream.Header.Get("Content-Type") != "text/event-stream" {
-		t.Fatalf("GET /sse: HTTP %d", stream.StatusCode)
-	}
-	ev, _ := httpNextEvent(t, events)
-	if ev.name != "endpoint" || !regexp.MustCompile(`^/messages\?sessionId=[0-9a-f]{32}$`).MatchString(ev.data) {
-		t.Fatalf("first event: %+v", ev)
-	}
-	c.url = ts.URL + ev.data
-	post := func(msg string) {
-		t.Helper()
-		resp, body := c.do("POST", msg, nil)
-		httpStatus(t, "POST /messages", resp, body, 202, 0)
-	}
-	next := func() map[string]any {
-		t.Helper()
-		ev, ok := httpNextEvent(t, events)
-		if !ok || ev.name != "message" {
-			t.Fatalf("stream: %+v %v", ev, ok)
-		}
-		return httpDecode(t, []byte(ev.data))
-	}
-	post(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2024-11-05","capabilities":{},"clientInfo":{"name":"old","version":"1"}}}`)
-	if m := next(); m["result"].(map[string]any)["protocolVersion"] != "2024-11-05" {
-		t.Fatalf("initialize: %v", m)
-	}
-	post(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
-	post(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"Bash","arguments":{"command":"echo old transport"}}}`)
-	if m := next(); m["id"] != float64(2) || resultText(m["result"].(map[string]any)) != "old transport\n" {
-		t.Fatalf("Bash: %v", m)
-	}
-	bad := *c
-	bad.url = ts.URL + "/messages?sessionId=nope"
-	resp, body := bad.do("POST", `{"jsonrpc":"2.0","id":1,"method":"ping"}`, nil)
-	httpStatus(t, "unknown sessionId", resp, body, 404, 0)
-
-	stream.Body.Close()
-	// closing the stream ends the session; the server notices asynchronously
-	deadline := time.Now().Add(watchdog)
-	for {
-		resp, _ := c.do("POST", `{"jsonrpc":"2.0","id":3,"method":"ping"}`, nil)
-		if resp.StatusCode == 404 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the session outlived its /sse stream")
-		}
-		time.Sleep(10 * time.Millisecond) // polling the server's view, bounded by the watchdog
-	}
 }
 
 // httpRun runs telson's run with -http in-process and returns its URL, cancel and result.
@@ -2582,7 +2531,7 @@ func TestHTTPServerRequestOnPOSTStream(t *testing.T) {
 	t.Parallel()
 	ts, _ := httpStart(t, nil, func(h *httpHandler) {
 		sc, _ := parseSchema(httpAskTool.input)
-		h.srv.tools = append(h.srv.tools, &toolEntry{def: &httpAskTool, schema: sc})
+		h.sessions.srv.tools = append(h.sessions.srv.tools, &toolEntry{def: &httpAskTool, schema: sc})
 	})
 	c := httpClientFor(t, ts)
 	c.initialize("2025-06-18")
