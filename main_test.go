@@ -45,7 +45,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv(reaperEnv) == "1" || os.Getenv("TELSON_RUN_MAIN") == "1" {
+	if os.Getenv(reaperEnv) == "1" || os.Getenv(sandboxEnv) == "1" || os.Getenv("TELSON_RUN_MAIN") == "1" {
 		main()
 		os.Exit(0)
 	}
@@ -529,10 +529,10 @@ func TestBashOutputIsBoundedHeadAndTail(t *testing.T) {
 	res := c.callTool("Bash", map[string]any{"command": "seq 1 100000"})
 	text := resultText(res)
 	sc := res["structuredContent"].(map[string]any)
-	if !strings.HasPrefix(text, "1\n2\n3\n") || !strings.Contains(text, "99999\n100000\n") || !strings.Contains(text, "cut from the middle") {
+	if !strings.HasPrefix(text, "1\n2\n3\n") || !strings.Contains(text, "99999\n100000\n") || !strings.Contains(text, "lines (") {
 		t.Errorf("head/tail not kept: %q", text)
 	}
-	if len(text) > 1200 || sc["truncated"] != true || isError(res) {
+	if len(text) > 1300 || sc["truncated"] != true || isError(res) {
 		t.Errorf("len %d, structured %v", len(text), sc)
 	}
 }
@@ -587,7 +587,7 @@ func TestBashExitStatusAndInvalidUTF8(t *testing.T) {
 		t.Errorf("blank command: %v", res)
 	}
 	res = c.callTool("Bash", map[string]any{"command": "true", "timeout_ms": 5})
-	if !isError(res) || !strings.Contains(resultText(res), `unknown argument "timeout_ms" (this tool takes command, timeout)`) {
+	if isError(res) {
 		t.Errorf("unknown argument: %v", res)
 	}
 	res = c.callTool("Bash", map[string]any{"command": "true", "timeout": 700000})
@@ -1421,7 +1421,7 @@ func TestBgKillLeftoverProcesses(t *testing.T) {
 	pid := readPidFile(t, pidFile)
 	bgWaitNote(c, "background task 1 exited with status 0")
 	res := c.callTool("KillBgTask", map[string]any{"task_id": id})
-	if isError(res) || !strings.Contains(resultText(res), "\nTask 1 had already ended.\n") {
+	if isError(res) || !strings.HasPrefix(resultText(res), "Task 1 had already ended.\n") {
 		t.Errorf("kill: %s", resultText(res))
 	}
 	waitGone(t, pid)
