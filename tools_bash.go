@@ -753,8 +753,11 @@ func runSandbox(args []string) int {
 	cmd.Stdin = os.Stdin
 	cmd.Stdout = os.Stdout
 	cmd.Stderr = os.Stderr
-	cmd.ExtraFiles = make([]*os.File, cwdFD-2)
-	cmd.ExtraFiles[cwdFD-3] = os.NewFile(cwdFD, "cwd")
+	var st syscall.Stat_t
+	if syscall.Fstat(cwdFD, &st) == nil { // Bash's, not BackgroundBash's
+		cmd.ExtraFiles = make([]*os.File, cwdFD-2)
+		cmd.ExtraFiles[cwdFD-3] = os.NewFile(cwdFD, "cwd")
+	}
 	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, sandboxEnv+"=") })
 	userNamespace(cmd)
 	if err := cmd.Run(); cmd.ProcessState == nil {
@@ -780,9 +783,9 @@ func readOnlyMounts() error {
 	keep := map[string]uintptr{"nosuid": 0x2, "nodev": 0x4, "noexec": 0x8, "noatime": 0x400,
 		"nodiratime": 0x800, "relatime": 0x200000}
 	for _, line := range strings.Split(strings.TrimSpace(string(info)), "\n") {
-		f := strings.Fields(line) // id parent dev root mountpoint options ...
-		if len(f) < 6 {
-			continue
+		f := strings.Fields(line) // id parent dev root mountpoint options ... - fstype ...
+		if len(f) < 6 || slices.Contains(f, "proc") {
+			continue // a read-only /proc would stop the nested namespace's ID maps
 		}
 		point, _ := strconv.Unquote(`"` + strings.ReplaceAll(f[4], `"`, `\"`) + `"`) // octal escapes
 		flags := uintptr(msRemount | msBind | msRdonly)

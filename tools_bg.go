@@ -370,18 +370,15 @@ func (t *bgTask) take(limit int) (string, int64) {
 // limit bytes, and how many bytes it passed over.
 func (t *bgTask) takeTail(lines, limit int) (string, int, int64) {
 	out, dropped := t.take(math.MaxInt)
-	kept := out
-	for i := 0; i < lines; i++ {
-		j := strings.LastIndexByte(strings.TrimSuffix(kept, "\n"), '\n')
-		if j < 0 {
-			break
-		}
-		kept = kept[j+1:]
+	body := strings.TrimSuffix(out, "\n")
+	i := len(body)
+	for n := 0; n < lines && i >= 0; n++ {
+		i = strings.LastIndexByte(body[:i], '\n')
 	}
-	if len(out)-len(kept) == 0 || len(kept) > limit {
-		kept = out[len(out)-min(len(out), limit):]
+	kept := out[i+1:]
+	if len(kept) > limit {
+		kept = strings.ToValidUTF8(kept[len(kept)-limit:], "")
 	}
-	kept = strings.ToValidUTF8(kept, "")
 	return kept, len(out) - len(kept), dropped
 }
 
