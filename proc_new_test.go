@@ -6,8 +6,10 @@ package main
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -251,4 +253,33 @@ func TestBgEndSaidOncePerReply(t *testing.T) {
 	if _, ok := bgStructured(t, res)["notices"]; ok {
 		t.Errorf("the notice rides along: %v", res)
 	}
+}
+
+// BenchmarkBashTrueVsDirect alternates a Bash `true` call to the real binary
+// with a direct `bash -c true` spawn, so both see the same machine load, and
+// reports the median of each and their ratio.
+func BenchmarkBashTrueVsDirect(b *testing.B) {
+	p := startBenchProc(b)
+	p.roundTrip(b, benchInit)
+	call := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"Bash","arguments":{"command":"true"}}}` + "\n"
+	var viaTelson, direct []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		p.roundTrip(b, call)
+		viaTelson = append(viaTelson, time.Since(start))
+		start = time.Now()
+		if err := exec.Command("bash", "-c", "true").Run(); err != nil {
+			b.Fatal(err)
+		}
+		direct = append(direct, time.Since(start))
+	}
+	b.StopTimer()
+	median := func(d []time.Duration) float64 {
+		slices.Sort(d)
+		return float64(d[len(d)/2])
+	}
+	b.ReportMetric(median(viaTelson), "bash-ns")
+	b.ReportMetric(median(direct), "direct-ns")
+	b.ReportMetric(median(viaTelson)/median(direct), "ratio")
 }
