@@ -1353,8 +1353,8 @@ func TestBgBufferModel(t *testing.T) {
 			dropped += int64(len(unread) - 300)
 			unread = unread[len(unread)-300:]
 		}
-		if len(bt.ring) > bt.limit || bt.n != len(unread) {
-			t.Fatalf("step %d: ring of %d bytes holds %d, want %d", i, len(bt.ring), bt.n, len(unread))
+		if len(bt.unread) != len(unread) {
+			t.Fatalf("step %d: holds %d bytes, want %d", i, len(bt.unread), len(unread))
 		}
 	}
 }
@@ -1363,8 +1363,8 @@ func TestBgBufferModel(t *testing.T) {
 func TestBgTakeHoldsCutCharacter(t *testing.T) {
 	bt := &bgTask{limit: 100, changed: make(chan struct{})}
 	bt.Write([]byte("ab\xc3"))
-	if out, _ := bt.take(100); out != "ab" || bt.n != 1 {
-		t.Errorf("took %q, %d left", out, bt.n)
+	if out, _ := bt.take(100); out != "ab" || len(bt.unread) != 1 {
+		t.Errorf("took %q, %d left", out, len(bt.unread))
 	}
 	bt.Write([]byte("\xa9"))
 	if out, _ := bt.take(100); out != "é" {

@@ -147,30 +147,18 @@ func (o *bashOutcome) text() string {
 }
 
 // newLineStreamer sends a running command's new complete lines as progress
-// messages, at most one every 100 ms, each at most 2,000 characters.
+// messages, at most one every 100 ms, each at most 2,000 bytes.
 func newLineStreamer(r *rpcRequest) func(chunk []byte, total int64) {
-	var (
-		partial []byte
-		ready   []byte
-		last    time.Time
-	)
+	var pending []byte
+	var last time.Time
 	return func(chunk []byte, total int64) {
-		partial = append(partial, chunk...)
-		if i := bytes.LastIndexByte(partial, '\n'); i >= 0 {
-			ready = append(ready, partial[:i+1]...)
-			partial = append(partial[:0], partial[i+1:]...)
-		}
-		partial = lastBytes(partial, 4096)
-		if len(ready) == 0 || time.Since(last) < 100*time.Millisecond {
-			ready = lastBytes(ready, 4096)
+		pending = lastBytes(append(pending, chunk...), 4096)
+		end := bytes.LastIndexByte(pending, '\n')
+		if end < 0 || time.Since(last) < 100*time.Millisecond {
 			return
 		}
-		msg := strings.TrimRight(validUTF8(string(ready)), "\n")
-		if len(msg) > 2000 {
-			msg = "…" + msg[len(msg)-2000:]
-		}
-		r.progress(float64(total), 0, msg)
-		ready = ready[:0]
+		r.progress(float64(total), 0, validUTF8(string(lastBytes(pending[:end], 2000))))
+		pending = append(pending[:0], pending[end+1:]...)
 		last = time.Now()
 	}
 }
@@ -190,48 +178,25 @@ func runShell(ctx context.Context, s *session, command string, timeout time.Dura
 	if err := s.sandbox(cmd); err != nil {
 		return nil, err
 	}
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		return nil, fmt.Errorf("run: %w", err)
-	}
-	defer pr.Close()
+	capture := &outputCapture{limit: max(limit, 200), procs: procs, stream: stream}
+	defer capture.close()
+	cmd.Stdout = capture
+	cmd.Stderr = capture
+	cmd.WaitDelay = 100 * time.Millisecond // a process bash left may hold the output open
 	cwdR, cwdW, err := os.Pipe()
 	if err != nil {
-		pw.Close()
 		return nil, fmt.Errorf("run: %w", err)
 	}
 	defer cwdR.Close()
-	cmd.Stdout = pw
-	cmd.Stderr = pw
-	cmd.ExtraFiles = make([]*os.File, cwdFD-2) // fds 3..cwdFD, closed but the last
+	cmd.ExtraFiles = make([]*os.File, cwdFD-2) // fds 3 to cwdFD, all closed but cwdFD
 	cmd.ExtraFiles[cwdFD-3] = cwdW
 	start := time.Now()
 	run := procs.scope(s.bg.scope)
 	err = procs.startRun(cmd, run)
-	pw.Close()
 	cwdW.Close()
 	if err != nil {
 		return nil, fmt.Errorf("run: %w", err)
 	}
-	capture := &outputCapture{limit: max(limit, 200), procs: procs}
-	defer capture.close()
-	readDone := make(chan struct{})
-	go func() { // exits at EOF or when the read deadline set after exit passes
-		defer close(readDone)
-		buf := make([]byte, 32<<10)
-		for {
-			n, err := pr.Read(buf)
-			if n > 0 {
-				capture.Write(buf[:n])
-				if stream != nil {
-					stream(buf[:n], capture.total)
-				}
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
 	var timedOut atomic.Bool
 	timer := time.AfterFunc(timeout, func() {
 		timedOut.Store(true)
@@ -241,20 +206,15 @@ func runShell(ctx context.Context, s *session, command string, timeout time.Dura
 	waitErr := cmd.Wait()
 	timer.Stop()
 	stopCancel()
-	// bash is gone; a process it left may hold the pipes open, so read for a moment only.
-	deadline := time.Now().Add(100 * time.Millisecond)
-	pr.SetReadDeadline(deadline)
-	<-readDone
 	o := capture.outcome()
 	o.DurationMS = time.Since(start).Milliseconds()
-	o.TimedOut = timedOut.Load()
 	o.ExitCode, o.Signal = exitStatus(cmd, waitErr)
-	if o.TimedOut {
+	if timedOut.Load() {
+		o.TimedOut = true
 		o.ExitCode = -1
-		o.Hint = "To let it finish, call Bash again with a larger timeout (up to 600000 ms), " +
-			"or run it with BackgroundBash."
+		o.Hint = "To let it finish, call Bash again with a larger timeout (up to 600000 ms), or use BackgroundBash."
 	}
-	cwdR.SetReadDeadline(deadline)
+	cwdR.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
 	if d, err := bufio.NewReader(cwdR).ReadString('\n'); err == nil {
 		s.shell.setDir(strings.TrimSuffix(d, "\n"))
 	}
@@ -333,11 +293,12 @@ func (sh *shellState) resolve(path string) string {
 }
 
 // outputCapture keeps the first limit bytes a command prints and its last
-// limit/2; once the output is longer than limit, everything goes to a kept
-// file as well, so memory stays bounded whatever a command prints.
+// limit/2; once the output is longer than limit, all of it goes to a kept
+// file too, so memory stays bounded whatever a command prints.
 type outputCapture struct {
-	limit int
-	procs *procTracker
+	limit  int
+	procs  *procTracker
+	stream func(chunk []byte, total int64)
 
 	mu    sync.Mutex // guards the fields below
 	head  []byte
@@ -350,31 +311,29 @@ type outputCapture struct {
 func (oc *outputCapture) Write(p []byte) (int, error) {
 	oc.mu.Lock()
 	defer oc.mu.Unlock()
-	n := len(p)
 	oc.total += int64(len(p))
 	oc.lines += bytes.Count(p, []byte{'\n'})
 	if oc.file == nil && oc.total > int64(oc.limit) {
 		oc.file = oc.procs.keepFile("bash")
-		oc.file.Write(oc.head)
+		oc.file.keep(oc.head)
 	}
-	oc.file.Write(p)
-	room := oc.limit - len(oc.head)
-	if room > 0 {
-		take := min(room, len(p))
-		oc.head = append(oc.head, p[:take]...)
-		p = p[take:]
+	oc.file.keep(p)
+	if oc.stream != nil {
+		oc.stream(p, oc.total)
 	}
-	oc.tail = append(oc.tail, p...)
+	take := min(oc.limit-len(oc.head), len(p))
+	oc.head = append(oc.head, p[:take]...)
+	oc.tail = append(oc.tail, p[take:]...)
 	if len(oc.tail) > oc.limit {
 		oc.tail = append(oc.tail[:0], lastBytes(oc.tail, oc.limit/2)...)
 	}
-	return n, nil
+	return len(p), nil
 }
 
 func (oc *outputCapture) close() {
 	oc.mu.Lock()
 	defer oc.mu.Unlock()
-	oc.file.Close()
+	oc.file.close()
 }
 
 // outcome is the kept output; a cut falls on line boundaries when there are
@@ -385,21 +344,19 @@ func (oc *outputCapture) outcome() *bashOutcome {
 	if oc.total <= int64(oc.limit) {
 		return &bashOutcome{Output: validUTF8(string(oc.head))}
 	}
-	half := oc.limit / 2
-	head := oc.head[:half]
+	head := oc.head[:oc.limit/2]
 	if i := bytes.LastIndexByte(head, '\n'); i >= 0 {
 		head = head[:i+1]
 	}
-	tail := lastBytes(oc.tail, half)
-	if i := bytes.IndexByte(tail, '\n'); i >= 0 && i < len(tail)-1 {
+	tail := lastBytes(oc.tail, oc.limit/2)
+	if i := bytes.IndexByte(tail, '\n'); i < len(tail)-1 {
 		tail = tail[i+1:]
 	}
-	o := &bashOutcome{Truncated: true, OutputFile: oc.file.path}
+	o := &bashOutcome{Truncated: true, OutputFile: oc.file.path()}
 	o.OmittedBytes = oc.total - int64(len(head)) - int64(len(tail))
 	o.OmittedLines = oc.lines - bytes.Count(head, []byte{'\n'}) - bytes.Count(tail, []byte{'\n'})
-	where := "; the complete output is in " + oc.file.where()
-	o.Output = fmt.Sprintf("%s\n[... %d lines (%d bytes) left out%s ...]\n\n%s", validUTF8(string(head)),
-		o.OmittedLines, o.OmittedBytes, where, validUTF8(string(tail)))
+	o.Output = fmt.Sprintf("%s\n[... %d lines (%d bytes) left out; the complete output is in %s ...]\n\n%s",
+		validUTF8(string(head)), o.OmittedLines, o.OmittedBytes, oc.file.name(), validUTF8(string(tail)))
 	return o
 }
 
@@ -411,38 +368,43 @@ const (
 	keptFiles     = 32
 )
 
-// keptFile is a command's complete output, up to keptFileBytes; a nil
-// keptFile writes nowhere.
+// keptFile is a command's complete output, up to keptFileBytes. A nil
+// keptFile, one that could not be created, keeps nothing.
 type keptFile struct {
-	path    string
-	f       *os.File
-	written int64
+	f    *os.File
+	left int64
 }
 
-func (k *keptFile) Write(p []byte) {
-	if k == nil || k.f == nil {
-		return
+func (k *keptFile) keep(p []byte) {
+	if k != nil && k.left > 0 {
+		n := min(int64(len(p)), k.left)
+		k.f.Write(p[:n])
+		k.left -= n
 	}
-	n := min(int64(len(p)), keptFileBytes-k.written)
-	k.f.Write(p[:n])
-	k.written += n
 }
 
-func (k *keptFile) Close() {
-	if k != nil && k.f != nil {
+func (k *keptFile) close() {
+	if k != nil {
 		k.f.Close()
 	}
 }
 
-// where names the file and says when it holds only the beginning.
-func (k *keptFile) where() string {
-	if k == nil || k.f == nil {
-		return "(no file: it could not be created)"
+func (k *keptFile) path() string {
+	if k == nil {
+		return ""
 	}
-	if k.written >= keptFileBytes {
-		return fmt.Sprintf("%s (its first %d MiB)", k.path, keptFileBytes>>20)
+	return k.f.Name()
+}
+
+// name is the path for a reader, saying when the file holds the beginning only.
+func (k *keptFile) name() string {
+	switch {
+	case k == nil:
+		return "no file (it could not be created)"
+	case k.left == 0:
+		return fmt.Sprintf("%s (its first %d MiB)", k.path(), keptFileBytes>>20)
 	}
-	return k.path
+	return k.path()
 }
 
 // killGrace is how long processes have between TERM and KILL.
@@ -515,14 +477,17 @@ func (pt *procTracker) startRun(cmd *exec.Cmd, marker string) error {
 func (pt *procTracker) removeAtExit(dir string) {
 	pt.mu.Lock()
 	defer pt.mu.Unlock()
+	pt.removeAtExitLocked(dir)
+}
+
+func (pt *procTracker) removeAtExitLocked(dir string) {
 	pt.startReaperLocked()
 	if pt.registry != nil && !strings.ContainsAny(dir, "\n") {
 		fmt.Fprintf(pt.registry, "d%s\n", dir)
 	}
 }
 
-// forgetIfGone is kept for its callers: processes are found by marker, so
-// there is nothing to forget.
+// forgetIfGone is kept for its callers: processes are found by their marker.
 func (pt *procTracker) forgetIfGone(pgid int) {}
 
 // keepFile creates a kept output file named after what, removing the oldest beyond keptFiles.
@@ -533,43 +498,35 @@ func (pt *procTracker) keepFile(what string) *keptFile {
 		dir, err := os.MkdirTemp("", "telson-output-*")
 		if err != nil {
 			pt.log.warnf("output files: %v", err)
-			return &keptFile{}
+			return nil
 		}
 		pt.outDir = dir
-		if pt.registry != nil {
-			fmt.Fprintf(pt.registry, "d%s\n", dir)
-		}
+		pt.removeAtExitLocked(dir)
 	}
 	f, err := os.CreateTemp(pt.outDir, what+"-*.log")
 	if err != nil {
 		pt.log.warnf("output files: %v", err)
-		return &keptFile{}
+		return nil
 	}
 	pt.kept = append(pt.kept, f.Name())
 	if len(pt.kept) > keptFiles {
 		os.Remove(pt.kept[0])
 		pt.kept = pt.kept[1:]
 	}
-	return &keptFile{path: f.Name(), f: f}
+	return &keptFile{f: f, left: keptFileBytes}
 }
 
 // closeAll kills every process of the server, removes the kept files and lets the reaper go.
 func (pt *procTracker) closeAll() {
 	pt.mu.Lock()
+	defer pt.mu.Unlock()
 	pt.closed = true
-	reaper := pt.reaper
-	lifeline := pt.lifeline
-	registry := pt.registry
-	outDir := pt.outDir
-	pt.mu.Unlock()
 	killMarked(pt.id, 500*time.Millisecond)
-	if outDir != "" {
-		os.RemoveAll(outDir)
-	}
-	if lifeline != nil {
-		lifeline.Close() // the reaper finds nothing left to kill and exits
-		reaper.Wait()
-		registry.Close()
+	os.RemoveAll(pt.outDir)
+	if pt.lifeline != nil {
+		pt.lifeline.Close() // the reaper finds nothing left to kill and exits
+		pt.reaper.Wait()
+		pt.registry.Close()
 	}
 }
 
@@ -580,12 +537,8 @@ func (pt *procTracker) startReaperLocked() {
 	}
 	pt.reaper = &exec.Cmd{} // tried once; a failure is logged, not retried
 	exe, err := os.Executable()
-	if err != nil {
-		pt.log.warnf("reaper: %v; children may outlive a killed telson", err)
-		return
-	}
-	registry, err := os.CreateTemp("", "telson-reaper-*")
-	if err != nil {
+	registry, err2 := os.CreateTemp("", "telson-reaper-*")
+	if err = errors.Join(err, err2); err != nil {
 		pt.log.warnf("reaper: %v; children may outlive a killed telson", err)
 		return
 	}
@@ -614,17 +567,14 @@ func (pt *procTracker) startReaperLocked() {
 func runReaper(lifeline io.Reader) int {
 	io.Copy(io.Discard, lifeline)
 	registry := os.NewFile(3, "registry")
-	if registry == nil {
-		return 1
-	}
 	registry.Seek(0, io.SeekStart)
 	sc := bufio.NewScanner(registry)
 	for sc.Scan() {
 		line := sc.Text()
-		switch {
-		case strings.HasPrefix(line, "m") && len(line) > 2:
+		if strings.HasPrefix(line, "m") {
 			killMarked(line[1:], 500*time.Millisecond)
-		case strings.HasPrefix(line, "d/"):
+		}
+		if strings.HasPrefix(line, "d/") {
 			os.RemoveAll(line[1:])
 		}
 	}
@@ -632,58 +582,45 @@ func runReaper(lifeline io.Reader) int {
 }
 
 // killMarked is the one kill loop: TERM to every process whose marker starts
-// with marker and to its process group, then, after grace, KILL to those left.
+// with marker and to its process group until they are gone, KILL after grace.
 func killMarked(marker string, grace time.Duration) {
 	deadline := time.Now().Add(grace)
-	sig := syscall.SIGTERM
-	for round := 0; round < 20; round++ {
-		procs := markedProcs(marker)
-		if len(procs) == 0 {
+	signal := syscall.SIGTERM
+	for wait := time.Millisecond; wait < 10*time.Second; wait += min(wait, 50*time.Millisecond) {
+		pids := markedPids(marker)
+		if len(pids) == 0 {
 			return
 		}
-		for _, p := range procs {
-			syscall.Kill(p[0], sig)
-			if p[1] > 1 && p[1] != syscall.Getpgrp() {
-				syscall.Kill(-p[1], sig)
+		if time.Now().After(deadline) {
+			signal = syscall.SIGKILL
+		}
+		for _, pid := range pids {
+			pgid, _ := syscall.Getpgid(pid)
+			syscall.Kill(pid, signal)
+			if pgid > 1 && pgid != syscall.Getpgrp() {
+				syscall.Kill(-pgid, signal)
 			}
 		}
-		for wait := time.Millisecond; sig == syscall.SIGTERM && time.Now().Before(deadline); wait = min(2*wait, 50*time.Millisecond) {
-			time.Sleep(wait) // polling external processes, bounded by the grace
-			if len(markedProcs(marker)) == 0 {
-				return
-			}
-		}
-		sig = syscall.SIGKILL
+		time.Sleep(min(wait, 50*time.Millisecond)) // polling external processes, bounded
 	}
 }
 
-// markedProcs lists the live processes (pid, process group) whose marker starts with marker.
-func markedProcs(marker string) [][2]int {
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
+// markedPids lists the processes whose marker starts with marker (a zombie has none).
+func markedPids(marker string) []int {
+	ents, _ := os.ReadDir("/proc")
 	want := []byte("\x00" + markerEnv + "=" + marker)
-	var found [][2]int
+	var pids []int
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
+		if err != nil {
 			continue
 		}
 		env, _ := os.ReadFile("/proc/" + e.Name() + "/environ")
-		if !bytes.Contains(append([]byte{0}, env...), want) {
-			continue
+		if bytes.Contains(append([]byte{0}, env...), want) {
+			pids = append(pids, pid)
 		}
-		stat, _ := os.ReadFile("/proc/" + e.Name() + "/stat")
-		i := bytes.LastIndexByte(stat, ')')
-		f := strings.Fields(string(stat[i+1:])) // state ppid pgrp ...
-		if len(f) < 3 || f[0] == "Z" {
-			continue
-		}
-		pgid, _ := strconv.Atoi(f[2])
-		found = append(found, [2]int{pid, pgid})
 	}
-	return found
+	return pids
 }
 
 // sandbox readies cmd, a bash command, to run in plan mode's read-only view

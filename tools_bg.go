@@ -14,6 +14,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -131,10 +132,8 @@ type bgTask struct {
 	log     *keptFile     // the complete output; written by the reading goroutine only
 	ended   chan struct{} // closed when bash has exited and the status is final
 
-	mu      sync.Mutex // guards the fields below
-	ring    []byte     // the unread output: n bytes from head, wrapping; it grows up to limit
-	head    int
-	n       int
+	mu      sync.Mutex    // guards the fields below
+	unread  []byte        // at most limit bytes
 	dropped int64         // unread bytes lost since the previous read
 	changed chan struct{} // closed and replaced at new output and at the end
 	done    bool
@@ -210,7 +209,7 @@ func runBackgroundBash(ctx context.Context, c *toolCall) toolResult {
 	info.Hint = fmt.Sprintf(`Read its output with ReadBgOutput {"task_id": %d, "wait_ms": 5000}; `+
 		`stop it with KillBgTask {"task_id": %d}.`, t.id, t.id)
 	text := fmt.Sprintf("Started background task %d (pid %d) in %s; its complete output goes to %s.\n%s",
-		t.id, t.pid, dir, t.log.path, info.Hint)
+		t.id, t.pid, dir, t.log.path(), info.Hint)
 	return structuredResult(text, info)
 }
 
@@ -258,7 +257,7 @@ func (t *bgTask) run(s *session, cmd *exec.Cmd) {
 		defer close(readDone)
 		io.Copy(t, t.out)
 		t.out.Close()
-		t.log.Close()
+		t.log.close()
 	}()
 	err := cmd.Wait()
 	select { // bash's output is in the pipe; a process it left behind may hold the pipe open
@@ -270,7 +269,7 @@ func (t *bgTask) run(s *session, cmd *exec.Cmd) {
 	t.done = true
 	t.end = time.Now()
 	t.code, t.signal = exitStatus(cmd, err)
-	t.resizeLocked(t.n) // a finished task holds its unread bytes only
+	t.unread = bytes.Clone(t.unread) // a finished task holds its unread bytes only
 	close(t.ended)
 	close(t.changed)
 	t.changed = make(chan struct{}) // output may still come from a process bash left behind
@@ -304,39 +303,17 @@ func (q *noticeQueue) remove(line string) {
 
 // Write adds output, dropping the oldest unread bytes beyond the limit, and logs it.
 func (t *bgTask) Write(p []byte) (int, error) {
-	t.log.Write(p)
+	t.log.keep(p)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	written := len(p)
-	if over := t.n + len(p) - t.limit; over > 0 {
-		skip := min(over, t.n)
-		t.head += skip
-		t.n -= skip
-		p = p[over-skip:]
+	t.unread = append(t.unread, p...)
+	if over := len(t.unread) - t.limit; over > 0 {
 		t.dropped += int64(over)
+		t.unread = t.unread[over:]
 	}
-	if t.n+len(p) > len(t.ring) {
-		t.resizeLocked(min(t.limit, max(2*len(t.ring), t.n+len(p), 4096)))
-	}
-	tail := (t.head + t.n) % len(t.ring)
-	copy(t.ring, p[copy(t.ring[tail:], p):])
-	t.n += len(p)
 	close(t.changed)
 	t.changed = make(chan struct{})
-	return written, nil
-}
-
-// peekLocked copies the first len(dst) unread bytes, at most t.n, into dst.
-func (t *bgTask) peekLocked(dst []byte) {
-	t.head %= max(len(t.ring), 1)
-	copy(dst[copy(dst, t.ring[t.head:]):], t.ring)
-}
-
-func (t *bgTask) resizeLocked(size int) {
-	ring := make([]byte, size)
-	t.peekLocked(ring[:t.n])
-	t.ring = ring
-	t.head = 0
+	return len(p), nil
 }
 
 // take removes and returns up to limit bytes of unread output, never
@@ -344,25 +321,19 @@ func (t *bgTask) resizeLocked(size int) {
 func (t *bgTask) take(limit int) (string, int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	u := make([]byte, min(limit, t.n))
-	t.peekLocked(u)
-	n := len(u)
-	for i := n - 1; i >= max(0, n-3) && (n < t.n || !t.done); i-- {
-		if utf8.RuneStart(u[i]) {
-			if !utf8.FullRune(u[i:n]) {
+	n := min(limit, len(t.unread))
+	for i := n - 1; i >= max(0, n-3) && (n < len(t.unread) || !t.done); i-- {
+		if utf8.RuneStart(t.unread[i]) {
+			if !utf8.FullRune(t.unread[i:n]) {
 				n = i
 			}
 			break
 		}
 	}
-	out := validUTF8(string(u[:n]))
+	out := validUTF8(string(t.unread[:n]))
 	dropped := t.dropped
-	t.head += n
-	t.n -= n
+	t.unread = t.unread[n:]
 	t.dropped = 0
-	if t.n == 0 && t.done {
-		t.ring = nil
-	}
 	return out, dropped
 }
 
@@ -387,7 +358,7 @@ func (t *bgTask) info() (bgInfo, string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	i := bgInfo{TaskID: t.id, Pid: t.pid, Command: t.command, Status: "running", ExitCode: t.code, Signal: t.signal,
-		RuntimeMS: t.runtimeLocked().Milliseconds(), UnreadBytes: t.n, DroppedBytes: t.dropped, LogFile: t.log.path}
+		RuntimeMS: t.runtimeLocked().Milliseconds(), UnreadBytes: len(t.unread), DroppedBytes: t.dropped, LogFile: t.log.path()}
 	if t.done && t.signal != "" {
 		i.Status = "killed"
 	} else if t.done {
@@ -430,7 +401,7 @@ func (t *bgTask) report(s *session, note, out string, skipped int, dropped int64
 	b.WriteString(note)
 	if dropped > 0 {
 		fmt.Fprintf(&b, "[%d bytes dropped: the task printed more than its %d-byte buffer holds since the previous read; "+
-			"its complete output is in %s]\n", dropped, t.limit, t.log.where())
+			"its complete output is in %s]\n", dropped, t.limit, t.log.name())
 	}
 	if skipped > 0 {
 		fmt.Fprintf(&b, "[%d earlier bytes passed over]\n", skipped)
@@ -478,7 +449,7 @@ func runReadBgOutput(ctx context.Context, c *toolCall) toolResult {
 	defer cancel()
 	for ctx.Err() == nil { // wait while no output is waiting and the task runs
 		t.mu.Lock()
-		idle := t.n == 0 && !t.done
+		idle := len(t.unread) == 0 && !t.done
 		changed := t.changed
 		t.mu.Unlock()
 		if !idle {
