@@ -173,7 +173,8 @@ const cwdFD = 9
 func runShell(ctx context.Context, s *session, command string, timeout time.Duration, limit int,
 	stream func([]byte, int64)) (*bashOutcome, error) {
 	procs := s.srv.procs
-	cmd := exec.Command("bash", "-c", "trap 'builtin pwd -P >&"+strconv.Itoa(cwdFD)+"' EXIT\n"+command)
+	trap := "trap 'builtin pwd -P >&" + strconv.Itoa(cwdFD) + "' EXIT\n"
+	cmd := exec.Command("bash", "-c", trap+command)
 	cmd.Dir = s.shell.dir()
 	if err := s.sandbox(cmd); err != nil {
 		return nil, err
@@ -212,7 +213,8 @@ func runShell(ctx context.Context, s *session, command string, timeout time.Dura
 	if timedOut.Load() {
 		o.TimedOut = true
 		o.ExitCode = -1
-		o.Hint = "To let it finish, call Bash again with a larger timeout (up to 600000 ms), or use BackgroundBash."
+		o.Hint = "To let it finish, call Bash again with a larger timeout (up to 600000 ms), " +
+			"or use BackgroundBash."
 	}
 	cwdR.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
 	if d, err := bufio.NewReader(cwdR).ReadString('\n'); err == nil {
@@ -236,8 +238,9 @@ func exitStatus(cmd *exec.Cmd, waitErr error) (code int, signal string) {
 }
 
 func signalName(sig syscall.Signal) string {
-	names := map[syscall.Signal]string{syscall.SIGTERM: "TERM", syscall.SIGKILL: "KILL", syscall.SIGINT: "INT",
-		syscall.SIGHUP: "HUP", syscall.SIGSEGV: "SEGV", syscall.SIGABRT: "ABRT", syscall.SIGPIPE: "PIPE"}
+	names := map[syscall.Signal]string{syscall.SIGTERM: "TERM", syscall.SIGKILL: "KILL",
+		syscall.SIGINT: "INT", syscall.SIGHUP: "HUP", syscall.SIGSEGV: "SEGV",
+		syscall.SIGABRT: "ABRT", syscall.SIGPIPE: "PIPE"}
 	if n, ok := names[sig]; ok {
 		return n
 	}
@@ -356,7 +359,8 @@ func (oc *outputCapture) outcome() *bashOutcome {
 	o.OmittedBytes = oc.total - int64(len(head)) - int64(len(tail))
 	o.OmittedLines = oc.lines - bytes.Count(head, []byte{'\n'}) - bytes.Count(tail, []byte{'\n'})
 	o.Output = fmt.Sprintf("%s\n[... %d lines (%d bytes) left out; the complete output is in %s ...]\n\n%s",
-		validUTF8(string(head)), o.OmittedLines, o.OmittedBytes, oc.file.name(), validUTF8(string(tail)))
+		validUTF8(string(head)), o.OmittedLines, o.OmittedBytes, oc.file.path(),
+		validUTF8(string(tail)))
 	return o
 }
 
@@ -394,17 +398,6 @@ func (k *keptFile) path() string {
 		return ""
 	}
 	return k.f.Name()
-}
-
-// name is the path for a reader, saying when the file holds the beginning only.
-func (k *keptFile) name() string {
-	switch {
-	case k == nil:
-		return "no file (it could not be created)"
-	case k.left == 0:
-		return fmt.Sprintf("%s (its first %d MiB)", k.path(), keptFileBytes>>20)
-	}
-	return k.path()
 }
 
 // killGrace is how long processes have between TERM and KILL.
@@ -538,22 +531,17 @@ func (pt *procTracker) startReaperLocked() {
 	pt.reaper = &exec.Cmd{} // tried once; a failure is logged, not retried
 	exe, err := os.Executable()
 	registry, err2 := os.CreateTemp("", "telson-reaper-*")
-	if err = errors.Join(err, err2); err != nil {
-		pt.log.warnf("reaper: %v; children may outlive a killed telson", err)
-		return
-	}
-	os.Remove(registry.Name()) // both processes hold it open; nothing to clean up
-	fmt.Fprintf(registry, "m%s\n", pt.id)
 	cmd := exec.Command(exe)
 	cmd.Env = append(os.Environ(), reaperEnv+"=1")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.ExtraFiles = []*os.File{registry} // fd 3
-	w, err := cmd.StdinPipe()
-	if err == nil {
+	w, err3 := cmd.StdinPipe()
+	if err = errors.Join(err, err2, err3); err == nil {
+		os.Remove(registry.Name()) // both processes hold it open; nothing to clean up
+		fmt.Fprintf(registry, "m%s\n", pt.id)
 		err = cmd.Start()
 	}
 	if err != nil {
-		registry.Close()
 		pt.log.warnf("reaper: %v; children may outlive a killed telson", err)
 		return
 	}
@@ -634,7 +622,8 @@ func (s *session) sandbox(cmd *exec.Cmd) error {
 		err = userNamespace(cmd)
 	}
 	if err != nil {
-		return fmt.Errorf("refused: plan mode is active and commands then run in a read-only sandbox, "+
+		return fmt.Errorf("refused: plan mode is active, and commands then run in a "+
+			"read-only sandbox, "+
 			"which this system cannot make (%v); finish planning with PlanMode first", err)
 	}
 	cmd.Args = append([]string{exe}, cmd.Args...)
@@ -695,16 +684,16 @@ func runSandbox(args []string) int {
 		cmd.ExtraFiles = make([]*os.File, cwdFD-2)
 		cmd.ExtraFiles[cwdFD-3] = os.NewFile(cwdFD, "cwd")
 	}
-	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, sandboxEnv+"=") })
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		return strings.HasPrefix(kv, sandboxEnv+"=")
+	})
 	userNamespace(cmd)
 	if err := cmd.Run(); cmd.ProcessState == nil {
 		fmt.Fprintln(os.Stderr, "telson: plan-mode sandbox:", err)
 		return sandboxFailed
 	}
-	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return 128 + int(ws.Signal())
-	}
-	return cmd.ProcessState.ExitCode()
+	return cmd.ProcessState.ExitCode() // 255 after a signal
+
 }
 
 // readOnlyMounts remounts every mount of this mount namespace read-only and
@@ -724,12 +713,14 @@ func readOnlyMounts() error {
 		if len(f) < 6 || slices.Contains(f, "proc") {
 			continue // a read-only /proc would stop the nested namespace's ID maps
 		}
-		point, _ := strconv.Unquote(`"` + strings.ReplaceAll(f[4], `"`, `\"`) + `"`) // octal escapes
+		// The mount point has octal escapes (\040 for a space).
+		point, _ := strconv.Unquote(`"` + strings.ReplaceAll(f[4], `"`, `\"`) + `"`)
 		flags := uintptr(msRemount | msBind | msRdonly)
 		for _, o := range strings.Split(f[5], ",") {
 			flags |= keep[o]
 		}
-		if err := mount("none", point, "", flags, ""); err != nil && !errors.Is(err, syscall.ENOENT) {
+		err := mount("none", point, "", flags, "")
+		if err != nil && !errors.Is(err, syscall.ENOENT) {
 			return fmt.Errorf("remount %s read-only: %w", point, err)
 		}
 	}
@@ -741,18 +732,11 @@ func readOnlyMounts() error {
 
 // mount is mount(2) on Linux, called by number: syscall.Mount exists there only.
 func mount(source, target, fstype string, flags uintptr, data string) error {
-	src, err := syscall.BytePtrFromString(source)
-	if err != nil {
-		return err
-	}
-	dst, err := syscall.BytePtrFromString(target)
-	if err != nil {
-		return err
-	}
-	typ, _ := syscall.BytePtrFromString(fstype)
-	opts, _ := syscall.BytePtrFromString(data)
-	_, _, errno := syscall.Syscall6(syscall.SYS_MOUNT, uintptr(unsafe.Pointer(src)), uintptr(unsafe.Pointer(dst)),
-		uintptr(unsafe.Pointer(typ)), flags, uintptr(unsafe.Pointer(opts)), 0)
+	_, _, errno := syscall.Syscall6(syscall.SYS_MOUNT,
+		uintptr(unsafe.Pointer(syscall.StringBytePtr(source))),
+		uintptr(unsafe.Pointer(syscall.StringBytePtr(target))),
+		uintptr(unsafe.Pointer(syscall.StringBytePtr(fstype))),
+		flags, uintptr(unsafe.Pointer(syscall.StringBytePtr(data))), 0)
 	if errno != 0 {
 		return errno
 	}

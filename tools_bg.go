@@ -31,14 +31,19 @@ import (
 
 // Output schemas: a task, and a task with the output a read took.
 const (
-	bgProps = `"task_id":{"type":"integer"},"pid":{"type":"integer"},"command":{"type":"string"},
-		"status":{"type":"string","enum":["running","exited","killed"],"description":"killed: ended by a signal"},
-		"exit_code":{"type":"integer","description":"-1 while running or after a signal"},"signal":{"type":"string"},
+	bgProps = `"task_id":{"type":"integer"},"pid":{"type":"integer"},
+		"command":{"type":"string"},
+		"status":{"type":"string","enum":["running","exited","killed"],
+			"description":"killed: ended by a signal"},
+		"exit_code":{"type":"integer","description":"-1 while running or after a signal"},
+		"signal":{"type":"string"},
 		"runtime_ms":{"type":"integer"},"unread_bytes":{"type":"integer"},
-		"dropped_bytes":{"type":"integer","description":"output lost since the previous read: the buffer was full"},
+		"dropped_bytes":{"type":"integer","description":"output lost since the previous read"},
 		"log_file":{"type":"string","description":"the task's complete output"}`
-	bgRequired   = `"task_id","pid","command","status","exit_code","runtime_ms","unread_bytes","dropped_bytes"`
-	bgTaskSchema = `{"type":"object","properties":{` + bgProps + `,"hint":{"type":"string"}},"required":[` + bgRequired + `]}`
+	bgRequired = `"task_id","pid","command","status","exit_code","runtime_ms",
+		"unread_bytes","dropped_bytes"`
+	bgTaskSchema = `{"type":"object","properties":{` + bgProps + `,"hint":{"type":"string"}},
+		"required":[` + bgRequired + `]}`
 	bgReadSchema = `{"type":"object","properties":{` + bgProps + `,"output":{"type":"string"},
 		"skipped_bytes":{"type":"integer","description":"unread output passed over by tail"}},
 		"required":[` + bgRequired + `,"output"]}`
@@ -49,14 +54,19 @@ var backgroundBashTool = toolDef{
 	name:  "BackgroundBash",
 	title: "Start a background command",
 	describe: func(srv *server) string {
-		return fmt.Sprintf(`Starts a command with bash -c in the background and returns its task id at once: for servers, watchers, long builds.
+		return fmt.Sprintf(`Starts a command with bash -c in the background and returns its task id
+at once: for servers, watchers, long builds.
 
-- Runs in Bash's working directory; stdout and stderr merged; the complete output also goes to log_file.
-- ReadBgOutput reads new output, KillBgTask stops the task and all it started, ListBgTasks lists tasks.
-- Up to %d bytes of unread output are kept; up to %d tasks run at once. The next tool result says when a task ends.`,
+- Runs in Bash's working directory; stdout and stderr merged; the complete
+  output (up to 16 MiB) also goes to log_file.
+- ReadBgOutput reads new output, KillBgTask stops the task and all it started,
+  ListBgTasks lists tasks.
+- Up to %d bytes of unread output are kept; up to %d tasks run at once.
+  The next tool result says when a task ends.`,
 			srv.cfg.int("BG_BUFFER_BYTES"), srv.cfg.int("BG_MAX_TASKS"))
 	},
-	input:  `{"type":"object","properties":{"command":{"type":"string","minLength":1}},"required":["command"]}`,
+	input: `{"type":"object","properties":{"command":{"type":"string","minLength":1}},
+		"required":["command"]}`,
 	output: bgTaskSchema,
 	hints:  toolHints{destructive: true, openWorld: true},
 	run:    runBackgroundBash,
@@ -66,11 +76,13 @@ var readBgOutputTool = toolDef{
 	name:  "ReadBgOutput",
 	title: "Read a background task's output",
 	describe: func(srv *server) string {
-		return fmt.Sprintf(`Returns a background task's output since the previous read, then its status.
+		return fmt.Sprintf(`Returns a background task's output since the previous read,
+then its status.
 
 - wait_ms (max 60000): when nothing is waiting, wait for output or the end.
 - tail: return only the last N lines of the unread output (the newest), passing over the rest.
-- At most %d bytes per reply (OUTPUT_LIMIT); the rest waits for the next read.`, srv.cfg.int("OUTPUT_LIMIT"))
+- At most %d bytes per reply (OUTPUT_LIMIT); the rest waits for the next read.`,
+			srv.cfg.int("OUTPUT_LIMIT"))
 	},
 	input: `{"type":"object","properties":{` + bgIDInput + `,
 		"wait_ms":{"type":"integer","minimum":0,"maximum":60000},
@@ -84,18 +96,20 @@ var readBgOutputTool = toolDef{
 var listBgTasksTool = toolDef{
 	name:        "ListBgTasks",
 	title:       "List background tasks",
-	description: "Lists this session's background tasks, newest first (the last 100 finished ones are kept).",
+	description: "Lists this session's background tasks, newest first (the last 100 finished are kept).",
 	input:       `{"type":"object","properties":{}}`,
-	output:      `{"type":"object","properties":{"tasks":{"type":"array","items":` + bgTaskSchema + `}},"required":["tasks"]}`,
-	hints:       toolHints{readOnly: true, idempotent: true},
-	run:         runListBgTasks,
+	output: `{"type":"object","properties":{"tasks":{"type":"array","items":` + bgTaskSchema + `}},
+		"required":["tasks"]}`,
+	hints: toolHints{readOnly: true, idempotent: true},
+	run:   runListBgTasks,
 }
 
 var killBgTaskTool = toolDef{
 	name:  "KillBgTask",
 	title: "Stop a background task",
-	description: "Stops a background task and every process it started (TERM, then KILL after 2 s); " +
-		"answers how it ended and its last lines. A task that already ended is not an error.",
+	description: "Stops a background task and every process it started (TERM, then KILL " +
+		"after 2 s); answers how it ended and its last lines. " +
+		"A task that already ended is not an error.",
 	input:  `{"type":"object","properties":{` + bgIDInput + `},"required":["task_id"]}`,
 	output: bgReadSchema,
 	hints:  toolHints{destructive: true, idempotent: true},
@@ -193,9 +207,9 @@ func runBackgroundBash(ctx context.Context, c *toolCall) toolResult {
 	cmd.Stdout = pw
 	cmd.Stderr = pw
 	b.nextID++
-	t := &bgTask{id: b.nextID, command: a.Command, marker: b.procs.scope(b.scope), start: time.Now(),
-		limit: max(c.s.srv.cfg.int("BG_BUFFER_BYTES"), 256), out: pr, ended: make(chan struct{}), code: -1,
-		changed: make(chan struct{})}
+	t := &bgTask{id: b.nextID, command: a.Command, marker: b.procs.scope(b.scope),
+		start: time.Now(), limit: max(c.s.srv.cfg.int("BG_BUFFER_BYTES"), 256), out: pr,
+		ended: make(chan struct{}), code: -1, changed: make(chan struct{})}
 	if err := b.procs.startRun(cmd, t.marker); err != nil {
 		pr.Close()
 		return errorResult("start: %v", err)
@@ -208,8 +222,8 @@ func runBackgroundBash(ctx context.Context, c *toolCall) toolResult {
 	info, _ := t.info()
 	info.Hint = fmt.Sprintf(`Read its output with ReadBgOutput {"task_id": %d, "wait_ms": 5000}; `+
 		`stop it with KillBgTask {"task_id": %d}.`, t.id, t.id)
-	text := fmt.Sprintf("Started background task %d (pid %d) in %s; its complete output goes to %s.\n%s",
-		t.id, t.pid, dir, t.log.path(), info.Hint)
+	text := fmt.Sprintf("Started background task %d (pid %d) in %s; its complete output "+
+		"goes to %s.\n%s", t.id, t.pid, dir, t.log.path(), info.Hint)
 	return structuredResult(text, info)
 }
 
@@ -231,7 +245,8 @@ func (b *bgTasks) pruneLocked() int {
 	return running
 }
 
-// closeAll ends the session's tasks and everything its commands left; nothing is announced or started after.
+// closeAll ends the session's tasks and everything its commands left;
+// nothing is announced or started after.
 func (b *bgTasks) closeAll() {
 	b.mu.Lock()
 	b.closed = true
@@ -357,8 +372,9 @@ func (t *bgTask) takeTail(lines, limit int) (string, int, int64) {
 func (t *bgTask) info() (bgInfo, string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	i := bgInfo{TaskID: t.id, Pid: t.pid, Command: t.command, Status: "running", ExitCode: t.code, Signal: t.signal,
-		RuntimeMS: t.runtimeLocked().Milliseconds(), UnreadBytes: len(t.unread), DroppedBytes: t.dropped, LogFile: t.log.path()}
+	i := bgInfo{TaskID: t.id, Pid: t.pid, Command: t.command, Status: "running",
+		ExitCode: t.code, Signal: t.signal, RuntimeMS: t.runtimeLocked().Milliseconds(),
+		UnreadBytes: len(t.unread), DroppedBytes: t.dropped, LogFile: t.log.path()}
 	if t.done && t.signal != "" {
 		i.Status = "killed"
 	} else if t.done {
@@ -400,8 +416,9 @@ func (t *bgTask) report(s *session, note, out string, skipped int, dropped int64
 	var b strings.Builder
 	b.WriteString(note)
 	if dropped > 0 {
-		fmt.Fprintf(&b, "[%d bytes dropped: the task printed more than its %d-byte buffer holds since the previous read; "+
-			"its complete output is in %s]\n", dropped, t.limit, t.log.name())
+		fmt.Fprintf(&b, "[%d bytes dropped: the task printed more than its %d-byte buffer "+
+			"holds since the previous read; "+
+			"its complete output is in %s]\n", dropped, t.limit, t.log.path())
 	}
 	if skipped > 0 {
 		fmt.Fprintf(&b, "[%d earlier bytes passed over]\n", skipped)
@@ -437,7 +454,8 @@ func bgFind(c *toolCall) (*bgTask, bgArgs, toolResult) {
 			return t, a, toolResult{}
 		}
 	}
-	return nil, a, errorResult("no background task %d in this session; ListBgTasks shows the tasks there are", a.TaskID)
+	return nil, a, errorResult("no background task %d in this session; "+
+		"ListBgTasks shows the tasks there are", a.TaskID)
 }
 
 func runReadBgOutput(ctx context.Context, c *toolCall) toolResult {
