@@ -1490,7 +1490,9 @@ func TestBgMaxTasks(t *testing.T) {
 func TestBgExitNoticeOnce(t *testing.T) {
 	t.Parallel()
 	c := bgServer(t)
-	bgStart(t, c, "exit 1")
+	fifo, release := bgFifo(t) // the task ends after BackgroundBash has answered
+	bgStart(t, c, "read x < "+shellQuote(fifo)+"; exit 1")
+	release()
 	bgWaitNote(c, "background task 1 exited with status 1 after ")
 	first := c.callTool("Bash", map[string]any{"command": "echo hi"})
 	items := first["content"].([]any)
