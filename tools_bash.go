@@ -18,6 +18,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -103,16 +104,13 @@ func runBash(ctx context.Context, c *toolCall) toolResult {
 		return runBackgroundBash(ctx, c)
 	}
 	cfg := c.s.srv.cfg
-	timeout := time.Duration(a.Timeout) * time.Millisecond
-	if a.Timeout == 0 {
-		timeout = time.Duration(cfg.int("BASH_TIMEOUT_MS")) * time.Millisecond
-	}
-	var stream func(chunk []byte, total int64)
+	timeout := time.Duration(cmp.Or(a.Timeout, cfg.int("BASH_TIMEOUT_MS"))) * time.Millisecond
+	capture := &outputCapture{limit: max(cfg.int("OUTPUT_LIMIT"), 200), procs: c.s.srv.procs}
 	if cfg.bool("STREAMING") && len(c.req.progressToken) > 0 {
-		stream = newLineStreamer(c.req)
+		capture.stream = c.req
 	}
 	dir := c.s.shell.dir()
-	o, err := runShell(ctx, c.s, a.Command, timeout, cfg.int("OUTPUT_LIMIT"), stream)
+	o, err := runShell(ctx, c.s, a.Command, timeout, capture)
 	if err != nil {
 		return errorResult("%v", err)
 	}
@@ -146,32 +144,15 @@ func (o *bashOutcome) text() string {
 	return strings.TrimSuffix(text, "\n") + "\n[" + status + "]"
 }
 
-// newLineStreamer sends a running command's new complete lines as progress
-// messages, at most one every 100 ms, each at most 2,000 bytes.
-func newLineStreamer(r *rpcRequest) func(chunk []byte, total int64) {
-	var pending []byte
-	var last time.Time
-	return func(chunk []byte, total int64) {
-		pending = lastBytes(append(pending, chunk...), 4096)
-		end := bytes.LastIndexByte(pending, '\n')
-		if end < 0 || time.Since(last) < 100*time.Millisecond {
-			return
-		}
-		r.progress(float64(total), 0, validUTF8(string(lastBytes(pending[:end], 2000))))
-		pending = append(pending[:0], pending[end+1:]...)
-		last = time.Now()
-	}
-}
-
 func lastBytes(b []byte, n int) []byte { return b[max(0, len(b)-n):] }
 
 // cwdFD is the descriptor the shell's EXIT trap writes its final working directory to.
 const cwdFD = 9
 
 // runShell runs command with bash -c in the session's directory and returns
-// what it printed (bounded to limit bytes) and how it ended.
-func runShell(ctx context.Context, s *session, command string, timeout time.Duration, limit int,
-	stream func([]byte, int64)) (*bashOutcome, error) {
+// what it printed (kept by capture) and how it ended.
+func runShell(ctx context.Context, s *session, command string, timeout time.Duration,
+	capture *outputCapture) (*bashOutcome, error) {
 	procs := s.srv.procs
 	trap := "trap 'builtin pwd -P >&" + strconv.Itoa(cwdFD) + "' EXIT\n"
 	cmd := exec.Command("bash", "-c", trap+command)
@@ -179,7 +160,6 @@ func runShell(ctx context.Context, s *session, command string, timeout time.Dura
 	if err := s.sandbox(cmd); err != nil {
 		return nil, err
 	}
-	capture := &outputCapture{limit: max(limit, 200), procs: procs, stream: stream}
 	defer capture.close()
 	cmd.Stdout = capture
 	cmd.Stderr = capture
@@ -204,12 +184,12 @@ func runShell(ctx context.Context, s *session, command string, timeout time.Dura
 		killMarked(run, killGrace)
 	})
 	stopCancel := context.AfterFunc(ctx, func() { killMarked(run, killGrace) })
-	waitErr := cmd.Wait()
+	cmd.Wait()
 	timer.Stop()
 	stopCancel()
 	o := capture.outcome()
 	o.DurationMS = time.Since(start).Milliseconds()
-	o.ExitCode, o.Signal = exitStatus(cmd, waitErr)
+	o.ExitCode, o.Signal = exitStatus(cmd)
 	if timedOut.Load() {
 		o.TimedOut = true
 		o.ExitCode = -1
@@ -227,10 +207,8 @@ func runShell(ctx context.Context, s *session, command string, timeout time.Dura
 	return o, nil
 }
 
-func exitStatus(cmd *exec.Cmd, waitErr error) (code int, signal string) {
-	if cmd.ProcessState == nil {
-		return -1, ""
-	}
+// exitStatus is how cmd, waited for, ended: its exit code, or -1 and a signal's name.
+func exitStatus(cmd *exec.Cmd) (code int, signal string) {
 	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		return -1, signalName(ws.Signal())
 	}
@@ -301,14 +279,16 @@ func (sh *shellState) resolve(path string) string {
 type outputCapture struct {
 	limit  int
 	procs  *procTracker
-	stream func(chunk []byte, total int64)
+	stream *rpcRequest // when set, new lines go to it as progress, at most every 100 ms
 
-	mu    sync.Mutex // guards the fields below
-	head  []byte
-	tail  []byte // the last bytes, at most limit before trimming to limit/2
-	total int64
-	lines int // newlines printed
-	file  *keptFile
+	mu     sync.Mutex // guards the fields below
+	head   []byte
+	tail   []byte // the last bytes, at most limit before trimming to limit/2
+	total  int64
+	lines  int // newlines printed
+	file   *keptFile
+	recent []byte // the last bytes not yet sent as progress
+	sent   time.Time
 }
 
 func (oc *outputCapture) Write(p []byte) (int, error) {
@@ -321,8 +301,12 @@ func (oc *outputCapture) Write(p []byte) (int, error) {
 		oc.file.keep(oc.head)
 	}
 	oc.file.keep(p)
-	if oc.stream != nil {
-		oc.stream(p, oc.total)
+	oc.recent = lastBytes(append(oc.recent, p...), 2000)
+	if end := bytes.LastIndexByte(oc.recent, '\n'); oc.stream != nil && end >= 0 &&
+		time.Since(oc.sent) >= 100*time.Millisecond {
+		oc.stream.progress(float64(oc.total), 0, validUTF8(string(oc.recent[:end])))
+		oc.recent = append(oc.recent[:0], oc.recent[end+1:]...)
+		oc.sent = time.Now()
 	}
 	take := min(oc.limit-len(oc.head), len(p))
 	oc.head = append(oc.head, p[:take]...)
@@ -671,10 +655,6 @@ func idMap(field reflect.Value, host int) {
 // every mount read-only and /tmp a private tmpfs, then runs args in a nested
 // user namespace, where the read-only flags are locked, and exits as it did.
 func runSandbox(args []string) int {
-	if err := readOnlyMounts(); err != nil {
-		fmt.Fprintln(os.Stderr, "telson: plan-mode sandbox:", err)
-		return sandboxFailed
-	}
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Stdin = os.Stdin
 	cmd.Stdout = os.Stdout
@@ -684,16 +664,17 @@ func runSandbox(args []string) int {
 		cmd.ExtraFiles = make([]*os.File, cwdFD-2)
 		cmd.ExtraFiles[cwdFD-3] = os.NewFile(cwdFD, "cwd")
 	}
-	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool {
-		return strings.HasPrefix(kv, sandboxEnv+"=")
-	})
+	os.Unsetenv(sandboxEnv)
 	userNamespace(cmd)
-	if err := cmd.Run(); cmd.ProcessState == nil {
+	err := readOnlyMounts()
+	if err == nil {
+		err = cmd.Run()
+	}
+	if cmd.ProcessState == nil {
 		fmt.Fprintln(os.Stderr, "telson: plan-mode sandbox:", err)
 		return sandboxFailed
 	}
 	return cmd.ProcessState.ExitCode() // 255 after a signal
-
 }
 
 // readOnlyMounts remounts every mount of this mount namespace read-only and

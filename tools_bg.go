@@ -252,16 +252,17 @@ func (b *bgTasks) closeAll() {
 	b.closed = true
 	tasks := b.tasks
 	b.mu.Unlock()
-	for _, t := range tasks {
-		t.mu.Lock()
-		t.quiet = true
-		t.mu.Unlock()
-	}
 	killMarked(b.scope, 500*time.Millisecond)
 	for _, t := range tasks {
 		t.out.SetReadDeadline(time.Now()) // a process that dropped its marker may hold the pipe
 	}
 	b.wg.Wait()
+}
+
+func (b *bgTasks) ending() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.closed
 }
 
 // run reads the task's output until bash has exited, records how it ended and announces it.
@@ -274,7 +275,8 @@ func (t *bgTask) run(s *session, cmd *exec.Cmd) {
 		t.out.Close()
 		t.log.close()
 	}()
-	err := cmd.Wait()
+	cmd.Wait()
+	ending := s.bg.ending()
 	select { // bash's output is in the pipe; a process it left behind may hold the pipe open
 	case <-readDone:
 	case <-time.After(100 * time.Millisecond):
@@ -283,12 +285,12 @@ func (t *bgTask) run(s *session, cmd *exec.Cmd) {
 	defer t.mu.Unlock()
 	t.done = true
 	t.end = time.Now()
-	t.code, t.signal = exitStatus(cmd, err)
+	t.code, t.signal = exitStatus(cmd)
 	t.unread = bytes.Clone(t.unread) // a finished task holds its unread bytes only
 	close(t.ended)
 	close(t.changed)
 	t.changed = make(chan struct{}) // output may still come from a process bash left behind
-	if !t.quiet {
+	if !t.quiet && !ending {
 		t.notice = fmt.Sprintf("background task %d %s", t.id, t.statusLocked())
 		s.announce(t.notice)
 	}
@@ -352,9 +354,13 @@ func (t *bgTask) take(limit int) (string, int64) {
 	return out, dropped
 }
 
-// takeTail removes all unread output and returns its last lines, at most
-// limit bytes, and how many bytes it passed over.
+// takeTail removes all unread output and returns its last lines (with
+// lines 0, take's), at most limit bytes, and how many bytes it passed over.
 func (t *bgTask) takeTail(lines, limit int) (string, int, int64) {
+	if lines == 0 {
+		out, dropped := t.take(limit)
+		return out, 0, dropped
+	}
 	out, dropped := t.take(math.MaxInt)
 	body := strings.TrimSuffix(out, "\n")
 	i := len(body)
@@ -478,13 +484,8 @@ func runReadBgOutput(ctx context.Context, c *toolCall) toolResult {
 		case <-ctx.Done():
 		}
 	}
-	limit := c.s.srv.cfg.int("OUTPUT_LIMIT")
-	if a.Tail > 0 {
-		out, skipped, dropped := t.takeTail(a.Tail, limit)
-		return t.report(c.s, "", out, skipped, dropped)
-	}
-	out, dropped := t.take(limit)
-	return t.report(c.s, "", out, 0, dropped)
+	out, skipped, dropped := t.takeTail(a.Tail, c.s.srv.cfg.int("OUTPUT_LIMIT"))
+	return t.report(c.s, "", out, skipped, dropped)
 }
 
 // runKillBgTask kills the task's marker: its group and what escaped it. Plan
