@@ -31,7 +31,6 @@ import (
 	"path/filepath"
 	"reflect"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -618,14 +617,13 @@ func (s *session) sandbox(cmd *exec.Cmd) error {
 
 // Linux constants for the sandbox (syscall lacks them outside Linux).
 const (
-	cloneNewNS    = 0x20000
-	cloneNewUser  = 0x10000000
-	msRdonly      = 0x1
-	msRemount     = 0x20
-	msBind        = 0x1000
-	msRec         = 0x4000
-	msPrivate     = 0x40000
-	sandboxFailed = 126
+	cloneNewNS      = 0x20000
+	cloneNewUser    = 0x10000000
+	msRdonlyAttr    = 0x1 // MOUNT_ATTR_RDONLY
+	msPrivate       = 0x40000
+	atRecursive     = 0x8000
+	sysMountSetattr = 442
+	sandboxFailed   = 126
 )
 
 // userNamespace makes cmd start in new user and mount namespaces, as root
@@ -677,36 +675,31 @@ func runSandbox(args []string) int {
 	return cmd.ProcessState.ExitCode() // 255 after a signal
 }
 
-// readOnlyMounts remounts every mount of this mount namespace read-only and
-// mounts a tmpfs on /tmp.
+// readOnlyMounts makes every mount of this mount namespace private and
+// read-only but /proc (a read-only /proc would stop the nested namespace's ID
+// maps), then mounts a tmpfs on /tmp. mount_setattr(2) needs Linux 5.12.
 func readOnlyMounts() error {
-	if err := mount("none", "/", "", msRec|msPrivate, ""); err != nil {
-		return fmt.Errorf("make mounts private: %w", err)
+	err := mountSetattr("/", msRdonlyAttr, 0)
+	if err == nil {
+		err = mountSetattr("/proc", 0, msRdonlyAttr)
 	}
-	info, err := os.ReadFile("/proc/self/mountinfo")
+	if err == nil {
+		err = mount("tmpfs", "/tmp", "tmpfs", 0x2|0x4, "size=25%")
+	}
 	if err != nil {
-		return fmt.Errorf("read mounts: %w", err)
+		return fmt.Errorf("read-only view: %w", err)
 	}
-	keep := map[string]uintptr{"nosuid": 0x2, "nodev": 0x4, "noexec": 0x8, "noatime": 0x400,
-		"nodiratime": 0x800, "relatime": 0x200000}
-	for _, line := range strings.Split(strings.TrimSpace(string(info)), "\n") {
-		f := strings.Fields(line) // id parent dev root mountpoint options ... - fstype ...
-		if len(f) < 6 || slices.Contains(f, "proc") {
-			continue // a read-only /proc would stop the nested namespace's ID maps
-		}
-		// The mount point has octal escapes (\040 for a space).
-		point, _ := strconv.Unquote(`"` + strings.ReplaceAll(f[4], `"`, `\"`) + `"`)
-		flags := uintptr(msRemount | msBind | msRdonly)
-		for _, o := range strings.Split(f[5], ",") {
-			flags |= keep[o]
-		}
-		err := mount("none", point, "", flags, "")
-		if err != nil && !errors.Is(err, syscall.ENOENT) {
-			return fmt.Errorf("remount %s read-only: %w", point, err)
-		}
-	}
-	if err := mount("tmpfs", "/tmp", "tmpfs", 0x2|0x4, "size=25%"); err != nil {
-		return fmt.Errorf("mount /tmp: %w", err)
+	return nil
+}
+
+// mountSetattr sets and clears attributes of the mount tree at path and
+// makes it private (Linux's mount_setattr, the same number on every architecture).
+func mountSetattr(path string, set, clear uint64) error {
+	attr := [4]uint64{set, clear, msPrivate, 0} // struct mount_attr
+	_, _, errno := syscall.Syscall6(sysMountSetattr, 0, uintptr(unsafe.Pointer(syscall.StringBytePtr(path))),
+		atRecursive, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr), 0)
+	if errno != 0 {
+		return errno
 	}
 	return nil
 }
