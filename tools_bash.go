@@ -20,8 +20,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -123,10 +121,7 @@ func runBash(ctx context.Context, c *toolCall) toolResult {
 
 // text is the reply the model reads: the output, then the status when it is not success.
 func (o *bashOutcome) text() string {
-	text := o.Output
-	if text == "" {
-		text = "(no output)"
-	}
+	text := cmp.Or(o.Output, "(no output)")
 	status := ""
 	switch {
 	case o.TimedOut:
@@ -218,10 +213,7 @@ func signalName(sig syscall.Signal) string {
 	names := map[syscall.Signal]string{syscall.SIGTERM: "TERM", syscall.SIGKILL: "KILL",
 		syscall.SIGINT: "INT", syscall.SIGHUP: "HUP", syscall.SIGSEGV: "SEGV",
 		syscall.SIGABRT: "ABRT", syscall.SIGPIPE: "PIPE"}
-	if n, ok := names[sig]; ok {
-		return n
-	}
-	return strconv.Itoa(int(sig))
+	return cmp.Or(names[sig], strconv.Itoa(int(sig)))
 }
 
 // shellState is the shell's working directory, which Bash's cd changes and
@@ -413,9 +405,8 @@ type procTracker struct {
 }
 
 func newProcTracker(log *logger) *procTracker {
-	b := make([]byte, 8)
-	rand.Read(b)
-	return &procTracker{log: log, id: hex.EncodeToString(b) + "."}
+	id := fmt.Sprintf("%d-%d.", os.Getpid(), time.Now().UnixNano()) // unique on this machine
+	return &procTracker{log: log, id: id}
 }
 
 // scope returns a new marker under parent, a marker.

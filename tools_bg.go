@@ -15,6 +15,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -429,11 +430,7 @@ func (t *bgTask) report(s *session, note, out string, skipped int, dropped int64
 	if skipped > 0 {
 		fmt.Fprintf(&b, "[%d earlier bytes passed over]\n", skipped)
 	}
-	text := out
-	if out == "" {
-		text = "(no new output)"
-	}
-	b.WriteString(strings.TrimSuffix(text, "\n") + "\n")
+	b.WriteString(strings.TrimSuffix(cmp.Or(out, "(no new output)"), "\n") + "\n")
 	if info.UnreadBytes > 0 {
 		fmt.Fprintf(&b, "[%d more bytes waiting: call ReadBgOutput again]\n", info.UnreadBytes)
 	}
