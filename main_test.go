@@ -1396,7 +1396,7 @@ func TestBgKillChildIgnoringTerm(t *testing.T) {
 	t.Parallel()
 	c := bgServer(t)
 	pidFile := filepath.Join(t.TempDir(), "pid")
-	id := bgStart(t, c, "(trap '' TERM; exec sleep 1000) & echo $! > "+shellQuote(pidFile)+"; echo ready; wait")
+	id := bgStart(t, c, "(trap '' TERM; exec sleep 1000) & echo ready; echo $! > "+shellQuote(pidFile)+"; wait")
 	pid := readPidFile(t, pidFile)
 	res := c.callTool("KillBgTask", map[string]any{"task_id": id})
 	sc := bgStructured(t, res)
