@@ -397,7 +397,7 @@ type procTracker struct {
 	mu       sync.Mutex // guards the fields below
 	scopes   int
 	reaper   *exec.Cmd
-	registry *os.File       // "d<dir>" lines the reaper reads
+	registry *os.File       // "m<marker>", then "d<dir>" lines the reaper reads
 	lifeline io.WriteCloser // the reaper's stdin; closes when telson ends
 	outDir   string
 	kept     []string // kept output files, oldest first

@@ -155,7 +155,7 @@ type bgTask struct {
 	end     time.Time
 	code    int // the exit status; -1 while running or after a signal
 	signal  string
-	quiet   bool   // no notice announces the end: a reply said it, or the session ends
+	quiet   bool   // no notice announces the end: a reply said it
 	notice  string // the notice that announced the end, while it may be queued
 }
 
