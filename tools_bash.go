@@ -567,18 +567,29 @@ func killMarked(marker string, grace time.Duration) {
 	}
 }
 
-// markedPids lists the processes whose marker starts with marker (a zombie has none).
+// markedPids lists the processes whose marker starts with marker (a zombie
+// has none). Without /proc (macOS) it asks ps, which shows environments.
 func markedPids(marker string) []int {
-	ents, _ := os.ReadDir("/proc")
-	want := []byte("\x00" + markerEnv + "=" + marker)
+	want := markerEnv + "=" + marker
 	var pids []int
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		out, _ := exec.Command("ps", "-axEww", "-o", "pid=,command=").Output()
+		for _, line := range strings.Split(string(out), "\n") {
+			pid, err := strconv.Atoi(strings.Fields(line + " x")[0])
+			if err == nil && strings.Contains(line, " "+want) {
+				pids = append(pids, pid)
+			}
+		}
+		return pids
+	}
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
 		env, _ := os.ReadFile("/proc/" + e.Name() + "/environ")
-		if bytes.Contains(append([]byte{0}, env...), want) {
+		if bytes.Contains(append([]byte{0}, env...), []byte("\x00"+want)) {
 			pids = append(pids, pid)
 		}
 	}
