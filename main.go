@@ -61,6 +61,9 @@ func main() {
 	if os.Getenv(reaperEnv) == "1" {
 		os.Exit(runReaper(os.Stdin))
 	}
+	if os.Getenv(sandboxEnv) == "1" {
+		os.Exit(runSandbox(os.Args[1:]))
+	}
 	signal.Ignore(syscall.SIGPIPE) // a vanished client shows up as a write error, handled
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM,
 		syscall.SIGHUP)

@@ -44,7 +44,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv(reaperEnv) == "1" || os.Getenv("TELSON_RUN_MAIN") == "1" {
+	if os.Getenv(reaperEnv) == "1" || os.Getenv(sandboxEnv) == "1" || os.Getenv("TELSON_RUN_MAIN") == "1" {
 		main()
 		os.Exit(0)
 	}
@@ -528,10 +528,10 @@ func TestBashOutputIsBoundedHeadAndTail(t *testing.T) {
 	res := c.callTool("Bash", map[string]any{"command": "seq 1 100000"})
 	text := resultText(res)
 	sc := res["structuredContent"].(map[string]any)
-	if !strings.HasPrefix(text, "1\n2\n3\n") || !strings.Contains(text, "99999\n100000\n") || !strings.Contains(text, "cut from the middle") {
+	if !strings.HasPrefix(text, "1\n2\n3\n") || !strings.Contains(text, "99999\n100000\n") || !strings.Contains(text, "lines (") {
 		t.Errorf("head/tail not kept: %q", text)
 	}
-	if len(text) > 1200 || sc["truncated"] != true || isError(res) {
+	if len(text) > 1300 || sc["truncated"] != true || isError(res) {
 		t.Errorf("len %d, structured %v", len(text), sc)
 	}
 }
@@ -586,7 +586,7 @@ func TestBashExitStatusAndInvalidUTF8(t *testing.T) {
 		t.Errorf("blank command: %v", res)
 	}
 	res = c.callTool("Bash", map[string]any{"command": "true", "timeout_ms": 5})
-	if !isError(res) || !strings.Contains(resultText(res), `unknown argument "timeout_ms" (this tool takes command, timeout)`) {
+	if isError(res) {
 		t.Errorf("unknown argument: %v", res)
 	}
 	res = c.callTool("Bash", map[string]any{"command": "true", "timeout": 700000})
@@ -1352,8 +1352,8 @@ func TestBgBufferModel(t *testing.T) {
 			dropped += int64(len(unread) - 300)
 			unread = unread[len(unread)-300:]
 		}
-		if len(bt.ring) > bt.limit || bt.n != len(unread) {
-			t.Fatalf("step %d: ring of %d bytes holds %d, want %d", i, len(bt.ring), bt.n, len(unread))
+		if len(bt.unread) != len(unread) {
+			t.Fatalf("step %d: holds %d bytes, want %d", i, len(bt.unread), len(unread))
 		}
 	}
 }
@@ -1362,8 +1362,8 @@ func TestBgBufferModel(t *testing.T) {
 func TestBgTakeHoldsCutCharacter(t *testing.T) {
 	bt := &bgTask{limit: 100, changed: make(chan struct{})}
 	bt.Write([]byte("ab\xc3"))
-	if out, _ := bt.take(100); out != "ab" || bt.n != 1 {
-		t.Errorf("took %q, %d left", out, bt.n)
+	if out, _ := bt.take(100); out != "ab" || len(bt.unread) != 1 {
+		t.Errorf("took %q, %d left", out, len(bt.unread))
 	}
 	bt.Write([]byte("\xa9"))
 	if out, _ := bt.take(100); out != "é" {
@@ -1395,7 +1395,7 @@ func TestBgKillChildIgnoringTerm(t *testing.T) {
 	t.Parallel()
 	c := bgServer(t)
 	pidFile := filepath.Join(t.TempDir(), "pid")
-	id := bgStart(t, c, "(trap '' TERM; exec sleep 1000) & echo $! > "+shellQuote(pidFile)+"; echo ready; wait")
+	id := bgStart(t, c, "(trap '' TERM; exec sleep 1000) & echo ready; echo $! > "+shellQuote(pidFile)+"; wait")
 	pid := readPidFile(t, pidFile)
 	res := c.callTool("KillBgTask", map[string]any{"task_id": id})
 	sc := bgStructured(t, res)
@@ -1420,7 +1420,7 @@ func TestBgKillLeftoverProcesses(t *testing.T) {
 	pid := readPidFile(t, pidFile)
 	bgWaitNote(c, "background task 1 exited with status 0")
 	res := c.callTool("KillBgTask", map[string]any{"task_id": id})
-	if isError(res) || !strings.Contains(resultText(res), "\nTask 1 had already ended.\n") {
+	if isError(res) || !strings.HasPrefix(resultText(res), "Task 1 had already ended.\n") {
 		t.Errorf("kill: %s", resultText(res))
 	}
 	waitGone(t, pid)
@@ -1489,7 +1489,9 @@ func TestBgMaxTasks(t *testing.T) {
 func TestBgExitNoticeOnce(t *testing.T) {
 	t.Parallel()
 	c := bgServer(t)
-	bgStart(t, c, "exit 1")
+	fifo, release := bgFifo(t) // the task ends after BackgroundBash has answered
+	bgStart(t, c, "read x < "+shellQuote(fifo)+"; exit 1")
+	release()
 	bgWaitNote(c, "background task 1 exited with status 1 after ")
 	first := c.callTool("Bash", map[string]any{"command": "echo hi"})
 	items := first["content"].([]any)
@@ -4428,13 +4430,9 @@ func TestWorkflowPlanMode(t *testing.T) {
 	pm(false, map[string]any{"action": "status"}, "Plan mode: ACTIVE", `Goal: "Move the Config loader!"`, "Duration: 0m ", planFile)
 	pm(false, map[string]any{"action": "json"}, `"active":true`, `"plan_file":"`+planFile+`"`)
 
-	// Gating: Bash is refused while planning.
-	res = wfCall(t, c, "Bash", map[string]any{"command": "echo ran"}, true, "plan mode is active", "PlanMode")
-	if strings.Contains(resultText(res), "ran\n") {
-		t.Fatal("Bash ran in plan mode")
-	}
-	wfCall(t, c, "BackgroundBash", map[string]any{"command": "echo ran"}, true, "BackgroundBash: refused: plan mode is active")
-	wfCall(t, c, "KillBgTask", map[string]any{"task_id": 1}, true, "KillBgTask: refused: plan mode is active")
+	// Commands run while planning, in a read-only sandbox (proc_new_test.go).
+	wfCall(t, c, "Bash", map[string]any{"command": "echo ran"}, false, "ran")
+	wfCall(t, c, "KillBgTask", map[string]any{"task_id": 1}, true, "no background task 1")
 	wfCall(t, c, "ListBgTasks", map[string]any{}, false)
 	pm(true, map[string]any{"action": "exit"}, "no such file", "reset")
 	os.WriteFile(planFile, []byte(""), 0o600)
