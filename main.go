@@ -417,7 +417,7 @@ var configKeys = []configKey{
 	{"ASK_TIMEOUT_MS", "600000", "int",
 		"how long AskUserQuestion waits for the user's answer, in milliseconds"},
 	{"PLAN_MODE_STRICT", "on", "bool",
-		"while PlanMode is active, Bash, BackgroundBash and KillBgTask refuse to run"},
+		"while PlanMode is active, Bash and BackgroundBash run read-only (or refuse without a sandbox)"},
 	{"ADDITIONAL_SKILLS", "", "str",
 		"more skill folders for InvokeSkill and prompts, comma or colon separated, searched last"},
 	{"HTTP", "", "str",

@@ -718,9 +718,3 @@ func mount(source, target, fstype string, flags uintptr, data string) error {
 	}
 	return nil
 }
-
-// planActive: provided by tools_workflow.go after merge
-func (s *session) planActive() bool {
-	_, refused := s.planGate("")
-	return refused
-}

@@ -531,15 +531,6 @@ func (s *session) planActive() bool {
 	return s.workflow.plan.snapshot().active && s.srv.cfg.bool("PLAN_MODE_STRICT")
 }
 
-// planGate refuses a tool while planActive.
-func (s *session) planGate(tool string) (toolResult, bool) {
-	if !s.planActive() {
-		return toolResult{}, false
-	}
-	return errorResult(`refused: plan mode is active. Finish planning first: call PlanMode with
-{"action":"exit","plan":"..."} (or reset to leave without a plan).`), true
-}
-
 func runPlanMode(ctx context.Context, c *toolCall) toolResult {
 	var a struct {
 		Action, Goal, Plan string
