@@ -5320,8 +5320,8 @@ func TestHTMLToMarkdownGolden(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		title, md := htmlToMarkdown(string(src), "https://example.com/docs/guide/page.html")
-		got := "title: " + title + "\n\n" + md + "\n"
+		pg := htmlToMarkdown(string(src), "https://example.com/docs/guide/page.html", 1<<20, false)
+		got := "title: " + pg.title + "\n\n" + pg.text + "\n"
 		golden := strings.TrimSuffix(in, ".html") + ".md"
 		if *update {
 			os.WriteFile(golden, []byte(got), 0o644)
@@ -5673,7 +5673,7 @@ func BenchmarkHTMLToMarkdown(b *testing.B) {
 	b.SetBytes(int64(len(src)))
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		htmlToMarkdown(src, "https://example.com/docs/")
+		htmlToMarkdown(src, "https://example.com/docs/", 1<<30, false)
 	}
 	b.ReportMetric(float64(b.Elapsed())/float64(b.N)/float64(parse), "x-parse-only")
 }
@@ -5684,15 +5684,15 @@ func FuzzHTMLToMarkdown(f *testing.F) {
 		f.Add(in)
 	}
 	f.Fuzz(func(t *testing.T, src string) {
-		htmlToMarkdown(src, "https://example.com/a/")
-		htmlToMarkdown(src, "")
+		htmlToMarkdown(src, "https://example.com/a/", 1<<20, false)
+		htmlToMarkdown(src, "", 1<<20, true)
 	})
 }
 
 // TestHTMLStrayLessThanIsText: a '<' that opens no markup is text, kept as is.
 func TestHTMLStrayLessThanIsText(t *testing.T) {
 	t.Parallel()
-	_, md := htmlToMarkdown("<p>a < b </ c <3 and <!-- x --> d</p>", "http://x/")
+	md := htmlToMarkdown("<p>a < b </ c <3 and <!-- x --> d</p>", "http://x/", 1000, false).text
 	if !strings.Contains(md, "a < b </ c <3 and  d") && !strings.Contains(md, "a < b </ c <3 and d") {
 		t.Errorf("got %q", md)
 	}
@@ -5705,7 +5705,7 @@ func BenchmarkHTMLToMarkdownHostile(b *testing.B) {
 	for _, in := range []string{strings.Repeat("<", 1<<20), strings.Repeat("a<!---->", 1<<17), strings.Repeat("<div>", 200000)} {
 		b.SetBytes(int64(len(in)))
 		for i := 0; i < b.N; i++ {
-			htmlToMarkdown(in, "http://x/")
+			htmlToMarkdown(in, "http://x/", 1<<20, false)
 		}
 	}
 }

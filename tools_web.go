@@ -43,6 +43,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unicode"
 )
 
 // htmlNode is an element or a text node of a parsed page. The root has tag "#root".
@@ -291,64 +292,221 @@ func (n *htmlNode) textContent() string {
 }
 
 // ---- HTML to markdown ----------------------------------------------------
+//
+// The converter reads the main content only. Paragraphs score their parent,
+// grandparent and great-grandparent (length, commas, few links); class and id
+// words (whole words only) and main/article add to or take from a block's
+// score; the best block is kept with its siblings that read as content. When
+// no block clearly wins, or the winner holds far less text than the page (docs
+// with a sidebar, a forum thread, a list), the whole page is read, less its
+// furniture. Output stops once the caller's limit is reached.
 
 var (
-	mdUnlikely     = regexp.MustCompile(`(?i)-ad-|banner|breadcrumb|combx|comment|community|cookie|disqus|footer|gdpr|header|menu|related|remark|replies|rss|share|shoutbox|sidebar|skyscraper|social|sponsor|pagination|pager|popup|newsletter`)
-	mdLikely       = regexp.MustCompile(`(?i)and|article|body|column|content|main|shadow`)
 	mdEscape       = strings.NewReplacer("*", `\*`, "`", "\\`")
 	mdEscapeInLink = strings.NewReplacer("*", `\*`, "`", "\\`", "[", `\[`, "]", `\]`)
+	mdNoEscape     = strings.NewReplacer()
 	mdURLEscape    = strings.NewReplacer("(", "%28", ")", "%29", " ", "%20")
 	mdCellEscape   = strings.NewReplacer("  \n", " ", "\n", " ", "|", `\|`)
 	mdLineStart    = regexp.MustCompile(`^(#{1,6}|[>+-]|\d{1,9}[.)])( |$)`)
 	mdEmphasis     = map[string]string{"strong": "**", "b": "**", "em": "*", "i": "*", "del": "~~", "s": "~~", "strike": "~~"}
 )
 
-// mdConv turns a parsed page into markdown.
+const (
+	// Whole words of class and id values naming content, and naming furniture.
+	mdGoodWords = " article body content entry main post story text blog prose markdown "
+	mdBadWords  = " ad ads advert advertisement author banner breadcrumb breadcrumbs byline comment comments " +
+		"consent cookie cookies credit credits disqus footer gdpr masthead menu meta modal nav navbar " +
+		"navigation newsletter pager pagination popup promo recommended related share sharing sidebar " +
+		"social sponsor subscribe subscription tags toolbar widget "
+	mdHeadings    = " h1 h2 h3 h4 h5 h6 "
+	mdKickers     = " h2 h3 h4 h5 h6 " // headings that go with the block after them
+	mdParaTags    = " p pre td li dd "
+	mdLayoutCells = " pre table blockquote h1 h2 h3 h4 h5 h6 " // a cell holding one is a layout cell
+	mdMinPara     = 25                                         // characters of text that make a paragraph
+	mdWordWeight  = 25.0                                       // a content or furniture word's weight
+	mdMinWin      = 20.0                                       // a main block scores at least this
+	mdNestMax     = 10                                         // deeper lists and quotes come flat
+)
+
+// mdConv turns a parsed page into markdown (or text).
 type mdConv struct {
-	base    *url.URL
-	hasMain bool                 // the content root is the page's main area
-	esc     *strings.Replacer    // escapes text (more inside links)
-	nest    int                  // depth of lists and quotes being rendered
-	sizes   map[*htmlNode][2]int // text and link-text length below a node
+	base  *url.URL
+	esc   *strings.Replacer    // escapes text (more inside links)
+	plain bool                 // text: no link targets, emphasis or escapes
+	nest  int                  // depth of lists and quotes being rendered
+	limit int                  // characters after which output stops
+	made  int                  // characters of text rendered so far
+	sizes map[*htmlNode][2]int // text and link-text length below a node
+	score map[*htmlNode]float64
+	cands []*htmlNode // nodes with a score, in document order
+}
+
+// mdPage is a converted page; cut: output stopped at the limit.
+type mdPage struct {
+	title, text string
+	cut         bool
 }
 
 func htmlByTag(tag string) func(*htmlNode) bool {
 	return func(n *htmlNode) bool { return n.tag == tag }
 }
 
-// htmlToMarkdown returns the page's title and its main content as markdown, links made absolute.
-func htmlToMarkdown(src, pageURL string) (title, md string) {
+// htmlToMarkdown returns the page's title and main content as markdown (plain:
+// as text), links made absolute, stopping after about limit characters.
+func htmlToMarkdown(src, pageURL string, limit int, plain bool) mdPage {
 	root := parseHTML(src)
-	m := &mdConv{sizes: map[*htmlNode][2]int{}, esc: mdEscape}
+	m := &mdConv{sizes: map[*htmlNode][2]int{}, score: map[*htmlNode]float64{}, esc: mdEscape, plain: plain, limit: limit}
+	if plain {
+		m.esc = mdNoEscape
+	}
 	m.base, _ = url.Parse(pageURL)
+	var pg mdPage
 	if t := root.find(htmlByTag("title")); t != nil {
-		title = t.textContent()
+		pg.title = t.textContent()
 	}
 	if b := root.find(htmlByTag("base")); b != nil && m.base != nil {
 		if u, err := m.base.Parse(b.attr("href")); err == nil {
 			m.base = u
 		}
 	}
-	content := cmp.Or(root.find(htmlByTag("body")), root)
-	// The main area is <main>, else [role=main], else the page's only <article>.
-	for _, pick := range []func(*htmlNode) bool{htmlByTag("main"), func(n *htmlNode) bool { return n.attr("role") == "main" }, htmlByTag("article")} {
-		cands := content.findAll(func(n *htmlNode) bool { return pick(n) && !htmlHidden(n) })
-		if len(cands) == 0 || (len(cands) > 1 && cands[0].tag == "article") {
+	body := cmp.Or(root.find(htmlByTag("body")), root)
+	loose := m.mainArea(body)
+	for _, content := range []*htmlNode{m.mainContent(body, loose), loose, body} {
+		if content == nil {
 			continue
 		}
-		if best := slices.MaxFunc(cands, func(a, b *htmlNode) int { return m.measure(a)[0] - m.measure(b)[0] }); m.measure(best)[0] > 0 {
-			content, m.hasMain = best, true
+		m.made = 0
+		if pg.text = m.block(content, false); pg.text != "" {
 			break
 		}
 	}
-	return title, m.block(content, false)
+	if pg.text == "" { // everything looked like furniture: the text is better than nothing
+		pg.text = body.textContent()
+	}
+	pg.cut = m.made > m.limit
+	return pg
+}
+
+// mainArea is <main>, else [role=main], else the page's only <article>, else body.
+func (m *mdConv) mainArea(body *htmlNode) *htmlNode {
+	picks := []func(*htmlNode) bool{htmlByTag("main"), func(n *htmlNode) bool { return n.attr("role") == "main" }, htmlByTag("article")}
+	for _, pick := range picks {
+		cands := body.findAll(func(n *htmlNode) bool { return pick(n) && !htmlHidden(n) })
+		if len(cands) == 0 || (len(cands) > 1 && cands[0].tag == "article") {
+			continue
+		}
+		best := slices.MaxFunc(cands, func(a, b *htmlNode) int { return m.measure(a)[0] - m.measure(b)[0] })
+		if m.measure(best)[0] > 0 {
+			return best
+		}
+	}
+	return body
+}
+
+// mainContent returns the best block and its siblings that read as content,
+// or nil when no block clearly wins or it holds far less text than loose.
+func (m *mdConv) mainContent(body, loose *htmlNode) *htmlNode {
+	m.scoreParas(body)
+	var top *htmlNode
+	best := mdMinWin
+	for _, n := range m.cands {
+		if w := m.weight(n); w > best {
+			top = n
+			best = w
+		}
+	}
+	if top == nil || top.parent == nil {
+		return nil
+	}
+	sibs := top.parent.children
+	keep := make([]bool, len(sibs))
+	for i, c := range sibs {
+		s := m.measure(c)
+		text := s[0] - s[1]
+		keep[i] = c == top || !m.skip(c) && (m.weight(c) >= max(10, best/5) || text >= 80 && s[1]*4 < s[0])
+	}
+	var kept []*htmlNode
+	next := false // the next element sibling is kept
+	for i := len(sibs) - 1; i >= 0; i-- {
+		if inSet(mdHeadings, sibs[i].tag) && next {
+			keep[i] = true
+		}
+		if keep[i] {
+			kept = append(kept, sibs[i])
+		}
+		if sibs[i].tag != "" {
+			next = keep[i]
+		}
+	}
+	slices.Reverse(kept)
+	main := &htmlNode{tag: "div", children: kept}
+	if s, l := m.measure(main), m.measure(loose); (s[0]-s[1])*3 < l[0]-l[1] {
+		return nil
+	}
+	return main
+}
+
+// scoreParas adds each paragraph's score to its parent, grandparent and great-grandparent.
+func (m *mdConv) scoreParas(n *htmlNode) {
+	for _, c := range n.children {
+		if c.tag == "" || m.skip(c) {
+			continue
+		}
+		s := m.measure(c)
+		if text := s[0] - s[1]; m.isPara(c) && text >= mdMinPara {
+			v := 1 + float64(strings.Count(rawText(c, &strings.Builder{}), ",")) + min(float64(text)/100, 3)
+			d := 1.0
+			for a := c.parent; a != nil && d <= 3; a = a.parent {
+				if _, ok := m.score[a]; !ok {
+					m.cands = append(m.cands, a)
+				}
+				m.score[a] += v / d
+				d++
+			}
+		}
+		m.scoreParas(c)
+	}
+}
+
+// isPara reports a paragraph: p, pre, a cell, an item, or a block with text of its own.
+func (m *mdConv) isPara(n *htmlNode) bool {
+	return inSet(mdParaTags, n.tag) || inSet(mdBlockTags, n.tag) && slices.ContainsFunc(n.children, func(c *htmlNode) bool {
+		return c.tag == "" && len(strings.TrimSpace(c.text)) >= mdMinPara
+	})
+}
+
+// weight is a block's score with its class words and role, less its share of link text.
+func (m *mdConv) weight(n *htmlNode) float64 {
+	w := m.score[n]
+	good, bad := mdHints(n)
+	if good || inSet(" article main ", n.tag) || n.attr("role") == "main" {
+		w += mdWordWeight
+	}
+	if bad {
+		w -= mdWordWeight
+	}
+	s := m.measure(n)
+	return w * (1 - float64(s[1])/float64(max(s[0], 1)))
+}
+
+// mdHints reports whether n's class and id hold words naming content and furniture.
+func mdHints(n *htmlNode) (good, bad bool) {
+	words := strings.FieldsFunc(strings.ToLower(n.attr("class")+" "+n.attr("id")), func(r rune) bool {
+		return !unicode.IsLetter(r) && !unicode.IsDigit(r)
+	})
+	for _, w := range words {
+		good = good || inSet(mdGoodWords, w)
+		bad = bad || inSet(mdBadWords, w)
+	}
+	return good, bad
 }
 
 // htmlHidden reports an element the page does not show.
 func htmlHidden(n *htmlNode) bool {
 	style := strings.ToLower(strings.ReplaceAll(n.attr("style"), " ", ""))
 	hidden := slices.ContainsFunc(n.attrs, func(a htmlAttr) bool { return a.key == "hidden" })
-	return hidden || n.attr("aria-hidden") == "true" || strings.Contains(style, "display:none") || strings.Contains(style, "visibility:hidden")
+	return hidden || n.attr("aria-hidden") == "true" || strings.Contains(style, "display:none") ||
+		strings.Contains(style, "visibility:hidden")
 }
 
 // measure returns the length of the text below n and of the part inside links.
@@ -361,7 +519,8 @@ func (m *mdConv) measure(n *htmlNode) [2]int {
 	}
 	for _, c := range n.children {
 		cs := m.measure(c)
-		s[0], s[1] = s[0]+cs[0], s[1]+cs[1]
+		s[0] += cs[0]
+		s[1] += cs[1]
 	}
 	if n.tag == "a" {
 		s[1] = s[0]
@@ -370,25 +529,25 @@ func (m *mdConv) measure(n *htmlNode) [2]int {
 	return s
 }
 
-// skip reports an element left out: never shown, hidden, or page furniture.
-// Without a main area, menus are found by role, class and link density.
+// skip reports an element left out: never shown, hidden, or page furniture
+// by tag, role, class words or link density.
 func (m *mdConv) skip(n *htmlNode) bool {
 	s := m.measure(n)
+	good, bad := mdHints(n)
 	switch {
-	case inSet(mdDropTags+"nav aside footer ", n.tag) || htmlHidden(n) || (n.tag == "form" && s[0] < 500):
+	case inSet(mdDropTags+"nav aside footer ", n.tag) || htmlHidden(n) || inSet(mdNoiseRoles, n.attr("role")):
 		return true
-	case m.hasMain:
-		return false
-	case n.tag == "header":
-		return n.find(htmlByTag("h1")) == nil
+	case n.tag == "form" && s[0] < 500 || n.tag == "header" && n.find(htmlByTag("h1")) == nil:
+		return true
+	case bad && !(good && s[0]-s[1] >= 1000):
+		return true
 	}
-	ci := n.attr("class") + " " + n.attr("id")
-	return inSet(mdNoiseRoles, n.attr("role")) || (mdUnlikely.MatchString(ci) && !mdLikely.MatchString(ci)) ||
-		(inSet(" div ul ol section table ", n.tag) && s[0] > 0 && s[1]*2 > s[0] && s[0]-s[1] < 100)
+	return inSet(" div ul ol section table ", n.tag) && s[0] > 0 && s[1]*2 > s[0] && s[0]-s[1] < 100
 }
 
 // block renders n's children as markdown blocks separated by blank lines; in
 // a tight container (a list item) a list follows its neighbour directly.
+// A heading whose block is left out goes with it.
 func (m *mdConv) block(n *htmlNode, tight bool) string {
 	var out, inl strings.Builder
 	prevList := false
@@ -403,11 +562,13 @@ func (m *mdConv) block(n *htmlNode, tight bool) string {
 	}
 	var walk func(p *htmlNode)
 	walk = func(p *htmlNode) {
-		for _, c := range p.children {
+		for i, c := range p.children {
 			switch {
+			case m.made > m.limit:
+				return
 			case c.tag == "":
-				inl.WriteString(m.esc.Replace(c.text))
-			case m.skip(c):
+				inl.WriteString(m.text(c))
+			case m.skip(c) || inSet(mdKickers, c.tag) && m.beforeSkipped(p.children[i+1:]):
 			case inSet(mdBlockTags, c.tag):
 				add(mdPara(inl.String()), false)
 				inl.Reset()
@@ -424,33 +585,50 @@ func (m *mdConv) block(n *htmlNode, tight bool) string {
 	return out.String()
 }
 
+// beforeSkipped reports that the next element in rest is left out.
+func (m *mdConv) beforeSkipped(rest []*htmlNode) bool {
+	for _, c := range rest {
+		if c.tag == "" && strings.TrimSpace(c.text) != "" || c.tag != "" && !inSet(mdDropTags, c.tag) {
+			return c.tag != "" && m.skip(c)
+		}
+	}
+	return false
+}
+
+// text renders a text node and counts it.
+func (m *mdConv) text(n *htmlNode) string {
+	m.made += len(strings.TrimSpace(n.text))
+	return m.esc.Replace(n.text)
+}
+
 // element renders one block element.
 func (m *mdConv) element(n *htmlNode) string {
-	switch n.tag {
-	case "h1", "h2", "h3", "h4", "h5", "h6":
+	switch {
+	case inSet(mdHeadings, n.tag):
 		s := strings.ReplaceAll(mdPara(m.inlineChildren(n)), "  \n", " ")
 		return mdMark(s, strings.Repeat("#", int(n.tag[1]-'0'))+" ", "")
-	case "hr":
+	case n.tag == "hr":
 		return "* * *"
-	case "pre":
-		return mdPre(n)
-	case "table":
+	case n.tag == "pre":
+		return m.pre(n)
+	case n.tag == "table":
 		return m.table(n)
-	case "ul", "ol", "blockquote":
-		if m.nest >= 10 { // deeper nesting is flat, so prefixes cannot multiply a page's size
-			return m.block(n, false)
-		}
+	case inSet(" ul ol blockquote ", n.tag) && m.nest < mdNestMax:
 		m.nest++
 		defer func() { m.nest-- }()
-		if n.tag != "blockquote" {
-			return m.list(n)
+		if n.tag == "blockquote" {
+			return m.quote(n)
 		}
-		if s := m.block(n, false); s != "" {
-			return "> " + strings.ReplaceAll(strings.ReplaceAll(s, "\n", "\n> "), "> \n", ">\n")
-		}
-		return ""
+		return m.list(n)
 	}
 	return m.block(n, n.tag == "li")
+}
+
+func (m *mdConv) quote(n *htmlNode) string {
+	if s := m.block(n, false); s != "" {
+		return "> " + strings.ReplaceAll(strings.ReplaceAll(s, "\n", "\n> "), "> \n", ">\n")
+	}
+	return ""
 }
 
 // mdMark puts markup around s, outside its white space; not around nothing.
@@ -467,47 +645,62 @@ func mdMark(s, before, after string) string {
 func (m *mdConv) inline(n *htmlNode) string {
 	switch {
 	case n.tag == "":
-		return m.esc.Replace(n.text)
+		return m.text(n)
 	case m.skip(n):
 		return ""
 	case n.tag == "br":
 		return "\x01"
 	case n.tag == "img":
-		alt := strings.Join(strings.Fields(n.attr("alt")), " ")
-		for _, src := range []string{n.attr("src"), n.attr("data-src")} { // data-src: a lazy image's real source
-			if src != "" && !strings.HasPrefix(src, "data:") {
-				return "![" + mdEscapeInLink.Replace(alt) + "](" + m.abs(src) + ")"
-			}
-		}
-		return alt
+		return m.image(n)
 	case inSet(" code kbd samp tt var ", n.tag):
-		s := strings.ReplaceAll(rawText(n, &strings.Builder{}), "\n", " ")
-		if strings.TrimSpace(s) == "" {
-			return s
-		} else if strings.HasPrefix(s, "`") || strings.HasSuffix(s, "`") {
-			s = " " + s + " "
-		}
-		return fence(s, 1) + s + fence(s, 1)
+		return m.code(n)
 	case n.tag == "a":
-		esc := m.esc
-		m.esc = mdEscapeInLink
-		s := m.inlineChildren(n)
-		m.esc = esc
-		href := strings.TrimSpace(n.attr("href"))
-		if t := strings.TrimSpace(s); t == "#" || t == "¶" || t == "§" {
-			return "" // a heading's permalink
-		} else if href == "" || strings.HasPrefix(strings.ToLower(href), "javascript:") {
-			return s
-		}
-		return mdMark(s, "[", "]("+m.abs(href)+")")
+		return m.link(n)
 	}
 	s := m.inlineChildren(n)
-	if mk := mdEmphasis[n.tag]; mk != "" {
+	if mk := mdEmphasis[n.tag]; mk != "" && !m.plain {
 		return mdMark(s, mk, mk)
 	} else if inSet(mdBlockTags, n.tag) {
 		return " " + s + " "
 	}
 	return s
+}
+
+func (m *mdConv) image(n *htmlNode) string {
+	alt := strings.Join(strings.Fields(n.attr("alt")), " ")
+	for _, src := range []string{n.attr("src"), n.attr("data-src")} { // data-src: a lazy image's real source
+		if src != "" && !strings.HasPrefix(src, "data:") && !m.plain {
+			return "![" + mdEscapeInLink.Replace(alt) + "](" + m.abs(src) + ")"
+		}
+	}
+	return alt
+}
+
+func (m *mdConv) code(n *htmlNode) string {
+	s := strings.ReplaceAll(rawText(n, &strings.Builder{}), "\n", " ")
+	m.made += len(s)
+	if strings.TrimSpace(s) == "" || m.plain {
+		return s
+	} else if strings.HasPrefix(s, "`") || strings.HasSuffix(s, "`") {
+		s = " " + s + " "
+	}
+	return fence(s, 1) + s + fence(s, 1)
+}
+
+func (m *mdConv) link(n *htmlNode) string {
+	esc := m.esc
+	if !m.plain {
+		m.esc = mdEscapeInLink
+	}
+	s := m.inlineChildren(n)
+	m.esc = esc
+	href := strings.TrimSpace(n.attr("href"))
+	if t := strings.TrimSpace(s); t == "#" || t == "¶" || t == "§" {
+		return "" // a heading's permalink
+	} else if href == "" || strings.HasPrefix(strings.ToLower(href), "javascript:") || m.plain {
+		return s
+	}
+	return mdMark(s, "[", "]("+m.abs(href)+")")
 }
 
 func (m *mdConv) inlineChildren(n *htmlNode) string {
@@ -564,7 +757,8 @@ func rawText(n *htmlNode, b *strings.Builder) string {
 
 // fence returns a run of backticks longer than any in s, at least least long.
 func fence(s string, least int) string {
-	run, longest := 0, 0
+	run := 0
+	longest := 0
 	for i := 0; i < len(s); i++ {
 		if run++; s[i] != '`' {
 			run = 0
@@ -574,9 +768,10 @@ func fence(s string, least int) string {
 	return strings.Repeat("`", max(least, longest+1))
 }
 
-// mdPre renders a code block, with the language its classes name.
-func mdPre(n *htmlNode) string {
+// pre renders a code block, with the language its classes name.
+func (m *mdConv) pre(n *htmlNode) string {
 	s := strings.TrimRight(strings.TrimPrefix(rawText(n, &strings.Builder{}), "\n"), "\n ")
+	m.made += len(s)
 	classes := n.attr("class")
 	if c := n.find(htmlByTag("code")); c != nil {
 		classes += " " + c.attr("class")
@@ -587,7 +782,7 @@ func mdPre(n *htmlNode) string {
 			lang = l
 		}
 	}
-	if f := fence(s, 3); strings.TrimSpace(s) != "" {
+	if f := fence(s, 3); strings.TrimSpace(s) != "" && !m.plain {
 		return f + lang + "\n" + s + "\n" + f
 	}
 	return s
@@ -621,19 +816,26 @@ func (m *mdConv) list(n *htmlNode) string {
 
 // indent indents every line but the first by w spaces, leaving blank lines empty.
 func indent(s string, w int) string {
-	return strings.ReplaceAll(strings.ReplaceAll(s, "\n", "\n"+strings.Repeat(" ", w)), "\n"+strings.Repeat(" ", w)+"\n", "\n\n")
+	pad := strings.Repeat(" ", w)
+	return strings.ReplaceAll(strings.ReplaceAll(s, "\n", "\n"+pad), "\n"+pad+"\n", "\n\n")
 }
 
+// table renders a data table; a layout table (one cell, or cells holding
+// blocks) and one too wide to read as a table come as blocks. Only the
+// header row is padded to the widest row.
 func (m *mdConv) table(n *htmlNode) string {
-	if n.find(htmlByTag("table")) != nil {
-		return m.block(n, false) // a layout table
+	cells := n.findAll(func(c *htmlNode) bool { return c.tag == "td" || c.tag == "th" })
+	if len(cells) < 2 || slices.ContainsFunc(cells, func(c *htmlNode) bool {
+		return c.find(func(d *htmlNode) bool { return inSet(mdLayoutCells, d.tag) }) != nil
+	}) {
+		return m.block(n, false)
 	}
 	var rows [][]string
 	cols := 0
 	for _, tr := range n.findAll(htmlByTag("tr")) {
 		var row []string
 		for _, c := range tr.children {
-			if (c.tag == "td" || c.tag == "th") && !m.skip(c) {
+			if (c.tag == "td" || c.tag == "th") && !m.skip(c) && m.made <= m.limit {
 				row = append(row, mdCellEscape.Replace(m.block(c, false)))
 				for span, _ := strconv.Atoi(c.attr("colspan")); span > 1 && span < 100; span-- {
 					row = append(row, "")
@@ -641,18 +843,19 @@ func (m *mdConv) table(n *htmlNode) string {
 			}
 		}
 		if len(row) > 0 {
-			rows, cols = append(rows, row), max(cols, len(row))
+			rows = append(rows, row)
+			cols = max(cols, len(row))
 		}
 	}
-	if cols > 64 {
-		return m.block(n, false) // not a table to read as one
+	if cols > 64 || len(rows) == 0 {
+		return m.block(n, false)
 	}
 	var b strings.Builder
 	if c := n.find(htmlByTag("caption")); c != nil {
 		b.WriteString(strings.TrimPrefix(m.block(c, false)+"\n\n", "\n\n"))
 	}
+	rows[0] = append(rows[0], make([]string, cols-len(rows[0]))...)
 	for i, row := range rows {
-		row = append(row, make([]string, cols-len(row))...)
 		b.WriteString("| " + strings.Join(row, " | ") + " |\n")
 		if i == 0 {
 			b.WriteString("|" + strings.Repeat(" --- |", cols) + "\n")
@@ -1202,34 +1405,67 @@ type readDocsOut struct {
 	TotalLength    int      `json:"total_length"`
 	Via            string   `json:"via"`
 	Notes          []string `json:"notes,omitempty"`
+	Message        string   `json:"message,omitempty"`
 
 	body   string // the page as read: outerHTML, innerText, or the response body
 	isText bool   // body is text already (innerText, or not HTML)
+	source string // the main document's HTML as the server sent it ("" when unknown)
 }
 
 // pageCap bounds what is taken from a page: characters from the browser, bytes over HTTP.
 const pageCap = 10 << 20
 
+// maxTitle bounds the title in runes: a page may set any document.title.
+const maxTitle = 300
+
 func runReadDocs(ctx context.Context, c *toolCall) toolResult {
 	a := readDocsArgs{Format: "markdown", MaxLength: 30000}
 	if err := json.Unmarshal(c.args, &a); err != nil {
-		return errorResult("ReadDocs: invalid arguments: %v", err)
+		return errorResult("invalid arguments: %v", err)
 	}
 	o, err := c.s.srv.readPage(ctx, a)
 	if err != nil {
-		return errorResult("ReadDocs: %v", err)
+		return errorResult("%v", err)
 	}
-	o.URL, o.Format = a.URL, a.Format
+	o.URL = a.URL
+	o.Format = a.Format
 	content := o.body
+	cut := false
 	if !o.isText {
-		title, md := htmlToMarkdown(o.body, o.FinalURL)
-		if o.Title = cmp.Or(o.Title, title); a.Format != "html" {
-			content = md
+		// Twice the part asked for: counting text as it is rendered may run ahead of the output.
+		limit := 2 * (a.StartIndex + a.MaxLength)
+		pg := htmlToMarkdown(o.body, o.FinalURL, limit, a.Format == "text")
+		if o.source != "" && !pg.cut { // scripts that removed the article lose to the HTML as sent
+			if src := htmlToMarkdown(o.source, o.FinalURL, limit, a.Format == "text"); len(src.text) > 2*len(pg.text) {
+				pg = src
+			}
+		}
+		o.Title = cmp.Or(o.Title, pg.title)
+		if a.Format != "html" {
+			content = pg.text
+			cut = pg.cut
 		}
 	}
+	if t := []rune(o.Title[:min(len(o.Title), 4*maxTitle)]); len(t) > maxTitle {
+		o.Title = string(t[:maxTitle]) + "…"
+	}
 	runes := []rune(content)
-	end := min(len(runes), a.StartIndex+a.MaxLength)
-	o.TotalLength, o.Truncated = len(runes), end < len(runes)
+	start := min(a.StartIndex, len(runes))
+	end := min(len(runes), start+a.MaxLength)
+	o.TotalLength = len(runes)
+	o.Truncated = end < len(runes) || cut
+	o.Content = string(runes[start:end])
+	total := strconv.Itoa(o.TotalLength)
+	if cut {
+		total = "at least " + total
+	}
+	switch {
+	case a.StartIndex > 0 && a.StartIndex >= o.TotalLength:
+		o.Message = fmt.Sprintf("No more content: the page has %s characters.", total)
+	case o.Truncated:
+		o.NextStartIndex = end
+		o.Message = fmt.Sprintf("More content: the page has %s characters; call ReadDocs with start_index %d for the next part.", total, end)
+	}
 	var b strings.Builder
 	b.WriteString(cmp.Or(o.Title, "(no title)") + "\n" + o.FinalURL + "\n")
 	if o.Status >= 400 {
@@ -1238,19 +1474,11 @@ func runReadDocs(ctx context.Context, c *toolCall) toolResult {
 	for _, n := range o.Notes {
 		b.WriteString("Note: " + n + "\n")
 	}
-	if a.StartIndex > 0 && a.StartIndex >= o.TotalLength {
-		b.WriteString("\n<error>No more content available.</error>")
-	} else {
-		o.Content = string(runes[a.StartIndex:end])
-		b.WriteString("\n" + o.Content)
-		if o.Truncated {
-			o.NextStartIndex = end
-			fmt.Fprintf(&b, "\n\n<error>Content truncated. Call the ReadDocs tool with a start_index of %d to get more content.</error>", o.NextStartIndex)
-		}
+	b.WriteString("\n" + o.Content)
+	if o.Message != "" {
+		b.WriteString("\n\n" + o.Message)
 	}
-	res := textResult(b.String())
-	res.structured = o
-	return res
+	return structuredResult(b.String(), o)
 }
 
 // readPage reads the page through Chromium, or over plain HTTP when there is no browser.
@@ -1282,10 +1510,10 @@ func (srv *server) readPage(ctx context.Context, a readDocsArgs) (*readDocsOut, 
 		return nil, fmt.Errorf("no free browser tab within %s", timeout)
 	}
 	idle := time.Duration(srv.cfg.int("READDOCS_IDLE_MS")) * time.Millisecond
-	pg, err := b.read(ctx, u.String(), a.Format, idle, time.Duration(a.WaitMS)*time.Millisecond, timeout)
+	pg, err := b.read(ctx, u.String(), "html", idle, time.Duration(a.WaitMS)*time.Millisecond, timeout)
 	if err != nil && b.dead() && ctx.Err() == nil { // the browser died under us: once more with a new one
 		if b, err = srv.browser.get(ctx, srv); err == nil {
-			pg, err = b.read(ctx, u.String(), a.Format, idle, time.Duration(a.WaitMS)*time.Millisecond, timeout)
+			pg, err = b.read(ctx, u.String(), "html", idle, time.Duration(a.WaitMS)*time.Millisecond, timeout)
 		}
 	}
 	return pg, err
