@@ -317,7 +317,7 @@ const (
 	mdBadWords  = " ad ads advert advertisement author banner breadcrumb breadcrumbs byline comment comments " +
 		"consent cookie cookies credit credits disqus footer gdpr masthead menu meta modal nav navbar " +
 		"navigation newsletter pager pagination popup promo recommended related share sharing sidebar " +
-		"social sponsor subscribe subscription tags toolbar widget "
+		"social sponsor subscribe subscription tags toolbar "
 	mdHeadings    = " h1 h2 h3 h4 h5 h6 "
 	mdKickers     = " h2 h3 h4 h5 h6 " // headings that go with the block after them
 	mdParaTags    = " p pre td li dd "
@@ -338,6 +338,7 @@ type mdConv struct {
 	made  int                  // characters of text rendered so far
 	sizes map[*htmlNode][2]int // text and link-text length below a node
 	score map[*htmlNode]float64
+	paras map[*htmlNode]int // text of the paragraphs below a node
 	cands []*htmlNode // nodes with a score, in document order
 }
 
@@ -355,7 +356,7 @@ func htmlByTag(tag string) func(*htmlNode) bool {
 // as text), links made absolute, stopping after about limit characters.
 func htmlToMarkdown(src, pageURL string, limit int, plain bool) mdPage {
 	root := parseHTML(src)
-	m := &mdConv{sizes: map[*htmlNode][2]int{}, score: map[*htmlNode]float64{}, esc: mdEscape, plain: plain, limit: limit}
+	m := &mdConv{sizes: map[*htmlNode][2]int{}, score: map[*htmlNode]float64{}, paras: map[*htmlNode]int{}, esc: mdEscape, plain: plain, limit: limit}
 	if plain {
 		m.esc = mdNoEscape
 	}
@@ -415,6 +416,17 @@ func (m *mdConv) mainContent(body, loose *htmlNode) *htmlNode {
 			best = w
 		}
 	}
+	// Climb while a parent adds more paragraph text than other text.
+	for top != nil && top.parent != nil && top.tag != "body" {
+		p := top.parent
+		ps := m.measure(p)
+		ts := m.measure(top)
+		paras := m.paras[p] - m.paras[top]
+		if other := ps[0] - ts[0] - paras; paras*2 <= other && ps != ts {
+			break
+		}
+		top = p
+	}
 	if top == nil || top.parent == nil {
 		return nil
 	}
@@ -456,11 +468,14 @@ func (m *mdConv) scoreParas(n *htmlNode) {
 		if text := s[0] - s[1]; m.isPara(c) && text >= mdMinPara {
 			v := 1 + float64(strings.Count(rawText(c, &strings.Builder{}), ",")) + min(float64(text)/100, 3)
 			d := 1.0
-			for a := c.parent; a != nil && d <= 3; a = a.parent {
-				if _, ok := m.score[a]; !ok {
+			for a := c.parent; a != nil; a = a.parent {
+				if _, ok := m.score[a]; !ok && d <= 3 {
 					m.cands = append(m.cands, a)
 				}
-				m.score[a] += v / d
+				if d <= 3 {
+					m.score[a] += v / d
+				}
+				m.paras[a] += text
 				d++
 			}
 		}
@@ -539,8 +554,13 @@ func (m *mdConv) skip(n *htmlNode) bool {
 		return true
 	case n.tag == "form" && s[0] < 500 || n.tag == "header" && n.find(htmlByTag("h1")) == nil:
 		return true
-	case bad && !(good && s[0]-s[1] >= 1000):
-		return true
+	case bad && !good:
+		// Furniture words around the article (share-zone, js-code-nav) do not drop it.
+		return n.find(func(c *htmlNode) bool {
+			good, bad := mdHints(c)
+			cs := m.measure(c)
+			return (good && !bad || inSet(" article main ", c.tag)) && cs[0]-cs[1] >= 500
+		}) == nil
 	}
 	return inSet(" div ul ol section table ", n.tag) && s[0] > 0 && s[1]*2 > s[0] && s[0]-s[1] < 100
 }
