@@ -314,10 +314,11 @@ var (
 const (
 	// Whole words of class and id values naming content, and naming furniture.
 	mdGoodWords = " article body content entry main post story text blog prose markdown "
-	mdBadWords  = " ad ads advert advertisement author banner breadcrumb breadcrumbs byline comment comments " +
+	mdBadWords  = " ad ads advert advertisement author banner breadcrumb byline caption comment comments " +
 		"consent cookie cookies credit credits disqus footer gdpr masthead menu meta modal nav navbar " +
 		"navigation newsletter pager pagination popup promo recommended related share sharing sidebar " +
 		"social sponsor subscribe subscription tags toolbar "
+	mdWordTails   = " area bar block box container content holder inner item items link links list module panel post posts section widget wrap wrapper zone "
 	mdHeadings    = " h1 h2 h3 h4 h5 h6 "
 	mdKickers     = " h2 h3 h4 h5 h6 " // headings that go with the block after them
 	mdParaTags    = " p pre td li dd "
@@ -510,10 +511,21 @@ func mdHints(n *htmlNode) (good, bad bool) {
 		return !unicode.IsLetter(r) && !unicode.IsDigit(r)
 	})
 	for _, w := range words {
-		good = good || inSet(mdGoodWords, w)
-		bad = bad || inSet(mdBadWords, w)
+		good = good || mdHasWord(mdGoodWords, w)
+		bad = bad || mdHasWord(mdBadWords, w)
 	}
 	return good, bad
+}
+
+// mdHasWord reports that w is a word of set, alone or before a common tail
+// (relatedposts, commentlist, shares), but not inside a longer word (commented).
+func mdHasWord(set, w string) bool {
+	for _, h := range strings.Fields(set) {
+		if tail, ok := strings.CutPrefix(w, h); ok && (tail == "" || inSet(mdWordTails, tail)) {
+			return true
+		}
+	}
+	return false
 }
 
 // htmlHidden reports an element the page does not show.
@@ -550,9 +562,9 @@ func (m *mdConv) skip(n *htmlNode) bool {
 	s := m.measure(n)
 	good, bad := mdHints(n)
 	switch {
-	case inSet(mdDropTags+"nav aside footer ", n.tag) || htmlHidden(n) || inSet(mdNoiseRoles, n.attr("role")):
+	case inSet(mdDropTags+"nav aside footer figcaption ", n.tag) || htmlHidden(n) || inSet(mdNoiseRoles, n.attr("role")):
 		return true
-	case n.tag == "form" && s[0] < 500 || n.tag == "header" && n.find(htmlByTag("h1")) == nil:
+	case n.tag == "form" && s[0] < 500 || n.tag == "header" && s[0]-s[1] < 200 && n.find(htmlByTag("h1")) == nil:
 		return true
 	case bad && !good:
 		// Furniture words around the article (share-zone, js-code-nav) do not drop it.
@@ -562,7 +574,7 @@ func (m *mdConv) skip(n *htmlNode) bool {
 			return (good && !bad || inSet(" article main ", c.tag)) && cs[0]-cs[1] >= 500
 		}) == nil
 	}
-	return inSet(" div ul ol section table ", n.tag) && s[0] > 0 && s[1]*2 > s[0] && s[0]-s[1] < 100
+	return inSet(" div ul ol section ", n.tag) && s[0] > 0 && s[1]*2 > s[0] && s[0]-s[1] < 100
 }
 
 // block renders n's children as markdown blocks separated by blank lines; in
