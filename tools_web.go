@@ -315,8 +315,8 @@ const (
 	// Whole words of class and id values naming content, and naming furniture.
 	mdGoodWords = " article body content entry main post story text blog prose markdown "
 	mdBadWords  = " ad ads advert advertisement author banner breadcrumb byline caption comment comments " +
-		"consent cookie cookies credit credits disqus footer gdpr masthead menu meta modal nav navbar " +
-		"navigation newsletter pager pagination popup promo recommended related share sharing sidebar " +
+		"consent cookie cookies copyright credit credits cta date dateline disqus footer gdpr masthead menu meta modal nav navbar " +
+		"license licence navigation newsletter pager pagination popup promo recommended related share sharing side sidebar " +
 		"social sponsor subscribe subscription tags toolbar "
 	mdWordTails   = " area bar block box container content holder inner item items link links list module panel post posts section widget wrap wrapper zone "
 	mdHeadings    = " h1 h2 h3 h4 h5 h6 "
@@ -566,13 +566,15 @@ func (m *mdConv) skip(n *htmlNode) bool {
 		return true
 	case n.tag == "form" && s[0] < 500 || n.tag == "header" && s[0]-s[1] < 200 && n.find(htmlByTag("h1")) == nil:
 		return true
-	case bad && !good:
+	case bad && !(good && s[0]-s[1] >= 1000):
 		// Furniture words around the article (share-zone, js-code-nav) do not drop it.
 		return n.find(func(c *htmlNode) bool {
 			good, bad := mdHints(c)
 			cs := m.measure(c)
 			return (good && !bad || inSet(" article main ", c.tag)) && cs[0]-cs[1] >= 500
 		}) == nil
+	case n.tag == "p" && s[0] > 0 && s[1]*10 >= s[0]*9: // a paragraph that is a link: a teaser
+		return true
 	}
 	return inSet(" div ul ol section ", n.tag) && s[0] > 0 && s[1]*2 > s[0] && s[0]-s[1] < 100
 }
@@ -698,8 +700,15 @@ func (m *mdConv) inline(n *htmlNode) string {
 	return s
 }
 
+// image renders an image with its description; in a figure (a photo with
+// its caption and credit) the description is left out, as the caption is.
 func (m *mdConv) image(n *htmlNode) string {
 	alt := strings.Join(strings.Fields(n.attr("alt")), " ")
+	for p := n.parent; p != nil; p = p.parent {
+		if p.tag == "figure" {
+			alt = ""
+		}
+	}
 	for _, src := range []string{n.attr("src"), n.attr("data-src")} { // data-src: a lazy image's real source
 		if src != "" && !strings.HasPrefix(src, "data:") && !m.plain {
 			return "![" + mdEscapeInLink.Replace(alt) + "](" + m.abs(src) + ")"
