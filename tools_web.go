@@ -315,7 +315,7 @@ const (
 	// Whole words of class and id values naming content, and naming furniture.
 	mdGoodWords = " article body content entry main post story text blog prose markdown "
 	mdBadWords  = " ad ads advert advertisement author banner breadcrumb byline caption comment comments " +
-		"consent cookie cookies copyright credit credits cta date dateline disqus footer gdpr masthead menu meta modal nav navbar " +
+		"consent cookie cookies copyright credit credits cta disqus footer gdpr masthead menu meta modal nav navbar " +
 		"license licence navigation newsletter pager pagination popup promo recommended related share sharing side sidebar " +
 		"social sponsor subscribe subscription tags toolbar "
 	mdWordTails   = " area bar block box container content holder inner item items link links list module panel post posts section widget wrap wrapper zone "
@@ -418,7 +418,7 @@ func (m *mdConv) mainContent(body, loose *htmlNode) *htmlNode {
 		}
 	}
 	// Climb while a parent adds more paragraph text than other text.
-	for top != nil && top.parent != nil && top.tag != "body" {
+	for top != nil && top.parent != nil && top.parent.tag != "body" {
 		p := top.parent
 		ps := m.measure(p)
 		ts := m.measure(top)
@@ -571,7 +571,7 @@ func (m *mdConv) skip(n *htmlNode) bool {
 		return n.find(func(c *htmlNode) bool {
 			good, bad := mdHints(c)
 			cs := m.measure(c)
-			return (good && !bad || inSet(" article main ", c.tag)) && cs[0]-cs[1] >= 500
+			return (good && !bad || inSet(" article main ", c.tag)) && cs[0]-cs[1] >= 1000
 		}) == nil
 	case n.tag == "p" && s[0] > 0 && s[1]*10 >= s[0]*9: // a paragraph that is a link: a teaser
 		return true
