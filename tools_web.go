@@ -340,7 +340,7 @@ type mdConv struct {
 	sizes map[*htmlNode][2]int // text and link-text length below a node
 	score map[*htmlNode]float64
 	paras map[*htmlNode]int // text of the paragraphs below a node
-	cands []*htmlNode // nodes with a score, in document order
+	cands []*htmlNode       // nodes with a score, in document order
 }
 
 // mdPage is a converted page; cut: output stopped at the limit.
