@@ -5474,7 +5474,7 @@ func TestReadDocsChromium(t *testing.T) {
 	check("tls", map[string]any{"url": tlsSite.URL + "/"}, true, "net::ERR_CERT_AUTHORITY_INVALID")
 	check("never loads", map[string]any{"url": site.URL + "/hang"}, false, "Text before the image.", "had not finished loading")
 	sc = check("paging", map[string]any{"url": site.URL + "/long", "max_length": 1000, "start_index": 23000}, false,
-		"Content truncated. Call the ReadDocs tool with a start_index of 24000 to get more content.")
+		"More content: the page has 25003 characters; call ReadDocs with start_index 24000 for the next part.")
 	if sc["truncated"] != true || sc["next_start_index"] != float64(24000) || sc["total_length"] != float64(25003) || len(sc["content"].(string)) != 1000 {
 		t.Errorf("paging: structured %v", sc)
 	}
@@ -5589,7 +5589,7 @@ func TestReadDocsWithoutBrowser(t *testing.T) {
 	if text, _, _ := readdocsCall(t, c, map[string]any{"url": site.URL + "/long", "start_index": 24990}); !strings.HasSuffix(text, "\n\nword word end") {
 		t.Errorf("last part: %q", text)
 	}
-	check("past the end", map[string]any{"url": site.URL + "/long", "start_index": 25005}, false, "<error>No more content available.</error>")
+	check("past the end", map[string]any{"url": site.URL + "/long", "start_index": 25005}, false, "No more content: the page has 25003 characters.")
 	check("scheme", map[string]any{"url": "ftp://example.com/"}, true, "only http and https")
 }
 

@@ -1470,23 +1470,7 @@ func runReadDocs(ctx context.Context, c *toolCall) toolResult {
 	}
 	o.URL = a.URL
 	o.Format = a.Format
-	content := o.body
-	cut := false
-	if !o.isText {
-		// Twice the part asked for: counting text as it is rendered may run ahead of the output.
-		limit := 2 * (a.StartIndex + a.MaxLength)
-		pg := htmlToMarkdown(o.body, o.FinalURL, limit, a.Format == "text")
-		if o.source != "" && !pg.cut { // scripts that removed the article lose to the HTML as sent
-			if src := htmlToMarkdown(o.source, o.FinalURL, limit, a.Format == "text"); len(src.text) > 2*len(pg.text) {
-				pg = src
-			}
-		}
-		o.Title = cmp.Or(o.Title, pg.title)
-		if a.Format != "html" {
-			content = pg.text
-			cut = pg.cut
-		}
-	}
+	content, cut := o.convert(a)
 	if t := []rune(o.Title[:min(len(o.Title), 4*maxTitle)]); len(t) > maxTitle {
 		o.Title = string(t[:maxTitle]) + "…"
 	}
@@ -1520,6 +1504,28 @@ func runReadDocs(ctx context.Context, c *toolCall) toolResult {
 		b.WriteString("\n\n" + o.Message)
 	}
 	return structuredResult(b.String(), o)
+}
+
+// convert returns the content in the format asked, stopping after the part
+// asked for (cut: it stopped there), and sets the title from the page.
+func (o *readDocsOut) convert(a readDocsArgs) (content string, cut bool) {
+	if o.isText {
+		return o.body, false
+	}
+	// Twice the part asked for: counting text as it is rendered may run ahead of the output.
+	limit := 2 * (a.StartIndex + a.MaxLength)
+	pg := htmlToMarkdown(o.body, o.FinalURL, limit, a.Format == "text")
+	if o.source != "" && !pg.cut { // scripts that removed the article lose to the HTML as sent
+		src := htmlToMarkdown(o.source, o.FinalURL, limit, a.Format == "text")
+		if len(src.text) > 2*len(pg.text) {
+			pg = src
+		}
+	}
+	o.Title = cmp.Or(o.Title, pg.title)
+	if a.Format == "html" {
+		return o.body, false
+	}
+	return pg.text, pg.cut
 }
 
 // readPage reads the page through Chromium, or over plain HTTP when there is no browser.
