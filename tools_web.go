@@ -334,6 +334,7 @@ type mdConv struct {
 	base  *url.URL
 	esc   *strings.Replacer    // escapes text (more inside links)
 	plain bool                 // text: no link targets, emphasis or escapes
+	all   bool                 // keep furniture: it is all the page has
 	nest  int                  // depth of lists and quotes being rendered
 	limit int                  // characters after which output stops
 	made  int                  // characters of text rendered so far
@@ -373,7 +374,7 @@ func htmlToMarkdown(src, pageURL string, limit int, plain bool) mdPage {
 	}
 	body := cmp.Or(root.find(htmlByTag("body")), root)
 	loose := m.mainArea(body)
-	for _, content := range []*htmlNode{m.mainContent(body, loose), loose, body} {
+	for _, content := range []*htmlNode{m.mainContent(body, loose), loose, body, body} {
 		if content == nil {
 			continue
 		}
@@ -381,9 +382,7 @@ func htmlToMarkdown(src, pageURL string, limit int, plain bool) mdPage {
 		if pg.text = m.block(content, false); pg.text != "" {
 			break
 		}
-	}
-	if pg.text == "" { // everything looked like furniture: the text is better than nothing
-		pg.text = body.textContent()
+		m.all = content == body // everything looked like furniture: read it whole
 	}
 	pg.cut = m.made > m.limit
 	return pg
@@ -564,6 +563,8 @@ func (m *mdConv) skip(n *htmlNode) bool {
 	switch {
 	case inSet(mdDropTags+"nav aside footer figcaption ", n.tag) || htmlHidden(n) || inSet(mdNoiseRoles, n.attr("role")):
 		return true
+	case m.all:
+		return false
 	case n.tag == "form" && s[0] < 500 || n.tag == "header" && s[0]-s[1] < 200 && n.find(htmlByTag("h1")) == nil:
 		return true
 	case bad && !(good && s[0]-s[1] >= 1000):
