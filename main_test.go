@@ -5474,8 +5474,8 @@ func TestReadDocsChromium(t *testing.T) {
 	check("tls", map[string]any{"url": tlsSite.URL + "/"}, true, "net::ERR_CERT_AUTHORITY_INVALID")
 	check("never loads", map[string]any{"url": site.URL + "/hang"}, false, "Text before the image.", "had not finished loading")
 	sc = check("paging", map[string]any{"url": site.URL + "/long", "max_length": 1000, "start_index": 23000}, false,
-		"More content: the page has 25003 characters; call ReadDocs with start_index 24000 for the next part.")
-	if sc["truncated"] != true || sc["next_start_index"] != float64(24000) || sc["total_length"] != float64(25003) || len(sc["content"].(string)) != 1000 {
+		"More content: the page has 25011 characters; call ReadDocs with start_index 24000 for the next part.")
+	if sc["truncated"] != true || sc["next_start_index"] != float64(24000) || sc["total_length"] != float64(25011) || len(sc["content"].(string)) != 1000 {
 		t.Errorf("paging: structured %v", sc)
 	}
 	starts := strings.Count(c.stderr.String(), "started Chromium pid")
@@ -5586,10 +5586,10 @@ func TestReadDocsWithoutBrowser(t *testing.T) {
 	check("404", map[string]any{"url": site.URL + "/missing"}, false, "HTTP status 404", "# No such page")
 	check("binary", map[string]any{"url": site.URL + "/file.bin"}, true, "application/octet-stream")
 	check("download", map[string]any{"url": site.URL + "/download"}, true, "is a download")
-	if text, _, _ := readdocsCall(t, c, map[string]any{"url": site.URL + "/long", "start_index": 24990}); !strings.HasSuffix(text, "\n\nword word end") {
+	if text, _, _ := readdocsCall(t, c, map[string]any{"url": site.URL + "/long", "start_index": 24998}); !strings.HasSuffix(text, "\n\nword word end") {
 		t.Errorf("last part: %q", text)
 	}
-	check("past the end", map[string]any{"url": site.URL + "/long", "start_index": 25005}, false, "No more content: the page has 25003 characters.")
+	check("past the end", map[string]any{"url": site.URL + "/long", "start_index": 25013}, false, "No more content: the page has 25011 characters.")
 	check("scheme", map[string]any{"url": "ftp://example.com/"}, true, "only http and https")
 }
 

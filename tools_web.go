@@ -321,7 +321,7 @@ const (
 	mdWordTails   = " area bar block box container content holder inner item items link links list module panel post posts section widget wrap wrapper zone "
 	mdHeadings    = " h1 h2 h3 h4 h5 h6 "
 	mdKickers     = " h2 h3 h4 h5 h6 " // headings that go with the block after them
-	mdParaTags    = " p pre td li dd "
+	mdParaTags    = " p pre td dd "
 	mdLayoutCells = " pre table blockquote h1 h2 h3 h4 h5 h6 " // a cell holding one is a layout cell
 	mdMinPara     = 25                                         // characters of text that make a paragraph
 	mdWordWeight  = 25.0                                       // a content or furniture word's weight
@@ -385,6 +385,9 @@ func htmlToMarkdown(src, pageURL string, limit int, plain bool) mdPage {
 		m.all = content == body // everything looked like furniture: read it whole
 	}
 	pg.cut = m.made > m.limit
+	if pg.title != "" && !strings.HasPrefix(pg.text, "# ") && !strings.Contains(pg.text, "\n# ") {
+		pg.text = "# " + m.esc.Replace(cutTitle(pg.title)) + "\n\n" + pg.text // a page without its own heading
+	}
 	return pg
 }
 
@@ -1460,6 +1463,14 @@ const pageCap = 10 << 20
 // maxTitle bounds the title in runes: a page may set any document.title.
 const maxTitle = 300
 
+// cutTitle cuts a title to maxTitle runes.
+func cutTitle(s string) string {
+	if t := []rune(s[:min(len(s), 4*maxTitle)]); len(t) > maxTitle {
+		return string(t[:maxTitle]) + "…"
+	}
+	return s
+}
+
 func runReadDocs(ctx context.Context, c *toolCall) toolResult {
 	a := readDocsArgs{Format: "markdown", MaxLength: 30000}
 	if err := json.Unmarshal(c.args, &a); err != nil {
@@ -1472,9 +1483,7 @@ func runReadDocs(ctx context.Context, c *toolCall) toolResult {
 	o.URL = a.URL
 	o.Format = a.Format
 	content, cut := o.convert(a)
-	if t := []rune(o.Title[:min(len(o.Title), 4*maxTitle)]); len(t) > maxTitle {
-		o.Title = string(t[:maxTitle]) + "…"
-	}
+	o.Title = cutTitle(o.Title)
 	runes := []rune(content)
 	start := min(a.StartIndex, len(runes))
 	end := min(len(runes), start+a.MaxLength)
