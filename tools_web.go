@@ -61,29 +61,27 @@ const (
 	maxHTMLDepth = 256 // deeper elements become children of the deepest kept one
 	htmlSpace    = " \t\r\n\f"
 	// Element sets, as " a b c " strings for inSet.
-	mdDropTags   = " head script style noscript svg template iframe object embed canvas input textarea select button link meta datalist "
-	mdBlockTags  = " address article aside blockquote body caption center dd details dialog div dl dt fieldset figcaption figure footer form h1 h2 h3 h4 h5 h6 header hgroup hr html li main nav ol p pre section summary table td th tr ul "
+	mdDropTags = " head script style noscript svg template iframe object embed canvas input " +
+		"textarea select button link meta datalist "
+	mdBlockTags = " address article aside blockquote body caption center dd details dialog div " +
+		"dl dt fieldset figcaption figure footer form h1 h2 h3 h4 h5 h6 header hgroup hr html li " +
+		"main nav ol p pre section summary table td th tr ul "
 	mdInlineTags = " a b strong em i del s strike code kbd samp tt var img br "
-	mdNoiseRoles = " navigation banner contentinfo complementary menu menubar search dialog alertdialog "
+	mdNoiseRoles = " navigation banner contentinfo complementary menu menubar search dialog " +
+		"alertdialog "
+	htmlVoid = " area base br col embed hr img input link meta param source track wbr frame keygen "
+	// htmlRawText elements hold text up to their end tag, markup and all.
+	htmlRawText = " script style textarea title xmp iframe noembed noframes plaintext "
+	// htmlClosesP are start tags that end an open paragraph.
+	htmlClosesP = " address article aside blockquote details div dl fieldset figure footer form " +
+		"h1 h2 h3 h4 h5 h6 header hr main nav ol p pre section table ul "
 )
 
-var htmlVoid = map[string]bool{"area": true, "base": true, "br": true, "col": true, "embed": true, "hr": true,
-	"img": true, "input": true, "link": true, "meta": true, "param": true, "source": true, "track": true, "wbr": true,
-	"frame": true, "keygen": true}
-
-// htmlRawText elements hold text up to their end tag, markup and all.
-var htmlRawText = map[string]bool{"script": true, "style": true, "textarea": true, "title": true, "xmp": true,
-	"iframe": true, "noembed": true, "noframes": true, "plaintext": true}
-
-// htmlClosesP are start tags that end an open paragraph.
-var htmlClosesP = map[string]bool{"address": true, "article": true, "aside": true, "blockquote": true, "details": true,
-	"div": true, "dl": true, "fieldset": true, "figure": true, "footer": true, "form": true, "h1": true, "h2": true,
-	"h3": true, "h4": true, "h5": true, "h6": true, "header": true, "hr": true, "main": true, "nav": true, "ol": true,
-	"p": true, "pre": true, "section": true, "table": true, "ul": true}
-
-// htmlImpliedEnd: a start tag closes an open element of the first set unless one of the second is nearer.
-var htmlImpliedEnd = map[string][2]string{"li": {" li ", " ul ol menu table "}, "dt": {" dt dd ", " dl table "},
-	"dd": {" dt dd ", " dl table "}, "tr": {" tr ", " table "}, "td": {" td th ", " tr table "}, "th": {" td th ", " tr table "},
+// htmlImpliedEnd: a start tag closes an open element of the first set unless
+// one of the second is nearer.
+var htmlImpliedEnd = map[string][2]string{"li": {" li ", " ul ol menu table "},
+	"dt": {" dt dd ", " dl table "}, "dd": {" dt dd ", " dl table "}, "tr": {" tr ", " table "},
+	"td": {" td th ", " tr table "}, "th": {" td th ", " tr table "},
 	"option": {" option ", " select "}}
 
 func inSet(set, tag string) bool { return tag != "" && strings.Contains(set, " "+tag+" ") }
@@ -95,7 +93,8 @@ func inSet(set, tag string) bool { return tag != "" && strings.Contains(set, " "
 func parseHTML(src string) *htmlNode {
 	root := &htmlNode{tag: "#root"}
 	stack := []*htmlNode{root}
-	// closeTo pops the nearest open element named in names and those above it, unless one named in stop is nearer.
+	// closeTo pops the nearest open element named in names and those above
+	// it, unless one named in stop is nearer.
 	closeTo := func(names, stop string) {
 		for i := len(stack) - 1; i > 0 && !inSet(stop, stack[i].tag); i-- {
 			if inSet(names, stack[i].tag) {
@@ -117,7 +116,7 @@ func parseHTML(src string) *htmlNode {
 	addText := func(t string) { pending.WriteString(t) }
 	for pos := 0; pos < len(src); {
 		switch rest := src[pos:]; {
-		case rest[0] != '<' || len(rest) == 1 || !(isASCIILetter(rest[1]) || strings.IndexByte("/!?", rest[1]) >= 0):
+		case rest[0] != '<' || len(rest) == 1 || !htmlOpensMarkup(rest[1]):
 			// Text runs to the next '<' that may open markup; a lone '<' is text.
 			end := 1
 			for end < len(rest) {
@@ -126,7 +125,7 @@ func parseHTML(src string) *htmlNode {
 					end = len(rest)
 					break
 				}
-				if end += i; end+1 < len(rest) && (isASCIILetter(rest[end+1]) || strings.IndexByte("/!?", rest[end+1]) >= 0) {
+				if end += i; end+1 < len(rest) && htmlOpensMarkup(rest[end+1]) {
 					break
 				}
 				end++
@@ -161,7 +160,7 @@ func parseHTML(src string) *htmlNode {
 			pos = next
 			if e, ok := htmlImpliedEnd[n.tag]; ok {
 				closeTo(e[0], e[1])
-			} else if htmlClosesP[n.tag] {
+			} else if inSet(htmlClosesP, n.tag) {
 				closeTo(" p ", " div section article main table ul ol li blockquote td th button ")
 			}
 			p := stack[len(stack)-1]
@@ -177,9 +176,14 @@ func parseHTML(src string) *htmlNode {
 
 func isASCIILetter(c byte) bool { return (c|0x20) >= 'a' && (c|0x20) <= 'z' }
 
-// htmlStartTag reads the start tag at s[i] (and a raw-text element's text); open: it takes children.
+// htmlOpensMarkup reports whether a '<' followed by c may open markup.
+func htmlOpensMarkup(c byte) bool { return isASCIILetter(c) || strings.IndexByte("/!?", c) >= 0 }
+
+// htmlStartTag reads the start tag at s[i] (and a raw-text element's text);
+// open: it takes children.
 func htmlStartTag(s string, i int) (n *htmlNode, open bool, end int) {
-	span := func(set string, in bool) string { // the bytes from i that are (or are not) in set; i moves past them
+	// span returns the bytes from i that are (or are not) in set; i moves past them.
+	span := func(set string, in bool) string {
 		j := i
 		for i < len(s) && strings.ContainsRune(set, rune(s[i])) == in {
 			i++
@@ -219,8 +223,8 @@ func htmlStartTag(s string, i int) (n *htmlNode, open bool, end int) {
 		}
 	}
 	i = min(i+1, len(s)) // past the '>'
-	if selfClosing || !htmlRawText[n.tag] {
-		return n, !selfClosing && !htmlVoid[n.tag], i
+	if selfClosing || !inSet(htmlRawText, n.tag) {
+		return n, !selfClosing && !inSet(htmlVoid, n.tag), i
 	}
 	j, closer := i, "</"+n.tag
 	for j < len(s) && !strings.EqualFold(s[j:min(j+len(closer), len(s))], closer) {
@@ -308,23 +312,27 @@ var (
 	mdURLEscape    = strings.NewReplacer("(", "%28", ")", "%29", " ", "%20")
 	mdCellEscape   = strings.NewReplacer("  \n", " ", "\n", " ", "|", `\|`)
 	mdLineStart    = regexp.MustCompile(`^(#{1,6}|[>+-]|\d{1,9}[.)])( |$)`)
-	mdEmphasis     = map[string]string{"strong": "**", "b": "**", "em": "*", "i": "*", "del": "~~", "s": "~~", "strike": "~~"}
+	mdEmphasis     = map[string]string{"strong": "**", "b": "**", "em": "*", "i": "*", "del": "~~",
+		"s": "~~", "strike": "~~"}
 )
 
 const (
 	// Whole words of class and id values naming content, and naming furniture.
 	mdGoodWords = " article body content entry main post story text blog prose markdown "
-	mdBadWords  = " ad ads advert advertisement author banner breadcrumb byline caption comment comments " +
-		"consent cookie cookies copyright credit credits cta disqus footer gdpr masthead menu meta modal nav navbar " +
-		"license licence navigation newsletter pager pagination popup promo recommended related share sharing side sidebar " +
-		"social sponsor subscribe subscription tags toolbar "
-	mdWordTails   = " area bar block box container content holder inner item items link links list module panel post posts section widget wrap wrapper zone "
+	mdBadWords  = " ad ads advert advertisement author banner breadcrumb byline caption comment " +
+		"comments consent cookie cookies copyright credit credits cta disqus footer gdpr " +
+		"masthead menu meta modal nav navbar license licence navigation newsletter pager " +
+		"pagination popup promo recommended related share sharing side sidebar social sponsor " +
+		"subscribe subscription tags toolbar "
+	// Word tails that make compounds of them: relatedposts, commentlist.
+	mdWordTails = " area bar block box container content holder inner item items link links list " +
+		"module panel post posts section widget wrap wrapper zone "
 	mdHeadings    = " h1 h2 h3 h4 h5 h6 "
 	mdKickers     = " h2 h3 h4 h5 h6 " // headings that go with the block after them
 	mdParaTags    = " p pre td dd "
-	mdLayoutCells = " pre table blockquote h1 h2 h3 h4 h5 h6 " // a cell holding one is a layout cell
-	mdMinPara     = 25                                         // characters of text that make a paragraph
-	mdWordWeight  = 25.0                                       // a content or furniture word's weight
+	mdLayoutCells = " pre table blockquote h1 h2 h3 h4 h5 h6 " // a cell holding one is for layout
+	mdMinPara     = 25                                         // characters that make a paragraph
+	mdWordWeight  = 25.0                                       // a class word's weight
 	mdMinWin      = 20.0                                       // a main block scores at least this
 	mdNestMax     = 10                                         // deeper lists and quotes come flat
 )
@@ -358,7 +366,8 @@ func htmlByTag(tag string) func(*htmlNode) bool {
 // as text), links made absolute, stopping after about limit characters.
 func htmlToMarkdown(src, pageURL string, limit int, plain bool) mdPage {
 	root := parseHTML(src)
-	m := &mdConv{sizes: map[*htmlNode][2]int{}, score: map[*htmlNode]float64{}, paras: map[*htmlNode]int{}, esc: mdEscape, plain: plain, limit: limit}
+	m := &mdConv{esc: mdEscape, plain: plain, limit: limit, sizes: map[*htmlNode][2]int{},
+		score: map[*htmlNode]float64{}, paras: map[*htmlNode]int{}}
 	if plain {
 		m.esc = mdNoEscape
 	}
@@ -386,20 +395,24 @@ func htmlToMarkdown(src, pageURL string, limit int, plain bool) mdPage {
 	}
 	pg.cut = m.made > m.limit
 	if pg.title != "" && !strings.HasPrefix(pg.text, "# ") && !strings.Contains(pg.text, "\n# ") {
-		pg.text = "# " + m.esc.Replace(cutTitle(pg.title)) + "\n\n" + pg.text // a page without its own heading
+		// A page without its own heading starts with its title.
+		pg.text = "# " + m.esc.Replace(cutTitle(pg.title)) + "\n\n" + pg.text
 	}
 	return pg
 }
 
 // mainArea is <main>, else [role=main], else the page's only <article>, else body.
 func (m *mdConv) mainArea(body *htmlNode) *htmlNode {
-	picks := []func(*htmlNode) bool{htmlByTag("main"), func(n *htmlNode) bool { return n.attr("role") == "main" }, htmlByTag("article")}
+	role := func(n *htmlNode) bool { return n.attr("role") == "main" }
+	picks := []func(*htmlNode) bool{htmlByTag("main"), role, htmlByTag("article")}
 	for _, pick := range picks {
 		cands := body.findAll(func(n *htmlNode) bool { return pick(n) && !htmlHidden(n) })
 		if len(cands) == 0 || (len(cands) > 1 && cands[0].tag == "article") {
 			continue
 		}
-		best := slices.MaxFunc(cands, func(a, b *htmlNode) int { return m.measure(a)[0] - m.measure(b)[0] })
+		best := slices.MaxFunc(cands, func(a, b *htmlNode) int {
+			return m.measure(a)[0] - m.measure(b)[0]
+		})
 		if m.measure(best)[0] > 0 {
 			return best
 		}
@@ -438,7 +451,8 @@ func (m *mdConv) mainContent(body, loose *htmlNode) *htmlNode {
 	for i, c := range sibs {
 		s := m.measure(c)
 		text := s[0] - s[1]
-		keep[i] = c == top || !m.skip(c) && (m.weight(c) >= max(10, best/5) || text >= 80 && s[1]*4 < s[0])
+		prose := text >= 80 && s[1]*4 < s[0]
+		keep[i] = c == top || !m.skip(c) && (m.weight(c) >= max(10, best/5) || prose)
 	}
 	var kept []*htmlNode
 	next := false // the next element sibling is kept
@@ -469,7 +483,8 @@ func (m *mdConv) scoreParas(n *htmlNode) {
 		}
 		s := m.measure(c)
 		if text := s[0] - s[1]; m.isPara(c) && text >= mdMinPara {
-			v := 1 + float64(strings.Count(rawText(c, &strings.Builder{}), ",")) + min(float64(text)/100, 3)
+			commas := strings.Count(rawText(c, &strings.Builder{}), ",")
+			v := 1 + float64(commas) + min(float64(text)/100, 3)
 			d := 1.0
 			for a := c.parent; a != nil; a = a.parent {
 				if _, ok := m.score[a]; !ok && d <= 3 {
@@ -488,9 +503,13 @@ func (m *mdConv) scoreParas(n *htmlNode) {
 
 // isPara reports a paragraph: p, pre, a cell, an item, or a block with text of its own.
 func (m *mdConv) isPara(n *htmlNode) bool {
-	return inSet(mdParaTags, n.tag) || inSet(mdBlockTags, n.tag) && slices.ContainsFunc(n.children, func(c *htmlNode) bool {
+	ownText := func(c *htmlNode) bool {
 		return c.tag == "" && len(strings.TrimSpace(c.text)) >= mdMinPara
-	})
+	}
+	if inSet(mdParaTags, n.tag) {
+		return true
+	}
+	return inSet(mdBlockTags, n.tag) && slices.ContainsFunc(n.children, ownText)
 }
 
 // weight is a block's score with its class words and role, less its share of link text.
@@ -509,9 +528,8 @@ func (m *mdConv) weight(n *htmlNode) float64 {
 
 // mdHints reports whether n's class and id hold words naming content and furniture.
 func mdHints(n *htmlNode) (good, bad bool) {
-	words := strings.FieldsFunc(strings.ToLower(n.attr("class")+" "+n.attr("id")), func(r rune) bool {
-		return !unicode.IsLetter(r) && !unicode.IsDigit(r)
-	})
+	notWord := func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) }
+	words := strings.FieldsFunc(strings.ToLower(n.attr("class")+" "+n.attr("id")), notWord)
 	for _, w := range words {
 		good = good || mdHasWord(mdGoodWords, w)
 		bad = bad || mdHasWord(mdBadWords, w)
@@ -564,11 +582,15 @@ func (m *mdConv) skip(n *htmlNode) bool {
 	s := m.measure(n)
 	good, bad := mdHints(n)
 	switch {
-	case inSet(mdDropTags+"nav aside footer figcaption ", n.tag) || htmlHidden(n) || inSet(mdNoiseRoles, n.attr("role")):
+	case inSet(mdDropTags+"nav aside footer figcaption ", n.tag) || htmlHidden(n):
+		return true
+	case inSet(mdNoiseRoles, n.attr("role")):
 		return true
 	case m.all:
 		return false
-	case n.tag == "form" && s[0] < 500 || n.tag == "header" && s[0]-s[1] < 200 && n.find(htmlByTag("h1")) == nil:
+	case n.tag == "form" && s[0] < 500:
+		return true
+	case n.tag == "header" && s[0]-s[1] < 200 && n.find(htmlByTag("h1")) == nil:
 		return true
 	case bad && !(good && s[0]-s[1] >= 1000):
 		// Furniture words around the article (share-zone, js-code-nav) do not drop it.
@@ -626,8 +648,10 @@ func (m *mdConv) block(n *htmlNode, tight bool) string {
 // beforeSkipped reports that the next element in rest is left out.
 func (m *mdConv) beforeSkipped(rest []*htmlNode) bool {
 	for _, c := range rest {
-		if c.tag == "" && strings.TrimSpace(c.text) != "" || c.tag != "" && !inSet(mdDropTags, c.tag) {
-			return c.tag != "" && m.skip(c)
+		if c.tag != "" && !inSet(mdDropTags, c.tag) {
+			return m.skip(c)
+		} else if strings.TrimSpace(c.text) != "" {
+			return false
 		}
 	}
 	return false
@@ -713,7 +737,8 @@ func (m *mdConv) image(n *htmlNode) string {
 			alt = ""
 		}
 	}
-	for _, src := range []string{n.attr("src"), n.attr("data-src")} { // data-src: a lazy image's real source
+	// data-src: a lazy image's real source
+	for _, src := range []string{n.attr("src"), n.attr("data-src")} {
 		if src != "" && !strings.HasPrefix(src, "data:") && !m.plain {
 			return "![" + mdEscapeInLink.Replace(alt) + "](" + m.abs(src) + ")"
 		}
@@ -759,7 +784,8 @@ func (m *mdConv) inlineChildren(n *htmlNode) string {
 // mdPara folds white space as a browser does, turns breaks into hard line
 // breaks and escapes what would read as a heading, quote or list marker.
 func mdPara(s string) string {
-	s = strings.Join(strings.FieldsFunc(s, func(r rune) bool { return strings.ContainsRune(htmlSpace, r) }), " ")
+	space := func(r rune) bool { return strings.ContainsRune(htmlSpace, r) }
+	s = strings.Join(strings.FieldsFunc(s, space), " ")
 	lines := strings.Split(strings.ReplaceAll(s, "\u00a0", " "), "\x01")
 	for i, l := range lines {
 		l = strings.TrimSpace(l)
@@ -823,7 +849,8 @@ func (m *mdConv) pre(n *htmlNode) string {
 	}
 	lang := ""
 	for _, c := range strings.Fields(classes) {
-		if l, ok := strings.CutPrefix(strings.TrimPrefix(c, "language-"), "lang-"); lang == "" && (ok || l != c) {
+		l, ok := strings.CutPrefix(strings.TrimPrefix(c, "language-"), "lang-")
+		if lang == "" && (ok || l != c) {
 			lang = l
 		}
 	}
@@ -850,7 +877,7 @@ func (m *mdConv) list(n *htmlNode) string {
 		}
 		switch body := m.block(c, true); {
 		case body == "":
-		case c.tag != "li" && len(items) > 0: // a list put straight inside a list belongs to the item before
+		case c.tag != "li" && len(items) > 0: // a list in a list belongs to the item before
 			items[len(items)-1] += "\n" + indent(body, 2)
 		default:
 			items = append(items, marker+indent(body, len(marker)))
@@ -1402,30 +1429,46 @@ func (b *browser) stop(procs *procTracker) {
 var readDocsTool = toolDef{
 	name:  "ReadDocs",
 	title: "Read a web page",
-	description: `Reads a web page (documentation, an article, any http or https URL) in headless Chromium and returns what a person would see, as markdown by default. Content that JavaScript builds after load is included: the page is read once it has loaded and (if it has scripts) its network has been quiet for half a second.
+	description: `Reads a web page (documentation, an article, any http or https URL) in headless
+Chromium and returns its main content, as markdown by default: menus, sidebars, related links,
+comments, share and cookie blocks are left out; tables and code blocks are kept; links are
+absolute. Content that JavaScript builds is included.
 
-- format: "markdown" (main content only: menus, headers, footers and sidebars dropped; links absolute), "text" (the visible text of the whole page) or "html" (the page's DOM).
-- wait_ms: extra time to wait after load for pages that keep changing (default 0, max 30000).
-- The reply starts with the page title and final URL. Long pages come in parts of max_length characters (default 30000); the reply says which start_index gets the next part.
-- HTTP errors (404, 500) are reported with the page's content; DNS failures, refused connections, TLS errors, downloads and servers that never answer are errors.
-- Without Chromium the page is fetched over plain HTTP (text then comes as markdown), and the reply says so.
+- format: "markdown", "text" (the same content without markup) or "html" (the whole page's DOM).
+- wait_ms: extra time for pages that keep changing (default 0, max 30000).
+- Long pages come in parts of max_length characters (default 30000); the reply ends with the
+  start_index of the next part.
+- HTTP errors (404, 500) come with the page's content; unreachable hosts, TLS errors and
+  downloads are errors. Without Chromium the page is read over plain HTTP, and the reply says so.
 
 Example: {"url": "https://go.dev/doc/effective_go", "max_length": 20000}`,
 	input: `{"type":"object","properties":{
 		"url":{"type":"string","minLength":1,"description":"The http or https URL to read."},
-		"format":{"type":"string","enum":["markdown","text","html"],"description":"markdown (default), text or html."},
-		"wait_ms":{"type":"integer","minimum":0,"maximum":30000,"description":"Milliseconds to wait after the page has loaded and gone quiet (default 0)."},
-		"max_length":{"type":"integer","minimum":1,"maximum":1000000,"description":"Most characters of content to return (default 30000)."},
-		"start_index":{"type":"integer","minimum":0,"description":"Character of the content to start at, to read the next part of a long page (default 0)."}},
-		"required":["url"],"additionalProperties":false}`,
+		"format":{"type":"string","enum":["markdown","text","html"],
+			"description":"markdown (default), text or html."},
+		"wait_ms":{"type":"integer","minimum":0,"maximum":30000,
+			"description":"Extra milliseconds to wait before reading (default 0)."},
+		"max_length":{"type":"integer","minimum":1,"maximum":1000000,
+			"description":"Most characters of content to return (default 30000)."},
+		"start_index":{"type":"integer","minimum":0,
+			"description":"Character of the content to start at, for the next part (default 0)."}},
+		"required":["url"]}`,
 	output: `{"type":"object","properties":{
-		"url":{"type":"string"},"final_url":{"type":"string","description":"the URL after redirects"},"title":{"type":"string"},
-		"status":{"type":"integer","description":"HTTP status of the page; 0 when unknown"},"format":{"type":"string","enum":["markdown","text","html"]},
-		"content":{"type":"string","description":"this part of the content"},"truncated":{"type":"boolean","description":"more content follows this part"},
-		"next_start_index":{"type":"integer","description":"start_index of the next part, when truncated"},
-		"total_length":{"type":"integer","description":"characters of content in all parts"},
-		"via":{"type":"string","enum":["chromium","http"]},"notes":{"type":"array","items":{"type":"string"}}},
-		"required":["url","final_url","title","status","format","content","truncated","total_length","via"]}`,
+		"url":{"type":"string"},
+		"final_url":{"type":"string","description":"the URL after redirects"},
+		"title":{"type":"string"},
+		"status":{"type":"integer","description":"HTTP status of the page; 0 when unknown"},
+		"format":{"type":"string","enum":["markdown","text","html"]},
+		"content":{"type":"string","description":"this part of the content"},
+		"truncated":{"type":"boolean","description":"more content follows this part"},
+		"next_start_index":{"type":"integer","description":"start_index of the next part"},
+		"total_length":{"type":"integer",
+			"description":"characters of content in all parts; when truncated, at least this many"},
+		"message":{"type":"string","description":"where the next part starts, or that none is"},
+		"via":{"type":"string","enum":["chromium","http"]},
+		"notes":{"type":"array","items":{"type":"string"}}},
+		"required":["url","final_url","title","status","format","content","truncated",
+			"total_length","via"]}`,
 	hints: toolHints{readOnly: true, idempotent: true, openWorld: true},
 	run:   runReadDocs,
 }
@@ -1499,7 +1542,8 @@ func runReadDocs(ctx context.Context, c *toolCall) toolResult {
 		o.Message = fmt.Sprintf("No more content: the page has %s characters.", total)
 	case o.Truncated:
 		o.NextStartIndex = end
-		o.Message = fmt.Sprintf("More content: the page has %s characters; call ReadDocs with start_index %d for the next part.", total, end)
+		o.Message = fmt.Sprintf("More content: the page has %s characters; call ReadDocs with "+
+			"start_index %d for the next part.", total, end)
 	}
 	var b strings.Builder
 	b.WriteString(cmp.Or(o.Title, "(no title)") + "\n" + o.FinalURL + "\n")
@@ -1554,7 +1598,9 @@ func (srv *server) readPage(ctx context.Context, a readDocsArgs) (*readDocsOut, 
 		why := strings.TrimPrefix(err.Error(), errNoBrowser.Error()+": ")
 		pg, err := fetchPlain(ctx, u.String())
 		if err == nil {
-			pg.Notes = append([]string{"Read without a browser (" + why + "): content that scripts build may be missing."}, pg.Notes...)
+			note := "Read without a browser (" + why + "): " +
+				"content that scripts build may be missing."
+			pg.Notes = append([]string{note}, pg.Notes...)
 		}
 		return pg, err
 	} else if err != nil {
@@ -1567,10 +1613,12 @@ func (srv *server) readPage(ctx context.Context, a readDocsArgs) (*readDocsOut, 
 		return nil, fmt.Errorf("no free browser tab within %s", timeout)
 	}
 	idle := time.Duration(srv.cfg.int("READDOCS_IDLE_MS")) * time.Millisecond
-	pg, err := b.read(ctx, u.String(), "html", idle, time.Duration(a.WaitMS)*time.Millisecond, timeout)
-	if err != nil && b.dead() && ctx.Err() == nil { // the browser died under us: once more with a new one
+	settle := time.Duration(a.WaitMS) * time.Millisecond
+	pg, err := b.read(ctx, u.String(), "html", idle, settle, timeout)
+	// The browser died under us: once more with a new one.
+	if err != nil && b.dead() && ctx.Err() == nil {
 		if b, err = srv.browser.get(ctx, srv); err == nil {
-			pg, err = b.read(ctx, u.String(), "html", idle, time.Duration(a.WaitMS)*time.Millisecond, timeout)
+			pg, err = b.read(ctx, u.String(), "html", idle, settle, timeout)
 		}
 	}
 	return pg, err
