@@ -382,7 +382,13 @@ func htmlToMarkdown(src, pageURL string, limit int, plain bool) mdPage {
 		}
 	}
 	body := cmp.Or(root.find(htmlByTag("body")), root)
-	loose := m.mainArea(body)
+	loose := body // or the page's main area
+	isMain := func(n *htmlNode) bool {
+		return (n.tag == "main" || n.attr("role") == "main") && !htmlHidden(n)
+	}
+	if mn := body.find(isMain); mn != nil && m.measure(mn)[0] > 0 {
+		loose = mn
+	}
 	for _, content := range []*htmlNode{m.mainContent(body, loose), loose, body, body} {
 		if content == nil {
 			continue
@@ -399,25 +405,6 @@ func htmlToMarkdown(src, pageURL string, limit int, plain bool) mdPage {
 		pg.text = "# " + m.esc.Replace(cutTitle(pg.title)) + "\n\n" + pg.text
 	}
 	return pg
-}
-
-// mainArea is <main>, else [role=main], else the page's only <article>, else body.
-func (m *mdConv) mainArea(body *htmlNode) *htmlNode {
-	role := func(n *htmlNode) bool { return n.attr("role") == "main" }
-	picks := []func(*htmlNode) bool{htmlByTag("main"), role, htmlByTag("article")}
-	for _, pick := range picks {
-		cands := body.findAll(func(n *htmlNode) bool { return pick(n) && !htmlHidden(n) })
-		if len(cands) == 0 || (len(cands) > 1 && cands[0].tag == "article") {
-			continue
-		}
-		best := slices.MaxFunc(cands, func(a, b *htmlNode) int {
-			return m.measure(a)[0] - m.measure(b)[0]
-		})
-		if m.measure(best)[0] > 0 {
-			return best
-		}
-	}
-	return body
 }
 
 // mainContent returns the best block and its siblings that read as content,
