@@ -407,8 +407,8 @@ func htmlToMarkdown(src, pageURL string, limit int, plain bool) mdPage {
 	return pg
 }
 
-// mainContent returns the best block and its siblings that read as content,
-// or nil when no block clearly wins or it holds far less text than loose.
+// mainContent returns the best block, or the parent whose children read as
+// content, or nil when no block clearly wins or it holds far less text than loose.
 func (m *mdConv) mainContent(body, loose *htmlNode) *htmlNode {
 	m.scoreParas(body)
 	var top *htmlNode
@@ -419,7 +419,8 @@ func (m *mdConv) mainContent(body, loose *htmlNode) *htmlNode {
 			best = w
 		}
 	}
-	// Climb while a parent adds more paragraph text than other text.
+	// Climb while a parent adds more paragraph text than other text: its
+	// children then read as content, and its furniture is skipped later.
 	for top != nil && top.parent != nil && top.parent.tag != "body" {
 		p := top.parent
 		ps := m.measure(p)
@@ -430,36 +431,13 @@ func (m *mdConv) mainContent(body, loose *htmlNode) *htmlNode {
 		}
 		top = p
 	}
-	if top == nil || top.parent == nil {
+	if top == nil {
 		return nil
 	}
-	sibs := top.parent.children
-	keep := make([]bool, len(sibs))
-	for i, c := range sibs {
-		s := m.measure(c)
-		text := s[0] - s[1]
-		prose := text >= 80 && s[1]*4 < s[0]
-		keep[i] = c == top || !m.skip(c) && (m.weight(c) >= max(10, best/5) || prose)
-	}
-	var kept []*htmlNode
-	next := false // the next element sibling is kept
-	for i := len(sibs) - 1; i >= 0; i-- {
-		if inSet(mdHeadings, sibs[i].tag) && next {
-			keep[i] = true
-		}
-		if keep[i] {
-			kept = append(kept, sibs[i])
-		}
-		if sibs[i].tag != "" {
-			next = keep[i]
-		}
-	}
-	slices.Reverse(kept)
-	main := &htmlNode{tag: "div", children: kept}
-	if s, l := m.measure(main), m.measure(loose); (s[0]-s[1])*3 < l[0]-l[1] {
+	if s, l := m.measure(top), m.measure(loose); (s[0]-s[1])*3 < l[0]-l[1] {
 		return nil
 	}
-	return main
+	return top
 }
 
 // scoreParas adds each paragraph's score to its parent, grandparent and great-grandparent.
