@@ -400,7 +400,7 @@ func htmlToMarkdown(src, pageURL string, limit int, plain bool) mdPage {
 		m.all = content == body // everything looked like furniture: read it whole
 	}
 	pg.cut = m.made > m.limit
-	if pg.title != "" && !strings.HasPrefix(pg.text, "# ") && !strings.Contains(pg.text, "\n# ") {
+	if pg.title != "" && !m.plain && !strings.HasPrefix(pg.text, "# ") && !strings.Contains(pg.text, "\n# ") {
 		// A page without its own heading starts with its title.
 		pg.text = "# " + m.esc.Replace(cutTitle(pg.title)) + "\n\n" + pg.text
 	}
@@ -633,6 +633,9 @@ func (m *mdConv) element(n *htmlNode) string {
 	switch {
 	case inSet(mdHeadings, n.tag):
 		s := strings.ReplaceAll(mdPara(m.inlineChildren(n)), "  \n", " ")
+		if m.plain {
+			return s
+		}
 		return mdMark(s, strings.Repeat("#", int(n.tag[1]-'0'))+" ", "")
 	case n.tag == "hr":
 		return "* * *"
