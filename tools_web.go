@@ -53,6 +53,7 @@ type htmlNode struct {
 	attrs    []htmlAttr
 	parent   *htmlNode
 	children []*htmlNode
+	size     [2]int32 // the converter's: 1 + the text length below, and its link text (0: unknown)
 }
 
 type htmlAttr struct{ key, val string }
@@ -340,13 +341,12 @@ const (
 // mdConv turns a parsed page into markdown (or text).
 type mdConv struct {
 	base  *url.URL
-	esc   *strings.Replacer    // escapes text (more inside links)
-	plain bool                 // text: no link targets, emphasis or escapes
-	all   bool                 // keep furniture: it is all the page has
-	nest  int                  // depth of lists and quotes being rendered
-	limit int                  // characters after which output stops
-	made  int                  // characters of text rendered so far
-	sizes map[*htmlNode][2]int // text and link-text length below a node
+	esc   *strings.Replacer // escapes text (more inside links)
+	plain bool              // text: no link targets, emphasis or escapes
+	all   bool              // keep furniture: it is all the page has
+	nest  int               // depth of lists and quotes being rendered
+	limit int               // characters after which output stops
+	made  int               // characters of text rendered so far
 	score map[*htmlNode]float64
 	paras map[*htmlNode]int // text of the paragraphs below a node
 	cands []*htmlNode       // nodes with a score, in document order
@@ -366,8 +366,8 @@ func htmlByTag(tag string) func(*htmlNode) bool {
 // as text), links made absolute, stopping after about limit characters.
 func htmlToMarkdown(src, pageURL string, limit int, plain bool) mdPage {
 	root := parseHTML(src)
-	m := &mdConv{esc: mdEscape, plain: plain, limit: limit, sizes: map[*htmlNode][2]int{},
-		score: map[*htmlNode]float64{}, paras: map[*htmlNode]int{}}
+	m := &mdConv{esc: mdEscape, plain: plain, limit: limit, score: map[*htmlNode]float64{},
+		paras: map[*htmlNode]int{}}
 	if plain {
 		m.esc = mdNoEscape
 	}
@@ -400,7 +400,8 @@ func htmlToMarkdown(src, pageURL string, limit int, plain bool) mdPage {
 		m.all = content == body // everything looked like furniture: read it whole
 	}
 	pg.cut = m.made > m.limit
-	if pg.title != "" && !m.plain && !strings.HasPrefix(pg.text, "# ") && !strings.Contains(pg.text, "\n# ") {
+	hasH1 := strings.HasPrefix(pg.text, "# ") || strings.Contains(pg.text, "\n# ")
+	if pg.title != "" && !m.plain && !hasH1 {
 		// A page without its own heading starts with its title.
 		pg.text = "# " + m.esc.Replace(cutTitle(pg.title)) + "\n\n" + pg.text
 	}
@@ -523,22 +524,21 @@ func htmlHidden(n *htmlNode) bool {
 
 // measure returns the length of the text below n and of the part inside links.
 func (m *mdConv) measure(n *htmlNode) [2]int {
-	s, ok := m.sizes[n]
 	if n.tag == "" {
 		return [2]int{len(strings.TrimSpace(n.text)), 0}
-	} else if ok || inSet(mdDropTags, n.tag) {
-		return s
+	} else if n.size[0] == 0 && !inSet(mdDropTags, n.tag) {
+		var s [2]int
+		for _, c := range n.children {
+			cs := m.measure(c)
+			s[0] += cs[0]
+			s[1] += cs[1]
+		}
+		if n.tag == "a" {
+			s[1] = s[0]
+		}
+		n.size = [2]int32{int32(s[0]) + 1, int32(s[1])}
 	}
-	for _, c := range n.children {
-		cs := m.measure(c)
-		s[0] += cs[0]
-		s[1] += cs[1]
-	}
-	if n.tag == "a" {
-		s[1] = s[0]
-	}
-	m.sizes[n] = s
-	return s
+	return [2]int{int(max(n.size[0]-1, 0)), int(n.size[1])}
 }
 
 // skip reports an element left out: never shown, hidden, or page furniture
