@@ -546,7 +546,12 @@ func (m *mdConv) measure(n *htmlNode) [2]int {
 func (m *mdConv) skip(n *htmlNode) bool {
 	s := m.measure(n)
 	good, bad := mdHints(n)
+	id := n.attr("id")
 	switch {
+	case n.tag == "script": // MathJax's TeX is read; its rendering (the frame) is not
+		return !strings.HasPrefix(n.attr("type"), "math/tex")
+	case strings.HasPrefix(id, "MathJax-Element-") && strings.HasSuffix(id, "-Frame"):
+		return true
 	case inSet(mdDropTags+"nav aside footer figcaption ", n.tag) || htmlHidden(n):
 		return true
 	case inSet(mdNoiseRoles, n.attr("role")):
@@ -598,7 +603,7 @@ func (m *mdConv) block(n *htmlNode, tight bool) string {
 				add(mdPara(inl.String()), false)
 				inl.Reset()
 				add(m.element(c), c.tag == "ul" || c.tag == "ol")
-			case inSet(mdInlineTags, c.tag):
+			case inSet(mdInlineTags, c.tag) || c.tag == "script":
 				inl.WriteString(m.inline(c))
 			default:
 				walk(c)
@@ -686,6 +691,8 @@ func (m *mdConv) inline(n *htmlNode) string {
 		return m.code(n)
 	case n.tag == "a":
 		return m.link(n)
+	case n.tag == "script":
+		return m.math(n)
 	}
 	s := m.inlineChildren(n)
 	if mk := mdEmphasis[n.tag]; mk != "" && !m.plain {
@@ -712,6 +719,16 @@ func (m *mdConv) image(n *htmlNode) string {
 		}
 	}
 	return alt
+}
+
+// math renders MathJax's TeX source as $TeX$, or $$TeX$$ for display math.
+func (m *mdConv) math(n *htmlNode) string {
+	tex := strings.TrimSpace(rawText(n, &strings.Builder{}))
+	m.made += len(tex)
+	if strings.Contains(n.attr("type"), "mode=display") {
+		return "$$" + tex + "$$"
+	}
+	return "$" + tex + "$"
 }
 
 func (m *mdConv) code(n *htmlNode) string {
