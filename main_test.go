@@ -5133,8 +5133,8 @@ func TestHTMLToMarkdownGolden(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		title, md := htmlToMarkdown(string(src), "https://example.com/docs/guide/page.html")
-		got := "title: " + title + "\n\n" + md + "\n"
+		pg := htmlToMarkdown(string(src), "https://example.com/docs/guide/page.html", 1<<20, false)
+		got := "title: " + pg.title + "\n\n" + pg.text + "\n"
 		golden := strings.TrimSuffix(in, ".html") + ".md"
 		if *update {
 			os.WriteFile(golden, []byte(got), 0o644)
@@ -5287,8 +5287,8 @@ func TestReadDocsChromium(t *testing.T) {
 	check("tls", map[string]any{"url": tlsSite.URL + "/"}, true, "net::ERR_CERT_AUTHORITY_INVALID")
 	check("never loads", map[string]any{"url": site.URL + "/hang"}, false, "Text before the image.", "had not finished loading")
 	sc = check("paging", map[string]any{"url": site.URL + "/long", "max_length": 1000, "start_index": 23000}, false,
-		"Content truncated. Call the ReadDocs tool with a start_index of 24000 to get more content.")
-	if sc["truncated"] != true || sc["next_start_index"] != float64(24000) || sc["total_length"] != float64(25003) || len(sc["content"].(string)) != 1000 {
+		"More content: the page has 25011 characters; call ReadDocs with start_index 24000 for the next part.")
+	if sc["truncated"] != true || sc["next_start_index"] != float64(24000) || sc["total_length"] != float64(25011) || len(sc["content"].(string)) != 1000 {
 		t.Errorf("paging: structured %v", sc)
 	}
 	starts := strings.Count(c.stderr.String(), "started Chromium pid")
@@ -5399,10 +5399,10 @@ func TestReadDocsWithoutBrowser(t *testing.T) {
 	check("404", map[string]any{"url": site.URL + "/missing"}, false, "HTTP status 404", "# No such page")
 	check("binary", map[string]any{"url": site.URL + "/file.bin"}, true, "application/octet-stream")
 	check("download", map[string]any{"url": site.URL + "/download"}, true, "is a download")
-	if text, _, _ := readdocsCall(t, c, map[string]any{"url": site.URL + "/long", "start_index": 24990}); !strings.HasSuffix(text, "\n\nword word end") {
+	if text, _, _ := readdocsCall(t, c, map[string]any{"url": site.URL + "/long", "start_index": 24998}); !strings.HasSuffix(text, "\n\nword word end") {
 		t.Errorf("last part: %q", text)
 	}
-	check("past the end", map[string]any{"url": site.URL + "/long", "start_index": 25005}, false, "<error>No more content available.</error>")
+	check("past the end", map[string]any{"url": site.URL + "/long", "start_index": 25013}, false, "No more content: the page has 25011 characters.")
 	check("scheme", map[string]any{"url": "ftp://example.com/"}, true, "only http and https")
 }
 
@@ -5486,7 +5486,7 @@ func BenchmarkHTMLToMarkdown(b *testing.B) {
 	b.SetBytes(int64(len(src)))
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		htmlToMarkdown(src, "https://example.com/docs/")
+		htmlToMarkdown(src, "https://example.com/docs/", 1<<30, false)
 	}
 	b.ReportMetric(float64(b.Elapsed())/float64(b.N)/float64(parse), "x-parse-only")
 }
@@ -5497,15 +5497,15 @@ func FuzzHTMLToMarkdown(f *testing.F) {
 		f.Add(in)
 	}
 	f.Fuzz(func(t *testing.T, src string) {
-		htmlToMarkdown(src, "https://example.com/a/")
-		htmlToMarkdown(src, "")
+		htmlToMarkdown(src, "https://example.com/a/", 1<<20, false)
+		htmlToMarkdown(src, "", 1<<20, true)
 	})
 }
 
 // TestHTMLStrayLessThanIsText: a '<' that opens no markup is text, kept as is.
 func TestHTMLStrayLessThanIsText(t *testing.T) {
 	t.Parallel()
-	_, md := htmlToMarkdown("<p>a < b </ c <3 and <!-- x --> d</p>", "http://x/")
+	md := htmlToMarkdown("<p>a < b </ c <3 and <!-- x --> d</p>", "http://x/", 1000, false).text
 	if !strings.Contains(md, "a < b </ c <3 and  d") && !strings.Contains(md, "a < b </ c <3 and d") {
 		t.Errorf("got %q", md)
 	}
@@ -5518,7 +5518,7 @@ func BenchmarkHTMLToMarkdownHostile(b *testing.B) {
 	for _, in := range []string{strings.Repeat("<", 1<<20), strings.Repeat("a<!---->", 1<<17), strings.Repeat("<div>", 200000)} {
 		b.SetBytes(int64(len(in)))
 		for i := 0; i < b.N; i++ {
-			htmlToMarkdown(in, "http://x/")
+			htmlToMarkdown(in, "http://x/", 1<<20, false)
 		}
 	}
 }

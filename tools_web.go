@@ -41,6 +41,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unicode"
 )
 
 // htmlNode is an element or a text node of a parsed page. The root has tag "#root".
@@ -50,6 +51,7 @@ type htmlNode struct {
 	attrs    []htmlAttr
 	parent   *htmlNode
 	children []*htmlNode
+	size     [2]int32 // the converter's: 1 + the text length below, and its link text (0: unknown)
 }
 
 type htmlAttr struct{ key, val string }
@@ -58,29 +60,27 @@ const (
 	maxHTMLDepth = 256 // deeper elements become children of the deepest kept one
 	htmlSpace    = " \t\r\n\f"
 	// Element sets, as " a b c " strings for inSet.
-	mdDropTags   = " head script style noscript svg template iframe object embed canvas input textarea select button link meta datalist "
-	mdBlockTags  = " address article aside blockquote body caption center dd details dialog div dl dt fieldset figcaption figure footer form h1 h2 h3 h4 h5 h6 header hgroup hr html li main nav ol p pre section summary table td th tr ul "
+	mdDropTags = " head script style noscript svg template iframe object embed canvas input " +
+		"textarea select button link meta datalist "
+	mdBlockTags = " address article aside blockquote body caption center dd details dialog div " +
+		"dl dt fieldset figcaption figure footer form h1 h2 h3 h4 h5 h6 header hgroup hr html li " +
+		"main nav ol p pre section summary table td th tr ul "
 	mdInlineTags = " a b strong em i del s strike code kbd samp tt var img br "
-	mdNoiseRoles = " navigation banner contentinfo complementary menu menubar search dialog alertdialog "
+	mdNoiseRoles = " navigation banner contentinfo complementary menu menubar search dialog " +
+		"alertdialog "
+	htmlVoid = " area base br col embed hr img input link meta param source track wbr frame keygen "
+	// htmlRawText elements hold text up to their end tag, markup and all.
+	htmlRawText = " script style textarea title xmp iframe noembed noframes plaintext "
+	// htmlClosesP are start tags that end an open paragraph.
+	htmlClosesP = " address article aside blockquote details div dl fieldset figure footer form " +
+		"h1 h2 h3 h4 h5 h6 header hr main nav ol p pre section table ul "
 )
 
-var htmlVoid = map[string]bool{"area": true, "base": true, "br": true, "col": true, "embed": true, "hr": true,
-	"img": true, "input": true, "link": true, "meta": true, "param": true, "source": true, "track": true, "wbr": true,
-	"frame": true, "keygen": true}
-
-// htmlRawText elements hold text up to their end tag, markup and all.
-var htmlRawText = map[string]bool{"script": true, "style": true, "textarea": true, "title": true, "xmp": true,
-	"iframe": true, "noembed": true, "noframes": true, "plaintext": true}
-
-// htmlClosesP are start tags that end an open paragraph.
-var htmlClosesP = map[string]bool{"address": true, "article": true, "aside": true, "blockquote": true, "details": true,
-	"div": true, "dl": true, "fieldset": true, "figure": true, "footer": true, "form": true, "h1": true, "h2": true,
-	"h3": true, "h4": true, "h5": true, "h6": true, "header": true, "hr": true, "main": true, "nav": true, "ol": true,
-	"p": true, "pre": true, "section": true, "table": true, "ul": true}
-
-// htmlImpliedEnd: a start tag closes an open element of the first set unless one of the second is nearer.
-var htmlImpliedEnd = map[string][2]string{"li": {" li ", " ul ol menu table "}, "dt": {" dt dd ", " dl table "},
-	"dd": {" dt dd ", " dl table "}, "tr": {" tr ", " table "}, "td": {" td th ", " tr table "}, "th": {" td th ", " tr table "},
+// htmlImpliedEnd: a start tag closes an open element of the first set unless
+// one of the second is nearer.
+var htmlImpliedEnd = map[string][2]string{"li": {" li ", " ul ol menu table "},
+	"dt": {" dt dd ", " dl table "}, "dd": {" dt dd ", " dl table "}, "tr": {" tr ", " table "},
+	"td": {" td th ", " tr table "}, "th": {" td th ", " tr table "},
 	"option": {" option ", " select "}}
 
 func inSet(set, tag string) bool { return tag != "" && strings.Contains(set, " "+tag+" ") }
@@ -92,7 +92,8 @@ func inSet(set, tag string) bool { return tag != "" && strings.Contains(set, " "
 func parseHTML(src string) *htmlNode {
 	root := &htmlNode{tag: "#root"}
 	stack := []*htmlNode{root}
-	// closeTo pops the nearest open element named in names and those above it, unless one named in stop is nearer.
+	// closeTo pops the nearest open element named in names and those above
+	// it, unless one named in stop is nearer.
 	closeTo := func(names, stop string) {
 		for i := len(stack) - 1; i > 0 && !inSet(stop, stack[i].tag); i-- {
 			if inSet(names, stack[i].tag) {
@@ -114,7 +115,7 @@ func parseHTML(src string) *htmlNode {
 	addText := func(t string) { pending.WriteString(t) }
 	for pos := 0; pos < len(src); {
 		switch rest := src[pos:]; {
-		case rest[0] != '<' || len(rest) == 1 || !(isASCIILetter(rest[1]) || strings.IndexByte("/!?", rest[1]) >= 0):
+		case rest[0] != '<' || len(rest) == 1 || !htmlOpensMarkup(rest[1]):
 			// Text runs to the next '<' that may open markup; a lone '<' is text.
 			end := 1
 			for end < len(rest) {
@@ -123,7 +124,7 @@ func parseHTML(src string) *htmlNode {
 					end = len(rest)
 					break
 				}
-				if end += i; end+1 < len(rest) && (isASCIILetter(rest[end+1]) || strings.IndexByte("/!?", rest[end+1]) >= 0) {
+				if end += i; end+1 < len(rest) && htmlOpensMarkup(rest[end+1]) {
 					break
 				}
 				end++
@@ -158,7 +159,7 @@ func parseHTML(src string) *htmlNode {
 			pos = next
 			if e, ok := htmlImpliedEnd[n.tag]; ok {
 				closeTo(e[0], e[1])
-			} else if htmlClosesP[n.tag] {
+			} else if inSet(htmlClosesP, n.tag) {
 				closeTo(" p ", " div section article main table ul ol li blockquote td th button ")
 			}
 			p := stack[len(stack)-1]
@@ -174,9 +175,14 @@ func parseHTML(src string) *htmlNode {
 
 func isASCIILetter(c byte) bool { return (c|0x20) >= 'a' && (c|0x20) <= 'z' }
 
-// htmlStartTag reads the start tag at s[i] (and a raw-text element's text); open: it takes children.
+// htmlOpensMarkup reports whether a '<' followed by c may open markup.
+func htmlOpensMarkup(c byte) bool { return isASCIILetter(c) || strings.IndexByte("/!?", c) >= 0 }
+
+// htmlStartTag reads the start tag at s[i] (and a raw-text element's text);
+// open: it takes children.
 func htmlStartTag(s string, i int) (n *htmlNode, open bool, end int) {
-	span := func(set string, in bool) string { // the bytes from i that are (or are not) in set; i moves past them
+	// span returns the bytes from i that are (or are not) in set; i moves past them.
+	span := func(set string, in bool) string {
 		j := i
 		for i < len(s) && strings.ContainsRune(set, rune(s[i])) == in {
 			i++
@@ -216,8 +222,8 @@ func htmlStartTag(s string, i int) (n *htmlNode, open bool, end int) {
 		}
 	}
 	i = min(i+1, len(s)) // past the '>'
-	if selfClosing || !htmlRawText[n.tag] {
-		return n, !selfClosing && !htmlVoid[n.tag], i
+	if selfClosing || !inSet(htmlRawText, n.tag) {
+		return n, !selfClosing && !inSet(htmlVoid, n.tag), i
 	}
 	j, closer := i, "</"+n.tag
 	for j < len(s) && !strings.EqualFold(s[j:min(j+len(closer), len(s))], closer) {
@@ -289,104 +295,287 @@ func (n *htmlNode) textContent() string {
 }
 
 // ---- HTML to markdown ----------------------------------------------------
+//
+// The converter reads the main content only. Paragraphs score their parent,
+// grandparent and great-grandparent (length, commas, few links); class and id
+// words (whole words only) and main/article add to or take from a block's
+// score; the best block is kept with its siblings that read as content. When
+// no block clearly wins, or the winner holds far less text than the page (docs
+// with a sidebar, a forum thread, a list), the whole page is read, less its
+// furniture. Output stops once the caller's limit is reached.
 
 var (
-	mdUnlikely     = regexp.MustCompile(`(?i)-ad-|banner|breadcrumb|combx|comment|community|cookie|disqus|footer|gdpr|header|menu|related|remark|replies|rss|share|shoutbox|sidebar|skyscraper|social|sponsor|pagination|pager|popup|newsletter`)
-	mdLikely       = regexp.MustCompile(`(?i)and|article|body|column|content|main|shadow`)
 	mdEscape       = strings.NewReplacer("*", `\*`, "`", "\\`")
 	mdEscapeInLink = strings.NewReplacer("*", `\*`, "`", "\\`", "[", `\[`, "]", `\]`)
+	mdNoEscape     = strings.NewReplacer()
 	mdURLEscape    = strings.NewReplacer("(", "%28", ")", "%29", " ", "%20")
 	mdCellEscape   = strings.NewReplacer("  \n", " ", "\n", " ", "|", `\|`)
 	mdLineStart    = regexp.MustCompile(`^(#{1,6}|[>+-]|\d{1,9}[.)])( |$)`)
-	mdEmphasis     = map[string]string{"strong": "**", "b": "**", "em": "*", "i": "*", "del": "~~", "s": "~~", "strike": "~~"}
+	mdEmphasis     = map[string]string{"strong": "**", "b": "**", "em": "*", "i": "*", "del": "~~",
+		"s": "~~", "strike": "~~"}
 )
 
-// mdConv turns a parsed page into markdown.
+const (
+	// Whole words of class and id values naming content, and naming furniture.
+	mdGoodWords = " article body content entry main post story text blog prose markdown "
+	mdBadWords  = " ad ads advert advertisement author banner breadcrumb byline caption comment " +
+		"comments consent cookie cookies copyright credit credits cta disqus footer gdpr " +
+		"masthead menu meta modal nav navbar license licence navigation newsletter pager " +
+		"pagination popup promo recommended related share sharing side sidebar social sponsor " +
+		"subscribe subscription tags toolbar "
+	// Word tails that make compounds of them: relatedposts, commentlist.
+	mdWordTails = " area bar block box container content holder inner item items link links list " +
+		"module panel post posts section widget wrap wrapper zone "
+	mdHeadings    = " h1 h2 h3 h4 h5 h6 "
+	mdKickers     = " h2 h3 h4 h5 h6 " // headings that go with the block after them
+	mdParaTags    = " p pre td dd "
+	mdLayoutCells = " pre table blockquote h1 h2 h3 h4 h5 h6 " // a cell holding one is for layout
+	mdMinPara     = 25                                         // characters that make a paragraph
+	mdWordWeight  = 25.0                                       // a class word's weight
+	mdMinWin      = 20.0                                       // a main block scores at least this
+	mdNestMax     = 10                                         // deeper lists and quotes come flat
+)
+
+// mdConv turns a parsed page into markdown (or text).
 type mdConv struct {
-	base    *url.URL
-	hasMain bool                 // the content root is the page's main area
-	esc     *strings.Replacer    // escapes text (more inside links)
-	nest    int                  // depth of lists and quotes being rendered
-	sizes   map[*htmlNode][2]int // text and link-text length below a node
+	base  *url.URL
+	esc   *strings.Replacer // escapes text (more inside links)
+	plain bool              // text: no link targets, emphasis or escapes
+	all   bool              // keep furniture: it is all the page has
+	nest  int               // depth of lists and quotes being rendered
+	limit int               // characters after which output stops
+	made  int               // characters of text rendered so far
+	score map[*htmlNode]float64
+	paras map[*htmlNode]int // text of the paragraphs below a node
+	cands []*htmlNode       // nodes with a score, in document order
+}
+
+// mdPage is a converted page; cut: output stopped at the limit.
+type mdPage struct {
+	title, text string
+	cut         bool
 }
 
 func htmlByTag(tag string) func(*htmlNode) bool {
 	return func(n *htmlNode) bool { return n.tag == tag }
 }
 
-// htmlToMarkdown returns the page's title and its main content as markdown, links made absolute.
-func htmlToMarkdown(src, pageURL string) (title, md string) {
+// htmlToMarkdown returns the page's title and main content as markdown (plain:
+// as text), links made absolute, stopping after about limit characters.
+func htmlToMarkdown(src, pageURL string, limit int, plain bool) mdPage {
 	root := parseHTML(src)
-	m := &mdConv{sizes: map[*htmlNode][2]int{}, esc: mdEscape}
+	m := &mdConv{esc: mdEscape, plain: plain, limit: limit, score: map[*htmlNode]float64{},
+		paras: map[*htmlNode]int{}}
+	if plain {
+		m.esc = mdNoEscape
+	}
 	m.base, _ = url.Parse(pageURL)
+	var pg mdPage
 	if t := root.find(htmlByTag("title")); t != nil {
-		title = t.textContent()
+		pg.title = t.textContent()
 	}
 	if b := root.find(htmlByTag("base")); b != nil && m.base != nil {
 		if u, err := m.base.Parse(b.attr("href")); err == nil {
 			m.base = u
 		}
 	}
-	content := cmp.Or(root.find(htmlByTag("body")), root)
-	// The main area is <main>, else [role=main], else the page's only <article>.
-	for _, pick := range []func(*htmlNode) bool{htmlByTag("main"), func(n *htmlNode) bool { return n.attr("role") == "main" }, htmlByTag("article")} {
-		cands := content.findAll(func(n *htmlNode) bool { return pick(n) && !htmlHidden(n) })
-		if len(cands) == 0 || (len(cands) > 1 && cands[0].tag == "article") {
+	body := cmp.Or(root.find(htmlByTag("body")), root)
+	loose := body // or the page's main area
+	isMain := func(n *htmlNode) bool {
+		return (n.tag == "main" || n.attr("role") == "main") && !htmlHidden(n)
+	}
+	if mn := body.find(isMain); mn != nil && m.measure(mn)[0] > 0 {
+		loose = mn
+	}
+	for _, content := range []*htmlNode{m.mainContent(body, loose), loose, body, body} {
+		if content == nil {
 			continue
 		}
-		if best := slices.MaxFunc(cands, func(a, b *htmlNode) int { return m.measure(a)[0] - m.measure(b)[0] }); m.measure(best)[0] > 0 {
-			content, m.hasMain = best, true
+		m.made = 0
+		if pg.text = m.block(content, false); pg.text != "" {
 			break
 		}
+		m.all = content == body // everything looked like furniture: read it whole
 	}
-	return title, m.block(content, false)
+	pg.cut = m.made > m.limit
+	hasH1 := strings.HasPrefix(pg.text, "# ") || strings.Contains(pg.text, "\n# ")
+	if pg.title != "" && !m.plain && !hasH1 {
+		// A page without its own heading starts with its title.
+		pg.text = "# " + m.esc.Replace(cutTitle(pg.title)) + "\n\n" + pg.text
+	}
+	return pg
+}
+
+// mainContent returns the best block, or the parent whose children read as
+// content, or nil when no block clearly wins or it holds far less text than loose.
+func (m *mdConv) mainContent(body, loose *htmlNode) *htmlNode {
+	m.scoreParas(body)
+	var top *htmlNode
+	best := mdMinWin
+	for _, n := range m.cands {
+		if w := m.weight(n); w > best {
+			top = n
+			best = w
+		}
+	}
+	// Climb while a parent adds more paragraph text than other text: its
+	// children then read as content, and its furniture is skipped later.
+	for top != nil && top.parent != nil && top.parent.tag != "body" {
+		p := top.parent
+		ps := m.measure(p)
+		ts := m.measure(top)
+		paras := m.paras[p] - m.paras[top]
+		if other := ps[0] - ts[0] - paras; paras*2 <= other && ps != ts {
+			break
+		}
+		top = p
+	}
+	if top == nil {
+		return nil
+	}
+	if s, l := m.measure(top), m.measure(loose); (s[0]-s[1])*3 < l[0]-l[1] {
+		return nil
+	}
+	return top
+}
+
+// scoreParas adds each paragraph's score to its parent, grandparent and great-grandparent.
+func (m *mdConv) scoreParas(n *htmlNode) {
+	for _, c := range n.children {
+		if c.tag == "" || m.skip(c) {
+			continue
+		}
+		s := m.measure(c)
+		if text := s[0] - s[1]; m.isPara(c) && text >= mdMinPara {
+			commas := strings.Count(rawText(c, &strings.Builder{}), ",")
+			v := 1 + float64(commas) + min(float64(text)/100, 3)
+			d := 1.0
+			for a := c.parent; a != nil; a = a.parent {
+				if _, ok := m.score[a]; !ok && d <= 3 {
+					m.cands = append(m.cands, a)
+				}
+				if d <= 3 {
+					m.score[a] += v / d
+				}
+				m.paras[a] += text
+				d++
+			}
+		}
+		m.scoreParas(c)
+	}
+}
+
+// isPara reports a paragraph: p, pre, a cell, an item, or a block with text of its own.
+func (m *mdConv) isPara(n *htmlNode) bool {
+	ownText := func(c *htmlNode) bool {
+		return c.tag == "" && len(strings.TrimSpace(c.text)) >= mdMinPara
+	}
+	if inSet(mdParaTags, n.tag) {
+		return true
+	}
+	return inSet(mdBlockTags, n.tag) && slices.ContainsFunc(n.children, ownText)
+}
+
+// weight is a block's score with its class words and role, less its share of link text.
+func (m *mdConv) weight(n *htmlNode) float64 {
+	w := m.score[n]
+	good, bad := mdHints(n)
+	if good || inSet(" article main ", n.tag) || n.attr("role") == "main" {
+		w += mdWordWeight
+	}
+	if bad {
+		w -= mdWordWeight
+	}
+	s := m.measure(n)
+	return w * (1 - float64(s[1])/float64(max(s[0], 1)))
+}
+
+// mdHints reports whether n's class and id hold words naming content and furniture.
+func mdHints(n *htmlNode) (good, bad bool) {
+	notWord := func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) }
+	words := strings.FieldsFunc(strings.ToLower(n.attr("class")+" "+n.attr("id")), notWord)
+	for _, w := range words {
+		good = good || mdHasWord(mdGoodWords, w)
+		bad = bad || mdHasWord(mdBadWords, w)
+	}
+	return good, bad
+}
+
+// mdHasWord reports that w is a word of set, alone or before a common tail
+// (relatedposts, commentlist, shares), but not inside a longer word (commented).
+func mdHasWord(set, w string) bool {
+	for _, h := range strings.Fields(set) {
+		if tail, ok := strings.CutPrefix(w, h); ok && (tail == "" || inSet(mdWordTails, tail)) {
+			return true
+		}
+	}
+	return false
 }
 
 // htmlHidden reports an element the page does not show.
 func htmlHidden(n *htmlNode) bool {
 	style := strings.ToLower(strings.ReplaceAll(n.attr("style"), " ", ""))
 	hidden := slices.ContainsFunc(n.attrs, func(a htmlAttr) bool { return a.key == "hidden" })
-	return hidden || n.attr("aria-hidden") == "true" || strings.Contains(style, "display:none") || strings.Contains(style, "visibility:hidden")
+	return hidden || n.attr("aria-hidden") == "true" || strings.Contains(style, "display:none") ||
+		strings.Contains(style, "visibility:hidden")
 }
 
 // measure returns the length of the text below n and of the part inside links.
 func (m *mdConv) measure(n *htmlNode) [2]int {
-	s, ok := m.sizes[n]
 	if n.tag == "" {
 		return [2]int{len(strings.TrimSpace(n.text)), 0}
-	} else if ok || inSet(mdDropTags, n.tag) {
-		return s
+	} else if n.size[0] == 0 && !inSet(mdDropTags, n.tag) {
+		var s [2]int
+		for _, c := range n.children {
+			cs := m.measure(c)
+			s[0] += cs[0]
+			s[1] += cs[1]
+		}
+		if n.tag == "a" {
+			s[1] = s[0]
+		}
+		n.size = [2]int32{int32(s[0]) + 1, int32(s[1])}
 	}
-	for _, c := range n.children {
-		cs := m.measure(c)
-		s[0], s[1] = s[0]+cs[0], s[1]+cs[1]
-	}
-	if n.tag == "a" {
-		s[1] = s[0]
-	}
-	m.sizes[n] = s
-	return s
+	return [2]int{int(max(n.size[0]-1, 0)), int(n.size[1])}
 }
 
-// skip reports an element left out: never shown, hidden, or page furniture.
-// Without a main area, menus are found by role, class and link density.
+// skip reports an element left out: never shown, hidden, or page furniture
+// by tag, role, class words or link density.
 func (m *mdConv) skip(n *htmlNode) bool {
 	s := m.measure(n)
+	good, bad := mdHints(n)
+	id := n.attr("id")
 	switch {
-	case inSet(mdDropTags+"nav aside footer ", n.tag) || htmlHidden(n) || (n.tag == "form" && s[0] < 500):
+	case n.tag == "script": // MathJax's TeX is read; its rendering (the frame) is not
+		return !strings.HasPrefix(n.attr("type"), "math/tex")
+	case strings.HasPrefix(id, "MathJax-Element-") && strings.HasSuffix(id, "-Frame"):
 		return true
-	case m.hasMain:
+	case inSet(mdDropTags+"nav aside footer figcaption ", n.tag) || htmlHidden(n):
+		return true
+	case inSet(mdNoiseRoles, n.attr("role")):
+		return true
+	case m.all:
 		return false
-	case n.tag == "header":
-		return n.find(htmlByTag("h1")) == nil
+	case n.tag == "form" && s[0] < 500:
+		return true
+	case n.tag == "header" && s[0]-s[1] < 200 && n.find(htmlByTag("h1")) == nil:
+		return true
+	case bad && !(good && s[0]-s[1] >= 1000):
+		// Furniture words around the article (share-zone, js-code-nav) do not drop it.
+		return n.find(func(c *htmlNode) bool {
+			good, bad := mdHints(c)
+			cs := m.measure(c)
+			return (good && !bad || inSet(" article main ", c.tag)) && cs[0]-cs[1] >= 1000
+		}) == nil
+	case n.tag == "p" && s[0] > 0 && s[1]*10 >= s[0]*9: // a paragraph that is a link: a teaser
+		return true
 	}
-	ci := n.attr("class") + " " + n.attr("id")
-	return inSet(mdNoiseRoles, n.attr("role")) || (mdUnlikely.MatchString(ci) && !mdLikely.MatchString(ci)) ||
-		(inSet(" div ul ol section table ", n.tag) && s[0] > 0 && s[1]*2 > s[0] && s[0]-s[1] < 100)
+	return inSet(" div ul ol section ", n.tag) && s[0] > 0 && s[1]*2 > s[0] && s[0]-s[1] < 100
 }
 
 // block renders n's children as markdown blocks separated by blank lines; in
 // a tight container (a list item) a list follows its neighbour directly.
+// A heading whose block is left out goes with it.
 func (m *mdConv) block(n *htmlNode, tight bool) string {
 	var out, inl strings.Builder
 	prevList := false
@@ -401,16 +590,18 @@ func (m *mdConv) block(n *htmlNode, tight bool) string {
 	}
 	var walk func(p *htmlNode)
 	walk = func(p *htmlNode) {
-		for _, c := range p.children {
+		for i, c := range p.children {
 			switch {
+			case m.made > m.limit:
+				return
 			case c.tag == "":
-				inl.WriteString(m.esc.Replace(c.text))
-			case m.skip(c):
+				inl.WriteString(m.text(c))
+			case m.skip(c) || inSet(mdKickers, c.tag) && m.beforeSkipped(p.children[i+1:]):
 			case inSet(mdBlockTags, c.tag):
 				add(mdPara(inl.String()), false)
 				inl.Reset()
 				add(m.element(c), c.tag == "ul" || c.tag == "ol")
-			case inSet(mdInlineTags, c.tag):
+			case inSet(mdInlineTags, c.tag) || c.tag == "script":
 				inl.WriteString(m.inline(c))
 			default:
 				walk(c)
@@ -422,33 +613,55 @@ func (m *mdConv) block(n *htmlNode, tight bool) string {
 	return out.String()
 }
 
+// beforeSkipped reports that the next element in rest is left out.
+func (m *mdConv) beforeSkipped(rest []*htmlNode) bool {
+	for _, c := range rest {
+		if c.tag != "" && !inSet(mdDropTags, c.tag) {
+			return m.skip(c)
+		} else if strings.TrimSpace(c.text) != "" {
+			return false
+		}
+	}
+	return false
+}
+
+// text renders a text node and counts it.
+func (m *mdConv) text(n *htmlNode) string {
+	m.made += len(strings.TrimSpace(n.text))
+	return m.esc.Replace(n.text)
+}
+
 // element renders one block element.
 func (m *mdConv) element(n *htmlNode) string {
-	switch n.tag {
-	case "h1", "h2", "h3", "h4", "h5", "h6":
+	switch {
+	case inSet(mdHeadings, n.tag):
 		s := strings.ReplaceAll(mdPara(m.inlineChildren(n)), "  \n", " ")
-		return mdMark(s, strings.Repeat("#", int(n.tag[1]-'0'))+" ", "")
-	case "hr":
-		return "* * *"
-	case "pre":
-		return mdPre(n)
-	case "table":
-		return m.table(n)
-	case "ul", "ol", "blockquote":
-		if m.nest >= 10 { // deeper nesting is flat, so prefixes cannot multiply a page's size
-			return m.block(n, false)
+		if m.plain {
+			return s
 		}
+		return mdMark(s, strings.Repeat("#", int(n.tag[1]-'0'))+" ", "")
+	case n.tag == "hr":
+		return "* * *"
+	case n.tag == "pre":
+		return m.pre(n)
+	case n.tag == "table":
+		return m.table(n)
+	case inSet(" ul ol blockquote ", n.tag) && m.nest < mdNestMax:
 		m.nest++
 		defer func() { m.nest-- }()
-		if n.tag != "blockquote" {
-			return m.list(n)
+		if n.tag == "blockquote" {
+			return m.quote(n)
 		}
-		if s := m.block(n, false); s != "" {
-			return "> " + strings.ReplaceAll(strings.ReplaceAll(s, "\n", "\n> "), "> \n", ">\n")
-		}
-		return ""
+		return m.list(n)
 	}
 	return m.block(n, n.tag == "li")
+}
+
+func (m *mdConv) quote(n *htmlNode) string {
+	if s := m.block(n, false); s != "" {
+		return "> " + strings.ReplaceAll(strings.ReplaceAll(s, "\n", "\n> "), "> \n", ">\n")
+	}
+	return ""
 }
 
 // mdMark puts markup around s, outside its white space; not around nothing.
@@ -465,47 +678,82 @@ func mdMark(s, before, after string) string {
 func (m *mdConv) inline(n *htmlNode) string {
 	switch {
 	case n.tag == "":
-		return m.esc.Replace(n.text)
+		return m.text(n)
 	case m.skip(n):
 		return ""
 	case n.tag == "br":
 		return "\x01"
 	case n.tag == "img":
-		alt := strings.Join(strings.Fields(n.attr("alt")), " ")
-		for _, src := range []string{n.attr("src"), n.attr("data-src")} { // data-src: a lazy image's real source
-			if src != "" && !strings.HasPrefix(src, "data:") {
-				return "![" + mdEscapeInLink.Replace(alt) + "](" + m.abs(src) + ")"
-			}
-		}
-		return alt
+		return m.image(n)
 	case inSet(" code kbd samp tt var ", n.tag):
-		s := strings.ReplaceAll(rawText(n, &strings.Builder{}), "\n", " ")
-		if strings.TrimSpace(s) == "" {
-			return s
-		} else if strings.HasPrefix(s, "`") || strings.HasSuffix(s, "`") {
-			s = " " + s + " "
-		}
-		return fence(s, 1) + s + fence(s, 1)
+		return m.code(n)
 	case n.tag == "a":
-		esc := m.esc
-		m.esc = mdEscapeInLink
-		s := m.inlineChildren(n)
-		m.esc = esc
-		href := strings.TrimSpace(n.attr("href"))
-		if t := strings.TrimSpace(s); t == "#" || t == "¶" || t == "§" {
-			return "" // a heading's permalink
-		} else if href == "" || strings.HasPrefix(strings.ToLower(href), "javascript:") {
-			return s
-		}
-		return mdMark(s, "[", "]("+m.abs(href)+")")
+		return m.link(n)
+	case n.tag == "script":
+		return m.math(n)
 	}
 	s := m.inlineChildren(n)
-	if mk := mdEmphasis[n.tag]; mk != "" {
+	if mk := mdEmphasis[n.tag]; mk != "" && !m.plain {
 		return mdMark(s, mk, mk)
 	} else if inSet(mdBlockTags, n.tag) {
 		return " " + s + " "
 	}
 	return s
+}
+
+// image renders an image with its description; in a figure (a photo with
+// its caption and credit) the description is left out, as the caption is.
+func (m *mdConv) image(n *htmlNode) string {
+	alt := strings.Join(strings.Fields(n.attr("alt")), " ")
+	for p := n.parent; p != nil; p = p.parent {
+		if p.tag == "figure" {
+			alt = ""
+		}
+	}
+	// data-src: a lazy image's real source
+	for _, src := range []string{n.attr("src"), n.attr("data-src")} {
+		if src != "" && !strings.HasPrefix(src, "data:") && !m.plain {
+			return "![" + mdEscapeInLink.Replace(alt) + "](" + m.abs(src) + ")"
+		}
+	}
+	return alt
+}
+
+// math renders MathJax's TeX source as $TeX$, or $$TeX$$ for display math.
+func (m *mdConv) math(n *htmlNode) string {
+	tex := strings.TrimSpace(rawText(n, &strings.Builder{}))
+	m.made += len(tex)
+	if strings.Contains(n.attr("type"), "mode=display") {
+		return "$$" + tex + "$$"
+	}
+	return "$" + tex + "$"
+}
+
+func (m *mdConv) code(n *htmlNode) string {
+	s := strings.ReplaceAll(rawText(n, &strings.Builder{}), "\n", " ")
+	m.made += len(s)
+	if strings.TrimSpace(s) == "" || m.plain {
+		return s
+	} else if strings.HasPrefix(s, "`") || strings.HasSuffix(s, "`") {
+		s = " " + s + " "
+	}
+	return fence(s, 1) + s + fence(s, 1)
+}
+
+func (m *mdConv) link(n *htmlNode) string {
+	esc := m.esc
+	if !m.plain {
+		m.esc = mdEscapeInLink
+	}
+	s := m.inlineChildren(n)
+	m.esc = esc
+	href := strings.TrimSpace(n.attr("href"))
+	if t := strings.TrimSpace(s); t == "#" || t == "¶" || t == "§" {
+		return "" // a heading's permalink
+	} else if href == "" || strings.HasPrefix(strings.ToLower(href), "javascript:") || m.plain {
+		return s
+	}
+	return mdMark(s, "[", "]("+m.abs(href)+")")
 }
 
 func (m *mdConv) inlineChildren(n *htmlNode) string {
@@ -519,7 +767,8 @@ func (m *mdConv) inlineChildren(n *htmlNode) string {
 // mdPara folds white space as a browser does, turns breaks into hard line
 // breaks and escapes what would read as a heading, quote or list marker.
 func mdPara(s string) string {
-	s = strings.Join(strings.FieldsFunc(s, func(r rune) bool { return strings.ContainsRune(htmlSpace, r) }), " ")
+	space := func(r rune) bool { return strings.ContainsRune(htmlSpace, r) }
+	s = strings.Join(strings.FieldsFunc(s, space), " ")
 	lines := strings.Split(strings.ReplaceAll(s, "\u00a0", " "), "\x01")
 	for i, l := range lines {
 		l = strings.TrimSpace(l)
@@ -562,7 +811,8 @@ func rawText(n *htmlNode, b *strings.Builder) string {
 
 // fence returns a run of backticks longer than any in s, at least least long.
 func fence(s string, least int) string {
-	run, longest := 0, 0
+	run := 0
+	longest := 0
 	for i := 0; i < len(s); i++ {
 		if run++; s[i] != '`' {
 			run = 0
@@ -572,20 +822,22 @@ func fence(s string, least int) string {
 	return strings.Repeat("`", max(least, longest+1))
 }
 
-// mdPre renders a code block, with the language its classes name.
-func mdPre(n *htmlNode) string {
+// pre renders a code block, with the language its classes name.
+func (m *mdConv) pre(n *htmlNode) string {
 	s := strings.TrimRight(strings.TrimPrefix(rawText(n, &strings.Builder{}), "\n"), "\n ")
+	m.made += len(s)
 	classes := n.attr("class")
 	if c := n.find(htmlByTag("code")); c != nil {
 		classes += " " + c.attr("class")
 	}
 	lang := ""
 	for _, c := range strings.Fields(classes) {
-		if l, ok := strings.CutPrefix(strings.TrimPrefix(c, "language-"), "lang-"); lang == "" && (ok || l != c) {
+		l, ok := strings.CutPrefix(strings.TrimPrefix(c, "language-"), "lang-")
+		if lang == "" && (ok || l != c) {
 			lang = l
 		}
 	}
-	if f := fence(s, 3); strings.TrimSpace(s) != "" {
+	if f := fence(s, 3); strings.TrimSpace(s) != "" && !m.plain {
 		return f + lang + "\n" + s + "\n" + f
 	}
 	return s
@@ -608,7 +860,7 @@ func (m *mdConv) list(n *htmlNode) string {
 		}
 		switch body := m.block(c, true); {
 		case body == "":
-		case c.tag != "li" && len(items) > 0: // a list put straight inside a list belongs to the item before
+		case c.tag != "li" && len(items) > 0: // a list in a list belongs to the item before
 			items[len(items)-1] += "\n" + indent(body, 2)
 		default:
 			items = append(items, marker+indent(body, len(marker)))
@@ -619,19 +871,26 @@ func (m *mdConv) list(n *htmlNode) string {
 
 // indent indents every line but the first by w spaces, leaving blank lines empty.
 func indent(s string, w int) string {
-	return strings.ReplaceAll(strings.ReplaceAll(s, "\n", "\n"+strings.Repeat(" ", w)), "\n"+strings.Repeat(" ", w)+"\n", "\n\n")
+	pad := strings.Repeat(" ", w)
+	return strings.ReplaceAll(strings.ReplaceAll(s, "\n", "\n"+pad), "\n"+pad+"\n", "\n\n")
 }
 
+// table renders a data table; a layout table (one cell, or cells holding
+// blocks) and one too wide to read as a table come as blocks. Only the
+// header row is padded to the widest row.
 func (m *mdConv) table(n *htmlNode) string {
-	if n.find(htmlByTag("table")) != nil {
-		return m.block(n, false) // a layout table
+	cells := n.findAll(func(c *htmlNode) bool { return c.tag == "td" || c.tag == "th" })
+	if len(cells) < 2 || slices.ContainsFunc(cells, func(c *htmlNode) bool {
+		return c.find(func(d *htmlNode) bool { return inSet(mdLayoutCells, d.tag) }) != nil
+	}) {
+		return m.block(n, false)
 	}
 	var rows [][]string
 	cols := 0
 	for _, tr := range n.findAll(htmlByTag("tr")) {
 		var row []string
 		for _, c := range tr.children {
-			if (c.tag == "td" || c.tag == "th") && !m.skip(c) {
+			if (c.tag == "td" || c.tag == "th") && !m.skip(c) && m.made <= m.limit {
 				row = append(row, mdCellEscape.Replace(m.block(c, false)))
 				for span, _ := strconv.Atoi(c.attr("colspan")); span > 1 && span < 100; span-- {
 					row = append(row, "")
@@ -639,18 +898,19 @@ func (m *mdConv) table(n *htmlNode) string {
 			}
 		}
 		if len(row) > 0 {
-			rows, cols = append(rows, row), max(cols, len(row))
+			rows = append(rows, row)
+			cols = max(cols, len(row))
 		}
 	}
-	if cols > 64 {
-		return m.block(n, false) // not a table to read as one
+	if cols > 64 || len(rows) == 0 {
+		return m.block(n, false)
 	}
 	var b strings.Builder
 	if c := n.find(htmlByTag("caption")); c != nil {
 		b.WriteString(strings.TrimPrefix(m.block(c, false)+"\n\n", "\n\n"))
 	}
+	rows[0] = append(rows[0], make([]string, cols-len(rows[0]))...)
 	for i, row := range rows {
-		row = append(row, make([]string, cols-len(row))...)
 		b.WriteString("| " + strings.Join(row, " | ") + " |\n")
 		if i == 0 {
 			b.WriteString("|" + strings.Repeat(" --- |", cols) + "\n")
@@ -1152,30 +1412,46 @@ func (b *browser) stop(procs *procTracker) {
 var readDocsTool = toolDef{
 	name:  "ReadDocs",
 	title: "Read a web page",
-	description: `Reads a web page (documentation, an article, any http or https URL) in headless Chromium and returns what a person would see, as markdown by default. Content that JavaScript builds after load is included: the page is read once it has loaded and (if it has scripts) its network has been quiet for half a second.
+	description: `Reads a web page (documentation, an article, any http or https URL) in headless
+Chromium and returns its main content, as markdown by default: menus, sidebars, related links,
+comments, share and cookie blocks are left out; tables and code blocks are kept; links are
+absolute. Content that JavaScript builds is included.
 
-- format: "markdown" (main content only: menus, headers, footers and sidebars dropped; links absolute), "text" (the visible text of the whole page) or "html" (the page's DOM).
-- wait_ms: extra time to wait after load for pages that keep changing (default 0, max 30000).
-- The reply starts with the page title and final URL. Long pages come in parts of max_length characters (default 30000); the reply says which start_index gets the next part.
-- HTTP errors (404, 500) are reported with the page's content; DNS failures, refused connections, TLS errors, downloads and servers that never answer are errors.
-- Without Chromium the page is fetched over plain HTTP (text then comes as markdown), and the reply says so.
+- format: "markdown", "text" (the same content without markup) or "html" (the whole page's DOM).
+- wait_ms: extra time for pages that keep changing (default 0, max 30000).
+- Long pages come in parts of max_length characters (default 30000); the reply ends with the
+  start_index of the next part.
+- HTTP errors (404, 500) come with the page's content; unreachable hosts, TLS errors and
+  downloads are errors. Without Chromium the page is read over plain HTTP, and the reply says so.
 
 Example: {"url": "https://go.dev/doc/effective_go", "max_length": 20000}`,
 	input: `{"type":"object","properties":{
 		"url":{"type":"string","minLength":1,"description":"The http or https URL to read."},
-		"format":{"type":"string","enum":["markdown","text","html"],"description":"markdown (default), text or html."},
-		"wait_ms":{"type":"integer","minimum":0,"maximum":30000,"description":"Milliseconds to wait after the page has loaded and gone quiet (default 0)."},
-		"max_length":{"type":"integer","minimum":1,"maximum":1000000,"description":"Most characters of content to return (default 30000)."},
-		"start_index":{"type":"integer","minimum":0,"description":"Character of the content to start at, to read the next part of a long page (default 0)."}},
-		"required":["url"],"additionalProperties":false}`,
+		"format":{"type":"string","enum":["markdown","text","html"],
+			"description":"markdown (default), text or html."},
+		"wait_ms":{"type":"integer","minimum":0,"maximum":30000,
+			"description":"Extra milliseconds to wait before reading (default 0)."},
+		"max_length":{"type":"integer","minimum":1,"maximum":1000000,
+			"description":"Most characters of content to return (default 30000)."},
+		"start_index":{"type":"integer","minimum":0,
+			"description":"Character of the content to start at, for the next part (default 0)."}},
+		"required":["url"]}`,
 	output: `{"type":"object","properties":{
-		"url":{"type":"string"},"final_url":{"type":"string","description":"the URL after redirects"},"title":{"type":"string"},
-		"status":{"type":"integer","description":"HTTP status of the page; 0 when unknown"},"format":{"type":"string","enum":["markdown","text","html"]},
-		"content":{"type":"string","description":"this part of the content"},"truncated":{"type":"boolean","description":"more content follows this part"},
-		"next_start_index":{"type":"integer","description":"start_index of the next part, when truncated"},
-		"total_length":{"type":"integer","description":"characters of content in all parts"},
-		"via":{"type":"string","enum":["chromium","http"]},"notes":{"type":"array","items":{"type":"string"}}},
-		"required":["url","final_url","title","status","format","content","truncated","total_length","via"]}`,
+		"url":{"type":"string"},
+		"final_url":{"type":"string","description":"the URL after redirects"},
+		"title":{"type":"string"},
+		"status":{"type":"integer","description":"HTTP status of the page; 0 when unknown"},
+		"format":{"type":"string","enum":["markdown","text","html"]},
+		"content":{"type":"string","description":"this part of the content"},
+		"truncated":{"type":"boolean","description":"more content follows this part"},
+		"next_start_index":{"type":"integer","description":"start_index of the next part"},
+		"total_length":{"type":"integer",
+			"description":"characters of content in all parts; when truncated, at least this many"},
+		"message":{"type":"string","description":"where the next part starts, or that none is"},
+		"via":{"type":"string","enum":["chromium","http"]},
+		"notes":{"type":"array","items":{"type":"string"}}},
+		"required":["url","final_url","title","status","format","content","truncated",
+			"total_length","via"]}`,
 	hints: toolHints{readOnly: true, idempotent: true, openWorld: true},
 	run:   runReadDocs,
 }
@@ -1200,34 +1476,58 @@ type readDocsOut struct {
 	TotalLength    int      `json:"total_length"`
 	Via            string   `json:"via"`
 	Notes          []string `json:"notes,omitempty"`
+	Message        string   `json:"message,omitempty"`
 
 	body   string // the page as read: outerHTML, innerText, or the response body
 	isText bool   // body is text already (innerText, or not HTML)
+	source string // the main document's HTML as the server sent it ("" when unknown)
 }
 
 // pageCap bounds what is taken from a page: characters from the browser, bytes over HTTP.
 const pageCap = 10 << 20
 
+// maxTitle bounds the title in runes: a page may set any document.title.
+const maxTitle = 300
+
+// cutTitle cuts a title to maxTitle runes.
+func cutTitle(s string) string {
+	if t := []rune(s[:min(len(s), 4*maxTitle)]); len(t) > maxTitle {
+		return string(t[:maxTitle]) + "…"
+	}
+	return s
+}
+
 func runReadDocs(ctx context.Context, c *toolCall) toolResult {
 	a := readDocsArgs{Format: "markdown", MaxLength: 30000}
 	if err := json.Unmarshal(c.args, &a); err != nil {
-		return errorResult("ReadDocs: invalid arguments: %v", err)
+		return errorResult("invalid arguments: %v", err)
 	}
 	o, err := c.s.srv.readPage(ctx, a)
 	if err != nil {
-		return errorResult("ReadDocs: %v", err)
+		return errorResult("%v", err)
 	}
-	o.URL, o.Format = a.URL, a.Format
-	content := o.body
-	if !o.isText {
-		title, md := htmlToMarkdown(o.body, o.FinalURL)
-		if o.Title = cmp.Or(o.Title, title); a.Format != "html" {
-			content = md
-		}
-	}
+	o.URL = a.URL
+	o.Format = a.Format
+	content, cut := o.convert(a)
+	o.Title = cutTitle(o.Title)
 	runes := []rune(content)
-	end := min(len(runes), a.StartIndex+a.MaxLength)
-	o.TotalLength, o.Truncated = len(runes), end < len(runes)
+	start := min(a.StartIndex, len(runes))
+	end := min(len(runes), start+a.MaxLength)
+	o.TotalLength = len(runes)
+	o.Truncated = end < len(runes) || cut
+	o.Content = string(runes[start:end])
+	total := strconv.Itoa(o.TotalLength)
+	if cut {
+		total = "at least " + total
+	}
+	switch {
+	case a.StartIndex > 0 && a.StartIndex >= o.TotalLength:
+		o.Message = fmt.Sprintf("No more content: the page has %s characters.", total)
+	case o.Truncated:
+		o.NextStartIndex = end
+		o.Message = fmt.Sprintf("More content: the page has %s characters; call ReadDocs with "+
+			"start_index %d for the next part.", total, end)
+	}
 	var b strings.Builder
 	b.WriteString(cmp.Or(o.Title, "(no title)") + "\n" + o.FinalURL + "\n")
 	if o.Status >= 400 {
@@ -1236,19 +1536,33 @@ func runReadDocs(ctx context.Context, c *toolCall) toolResult {
 	for _, n := range o.Notes {
 		b.WriteString("Note: " + n + "\n")
 	}
-	if a.StartIndex > 0 && a.StartIndex >= o.TotalLength {
-		b.WriteString("\n<error>No more content available.</error>")
-	} else {
-		o.Content = string(runes[a.StartIndex:end])
-		b.WriteString("\n" + o.Content)
-		if o.Truncated {
-			o.NextStartIndex = end
-			fmt.Fprintf(&b, "\n\n<error>Content truncated. Call the ReadDocs tool with a start_index of %d to get more content.</error>", o.NextStartIndex)
+	b.WriteString("\n" + o.Content)
+	if o.Message != "" {
+		b.WriteString("\n\n" + o.Message)
+	}
+	return structuredResult(b.String(), o)
+}
+
+// convert returns the content in the format asked, stopping after the part
+// asked for (cut: it stopped there), and sets the title from the page.
+func (o *readDocsOut) convert(a readDocsArgs) (content string, cut bool) {
+	if o.isText {
+		return o.body, false
+	}
+	// Twice the part asked for: counting text as it is rendered may run ahead of the output.
+	limit := 2 * (a.StartIndex + a.MaxLength)
+	pg := htmlToMarkdown(o.body, o.FinalURL, limit, a.Format == "text")
+	if o.source != "" && !pg.cut { // scripts that removed the article lose to the HTML as sent
+		src := htmlToMarkdown(o.source, o.FinalURL, limit, a.Format == "text")
+		if len(src.text) > 2*len(pg.text) {
+			pg = src
 		}
 	}
-	res := textResult(b.String())
-	res.structured = o
-	return res
+	o.Title = cmp.Or(o.Title, pg.title)
+	if a.Format == "html" {
+		return o.body, false
+	}
+	return pg.text, pg.cut
 }
 
 // readPage reads the page through Chromium, or over plain HTTP when there is no browser.
@@ -1267,7 +1581,9 @@ func (srv *server) readPage(ctx context.Context, a readDocsArgs) (*readDocsOut, 
 		why := strings.TrimPrefix(err.Error(), errNoBrowser.Error()+": ")
 		pg, err := fetchPlain(ctx, u.String())
 		if err == nil {
-			pg.Notes = append([]string{"Read without a browser (" + why + "): content that scripts build may be missing."}, pg.Notes...)
+			note := "Read without a browser (" + why + "): " +
+				"content that scripts build may be missing."
+			pg.Notes = append([]string{note}, pg.Notes...)
 		}
 		return pg, err
 	} else if err != nil {
@@ -1280,10 +1596,12 @@ func (srv *server) readPage(ctx context.Context, a readDocsArgs) (*readDocsOut, 
 		return nil, fmt.Errorf("no free browser tab within %s", timeout)
 	}
 	idle := time.Duration(srv.cfg.int("READDOCS_IDLE_MS")) * time.Millisecond
-	pg, err := b.read(ctx, u.String(), a.Format, idle, time.Duration(a.WaitMS)*time.Millisecond, timeout)
-	if err != nil && b.dead() && ctx.Err() == nil { // the browser died under us: once more with a new one
+	settle := time.Duration(a.WaitMS) * time.Millisecond
+	pg, err := b.read(ctx, u.String(), "html", idle, settle, timeout)
+	// The browser died under us: once more with a new one.
+	if err != nil && b.dead() && ctx.Err() == nil {
 		if b, err = srv.browser.get(ctx, srv); err == nil {
-			pg, err = b.read(ctx, u.String(), a.Format, idle, time.Duration(a.WaitMS)*time.Millisecond, timeout)
+			pg, err = b.read(ctx, u.String(), "html", idle, settle, timeout)
 		}
 	}
 	return pg, err
