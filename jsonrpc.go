@@ -33,6 +33,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"regexp"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -1021,10 +1022,11 @@ func handleToolsCall(ctx context.Context, r *rpcRequest) (map[string]any, error)
 		p.Arguments = json.RawMessage("{}")
 	}
 	var res toolResult
-	if problem := t.schema.check(p.Arguments); problem != "" {
-		res = errorResult("%s: invalid arguments: %s", t.def.name, problem)
+	args, problem := t.schema.check(p.Arguments)
+	if problem != "" {
+		res = errorResult("invalid arguments: %s", problem)
 	} else {
-		res = t.def.run(ctx, &toolCall{s: r.s, req: r, args: p.Arguments})
+		res = t.def.run(ctx, &toolCall{s: r.s, req: r, args: args})
 	}
 	if res.inputRequired != nil && r.version == versionModern {
 		m := map[string]any{"resultType": "input_required"}
@@ -1071,111 +1073,172 @@ type jsonSchema struct {
 	MaxLength   *int                   `json:"maxLength"`
 	MinItems    *int                   `json:"minItems"`
 	MaxItems    *int                   `json:"maxItems"`
-	Additional  json.RawMessage        `json:"additionalProperties"`
 }
 
 func parseSchema(text string) (*jsonSchema, error) {
-	var sc jsonSchema
-	if err := json.Unmarshal([]byte(text), &sc); err != nil {
+	var schema jsonSchema
+	if err := json.Unmarshal([]byte(text), &schema); err != nil {
 		return nil, fmt.Errorf("schema: %w", err)
 	}
-	if sc.Type != "object" {
-		return nil, fmt.Errorf("schema: type is %q, want object", sc.Type)
+	if schema.Type != "object" {
+		return nil, fmt.Errorf("schema: type is %q, want object", schema.Type)
 	}
-	return &sc, nil
+	return &schema, nil
 }
 
-// check returns "" when args satisfy the schema, else what is wrong, naming the field.
-func (sc *jsonSchema) check(args json.RawMessage) string {
+// check returns args normalized, or what is wrong, naming the field. Arguments the
+// schema does not know are dropped; values that convert without loss are converted:
+// "5" to 5 for numbers, 5 to "5" for strings, "true" to true for booleans.
+func (schema *jsonSchema) check(args json.RawMessage) (json.RawMessage, string) {
 	dec := json.NewDecoder(bytes.NewReader(args))
 	dec.UseNumber()
 	var v any
 	if err := dec.Decode(&v); err != nil {
-		return fmt.Sprintf("arguments are not valid JSON: %v", err)
+		return nil, fmt.Sprintf("arguments are not valid JSON: %v", err)
 	}
-	return sc.checkValue("arguments", v)
+	v, problem := schema.checkValue("arguments", v)
+	if problem != "" {
+		return nil, problem
+	}
+	normalized, err := marshalJSON(v)
+	if err != nil {
+		return nil, fmt.Sprintf("arguments: %v", err)
+	}
+	return normalized, ""
 }
 
-func (sc *jsonSchema) checkValue(path string, v any) string {
-	switch sc.Type {
+// integral matches a number written as a plain integer, which a string holds without loss.
+var integral = regexp.MustCompile(`^-?[0-9]+$`)
+
+// convert returns v as the schema's type when it converts without loss, else v unchanged.
+func (schema *jsonSchema) convert(v any) any {
+	str, isString := v.(string)
+	num, isNumber := v.(json.Number)
+	switch {
+	case isString && (schema.Type == "integer" || schema.Type == "number"):
+		if _, err := strconv.ParseFloat(str, 64); err == nil && json.Valid([]byte(str)) {
+			return json.Number(str)
+		}
+	case isString && schema.Type == "boolean" && (str == "true" || str == "false"):
+		return str == "true"
+	case isNumber && schema.Type == "string" && integral.MatchString(num.String()):
+		return num.String()
+	}
+	return v
+}
+
+// checkValue returns v converted to the schema, or what is wrong with it.
+func (schema *jsonSchema) checkValue(path string, v any) (any, string) {
+	v = schema.convert(v)
+	problem := ""
+	switch schema.Type {
 	case "object":
-		obj, ok := v.(map[string]any)
-		if !ok {
-			return fmt.Sprintf("%s must be an object, got %s", path, jsonKind(v))
-		}
-		for _, name := range sc.Required {
-			if obj[name] == nil {
-				return fmt.Sprintf("%q is required", name)
-			}
-		}
-		for name := range obj {
-			if sc.Properties[name] == nil && string(sc.Additional) == "false" {
-				return fmt.Sprintf("unknown argument %q (this tool takes %s)", name, strings.Join(sortedKeys(sc.Properties), ", "))
-			}
-		}
-		for name, prop := range sc.Properties {
-			if x := obj[name]; x != nil {
-				if problem := prop.checkValue(strconv.Quote(name), x); problem != "" {
-					return problem
-				}
-			}
-		}
+		v, problem = schema.checkObject(path, v)
 	case "string":
-		str, ok := v.(string)
-		switch n := len([]rune(str)); {
-		case !ok:
-			return fmt.Sprintf("%s must be a string, got %s", path, jsonKind(v))
-		case sc.MinLength != nil && n < *sc.MinLength:
-			return fmt.Sprintf("%s must be at least %d characters", path, *sc.MinLength)
-		case sc.MaxLength != nil && n > *sc.MaxLength:
-			return fmt.Sprintf("%s must be at most %d characters, got %d", path, *sc.MaxLength, n)
-		}
+		problem = schema.checkString(path, v)
 	case "integer", "number":
-		num, ok := v.(json.Number)
-		if !ok {
-			return fmt.Sprintf("%s must be %s, got %s", path, map[string]string{"integer": "an integer", "number": "a number"}[sc.Type], jsonKind(v))
-		}
-		f, err := num.Float64()
-		switch {
-		case err != nil || math.IsInf(f, 0):
-			return fmt.Sprintf("%s: %s is out of range", path, num)
-		case sc.Type == "integer" && f != math.Trunc(f):
-			return fmt.Sprintf("%s must be an integer, got %s", path, num)
-		case sc.Minimum != nil && f < *sc.Minimum:
-			return fmt.Sprintf("%s must be at least %v, got %s", path, *sc.Minimum, num)
-		case sc.Maximum != nil && f > *sc.Maximum:
-			return fmt.Sprintf("%s must be at most %v, got %s", path, *sc.Maximum, num)
-		}
+		problem = schema.checkNumber(path, v)
 	case "boolean":
 		if _, ok := v.(bool); !ok {
-			return fmt.Sprintf("%s must be a boolean, got %s", path, jsonKind(v))
+			problem = fmt.Sprintf("%s must be a boolean, got %s", path, jsonKind(v))
 		}
 	case "array":
-		arr, ok := v.([]any)
-		switch {
-		case !ok:
-			return fmt.Sprintf("%s must be an array, got %s", path, jsonKind(v))
-		case sc.MinItems != nil && len(arr) < *sc.MinItems:
-			return fmt.Sprintf("%s must have at least %d items", path, *sc.MinItems)
-		case sc.MaxItems != nil && len(arr) > *sc.MaxItems:
-			return fmt.Sprintf("%s must have at most %d items, got %d", path, *sc.MaxItems, len(arr))
-		}
-		for i := 0; sc.Items != nil && i < len(arr); i++ {
-			if problem := sc.Items.checkValue(fmt.Sprintf("%s[%d]", path, i), arr[i]); problem != "" {
-				return problem
-			}
+		v, problem = schema.checkArray(path, v)
+	}
+	if problem != "" || len(schema.Enum) == 0 {
+		return v, problem
+	}
+	opts := make([]string, len(schema.Enum))
+	for i, e := range schema.Enum {
+		opts[i] = fmt.Sprint(e)
+		if opts[i] == fmt.Sprint(v) {
+			return v, ""
 		}
 	}
-	if len(sc.Enum) > 0 {
-		opts := make([]string, len(sc.Enum))
-		for i, e := range sc.Enum {
-			if opts[i] = fmt.Sprint(e); opts[i] == fmt.Sprint(v) {
-				return ""
-			}
+	return v, fmt.Sprintf("%s must be one of %s, got %v", path, strings.Join(opts, ", "), v)
+}
+
+// checkObject keeps the properties the schema knows, each checked.
+func (schema *jsonSchema) checkObject(path string, v any) (any, string) {
+	obj, ok := v.(map[string]any)
+	if !ok {
+		return v, fmt.Sprintf("%s must be an object, got %s", path, jsonKind(v))
+	}
+	for _, name := range schema.Required {
+		if obj[name] == nil {
+			return v, fmt.Sprintf("%q is required", name)
 		}
-		return fmt.Sprintf("%s must be one of %s, got %v", path, strings.Join(opts, ", "), v)
+	}
+	known := map[string]any{}
+	for name, prop := range schema.Properties {
+		if obj[name] == nil {
+			continue
+		}
+		x, problem := prop.checkValue(strconv.Quote(name), obj[name])
+		if problem != "" {
+			return v, problem
+		}
+		known[name] = x
+	}
+	return known, ""
+}
+
+func (schema *jsonSchema) checkString(path string, v any) string {
+	str, ok := v.(string)
+	n := len([]rune(str))
+	switch {
+	case !ok:
+		return fmt.Sprintf("%s must be a string, got %s", path, jsonKind(v))
+	case schema.MinLength != nil && n < *schema.MinLength:
+		return fmt.Sprintf("%s must be at least %d characters", path, *schema.MinLength)
+	case schema.MaxLength != nil && n > *schema.MaxLength:
+		return fmt.Sprintf("%s must be at most %d characters, got %d", path, *schema.MaxLength, n)
 	}
 	return ""
+}
+
+func (schema *jsonSchema) checkNumber(path string, v any) string {
+	num, ok := v.(json.Number)
+	if !ok && schema.Type == "integer" {
+		return fmt.Sprintf("%s must be an integer, got %s", path, jsonKind(v))
+	}
+	if !ok {
+		return fmt.Sprintf("%s must be a number, got %s", path, jsonKind(v))
+	}
+	f, err := num.Float64()
+	switch {
+	case err != nil || math.IsInf(f, 0):
+		return fmt.Sprintf("%s: %s is out of range", path, num)
+	case schema.Type == "integer" && f != math.Trunc(f):
+		return fmt.Sprintf("%s must be an integer, got %s", path, num)
+	case schema.Minimum != nil && f < *schema.Minimum:
+		return fmt.Sprintf("%s must be at least %v, got %s", path, *schema.Minimum, num)
+	case schema.Maximum != nil && f > *schema.Maximum:
+		return fmt.Sprintf("%s must be at most %v, got %s", path, *schema.Maximum, num)
+	}
+	return ""
+}
+
+func (schema *jsonSchema) checkArray(path string, v any) (any, string) {
+	arr, ok := v.([]any)
+	switch {
+	case !ok:
+		return v, fmt.Sprintf("%s must be an array, got %s", path, jsonKind(v))
+	case schema.MinItems != nil && len(arr) < *schema.MinItems:
+		return v, fmt.Sprintf("%s must have at least %d items", path, *schema.MinItems)
+	case schema.MaxItems != nil && len(arr) > *schema.MaxItems:
+		return v, fmt.Sprintf("%s must have at most %d items, got %d", path, *schema.MaxItems, len(arr))
+	case schema.Items == nil:
+		return v, ""
+	}
+	out := make([]any, len(arr))
+	for i, x := range arr {
+		var problem string
+		if out[i], problem = schema.Items.checkValue(fmt.Sprintf("%s[%d]", path, i), x); problem != "" {
+			return v, problem
+		}
+	}
+	return out, ""
 }
 
 func jsonKind(v any) string {
