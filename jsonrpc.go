@@ -63,6 +63,7 @@ const (
 	metaClientCaps      = "io.modelcontextprotocol/clientCapabilities"
 	metaLogLevel        = "io.modelcontextprotocol/logLevel"
 	metaServerInfo      = "io.modelcontextprotocol/serverInfo"
+	metaSubscriptionID  = "io.modelcontextprotocol/subscriptionId"
 )
 
 // JSON-RPC and MCP error codes.
@@ -158,10 +159,7 @@ type server struct {
 	stateKey []byte         // signs requestState in 2026-07-28 round trips; random per process
 	skills   *skillCatalog  // skills for InvokeSkill and prompts
 	browser  *browserHolder // ReadDocs's Chromium, started on first use
-
-	mu          sync.Mutex                   // guards toolsCache and toolsResult
-	toolsCache  map[string][]json.RawMessage // encoded tools/list entries by protocol version
-	toolsResult map[string]json.RawMessage   // the whole first page, by protocol version
+	listens  listenerSet    // open subscriptions/listen requests, of every session
 }
 
 // toolEntry is a row of the tool table with its parsed input schema.
@@ -196,13 +194,6 @@ func (srv *server) tool(name string) *toolEntry {
 	return nil
 }
 
-// toolsChanged drops the cached tools/list answers (sessions tell their clients).
-func (srv *server) toolsChanged() {
-	srv.mu.Lock()
-	srv.toolsCache, srv.toolsResult = map[string][]json.RawMessage{}, map[string]json.RawMessage{}
-	srv.mu.Unlock()
-}
-
 // session is one client connection: stdio has exactly one.
 type session struct {
 	srv      *server
@@ -217,22 +208,25 @@ type session struct {
 	mu         sync.Mutex // guards the fields below
 	version    string     // negotiated by initialize; "" before it
 	clientCaps map[string]json.RawMessage
-	logLevel   int // notifications/message below this level are not sent
-	inflight   map[string]*inflightRequest
+	logLevel   int                         // notifications/message below this level are not sent
+	inflight   map[string]*inflightRequest // by idKey
 	pending    map[string]chan *rpcMessage // server-to-client requests awaiting their reply
 	nextID     int64
 
-	wg sync.WaitGroup // counts running request goroutines
+	wg    sync.WaitGroup // counts running request goroutines
+	slots chan struct{}  // one per running request; at maxInflight the reader waits
 }
 
 type inflightRequest struct {
 	cancel    context.CancelFunc
 	cancelled bool // by the client: the reply is not sent
+	listen    bool // a subscriptions/listen, which ends when the input does
 }
 
 func newSession(srv *server, out io.Writer) *session {
 	s := &session{srv: srv, out: out, notices: &noticeQueue{}, shell: newShellState(), bg: newBgTasks(srv.procs),
-		logLevel: logLevelIndex(srv.cfg.str("LOG_LEVEL")), inflight: map[string]*inflightRequest{}, pending: map[string]chan *rpcMessage{}}
+		logLevel: logLevelIndex(srv.cfg.str("LOG_LEVEL")), inflight: map[string]*inflightRequest{}, pending: map[string]chan *rpcMessage{},
+		slots: make(chan struct{}, maxInflight)}
 	s.workflow = newSessionWorkflow(s)
 	return s
 }
@@ -250,12 +244,6 @@ func marshalJSON(v any) (json.RawMessage, error) {
 
 // encodeLine encodes msg as one line of JSON ending in '\n'.
 func encodeLine(msg any) ([]byte, error) {
-	if m, ok := msg.(*rpcMessage); ok && m.Result != nil && m.Error == nil {
-		// A result is our own compact encoding: frame it without scanning it again.
-		b := make([]byte, 0, len(m.ID)+len(m.Result)+40)
-		b = append(append(append(b, `{"jsonrpc":"2.0","id":`...), m.ID...), `,"result":`...)
-		return append(append(b, m.Result...), "}\n"...), nil
-	}
 	b, err := marshalJSON(msg)
 	if err != nil {
 		return nil, fmt.Errorf("send: encode: %w", err)
@@ -313,8 +301,17 @@ func (s *session) close() {
 	s.bg.closeAll()
 }
 
-// notify sends a notification to the client.
-func (s *session) notify(method string, params any) { s.send(notification(method, params)) }
+// notify tells of a change to a list: an initialized legacy session directly, and
+// every open subscriptions/listen of the server that asked for method (lists are server-wide).
+func (s *session) notify(method string, params any) {
+	s.mu.Lock()
+	legacy := s.version != ""
+	s.mu.Unlock()
+	if legacy {
+		s.send(notification(method, params))
+	}
+	s.srv.listens.deliver(method)
+}
 
 // outgoing is a request or a notification telson sends.
 type outgoing struct {
@@ -338,6 +335,7 @@ func (s *session) serve(ctx context.Context, r io.Reader) error {
 		line, tooLong, err := readLine(br, max)
 		switch {
 		case errors.Is(err, io.EOF):
+			s.endListens()
 			return nil
 		case err != nil:
 			return fmt.Errorf("read: %w", err)
@@ -358,6 +356,17 @@ func (s *session) cancelAll() {
 	defer s.mu.Unlock()
 	for _, r := range s.inflight {
 		r.cancel()
+	}
+}
+
+// endListens ends the session's subscriptions/listen requests gracefully: they answer.
+func (s *session) endListens() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range s.inflight {
+		if r.listen {
+			r.cancel()
+		}
 	}
 }
 
@@ -395,12 +404,14 @@ func (s *session) handleBatch(ctx context.Context, line []byte, done func(reply 
 	s.mu.Unlock()
 	var items []json.RawMessage
 	json.Unmarshal(line, &items) // line is a valid JSON array
-	if v == "" || len(items) == 0 || atLeast(v, version20250618) {
+	if v == "" || len(items) == 0 || len(items) > maxBatch || atLeast(v, version20250618) {
 		why := "batches are not supported in protocol version " + v
 		if v == "" {
 			why = "a batch cannot come before initialize"
 		} else if len(items) == 0 {
 			why = "empty batch"
+		} else if len(items) > maxBatch {
+			why = fmt.Sprintf("a batch of %d messages; at most %d are allowed", len(items), maxBatch)
 		}
 		done(invalidRequest(nil, "%s", why))
 		return
@@ -463,7 +474,6 @@ type rpcRequest struct {
 	caps          map[string]json.RawMessage
 	logLevel      int // modern era: the request's own log level; -1 when none
 	progressToken json.RawMessage
-	rawResult     json.RawMessage     // set by a handler whose result is already encoded
 	out           func(msg any) error // where messages about the request go (see routeKey); nil: the session's output
 
 	progressMu   sync.Mutex // guards lastProgress
@@ -485,11 +495,26 @@ var methods = map[string]methodInfo{
 	"logging/setLevel": {handle: handleSetLevel, inline: true},
 	"prompts/list":     {handle: handlePromptsList},
 	"prompts/get":      {handle: handlePromptsGet},
+	methodListen:       {handle: handleListen},
 }
 
-func idKey(id json.RawMessage) string { return string(bytes.TrimSpace(id)) }
+// idKey is id's value as a key: numbers by numeric value (5.0 is 5), strings as strings.
+func idKey(id json.RawMessage) string {
+	var v any
+	if json.Unmarshal(id, &v) != nil {
+		return string(id)
+	}
+	return fmt.Sprintf("%T %v", v, v)
+}
 
-// startRequest runs one request in its own goroutine, or inline when later messages depend on its effect.
+// Limits on what a client can make a session hold.
+const (
+	maxBatch    = 100 // messages in a batch
+	maxInflight = 64  // requests running at once, not counting those waiting on the client
+)
+
+// startRequest runs one request in its own goroutine, or inline when later messages depend
+// on its effect. At maxInflight it waits for a slot, so the reader stops reading: backpressure.
 func (s *session) startRequest(ctx context.Context, m *rpcMessage, done func(reply any)) {
 	info, ok := methods[m.Method]
 	if !ok {
@@ -502,37 +527,55 @@ func (s *session) startRequest(ctx context.Context, m *rpcMessage, done func(rep
 		return
 	}
 	r.out = routeOf(ctx)
-	key := idKey(m.ID)
 	reqCtx, cancel := context.WithCancel(ctx)
+	inf := &inflightRequest{cancel: cancel, listen: m.Method == methodListen}
+	// A modern request over HTTP is cancelled by closing its stream, and its id is
+	// unique only among its own client's: it is not registered.
+	registered := !r.modern || r.out == nil
+	key := idKey(m.ID)
 	s.mu.Lock()
-	if _, dup := s.inflight[key]; dup {
-		s.mu.Unlock()
+	_, dup := s.inflight[key]
+	if registered && !dup {
+		s.inflight[key] = inf
+	}
+	s.mu.Unlock()
+	if registered && dup {
 		cancel()
-		done(invalidRequest(m.ID, "id %s is already in use by a running request", key))
+		done(invalidRequest(m.ID, "id %s is already in use by a running request", m.ID))
 		return
 	}
-	inf := &inflightRequest{cancel: cancel}
-	s.inflight[key] = inf
-	s.mu.Unlock()
-
+	s.slots <- struct{}{}
 	s.wg.Add(1)
 	run := func() {
 		defer s.wg.Done()
 		defer cancel()
 		var reply any = s.runRequest(reqCtx, r, info)
 		s.mu.Lock()
-		delete(s.inflight, key)
+		if registered {
+			delete(s.inflight, key)
+		}
 		if inf.cancelled {
 			reply = nil
 		}
 		s.mu.Unlock()
 		done(reply)
+		<-s.slots
 	}
 	if info.inline {
 		run()
 	} else {
 		go run() // exits when the handler returns
 	}
+}
+
+// awaitClient runs wait, which waits on the client, without holding a request's slot.
+func (s *session) awaitClient(wait func()) {
+	select {
+	case <-s.slots:
+		defer func() { s.slots <- struct{}{} }()
+	default: // not called from a request
+	}
+	wait()
 }
 
 // newRequest reads a request's _meta and settles the era and version it is served under.
@@ -588,9 +631,6 @@ func (s *session) runRequest(ctx context.Context, r *rpcRequest, info methodInfo
 		}
 	}()
 	result, err := info.handle(ctx, r)
-	if err == nil && r.rawResult != nil {
-		return &rpcMessage{JSONRPC: "2.0", ID: r.id, Result: r.rawResult}
-	}
 	if err != nil {
 		var re *rpcError
 		if !errors.As(err, &re) {
@@ -609,7 +649,11 @@ func (s *session) runRequest(ctx context.Context, r *rpcRequest, info methodInfo
 		if r.method == "server/discover" {
 			v = versionModern
 		}
-		result["_meta"] = map[string]any{metaServerInfo: s.srv.serverInfo(v)}
+		meta := map[string]any{metaServerInfo: s.srv.serverInfo(v)}
+		if given, ok := result["_meta"].(map[string]any); ok {
+			maps.Copy(meta, given)
+		}
+		result["_meta"] = meta
 	}
 	raw, err := marshalJSON(result)
 	if err != nil {
@@ -665,16 +709,21 @@ func (s *session) request(ctx context.Context, method string, params any) (json.
 	if err := s.sendVia(out, &outgoing{"2.0", id, method, params}); err != nil {
 		return nil, fmt.Errorf("%s: %w", method, err)
 	}
-	select {
-	case m := <-ch:
-		if m.Error != nil {
-			return nil, fmt.Errorf("%s: client answered %d %s", method, m.Error.Code, m.Error.Message)
+	var m *rpcMessage
+	s.awaitClient(func() {
+		select {
+		case m = <-ch:
+		case <-ctx.Done():
 		}
-		return m.Result, nil
-	case <-ctx.Done():
+	})
+	if m == nil {
 		s.sendVia(out, notification("notifications/cancelled", map[string]any{"requestId": id, "reason": ctx.Err().Error()}))
 		return nil, fmt.Errorf("%s: %w", method, ctx.Err())
 	}
+	if m.Error != nil {
+		return nil, fmt.Errorf("%s: client answered %d %s", method, m.Error.Code, m.Error.Message)
+	}
+	return m.Result, nil
 }
 
 // clientHas reports whether the client declared capability name, for this request.
@@ -726,6 +775,80 @@ func (r *rpcRequest) log(level string, data any) {
 	if wanted && logLevelIndex(level) >= least {
 		r.notify("notifications/message", map[string]any{"level": level, "logger": "telson", "data": data})
 	}
+}
+
+const methodListen = "subscriptions/listen"
+
+// listenerSet is the open subscriptions/listen requests; a change to a list reaches every one that asked.
+type listenerSet struct {
+	mu   sync.Mutex // guards open
+	open map[*listener]bool
+}
+
+// listener is one open subscriptions/listen request.
+type listener struct {
+	req     *rpcRequest
+	methods []string   // the notifications granted
+	mu      sync.Mutex // held while sending: the acknowledgement goes first
+}
+
+func (ls *listenerSet) add(l *listener) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.open == nil {
+		ls.open = map[*listener]bool{}
+	}
+	ls.open[l] = true
+}
+
+func (ls *listenerSet) remove(l *listener) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	delete(ls.open, l)
+}
+
+// deliver sends notification method to the listeners that asked for it.
+func (ls *listenerSet) deliver(method string) {
+	var open []*listener
+	ls.mu.Lock()
+	for l := range ls.open {
+		open = append(open, l)
+	}
+	ls.mu.Unlock()
+	for _, l := range open {
+		if slices.Contains(l.methods, method) {
+			l.mu.Lock()
+			l.req.notify(method, map[string]any{"_meta": map[string]any{metaSubscriptionID: l.req.id}})
+			l.mu.Unlock()
+		}
+	}
+}
+
+// handleListen acknowledges the notifications it will deliver, then delivers them until
+// the request is cancelled; a graceful end (stdin closed, shutdown) answers it.
+func handleListen(ctx context.Context, r *rpcRequest) (map[string]any, error) {
+	var p struct {
+		Notifications map[string]any `json:"notifications"`
+	}
+	if err := json.Unmarshal(r.params, &p); len(r.params) > 0 && err != nil {
+		return nil, newRPCError(codeInvalidParams, "invalid params: %v", err)
+	}
+	l := &listener{req: r}
+	granted := map[string]any{}
+	for _, list := range []string{"tools", "prompts"} {
+		if p.Notifications[list+"ListChanged"] == true {
+			granted[list+"ListChanged"] = true
+			l.methods = append(l.methods, "notifications/"+list+"/list_changed")
+		}
+	}
+	meta := map[string]any{metaSubscriptionID: r.id}
+	l.mu.Lock()
+	r.s.srv.listens.add(l)
+	r.notify("notifications/subscriptions/acknowledged", map[string]any{"notifications": granted, "_meta": meta})
+	l.mu.Unlock()
+	defer r.s.srv.listens.remove(l)
+	r.s.awaitClient(func() { <-ctx.Done() })
+	return map[string]any{"_meta": meta}, nil
 }
 
 // noticeQueue holds one-line notices for the agent until the next tool result carries them, each once.
@@ -842,7 +965,8 @@ func handleToolsList(ctx context.Context, r *rpcRequest) (map[string]any, error)
 	if err := json.Unmarshal(r.params, &p); len(r.params) > 0 && err != nil {
 		return nil, newRPCError(codeInvalidParams, "invalid params: %v", err)
 	}
-	list, start := r.s.srv.toolList(r.version), 0
+	list := r.s.srv.tools
+	start := 0
 	if p.Cursor != nil {
 		b, err := base64.RawURLEncoding.DecodeString(*p.Cursor)
 		n, aerr := strconv.Atoi(strings.TrimPrefix(string(b), "tools:"))
@@ -852,56 +976,19 @@ func handleToolsList(ctx context.Context, r *rpcRequest) (map[string]any, error)
 		start = n
 	}
 	end := min(start+toolsPageSize, len(list))
-	if start == 0 && end == len(list) && !r.modern {
-		r.rawResult = r.s.srv.toolListResult(r.version, list)
-		return nil, nil
+	tools := []map[string]any{}
+	for _, t := range list[start:end] {
+		tools = append(tools, r.s.srv.describeTool(t, r.version))
 	}
-	res := map[string]any{"tools": list[start:end]}
+	res := map[string]any{"tools": tools}
 	if end < len(list) {
 		res["nextCursor"] = encodeCursor(end)
 	}
 	if r.modern {
-		res["ttlMs"], res["cacheScope"] = 60000, "public"
+		res["ttlMs"] = 60000
+		res["cacheScope"] = "public"
 	}
 	return res, nil
-}
-
-// toolListResult is the whole tools/list result for version v, encoded once.
-func (srv *server) toolListResult(v string, list []json.RawMessage) json.RawMessage {
-	srv.mu.Lock()
-	defer srv.mu.Unlock()
-	if raw, ok := srv.toolsResult[v]; ok {
-		return raw
-	}
-	raw := []byte(`{"tools":[`)
-	for i, e := range list {
-		if i > 0 {
-			raw = append(raw, ',')
-		}
-		raw = append(raw, e...)
-	}
-	raw = append(raw, "]}"...)
-	srv.toolsResult[v] = raw
-	return raw
-}
-
-// toolList is the tools/list entries for version v, each encoded once.
-func (srv *server) toolList(v string) []json.RawMessage {
-	srv.mu.Lock()
-	cached, ok := srv.toolsCache[v]
-	srv.mu.Unlock()
-	if ok {
-		return cached
-	}
-	list := make([]json.RawMessage, 0, len(srv.tools))
-	for _, t := range srv.tools {
-		raw, _ := marshalJSON(srv.describeTool(t, v))
-		list = append(list, raw)
-	}
-	srv.mu.Lock()
-	srv.toolsCache[v] = list
-	srv.mu.Unlock()
-	return list
 }
 
 // describeTool is one tools/list entry, with the fields version v knows.

@@ -715,14 +715,8 @@ func shellWords(s string) []string {
 func (s *session) checkSkills() []skillInfo {
 	gen, skills, _ := s.srv.skills.refresh(s.srv, s.shell.dir())
 	if s.workflow.skillGen.Swap(gen) != gen {
-		s.srv.toolsChanged()
-		s.mu.Lock()
-		ready := s.version != ""
-		s.mu.Unlock()
-		if ready {
-			s.notify("notifications/tools/list_changed", nil)
-			s.notify("notifications/prompts/list_changed", nil)
-		}
+		s.notify("notifications/tools/list_changed", nil)
+		s.notify("notifications/prompts/list_changed", nil)
 	}
 	return skills
 }
