@@ -1,8 +1,18 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // TestArgumentsNormalized: unknown arguments are ignored, lossless conversions
@@ -62,5 +72,219 @@ func TestToolCallExtraArguments(t *testing.T) {
 	res = c.callTool("Bash", map[string]any{"command": "echo ok", "timeout": "soon"})
 	if !isError(res) || !strings.Contains(resultText(res), `"timeout" must be an integer`) {
 		t.Errorf("got %v", res)
+	}
+}
+
+// modernMessage is a 2026-07-28 request line with the _meta every request carries.
+func modernMessage(id any, method string, params map[string]any) string {
+	if params == nil {
+		params = map[string]any{}
+	}
+	params["_meta"] = map[string]any{metaProtocolVersion: versionModern, metaClientCaps: map[string]any{}}
+	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+	return string(b)
+}
+
+// subscriptionOf is the subscription id a notification carries, or nil.
+func subscriptionOf(m map[string]any) any {
+	p, _ := m["params"].(map[string]any)
+	meta, _ := p["_meta"].(map[string]any)
+	return meta[metaSubscriptionID]
+}
+
+// A 2026-07-28 client over stdio: subscriptions/listen is acknowledged with what
+// it will deliver, then carries the list changes it asked for, until cancelled
+// (by an id equal in value) or until stdin ends, which answers it.
+func TestListenStdio(t *testing.T) {
+	t.Parallel()
+	extra := t.TempDir()
+	c := startServer(t, "-state-dir", t.TempDir(), "-additional-skills", extra)
+	c.send(modernMessage(5, methodListen, map[string]any{"notifications": map[string]any{"toolsListChanged": true, "promptsListChanged": true}}))
+	ack := c.recv()
+	granted := ack["params"].(map[string]any)["notifications"].(map[string]any)
+	if ack["method"] != "notifications/subscriptions/acknowledged" || subscriptionOf(ack) != 5.0 || len(granted) != 2 {
+		t.Fatalf("first message: %v", ack)
+	}
+	c.send(modernMessage("p", methodListen, map[string]any{"notifications": map[string]any{"promptsListChanged": true, "resourcesListChanged": true}}))
+	ack = c.recv()
+	if granted = ack["params"].(map[string]any)["notifications"].(map[string]any); len(granted) != 1 || granted["promptsListChanged"] != true {
+		t.Fatalf("ack of a prompts-only listen: %v", ack)
+	}
+
+	// seen collects list changes by subscription until it has what want names and id's response.
+	seen := map[string]bool{}
+	readUntil := func(id any, want ...string) {
+		t.Helper()
+		for gotReply := false; !gotReply || !hasAll(seen, want); {
+			m := c.recv()
+			if m["id"] == id {
+				gotReply = true
+			} else if m["method"] != nil {
+				seen[fmt.Sprint(m["method"], " ", subscriptionOf(m))] = true
+			} else {
+				t.Fatalf("unexpected %v", m)
+			}
+		}
+	}
+	wfSkill(t, extra, "fresh", "---\ndescription: d\n---\nx\n")
+	c.send(modernMessage(2, "prompts/list", nil))
+	readUntil(2.0, "notifications/tools/list_changed 5", "notifications/prompts/list_changed 5", "notifications/prompts/list_changed p")
+	if seen["notifications/tools/list_changed p"] {
+		t.Fatal("tools/list_changed reached a listen that did not ask for it")
+	}
+
+	c.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5.0}}`)
+	clear(seen)
+	wfSkill(t, extra, "fresher", "---\ndescription: d\n---\nx\n")
+	c.send(modernMessage(3, "prompts/list", nil))
+	readUntil(3.0, "notifications/prompts/list_changed p")
+	if seen["notifications/prompts/list_changed 5"] || seen["notifications/tools/list_changed 5"] {
+		t.Fatal("a cancelled listen still delivers")
+	}
+
+	c.in.Close()
+	var replies []map[string]any
+	for line := range c.lines {
+		var m map[string]any
+		json.Unmarshal(line, &m)
+		if m["method"] == nil {
+			replies = append(replies, m)
+		}
+	}
+	if len(replies) != 1 || replies[0]["id"] != "p" || subscriptionOf(map[string]any{"params": replies[0]["result"]}) != "p" {
+		t.Fatalf("at EOF want only the open listen answered, got %v", replies)
+	}
+}
+
+func hasAll(set map[string]bool, keys []string) bool {
+	for _, k := range keys {
+		if !set[k] {
+			return false
+		}
+	}
+	return true
+}
+
+// Over HTTP the listen's POST reply is an event stream that stays open; closing it cancels.
+func TestListenHTTP(t *testing.T) {
+	t.Parallel()
+	extra := t.TempDir()
+	ts, h := httpStart(t, map[string]string{"ADDITIONAL_SKILLS": extra})
+	c := httpClientFor(t, ts)
+	body := modernMessage("h1", methodListen, map[string]any{"notifications": map[string]any{"toolsListChanged": true, "promptsListChanged": true}})
+	req, _ := http.NewRequest("POST", c.url, strings.NewReader(body))
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("MCP-Protocol-Version", versionModern)
+	req.Header.Set("Mcp-Method", methodListen)
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(resp.Body)
+	next := func() map[string]any {
+		t.Helper()
+		ev, err := httpReadEvent(br)
+		if err != nil {
+			t.Fatalf("listen stream: %v", err)
+		}
+		return httpDecode(t, []byte(ev.data))
+	}
+	if ack := next(); ack["method"] != "notifications/subscriptions/acknowledged" || subscriptionOf(ack) != "h1" {
+		t.Fatalf("first event: %v", ack)
+	}
+	wfSkill(t, extra, "fresh", "---\ndescription: d\n---\nx\n")
+	r, b := httpModernPost(c, "prompts/list", nil, nil)
+	httpStatus(t, "prompts/list", r, b, 200, 0)
+	seen := map[string]bool{}
+	for !seen["notifications/tools/list_changed"] || !seen["notifications/prompts/list_changed"] {
+		m := next()
+		if subscriptionOf(m) != "h1" {
+			t.Fatalf("event without the subscription id: %v", m)
+		}
+		seen[m["method"].(string)] = true
+	}
+	resp.Body.Close()
+	deadline := time.Now().Add(watchdog)
+	for {
+		h.srv.listens.mu.Lock()
+		n := len(h.srv.listens.open)
+		h.srv.listens.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("closing the stream did not end the listen")
+		}
+		runtime.Gosched()
+	}
+}
+
+// Limits: a batch over maxBatch is refused whole; a client that pipelines 20,000
+// requests and reads nothing makes the session stop reading at maxInflight, with
+// memory bounded, and every request is still answered once the client reads.
+func TestRequestLimits(t *testing.T) {
+	srv := newServer(loadConfig(nil), io.Discard)
+	defer srv.close()
+	outR, outW := io.Pipe()
+	inR, inW := io.Pipe()
+	s := newSession(srv, outW)
+	served := make(chan error, 1)
+	go func() { served <- s.serve(context.Background(), inR) }() // exits at EOF
+
+	var batch bytes.Buffer
+	batch.WriteString(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-03-26"}}` + "\n[")
+	for i := range 20000 {
+		if i > 0 {
+			batch.WriteByte(',')
+		}
+		fmt.Fprintf(&batch, `{"jsonrpc":"2.0","id":%d,"method":"tools/list"}`, i+1)
+	}
+	batch.WriteString("]\n")
+	go inW.Write(batch.Bytes()) // exits when read
+	out := bufio.NewReader(outR)
+	if line, _ := out.ReadString('\n'); !strings.Contains(line, `"id":0,"result"`) {
+		t.Fatalf("initialize: %.300s", line)
+	}
+	if line, _ := out.ReadString('\n'); !strings.Contains(line, `"code":-32600`) || !strings.Contains(line, "at most 100") {
+		t.Fatalf("batch of 20,000: %.300s", line)
+	}
+
+	const n = 20000
+	var written atomic.Int64
+	go func() { // exits when every request is written or the input closes
+		for i := range n {
+			if _, err := fmt.Fprintf(inW, `{"jsonrpc":"2.0","id":%d,"method":"tools/list"}`+"\n", i+1); err != nil {
+				return
+			}
+			written.Add(1)
+		}
+	}()
+	deadline := time.Now().Add(watchdog)
+	for len(s.slots) < maxInflight {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d requests running, want %d", len(s.slots), maxInflight)
+		}
+		runtime.Gosched()
+	}
+	var mem runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&mem)
+	if written.Load() == n {
+		t.Error("the session read every request while its client read nothing")
+	}
+	if mem.HeapInuse > 300<<20 {
+		t.Errorf("heap %d MB with a client that reads nothing", mem.HeapInuse>>20)
+	}
+	t.Logf("stalled after %d requests written, heap %d MB", written.Load(), mem.HeapInuse>>20)
+	for i := range n {
+		line, err := out.ReadString('\n')
+		if err != nil || !strings.Contains(line, `"tools":[`) {
+			t.Fatalf("reply %d: %v %.200s", i, err, line)
+		}
+	}
+	inW.Close()
+	if err := <-served; err != nil {
+		t.Fatal(err)
 	}
 }

@@ -244,6 +244,12 @@ func marshalJSON(v any) (json.RawMessage, error) {
 
 // encodeLine encodes msg as one line of JSON ending in '\n'.
 func encodeLine(msg any) ([]byte, error) {
+	if m, ok := msg.(*rpcMessage); ok && m.Result != nil {
+		// A result is our own compact encoding: frame it without scanning it again.
+		b := fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%s,"result":`, m.ID)
+		b = append(b, m.Result...)
+		return append(b, "}\n"...), nil
+	}
 	b, err := marshalJSON(msg)
 	if err != nil {
 		return nil, fmt.Errorf("send: encode: %w", err)
