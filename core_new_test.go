@@ -196,6 +196,9 @@ func TestListenHTTP(t *testing.T) {
 	wfSkill(t, extra, "fresh", "---\ndescription: d\n---\nx\n")
 	r, b := httpModernPost(c, "prompts/list", nil, nil)
 	httpStatus(t, "prompts/list", r, b, 200, 0)
+	if res := httpDecode(t, b)["result"].(map[string]any); res["ttlMs"] == nil || res["cacheScope"] != "public" {
+		t.Errorf("a modern list result needs ttlMs and cacheScope: %s", b)
+	}
 	seen := map[string]bool{}
 	for !seen["notifications/tools/list_changed"] || !seen["notifications/prompts/list_changed"] {
 		m := next()

@@ -647,6 +647,10 @@ func (s *session) runRequest(ctx context.Context, r *rpcRequest, info methodInfo
 	if result == nil {
 		result = map[string]any{}
 	}
+	if r.modern && strings.HasSuffix(r.method, "/list") {
+		result["ttlMs"] = 60000 // a change is announced on subscriptions/listen
+		result["cacheScope"] = "public"
+	}
 	if r.modern {
 		if _, set := result["resultType"]; !set {
 			result["resultType"] = "complete"
@@ -989,10 +993,6 @@ func handleToolsList(ctx context.Context, r *rpcRequest) (map[string]any, error)
 	res := map[string]any{"tools": tools}
 	if end < len(list) {
 		res["nextCursor"] = encodeCursor(end)
-	}
-	if r.modern {
-		res["ttlMs"] = 60000
-		res["cacheScope"] = "public"
 	}
 	return res, nil
 }
