@@ -43,7 +43,8 @@ import (
 	"time"
 )
 
-// Protocol versions, oldest first: the legacy era negotiates one of the first four, the modern one is per request.
+// Protocol versions, oldest first: the legacy era negotiates one of the first
+// four, the modern one is per request.
 const (
 	version20241105 = "2024-11-05"
 	version20250326 = "2025-03-26"
@@ -54,7 +55,7 @@ const (
 
 var (
 	legacyVersions    = []string{version20241105, version20250326, version20250618, version20251125}
-	supportedVersions = []string{version20241105, version20250326, version20250618, version20251125, versionModern}
+	supportedVersions = append(slices.Clip(legacyVersions), versionModern)
 )
 
 // Keys of the modern era's request and result _meta.
@@ -109,6 +110,11 @@ func errorMessage(id json.RawMessage, e *rpcError) *rpcMessage {
 		id = json.RawMessage("null")
 	}
 	return &rpcMessage{JSONRPC: "2.0", ID: id, Error: e}
+}
+
+// invalidParams is a -32602 error.
+func invalidParams(format string, a ...any) *rpcError {
+	return newRPCError(codeInvalidParams, "invalid params: "+format, a...)
 }
 
 // invalidRequest is a -32600 reply to id.
@@ -188,8 +194,10 @@ func outputSchema(d *toolDef) (json.RawMessage, error) {
 }
 
 func (srv *server) tool(name string) *toolEntry {
-	if i := slices.IndexFunc(srv.tools, func(t *toolEntry) bool { return t.def.name == name }); i >= 0 {
-		return srv.tools[i]
+	for _, t := range srv.tools {
+		if t.def.name == name {
+			return t
+		}
 	}
 	return nil
 }
@@ -224,9 +232,17 @@ type inflightRequest struct {
 }
 
 func newSession(srv *server, out io.Writer) *session {
-	s := &session{srv: srv, out: out, notices: &noticeQueue{}, shell: newShellState(), bg: newBgTasks(srv.procs),
-		logLevel: logLevelIndex(srv.cfg.str("LOG_LEVEL")), inflight: map[string]*inflightRequest{}, pending: map[string]chan *rpcMessage{},
-		slots: make(chan struct{}, maxInflight)}
+	s := &session{
+		srv:      srv,
+		out:      out,
+		notices:  &noticeQueue{},
+		shell:    newShellState(),
+		bg:       newBgTasks(srv.procs),
+		logLevel: logLevelIndex(srv.cfg.str("LOG_LEVEL")),
+		inflight: map[string]*inflightRequest{},
+		pending:  map[string]chan *rpcMessage{},
+		slots:    make(chan struct{}, maxInflight),
+	}
 	s.workflow = newSessionWorkflow(s)
 	return s
 }
@@ -275,7 +291,8 @@ func (s *session) send(msg any) error {
 // errNoStream says a route cannot carry a message; it goes to the session's output instead.
 var errNoStream = errors.New("send: no stream to the client")
 
-// routeKey keys, in a request's context, where messages about it go (an HTTP POST's reply); else the session's output.
+// routeKey keys, in a request's context, where messages about it go (an HTTP
+// POST's reply); else the session's output.
 type routeKey struct{}
 
 func routeOf(ctx context.Context) func(msg any) error {
@@ -376,13 +393,15 @@ func (s *session) endListens() {
 	}
 }
 
-// handleLine handles a message or a batch; done gets the reply (a *rpcMessage or an array), or nil, once.
+// handleLine handles a message or a batch; done gets the reply (a *rpcMessage
+// or an array), or nil, once.
 func (s *session) handleLine(ctx context.Context, line []byte, done func(reply any)) {
 	switch line = bytes.TrimSpace(line); {
 	case len(line) == 0:
 		done(nil)
 	case !json.Valid(line):
-		done(errorMessage(nil, newRPCError(codeParseError, "parse error: %v", json.Unmarshal(line, new(any)))))
+		err := json.Unmarshal(line, new(any))
+		done(errorMessage(nil, newRPCError(codeParseError, "parse error: %v", err)))
 	case line[0] == '[':
 		s.handleBatch(ctx, line, done)
 	default:
@@ -417,7 +436,8 @@ func (s *session) handleBatch(ctx context.Context, line []byte, done func(reply 
 		} else if len(items) == 0 {
 			why = "empty batch"
 		} else if len(items) > maxBatch {
-			why = fmt.Sprintf("a batch of %d messages; at most %d are allowed", len(items), maxBatch)
+			why = fmt.Sprintf("a batch of %d messages; at most %d are allowed",
+				len(items), maxBatch)
 		}
 		done(invalidRequest(nil, "%s", why))
 		return
@@ -444,7 +464,8 @@ func (s *session) handleBatch(ctx context.Context, line []byte, done func(reply 
 }
 
 // handleMessage decodes, classifies and handles one message; done gets its reply (or nil) once.
-func (s *session) handleMessage(ctx context.Context, raw []byte, inBatch bool, done func(reply any)) {
+func (s *session) handleMessage(ctx context.Context, raw []byte, inBatch bool,
+	done func(reply any)) {
 	var m rpcMessage
 	err := decodeMessage(raw, &m)
 	switch {
@@ -480,7 +501,7 @@ type rpcRequest struct {
 	caps          map[string]json.RawMessage
 	logLevel      int // modern era: the request's own log level; -1 when none
 	progressToken json.RawMessage
-	out           func(msg any) error // where messages about the request go (see routeKey); nil: the session's output
+	out           func(msg any) error // where messages about it go (see routeKey)
 
 	progressMu   sync.Mutex // guards lastProgress
 	lastProgress float64
@@ -494,7 +515,7 @@ type methodInfo struct {
 
 var methods = map[string]methodInfo{
 	"initialize":       {handle: handleInitialize, inline: true},
-	"ping":             {handle: func(context.Context, *rpcRequest) (map[string]any, error) { return nil, nil }},
+	"ping":             {handle: handlePing},
 	"server/discover":  {handle: handleDiscover},
 	"tools/list":       {handle: handleToolsList},
 	"tools/call":       {handle: handleToolsCall},
@@ -518,6 +539,8 @@ const (
 	maxBatch    = 100 // messages in a batch
 	maxInflight = 64  // requests running at once, not counting those waiting on the client
 )
+
+func handlePing(context.Context, *rpcRequest) (map[string]any, error) { return nil, nil }
 
 // startRequest runs one request in its own goroutine, or inline when later messages depend
 // on its effect. At maxInflight it waits for a slot, so the reader stops reading: backpressure.
@@ -588,18 +611,18 @@ func (s *session) awaitClient(wait func()) {
 func (s *session) newRequest(m *rpcMessage) (*rpcRequest, *rpcError) {
 	r := &rpcRequest{s: s, id: m.ID, method: m.Method, params: m.Params, logLevel: -1}
 	if len(m.Params) > 0 && string(m.Params) != "null" && m.Params[0] != '{' {
-		return nil, newRPCError(codeInvalidParams, "invalid params: params must be an object")
+		return nil, invalidParams("params must be an object")
 	}
 	var p struct {
 		Meta map[string]json.RawMessage `json:"_meta"`
 	}
 	if err := json.Unmarshal(m.Params, &p); len(m.Params) > 0 && err != nil {
-		return nil, newRPCError(codeInvalidParams, "invalid params: _meta: %v", err)
+		return nil, invalidParams("_meta: %v", err)
 	}
 	r.progressToken = p.Meta["progressToken"]
 	var metaVersion string
 	if raw, ok := p.Meta[metaProtocolVersion]; ok && json.Unmarshal(raw, &metaVersion) != nil {
-		return nil, newRPCError(codeInvalidParams, "invalid params: _meta %s must be a string", metaProtocolVersion)
+		return nil, invalidParams("_meta %s must be a string", metaProtocolVersion)
 	}
 	s.mu.Lock()
 	r.version, r.caps = s.version, s.clientCaps
@@ -609,7 +632,7 @@ func (s *session) newRequest(m *rpcMessage) (*rpcRequest, *rpcError) {
 		r.version, r.modern, r.caps = versionModern, true, nil
 		caps, ok := p.Meta[metaClientCaps]
 		if !ok && m.Method != "server/discover" {
-			return nil, newRPCError(codeInvalidParams, "invalid params: _meta %s is required in protocol version %s", metaClientCaps, versionModern)
+			return nil, invalidParams("_meta %s is required in %s", metaClientCaps, versionModern)
 		}
 		json.Unmarshal(caps, &r.caps) // absent (server/discover): none
 		if raw, ok := p.Meta[metaLogLevel]; ok {
@@ -620,16 +643,18 @@ func (s *session) newRequest(m *rpcMessage) (*rpcRequest, *rpcError) {
 	case metaVersion != "" && slices.Contains(legacyVersions, metaVersion):
 		r.version = metaVersion
 	case metaVersion != "":
-		return nil, &rpcError{Code: codeUnsupportedVersion, Message: "unsupported protocol version: " + metaVersion,
-			Data: map[string]any{"supported": supportedVersions, "requested": metaVersion}}
+		e := newRPCError(codeUnsupportedVersion, "unsupported protocol version: %s", metaVersion)
+		e.Data = map[string]any{"supported": supportedVersions, "requested": metaVersion}
+		return nil, e
 	case r.version == "":
-		r.version = version20251125 // a request before initialize is served as the newest legacy version
+		r.version = version20251125 // before initialize: the newest legacy version
 	}
 	return r, nil
 }
 
 // runRequest calls the handler, turning its result, error or panic into a reply.
-func (s *session) runRequest(ctx context.Context, r *rpcRequest, info methodInfo) (reply *rpcMessage) {
+func (s *session) runRequest(ctx context.Context, r *rpcRequest, info methodInfo,
+) (reply *rpcMessage) {
 	defer func() {
 		if p := recover(); p != nil {
 			s.srv.log.errorf("panic serving %s: %v\n%s", r.method, p, debug.Stack())
@@ -667,7 +692,8 @@ func (s *session) runRequest(ctx context.Context, r *rpcRequest, info methodInfo
 	}
 	raw, err := marshalJSON(result)
 	if err != nil {
-		return errorMessage(r.id, newRPCError(codeInternalError, "internal error: encode result: %v", err))
+		err = fmt.Errorf("encode result: %w", err)
+		return errorMessage(r.id, newRPCError(codeInternalError, "internal error: %v", err))
 	}
 	return &rpcMessage{JSONRPC: "2.0", ID: r.id, Result: raw}
 }
@@ -677,7 +703,7 @@ func (s *session) handleNotification(m *rpcMessage) {
 	var p struct {
 		RequestID json.RawMessage `json:"requestId"`
 	}
-	if m.Method != "notifications/cancelled" || json.Unmarshal(m.Params, &p) != nil || !validID(p.RequestID) {
+	if m.Method != "notifications/cancelled" || json.Unmarshal(m.Params, &p) != nil {
 		return
 	}
 	s.mu.Lock()
@@ -702,7 +728,8 @@ func (s *session) routeResponse(m *rpcMessage) {
 	ch <- m
 }
 
-// request sends a request to the client and waits for its reply; if ctx ends first, it sends notifications/cancelled.
+// request sends a request to the client and waits for its reply; if ctx ends
+// first, it sends notifications/cancelled.
 func (s *session) request(ctx context.Context, method string, params any) (json.RawMessage, error) {
 	s.mu.Lock()
 	s.nextID++
@@ -727,7 +754,8 @@ func (s *session) request(ctx context.Context, method string, params any) (json.
 		}
 	})
 	if m == nil {
-		s.sendVia(out, notification("notifications/cancelled", map[string]any{"requestId": id, "reason": ctx.Err().Error()}))
+		cancel := map[string]any{"requestId": id, "reason": ctx.Err().Error()}
+		s.sendVia(out, notification("notifications/cancelled", cancel))
 		return nil, fmt.Errorf("%s: %w", method, ctx.Err())
 	}
 	if m.Error != nil {
@@ -742,7 +770,8 @@ func (r *rpcRequest) clientHas(name string) bool {
 	return ok
 }
 
-// progress sends notifications/progress when the request asked for it, raising a value that does not grow.
+// progress sends notifications/progress when the request asked for it,
+// raising a value that does not grow.
 func (r *rpcRequest) progress(progress, total float64, message string) {
 	if len(r.progressToken) == 0 {
 		return
@@ -764,17 +793,22 @@ func (r *rpcRequest) progress(progress, total float64, message string) {
 }
 
 // Logging levels of RFC 5424, least severe first.
-var logLevels = []string{"debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"}
+var logLevels = []string{
+	"debug", "info", "notice", "warning", "error", "critical", "alert", "emergency",
+}
 
 // logLevelIndex returns the index of level name, or that of "info" when unknown.
 func logLevelIndex(name string) int {
-	if i := slices.IndexFunc(logLevels, func(l string) bool { return strings.EqualFold(l, name) }); i >= 0 {
-		return i
+	for i, l := range logLevels {
+		if strings.EqualFold(l, name) {
+			return i
+		}
 	}
 	return 1
 }
 
-// log sends notifications/message at a level the modern request, or else the initialized session, asked for.
+// log sends notifications/message at a level the modern request, or else the
+// initialized session, asked for.
 func (r *rpcRequest) log(level string, data any) {
 	r.s.mu.Lock()
 	least, wanted := r.s.logLevel, r.s.version != ""
@@ -783,13 +817,15 @@ func (r *rpcRequest) log(level string, data any) {
 		least, wanted = r.logLevel, r.logLevel >= 0
 	}
 	if wanted && logLevelIndex(level) >= least {
-		r.notify("notifications/message", map[string]any{"level": level, "logger": "telson", "data": data})
+		msg := map[string]any{"level": level, "logger": "telson", "data": data}
+		r.notify("notifications/message", msg)
 	}
 }
 
 const methodListen = "subscriptions/listen"
 
-// listenerSet is the open subscriptions/listen requests; a change to a list reaches every one that asked.
+// listenerSet is the open subscriptions/listen requests; a change to a list
+// reaches every one that asked.
 type listenerSet struct {
 	mu   sync.Mutex // guards open
 	open map[*listener]bool
@@ -828,7 +864,8 @@ func (ls *listenerSet) deliver(method string) {
 	for _, l := range open {
 		if slices.Contains(l.methods, method) {
 			l.mu.Lock()
-			l.req.notify(method, map[string]any{"_meta": map[string]any{metaSubscriptionID: l.req.id}})
+			meta := map[string]any{metaSubscriptionID: l.req.id}
+			l.req.notify(method, map[string]any{"_meta": meta})
 			l.mu.Unlock()
 		}
 	}
@@ -841,7 +878,7 @@ func handleListen(ctx context.Context, r *rpcRequest) (map[string]any, error) {
 		Notifications map[string]any `json:"notifications"`
 	}
 	if err := json.Unmarshal(r.params, &p); len(r.params) > 0 && err != nil {
-		return nil, newRPCError(codeInvalidParams, "invalid params: %v", err)
+		return nil, invalidParams("%v", err)
 	}
 	l := &listener{req: r}
 	granted := map[string]any{}
@@ -854,14 +891,16 @@ func handleListen(ctx context.Context, r *rpcRequest) (map[string]any, error) {
 	meta := map[string]any{metaSubscriptionID: r.id}
 	l.mu.Lock()
 	r.s.srv.listens.add(l)
-	r.notify("notifications/subscriptions/acknowledged", map[string]any{"notifications": granted, "_meta": meta})
+	ack := map[string]any{"notifications": granted, "_meta": meta}
+	r.notify("notifications/subscriptions/acknowledged", ack)
 	l.mu.Unlock()
 	defer r.s.srv.listens.remove(l)
 	r.s.awaitClient(func() { <-ctx.Done() })
 	return map[string]any{"_meta": meta}, nil
 }
 
-// noticeQueue holds one-line notices for the agent until the next tool result carries them, each once.
+// noticeQueue holds one-line notices for the agent until the next tool
+// result carries them, each once.
 type noticeQueue struct {
 	mu      sync.Mutex // guards lines and dropped
 	lines   []string
@@ -895,7 +934,8 @@ func (q *noticeQueue) drain() []string {
 // announce queues a notice for the next tool result and tells the client at once.
 func (s *session) announce(line string) {
 	s.notices.push(line)
-	(&rpcRequest{s: s, logLevel: -1}).log("info", line) // not about a request: the session's level applies
+	// Not about a request: the session's level applies.
+	(&rpcRequest{s: s, logLevel: -1}).log("info", line)
 }
 
 // serverInfo is the Implementation object for version v.
@@ -906,22 +946,32 @@ func (srv *server) serverInfo(v string) map[string]any {
 	}
 	if atLeast(v, version20251125) {
 		info["icons"] = telsonIcons
-		info["description"] = "Shell, background processes, web reading and search, and workflow tools for agents."
+		info["description"] = "Shell, background processes, web reading and search, " +
+			"and workflow tools for agents."
 	}
 	return info
 }
 
+var telsonIcon = []byte(`<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16">` +
+	`<rect width="16" height="16" rx="3" fill="#1f6feb"/>` +
+	`<path d="M4 5h8M8 5v7" stroke="#fff" stroke-width="2" fill="none"/></svg>`)
+
 var telsonIcons = []map[string]any{{
-	"src":      "data:image/svg+xml;base64," + base64.StdEncoding.EncodeToString([]byte(`<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16"><rect width="16" height="16" rx="3" fill="#1f6feb"/><path d="M4 5h8M8 5v7" stroke="#fff" stroke-width="2" fill="none"/></svg>`)),
+	"src":      "data:image/svg+xml;base64," + base64.StdEncoding.EncodeToString(telsonIcon),
 	"mimeType": "image/svg+xml",
 	"sizes":    []string{"any"},
 }}
 
-const serverInstructions = "telson gives you a shell (Bash, and BackgroundBash for long-running processes), " +
-	"web access (ReadDocs reads a page through a real browser; WebSearch asks many search engines at once) " +
-	"and workflow tools. Tool results may start with notices about background tasks or reminders; act on them."
+const serverInstructions = "telson gives you a shell (Bash, and BackgroundBash for long-running " +
+	"processes), web access (ReadDocs reads a page through a real browser; WebSearch asks many " +
+	"search engines at once) and workflow tools. Tool results may start with notices about " +
+	"background tasks or reminders; act on them."
 
-var serverCapabilities = map[string]any{"tools": map[string]any{"listChanged": true}, "prompts": map[string]any{"listChanged": true}, "logging": map[string]any{}}
+var serverCapabilities = map[string]any{
+	"tools":   map[string]any{"listChanged": true},
+	"prompts": map[string]any{"listChanged": true},
+	"logging": map[string]any{},
+}
 
 func handleInitialize(ctx context.Context, r *rpcRequest) (map[string]any, error) {
 	var p struct {
@@ -929,7 +979,7 @@ func handleInitialize(ctx context.Context, r *rpcRequest) (map[string]any, error
 		Capabilities    map[string]json.RawMessage `json:"capabilities"`
 	}
 	if err := json.Unmarshal(r.params, &p); len(r.params) > 0 && err != nil {
-		return nil, newRPCError(codeInvalidParams, "invalid params: %v", err)
+		return nil, invalidParams("%v", err)
 	}
 	v := p.ProtocolVersion
 	if !slices.Contains(legacyVersions, v) {
@@ -938,23 +988,32 @@ func handleInitialize(ctx context.Context, r *rpcRequest) (map[string]any, error
 	r.s.mu.Lock()
 	r.s.version, r.s.clientCaps = v, p.Capabilities
 	r.s.mu.Unlock()
-	return map[string]any{"protocolVersion": v, "capabilities": serverCapabilities, "serverInfo": r.s.srv.serverInfo(v), "instructions": serverInstructions}, nil
+	return map[string]any{
+		"protocolVersion": v,
+		"capabilities":    serverCapabilities,
+		"serverInfo":      r.s.srv.serverInfo(v),
+		"instructions":    serverInstructions,
+	}, nil
 }
 
 func handleDiscover(ctx context.Context, r *rpcRequest) (map[string]any, error) {
-	return map[string]any{"supportedVersions": supportedVersions, "capabilities": serverCapabilities,
-		"instructions": serverInstructions, "ttlMs": 3600000, "cacheScope": "public"}, nil
+	return map[string]any{
+		"supportedVersions": supportedVersions,
+		"capabilities":      serverCapabilities,
+		"instructions":      serverInstructions,
+		"ttlMs":             3600000,
+		"cacheScope":        "public",
+	}, nil
 }
 
 func handleSetLevel(ctx context.Context, r *rpcRequest) (map[string]any, error) {
 	var p struct {
 		Level string `json:"level"`
 	}
-	if err := json.Unmarshal(r.params, &p); err != nil || p.Level == "" {
-		return nil, newRPCError(codeInvalidParams, "invalid params: level is required, one of %s", strings.Join(logLevels, ", "))
-	}
+	json.Unmarshal(r.params, &p)
 	if !slices.Contains(logLevels, p.Level) {
-		return nil, newRPCError(codeInvalidParams, "invalid params: unknown level %q, want one of %s", p.Level, strings.Join(logLevels, ", "))
+		levels := strings.Join(logLevels, ", ")
+		return nil, invalidParams("level %q is not one of %s", p.Level, levels)
 	}
 	r.s.mu.Lock()
 	r.s.logLevel = logLevelIndex(p.Level)
@@ -973,15 +1032,16 @@ func handleToolsList(ctx context.Context, r *rpcRequest) (map[string]any, error)
 		Cursor *string `json:"cursor"`
 	}
 	if err := json.Unmarshal(r.params, &p); len(r.params) > 0 && err != nil {
-		return nil, newRPCError(codeInvalidParams, "invalid params: %v", err)
+		return nil, invalidParams("%v", err)
 	}
 	list := r.s.srv.tools
 	start := 0
 	if p.Cursor != nil {
 		b, err := base64.RawURLEncoding.DecodeString(*p.Cursor)
 		n, aerr := strconv.Atoi(strings.TrimPrefix(string(b), "tools:"))
-		if err != nil || aerr != nil || !bytes.HasPrefix(b, []byte("tools:")) || n < 0 || n > len(list) {
-			return nil, newRPCError(codeInvalidParams, "invalid params: bad cursor %q", *p.Cursor)
+		valid := err == nil && aerr == nil && bytes.HasPrefix(b, []byte("tools:"))
+		if !valid || n < 0 || n > len(list) {
+			return nil, invalidParams("bad cursor %q", *p.Cursor)
 		}
 		start = n
 	}
@@ -1000,10 +1060,19 @@ func handleToolsList(ctx context.Context, r *rpcRequest) (map[string]any, error)
 // describeTool is one tools/list entry, with the fields version v knows.
 func (srv *server) describeTool(t *toolEntry, v string) map[string]any {
 	d := t.def
-	m := map[string]any{"name": d.name, "description": d.desc(srv), "inputSchema": json.RawMessage(d.input)}
+	m := map[string]any{
+		"name":        d.name,
+		"description": d.desc(srv),
+		"inputSchema": json.RawMessage(d.input),
+	}
 	if atLeast(v, version20250326) {
-		m["annotations"] = map[string]any{"title": d.title, "readOnlyHint": d.hints.readOnly,
-			"destructiveHint": d.hints.destructive, "idempotentHint": d.hints.idempotent, "openWorldHint": d.hints.openWorld}
+		m["annotations"] = map[string]any{
+			"title":           d.title,
+			"readOnlyHint":    d.hints.readOnly,
+			"destructiveHint": d.hints.destructive,
+			"idempotentHint":  d.hints.idempotent,
+			"openWorldHint":   d.hints.openWorld,
+		}
 	}
 	if atLeast(v, version20250618) {
 		m["title"] = d.title
@@ -1051,7 +1120,7 @@ type toolResult struct {
 	content       []contentItem
 	structured    any // structuredContent, sent from 2025-06-18 to tools with an output schema
 	isError       bool
-	named         bool           // made by errorResult: the dispatcher puts the tool's name in front
+	named         bool           // by errorResult: the dispatcher puts the tool's name in front
 	inputRequired map[string]any // 2026-07-28: reply with an InputRequiredResult with these fields
 }
 
@@ -1082,7 +1151,8 @@ func errorResult(format string, a ...any) toolResult {
 
 // noticesSchema is the output-schema property every tool's structured content
 // may carry: notices (a background task ended, a reminder fired) waiting for the model.
-const noticesSchema = `{"type":"array","items":{"type":"string"},"description":"notices for you: background tasks that ended, reminders that fired; act on them"}`
+const noticesSchema = `{"type":"array","items":{"type":"string"},"description":` +
+	`"notices for you: background tasks that ended, reminders that fired; act on them"}`
 
 // withNotices adds the notices to structured content, which becomes a JSON object.
 func withNotices(structured any, notices []string) any {
@@ -1105,7 +1175,7 @@ func handleToolsCall(ctx context.Context, r *rpcRequest) (map[string]any, error)
 		Arguments json.RawMessage `json:"arguments"`
 	}
 	if err := json.Unmarshal(r.params, &p); err != nil {
-		return nil, newRPCError(codeInvalidParams, "invalid params: %v", err)
+		return nil, invalidParams("%v", err)
 	}
 	t := r.s.srv.tool(p.Name)
 	if t == nil {
@@ -1128,13 +1198,15 @@ func handleToolsCall(ctx context.Context, r *rpcRequest) (map[string]any, error)
 	}
 	content := res.content
 	prefix := t.def.name + ": "
-	if res.named && len(content) > 0 && content[0].Type == "text" && !strings.HasPrefix(content[0].Text, prefix) {
+	named := res.named && len(content) > 0 && content[0].Type == "text"
+	if named && !strings.HasPrefix(content[0].Text, prefix) {
 		content = slices.Clone(content)
 		content[0].Text = prefix + content[0].Text
 	}
 	notices := r.s.notices.drain()
 	if len(notices) > 0 {
-		content = append([]contentItem{{Type: "text", Text: strings.Join(notices, "\n")}}, content...)
+		item := contentItem{Type: "text", Text: strings.Join(notices, "\n")}
+		content = append([]contentItem{item}, content...)
 		if res.structured != nil {
 			res.structured = withNotices(res.structured, notices)
 		}
@@ -1320,14 +1392,16 @@ func (schema *jsonSchema) checkArray(path string, v any) (any, string) {
 	case schema.MinItems != nil && len(arr) < *schema.MinItems:
 		return v, fmt.Sprintf("%s must have at least %d items", path, *schema.MinItems)
 	case schema.MaxItems != nil && len(arr) > *schema.MaxItems:
-		return v, fmt.Sprintf("%s must have at most %d items, got %d", path, *schema.MaxItems, len(arr))
+		max := *schema.MaxItems
+		return v, fmt.Sprintf("%s must have at most %d items, got %d", path, max, len(arr))
 	case schema.Items == nil:
 		return v, ""
 	}
 	out := make([]any, len(arr))
 	for i, x := range arr {
 		var problem string
-		if out[i], problem = schema.Items.checkValue(fmt.Sprintf("%s[%d]", path, i), x); problem != "" {
+		out[i], problem = schema.Items.checkValue(fmt.Sprintf("%s[%d]", path, i), x)
+		if problem != "" {
 			return v, problem
 		}
 	}
@@ -1363,7 +1437,8 @@ func (l *logger) logf(level int, format string, a ...any) {
 	if level < int(l.level.Load()) {
 		return
 	}
-	line := fmt.Sprintf("telson: %s %s: %s\n", time.Now().Format("15:04:05.000"), logLevels[level], fmt.Sprintf(format, a...))
+	now := time.Now().Format("15:04:05.000")
+	line := fmt.Sprintf("telson: %s %s: %s\n", now, logLevels[level], fmt.Sprintf(format, a...))
 	l.mu.Lock()
 	io.WriteString(l.w, line)
 	l.mu.Unlock()
