@@ -501,6 +501,7 @@ type rpcRequest struct {
 	caps          map[string]json.RawMessage
 	logLevel      int // modern era: the request's own log level; -1 when none
 	progressToken json.RawMessage
+	rawResult     json.RawMessage     // set by a handler whose result is already encoded
 	out           func(msg any) error // where messages about it go (see routeKey)
 
 	progressMu   sync.Mutex // guards lastProgress
@@ -662,6 +663,9 @@ func (s *session) runRequest(ctx context.Context, r *rpcRequest, info methodInfo
 		}
 	}()
 	result, err := info.handle(ctx, r)
+	if err == nil && r.rawResult != nil {
+		return &rpcMessage{JSONRPC: "2.0", ID: r.id, Result: r.rawResult}
+	}
 	if err != nil {
 		var re *rpcError
 		if !errors.As(err, &re) {
@@ -1046,9 +1050,10 @@ func handleToolsList(ctx context.Context, r *rpcRequest) (map[string]any, error)
 		start = n
 	}
 	end := min(start+toolsPageSize, len(list))
-	tools := []map[string]any{}
-	for _, t := range list[start:end] {
-		tools = append(tools, r.s.srv.describeTool(t, r.version))
+	tools := r.s.srv.toolsJSON(list[start:end], r.version)
+	if end == len(list) && !r.modern {
+		r.rawResult = fmt.Appendf(nil, `{"tools":%s}`, tools)
+		return nil, nil
 	}
 	res := map[string]any{"tools": tools}
 	if end < len(list) {
@@ -1057,33 +1062,62 @@ func handleToolsList(ctx context.Context, r *rpcRequest) (map[string]any, error)
 	return res, nil
 }
 
-// describeTool is one tools/list entry, with the fields version v knows.
-func (srv *server) describeTool(t *toolEntry, v string) map[string]any {
-	d := t.def
-	m := map[string]any{
-		"name":        d.name,
-		"description": d.desc(srv),
-		"inputSchema": json.RawMessage(d.input),
-	}
-	if atLeast(v, version20250326) {
-		m["annotations"] = map[string]any{
-			"title":           d.title,
-			"readOnlyHint":    d.hints.readOnly,
-			"destructiveHint": d.hints.destructive,
-			"idempotentHint":  d.hints.idempotent,
-			"openWorldHint":   d.hints.openWorld,
+// toolListing is a tools/list entry without its schemas (see toolsJSON).
+type toolListing struct {
+	Name        string           `json:"name"`
+	Title       string           `json:"title,omitempty"`
+	Description string           `json:"description"`
+	Annotations *toolAnnotations `json:"annotations,omitempty"`
+	Icons       any              `json:"icons,omitempty"`
+}
+
+// toolAnnotations are the tool hints of 2025-03-26.
+type toolAnnotations struct {
+	Title           string `json:"title"`
+	ReadOnlyHint    bool   `json:"readOnlyHint"`
+	DestructiveHint bool   `json:"destructiveHint"`
+	IdempotentHint  bool   `json:"idempotentHint"`
+	OpenWorldHint   bool   `json:"openWorldHint"`
+}
+
+// toolsJSON is the JSON array of tools/list entries for version v. The schemas,
+// compact since start-up, are spliced in rather than encoded again: a tools/list
+// costs little more than a ping.
+func (srv *server) toolsJSON(tools []*toolEntry, v string) json.RawMessage {
+	b := make([]byte, 1, 64<<10)
+	b[0] = '['
+	for i, t := range tools {
+		entry, _ := marshalJSON(srv.describeTool(t, v))
+		if i > 0 {
+			b = append(b, ',')
 		}
+		b = append(b, entry[:len(entry)-1]...) // without its closing brace
+		b = append(b, `,"inputSchema":`...)
+		b = append(b, t.schema.raw...)
+		if atLeast(v, version20250618) && t.output != nil {
+			b = append(b, `,"outputSchema":`...)
+			b = append(b, t.output...)
+		}
+		b = append(b, '}')
+	}
+	return append(b, ']')
+}
+
+// describeTool is one tools/list entry, with the fields version v knows.
+func (srv *server) describeTool(t *toolEntry, v string) toolListing {
+	d := t.def
+	listing := toolListing{Name: d.name, Description: d.desc(srv)}
+	if atLeast(v, version20250326) {
+		h := d.hints
+		listing.Annotations = &toolAnnotations{d.title, h.readOnly, h.destructive, h.idempotent, h.openWorld}
 	}
 	if atLeast(v, version20250618) {
-		m["title"] = d.title
-		if t.output != nil {
-			m["outputSchema"] = t.output
-		}
+		listing.Title = d.title
 	}
 	if atLeast(v, version20251125) {
-		m["icons"] = telsonIcons
+		listing.Icons = telsonIcons
 	}
-	return m
+	return listing
 }
 
 // toolDef is a row of the tool table (see toolTable in main.go).
@@ -1238,6 +1272,7 @@ type jsonSchema struct {
 	MaxLength   *int                   `json:"maxLength"`
 	MinItems    *int                   `json:"minItems"`
 	MaxItems    *int                   `json:"maxItems"`
+	raw         json.RawMessage        // the schema as text, compact
 }
 
 func parseSchema(text string) (*jsonSchema, error) {
@@ -1248,7 +1283,9 @@ func parseSchema(text string) (*jsonSchema, error) {
 	if schema.Type != "object" {
 		return nil, fmt.Errorf("schema: type is %q, want object", schema.Type)
 	}
-	return &schema, nil
+	var err error
+	schema.raw, err = marshalJSON(json.RawMessage(text))
+	return &schema, err
 }
 
 // check returns args normalized, or what is wrong, naming the field. Arguments the
