@@ -213,16 +213,23 @@ type session struct {
 	wmu sync.Mutex // guards out
 	out io.Writer
 
-	mu         sync.Mutex // guards the fields below
+	mu         sync.Mutex // guards version, clientCaps and logLevel
 	version    string     // negotiated by initialize; "" before it
 	clientCaps map[string]json.RawMessage
-	logLevel   int                         // notifications/message below this level are not sent
-	inflight   map[string]*inflightRequest // by idKey
-	pending    map[string]chan *rpcMessage // server-to-client requests awaiting their reply
-	nextID     int64
+	logLevel   int // notifications/message below this level are not sent
 
-	wg    sync.WaitGroup // counts running request goroutines
-	slots chan struct{}  // one per running request; at maxInflight the reader waits
+	requests requestTable
+	wg       sync.WaitGroup // counts running request goroutines
+	slots    chan struct{}  // one per running request; at maxInflight the reader waits
+}
+
+// requestTable is a session's requests both ways: the client's that run (to
+// cancel them) and the server's that await the client's reply.
+type requestTable struct {
+	mu       sync.Mutex                  // guards the fields below
+	inflight map[string]*inflightRequest // by idKey
+	pending  map[string]chan *rpcMessage // by idKey
+	nextID   int64
 }
 
 type inflightRequest struct {
@@ -239,9 +246,11 @@ func newSession(srv *server, out io.Writer) *session {
 		shell:    newShellState(),
 		bg:       newBgTasks(srv.procs),
 		logLevel: logLevelIndex(srv.cfg.str("LOG_LEVEL")),
-		inflight: map[string]*inflightRequest{},
-		pending:  map[string]chan *rpcMessage{},
-		slots:    make(chan struct{}, maxInflight),
+		requests: requestTable{
+			inflight: map[string]*inflightRequest{},
+			pending:  map[string]chan *rpcMessage{},
+		},
+		slots: make(chan struct{}, maxInflight),
 	}
 	s.workflow = newSessionWorkflow(s)
 	return s
@@ -375,18 +384,18 @@ func (s *session) wait() { s.wg.Wait() }
 
 // cancelAll cancels every running request; they still answer.
 func (s *session) cancelAll() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, r := range s.inflight {
+	s.requests.mu.Lock()
+	defer s.requests.mu.Unlock()
+	for _, r := range s.requests.inflight {
 		r.cancel()
 	}
 }
 
 // endListens ends the session's subscriptions/listen requests gracefully: they answer.
 func (s *session) endListens() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, r := range s.inflight {
+	s.requests.mu.Lock()
+	defer s.requests.mu.Unlock()
+	for _, r := range s.requests.inflight {
 		if r.listen {
 			r.cancel()
 		}
@@ -563,12 +572,12 @@ func (s *session) startRequest(ctx context.Context, m *rpcMessage, done func(rep
 	// unique only among its own client's: it is not registered.
 	registered := !r.modern || r.out == nil
 	key := idKey(m.ID)
-	s.mu.Lock()
-	_, dup := s.inflight[key]
+	s.requests.mu.Lock()
+	_, dup := s.requests.inflight[key]
 	if registered && !dup {
-		s.inflight[key] = inf
+		s.requests.inflight[key] = inf
 	}
-	s.mu.Unlock()
+	s.requests.mu.Unlock()
 	if registered && dup {
 		cancel()
 		done(invalidRequest(m.ID, "id %s is already in use by a running request", m.ID))
@@ -580,14 +589,14 @@ func (s *session) startRequest(ctx context.Context, m *rpcMessage, done func(rep
 		defer s.wg.Done()
 		defer cancel()
 		var reply any = s.runRequest(reqCtx, r, info)
-		s.mu.Lock()
+		s.requests.mu.Lock()
 		if registered {
-			delete(s.inflight, key)
+			delete(s.requests.inflight, key)
 		}
 		if inf.cancelled {
 			reply = nil
 		}
-		s.mu.Unlock()
+		s.requests.mu.Unlock()
 		done(reply)
 		<-s.slots
 	}
@@ -710,9 +719,9 @@ func (s *session) handleNotification(m *rpcMessage) {
 	if m.Method != "notifications/cancelled" || json.Unmarshal(m.Params, &p) != nil {
 		return
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if r, ok := s.inflight[idKey(p.RequestID)]; ok {
+	s.requests.mu.Lock()
+	defer s.requests.mu.Unlock()
+	if r, ok := s.requests.inflight[idKey(p.RequestID)]; ok {
 		r.cancelled = true
 		r.cancel()
 	}
@@ -721,10 +730,10 @@ func (s *session) handleNotification(m *rpcMessage) {
 // routeResponse hands a client's reply to the server request waiting for it.
 func (s *session) routeResponse(m *rpcMessage) {
 	key := idKey(m.ID)
-	s.mu.Lock()
-	ch := s.pending[key]
-	delete(s.pending, key)
-	s.mu.Unlock()
+	s.requests.mu.Lock()
+	ch := s.requests.pending[key]
+	delete(s.requests.pending, key)
+	s.requests.mu.Unlock()
 	if ch == nil {
 		s.srv.log.debugf("reply to unknown request %s ignored", key)
 		return
@@ -735,16 +744,16 @@ func (s *session) routeResponse(m *rpcMessage) {
 // request sends a request to the client and waits for its reply; if ctx ends
 // first, it sends notifications/cancelled.
 func (s *session) request(ctx context.Context, method string, params any) (json.RawMessage, error) {
-	s.mu.Lock()
-	s.nextID++
-	id := json.RawMessage(strconv.Quote("telson-" + strconv.FormatInt(s.nextID, 10)))
+	s.requests.mu.Lock()
+	s.requests.nextID++
+	id := json.RawMessage(strconv.Quote("telson-" + strconv.FormatInt(s.requests.nextID, 10)))
 	ch := make(chan *rpcMessage, 1)
-	s.pending[idKey(id)] = ch
-	s.mu.Unlock()
+	s.requests.pending[idKey(id)] = ch
+	s.requests.mu.Unlock()
 	defer func() {
-		s.mu.Lock()
-		delete(s.pending, idKey(id))
-		s.mu.Unlock()
+		s.requests.mu.Lock()
+		delete(s.requests.pending, idKey(id))
+		s.requests.mu.Unlock()
 	}()
 	out := routeOf(ctx)
 	if err := s.sendVia(out, &outgoing{"2.0", id, method, params}); err != nil {
@@ -1128,7 +1137,7 @@ type toolDef struct {
 	input       string                   // JSON Schema of the arguments
 	output      string                   // JSON Schema of structuredContent; "" for none
 	hints       toolHints
-	run         func(ctx context.Context, c *toolCall) toolResult
+	run         func(ctx context.Context, call *toolCall) toolResult
 }
 
 // desc is the tool's description as it stands now.
