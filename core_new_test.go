@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -169,7 +170,12 @@ func hasAll(set map[string]bool, keys []string) bool {
 func TestListenHTTP(t *testing.T) {
 	t.Parallel()
 	extra := t.TempDir()
-	ts, h := httpStart(t, map[string]string{"ADDITIONAL_SKILLS": extra})
+	srv := newServer(loadConfig(map[string]string{"ADDITIONAL_SKILLS": extra}), io.Discard)
+	h := newHTTPHandler(srv, "127.0.0.1")
+	ts := httptest.NewServer(h)
+	defer srv.close()
+	defer h.closeAll()
+	defer ts.Close()
 	c := httpClientFor(t, ts)
 	body := modernMessage("h1", methodListen, map[string]any{"notifications": map[string]any{"toolsListChanged": true, "promptsListChanged": true}})
 	req, _ := http.NewRequest("POST", c.url, strings.NewReader(body))
@@ -210,9 +216,9 @@ func TestListenHTTP(t *testing.T) {
 	resp.Body.Close()
 	deadline := time.Now().Add(watchdog)
 	for {
-		h.srv.listens.mu.Lock()
-		n := len(h.srv.listens.open)
-		h.srv.listens.mu.Unlock()
+		srv.listens.mu.Lock()
+		n := len(srv.listens.open)
+		srv.listens.mu.Unlock()
 		if n == 0 {
 			break
 		}
