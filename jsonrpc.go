@@ -1093,23 +1093,27 @@ type toolAnnotations struct {
 // compact since start-up, are spliced in rather than encoded again: a tools/list
 // costs little more than a ping.
 func (srv *server) toolsJSON(tools []*toolEntry, v string) json.RawMessage {
-	b := make([]byte, 1, 64<<10)
-	b[0] = '['
+	var b bytes.Buffer
+	b.Grow(64 << 10)
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	b.WriteByte('[')
 	for i, t := range tools {
-		entry, _ := marshalJSON(srv.describeTool(t, v))
 		if i > 0 {
-			b = append(b, ',')
+			b.WriteByte(',')
 		}
-		b = append(b, entry[:len(entry)-1]...) // without its closing brace
-		b = append(b, `,"inputSchema":`...)
-		b = append(b, t.schema.raw...)
+		enc.Encode(srv.describeTool(t, v))
+		b.Truncate(b.Len() - len("}\n"))
+		b.WriteString(`,"inputSchema":`)
+		b.Write(t.schema.raw)
 		if atLeast(v, version20250618) && t.output != nil {
-			b = append(b, `,"outputSchema":`...)
-			b = append(b, t.output...)
+			b.WriteString(`,"outputSchema":`)
+			b.Write(t.output)
 		}
-		b = append(b, '}')
+		b.WriteByte('}')
 	}
-	return append(b, ']')
+	b.WriteByte(']')
+	return b.Bytes()
 }
 
 // describeTool is one tools/list entry, with the fields version v knows.
