@@ -251,7 +251,7 @@ func newServer(cfg *config, stderr io.Writer) *server {
 		version = strings.TrimPrefix(bi.Main.Version, "v")
 	}
 	srv := &server{cfg: cfg, log: log, version: version, stateKey: newStateKey(), procs: newProcTracker(log),
-		skills: &skillCatalog{dir: wd}, browser: &browserHolder{tabs: make(chan struct{}, 2)}, toolsCache: map[string][]json.RawMessage{}, toolsResult: map[string]json.RawMessage{}}
+		skills: &skillCatalog{dir: wd}, browser: &browserHolder{tabs: make(chan struct{}, 2)}}
 	srv.search = newSearchState(srv.version)
 	for _, d := range toolTable {
 		if !cfg.toolEnabled(d.name) {

@@ -874,14 +874,8 @@ func expandSkill(body, args, dir string) (string, error) {
 func (s *session) checkSkills() []skillInfo {
 	gen, skills := s.srv.skills.refresh(s.srv, s.shell.dir())
 	if s.workflow.skillGen.Swap(gen) != gen {
-		s.srv.toolsChanged()
-		s.mu.Lock()
-		ready := s.version != ""
-		s.mu.Unlock()
-		if ready {
-			s.notify("notifications/tools/list_changed", nil)
-			s.notify("notifications/prompts/list_changed", nil)
-		}
+		s.notify("notifications/tools/list_changed", nil)
+		s.notify("notifications/prompts/list_changed", nil)
 	}
 	return skills
 }
