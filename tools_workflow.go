@@ -706,7 +706,7 @@ var invokeSkillTool = toolDef{
 	name:  "InvokeSkill",
 	title: "Load a skill",
 	describe: func(srv *server) string {
-		_, skills := srv.skills.refresh(srv, "")
+		skills := srv.skills.current(srv)
 		list := ""
 		for _, sk := range skills[:min(len(skills), maxSkillsList)] {
 			d := []rune(sk.description)
@@ -764,6 +764,20 @@ func skillRoots(cfg *config, project string) []skillInfo {
 		roots = append(roots, skillInfo{path: d, source: "Additional Skill"})
 	}
 	return roots
+}
+
+// current returns the skills of the last scan, scanning once when none was
+// made: tools/list stays cheap, and checkSkills tells clients of changes.
+func (sc *skillCatalog) current(srv *server) []skillInfo {
+	sc.mu.Lock()
+	scanned := sc.gen > 0
+	skills := sc.skills
+	sc.mu.Unlock()
+	if scanned {
+		return skills
+	}
+	_, skills = sc.refresh(srv, "")
+	return skills
 }
 
 // refresh re-reads the skills when the project of dir ("" for the last one)
