@@ -73,7 +73,7 @@ const calls = [
   ["PlanMode", { action: "json" }, (r) => !r.isError],
   ["InvokeSkill", { skill_name: "no-such-skill" }, (r) => r.isError === true],
   ["SetCallback", { action: "list" }, (r) => !r.isError],
-  ["AskUserQuestion", { questions_json: JSON.stringify({ questions: [{ text: "Which?", options: ["A", "B"] }] }) }, (r) => r.isError === true],
+  ["AskUserQuestion", { questions_json: JSON.stringify({ questions: [{ text: "Which?", options: ["A", "B"] }] }) }, (r) => !r.isError && r.structuredContent?.status === "ask_in_chat"],
   ["BackgroundBash", { command: "echo bg-interop" }, (r) => !r.isError],
   ["ListBgTasks", {}, (r) => !r.isError],
 ];
