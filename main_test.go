@@ -32,6 +32,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -41,6 +42,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 func TestMain(m *testing.M) {
@@ -5530,5 +5532,661 @@ func BenchmarkHTMLToMarkdownHostile(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			htmlToMarkdown(in, "http://x/", 1<<20, false)
 		}
+	}
+}
+
+// TestArgumentsNormalized: unknown arguments are ignored, lossless conversions
+// reach the handler converted, and what does not convert still fails naming the field.
+func TestArgumentsNormalized(t *testing.T) {
+	t.Parallel()
+	schema, err := parseSchema(`{"type":"object","required":["n"],"properties":{
+		"n":{"type":"integer","minimum":1,"maximum":9000},"f":{"type":"number"},"s":{"type":"string"},
+		"b":{"type":"boolean"},"list":{"type":"array","items":{"type":"object","properties":{"id":{"type":"string"}}}},
+		"mode":{"type":"string","enum":["a","b"]}}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := map[string]string{
+		`{"n":"5000"}`:                                  `{"n":5000}`,
+		`{"n":5,"f":"2.5","s":7,"b":"false"}`:           `{"b":false,"f":2.5,"n":5,"s":"7"}`,
+		`{"n":1,"wait_for_previous":true,"x":{"y":1}}`:  `{"n":1}`,
+		`{"n":1,"list":[{"id":3,"extra":1}],"s":"-12"}`: `{"list":[{"id":"3"}],"n":1,"s":"-12"}`,
+		`{"n":1,"s":-40}`:                               `{"n":1,"s":"-40"}`,
+	}
+	for in, want := range ok {
+		got, problem := schema.check([]byte(in))
+		if problem != "" || string(got) != want {
+			t.Errorf("%s: got %s %q, want %s", in, got, problem, want)
+		}
+	}
+	bad := map[string]string{
+		`{}`:                           `"n" is required`,
+		`{"n":"five"}`:                 `"n" must be an integer, got a string`,
+		`{"n":"5.5"}`:                  `"n" must be an integer, got 5.5`,
+		`{"n":"9001"}`:                 `"n" must be at most 9000`,
+		`{"n":1,"s":1.5}`:              `"s" must be a string, got a number (1.5)`,
+		`{"n":1,"s":1e3}`:              `"s" must be a string`,
+		`{"n":1,"b":"yes"}`:            `"b" must be a boolean, got a string`,
+		`{"n":1,"f":"0x10"}`:           `"f" must be a number, got a string`,
+		`{"n":1,"mode":"c"}`:           `"mode" must be one of a, b`,
+		`{"n":1,"list":[{"id":true}]}`: `"id" must be a string, got a boolean`,
+	}
+	for in, want := range bad {
+		if _, problem := schema.check([]byte(in)); !strings.Contains(problem, want) {
+			t.Errorf("%s: got %q, want %q", in, problem, want)
+		}
+	}
+}
+
+// TestToolCallExtraArguments: a real call with arguments telson does not know,
+// and a timeout written as a string, succeeds.
+func TestToolCallExtraArguments(t *testing.T) {
+	t.Parallel()
+	c := startServer(t)
+	c.initialize("2025-11-25")
+	res := c.callTool("Bash", map[string]any{"command": "echo ok", "timeout": "5000",
+		"description": "say ok", "wait_for_previous": true})
+	if isError(res) || resultText(res) != "ok\n" {
+		t.Errorf("got %v", res)
+	}
+	res = c.callTool("Bash", map[string]any{"command": "echo ok", "timeout": "soon"})
+	if !isError(res) || !strings.Contains(resultText(res), `"timeout" must be an integer`) {
+		t.Errorf("got %v", res)
+	}
+}
+
+// modernMessage is a 2026-07-28 request line with the _meta every request carries.
+func modernMessage(id any, method string, params map[string]any) string {
+	if params == nil {
+		params = map[string]any{}
+	}
+	params["_meta"] = map[string]any{metaProtocolVersion: versionModern, metaClientCaps: map[string]any{}}
+	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+	return string(b)
+}
+
+// subscriptionOf is the subscription id a notification carries, or nil.
+func subscriptionOf(m map[string]any) any {
+	p, _ := m["params"].(map[string]any)
+	meta, _ := p["_meta"].(map[string]any)
+	return meta[metaSubscriptionID]
+}
+
+// A 2026-07-28 client over stdio: subscriptions/listen is acknowledged with what
+// it will deliver, then carries the list changes it asked for, until cancelled
+// (by an id equal in value) or until stdin ends, which answers it.
+func TestListenStdio(t *testing.T) {
+	t.Parallel()
+	extra := t.TempDir()
+	c := startServer(t, "-state-dir", t.TempDir(), "-additional-skills", extra)
+	c.send(modernMessage(5, methodListen, map[string]any{"notifications": map[string]any{"toolsListChanged": true, "promptsListChanged": true}}))
+	ack := c.recv()
+	granted := ack["params"].(map[string]any)["notifications"].(map[string]any)
+	if ack["method"] != "notifications/subscriptions/acknowledged" || subscriptionOf(ack) != 5.0 || len(granted) != 2 {
+		t.Fatalf("first message: %v", ack)
+	}
+	c.send(modernMessage("p", methodListen, map[string]any{"notifications": map[string]any{"promptsListChanged": true, "resourcesListChanged": true}}))
+	ack = c.recv()
+	if granted = ack["params"].(map[string]any)["notifications"].(map[string]any); len(granted) != 1 || granted["promptsListChanged"] != true {
+		t.Fatalf("ack of a prompts-only listen: %v", ack)
+	}
+
+	// seen collects list changes by subscription until it has what want names and id's response.
+	seen := map[string]bool{}
+	readUntil := func(id any, want ...string) {
+		t.Helper()
+		for gotReply := false; !gotReply || !hasAll(seen, want); {
+			m := c.recv()
+			if m["id"] == id {
+				gotReply = true
+			} else if m["method"] != nil {
+				seen[fmt.Sprint(m["method"], " ", subscriptionOf(m))] = true
+			} else {
+				t.Fatalf("unexpected %v", m)
+			}
+		}
+	}
+	wfSkill(t, extra, "fresh", "---\ndescription: d\n---\nx\n")
+	c.send(modernMessage(2, "prompts/list", nil))
+	readUntil(2.0, "notifications/tools/list_changed 5", "notifications/prompts/list_changed 5", "notifications/prompts/list_changed p")
+	if seen["notifications/tools/list_changed p"] {
+		t.Fatal("tools/list_changed reached a listen that did not ask for it")
+	}
+
+	c.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5.0}}`)
+	clear(seen)
+	wfSkill(t, extra, "fresher", "---\ndescription: d\n---\nx\n")
+	c.send(modernMessage(3, "prompts/list", nil))
+	readUntil(3.0, "notifications/prompts/list_changed p")
+	if seen["notifications/prompts/list_changed 5"] || seen["notifications/tools/list_changed 5"] {
+		t.Fatal("a cancelled listen still delivers")
+	}
+
+	c.in.Close()
+	var replies []map[string]any
+	for line := range c.lines {
+		var m map[string]any
+		json.Unmarshal(line, &m)
+		if m["method"] == nil {
+			replies = append(replies, m)
+		}
+	}
+	if len(replies) != 1 || replies[0]["id"] != "p" || subscriptionOf(map[string]any{"params": replies[0]["result"]}) != "p" {
+		t.Fatalf("at EOF want only the open listen answered, got %v", replies)
+	}
+}
+
+func hasAll(set map[string]bool, keys []string) bool {
+	for _, k := range keys {
+		if !set[k] {
+			return false
+		}
+	}
+	return true
+}
+
+// Over HTTP the listen's POST reply is an event stream that stays open; closing it cancels.
+func TestListenHTTP(t *testing.T) {
+	t.Parallel()
+	extra := t.TempDir()
+	srv := newServer(loadConfig(map[string]string{"ADDITIONAL_SKILLS": extra}), io.Discard)
+	h := newHTTPHandler(srv, "127.0.0.1")
+	ts := httptest.NewServer(h)
+	defer srv.close()
+	defer h.closeAll()
+	defer ts.Close()
+	c := httpClientFor(t, ts)
+	body := modernMessage("h1", methodListen, map[string]any{"notifications": map[string]any{"toolsListChanged": true, "promptsListChanged": true}})
+	req, _ := http.NewRequest("POST", c.url, strings.NewReader(body))
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("MCP-Protocol-Version", versionModern)
+	req.Header.Set("Mcp-Method", methodListen)
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(resp.Body)
+	next := func() map[string]any {
+		t.Helper()
+		ev, err := httpReadEvent(br)
+		if err != nil {
+			t.Fatalf("listen stream: %v", err)
+		}
+		return httpDecode(t, []byte(ev.data))
+	}
+	if ack := next(); ack["method"] != "notifications/subscriptions/acknowledged" || subscriptionOf(ack) != "h1" {
+		t.Fatalf("first event: %v", ack)
+	}
+	wfSkill(t, extra, "fresh", "---\ndescription: d\n---\nx\n")
+	r, b := httpModernPost(c, "prompts/list", nil, nil)
+	httpStatus(t, "prompts/list", r, b, 200, 0)
+	if res := httpDecode(t, b)["result"].(map[string]any); res["ttlMs"] == nil || res["cacheScope"] != "public" {
+		t.Errorf("a modern list result needs ttlMs and cacheScope: %s", b)
+	}
+	seen := map[string]bool{}
+	for !seen["notifications/tools/list_changed"] || !seen["notifications/prompts/list_changed"] {
+		m := next()
+		if subscriptionOf(m) != "h1" {
+			t.Fatalf("event without the subscription id: %v", m)
+		}
+		seen[m["method"].(string)] = true
+	}
+	resp.Body.Close()
+	deadline := time.Now().Add(watchdog)
+	for {
+		srv.listens.mu.Lock()
+		n := len(srv.listens.open)
+		srv.listens.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("closing the stream did not end the listen")
+		}
+		runtime.Gosched()
+	}
+}
+
+// Limits: a batch over maxBatch is refused whole; a client that pipelines 20,000
+// requests and reads nothing makes the session stop reading at maxInflight, with
+// memory bounded, and every request is still answered once the client reads.
+func TestRequestLimits(t *testing.T) {
+	srv := newServer(loadConfig(nil), io.Discard)
+	defer srv.close()
+	outR, outW := io.Pipe()
+	inR, inW := io.Pipe()
+	s := newSession(srv, outW)
+	served := make(chan error, 1)
+	go func() { served <- s.serve(context.Background(), inR) }() // exits at EOF
+
+	var batch bytes.Buffer
+	batch.WriteString(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-03-26"}}` + "\n[")
+	for i := range 20000 {
+		if i > 0 {
+			batch.WriteByte(',')
+		}
+		fmt.Fprintf(&batch, `{"jsonrpc":"2.0","id":%d,"method":"tools/list"}`, i+1)
+	}
+	batch.WriteString("]\n")
+	go inW.Write(batch.Bytes()) // exits when read
+	out := bufio.NewReader(outR)
+	if line, _ := out.ReadString('\n'); !strings.Contains(line, `"id":0,"result"`) {
+		t.Fatalf("initialize: %.300s", line)
+	}
+	if line, _ := out.ReadString('\n'); !strings.Contains(line, `"code":-32600`) || !strings.Contains(line, "at most 100") {
+		t.Fatalf("batch of 20,000: %.300s", line)
+	}
+
+	const n = 20000
+	var written atomic.Int64
+	go func() { // exits when every request is written or the input closes
+		for i := range n {
+			if _, err := fmt.Fprintf(inW, `{"jsonrpc":"2.0","id":%d,"method":"tools/list"}`+"\n", i+1); err != nil {
+				return
+			}
+			written.Add(1)
+		}
+	}()
+	deadline := time.Now().Add(watchdog)
+	for len(s.slots) < maxInflight {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d requests running, want %d", len(s.slots), maxInflight)
+		}
+		runtime.Gosched()
+	}
+	var mem runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&mem)
+	if written.Load() == n {
+		t.Error("the session read every request while its client read nothing")
+	}
+	if mem.HeapInuse > 300<<20 {
+		t.Errorf("heap %d MB with a client that reads nothing", mem.HeapInuse>>20)
+	}
+	t.Logf("stalled after %d requests written, heap %d MB", written.Load(), mem.HeapInuse>>20)
+	for i := range n {
+		line, err := out.ReadString('\n')
+		if err != nil || !strings.Contains(line, `"tools":[`) {
+			t.Fatalf("reply %d: %v %.200s", i, err, line)
+		}
+	}
+	inW.Close()
+	if err := <-served; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// httpDialRaw opens a TCP connection to the host of url, closed at the test's end; reads on it
+// give up at the watchdog.
+func httpDialRaw(t *testing.T, url string) net.Conn {
+	t.Helper()
+	host := strings.TrimSuffix(strings.TrimPrefix(url, "http://"), "/mcp")
+	conn, err := net.Dial("tcp", host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	conn.SetReadDeadline(time.Now().Add(watchdog))
+	return conn
+}
+
+// httpClosedByServer reads conn to its end and fails unless the server closed it.
+func httpClosedByServer(t *testing.T, conn net.Conn, what string) []byte {
+	t.Helper()
+	b, err := io.ReadAll(conn)
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatalf("%s: the connection was still open at the watchdog", what)
+	}
+	return b
+}
+
+func TestHTTPSlowBodyIsCutOff(t *testing.T) {
+	t.Parallel()
+	url, _, _, _ := httpRun(t, "-http", ":0", "-http-timeout-ms", "300")
+	conn := httpDialRaw(t, url)
+	fmt.Fprintf(conn, "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000\r\n\r\n")
+	go func() { // trickles the body, a byte every 50 ms, until the server has closed the connection
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for range tick.C {
+			if _, err := conn.Write([]byte(" ")); err != nil {
+				return
+			}
+		}
+	}()
+	reply := httpClosedByServer(t, conn, "slow body")
+	if len(reply) > 0 && !bytes.HasPrefix(reply, []byte("HTTP/1.1 400")) {
+		t.Errorf("slow body answered %q", reply)
+	}
+	headers := httpDialRaw(t, url)
+	fmt.Fprintf(headers, "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n") // headers that never end
+	httpClosedByServer(t, headers, "slow headers")
+}
+
+func TestHTTPIdleConnectionIsClosed(t *testing.T) {
+	t.Parallel()
+	url, _, _, _ := httpRun(t, "-http", ":0", "-http-timeout-ms", "300")
+	conn := httpDialRaw(t, url)
+	fmt.Fprintf(conn, "GET /other HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != 404 || resp.Close {
+		t.Fatalf("HTTP %d, close %v: want 404 on a kept-alive connection", resp.StatusCode, resp.Close)
+	}
+	if rest, err := io.ReadAll(br); len(rest) > 0 || err != nil {
+		t.Errorf("the idle connection was not closed: %q %v", rest, err)
+	}
+}
+
+// At the cap a new connection is closed at once (the client can retry) rather than left
+// waiting; once the server has timed out the slow ones, clients are served again.
+func TestHTTPConnectionCap(t *testing.T) {
+	t.Parallel()
+	url, _, _, _ := httpRun(t, "-http", ":0", "-http-timeout-ms", "3000", "-http-max-connections", "2")
+	var slow []net.Conn
+	for range 2 {
+		conn := httpDialRaw(t, url)
+		fmt.Fprintf(conn, "POST /mcp HTTP/1.1\r\n")
+		slow = append(slow, conn)
+	}
+	refused := httpDialRaw(t, url)
+	fmt.Fprintf(refused, "GET /other HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+	if b := httpClosedByServer(t, refused, "a connection over the cap"); len(b) > 0 {
+		t.Fatalf("a connection over the cap was served: %q", b)
+	}
+	for _, conn := range slow {
+		httpClosedByServer(t, conn, "a slow connection")
+	}
+	c := &httpTestClient{t: t, hc: &http.Client{}, url: url}
+	c.initialize("2025-11-25")
+}
+
+// The read timeout is for sending a request: a request running longer, and a GET stream open
+// longer, are not cut by it.
+func TestHTTPLongRequestsOutliveTheReadTimeout(t *testing.T) {
+	t.Parallel()
+	url, _, _, _ := httpRun(t, "-http", ":0", "-http-timeout-ms", "200")
+	c := &httpTestClient{t: t, hc: &http.Client{}, url: url}
+	c.initialize("2025-11-25")
+	stream, _ := httpOpenStream(t, c, "/mcp")
+	if stream.StatusCode != 200 {
+		t.Fatalf("GET stream: HTTP %d", stream.StatusCode)
+	}
+	long := map[string]any{"name": "Bash", "arguments": map[string]any{"command": "sleep 0.6; echo done"}}
+	if got := resultText(c.result("tools/call", long)); got != "done\n" {
+		t.Errorf("legacy call longer than the read timeout: %q", got)
+	}
+	resp, body := httpModernPost(c, "tools/call", long, map[string]string{"Mcp-Session-Id": ""})
+	httpStatus(t, "stateless call longer than the read timeout", resp, body, 200, 0)
+	if got := resultText(httpDecode(t, body)["result"].(map[string]any)); got != "done\n" {
+		t.Errorf("stateless call longer than the read timeout: %q", got)
+	}
+	resp, body = c.do("GET", "", nil)
+	httpStatus(t, "a second stream while the first is open", resp, body, http.StatusConflict, 0)
+}
+
+// openPTY opens a pseudo-terminal pair: what is written to tty is read from master.
+func openPTY(t *testing.T) (master, tty *os.File) {
+	t.Helper()
+	master, err := os.OpenFile("/dev/ptmx", os.O_RDWR, 0)
+	if err != nil {
+		t.Skipf("no pseudo-terminal: %v", err)
+	}
+	t.Cleanup(func() { master.Close() })
+	var unlock int32
+	var n uint32
+	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, master.Fd(), syscall.TIOCSPTLCK, uintptr(unsafe.Pointer(&unlock))); e != 0 {
+		t.Skipf("unlock pseudo-terminal: %v", e)
+	}
+	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, master.Fd(), syscall.TIOCGPTN, uintptr(unsafe.Pointer(&n))); e != 0 {
+		t.Skipf("pseudo-terminal number: %v", e)
+	}
+	tty, err = os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Skipf("open pseudo-terminal: %v", err)
+	}
+	t.Cleanup(func() { tty.Close() })
+	return master, tty
+}
+
+func TestCallStripsControlCharactersOnATerminal(t *testing.T) {
+	t.Parallel()
+	command := `printf 'a\033]0;pwned\007b\tc\rd\033[2Je\n'`
+	args := []string{"call", "Bash", fmt.Sprintf(`{"command":%q}`, command)}
+	var piped bytes.Buffer
+	if err := run(context.Background(), strings.NewReader(""), &piped, io.Discard, args); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(piped.String(), "a\033]0;pwned\007b\tc\rd\033[2Je\n") {
+		t.Errorf("not a terminal: the output must stay as it is: %q", piped.String())
+	}
+	master, tty := openPTY(t)
+	if err := run(context.Background(), strings.NewReader(""), tty, io.Discard, args); err != nil {
+		t.Fatal(err)
+	}
+	tty.Close()
+	master.SetReadDeadline(time.Now().Add(watchdog))
+	got, _ := io.ReadAll(master) // ends with EIO once the terminal side is closed
+	// the terminal turns \n into \r\n; the \r telson wrote is gone
+	if want := "a]0;pwnedb\tcd[2Je\r\n"; !strings.HasPrefix(string(got), want) {
+		t.Errorf("on a terminal: %q, want it to start with %q", got, want)
+	}
+}
+
+func TestCommandLineHelpWarningsAndTools(t *testing.T) {
+	t.Parallel()
+	runCLI := func(args ...string) (stdout, stderr string) {
+		var out, errb bytes.Buffer
+		if err := run(context.Background(), strings.NewReader(""), &out, &errb, args); err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		return out.String(), errb.String()
+	}
+	_, help := runCLI("-h")
+	for _, want := range []string{"~/.telson/telson-env.txt", "./.telson/telson-env.txt", "TELSON_<KEY>",
+		"-output-limit value\n", "(default 30000)"} {
+		if !strings.Contains(help, want) {
+			t.Errorf("-h lacks %q:\n%s", want, help)
+		}
+	}
+
+	out, warnings := runCLI("-config", "-output-limit", "-5", "-tools", "Bash,Nope", "-chrome-path", "/nonexistent/chromium")
+	for _, want := range []string{
+		`OUTPUT_LIMIT: "-5" is not a whole number of 0 or more; keeping "30000"`,
+		`TOOLS: no tool is named "Nope"; it is left out`,
+		`CHROME_PATH: exec: "/nonexistent/chromium"`,
+	} {
+		if !strings.Contains(warnings, want) {
+			t.Errorf("warnings lack %q:\n%s", want, warnings)
+		}
+	}
+	if !strings.Contains(out, "OUTPUT_LIMIT=30000\t# default") {
+		t.Errorf("-output-limit -5 changed the value:\n%s", out)
+	}
+	if _, w := runCLI("-config", "-tools", "none"); strings.Contains(w, "warning") {
+		t.Errorf("-tools none warned: %s", w)
+	}
+
+	tools, _ := runCLI("tools")
+	readDocs := tools[strings.Index(tools, "ReadDocs —"):]
+	readDocs = readDocs[:strings.Index(readDocs, "\n\n")]
+	params := strings.Split(readDocs, "\n  - ")[1:]
+	if len(params) < 2 || !strings.HasPrefix(params[0], "url (string, required)") {
+		t.Errorf("ReadDocs: the required url is not first:\n%s", readDocs)
+	}
+	if !strings.Contains(readDocs, "format (string, one of [markdown text html])") {
+		t.Errorf("ReadDocs: format's values are missing:\n%s", readDocs)
+	}
+	if !strings.Contains(tools, "engines (array, one of [duckduckgo ") {
+		t.Errorf("WebSearch: the engines' values are missing")
+	}
+}
+
+// searchEngineNamed returns the row of searchEngines called name.
+func searchEngineNamed(t *testing.T, name string) *searchEngine {
+	t.Helper()
+	i := slices.IndexFunc(searchEngines, func(e searchEngine) bool { return e.name == name })
+	if i < 0 {
+		t.Fatalf("no engine %q", name)
+	}
+	return &searchEngines[i]
+}
+
+// TestWebSearchExtractorRealPages reads every real result page with its
+// engine's row alone (no HTTP), with the expected values of SOURCES.md.
+func TestWebSearchExtractorRealPages(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join("..", "shared", "fixtures", "search")
+	if _, err := os.Stat(dir); err != nil {
+		t.Skip("no ../shared/fixtures/search")
+	}
+	cases := []struct {
+		engine, file string
+		n            int
+		first        searchHit // snippet: a prefix
+		secondURL    string
+	}{
+		{"duckduckgo", "duckduckgo_html_2025_golang.html", 10,
+			searchHit{"The Go Programming Language", "https://go.dev/",
+				"Go is an open source programming language"},
+			"https://en.wikipedia.org/wiki/Go_(programming_language)"},
+		{"duckduckgo", "duckduckgo_html_2020_exit_vim.html", 30,
+			searchHit{"vi - How do I exit the Vim editor? - Stack Overflow",
+				"https://stackoverflow.com/questions/11828270/how-do-i-exit-the-vim-editor", ""}, ""},
+		{"brave", "brave_html_2026_excerpt.html", 1,
+			searchHit{"GitHub - react/react: The library for web and native user interfaces. · GitHub",
+				"https://github.com/react/react", "The library for web and native user interfaces."}, ""},
+		{"brave", "brave_html_2023_full.html", 19,
+			searchHit{"What is a query? Explore database queries and more",
+				"https://www.techtarget.com/searchdatamanagement/definition/query",
+				"Learn about database queries"}, ""},
+		{"yahoo", "yahoo_html_2026_excerpt.html", 1,
+			searchHit{"GitHub - react/react: The library for web and native user ...",
+				"https://github.com/react/react", "The library for web and native user interfaces."}, ""},
+		// SOURCES.md counts 14 b_algo blocks, but 4 are answer-card divs: 10 are result items.
+		{"bing", "bing_html_2023_sr.html", 10,
+			searchHit{"322 Words and Phrases for Good Results - Power Thesaurus",
+				"https://www.powerthesaurus.org/good_results/synonyms", "Good Results synonyms"},
+			"https://www.powerthesaurus.org/very_good_result/synonyms"},
+		{"wikipedia", "wikipedia_api_list_search_2025.json", 2,
+			searchHit{"North America", "https://en.wikipedia.org/wiki/North_America",
+				"North America is a continent"},
+			"https://en.wikipedia.org/wiki/United_States"},
+		{"mojeek", "mojeek_403_blocked_2023.html", 0, searchHit{}, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.file, func(t *testing.T) {
+			body, err := os.ReadFile(filepath.Join(dir, tc.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			hits, listed, err := searchEngineNamed(t, tc.engine).read(string(body))
+			hits = searchTidy(hits)
+			if err != nil || len(hits) != tc.n {
+				t.Fatalf("got %d results (err %v), want %d: %+v", len(hits), err, tc.n, hits)
+			}
+			if tc.n == 0 {
+				if listed {
+					t.Error("a block page read as a result list")
+				}
+				return
+			}
+			h := hits[0]
+			if h.title != tc.first.title || h.url != tc.first.url ||
+				!strings.HasPrefix(h.snippet, tc.first.snippet) {
+				t.Errorf("first: got %q %q %q, want %q %q %q…", h.title, h.url, h.snippet,
+					tc.first.title, tc.first.url, tc.first.snippet)
+			}
+			if tc.secondURL != "" && hits[1].url != tc.secondURL {
+				t.Errorf("second: got %q, want %q", hits[1].url, tc.secondURL)
+			}
+			for _, h := range hits {
+				if h.title == "" || strings.Contains(h.title+h.snippet, "</") {
+					t.Errorf("not plain text: %+v", h)
+				}
+			}
+		})
+	}
+}
+
+// TestWebSearchPartialFailure: with some engines down and results found the
+// call succeeds, and its structured content names each failed engine.
+func TestWebSearchPartialFailure(t *testing.T) {
+	t.Parallel()
+	ddg := searchServe(t, searchFilePage(t, "testdata/websearch/duckduckgo.html", 200, false))
+	limited := searchServe(t, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusTooManyRequests)
+	})
+	broken := searchServe(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(500) })
+	c := startServer(t, "-set", "SEARCH_URL_DUCKDUCKGO="+ddg.URL, "-set", "SEARCH_URL_BRAVE="+limited.URL,
+		"-set", "SEARCH_URL_GITHUB="+broken.URL, "-set", "SEARCH_BACKOFF_MS=0")
+	c.initialize("2025-06-18")
+	engines := []string{"duckduckgo", "brave", "github"}
+	res := c.callTool("WebSearch", map[string]any{"query": "golang", "engines": engines})
+	if isError(res) {
+		t.Fatalf("partial failure is an error: %s", resultText(res))
+	}
+	sc, _ := res["structuredContent"].(map[string]any)
+	results, _ := sc["results"].([]any)
+	fates, _ := sc["engines"].([]any)
+	if len(results) != 2 || len(fates) != 3 || sc["message"] != nil {
+		t.Fatalf("structuredContent: %v", sc)
+	}
+	want := map[string][2]string{"duckduckgo": {"ok", "2 results"},
+		"brave": {"rate-limited", "HTTP 429"}, "github": {"error", "HTTP 500"}}
+	for _, e := range fates {
+		m := e.(map[string]any)
+		w := want[m["name"].(string)]
+		if m["status"] != w[0] || m["detail"] != w[1] {
+			t.Errorf("engine %v, want status %q detail %q", m, w[0], w[1])
+		}
+	}
+	text := resultText(res)
+	if !strings.Contains(text, "- brave: rate-limited (HTTP 429)") ||
+		!strings.Contains(text, "- github: error (HTTP 500)") {
+		t.Errorf("text does not name the failed engines:\n%s", text)
+	}
+}
+
+// TestWebSearchNoResults: engines that answer with nothing make a plain
+// success that says so, in the text and in the structured content; only
+// every engine failing is an error, and its structured content says why.
+func TestWebSearchNoResults(t *testing.T) {
+	t.Parallel()
+	empty := searchServe(t, searchFilePage(t, "testdata/websearch/duckduckgo_empty.html", 200, false))
+	broken := searchServe(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(500) })
+	c := startServer(t, "-set", "SEARCH_URL_DUCKDUCKGO="+empty.URL,
+		"-set", "SEARCH_URL_GITHUB="+broken.URL, "-set", "SEARCH_BACKOFF_MS=0")
+	c.initialize("2025-06-18")
+	both := []string{"duckduckgo", "github"}
+	res := c.callTool("WebSearch", map[string]any{"query": "zzqx", "engines": both})
+	sc, _ := res["structuredContent"].(map[string]any)
+	msg, _ := sc["message"].(string)
+	if isError(res) || !strings.HasPrefix(msg, "No results") ||
+		!strings.Contains(resultText(res), msg) {
+		t.Errorf("no results: isError %v, structured %v, text %q", isError(res), sc, resultText(res))
+	}
+	res = c.callTool("WebSearch", map[string]any{"query": "zzqx", "engines": []string{"github"}})
+	sc, _ = res["structuredContent"].(map[string]any)
+	engines, _ := sc["engines"].([]any)
+	if !isError(res) || sc["message"] != "every engine failed" || len(engines) != 1 {
+		t.Errorf("every engine failed: isError %v, structured %v", isError(res), sc)
+	}
+}
+
+// TestWebSearchKeyNotShown: a failed request's detail leaves out the URL,
+// which holds the Google API key.
+func TestWebSearchKeyNotShown(t *testing.T) {
+	t.Parallel()
+	ts := searchServe(t, func(w http.ResponseWriter, r *http.Request) {})
+	ts.Close() // nothing listens there any more
+	o := searchAsk(t, "google", ts.URL, "GOOGLE_API_KEY", "secret-key", "GOOGLE_CSE_ID", "cx1")
+	if o.Status != "error" || o.Detail == "" || strings.Contains(o.Detail, "secret-key") {
+		t.Errorf("got %s (%s)", o.Status, o.Detail)
 	}
 }
