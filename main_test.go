@@ -3048,7 +3048,7 @@ func TestAskUserQuestionElicitation(t *testing.T) {
 	schema := req["_line"].(string) // as sent: the properties' order is the form's order
 	for _, want := range []string{
 		`"properties":{"q1":{"description":"DB","oneOf":[{"const":"PostgreSQL","title":"PostgreSQL — a server"},{"const":"SQLite","title":"SQLite — one file"}],"title":"Which database?","type":"string"},"q2":{"description":"Extras","items":{"anyOf":[{"const":"Redis","title":"Redis"}`,
-		`"minItems":1,"title":"Which extras?","type":"array"},"note":{`, `"required":["q1","q2"]`,
+		`"minItems":1,"title":"Which extras?","type":"array"},"remark":{`, `"required":["q1","q2"]`,
 	} {
 		if !strings.Contains(string(schema), want) {
 			t.Errorf("schema %s\nlacks %s", schema, want)
@@ -3058,7 +3058,7 @@ func TestAskUserQuestionElicitation(t *testing.T) {
 	if resp := c.request("ping", nil); resp["result"] == nil {
 		t.Fatalf("ping: %v", resp)
 	}
-	uiReply(c, req["id"], map[string]any{"action": "accept", "content": map[string]any{"q1": "SQLite", "q2": []string{"Redis", "S3"}, "note": " keep it small "}})
+	uiReply(c, req["id"], map[string]any{"action": "accept", "content": map[string]any{"q1": "SQLite", "q2": []string{"Redis", "S3"}, "remark": " keep it small "}})
 	res := uiResult(t, c.waitResponse(id))
 	want := `User has answered your questions: "Which database?"="SQLite", "Which extras?"="Redis, S3". The user added: "keep it small". You can now continue with the user's answers in mind.`
 	if isError(res) || resultText(res) != want {
@@ -3075,23 +3075,33 @@ func TestAskUserQuestionLegacyForm(t *testing.T) {
 	c := startServer(t)
 	uiInitialize(c, "2025-06-18", map[string]any{"elicitation": map[string]any{}})
 	id := uiStartCall(c, "AskUserQuestion", map[string]any{"questions_json": uiClaudeQuestions})
+	res := uiResult(t, c.waitResponse(id)) // a multiple choice has no 2025-06-18 form
+	if isError(res) || !strings.Contains(resultText(res), "no multiple choice before 2025-11-25") {
+		t.Errorf("got %q", resultText(res))
+	}
+	single := `{"questions":[{"question":"Which database?","options":[{"label":"PostgreSQL","description":"a server"},"SQLite"]},{"text":"Tests?","options":["yes","no"]}]}`
+	id = uiStartCall(c, "AskUserQuestion", map[string]any{"questions_json": single})
 	req := uiNextRequest(c, "elicitation/create")
 	p := req["params"].(map[string]any)
 	schema, _ := json.Marshal(p["requestedSchema"])
-	if _, hasMode := p["mode"]; hasMode || !strings.Contains(string(schema), `"enum":["PostgreSQL","SQLite"],"enumNames":["PostgreSQL — a server","SQLite — one file"]`) ||
-		!strings.Contains(string(schema), `"q2_a":{"default":false,"title":"Which extras?: Redis","type":"boolean"},"q2_b"`) {
+	if _, hasMode := p["mode"]; hasMode || !strings.Contains(string(schema), `"enum":["PostgreSQL","SQLite"],"enumNames":["PostgreSQL — a server","SQLite"]`) {
 		t.Errorf("2025-06-18 form: %v %s", p["mode"], schema)
 	}
-	uiReply(c, req["id"], map[string]any{"action": "accept", "content": map[string]any{"q1": "PostgreSQL", "q2_a": false, "q2_b": true, "q2_c": true}})
-	res := uiResult(t, c.waitResponse(id))
-	if !strings.Contains(resultText(res), `"Which database?"="PostgreSQL", "Which extras?"="Kafka, S3". You can`) {
+	uiReply(c, req["id"], map[string]any{"action": "accept", "content": map[string]any{"q1": "PostgreSQL"}})
+	res = uiResult(t, c.waitResponse(id))
+	if !strings.Contains(resultText(res), `"Which database?"="PostgreSQL", "Tests?"="(no answer)". You can`) {
 		t.Errorf("got %q", resultText(res))
 	}
-	// Without checkboxes ticked, the answer says so rather than being empty.
-	id = uiStartCall(c, "AskUserQuestion", map[string]any{"questions_json": uiClaudeQuestions})
-	req = uiNextRequest(c, "elicitation/create")
+}
+
+func TestAskUserQuestionNothingPicked(t *testing.T) {
+	t.Parallel()
+	c := startServer(t)
+	uiInitialize(c, "2025-11-25", map[string]any{"elicitation": map[string]any{}})
+	id := uiStartCall(c, "AskUserQuestion", map[string]any{"questions_json": uiClaudeQuestions})
+	req := uiNextRequest(c, "elicitation/create")
 	uiReply(c, req["id"], map[string]any{"action": "accept", "content": map[string]any{}})
-	res = uiResult(t, c.waitResponse(id))
+	res := uiResult(t, c.waitResponse(id))
 	if !strings.Contains(resultText(res), `"Which database?"="(no answer)", "Which extras?"="(none selected)"`) {
 		t.Errorf("got %q", resultText(res))
 	}
@@ -3222,43 +3232,9 @@ func TestAskUserQuestionModernRoundTrip(t *testing.T) {
 	if !strings.HasPrefix(resultText(declined), "User declined") {
 		t.Errorf("decline: %v", declined)
 	}
-	// Forged, foreign or missing state is refused.
-	exp, _, _ := strings.Cut(state, ".")
-	other := map[string]any{"questions_json": `{"questions":[{"text":"Deploy now?","options":["yes","no"]}]}`}
-	for name, tc := range map[string]struct {
-		args  any
-		extra map[string]any
-	}{
-		"forged":   {args, map[string]any{"inputResponses": answer, "requestState": exp + ".AAAA"}},
-		"later":    {args, map[string]any{"inputResponses": answer, "requestState": "9" + state}},
-		"foreign":  {other, map[string]any{"inputResponses": answer, "requestState": state}},
-		"no state": {args, map[string]any{"inputResponses": answer}},
-	} {
-		res := uiModernCall(c, elicit, tc.args, tc.extra)
-		if !isError(res) || res["resultType"] != "complete" || !strings.Contains(resultText(res), "requestState") {
-			t.Errorf("%s: %v", name, res)
-		}
-	}
 	// A client without elicitation gets the questions for the chat.
-	if res := uiModernCall(c, map[string]any{}, args, nil); isError(res) || !strings.Contains(resultText(res), "cannot show questions") {
+	if res := uiModernCall(c, map[string]any{}, args, nil); isError(res) || !strings.Contains(resultText(res), "cannot show these questions") {
 		t.Errorf("no elicitation: %v", res)
-	}
-}
-
-// TestAskUserQuestionStateExpiry signs a state that lapsed a minute ago
-// with the server's own key: it verifies, and is refused as too late.
-func TestAskUserQuestionStateExpiry(t *testing.T) {
-	t.Parallel()
-	srv := newServer(loadConfig(nil), io.Discard)
-	defer srv.close()
-	past := time.Now().Add(-time.Minute).Unix()
-	params, _ := json.Marshal(map[string]any{"requestState": fmt.Sprintf("%d.%s", past, askStateMAC(srv.stateKey, past, uiQuestions)),
-		"inputResponses": map[string]any{"ask": map[string]any{"action": "accept", "content": map[string]any{"q1": "SQLite"}}}})
-	r := &rpcRequest{s: newSession(srv, io.Discard), params: params, version: versionModern, modern: true}
-	qs, _ := parseQuestions(uiQuestions)
-	res := askRoundTrip(&toolCall{s: r.s, req: r}, qs, uiQuestions, time.Minute)
-	if !res.isError || !strings.Contains(res.content[0].Text, "the answer came after the 1m0s limit") {
-		t.Errorf("got %+v", res)
 	}
 }
 
@@ -3279,13 +3255,12 @@ func TestAskUserQuestionValidation(t *testing.T) {
 		qs(q("x"), q("x"), q("x"), q("x"), q("y")):                 "5 questions; ask 1 to 4 at a time",
 		qs(`{"options":["a","b"]}`):                                `questions[0] has no "question"`,
 		qs(`{"question":"  ","options":["a","b"]}`):                `questions[0] has no "question"`,
-		qs(q("x"), q("x")):                                         `questions[1] repeats the question "x"`,
 		qs(`{"text":"x","options":["a","b"],"multiSelect":"yes"}`): "cannot unmarshal string",
 		qs(`{"text":"x"}`):                                         "questions[0] has 0 options; give 2 to 10",
 		qs(`{"text":"x","options":["a"]}`):                         "questions[0] has 1 options; give 2 to 10",
 		qs(`{"text":"x","options":` + eleven + `}`):                "questions[0] has 11 options; give 2 to 10",
-		qs(`{"text":"x","options":["a",{"description":"d"}]}`):     "questions[0].options[1] has no label, or a repeated one",
-		qs(`{"text":"x","options":["a"," a "]}`):                   "questions[0].options[1] has no label, or a repeated one",
+		qs(`{"text":"x","options":["a",{"description":"d"}]}`):     "questions[0].options[1] has no label",
+		qs(`{"text":"x","options":["a"," "]}`):                     "questions[0].options[1] has no label",
 	} {
 		res := c.callTool("AskUserQuestion", map[string]any{"questions_json": input})
 		if !isError(res) || !strings.Contains(resultText(res), want) {
@@ -3308,7 +3283,7 @@ func TestAskUserQuestionNoElicitation(t *testing.T) {
 	c := startServer(t)
 	c.initialize("2025-06-18")
 	res := c.callTool("AskUserQuestion", map[string]any{"questions_json": uiClaudeQuestions})
-	msg := "This client cannot show questions to the user (it did not declare form elicitation). " +
+	msg := "This client cannot show these questions to the user (no form elicitation, or no multiple choice before 2025-11-25). " +
 		"Do not assume an answer: ask the user these questions in chat and wait for the reply."
 	want := msg + `
 
@@ -3326,16 +3301,11 @@ func TestAskUserQuestionNoElicitation(t *testing.T) {
 	if string(sc) != `{"answers":[],"message":"`+msg+`","questions":[{"header":"DB","multiSelect":false,"options":[{"description":"a server","label":"PostgreSQL"},{"description":"one file","label":"SQLite"}],"question":"Which database?"},{"header":"Extras","multiSelect":true,"options":[{"label":"Redis"},{"label":"Kafka"},{"label":"S3"}],"question":"Which extras?"}],"status":"ask_in_chat"}` {
 		t.Errorf("structured: %s", sc)
 	}
-	// Elicitation declared in a version without it, or URL mode only: no form either.
-	for _, tc := range []struct {
-		v    string
-		caps map[string]any
-	}{{"2025-03-26", map[string]any{"elicitation": map[string]any{}}}, {"2025-11-25", map[string]any{"elicitation": map[string]any{"url": map[string]any{}}}}} {
-		c := startServer(t)
-		uiInitialize(c, tc.v, tc.caps)
-		if res := c.callTool("AskUserQuestion", map[string]any{"questions_json": uiQuestions}); isError(res) || !strings.Contains(resultText(res), "cannot show questions") {
-			t.Errorf("%s %v: %q", tc.v, tc.caps, resultText(res))
-		}
+	// Elicitation declared in a version without it: no form either.
+	c = startServer(t)
+	uiInitialize(c, "2025-03-26", map[string]any{"elicitation": map[string]any{}})
+	if res := c.callTool("AskUserQuestion", map[string]any{"questions_json": uiQuestions}); isError(res) || !strings.Contains(resultText(res), "cannot show these questions") {
+		t.Errorf("2025-03-26: %q", resultText(res))
 	}
 }
 

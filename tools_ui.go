@@ -10,9 +10,9 @@
 //     for it, reckoned from its header, fits imageDecodeBudget; it is then
 //     shrunk with a box filter whose memory is the output's plus one strip.
 //     WebP has no decoder in the standard library: over the limits it is an error.
-//   - AskUserQuestion asks through elicitation (a server request in the legacy
-//     era, an input-required result with an HMAC-signed requestState in the
-//     2026-07-28 era). A client without it gets the questions back to ask in
+//   - AskUserQuestion and PlanMode's approval ask through elicit: a server
+//     request in the legacy era, an input-required result in the 2026-07-28
+//     era. A client without elicitation gets the questions back to ask in
 //     chat: a normal result, since nothing failed. Declined and dismissed are
 //     answers of their own, never an empty answer.
 package main
@@ -22,9 +22,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"crypto/hmac"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
@@ -38,7 +36,6 @@ import (
 	"net/http"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -350,16 +347,6 @@ func (o *askOption) UnmarshalJSON(b []byte) error {
 	return json.Unmarshal(b, (*plain)(o))
 }
 
-// same reports whether p asks the same question.
-func (q *askQuestion) same(p askQuestion) bool {
-	return p.Question == q.Question
-}
-
-// same reports whether p has the same label.
-func (o *askOption) same(p askOption) bool {
-	return p.Label == o.Label
-}
-
 // title is the option as a form shows it.
 func (o askOption) title() string {
 	if o.Description == "" {
@@ -385,33 +372,50 @@ func runAskUserQuestion(ctx context.Context, c *toolCall) toolResult {
 	if err != nil {
 		return errorResult("%v", err)
 	}
-	timeout := time.Duration(c.s.srv.cfg.int("ASK_TIMEOUT_MS")) * time.Millisecond
-	switch {
-	case !canElicitForm(c.req):
-		return askInChat(qs, "This client cannot show questions to the user "+
-			"(it did not declare form elicitation).")
-	case c.req.modern:
-		canonical, _ := json.Marshal(qs) // the retry may spell the same questions otherwise
-		return askRoundTrip(c, qs, string(canonical), timeout)
+	multi := slices.ContainsFunc(qs, func(q askQuestion) bool { return q.MultiSelect })
+	if !canElicit(c.req) || multi && !atLeast(c.req.version, version20251125) {
+		return askInChat(qs, "This client cannot show these questions to the user "+
+			"(no form elicitation, or no multiple choice before 2025-11-25).")
 	}
+	timeout := time.Duration(c.s.srv.cfg.int("ASK_TIMEOUT_MS")) * time.Millisecond
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	raw, err := c.s.request(ctx, "elicitation/create", elicitParams(qs, c.req.version))
-	if err != nil {
+	raw, ask, err := elicit(ctx, c, "ask", elicitParams(qs, c.req.version))
+	switch {
+	case ask != nil:
+		return toolResult{inputRequired: ask}
+	case err != nil:
 		return askInChat(qs, fmt.Sprintf("The client could not show the questions, "+
 			"or the user did not answer within %s (%v).", timeout, err))
 	}
 	return askAnswer(qs, raw)
 }
 
-// canElicitForm reports whether the client takes form elicitation: declared,
-// as {} or with "form", in a version that has it.
-func canElicitForm(r *rpcRequest) bool {
-	var modes map[string]json.RawMessage
-	json.Unmarshal(r.caps["elicitation"], &modes)
-	_, form := modes["form"]
-	declared := r.clientHas("elicitation") && atLeast(r.version, version20250618)
-	return declared && (form || len(modes) == 0)
+// canElicit reports whether the client declared elicitation in a version that
+// has it. A client that declared URL mode only answers a form with an error.
+func canElicit(r *rpcRequest) bool {
+	return r.clientHas("elicitation") && atLeast(r.version, version20250618)
+}
+
+// elicit shows the user a form under key: in the legacy era as a server
+// request, whose reply is the answer; in the 2026-07-28 era as an
+// input-required result (ask), and the answer comes with the retried call.
+func elicit(ctx context.Context, c *toolCall, key string, params map[string]any) (
+	answer json.RawMessage, ask map[string]any, err error) {
+	if !c.req.modern {
+		answer, err = c.s.request(ctx, "elicitation/create", params)
+		return answer, nil, err
+	}
+	var p struct {
+		InputResponses map[string]json.RawMessage `json:"inputResponses"`
+	}
+	json.Unmarshal(c.req.params, &p)
+	answer = p.InputResponses[key]
+	if answer == nil {
+		form := map[string]any{"method": "elicitation/create", "params": params}
+		ask = map[string]any{"requestState": key, "inputRequests": map[string]any{key: form}}
+	}
+	return answer, ask, nil
 }
 
 // parseQuestions reads {"questions":[...]} and checks it.
@@ -430,58 +434,45 @@ func parseQuestions(text string) ([]askQuestion, error) {
 		q := &qs[i]
 		q.Question = strings.TrimSpace(cmp.Or(q.Question, q.Text))
 		q.Text = ""
-		switch {
-		case q.Question == "":
+		if q.Question == "" {
 			return nil, fmt.Errorf(`questions[%d] has no "question"`, i)
-		case len(q.Options) < 2 || len(q.Options) > 10:
+		}
+		if len(q.Options) < 2 || len(q.Options) > 10 {
 			return nil, fmt.Errorf("questions[%d] has %d options; give 2 to 10", i, len(q.Options))
-		case slices.ContainsFunc(qs[:i], q.same):
-			return nil, fmt.Errorf("questions[%d] repeats the question %q", i, q.Question)
 		}
 		for j := range q.Options {
-			o := &q.Options[j]
-			o.Label = strings.TrimSpace(o.Label)
-			if o.Label == "" || slices.ContainsFunc(q.Options[:j], o.same) {
-				return nil, fmt.Errorf("questions[%d].options[%d] has no label, or a repeated one",
-					i, j)
+			q.Options[j].Label = strings.TrimSpace(q.Options[j].Label)
+			if q.Options[j].Label == "" {
+				return nil, fmt.Errorf("questions[%d].options[%d] has no label", i, j)
 			}
 		}
 	}
 	return qs, nil
 }
 
-// elicitParams is the elicitation/create form, in the questions' order: a field
-// per question, and a free-text note. A single choice is an enum with enumNames
-// before 2025-11-25, then oneOf; a multiple choice is one checkbox per option
-// before 2025-11-25, then an array.
+// elicitParams is the elicitation/create form: a field per question, q1 to q4,
+// and a free-text remark. encoding/json sorts the keys, so the form shows the
+// questions in order and the remark last. A single choice is an enum with
+// enumNames before 2025-11-25, then oneOf; a multiple choice is an array.
 func elicitParams(qs []askQuestion, v string) map[string]any {
 	newer := atLeast(v, version20251125)
 	msg := "The agent asks:"
 	required := []string{}
-	var props []string // "key":field, in order (a Go map would sort them)
-	add := func(key string, field map[string]any) {
-		fb, _ := marshalJSON(field)
-		props = append(props, strconv.Quote(key)+":"+string(fb))
-	}
+	props := map[string]any{"remark": map[string]any{"type": "string",
+		"title":       "Anything to add? (optional)",
+		"description": "Free text for the agent, such as an answer that is not among the options."}}
 	for i, q := range qs {
 		key := fmt.Sprintf("q%d", i+1)
 		msg += "\n" + q.Question
 		var labels, titles []string
 		var choices []map[string]string
-		for j, o := range q.Options {
+		for _, o := range q.Options {
 			labels = append(labels, o.Label)
 			titles = append(titles, o.title())
 			choices = append(choices, map[string]string{"const": o.Label, "title": o.title()})
-			if q.MultiSelect && !newer {
-				box := map[string]any{"type": "boolean", "default": false}
-				box["title"] = q.Question + ": " + o.title()
-				add(fmt.Sprintf("%s_%c", key, 'a'+j), box)
-			}
 		}
 		field := map[string]any{"type": "string", "title": q.Question, "description": q.Header}
 		switch {
-		case q.MultiSelect && !newer:
-			continue
 		case q.MultiSelect:
 			field["type"] = "array"
 			field["minItems"] = 1
@@ -492,13 +483,10 @@ func elicitParams(qs []askQuestion, v string) map[string]any {
 			field["enum"] = labels
 			field["enumNames"] = titles
 		}
-		add(key, field)
+		props[key] = field
 		required = append(required, key)
 	}
-	add("note", map[string]any{"type": "string", "title": "Anything to add? (optional)",
-		"description": "Free text for the agent, such as an answer that is not among the options."})
-	schema := map[string]any{"type": "object", "required": required,
-		"properties": json.RawMessage("{" + strings.Join(props, ",") + "}")}
+	schema := map[string]any{"type": "object", "required": required, "properties": props}
 	p := map[string]any{"message": msg, "requestedSchema": schema}
 	if newer {
 		p["mode"] = "form"
@@ -525,13 +513,13 @@ func askAnswer(qs []askQuestion, raw json.RawMessage) toolResult {
 	var pairs []string
 	answers := []map[string]any{}
 	for i, q := range qs {
-		selected, shown := askSelected(q, r.Content, fmt.Sprintf("q%d", i+1))
+		selected, shown := askSelected(q, r.Content[fmt.Sprintf("q%d", i+1)])
 		pairs = append(pairs, fmt.Sprintf("%q=%q", q.Question, shown))
 		answers = append(answers, map[string]any{"question": q.Question, "selected": selected})
 	}
 	text := "User has answered your questions: " + strings.Join(pairs, ", ") + "."
 	structured := map[string]any{"status": "answered", "answers": answers}
-	note, _ := r.Content["note"].(string)
+	note, _ := r.Content["remark"].(string)
 	if note = strings.TrimSpace(note); note != "" {
 		text += fmt.Sprintf(" The user added: %q.", note)
 		structured["note"] = note
@@ -542,17 +530,15 @@ func askAnswer(qs []askQuestion, raw json.RawMessage) toolResult {
 }
 
 // askSelected is a question's answer in an accepted form and how the reply shows
-// it: the label, the labels picked when multiSelect (in an array, or before
-// 2025-11-25 ticked checkboxes), nil when unanswered.
-func askSelected(q askQuestion, content map[string]any, key string) (any, string) {
-	if s, ok := content[key].(string); ok {
+// it: the label, the labels picked when multiSelect, nil when unanswered.
+func askSelected(q askQuestion, answer any) (any, string) {
+	if s, ok := answer.(string); ok {
 		return s, s
 	}
-	list, _ := content[key].([]any)
+	list, _ := answer.([]any)
 	picked := []string{}
-	for j, o := range q.Options {
-		ticked := content[fmt.Sprintf("%s_%c", key, 'a'+j)] == true
-		if ticked || slices.Contains(list, any(o.Label)) {
+	for _, o := range q.Options {
+		if slices.Contains(list, any(o.Label)) {
 			picked = append(picked, o.Label)
 		}
 	}
@@ -592,48 +578,10 @@ func askInChat(qs []askQuestion, why string) toolResult {
 	return structuredResult(text, structured)
 }
 
-// askRoundTrip is the 2026-07-28 way: an input-required result with a signed
-// requestState, then the retry with the answer.
-func askRoundTrip(c *toolCall, qs []askQuestion, questions string, ttl time.Duration) toolResult {
-	var p struct {
-		InputResponses map[string]json.RawMessage `json:"inputResponses"`
-		RequestState   string                     `json:"requestState"`
-	}
-	json.Unmarshal(c.req.params, &p)
-	key := c.s.srv.stateKey
-	exp, mac, _ := strings.Cut(p.RequestState, ".")
-	n, _ := strconv.ParseInt(exp, 10, 64)
-	again := "; call again without inputResponses and requestState to ask anew"
-	switch {
-	case p.RequestState == "" && p.InputResponses == nil: // the first call
-	case !hmac.Equal([]byte(mac), []byte(askStateMAC(key, n, questions))):
-		return errorResult("requestState does not verify: it is missing or altered, "+
-			"or belongs to other questions or an earlier telson process%s", again)
-	case time.Now().Unix() > n:
-		return errorResult("the answer came after the %s limit%s", ttl, again)
-	case p.InputResponses["ask"] != nil:
-		return askAnswer(qs, p.InputResponses["ask"])
-	} // no answer to the request: ask again, as the spec advises
-	n = time.Now().Add(ttl).Unix()
-	ask := map[string]any{"method": "elicitation/create", "params": elicitParams(qs, versionModern)}
-	return toolResult{inputRequired: map[string]any{
-		"inputRequests": map[string]any{"ask": ask},
-		"requestState":  fmt.Sprintf("%d.%s", n, askStateMAC(key, n, questions)),
-	}}
-}
-
-// askStateMAC signs a requestState: this process's key over the expiry and the questions.
-func askStateMAC(key []byte, exp int64, questions string) string {
-	m := hmac.New(sha256.New, key)
-	fmt.Fprintf(m, "AskUserQuestion\x00%d\x00%s", exp, questions)
-	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
-}
-
-// newStateKey is the per-process random key that signs requestState.
+// newStateKey is a per-process random key. Nothing uses it since requestState
+// stopped being signed; main.go still fills server.stateKey with it.
 func newStateKey() []byte {
 	k := make([]byte, 32)
-	if _, err := rand.Read(k); err != nil {
-		panic(fmt.Sprintf("state key: %v", err)) // no randomness from the kernel: nothing is safe
-	}
+	rand.Read(k)
 	return k
 }

@@ -664,33 +664,21 @@ func (p *planState) exit(ctx context.Context, c *toolCall, plan string) toolResu
 	return out.result(text, map[string]any{"plan": plan, "approval": approval, "note": note})
 }
 
-// approvePlan asks the user to approve plan when the client can show a form.
-// In the 2026-07-28 era the form goes back in an input-required result (ask)
-// and the answer comes with the retried call.
+// approvePlan asks the user to approve plan when the client can show a form;
+// ask is the input-required result of the 2026-07-28 era's first call.
 func approvePlan(ctx context.Context, c *toolCall, plan string) (approval, note string, ask map[string]any) {
-	if !c.req.clientHas("elicitation") || !atLeast(c.req.version, version20250618) {
+	if !canElicit(c.req) {
 		return planNotAsked, "", nil
 	}
 	params := map[string]any{"message": "Approve this plan?\n\n" + plan,
 		"requestedSchema": json.RawMessage(planApproval)}
-	var p struct {
-		InputResponses map[string]json.RawMessage `json:"inputResponses"`
-	}
-	json.Unmarshal(c.req.params, &p)
-	raw := p.InputResponses["approve"]
-	var err error
-	if !c.req.modern {
-		raw, err = c.s.request(ctx, "elicitation/create", params)
-	} else if raw == nil {
-		return "", "", map[string]any{"requestState": "plan", "inputRequests": map[string]any{
-			"approve": map[string]any{"method": "elicitation/create", "params": params}}}
-	}
+	raw, ask, err := elicit(ctx, c, "approve", params)
 	var r struct {
 		Action  string
 		Content struct{ Decision, Note string }
 	}
-	if err != nil || json.Unmarshal(raw, &r) != nil {
-		return planNotAsked, "", nil
+	if ask != nil || err != nil || json.Unmarshal(raw, &r) != nil {
+		return planNotAsked, "", ask
 	}
 	if r.Action == "accept" && r.Content.Decision == "approve" {
 		return planApproved, r.Content.Note, nil
