@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -122,8 +123,6 @@ Ids: task 3 or t3; step 2 (of the task) or t3.2.`,
 		"task_id":{"description":"Task id, 3 or \"t3\" (default: the current task)."},
 		"step_id":{"description":"Step id, 2 or \"t3.2\"."},
 		"text":{"type":"string","maxLength":500,"description":"Task title (create) or step (add)."},
-		"query":{"type":"string","maxLength":200,
-			"description":"The search query: filters list and pending."},
 		"all":{"type":"boolean","description":"list: every project's tasks."},
 		"force":{"type":"boolean","description":"complete: close the open steps too."}},
 		"required":["action"]}`,
@@ -184,7 +183,6 @@ type taskArgs struct {
 	TaskID  flexID `json:"task_id"` // without its "t"
 	StepID  flexID `json:"step_id"`
 	Text    string
-	Query   string
 	All     bool
 	Force   bool
 	project string
@@ -282,7 +280,7 @@ func (tf *taskFile) apply(a taskArgs) (string, []*taskEntry, error) {
 	case "complete":
 		text, err = tf.complete(t, a)
 	case "pending":
-		text = "Open steps of task " + t.line() + ":" + stepLines(t.open(a.Query))
+		text = "Open steps of task " + t.line() + ":" + stepLines(t.open())
 	case "switch":
 		tf.Current[a.project] = t.ID
 		text = "Switched to task " + t.line() + "."
@@ -356,7 +354,7 @@ func (t *taskEntry) step(id flexID) (*taskStep, error) {
 	}
 	i := slices.IndexFunc(t.Steps, func(s *taskStep) bool { return s.ID == want })
 	if i < 0 {
-		open := stepLines(t.open(""))
+		open := stepLines(t.open())
 		return nil, fmt.Errorf("task %s has no step %q; its open steps:%s", t.ID, id, open)
 	}
 	return t.Steps[i], nil
@@ -387,7 +385,7 @@ func (tf *taskFile) complete(t *taskEntry, a taskArgs) (string, error) {
 		s.InProgress = false
 		return fmt.Sprintf("Completed step %s of task %s.", s.ID, t.line()), nil
 	}
-	if open := t.open(""); len(open) > 0 && !a.Force {
+	if open := t.open(); len(open) > 0 && !a.Force {
 		return "", fmt.Errorf("task %s has open steps; complete them, or pass force: true:%s",
 			t.ID, stepLines(open))
 	}
@@ -408,9 +406,7 @@ func (tf *taskFile) list(a taskArgs) (string, []*taskEntry, error) {
 	text := "Tasks (* = current):"
 	shown := []*taskEntry{}
 	for _, t := range tf.Tasks {
-		inStep := func(s *taskStep) bool { return containsFold(s.Text, a.Query) }
-		match := containsFold(t.Title, a.Query) || slices.ContainsFunc(t.Steps, inStep)
-		if !match || t.Project != a.project && !a.All {
+		if t.Project != a.project && !a.All {
 			continue
 		}
 		mark := "\n  "
@@ -424,16 +420,16 @@ func (tf *taskFile) list(a taskArgs) (string, []*taskEntry, error) {
 		shown = append(shown, t)
 	}
 	if len(shown) == 0 {
-		text = "No tasks in " + a.project + " match. create starts one; all lists every project's."
+		text = "No tasks in " + a.project + ". create starts one; all lists every project's."
 	}
 	return text, shown, nil
 }
 
-// open is t's steps not done whose text holds query.
-func (t *taskEntry) open(query string) []*taskStep {
+// open is t's steps not done.
+func (t *taskEntry) open() []*taskStep {
 	var open []*taskStep
 	for _, s := range t.Steps {
-		if !s.Done && containsFold(s.Text, query) {
+		if !s.Done {
 			open = append(open, s)
 		}
 	}
@@ -453,15 +449,11 @@ func stepLines(steps []*taskStep) string {
 
 // line is t on one line: id, title, progress.
 func (t *taskEntry) line() string {
-	s := fmt.Sprintf("%s %q [%d/%d]", t.ID, t.Title, len(t.Steps)-len(t.open("")), len(t.Steps))
+	s := fmt.Sprintf("%s %q [%d/%d]", t.ID, t.Title, len(t.Steps)-len(t.open()), len(t.Steps))
 	if t.Done {
 		s += " done"
 	}
 	return s
-}
-
-func containsFold(s, sub string) bool {
-	return strings.Contains(strings.ToLower(s), strings.ToLower(sub))
 }
 
 // ---- PlanMode ----
@@ -476,10 +468,10 @@ var planModeTool = toolDef{
 - exit: pass the plan as markdown in plan (it is saved to the plan file), or write it to the
   plan file first. If the client can ask, the user approves the plan or sends you back to
   planning with a note.
-- status, json: the state. reset: leave without a plan.
+- status: the state. reset: leave without a plan.
 Plan mode belongs to this connection.`,
 	input: `{"type":"object","properties":{
-		"action":{"type":"string","enum":["enter","exit","status","json","reset"]},
+		"action":{"type":"string","enum":["enter","exit","status","reset"]},
 		"goal":{"type":"string","maxLength":1000,"description":"What the plan is for (enter)."},
 		"plan":{"type":"string","maxLength":1048576,"description":"The plan, markdown (exit)."},
 		"plan_file":{"type":"string","maxLength":4096,
@@ -555,9 +547,6 @@ func runPlanMode(ctx context.Context, c *toolCall) toolResult {
 		return p.exit(ctx, c, a.Plan)
 	case "reset":
 		return p.reset()
-	case "json":
-		b, _ := marshalJSON(in.view())
-		return in.result(string(b), nil)
 	}
 	text := "Plan mode: INACTIVE"
 	if in.active {
@@ -568,24 +557,17 @@ func runPlanMode(ctx context.Context, c *toolCall) toolResult {
 	return in.result(text, nil)
 }
 
-// view is the documented json shape: {active, goal, plan_file, started_at}.
-func (in planInfo) view() map[string]any {
-	v := map[string]any{"active": in.active, "goal": nil, "plan_file": nil, "started_at": nil}
+// result is text with the state (goal, plan_file and started_at null when
+// inactive), the text as message, and extra fields.
+func (in planInfo) result(text string, extra map[string]any) toolResult {
+	v := map[string]any{"active": in.active, "goal": nil, "plan_file": nil, "started_at": nil,
+		"message": text}
 	if in.active {
 		v["goal"] = in.goal
 		v["plan_file"] = in.file
 		v["started_at"] = in.started.UTC().Format(time.RFC3339)
 	}
-	return v
-}
-
-// result is text with the state, the text as message, and extra fields.
-func (in planInfo) result(text string, extra map[string]any) toolResult {
-	v := in.view()
-	v["message"] = text
-	for k, x := range extra {
-		v[k] = x
-	}
+	maps.Copy(v, extra)
 	return structuredResult(text, v)
 }
 
@@ -711,8 +693,7 @@ var invokeSkillTool = toolDef{
 		}
 		return `Invoke or load a skill by name.
 Returns the skill content for you to follow or use as context: a header (skill, source, path),
-its text with $ARGUMENTS replaced by arguments (appended when it has no $ARGUMENTS), then the
-other files in its folder.
+its text with $ARGUMENTS replaced by arguments (appended when it has no $ARGUMENTS).
 Skill folders, in search order: .claude/skills in the shell's project (its git root),
 ~/.claude/skills, ~/.telson/skills, ADDITIONAL_SKILLS.
 
@@ -915,23 +896,8 @@ func runInvokeSkill(ctx context.Context, c *toolCall) toolResult {
 	if err != nil {
 		return errorResult("%v", err)
 	}
-	text = fmt.Sprintf("[skill: %s | %s | path: %s]\n\n%s",
-		sk.name, sk.source, sk.path, strings.TrimRight(text, "\n"))
-	dir, _ := filepath.EvalSymlinks(filepath.Dir(sk.path)) // a linked skill folder lists its files
-	var files []string
-	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-		if err == nil && !d.IsDir() && d.Name() != "SKILL.md" {
-			files = append(files, "\n- "+p)
-		}
-		if len(files) >= 50 {
-			return filepath.SkipAll
-		}
-		return nil
-	})
-	if len(files) > 0 {
-		text += "\n\nOther files of the skill (at most 50 listed):" + strings.Join(files, "")
-	}
-	return textResult(text)
+	return textResult(fmt.Sprintf("[skill: %s | %s | path: %s]\n\n%s",
+		sk.name, sk.source, sk.path, text))
 }
 
 func handlePromptsList(ctx context.Context, r *rpcRequest) (map[string]any, error) {
@@ -1071,9 +1037,7 @@ func plural(n int64, word string) string {
 
 func runSetCallback(ctx context.Context, c *toolCall) toolResult {
 	a := callbackArgs{RepeatCount: 1}
-	if err := json.Unmarshal(c.args, &a); err != nil { // an integer too large for int64
-		return errorResult("invalid arguments: %v", err)
-	}
+	json.Unmarshal(c.args, &a) // schema-checked: every integer is bounded
 	cb := c.s.workflow.callbacks
 	cb.mu.Lock()
 	defer cb.mu.Unlock()
