@@ -12,8 +12,8 @@
 //     inside the lock and is replaced atomically, through a symlink if it is one;
 //     one that does not parse is never overwritten;
 //   - callback timers go through callbackSlots.afterFunc, so tests drive them;
-//   - the skill catalogue is checked (folders stat'ed) at each InvokeSkill call,
-//     prompts/list and change of the shell's directory, and re-read when it changed.
+//   - the skill catalogue is read again at each InvokeSkill call, tools/list,
+//     prompts/list and prompts/get, for the shell's current project.
 package main
 
 import (
@@ -145,7 +145,6 @@ const (
 
 // taskFile is STATE_DIR/tasks.json.
 type taskFile struct {
-	Rev     int64             `json:"rev"`
 	Current map[string]string `json:"current_by_project"` // project → task id
 	Tasks   []*taskEntry      `json:"tasks"`
 }
@@ -166,21 +165,21 @@ type taskStep struct {
 	InProgress bool   `json:"in_progress,omitempty"`
 }
 
-// flexID is an id sent as a string or as a bare number.
+// flexID is an id sent as a string or as a bare number, kept without its "t".
 type flexID string
 
 func (f *flexID) UnmarshalJSON(b []byte) error {
 	var v any
 	err := json.Unmarshal(b, &v)
 	if v != nil {
-		*f = flexID(strings.TrimPrefix(strings.TrimSpace(fmt.Sprint(v)), "t"))
+		*f = flexID(strings.TrimPrefix(fmt.Sprint(v), "t"))
 	}
 	return err
 }
 
 type taskArgs struct {
 	Action  string
-	TaskID  flexID `json:"task_id"` // without its "t"
+	TaskID  flexID `json:"task_id"`
 	StepID  flexID `json:"step_id"`
 	Text    string
 	All     bool
@@ -219,7 +218,6 @@ func runTaskManager(ctx context.Context, c *toolCall) toolResult {
 		if a.Action == "list" || a.Action == "pending" {
 			return nil // the list is unchanged
 		}
-		tf.Rev++
 		out, _ := json.MarshalIndent(tf, "", "  ")
 		return writeFileAtomic(path, out)
 	})
@@ -229,49 +227,45 @@ func runTaskManager(ctx context.Context, c *toolCall) toolResult {
 	return res
 }
 
-// loadTasks reads path; a missing file is an empty list.
+// loadTasks reads path; a missing file is an empty list. It rejects entries
+// apply cannot use.
 func loadTasks(path string) (*taskFile, error) {
-	tf := &taskFile{}
+	tf := &taskFile{Current: map[string]string{}}
 	data, err := readCapped(path, maxTaskFile)
 	if errors.Is(err, os.ErrNotExist) {
-		return tf, tf.check()
+		return tf, nil
 	}
 	if err == nil {
-		err = errors.Join(json.Unmarshal(data, tf), tf.check())
+		err = json.Unmarshal(data, tf)
+	}
+	for _, t := range tf.Tasks {
+		if t == nil || !strings.HasPrefix(t.ID, "t") || slices.Contains(t.Steps, nil) {
+			err = cmp.Or(err, errors.New("a task or step is null or has no id"))
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s is unusable (%w); it was left untouched: fix, move or delete it",
 			path, err)
 	}
-	return tf, nil
-}
-
-// check rejects entries apply cannot use.
-func (tf *taskFile) check() error {
 	if tf.Current == nil {
 		tf.Current = map[string]string{}
 	}
-	for _, t := range tf.Tasks {
-		if t == nil || !strings.HasPrefix(t.ID, "t") || slices.Contains(t.Steps, nil) {
-			return errors.New("a task or step is null or has no id")
-		}
-	}
-	return nil
+	return tf, nil
 }
 
 // apply performs one action and returns its reply and the tasks it shows.
 func (tf *taskFile) apply(a taskArgs) (string, []*taskEntry, error) {
-	switch a.Action {
-	case "list":
-		return tf.list(a)
-	case "create":
+	if a.Action == "list" {
+		return tf.list(a), tf.shown(a), nil
+	}
+	if a.Action == "create" {
 		return tf.create(a)
 	}
 	t, err := tf.find(a)
 	if err != nil {
 		return "", nil, err
 	}
-	var text string
+	text := ""
 	switch a.Action {
 	case "add":
 		text, err = t.add(a.Text)
@@ -290,14 +284,14 @@ func (tf *taskFile) apply(a taskArgs) (string, []*taskEntry, error) {
 
 // find is the task task_id names, else step_id's task, else the current one.
 func (tf *taskFile) find(a taskArgs) (*taskEntry, error) {
-	id := string(a.TaskID)
-	if before, _, ok := strings.Cut(string(a.StepID), "."); ok && id == "" {
-		id = before
+	id := tf.Current[a.project]
+	task, _, ok := strings.Cut(string(a.StepID), ".")
+	if ok {
+		id = "t" + task
 	}
-	if id != "" {
-		id = "t" + id
+	if a.TaskID != "" {
+		id = "t" + string(a.TaskID)
 	}
-	id = cmp.Or(id, tf.Current[a.project])
 	if id == "" {
 		return nil, fmt.Errorf("no current task in %s: create or switch to one (list shows them)",
 			a.project)
@@ -385,9 +379,9 @@ func (tf *taskFile) complete(t *taskEntry, a taskArgs) (string, error) {
 		s.InProgress = false
 		return fmt.Sprintf("Completed step %s of task %s.", s.ID, t.line()), nil
 	}
-	if open := t.open(); len(open) > 0 && !a.Force {
+	if len(t.open()) > 0 && !a.Force {
 		return "", fmt.Errorf("task %s has open steps; complete them, or pass force: true:%s",
-			t.ID, stepLines(open))
+			t.ID, stepLines(t.open()))
 	}
 	for _, s := range t.Steps {
 		s.Done = true
@@ -402,13 +396,20 @@ func (tf *taskFile) complete(t *taskEntry, a taskArgs) (string, error) {
 	return text, nil
 }
 
-func (tf *taskFile) list(a taskArgs) (string, []*taskEntry, error) {
-	text := "Tasks (* = current):"
+// shown is the tasks list shows: this project's, or all.
+func (tf *taskFile) shown(a taskArgs) []*taskEntry {
 	shown := []*taskEntry{}
 	for _, t := range tf.Tasks {
-		if t.Project != a.project && !a.All {
-			continue
+		if t.Project == a.project || a.All {
+			shown = append(shown, t)
 		}
+	}
+	return shown
+}
+
+func (tf *taskFile) list(a taskArgs) string {
+	text := "Tasks (* = current):"
+	for _, t := range tf.shown(a) {
 		mark := "\n  "
 		if t.ID == tf.Current[a.project] {
 			mark = "\n* "
@@ -417,12 +418,11 @@ func (tf *taskFile) list(a taskArgs) (string, []*taskEntry, error) {
 		if t.Project != a.project {
 			text += " in " + t.Project
 		}
-		shown = append(shown, t)
 	}
-	if len(shown) == 0 {
+	if len(tf.shown(a)) == 0 {
 		text = "No tasks in " + a.project + ". create starts one; all lists every project's."
 	}
-	return text, shown, nil
+	return text
 }
 
 // open is t's steps not done.
@@ -717,11 +717,11 @@ const (
 
 type skillInfo struct{ name, description, hint, source, path string } // path of SKILL.md
 
-// skillCatalog is the skills found on disk, re-read when a SKILL.md changes.
+// skillCatalog is the skills found on disk, re-read at each refresh.
 type skillCatalog struct {
 	mu     sync.Mutex // guards the fields below
 	dir    string     // project of the last scan
-	sig    string     // the SKILL.md files' paths, times and sizes at the last scan
+	sig    string     // the skills of the last scan, as text
 	gen    int64      // bumped each time sig changes
 	skills []skillInfo
 }
@@ -744,42 +744,40 @@ func skillRoots(cfg *config, project string) []skillInfo {
 	return roots
 }
 
-// refresh re-reads the skills when the project of dir ("" for the last one)
-// or a SKILL.md changed, and returns the catalogue's generation and skills.
+// refresh re-reads the skills of the project of dir ("" for the last one)
+// and returns the catalogue's generation, bumped when the skills changed,
+// and the skills. Broken skills are logged when the skills change.
 func (sc *skillCatalog) refresh(srv *server, dir string) (int64, []skillInfo) {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
 	sc.dir = projectOf(cmp.Or(dir, sc.dir))
-	var sig strings.Builder
-	var found []skillInfo
+	var skills []skillInfo
+	var broken []error
 	for _, r := range skillRoots(srv.cfg, sc.dir) {
 		entries, _ := os.ReadDir(r.path)
 		for _, e := range entries[:min(len(entries), maxSkillsRoot)] {
 			sk := skillInfo{name: e.Name(), source: r.source}
 			sk.path = filepath.Join(r.path, sk.name, "SKILL.md")
-			if fi, err := os.Stat(sk.path); err == nil && fi.Mode().IsRegular() {
-				fmt.Fprintln(&sig, sk.path, fi.ModTime(), fi.Size())
-				found = append(found, sk)
+			_, err := sk.load()
+			switch {
+			case errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ENOTDIR):
+			case err != nil:
+				broken = append(broken, fmt.Errorf("skipping %s: %w", sk.path, err))
+			case !slices.ContainsFunc(skills, func(s skillInfo) bool { return s.name == sk.name }):
+				skills = append(skills, sk) // unless an earlier folder has it
 			}
 		}
 	}
-	if sig.String() == sc.sig && sc.gen > 0 {
-		return sc.gen, sc.skills
-	}
-	sc.sig = sig.String()
-	sc.gen++
-	sc.skills = nil
-	for _, sk := range found {
-		if slices.ContainsFunc(sc.skills, func(s skillInfo) bool { return s.name == sk.name }) {
-			continue // an earlier folder has it
+	slices.SortFunc(skills, func(a, b skillInfo) int { return strings.Compare(a.name, b.name) })
+	sig := fmt.Sprint(skills, broken)
+	if sig != sc.sig {
+		sc.sig = sig
+		sc.gen++
+		sc.skills = skills
+		for _, err := range broken {
+			srv.log.warnf("skills: %v", err)
 		}
-		if _, err := sk.load(); err != nil {
-			srv.log.warnf("skills: skipping %s: %v", sk.path, err)
-			continue
-		}
-		sc.skills = append(sc.skills, sk)
 	}
-	slices.SortFunc(sc.skills, func(a, b skillInfo) int { return strings.Compare(a.name, b.name) })
 	return sc.gen, sc.skills
 }
 
