@@ -2926,9 +2926,9 @@ func TestReadImageNotImages(t *testing.T) {
 		t.Fatal(err)
 	}
 	cases := map[string]string{
-		fifo:         "fifo is not a regular file",
-		dir:          "is not a regular file",
-		"/dev/zero":  "/dev/zero is not a regular file",
+		fifo:         "fifo: not a regular file",
+		dir:          ": not a regular file",
+		"/dev/zero":  "/dev/zero: not a regular file",
 		"nope.png":   "nope.png: no such file or directory",
 		"notes.png":  "notes.png is text/plain; charset=utf-8; ReadImage shows PNG, JPEG, GIF and WebP",
 		"doc.png":    "doc.png is application/pdf;",

@@ -18,7 +18,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"cmp"
 	"context"
@@ -34,10 +33,8 @@ import (
 	"io"
 	"math"
 	"net/http"
-	"os"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -64,6 +61,7 @@ Example: {"file_path": "screenshots/home.png"}`, edge, humanBytes(maxBytes))
 
 const (
 	imageMaxPayload   = 6_000_000   // bytes; base64 (8 MB) stays under the 10 MiB message cap
+	imageMaxFile      = 50_000_000  // bytes read; with the decoder's, under telson's 300 MB
 	imageDecodeBudget = 200_000_000 // bytes the decoder may hold: telson's peak stays under 300 MB
 	jpegSOF0          = 0xc0        // baseline frame; SOF1 (extended), SOF2 (progressive) follow
 	jpegSOF2          = 0xc2
@@ -82,34 +80,26 @@ func runReadImage(ctx context.Context, c *toolCall) toolResult {
 	}
 	json.Unmarshal(c.args, &a)
 	path := c.s.shell.resolve(a.FilePath)
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0) // opening a fifo must not block
+	data, err := readCapped(path, imageMaxFile)
 	if err != nil {
 		return errorResult("%v", err)
 	}
-	defer f.Close()
-	fi, _ := f.Stat()
-	if !fi.Mode().IsRegular() {
-		return errorResult("%s is not a regular file", path)
-	}
-	head, _ := io.ReadAll(io.LimitReader(f, 512))
-	mime := http.DetectContentType(head)
+	mime := http.DetectContentType(data)
 	if !slices.Contains([]string{"image/png", "image/jpeg", "image/gif", "image/webp"}, mime) {
 		return errorResult("%s is %s; ReadImage shows PNG, JPEG, GIF and WebP, "+
 			"the formats the Anthropic API accepts (not BMP)", path, mime)
 	}
-	f.Seek(0, io.SeekStart)
-	w, h, bpp := imageHeader(mime, head, bufio.NewReader(f))
+	w, h, bpp := imageHeader(mime, data)
 	if w <= 0 || h <= 0 {
 		return errorResult("%s: damaged %s header", path, mime)
 	}
 	edge, maxBytes := imageLimits(c.s.srv.cfg)
-	info := fmt.Sprintf("%s: %s, %d×%d px, %s", path, mime, w, h, humanBytes(fi.Size()))
+	size := int64(len(data))
+	info := fmt.Sprintf("%s: %s, %d×%d px, %s", path, mime, w, h, humanBytes(size))
 	limits := fmt.Sprintf("(%d px long edge, %s)", edge, humanBytes(maxBytes))
 	cost := float64(w) * float64(h+2) * bpp // the two more rows are a PNG decoder's
-	f.Seek(0, io.SeekStart)
 	switch {
-	case fi.Size() <= maxBytes && max(w, h) <= edge:
-		data, _ := io.ReadAll(io.LimitReader(f, maxBytes))
+	case size <= maxBytes && max(w, h) <= edge:
 		return imageResult(data, mime, info+", sent as is.")
 	case mime == "image/webp":
 		return errorResult("%s; that is over the limits %s, and WebP cannot be scaled "+
@@ -119,7 +109,7 @@ func runReadImage(ctx context.Context, c *toolCall) toolResult {
 		return errorResult("%s; decoding it would take %.0f MB of memory, over telson's %d MB: "+
 			"shrink it in Bash first", info, cost/1e6, imageDecodeBudget/1_000_000)
 	}
-	img, _, err := image.Decode(bufio.NewReader(f))
+	img, _, err := image.Decode(bytes.NewReader(data))
 	if err != nil {
 		return errorResult("%s: cannot decode %s image: %v", path, mime, err)
 	}
@@ -137,36 +127,36 @@ func imageResult(data []byte, mime, text string) toolResult {
 	return toolResult{content: []contentItem{img, {Type: "text", Text: text}}}
 }
 
-// imageHeader reads an image's size from its header (r reads the file from its
-// start) and the bytes a pixel takes in Go's decoder: for a PNG 4 (8 at 16 bits,
-// 1 with a palette; grey with a transparent colour becomes NRGBA), half again if
-// interlaced; for a GIF 2 (the first frame, and its de-interlaced copy); for a
-// JPEG see jpegBytes; for a WebP 0 (never decoded).
-func imageHeader(mime string, head []byte, r *bufio.Reader) (w, h int, bpp float64) {
+// imageHeader reads an image's size from its header and the bytes a pixel
+// takes in Go's decoder: for a PNG 4 (8 at 16 bits, 1 with a palette; grey
+// with a transparent colour becomes NRGBA), half again if interlaced; for a
+// GIF 2 (the first frame, and its de-interlaced copy); for a JPEG see
+// jpegBytes; for a WebP 0 (never decoded).
+func imageHeader(mime string, data []byte) (w, h int, bpp float64) {
 	switch {
-	case mime == "image/png" && len(head) >= 29:
+	case mime == "image/png" && len(data) >= 29:
 		bpp = 4
-		if head[24] == 16 {
+		if data[24] == 16 {
 			bpp = 8
 		}
-		if head[25] == 3 {
+		if data[25] == 3 {
 			bpp = 1
 		}
-		bpp *= 1 + float64(head[28])/2
-		w = int(binary.BigEndian.Uint32(head[16:]))
-		return w, int(binary.BigEndian.Uint32(head[20:])), bpp
-	case mime == "image/gif" && len(head) >= 10:
-		w = int(binary.LittleEndian.Uint16(head[6:]))
-		return w, int(binary.LittleEndian.Uint16(head[8:])), 2
+		bpp *= 1 + float64(data[28])/2
+		w = int(binary.BigEndian.Uint32(data[16:]))
+		return w, int(binary.BigEndian.Uint32(data[20:])), bpp
+	case mime == "image/gif" && len(data) >= 10:
+		w = int(binary.LittleEndian.Uint16(data[6:]))
+		return w, int(binary.LittleEndian.Uint16(data[8:])), 2
 	case mime == "image/jpeg":
-		return jpegBytes(r)
-	case mime == "image/webp" && len(head) >= 30:
-		le24 := func(i int) int { return int(binary.LittleEndian.Uint32(head[i:]) & 0xffffff) }
-		switch string(head[12:16]) {
+		return jpegBytes(bytes.NewReader(data[2:])) // after the start-of-image marker
+	case mime == "image/webp" && len(data) >= 30:
+		le24 := func(i int) int { return int(binary.LittleEndian.Uint32(data[i:]) & 0xffffff) }
+		switch string(data[12:16]) {
 		case "VP8 ":
 			return le24(26) & 0x3fff, le24(28) & 0x3fff, 0
 		case "VP8L":
-			bits := int(binary.LittleEndian.Uint32(head[21:]))
+			bits := int(binary.LittleEndian.Uint32(data[21:]))
 			return bits&0x3fff + 1, bits>>14&0x3fff + 1, 0
 		case "VP8X":
 			return le24(24) + 1, le24(27) + 1, 0
@@ -179,8 +169,7 @@ func imageHeader(mime string, head []byte, r *bufio.Reader) (w, h int, bpp float
 // byte for each sample of each component (reckoned here without subsampling), 4
 // more for a progressive image's coefficients, and 4 a pixel for a CMYK or RGB
 // image's converted copy.
-func jpegBytes(r *bufio.Reader) (w, h int, bpp float64) {
-	r.Discard(2) // the start-of-image marker
+func jpegBytes(r io.Reader) (w, h int, bpp float64) {
 	copyBytes := 0.0
 	for {
 		var seg [4]byte // a marker and the length of its segment
@@ -210,7 +199,8 @@ func jpegBytes(r *bufio.Reader) (w, h int, bpp float64) {
 }
 
 // shrinkImage fits img within edge px and maxBytes as JPEG (quality 85), or PNG
-// when it has transparency, shrinking by 0.7 again while too many bytes.
+// when it has transparency, shrinking by 0.7 again while too many bytes. The
+// loop ends: a 1×1 image fits the 1 KB floor that imageLimits sets.
 func shrinkImage(ctx context.Context, img image.Image, edge int, maxBytes int64) (
 	[]byte, string, image.Rectangle, error) {
 	opaque := img.(interface{ Opaque() bool }).Opaque() // as every standard decoder's image says
@@ -219,23 +209,16 @@ func shrinkImage(ctx context.Context, img image.Image, edge int, maxBytes int64)
 	for ; ctx.Err() == nil; scale *= 0.7 {
 		dw := max(1, int(math.Round(float64(b.Dx())*scale)))
 		small := boxScale(img, dw, max(1, int(math.Round(float64(b.Dy())*scale))))
-		var buf bytes.Buffer
-		mime := "image/jpeg"
-		var err error
+		var buf bytes.Buffer // encoding an RGBA image into it cannot fail
+		mime := "image/png"
 		if opaque {
-			err = jpeg.Encode(&buf, small, &jpeg.Options{Quality: 85})
+			mime = "image/jpeg"
+			jpeg.Encode(&buf, small, &jpeg.Options{Quality: 85})
 		} else {
-			mime = "image/png"
-			err = png.Encode(&buf, small)
+			png.Encode(&buf, small)
 		}
-		switch {
-		case err != nil:
-			return nil, "", b, fmt.Errorf("encode: %w", err)
-		case int64(buf.Len()) <= maxBytes:
+		if int64(buf.Len()) <= maxBytes {
 			return buf.Bytes(), mime, small.Rect, nil
-		case max(small.Rect.Dx(), small.Rect.Dy()) <= 16:
-			return nil, "", b, fmt.Errorf("cannot encode it within %s even at %v",
-				humanBytes(maxBytes), small.Rect.Size())
 		}
 	}
 	return nil, "", b, fmt.Errorf("scale: %w", ctx.Err())

@@ -598,8 +598,9 @@ func (p *planState) enter(c *toolCall, goal, file string) toolResult {
 	if !c.s.srv.cfg.bool("PLAN_MODE_STRICT") {
 		gate = "Do not change anything until you exit plan mode."
 	}
-	text := fmt.Sprintf("Plan mode activated. Write your plan as markdown.\nGoal: %q\nPlan file: %s\n%s\n%s",
-		goal, file, gate, `Then exit with {"action":"exit","plan":"..."}.`)
+	text := fmt.Sprintf("Plan mode activated. Write your plan as markdown.\nGoal: %q\n"+
+		"Plan file: %s\n%s\nThen exit with {\"action\":\"exit\",\"plan\":\"...\"}.",
+		goal, file, gate)
 	return in.result(text, nil)
 }
 
@@ -648,7 +649,8 @@ func (p *planState) exit(ctx context.Context, c *toolCall, plan string) toolResu
 
 // approvePlan asks the user to approve plan when the client can show a form;
 // ask is the input-required result of the 2026-07-28 era's first call.
-func approvePlan(ctx context.Context, c *toolCall, plan string) (approval, note string, ask map[string]any) {
+func approvePlan(ctx context.Context, c *toolCall, plan string) (
+	approval, note string, ask map[string]any) {
 	if !canElicit(c.req) {
 		return planNotAsked, "", nil
 	}
