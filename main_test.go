@@ -4490,7 +4490,7 @@ func TestWorkflowPlanMode(t *testing.T) {
 		t.Fatalf("started_at: %v", err)
 	}
 	pm(true, map[string]any{"action": "enter", "goal": "again"}, "already active")
-	pm(false, map[string]any{"action": "status"}, "Plan mode: ACTIVE", `Goal: "Move the Config loader!"`, "Duration: 0m ", planFile)
+	pm(false, map[string]any{"action": "status"}, "Plan mode: ACTIVE", `Goal: "Move the Config loader!"`, "Duration: ", planFile)
 
 	// Gating: Bash is refused while planning.
 	res = wfCall(t, c, "Bash", map[string]any{"command": "echo ran"}, true, "plan mode is active", "PlanMode")
@@ -4730,7 +4730,7 @@ func TestWorkflowCallbacks(t *testing.T) {
 	cbk(false, map[string]any{"message": "check the deploy", "delay_seconds": 30, "repeat_count": 3}, "Callback scheduled in slot 0: fires every 30s, 3 times.")
 	cbk(false, map[string]any{"action": "set", "message": strings.Repeat("long message ", 10), "delay_seconds": 3600, "repeat_count": -1}, "slot 1: fires every 3600s until cancelled.")
 	clk.advance(18 * time.Second)
-	cbk(false, map[string]any{"action": "list"}, "Active callbacks (2/8):\n  [0] \"check the deploy\" - fires in 0m12s (3 left)\n  [1] \"long message long message long message long message long message...\" - fires in 59m42s (infinite)")
+	cbk(false, map[string]any{"action": "list"}, "Active callbacks (2/8):\n  [0] \"check the deploy\" - fires in 12s (3 left)\n  [1] \"long message long message long message long message long message long message long message long message long message long message \" - fires in 59m42s (infinite)")
 
 	// A fire reaches the client at once and the next tool result once.
 	clk.advance(12 * time.Second)

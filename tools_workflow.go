@@ -255,10 +255,10 @@ func loadTasks(path string) (*taskFile, error) {
 
 // apply performs one action and returns its reply and the tasks it shows.
 func (tf *taskFile) apply(a taskArgs) (string, []*taskEntry, error) {
-	if a.Action == "list" {
-		return tf.list(a), tf.shown(a), nil
-	}
-	if a.Action == "create" {
+	switch a.Action {
+	case "list":
+		return tf.list(a)
+	case "create":
 		return tf.create(a)
 	}
 	t, err := tf.find(a)
@@ -396,20 +396,13 @@ func (tf *taskFile) complete(t *taskEntry, a taskArgs) (string, error) {
 	return text, nil
 }
 
-// shown is the tasks list shows: this project's, or all.
-func (tf *taskFile) shown(a taskArgs) []*taskEntry {
+func (tf *taskFile) list(a taskArgs) (string, []*taskEntry, error) {
+	text := "Tasks (* = current):"
 	shown := []*taskEntry{}
 	for _, t := range tf.Tasks {
-		if t.Project == a.project || a.All {
-			shown = append(shown, t)
+		if t.Project != a.project && !a.All {
+			continue
 		}
-	}
-	return shown
-}
-
-func (tf *taskFile) list(a taskArgs) string {
-	text := "Tasks (* = current):"
-	for _, t := range tf.shown(a) {
 		mark := "\n  "
 		if t.ID == tf.Current[a.project] {
 			mark = "\n* "
@@ -418,11 +411,12 @@ func (tf *taskFile) list(a taskArgs) string {
 		if t.Project != a.project {
 			text += " in " + t.Project
 		}
+		shown = append(shown, t)
 	}
-	if len(tf.shown(a)) == 0 {
+	if len(shown) == 0 {
 		text = "No tasks in " + a.project + ". create starts one; all lists every project's."
 	}
-	return text
+	return text, shown, nil
 }
 
 // open is t's steps not done.
@@ -550,9 +544,9 @@ func runPlanMode(ctx context.Context, c *toolCall) toolResult {
 	}
 	text := "Plan mode: INACTIVE"
 	if in.active {
-		d := time.Since(in.started)
-		text = fmt.Sprintf("Plan mode: ACTIVE\nGoal: %q\nDuration: %dm %ds\nPlan file: %s",
-			in.goal, int(d.Minutes()), int(d.Seconds())%60, in.file)
+		d := time.Since(in.started).Round(time.Second)
+		text = fmt.Sprintf("Plan mode: ACTIVE\nGoal: %q\nDuration: %s\nPlan file: %s",
+			in.goal, d, in.file)
 	}
 	return in.result(text, nil)
 }
@@ -735,8 +729,8 @@ func skillRoots(cfg *config, project string) []skillInfo {
 		{path: filepath.Join(project, ".claude", "skills"), source: "Project Skill"},
 		{path: filepath.Join(home, ".claude", "skills"), source: "User Skill"},
 		{path: filepath.Join(home, ".telson", "skills"), source: "User Skill"}}
-	separator := func(r rune) bool { return r == ',' || r == ':' }
-	for _, d := range strings.FieldsFunc(cfg.str("ADDITIONAL_SKILLS"), separator) {
+	extra := strings.ReplaceAll(cfg.str("ADDITIONAL_SKILLS"), ",", ":")
+	for _, d := range filepath.SplitList(extra) {
 		d = strings.TrimSpace(d)
 		if rest, ok := strings.CutPrefix(d, "~/"); ok {
 			d = filepath.Join(home, rest)
@@ -804,7 +798,7 @@ func (sk *skillInfo) load() (string, error) {
 }
 
 // parseSkill splits SKILL.md into front matter (one-line key: value pairs,
-// quoted or not; indented lines are skipped) and body.
+// quoted or not) and body.
 func parseSkill(text string) (map[string]string, string, error) {
 	text = strings.ReplaceAll(strings.TrimPrefix(text, "\ufeff"), "\r\n", "\n")
 	rest, opened := strings.CutPrefix(text, "---\n")
@@ -822,9 +816,7 @@ func parseSkill(text string) (map[string]string, string, error) {
 		} else if len(v) > 1 && v[0] == '\'' && v[len(v)-1] == '\'' {
 			v = strings.ReplaceAll(v[1:len(v)-1], "''", "'")
 		}
-		if strings.TrimSpace(k) == k {
-			meta[k] = v
-		}
+		meta[k] = v // an indented key is none of the ones looked up
 	}
 	return meta, strings.TrimLeft(body, "\n"), nil
 }
@@ -1020,13 +1012,6 @@ func (cb *callbackSlots) stop(i int64) int {
 	return n
 }
 
-func callbackPreview(msg string) string {
-	if r := []rune(msg); len(r) > 64 {
-		msg = string(r[:64]) + "..."
-	}
-	return strconv.Quote(msg)
-}
-
 // plural is "1 time", "2 times".
 func plural(n int64, word string) string {
 	if n == 1 {
@@ -1063,8 +1048,8 @@ func (cb *callbackSlots) list() toolResult {
 		if sl.remaining >= 0 {
 			count = fmt.Sprintf("%d left", sl.remaining)
 		}
-		lines = append(lines, fmt.Sprintf("\n  [%d] %s - fires in %dm%02ds (%s)",
-			i, callbackPreview(sl.message), int(left.Minutes()), int(left.Seconds())%60, count))
+		line := fmt.Sprintf("\n  [%d] %q - fires in %s (%s)", i, sl.message, left, count)
+		lines = append(lines, line)
 	}
 	if len(lines) == 0 {
 		return textResult("No active callbacks.")
@@ -1082,8 +1067,7 @@ func (cb *callbackSlots) cancel(id *int64) toolResult {
 		return errorResult("callback slot %d is not active", *id)
 	}
 	cb.stop(*id)
-	return textResult(fmt.Sprintf("Cancelled callback slot %d: %s",
-		*id, callbackPreview(sl.message)))
+	return textResult(fmt.Sprintf("Cancelled callback slot %d: %q", *id, sl.message))
 }
 
 func (cb *callbackSlots) set(a callbackArgs) toolResult {
