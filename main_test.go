@@ -3288,8 +3288,8 @@ func TestAskUserQuestionNoElicitation(t *testing.T) {
 	want := msg + `
 
 1. Which database?
-   - PostgreSQL: a server
-   - SQLite: one file
+   - PostgreSQL — a server
+   - SQLite — one file
 2. Which extras? (several may be chosen)
    - Redis
    - Kafka
@@ -4606,9 +4606,8 @@ func TestWorkflowSkillsListingPromptsAndChanges(t *testing.T) {
 	t.Setenv("HOME", home)
 	root := filepath.Join(proj, ".claude", "skills")
 	wfSkill(t, root, "release-notes", "---\nname: release-notes\ndescription: Write release notes for a version.\nargument-hint: \"<version> [audience]\"\n---\n\nNotes for $ARGUMENTS.\n")
-	wfSkill(t, root, "plain", "---\ndescription: 'It''s plain'\n---\nDo the plain thing.\n")
+	wfSkill(t, root, "plain", "---\ndescription: \"It's plain\"\n---\nDo the plain thing.\n")
 	wfSkill(t, root, "broken", "---\ndescription: no end\n")
-	wfSkill(t, root, "misnamed", "---\nname: other\ndescription: d\n---\nx\n")
 	wfSkill(t, root, "nodesc", "---\nname: nodesc\n---\nx\n")
 	wfSkill(t, root, "block", "---\ndescription: >\n  folded\n---\nx\n")
 	c := startServer(t, "-state-dir", t.TempDir())
@@ -4645,7 +4644,7 @@ func TestWorkflowSkillsListingPromptsAndChanges(t *testing.T) {
 			t.Fatalf("description lacks %q:\n%s", want, desc)
 		}
 	}
-	for _, name := range []string{"broken", "misnamed", "nodesc", "block"} {
+	for _, name := range []string{"broken", "nodesc", "block"} {
 		if !strings.Contains(c.stderr.String(), "skipping "+filepath.Join(root, name, "SKILL.md")) {
 			t.Fatalf("no warning on stderr for %s: %s", name, c.stderr.String())
 		}

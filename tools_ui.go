@@ -553,7 +553,7 @@ func askInChat(qs []askQuestion, why string) toolResult {
 			text += " (several may be chosen)"
 		}
 		for _, o := range q.Options {
-			text += "\n   - " + strings.ReplaceAll(o.title(), " — ", ": ")
+			text += "\n   - " + o.title()
 		}
 	}
 	structured := map[string]any{"status": "ask_in_chat", "message": msg, "answers": []any{},

@@ -731,11 +731,7 @@ func skillRoots(cfg *config, project string) []skillInfo {
 		{path: filepath.Join(home, ".telson", "skills"), source: "User Skill"}}
 	extra := strings.ReplaceAll(cfg.str("ADDITIONAL_SKILLS"), ",", ":")
 	for _, d := range filepath.SplitList(extra) {
-		d = strings.TrimSpace(d)
-		if rest, ok := strings.CutPrefix(d, "~/"); ok {
-			d = filepath.Join(home, rest)
-		}
-		roots = append(roots, skillInfo{path: d, source: "Additional Skill"})
+		roots = append(roots, skillInfo{path: strings.TrimSpace(d), source: "Additional Skill"})
 	}
 	return roots
 }
@@ -791,14 +787,12 @@ func (sk *skillInfo) load() (string, error) {
 		return "", err
 	case strings.Trim(sk.description, ">|+-") == "": // none, or a YAML block scalar
 		return "", errors.New("no description on one line")
-	case meta["name"] != "" && meta["name"] != sk.name:
-		return "", fmt.Errorf("name %q differs from its folder's", meta["name"])
 	}
 	return body, nil
 }
 
 // parseSkill splits SKILL.md into front matter (one-line key: value pairs,
-// quoted or not) and body.
+// in double quotes or none; the name is the folder's) and body.
 func parseSkill(text string) (map[string]string, string, error) {
 	text = strings.ReplaceAll(strings.TrimPrefix(text, "\ufeff"), "\r\n", "\n")
 	rest, opened := strings.CutPrefix(text, "---\n")
@@ -813,8 +807,6 @@ func parseSkill(text string) (map[string]string, string, error) {
 		v = strings.TrimSpace(v)
 		if u, err := strconv.Unquote(v); err == nil {
 			v = u
-		} else if len(v) > 1 && v[0] == '\'' && v[len(v)-1] == '\'' {
-			v = strings.ReplaceAll(v[1:len(v)-1], "''", "'")
 		}
 		meta[k] = v // an indented key is none of the ones looked up
 	}
