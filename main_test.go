@@ -3076,7 +3076,7 @@ func TestAskUserQuestionLegacyForm(t *testing.T) {
 	uiInitialize(c, "2025-06-18", map[string]any{"elicitation": map[string]any{}})
 	id := uiStartCall(c, "AskUserQuestion", map[string]any{"questions_json": uiClaudeQuestions})
 	res := uiResult(t, c.waitResponse(id)) // a multiple choice has no 2025-06-18 form
-	if isError(res) || !strings.Contains(resultText(res), "no multiple choice before 2025-11-25") {
+	if isError(res) || !strings.Contains(resultText(res), "cannot show these questions") || len(c.notes) != 0 {
 		t.Errorf("got %q", resultText(res))
 	}
 	single := `{"questions":[{"question":"Which database?","options":[{"label":"PostgreSQL","description":"a server"},"SQLite"]},{"text":"Tests?","options":["yes","no"]}]}`
@@ -3283,7 +3283,7 @@ func TestAskUserQuestionNoElicitation(t *testing.T) {
 	c := startServer(t)
 	c.initialize("2025-06-18")
 	res := c.callTool("AskUserQuestion", map[string]any{"questions_json": uiClaudeQuestions})
-	msg := "This client cannot show these questions to the user (no form elicitation, or no multiple choice before 2025-11-25). " +
+	msg := "This client cannot show these questions to the user as a form. " +
 		"Do not assume an answer: ask the user these questions in chat and wait for the reply."
 	want := msg + `
 

@@ -30,7 +30,6 @@ import (
 	_ "image/gif" // registers GIF with image.Decode
 	"image/jpeg"
 	"image/png"
-	"io"
 	"math"
 	"net/http"
 	"slices"
@@ -149,7 +148,7 @@ func imageHeader(mime string, data []byte) (w, h int, bpp float64) {
 		w = int(binary.LittleEndian.Uint16(data[6:]))
 		return w, int(binary.LittleEndian.Uint16(data[8:])), 2
 	case mime == "image/jpeg":
-		return jpegBytes(bytes.NewReader(data[2:])) // after the start-of-image marker
+		return jpegBytes(data)
 	case mime == "image/webp" && len(data) >= 30:
 		le24 := func(i int) int { return int(binary.LittleEndian.Uint32(data[i:]) & 0xffffff) }
 		switch string(data[12:16]) {
@@ -169,33 +168,30 @@ func imageHeader(mime string, data []byte) (w, h int, bpp float64) {
 // byte for each sample of each component (reckoned here without subsampling), 4
 // more for a progressive image's coefficients, and 4 a pixel for a CMYK or RGB
 // image's converted copy.
-func jpegBytes(r io.Reader) (w, h int, bpp float64) {
+func jpegBytes(data []byte) (w, h int, bpp float64) {
 	copyBytes := 0.0
-	for {
-		var seg [4]byte // a marker and the length of its segment
-		if _, err := io.ReadFull(r, seg[:]); err != nil || seg[0] != 0xff {
-			return 0, 0, 0
-		}
-		data := make([]byte, max(0, int(binary.BigEndian.Uint16(seg[2:]))-2))
-		if _, err := io.ReadFull(r, data); err != nil {
-			return 0, 0, 0
-		}
-		if seg[1] == jpegAPP14 {
+	for i := 2; i+4 <= len(data) && data[i] == 0xff; { // after the start-of-image marker
+		marker := data[i+1]
+		end := i + 2 + int(binary.BigEndian.Uint16(data[i+2:]))
+		seg := data[i+4 : max(i+4, min(end, len(data)))]
+		i = end
+		if marker == jpegAPP14 {
 			copyBytes = 4
 		}
-		if seg[1] < jpegSOF0 || seg[1] > jpegSOF2 || len(data) < 6 {
+		if marker < jpegSOF0 || marker > jpegSOF2 || len(seg) < 6 {
 			continue
 		}
-		bpp = float64(data[5])
-		if seg[1] == jpegSOF2 {
+		bpp = float64(seg[5])
+		if marker == jpegSOF2 {
 			bpp *= 5
 		}
-		if data[5] == 4 || len(data) >= 13 && data[6] == 'R' && data[9] == 'G' && data[12] == 'B' {
+		if seg[5] == 4 || len(seg) >= 13 && seg[6] == 'R' && seg[9] == 'G' && seg[12] == 'B' {
 			copyBytes = 4
 		}
-		w = int(binary.BigEndian.Uint16(data[3:]))
-		return w, int(binary.BigEndian.Uint16(data[1:])), bpp + copyBytes
+		w = int(binary.BigEndian.Uint16(seg[3:]))
+		return w, int(binary.BigEndian.Uint16(seg[1:])), bpp + copyBytes
 	}
+	return 0, 0, 0
 }
 
 // shrinkImage fits img within edge px and maxBytes as JPEG (quality 85), or PNG
@@ -258,13 +254,10 @@ func boxScale(img image.Image, dw, dh int) *image.RGBA {
 }
 
 func humanBytes(n int64) string {
-	switch {
-	case n >= 1e6:
+	if n >= 1e6 {
 		return fmt.Sprintf("%.1f MB", float64(n)/1e6)
-	case n >= 1e3:
-		return fmt.Sprintf("%.1f KB", float64(n)/1e3)
 	}
-	return fmt.Sprintf("%d bytes", n)
+	return fmt.Sprintf("%.1f KB", float64(n)/1e3)
 }
 
 // askShape is the questions argument as Claude Code's AskUserQuestion takes it.
@@ -357,8 +350,7 @@ func runAskUserQuestion(ctx context.Context, c *toolCall) toolResult {
 	}
 	multi := slices.ContainsFunc(qs, func(q askQuestion) bool { return q.MultiSelect })
 	if !canElicit(c.req) || multi && !atLeast(c.req.version, version20251125) {
-		return askInChat(qs, "This client cannot show these questions to the user "+
-			"(no form elicitation, or no multiple choice before 2025-11-25).")
+		return askInChat(qs, "This client cannot show these questions to the user as a form.")
 	}
 	timeout := time.Duration(c.s.srv.cfg.int("ASK_TIMEOUT_MS")) * time.Millisecond
 	ctx, cancel := context.WithTimeout(ctx, timeout)
@@ -424,8 +416,9 @@ func parseQuestions(text string) ([]askQuestion, error) {
 			return nil, fmt.Errorf("questions[%d] has %d options; give 2 to 10", i, len(q.Options))
 		}
 		for j := range q.Options {
-			q.Options[j].Label = strings.TrimSpace(q.Options[j].Label)
-			if q.Options[j].Label == "" {
+			o := &q.Options[j]
+			o.Label = strings.TrimSpace(o.Label)
+			if o.Label == "" {
 				return nil, fmt.Errorf("questions[%d].options[%d] has no label", i, j)
 			}
 		}
