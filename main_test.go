@@ -3094,19 +3094,6 @@ func TestAskUserQuestionLegacyForm(t *testing.T) {
 	}
 }
 
-func TestAskUserQuestionNothingPicked(t *testing.T) {
-	t.Parallel()
-	c := startServer(t)
-	uiInitialize(c, "2025-11-25", map[string]any{"elicitation": map[string]any{}})
-	id := uiStartCall(c, "AskUserQuestion", map[string]any{"questions_json": uiClaudeQuestions})
-	req := uiNextRequest(c, "elicitation/create")
-	uiReply(c, req["id"], map[string]any{"action": "accept", "content": map[string]any{}})
-	res := uiResult(t, c.waitResponse(id))
-	if !strings.Contains(resultText(res), `"Which database?"="(no answer)", "Which extras?"="(none selected)"`) {
-		t.Errorf("got %q", resultText(res))
-	}
-}
-
 func TestAskUserQuestionDeclineCancel(t *testing.T) {
 	t.Parallel()
 	c := startServer(t)

@@ -738,7 +738,7 @@ func skillRoots(cfg *config, project string) []skillInfo {
 
 // refresh re-reads the skills of the project of dir ("" for the last one)
 // and returns the catalogue's generation, bumped when the skills changed,
-// and the skills. Broken skills are logged when the skills change.
+// and the skills, in search order. Broken skills are logged when the skills change.
 func (sc *skillCatalog) refresh(srv *server, dir string) (int64, []skillInfo) {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
@@ -760,7 +760,6 @@ func (sc *skillCatalog) refresh(srv *server, dir string) (int64, []skillInfo) {
 			}
 		}
 	}
-	slices.SortFunc(skills, func(a, b skillInfo) int { return strings.Compare(a.name, b.name) })
 	sig := fmt.Sprint(skills, broken)
 	if sig != sc.sig {
 		sc.sig = sig
