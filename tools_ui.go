@@ -4,18 +4,19 @@
 //
 // Rules:
 //   - ReadImage reads a regular file of at most imageMaxFile through
-//     readCapped (never blocking on a fifo) and takes the type from the bytes: PNG, JPEG, GIF and WebP, the formats the
-//     Anthropic API accepts. Within the limits a file is sent as it is. A
-//     larger PNG, JPEG or GIF is decoded only when what the Go decoder holds
-//     for it, reckoned from its header, fits imageDecodeBudget; it is then
-//     shrunk with a box filter whose memory is the output's plus one strip.
-//     WebP has no decoder in the standard library: over the limits it is an error.
+//     readCapped (never blocking on a fifo) and takes the type from the
+//     bytes: PNG, JPEG, GIF and WebP, the formats the Anthropic API accepts.
+//     Within the limits a file is sent as it is. A larger PNG, JPEG or GIF is
+//     decoded only when what the Go decoder holds for it, reckoned from its
+//     header, fits imageDecodeBudget; it is then shrunk with a box filter
+//     whose memory is the output's plus one strip. WebP has no decoder in
+//     the standard library: over the limits it is an error.
 //   - AskUserQuestion and PlanMode's approval ask through elicit: a server
 //     request in the legacy era, an input-required result in the 2026-07-28
 //     era. A client without elicitation gets the questions back to ask in
 //     chat (so does a multiple choice before 2025-11-25, which has no form
-//     for it): a normal result, since nothing failed. Declined and dismissed are
-//     answers of their own, never an empty answer.
+//     for it): a normal result, since nothing failed. Declined and
+//     dismissed are answers of their own, never an empty answer.
 package main
 
 import (
