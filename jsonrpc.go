@@ -33,6 +33,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"regexp"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -42,7 +43,8 @@ import (
 	"time"
 )
 
-// Protocol versions, oldest first: the legacy era negotiates one of the first four, the modern one is per request.
+// Protocol versions, oldest first: the legacy era negotiates one of the first
+// four, the modern one is per request.
 const (
 	version20241105 = "2024-11-05"
 	version20250326 = "2025-03-26"
@@ -53,7 +55,7 @@ const (
 
 var (
 	legacyVersions    = []string{version20241105, version20250326, version20250618, version20251125}
-	supportedVersions = []string{version20241105, version20250326, version20250618, version20251125, versionModern}
+	supportedVersions = append(slices.Clip(legacyVersions), versionModern)
 )
 
 // Keys of the modern era's request and result _meta.
@@ -62,6 +64,7 @@ const (
 	metaClientCaps      = "io.modelcontextprotocol/clientCapabilities"
 	metaLogLevel        = "io.modelcontextprotocol/logLevel"
 	metaServerInfo      = "io.modelcontextprotocol/serverInfo"
+	metaSubscriptionID  = "io.modelcontextprotocol/subscriptionId"
 )
 
 // JSON-RPC and MCP error codes.
@@ -107,6 +110,11 @@ func errorMessage(id json.RawMessage, e *rpcError) *rpcMessage {
 		id = json.RawMessage("null")
 	}
 	return &rpcMessage{JSONRPC: "2.0", ID: id, Error: e}
+}
+
+// invalidParams is a -32602 error.
+func invalidParams(format string, a ...any) *rpcError {
+	return newRPCError(codeInvalidParams, "invalid params: "+format, a...)
 }
 
 // invalidRequest is a -32600 reply to id.
@@ -157,10 +165,7 @@ type server struct {
 	stateKey []byte         // signs requestState in 2026-07-28 round trips; random per process
 	skills   *skillCatalog  // skills for InvokeSkill and prompts
 	browser  *browserHolder // ReadDocs's Chromium, started on first use
-
-	mu          sync.Mutex                   // guards toolsCache and toolsResult
-	toolsCache  map[string][]json.RawMessage // encoded tools/list entries by protocol version
-	toolsResult map[string]json.RawMessage   // the whole first page, by protocol version
+	listens  listenerSet    // open subscriptions/listen requests, of every session
 }
 
 // toolEntry is a row of the tool table with its parsed input schema.
@@ -189,17 +194,12 @@ func outputSchema(d *toolDef) (json.RawMessage, error) {
 }
 
 func (srv *server) tool(name string) *toolEntry {
-	if i := slices.IndexFunc(srv.tools, func(t *toolEntry) bool { return t.def.name == name }); i >= 0 {
-		return srv.tools[i]
+	for _, t := range srv.tools {
+		if t.def.name == name {
+			return t
+		}
 	}
 	return nil
-}
-
-// toolsChanged drops the cached tools/list answers (sessions tell their clients).
-func (srv *server) toolsChanged() {
-	srv.mu.Lock()
-	srv.toolsCache, srv.toolsResult = map[string][]json.RawMessage{}, map[string]json.RawMessage{}
-	srv.mu.Unlock()
 }
 
 // session is one client connection: stdio has exactly one.
@@ -213,25 +213,45 @@ type session struct {
 	wmu sync.Mutex // guards out
 	out io.Writer
 
-	mu         sync.Mutex // guards the fields below
+	mu         sync.Mutex // guards version, clientCaps and logLevel
 	version    string     // negotiated by initialize; "" before it
 	clientCaps map[string]json.RawMessage
 	logLevel   int // notifications/message below this level are not sent
-	inflight   map[string]*inflightRequest
-	pending    map[string]chan *rpcMessage // server-to-client requests awaiting their reply
-	nextID     int64
 
-	wg sync.WaitGroup // counts running request goroutines
+	requests requestTable
+	wg       sync.WaitGroup // counts running request goroutines
+	slots    chan struct{}  // one per running request; at maxInflight the reader waits
+}
+
+// requestTable is a session's requests both ways: the client's that run (to
+// cancel them) and the server's that await the client's reply.
+type requestTable struct {
+	mu       sync.Mutex                  // guards the fields below
+	inflight map[string]*inflightRequest // by idKey
+	pending  map[string]chan *rpcMessage // by idKey
+	nextID   int64
 }
 
 type inflightRequest struct {
 	cancel    context.CancelFunc
 	cancelled bool // by the client: the reply is not sent
+	listen    bool // a subscriptions/listen, which ends when the input does
 }
 
 func newSession(srv *server, out io.Writer) *session {
-	s := &session{srv: srv, out: out, notices: &noticeQueue{}, shell: newShellState(), bg: newBgTasks(srv.procs),
-		logLevel: logLevelIndex(srv.cfg.str("LOG_LEVEL")), inflight: map[string]*inflightRequest{}, pending: map[string]chan *rpcMessage{}}
+	s := &session{
+		srv:      srv,
+		out:      out,
+		notices:  &noticeQueue{},
+		shell:    newShellState(),
+		bg:       newBgTasks(srv.procs),
+		logLevel: logLevelIndex(srv.cfg.str("LOG_LEVEL")),
+		requests: requestTable{
+			inflight: map[string]*inflightRequest{},
+			pending:  map[string]chan *rpcMessage{},
+		},
+		slots: make(chan struct{}, maxInflight),
+	}
 	s.workflow = newSessionWorkflow(s)
 	return s
 }
@@ -249,11 +269,11 @@ func marshalJSON(v any) (json.RawMessage, error) {
 
 // encodeLine encodes msg as one line of JSON ending in '\n'.
 func encodeLine(msg any) ([]byte, error) {
-	if m, ok := msg.(*rpcMessage); ok && m.Result != nil && m.Error == nil {
+	if m, ok := msg.(*rpcMessage); ok && m.Result != nil {
 		// A result is our own compact encoding: frame it without scanning it again.
-		b := make([]byte, 0, len(m.ID)+len(m.Result)+40)
-		b = append(append(append(b, `{"jsonrpc":"2.0","id":`...), m.ID...), `,"result":`...)
-		return append(append(b, m.Result...), "}\n"...), nil
+		b := fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%s,"result":`, m.ID)
+		b = append(b, m.Result...)
+		return append(b, "}\n"...), nil
 	}
 	b, err := marshalJSON(msg)
 	if err != nil {
@@ -280,7 +300,8 @@ func (s *session) send(msg any) error {
 // errNoStream says a route cannot carry a message; it goes to the session's output instead.
 var errNoStream = errors.New("send: no stream to the client")
 
-// routeKey keys, in a request's context, where messages about it go (an HTTP POST's reply); else the session's output.
+// routeKey keys, in a request's context, where messages about it go (an HTTP
+// POST's reply); else the session's output.
 type routeKey struct{}
 
 func routeOf(ctx context.Context) func(msg any) error {
@@ -312,8 +333,17 @@ func (s *session) close() {
 	s.bg.closeAll()
 }
 
-// notify sends a notification to the client.
-func (s *session) notify(method string, params any) { s.send(notification(method, params)) }
+// notify tells of a change to a list: an initialized legacy session directly, and
+// every open subscriptions/listen of the server that asked for method (lists are server-wide).
+func (s *session) notify(method string, params any) {
+	s.mu.Lock()
+	legacy := s.version != ""
+	s.mu.Unlock()
+	if legacy {
+		s.send(notification(method, params))
+	}
+	s.srv.listens.deliver(method)
+}
 
 // outgoing is a request or a notification telson sends.
 type outgoing struct {
@@ -337,6 +367,7 @@ func (s *session) serve(ctx context.Context, r io.Reader) error {
 		line, tooLong, err := readLine(br, max)
 		switch {
 		case errors.Is(err, io.EOF):
+			s.endListens()
 			return nil
 		case err != nil:
 			return fmt.Errorf("read: %w", err)
@@ -353,20 +384,33 @@ func (s *session) wait() { s.wg.Wait() }
 
 // cancelAll cancels every running request; they still answer.
 func (s *session) cancelAll() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, r := range s.inflight {
+	s.requests.mu.Lock()
+	defer s.requests.mu.Unlock()
+	for _, r := range s.requests.inflight {
 		r.cancel()
 	}
 }
 
-// handleLine handles a message or a batch; done gets the reply (a *rpcMessage or an array), or nil, once.
+// endListens ends the session's subscriptions/listen requests gracefully: they answer.
+func (s *session) endListens() {
+	s.requests.mu.Lock()
+	defer s.requests.mu.Unlock()
+	for _, r := range s.requests.inflight {
+		if r.listen {
+			r.cancel()
+		}
+	}
+}
+
+// handleLine handles a message or a batch; done gets the reply (a *rpcMessage
+// or an array), or nil, once.
 func (s *session) handleLine(ctx context.Context, line []byte, done func(reply any)) {
 	switch line = bytes.TrimSpace(line); {
 	case len(line) == 0:
 		done(nil)
 	case !json.Valid(line):
-		done(errorMessage(nil, newRPCError(codeParseError, "parse error: %v", json.Unmarshal(line, new(any)))))
+		err := json.Unmarshal(line, new(any))
+		done(errorMessage(nil, newRPCError(codeParseError, "parse error: %v", err)))
 	case line[0] == '[':
 		s.handleBatch(ctx, line, done)
 	default:
@@ -394,12 +438,15 @@ func (s *session) handleBatch(ctx context.Context, line []byte, done func(reply 
 	s.mu.Unlock()
 	var items []json.RawMessage
 	json.Unmarshal(line, &items) // line is a valid JSON array
-	if v == "" || len(items) == 0 || atLeast(v, version20250618) {
+	if v == "" || len(items) == 0 || len(items) > maxBatch || atLeast(v, version20250618) {
 		why := "batches are not supported in protocol version " + v
 		if v == "" {
 			why = "a batch cannot come before initialize"
 		} else if len(items) == 0 {
 			why = "empty batch"
+		} else if len(items) > maxBatch {
+			why = fmt.Sprintf("a batch of %d messages; at most %d are allowed",
+				len(items), maxBatch)
 		}
 		done(invalidRequest(nil, "%s", why))
 		return
@@ -426,7 +473,8 @@ func (s *session) handleBatch(ctx context.Context, line []byte, done func(reply 
 }
 
 // handleMessage decodes, classifies and handles one message; done gets its reply (or nil) once.
-func (s *session) handleMessage(ctx context.Context, raw []byte, inBatch bool, done func(reply any)) {
+func (s *session) handleMessage(ctx context.Context, raw []byte, inBatch bool,
+	done func(reply any)) {
 	var m rpcMessage
 	err := decodeMessage(raw, &m)
 	switch {
@@ -463,7 +511,7 @@ type rpcRequest struct {
 	logLevel      int // modern era: the request's own log level; -1 when none
 	progressToken json.RawMessage
 	rawResult     json.RawMessage     // set by a handler whose result is already encoded
-	out           func(msg any) error // where messages about the request go (see routeKey); nil: the session's output
+	out           func(msg any) error // where messages about it go (see routeKey)
 
 	progressMu   sync.Mutex // guards lastProgress
 	lastProgress float64
@@ -477,18 +525,35 @@ type methodInfo struct {
 
 var methods = map[string]methodInfo{
 	"initialize":       {handle: handleInitialize, inline: true},
-	"ping":             {handle: func(context.Context, *rpcRequest) (map[string]any, error) { return nil, nil }},
+	"ping":             {handle: handlePing},
 	"server/discover":  {handle: handleDiscover},
 	"tools/list":       {handle: handleToolsList},
 	"tools/call":       {handle: handleToolsCall},
 	"logging/setLevel": {handle: handleSetLevel, inline: true},
 	"prompts/list":     {handle: handlePromptsList},
 	"prompts/get":      {handle: handlePromptsGet},
+	methodListen:       {handle: handleListen},
 }
 
-func idKey(id json.RawMessage) string { return string(bytes.TrimSpace(id)) }
+// idKey is id's value as a key: numbers by numeric value (5.0 is 5), strings as strings.
+func idKey(id json.RawMessage) string {
+	var v any
+	if json.Unmarshal(id, &v) != nil {
+		return string(id)
+	}
+	return fmt.Sprintf("%T %v", v, v)
+}
 
-// startRequest runs one request in its own goroutine, or inline when later messages depend on its effect.
+// Limits on what a client can make a session hold.
+const (
+	maxBatch    = 100 // messages in a batch
+	maxInflight = 64  // requests running at once, not counting those waiting on the client
+)
+
+func handlePing(context.Context, *rpcRequest) (map[string]any, error) { return nil, nil }
+
+// startRequest runs one request in its own goroutine, or inline when later messages depend
+// on its effect. At maxInflight it waits for a slot, so the reader stops reading: backpressure.
 func (s *session) startRequest(ctx context.Context, m *rpcMessage, done func(reply any)) {
 	info, ok := methods[m.Method]
 	if !ok {
@@ -501,31 +566,39 @@ func (s *session) startRequest(ctx context.Context, m *rpcMessage, done func(rep
 		return
 	}
 	r.out = routeOf(ctx)
-	key := idKey(m.ID)
 	reqCtx, cancel := context.WithCancel(ctx)
-	s.mu.Lock()
-	if _, dup := s.inflight[key]; dup {
-		s.mu.Unlock()
+	inf := &inflightRequest{cancel: cancel, listen: m.Method == methodListen}
+	// A modern request over HTTP is cancelled by closing its stream, and its id is
+	// unique only among its own client's: it is not registered.
+	registered := !r.modern || r.out == nil
+	key := idKey(m.ID)
+	s.requests.mu.Lock()
+	_, dup := s.requests.inflight[key]
+	if registered && !dup {
+		s.requests.inflight[key] = inf
+	}
+	s.requests.mu.Unlock()
+	if registered && dup {
 		cancel()
-		done(invalidRequest(m.ID, "id %s is already in use by a running request", key))
+		done(invalidRequest(m.ID, "id %s is already in use by a running request", m.ID))
 		return
 	}
-	inf := &inflightRequest{cancel: cancel}
-	s.inflight[key] = inf
-	s.mu.Unlock()
-
+	s.slots <- struct{}{}
 	s.wg.Add(1)
 	run := func() {
 		defer s.wg.Done()
 		defer cancel()
 		var reply any = s.runRequest(reqCtx, r, info)
-		s.mu.Lock()
-		delete(s.inflight, key)
+		s.requests.mu.Lock()
+		if registered {
+			delete(s.requests.inflight, key)
+		}
 		if inf.cancelled {
 			reply = nil
 		}
-		s.mu.Unlock()
+		s.requests.mu.Unlock()
 		done(reply)
+		<-s.slots
 	}
 	if info.inline {
 		run()
@@ -534,22 +607,32 @@ func (s *session) startRequest(ctx context.Context, m *rpcMessage, done func(rep
 	}
 }
 
+// awaitClient runs wait, which waits on the client, without holding a request's slot.
+func (s *session) awaitClient(wait func()) {
+	select {
+	case <-s.slots:
+		defer func() { s.slots <- struct{}{} }()
+	default: // not called from a request
+	}
+	wait()
+}
+
 // newRequest reads a request's _meta and settles the era and version it is served under.
 func (s *session) newRequest(m *rpcMessage) (*rpcRequest, *rpcError) {
 	r := &rpcRequest{s: s, id: m.ID, method: m.Method, params: m.Params, logLevel: -1}
 	if len(m.Params) > 0 && string(m.Params) != "null" && m.Params[0] != '{' {
-		return nil, newRPCError(codeInvalidParams, "invalid params: params must be an object")
+		return nil, invalidParams("params must be an object")
 	}
 	var p struct {
 		Meta map[string]json.RawMessage `json:"_meta"`
 	}
 	if err := json.Unmarshal(m.Params, &p); len(m.Params) > 0 && err != nil {
-		return nil, newRPCError(codeInvalidParams, "invalid params: _meta: %v", err)
+		return nil, invalidParams("_meta: %v", err)
 	}
 	r.progressToken = p.Meta["progressToken"]
 	var metaVersion string
 	if raw, ok := p.Meta[metaProtocolVersion]; ok && json.Unmarshal(raw, &metaVersion) != nil {
-		return nil, newRPCError(codeInvalidParams, "invalid params: _meta %s must be a string", metaProtocolVersion)
+		return nil, invalidParams("_meta %s must be a string", metaProtocolVersion)
 	}
 	s.mu.Lock()
 	r.version, r.caps = s.version, s.clientCaps
@@ -559,7 +642,7 @@ func (s *session) newRequest(m *rpcMessage) (*rpcRequest, *rpcError) {
 		r.version, r.modern, r.caps = versionModern, true, nil
 		caps, ok := p.Meta[metaClientCaps]
 		if !ok && m.Method != "server/discover" {
-			return nil, newRPCError(codeInvalidParams, "invalid params: _meta %s is required in protocol version %s", metaClientCaps, versionModern)
+			return nil, invalidParams("_meta %s is required in %s", metaClientCaps, versionModern)
 		}
 		json.Unmarshal(caps, &r.caps) // absent (server/discover): none
 		if raw, ok := p.Meta[metaLogLevel]; ok {
@@ -570,16 +653,18 @@ func (s *session) newRequest(m *rpcMessage) (*rpcRequest, *rpcError) {
 	case metaVersion != "" && slices.Contains(legacyVersions, metaVersion):
 		r.version = metaVersion
 	case metaVersion != "":
-		return nil, &rpcError{Code: codeUnsupportedVersion, Message: "unsupported protocol version: " + metaVersion,
-			Data: map[string]any{"supported": supportedVersions, "requested": metaVersion}}
+		e := newRPCError(codeUnsupportedVersion, "unsupported protocol version: %s", metaVersion)
+		e.Data = map[string]any{"supported": supportedVersions, "requested": metaVersion}
+		return nil, e
 	case r.version == "":
-		r.version = version20251125 // a request before initialize is served as the newest legacy version
+		r.version = version20251125 // before initialize: the newest legacy version
 	}
 	return r, nil
 }
 
 // runRequest calls the handler, turning its result, error or panic into a reply.
-func (s *session) runRequest(ctx context.Context, r *rpcRequest, info methodInfo) (reply *rpcMessage) {
+func (s *session) runRequest(ctx context.Context, r *rpcRequest, info methodInfo,
+) (reply *rpcMessage) {
 	defer func() {
 		if p := recover(); p != nil {
 			s.srv.log.errorf("panic serving %s: %v\n%s", r.method, p, debug.Stack())
@@ -600,6 +685,10 @@ func (s *session) runRequest(ctx context.Context, r *rpcRequest, info methodInfo
 	if result == nil {
 		result = map[string]any{}
 	}
+	if r.modern && strings.HasSuffix(r.method, "/list") {
+		result["ttlMs"] = 60000 // a change is announced on subscriptions/listen
+		result["cacheScope"] = "public"
+	}
 	if r.modern {
 		if _, set := result["resultType"]; !set {
 			result["resultType"] = "complete"
@@ -608,11 +697,16 @@ func (s *session) runRequest(ctx context.Context, r *rpcRequest, info methodInfo
 		if r.method == "server/discover" {
 			v = versionModern
 		}
-		result["_meta"] = map[string]any{metaServerInfo: s.srv.serverInfo(v)}
+		meta := map[string]any{metaServerInfo: s.srv.serverInfo(v)}
+		if given, ok := result["_meta"].(map[string]any); ok {
+			maps.Copy(meta, given)
+		}
+		result["_meta"] = meta
 	}
 	raw, err := marshalJSON(result)
 	if err != nil {
-		return errorMessage(r.id, newRPCError(codeInternalError, "internal error: encode result: %v", err))
+		err = fmt.Errorf("encode result: %w", err)
+		return errorMessage(r.id, newRPCError(codeInternalError, "internal error: %v", err))
 	}
 	return &rpcMessage{JSONRPC: "2.0", ID: r.id, Result: raw}
 }
@@ -622,12 +716,12 @@ func (s *session) handleNotification(m *rpcMessage) {
 	var p struct {
 		RequestID json.RawMessage `json:"requestId"`
 	}
-	if m.Method != "notifications/cancelled" || json.Unmarshal(m.Params, &p) != nil || !validID(p.RequestID) {
+	if m.Method != "notifications/cancelled" || json.Unmarshal(m.Params, &p) != nil {
 		return
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if r, ok := s.inflight[idKey(p.RequestID)]; ok {
+	s.requests.mu.Lock()
+	defer s.requests.mu.Unlock()
+	if r, ok := s.requests.inflight[idKey(p.RequestID)]; ok {
 		r.cancelled = true
 		r.cancel()
 	}
@@ -636,10 +730,10 @@ func (s *session) handleNotification(m *rpcMessage) {
 // routeResponse hands a client's reply to the server request waiting for it.
 func (s *session) routeResponse(m *rpcMessage) {
 	key := idKey(m.ID)
-	s.mu.Lock()
-	ch := s.pending[key]
-	delete(s.pending, key)
-	s.mu.Unlock()
+	s.requests.mu.Lock()
+	ch := s.requests.pending[key]
+	delete(s.requests.pending, key)
+	s.requests.mu.Unlock()
 	if ch == nil {
 		s.srv.log.debugf("reply to unknown request %s ignored", key)
 		return
@@ -647,33 +741,40 @@ func (s *session) routeResponse(m *rpcMessage) {
 	ch <- m
 }
 
-// request sends a request to the client and waits for its reply; if ctx ends first, it sends notifications/cancelled.
+// request sends a request to the client and waits for its reply; if ctx ends
+// first, it sends notifications/cancelled.
 func (s *session) request(ctx context.Context, method string, params any) (json.RawMessage, error) {
-	s.mu.Lock()
-	s.nextID++
-	id := json.RawMessage(strconv.Quote("telson-" + strconv.FormatInt(s.nextID, 10)))
+	s.requests.mu.Lock()
+	s.requests.nextID++
+	id := json.RawMessage(strconv.Quote("telson-" + strconv.FormatInt(s.requests.nextID, 10)))
 	ch := make(chan *rpcMessage, 1)
-	s.pending[idKey(id)] = ch
-	s.mu.Unlock()
+	s.requests.pending[idKey(id)] = ch
+	s.requests.mu.Unlock()
 	defer func() {
-		s.mu.Lock()
-		delete(s.pending, idKey(id))
-		s.mu.Unlock()
+		s.requests.mu.Lock()
+		delete(s.requests.pending, idKey(id))
+		s.requests.mu.Unlock()
 	}()
 	out := routeOf(ctx)
 	if err := s.sendVia(out, &outgoing{"2.0", id, method, params}); err != nil {
 		return nil, fmt.Errorf("%s: %w", method, err)
 	}
-	select {
-	case m := <-ch:
-		if m.Error != nil {
-			return nil, fmt.Errorf("%s: client answered %d %s", method, m.Error.Code, m.Error.Message)
+	var m *rpcMessage
+	s.awaitClient(func() {
+		select {
+		case m = <-ch:
+		case <-ctx.Done():
 		}
-		return m.Result, nil
-	case <-ctx.Done():
-		s.sendVia(out, notification("notifications/cancelled", map[string]any{"requestId": id, "reason": ctx.Err().Error()}))
+	})
+	if m == nil {
+		cancel := map[string]any{"requestId": id, "reason": ctx.Err().Error()}
+		s.sendVia(out, notification("notifications/cancelled", cancel))
 		return nil, fmt.Errorf("%s: %w", method, ctx.Err())
 	}
+	if m.Error != nil {
+		return nil, fmt.Errorf("%s: client answered %d %s", method, m.Error.Code, m.Error.Message)
+	}
+	return m.Result, nil
 }
 
 // clientHas reports whether the client declared capability name, for this request.
@@ -682,7 +783,8 @@ func (r *rpcRequest) clientHas(name string) bool {
 	return ok
 }
 
-// progress sends notifications/progress when the request asked for it, raising a value that does not grow.
+// progress sends notifications/progress when the request asked for it,
+// raising a value that does not grow.
 func (r *rpcRequest) progress(progress, total float64, message string) {
 	if len(r.progressToken) == 0 {
 		return
@@ -704,17 +806,22 @@ func (r *rpcRequest) progress(progress, total float64, message string) {
 }
 
 // Logging levels of RFC 5424, least severe first.
-var logLevels = []string{"debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"}
+var logLevels = []string{
+	"debug", "info", "notice", "warning", "error", "critical", "alert", "emergency",
+}
 
 // logLevelIndex returns the index of level name, or that of "info" when unknown.
 func logLevelIndex(name string) int {
-	if i := slices.IndexFunc(logLevels, func(l string) bool { return strings.EqualFold(l, name) }); i >= 0 {
-		return i
+	for i, l := range logLevels {
+		if strings.EqualFold(l, name) {
+			return i
+		}
 	}
 	return 1
 }
 
-// log sends notifications/message at a level the modern request, or else the initialized session, asked for.
+// log sends notifications/message at a level the modern request, or else the
+// initialized session, asked for.
 func (r *rpcRequest) log(level string, data any) {
 	r.s.mu.Lock()
 	least, wanted := r.s.logLevel, r.s.version != ""
@@ -723,11 +830,90 @@ func (r *rpcRequest) log(level string, data any) {
 		least, wanted = r.logLevel, r.logLevel >= 0
 	}
 	if wanted && logLevelIndex(level) >= least {
-		r.notify("notifications/message", map[string]any{"level": level, "logger": "telson", "data": data})
+		msg := map[string]any{"level": level, "logger": "telson", "data": data}
+		r.notify("notifications/message", msg)
 	}
 }
 
-// noticeQueue holds one-line notices for the agent until the next tool result carries them, each once.
+const methodListen = "subscriptions/listen"
+
+// listenerSet is the open subscriptions/listen requests; a change to a list
+// reaches every one that asked.
+type listenerSet struct {
+	mu   sync.Mutex // guards open
+	open map[*listener]bool
+}
+
+// listener is one open subscriptions/listen request.
+type listener struct {
+	req     *rpcRequest
+	methods []string   // the notifications granted
+	mu      sync.Mutex // held while sending: the acknowledgement goes first
+}
+
+func (ls *listenerSet) add(l *listener) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.open == nil {
+		ls.open = map[*listener]bool{}
+	}
+	ls.open[l] = true
+}
+
+func (ls *listenerSet) remove(l *listener) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	delete(ls.open, l)
+}
+
+// deliver sends notification method to the listeners that asked for it.
+func (ls *listenerSet) deliver(method string) {
+	var open []*listener
+	ls.mu.Lock()
+	for l := range ls.open {
+		open = append(open, l)
+	}
+	ls.mu.Unlock()
+	for _, l := range open {
+		if slices.Contains(l.methods, method) {
+			l.mu.Lock()
+			meta := map[string]any{metaSubscriptionID: l.req.id}
+			l.req.notify(method, map[string]any{"_meta": meta})
+			l.mu.Unlock()
+		}
+	}
+}
+
+// handleListen acknowledges the notifications it will deliver, then delivers them until
+// the request is cancelled; a graceful end (stdin closed, shutdown) answers it.
+func handleListen(ctx context.Context, r *rpcRequest) (map[string]any, error) {
+	var p struct {
+		Notifications map[string]any `json:"notifications"`
+	}
+	if err := json.Unmarshal(r.params, &p); len(r.params) > 0 && err != nil {
+		return nil, invalidParams("%v", err)
+	}
+	l := &listener{req: r}
+	granted := map[string]any{}
+	for _, list := range []string{"tools", "prompts"} {
+		if p.Notifications[list+"ListChanged"] == true {
+			granted[list+"ListChanged"] = true
+			l.methods = append(l.methods, "notifications/"+list+"/list_changed")
+		}
+	}
+	meta := map[string]any{metaSubscriptionID: r.id}
+	l.mu.Lock()
+	r.s.srv.listens.add(l)
+	ack := map[string]any{"notifications": granted, "_meta": meta}
+	r.notify("notifications/subscriptions/acknowledged", ack)
+	l.mu.Unlock()
+	defer r.s.srv.listens.remove(l)
+	r.s.awaitClient(func() { <-ctx.Done() })
+	return map[string]any{"_meta": meta}, nil
+}
+
+// noticeQueue holds one-line notices for the agent until the next tool
+// result carries them, each once.
 type noticeQueue struct {
 	mu      sync.Mutex // guards lines and dropped
 	lines   []string
@@ -761,7 +947,8 @@ func (q *noticeQueue) drain() []string {
 // announce queues a notice for the next tool result and tells the client at once.
 func (s *session) announce(line string) {
 	s.notices.push(line)
-	(&rpcRequest{s: s, logLevel: -1}).log("info", line) // not about a request: the session's level applies
+	// Not about a request: the session's level applies.
+	(&rpcRequest{s: s, logLevel: -1}).log("info", line)
 }
 
 // serverInfo is the Implementation object for version v.
@@ -772,22 +959,32 @@ func (srv *server) serverInfo(v string) map[string]any {
 	}
 	if atLeast(v, version20251125) {
 		info["icons"] = telsonIcons
-		info["description"] = "Shell, background processes, web reading and search, and workflow tools for agents."
+		info["description"] = "Shell, background processes, web reading and search, " +
+			"and workflow tools for agents."
 	}
 	return info
 }
 
+var telsonIcon = []byte(`<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16">` +
+	`<rect width="16" height="16" rx="3" fill="#1f6feb"/>` +
+	`<path d="M4 5h8M8 5v7" stroke="#fff" stroke-width="2" fill="none"/></svg>`)
+
 var telsonIcons = []map[string]any{{
-	"src":      "data:image/svg+xml;base64," + base64.StdEncoding.EncodeToString([]byte(`<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16"><rect width="16" height="16" rx="3" fill="#1f6feb"/><path d="M4 5h8M8 5v7" stroke="#fff" stroke-width="2" fill="none"/></svg>`)),
+	"src":      "data:image/svg+xml;base64," + base64.StdEncoding.EncodeToString(telsonIcon),
 	"mimeType": "image/svg+xml",
 	"sizes":    []string{"any"},
 }}
 
-const serverInstructions = "telson gives you a shell (Bash, and BackgroundBash for long-running processes), " +
-	"web access (ReadDocs reads a page through a real browser; WebSearch asks many search engines at once) " +
-	"and workflow tools. Tool results may start with notices about background tasks or reminders; act on them."
+const serverInstructions = "telson gives you a shell (Bash, and BackgroundBash for long-running " +
+	"processes), web access (ReadDocs reads a page through a real browser; WebSearch asks many " +
+	"search engines at once) and workflow tools. Tool results may start with notices about " +
+	"background tasks or reminders; act on them."
 
-var serverCapabilities = map[string]any{"tools": map[string]any{"listChanged": true}, "prompts": map[string]any{"listChanged": true}, "logging": map[string]any{}}
+var serverCapabilities = map[string]any{
+	"tools":   map[string]any{"listChanged": true},
+	"prompts": map[string]any{"listChanged": true},
+	"logging": map[string]any{},
+}
 
 func handleInitialize(ctx context.Context, r *rpcRequest) (map[string]any, error) {
 	var p struct {
@@ -795,7 +992,7 @@ func handleInitialize(ctx context.Context, r *rpcRequest) (map[string]any, error
 		Capabilities    map[string]json.RawMessage `json:"capabilities"`
 	}
 	if err := json.Unmarshal(r.params, &p); len(r.params) > 0 && err != nil {
-		return nil, newRPCError(codeInvalidParams, "invalid params: %v", err)
+		return nil, invalidParams("%v", err)
 	}
 	v := p.ProtocolVersion
 	if !slices.Contains(legacyVersions, v) {
@@ -804,23 +1001,32 @@ func handleInitialize(ctx context.Context, r *rpcRequest) (map[string]any, error
 	r.s.mu.Lock()
 	r.s.version, r.s.clientCaps = v, p.Capabilities
 	r.s.mu.Unlock()
-	return map[string]any{"protocolVersion": v, "capabilities": serverCapabilities, "serverInfo": r.s.srv.serverInfo(v), "instructions": serverInstructions}, nil
+	return map[string]any{
+		"protocolVersion": v,
+		"capabilities":    serverCapabilities,
+		"serverInfo":      r.s.srv.serverInfo(v),
+		"instructions":    serverInstructions,
+	}, nil
 }
 
 func handleDiscover(ctx context.Context, r *rpcRequest) (map[string]any, error) {
-	return map[string]any{"supportedVersions": supportedVersions, "capabilities": serverCapabilities,
-		"instructions": serverInstructions, "ttlMs": 3600000, "cacheScope": "public"}, nil
+	return map[string]any{
+		"supportedVersions": supportedVersions,
+		"capabilities":      serverCapabilities,
+		"instructions":      serverInstructions,
+		"ttlMs":             3600000,
+		"cacheScope":        "public",
+	}, nil
 }
 
 func handleSetLevel(ctx context.Context, r *rpcRequest) (map[string]any, error) {
 	var p struct {
 		Level string `json:"level"`
 	}
-	if err := json.Unmarshal(r.params, &p); err != nil || p.Level == "" {
-		return nil, newRPCError(codeInvalidParams, "invalid params: level is required, one of %s", strings.Join(logLevels, ", "))
-	}
+	json.Unmarshal(r.params, &p)
 	if !slices.Contains(logLevels, p.Level) {
-		return nil, newRPCError(codeInvalidParams, "invalid params: unknown level %q, want one of %s", p.Level, strings.Join(logLevels, ", "))
+		levels := strings.Join(logLevels, ", ")
+		return nil, invalidParams("level %q is not one of %s", p.Level, levels)
 	}
 	r.s.mu.Lock()
 	r.s.logLevel = logLevelIndex(p.Level)
@@ -839,88 +1045,92 @@ func handleToolsList(ctx context.Context, r *rpcRequest) (map[string]any, error)
 		Cursor *string `json:"cursor"`
 	}
 	if err := json.Unmarshal(r.params, &p); len(r.params) > 0 && err != nil {
-		return nil, newRPCError(codeInvalidParams, "invalid params: %v", err)
+		return nil, invalidParams("%v", err)
 	}
-	list, start := r.s.srv.toolList(r.version), 0
+	list := r.s.srv.tools
+	start := 0
 	if p.Cursor != nil {
 		b, err := base64.RawURLEncoding.DecodeString(*p.Cursor)
 		n, aerr := strconv.Atoi(strings.TrimPrefix(string(b), "tools:"))
-		if err != nil || aerr != nil || !bytes.HasPrefix(b, []byte("tools:")) || n < 0 || n > len(list) {
-			return nil, newRPCError(codeInvalidParams, "invalid params: bad cursor %q", *p.Cursor)
+		valid := err == nil && aerr == nil && bytes.HasPrefix(b, []byte("tools:"))
+		if !valid || n < 0 || n > len(list) {
+			return nil, invalidParams("bad cursor %q", *p.Cursor)
 		}
 		start = n
 	}
 	end := min(start+toolsPageSize, len(list))
-	if start == 0 && end == len(list) && !r.modern {
-		r.rawResult = r.s.srv.toolListResult(r.version, list)
+	tools := r.s.srv.toolsJSON(list[start:end], r.version)
+	if end == len(list) && !r.modern {
+		r.rawResult = fmt.Appendf(nil, `{"tools":%s}`, tools)
 		return nil, nil
 	}
-	res := map[string]any{"tools": list[start:end]}
+	res := map[string]any{"tools": tools}
 	if end < len(list) {
 		res["nextCursor"] = encodeCursor(end)
-	}
-	if r.modern {
-		res["ttlMs"], res["cacheScope"] = 60000, "public"
 	}
 	return res, nil
 }
 
-// toolListResult is the whole tools/list result for version v, encoded once.
-func (srv *server) toolListResult(v string, list []json.RawMessage) json.RawMessage {
-	srv.mu.Lock()
-	defer srv.mu.Unlock()
-	if raw, ok := srv.toolsResult[v]; ok {
-		return raw
-	}
-	raw := []byte(`{"tools":[`)
-	for i, e := range list {
-		if i > 0 {
-			raw = append(raw, ',')
-		}
-		raw = append(raw, e...)
-	}
-	raw = append(raw, "]}"...)
-	srv.toolsResult[v] = raw
-	return raw
+// toolListing is a tools/list entry without its schemas (see toolsJSON).
+type toolListing struct {
+	Name        string           `json:"name"`
+	Title       string           `json:"title,omitempty"`
+	Description string           `json:"description"`
+	Annotations *toolAnnotations `json:"annotations,omitempty"`
+	Icons       any              `json:"icons,omitempty"`
 }
 
-// toolList is the tools/list entries for version v, each encoded once.
-func (srv *server) toolList(v string) []json.RawMessage {
-	srv.mu.Lock()
-	cached, ok := srv.toolsCache[v]
-	srv.mu.Unlock()
-	if ok {
-		return cached
+// toolAnnotations are the tool hints of 2025-03-26.
+type toolAnnotations struct {
+	Title           string `json:"title"`
+	ReadOnlyHint    bool   `json:"readOnlyHint"`
+	DestructiveHint bool   `json:"destructiveHint"`
+	IdempotentHint  bool   `json:"idempotentHint"`
+	OpenWorldHint   bool   `json:"openWorldHint"`
+}
+
+// toolsJSON is the JSON array of tools/list entries for version v. The schemas,
+// compact since start-up, are spliced in rather than encoded again: a tools/list
+// costs little more than a ping.
+func (srv *server) toolsJSON(tools []*toolEntry, v string) json.RawMessage {
+	var b bytes.Buffer
+	b.Grow(64 << 10)
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	b.WriteByte('[')
+	for i, t := range tools {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		enc.Encode(srv.describeTool(t, v))
+		b.Truncate(b.Len() - len("}\n"))
+		b.WriteString(`,"inputSchema":`)
+		b.Write(t.schema.raw)
+		if atLeast(v, version20250618) && t.output != nil {
+			b.WriteString(`,"outputSchema":`)
+			b.Write(t.output)
+		}
+		b.WriteByte('}')
 	}
-	list := make([]json.RawMessage, 0, len(srv.tools))
-	for _, t := range srv.tools {
-		raw, _ := marshalJSON(srv.describeTool(t, v))
-		list = append(list, raw)
-	}
-	srv.mu.Lock()
-	srv.toolsCache[v] = list
-	srv.mu.Unlock()
-	return list
+	b.WriteByte(']')
+	return b.Bytes()
 }
 
 // describeTool is one tools/list entry, with the fields version v knows.
-func (srv *server) describeTool(t *toolEntry, v string) map[string]any {
+func (srv *server) describeTool(t *toolEntry, v string) toolListing {
 	d := t.def
-	m := map[string]any{"name": d.name, "description": d.desc(srv), "inputSchema": json.RawMessage(d.input)}
+	listing := toolListing{Name: d.name, Description: d.desc(srv)}
 	if atLeast(v, version20250326) {
-		m["annotations"] = map[string]any{"title": d.title, "readOnlyHint": d.hints.readOnly,
-			"destructiveHint": d.hints.destructive, "idempotentHint": d.hints.idempotent, "openWorldHint": d.hints.openWorld}
+		h := d.hints
+		listing.Annotations = &toolAnnotations{d.title, h.readOnly, h.destructive, h.idempotent, h.openWorld}
 	}
 	if atLeast(v, version20250618) {
-		m["title"] = d.title
-		if t.output != nil {
-			m["outputSchema"] = t.output
-		}
+		listing.Title = d.title
 	}
 	if atLeast(v, version20251125) {
-		m["icons"] = telsonIcons
+		listing.Icons = telsonIcons
 	}
-	return m
+	return listing
 }
 
 // toolDef is a row of the tool table (see toolTable in main.go).
@@ -931,7 +1141,7 @@ type toolDef struct {
 	input       string                   // JSON Schema of the arguments
 	output      string                   // JSON Schema of structuredContent; "" for none
 	hints       toolHints
-	run         func(ctx context.Context, c *toolCall) toolResult
+	run         func(ctx context.Context, call *toolCall) toolResult
 }
 
 // desc is the tool's description as it stands now.
@@ -957,7 +1167,7 @@ type toolResult struct {
 	content       []contentItem
 	structured    any // structuredContent, sent from 2025-06-18 to tools with an output schema
 	isError       bool
-	named         bool           // made by errorResult: the dispatcher puts the tool's name in front
+	named         bool           // by errorResult: the dispatcher puts the tool's name in front
 	inputRequired map[string]any // 2026-07-28: reply with an InputRequiredResult with these fields
 }
 
@@ -988,7 +1198,8 @@ func errorResult(format string, a ...any) toolResult {
 
 // noticesSchema is the output-schema property every tool's structured content
 // may carry: notices (a background task ended, a reminder fired) waiting for the model.
-const noticesSchema = `{"type":"array","items":{"type":"string"},"description":"notices for you: background tasks that ended, reminders that fired; act on them"}`
+const noticesSchema = `{"type":"array","items":{"type":"string"},"description":` +
+	`"notices for you: background tasks that ended, reminders that fired; act on them"}`
 
 // withNotices adds the notices to structured content, which becomes a JSON object.
 func withNotices(structured any, notices []string) any {
@@ -1011,7 +1222,7 @@ func handleToolsCall(ctx context.Context, r *rpcRequest) (map[string]any, error)
 		Arguments json.RawMessage `json:"arguments"`
 	}
 	if err := json.Unmarshal(r.params, &p); err != nil {
-		return nil, newRPCError(codeInvalidParams, "invalid params: %v", err)
+		return nil, invalidParams("%v", err)
 	}
 	t := r.s.srv.tool(p.Name)
 	if t == nil {
@@ -1021,10 +1232,11 @@ func handleToolsCall(ctx context.Context, r *rpcRequest) (map[string]any, error)
 		p.Arguments = json.RawMessage("{}")
 	}
 	var res toolResult
-	if problem := t.schema.check(p.Arguments); problem != "" {
-		res = errorResult("%s: invalid arguments: %s", t.def.name, problem)
+	args, problem := t.schema.check(p.Arguments)
+	if problem != "" {
+		res = errorResult("invalid arguments: %s", problem)
 	} else {
-		res = t.def.run(ctx, &toolCall{s: r.s, req: r, args: p.Arguments})
+		res = t.def.run(ctx, &toolCall{s: r.s, req: r, args: args})
 	}
 	if res.inputRequired != nil && r.version == versionModern {
 		m := map[string]any{"resultType": "input_required"}
@@ -1033,13 +1245,15 @@ func handleToolsCall(ctx context.Context, r *rpcRequest) (map[string]any, error)
 	}
 	content := res.content
 	prefix := t.def.name + ": "
-	if res.named && len(content) > 0 && content[0].Type == "text" && !strings.HasPrefix(content[0].Text, prefix) {
+	named := res.named && len(content) > 0 && content[0].Type == "text"
+	if named && !strings.HasPrefix(content[0].Text, prefix) {
 		content = slices.Clone(content)
 		content[0].Text = prefix + content[0].Text
 	}
 	notices := r.s.notices.drain()
 	if len(notices) > 0 {
-		content = append([]contentItem{{Type: "text", Text: strings.Join(notices, "\n")}}, content...)
+		item := contentItem{Type: "text", Text: strings.Join(notices, "\n")}
+		content = append([]contentItem{item}, content...)
 		if res.structured != nil {
 			res.structured = withNotices(res.structured, notices)
 		}
@@ -1071,111 +1285,177 @@ type jsonSchema struct {
 	MaxLength   *int                   `json:"maxLength"`
 	MinItems    *int                   `json:"minItems"`
 	MaxItems    *int                   `json:"maxItems"`
-	Additional  json.RawMessage        `json:"additionalProperties"`
+	raw         json.RawMessage        // the schema as text, compact
 }
 
 func parseSchema(text string) (*jsonSchema, error) {
-	var sc jsonSchema
-	if err := json.Unmarshal([]byte(text), &sc); err != nil {
+	var schema jsonSchema
+	if err := json.Unmarshal([]byte(text), &schema); err != nil {
 		return nil, fmt.Errorf("schema: %w", err)
 	}
-	if sc.Type != "object" {
-		return nil, fmt.Errorf("schema: type is %q, want object", sc.Type)
+	if schema.Type != "object" {
+		return nil, fmt.Errorf("schema: type is %q, want object", schema.Type)
 	}
-	return &sc, nil
+	var err error
+	schema.raw, err = marshalJSON(json.RawMessage(text))
+	return &schema, err
 }
 
-// check returns "" when args satisfy the schema, else what is wrong, naming the field.
-func (sc *jsonSchema) check(args json.RawMessage) string {
+// check returns args normalized, or what is wrong, naming the field. Arguments the
+// schema does not know are dropped; values that convert without loss are converted:
+// "5" to 5 for numbers, 5 to "5" for strings, "true" to true for booleans.
+func (schema *jsonSchema) check(args json.RawMessage) (json.RawMessage, string) {
 	dec := json.NewDecoder(bytes.NewReader(args))
 	dec.UseNumber()
 	var v any
 	if err := dec.Decode(&v); err != nil {
-		return fmt.Sprintf("arguments are not valid JSON: %v", err)
+		return nil, fmt.Sprintf("arguments are not valid JSON: %v", err)
 	}
-	return sc.checkValue("arguments", v)
+	v, problem := schema.checkValue("arguments", v)
+	if problem != "" {
+		return nil, problem
+	}
+	normalized, err := marshalJSON(v)
+	if err != nil {
+		return nil, fmt.Sprintf("arguments: %v", err)
+	}
+	return normalized, ""
 }
 
-func (sc *jsonSchema) checkValue(path string, v any) string {
-	switch sc.Type {
+// integral matches a number written as a plain integer, which a string holds without loss.
+var integral = regexp.MustCompile(`^-?[0-9]+$`)
+
+// convert returns v as the schema's type when it converts without loss, else v unchanged.
+func (schema *jsonSchema) convert(v any) any {
+	str, isString := v.(string)
+	num, isNumber := v.(json.Number)
+	switch {
+	case isString && (schema.Type == "integer" || schema.Type == "number"):
+		if _, err := strconv.ParseFloat(str, 64); err == nil && json.Valid([]byte(str)) {
+			return json.Number(str)
+		}
+	case isString && schema.Type == "boolean" && (str == "true" || str == "false"):
+		return str == "true"
+	case isNumber && schema.Type == "string" && integral.MatchString(num.String()):
+		return num.String()
+	}
+	return v
+}
+
+// checkValue returns v converted to the schema, or what is wrong with it.
+func (schema *jsonSchema) checkValue(path string, v any) (any, string) {
+	v = schema.convert(v)
+	problem := ""
+	switch schema.Type {
 	case "object":
-		obj, ok := v.(map[string]any)
-		if !ok {
-			return fmt.Sprintf("%s must be an object, got %s", path, jsonKind(v))
-		}
-		for _, name := range sc.Required {
-			if obj[name] == nil {
-				return fmt.Sprintf("%q is required", name)
-			}
-		}
-		for name := range obj {
-			if sc.Properties[name] == nil && string(sc.Additional) == "false" {
-				return fmt.Sprintf("unknown argument %q (this tool takes %s)", name, strings.Join(sortedKeys(sc.Properties), ", "))
-			}
-		}
-		for name, prop := range sc.Properties {
-			if x := obj[name]; x != nil {
-				if problem := prop.checkValue(strconv.Quote(name), x); problem != "" {
-					return problem
-				}
-			}
-		}
+		v, problem = schema.checkObject(path, v)
 	case "string":
-		str, ok := v.(string)
-		switch n := len([]rune(str)); {
-		case !ok:
-			return fmt.Sprintf("%s must be a string, got %s", path, jsonKind(v))
-		case sc.MinLength != nil && n < *sc.MinLength:
-			return fmt.Sprintf("%s must be at least %d characters", path, *sc.MinLength)
-		case sc.MaxLength != nil && n > *sc.MaxLength:
-			return fmt.Sprintf("%s must be at most %d characters, got %d", path, *sc.MaxLength, n)
-		}
+		problem = schema.checkString(path, v)
 	case "integer", "number":
-		num, ok := v.(json.Number)
-		if !ok {
-			return fmt.Sprintf("%s must be %s, got %s", path, map[string]string{"integer": "an integer", "number": "a number"}[sc.Type], jsonKind(v))
-		}
-		f, err := num.Float64()
-		switch {
-		case err != nil || math.IsInf(f, 0):
-			return fmt.Sprintf("%s: %s is out of range", path, num)
-		case sc.Type == "integer" && f != math.Trunc(f):
-			return fmt.Sprintf("%s must be an integer, got %s", path, num)
-		case sc.Minimum != nil && f < *sc.Minimum:
-			return fmt.Sprintf("%s must be at least %v, got %s", path, *sc.Minimum, num)
-		case sc.Maximum != nil && f > *sc.Maximum:
-			return fmt.Sprintf("%s must be at most %v, got %s", path, *sc.Maximum, num)
-		}
+		problem = schema.checkNumber(path, v)
 	case "boolean":
 		if _, ok := v.(bool); !ok {
-			return fmt.Sprintf("%s must be a boolean, got %s", path, jsonKind(v))
+			problem = fmt.Sprintf("%s must be a boolean, got %s", path, jsonKind(v))
 		}
 	case "array":
-		arr, ok := v.([]any)
-		switch {
-		case !ok:
-			return fmt.Sprintf("%s must be an array, got %s", path, jsonKind(v))
-		case sc.MinItems != nil && len(arr) < *sc.MinItems:
-			return fmt.Sprintf("%s must have at least %d items", path, *sc.MinItems)
-		case sc.MaxItems != nil && len(arr) > *sc.MaxItems:
-			return fmt.Sprintf("%s must have at most %d items, got %d", path, *sc.MaxItems, len(arr))
-		}
-		for i := 0; sc.Items != nil && i < len(arr); i++ {
-			if problem := sc.Items.checkValue(fmt.Sprintf("%s[%d]", path, i), arr[i]); problem != "" {
-				return problem
-			}
+		v, problem = schema.checkArray(path, v)
+	}
+	if problem != "" || len(schema.Enum) == 0 {
+		return v, problem
+	}
+	opts := make([]string, len(schema.Enum))
+	for i, e := range schema.Enum {
+		opts[i] = fmt.Sprint(e)
+		if opts[i] == fmt.Sprint(v) {
+			return v, ""
 		}
 	}
-	if len(sc.Enum) > 0 {
-		opts := make([]string, len(sc.Enum))
-		for i, e := range sc.Enum {
-			if opts[i] = fmt.Sprint(e); opts[i] == fmt.Sprint(v) {
-				return ""
-			}
+	return v, fmt.Sprintf("%s must be one of %s, got %v", path, strings.Join(opts, ", "), v)
+}
+
+// checkObject keeps the properties the schema knows, each checked.
+func (schema *jsonSchema) checkObject(path string, v any) (any, string) {
+	obj, ok := v.(map[string]any)
+	if !ok {
+		return v, fmt.Sprintf("%s must be an object, got %s", path, jsonKind(v))
+	}
+	for _, name := range schema.Required {
+		if obj[name] == nil {
+			return v, fmt.Sprintf("%q is required", name)
 		}
-		return fmt.Sprintf("%s must be one of %s, got %v", path, strings.Join(opts, ", "), v)
+	}
+	known := map[string]any{}
+	for name, prop := range schema.Properties {
+		if obj[name] == nil {
+			continue
+		}
+		x, problem := prop.checkValue(strconv.Quote(name), obj[name])
+		if problem != "" {
+			return v, problem
+		}
+		known[name] = x
+	}
+	return known, ""
+}
+
+func (schema *jsonSchema) checkString(path string, v any) string {
+	str, ok := v.(string)
+	n := len([]rune(str))
+	switch {
+	case !ok:
+		return fmt.Sprintf("%s must be a string, got %s", path, jsonKind(v))
+	case schema.MinLength != nil && n < *schema.MinLength:
+		return fmt.Sprintf("%s must be at least %d characters", path, *schema.MinLength)
+	case schema.MaxLength != nil && n > *schema.MaxLength:
+		return fmt.Sprintf("%s must be at most %d characters, got %d", path, *schema.MaxLength, n)
 	}
 	return ""
+}
+
+func (schema *jsonSchema) checkNumber(path string, v any) string {
+	num, ok := v.(json.Number)
+	if !ok && schema.Type == "integer" {
+		return fmt.Sprintf("%s must be an integer, got %s", path, jsonKind(v))
+	}
+	if !ok {
+		return fmt.Sprintf("%s must be a number, got %s", path, jsonKind(v))
+	}
+	f, err := num.Float64()
+	switch {
+	case err != nil || math.IsInf(f, 0):
+		return fmt.Sprintf("%s: %s is out of range", path, num)
+	case schema.Type == "integer" && f != math.Trunc(f):
+		return fmt.Sprintf("%s must be an integer, got %s", path, num)
+	case schema.Minimum != nil && f < *schema.Minimum:
+		return fmt.Sprintf("%s must be at least %v, got %s", path, *schema.Minimum, num)
+	case schema.Maximum != nil && f > *schema.Maximum:
+		return fmt.Sprintf("%s must be at most %v, got %s", path, *schema.Maximum, num)
+	}
+	return ""
+}
+
+func (schema *jsonSchema) checkArray(path string, v any) (any, string) {
+	arr, ok := v.([]any)
+	switch {
+	case !ok:
+		return v, fmt.Sprintf("%s must be an array, got %s", path, jsonKind(v))
+	case schema.MinItems != nil && len(arr) < *schema.MinItems:
+		return v, fmt.Sprintf("%s must have at least %d items", path, *schema.MinItems)
+	case schema.MaxItems != nil && len(arr) > *schema.MaxItems:
+		max := *schema.MaxItems
+		return v, fmt.Sprintf("%s must have at most %d items, got %d", path, max, len(arr))
+	case schema.Items == nil:
+		return v, ""
+	}
+	out := make([]any, len(arr))
+	for i, x := range arr {
+		var problem string
+		out[i], problem = schema.Items.checkValue(fmt.Sprintf("%s[%d]", path, i), x)
+		if problem != "" {
+			return v, problem
+		}
+	}
+	return out, ""
 }
 
 func jsonKind(v any) string {
@@ -1207,7 +1487,8 @@ func (l *logger) logf(level int, format string, a ...any) {
 	if level < int(l.level.Load()) {
 		return
 	}
-	line := fmt.Sprintf("telson: %s %s: %s\n", time.Now().Format("15:04:05.000"), logLevels[level], fmt.Sprintf(format, a...))
+	now := time.Now().Format("15:04:05.000")
+	line := fmt.Sprintf("telson: %s %s: %s\n", now, logLevels[level], fmt.Sprintf(format, a...))
 	l.mu.Lock()
 	io.WriteString(l.w, line)
 	l.mu.Unlock()
@@ -1218,59 +1499,87 @@ func (l *logger) infof(format string, a ...any)  { l.logf(1, format, a...) }
 func (l *logger) warnf(format string, a ...any)  { l.logf(3, format, a...) }
 func (l *logger) errorf(format string, a ...any) { l.logf(4, format, a...) }
 
-// httpHandler serves Streamable HTTP on /mcp (both eras) and the 2024-11-05 HTTP+SSE transport
-// on /sse and /messages; every request first passes the Host, Origin and bearer-token checks.
+// httpHandler serves Streamable HTTP on /mcp in both protocol eras: legacy sessions (initialize,
+// Mcp-Session-Id, a GET stream, DELETE) and stateless 2026-07-28 POSTs. Every request first
+// passes gate's checks.
 type httpHandler struct {
-	srv         *server
-	token       string   // the bearer token every request must carry; "" for none
-	origins     []string // allowed Origins besides loopback ones ("*": any)
-	hosts       []string // allowed Host names besides loopback ones
-	anyIPHost   bool     // listening on every interface: any IP-literal Host is allowed
-	maxBody     int64
-	maxSessions int
-	idle        time.Duration
-	modern      *session         // serves the stateless 2026-07-28 era; its output has no stream
-	now         func() time.Time // the clock (tests replace it)
-	shutdown    chan struct{}    // closed when the server shuts down: streams end
-
-	mu       sync.Mutex // guards sessions
-	sessions map[string]*httpSession
+	gate      *httpGate
+	sessions  *httpSessions
+	stateless *session // serves the 2026-07-28 era, which has no sessions and no GET stream
+	maxBody   int64
+	shutdown  chan struct{} // closed when the server shuts down: GET streams end
 }
 
-// httpSession is one legacy-era session and its server-to-client stream.
+// httpGate holds the checks every request passes: Host (DNS rebinding), Origin and bearer token.
+type httpGate struct {
+	token     string   // the bearer token every request must carry; "" for none
+	origins   []string // allowed Origins besides loopback ones ("*": any)
+	hosts     []string // allowed Host names besides loopback ones
+	anyIPHost bool     // listening on every interface: any IP-literal Host is allowed
+}
+
+// httpSessions are the legacy era's sessions by id. A session without a request for idle ends:
+// an open GET stream is not a request, so it cannot keep a session alive.
+type httpSessions struct {
+	srv  *server
+	max  int
+	idle time.Duration
+	now  func() time.Time // the clock (tests replace it)
+
+	mu   sync.Mutex // guards byID and every session's requests and lastUsed
+	byID map[string]*httpSession
+}
+
+// httpSession is one legacy-era session and its GET stream.
 type httpSession struct {
-	id string
-	s  *session
+	id       string
+	s        *session
+	ended    chan struct{} // closed by end
+	endOnce  sync.Once
+	requests int       // POSTs being served
+	lastUsed time.Time // when a POST last started or ended
 
-	mu       sync.Mutex  // guards the fields below
-	stream   *httpStream // the open GET (or /sse) stream; nil when none
-	busy     int         // POSTs being handled, plus an open stream
-	lastUsed time.Time
-	ended    bool
+	mu     sync.Mutex          // guards stream and writes to it
+	stream http.ResponseWriter // the open GET stream; nil when none
 }
 
-// httpStream is a response carrying messages: a POST's reply (JSON, or SSE once needed) or a GET stream.
-type httpStream struct {
+// httpReply is a POST's reply: JSON, or an event stream once a message about the request
+// (progress, a log, a server request) comes before its response.
+type httpReply struct {
 	mu     sync.Mutex // guards the fields below and writes to w
 	w      http.ResponseWriter
 	canSSE bool // the client accepts text/event-stream
-	sse    bool // the response is an event stream
+	sse    bool // the reply is an event stream
 	ended  bool
-	done   chan struct{} // closed by end
 }
 
 const httpShutdownGrace = 3 * time.Second
 
 func newHTTPHandler(srv *server, host string) *httpHandler {
-	cfg, ip := srv.cfg, net.ParseIP(host)
-	return &httpHandler{srv: srv, token: cfg.str("HTTP_TOKEN"), origins: splitList(cfg.str("HTTP_ORIGINS")),
-		hosts: append(splitList(cfg.str("HTTP_HOSTS")), host), anyIPHost: host == "" || (ip != nil && ip.IsUnspecified()),
-		maxBody: int64(cfg.int("HTTP_MAX_BODY_BYTES")), maxSessions: cfg.int("HTTP_MAX_SESSIONS"),
-		idle: time.Duration(cfg.int("HTTP_SESSION_IDLE_MS")) * time.Millisecond, modern: newSession(srv, &httpSession{}),
-		now: time.Now, sessions: map[string]*httpSession{}, shutdown: make(chan struct{})}
+	cfg := srv.cfg
+	ip := net.ParseIP(host)
+	return &httpHandler{
+		gate: &httpGate{
+			token:     cfg.str("HTTP_TOKEN"),
+			origins:   splitList(cfg.str("HTTP_ORIGINS")),
+			hosts:     append(splitList(cfg.str("HTTP_HOSTS")), host),
+			anyIPHost: host == "" || ip != nil && ip.IsUnspecified(),
+		},
+		sessions: &httpSessions{
+			srv:  srv,
+			max:  cfg.int("HTTP_MAX_SESSIONS"),
+			idle: time.Duration(cfg.int("HTTP_SESSION_IDLE_MS")) * time.Millisecond,
+			now:  time.Now,
+			byID: map[string]*httpSession{},
+		},
+		stateless: newSession(srv, &httpSession{}), // an output without a stream: errNoStream
+		maxBody:   int64(cfg.int("HTTP_MAX_BODY_BYTES")),
+		shutdown:  make(chan struct{}),
+	}
 }
 
-func splitList(v string) (out []string) {
+func splitList(v string) []string {
+	var out []string
 	for _, x := range strings.Split(v, ",") {
 		if x = strings.TrimSpace(x); x != "" {
 			out = append(out, x)
@@ -1281,7 +1590,7 @@ func splitList(v string) (out []string) {
 
 func isLoopbackHost(host string) bool {
 	ip := net.ParseIP(strings.Trim(host, "[]"))
-	return strings.EqualFold(host, "localhost") || (ip != nil && ip.IsLoopback())
+	return strings.EqualFold(host, "localhost") || ip != nil && ip.IsLoopback()
 }
 
 // randomHex is n bytes from crypto/rand in hex: session ids and tokens.
@@ -1293,7 +1602,7 @@ func randomHex(n int) (string, error) {
 	return hex.EncodeToString(b), nil
 }
 
-// httpFail answers with status and a JSON-RPC error body.
+// httpFail answers status with a JSON-RPC error body.
 func httpFail(w http.ResponseWriter, status int, id json.RawMessage, e *rpcError) {
 	b, _ := encodeLine(errorMessage(id, e))
 	w.Header().Set("Content-Type", "application/json")
@@ -1301,378 +1610,485 @@ func httpFail(w http.ResponseWriter, status int, id json.RawMessage, e *rpcError
 	w.Write(b)
 }
 
-func (h *httpHandler) hostAllowed(host string) bool {
-	if hh, _, err := net.SplitHostPort(host); err == nil {
-		host = hh
+// httpError answers status with an invalid-request error saying why.
+func httpError(w http.ResponseWriter, status int, format string, a ...any) {
+	httpFail(w, status, nil, newRPCError(codeInvalidRequest, format, a...))
+}
+
+func unsupportedVersion(requested string, supported []string) *rpcError {
+	return &rpcError{
+		Code:    codeUnsupportedVersion,
+		Message: "unsupported protocol version: " + requested,
+		Data:    map[string]any{"supported": supported, "requested": requested},
+	}
+}
+
+// ServeHTTP lets r through the gate, then routes it by method.
+func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch {
+	case !h.gate.admit(w, r):
+	case r.URL.Path != "/mcp":
+		httpError(w, http.StatusNotFound, "not found: %s (the MCP endpoint is /mcp)", r.URL.Path)
+	case r.Method == http.MethodPost:
+		h.post(w, r)
+	case r.Method == http.MethodGet:
+		h.stream(w, r)
+	case r.Method == http.MethodDelete:
+		h.delete(w, r)
+	default:
+		httpError(w, http.StatusMethodNotAllowed, "method %s is not allowed on /mcp", r.Method)
+	}
+}
+
+// admit answers 403 or 401 and returns false unless r passes the Host, Origin and token checks.
+func (g *httpGate) admit(w http.ResponseWriter, r *http.Request) bool {
+	origin := r.Header.Get("Origin")
+	switch {
+	case !g.hostAllowed(r.Host):
+		httpError(w, http.StatusForbidden,
+			"forbidden: Host %q is not allowed (DNS rebinding protection; see HTTP_HOSTS)", r.Host)
+	case origin != "" && !g.originAllowed(origin):
+		httpError(w, http.StatusForbidden, "forbidden: Origin %q is not allowed (see HTTP_ORIGINS)",
+			origin)
+	case !g.tokenValid(r):
+		w.Header().Set("WWW-Authenticate", `Bearer realm="telson"`)
+		httpError(w, http.StatusUnauthorized,
+			"unauthorized: send the header Authorization: Bearer <HTTP_TOKEN>")
+	default:
+		return true
+	}
+	return false
+}
+
+func (g *httpGate) hostAllowed(host string) bool {
+	if name, _, err := net.SplitHostPort(host); err == nil {
+		host = name
 	}
 	host = strings.Trim(host, "[]")
-	return isLoopbackHost(host) || (h.anyIPHost && net.ParseIP(host) != nil) ||
-		slices.ContainsFunc(h.hosts, func(a string) bool { return strings.EqualFold(a, host) })
+	return isLoopbackHost(host) || g.anyIPHost && net.ParseIP(host) != nil ||
+		slices.ContainsFunc(g.hosts, func(a string) bool { return strings.EqualFold(a, host) })
 }
 
-func (h *httpHandler) originAllowed(origin string) bool {
+func (g *httpGate) originAllowed(origin string) bool {
 	u, err := url.Parse(origin)
-	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && isLoopbackHost(u.Hostname()) ||
-		slices.ContainsFunc(h.origins, func(o string) bool { return o == "*" || strings.EqualFold(strings.TrimSuffix(o, "/"), origin) })
+	if err == nil && (u.Scheme == "http" || u.Scheme == "https") && isLoopbackHost(u.Hostname()) {
+		return true
+	}
+	return slices.ContainsFunc(g.origins, func(o string) bool {
+		return o == "*" || strings.EqualFold(strings.TrimSuffix(o, "/"), origin)
+	})
 }
 
-func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	origin := r.Header.Get("Origin")
-	auth, bearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	fail := func(status int, format string, a ...any) {
-		httpFail(w, status, nil, newRPCError(codeInvalidRequest, format, a...))
-	}
-	switch route := r.Method + " " + r.URL.Path; {
-	case !h.hostAllowed(r.Host):
-		fail(http.StatusForbidden, "forbidden: Host %q is not allowed (DNS rebinding protection; see HTTP_HOSTS)", r.Host)
-	case origin != "" && !h.originAllowed(origin):
-		fail(http.StatusForbidden, "forbidden: Origin %q is not allowed (see HTTP_ORIGINS)", origin)
-	case h.token != "" && (!bearer || subtle.ConstantTimeCompare([]byte(auth), []byte(h.token)) != 1):
-		w.Header().Set("WWW-Authenticate", `Bearer realm="telson"`)
-		fail(http.StatusUnauthorized, "unauthorized: send the header Authorization: Bearer <HTTP_TOKEN>")
-	case route == "POST /mcp":
-		h.post(w, r)
-	case route == "GET /mcp" || route == "DELETE /mcp":
-		h.getOrDelete(w, r)
-	case route == "GET /sse":
-		if hs := h.newSession(w); hs != nil {
-			defer h.end(hs) // the old transport's session lives as long as its stream
-			h.stream(w, r, hs, "/messages?sessionId="+hs.id)
-		}
-	case route == "POST /messages":
-		hs := h.session(r.URL.Query().Get("sessionId"))
-		if hs == nil {
-			fail(http.StatusNotFound, "unknown or expired sessionId; open a new stream with GET /sse")
-		} else if body := h.readBody(w, r); body != nil {
-			// replies go to the stream; requests outlive this POST, which is answered now
-			hs.s.handleLine(context.WithoutCancel(r.Context()), body, hs.s.reply)
-			w.WriteHeader(http.StatusAccepted)
-		}
-	case r.URL.Path == "/mcp" || r.URL.Path == "/sse" || r.URL.Path == "/messages":
-		fail(http.StatusMethodNotAllowed, "method %s is not allowed on %s", r.Method, r.URL.Path)
-	default:
-		fail(http.StatusNotFound, "not found: %s (the MCP endpoint is /mcp)", r.URL.Path)
-	}
+func (g *httpGate) tokenValid(r *http.Request) bool {
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return g.token == "" || ok && subtle.ConstantTimeCompare([]byte(got), []byte(g.token)) == 1
 }
 
-// readBody reads a request body of at most HTTP_MAX_BODY_BYTES; nil means it answered an error.
+// readBody reads a request body of at most maxBody bytes; nil means it answered an error.
 func (h *httpHandler) readBody(w http.ResponseWriter, r *http.Request) []byte {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.maxBody))
 	var tooBig *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooBig):
-		httpFail(w, http.StatusRequestEntityTooLarge, nil, newRPCError(codeInvalidRequest, "invalid request: body longer than %d bytes (HTTP_MAX_BODY_BYTES)", h.maxBody))
+		httpError(w, http.StatusRequestEntityTooLarge,
+			"invalid request: body longer than %d bytes (HTTP_MAX_BODY_BYTES)", h.maxBody)
 	case err != nil:
-		httpFail(w, http.StatusBadRequest, nil, newRPCError(codeParseError, "parse error: read body: %v", err))
+		httpFail(w, http.StatusBadRequest, nil,
+			newRPCError(codeParseError, "parse error: read body: %v", err))
 	case !json.Valid(body):
-		httpFail(w, http.StatusBadRequest, nil, newRPCError(codeParseError, "parse error: the body is not one JSON value"))
+		httpFail(w, http.StatusBadRequest, nil,
+			newRPCError(codeParseError, "parse error: the body is not one JSON value"))
 	default:
 		return bytes.TrimSpace(body)
 	}
 	return nil
 }
 
-// post handles POST /mcp: initialize makes a session, legacy messages name it, others are 2026-07-28 ones.
+// post serves POST /mcp: initialize opens a session, a message with Mcp-Session-Id belongs to
+// one, any other is a stateless 2026-07-28 message.
 func (h *httpHandler) post(w http.ResponseWriter, r *http.Request) {
 	body := h.readBody(w, r)
 	if body == nil {
 		return
 	}
-	var peek struct{ Method string }
-	json.Unmarshal(body, &peek)
-	sid, v := r.Header.Get("Mcp-Session-Id"), r.Header.Get("MCP-Protocol-Version")
-	var hs *httpSession
-	switch {
-	case sid == "" && peek.Method != "initialize":
-		h.postModern(w, r, body)
+	var m struct{ Method string }
+	json.Unmarshal(body, &m)
+	sid := r.Header.Get("Mcp-Session-Id")
+	if sid == "" && m.Method != "initialize" {
+		h.postStateless(w, r, body)
 		return
-	case v != "" && !slices.Contains(supportedVersions, v): // another supported version than the negotiated one is tolerated
-		httpFail(w, http.StatusBadRequest, nil, &rpcError{Code: codeUnsupportedVersion, Message: "unsupported MCP-Protocol-Version: " + v,
-			Data: map[string]any{"supported": supportedVersions, "requested": v}})
-		return
-	case sid == "":
-		if hs = h.newSession(w); hs == nil {
-			return
-		}
-		w.Header().Set("Mcp-Session-Id", hs.id)
-	default:
-		if hs = h.session(sid); hs == nil {
-			httpFail(w, http.StatusNotFound, nil, newRPCError(codeInvalidRequest, "unknown or expired Mcp-Session-Id; initialize a new session"))
-			return
-		}
 	}
-	h.touch(hs, 1)
-	defer h.touch(hs, -1)
+	hs := h.sessionFor(w, r, sid)
+	if hs == nil {
+		return
+	}
+	h.sessions.countRequest(hs, 1)
+	defer h.sessions.countRequest(hs, -1)
 	// a dropped connection does not cancel a legacy request (notifications/cancelled does)
 	reply := h.exchange(context.WithoutCancel(r.Context()), w, r, hs.s, body, false)
 	if m, ok := reply.(*rpcMessage); ok && sid == "" && m.Error != nil {
-		h.end(hs) // a failed initialize leaves no session behind
+		h.sessions.end(hs) // a failed initialize leaves no session behind
 	}
 }
 
-// postModern serves one stateless 2026-07-28 message after checking that the headers agree with the body.
-func (h *httpHandler) postModern(w http.ResponseWriter, r *http.Request, body []byte) {
-	var m struct {
-		ID     json.RawMessage
-		Method string
-		Params struct {
-			Name, URI string
-			Meta      map[string]json.RawMessage `json:"_meta"`
-		}
+// sessionFor returns the session a legacy POST belongs to, opening one when sid is ""; nil
+// means it answered an error.
+func (h *httpHandler) sessionFor(w http.ResponseWriter, r *http.Request, sid string) *httpSession {
+	version := r.Header.Get("MCP-Protocol-Version")
+	if version != "" && !slices.Contains(supportedVersions, version) {
+		// another supported version than the negotiated one is tolerated (Claude Code sends one)
+		httpFail(w, http.StatusBadRequest, nil, unsupportedVersion(version, supportedVersions))
+		return nil
 	}
-	json.Unmarshal(body, &m)
-	var metaV string
-	json.Unmarshal(m.Params.Meta[metaProtocolVersion], &metaV)
-	hdrV, hdrM, hdrN := r.Header.Get("MCP-Protocol-Version"), r.Header.Get("Mcp-Method"), r.Header.Get("Mcp-Name")
-	name := map[string]string{"tools/call": m.Params.Name, "prompts/get": m.Params.Name, "resources/read": m.Params.URI}[m.Method]
-	e := &rpcError{Code: codeInvalidRequest}
-	switch {
-	case body[0] != '{':
-		e.Message = "invalid request: without Mcp-Session-Id the body must be one message (protocol " + versionModern + " has no batches)"
-	case metaV == "" && m.Method != "server/discover":
-		e.Message = "bad request: Mcp-Session-Id header is required (initialize first), or name protocol " + versionModern + " in _meta " + metaProtocolVersion
-	case m.Method == "":
-		e.Message = "invalid request: no method"
-	case metaV != "" && metaV != versionModern || hdrV != "" && !slices.Contains(supportedVersions, hdrV):
-		bad := metaV
-		if metaV == "" || metaV == versionModern {
-			bad = hdrV
+	if sid != "" {
+		hs := h.sessions.get(sid)
+		if hs == nil {
+			httpError(w, http.StatusNotFound,
+				"unknown or expired Mcp-Session-Id; initialize a new session")
 		}
-		e = &rpcError{Code: codeUnsupportedVersion, Message: "unsupported protocol version: " + bad, Data: map[string]any{"supported": []string{versionModern}, "requested": bad}}
-	case metaV != "" && hdrV != metaV || hdrM != m.Method || hdrN != name:
-		e = newRPCError(codeHeaderMismatch, "header mismatch: MCP-Protocol-Version %q, Mcp-Method %q, Mcp-Name %q must match the body's %q, %q, %q",
-			hdrV, hdrM, hdrN, metaV, m.Method, name)
-	case metaV != "" && hasID(m.ID) && m.Params.Meta[metaClientCaps] == nil:
-		e = newRPCError(codeInvalidParams, "invalid params: _meta %s is required in protocol version %s", metaClientCaps, versionModern)
-	default:
-		h.exchange(r.Context(), w, r, h.modern, body, true) // disconnect cancels
+		return hs
+	}
+	hs, err := h.sessions.open()
+	if err != nil {
+		httpFail(w, http.StatusServiceUnavailable, nil,
+			newRPCError(codeInternalError, "no new session: %v", err))
+		return nil
+	}
+	w.Header().Set("Mcp-Session-Id", hs.id)
+	return hs
+}
+
+// statelessMessage is what a 2026-07-28 POST's header checks read from its body.
+type statelessMessage struct {
+	ID     json.RawMessage
+	Method string
+	Params struct {
+		Name string
+		URI  string
+		Meta map[string]json.RawMessage `json:"_meta"`
+	}
+}
+
+// mcpName is the Mcp-Name header the message needs: a tool's or prompt's name, a resource's URI.
+func (m *statelessMessage) mcpName() string {
+	switch m.Method {
+	case "tools/call", "prompts/get":
+		return m.Params.Name
+	case "resources/read":
+		return m.Params.URI
+	}
+	return ""
+}
+
+// postStateless serves one 2026-07-28 message whose headers agree with it; a disconnect cancels it.
+func (h *httpHandler) postStateless(w http.ResponseWriter, r *http.Request, body []byte) {
+	var m statelessMessage
+	json.Unmarshal(body, &m)
+	if e := checkStateless(r.Header, body, &m); e != nil {
+		httpFail(w, http.StatusBadRequest, m.ID, e)
 		return
 	}
-	httpFail(w, http.StatusBadRequest, m.ID, e)
+	h.exchange(r.Context(), w, r, h.stateless, body, true)
 }
 
-// exchange hands body to s and answers the POST: 202 for no reply, else JSON, or SSE if messages came first.
-func (h *httpHandler) exchange(ctx context.Context, w http.ResponseWriter, r *http.Request, s *session, body []byte, modern bool) any {
-	st := &httpStream{w: w, canSSE: strings.Contains(r.Header.Get("Accept"), "text/event-stream"), done: make(chan struct{})}
+// checkStateless says what is wrong with a 2026-07-28 message or its headers; nil when nothing is.
+func checkStateless(hdr http.Header, body []byte, m *statelessMessage) *rpcError {
+	var version string
+	json.Unmarshal(m.Params.Meta[metaProtocolVersion], &version)
+	hdrVersion := hdr.Get("MCP-Protocol-Version")
+	method := hdr.Get("Mcp-Method")
+	name := hdr.Get("Mcp-Name")
+	switch {
+	case body[0] != '{':
+		return newRPCError(codeInvalidRequest, "invalid request: without Mcp-Session-Id the body "+
+			"must be one message (protocol %s has no batches)", versionModern)
+	case version == "" && m.Method != "server/discover":
+		return newRPCError(codeInvalidRequest, "bad request: Mcp-Session-Id header is required "+
+			"(initialize first), or name protocol %s in _meta %s",
+			versionModern, metaProtocolVersion)
+	case m.Method == "":
+		return newRPCError(codeInvalidRequest, "invalid request: no method")
+	case version != "" && version != versionModern:
+		return unsupportedVersion(version, []string{versionModern})
+	case hdrVersion != "" && !slices.Contains(supportedVersions, hdrVersion):
+		return unsupportedVersion(hdrVersion, []string{versionModern})
+	case version != "" && hdrVersion != version || method != m.Method || name != m.mcpName():
+		return newRPCError(codeHeaderMismatch, "header mismatch: MCP-Protocol-Version %q, "+
+			"Mcp-Method %q, Mcp-Name %q must match the body's %q, %q, %q",
+			hdrVersion, method, name, version, m.Method, m.mcpName())
+	case version != "" && hasID(m.ID) && m.Params.Meta[metaClientCaps] == nil:
+		return newRPCError(codeInvalidParams,
+			"invalid params: _meta %s is required in protocol version %s", metaClientCaps, versionModern)
+	}
+	return nil
+}
+
+// exchange hands body to s and answers the POST: 202 when there is no reply, else the reply.
+// Messages about the request go to the reply too (see routeKey).
+func (h *httpHandler) exchange(ctx context.Context, w http.ResponseWriter, r *http.Request,
+	s *session, body []byte, stateless bool) any {
+	out := &httpReply{w: w, canSSE: strings.Contains(r.Header.Get("Accept"), "text/event-stream")}
 	replies := make(chan any, 1)
-	s.handleLine(context.WithValue(ctx, routeKey{}, st.send), body, func(reply any) { replies <- reply })
+	routed := context.WithValue(ctx, routeKey{}, out.send)
+	s.handleLine(routed, body, func(reply any) {
+		replies <- reply
+	})
 	var reply any
 	select {
 	case reply = <-replies:
 	case <-r.Context().Done():
 	}
-	status := http.StatusOK
-	if m, ok := reply.(*rpcMessage); ok && m.Error != nil {
-		switch c := m.Error.Code; {
-		case modern && c == codeMethodNotFound:
-			status = http.StatusNotFound
-		case !hasID(m.ID) || modern && (c == codeInvalidRequest || c == codeUnsupportedVersion):
-			status = http.StatusBadRequest
-		}
-	}
-	b, _ := encodeLine(reply)
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	st.ended = true
-	switch {
-	case st.sse && reply != nil:
-		writeEvent(w, "message", b)
-	case st.sse:
-	case reply == nil:
-		w.WriteHeader(http.StatusAccepted)
-	default:
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(status)
-		w.Write(b)
-	}
+	out.finish(reply, replyStatus(reply, stateless))
 	return reply
 }
 
-// send writes a message as an event, turning a POST's reply into an event stream.
-func (st *httpStream) send(msg any) error {
+// replyStatus is a POST reply's HTTP status: an error without id is 400; stateless, an unknown
+// method is 404 and an invalid request or version 400; everything else 200.
+func replyStatus(reply any, stateless bool) int {
+	m, ok := reply.(*rpcMessage)
+	if !ok || m.Error == nil {
+		return http.StatusOK
+	}
+	code := m.Error.Code
+	switch {
+	case stateless && code == codeMethodNotFound:
+		return http.StatusNotFound
+	case !hasID(m.ID):
+		return http.StatusBadRequest
+	case stateless && (code == codeInvalidRequest || code == codeUnsupportedVersion):
+		return http.StatusBadRequest
+	}
+	return http.StatusOK
+}
+
+// send writes a message about the request as an event, turning the reply into an event stream.
+func (out *httpReply) send(msg any) error {
 	b, err := encodeLine(msg)
 	if err != nil {
 		return err
 	}
-	return st.event("message", b)
-}
-
-func (st *httpStream) event(name string, data []byte) error {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.ended || !st.canSSE {
+	out.mu.Lock()
+	defer out.mu.Unlock()
+	if out.ended || !out.canSSE {
 		return errNoStream
 	}
-	st.begin()
-	return writeEvent(st.w, name, data)
+	if !out.sse {
+		out.sse = true
+		startEventStream(out.w)
+	}
+	return writeEvent(out.w, b)
 }
 
-// begin makes the response an event stream. st.mu is held.
-func (st *httpStream) begin() {
-	if !st.sse {
-		st.sse = true
-		st.w.Header().Set("Content-Type", "text/event-stream")
-		st.w.Header().Set("Cache-Control", "no-cache")
-		st.w.Header().Set("X-Accel-Buffering", "no")
+// finish writes the response (nil: none) as JSON or as the event stream's last event.
+func (out *httpReply) finish(reply any, status int) {
+	b, _ := encodeLine(reply)
+	out.mu.Lock()
+	defer out.mu.Unlock()
+	out.ended = true
+	switch {
+	case out.sse && reply != nil:
+		writeEvent(out.w, b)
+	case out.sse:
+	case reply == nil:
+		out.w.WriteHeader(http.StatusAccepted)
+	default:
+		out.w.Header().Set("Content-Type", "application/json")
+		out.w.WriteHeader(status)
+		out.w.Write(b)
 	}
 }
 
-// writeEvent writes one SSE event (data is one line: JSON has no raw newlines) and flushes it.
-func writeEvent(w http.ResponseWriter, event string, data []byte) error {
-	if _, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, bytes.TrimRight(data, "\n")); err != nil {
+func startEventStream(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.Header().Set("X-Accel-Buffering", "no")
+}
+
+// writeEvent writes one message event (JSON is one line) and flushes it.
+func writeEvent(w http.ResponseWriter, data []byte) error {
+	_, err := fmt.Fprintf(w, "event: message\ndata: %s\n\n", bytes.TrimRight(data, "\n"))
+	if err != nil {
 		return fmt.Errorf("sse: %w", err)
 	}
 	return http.NewResponseController(w).Flush()
 }
 
-func (st *httpStream) end() {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if !st.ended {
-		st.ended = true
-		close(st.done)
-	}
-}
-
-// Write is the session's output: one message as an event on the open stream.
-func (hs *httpSession) Write(p []byte) (int, error) {
-	hs.mu.Lock()
-	st := hs.stream
-	hs.mu.Unlock()
-	if st == nil {
-		return 0, errNoStream
-	}
-	return len(p), st.event("message", p)
-}
-
-// getOrDelete handles GET /mcp (the session's stream) and DELETE /mcp (end the session).
-func (h *httpHandler) getOrDelete(w http.ResponseWriter, r *http.Request) {
+// sessionOf returns the session a GET or DELETE names; nil means it answered why there is none.
+func (h *httpHandler) sessionOf(w http.ResponseWriter, r *http.Request) *httpSession {
 	sid := r.Header.Get("Mcp-Session-Id")
-	hs := h.session(sid)
+	hs := h.sessions.get(sid)
 	switch {
 	case sid == "" && r.Header.Get("MCP-Protocol-Version") == versionModern:
-		httpFail(w, http.StatusMethodNotAllowed, nil, newRPCError(codeInvalidRequest, "protocol %s has no %s", versionModern, r.Method))
+		httpError(w, http.StatusMethodNotAllowed, "protocol %s has no %s", versionModern, r.Method)
 	case sid == "":
-		httpFail(w, http.StatusBadRequest, nil, newRPCError(codeInvalidRequest, "bad request: Mcp-Session-Id header is required"))
+		httpError(w, http.StatusBadRequest, "bad request: Mcp-Session-Id header is required")
 	case hs == nil:
-		httpFail(w, http.StatusNotFound, nil, newRPCError(codeInvalidRequest, "unknown or expired Mcp-Session-Id"))
-	case r.Method == http.MethodDelete:
-		h.end(hs)
-	default:
-		h.stream(w, r, hs, "")
+		httpError(w, http.StatusNotFound, "unknown or expired Mcp-Session-Id")
 	}
-}
-
-// stream holds hs's server-to-client stream open until the client leaves, the session ends or the server stops.
-func (h *httpHandler) stream(w http.ResponseWriter, r *http.Request, hs *httpSession, endpoint string) {
-	st := &httpStream{w: w, canSSE: true, done: make(chan struct{})}
-	hs.mu.Lock()
-	busy := hs.stream != nil || hs.ended
-	if !busy {
-		hs.stream, hs.busy, hs.lastUsed = st, hs.busy+1, h.now()
-	}
-	hs.mu.Unlock()
-	if busy {
-		httpFail(w, http.StatusConflict, nil, newRPCError(codeInvalidRequest, "conflict: this session already has a stream open"))
-		return
-	}
-	defer func() {
-		st.end()
-		hs.mu.Lock()
-		hs.stream, hs.busy, hs.lastUsed = nil, hs.busy-1, h.now()
-		hs.mu.Unlock()
-	}()
-	if endpoint != "" {
-		st.event("endpoint", []byte(endpoint))
-	} else {
-		st.mu.Lock()
-		st.begin()
-		http.NewResponseController(w).Flush() // clients wait for the headers
-		st.mu.Unlock()
-	}
-	select {
-	case <-r.Context().Done():
-	case <-st.done:
-	case <-h.shutdown:
-	}
-}
-
-// newSession mints a session after ending expired ones; at HTTP_MAX_SESSIONS it answers 503.
-func (h *httpHandler) newSession(w http.ResponseWriter) *httpSession {
-	id, err := randomHex(16)
-	h.expire()
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if err == nil && len(h.sessions) >= h.maxSessions {
-		err = fmt.Errorf("%d sessions (HTTP_MAX_SESSIONS) are open; end one with DELETE or try later", len(h.sessions))
-	}
-	if err != nil {
-		httpFail(w, http.StatusServiceUnavailable, nil, newRPCError(codeInternalError, "no new session: %v", err))
-		return nil
-	}
-	hs := &httpSession{id: id, lastUsed: h.now()}
-	hs.s = newSession(h.srv, hs)
-	h.sessions[id] = hs
 	return hs
 }
 
-// session returns the live session with id, or nil.
-func (h *httpHandler) session(id string) *httpSession {
-	h.expire()
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.sessions[id]
+// delete serves DELETE /mcp: the session ends.
+func (h *httpHandler) delete(w http.ResponseWriter, r *http.Request) {
+	hs := h.sessionOf(w, r)
+	if hs != nil {
+		h.sessions.end(hs)
+	}
 }
 
-// touch records a POST or stream starting (+1) or ending (-1) on hs.
-func (h *httpHandler) touch(hs *httpSession, delta int) {
-	hs.mu.Lock()
-	hs.busy += delta
-	hs.lastUsed = h.now()
-	hs.mu.Unlock()
-}
-
-// endIf ends the sessions for which cond holds; cond is asked with hs.mu held.
-func (h *httpHandler) endIf(cond func(hs *httpSession) bool) {
-	h.mu.Lock()
-	var ending []*httpSession
-	for _, hs := range h.sessions {
-		hs.mu.Lock()
-		if cond(hs) {
-			ending = append(ending, hs)
+// stream serves GET /mcp: the session's stream, open until the client leaves, the session ends
+// or the server shuts down.
+func (h *httpHandler) stream(w http.ResponseWriter, r *http.Request) {
+	hs := h.sessionOf(w, r)
+	switch {
+	case hs == nil:
+	case !hs.attach(w):
+		httpError(w, http.StatusConflict, "conflict: this session already has a stream open")
+	default:
+		defer hs.detach()
+		select {
+		case <-r.Context().Done():
+		case <-hs.ended:
+		case <-h.shutdown:
 		}
-		hs.mu.Unlock()
 	}
-	h.mu.Unlock()
-	for _, hs := range ending {
-		h.end(hs)
-	}
-}
-
-// expire ends the sessions idle for longer than HTTP_SESSION_IDLE_MS.
-func (h *httpHandler) expire() {
-	h.endIf(func(hs *httpSession) bool { return hs.busy == 0 && h.now().Sub(hs.lastUsed) > h.idle })
 }
 
 // closeAll ends every session; run's srv.close then kills what is left.
 func (h *httpHandler) closeAll() {
-	h.endIf(func(*httpSession) bool { return true })
-	h.modern.close()
+	h.sessions.endWhere(func(*httpSession) bool { return true })
+	h.stateless.close()
 }
 
-// end ends a session: its stream, its requests and what it owns.
-func (h *httpHandler) end(hs *httpSession) {
-	h.mu.Lock()
-	delete(h.sessions, hs.id)
-	h.mu.Unlock()
+// attach opens the session's GET stream on w; false when it has one.
+func (hs *httpSession) attach(w http.ResponseWriter) bool {
 	hs.mu.Lock()
-	st, was := hs.stream, hs.ended
-	hs.ended = true
+	defer hs.mu.Unlock()
+	if hs.stream != nil {
+		return false
+	}
+	hs.stream = w
+	startEventStream(w)
+	http.NewResponseController(w).Flush() // clients wait for the headers
+	return true
+}
+
+func (hs *httpSession) detach() {
+	hs.mu.Lock()
+	hs.stream = nil
 	hs.mu.Unlock()
-	if st != nil {
-		st.end()
+}
+
+// Write is the session's output: one message as an event on its GET stream.
+func (hs *httpSession) Write(p []byte) (int, error) {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	if hs.stream == nil {
+		return 0, errNoStream
 	}
-	if !was {
+	return len(p), writeEvent(hs.stream, p)
+}
+
+// end ends the session, its GET stream and what it owns; later calls do nothing.
+func (hs *httpSession) end() {
+	hs.endOnce.Do(func() {
+		close(hs.ended)
 		hs.s.close()
+	})
+}
+
+// open mints a session after ending expired ones; it fails at HTTP_MAX_SESSIONS.
+func (ss *httpSessions) open() (*httpSession, error) {
+	id, err := randomHex(16)
+	if err != nil {
+		return nil, err
 	}
+	ss.expire()
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if len(ss.byID) >= ss.max {
+		return nil, fmt.Errorf("%d sessions (HTTP_MAX_SESSIONS) are open; end one with DELETE "+
+			"or try later", len(ss.byID))
+	}
+	hs := &httpSession{id: id, ended: make(chan struct{}), lastUsed: ss.now()}
+	hs.s = newSession(ss.srv, hs)
+	ss.byID[id] = hs
+	return hs, nil
+}
+
+// get returns the live session with id, or nil.
+func (ss *httpSessions) get(id string) *httpSession {
+	ss.expire()
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.byID[id]
+}
+
+// countRequest records a POST on hs starting (+1) or ending (-1).
+func (ss *httpSessions) countRequest(hs *httpSession, delta int) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	hs.requests += delta
+	hs.lastUsed = ss.now()
+}
+
+// expire ends the sessions that have had no request running for longer than idle.
+func (ss *httpSessions) expire() {
+	now := ss.now()
+	ss.endWhere(func(hs *httpSession) bool {
+		return hs.requests == 0 && now.Sub(hs.lastUsed) > ss.idle
+	})
+}
+
+// endWhere ends the sessions for which cond holds; cond is asked with ss.mu held.
+func (ss *httpSessions) endWhere(cond func(hs *httpSession) bool) {
+	var ending []*httpSession
+	ss.mu.Lock()
+	for id, hs := range ss.byID {
+		if cond(hs) {
+			ending = append(ending, hs)
+			delete(ss.byID, id)
+		}
+	}
+	ss.mu.Unlock()
+	for _, hs := range ending {
+		hs.end()
+	}
+}
+
+func (ss *httpSessions) end(hs *httpSession) {
+	ss.endWhere(func(other *httpSession) bool { return other == hs })
+}
+
+// connLimiter is a listener that holds at most cap(slots) connections at once. At the cap a new
+// connection is closed at once: the client learns it now and can retry, rather than hang.
+type connLimiter struct {
+	net.Listener
+	slots chan struct{}
+}
+
+func (l *connLimiter) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		select {
+		case l.slots <- struct{}{}:
+			return &limitedConn{Conn: c, release: sync.OnceFunc(func() { <-l.slots })}, nil
+		default:
+			c.Close()
+		}
+	}
+}
+
+// limitedConn gives its slot back when it closes.
+type limitedConn struct {
+	net.Conn
+	release func()
+}
+
+func (c *limitedConn) Close() error {
+	c.release()
+	return c.Conn.Close()
 }

@@ -26,6 +26,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
@@ -35,9 +36,11 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode"
 )
 
-// toolTable is every tool telson has, in tools/list order; tools/list, tools/call, `telson tools` and `telson call` use it.
+// toolTable is every tool telson has, in tools/list order: tools/list, tools/call, `telson tools`
+// and `telson call` use it.
 var toolTable = []*toolDef{
 	&bashTool,
 	&backgroundBashTool,
@@ -58,8 +61,12 @@ func main() {
 	if os.Getenv(reaperEnv) == "1" {
 		os.Exit(runReaper(os.Stdin))
 	}
+	if os.Getenv(sandboxEnv) == "1" {
+		os.Exit(runSandbox(os.Args[1:]))
+	}
 	signal.Ignore(syscall.SIGPIPE) // a vanished client shows up as a write error, handled
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM,
+		syscall.SIGHUP)
 	defer stop()
 	if err := run(ctx, os.Stdin, os.Stdout, os.Stderr, os.Args[1:]); err != nil {
 		if !errors.Is(err, errToolFailed) {
@@ -69,35 +76,53 @@ func main() {
 	}
 }
 
+const usage = `usage: telson [flags] [tools | call NAME 'JSON']
+
+Serves MCP on stdin/stdout, or Streamable HTTP with -http. Every flag but -config, -set and
+-version sets the configuration key of its name: -output-limit sets OUTPUT_LIMIT. Where a key
+is set in several places the last wins: its default, ~/.telson/telson-env.txt, then
+./.telson/telson-env.txt (KEY=VALUE lines), the environment variable TELSON_<KEY> (such as
+TELSON_OUTPUT_LIMIT), then the flag. -config shows every value and where it came from.
+
+flags:
+`
+
 // errToolFailed makes `telson call` exit 1 when the tool's result is an error.
 var errToolFailed = errors.New("tool returned an error")
 
-// run is telson: it parses args, loads configuration and serves until stdin ends, ctx ends or a command is done.
+// run is telson: it parses args, loads configuration and serves until stdin ends, ctx ends or a
+// command is done.
 func run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, args []string) error {
 	fs := flag.NewFlagSet("telson", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	showVersion := fs.Bool("version", false, "print the version and exit")
-	showConfig := fs.Bool("config", false, "print the effective configuration and where each value came from")
+	showConfig := fs.Bool("config", false, "print the configuration and where each value came from")
 	flags := map[string]string{} // key → value from -set and the per-key flags
-	fs.Func("set", "set any configuration key, `KEY=VALUE` (repeatable; also for keys without a flag of their own, such as SEARCH_URL_BING)", func(kv string) error {
-		k, v, ok := strings.Cut(kv, "=")
-		k = strings.TrimPrefix(strings.ToUpper(strings.TrimSpace(k)), "TELSON_")
-		if !ok || k == "" {
+	setHelp := "set any configuration key, `KEY=VALUE` (repeatable), also one without a flag"
+	fs.Func("set", setHelp, func(kv string) error {
+		key, value, ok := strings.Cut(kv, "=")
+		if !ok || key == "" {
 			return fmt.Errorf("-set %q: want KEY=VALUE", kv)
 		}
-		flags[k] = v
+		flags[strings.ToUpper(key)] = value
 		return nil
 	})
 	for _, k := range configKeys {
-		fs.Func(flagName(k.name), k.help, func(v string) error { flags[k.name] = v; return nil })
+		fs.Func(flagName(k.name), k.help, func(v string) error {
+			flags[k.name] = v
+			return nil
+		})
+		fs.Lookup(flagName(k.name)).DefValue = k.def // -h shows it
 	}
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: telson [flags] [tools | call NAME JSON]\n\nflags:\n")
+		fmt.Fprint(stderr, usage)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+	err := fs.Parse(args)
+	if errors.Is(err, flag.ErrHelp) {
 		return nil
-	} else if err != nil {
+	}
+	if err != nil {
 		return fmt.Errorf("flags: %w", err)
 	}
 	cfg := loadConfig(flags)
@@ -126,13 +151,16 @@ func run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, args []
 	return nil
 }
 
-// serveStdio serves one session; at stdin EOF running requests finish, when ctx ends they are cancelled.
+// serveStdio serves one session; at stdin EOF running requests finish, when ctx ends they are
+// cancelled.
 func serveStdio(ctx context.Context, srv *server, stdin io.Reader, stdout io.Writer) error {
 	s := newSession(srv, stdout)
 	defer s.close() // runs after s.wait below: what the session started ends with it
 	srv.log.debugf("serving stdio")
 	readErr := make(chan error, 1)
-	go func() { readErr <- s.serve(ctx, stdin) }() // exits at EOF or a read error; blocked on stdin otherwise
+	go func() { // exits at EOF or a read error; blocked on stdin otherwise
+		readErr <- s.serve(ctx, stdin)
+	}()
 	select {
 	case err := <-readErr:
 		if err != nil {
@@ -141,19 +169,25 @@ func serveStdio(ctx context.Context, srv *server, stdin io.Reader, stdout io.Wri
 		s.wait()
 		return nil
 	case <-ctx.Done():
-		s.cancelAll()
-		done := make(chan struct{})
-		go func() { s.wait(); close(done) }() // exits when the cancelled requests have answered
-		select {
-		case <-done:
-		case <-time.After(3 * time.Second):
-			srv.log.warnf("requests still running at shutdown")
-		}
-		return nil
 	}
+	s.cancelAll()
+	done := make(chan struct{})
+	go func() { // exits when the cancelled requests have answered
+		s.wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(3 * time.Second):
+		srv.log.warnf("requests still running at shutdown")
+	}
+	return nil
 }
 
-// serveHTTP serves MCP at addr until ctx ends, then gives requests httpShutdownGrace and ends every session.
+// serveHTTP serves MCP at addr until ctx ends, then gives requests httpShutdownGrace and ends
+// every session. A client has HTTP_TIMEOUT_MS to send a request (net/http lifts the deadline
+// once it is read), and a kept-alive connection closes after as long idle; there is no write
+// timeout, which would cut open event streams.
 func serveHTTP(ctx context.Context, srv *server, addr string, stderr io.Writer) error {
 	if !strings.Contains(addr, ":") || strings.HasPrefix(addr, ":") {
 		addr = "127.0.0.1:" + strings.TrimPrefix(addr, ":") // a bare port or :port
@@ -163,22 +197,30 @@ func serveHTTP(ctx context.Context, srv *server, addr string, stderr io.Writer) 
 		return fmt.Errorf("http: address %q: %w", addr, err)
 	}
 	h := newHTTPHandler(srv, host)
-	if h.token == "" && !isLoopbackHost(host) {
-		if h.token, err = randomHex(24); err != nil {
+	if h.gate.token == "" && !isLoopbackHost(host) {
+		h.gate.token, err = randomHex(24)
+		if err != nil {
 			return fmt.Errorf("http: token: %w", err)
 		}
-		fmt.Fprintf(stderr, "telson: %s is reachable beyond this machine; clients must send the header \"Authorization: Bearer %s\" (set HTTP_TOKEN to choose it)\n", addr, h.token)
+		fmt.Fprintf(stderr, "telson: %s is reachable beyond this machine; clients must send the "+
+			"header \"Authorization: Bearer %s\" (set HTTP_TOKEN to choose it)\n",
+			addr, h.gate.token)
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("http: %w", err)
 	}
-	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	slots := make(chan struct{}, srv.cfg.int("HTTP_MAX_CONNECTIONS"))
+	limited := &connLimiter{Listener: ln, slots: slots}
+	timeout := time.Duration(srv.cfg.int("HTTP_TIMEOUT_MS")) * time.Millisecond
+	hs := &http.Server{Handler: h, ReadTimeout: timeout, IdleTimeout: timeout}
 	hs.RegisterOnShutdown(func() { close(h.shutdown) })
 	fmt.Fprintf(stderr, "telson: serving MCP on http://%s/mcp\n", ln.Addr())
 	served := make(chan error, 1)
-	go func() { served <- hs.Serve(ln) }() // exits when the server is shut down or closed
-	expiry := time.NewTicker(min(max(h.idle/4, time.Second), time.Minute))
+	go func() { // exits when the server is shut down or closed
+		served <- hs.Serve(limited)
+	}()
+	expiry := time.NewTicker(min(max(h.sessions.idle/4, time.Second), time.Minute))
 	defer expiry.Stop()
 	for ctx.Err() == nil {
 		select {
@@ -186,7 +228,7 @@ func serveHTTP(ctx context.Context, srv *server, addr string, stderr io.Writer) 
 			h.closeAll()
 			return fmt.Errorf("http: %w", err)
 		case <-expiry.C:
-			h.expire()
+			h.sessions.expire()
 		case <-ctx.Done():
 		}
 	}
@@ -209,7 +251,7 @@ func newServer(cfg *config, stderr io.Writer) *server {
 		version = strings.TrimPrefix(bi.Main.Version, "v")
 	}
 	srv := &server{cfg: cfg, log: log, version: version, stateKey: newStateKey(), procs: newProcTracker(log),
-		skills: &skillCatalog{dir: wd}, browser: &browserHolder{tabs: make(chan struct{}, 2)}, toolsCache: map[string][]json.RawMessage{}, toolsResult: map[string]json.RawMessage{}}
+		skills: &skillCatalog{dir: wd}, browser: &browserHolder{tabs: make(chan struct{}, 2)}}
 	srv.search = newSearchState(srv.version)
 	for _, d := range toolTable {
 		if !cfg.toolEnabled(d.name) {
@@ -235,7 +277,8 @@ func (srv *server) close() {
 	srv.search.client.CloseIdleConnections()
 }
 
-// callOnce runs one tool through the same dispatch a client uses and prints its text.
+// callOnce runs one tool through the same dispatch a client uses and prints its text; on a
+// terminal without control characters.
 func callOnce(ctx context.Context, srv *server, stdout io.Writer, args []string) error {
 	if len(args) < 1 || len(args) > 2 {
 		return errors.New("usage: telson call NAME 'JSON'")
@@ -247,20 +290,26 @@ func callOnce(ctx context.Context, srv *server, stdout io.Writer, args []string)
 	if err != nil {
 		return fmt.Errorf("call: arguments are not valid JSON: %s", args[1])
 	}
+	terminal := isTerminal(stdout)
 	s := newSession(srv, io.Discard)
 	s.version = version20251125
 	defer s.close()
 	defer s.wait()
-	res, err := handleToolsCall(ctx, &rpcRequest{s: s, id: json.RawMessage("1"), method: "tools/call", params: raw, version: s.version, logLevel: -1})
+	req := &rpcRequest{s: s, id: json.RawMessage("1"), method: "tools/call", params: raw,
+		version: s.version, logLevel: -1}
+	res, err := handleToolsCall(ctx, req)
 	if re := (*rpcError)(nil); errors.As(err, &re) { // handleToolsCall fails only with an *rpcError
 		return fmt.Errorf("call: %s", re.Message)
 	}
 	for _, c := range res["content"].([]contentItem) {
-		if c.Type == "text" {
-			fmt.Fprintln(stdout, c.Text)
-		} else {
-			fmt.Fprintf(stdout, "[%s content, %s, %d bytes base64]\n", c.Type, c.MimeType, len(c.Data))
+		text := c.Text
+		if c.Type != "text" {
+			text = fmt.Sprintf("[%s content, %s, %d bytes base64]", c.Type, c.MimeType, len(c.Data))
 		}
+		if terminal {
+			text = stripControls(text)
+		}
+		fmt.Fprintln(stdout, text)
 	}
 	if res["isError"] == true {
 		return errToolFailed
@@ -268,20 +317,57 @@ func callOnce(ctx context.Context, srv *server, stdout io.Writer, args []string)
 	return nil
 }
 
-// printTools lists the tools and their parameters for a person.
+// isTerminal reports whether w is a terminal (a character device).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	info, err := f.Stat()
+	return err == nil && info.Mode()&os.ModeCharDevice != 0
+}
+
+// stripControls drops control characters but \n and \t: printed on a terminal, a page's escape
+// sequences would drive it (retitle it, move the cursor, hide text).
+func stripControls(s string) string {
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) && r != '\n' && r != '\t' {
+			return -1
+		}
+		return r
+	}, s)
+}
+
+// printTools lists the tools and their parameters for a person: required parameters first,
+// each with its type and the values it takes when they are a fixed list.
 func printTools(w io.Writer, srv *server) {
 	for _, t := range srv.tools {
 		first, _, _ := strings.Cut(t.def.desc(srv), "\n")
 		fmt.Fprintf(w, "%s — %s\n  %s\n", t.def.name, t.def.title, first)
-		for _, n := range sortedKeys(t.schema.Properties) {
-			req := ""
-			if slices.Contains(t.schema.Required, n) {
-				req = ", required"
+		for _, required := range []bool{true, false} {
+			for _, name := range sortedKeys(t.schema.Properties) {
+				if slices.Contains(t.schema.Required, name) == required {
+					printParam(w, name, t.schema.Properties[name], required)
+				}
 			}
-			fmt.Fprintf(w, "  - %s (%s%s): %s\n", n, t.schema.Properties[n].Type, req, t.schema.Properties[n].Description)
 		}
 		fmt.Fprintln(w)
 	}
+}
+
+func printParam(w io.Writer, name string, p *jsonSchema, required bool) {
+	kind := p.Type
+	if required {
+		kind += ", required"
+	}
+	enum := p.Enum
+	if p.Items != nil {
+		enum = p.Items.Enum // an array's items are the choices
+	}
+	if len(enum) > 0 {
+		kind += fmt.Sprint(", one of ", enum)
+	}
+	fmt.Fprintf(w, "  - %s (%s): %s\n", name, kind, p.Description)
 }
 
 // sortedKeys returns m's keys in order.
@@ -294,57 +380,89 @@ func sortedKeys[V any](m map[string]V) []string {
 	return keys
 }
 
-// configKey is one configuration key: its default, its kind and what it does.
-type configKey struct{ name, def, kind, help string } // kind: str, int or bool
+// configKey is one configuration key: its default, its kind (str, int or bool) and what it does.
+type configKey struct{ name, def, kind, help string }
 
 // configKeys are the keys telson knows, besides those starting with one of configPrefixes.
 var configKeys = []configKey{
-	{"TOOLS", "all", "str", "tools to serve: all, or a comma list of names"},
-	{"STREAMING", "on", "bool", "send a running Bash command's new output lines as progress notifications"},
-	{"BASH_TIMEOUT_MS", "30000", "int", "Bash's default timeout in milliseconds (a call may ask for up to 600000)"},
+	{"TOOLS", "all", "str", "tools to serve: all, none, or a comma list of names"},
+	{"STREAMING", "on", "bool",
+		"send a running Bash command's new output lines as progress notifications"},
+	{"BASH_TIMEOUT_MS", "30000", "int",
+		"Bash's default timeout in milliseconds (a call may ask for up to 600000)"},
 	{"OUTPUT_LIMIT", "30000", "int", "characters of command output a reply keeps (head and tail)"},
-	{"LOG_LEVEL", "info", "str", "least severe level logged to stderr and sent to the client (debug, info, warning, error)"},
+	{"LOG_LEVEL", "info", "str",
+		"least severe level logged and sent to the client: debug, info, warning, error"},
 	{"STATE_DIR", "~/.telson", "str", "where state files live"},
-	{"MAX_MESSAGE_BYTES", "67108864", "int", "longest input message; a longer line is skipped and answered with an error"},
-	{"SEARCH_ENGINES", "", "str", "engines WebSearch asks, a comma list (default: the eleven keyless ones plus every keyed one configured)"},
+	{"MAX_MESSAGE_BYTES", "67108864", "int",
+		"longest input message; a longer line is skipped and answered with an error"},
+	{"SEARCH_ENGINES", "", "str",
+		"engines WebSearch asks, a comma list (default: the keyless ones and every keyed one set)"},
 	{"SEARCH_TIMEOUT_MS", "6000", "int", "milliseconds each WebSearch engine gets to answer"},
-	{"SEARCH_BACKOFF_MS", "300000", "int", "milliseconds a rate-limited, blocked or captcha-showing engine rests"},
+	{"SEARCH_BACKOFF_MS", "300000", "int",
+		"milliseconds a rate-limited, blocked or captcha-showing engine rests"},
 	{"BRAVE_API_KEY", "", "str", "Brave Search API key: turns on the braveapi engine"},
 	{"TAVILY_API_KEY", "", "str", "Tavily API key: turns on the tavily engine"},
 	{"SERPER_API_KEY", "", "str", "Serper API key: turns on the serper engine"},
 	{"EXA_API_KEY", "", "str", "Exa API key: turns on the exa engine"},
-	{"GOOGLE_API_KEY", "", "str", "Google Programmable Search key (with GOOGLE_CSE_ID): turns on the google engine"},
+	{"GOOGLE_API_KEY", "", "str",
+		"Google Programmable Search key (with GOOGLE_CSE_ID): turns on the google engine"},
 	{"GOOGLE_CSE_ID", "", "str", "Google Programmable Search engine id (cx)"},
-	{"SEARXNG_URL", "", "str", "base URL of a SearXNG instance with JSON output: turns on the searxng engine"},
-	{"GITHUB_TOKEN", "", "str", "token for the github engine (optional; raises GitHub's search rate limit)"},
-	{"IMAGE_MAX_EDGE", "2000", "int", "ReadImage scales down images whose long edge is longer than this many pixels"},
-	{"IMAGE_MAX_BYTES", "5000000", "int", "ReadImage scales down images larger than this many bytes (at most 6000000, so the message stays well under 10 MiB)"},
-	{"ASK_TIMEOUT_MS", "600000", "int", "how long AskUserQuestion waits for the user's answer, in milliseconds"},
-	{"ASK_TTY", "off", "bool", "let AskUserQuestion ask on /dev/tty when the client has no elicitation"},
-	{"PLAN_MODE_STRICT", "on", "bool", "while PlanMode is active, Bash, BackgroundBash and KillBgTask refuse to run"},
-	{"ADDITIONAL_SKILLS", "", "str", "more skill folders for InvokeSkill and prompts, comma or colon separated, searched last"},
-	{"HTTP", "", "str", "serve MCP over HTTP at this address (/mcp) instead of stdio; a bare port or :port means 127.0.0.1"},
-	{"HTTP_TOKEN", "", "str", "bearer token HTTP clients must send; generated and printed at start when HTTP listens beyond loopback"},
-	{"HTTP_ORIGINS", "", "str", "comma list of browser Origins allowed besides http(s)://localhost, 127.0.0.1 and [::1] (* for any)"},
-	{"HTTP_HOSTS", "", "str", "comma list of Host names allowed besides loopback ones and the listening address (DNS rebinding protection)"},
-	{"HTTP_MAX_BODY_BYTES", "4194304", "int", "largest HTTP request body; a larger one is answered 413"},
-	{"HTTP_MAX_SESSIONS", "64", "int", "most HTTP sessions at once; beyond it (after idle ones expire) a new session is refused with 503"},
-	{"HTTP_SESSION_IDLE_MS", "1800000", "int", "an HTTP session idle this long (milliseconds) ends, with its tasks"},
-	{"CHROME_PATH", "", "str", "the Chromium or Chrome binary ReadDocs runs (default: found on PATH and in the usual install locations)"},
-	{"READDOCS_BROWSER", "on", "bool", "read pages in headless Chromium; off reads them over plain HTTP (no JavaScript)"},
-	{"READDOCS_TIMEOUT_MS", "30000", "int", "ReadDocs's deadline for a page in milliseconds (wait_ms is added to it)"},
-	{"READDOCS_IDLE_MS", "500", "int", "how long a page's network must be quiet after load before ReadDocs reads it"},
-	{"WS_MAX_MESSAGE_BYTES", "134217728", "int", "longest DevTools websocket message ReadDocs accepts from the browser"},
-	{"BG_BUFFER_BYTES", "1048576", "int", "unread output a background task keeps; beyond it the oldest unread bytes are dropped"},
+	{"SEARXNG_URL", "", "str",
+		"base URL of a SearXNG instance with JSON output: turns on the searxng engine"},
+	{"IMAGE_MAX_EDGE", "2000", "int",
+		"ReadImage scales down images whose long edge is longer than this many pixels"},
+	{"IMAGE_MAX_BYTES", "5000000", "int",
+		"ReadImage scales down images larger than this many bytes (at most 6000000)"},
+	{"ASK_TIMEOUT_MS", "600000", "int",
+		"how long AskUserQuestion waits for the user's answer, in milliseconds"},
+	{"PLAN_MODE_STRICT", "on", "bool",
+		"while PlanMode is active, Bash and BackgroundBash run read-only (or refuse without a sandbox)"},
+	{"ADDITIONAL_SKILLS", "", "str",
+		"more skill folders for InvokeSkill and prompts, comma or colon separated, searched last"},
+	{"HTTP", "", "str",
+		"serve MCP over HTTP at this address (/mcp); a bare port or :port means 127.0.0.1"},
+	{"HTTP_TOKEN", "", "str",
+		"bearer token HTTP clients must send; made up and printed when listening beyond loopback"},
+	{"HTTP_ORIGINS", "", "str",
+		"comma list of browser Origins allowed besides loopback ones (* for any)"},
+	{"HTTP_HOSTS", "", "str",
+		"comma list of Host names allowed besides loopback ones and the listening address"},
+	{"HTTP_MAX_BODY_BYTES", "4194304", "int",
+		"largest HTTP request body; a larger one is answered 413"},
+	{"HTTP_MAX_SESSIONS", "64", "int",
+		"most HTTP sessions at once; beyond it a new session is refused with 503"},
+	{"HTTP_SESSION_IDLE_MS", "1800000", "int",
+		"milliseconds without a request after which an HTTP session ends"},
+	{"HTTP_TIMEOUT_MS", "10000", "int",
+		"milliseconds to send an HTTP request, and that a kept-alive connection may idle"},
+	{"HTTP_MAX_CONNECTIONS", "128", "int",
+		"most HTTP connections at once; beyond it a new one is closed at once"},
+	{"CHROME_PATH", "", "str",
+		"the Chromium or Chrome ReadDocs runs (default: found on PATH or where it usually is)"},
+	{"READDOCS_BROWSER", "on", "bool",
+		"read pages in headless Chromium; off reads them over plain HTTP (no JavaScript)"},
+	{"READDOCS_TIMEOUT_MS", "30000", "int",
+		"ReadDocs's deadline for a page in milliseconds (wait_ms is added to it)"},
+	{"READDOCS_IDLE_MS", "500", "int",
+		"how long a page's network must be quiet after load before ReadDocs reads it"},
+	{"WS_MAX_MESSAGE_BYTES", "134217728", "int",
+		"longest DevTools websocket message ReadDocs accepts from the browser"},
+	{"BG_BUFFER_BYTES", "1048576", "int",
+		"unread output a background task keeps; beyond it the oldest is dropped"},
 	{"BG_MAX_TASKS", "32", "int", "background tasks that may run at once in a session"},
 }
 
 // configPrefixes: TOOL_<Name>=0 turns a tool off; SEARCH_URL_<ENGINE> is an engine's base URL.
 var configPrefixes = []string{"TOOL_", "SEARCH_URL_"}
 
+// internalEnv are the TELSON_ variables that are not configuration: the reaper's and the tests'.
+var internalEnv = []string{"RUN_MAIN", "REAPER", "REQUIRE_BROWSER"}
+
 func flagName(key string) string { return strings.ToLower(strings.ReplaceAll(key, "_", "-")) }
 
-// config is the effective configuration: defaults, ~/.telson/ and ./.telson/telson-env.txt, TELSON_<KEY>, flags.
+// config is the effective configuration: defaults, ~/.telson/telson-env.txt,
+// ./.telson/telson-env.txt, TELSON_<KEY>, flags; later wins.
 type config struct {
 	values   map[string]string
 	source   map[string]string
@@ -354,7 +472,8 @@ type config struct {
 func loadConfig(flags map[string]string) *config {
 	c := &config{values: map[string]string{}, source: map[string]string{}}
 	for _, k := range configKeys {
-		c.values[k.name], c.source[k.name] = k.def, "default"
+		c.values[k.name] = k.def
+		c.source[k.name] = "default"
 	}
 	home, homeErr := os.UserHomeDir()
 	if homeErr == nil {
@@ -365,7 +484,8 @@ func loadConfig(flags map[string]string) *config {
 	sort.Strings(env)
 	for _, kv := range env {
 		k, v, _ := strings.Cut(kv, "=")
-		if name, ok := strings.CutPrefix(k, "TELSON_"); ok && name != "RUN_MAIN" && name != "REAPER" && !strings.HasPrefix(name, "TEST_") && name != "REQUIRE_BROWSER" {
+		name, ok := strings.CutPrefix(k, "TELSON_")
+		if ok && !slices.Contains(internalEnv, name) && !strings.HasPrefix(name, "TEST_") {
 			c.set(name, v, "environment "+k)
 		}
 	}
@@ -376,28 +496,36 @@ func loadConfig(flags map[string]string) *config {
 		}
 		c.set(k, v, src)
 	}
-	if dir := c.values["STATE_DIR"]; homeErr == nil && (strings.HasPrefix(dir, "~/") || dir == "~") {
+	c.checkTools()
+	c.checkChromePath()
+	dir := c.values["STATE_DIR"]
+	if homeErr == nil && (strings.HasPrefix(dir, "~/") || dir == "~") {
 		c.values["STATE_DIR"] = filepath.Join(home, strings.TrimPrefix(dir, "~"))
 	}
 	return c
+}
+
+func (c *config) warn(format string, a ...any) {
+	c.warnings = append(c.warnings, fmt.Sprintf(format, a...))
 }
 
 func (c *config) loadFile(path string) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		if !errors.Is(err, os.ErrNotExist) {
-			c.warnings = append(c.warnings, fmt.Sprintf("config: %v", err))
+			c.warn("config: %v", err)
 		}
 		return
 	}
 	for n, line := range strings.Split(string(b), "\n") {
-		if line = strings.TrimSpace(line); line == "" || strings.HasPrefix(line, "#") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
 		k, v, ok := strings.Cut(line, "=")
 		k = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(k), "export "))
 		if !ok || k == "" {
-			c.warnings = append(c.warnings, fmt.Sprintf("%s:%d: not KEY=VALUE: %q", path, n+1, line))
+			c.warn("%s:%d: not KEY=VALUE: %q", path, n+1, line)
 			continue
 		}
 		v = strings.TrimSpace(v)
@@ -410,28 +538,56 @@ func (c *config) loadFile(path string) {
 
 // set records key=value from src, warning about unknown keys and bad values.
 func (c *config) set(key, value, src string) {
-	k, problem := c.lookup(key), ""
-	if k == nil && !slices.ContainsFunc(configPrefixes, func(p string) bool { return strings.HasPrefix(key, p) }) {
-		c.warnings = append(c.warnings, fmt.Sprintf("%s: unknown key %s", src, key))
+	k := c.lookup(key)
+	prefixed := slices.ContainsFunc(configPrefixes, func(p string) bool {
+		return strings.HasPrefix(key, p)
+	})
+	if k == nil && !prefixed {
+		c.warn("%s: unknown key %s", src, key)
 		return
 	}
-	if _, err := strconv.Atoi(value); k != nil && k.kind == "int" && err != nil {
-		problem = fmt.Sprintf("%q is not a whole number", value)
+	problem := ""
+	if n, err := strconv.Atoi(value); k != nil && k.kind == "int" && (err != nil || n < 0) {
+		problem = fmt.Sprintf("%q is not a whole number of 0 or more", value)
 	} else if _, ok := parseBool(value); k != nil && k.kind == "bool" && !ok {
 		problem = fmt.Sprintf("%q is not a boolean (1/0, true/false, yes/no, on/off)", value)
 	}
 	if problem != "" {
-		c.warnings = append(c.warnings, fmt.Sprintf("%s: %s: %s; keeping %q", src, key, problem, c.values[key]))
+		c.warn("%s: %s: %s; keeping %q", src, key, problem, c.values[key])
 		return
 	}
-	c.values[key], c.source[key] = value, src
+	c.values[key] = value
+	c.source[key] = src
+}
+
+// checkTools warns about names in TOOLS that are no tool's.
+func (c *config) checkTools() {
+	for _, name := range splitList(c.values["TOOLS"]) {
+		known := slices.ContainsFunc(toolTable, func(d *toolDef) bool {
+			return strings.EqualFold(d.name, name)
+		})
+		if !known && !strings.EqualFold(name, "all") && !strings.EqualFold(name, "none") {
+			c.warn("%s: TOOLS: no tool is named %q; it is left out (telson tools lists them)",
+				c.source["TOOLS"], name)
+		}
+	}
+}
+
+// checkChromePath warns when CHROME_PATH is neither an executable file nor a command on PATH.
+func (c *config) checkChromePath() {
+	path := c.values["CHROME_PATH"]
+	if _, err := exec.LookPath(path); path != "" && err != nil {
+		c.warn("%s: CHROME_PATH: %v; ReadDocs cannot start that browser",
+			c.source["CHROME_PATH"], err)
+	}
 }
 
 func (c *config) lookup(key string) *configKey {
-	if i := slices.IndexFunc(configKeys, func(k configKey) bool { return k.name == key }); i >= 0 {
-		return &configKeys[i]
+	i := slices.IndexFunc(configKeys, func(k configKey) bool { return k.name == key })
+	if i < 0 {
+		return nil
 	}
-	return nil
+	return &configKeys[i]
 }
 
 func parseBool(v string) (value, ok bool) {
@@ -456,16 +612,22 @@ func (c *config) bool(key string) bool {
 	return b
 }
 
-// toolEnabled applies TOOLS (all, or a comma list) and TOOL_<Name>=0.
+// toolEnabled applies TOOLS (all, none, or a comma list) and TOOL_<Name>=0.
 func (c *config) toolEnabled(name string) bool {
 	for k, v := range c.values {
-		if b, ok := parseBool(v); ok && !b && strings.HasPrefix(k, "TOOL_") && strings.EqualFold(k[len("TOOL_"):], name) {
+		suffix, isToolKey := strings.CutPrefix(k, "TOOL_")
+		on, ok := parseBool(v)
+		if isToolKey && ok && !on && strings.EqualFold(suffix, name) {
 			return false
 		}
 	}
-	list := strings.TrimSpace(c.values["TOOLS"])
-	return list == "" || strings.EqualFold(list, "all") ||
-		slices.ContainsFunc(strings.Split(list, ","), func(n string) bool { return strings.EqualFold(strings.TrimSpace(n), name) })
+	list := c.values["TOOLS"]
+	if strings.EqualFold(strings.TrimSpace(list), "all") || strings.TrimSpace(list) == "" {
+		return true
+	}
+	return slices.ContainsFunc(splitList(list), func(n string) bool {
+		return strings.EqualFold(n, name)
+	})
 }
 
 func (c *config) print(w io.Writer) {

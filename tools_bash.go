@@ -1,18 +1,24 @@
 // tools_bash.go holds the Bash tool and the process handling every tool that
-// starts a program shares: process groups, the group kill with a grace
-// period, the reaper that outlives telson, the head-and-tail output capture
-// and the shell's working directory.
+// starts a program shares: run markers, the kill loop, the reaper that
+// outlives telson, the plan-mode sandbox, the output capture and the shell's
+// working directory.
 //
 // Rules:
-//   - every child runs in its own process group, registered with procTracker
-//     from start until the group is gone; nothing outlives the server;
-//   - a kill is TERM to the whole group, then KILL after a short grace;
-//   - output is captured in bounded memory whatever a command prints;
-//   - nothing here waits on a grandchild that holds a pipe open.
+//   - every child runs in its own process group and carries TELSON_RUN=<marker>
+//     in its environment; a marker names the server, the session and the run,
+//     so a kill finds what a run left behind (setsid, double forks) in /proc;
+//   - one kill loop: TERM to every marked process and its group, KILL after a grace;
+//   - nothing outlives the server: closeAll kills its marker, the reaper does
+//     the same after telson has died, even by SIGKILL;
+//   - output is captured in bounded memory; a cut output is kept whole in a
+//     bounded file;
+//   - in plan mode a command sees the filesystem read-only (Linux namespaces).
 package main
 
 import (
 	"bufio"
+	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -21,243 +27,182 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
-	"unicode/utf8"
+	"unsafe"
 )
 
 var bashTool = toolDef{
 	name:  "Bash",
 	title: "Run a shell command",
-	description: `Runs a command with bash -c and returns its output (stdout and stderr merged, in order).
+	description: `Runs a command with bash -c; stdout and stderr merged.
 
-- The working directory persists between calls: "cd src" in one call applies to the next. Environment changes (export, source) do not persist.
-- stdin is /dev/null: interactive programs get end-of-file, so pass flags such as -y or --no-pager.
-- timeout is in milliseconds (default 30000, at most 600000). At the timeout the command's whole process group is stopped (TERM, then KILL) and you get the output so far.
-- Long output keeps its beginning and end with a marker saying how much was cut from the middle; redirect to a file and read parts of it when you need everything.
-- A non-zero exit status, a signal or a timeout makes the result an error and states the status.
-- For servers, watchers or anything that should keep running, use BackgroundBash instead.
-
-Example: {"command": "go test ./... 2>&1 | tail -20", "timeout": 120000}`,
+- The working directory persists between calls; environment changes do not. stdin is /dev/null.
+- timeout: milliseconds (default 30000, max 600000); then the command and its children are stopped.
+- Long output keeps its first and last lines; the whole output is saved to output_file.
+- run_in_background: true starts it as BackgroundBash does (for servers and watchers).
+- In plan mode the filesystem is read-only (/tmp writable).`,
 	input: `{"type":"object","properties":{
-		"command":{"type":"string","minLength":1,"description":"The command line to run with bash -c."},
-		"timeout":{"type":"integer","minimum":1,"maximum":600000,"description":"Milliseconds before the command is stopped (default 30000, max 600000)."}},
-		"required":["command"],"additionalProperties":false}`,
-	output: `{"type":"object","properties":{
+		"command":{"type":"string","minLength":1},
+		"timeout":{"type":"integer","minimum":1,"maximum":600000},
+		"description":{"type":"string","description":"What the command does, in a few words."},
+		"run_in_background":{"type":"boolean"}},
+		"required":["command"]}`,
+	output: `{"type":"object","properties":{` + bgProps + `,
 		"output":{"type":"string"},
-		"exit_code":{"type":"integer","description":"-1 when killed by a signal or the timeout"},
-		"signal":{"type":"string"},
+		"exit_code":{"type":"integer","description":"-1 after a signal or the timeout"},
 		"timed_out":{"type":"boolean"},
 		"truncated":{"type":"boolean"},
+		"omitted_lines":{"type":"integer"},
+		"omitted_bytes":{"type":"integer"},
+		"output_file":{"type":"string","description":"the complete output of a cut reply"},
 		"duration_ms":{"type":"integer"},
-		"cwd":{"type":"string","description":"the working directory after the command"}},
-		"required":["output","exit_code","timed_out","truncated","duration_ms","cwd"]}`,
+		"cwd":{"type":"string","description":"the working directory after the command"},
+		"hint":{"type":"string"}}}`,
 	hints: toolHints{destructive: true, openWorld: true},
 	run:   runBash,
 }
 
 type bashArgs struct {
-	Command string `json:"command"`
-	Timeout int    `json:"timeout"`
+	Command    string `json:"command"`
+	Timeout    int    `json:"timeout"`
+	Background bool   `json:"run_in_background"`
 }
 
 type bashOutcome struct {
-	Output     string `json:"output"`
-	ExitCode   int    `json:"exit_code"`
-	Signal     string `json:"signal,omitempty"`
-	TimedOut   bool   `json:"timed_out"`
-	Truncated  bool   `json:"truncated"`
-	DurationMS int64  `json:"duration_ms"`
-	Cwd        string `json:"cwd"`
+	Output       string `json:"output"`
+	ExitCode     int    `json:"exit_code"`
+	Signal       string `json:"signal,omitempty"`
+	TimedOut     bool   `json:"timed_out"`
+	Truncated    bool   `json:"truncated"`
+	OmittedLines int    `json:"omitted_lines,omitempty"`
+	OmittedBytes int64  `json:"omitted_bytes,omitempty"`
+	OutputFile   string `json:"output_file,omitempty"`
+	DurationMS   int64  `json:"duration_ms"`
+	Cwd          string `json:"cwd"`
+	Hint         string `json:"hint,omitempty"`
 }
 
 func runBash(ctx context.Context, c *toolCall) toolResult {
-	if res, refused := c.s.planGate("Bash"); refused {
-		return res
-	}
 	var a bashArgs
 	if err := json.Unmarshal(c.args, &a); err != nil {
-		return errorResult("Bash: invalid arguments: %v", err)
+		return errorResult("invalid arguments: %v", err)
 	}
 	if strings.TrimSpace(a.Command) == "" {
-		return errorResult("Bash: command is empty")
+		return errorResult("command is empty")
+	}
+	if a.Background {
+		return runBackgroundBash(ctx, c)
 	}
 	cfg := c.s.srv.cfg
-	timeout := time.Duration(a.Timeout) * time.Millisecond
-	if a.Timeout == 0 {
-		timeout = time.Duration(cfg.int("BASH_TIMEOUT_MS")) * time.Millisecond
-	}
-	var stream func(chunk []byte, total int64)
+	timeout := time.Duration(cmp.Or(a.Timeout, cfg.int("BASH_TIMEOUT_MS"))) * time.Millisecond
+	capture := &outputCapture{limit: max(cfg.int("OUTPUT_LIMIT"), 200), procs: c.s.srv.procs}
 	if cfg.bool("STREAMING") && len(c.req.progressToken) > 0 {
-		stream = newLineStreamer(c.req)
+		capture.stream = c.req
 	}
-	o, err := runShell(ctx, c.s.srv.procs, c.s.shell, a.Command, timeout, cfg.int("OUTPUT_LIMIT"), stream)
+	dir := c.s.shell.dir()
+	o, err := runShell(ctx, c.s, a.Command, timeout, capture)
 	if err != nil {
-		return errorResult("Bash: %v", err)
+		return errorResult("%v", err)
 	}
-	res := textResult(o.text())
-	res.structured = o
+	if o.Cwd != dir {
+		c.s.checkSkills()
+	}
+	res := structuredResult(o.text(), o)
 	res.isError = o.ExitCode != 0 || o.TimedOut
 	return res
 }
 
 // text is the reply the model reads: the output, then the status when it is not success.
 func (o *bashOutcome) text() string {
-	var b strings.Builder
-	b.WriteString(o.Output)
-	if o.Output == "" {
-		b.WriteString("(no output)")
-	}
+	text := cmp.Or(o.Output, "(no output)")
 	status := ""
 	switch {
 	case o.TimedOut:
-		status = fmt.Sprintf("timed out after %s; the process group was stopped", time.Duration(o.DurationMS)*time.Millisecond)
+		status = fmt.Sprintf("timed out after %s; the command was stopped. %s",
+			time.Duration(o.DurationMS)*time.Millisecond, o.Hint)
 	case o.Signal != "":
 		status = "killed by signal " + o.Signal
 	case o.ExitCode != 0:
 		status = "exit status " + strconv.Itoa(o.ExitCode)
 	}
-	if status != "" {
-		if !strings.HasSuffix(b.String(), "\n") {
-			b.WriteString("\n")
-		}
-		b.WriteString("[" + status + "]")
+	if status == "" {
+		return text
 	}
-	return b.String()
+	return strings.TrimSuffix(text, "\n") + "\n[" + status + "]"
 }
 
-// newLineStreamer sends a running command's new complete lines as progress
-// messages, at most one every 100 ms, each at most 2,000 characters.
-func newLineStreamer(r *rpcRequest) func(chunk []byte, total int64) {
-	var (
-		partial []byte
-		ready   []byte
-		last    time.Time
-	)
-	return func(chunk []byte, total int64) {
-		partial = append(partial, chunk...)
-		if i := strings.LastIndexByte(string(partial), '\n'); i >= 0 {
-			ready = append(ready, partial[:i+1]...)
-			partial = append(partial[:0], partial[i+1:]...)
-		}
-		if len(partial) > 4096 {
-			partial = partial[len(partial)-4096:]
-		}
-		if len(ready) == 0 || time.Since(last) < 100*time.Millisecond {
-			if len(ready) > 4096 {
-				ready = ready[len(ready)-4096:]
-			}
-			return
-		}
-		msg := strings.TrimRight(strings.ToValidUTF8(string(ready), "\uFFFD"), "\n")
-		if len(msg) > 2000 {
-			msg = "…" + msg[len(msg)-2000:]
-		}
-		r.progress(float64(total), 0, msg)
-		ready, last = ready[:0], time.Now()
-	}
-}
+func lastBytes(b []byte, n int) []byte { return b[max(0, len(b)-n):] }
 
-// runShell runs command with bash -c in sh's directory, in its own process
-// group, and returns what it printed (bounded to limit characters) and how it ended.
-func runShell(ctx context.Context, procs *procTracker, sh *shellState, command string, timeout time.Duration, limit int, stream func([]byte, int64)) (*bashOutcome, error) {
-	// The EXIT trap tells where the command left the shell, on fd 9, so a cd sticks.
-	cmd := exec.Command("bash", "-c", "")
-	cmd.Args[2] = procs.shellPreamble(cmd) + "trap 'builtin pwd -P 2>/dev/null >&9' EXIT\n" + command
-	cmd.Dir = sh.dir()
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		return nil, fmt.Errorf("run: %w", err)
+// cwdFD is the descriptor the shell's EXIT trap writes its final working directory to.
+const cwdFD = 9
+
+// runShell runs command with bash -c in the session's directory and returns
+// what it printed (kept by capture) and how it ended.
+func runShell(ctx context.Context, s *session, command string, timeout time.Duration,
+	capture *outputCapture) (*bashOutcome, error) {
+	procs := s.srv.procs
+	trap := "trap 'builtin pwd -P >&" + strconv.Itoa(cwdFD) + "' EXIT\n"
+	cmd := exec.Command("bash", "-c", trap+command)
+	cmd.Dir = s.shell.dir()
+	if err := s.sandbox(cmd); err != nil {
+		return nil, err
 	}
-	defer pr.Close()
+	defer capture.close()
+	cmd.Stdout = capture
+	cmd.Stderr = capture
+	cmd.WaitDelay = 100 * time.Millisecond // a process bash left may hold the output open
 	cwdR, cwdW, err := os.Pipe()
 	if err != nil {
-		pw.Close()
 		return nil, fmt.Errorf("run: %w", err)
 	}
 	defer cwdR.Close()
-	cmd.Stdout, cmd.Stderr = pw, pw
-	cmd.ExtraFiles[6] = cwdW // fd 3+6 = 9
+	cmd.ExtraFiles = make([]*os.File, cwdFD-2) // fds 3 to cwdFD, all closed but cwdFD
+	cmd.ExtraFiles[cwdFD-3] = cwdW
 	start := time.Now()
-	err = procs.start(cmd)
-	pw.Close()
+	run := procs.scope(s.bg.scope)
+	err = procs.startRun(cmd, run)
 	cwdW.Close()
 	if err != nil {
 		return nil, fmt.Errorf("run: %w", err)
 	}
-	capture := newOutputCapture(limit)
-	readDone := make(chan struct{})
-	go func() { // exits at EOF or when the read deadline set after exit passes
-		defer close(readDone)
-		buf := make([]byte, 32<<10)
-		for {
-			n, err := pr.Read(buf)
-			if n > 0 {
-				capture.Write(buf[:n])
-				if stream != nil {
-					stream(buf[:n], capture.total)
-				}
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
 	var timedOut atomic.Bool
-	pgid := cmd.Process.Pid
-	timer := time.AfterFunc(timeout, func() { timedOut.Store(true); procs.killGroup(pgid, killGrace) })
-	stopCancel := context.AfterFunc(ctx, func() { procs.killGroup(pgid, killGrace) })
-	waitErr := cmd.Wait()
+	timer := time.AfterFunc(timeout, func() {
+		timedOut.Store(true)
+		killMarked(run, killGrace)
+	})
+	stopCancel := context.AfterFunc(ctx, func() { killMarked(run, killGrace) })
+	cmd.Wait()
 	timer.Stop()
 	stopCancel()
-	o := &bashOutcome{TimedOut: timedOut.Load()}
-	// bash is gone; what it wrote is in the pipe. A grandchild may still hold
-	// the pipe open, so read for a moment only.
-	pr.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
-	<-readDone
-	procs.forgetIfGone(cmd.Process.Pid)
-
+	o := capture.outcome()
 	o.DurationMS = time.Since(start).Milliseconds()
-	o.Output, o.Truncated = capture.String()
-	o.ExitCode, o.Signal = exitStatus(cmd, waitErr)
-	if o.TimedOut {
+	o.ExitCode, o.Signal = exitStatus(cmd)
+	if timedOut.Load() {
+		o.TimedOut = true
 		o.ExitCode = -1
+		o.Hint = "To let it finish, call Bash again with a larger timeout (up to 600000 ms), " +
+			"or use BackgroundBash."
 	}
-	if d := readLastLine(cwdR); d != "" {
-		sh.setDir(d)
+	cwdR.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	if d, err := bufio.NewReader(cwdR).ReadString('\n'); err == nil {
+		s.shell.setDir(strings.TrimSuffix(d, "\n"))
 	}
-	o.Cwd = sh.dir()
+	o.Cwd = s.shell.dir()
 	if ctx.Err() != nil && !o.TimedOut {
 		return o, fmt.Errorf("cancelled: %w", ctx.Err())
 	}
 	return o, nil
 }
 
-// readLastLine reads what the exited shell wrote to r, stopping at a
-// newline or after a moment (a grandchild may hold the pipe), and returns its last line.
-func readLastLine(r *os.File) string {
-	r.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
-	var b []byte
-	buf := make([]byte, 4096)
-	for len(b) < 1<<16 {
-		n, err := r.Read(buf)
-		b = append(b, buf[:n]...)
-		if err != nil || (n > 0 && buf[n-1] == '\n') {
-			break
-		}
-	}
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	return lines[len(lines)-1]
-}
-
-func exitStatus(cmd *exec.Cmd, waitErr error) (code int, signal string) {
-	if cmd.ProcessState == nil {
-		return -1, ""
-	}
+// exitStatus is how cmd, waited for, ended: its exit code, or -1 and a signal's name.
+func exitStatus(cmd *exec.Cmd) (code int, signal string) {
 	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		return -1, signalName(ws.Signal())
 	}
@@ -265,12 +210,10 @@ func exitStatus(cmd *exec.Cmd, waitErr error) (code int, signal string) {
 }
 
 func signalName(sig syscall.Signal) string {
-	names := map[syscall.Signal]string{syscall.SIGTERM: "TERM", syscall.SIGKILL: "KILL", syscall.SIGINT: "INT",
-		syscall.SIGHUP: "HUP", syscall.SIGSEGV: "SEGV", syscall.SIGABRT: "ABRT", syscall.SIGPIPE: "PIPE", syscall.SIGQUIT: "QUIT"}
-	if n, ok := names[sig]; ok {
-		return n
-	}
-	return strconv.Itoa(int(sig))
+	names := map[syscall.Signal]string{syscall.SIGTERM: "TERM", syscall.SIGKILL: "KILL",
+		syscall.SIGINT: "INT", syscall.SIGHUP: "HUP", syscall.SIGSEGV: "SEGV",
+		syscall.SIGABRT: "ABRT", syscall.SIGPIPE: "PIPE"}
+	return cmp.Or(names[sig], strconv.Itoa(int(sig)))
 }
 
 // shellState is the shell's working directory, which Bash's cd changes and
@@ -321,142 +264,179 @@ func (sh *shellState) resolve(path string) string {
 	return filepath.Join(sh.dir(), path)
 }
 
-// outputCapture keeps the first and the last limit/2 bytes written to it and
-// counts the rest, so memory stays bounded whatever a command prints.
+// outputCapture keeps the first limit bytes a command prints and its last
+// limit/2; once the output is longer than limit, all of it goes to a kept
+// file too, so memory stays bounded whatever a command prints.
 type outputCapture struct {
-	mu    sync.Mutex // guards the fields below
-	limit int
-	head  []byte
-	tail  []byte // the last bytes, at most 2×limit/2 before trimming
-	total int64
-}
+	limit  int
+	procs  *procTracker
+	stream *rpcRequest // when set, new lines go to it as progress, at most every 100 ms
 
-func newOutputCapture(limit int) *outputCapture {
-	if limit < 200 {
-		limit = 200
-	}
-	return &outputCapture{limit: limit}
+	mu     sync.Mutex // guards the fields below
+	head   []byte
+	tail   []byte // the last bytes, at most limit before trimming to limit/2
+	total  int64
+	lines  int // newlines printed
+	file   *keptFile
+	recent []byte // the last bytes not yet sent as progress
+	sent   time.Time
 }
 
 func (oc *outputCapture) Write(p []byte) (int, error) {
 	oc.mu.Lock()
 	defer oc.mu.Unlock()
-	n := len(p)
-	oc.total += int64(n)
-	half := oc.limit / 2
-	if room := oc.limit - len(oc.head); room > 0 && len(oc.tail) == 0 {
-		take := min(room, len(p))
-		oc.head = append(oc.head, p[:take]...)
-		p = p[take:]
+	oc.total += int64(len(p))
+	oc.lines += bytes.Count(p, []byte{'\n'})
+	if oc.file == nil && oc.total > int64(oc.limit) {
+		oc.file = oc.procs.keepFile("bash")
+		oc.file.keep(oc.head)
 	}
-	if len(p) > 0 {
-		if len(p) >= half {
-			oc.tail = append(oc.tail[:0], p[len(p)-half:]...)
-		} else {
-			oc.tail = append(oc.tail, p...)
-			if len(oc.tail) > 2*half {
-				oc.tail = append(oc.tail[:0], oc.tail[len(oc.tail)-half:]...)
-			}
-		}
+	oc.file.keep(p)
+	oc.recent = lastBytes(append(oc.recent, p...), 2000)
+	if end := bytes.LastIndexByte(oc.recent, '\n'); oc.stream != nil && end >= 0 &&
+		time.Since(oc.sent) >= 100*time.Millisecond {
+		oc.stream.progress(float64(oc.total), 0, validUTF8(string(oc.recent[:end])))
+		oc.recent = append(oc.recent[:0], oc.recent[end+1:]...)
+		oc.sent = time.Now()
 	}
-	return n, nil
+	take := min(oc.limit-len(oc.head), len(p))
+	oc.head = append(oc.head, p[:take]...)
+	oc.tail = append(oc.tail, p[take:]...)
+	if len(oc.tail) > oc.limit {
+		oc.tail = append(oc.tail[:0], lastBytes(oc.tail, oc.limit/2)...)
+	}
+	return len(p), nil
 }
 
-// String returns the kept output as valid UTF-8 and whether anything was cut.
-func (oc *outputCapture) String() (string, bool) {
+func (oc *outputCapture) close() {
+	oc.mu.Lock()
+	defer oc.mu.Unlock()
+	oc.file.close()
+}
+
+// outcome is the kept output; a cut falls on line boundaries when there are
+// any, and says how many lines and bytes it left out.
+func (oc *outputCapture) outcome() *bashOutcome {
 	oc.mu.Lock()
 	defer oc.mu.Unlock()
 	if oc.total <= int64(oc.limit) {
-		return validUTF8(string(oc.head) + string(oc.tail)), false
+		return &bashOutcome{Output: validUTF8(string(oc.head))}
 	}
-	half := oc.limit / 2
-	head := oc.head
-	if len(head) > half {
-		head = head[:half]
+	head := oc.head[:oc.limit/2]
+	if i := bytes.LastIndexByte(head, '\n'); i >= 0 {
+		head = head[:i+1]
 	}
-	tail := oc.tail
-	if len(tail) > half {
-		tail = tail[len(tail)-half:]
+	tail := lastBytes(oc.tail, oc.limit/2)
+	if i := bytes.IndexByte(tail, '\n'); i < len(tail)-1 {
+		tail = tail[i+1:]
 	}
-	for i := 0; i < 3 && len(head) > 0; i++ { // drop a rune cut in two
-		if r, size := utf8.DecodeLastRune(head); r != utf8.RuneError || size != 1 {
-			break
-		}
-		head = head[:len(head)-1]
-	}
-	for len(tail) > 0 && !utf8.RuneStart(tail[0]) {
-		tail = tail[1:]
-	}
-	cut := oc.total - int64(len(head)) - int64(len(tail))
-	return validUTF8(string(head)) + fmt.Sprintf("\n\n[... %d bytes of output cut from the middle ...]\n\n", cut) + validUTF8(string(tail)), true
+	o := &bashOutcome{Truncated: true, OutputFile: oc.file.path()}
+	o.OmittedBytes = oc.total - int64(len(head)) - int64(len(tail))
+	o.OmittedLines = oc.lines - bytes.Count(head, []byte{'\n'}) - bytes.Count(tail, []byte{'\n'})
+	o.Output = fmt.Sprintf("%s\n[... %d lines (%d bytes) left out; the complete output is in %s ...]\n\n%s",
+		validUTF8(string(head)), o.OmittedLines, o.OmittedBytes, oc.file.path(),
+		validUTF8(string(tail)))
+	return o
 }
 
 func validUTF8(s string) string { return strings.ToValidUTF8(s, "\uFFFD") }
 
-// killGrace is how long a process group has between TERM and KILL.
+// Kept output files: each holds up to keptFileBytes; the oldest beyond keptFiles are removed.
+const (
+	keptFileBytes = 16 << 20
+	keptFiles     = 32
+)
+
+// keptFile is a command's complete output, up to keptFileBytes. A nil
+// keptFile, one that could not be created, keeps nothing.
+type keptFile struct {
+	f    *os.File
+	left int64
+}
+
+func (k *keptFile) keep(p []byte) {
+	if k != nil && k.left > 0 {
+		n := min(int64(len(p)), k.left)
+		k.f.Write(p[:n])
+		k.left -= n
+	}
+}
+
+func (k *keptFile) close() {
+	if k != nil {
+		k.f.Close()
+	}
+}
+
+func (k *keptFile) path() string {
+	if k == nil {
+		return ""
+	}
+	return k.f.Name()
+}
+
+// killGrace is how long processes have between TERM and KILL.
 const killGrace = 2 * time.Second
 
-const reaperEnv = "TELSON_REAPER"
+const (
+	reaperEnv  = "TELSON_REAPER"
+	sandboxEnv = "TELSON_SANDBOX"
+	markerEnv  = "TELSON_RUN"
+)
 
-// procTracker knows every live child process group. It kills them all when
-// the server stops. For the case where telson dies without stopping (even by
-// SIGKILL) it keeps a reaper process: telson appends "+pgid" and "-pgid"
-// lines to a registry file (an unlinked temporary file both processes hold,
-// so a spawn costs one write and wakes nobody), and the reaper waits for its
-// stdin, a lifeline pipe, to close, then kills every group still registered.
+// procTracker starts the server's children and ends them. Every child
+// carries a marker: the server's id, then one number per scope (a session,
+// a run), each followed by a dot. When telson ends without stopping (even
+// by SIGKILL), its reaper, a child process waiting for its stdin (a lifeline
+// pipe) to close, kills the server's marker and removes the directories
+// listed in the registry, an unlinked temporary file both processes hold.
 type procTracker struct {
 	log *logger
+	id  string // the server's marker
 
 	mu       sync.Mutex // guards the fields below
-	groups   map[int]bool
+	scopes   int
 	reaper   *exec.Cmd
-	registry *os.File       // append-only "+pgid"/"-pgid" lines the reaper reads
+	registry *os.File       // "m<marker>", then "d<dir>" lines the reaper reads
 	lifeline io.WriteCloser // the reaper's stdin; closes when telson ends
+	outDir   string
+	kept     []string // kept output files, oldest first
 	closed   bool
 }
 
 func newProcTracker(log *logger) *procTracker {
-	return &procTracker{log: log, groups: map[int]bool{}}
+	id := fmt.Sprintf("%d-%d.", os.Getpid(), time.Now().UnixNano()) // unique on this machine
+	return &procTracker{log: log, id: id}
 }
 
-// start starts cmd as the leader of a new process group and tracks the group.
-func (pt *procTracker) start(cmd *exec.Cmd) error {
+// scope returns a new marker under parent, a marker.
+func (pt *procTracker) scope(parent string) string {
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	pt.scopes++
+	return parent + strconv.Itoa(pt.scopes) + "."
+}
+
+// start starts cmd with the server's marker.
+func (pt *procTracker) start(cmd *exec.Cmd) error { return pt.startRun(cmd, pt.id) }
+
+// startRun starts cmd as the leader of a new process group carrying marker.
+func (pt *procTracker) startRun(cmd *exec.Cmd, marker string) error {
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
 	cmd.SysProcAttr.Setpgid = true
+	if cmd.Env == nil {
+		cmd.Env = os.Environ()
+	}
+	cmd.Env = append(cmd.Env, markerEnv+"="+marker)
 	pt.mu.Lock()
 	defer pt.mu.Unlock()
 	if pt.closed {
 		return errors.New("server is shutting down")
 	}
 	pt.startReaperLocked()
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	pgid := cmd.Process.Pid
-	pt.groups[pgid] = true
-	if pt.registry != nil {
-		fmt.Fprintf(pt.registry, "+%d\n", pgid)
-	}
-	return nil
-}
-
-// shellPreamble readies cmd, a bash -c, to register its own process group
-// with the reaper before it runs anything: without it, a telson killed
-// between starting the shell and registering the group would leave whatever
-// the shell started. It sets cmd.ExtraFiles (fd 8 is the registry) and
-// returns the script line to put first.
-func (pt *procTracker) shellPreamble(cmd *exec.Cmd) string {
-	pt.mu.Lock()
-	defer pt.mu.Unlock()
-	pt.startReaperLocked()
-	cmd.ExtraFiles = make([]*os.File, 7)
-	if pt.registry == nil {
-		return ""
-	}
-	cmd.ExtraFiles[5] = pt.registry
-	return "builtin echo +$$ >&8; exec 8>&-\n"
+	return cmd.Start()
 }
 
 // removeAtExit registers dir with the reaper, which removes it once telson
@@ -464,95 +444,56 @@ func (pt *procTracker) shellPreamble(cmd *exec.Cmd) string {
 func (pt *procTracker) removeAtExit(dir string) {
 	pt.mu.Lock()
 	defer pt.mu.Unlock()
+	pt.removeAtExitLocked(dir)
+}
+
+func (pt *procTracker) removeAtExitLocked(dir string) {
 	pt.startReaperLocked()
 	if pt.registry != nil && !strings.ContainsAny(dir, "\n") {
 		fmt.Fprintf(pt.registry, "d%s\n", dir)
 	}
 }
 
-// forgetIfGone stops tracking a group once no process is left in it.
-func (pt *procTracker) forgetIfGone(pgid int) {
-	if groupAlive(pgid) {
-		return // a grandchild lives on; closeAll will end it
-	}
+// forgetIfGone is kept for its callers: processes are found by their marker.
+func (pt *procTracker) forgetIfGone(pgid int) {}
+
+// keepFile creates a kept output file named after what, removing the oldest beyond keptFiles.
+func (pt *procTracker) keepFile(what string) *keptFile {
 	pt.mu.Lock()
 	defer pt.mu.Unlock()
-	if pt.groups[pgid] {
-		delete(pt.groups, pgid)
-		if pt.registry != nil {
-			fmt.Fprintf(pt.registry, "-%d\n", pgid)
+	if pt.outDir == "" {
+		dir, err := os.MkdirTemp("", "telson-output-*")
+		if err != nil {
+			pt.log.warnf("output files: %v", err)
+			return nil
 		}
+		pt.outDir = dir
+		pt.removeAtExitLocked(dir)
 	}
-}
-
-// killGroup sends TERM to the group, waits up to grace for it to empty, then sends KILL.
-func (pt *procTracker) killGroup(pgid int, grace time.Duration) {
-	killGroupWithGrace(pgid, grace)
-}
-
-func killGroupWithGrace(pgid int, grace time.Duration) {
-	if syscall.Kill(-pgid, syscall.SIGTERM) != nil {
-		return
-	}
-	deadline := time.Now().Add(grace)
-	for wait := time.Millisecond; time.Now().Before(deadline); wait = min(wait*2, 50*time.Millisecond) {
-		if !groupAlive(pgid) {
-			return
-		}
-		time.Sleep(wait) // polling an external process group, bounded by the grace
-	}
-	syscall.Kill(-pgid, syscall.SIGKILL)
-}
-
-// groupAlive reports whether process group pgid has a process that is not a
-// zombie (a zombie waits for its reaper, not for us). Without /proc it
-// counts zombies as alive.
-func groupAlive(pgid int) bool {
-	if syscall.Kill(-pgid, 0) != nil {
-		return false
-	}
-	ents, err := os.ReadDir("/proc")
+	f, err := os.CreateTemp(pt.outDir, what+"-*.log")
 	if err != nil {
-		return true
+		pt.log.warnf("output files: %v", err)
+		return nil
 	}
-	for _, e := range ents {
-		if e.Name()[0] < '0' || e.Name()[0] > '9' {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		i := strings.LastIndexByte(string(b), ')')
-		if err != nil || i < 0 {
-			continue
-		}
-		f := strings.Fields(string(b[i+1:])) // state ppid pgrp ...
-		if len(f) > 2 && f[2] == strconv.Itoa(pgid) && f[0] != "Z" {
-			return true
-		}
+	pt.kept = append(pt.kept, f.Name())
+	if len(pt.kept) > keptFiles {
+		os.Remove(pt.kept[0])
+		pt.kept = pt.kept[1:]
 	}
-	return false
+	return &keptFile{f: f, left: keptFileBytes}
 }
 
-// closeAll kills every tracked group and lets the reaper go.
+// closeAll kills every process of the server, removes the kept files and lets the reaper go.
 func (pt *procTracker) closeAll() {
 	pt.mu.Lock()
+	defer pt.mu.Unlock()
 	pt.closed = true
-	groups := make([]int, 0, len(pt.groups))
-	for g := range pt.groups {
-		groups = append(groups, g)
-	}
-	pt.groups = map[int]bool{}
-	reaper, lifeline, registry := pt.reaper, pt.lifeline, pt.registry
-	pt.mu.Unlock()
-	var wg sync.WaitGroup
-	for _, g := range groups {
-		wg.Add(1)
-		go func(g int) { defer wg.Done(); killGroupWithGrace(g, 500*time.Millisecond) }(g) // exits when the group is gone
-	}
-	wg.Wait()
-	if lifeline != nil {
-		lifeline.Close() // the reaper finds nothing left to kill and exits
-		reaper.Wait()
-		registry.Close()
+	killMarked(pt.id, 500*time.Millisecond)
+	os.RemoveAll(pt.outDir)
+	if pt.lifeline != nil {
+		pt.lifeline.Close() // the reaper finds nothing left to kill and exits
+		pt.reaper.Wait()
+		pt.registry.Close()
 	}
 }
 
@@ -563,64 +504,217 @@ func (pt *procTracker) startReaperLocked() {
 	}
 	pt.reaper = &exec.Cmd{} // tried once; a failure is logged, not retried
 	exe, err := os.Executable()
-	if err != nil {
-		pt.log.warnf("reaper: %v; children may outlive a killed telson", err)
-		return
-	}
-	registry, err := os.CreateTemp("", "telson-groups-*")
-	if err != nil {
-		pt.log.warnf("reaper: %v; children may outlive a killed telson", err)
-		return
-	}
-	os.Remove(registry.Name()) // both processes hold it open; nothing to clean up
+	registry, err2 := os.CreateTemp("", "telson-reaper-*")
 	cmd := exec.Command(exe)
 	cmd.Env = append(os.Environ(), reaperEnv+"=1")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.ExtraFiles = []*os.File{registry} // fd 3
-	w, err := cmd.StdinPipe()
-	if err == nil {
+	w, err3 := cmd.StdinPipe()
+	if err = errors.Join(err, err2, err3); err == nil {
+		os.Remove(registry.Name()) // both processes hold it open; nothing to clean up
+		fmt.Fprintf(registry, "m%s\n", pt.id)
 		err = cmd.Start()
 	}
 	if err != nil {
-		registry.Close()
 		pt.log.warnf("reaper: %v; children may outlive a killed telson", err)
 		return
 	}
-	pt.reaper, pt.lifeline, pt.registry = cmd, w, registry
+	pt.reaper = cmd
+	pt.lifeline = w
+	pt.registry = registry
 }
 
 // runReaper is the reaper process: when its stdin closes because telson
-// ended, it kills every group the registry on fd 3 still lists.
+// ended, it kills the marker on fd 3's first line and removes the directories listed after.
 func runReaper(lifeline io.Reader) int {
 	io.Copy(io.Discard, lifeline)
 	registry := os.NewFile(3, "registry")
-	if registry == nil {
-		return 1
-	}
 	registry.Seek(0, io.SeekStart)
-	groups := map[int]bool{}
-	var dirs []string
 	sc := bufio.NewScanner(registry)
 	for sc.Scan() {
 		line := sc.Text()
+		if strings.HasPrefix(line, "m") {
+			killMarked(line[1:], 500*time.Millisecond)
+		}
 		if strings.HasPrefix(line, "d/") {
-			dirs = append(dirs, line[1:])
-			continue
+			os.RemoveAll(line[1:])
 		}
-		if n, err := strconv.Atoi(line[min(1, len(line)):]); err == nil && n > 1 {
-			groups[n] = line[0] == '+'
-		}
-	}
-	var wg sync.WaitGroup
-	for g, live := range groups {
-		if live {
-			wg.Add(1)
-			go func(g int) { defer wg.Done(); killGroupWithGrace(g, 500*time.Millisecond) }(g) // exits when the group is gone
-		}
-	}
-	wg.Wait()
-	for _, dir := range dirs {
-		os.RemoveAll(dir)
 	}
 	return 0
+}
+
+// killMarked is the one kill loop: TERM to every process whose marker starts
+// with marker and to its process group until they are gone, KILL after grace.
+func killMarked(marker string, grace time.Duration) {
+	deadline := time.Now().Add(grace)
+	signal := syscall.SIGTERM
+	for wait := time.Millisecond; wait < 10*time.Second; wait += min(wait, 50*time.Millisecond) {
+		pids := markedPids(marker)
+		if len(pids) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			signal = syscall.SIGKILL
+		}
+		for _, pid := range pids {
+			pgid, _ := syscall.Getpgid(pid)
+			syscall.Kill(pid, signal)
+			if pgid > 1 && pgid != syscall.Getpgrp() {
+				syscall.Kill(-pgid, signal)
+			}
+		}
+		time.Sleep(min(wait, 50*time.Millisecond)) // polling external processes, bounded
+	}
+}
+
+// markedPids lists the processes whose marker starts with marker (a zombie
+// has none). Without /proc (macOS) it asks ps, which shows environments.
+func markedPids(marker string) []int {
+	want := markerEnv + "=" + marker
+	var pids []int
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		out, _ := exec.Command("ps", "-axEww", "-o", "pid=,command=").Output()
+		for _, line := range strings.Split(string(out), "\n") {
+			pid, err := strconv.Atoi(strings.Fields(line + " x")[0])
+			if err == nil && strings.Contains(line, " "+want) {
+				pids = append(pids, pid)
+			}
+		}
+		return pids
+	}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		env, _ := os.ReadFile("/proc/" + e.Name() + "/environ")
+		if bytes.Contains(append([]byte{0}, env...), []byte("\x00"+want)) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// sandbox readies cmd, a bash command, to run in plan mode's read-only view
+// of the filesystem when plan mode is active, or says why it cannot.
+func (s *session) sandbox(cmd *exec.Cmd) error {
+	if !s.planActive() {
+		return nil
+	}
+	exe, err := os.Executable()
+	if err == nil {
+		err = userNamespace(cmd)
+	}
+	if err != nil {
+		return fmt.Errorf("refused: plan mode is active, and commands then run in a "+
+			"read-only sandbox, "+
+			"which this system cannot make (%v); finish planning with PlanMode first", err)
+	}
+	cmd.Args = append([]string{exe}, cmd.Args...)
+	cmd.Path = exe
+	cmd.Env = append(os.Environ(), sandboxEnv+"=1")
+	return nil
+}
+
+// Linux constants for the sandbox (syscall lacks them outside Linux).
+const (
+	cloneNewNS      = 0x20000
+	cloneNewUser    = 0x10000000
+	msRdonlyAttr    = 0x1 // MOUNT_ATTR_RDONLY
+	msPrivate       = 0x40000
+	atRecursive     = 0x8000
+	sysMountSetattr = 442
+	sandboxFailed   = 126
+)
+
+// userNamespace makes cmd start in new user and mount namespaces, as root
+// mapped to the caller. The fields are set by name: they exist on Linux only.
+func userNamespace(cmd *exec.Cmd) error {
+	if runtime.GOOS != "linux" {
+		return fmt.Errorf("%s has no user namespaces", runtime.GOOS)
+	}
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	attr := reflect.ValueOf(cmd.SysProcAttr).Elem()
+	attr.FieldByName("Cloneflags").SetUint(cloneNewUser | cloneNewNS)
+	idMap(attr.FieldByName("UidMappings"), os.Getuid())
+	idMap(attr.FieldByName("GidMappings"), os.Getgid())
+	return nil
+}
+
+func idMap(field reflect.Value, host int) {
+	m := reflect.MakeSlice(field.Type(), 1, 1)
+	m.Index(0).FieldByName("HostID").SetInt(int64(host))
+	m.Index(0).FieldByName("Size").SetInt(1)
+	field.Set(m)
+}
+
+// runSandbox is telson started by sandbox, inside its namespaces: it makes
+// every mount read-only and /tmp a private tmpfs, then runs args in a nested
+// user namespace, where the read-only flags are locked, and exits as it did.
+func runSandbox(args []string) int {
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Stdin = os.Stdin
+	cmd.Stdout = os.Stdout
+	cmd.Stderr = os.Stderr
+	var st syscall.Stat_t
+	if syscall.Fstat(cwdFD, &st) == nil { // Bash's, not BackgroundBash's
+		cmd.ExtraFiles = make([]*os.File, cwdFD-2)
+		cmd.ExtraFiles[cwdFD-3] = os.NewFile(cwdFD, "cwd")
+	}
+	os.Unsetenv(sandboxEnv)
+	userNamespace(cmd)
+	err := readOnlyMounts()
+	if err == nil {
+		err = cmd.Run()
+	}
+	if cmd.ProcessState == nil {
+		fmt.Fprintln(os.Stderr, "telson: plan-mode sandbox:", err)
+		return sandboxFailed
+	}
+	return cmd.ProcessState.ExitCode() // 255 after a signal
+}
+
+// readOnlyMounts makes every mount of this mount namespace private and
+// read-only but /proc (a read-only /proc would stop the nested namespace's ID
+// maps), then mounts a tmpfs on /tmp. mount_setattr(2) needs Linux 5.12.
+func readOnlyMounts() error {
+	err := mountSetattr("/", msRdonlyAttr, 0)
+	if err == nil {
+		err = mountSetattr("/proc", 0, msRdonlyAttr)
+	}
+	if err == nil {
+		err = mount("tmpfs", "/tmp", "tmpfs", 0x2|0x4, "size=25%")
+	}
+	if err != nil {
+		return fmt.Errorf("read-only view: %w", err)
+	}
+	return nil
+}
+
+// mountSetattr sets and clears attributes of the mount tree at path and
+// makes it private (Linux's mount_setattr, the same number on every architecture).
+func mountSetattr(path string, set, clear uint64) error {
+	attr := [4]uint64{set, clear, msPrivate, 0} // struct mount_attr
+	_, _, errno := syscall.Syscall6(sysMountSetattr, 0, uintptr(unsafe.Pointer(syscall.StringBytePtr(path))),
+		atRecursive, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr), 0)
+	if errno != 0 {
+		return errno
+	}
+	return nil
+}
+
+// mount is mount(2) on Linux, called by number: syscall.Mount exists there only.
+func mount(source, target, fstype string, flags uintptr, data string) error {
+	_, _, errno := syscall.Syscall6(syscall.SYS_MOUNT,
+		uintptr(unsafe.Pointer(syscall.StringBytePtr(source))),
+		uintptr(unsafe.Pointer(syscall.StringBytePtr(target))),
+		uintptr(unsafe.Pointer(syscall.StringBytePtr(fstype))),
+		flags, uintptr(unsafe.Pointer(syscall.StringBytePtr(data))), 0)
+	if errno != 0 {
+		return errno
+	}
+	return nil
 }

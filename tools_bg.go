@@ -1,23 +1,29 @@
 // tools_bg.go holds the background task tools: BackgroundBash starts a
 // command that keeps running, ReadBgOutput returns what it printed since the
-// previous read, ListBgTasks lists the session's tasks, KillBgTask stops one.
+// previous read (or its newest lines), ListBgTasks lists the session's tasks,
+// KillBgTask stops one.
 //
 // Rules:
-//   - tasks belong to a session and die with it; each runs in its own process
-//     group started through procTracker, so nothing outlives the server;
+//   - tasks belong to a session and die with it; each carries a marker of
+//     the session's (see procTracker), so a kill finds what it left behind;
 //   - a task keeps at most BG_BUFFER_BYTES of unread output: beyond that the
-//     oldest unread bytes are dropped and counted, so memory stays bounded;
+//     oldest unread bytes are dropped and counted; its complete output goes
+//     to a bounded log file;
 //   - a reader waits on a channel closed at every change, never by polling;
-//   - a task's end is announced once, unless a KillBgTask reply says it.
+//   - a task's end is said once: by a notice, or by the reply that reports it.
 package main
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -26,32 +32,42 @@ import (
 
 // Output schemas: a task, and a task with the output a read took.
 const (
-	bgProps = `"task_id":{"type":"integer"},"pid":{"type":"integer","description":"bash's pid and process group id"},"command":{"type":"string"},
-		"status":{"type":"string","enum":["running","exited","killed"],"description":"killed: ended by a signal"},
-		"exit_code":{"type":"integer","description":"-1 while running or when ended by a signal"},"signal":{"type":"string"},
-		"runtime_ms":{"type":"integer"},"unread_bytes":{"type":"integer","description":"output waiting for the next read"},
-		"dropped_bytes":{"type":"integer","description":"output lost since the previous read because the buffer was full"}`
-	bgRequired   = `"task_id","pid","command","status","exit_code","runtime_ms","unread_bytes","dropped_bytes"`
-	bgTaskSchema = `{"type":"object","properties":{` + bgProps + `},"required":[` + bgRequired + `]}`
-	bgReadSchema = `{"type":"object","properties":{` + bgProps + `,"output":{"type":"string"}},"required":[` + bgRequired + `,"output"]}`
-	bgIDInput    = `"task_id":{"type":"integer","minimum":1,"description":"The id BackgroundBash returned."}`
+	bgProps = `"task_id":{"type":"integer"},"pid":{"type":"integer"},
+		"command":{"type":"string"},
+		"status":{"type":"string","enum":["running","exited","killed"],
+			"description":"killed: ended by a signal"},
+		"exit_code":{"type":"integer","description":"-1 while running or after a signal"},
+		"signal":{"type":"string"},
+		"runtime_ms":{"type":"integer"},"unread_bytes":{"type":"integer"},
+		"dropped_bytes":{"type":"integer","description":"output lost since the previous read"},
+		"log_file":{"type":"string","description":"the task's complete output"}`
+	bgRequired = `"task_id","pid","command","status","exit_code","runtime_ms",
+		"unread_bytes","dropped_bytes"`
+	bgTaskSchema = `{"type":"object","properties":{` + bgProps + `,"hint":{"type":"string"}},
+		"required":[` + bgRequired + `]}`
+	bgReadSchema = `{"type":"object","properties":{` + bgProps + `,"output":{"type":"string"},
+		"skipped_bytes":{"type":"integer","description":"unread output passed over by tail"}},
+		"required":[` + bgRequired + `,"output"]}`
+	bgIDInput = `"task_id":{"type":"integer","minimum":1}`
 )
 
 var backgroundBashTool = toolDef{
 	name:  "BackgroundBash",
 	title: "Start a background command",
 	describe: func(srv *server) string {
-		return fmt.Sprintf(`Starts a command with bash -c in the background and returns at once with a task id: for dev servers, watchers, long builds and tests while you keep working.
+		return fmt.Sprintf(`Starts a command with bash -c in the background and returns its task id
+at once: for servers, watchers, long builds.
 
-- Runs in Bash's working directory; stdin is /dev/null; stdout and stderr are merged in order.
-- ReadBgOutput returns the output new since the previous read (wait_ms waits for some), KillBgTask stops the task and everything it started, ListBgTasks lists the tasks.
-- A task keeps up to %d bytes of unread output (BG_BUFFER_BYTES); beyond that the oldest unread output is dropped and the next read says how much.
-- At most %d tasks run at once (BG_MAX_TASKS). When a task ends, the next tool result starts with a notice. Tasks die when the server stops.
-
-Example: {"command": "npm run dev"}`, srv.cfg.int("BG_BUFFER_BYTES"), srv.cfg.int("BG_MAX_TASKS"))
+- Runs in Bash's working directory; stdout and stderr merged; the complete
+  output (up to 16 MiB) also goes to log_file.
+- ReadBgOutput reads new output, KillBgTask stops the task and all it started,
+  ListBgTasks lists tasks.
+- Up to %d bytes of unread output are kept; up to %d tasks run at once.
+  The next tool result says when a task ends.`,
+			srv.cfg.int("BG_BUFFER_BYTES"), srv.cfg.int("BG_MAX_TASKS"))
 	},
-	input: `{"type":"object","properties":{"command":{"type":"string","minLength":1,"description":"The command line to run with bash -c."}},
-		"required":["command"],"additionalProperties":false}`,
+	input: `{"type":"object","properties":{"command":{"type":"string","minLength":1}},
+		"required":["command"]}`,
 	output: bgTaskSchema,
 	hints:  toolHints{destructive: true, openWorld: true},
 	run:    runBackgroundBash,
@@ -61,17 +77,18 @@ var readBgOutputTool = toolDef{
 	name:  "ReadBgOutput",
 	title: "Read a background task's output",
 	describe: func(srv *server) string {
-		return fmt.Sprintf(`Returns the output a background task printed since the previous ReadBgOutput of it, then a status line: running for how long, or how it ended (exit status or signal) after how long.
+		return fmt.Sprintf(`Returns a background task's output since the previous read,
+then its status.
 
-- wait_ms (up to 60000) waits, when no output is waiting, until there is some or the task ends: no need to poll in a loop.
-- A reply carries at most %d bytes of output (OUTPUT_LIMIT); the rest stays for the next call and the reply says how much waits.
-- If the task printed more than its buffer holds between two reads, the reply says how many bytes were dropped.
-
-Example: {"task_id": 1, "wait_ms": 5000}`, srv.cfg.int("OUTPUT_LIMIT"))
+- wait_ms (max 60000): when nothing is waiting, wait for output or the end.
+- tail: return only the last N lines of the unread output (the newest), passing over the rest.
+- At most %d bytes per reply (OUTPUT_LIMIT); the rest waits for the next read.`,
+			srv.cfg.int("OUTPUT_LIMIT"))
 	},
 	input: `{"type":"object","properties":{` + bgIDInput + `,
-		"wait_ms":{"type":"integer","minimum":0,"maximum":60000,"description":"Milliseconds to wait for output or the end when none is waiting (default 0)."}},
-		"required":["task_id"],"additionalProperties":false}`,
+		"wait_ms":{"type":"integer","minimum":0,"maximum":60000},
+		"tail":{"type":"integer","minimum":1}},
+		"required":["task_id"]}`,
 	output: bgReadSchema,
 	hints:  toolHints{readOnly: true},
 	run:    runReadBgOutput,
@@ -80,27 +97,34 @@ Example: {"task_id": 1, "wait_ms": 5000}`, srv.cfg.int("OUTPUT_LIMIT"))
 var listBgTasksTool = toolDef{
 	name:        "ListBgTasks",
 	title:       "List background tasks",
-	description: "Lists this session's background tasks, newest first: id, status (running, exited, killed), exit status, runtime, unread output, pid and command (shortened). The last 100 finished tasks are kept.\n\nExample: {}",
-	input:       `{"type":"object","properties":{},"additionalProperties":false}`,
-	output:      `{"type":"object","properties":{"tasks":{"type":"array","items":` + bgTaskSchema + `}},"required":["tasks"]}`,
-	hints:       toolHints{readOnly: true, idempotent: true},
-	run:         runListBgTasks,
+	description: "Lists this session's background tasks, newest first (the last 100 finished are kept).",
+	input:       `{"type":"object","properties":{}}`,
+	output: `{"type":"object","properties":{"tasks":{"type":"array","items":` + bgTaskSchema + `}},
+		"required":["tasks"]}`,
+	hints: toolHints{readOnly: true, idempotent: true},
+	run:   runListBgTasks,
 }
 
 var killBgTaskTool = toolDef{
-	name:        "KillBgTask",
-	title:       "Stop a background task",
-	description: "Stops a background task and every process it started: TERM to its process group, KILL 2 seconds later. Answers with how the task ended and its unread output. A task that already ended is not an error: the reply says how it ended, and anything it left running is stopped.\n\nExample: {\"task_id\": 1}",
-	input:       `{"type":"object","properties":{` + bgIDInput + `},"required":["task_id"],"additionalProperties":false}`,
-	output:      bgReadSchema,
-	hints:       toolHints{destructive: true, idempotent: true},
-	run:         runKillBgTask,
+	name:  "KillBgTask",
+	title: "Stop a background task",
+	description: "Stops a background task and every process it started (TERM, then KILL " +
+		"after 2 s); answers how it ended and its last lines. " +
+		"A task that already ended is not an error.",
+	input:  `{"type":"object","properties":{` + bgIDInput + `},"required":["task_id"]}`,
+	output: bgReadSchema,
+	hints:  toolHints{destructive: true, idempotent: true},
+	run:    runKillBgTask,
 }
+
+// killTailLines is how many last lines of unread output KillBgTask shows.
+const killTailLines = 10
 
 // bgTasks is one session's background tasks.
 type bgTasks struct {
 	procs *procTracker
-	wg    sync.WaitGroup // counts the tasks' wait goroutines and closeAll's kills
+	scope string         // the session's marker: its tasks' and Bash runs' start with it
+	wg    sync.WaitGroup // counts the tasks' wait goroutines
 
 	mu     sync.Mutex // guards the fields below
 	tasks  []*bgTask  // oldest first
@@ -108,27 +132,31 @@ type bgTasks struct {
 	closed bool // the session ended: nothing starts
 }
 
-func newBgTasks(procs *procTracker) *bgTasks { return &bgTasks{procs: procs} }
+func newBgTasks(procs *procTracker) *bgTasks {
+	return &bgTasks{procs: procs, scope: procs.scope(procs.id)}
+}
 
 // bgTask is one background command and its output nobody read yet.
 type bgTask struct {
-	id, pid int // pid is bash's, and its process group's id
+	id, pid int // pid is the group leader's
 	command string
+	marker  string
 	start   time.Time
 	limit   int           // the most unread bytes kept
 	out     *os.File      // the output pipe's read end
+	log     *keptFile     // the complete output; written by the reading goroutine only
 	ended   chan struct{} // closed when bash has exited and the status is final
 
-	mu      sync.Mutex // guards the fields below
-	ring    []byte     // the unread output: n bytes from head, wrapping; it grows up to limit
-	head, n int
+	mu      sync.Mutex    // guards the fields below
+	unread  []byte        // at most limit bytes
 	dropped int64         // unread bytes lost since the previous read
 	changed chan struct{} // closed and replaced at new output and at the end
 	done    bool
 	end     time.Time
 	code    int // the exit status; -1 while running or after a signal
 	signal  string
-	quiet   bool // KillBgTask or the session's end stops it: no notice announces its end
+	quiet   bool   // no notice announces the end: a reply said it
+	notice  string // the notice that announced the end, while it may be queued
 }
 
 // bgInfo is a task in structured content.
@@ -142,142 +170,168 @@ type bgInfo struct {
 	RuntimeMS    int64   `json:"runtime_ms"`
 	UnreadBytes  int     `json:"unread_bytes"`
 	DroppedBytes int64   `json:"dropped_bytes"`
+	LogFile      string  `json:"log_file,omitempty"`
+	Hint         string  `json:"hint,omitempty"`
 	Output       *string `json:"output,omitempty"`
+	SkippedBytes int     `json:"skipped_bytes,omitempty"`
 }
 
 func runBackgroundBash(ctx context.Context, c *toolCall) toolResult {
-	if res, refused := c.s.planGate("BackgroundBash"); refused {
-		return res
-	}
 	var a struct {
 		Command string `json:"command"`
 	}
 	if err := json.Unmarshal(c.args, &a); err != nil || strings.TrimSpace(a.Command) == "" {
-		return errorResult("BackgroundBash: command is missing or empty")
+		return errorResult("command is missing or empty")
 	}
-	b, dir := c.s.bg, c.s.shell.dir()
+	b := c.s.bg
+	dir := c.s.shell.dir()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
-		return errorResult("BackgroundBash: start: the session is ending")
+		return errorResult("start: the session is ending")
 	}
-	running, finished := 0, 0
+	running := b.pruneLocked()
+	if most := c.s.srv.cfg.int("BG_MAX_TASKS"); running >= most {
+		return errorResult("%d tasks are already running, the most allowed (BG_MAX_TASKS=%d); "+
+			"stop one with KillBgTask first", running, most)
+	}
+	cmd := exec.Command("bash", "-c", a.Command)
+	cmd.Dir = dir
+	if err := c.s.sandbox(cmd); err != nil {
+		return errorResult("%v", err)
+	}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return errorResult("start: %v", err)
+	}
+	defer pw.Close() // the child has its own copy
+	cmd.Stdout = pw
+	cmd.Stderr = pw
+	b.nextID++
+	t := &bgTask{id: b.nextID, command: a.Command, marker: b.procs.scope(b.scope),
+		start: time.Now(), limit: max(c.s.srv.cfg.int("BG_BUFFER_BYTES"), 256), out: pr,
+		ended: make(chan struct{}), code: -1, changed: make(chan struct{})}
+	if err := b.procs.startRun(cmd, t.marker); err != nil {
+		pr.Close()
+		return errorResult("start: %v", err)
+	}
+	t.pid = cmd.Process.Pid
+	t.log = b.procs.keepFile(fmt.Sprintf("task-%d", t.id))
+	b.tasks = append(b.tasks, t)
+	b.wg.Add(1)
+	go t.run(c.s, cmd) // exits once bash has exited and its output is read
+	info, _ := t.info()
+	info.Hint = fmt.Sprintf(`Read its output with ReadBgOutput {"task_id": %d, "wait_ms": 5000}; `+
+		`stop it with KillBgTask {"task_id": %d}.`, t.id, t.id)
+	text := fmt.Sprintf("Started background task %d (pid %d) in %s; its complete output "+
+		"goes to %s.\n%s", t.id, t.pid, dir, t.log.path(), info.Hint)
+	return structuredResult(text, info)
+}
+
+// pruneLocked keeps the newest 100 finished tasks and returns how many run. b.mu must be held.
+func (b *bgTasks) pruneLocked() int {
+	running := 0
+	finished := 0
 	for i := len(b.tasks) - 1; i >= 0; i-- {
 		select {
-		case <-b.tasks[i].ended: // keep the newest 100 finished tasks
-			if finished++; finished > 100 {
-				b.tasks = append(b.tasks[:i], b.tasks[i+1:]...)
+		case <-b.tasks[i].ended:
+			finished++
+			if finished > 100 {
+				b.tasks = slices.Delete(b.tasks, i, i+1)
 			}
 		default:
 			running++
 		}
 	}
-	if most := c.s.srv.cfg.int("BG_MAX_TASKS"); running >= most {
-		return errorResult("BackgroundBash: %d tasks are already running, the most allowed (BG_MAX_TASKS=%d); stop one with KillBgTask first", running, most)
-	}
-	cmd := exec.Command("bash", "-c", a.Command)
-	cmd.Dir = dir
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		return errorResult("BackgroundBash: start: %v", err)
-	}
-	defer pw.Close() // the child has its own copy
-	cmd.Stdout, cmd.Stderr = pw, pw
-	if err := b.procs.start(cmd); err != nil {
-		pr.Close()
-		return errorResult("BackgroundBash: start: %v", err)
-	}
-	b.nextID++
-	t := &bgTask{id: b.nextID, pid: cmd.Process.Pid, command: a.Command, start: time.Now(), limit: max(c.s.srv.cfg.int("BG_BUFFER_BYTES"), 256),
-		out: pr, ended: make(chan struct{}), code: -1, changed: make(chan struct{})}
-	b.tasks = append(b.tasks, t)
-	b.wg.Add(1)
-	go t.run(c.s, b, cmd) // exits once bash has exited and its output is read
-	res := textResult(fmt.Sprintf("Started background task %d (pid %d) in %s.\nRead its output with ReadBgOutput {\"task_id\": %d, \"wait_ms\": 5000}; stop it with KillBgTask {\"task_id\": %d}.",
-		t.id, t.pid, dir, t.id, t.id))
-	res.structured, _ = t.info()
-	return res
+	return running
 }
 
-// closeAll ends the session's tasks and their groups; nothing is announced or started after.
+// closeAll ends the session's tasks and everything its commands left;
+// nothing is announced or started after.
 func (b *bgTasks) closeAll() {
 	b.mu.Lock()
 	b.closed = true
 	tasks := b.tasks
 	b.mu.Unlock()
+	killMarked(b.scope, 500*time.Millisecond)
 	for _, t := range tasks {
-		t.mu.Lock()
-		t.quiet = true
-		t.mu.Unlock()
-		b.wg.Add(1)
-		go func(t *bgTask) { // exits when the group is gone
-			defer b.wg.Done()
-			b.procs.killGroup(t.pid, 500*time.Millisecond)
-			t.out.SetReadDeadline(time.Now()) // a process that left the group may hold the pipe
-		}(t)
+		t.out.SetReadDeadline(time.Now()) // a process that dropped its marker may hold the pipe
 	}
 	b.wg.Wait()
 }
 
+func (b *bgTasks) ending() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.closed
+}
+
 // run reads the task's output until bash has exited, records how it ended and announces it.
-func (t *bgTask) run(s *session, b *bgTasks, cmd *exec.Cmd) {
-	defer b.wg.Done()
+func (t *bgTask) run(s *session, cmd *exec.Cmd) {
+	defer s.bg.wg.Done()
 	readDone := make(chan struct{})
 	go func() { // exits at EOF, or when closeAll sets a read deadline
 		defer close(readDone)
 		io.Copy(t, t.out)
 		t.out.Close()
+		t.log.close()
 	}()
-	err := cmd.Wait()
+	cmd.Wait()
+	ending := s.bg.ending()
 	select { // bash's output is in the pipe; a process it left behind may hold the pipe open
 	case <-readDone:
 	case <-time.After(100 * time.Millisecond):
 	}
 	t.mu.Lock()
-	t.done, t.end = true, time.Now()
-	t.code, t.signal = exitStatus(cmd, err)
-	t.resizeLocked(t.n) // a finished task holds its unread bytes only
-	quiet := t.quiet
+	defer t.mu.Unlock()
+	t.done = true
+	t.end = time.Now()
+	t.code, t.signal = exitStatus(cmd)
+	t.unread = bytes.Clone(t.unread) // a finished task holds its unread bytes only
 	close(t.ended)
 	close(t.changed)
 	t.changed = make(chan struct{}) // output may still come from a process bash left behind
-	t.mu.Unlock()
-	b.procs.forgetIfGone(t.pid)
-	if _, status := t.info(); !quiet {
-		s.announce(fmt.Sprintf("background task %d %s", t.id, status))
+	if !t.quiet && !ending {
+		t.notice = fmt.Sprintf("background task %d %s", t.id, t.statusLocked())
+		s.announce(t.notice)
 	}
 }
 
-// Write adds output, dropping the oldest unread bytes beyond the limit.
-func (t *bgTask) Write(p []byte) (int, error) {
+// reported is called by a reply that says how the task ended: the notice
+// that announced it, if still waiting, would say it twice.
+func (t *bgTask) reported(s *session) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	written := len(p)
-	if over := t.n + len(p) - t.limit; over > 0 {
-		skip := min(over, t.n)
-		t.head, t.n, p, t.dropped = t.head+skip, t.n-skip, p[over-skip:], t.dropped+int64(over)
+	if !t.done {
+		return
 	}
-	if t.n+len(p) > len(t.ring) {
-		t.resizeLocked(min(t.limit, max(2*len(t.ring), t.n+len(p), 4096)))
+	t.quiet = true
+	if t.notice != "" {
+		s.notices.remove(t.notice)
+		t.notice = ""
 	}
-	tail := (t.head + t.n) % len(t.ring)
-	copy(t.ring, p[copy(t.ring[tail:], p):])
-	t.n += len(p)
+}
+
+// remove forgets a waiting notice.
+func (q *noticeQueue) remove(line string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.lines = slices.DeleteFunc(q.lines, func(l string) bool { return l == line })
+}
+
+// Write adds output, dropping the oldest unread bytes beyond the limit, and logs it.
+func (t *bgTask) Write(p []byte) (int, error) {
+	t.log.keep(p)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.unread = append(t.unread, p...)
+	if over := len(t.unread) - t.limit; over > 0 {
+		t.dropped += int64(over)
+		t.unread = t.unread[over:]
+	}
 	close(t.changed)
 	t.changed = make(chan struct{})
-	return written, nil
-}
-
-// peekLocked copies the first len(dst) unread bytes, at most t.n, into dst.
-func (t *bgTask) peekLocked(dst []byte) {
-	t.head %= max(len(t.ring), 1)
-	copy(dst[copy(dst, t.ring[t.head:]):], t.ring)
-}
-
-func (t *bgTask) resizeLocked(size int) {
-	ring := make([]byte, size)
-	t.peekLocked(ring[:t.n])
-	t.ring, t.head = ring, 0
+	return len(p), nil
 }
 
 // take removes and returns up to limit bytes of unread output, never
@@ -285,100 +339,139 @@ func (t *bgTask) resizeLocked(size int) {
 func (t *bgTask) take(limit int) (string, int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	u := make([]byte, min(limit, t.n))
-	t.peekLocked(u)
-	n := len(u)
-	for i := n - 1; i >= max(0, n-3) && (n < t.n || !t.done); i-- {
-		if utf8.RuneStart(u[i]) {
-			if !utf8.FullRune(u[i:n]) {
+	n := min(limit, len(t.unread))
+	for i := n - 1; i >= max(0, n-3) && (n < len(t.unread) || !t.done); i-- {
+		if utf8.RuneStart(t.unread[i]) {
+			if !utf8.FullRune(t.unread[i:n]) {
 				n = i
 			}
 			break
 		}
 	}
-	out, dropped := validUTF8(string(u[:n])), t.dropped
-	t.head, t.n, t.dropped = t.head+n, t.n-n, 0
-	if t.n == 0 && t.done {
-		t.ring = nil
-	}
+	out := validUTF8(string(t.unread[:n]))
+	dropped := t.dropped
+	t.unread = t.unread[n:]
+	t.dropped = 0
 	return out, dropped
 }
 
-// info describes the task and says how it is: "running for 12s", "exited
-// with status 0 after 1m4s" or "killed by signal TERM after 3s".
+// takeTail removes all unread output and returns its last lines (with
+// lines 0, take's), at most limit bytes, and how many bytes it passed over.
+func (t *bgTask) takeTail(lines, limit int) (string, int, int64) {
+	if lines == 0 {
+		out, dropped := t.take(limit)
+		return out, 0, dropped
+	}
+	out, dropped := t.take(math.MaxInt)
+	body := strings.TrimSuffix(out, "\n")
+	i := len(body)
+	for n := 0; n < lines && i >= 0; n++ {
+		i = strings.LastIndexByte(body[:i], '\n')
+	}
+	kept := out[i+1:]
+	if len(kept) > limit {
+		kept = strings.ToValidUTF8(kept[len(kept)-limit:], "")
+	}
+	return kept, len(out) - len(kept), dropped
+}
+
+// info describes the task and its status.
 func (t *bgTask) info() (bgInfo, string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	d := time.Since(t.start)
-	if t.done {
-		d = t.end.Sub(t.start)
-	}
-	i := bgInfo{TaskID: t.id, Pid: t.pid, Command: t.command, Status: "running", ExitCode: t.code, Signal: t.signal,
-		RuntimeMS: d.Milliseconds(), UnreadBytes: t.n, DroppedBytes: t.dropped}
-	if d = d.Truncate(time.Millisecond); d >= time.Second {
-		d = d.Round(time.Second)
-	}
-	status := "running for " + d.String()
+	i := bgInfo{TaskID: t.id, Pid: t.pid, Command: t.command, Status: "running",
+		ExitCode: t.code, Signal: t.signal, RuntimeMS: t.runtimeLocked().Milliseconds(),
+		UnreadBytes: len(t.unread), DroppedBytes: t.dropped, LogFile: t.log.path()}
 	if t.done && t.signal != "" {
-		i.Status, status = "killed", fmt.Sprintf("killed by signal %s after %s", t.signal, d)
+		i.Status = "killed"
 	} else if t.done {
-		i.Status, status = "exited", fmt.Sprintf("exited with status %d after %s", t.code, d)
+		i.Status = "exited"
 	}
-	return i, status
+	return i, t.statusLocked()
 }
 
-// report takes the unread output (up to limit bytes) and describes the
-// task: the reply of ReadBgOutput and KillBgTask, after note.
-func (t *bgTask) report(limit int, note string) toolResult {
-	out, dropped := t.take(limit)
+func (t *bgTask) runtimeLocked() time.Duration {
+	if t.done {
+		return t.end.Sub(t.start)
+	}
+	return time.Since(t.start)
+}
+
+// statusLocked says how the task is: "running for 12s", "exited with status
+// 0 after 1m4s" or "killed by signal TERM after 3s".
+func (t *bgTask) statusLocked() string {
+	d := t.runtimeLocked().Truncate(time.Millisecond)
+	if d >= time.Second {
+		d = d.Round(time.Second)
+	}
+	switch {
+	case !t.done:
+		return "running for " + d.String()
+	case t.signal != "":
+		return fmt.Sprintf("killed by signal %s after %s", t.signal, d)
+	}
+	return fmt.Sprintf("exited with status %d after %s", t.code, d)
+}
+
+// report is the reply of ReadBgOutput and KillBgTask: note, the output taken, the task's status.
+func (t *bgTask) report(s *session, note, out string, skipped int, dropped int64) toolResult {
+	t.reported(s)
 	info, status := t.info()
-	info.Output, info.DroppedBytes = &out, dropped
+	info.Output = &out
+	info.DroppedBytes = dropped
+	info.SkippedBytes = skipped
 	var b strings.Builder
 	b.WriteString(note)
 	if dropped > 0 {
-		fmt.Fprintf(&b, "[%d bytes dropped: the task printed more than its %d-byte buffer holds since the previous read]\n", dropped, t.limit)
+		fmt.Fprintf(&b, "[%d bytes dropped: the task printed more than its %d-byte buffer "+
+			"holds since the previous read; "+
+			"its complete output is in %s]\n", dropped, t.limit, t.log.path())
 	}
-	text := out
-	if out == "" {
-		text = "(no new output)"
+	if skipped > 0 {
+		fmt.Fprintf(&b, "[%d earlier bytes passed over]\n", skipped)
 	}
-	b.WriteString(strings.TrimSuffix(text, "\n") + "\n")
+	b.WriteString(strings.TrimSuffix(cmp.Or(out, "(no new output)"), "\n") + "\n")
 	if info.UnreadBytes > 0 {
 		fmt.Fprintf(&b, "[%d more bytes waiting: call ReadBgOutput again]\n", info.UnreadBytes)
 	}
 	fmt.Fprintf(&b, "[task %d %s]", t.id, status)
-	return toolResult{content: textResult(b.String()).content, structured: info}
+	return structuredResult(b.String(), info)
 }
 
-// bgFind finds the task a call names, and its wait_ms, or says why not.
-func bgFind(c *toolCall, tool string) (*bgTask, time.Duration, toolResult) {
-	var a struct {
-		TaskID int `json:"task_id"`
-		WaitMS int `json:"wait_ms"`
-	}
+type bgArgs struct {
+	TaskID int `json:"task_id"`
+	WaitMS int `json:"wait_ms"`
+	Tail   int `json:"tail"`
+}
+
+// bgFind finds the task a call names, or says why not.
+func bgFind(c *toolCall) (*bgTask, bgArgs, toolResult) {
+	var a bgArgs
 	if err := json.Unmarshal(c.args, &a); err != nil {
-		return nil, 0, errorResult("%s: invalid arguments: %v", tool, err)
+		return nil, a, errorResult("invalid arguments: %v", err)
 	}
 	c.s.bg.mu.Lock()
 	defer c.s.bg.mu.Unlock()
 	for _, t := range c.s.bg.tasks {
 		if t.id == a.TaskID {
-			return t, time.Duration(a.WaitMS) * time.Millisecond, toolResult{}
+			return t, a, toolResult{}
 		}
 	}
-	return nil, 0, errorResult("%s: no background task %d in this session; ListBgTasks shows the tasks there are", tool, a.TaskID)
+	return nil, a, errorResult("no background task %d in this session; "+
+		"ListBgTasks shows the tasks there are", a.TaskID)
 }
 
 func runReadBgOutput(ctx context.Context, c *toolCall) toolResult {
-	t, wait, fail := bgFind(c, "ReadBgOutput")
+	t, a, fail := bgFind(c)
 	if t == nil {
 		return fail
 	}
-	ctx, cancel := context.WithTimeout(ctx, wait)
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(a.WaitMS)*time.Millisecond)
 	defer cancel()
 	for ctx.Err() == nil { // wait while no output is waiting and the task runs
 		t.mu.Lock()
-		idle, changed := t.n == 0 && !t.done, t.changed
+		idle := len(t.unread) == 0 && !t.done
+		changed := t.changed
 		t.mu.Unlock()
 		if !idle {
 			break
@@ -388,14 +481,14 @@ func runReadBgOutput(ctx context.Context, c *toolCall) toolResult {
 		case <-ctx.Done():
 		}
 	}
-	return t.report(c.s.srv.cfg.int("OUTPUT_LIMIT"), "")
+	out, skipped, dropped := t.takeTail(a.Tail, c.s.srv.cfg.int("OUTPUT_LIMIT"))
+	return t.report(c.s, "", out, skipped, dropped)
 }
 
+// runKillBgTask kills the task's marker: its group and what escaped it. Plan
+// mode does not refuse it: stopping a process changes no file.
 func runKillBgTask(ctx context.Context, c *toolCall) toolResult {
-	if res, refused := c.s.planGate("KillBgTask"); refused {
-		return res
-	}
-	t, _, fail := bgFind(c, "KillBgTask")
+	t, _, fail := bgFind(c)
 	if t == nil {
 		return fail
 	}
@@ -406,32 +499,35 @@ func runKillBgTask(ctx context.Context, c *toolCall) toolResult {
 	}
 	t.quiet = true
 	t.mu.Unlock()
-	c.s.srv.procs.killGroup(t.pid, killGrace) // bash and whatever it started, or left running
-	c.s.srv.procs.forgetIfGone(t.pid)
+	killMarked(t.marker, killGrace)
 	select {
 	case <-t.ended:
 	case <-ctx.Done():
-		return errorResult("KillBgTask: cancelled: %v", ctx.Err())
+		return errorResult("cancelled: %v", ctx.Err())
 	}
-	return t.report(c.s.srv.cfg.int("OUTPUT_LIMIT"), note)
+	out, skipped, dropped := t.takeTail(killTailLines, 2000)
+	return t.report(c.s, note, out, skipped, dropped)
 }
 
 func runListBgTasks(ctx context.Context, c *toolCall) toolResult {
 	c.s.bg.mu.Lock()
-	tasks := append([]*bgTask(nil), c.s.bg.tasks...)
+	tasks := slices.Clone(c.s.bg.tasks)
 	c.s.bg.mu.Unlock()
 	infos := []bgInfo{}
 	var b strings.Builder
 	for i := len(tasks) - 1; i >= 0; i-- {
+		tasks[i].reported(c.s)
 		info, status := tasks[i].info()
-		if info.Command = strings.Join(strings.Fields(info.Command), " "); len([]rune(info.Command)) > 80 {
+		info.Command = strings.Join(strings.Fields(info.Command), " ")
+		if len([]rune(info.Command)) > 80 {
 			info.Command = string([]rune(info.Command)[:79]) + "…"
 		}
 		infos = append(infos, info)
-		fmt.Fprintf(&b, "task %d: %s, %d bytes unread, pid %d: %s\n", info.TaskID, status, info.UnreadBytes, info.Pid, info.Command)
+		fmt.Fprintf(&b, "task %d: %s, %d bytes unread, pid %d, log %s: %s\n",
+			info.TaskID, status, info.UnreadBytes, info.Pid, info.LogFile, info.Command)
 	}
 	if len(tasks) == 0 {
 		b.WriteString("No background tasks. Start one with BackgroundBash.")
 	}
-	return toolResult{content: textResult(strings.TrimSuffix(b.String(), "\n")).content, structured: map[string]any{"tasks": infos}}
+	return structuredResult(strings.TrimSuffix(b.String(), "\n"), map[string]any{"tasks": infos})
 }

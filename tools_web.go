@@ -20,12 +20,10 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
-	"encoding/xml"
 	"errors"
 	"fmt"
 	"html"
 	"io"
-	"maps"
 	"math"
 	"mime"
 	"net"
@@ -43,6 +41,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unicode"
 )
 
 // htmlNode is an element or a text node of a parsed page. The root has tag "#root".
@@ -52,6 +51,7 @@ type htmlNode struct {
 	attrs    []htmlAttr
 	parent   *htmlNode
 	children []*htmlNode
+	size     [2]int32 // the converter's: 1 + the text length below, and its link text (0: unknown)
 }
 
 type htmlAttr struct{ key, val string }
@@ -60,29 +60,27 @@ const (
 	maxHTMLDepth = 256 // deeper elements become children of the deepest kept one
 	htmlSpace    = " \t\r\n\f"
 	// Element sets, as " a b c " strings for inSet.
-	mdDropTags   = " head script style noscript svg template iframe object embed canvas input textarea select button link meta datalist "
-	mdBlockTags  = " address article aside blockquote body caption center dd details dialog div dl dt fieldset figcaption figure footer form h1 h2 h3 h4 h5 h6 header hgroup hr html li main nav ol p pre section summary table td th tr ul "
+	mdDropTags = " head script style noscript svg template iframe object embed canvas input " +
+		"textarea select button link meta datalist "
+	mdBlockTags = " address article aside blockquote body caption center dd details dialog div " +
+		"dl dt fieldset figcaption figure footer form h1 h2 h3 h4 h5 h6 header hgroup hr html li " +
+		"main nav ol p pre section summary table td th tr ul "
 	mdInlineTags = " a b strong em i del s strike code kbd samp tt var img br "
-	mdNoiseRoles = " navigation banner contentinfo complementary menu menubar search dialog alertdialog "
+	mdNoiseRoles = " navigation banner contentinfo complementary menu menubar search dialog " +
+		"alertdialog "
+	htmlVoid = " area base br col embed hr img input link meta param source track wbr frame keygen "
+	// htmlRawText elements hold text up to their end tag, markup and all.
+	htmlRawText = " script style textarea title xmp iframe noembed noframes plaintext "
+	// htmlClosesP are start tags that end an open paragraph.
+	htmlClosesP = " address article aside blockquote details div dl fieldset figure footer form " +
+		"h1 h2 h3 h4 h5 h6 header hr main nav ol p pre section table ul "
 )
 
-var htmlVoid = map[string]bool{"area": true, "base": true, "br": true, "col": true, "embed": true, "hr": true,
-	"img": true, "input": true, "link": true, "meta": true, "param": true, "source": true, "track": true, "wbr": true,
-	"frame": true, "keygen": true}
-
-// htmlRawText elements hold text up to their end tag, markup and all.
-var htmlRawText = map[string]bool{"script": true, "style": true, "textarea": true, "title": true, "xmp": true,
-	"iframe": true, "noembed": true, "noframes": true, "plaintext": true}
-
-// htmlClosesP are start tags that end an open paragraph.
-var htmlClosesP = map[string]bool{"address": true, "article": true, "aside": true, "blockquote": true, "details": true,
-	"div": true, "dl": true, "fieldset": true, "figure": true, "footer": true, "form": true, "h1": true, "h2": true,
-	"h3": true, "h4": true, "h5": true, "h6": true, "header": true, "hr": true, "main": true, "nav": true, "ol": true,
-	"p": true, "pre": true, "section": true, "table": true, "ul": true}
-
-// htmlImpliedEnd: a start tag closes an open element of the first set unless one of the second is nearer.
-var htmlImpliedEnd = map[string][2]string{"li": {" li ", " ul ol menu table "}, "dt": {" dt dd ", " dl table "},
-	"dd": {" dt dd ", " dl table "}, "tr": {" tr ", " table "}, "td": {" td th ", " tr table "}, "th": {" td th ", " tr table "},
+// htmlImpliedEnd: a start tag closes an open element of the first set unless
+// one of the second is nearer.
+var htmlImpliedEnd = map[string][2]string{"li": {" li ", " ul ol menu table "},
+	"dt": {" dt dd ", " dl table "}, "dd": {" dt dd ", " dl table "}, "tr": {" tr ", " table "},
+	"td": {" td th ", " tr table "}, "th": {" td th ", " tr table "},
 	"option": {" option ", " select "}}
 
 func inSet(set, tag string) bool { return tag != "" && strings.Contains(set, " "+tag+" ") }
@@ -94,7 +92,8 @@ func inSet(set, tag string) bool { return tag != "" && strings.Contains(set, " "
 func parseHTML(src string) *htmlNode {
 	root := &htmlNode{tag: "#root"}
 	stack := []*htmlNode{root}
-	// closeTo pops the nearest open element named in names and those above it, unless one named in stop is nearer.
+	// closeTo pops the nearest open element named in names and those above
+	// it, unless one named in stop is nearer.
 	closeTo := func(names, stop string) {
 		for i := len(stack) - 1; i > 0 && !inSet(stop, stack[i].tag); i-- {
 			if inSet(names, stack[i].tag) {
@@ -116,7 +115,7 @@ func parseHTML(src string) *htmlNode {
 	addText := func(t string) { pending.WriteString(t) }
 	for pos := 0; pos < len(src); {
 		switch rest := src[pos:]; {
-		case rest[0] != '<' || len(rest) == 1 || !(isASCIILetter(rest[1]) || strings.IndexByte("/!?", rest[1]) >= 0):
+		case rest[0] != '<' || len(rest) == 1 || !htmlOpensMarkup(rest[1]):
 			// Text runs to the next '<' that may open markup; a lone '<' is text.
 			end := 1
 			for end < len(rest) {
@@ -125,7 +124,7 @@ func parseHTML(src string) *htmlNode {
 					end = len(rest)
 					break
 				}
-				if end += i; end+1 < len(rest) && (isASCIILetter(rest[end+1]) || strings.IndexByte("/!?", rest[end+1]) >= 0) {
+				if end += i; end+1 < len(rest) && htmlOpensMarkup(rest[end+1]) {
 					break
 				}
 				end++
@@ -160,7 +159,7 @@ func parseHTML(src string) *htmlNode {
 			pos = next
 			if e, ok := htmlImpliedEnd[n.tag]; ok {
 				closeTo(e[0], e[1])
-			} else if htmlClosesP[n.tag] {
+			} else if inSet(htmlClosesP, n.tag) {
 				closeTo(" p ", " div section article main table ul ol li blockquote td th button ")
 			}
 			p := stack[len(stack)-1]
@@ -176,9 +175,14 @@ func parseHTML(src string) *htmlNode {
 
 func isASCIILetter(c byte) bool { return (c|0x20) >= 'a' && (c|0x20) <= 'z' }
 
-// htmlStartTag reads the start tag at s[i] (and a raw-text element's text); open: it takes children.
+// htmlOpensMarkup reports whether a '<' followed by c may open markup.
+func htmlOpensMarkup(c byte) bool { return isASCIILetter(c) || strings.IndexByte("/!?", c) >= 0 }
+
+// htmlStartTag reads the start tag at s[i] (and a raw-text element's text);
+// open: it takes children.
 func htmlStartTag(s string, i int) (n *htmlNode, open bool, end int) {
-	span := func(set string, in bool) string { // the bytes from i that are (or are not) in set; i moves past them
+	// span returns the bytes from i that are (or are not) in set; i moves past them.
+	span := func(set string, in bool) string {
 		j := i
 		for i < len(s) && strings.ContainsRune(set, rune(s[i])) == in {
 			i++
@@ -218,8 +222,8 @@ func htmlStartTag(s string, i int) (n *htmlNode, open bool, end int) {
 		}
 	}
 	i = min(i+1, len(s)) // past the '>'
-	if selfClosing || !htmlRawText[n.tag] {
-		return n, !selfClosing && !htmlVoid[n.tag], i
+	if selfClosing || !inSet(htmlRawText, n.tag) {
+		return n, !selfClosing && !inSet(htmlVoid, n.tag), i
 	}
 	j, closer := i, "</"+n.tag
 	for j < len(s) && !strings.EqualFold(s[j:min(j+len(closer), len(s))], closer) {
@@ -291,104 +295,287 @@ func (n *htmlNode) textContent() string {
 }
 
 // ---- HTML to markdown ----------------------------------------------------
+//
+// The converter reads the main content only. Paragraphs score their parent,
+// grandparent and great-grandparent (length, commas, few links); class and id
+// words (whole words only) and main/article add to or take from a block's
+// score; the best block is kept with its siblings that read as content. When
+// no block clearly wins, or the winner holds far less text than the page (docs
+// with a sidebar, a forum thread, a list), the whole page is read, less its
+// furniture. Output stops once the caller's limit is reached.
 
 var (
-	mdUnlikely     = regexp.MustCompile(`(?i)-ad-|banner|breadcrumb|combx|comment|community|cookie|disqus|footer|gdpr|header|menu|related|remark|replies|rss|share|shoutbox|sidebar|skyscraper|social|sponsor|pagination|pager|popup|newsletter`)
-	mdLikely       = regexp.MustCompile(`(?i)and|article|body|column|content|main|shadow`)
 	mdEscape       = strings.NewReplacer("*", `\*`, "`", "\\`")
 	mdEscapeInLink = strings.NewReplacer("*", `\*`, "`", "\\`", "[", `\[`, "]", `\]`)
+	mdNoEscape     = strings.NewReplacer()
 	mdURLEscape    = strings.NewReplacer("(", "%28", ")", "%29", " ", "%20")
 	mdCellEscape   = strings.NewReplacer("  \n", " ", "\n", " ", "|", `\|`)
 	mdLineStart    = regexp.MustCompile(`^(#{1,6}|[>+-]|\d{1,9}[.)])( |$)`)
-	mdEmphasis     = map[string]string{"strong": "**", "b": "**", "em": "*", "i": "*", "del": "~~", "s": "~~", "strike": "~~"}
+	mdEmphasis     = map[string]string{"strong": "**", "b": "**", "em": "*", "i": "*", "del": "~~",
+		"s": "~~", "strike": "~~"}
 )
 
-// mdConv turns a parsed page into markdown.
+const (
+	// Whole words of class and id values naming content, and naming furniture.
+	mdGoodWords = " article body content entry main post story text blog prose markdown "
+	mdBadWords  = " ad ads advert advertisement author banner breadcrumb byline caption comment " +
+		"comments consent cookie cookies copyright credit credits cta disqus footer gdpr " +
+		"masthead menu meta modal nav navbar license licence navigation newsletter pager " +
+		"pagination popup promo recommended related share sharing side sidebar social sponsor " +
+		"subscribe subscription tags toolbar "
+	// Word tails that make compounds of them: relatedposts, commentlist.
+	mdWordTails = " area bar block box container content holder inner item items link links list " +
+		"module panel post posts section widget wrap wrapper zone "
+	mdHeadings    = " h1 h2 h3 h4 h5 h6 "
+	mdKickers     = " h2 h3 h4 h5 h6 " // headings that go with the block after them
+	mdParaTags    = " p pre td dd "
+	mdLayoutCells = " pre table blockquote h1 h2 h3 h4 h5 h6 " // a cell holding one is for layout
+	mdMinPara     = 25                                         // characters that make a paragraph
+	mdWordWeight  = 25.0                                       // a class word's weight
+	mdMinWin      = 20.0                                       // a main block scores at least this
+	mdNestMax     = 10                                         // deeper lists and quotes come flat
+)
+
+// mdConv turns a parsed page into markdown (or text).
 type mdConv struct {
-	base    *url.URL
-	hasMain bool                 // the content root is the page's main area
-	esc     *strings.Replacer    // escapes text (more inside links)
-	nest    int                  // depth of lists and quotes being rendered
-	sizes   map[*htmlNode][2]int // text and link-text length below a node
+	base  *url.URL
+	esc   *strings.Replacer // escapes text (more inside links)
+	plain bool              // text: no link targets, emphasis or escapes
+	all   bool              // keep furniture: it is all the page has
+	nest  int               // depth of lists and quotes being rendered
+	limit int               // characters after which output stops
+	made  int               // characters of text rendered so far
+	score map[*htmlNode]float64
+	paras map[*htmlNode]int // text of the paragraphs below a node
+	cands []*htmlNode       // nodes with a score, in document order
+}
+
+// mdPage is a converted page; cut: output stopped at the limit.
+type mdPage struct {
+	title, text string
+	cut         bool
 }
 
 func htmlByTag(tag string) func(*htmlNode) bool {
 	return func(n *htmlNode) bool { return n.tag == tag }
 }
 
-// htmlToMarkdown returns the page's title and its main content as markdown, links made absolute.
-func htmlToMarkdown(src, pageURL string) (title, md string) {
+// htmlToMarkdown returns the page's title and main content as markdown (plain:
+// as text), links made absolute, stopping after about limit characters.
+func htmlToMarkdown(src, pageURL string, limit int, plain bool) mdPage {
 	root := parseHTML(src)
-	m := &mdConv{sizes: map[*htmlNode][2]int{}, esc: mdEscape}
+	m := &mdConv{esc: mdEscape, plain: plain, limit: limit, score: map[*htmlNode]float64{},
+		paras: map[*htmlNode]int{}}
+	if plain {
+		m.esc = mdNoEscape
+	}
 	m.base, _ = url.Parse(pageURL)
+	var pg mdPage
 	if t := root.find(htmlByTag("title")); t != nil {
-		title = t.textContent()
+		pg.title = t.textContent()
 	}
 	if b := root.find(htmlByTag("base")); b != nil && m.base != nil {
 		if u, err := m.base.Parse(b.attr("href")); err == nil {
 			m.base = u
 		}
 	}
-	content := cmp.Or(root.find(htmlByTag("body")), root)
-	// The main area is <main>, else [role=main], else the page's only <article>.
-	for _, pick := range []func(*htmlNode) bool{htmlByTag("main"), func(n *htmlNode) bool { return n.attr("role") == "main" }, htmlByTag("article")} {
-		cands := content.findAll(func(n *htmlNode) bool { return pick(n) && !htmlHidden(n) })
-		if len(cands) == 0 || (len(cands) > 1 && cands[0].tag == "article") {
+	body := cmp.Or(root.find(htmlByTag("body")), root)
+	loose := body // or the page's main area
+	isMain := func(n *htmlNode) bool {
+		return (n.tag == "main" || n.attr("role") == "main") && !htmlHidden(n)
+	}
+	if mn := body.find(isMain); mn != nil && m.measure(mn)[0] > 0 {
+		loose = mn
+	}
+	for _, content := range []*htmlNode{m.mainContent(body, loose), loose, body, body} {
+		if content == nil {
 			continue
 		}
-		if best := slices.MaxFunc(cands, func(a, b *htmlNode) int { return m.measure(a)[0] - m.measure(b)[0] }); m.measure(best)[0] > 0 {
-			content, m.hasMain = best, true
+		m.made = 0
+		if pg.text = m.block(content, false); pg.text != "" {
 			break
 		}
+		m.all = content == body // everything looked like furniture: read it whole
 	}
-	return title, m.block(content, false)
+	pg.cut = m.made > m.limit
+	hasH1 := strings.HasPrefix(pg.text, "# ") || strings.Contains(pg.text, "\n# ")
+	if pg.title != "" && !m.plain && !hasH1 {
+		// A page without its own heading starts with its title.
+		pg.text = "# " + m.esc.Replace(cutTitle(pg.title)) + "\n\n" + pg.text
+	}
+	return pg
+}
+
+// mainContent returns the best block, or the parent whose children read as
+// content, or nil when no block clearly wins or it holds far less text than loose.
+func (m *mdConv) mainContent(body, loose *htmlNode) *htmlNode {
+	m.scoreParas(body)
+	var top *htmlNode
+	best := mdMinWin
+	for _, n := range m.cands {
+		if w := m.weight(n); w > best {
+			top = n
+			best = w
+		}
+	}
+	// Climb while a parent adds more paragraph text than other text: its
+	// children then read as content, and its furniture is skipped later.
+	for top != nil && top.parent != nil && top.parent.tag != "body" {
+		p := top.parent
+		ps := m.measure(p)
+		ts := m.measure(top)
+		paras := m.paras[p] - m.paras[top]
+		if other := ps[0] - ts[0] - paras; paras*2 <= other && ps != ts {
+			break
+		}
+		top = p
+	}
+	if top == nil {
+		return nil
+	}
+	if s, l := m.measure(top), m.measure(loose); (s[0]-s[1])*3 < l[0]-l[1] {
+		return nil
+	}
+	return top
+}
+
+// scoreParas adds each paragraph's score to its parent, grandparent and great-grandparent.
+func (m *mdConv) scoreParas(n *htmlNode) {
+	for _, c := range n.children {
+		if c.tag == "" || m.skip(c) {
+			continue
+		}
+		s := m.measure(c)
+		if text := s[0] - s[1]; m.isPara(c) && text >= mdMinPara {
+			commas := strings.Count(rawText(c, &strings.Builder{}), ",")
+			v := 1 + float64(commas) + min(float64(text)/100, 3)
+			d := 1.0
+			for a := c.parent; a != nil; a = a.parent {
+				if _, ok := m.score[a]; !ok && d <= 3 {
+					m.cands = append(m.cands, a)
+				}
+				if d <= 3 {
+					m.score[a] += v / d
+				}
+				m.paras[a] += text
+				d++
+			}
+		}
+		m.scoreParas(c)
+	}
+}
+
+// isPara reports a paragraph: p, pre, a cell, an item, or a block with text of its own.
+func (m *mdConv) isPara(n *htmlNode) bool {
+	ownText := func(c *htmlNode) bool {
+		return c.tag == "" && len(strings.TrimSpace(c.text)) >= mdMinPara
+	}
+	if inSet(mdParaTags, n.tag) {
+		return true
+	}
+	return inSet(mdBlockTags, n.tag) && slices.ContainsFunc(n.children, ownText)
+}
+
+// weight is a block's score with its class words and role, less its share of link text.
+func (m *mdConv) weight(n *htmlNode) float64 {
+	w := m.score[n]
+	good, bad := mdHints(n)
+	if good || inSet(" article main ", n.tag) || n.attr("role") == "main" {
+		w += mdWordWeight
+	}
+	if bad {
+		w -= mdWordWeight
+	}
+	s := m.measure(n)
+	return w * (1 - float64(s[1])/float64(max(s[0], 1)))
+}
+
+// mdHints reports whether n's class and id hold words naming content and furniture.
+func mdHints(n *htmlNode) (good, bad bool) {
+	notWord := func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) }
+	words := strings.FieldsFunc(strings.ToLower(n.attr("class")+" "+n.attr("id")), notWord)
+	for _, w := range words {
+		good = good || mdHasWord(mdGoodWords, w)
+		bad = bad || mdHasWord(mdBadWords, w)
+	}
+	return good, bad
+}
+
+// mdHasWord reports that w is a word of set, alone or before a common tail
+// (relatedposts, commentlist, shares), but not inside a longer word (commented).
+func mdHasWord(set, w string) bool {
+	for _, h := range strings.Fields(set) {
+		if tail, ok := strings.CutPrefix(w, h); ok && (tail == "" || inSet(mdWordTails, tail)) {
+			return true
+		}
+	}
+	return false
 }
 
 // htmlHidden reports an element the page does not show.
 func htmlHidden(n *htmlNode) bool {
 	style := strings.ToLower(strings.ReplaceAll(n.attr("style"), " ", ""))
 	hidden := slices.ContainsFunc(n.attrs, func(a htmlAttr) bool { return a.key == "hidden" })
-	return hidden || n.attr("aria-hidden") == "true" || strings.Contains(style, "display:none") || strings.Contains(style, "visibility:hidden")
+	return hidden || n.attr("aria-hidden") == "true" || strings.Contains(style, "display:none") ||
+		strings.Contains(style, "visibility:hidden")
 }
 
 // measure returns the length of the text below n and of the part inside links.
 func (m *mdConv) measure(n *htmlNode) [2]int {
-	s, ok := m.sizes[n]
 	if n.tag == "" {
 		return [2]int{len(strings.TrimSpace(n.text)), 0}
-	} else if ok || inSet(mdDropTags, n.tag) {
-		return s
+	} else if n.size[0] == 0 && !inSet(mdDropTags, n.tag) {
+		var s [2]int
+		for _, c := range n.children {
+			cs := m.measure(c)
+			s[0] += cs[0]
+			s[1] += cs[1]
+		}
+		if n.tag == "a" {
+			s[1] = s[0]
+		}
+		n.size = [2]int32{int32(s[0]) + 1, int32(s[1])}
 	}
-	for _, c := range n.children {
-		cs := m.measure(c)
-		s[0], s[1] = s[0]+cs[0], s[1]+cs[1]
-	}
-	if n.tag == "a" {
-		s[1] = s[0]
-	}
-	m.sizes[n] = s
-	return s
+	return [2]int{int(max(n.size[0]-1, 0)), int(n.size[1])}
 }
 
-// skip reports an element left out: never shown, hidden, or page furniture.
-// Without a main area, menus are found by role, class and link density.
+// skip reports an element left out: never shown, hidden, or page furniture
+// by tag, role, class words or link density.
 func (m *mdConv) skip(n *htmlNode) bool {
 	s := m.measure(n)
+	good, bad := mdHints(n)
+	id := n.attr("id")
 	switch {
-	case inSet(mdDropTags+"nav aside footer ", n.tag) || htmlHidden(n) || (n.tag == "form" && s[0] < 500):
+	case n.tag == "script": // MathJax's TeX is read; its rendering (the frame) is not
+		return !strings.HasPrefix(n.attr("type"), "math/tex")
+	case strings.HasPrefix(id, "MathJax-Element-") && strings.HasSuffix(id, "-Frame"):
 		return true
-	case m.hasMain:
+	case inSet(mdDropTags+"nav aside footer figcaption ", n.tag) || htmlHidden(n):
+		return true
+	case inSet(mdNoiseRoles, n.attr("role")):
+		return true
+	case m.all:
 		return false
-	case n.tag == "header":
-		return n.find(htmlByTag("h1")) == nil
+	case n.tag == "form" && s[0] < 500:
+		return true
+	case n.tag == "header" && s[0]-s[1] < 200 && n.find(htmlByTag("h1")) == nil:
+		return true
+	case bad && !(good && s[0]-s[1] >= 1000):
+		// Furniture words around the article (share-zone, js-code-nav) do not drop it.
+		return n.find(func(c *htmlNode) bool {
+			good, bad := mdHints(c)
+			cs := m.measure(c)
+			return (good && !bad || inSet(" article main ", c.tag)) && cs[0]-cs[1] >= 1000
+		}) == nil
+	case n.tag == "p" && s[0] > 0 && s[1]*10 >= s[0]*9: // a paragraph that is a link: a teaser
+		return true
 	}
-	ci := n.attr("class") + " " + n.attr("id")
-	return inSet(mdNoiseRoles, n.attr("role")) || (mdUnlikely.MatchString(ci) && !mdLikely.MatchString(ci)) ||
-		(inSet(" div ul ol section table ", n.tag) && s[0] > 0 && s[1]*2 > s[0] && s[0]-s[1] < 100)
+	return inSet(" div ul ol section ", n.tag) && s[0] > 0 && s[1]*2 > s[0] && s[0]-s[1] < 100
 }
 
 // block renders n's children as markdown blocks separated by blank lines; in
 // a tight container (a list item) a list follows its neighbour directly.
+// A heading whose block is left out goes with it.
 func (m *mdConv) block(n *htmlNode, tight bool) string {
 	var out, inl strings.Builder
 	prevList := false
@@ -403,16 +590,18 @@ func (m *mdConv) block(n *htmlNode, tight bool) string {
 	}
 	var walk func(p *htmlNode)
 	walk = func(p *htmlNode) {
-		for _, c := range p.children {
+		for i, c := range p.children {
 			switch {
+			case m.made > m.limit:
+				return
 			case c.tag == "":
-				inl.WriteString(m.esc.Replace(c.text))
-			case m.skip(c):
+				inl.WriteString(m.text(c))
+			case m.skip(c) || inSet(mdKickers, c.tag) && m.beforeSkipped(p.children[i+1:]):
 			case inSet(mdBlockTags, c.tag):
 				add(mdPara(inl.String()), false)
 				inl.Reset()
 				add(m.element(c), c.tag == "ul" || c.tag == "ol")
-			case inSet(mdInlineTags, c.tag):
+			case inSet(mdInlineTags, c.tag) || c.tag == "script":
 				inl.WriteString(m.inline(c))
 			default:
 				walk(c)
@@ -424,33 +613,55 @@ func (m *mdConv) block(n *htmlNode, tight bool) string {
 	return out.String()
 }
 
+// beforeSkipped reports that the next element in rest is left out.
+func (m *mdConv) beforeSkipped(rest []*htmlNode) bool {
+	for _, c := range rest {
+		if c.tag != "" && !inSet(mdDropTags, c.tag) {
+			return m.skip(c)
+		} else if strings.TrimSpace(c.text) != "" {
+			return false
+		}
+	}
+	return false
+}
+
+// text renders a text node and counts it.
+func (m *mdConv) text(n *htmlNode) string {
+	m.made += len(strings.TrimSpace(n.text))
+	return m.esc.Replace(n.text)
+}
+
 // element renders one block element.
 func (m *mdConv) element(n *htmlNode) string {
-	switch n.tag {
-	case "h1", "h2", "h3", "h4", "h5", "h6":
+	switch {
+	case inSet(mdHeadings, n.tag):
 		s := strings.ReplaceAll(mdPara(m.inlineChildren(n)), "  \n", " ")
-		return mdMark(s, strings.Repeat("#", int(n.tag[1]-'0'))+" ", "")
-	case "hr":
-		return "* * *"
-	case "pre":
-		return mdPre(n)
-	case "table":
-		return m.table(n)
-	case "ul", "ol", "blockquote":
-		if m.nest >= 10 { // deeper nesting is flat, so prefixes cannot multiply a page's size
-			return m.block(n, false)
+		if m.plain {
+			return s
 		}
+		return mdMark(s, strings.Repeat("#", int(n.tag[1]-'0'))+" ", "")
+	case n.tag == "hr":
+		return "* * *"
+	case n.tag == "pre":
+		return m.pre(n)
+	case n.tag == "table":
+		return m.table(n)
+	case inSet(" ul ol blockquote ", n.tag) && m.nest < mdNestMax:
 		m.nest++
 		defer func() { m.nest-- }()
-		if n.tag != "blockquote" {
-			return m.list(n)
+		if n.tag == "blockquote" {
+			return m.quote(n)
 		}
-		if s := m.block(n, false); s != "" {
-			return "> " + strings.ReplaceAll(strings.ReplaceAll(s, "\n", "\n> "), "> \n", ">\n")
-		}
-		return ""
+		return m.list(n)
 	}
 	return m.block(n, n.tag == "li")
+}
+
+func (m *mdConv) quote(n *htmlNode) string {
+	if s := m.block(n, false); s != "" {
+		return "> " + strings.ReplaceAll(strings.ReplaceAll(s, "\n", "\n> "), "> \n", ">\n")
+	}
+	return ""
 }
 
 // mdMark puts markup around s, outside its white space; not around nothing.
@@ -467,47 +678,82 @@ func mdMark(s, before, after string) string {
 func (m *mdConv) inline(n *htmlNode) string {
 	switch {
 	case n.tag == "":
-		return m.esc.Replace(n.text)
+		return m.text(n)
 	case m.skip(n):
 		return ""
 	case n.tag == "br":
 		return "\x01"
 	case n.tag == "img":
-		alt := strings.Join(strings.Fields(n.attr("alt")), " ")
-		for _, src := range []string{n.attr("src"), n.attr("data-src")} { // data-src: a lazy image's real source
-			if src != "" && !strings.HasPrefix(src, "data:") {
-				return "![" + mdEscapeInLink.Replace(alt) + "](" + m.abs(src) + ")"
-			}
-		}
-		return alt
+		return m.image(n)
 	case inSet(" code kbd samp tt var ", n.tag):
-		s := strings.ReplaceAll(rawText(n, &strings.Builder{}), "\n", " ")
-		if strings.TrimSpace(s) == "" {
-			return s
-		} else if strings.HasPrefix(s, "`") || strings.HasSuffix(s, "`") {
-			s = " " + s + " "
-		}
-		return fence(s, 1) + s + fence(s, 1)
+		return m.code(n)
 	case n.tag == "a":
-		esc := m.esc
-		m.esc = mdEscapeInLink
-		s := m.inlineChildren(n)
-		m.esc = esc
-		href := strings.TrimSpace(n.attr("href"))
-		if t := strings.TrimSpace(s); t == "#" || t == "¶" || t == "§" {
-			return "" // a heading's permalink
-		} else if href == "" || strings.HasPrefix(strings.ToLower(href), "javascript:") {
-			return s
-		}
-		return mdMark(s, "[", "]("+m.abs(href)+")")
+		return m.link(n)
+	case n.tag == "script":
+		return m.math(n)
 	}
 	s := m.inlineChildren(n)
-	if mk := mdEmphasis[n.tag]; mk != "" {
+	if mk := mdEmphasis[n.tag]; mk != "" && !m.plain {
 		return mdMark(s, mk, mk)
 	} else if inSet(mdBlockTags, n.tag) {
 		return " " + s + " "
 	}
 	return s
+}
+
+// image renders an image with its description; in a figure (a photo with
+// its caption and credit) the description is left out, as the caption is.
+func (m *mdConv) image(n *htmlNode) string {
+	alt := strings.Join(strings.Fields(n.attr("alt")), " ")
+	for p := n.parent; p != nil; p = p.parent {
+		if p.tag == "figure" {
+			alt = ""
+		}
+	}
+	// data-src: a lazy image's real source
+	for _, src := range []string{n.attr("src"), n.attr("data-src")} {
+		if src != "" && !strings.HasPrefix(src, "data:") && !m.plain {
+			return "![" + mdEscapeInLink.Replace(alt) + "](" + m.abs(src) + ")"
+		}
+	}
+	return alt
+}
+
+// math renders MathJax's TeX source as $TeX$, or $$TeX$$ for display math.
+func (m *mdConv) math(n *htmlNode) string {
+	tex := strings.TrimSpace(rawText(n, &strings.Builder{}))
+	m.made += len(tex)
+	if strings.Contains(n.attr("type"), "mode=display") {
+		return "$$" + tex + "$$"
+	}
+	return "$" + tex + "$"
+}
+
+func (m *mdConv) code(n *htmlNode) string {
+	s := strings.ReplaceAll(rawText(n, &strings.Builder{}), "\n", " ")
+	m.made += len(s)
+	if strings.TrimSpace(s) == "" || m.plain {
+		return s
+	} else if strings.HasPrefix(s, "`") || strings.HasSuffix(s, "`") {
+		s = " " + s + " "
+	}
+	return fence(s, 1) + s + fence(s, 1)
+}
+
+func (m *mdConv) link(n *htmlNode) string {
+	esc := m.esc
+	if !m.plain {
+		m.esc = mdEscapeInLink
+	}
+	s := m.inlineChildren(n)
+	m.esc = esc
+	href := strings.TrimSpace(n.attr("href"))
+	if t := strings.TrimSpace(s); t == "#" || t == "¶" || t == "§" {
+		return "" // a heading's permalink
+	} else if href == "" || strings.HasPrefix(strings.ToLower(href), "javascript:") || m.plain {
+		return s
+	}
+	return mdMark(s, "[", "]("+m.abs(href)+")")
 }
 
 func (m *mdConv) inlineChildren(n *htmlNode) string {
@@ -521,7 +767,8 @@ func (m *mdConv) inlineChildren(n *htmlNode) string {
 // mdPara folds white space as a browser does, turns breaks into hard line
 // breaks and escapes what would read as a heading, quote or list marker.
 func mdPara(s string) string {
-	s = strings.Join(strings.FieldsFunc(s, func(r rune) bool { return strings.ContainsRune(htmlSpace, r) }), " ")
+	space := func(r rune) bool { return strings.ContainsRune(htmlSpace, r) }
+	s = strings.Join(strings.FieldsFunc(s, space), " ")
 	lines := strings.Split(strings.ReplaceAll(s, "\u00a0", " "), "\x01")
 	for i, l := range lines {
 		l = strings.TrimSpace(l)
@@ -564,7 +811,8 @@ func rawText(n *htmlNode, b *strings.Builder) string {
 
 // fence returns a run of backticks longer than any in s, at least least long.
 func fence(s string, least int) string {
-	run, longest := 0, 0
+	run := 0
+	longest := 0
 	for i := 0; i < len(s); i++ {
 		if run++; s[i] != '`' {
 			run = 0
@@ -574,20 +822,22 @@ func fence(s string, least int) string {
 	return strings.Repeat("`", max(least, longest+1))
 }
 
-// mdPre renders a code block, with the language its classes name.
-func mdPre(n *htmlNode) string {
+// pre renders a code block, with the language its classes name.
+func (m *mdConv) pre(n *htmlNode) string {
 	s := strings.TrimRight(strings.TrimPrefix(rawText(n, &strings.Builder{}), "\n"), "\n ")
+	m.made += len(s)
 	classes := n.attr("class")
 	if c := n.find(htmlByTag("code")); c != nil {
 		classes += " " + c.attr("class")
 	}
 	lang := ""
 	for _, c := range strings.Fields(classes) {
-		if l, ok := strings.CutPrefix(strings.TrimPrefix(c, "language-"), "lang-"); lang == "" && (ok || l != c) {
+		l, ok := strings.CutPrefix(strings.TrimPrefix(c, "language-"), "lang-")
+		if lang == "" && (ok || l != c) {
 			lang = l
 		}
 	}
-	if f := fence(s, 3); strings.TrimSpace(s) != "" {
+	if f := fence(s, 3); strings.TrimSpace(s) != "" && !m.plain {
 		return f + lang + "\n" + s + "\n" + f
 	}
 	return s
@@ -610,7 +860,7 @@ func (m *mdConv) list(n *htmlNode) string {
 		}
 		switch body := m.block(c, true); {
 		case body == "":
-		case c.tag != "li" && len(items) > 0: // a list put straight inside a list belongs to the item before
+		case c.tag != "li" && len(items) > 0: // a list in a list belongs to the item before
 			items[len(items)-1] += "\n" + indent(body, 2)
 		default:
 			items = append(items, marker+indent(body, len(marker)))
@@ -621,19 +871,26 @@ func (m *mdConv) list(n *htmlNode) string {
 
 // indent indents every line but the first by w spaces, leaving blank lines empty.
 func indent(s string, w int) string {
-	return strings.ReplaceAll(strings.ReplaceAll(s, "\n", "\n"+strings.Repeat(" ", w)), "\n"+strings.Repeat(" ", w)+"\n", "\n\n")
+	pad := strings.Repeat(" ", w)
+	return strings.ReplaceAll(strings.ReplaceAll(s, "\n", "\n"+pad), "\n"+pad+"\n", "\n\n")
 }
 
+// table renders a data table; a layout table (one cell, or cells holding
+// blocks) and one too wide to read as a table come as blocks. Only the
+// header row is padded to the widest row.
 func (m *mdConv) table(n *htmlNode) string {
-	if n.find(htmlByTag("table")) != nil {
-		return m.block(n, false) // a layout table
+	cells := n.findAll(func(c *htmlNode) bool { return c.tag == "td" || c.tag == "th" })
+	if len(cells) < 2 || slices.ContainsFunc(cells, func(c *htmlNode) bool {
+		return c.find(func(d *htmlNode) bool { return inSet(mdLayoutCells, d.tag) }) != nil
+	}) {
+		return m.block(n, false)
 	}
 	var rows [][]string
 	cols := 0
 	for _, tr := range n.findAll(htmlByTag("tr")) {
 		var row []string
 		for _, c := range tr.children {
-			if (c.tag == "td" || c.tag == "th") && !m.skip(c) {
+			if (c.tag == "td" || c.tag == "th") && !m.skip(c) && m.made <= m.limit {
 				row = append(row, mdCellEscape.Replace(m.block(c, false)))
 				for span, _ := strconv.Atoi(c.attr("colspan")); span > 1 && span < 100; span-- {
 					row = append(row, "")
@@ -641,18 +898,19 @@ func (m *mdConv) table(n *htmlNode) string {
 			}
 		}
 		if len(row) > 0 {
-			rows, cols = append(rows, row), max(cols, len(row))
+			rows = append(rows, row)
+			cols = max(cols, len(row))
 		}
 	}
-	if cols > 64 {
-		return m.block(n, false) // not a table to read as one
+	if cols > 64 || len(rows) == 0 {
+		return m.block(n, false)
 	}
 	var b strings.Builder
 	if c := n.find(htmlByTag("caption")); c != nil {
 		b.WriteString(strings.TrimPrefix(m.block(c, false)+"\n\n", "\n\n"))
 	}
+	rows[0] = append(rows[0], make([]string, cols-len(rows[0]))...)
 	for i, row := range rows {
-		row = append(row, make([]string, cols-len(row))...)
 		b.WriteString("| " + strings.Join(row, " | ") + " |\n")
 		if i == 0 {
 			b.WriteString("|" + strings.Repeat(" --- |", cols) + "\n")
@@ -1154,30 +1412,46 @@ func (b *browser) stop(procs *procTracker) {
 var readDocsTool = toolDef{
 	name:  "ReadDocs",
 	title: "Read a web page",
-	description: `Reads a web page (documentation, an article, any http or https URL) in headless Chromium and returns what a person would see, as markdown by default. Content that JavaScript builds after load is included: the page is read once it has loaded and (if it has scripts) its network has been quiet for half a second.
+	description: `Reads a web page (documentation, an article, any http or https URL) in headless
+Chromium and returns its main content, as markdown by default: menus, sidebars, related links,
+comments, share and cookie blocks are left out; tables and code blocks are kept; links are
+absolute. Content that JavaScript builds is included.
 
-- format: "markdown" (main content only: menus, headers, footers and sidebars dropped; links absolute), "text" (the visible text of the whole page) or "html" (the page's DOM).
-- wait_ms: extra time to wait after load for pages that keep changing (default 0, max 30000).
-- The reply starts with the page title and final URL. Long pages come in parts of max_length characters (default 30000); the reply says which start_index gets the next part.
-- HTTP errors (404, 500) are reported with the page's content; DNS failures, refused connections, TLS errors, downloads and servers that never answer are errors.
-- Without Chromium the page is fetched over plain HTTP (text then comes as markdown), and the reply says so.
+- format: "markdown", "text" (the same content without markup) or "html" (the whole page's DOM).
+- wait_ms: extra time for pages that keep changing (default 0, max 30000).
+- Long pages come in parts of max_length characters (default 30000); the reply ends with the
+  start_index of the next part.
+- HTTP errors (404, 500) come with the page's content; unreachable hosts, TLS errors and
+  downloads are errors. Without Chromium the page is read over plain HTTP, and the reply says so.
 
 Example: {"url": "https://go.dev/doc/effective_go", "max_length": 20000}`,
 	input: `{"type":"object","properties":{
 		"url":{"type":"string","minLength":1,"description":"The http or https URL to read."},
-		"format":{"type":"string","enum":["markdown","text","html"],"description":"markdown (default), text or html."},
-		"wait_ms":{"type":"integer","minimum":0,"maximum":30000,"description":"Milliseconds to wait after the page has loaded and gone quiet (default 0)."},
-		"max_length":{"type":"integer","minimum":1,"maximum":1000000,"description":"Most characters of content to return (default 30000)."},
-		"start_index":{"type":"integer","minimum":0,"description":"Character of the content to start at, to read the next part of a long page (default 0)."}},
-		"required":["url"],"additionalProperties":false}`,
+		"format":{"type":"string","enum":["markdown","text","html"],
+			"description":"markdown (default), text or html."},
+		"wait_ms":{"type":"integer","minimum":0,"maximum":30000,
+			"description":"Extra milliseconds to wait before reading (default 0)."},
+		"max_length":{"type":"integer","minimum":1,"maximum":1000000,
+			"description":"Most characters of content to return (default 30000)."},
+		"start_index":{"type":"integer","minimum":0,
+			"description":"Character of the content to start at, for the next part (default 0)."}},
+		"required":["url"]}`,
 	output: `{"type":"object","properties":{
-		"url":{"type":"string"},"final_url":{"type":"string","description":"the URL after redirects"},"title":{"type":"string"},
-		"status":{"type":"integer","description":"HTTP status of the page; 0 when unknown"},"format":{"type":"string","enum":["markdown","text","html"]},
-		"content":{"type":"string","description":"this part of the content"},"truncated":{"type":"boolean","description":"more content follows this part"},
-		"next_start_index":{"type":"integer","description":"start_index of the next part, when truncated"},
-		"total_length":{"type":"integer","description":"characters of content in all parts"},
-		"via":{"type":"string","enum":["chromium","http"]},"notes":{"type":"array","items":{"type":"string"}}},
-		"required":["url","final_url","title","status","format","content","truncated","total_length","via"]}`,
+		"url":{"type":"string"},
+		"final_url":{"type":"string","description":"the URL after redirects"},
+		"title":{"type":"string"},
+		"status":{"type":"integer","description":"HTTP status of the page; 0 when unknown"},
+		"format":{"type":"string","enum":["markdown","text","html"]},
+		"content":{"type":"string","description":"this part of the content"},
+		"truncated":{"type":"boolean","description":"more content follows this part"},
+		"next_start_index":{"type":"integer","description":"start_index of the next part"},
+		"total_length":{"type":"integer",
+			"description":"characters of content in all parts; when truncated, at least this many"},
+		"message":{"type":"string","description":"where the next part starts, or that none is"},
+		"via":{"type":"string","enum":["chromium","http"]},
+		"notes":{"type":"array","items":{"type":"string"}}},
+		"required":["url","final_url","title","status","format","content","truncated",
+			"total_length","via"]}`,
 	hints: toolHints{readOnly: true, idempotent: true, openWorld: true},
 	run:   runReadDocs,
 }
@@ -1202,34 +1476,58 @@ type readDocsOut struct {
 	TotalLength    int      `json:"total_length"`
 	Via            string   `json:"via"`
 	Notes          []string `json:"notes,omitempty"`
+	Message        string   `json:"message,omitempty"`
 
 	body   string // the page as read: outerHTML, innerText, or the response body
 	isText bool   // body is text already (innerText, or not HTML)
+	source string // the main document's HTML as the server sent it ("" when unknown)
 }
 
 // pageCap bounds what is taken from a page: characters from the browser, bytes over HTTP.
 const pageCap = 10 << 20
 
+// maxTitle bounds the title in runes: a page may set any document.title.
+const maxTitle = 300
+
+// cutTitle cuts a title to maxTitle runes.
+func cutTitle(s string) string {
+	if t := []rune(s[:min(len(s), 4*maxTitle)]); len(t) > maxTitle {
+		return string(t[:maxTitle]) + "…"
+	}
+	return s
+}
+
 func runReadDocs(ctx context.Context, c *toolCall) toolResult {
 	a := readDocsArgs{Format: "markdown", MaxLength: 30000}
 	if err := json.Unmarshal(c.args, &a); err != nil {
-		return errorResult("ReadDocs: invalid arguments: %v", err)
+		return errorResult("invalid arguments: %v", err)
 	}
 	o, err := c.s.srv.readPage(ctx, a)
 	if err != nil {
-		return errorResult("ReadDocs: %v", err)
+		return errorResult("%v", err)
 	}
-	o.URL, o.Format = a.URL, a.Format
-	content := o.body
-	if !o.isText {
-		title, md := htmlToMarkdown(o.body, o.FinalURL)
-		if o.Title = cmp.Or(o.Title, title); a.Format != "html" {
-			content = md
-		}
-	}
+	o.URL = a.URL
+	o.Format = a.Format
+	content, cut := o.convert(a)
+	o.Title = cutTitle(o.Title)
 	runes := []rune(content)
-	end := min(len(runes), a.StartIndex+a.MaxLength)
-	o.TotalLength, o.Truncated = len(runes), end < len(runes)
+	start := min(a.StartIndex, len(runes))
+	end := min(len(runes), start+a.MaxLength)
+	o.TotalLength = len(runes)
+	o.Truncated = end < len(runes) || cut
+	o.Content = string(runes[start:end])
+	total := strconv.Itoa(o.TotalLength)
+	if cut {
+		total = "at least " + total
+	}
+	switch {
+	case a.StartIndex > 0 && a.StartIndex >= o.TotalLength:
+		o.Message = fmt.Sprintf("No more content: the page has %s characters.", total)
+	case o.Truncated:
+		o.NextStartIndex = end
+		o.Message = fmt.Sprintf("More content: the page has %s characters; call ReadDocs with "+
+			"start_index %d for the next part.", total, end)
+	}
 	var b strings.Builder
 	b.WriteString(cmp.Or(o.Title, "(no title)") + "\n" + o.FinalURL + "\n")
 	if o.Status >= 400 {
@@ -1238,19 +1536,33 @@ func runReadDocs(ctx context.Context, c *toolCall) toolResult {
 	for _, n := range o.Notes {
 		b.WriteString("Note: " + n + "\n")
 	}
-	if a.StartIndex > 0 && a.StartIndex >= o.TotalLength {
-		b.WriteString("\n<error>No more content available.</error>")
-	} else {
-		o.Content = string(runes[a.StartIndex:end])
-		b.WriteString("\n" + o.Content)
-		if o.Truncated {
-			o.NextStartIndex = end
-			fmt.Fprintf(&b, "\n\n<error>Content truncated. Call the ReadDocs tool with a start_index of %d to get more content.</error>", o.NextStartIndex)
+	b.WriteString("\n" + o.Content)
+	if o.Message != "" {
+		b.WriteString("\n\n" + o.Message)
+	}
+	return structuredResult(b.String(), o)
+}
+
+// convert returns the content in the format asked, stopping after the part
+// asked for (cut: it stopped there), and sets the title from the page.
+func (o *readDocsOut) convert(a readDocsArgs) (content string, cut bool) {
+	if o.isText {
+		return o.body, false
+	}
+	// Twice the part asked for: counting text as it is rendered may run ahead of the output.
+	limit := 2 * (a.StartIndex + a.MaxLength)
+	pg := htmlToMarkdown(o.body, o.FinalURL, limit, a.Format == "text")
+	if o.source != "" && !pg.cut { // scripts that removed the article lose to the HTML as sent
+		src := htmlToMarkdown(o.source, o.FinalURL, limit, a.Format == "text")
+		if len(src.text) > 2*len(pg.text) {
+			pg = src
 		}
 	}
-	res := textResult(b.String())
-	res.structured = o
-	return res
+	o.Title = cmp.Or(o.Title, pg.title)
+	if a.Format == "html" {
+		return o.body, false
+	}
+	return pg.text, pg.cut
 }
 
 // readPage reads the page through Chromium, or over plain HTTP when there is no browser.
@@ -1269,7 +1581,9 @@ func (srv *server) readPage(ctx context.Context, a readDocsArgs) (*readDocsOut, 
 		why := strings.TrimPrefix(err.Error(), errNoBrowser.Error()+": ")
 		pg, err := fetchPlain(ctx, u.String())
 		if err == nil {
-			pg.Notes = append([]string{"Read without a browser (" + why + "): content that scripts build may be missing."}, pg.Notes...)
+			note := "Read without a browser (" + why + "): " +
+				"content that scripts build may be missing."
+			pg.Notes = append([]string{note}, pg.Notes...)
 		}
 		return pg, err
 	} else if err != nil {
@@ -1282,10 +1596,12 @@ func (srv *server) readPage(ctx context.Context, a readDocsArgs) (*readDocsOut, 
 		return nil, fmt.Errorf("no free browser tab within %s", timeout)
 	}
 	idle := time.Duration(srv.cfg.int("READDOCS_IDLE_MS")) * time.Millisecond
-	pg, err := b.read(ctx, u.String(), a.Format, idle, time.Duration(a.WaitMS)*time.Millisecond, timeout)
-	if err != nil && b.dead() && ctx.Err() == nil { // the browser died under us: once more with a new one
+	settle := time.Duration(a.WaitMS) * time.Millisecond
+	pg, err := b.read(ctx, u.String(), "html", idle, settle, timeout)
+	// The browser died under us: once more with a new one.
+	if err != nil && b.dead() && ctx.Err() == nil {
 		if b, err = srv.browser.get(ctx, srv); err == nil {
-			pg, err = b.read(ctx, u.String(), a.Format, idle, time.Duration(a.WaitMS)*time.Millisecond, timeout)
+			pg, err = b.read(ctx, u.String(), "html", idle, settle, timeout)
 		}
 	}
 	return pg, err
@@ -1496,21 +1812,25 @@ func fetchPlain(ctx context.Context, pageURL string) (*readDocsOut, error) {
 
 // ---- WebSearch ------------------------------------------------------------
 //
-// Many search engines asked at once, every answer classified, parsed,
-// cleaned, merged and ranked, and every engine's fate reported. Rules:
-//   - an engine is one row of searchEngines: a request template and a parser;
-//     the HTML engines' parsers are recipes of selectors;
-//   - every answer is classified (status, captcha and consent markers) before
-//     it is parsed; an engine that was rate-limited, blocked or shown a captcha
-//     rests for SEARCH_BACKOFF_MS, for every session, instead of being asked;
-//   - all engines run at once, each under SEARCH_TIMEOUT_MS, all under one
-//     overall deadline; cancelling the call stops every request;
+// Many search engines asked at once, every answer parsed and judged, the
+// lists merged and ranked, and every engine's fate reported. Rules:
+//   - an engine is one row of searchEngines: a request template and where its
+//     results are; one extractor reads every answer: JSON by a path and field
+//     templates, markup (HTML, Atom) by selectors;
+//   - an answer's final URL, status and captcha markers decide its fate before
+//     its results do; an engine that was rate-limited, blocked or shown a
+//     captcha rests for SEARCH_BACKOFF_MS, for every session;
+//   - all engines run at once, each under SEARCH_TIMEOUT_MS; cancelling the
+//     call stops every request;
 //   - bodies are capped at searchMaxBody; titles and snippets are plain text.
 
 const (
 	searchMaxBody        = 4 << 20
-	searchRRFK           = 60.0                 // reciprocal rank fusion: score = Σ 1/(k + rank)
-	searchAgreementBonus = 1 / (2 * searchRRFK) // per extra engine that found a result: half a first place
+	searchMaxText        = 500 // runes kept of a title or snippet
+	searchDefaultResults = 10
+	searchRRFK           = 60.0 // reciprocal rank fusion: score = Σ 1/(k + rank)
+	// Per extra engine that found a result: half a first place.
+	searchAgreementBonus = 1 / (2 * searchRRFK)
 )
 
 var webSearchTool = toolDef{
@@ -1518,384 +1838,317 @@ var webSearchTool = toolDef{
 	title:    "Search the web with many engines at once",
 	describe: describeWebSearch,
 	input: `{"type":"object","properties":{
-		"query":{"type":"string","minLength":1,"maxLength":2000,"description":"What to search for, as you would type it into a search engine."},
-		"max_results":{"type":"integer","minimum":1,"maximum":50,"description":"How many merged results to return (default 10, max 50)."},
-		"engines":{"type":"array","maxItems":20,"items":{"type":"string","enum":["duckduckgo","brave","mojeek","startpage","bing","yahoo","wikipedia","hackernews","stackoverflow","github","arxiv","braveapi","tavily","serper","exa","google","searxng"]},"description":"Engines to ask (default: all enabled)."}},
-		"required":["query"],"additionalProperties":false}`,
+		"query":{"type":"string","minLength":1,"maxLength":2000,
+			"description":"What to search for."},
+		"max_results":{"type":"integer","minimum":1,"maximum":50,
+			"description":"Merged results to return (default 10)."},
+		"engines":{"type":"array","maxItems":20,
+			"description":"Engines to ask (default: all enabled).",
+			"items":{"type":"string","enum":["duckduckgo","brave","mojeek","bing","yahoo","yandex",
+			"wikipedia","hackernews","stackoverflow","github","arxiv",
+			"braveapi","tavily","serper","exa","google","searxng"]}}},
+		"required":["query"]}`,
 	output: `{"type":"object","properties":{
-		"results":{"type":"array","items":{"type":"object","properties":{"title":{"type":"string"},"url":{"type":"string"},"snippet":{"type":"string"},
-			"engines":{"type":"array","items":{"type":"string"}},"score":{"type":"number"}},"required":["title","url","snippet","engines","score"]}},
-		"engines":{"type":"array","items":{"type":"object","properties":{"name":{"type":"string"},
-			"status":{"type":"string","enum":["ok","empty","rate-limited","captcha","blocked","error","timed out","resting"]},
-			"count":{"type":"integer"},"detail":{"type":"string"}},"required":["name","status","count"]}}},"required":["results","engines"]}`,
+		"results":{"type":"array","items":{"type":"object","properties":{
+			"title":{"type":"string"},"url":{"type":"string"},"snippet":{"type":"string"},
+			"engines":{"type":"array","items":{"type":"string"}},"score":{"type":"number"}},
+			"required":["title","url","snippet","engines","score"]}},
+		"engines":{"type":"array","items":{"type":"object","properties":{
+			"name":{"type":"string"},
+			"status":{"type":"string","enum":
+			["ok","empty","rate-limited","captcha","blocked","error","timed out","resting"]},
+			"count":{"type":"integer"},"detail":{"type":"string"}},
+			"required":["name","status","count"]}},
+		"message":{"type":"string","description":"why there are no results"}},
+		"required":["results","engines"]}`,
 	hints: toolHints{readOnly: true, openWorld: true},
 	run:   runWebSearch,
 }
 
 func describeWebSearch(srv *server) string {
 	var names []string
-	engines, err := searchSelect(srv.cfg, nil)
-	for _, e := range engines {
+	for _, e := range searchSelect(srv.cfg, nil) {
 		names = append(names, e.name)
 	}
-	if err != nil {
-		names = []string{err.Error()}
+	return fmt.Sprintf(`Searches the web with many engines at once. Returns one merged list
+(title, URL, snippet, the engines that found it; results engines agree on rank higher) and each
+engine's fate (ok, empty, rate-limited, captcha, blocked, error, timed out, resting: an engine
+that was rate-limited, blocked or shown a captcha rests for a while).
+
+Engines: %s. Each gets %d ms. Pick a few with engines: ["wikipedia","arxiv"] for papers,
+["stackoverflow","github","hackernews"] for code.`,
+		strings.Join(names, ", "), srv.cfg.int("SEARCH_TIMEOUT_MS"))
+}
+
+// searchEngine is one engine. Its templates hold $q (the query) and $KEY, a
+// configuration key: an engine is off until the keys it uses are set. Field
+// templates hold $field of a JSON result.
+type searchEngine struct {
+	name    string
+	url     string // SEARCH_URL_<NAME> replaces its scheme and host
+	body    string // a POST body; $q is JSON-quoted when the body is JSON
+	header  string // more "Name: value" lines
+	browser bool   // poses as a browser; else an API client naming telson
+
+	list  string // markup: the result container, telling "no results" from "not a result page"
+	items string // the result blocks: a selector, or a dotted JSON path to a list
+	// Within a block, selectors (the title defaults to the link's text) or
+	// JSON field templates (the title defaults to $title).
+	link, title, snippet string
+	strip                string // markup: elements left out of snippets (dates, icons)
+}
+
+// searchEngines is every engine; those without keys are the default set.
+var searchEngines = []searchEngine{
+	{name: "duckduckgo", url: "https://html.duckduckgo.com/html/", body: "q=$q&b=&kl=wt-wt",
+		header: `Referer: https://html.duckduckgo.com/
+Sec-Fetch-Site: same-origin
+Content-Type: application/x-www-form-urlencoded`,
+		browser: true, list: "#links", items: "div.result",
+		link: "a.result__a", snippet: ".result__snippet"},
+	{name: "brave", url: "https://search.brave.com/search?q=$q&source=web",
+		header:  "Cookie: safesearch=moderate; useLocation=0; country=us; ui_lang=en-us",
+		browser: true, list: "#results", items: "div[data-type=web]", link: "a",
+		title:   ".search-snippet-title,.snippet-title",
+		snippet: ".generic-snippet,.snippet-description", strip: ".t-secondary"},
+	{name: "mojeek", url: "https://www.mojeek.com/search?q=$q&safe=0",
+		browser: true, list: "ul.results-standard", items: "li",
+		link: "a.ob,h2", title: "h2", snippet: "p.s"},
+	{name: "bing", url: "https://www.bing.com/search?q=$q&mkt=en-US",
+		header:  "Cookie: _EDGE_CD=m=en-us&u=en-us; _EDGE_S=mkt=en-us&ui=en-us",
+		browser: true, list: "#b_results", items: "li.b_algo", link: "h2,a.tilk", title: "h2,.tptt",
+		snippet: ".b_lineclamp2,.b_lineclamp3,.b_snippet,p", strip: ".algoSlug_icon"},
+	{name: "yahoo", url: "https://search.yahoo.com/search?p=$q&iscqry=",
+		header:  "Cookie: sB=v=1&vm=r&fl=1&vl=lang_en&pn=10&rw=new&userset=1",
+		browser: true, list: "#web", items: "div.algo-sr", link: ".compTitle", title: "h3",
+		snippet: ".compText"},
+	{name: "yandex",
+		url:     "https://yandex.com/search/site/?text=$q&web=1&frame=1&searchid=3131712&lang=en",
+		browser: true, items: "li.serp-item", link: "h3", title: "h3", snippet: ".b-serp-item__text"},
+	{name: "wikipedia",
+		url:  "https://en.wikipedia.org/w/api.php?action=query&list=search&format=json&srsearch=$q",
+		link: "https://en.wikipedia.org/wiki/$title", items: "query.search",
+		snippet: "$snippet"},
+	{name: "hackernews",
+		url:   "https://hn.algolia.com/api/v1/search?query=$q&tags=story&hitsPerPage=20",
+		items: "hits", link: "https://news.ycombinator.com/item?id=$objectID",
+		snippet: "$points points, $num_comments comments. $url $story_text"},
+	{name: "stackoverflow",
+		url:   "https://api.stackexchange.com/2.3/search/advanced?site=stackoverflow&sort=relevance&q=$q",
+		items: "items", link: "$link",
+		snippet: "$answer_count answers, score $score; tags: $tags"},
+	{name: "github", url: "https://api.github.com/search/repositories?q=$q&per_page=20",
+		header: "Accept: application/vnd.github+json\nX-GitHub-Api-Version: 2022-11-28",
+		items:  "items", link: "$html_url",
+		title: "$full_name", snippet: "$description ($stargazers_count stars)"},
+	{name: "arxiv", url: "https://export.arxiv.org/api/query?search_query=all:$q&max_results=20",
+		header: "Accept: application/atom+xml", list: "feed", items: "entry",
+		link: "link[rel=alternate]", title: "title", snippet: "summary"},
+	{name: "braveapi",
+		url:    "https://api.search.brave.com/res/v1/web/search?q=$q&text_decorations=false",
+		header: "X-Subscription-Token: $BRAVE_API_KEY",
+		items:  "web.results", link: "$url", snippet: "$description"},
+	{name: "tavily", url: "https://api.tavily.com/search", body: `{"query":$q,"max_results":20}`,
+		header: "Authorization: Bearer $TAVILY_API_KEY\nContent-Type: application/json",
+		items:  "results", link: "$url", snippet: "$content"},
+	{name: "serper", url: "https://google.serper.dev/search", body: `{"q":$q,"num":20}`,
+		header: "X-API-KEY: $SERPER_API_KEY\nContent-Type: application/json",
+		items:  "organic", link: "$link", snippet: "$snippet"},
+	{name: "exa", url: "https://api.exa.ai/search",
+		body:   `{"query":$q,"numResults":20,"contents":{"text":{"maxCharacters":500}}}`,
+		header: "x-api-key: $EXA_API_KEY\nContent-Type: application/json",
+		items:  "results", link: "$url", snippet: "$text"},
+	{name: "google",
+		url:  "https://www.googleapis.com/customsearch/v1?q=$q&key=$GOOGLE_API_KEY&cx=$GOOGLE_CSE_ID",
+		link: "$link", items: "items", snippet: "$snippet"},
+	{name: "searxng", url: "$SEARXNG_URL/search?q=$q&format=json",
+		items: "results", link: "$url", snippet: "$content"},
+}
+
+// Headers every request starts with; an engine's own lines come after and win.
+const (
+	searchBrowserHeader = `
+User-Agent: Mozilla/5.0 (X11; Linux x86_64; rv:152.0) Gecko/20100101 Firefox/152.0
+Accept: text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8
+Accept-Language: en-US,en;q=0.9
+Sec-Fetch-Dest: document
+Sec-Fetch-Mode: navigate
+Sec-Fetch-Site: none
+Sec-Fetch-User: ?1
+`
+	searchAPIHeader = `User-Agent: telson (+https://github.com/telsonhq/telson)
+Accept: application/json
+`
+)
+
+// searchMissing lists the configuration keys e's templates use that are not set.
+func searchMissing(cfg *config, e *searchEngine) []string {
+	var missing []string
+	os.Expand(e.url+e.header, func(key string) string {
+		if key == strings.ToUpper(key) && cfg.str(key) == "" {
+			missing = append(missing, key)
+		}
+		return ""
+	})
+	return missing
+}
+
+// get fills e's templates, sends the request and reads the answer; net/http
+// asks for gzip and decodes it.
+func (e *searchEngine) get(ctx context.Context, client *http.Client, cfg *config,
+	query string) (*http.Response, string, error) {
+	q := url.QueryEscape(query)
+	if strings.HasPrefix(e.body, "{") {
+		quoted, _ := json.Marshal(query)
+		q = string(quoted)
 	}
-	return fmt.Sprintf(`Searches the web with many engines at once and returns one merged list: title, URL, snippet and which engines found each result, then one line per engine saying how it fared (ok, empty, rate-limited, captcha, blocked, error, timed out, resting).
-
-- Engines: %s. Results several engines agree on rank higher.
-- Each engine gets %d ms; the call takes about as long as the slowest engine within that, never the sum.
-- An engine that was rate-limited, blocked or shown a captcha rests for a while and is reported as resting.
-- engines picks a few by name: ["wikipedia","arxiv"] for papers, ["stackoverflow","github","hackernews"] for code.
-
-Example: {"query": "golang context cancellation", "max_results": 10}`, strings.Join(names, ", "), srv.cfg.int("SEARCH_TIMEOUT_MS"))
+	fill := func(name string) string {
+		if name == "q" {
+			return q
+		}
+		return cfg.str(name)
+	}
+	u, err := url.Parse(os.Expand(e.url, fill))
+	if err != nil {
+		return nil, "", err
+	}
+	base, err := url.Parse(cfg.str("SEARCH_URL_" + strings.ToUpper(e.name)))
+	if err == nil && base.Host != "" {
+		u.Scheme = base.Scheme
+		u.Host = base.Host
+	}
+	method := http.MethodGet
+	if e.body != "" {
+		method = http.MethodPost
+	}
+	body := strings.NewReader(os.Expand(e.body, fill))
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), body)
+	if err != nil {
+		return nil, "", err
+	}
+	header := searchAPIHeader
+	if e.browser {
+		header = searchBrowserHeader
+	}
+	for _, line := range strings.Split(os.Expand(header+e.header, fill), "\n") {
+		if k, v, ok := strings.Cut(line, ": "); ok {
+			req.Header.Set(k, v)
+		}
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, "", err
+	}
+	defer resp.Body.Close()
+	answer, err := io.ReadAll(io.LimitReader(resp.Body, searchMaxBody))
+	return resp, string(answer), err
 }
 
 // searchHit is one result as an engine gave it.
 type searchHit struct{ title, url, snippet string }
 
-// searchOutcome is one engine's fate in one call.
-type searchOutcome struct {
-	Name   string `json:"name"`
-	Status string `json:"status"` // ok, empty, rate-limited, captcha, blocked, error, timed out, resting
-	Count  int    `json:"count"`
-	Detail string `json:"detail,omitempty"`
-	hits   []searchHit
-	rest   time.Duration // the engine asked not to be called again for this long (Stack Exchange's backoff)
-}
-
-// searchFail is a failure already classified, such as a captcha page.
-type searchFail struct{ status, detail string }
-
-func (f *searchFail) Error() string { return f.status + ": " + f.detail }
-
-// searchQuery is what a request builder and a parser get.
-type searchQuery struct {
-	base, text string // base: scheme://host[:port] the engine's paths go under
-	n          int    // results wanted
-	cfg        *config
-	st         *searchState
-}
-
-// searchEngine is one engine: a request template (see request) and a parser.
-type searchEngine struct {
-	name, base string
-	keys       []string // configuration a keyed engine needs; it is off until all are set
-	api        bool     // a JSON or XML API: telson names itself instead of posing as a browser
-	path, body string   // a body makes a POST: JSON if it starts with {, else a form
-	header     string   // "Name: value" lines
-	max        int      // most results one request may ask for; 0: no limit below 50
-
-	prep func(ctx context.Context, q *searchQuery, vars map[string]string) error      // fetches more placeholders first
-	read func(q *searchQuery, body []byte) (hits []searchHit, listed bool, err error) // listed: a result list is there
-}
-
-// searchEngines is every engine; those without keys are the default set.
-var searchEngines = []searchEngine{
-	{name: "duckduckgo", base: "https://html.duckduckgo.com", path: "/html/", body: "q=$q&b=&kl=wt-wt",
-		header: "Referer: $base/\nOrigin: $base\nSec-Fetch-Site: same-origin",
-		read:   searchRecipe{list: "#links", item: "div.result", skip: "result--ad", link: "a.result__a", snippet: ".result__snippet"}.read},
-	{name: "brave", base: "https://search.brave.com", path: "/search?q=$q&source=web",
-		header: "Cookie: safesearch=moderate; useLocation=0; summarizer=0; country=us; ui_lang=en-us",
-		read: searchRecipe{list: "#results", item: "div[data-type=web]", link: "a", title: ".search-snippet-title,.snippet-title",
-			snippet: ".generic-snippet .content,.snippet-description", strip: "t-secondary"}.read},
-	{name: "mojeek", base: "https://www.mojeek.com", path: "/search?q=$q&safe=0",
-		read: searchRecipe{list: "ul.results-standard", item: "ul.results-standard li", link: "a.ob,h2 a", title: "h2 a,a.title", snippet: "p.s"}.read},
-	{name: "startpage", base: "https://www.startpage.com", prep: searchStartpageToken, path: "/sp/search",
-		body: "query=$q&cat=web&t=device&sc=$sc&with_date=&abd=1&abe=1&qsr=all&qadf=moderate&language=english&lui=english", read: parseStartpage,
-		header: "Origin: $base\nReferer: $base/\nSec-Fetch-Site: same-origin\nCookie: preferences=date_timeEEEworldN1Ndisable_family_filterEEE0N1Nenable_post_methodEEE1N1NlanguageEEEenglishN1Nnum_of_resultsEEE10"},
-	{name: "bing", base: "https://www.bing.com", path: "/search?q=$q&mkt=en-US", header: "Cookie: _EDGE_CD=m=en-us&u=en-us; _EDGE_S=mkt=en-us&ui=en-us",
-		read: searchRecipe{list: "#b_results", item: "li.b_algo", link: "h2 a,a.tilk", title: "h2 a,.tptt",
-			snippet: ".b_caption p,.b_snippet,.b_lineclamp2,.b_lineclamp3,p", strip: "algoSlug_icon"}.read},
-	{name: "yahoo", base: "https://search.yahoo.com", path: "/search?p=$q&iscqry=", header: "Cookie: sB=v=1&vm=r&fl=1&vl=lang_en&pn=10&rw=new&userset=1",
-		read: searchRecipe{list: "#web", item: "div.algo-sr", link: ".compTitle a", title: ".compTitle h3", snippet: ".compText"}.read},
-	{name: "wikipedia", base: "https://en.wikipedia.org", api: true, path: "/w/api.php?action=query&list=search&srsearch=$q&srlimit=$n&format=json&utf8=1",
-		read: searchJSON{"query.search", "$title", "$base/wiki/$title_", "$snippet"}.read},
-	{name: "hackernews", base: "https://hn.algolia.com", api: true, path: "/api/v1/search?query=$q&tags=story&hitsPerPage=$n",
-		read: searchJSON{"hits", "$title", "$url || https://news.ycombinator.com/item?id=$objectID",
-			"$points points, $num_comments comments: https://news.ycombinator.com/item?id=$objectID $story_text || $points points, $num_comments comments: https://news.ycombinator.com/item?id=$objectID"}.read},
-	{name: "stackoverflow", base: "https://api.stackexchange.com", api: true, path: "/2.3/search/advanced?order=desc&sort=relevance&q=$q&site=stackoverflow&pagesize=$n&page=1",
-		read: searchJSON{"items", "$title", "$link", "$answer_count answers, score $score; tags: $tags"}.read},
-	{name: "github", base: "https://api.github.com", api: true, path: "/search/repositories?q=$q&per_page=$n",
-		header: "Accept: application/vnd.github+json\nX-GitHub-Api-Version: 2022-11-28\nAuthorization: Bearer $GITHUB_TOKEN",
-		read:   searchJSON{"items", "$full_name", "$html_url", "$description ($stargazers_count stars, $language) || $description ($stargazers_count stars) || $stargazers_count stars"}.read},
-	{name: "arxiv", base: "https://export.arxiv.org", api: true, path: "/api/query?search_query=all:$q&start=0&max_results=$n",
-		header: "Accept: application/atom+xml", read: parseArxiv},
-	{name: "braveapi", base: "https://api.search.brave.com", api: true, keys: []string{"BRAVE_API_KEY"}, max: 20,
-		path: "/res/v1/web/search?q=$q&count=$n&text_decorations=false", header: "X-Subscription-Token: $BRAVE_API_KEY",
-		read: searchJSON{"web.results", "$title", "$url", "$description"}.read},
-	{name: "tavily", base: "https://api.tavily.com", api: true, keys: []string{"TAVILY_API_KEY"}, max: 20,
-		path: "/search", body: `{"query":"$q","max_results":$n}`, header: "Authorization: Bearer $TAVILY_API_KEY",
-		read: searchJSON{"results", "$title", "$url", "$content"}.read},
-	{name: "serper", base: "https://google.serper.dev", api: true, keys: []string{"SERPER_API_KEY"},
-		path: "/search", body: `{"q":"$q","num":$n}`, header: "X-API-KEY: $SERPER_API_KEY", read: searchJSON{"organic", "$title", "$link", "$snippet"}.read},
-	{name: "exa", base: "https://api.exa.ai", api: true, keys: []string{"EXA_API_KEY"},
-		path: "/search", body: `{"query":"$q","type":"auto","numResults":$n,"contents":{"highlights":{"maxCharacters":500}}}`, header: "x-api-key: $EXA_API_KEY",
-		read: searchJSON{"results", "$title", "$url", "$highlights"}.read},
-	{name: "google", base: "https://www.googleapis.com", api: true, keys: []string{"GOOGLE_API_KEY", "GOOGLE_CSE_ID"}, max: 10,
-		path: "/customsearch/v1?key=$GOOGLE_API_KEY&cx=$GOOGLE_CSE_ID&q=$q&num=$n", read: searchJSON{"items", "$title", "$link", "$snippet"}.read},
-	{name: "searxng", api: true, keys: []string{"SEARXNG_URL"}, path: "/search?q=$q&format=json&pageno=1&safesearch=0", // base: SEARXNG_URL
-		read: searchJSON{"results", "$title", "$url", "$content"}.read},
-}
-
-var searchPlaceholder = regexp.MustCompile(`\$\w+`)
-
-// searchExpand fills $name placeholders from get; of " || " alternatives, the first with all filled wins.
-func searchExpand(t string, get func(string) string) (s string, ok bool) {
-	alts := strings.Split(t, " || ")
-	for k, alt := range alts {
-		ok = true
-		s = searchPlaceholder.ReplaceAllStringFunc(alt, func(p string) string {
-			v := get(p[1:])
-			ok = ok && v != ""
-			return v
-		})
-		if ok || k == len(alts)-1 {
-			break
-		}
+// read finds the results in an answer; listed reports a result list there, even an empty one.
+func (e *searchEngine) read(body string) (hits []searchHit, listed bool, err error) {
+	if !strings.HasPrefix(strings.TrimSpace(body), "{") {
+		hits, listed = e.readMarkup(body)
+		return hits, listed, nil
 	}
-	return s, ok
-}
-
-// Headers every request starts with; an engine's own header lines come after and win.
-const (
-	searchBrowserHeader = "User-Agent: Mozilla/5.0 (X11; Linux x86_64; rv:152.0) Gecko/20100101 Firefox/152.0\nAccept: text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8\n" +
-		"Accept-Language: en-US,en;q=0.9\nSec-Fetch-Dest: document\nSec-Fetch-Mode: navigate\nSec-Fetch-Site: none\nSec-Fetch-User: ?1\n"
-	searchAPIHeader = "User-Agent: telson/$version (+https://github.com/telsonhq/telson)\nAccept: application/json\n"
-)
-
-// request fills an engine's templates with $q, $n, $base and $CONFIG_KEY; a header line
-// whose placeholders are empty is left out. net/http asks for gzip and decodes it.
-func (e *searchEngine) request(ctx context.Context, q *searchQuery) (*http.Request, error) {
-	vars := map[string]string{"q": q.text, "n": strconv.Itoa(min(q.n, cmp.Or(e.max, q.n))), "base": q.base, "version": q.st.version}
-	if e.prep != nil {
-		if err := e.prep(ctx, q, vars); err != nil {
-			return nil, err
-		}
-	}
-	fill := func(t string, esc func(string) string) (string, bool) {
-		return searchExpand(t, func(name string) string { return esc(cmp.Or(vars[name], q.cfg.str(name))) })
-	}
-	method, header, esc := "GET", searchBrowserHeader+e.header, url.QueryEscape
-	if e.api {
-		header = searchAPIHeader + e.header
-	}
-	switch {
-	case strings.HasPrefix(e.body, "{"):
-		method, header, esc = "POST", header+"\nContent-Type: application/json", func(s string) string { b, _ := json.Marshal(s); return string(b[1 : len(b)-1]) }
-	case e.body != "":
-		method, header = "POST", header+"\nContent-Type: application/x-www-form-urlencoded"
-	}
-	path, _ := fill(e.path, url.QueryEscape)
-	body, _ := fill(e.body, esc)
-	req, err := http.NewRequestWithContext(ctx, method, q.base+path, strings.NewReader(body))
-	if err != nil {
-		return nil, fmt.Errorf("request: %w", err)
-	}
-	for _, line := range strings.Split(header, "\n") {
-		if line, ok := fill(line, func(s string) string { return s }); ok && line != "" {
-			k, v, _ := strings.Cut(line, ": ")
-			req.Header.Set(k, v)
-		}
-	}
-	return req, nil
-}
-
-// searchStartpageToken reads from Startpage's home page the sc token its search form posts.
-func searchStartpageToken(ctx context.Context, q *searchQuery, vars map[string]string) error {
-	home, err := (&searchEngine{path: "/"}).request(ctx, q)
-	if err != nil {
-		return err
-	}
-	body, err := q.st.get(home, false)
-	if err != nil {
-		return err
-	}
-	if sc := searchFirst(parseHTML(string(body)), "input[name=sc]"); sc != nil && sc.attr("value") != "" {
-		vars["sc"] = sc.attr("value")
-		return nil
-	}
-	return &searchFail{"blocked", "no sc token on the home page"}
-}
-
-// searchJSON reads the JSON list at path list with item templates ($field of each item, $base).
-type searchJSON struct{ list, title, url, snippet string }
-
-func (j searchJSON) read(q *searchQuery, body []byte) ([]searchHit, bool, error) {
 	var v any
-	if err := json.Unmarshal(body, &v); err != nil {
+	if err := json.Unmarshal([]byte(body), &v); err != nil {
 		return nil, false, fmt.Errorf("bad JSON: %w", err)
 	}
-	items, _ := searchPath(v, j.list).([]any)
-	var hits []searchHit
-	for _, it := range items {
-		field := func(name string) string {
-			if name == "base" {
-				return q.base
-			}
-			s := searchString(searchPath(it, strings.TrimSuffix(name, "_")))
-			if strings.HasSuffix(name, "_") { // a title made a wiki path
-				s = strings.ReplaceAll(s, " ", "_")
-			}
-			return s
-		}
-		fill := func(t string) string { s, _ := searchExpand(t, field); return s }
-		hits = append(hits, searchHit{fill(j.title), fill(j.url), fill(j.snippet)})
-	}
-	return hits, items != nil, nil
-}
-
-// searchPath is the value at path (dot-separated keys) in decoded JSON.
-func searchPath(v any, path string) any {
-	for _, k := range strings.Split(path, ".") {
+	for _, key := range strings.Split(e.items, ".") {
 		m, _ := v.(map[string]any)
-		v = m[k]
+		v = m[key]
 	}
-	return v
-}
-
-// searchString is a JSON value as text; a list of phrases is joined with " … ", of words with ", ".
-func searchString(v any) string {
-	switch x := v.(type) {
-	case string:
-		return x
-	case float64:
-		return strconv.FormatFloat(x, 'f', -1, 64)
-	case []any:
-		parts := make([]string, len(x))
-		for i, p := range x {
-			parts[i] = searchString(p)
-		}
-		if len(parts) > 0 && strings.Contains(parts[0], " ") {
-			return strings.Join(parts, " … ")
-		}
-		return strings.Join(parts, ", ")
-	}
-	return ""
-}
-
-// parseStartpage reads the results data the page hands to its script, or else its HTML.
-func parseStartpage(q *searchQuery, body []byte) ([]searchHit, bool, error) {
-	_, data, _ := strings.Cut(string(body), "UIStartpage.AppSerpWeb")
-	i := strings.IndexByte(data, '{')
-	if i < 0 {
-		return searchRecipe{list: ".w-gl", item: "div.result", link: "a.result-link", title: "h2", snippet: "p.description"}.read(q, body)
-	}
-	var v any
-	if err := json.NewDecoder(strings.NewReader(data[i:])).Decode(&v); err != nil {
-		return nil, false, fmt.Errorf("bad results data: %w", err)
-	}
-	text := func(r any, key string) string { return parseHTML(searchString(searchPath(r, key))).textContent() }
-	var hits []searchHit
-	mainline, _ := searchPath(v, "render.presenter.regions.mainline").([]any)
-	for _, m := range mainline {
-		results, _ := searchPath(m, "results").([]any)
-		for _, r := range results {
-			if searchPath(m, "display_type") != "web-google" {
-				break
+	items, listed := v.([]any)
+	for _, item := range items {
+		m, _ := item.(map[string]any)
+		field := func(key string) string {
+			if m[key] == nil {
+				return ""
 			}
-			d := text(r, "description")
-			if j := strings.Index(d, " ... "); j >= 0 && j < 20 { // a date: "2 Sep 2014 ... ", "5 days ago ... "
-				d = d[j+5:]
-			}
-			hits = append(hits, searchHit{text(r, "title"), searchString(searchPath(r, "clickUrl")), d})
+			return fmt.Sprint(m[key])
 		}
+		hits = append(hits, searchHit{
+			title:   parseHTML(os.Expand(cmp.Or(e.title, "$title"), field)).textContent(),
+			url:     strings.ReplaceAll(os.Expand(e.link, field), " ", "_"), // Wikipedia's titles
+			snippet: parseHTML(os.Expand(e.snippet, field)).textContent(),
+		})
 	}
-	return hits, true, nil
+	return hits, listed, nil
 }
 
-func parseArxiv(_ *searchQuery, body []byte) ([]searchHit, bool, error) {
-	var v struct {
-		XMLName xml.Name
-		Entries []struct {
-			Title   string `xml:"title"`
-			ID      string `xml:"id"`
-			Summary string `xml:"summary"`
-		} `xml:"entry"`
-	}
-	if err := xml.Unmarshal(body, &v); err != nil {
-		return nil, false, fmt.Errorf("bad Atom: %w", err)
-	}
+// readMarkup reads the blocks in the result list (or the whole page); a link
+// selector may name an element holding the link.
+func (e *searchEngine) readMarkup(body string) ([]searchHit, bool) {
+	doc := parseHTML(body)
+	list := searchFirst(doc, e.list)
 	var hits []searchHit
-	for _, e := range v.Entries {
-		hits = append(hits, searchHit{e.Title, strings.Replace(e.ID, "http://", "https://", 1), e.Summary})
-	}
-	return hits, v.XMLName.Local == "feed", nil
-}
-
-// searchRecipe reads an HTML result page with selectors (see searchAll).
-type searchRecipe struct {
-	list, item, link, title, snippet string // list: the result container, to tell "no results" from "not a result page"
-	skip                             string // class of items that are ads
-	strip                            string // class of elements left out of snippets (dates, icons)
-}
-
-func (r searchRecipe) read(_ *searchQuery, body []byte) ([]searchHit, bool, error) {
-	doc := parseHTML(string(body))
-	var hits []searchHit
-	for _, it := range searchAll(doc, r.item) {
-		a, t, s := searchFirst(it, r.link), searchFirst(it, r.title), searchFirst(it, r.snippet)
-		if a == nil || it.hasClass(r.skip) {
+	for _, block := range searchAll(cmp.Or(list, doc), e.items) {
+		a := searchFirst(block, e.link)
+		if a != nil && a.attr("href") == "" {
+			a = searchFirst(a, "a")
+		}
+		if a == nil {
 			continue
 		}
-		h := searchHit{title: cmp.Or(t, a).textContent(), url: a.attr("href")}
-		if s != nil {
-			for _, x := range s.findAll(func(c *htmlNode) bool { return c.hasClass(r.strip) }) {
+		h := searchHit{title: a.textContent(), url: a.attr("href")}
+		if t := searchFirst(block, e.title); t != nil {
+			h.title = t.textContent()
+		}
+		if s := searchFirst(block, e.snippet); s != nil {
+			for _, x := range searchAll(s, e.strip) {
 				x.children = nil // the tree is this parse's own
 			}
 			h.snippet = s.textContent()
 		}
 		hits = append(hits, h)
 	}
-	return hits, searchFirst(doc, r.list) != nil, nil
+	return hits, list != nil
 }
 
-var searchSelectorPart = regexp.MustCompile(`[#.\[]?[^#.\[]+`) // tag, #id, .class or [attr=value]
-
-// searchAll returns the nodes below n that sel matches: comma-separated alternatives in order, each a descendant chain.
+// searchAll returns the elements below n that sel matches: comma-separated alternatives, in order.
 func searchAll(n *htmlNode, sel string) []*htmlNode {
 	var out []*htmlNode
 	for _, alt := range strings.Split(sel, ",") {
-		steps := strings.Fields(alt)
-		nodes := []*htmlNode{n}
-		for _, step := range steps {
-			parts := searchSelectorPart.FindAllString(step, -1)
-			var next []*htmlNode
-			for _, p := range nodes {
-				next = append(next, p.findAll(func(c *htmlNode) bool { return searchMatch(c, parts) })...)
-			}
-			nodes = next
-		}
-		if len(steps) > 0 {
-			out = append(out, nodes...)
-		}
+		out = append(out, n.findAll(func(c *htmlNode) bool { return searchMatch(c, alt) })...)
 	}
 	return out
 }
 
 func searchFirst(n *htmlNode, sel string) *htmlNode {
-	if all := searchAll(n, sel); len(all) > 0 {
-		return all[0]
+	all := searchAll(n, sel)
+	if len(all) == 0 {
+		return nil
 	}
-	return nil
+	return all[0]
 }
 
-// searchMatch reports whether element n matches every part of one simple selector.
-func searchMatch(n *htmlNode, parts []string) bool {
-	for _, p := range parts {
-		k, v, _ := strings.Cut(strings.Trim(p[1:], "]"), "=")
-		if p[0] == '#' && n.attr("id") != p[1:] || p[0] == '.' && !n.hasClass(p[1:]) || p[0] == '[' && n.attr(k) != v ||
-			isASCIILetter(p[0]) && n.tag != p {
-			return false
-		}
+// searchMatch reports whether element n matches sel: a tag, then at most
+// one #id, .class or [attr=value].
+func searchMatch(n *htmlNode, sel string) bool {
+	i := strings.IndexAny(sel, "#.[")
+	if i < 0 {
+		return n.tag != "" && n.tag == sel
 	}
-	return n.tag != ""
+	if n.tag == "" || i > 0 && n.tag != sel[:i] {
+		return false
+	}
+	switch sel[i] {
+	case '#':
+		return n.attr("id") == sel[i+1:]
+	case '.':
+		return n.hasClass(sel[i+1:])
+	}
+	key, value, _ := strings.Cut(strings.Trim(sel[i:], "[]"), "=")
+	return n.attr(key) == value
 }
 
-// searchState is what WebSearch keeps across calls and sessions: an HTTP client and the resting engines.
+// searchState is what WebSearch keeps across calls and sessions: an HTTP
+// client and the resting engines.
 type searchState struct {
-	client  *http.Client
-	version string // telson's, for the API engines' User-Agent
+	client *http.Client
 
 	mu      sync.Mutex // guards resting
 	resting map[string]searchRest
@@ -1906,231 +2159,192 @@ type searchRest struct {
 	why          string // the status that sent the engine to rest
 }
 
-func newSearchState(version string) *searchState {
+func newSearchState(string) *searchState {
 	jar, _ := cookiejar.New(nil)
-	client := &http.Client{Jar: jar, Transport: http.DefaultTransport.(*http.Transport).Clone()} // its own idle connections
-	return &searchState{client: client, resting: map[string]searchRest{}, version: version}
+	return &searchState{client: &http.Client{Jar: jar}, resting: map[string]searchRest{}}
 }
 
-// Anti-bot markers: captcha marks are checked on every HTML answer, the words only on pages without results.
+// searchOutcome is one engine's fate in one call.
+type searchOutcome struct {
+	Name string `json:"name"`
+	// ok, empty, rate-limited, captcha, blocked, error, timed out, resting
+	Status string `json:"status"`
+	Count  int    `json:"count"`
+	Detail string `json:"detail,omitempty"`
+	hits   []searchHit
+}
+
+// line is the outcome as a line of the reply.
+func (o *searchOutcome) line() string {
+	if o.Detail == "" {
+		return "- " + o.Name + ": " + o.Status
+	}
+	return "- " + o.Name + ": " + o.Status + " (" + o.Detail + ")"
+}
+
+// Anti-bot markers: captcha marks are checked on every markup answer, the
+// words only on pages without results.
 var (
-	searchCaptchaMarks = []string{`id="challenge-form"`, "anomaly-modal", "<title>captcha", "altcha.js", "/sp/captcha",
-		"__cf_chl_", "/cdn-cgi/challenge-platform/", "google.com/recaptcha", `id="b_captcha"`, `class="b_captcha"`, "captcha-wrap"}
-	searchBotWords  = []string{"verify you are human", "unusual traffic", "automated queries", "are you a robot", "bots use duckduckgo too", "non-javascript site"}
-	searchNoneWords = []string{"no results found", "no results for", "no pages found", "did not match any", "there are no results"}
+	searchCaptchaMarks = []string{`id="challenge-form"`, "anomaly-modal", "<title>captcha",
+		"altcha.js", "__cf_chl_", "/cdn-cgi/challenge-platform/", "google.com/recaptcha",
+		`id="b_captcha"`}
+	searchBotWords = []string{"verify you are human", "unusual traffic", "automated queries",
+		"are you a robot", "bots use duckduckgo too", "non-javascript site"}
+	searchNoneWords = []string{"no results found", "no results for", "no pages found",
+		"did not match any"}
 )
-
-// get sends req and reads the answer; one its final URL, status or markers show to fail is a *searchFail.
-func (st *searchState) get(req *http.Request, api bool) ([]byte, error) {
-	resp, err := st.client.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, searchMaxBody))
-	if err != nil {
-		return nil, fmt.Errorf("read: %w", err)
-	}
-	low, code := searchLower(body), resp.StatusCode
-	page := strings.ToLower(resp.Request.URL.Host + resp.Request.URL.Path)
-	failed, why := code < 200 || code >= 300, fmt.Sprintf("HTTP %d", code)
-	if failed && searchAPIMessage(body) != "" {
-		why += ": " + searchAPIMessage(body)
-	}
-	htmlPage := !api || strings.HasPrefix(strings.TrimSpace(low), "<!doctype html") || strings.HasPrefix(strings.TrimSpace(low), "<html")
-	switch {
-	case strings.Contains(page, "captcha") || strings.Contains(page, "/sorry"):
-		return nil, &searchFail{"captcha", "sent to " + resp.Request.URL.Path}
-	case strings.Contains(page, "consent") || strings.Contains(page, "guce."):
-		return nil, &searchFail{"blocked", "consent page"}
-	case htmlPage && searchContains(low, searchCaptchaMarks):
-		return nil, &searchFail{"captcha", "challenge page"}
-	case code == 429 || code == 202 || code >= 400 && searchContains(low, []string{"rate limit", "throttle"}):
-		return nil, &searchFail{"rate-limited", why}
-	case code == 402 || code == 403:
-		return nil, &searchFail{"blocked", why}
-	case failed:
-		return nil, &searchFail{"error", why}
-	}
-	return body, nil
-}
-
-// searchLower is the start of body in lower case, for markers.
-func searchLower(body []byte) string { return strings.ToLower(string(body[:min(len(body), 512<<10)])) }
 
 func searchContains(s string, words []string) bool {
 	return slices.ContainsFunc(words, func(w string) bool { return strings.Contains(s, w) })
 }
 
-// searchAPIMessage digs an error message out of a JSON error answer.
-func searchAPIMessage(body []byte) string {
-	var v any
-	if len(body) == 0 || body[0] != '{' || json.Unmarshal(body, &v) != nil {
-		return ""
-	}
-	for depth := 0; depth < 3; depth++ {
-		m, _ := v.(map[string]any)
-		v = nil
-		for _, k := range []string{"message", "error_message", "error", "detail"} {
-			if s, _ := m[k].(string); s != "" {
-				return searchCut(s, 160)
-			}
-			if x, ok := m[k].(map[string]any); ok {
-				v = x
-			}
-		}
-	}
-	return ""
-}
-
-// ask asks one engine, unless it is not configured, resting or has a bad base URL, and reads its answer.
-func (st *searchState) ask(ctx context.Context, e *searchEngine, q *searchQuery, timeout time.Duration) searchOutcome {
-	o := searchOutcome{Name: e.name}
+// ask asks one engine, unless it is resting or not configured, and judges its answer.
+func (st *searchState) ask(ctx context.Context, cfg *config, e *searchEngine,
+	query string) searchOutcome {
+	o := searchOutcome{Name: e.name, Status: "error"}
 	st.mu.Lock()
 	rest := st.resting[e.name]
 	st.mu.Unlock()
-	u, err := url.Parse(q.base)
-	var body []byte
-	switch {
-	case !searchConfigured(q.cfg, e):
-		err = &searchFail{"error", "not configured: set " + strings.Join(e.keys, " and ")}
-	case time.Now().Before(rest.until):
-		err = &searchFail{"resting", rest.why + " " + searchAgo(time.Since(rest.since))}
-	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
-		err = &searchFail{"error", fmt.Sprintf("bad base URL %q", q.base)}
-	default:
-		var req *http.Request
-		if req, err = e.request(ctx, q); err == nil {
-			body, err = st.get(req, e.api)
-		}
-	}
-	if err != nil {
-		var sf *searchFail
-		var ue *url.Error
-		o.Status, o.Detail = "error", err.Error()
-		switch {
-		case errors.As(err, &sf):
-			o.Status, o.Detail = sf.status, sf.detail
-		case errors.Is(ctx.Err(), context.DeadlineExceeded):
-			o.Status, o.Detail = "timed out", fmt.Sprintf("no answer within %v", timeout)
-		case errors.As(err, &ue):
-			o.Detail = ue.Err.Error()
-		}
+	missing := searchMissing(cfg, e)
+	if time.Now().Before(rest.until) {
+		o.Status = "resting"
+		o.Detail = fmt.Sprintf("%s %v ago", rest.why, time.Since(rest.since).Round(time.Second))
 		return o
 	}
-	hits, listed, err := e.read(q, body)
-	hits = searchTidy(hits, q.n, e.api)
-	var bo struct{ Backoff float64 }
-	if e.api && json.Unmarshal(body, &bo) == nil && bo.Backoff > 0 {
-		o.rest = time.Duration(bo.Backoff * float64(time.Second))
+	if len(missing) > 0 {
+		o.Detail = "not configured: set " + strings.Join(missing, " and ")
+		return o
 	}
-	switch low := searchLower(body); {
-	case err != nil:
-		o.Status, o.Detail = "error", err.Error()
-	case len(hits) > 0:
-		o.Status, o.Count, o.hits = "ok", len(hits), hits
-	case searchContains(low, searchBotWords):
-		o.Status, o.Detail = "blocked", "bot check page"
-	case listed || searchContains(low, searchNoneWords):
-		o.Status = "empty"
-	default:
-		o.Status, o.Detail = "error", strings.TrimSuffix("unrecognised answer (no result list) "+searchAPIMessage(body), " ")
+	resp, body, err := e.get(ctx, st.client, cfg, query)
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		o.Status = "timed out"
+		o.Detail = fmt.Sprintf("no answer within %dms", cfg.int("SEARCH_TIMEOUT_MS"))
+		return o
+	}
+	var urlErr *url.Error
+	if errors.As(err, &urlErr) {
+		err = urlErr.Err // without the URL, which may hold a key
+	}
+	if err != nil {
+		o.Detail = err.Error()
+		return o
+	}
+	hits, listed, err := e.read(body)
+	hits = searchTidy(hits)
+	o.Status, o.Detail = searchJudge(resp, body, len(hits), listed, err)
+	if o.Status == "ok" {
+		o.hits = hits
+		o.Count = len(hits)
+		o.Detail = fmt.Sprintf("%d results", o.Count)
 	}
 	return o
 }
 
-// searchTidy unwraps redirect links, drops ads and non-web links, and makes titles and snippets plain text.
-func searchTidy(hits []searchHit, n int, api bool) []searchHit {
-	text := func(s string, max int) string {
-		if api && strings.ContainsAny(s, "<&") {
-			s = parseHTML(s).textContent()
-		}
-		return searchCut(strings.Join(strings.Fields(s), " "), max)
+// searchJudge is an answer's fate: its final URL, status and markers first, then its results.
+func searchJudge(resp *http.Response, body string, hits int, listed bool,
+	err error) (status, detail string) {
+	page := strings.ToLower(resp.Request.URL.Host + resp.Request.URL.Path)
+	low := strings.ToLower(body)
+	code := resp.StatusCode
+	isJSON := strings.HasPrefix(strings.TrimSpace(body), "{")
+	why := fmt.Sprintf("HTTP %d", code)
+	if isJSON {
+		why += ": " + searchCut(body, 200)
 	}
+	switch {
+	case strings.Contains(page, "captcha"):
+		return "captcha", page
+	case strings.Contains(page, "consent"):
+		return "blocked", page
+	case !isJSON && searchContains(low, searchCaptchaMarks):
+		return "captcha", "challenge page"
+	case code == http.StatusTooManyRequests || code == http.StatusAccepted:
+		return "rate-limited", why
+	case code >= 400 && searchContains(low, []string{"rate limit", "throttle"}):
+		return "rate-limited", why
+	case code == http.StatusForbidden:
+		return "blocked", why
+	case code < 200 || code >= 300:
+		return "error", why
+	case err != nil:
+		return "error", err.Error()
+	case hits > 0:
+		return "ok", ""
+	case searchContains(low, searchBotWords):
+		return "blocked", "bot check page"
+	case listed || searchContains(low, searchNoneWords):
+		return "empty", ""
+	case isJSON:
+		return "error", "no result list: " + searchCut(body, 200)
+	}
+	return "error", "no result list"
+}
+
+// searchTidy unwraps redirect links, drops ads and links that are not to web
+// pages, and cuts long texts.
+func searchTidy(hits []searchHit) []searchHit {
 	var out []searchHit
 	for _, h := range hits {
 		u, err := url.Parse(searchUnwrap(strings.TrimSpace(h.url)))
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Query().Get("ad_domain") != "" ||
-			searchContains(strings.ToLower(u.Host+u.Path), []string{"duckduckgo.com/y.js", "duckduckgo.com/l/", "bing.com/aclick", "bing.com/ck/a", "r.search.yahoo.com/"}) {
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			continue
 		}
-		if q := u.Query(); searchDropTracking(q) {
-			u.RawQuery = q.Encode()
-		}
-		if strings.HasPrefix(u.Fragment, ":~:") { // a text fragment
-			u.Fragment, u.RawFragment = "", ""
+		page := strings.ToLower(u.Host + u.Path)
+		wrapped := []string{"duckduckgo.com/y.js", "duckduckgo.com/l/", "bing.com/aclick",
+			"bing.com/ck/a", "r.search.yahoo.com/"}
+		if searchContains(page, wrapped) {
+			continue // an ad or a link still wrapped
 		}
 		h.url = u.String()
-		h.title, h.snippet = text(h.title, 300), text(h.snippet, 500)
+		h.title = searchCut(h.title, searchMaxText)
+		h.snippet = searchCut(h.snippet, searchMaxText)
 		if h.title == "" {
 			h.title = u.Host + u.Path
 		}
-		if out = append(out, h); len(out) == n {
-			break
-		}
+		out = append(out, h)
 	}
 	return out
 }
 
 func searchCut(s string, max int) string {
-	if r := []rune(s); len(r) > max {
-		return strings.TrimSpace(string(r[:max-1])) + "…"
+	r := []rune(s)
+	if len(r) <= max {
+		return s
 	}
-	return s
+	return strings.TrimSpace(string(r[:max-1])) + "…"
 }
 
-// searchUnwrap turns a click-tracking link (DuckDuckGo, Bing ck/a, Yahoo /RU=, Google /url) into its target.
+// searchUnwrap turns a click-tracking link (DuckDuckGo, Bing ck/a, Yahoo /RU=) into its target.
 func searchUnwrap(href string) string {
-	if _, ru, found := strings.Cut(href, "/RU="); found {
-		ru, _, _ = strings.Cut(ru, "/RK=")
-		ru, _, _ = strings.Cut(ru, "/RS=")
-		if s, err := url.PathUnescape(ru); err == nil {
-			return s
-		}
-	}
 	u, err := url.Parse(href)
 	if err != nil {
 		return href
 	}
 	q := u.Query()
+	_, yahoo, isYahoo := strings.Cut(u.Path, "/RU=")
+	yahoo, _, _ = strings.Cut(yahoo, "/RK=")
+	bing, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(q.Get("u"), "a1"))
 	switch {
+	case isYahoo:
+		return yahoo
 	case q.Get("uddg") != "":
 		return q.Get("uddg")
-	case strings.HasSuffix(u.Path, "/ck/a") && strings.HasPrefix(q.Get("u"), "a1"):
-		if b, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(q.Get("u")[2:], "=")); err == nil {
-			return string(b)
-		}
-	case u.Path == "/url" && strings.HasPrefix(q.Get("q"), "http"):
-		return q.Get("q")
+	case strings.HasSuffix(u.Path, "/ck/a") && err == nil:
+		return string(bing)
 	}
 	return href
 }
 
-var searchTrackingParams = map[string]bool{"fbclid": true, "gclid": true, "gclsrc": true, "dclid": true, "msclkid": true, "yclid": true,
-	"mc_cid": true, "mc_eid": true, "_ga": true, "_gl": true, "igshid": true, "ref": true, "ref_src": true, "spm": true}
-
-// searchURLKey folds scheme, host case, www., default ports, trailing slash, fragment, tracking and parameter order.
+// searchURLKey is what two links to one page share: not the scheme, www.,
+// a default port, a trailing slash, the fragment or the parameters' order.
 func searchURLKey(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return raw
 	}
-	host := strings.TrimPrefix(strings.ToLower(u.Hostname()), "www.")
-	if p := u.Port(); p != "" && p != "80" && p != "443" {
-		host += ":" + p
-	}
-	q := u.Query()
-	searchDropTracking(q)
-	return host + strings.TrimSuffix(u.Path, "/") + "?" + q.Encode()
-}
-
-// searchDropTracking deletes q's tracking parameters and reports whether there were any.
-func searchDropTracking(q url.Values) bool {
-	n := len(q)
-	maps.DeleteFunc(q, func(k string, _ []string) bool {
-		return strings.HasPrefix(k, "utm_") || searchTrackingParams[strings.ToLower(k)]
-	})
-	return len(q) < n
+	host := strings.TrimPrefix(strings.ToLower(u.Host), "www.")
+	host = strings.TrimSuffix(strings.TrimSuffix(host, ":80"), ":443")
+	return host + strings.TrimSuffix(u.Path, "/") + "?" + u.Query().Encode()
 }
 
 // searchResult is one merged result.
@@ -2140,145 +2354,107 @@ type searchResult struct {
 	Snippet string   `json:"snippet"`
 	Engines []string `json:"engines"`
 	Score   float64  `json:"score"`
-	best    int      // best rank any engine gave it
 }
 
-// searchMerge merges the lists by URL, ranked by reciprocal rank fusion plus a bonus per agreeing engine.
-func searchMerge(outs []searchOutcome, max int) []searchResult {
-	truncated := func(s string) bool { return strings.HasSuffix(s, "...") || strings.HasSuffix(s, "…") }
-	useful := func(snippet, title string) bool { // says more than the title or a bare link
-		return snippet != "" && snippet != title && !strings.HasPrefix(snippet, "http")
+// add counts one engine's hit at rank, keeping the longest title and snippet and an https link.
+func (r *searchResult) add(engine string, rank int, h searchHit) {
+	r.Engines = append(r.Engines, engine)
+	r.Score += 1 / (searchRRFK + float64(rank))
+	if !strings.HasPrefix(r.URL, "https:") {
+		r.URL = h.url
 	}
+	if len(h.title) > len(r.Title) {
+		r.Title = h.title
+	}
+	// A bare link says nothing.
+	if len(h.snippet) > len(r.Snippet) && !strings.HasPrefix(h.snippet, "http") {
+		r.Snippet = h.snippet
+	}
+}
+
+// searchMerge merges the lists by URL, ranked by reciprocal rank fusion plus
+// a bonus per agreeing engine; ties keep the engines' order.
+func searchMerge(outs []searchOutcome, max int) []*searchResult {
 	byKey := map[string]*searchResult{}
-	var all []*searchResult
+	all := []*searchResult{}
 	for _, o := range outs {
 		for i, h := range o.hits {
 			key := searchURLKey(h.url)
 			r := byKey[key]
 			if r == nil {
-				r = &searchResult{URL: h.url, best: i + 1}
+				r = &searchResult{URL: h.url}
 				byKey[key] = r
 				all = append(all, r)
-			} else if r.Engines[len(r.Engines)-1] == o.Name {
-				continue // the same page twice in one engine's list
 			}
-			r.Engines = append(r.Engines, o.Name)
-			r.Score += 1 / (searchRRFK + float64(i+1))
-			r.best = min(r.best, i+1)
-			if strings.HasPrefix(h.url, "https:") && !strings.HasPrefix(r.URL, "https:") {
-				r.URL = h.url
-			}
-			if truncated(r.Title) && !truncated(h.title) || truncated(r.Title) == truncated(h.title) && len(h.title) > len(r.Title) {
-				r.Title = h.title
-			}
-			if useful(h.snippet, h.title) && (!useful(r.Snippet, r.Title) || len(h.snippet) > len(r.Snippet)) {
-				r.Snippet = h.snippet
+			if !slices.Contains(r.Engines, o.Name) { // not the same page twice in one list
+				r.add(o.Name, i+1, h)
 			}
 		}
 	}
 	for _, r := range all {
 		r.Score += float64(len(r.Engines)-1) * searchAgreementBonus
+		r.Score = math.Round(r.Score*1e5) / 1e5
 	}
-	slices.SortFunc(all, func(a, b *searchResult) int {
-		return cmp.Or(cmp.Compare(b.Score, a.Score), cmp.Compare(a.best, b.best), strings.Compare(a.URL, b.URL))
+	slices.SortStableFunc(all, func(a, b *searchResult) int {
+		return cmp.Compare(b.Score, a.Score)
 	})
-	out := make([]searchResult, min(len(all), max))
-	for i := range out {
-		all[i].Score = math.Round(all[i].Score*1e5) / 1e5
-		out[i] = *all[i]
+	return all[:min(len(all), max)]
+}
+
+// searchSelect picks the engines a call names (the input schema lists the
+// names), else those SEARCH_ENGINES names, else every configured one.
+func searchSelect(cfg *config, names []string) []*searchEngine {
+	if len(names) == 0 {
+		names = strings.Fields(strings.ReplaceAll(cfg.str("SEARCH_ENGINES"), ",", " "))
+	}
+	var out []*searchEngine
+	for i := range searchEngines {
+		e := &searchEngines[i]
+		if slices.Contains(names, e.name) || len(names) == 0 && searchMissing(cfg, e) == nil {
+			out = append(out, e)
+		}
 	}
 	return out
 }
 
-// searchConfigured reports whether a keyed engine has its keys; keyless ones always do.
-func searchConfigured(cfg *config, e *searchEngine) bool {
-	return !slices.ContainsFunc(e.keys, func(k string) bool { return strings.TrimSpace(cfg.str(k)) == "" })
-}
-
-// searchSelect picks the engines a call asks: names, else SEARCH_ENGINES, else every configured engine.
-func searchSelect(cfg *config, names []string) ([]*searchEngine, error) {
-	if len(names) == 0 && strings.TrimSpace(cfg.str("SEARCH_ENGINES")) != "" {
-		names = strings.Split(cfg.str("SEARCH_ENGINES"), ",")
-	}
-	var out []*searchEngine
-	var known []string
-	for i := range searchEngines {
-		if known = append(known, searchEngines[i].name); len(names) == 0 && searchConfigured(cfg, &searchEngines[i]) {
-			out = append(out, &searchEngines[i])
-		}
-	}
-	for _, n := range names {
-		n = strings.ToLower(strings.TrimSpace(n))
-		switch i := slices.Index(known, n); {
-		case n == "" || slices.ContainsFunc(out, func(e *searchEngine) bool { return e.name == n }):
-		case i < 0:
-			return nil, fmt.Errorf("unknown engine %q (known: %s)", n, strings.Join(known, ", "))
-		default:
-			out = append(out, &searchEngines[i])
-		}
-	}
-	if len(out) == 0 {
-		return nil, errors.New("no engines selected")
-	}
-	return out, nil
-}
-
 // search asks every engine at once and returns their outcomes in engine order.
-func (st *searchState) search(ctx context.Context, cfg *config, text string, engines []*searchEngine, n int) []searchOutcome {
-	timeout := time.Duration(max(cfg.int("SEARCH_TIMEOUT_MS"), 1)) * time.Millisecond
-	ctx, cancel := context.WithTimeout(ctx, timeout+time.Second) // the overall deadline; engines time out first
-	defer cancel()
-	type answer struct {
-		i int
-		o searchOutcome
-	}
+func (st *searchState) search(ctx context.Context, cfg *config, query string,
+	engines []*searchEngine) []searchOutcome {
+	timeout := time.Duration(cfg.int("SEARCH_TIMEOUT_MS")) * time.Millisecond
 	outs := make([]searchOutcome, len(engines))
-	ch := make(chan answer, len(engines))
-	now := time.Now()
+	var wg sync.WaitGroup
 	for i, e := range engines {
-		outs[i] = searchOutcome{Name: e.name, Status: "timed out", Detail: fmt.Sprintf("no answer within %v", timeout)}
-		base := strings.TrimRight(cmp.Or(cfg.str("SEARCH_URL_"+strings.ToUpper(e.name)), e.base, cfg.str("SEARXNG_URL")), "/")
-		q := &searchQuery{base: base, text: text, n: n, cfg: cfg, st: st}
-		go func() { // exits when the engine has answered or its timeout has ended
-			ectx, cancel := context.WithTimeout(ctx, timeout)
-			defer cancel()
+		wg.Add(1)
+		go func() { // ends when the engine has answered or its timeout has passed
+			defer wg.Done()
 			defer func() { // a parser's panic must not take the server down
 				if p := recover(); p != nil {
-					ch <- answer{i, searchOutcome{Name: e.name, Status: "error", Detail: fmt.Sprintf("parser panic: %v", p)}}
+					detail := fmt.Sprint("panic: ", p)
+					outs[i] = searchOutcome{Name: e.name, Status: "error", Detail: detail}
 				}
 			}()
-			ch <- answer{i, st.ask(ectx, e, q, timeout)}
+			ectx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			outs[i] = st.ask(ectx, cfg, e, query)
 		}()
 	}
-	for waiting := len(engines); waiting > 0; waiting-- {
-		select {
-		case a := <-ch:
-			outs[a.i] = a.o
-		case <-ctx.Done():
-			waiting = 1 // the rest keep their "timed out"
-		}
-	}
-	backoff := time.Duration(cfg.int("SEARCH_BACKOFF_MS")) * time.Millisecond
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	for _, o := range outs {
-		if backoff > 0 && (o.Status == "rate-limited" || o.Status == "blocked" || o.Status == "captcha") {
-			st.resting[o.Name] = searchRest{since: now, until: time.Now().Add(backoff), why: o.Status}
-		} else if o.rest > 0 {
-			st.resting[o.Name] = searchRest{since: now, until: time.Now().Add(o.rest), why: "told to back off"}
-		}
-	}
+	wg.Wait()
+	st.rest(cfg, outs)
 	return outs
 }
 
-func searchAgo(d time.Duration) string {
-	switch {
-	case d < time.Minute:
-		return fmt.Sprintf("%ds ago", int(d.Seconds()))
-	case d < time.Hour:
-		return fmt.Sprintf("%dm ago", int(d.Minutes()))
+// rest sends to rest the engines that were rate-limited, blocked or shown a captcha.
+func (st *searchState) rest(cfg *config, outs []searchOutcome) {
+	backoff := time.Duration(cfg.int("SEARCH_BACKOFF_MS")) * time.Millisecond
+	now := time.Now()
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for _, o := range outs {
+		resting := slices.Contains([]string{"rate-limited", "blocked", "captcha"}, o.Status)
+		if backoff > 0 && resting {
+			st.resting[o.Name] = searchRest{since: now, until: now.Add(backoff), why: o.Status}
+		}
 	}
-	return fmt.Sprintf("%dh ago", int(d.Hours()))
 }
 
 // runWebSearch replies with the numbered merged list, then one line per engine.
@@ -2289,18 +2465,16 @@ func runWebSearch(ctx context.Context, c *toolCall) toolResult {
 		Engines    []string `json:"engines"`
 	}
 	if err := json.Unmarshal(c.args, &a); err != nil {
-		return errorResult("WebSearch: %v", err)
+		return errorResult("%v", err)
 	}
-	query, srv := strings.TrimSpace(a.Query), c.s.srv
-	if query == "" { // the schema's maxLength holds the 2,000 characters
-		return errorResult("WebSearch: the query is blank; say what to search for")
+	if strings.TrimSpace(a.Query) == "" {
+		return errorResult("the query is blank; say what to search for")
 	}
-	engines, err := searchSelect(srv.cfg, a.Engines)
-	if err != nil {
-		return errorResult("WebSearch: %v", err)
-	}
-	outs := srv.search.search(ctx, srv.cfg, query, engines, min(max(a.MaxResults, 10), 50))
-	results := searchMerge(outs, cmp.Or(a.MaxResults, 10))
+	srv := c.s.srv
+	engines := searchSelect(srv.cfg, a.Engines)
+	outs := srv.search.search(ctx, srv.cfg, strings.TrimSpace(a.Query), engines)
+	results := searchMerge(outs, cmp.Or(a.MaxResults, searchDefaultResults))
+	out := map[string]any{"results": results, "engines": outs}
 	var b strings.Builder
 	for i, r := range results {
 		fmt.Fprintf(&b, "%d. **%s**\n   %s\n", i+1, r.Title, r.URL)
@@ -2309,22 +2483,22 @@ func runWebSearch(ctx context.Context, c *toolCall) toolResult {
 		}
 		fmt.Fprintf(&b, "   found by: %s\n\n", strings.Join(r.Engines, ", "))
 	}
+	var lines []string
+	answered := false
+	for _, o := range outs {
+		lines = append(lines, o.line())
+		answered = answered || o.Status == "ok" || o.Status == "empty"
+	}
+	fates := strings.Join(lines, "\n")
+	if !answered {
+		out["message"] = "every engine failed"
+		res := errorResult("every engine failed:\n%s", fates)
+		res.structured = out
+		return res
+	}
 	if len(results) == 0 {
-		b.WriteString("No results.\n\n")
+		out["message"] = "No results: the engines that answered found nothing."
+		fmt.Fprintf(&b, "%s\n\n", out["message"])
 	}
-	fates := make([]string, len(outs))
-	for i, o := range outs {
-		fates[i] = "- " + o.Name + ": " + o.Status
-		if o.Status == "ok" {
-			fates[i] += fmt.Sprintf(" (%d results)", o.Count)
-		} else if o.Detail != "" {
-			fates[i] += " (" + o.Detail + ")"
-		}
-	}
-	res := textResult(b.String() + "Engines:\n" + strings.Join(fates, "\n"))
-	if !slices.ContainsFunc(outs, func(o searchOutcome) bool { return o.Status == "ok" || o.Status == "empty" }) {
-		res = errorResult("WebSearch: every engine failed:\n%s", strings.Join(fates, "\n"))
-	}
-	res.structured = map[string]any{"results": results, "engines": outs}
-	return res
+	return structuredResult(b.String()+"Engines:\n"+fates, out)
 }

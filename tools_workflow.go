@@ -517,15 +517,6 @@ func (s *session) planActive() bool {
 	return s.workflow.plan.snapshot().active && s.srv.cfg.bool("PLAN_MODE_STRICT")
 }
 
-// planGate refuses a tool while planActive.
-func (s *session) planGate(tool string) (toolResult, bool) {
-	if !s.planActive() {
-		return toolResult{}, false
-	}
-	return errorResult(`refused: plan mode is active. Finish planning first: call PlanMode with
-{"action":"exit","plan":"..."} (or reset to leave without a plan).`), true
-}
-
 func runPlanMode(ctx context.Context, c *toolCall) toolResult {
 	var a struct {
 		Action, Goal, Plan string
@@ -835,14 +826,8 @@ func expandSkill(body, args, dir string) (string, error) {
 func (s *session) checkSkills() []skillInfo {
 	gen, skills := s.srv.skills.refresh(s.srv, s.shell.dir())
 	if s.workflow.skillGen.Swap(gen) != gen {
-		s.srv.toolsChanged()
-		s.mu.Lock()
-		ready := s.version != ""
-		s.mu.Unlock()
-		if ready {
-			s.notify("notifications/tools/list_changed", nil)
-			s.notify("notifications/prompts/list_changed", nil)
-		}
+		s.notify("notifications/tools/list_changed", nil)
+		s.notify("notifications/prompts/list_changed", nil)
 	}
 	return skills
 }

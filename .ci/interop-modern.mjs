@@ -1,9 +1,14 @@
 // interop-modern.mjs drives a built telson with the official v2 TypeScript
 // client (@modelcontextprotocol/client), once pinned to the 2026-07-28 era
 // (server/discover, per-request _meta) and once in 'auto' mode (probe, then
-// the era the server offers). Run: node interop-modern.mjs /path/to/telson
+// the era the server offers). In each it also opens subscriptions/listen and
+// expects list_changed when a skill appears, and calls a tool with arguments
+// telson does not know. Run: node interop-modern.mjs /path/to/telson
 import { Client } from "@modelcontextprotocol/client";
 import { StdioClientTransport } from "@modelcontextprotocol/client/stdio";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 
 const telson = process.argv[2];
 let failures = 0;
@@ -14,7 +19,8 @@ const check = (ok, what) => {
 
 for (const mode of [{ pin: "2026-07-28" }, "auto"]) {
   const label = JSON.stringify(mode);
-  const transport = new StdioClientTransport({ command: telson, args: [], stderr: "inherit" });
+  const dir = mkdtempSync(join(tmpdir(), "telson-interop-"));
+  const transport = new StdioClientTransport({ command: telson, args: [], stderr: "inherit", cwd: dir });
   const client = new Client({ name: "telson-interop-modern", version: "1.0.0" }, { capabilities: {}, versionNegotiation: { mode } });
   await client.connect(transport);
   const v = client.getNegotiatedProtocolVersion?.();
@@ -23,7 +29,32 @@ for (const mode of [{ pin: "2026-07-28" }, "auto"]) {
   check(tools.some((t) => t.name === "Bash"), `${label}: tools/list (${tools.length} tools)`);
   const res = await client.callTool({ name: "Bash", arguments: { command: "echo modern-$((40+2))" } });
   check(!res.isError && res.content[0].text === "modern-42\n", `${label}: tools/call Bash ${JSON.stringify(res.content[0].text)}`);
+  const extra = await client.callTool({
+    name: "Bash",
+    arguments: { command: "echo extra", timeout: "5000", description: "say extra", wait_for_previous: true },
+  });
+  check(!extra.isError && extra.content[0].text === "extra\n", `${label}: unknown arguments ignored ${JSON.stringify(extra.content[0].text)}`);
+
+  const changed = { tools: false, prompts: false };
+  let heard;
+  const both = new Promise((resolve) => (heard = resolve));
+  for (const list of ["tools", "prompts"]) {
+    client.setNotificationHandler(`notifications/${list}/list_changed`, () => {
+      changed[list] = true;
+      if (changed.tools && changed.prompts) heard();
+    });
+  }
+  const sub = await client.listen({ toolsListChanged: true, promptsListChanged: true });
+  check(sub.honoredFilter.toolsListChanged && sub.honoredFilter.promptsListChanged, `${label}: listen acknowledged ${JSON.stringify(sub.honoredFilter)}`);
+  mkdirSync(join(dir, ".claude", "skills", "interop"), { recursive: true });
+  writeFileSync(join(dir, ".claude", "skills", "interop", "SKILL.md"), "---\ndescription: interop check\n---\nSay hi.\n");
+  const { prompts } = await client.listPrompts();
+  const timeout = new Promise((resolve) => setTimeout(resolve, 10000, "timeout"));
+  const got = await Promise.race([both, timeout]);
+  check(got !== "timeout" && prompts.some((p) => p.name === "interop"), `${label}: list_changed after a new skill ${JSON.stringify(changed)}`);
+  await sub.close();
   await client.close();
+  rmSync(dir, { recursive: true, force: true });
 }
 console.log(failures === 0 ? "interop-modern: all passed" : `interop-modern: ${failures} failed`);
 process.exit(failures === 0 ? 0 : 1);
