@@ -4238,6 +4238,7 @@ func TestWorkflowTaskManagerRoundTrip(t *testing.T) {
 	tm(true, map[string]any{"action": "create", "text": strings.Repeat("x", 501)}, "at most 500")
 	tm(true, map[string]any{"action": "add", "text": "x"}, "no current task")
 	tm(true, map[string]any{"action": "add", "task_id": "t9", "text": "x"}, `no task "t9"`)
+	tm(true, map[string]any{"action": "add", "task_id": true, "text": "x"}, "must be a string")
 	tm(true, map[string]any{"action": "add", "task_id": "t1"}, "add needs text")
 	tm(true, map[string]any{"action": "complete", "step_id": "t1.99"}, "no step")
 	tm(true, map[string]any{"action": "complete", "task_id": "t2", "step_id": "t1.1"}, "no step")

@@ -120,8 +120,9 @@ Ids: task 3 or t3; step 2 (of the task) or t3.2.`,
 	input: `{"type":"object","properties":{
 		"action":{"type":"string",
 			"enum":["create","add","start","complete","list","pending","switch"]},
-		"task_id":{"description":"Task id, 3 or \"t3\" (default: the current task)."},
-		"step_id":{"description":"Step id, 2 or \"t3.2\"."},
+		"task_id":{"type":"string",
+			"description":"Task id, 3 or \"t3\" (default: the current task)."},
+		"step_id":{"type":"string","description":"Step id, 2 or \"t3.2\"."},
 		"text":{"type":"string","maxLength":500,"description":"Task title (create) or step (add)."},
 		"all":{"type":"boolean","description":"list: every project's tasks."},
 		"force":{"type":"boolean","description":"complete: close the open steps too."}},
@@ -165,22 +166,10 @@ type taskStep struct {
 	InProgress bool   `json:"in_progress,omitempty"`
 }
 
-// flexID is an id sent as a string or as a bare number, kept without its "t".
-type flexID string
-
-func (f *flexID) UnmarshalJSON(b []byte) error {
-	var v any
-	err := json.Unmarshal(b, &v)
-	if v != nil {
-		*f = flexID(strings.TrimPrefix(fmt.Sprint(v), "t"))
-	}
-	return err
-}
-
 type taskArgs struct {
 	Action  string
-	TaskID  flexID `json:"task_id"`
-	StepID  flexID `json:"step_id"`
+	TaskID  string `json:"task_id"` // without its "t" (a bare number arrives as a string)
+	StepID  string `json:"step_id"`
 	Text    string
 	All     bool
 	Force   bool
@@ -201,6 +190,8 @@ func runTaskManager(ctx context.Context, c *toolCall) toolResult {
 	var a taskArgs
 	json.Unmarshal(c.args, &a) // schema-checked
 	a.Text = strings.TrimSpace(a.Text)
+	a.TaskID = strings.TrimPrefix(a.TaskID, "t")
+	a.StepID = strings.TrimPrefix(a.StepID, "t")
 	a.project = projectOf(c.s.shell.dir())
 	path := filepath.Join(c.s.srv.cfg.str("STATE_DIR"), "tasks.json")
 	var res toolResult
@@ -285,12 +276,12 @@ func (tf *taskFile) apply(a taskArgs) (string, []*taskEntry, error) {
 // find is the task task_id names, else step_id's task, else the current one.
 func (tf *taskFile) find(a taskArgs) (*taskEntry, error) {
 	id := tf.Current[a.project]
-	task, _, ok := strings.Cut(string(a.StepID), ".")
+	task, _, ok := strings.Cut(a.StepID, ".")
 	if ok {
 		id = "t" + task
 	}
 	if a.TaskID != "" {
-		id = "t" + string(a.TaskID)
+		id = "t" + a.TaskID
 	}
 	if id == "" {
 		return nil, fmt.Errorf("no current task in %s: create or switch to one (list shows them)",
@@ -341,10 +332,10 @@ func (t *taskEntry) add(text string) (string, error) {
 }
 
 // step finds id: 2 (of t), or 1.2.
-func (t *taskEntry) step(id flexID) (*taskStep, error) {
-	want := "t" + string(id)
+func (t *taskEntry) step(id string) (*taskStep, error) {
+	want := "t" + id
 	if !strings.Contains(want, ".") {
-		want = t.ID + "." + string(id)
+		want = t.ID + "." + id
 	}
 	i := slices.IndexFunc(t.Steps, func(s *taskStep) bool { return s.ID == want })
 	if i < 0 {
@@ -355,7 +346,7 @@ func (t *taskEntry) step(id flexID) (*taskStep, error) {
 }
 
 // start marks a step in progress, the only one of its task.
-func (t *taskEntry) start(id flexID) (string, error) {
+func (t *taskEntry) start(id string) (string, error) {
 	s, err := t.step(id)
 	if err != nil {
 		return "", err
