@@ -156,16 +156,15 @@ func readLine(r *bufio.Reader, max int) (line []byte, tooLong bool, err error) {
 
 // server is what all sessions of one telson process share.
 type server struct {
-	cfg      *config
-	log      *logger
-	tools    []*toolEntry // the tool table's enabled rows, in table order
-	procs    *procTracker
-	version  string
-	search   *searchState   // WebSearch's HTTP client and resting engines
-	stateKey []byte         // signs requestState in 2026-07-28 round trips; random per process
-	skills   *skillCatalog  // skills for InvokeSkill and prompts
-	browser  *browserHolder // ReadDocs's Chromium, started on first use
-	listens  listenerSet    // open subscriptions/listen requests, of every session
+	cfg     *config
+	log     *logger
+	tools   []*toolEntry // the tool table's enabled rows, in table order
+	procs   *procTracker
+	version string
+	search  *searchState   // WebSearch's HTTP client and resting engines
+	skills  *skillCatalog  // skills for InvokeSkill and prompts
+	browser *browserHolder // ReadDocs's Chromium, started on first use
+	listens listenerSet    // open subscriptions/listen requests, of every session
 }
 
 // toolEntry is a row of the tool table with its parsed input schema.

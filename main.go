@@ -250,8 +250,14 @@ func newServer(cfg *config, stderr io.Writer) *server {
 	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
 		version = strings.TrimPrefix(bi.Main.Version, "v")
 	}
-	srv := &server{cfg: cfg, log: log, version: version, stateKey: newStateKey(), procs: newProcTracker(log),
-		skills: &skillCatalog{dir: wd}, browser: &browserHolder{tabs: make(chan struct{}, 2)}}
+	srv := &server{
+		cfg:     cfg,
+		log:     log,
+		version: version,
+		procs:   newProcTracker(log),
+		skills:  &skillCatalog{dir: wd},
+		browser: &browserHolder{tabs: make(chan struct{}, 2)},
+	}
 	srv.search = newSearchState(srv.version)
 	for _, d := range toolTable {
 		if !cfg.toolEnabled(d.name) {

@@ -2889,9 +2889,9 @@ func TestReadImageNotImages(t *testing.T) {
 		t.Fatal(err)
 	}
 	cases := map[string]string{
-		fifo:         "fifo is not a regular file",
-		dir:          "is not a regular file",
-		"/dev/zero":  "/dev/zero is not a regular file",
+		fifo:         "fifo: not a regular file",
+		dir:          ": not a regular file",
+		"/dev/zero":  "/dev/zero: not a regular file",
 		"nope.png":   "nope.png: no such file or directory",
 		"notes.png":  "notes.png is text/plain; charset=utf-8; ReadImage shows PNG, JPEG, GIF and WebP",
 		"doc.png":    "doc.png is application/pdf;",
@@ -3011,7 +3011,7 @@ func TestAskUserQuestionElicitation(t *testing.T) {
 	schema := req["_line"].(string) // as sent: the properties' order is the form's order
 	for _, want := range []string{
 		`"properties":{"q1":{"description":"DB","oneOf":[{"const":"PostgreSQL","title":"PostgreSQL — a server"},{"const":"SQLite","title":"SQLite — one file"}],"title":"Which database?","type":"string"},"q2":{"description":"Extras","items":{"anyOf":[{"const":"Redis","title":"Redis"}`,
-		`"minItems":1,"title":"Which extras?","type":"array"},"note":{`, `"required":["q1","q2"]`,
+		`"minItems":1,"title":"Which extras?","type":"array"},"remark":{`, `"required":["q1","q2"]`,
 	} {
 		if !strings.Contains(string(schema), want) {
 			t.Errorf("schema %s\nlacks %s", schema, want)
@@ -3021,7 +3021,7 @@ func TestAskUserQuestionElicitation(t *testing.T) {
 	if resp := c.request("ping", nil); resp["result"] == nil {
 		t.Fatalf("ping: %v", resp)
 	}
-	uiReply(c, req["id"], map[string]any{"action": "accept", "content": map[string]any{"q1": "SQLite", "q2": []string{"Redis", "S3"}, "note": " keep it small "}})
+	uiReply(c, req["id"], map[string]any{"action": "accept", "content": map[string]any{"q1": "SQLite", "q2": []string{"Redis", "S3"}, "remark": " keep it small "}})
 	res := uiResult(t, c.waitResponse(id))
 	want := `User has answered your questions: "Which database?"="SQLite", "Which extras?"="Redis, S3". The user added: "keep it small". You can now continue with the user's answers in mind.`
 	if isError(res) || resultText(res) != want {
@@ -3038,24 +3038,21 @@ func TestAskUserQuestionLegacyForm(t *testing.T) {
 	c := startServer(t)
 	uiInitialize(c, "2025-06-18", map[string]any{"elicitation": map[string]any{}})
 	id := uiStartCall(c, "AskUserQuestion", map[string]any{"questions_json": uiClaudeQuestions})
+	res := uiResult(t, c.waitResponse(id)) // a multiple choice has no 2025-06-18 form
+	if isError(res) || !strings.Contains(resultText(res), "cannot show these questions") || len(c.notes) != 0 {
+		t.Errorf("got %q", resultText(res))
+	}
+	single := `{"questions":[{"question":"Which database?","options":[{"label":"PostgreSQL","description":"a server"},"SQLite"]},{"text":"Tests?","options":["yes","no"]}]}`
+	id = uiStartCall(c, "AskUserQuestion", map[string]any{"questions_json": single})
 	req := uiNextRequest(c, "elicitation/create")
 	p := req["params"].(map[string]any)
 	schema, _ := json.Marshal(p["requestedSchema"])
-	if _, hasMode := p["mode"]; hasMode || !strings.Contains(string(schema), `"enum":["PostgreSQL","SQLite"],"enumNames":["PostgreSQL — a server","SQLite — one file"]`) ||
-		!strings.Contains(string(schema), `"q2_a":{"default":false,"title":"Which extras?: Redis","type":"boolean"},"q2_b"`) {
+	if _, hasMode := p["mode"]; hasMode || !strings.Contains(string(schema), `"enum":["PostgreSQL","SQLite"],"enumNames":["PostgreSQL — a server","SQLite"]`) {
 		t.Errorf("2025-06-18 form: %v %s", p["mode"], schema)
 	}
-	uiReply(c, req["id"], map[string]any{"action": "accept", "content": map[string]any{"q1": "PostgreSQL", "q2_a": false, "q2_b": true, "q2_c": true}})
-	res := uiResult(t, c.waitResponse(id))
-	if !strings.Contains(resultText(res), `"Which database?"="PostgreSQL", "Which extras?"="Kafka, S3". You can`) {
-		t.Errorf("got %q", resultText(res))
-	}
-	// Without checkboxes ticked, the answer says so rather than being empty.
-	id = uiStartCall(c, "AskUserQuestion", map[string]any{"questions_json": uiClaudeQuestions})
-	req = uiNextRequest(c, "elicitation/create")
-	uiReply(c, req["id"], map[string]any{"action": "accept", "content": map[string]any{}})
+	uiReply(c, req["id"], map[string]any{"action": "accept", "content": map[string]any{"q1": "PostgreSQL"}})
 	res = uiResult(t, c.waitResponse(id))
-	if !strings.Contains(resultText(res), `"Which database?"="(no answer)", "Which extras?"="(none selected)"`) {
+	if !strings.Contains(resultText(res), `"Which database?"="PostgreSQL", "Tests?"="(no answer)". You can`) {
 		t.Errorf("got %q", resultText(res))
 	}
 }
@@ -3185,43 +3182,9 @@ func TestAskUserQuestionModernRoundTrip(t *testing.T) {
 	if !strings.HasPrefix(resultText(declined), "User declined") {
 		t.Errorf("decline: %v", declined)
 	}
-	// Forged, foreign or missing state is refused.
-	exp, _, _ := strings.Cut(state, ".")
-	other := map[string]any{"questions_json": `{"questions":[{"text":"Deploy now?","options":["yes","no"]}]}`}
-	for name, tc := range map[string]struct {
-		args  any
-		extra map[string]any
-	}{
-		"forged":   {args, map[string]any{"inputResponses": answer, "requestState": exp + ".AAAA"}},
-		"later":    {args, map[string]any{"inputResponses": answer, "requestState": "9" + state}},
-		"foreign":  {other, map[string]any{"inputResponses": answer, "requestState": state}},
-		"no state": {args, map[string]any{"inputResponses": answer}},
-	} {
-		res := uiModernCall(c, elicit, tc.args, tc.extra)
-		if !isError(res) || res["resultType"] != "complete" || !strings.Contains(resultText(res), "requestState") {
-			t.Errorf("%s: %v", name, res)
-		}
-	}
 	// A client without elicitation gets the questions for the chat.
-	if res := uiModernCall(c, map[string]any{}, args, nil); isError(res) || !strings.Contains(resultText(res), "cannot show questions") {
+	if res := uiModernCall(c, map[string]any{}, args, nil); isError(res) || !strings.Contains(resultText(res), "cannot show these questions") {
 		t.Errorf("no elicitation: %v", res)
-	}
-}
-
-// TestAskUserQuestionStateExpiry signs a state that lapsed a minute ago
-// with the server's own key: it verifies, and is refused as too late.
-func TestAskUserQuestionStateExpiry(t *testing.T) {
-	t.Parallel()
-	srv := newServer(loadConfig(nil), io.Discard)
-	defer srv.close()
-	past := time.Now().Add(-time.Minute).Unix()
-	params, _ := json.Marshal(map[string]any{"requestState": fmt.Sprintf("%d.%s", past, askStateMAC(srv.stateKey, past, uiQuestions)),
-		"inputResponses": map[string]any{"ask": map[string]any{"action": "accept", "content": map[string]any{"q1": "SQLite"}}}})
-	r := &rpcRequest{s: newSession(srv, io.Discard), params: params, version: versionModern, modern: true}
-	qs, _ := parseQuestions(uiQuestions)
-	res := askRoundTrip(&toolCall{s: r.s, req: r}, qs, uiQuestions, time.Minute)
-	if !res.isError || !strings.Contains(res.content[0].Text, "the answer came after the 1m0s limit") {
-		t.Errorf("got %+v", res)
 	}
 }
 
@@ -3242,13 +3205,12 @@ func TestAskUserQuestionValidation(t *testing.T) {
 		qs(q("x"), q("x"), q("x"), q("x"), q("y")):                 "5 questions; ask 1 to 4 at a time",
 		qs(`{"options":["a","b"]}`):                                `questions[0] has no "question"`,
 		qs(`{"question":"  ","options":["a","b"]}`):                `questions[0] has no "question"`,
-		qs(q("x"), q("x")):                                         `questions[1] repeats the question "x"`,
 		qs(`{"text":"x","options":["a","b"],"multiSelect":"yes"}`): "cannot unmarshal string",
 		qs(`{"text":"x"}`):                                         "questions[0] has 0 options; give 2 to 10",
 		qs(`{"text":"x","options":["a"]}`):                         "questions[0] has 1 options; give 2 to 10",
 		qs(`{"text":"x","options":` + eleven + `}`):                "questions[0] has 11 options; give 2 to 10",
-		qs(`{"text":"x","options":["a",{"description":"d"}]}`):     "questions[0].options[1] has no label, or a repeated one",
-		qs(`{"text":"x","options":["a"," a "]}`):                   "questions[0].options[1] has no label, or a repeated one",
+		qs(`{"text":"x","options":["a",{"description":"d"}]}`):     "questions[0].options[1] has no label",
+		qs(`{"text":"x","options":["a"," "]}`):                     "questions[0].options[1] has no label",
 	} {
 		res := c.callTool("AskUserQuestion", map[string]any{"questions_json": input})
 		if !isError(res) || !strings.Contains(resultText(res), want) {
@@ -3271,13 +3233,13 @@ func TestAskUserQuestionNoElicitation(t *testing.T) {
 	c := startServer(t)
 	c.initialize("2025-06-18")
 	res := c.callTool("AskUserQuestion", map[string]any{"questions_json": uiClaudeQuestions})
-	msg := "This client cannot show questions to the user (it did not declare form elicitation). " +
+	msg := "This client cannot show these questions to the user as a form. " +
 		"Do not assume an answer: ask the user these questions in chat and wait for the reply."
 	want := msg + `
 
 1. Which database?
-   - PostgreSQL: a server
-   - SQLite: one file
+   - PostgreSQL — a server
+   - SQLite — one file
 2. Which extras? (several may be chosen)
    - Redis
    - Kafka
@@ -3289,16 +3251,11 @@ func TestAskUserQuestionNoElicitation(t *testing.T) {
 	if string(sc) != `{"answers":[],"message":"`+msg+`","questions":[{"header":"DB","multiSelect":false,"options":[{"description":"a server","label":"PostgreSQL"},{"description":"one file","label":"SQLite"}],"question":"Which database?"},{"header":"Extras","multiSelect":true,"options":[{"label":"Redis"},{"label":"Kafka"},{"label":"S3"}],"question":"Which extras?"}],"status":"ask_in_chat"}` {
 		t.Errorf("structured: %s", sc)
 	}
-	// Elicitation declared in a version without it, or URL mode only: no form either.
-	for _, tc := range []struct {
-		v    string
-		caps map[string]any
-	}{{"2025-03-26", map[string]any{"elicitation": map[string]any{}}}, {"2025-11-25", map[string]any{"elicitation": map[string]any{"url": map[string]any{}}}}} {
-		c := startServer(t)
-		uiInitialize(c, tc.v, tc.caps)
-		if res := c.callTool("AskUserQuestion", map[string]any{"questions_json": uiQuestions}); isError(res) || !strings.Contains(resultText(res), "cannot show questions") {
-			t.Errorf("%s %v: %q", tc.v, tc.caps, resultText(res))
-		}
+	// Elicitation declared in a version without it: no form either.
+	c = startServer(t)
+	uiInitialize(c, "2025-03-26", map[string]any{"elicitation": map[string]any{}})
+	if res := c.callTool("AskUserQuestion", map[string]any{"questions_json": uiQuestions}); isError(res) || !strings.Contains(resultText(res), "cannot show these questions") {
+		t.Errorf("2025-03-26: %q", resultText(res))
 	}
 }
 
@@ -4261,17 +4218,10 @@ func TestWorkflowTaskManagerRoundTrip(t *testing.T) {
 	if sc := wfStructured(t, res); sc["current"] != "t2" || len(sc["tasks"].([]any)) != 2 {
 		t.Fatalf("list structured: %v", sc)
 	}
-	tm(false, map[string]any{"action": "list", "query": "DOCS"}, "t1 \"Ship v2\"")
-	if text := resultText(tm(false, map[string]any{"action": "list", "query": "docs"})); strings.Contains(text, "t2") {
-		t.Fatalf("query did not filter: %s", text)
-	}
 	res = tm(false, map[string]any{"action": "pending", "task_id": "t1"}, "- t1.1 write tests", "- t1.3 tag release")
 	steps := wfStructured(t, res)["tasks"].([]any)[0].(map[string]any)["steps"].([]any)
 	if len(steps) != 3 {
 		t.Fatalf("pending structured steps: %v", steps)
-	}
-	if text := resultText(tm(false, map[string]any{"action": "pending", "task_id": "t1", "query": "tag"})); strings.Contains(text, "t1.1") {
-		t.Fatalf("pending query did not filter: %s", text)
 	}
 	tm(false, map[string]any{"action": "switch", "task_id": "t1"}, "Switched to task t1")
 	tm(false, map[string]any{"action": "complete", "step_id": "1"}, "Completed step t1.1", "[2/3]")
@@ -4290,12 +4240,13 @@ func TestWorkflowTaskManagerRoundTrip(t *testing.T) {
 	tm(true, map[string]any{"action": "create", "text": strings.Repeat("x", 501)}, "at most 500")
 	tm(true, map[string]any{"action": "add", "text": "x"}, "no current task")
 	tm(true, map[string]any{"action": "add", "task_id": "t9", "text": "x"}, `no task "t9"`)
+	tm(true, map[string]any{"action": "add", "task_id": true, "text": "x"}, "must be a string")
 	tm(true, map[string]any{"action": "add", "task_id": "t1"}, "add needs text")
 	tm(true, map[string]any{"action": "complete", "step_id": "t1.99"}, "no step")
 	tm(true, map[string]any{"action": "complete", "task_id": "t2", "step_id": "t1.1"}, "no step")
 	tm(true, map[string]any{"action": "switch"}, "no current task")
 	tm(true, map[string]any{"action": "switch", "task_id": "nope"}, `no task "tnope"`)
-	tm(true, map[string]any{"action": "list", "query": true}, "must be a string")
+	tm(true, map[string]any{"action": "list", "all": "x"}, "must be a boolean")
 }
 
 func TestWorkflowTaskManagerPersistsAcrossRestart(t *testing.T) {
@@ -4317,8 +4268,8 @@ func TestWorkflowTaskManagerPersistsAcrossRestart(t *testing.T) {
 	wfCall(t, c2, "TaskManager", map[string]any{"action": "create", "text": "Second"}, false, "Created task t2")
 	var tf taskFile
 	b, _ := os.ReadFile(filepath.Join(dir, "tasks.json"))
-	if err := json.Unmarshal(b, &tf); err != nil || tf.Rev != 3 || len(tf.Tasks) != 2 {
-		t.Fatalf("tasks.json: rev %d, %d tasks, %v:\n%s", tf.Rev, len(tf.Tasks), err, b)
+	if err := json.Unmarshal(b, &tf); err != nil || len(tf.Tasks) != 2 || len(tf.Tasks[0].Steps) != 1 {
+		t.Fatalf("tasks.json: %d tasks, %v:\n%s", len(tf.Tasks), err, b)
 	}
 	if left, _ := filepath.Glob(filepath.Join(dir, "*.tmp-*")); len(left) > 0 {
 		t.Fatalf("temp files left: %v", left)
@@ -4419,11 +4370,10 @@ func TestWorkflowPlanMode(t *testing.T) {
 		t.Helper()
 		return wfCall(t, c, "PlanMode", args, wantErr, want...)
 	}
-	res := pm(false, map[string]any{"action": "json"}, `{"active":false,"goal":null,"plan_file":null,"started_at":null}`)
-	if sc := wfStructured(t, res); sc["active"] != false {
-		t.Fatalf("json structured: %v", sc)
+	res := pm(false, map[string]any{"action": "status"}, "Plan mode: INACTIVE")
+	if sc := wfStructured(t, res); sc["active"] != false || sc["goal"] != nil || sc["plan_file"] != nil || sc["started_at"] != nil {
+		t.Fatalf("status structured: %v", sc)
 	}
-	pm(false, map[string]any{"action": "status"}, "Plan mode: INACTIVE")
 	pm(true, map[string]any{"action": "exit"}, "not active")
 	pm(true, map[string]any{"action": "enter"}, "enter needs goal")
 	pm(true, map[string]any{"action": "enter", "goal": strings.Repeat("g", 1001)}, "at most 1000")
@@ -4439,8 +4389,7 @@ func TestWorkflowPlanMode(t *testing.T) {
 		t.Fatalf("started_at: %v", err)
 	}
 	pm(true, map[string]any{"action": "enter", "goal": "again"}, "already active")
-	pm(false, map[string]any{"action": "status"}, "Plan mode: ACTIVE", `Goal: "Move the Config loader!"`, "Duration: 0m ", planFile)
-	pm(false, map[string]any{"action": "json"}, `"active":true`, `"plan_file":"`+planFile+`"`)
+	pm(false, map[string]any{"action": "status"}, "Plan mode: ACTIVE", `Goal: "Move the Config loader!"`, "Duration: ", planFile)
 
 	// Commands run while planning, in a read-only sandbox (proc_new_test.go).
 	wfCall(t, c, "Bash", map[string]any{"command": "echo ran"}, false, "ran")
@@ -4493,7 +4442,7 @@ func TestWorkflowPlanModeOldProtocolHasNoStructured(t *testing.T) {
 	t.Parallel()
 	c := startServer(t, "-state-dir", t.TempDir())
 	c.initialize("2025-03-26")
-	res := wfCall(t, c, "PlanMode", map[string]any{"action": "json"}, false, `"active":false`)
+	res := wfCall(t, c, "PlanMode", map[string]any{"action": "status"}, false, "Plan mode: INACTIVE")
 	if _, ok := res["structuredContent"]; ok {
 		t.Fatalf("structuredContent before 2025-06-18: %v", res)
 	}
@@ -4552,10 +4501,8 @@ func TestWorkflowSkillsListingPromptsAndChanges(t *testing.T) {
 	t.Setenv("HOME", home)
 	root := filepath.Join(proj, ".claude", "skills")
 	wfSkill(t, root, "release-notes", "---\nname: release-notes\ndescription: Write release notes for a version.\nargument-hint: \"<version> [audience]\"\n---\n\nNotes for $ARGUMENTS.\n")
-	os.WriteFile(filepath.Join(root, "release-notes", "template.md"), []byte("t"), 0o644)
-	wfSkill(t, root, "plain", "---\ndescription: 'It''s plain'\n---\nDo the plain thing.\n")
+	wfSkill(t, root, "plain", "---\ndescription: \"It's plain\"\n---\nDo the plain thing.\n")
 	wfSkill(t, root, "broken", "---\ndescription: no end\n")
-	wfSkill(t, root, "misnamed", "---\nname: other\ndescription: d\n---\nx\n")
 	wfSkill(t, root, "nodesc", "---\nname: nodesc\n---\nx\n")
 	wfSkill(t, root, "block", "---\ndescription: >\n  folded\n---\nx\n")
 	c := startServer(t, "-state-dir", t.TempDir())
@@ -4566,7 +4513,7 @@ func TestWorkflowSkillsListingPromptsAndChanges(t *testing.T) {
 	wfCall(t, c, "Bash", map[string]any{"command": "cd " + proj}, false)
 	// The first call from the project directory finds its skills and says the list changed.
 	res := wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "release-notes", "arguments": `v2.3 "ops team"`}, false,
-		"[skill: release-notes | Project Skill | path: ", `Notes for v2.3 "ops team".`, "Other files of the skill", "template.md")
+		"[skill: release-notes | Project Skill | path: ", `Notes for v2.3 "ops team".`)
 	if strings.Contains(resultText(res), "name: release-notes") {
 		t.Fatalf("front matter in the reply: %s", resultText(res))
 	}
@@ -4592,7 +4539,7 @@ func TestWorkflowSkillsListingPromptsAndChanges(t *testing.T) {
 			t.Fatalf("description lacks %q:\n%s", want, desc)
 		}
 	}
-	for _, name := range []string{"broken", "misnamed", "nodesc", "block"} {
+	for _, name := range []string{"broken", "nodesc", "block"} {
 		if !strings.Contains(c.stderr.String(), "skipping "+filepath.Join(root, name, "SKILL.md")) {
 			t.Fatalf("no warning on stderr for %s: %s", name, c.stderr.String())
 		}
@@ -4677,7 +4624,7 @@ func TestWorkflowCallbacks(t *testing.T) {
 	cbk(false, map[string]any{"message": "check the deploy", "delay_seconds": 30, "repeat_count": 3}, "Callback scheduled in slot 0: fires every 30s, 3 times.")
 	cbk(false, map[string]any{"action": "set", "message": strings.Repeat("long message ", 10), "delay_seconds": 3600, "repeat_count": -1}, "slot 1: fires every 3600s until cancelled.")
 	clk.advance(18 * time.Second)
-	cbk(false, map[string]any{"action": "list"}, "Active callbacks (2/8):\n  [0] \"check the deploy\" - fires in 0m12s (3 left)\n  [1] \"long message long message long message long message long message...\" - fires in 59m42s (infinite)")
+	cbk(false, map[string]any{"action": "list"}, "Active callbacks (2/8):\n  [0] \"check the deploy\" - fires in 12s (3 left)\n  [1] \"long message long message long message long message long message long message long message long message long message long message \" - fires in 59m42s (infinite)")
 
 	// A fire reaches the client at once and the next tool result once.
 	clk.advance(12 * time.Second)

@@ -3,28 +3,26 @@
 // the person multiple-choice questions.
 //
 // Rules:
-//   - ReadImage opens regular files only (never blocking on a fifo) and takes
-//     the type from the bytes: PNG, JPEG, GIF and WebP, the formats the
-//     Anthropic API accepts. Within the limits a file is sent as it is. A
-//     larger PNG, JPEG or GIF is decoded only when what the Go decoder holds
-//     for it, reckoned from its header, fits imageDecodeBudget; it is then
-//     shrunk with a box filter whose memory is the output's plus one strip.
-//     WebP has no decoder in the standard library: over the limits it is an error.
-//   - AskUserQuestion asks through elicitation (a server request in the legacy
-//     era, an input-required result with an HMAC-signed requestState in the
-//     2026-07-28 era). A client without it gets the questions back to ask in
-//     chat: a normal result, since nothing failed. Declined and dismissed are
-//     answers of their own, never an empty answer.
+//   - ReadImage reads a regular file of at most imageMaxFile through
+//     readCapped (never blocking on a fifo) and takes the type from the
+//     bytes: PNG, JPEG, GIF and WebP, the formats the Anthropic API accepts.
+//     Within the limits a file is sent as it is. A larger PNG, JPEG or GIF is
+//     decoded only when what the Go decoder holds for it, reckoned from its
+//     header, fits imageDecodeBudget; it is then shrunk with a box filter
+//     whose memory is the output's plus one strip. WebP has no decoder in
+//     the standard library: over the limits it is an error.
+//   - AskUserQuestion and PlanMode's approval ask through elicit: a server
+//     request in the legacy era, an input-required result in the 2026-07-28
+//     era. A client without elicitation gets the questions back to ask in
+//     chat (so does a multiple choice before 2025-11-25, which has no form
+//     for it): a normal result, since nothing failed. Declined and
+//     dismissed are answers of their own, never an empty answer.
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"cmp"
 	"context"
-	"crypto/hmac"
-	"crypto/rand"
-	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
@@ -33,14 +31,10 @@ import (
 	_ "image/gif" // registers GIF with image.Decode
 	"image/jpeg"
 	"image/png"
-	"io"
 	"math"
 	"net/http"
-	"os"
 	"slices"
-	"strconv"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -67,6 +61,7 @@ Example: {"file_path": "screenshots/home.png"}`, edge, humanBytes(maxBytes))
 
 const (
 	imageMaxPayload   = 6_000_000   // bytes; base64 (8 MB) stays under the 10 MiB message cap
+	imageMaxFile      = 50_000_000  // bytes read; with the decoder's, under telson's 300 MB
 	imageDecodeBudget = 200_000_000 // bytes the decoder may hold: telson's peak stays under 300 MB
 	jpegSOF0          = 0xc0        // baseline frame; SOF1 (extended), SOF2 (progressive) follow
 	jpegSOF2          = 0xc2
@@ -85,34 +80,26 @@ func runReadImage(ctx context.Context, c *toolCall) toolResult {
 	}
 	json.Unmarshal(c.args, &a)
 	path := c.s.shell.resolve(a.FilePath)
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0) // opening a fifo must not block
+	data, err := readCapped(path, imageMaxFile)
 	if err != nil {
 		return errorResult("%v", err)
 	}
-	defer f.Close()
-	fi, _ := f.Stat()
-	if !fi.Mode().IsRegular() {
-		return errorResult("%s is not a regular file", path)
-	}
-	head, _ := io.ReadAll(io.LimitReader(f, 512))
-	mime := http.DetectContentType(head)
+	mime := http.DetectContentType(data)
 	if !slices.Contains([]string{"image/png", "image/jpeg", "image/gif", "image/webp"}, mime) {
 		return errorResult("%s is %s; ReadImage shows PNG, JPEG, GIF and WebP, "+
 			"the formats the Anthropic API accepts (not BMP)", path, mime)
 	}
-	f.Seek(0, io.SeekStart)
-	w, h, bpp := imageHeader(mime, head, bufio.NewReader(f))
+	w, h, bpp := imageHeader(mime, data)
 	if w <= 0 || h <= 0 {
 		return errorResult("%s: damaged %s header", path, mime)
 	}
 	edge, maxBytes := imageLimits(c.s.srv.cfg)
-	info := fmt.Sprintf("%s: %s, %d×%d px, %s", path, mime, w, h, humanBytes(fi.Size()))
+	size := int64(len(data))
+	info := fmt.Sprintf("%s: %s, %d×%d px, %s", path, mime, w, h, humanBytes(size))
 	limits := fmt.Sprintf("(%d px long edge, %s)", edge, humanBytes(maxBytes))
 	cost := float64(w) * float64(h+2) * bpp // the two more rows are a PNG decoder's
-	f.Seek(0, io.SeekStart)
 	switch {
-	case fi.Size() <= maxBytes && max(w, h) <= edge:
-		data, _ := io.ReadAll(io.LimitReader(f, maxBytes))
+	case size <= maxBytes && max(w, h) <= edge:
 		return imageResult(data, mime, info+", sent as is.")
 	case mime == "image/webp":
 		return errorResult("%s; that is over the limits %s, and WebP cannot be scaled "+
@@ -122,7 +109,7 @@ func runReadImage(ctx context.Context, c *toolCall) toolResult {
 		return errorResult("%s; decoding it would take %.0f MB of memory, over telson's %d MB: "+
 			"shrink it in Bash first", info, cost/1e6, imageDecodeBudget/1_000_000)
 	}
-	img, _, err := image.Decode(bufio.NewReader(f))
+	img, _, err := image.Decode(bytes.NewReader(data))
 	if err != nil {
 		return errorResult("%s: cannot decode %s image: %v", path, mime, err)
 	}
@@ -140,36 +127,36 @@ func imageResult(data []byte, mime, text string) toolResult {
 	return toolResult{content: []contentItem{img, {Type: "text", Text: text}}}
 }
 
-// imageHeader reads an image's size from its header (r reads the file from its
-// start) and the bytes a pixel takes in Go's decoder: for a PNG 4 (8 at 16 bits,
-// 1 with a palette; grey with a transparent colour becomes NRGBA), half again if
-// interlaced; for a GIF 2 (the first frame, and its de-interlaced copy); for a
-// JPEG see jpegBytes; for a WebP 0 (never decoded).
-func imageHeader(mime string, head []byte, r *bufio.Reader) (w, h int, bpp float64) {
+// imageHeader reads an image's size from its header and the bytes a pixel
+// takes in Go's decoder: for a PNG 4 (8 at 16 bits, 1 with a palette; grey
+// with a transparent colour becomes NRGBA), half again if interlaced; for a
+// GIF 2 (the first frame, and its de-interlaced copy); for a JPEG see
+// jpegBytes; for a WebP 0 (never decoded).
+func imageHeader(mime string, data []byte) (w, h int, bpp float64) {
 	switch {
-	case mime == "image/png" && len(head) >= 29:
+	case mime == "image/png" && len(data) >= 29:
 		bpp = 4
-		if head[24] == 16 {
+		if data[24] == 16 {
 			bpp = 8
 		}
-		if head[25] == 3 {
+		if data[25] == 3 {
 			bpp = 1
 		}
-		bpp *= 1 + float64(head[28])/2
-		w = int(binary.BigEndian.Uint32(head[16:]))
-		return w, int(binary.BigEndian.Uint32(head[20:])), bpp
-	case mime == "image/gif" && len(head) >= 10:
-		w = int(binary.LittleEndian.Uint16(head[6:]))
-		return w, int(binary.LittleEndian.Uint16(head[8:])), 2
+		bpp *= 1 + float64(data[28])/2
+		w = int(binary.BigEndian.Uint32(data[16:]))
+		return w, int(binary.BigEndian.Uint32(data[20:])), bpp
+	case mime == "image/gif" && len(data) >= 10:
+		w = int(binary.LittleEndian.Uint16(data[6:]))
+		return w, int(binary.LittleEndian.Uint16(data[8:])), 2
 	case mime == "image/jpeg":
-		return jpegBytes(r)
-	case mime == "image/webp" && len(head) >= 30:
-		le24 := func(i int) int { return int(binary.LittleEndian.Uint32(head[i:]) & 0xffffff) }
-		switch string(head[12:16]) {
+		return jpegBytes(data)
+	case mime == "image/webp" && len(data) >= 30:
+		le24 := func(i int) int { return int(binary.LittleEndian.Uint32(data[i:]) & 0xffffff) }
+		switch string(data[12:16]) {
 		case "VP8 ":
 			return le24(26) & 0x3fff, le24(28) & 0x3fff, 0
 		case "VP8L":
-			bits := int(binary.LittleEndian.Uint32(head[21:]))
+			bits := int(binary.LittleEndian.Uint32(data[21:]))
 			return bits&0x3fff + 1, bits>>14&0x3fff + 1, 0
 		case "VP8X":
 			return le24(24) + 1, le24(27) + 1, 0
@@ -182,38 +169,35 @@ func imageHeader(mime string, head []byte, r *bufio.Reader) (w, h int, bpp float
 // byte for each sample of each component (reckoned here without subsampling), 4
 // more for a progressive image's coefficients, and 4 a pixel for a CMYK or RGB
 // image's converted copy.
-func jpegBytes(r *bufio.Reader) (w, h int, bpp float64) {
-	r.Discard(2) // the start-of-image marker
+func jpegBytes(data []byte) (w, h int, bpp float64) {
 	copyBytes := 0.0
-	for {
-		var seg [4]byte // a marker and the length of its segment
-		if _, err := io.ReadFull(r, seg[:]); err != nil || seg[0] != 0xff {
-			return 0, 0, 0
-		}
-		data := make([]byte, max(0, int(binary.BigEndian.Uint16(seg[2:]))-2))
-		if _, err := io.ReadFull(r, data); err != nil {
-			return 0, 0, 0
-		}
-		if seg[1] == jpegAPP14 {
+	for i := 2; i+4 <= len(data) && data[i] == 0xff; { // after the start-of-image marker
+		marker := data[i+1]
+		end := i + 2 + int(binary.BigEndian.Uint16(data[i+2:]))
+		seg := data[i+4 : max(i+4, min(end, len(data)))]
+		i = end
+		if marker == jpegAPP14 {
 			copyBytes = 4
 		}
-		if seg[1] < jpegSOF0 || seg[1] > jpegSOF2 || len(data) < 6 {
+		if marker < jpegSOF0 || marker > jpegSOF2 || len(seg) < 6 {
 			continue
 		}
-		bpp = float64(data[5])
-		if seg[1] == jpegSOF2 {
+		bpp = float64(seg[5])
+		if marker == jpegSOF2 {
 			bpp *= 5
 		}
-		if data[5] == 4 || len(data) >= 13 && data[6] == 'R' && data[9] == 'G' && data[12] == 'B' {
+		if seg[5] == 4 || len(seg) >= 13 && seg[6] == 'R' && seg[9] == 'G' && seg[12] == 'B' {
 			copyBytes = 4
 		}
-		w = int(binary.BigEndian.Uint16(data[3:]))
-		return w, int(binary.BigEndian.Uint16(data[1:])), bpp + copyBytes
+		w = int(binary.BigEndian.Uint16(seg[3:]))
+		return w, int(binary.BigEndian.Uint16(seg[1:])), bpp + copyBytes
 	}
+	return 0, 0, 0
 }
 
 // shrinkImage fits img within edge px and maxBytes as JPEG (quality 85), or PNG
-// when it has transparency, shrinking by 0.7 again while too many bytes.
+// when it has transparency, shrinking by 0.7 again while too many bytes. The
+// loop ends: a 1×1 image fits the 1 KB floor that imageLimits sets.
 func shrinkImage(ctx context.Context, img image.Image, edge int, maxBytes int64) (
 	[]byte, string, image.Rectangle, error) {
 	opaque := img.(interface{ Opaque() bool }).Opaque() // as every standard decoder's image says
@@ -222,23 +206,16 @@ func shrinkImage(ctx context.Context, img image.Image, edge int, maxBytes int64)
 	for ; ctx.Err() == nil; scale *= 0.7 {
 		dw := max(1, int(math.Round(float64(b.Dx())*scale)))
 		small := boxScale(img, dw, max(1, int(math.Round(float64(b.Dy())*scale))))
-		var buf bytes.Buffer
-		mime := "image/jpeg"
-		var err error
+		var buf bytes.Buffer // encoding an RGBA image into it cannot fail
+		mime := "image/png"
 		if opaque {
-			err = jpeg.Encode(&buf, small, &jpeg.Options{Quality: 85})
+			mime = "image/jpeg"
+			jpeg.Encode(&buf, small, &jpeg.Options{Quality: 85})
 		} else {
-			mime = "image/png"
-			err = png.Encode(&buf, small)
+			png.Encode(&buf, small)
 		}
-		switch {
-		case err != nil:
-			return nil, "", b, fmt.Errorf("encode: %w", err)
-		case int64(buf.Len()) <= maxBytes:
+		if int64(buf.Len()) <= maxBytes {
 			return buf.Bytes(), mime, small.Rect, nil
-		case max(small.Rect.Dx(), small.Rect.Dy()) <= 16:
-			return nil, "", b, fmt.Errorf("cannot encode it within %s even at %v",
-				humanBytes(maxBytes), small.Rect.Size())
 		}
 	}
 	return nil, "", b, fmt.Errorf("scale: %w", ctx.Err())
@@ -278,13 +255,10 @@ func boxScale(img image.Image, dw, dh int) *image.RGBA {
 }
 
 func humanBytes(n int64) string {
-	switch {
-	case n >= 1e6:
+	if n >= 1e6 {
 		return fmt.Sprintf("%.1f MB", float64(n)/1e6)
-	case n >= 1e3:
-		return fmt.Sprintf("%.1f KB", float64(n)/1e3)
 	}
-	return fmt.Sprintf("%d bytes", n)
+	return fmt.Sprintf("%.1f KB", float64(n)/1e3)
 }
 
 // askShape is the questions argument as Claude Code's AskUserQuestion takes it.
@@ -350,16 +324,6 @@ func (o *askOption) UnmarshalJSON(b []byte) error {
 	return json.Unmarshal(b, (*plain)(o))
 }
 
-// same reports whether p asks the same question.
-func (q *askQuestion) same(p askQuestion) bool {
-	return p.Question == q.Question
-}
-
-// same reports whether p has the same label.
-func (o *askOption) same(p askOption) bool {
-	return p.Label == o.Label
-}
-
 // title is the option as a form shows it.
 func (o askOption) title() string {
 	if o.Description == "" {
@@ -385,33 +349,49 @@ func runAskUserQuestion(ctx context.Context, c *toolCall) toolResult {
 	if err != nil {
 		return errorResult("%v", err)
 	}
-	timeout := time.Duration(c.s.srv.cfg.int("ASK_TIMEOUT_MS")) * time.Millisecond
-	switch {
-	case !canElicitForm(c.req):
-		return askInChat(qs, "This client cannot show questions to the user "+
-			"(it did not declare form elicitation).")
-	case c.req.modern:
-		canonical, _ := json.Marshal(qs) // the retry may spell the same questions otherwise
-		return askRoundTrip(c, qs, string(canonical), timeout)
+	multi := slices.ContainsFunc(qs, func(q askQuestion) bool { return q.MultiSelect })
+	if !canElicit(c.req) || multi && !atLeast(c.req.version, version20251125) {
+		return askInChat(qs, "This client cannot show these questions to the user as a form.")
 	}
+	timeout := time.Duration(c.s.srv.cfg.int("ASK_TIMEOUT_MS")) * time.Millisecond
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	raw, err := c.s.request(ctx, "elicitation/create", elicitParams(qs, c.req.version))
-	if err != nil {
+	raw, ask, err := elicit(ctx, c, "ask", elicitParams(qs, c.req.version))
+	switch {
+	case ask != nil:
+		return toolResult{inputRequired: ask}
+	case err != nil:
 		return askInChat(qs, fmt.Sprintf("The client could not show the questions, "+
 			"or the user did not answer within %s (%v).", timeout, err))
 	}
 	return askAnswer(qs, raw)
 }
 
-// canElicitForm reports whether the client takes form elicitation: declared,
-// as {} or with "form", in a version that has it.
-func canElicitForm(r *rpcRequest) bool {
-	var modes map[string]json.RawMessage
-	json.Unmarshal(r.caps["elicitation"], &modes)
-	_, form := modes["form"]
-	declared := r.clientHas("elicitation") && atLeast(r.version, version20250618)
-	return declared && (form || len(modes) == 0)
+// canElicit reports whether the client declared elicitation in a version that
+// has it. A client that declared URL mode only answers a form with an error.
+func canElicit(r *rpcRequest) bool {
+	return r.clientHas("elicitation") && atLeast(r.version, version20250618)
+}
+
+// elicit shows the user a form under key: in the legacy era as a server
+// request, whose reply is the answer; in the 2026-07-28 era as an
+// input-required result (ask), and the answer comes with the retried call.
+func elicit(ctx context.Context, c *toolCall, key string, params map[string]any) (
+	answer json.RawMessage, ask map[string]any, err error) {
+	if !c.req.modern {
+		answer, err = c.s.request(ctx, "elicitation/create", params)
+		return answer, nil, err
+	}
+	var p struct {
+		InputResponses map[string]json.RawMessage `json:"inputResponses"`
+	}
+	json.Unmarshal(c.req.params, &p)
+	answer = p.InputResponses[key]
+	if answer == nil {
+		form := map[string]any{"method": "elicitation/create", "params": params}
+		ask = map[string]any{"requestState": key, "inputRequests": map[string]any{key: form}}
+	}
+	return answer, ask, nil
 }
 
 // parseQuestions reads {"questions":[...]} and checks it.
@@ -430,58 +410,46 @@ func parseQuestions(text string) ([]askQuestion, error) {
 		q := &qs[i]
 		q.Question = strings.TrimSpace(cmp.Or(q.Question, q.Text))
 		q.Text = ""
-		switch {
-		case q.Question == "":
+		if q.Question == "" {
 			return nil, fmt.Errorf(`questions[%d] has no "question"`, i)
-		case len(q.Options) < 2 || len(q.Options) > 10:
+		}
+		if len(q.Options) < 2 || len(q.Options) > 10 {
 			return nil, fmt.Errorf("questions[%d] has %d options; give 2 to 10", i, len(q.Options))
-		case slices.ContainsFunc(qs[:i], q.same):
-			return nil, fmt.Errorf("questions[%d] repeats the question %q", i, q.Question)
 		}
 		for j := range q.Options {
 			o := &q.Options[j]
 			o.Label = strings.TrimSpace(o.Label)
-			if o.Label == "" || slices.ContainsFunc(q.Options[:j], o.same) {
-				return nil, fmt.Errorf("questions[%d].options[%d] has no label, or a repeated one",
-					i, j)
+			if o.Label == "" {
+				return nil, fmt.Errorf("questions[%d].options[%d] has no label", i, j)
 			}
 		}
 	}
 	return qs, nil
 }
 
-// elicitParams is the elicitation/create form, in the questions' order: a field
-// per question, and a free-text note. A single choice is an enum with enumNames
-// before 2025-11-25, then oneOf; a multiple choice is one checkbox per option
-// before 2025-11-25, then an array.
+// elicitParams is the elicitation/create form: a field per question, q1 to q4,
+// and a free-text remark. encoding/json sorts the keys, so the form shows the
+// questions in order and the remark last. A single choice is an enum with
+// enumNames before 2025-11-25, then oneOf; a multiple choice is an array.
 func elicitParams(qs []askQuestion, v string) map[string]any {
 	newer := atLeast(v, version20251125)
 	msg := "The agent asks:"
 	required := []string{}
-	var props []string // "key":field, in order (a Go map would sort them)
-	add := func(key string, field map[string]any) {
-		fb, _ := marshalJSON(field)
-		props = append(props, strconv.Quote(key)+":"+string(fb))
-	}
+	props := map[string]any{"remark": map[string]any{"type": "string",
+		"title":       "Anything to add? (optional)",
+		"description": "Free text for the agent, such as an answer that is not among the options."}}
 	for i, q := range qs {
 		key := fmt.Sprintf("q%d", i+1)
 		msg += "\n" + q.Question
 		var labels, titles []string
 		var choices []map[string]string
-		for j, o := range q.Options {
+		for _, o := range q.Options {
 			labels = append(labels, o.Label)
 			titles = append(titles, o.title())
 			choices = append(choices, map[string]string{"const": o.Label, "title": o.title()})
-			if q.MultiSelect && !newer {
-				box := map[string]any{"type": "boolean", "default": false}
-				box["title"] = q.Question + ": " + o.title()
-				add(fmt.Sprintf("%s_%c", key, 'a'+j), box)
-			}
 		}
 		field := map[string]any{"type": "string", "title": q.Question, "description": q.Header}
 		switch {
-		case q.MultiSelect && !newer:
-			continue
 		case q.MultiSelect:
 			field["type"] = "array"
 			field["minItems"] = 1
@@ -492,13 +460,10 @@ func elicitParams(qs []askQuestion, v string) map[string]any {
 			field["enum"] = labels
 			field["enumNames"] = titles
 		}
-		add(key, field)
+		props[key] = field
 		required = append(required, key)
 	}
-	add("note", map[string]any{"type": "string", "title": "Anything to add? (optional)",
-		"description": "Free text for the agent, such as an answer that is not among the options."})
-	schema := map[string]any{"type": "object", "required": required,
-		"properties": json.RawMessage("{" + strings.Join(props, ",") + "}")}
+	schema := map[string]any{"type": "object", "required": required, "properties": props}
 	p := map[string]any{"message": msg, "requestedSchema": schema}
 	if newer {
 		p["mode"] = "form"
@@ -525,13 +490,13 @@ func askAnswer(qs []askQuestion, raw json.RawMessage) toolResult {
 	var pairs []string
 	answers := []map[string]any{}
 	for i, q := range qs {
-		selected, shown := askSelected(q, r.Content, fmt.Sprintf("q%d", i+1))
+		selected, shown := askSelected(q, r.Content[fmt.Sprintf("q%d", i+1)])
 		pairs = append(pairs, fmt.Sprintf("%q=%q", q.Question, shown))
 		answers = append(answers, map[string]any{"question": q.Question, "selected": selected})
 	}
 	text := "User has answered your questions: " + strings.Join(pairs, ", ") + "."
 	structured := map[string]any{"status": "answered", "answers": answers}
-	note, _ := r.Content["note"].(string)
+	note, _ := r.Content["remark"].(string)
 	if note = strings.TrimSpace(note); note != "" {
 		text += fmt.Sprintf(" The user added: %q.", note)
 		structured["note"] = note
@@ -542,17 +507,15 @@ func askAnswer(qs []askQuestion, raw json.RawMessage) toolResult {
 }
 
 // askSelected is a question's answer in an accepted form and how the reply shows
-// it: the label, the labels picked when multiSelect (in an array, or before
-// 2025-11-25 ticked checkboxes), nil when unanswered.
-func askSelected(q askQuestion, content map[string]any, key string) (any, string) {
-	if s, ok := content[key].(string); ok {
+// it: the label, the labels picked when multiSelect, nil when unanswered.
+func askSelected(q askQuestion, answer any) (any, string) {
+	if s, ok := answer.(string); ok {
 		return s, s
 	}
-	list, _ := content[key].([]any)
+	list, _ := answer.([]any)
 	picked := []string{}
-	for j, o := range q.Options {
-		ticked := content[fmt.Sprintf("%s_%c", key, 'a'+j)] == true
-		if ticked || slices.Contains(list, any(o.Label)) {
+	for _, o := range q.Options {
+		if slices.Contains(list, any(o.Label)) {
 			picked = append(picked, o.Label)
 		}
 	}
@@ -584,56 +547,10 @@ func askInChat(qs []askQuestion, why string) toolResult {
 			text += " (several may be chosen)"
 		}
 		for _, o := range q.Options {
-			text += "\n   - " + strings.ReplaceAll(o.title(), " — ", ": ")
+			text += "\n   - " + o.title()
 		}
 	}
 	structured := map[string]any{"status": "ask_in_chat", "message": msg, "answers": []any{},
 		"questions": qs}
 	return structuredResult(text, structured)
-}
-
-// askRoundTrip is the 2026-07-28 way: an input-required result with a signed
-// requestState, then the retry with the answer.
-func askRoundTrip(c *toolCall, qs []askQuestion, questions string, ttl time.Duration) toolResult {
-	var p struct {
-		InputResponses map[string]json.RawMessage `json:"inputResponses"`
-		RequestState   string                     `json:"requestState"`
-	}
-	json.Unmarshal(c.req.params, &p)
-	key := c.s.srv.stateKey
-	exp, mac, _ := strings.Cut(p.RequestState, ".")
-	n, _ := strconv.ParseInt(exp, 10, 64)
-	again := "; call again without inputResponses and requestState to ask anew"
-	switch {
-	case p.RequestState == "" && p.InputResponses == nil: // the first call
-	case !hmac.Equal([]byte(mac), []byte(askStateMAC(key, n, questions))):
-		return errorResult("requestState does not verify: it is missing or altered, "+
-			"or belongs to other questions or an earlier telson process%s", again)
-	case time.Now().Unix() > n:
-		return errorResult("the answer came after the %s limit%s", ttl, again)
-	case p.InputResponses["ask"] != nil:
-		return askAnswer(qs, p.InputResponses["ask"])
-	} // no answer to the request: ask again, as the spec advises
-	n = time.Now().Add(ttl).Unix()
-	ask := map[string]any{"method": "elicitation/create", "params": elicitParams(qs, versionModern)}
-	return toolResult{inputRequired: map[string]any{
-		"inputRequests": map[string]any{"ask": ask},
-		"requestState":  fmt.Sprintf("%d.%s", n, askStateMAC(key, n, questions)),
-	}}
-}
-
-// askStateMAC signs a requestState: this process's key over the expiry and the questions.
-func askStateMAC(key []byte, exp int64, questions string) string {
-	m := hmac.New(sha256.New, key)
-	fmt.Fprintf(m, "AskUserQuestion\x00%d\x00%s", exp, questions)
-	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
-}
-
-// newStateKey is the per-process random key that signs requestState.
-func newStateKey() []byte {
-	k := make([]byte, 32)
-	if _, err := rand.Read(k); err != nil {
-		panic(fmt.Sprintf("state key: %v", err)) // no randomness from the kernel: nothing is safe
-	}
-	return k
 }

@@ -12,8 +12,8 @@
 //     inside the lock and is replaced atomically, through a symlink if it is one;
 //     one that does not parse is never overwritten;
 //   - callback timers go through callbackSlots.afterFunc, so tests drive them;
-//   - the skill catalogue is checked (folders stat'ed) at each InvokeSkill call,
-//     prompts/list and change of the shell's directory, and re-read when it changed.
+//   - the skill catalogue is read again at each InvokeSkill call, tools/list,
+//     prompts/list and prompts/get, for the shell's current project.
 package main
 
 import (
@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -119,11 +120,10 @@ Ids: task 3 or t3; step 2 (of the task) or t3.2.`,
 	input: `{"type":"object","properties":{
 		"action":{"type":"string",
 			"enum":["create","add","start","complete","list","pending","switch"]},
-		"task_id":{"description":"Task id, 3 or \"t3\" (default: the current task)."},
-		"step_id":{"description":"Step id, 2 or \"t3.2\"."},
+		"task_id":{"type":"string",
+			"description":"Task id, 3 or \"t3\" (default: the current task)."},
+		"step_id":{"type":"string","description":"Step id, 2 or \"t3.2\"."},
 		"text":{"type":"string","maxLength":500,"description":"Task title (create) or step (add)."},
-		"query":{"type":"string","maxLength":200,
-			"description":"The search query: filters list and pending."},
 		"all":{"type":"boolean","description":"list: every project's tasks."},
 		"force":{"type":"boolean","description":"complete: close the open steps too."}},
 		"required":["action"]}`,
@@ -146,7 +146,6 @@ const (
 
 // taskFile is STATE_DIR/tasks.json.
 type taskFile struct {
-	Rev     int64             `json:"rev"`
 	Current map[string]string `json:"current_by_project"` // project → task id
 	Tasks   []*taskEntry      `json:"tasks"`
 }
@@ -167,24 +166,11 @@ type taskStep struct {
 	InProgress bool   `json:"in_progress,omitempty"`
 }
 
-// flexID is an id sent as a string or as a bare number.
-type flexID string
-
-func (f *flexID) UnmarshalJSON(b []byte) error {
-	var v any
-	err := json.Unmarshal(b, &v)
-	if v != nil {
-		*f = flexID(strings.TrimPrefix(strings.TrimSpace(fmt.Sprint(v)), "t"))
-	}
-	return err
-}
-
 type taskArgs struct {
 	Action  string
-	TaskID  flexID `json:"task_id"` // without its "t"
-	StepID  flexID `json:"step_id"`
+	TaskID  string `json:"task_id"` // without its "t" (a bare number arrives as a string)
+	StepID  string `json:"step_id"`
 	Text    string
-	Query   string
 	All     bool
 	Force   bool
 	project string
@@ -204,6 +190,8 @@ func runTaskManager(ctx context.Context, c *toolCall) toolResult {
 	var a taskArgs
 	json.Unmarshal(c.args, &a) // schema-checked
 	a.Text = strings.TrimSpace(a.Text)
+	a.TaskID = strings.TrimPrefix(a.TaskID, "t")
+	a.StepID = strings.TrimPrefix(a.StepID, "t")
 	a.project = projectOf(c.s.shell.dir())
 	path := filepath.Join(c.s.srv.cfg.str("STATE_DIR"), "tasks.json")
 	var res toolResult
@@ -221,7 +209,6 @@ func runTaskManager(ctx context.Context, c *toolCall) toolResult {
 		if a.Action == "list" || a.Action == "pending" {
 			return nil // the list is unchanged
 		}
-		tf.Rev++
 		out, _ := json.MarshalIndent(tf, "", "  ")
 		return writeFileAtomic(path, out)
 	})
@@ -231,34 +218,30 @@ func runTaskManager(ctx context.Context, c *toolCall) toolResult {
 	return res
 }
 
-// loadTasks reads path; a missing file is an empty list.
+// loadTasks reads path; a missing file is an empty list. It rejects entries
+// apply cannot use.
 func loadTasks(path string) (*taskFile, error) {
-	tf := &taskFile{}
+	tf := &taskFile{Current: map[string]string{}}
 	data, err := readCapped(path, maxTaskFile)
 	if errors.Is(err, os.ErrNotExist) {
-		return tf, tf.check()
+		return tf, nil
 	}
 	if err == nil {
-		err = errors.Join(json.Unmarshal(data, tf), tf.check())
+		err = json.Unmarshal(data, tf)
+	}
+	for _, t := range tf.Tasks {
+		if t == nil || !strings.HasPrefix(t.ID, "t") || slices.Contains(t.Steps, nil) {
+			err = cmp.Or(err, errors.New("a task or step is null or has no id"))
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s is unusable (%w); it was left untouched: fix, move or delete it",
 			path, err)
 	}
-	return tf, nil
-}
-
-// check rejects entries apply cannot use.
-func (tf *taskFile) check() error {
 	if tf.Current == nil {
 		tf.Current = map[string]string{}
 	}
-	for _, t := range tf.Tasks {
-		if t == nil || !strings.HasPrefix(t.ID, "t") || slices.Contains(t.Steps, nil) {
-			return errors.New("a task or step is null or has no id")
-		}
-	}
-	return nil
+	return tf, nil
 }
 
 // apply performs one action and returns its reply and the tasks it shows.
@@ -273,7 +256,7 @@ func (tf *taskFile) apply(a taskArgs) (string, []*taskEntry, error) {
 	if err != nil {
 		return "", nil, err
 	}
-	var text string
+	text := ""
 	switch a.Action {
 	case "add":
 		text, err = t.add(a.Text)
@@ -282,7 +265,7 @@ func (tf *taskFile) apply(a taskArgs) (string, []*taskEntry, error) {
 	case "complete":
 		text, err = tf.complete(t, a)
 	case "pending":
-		text = "Open steps of task " + t.line() + ":" + stepLines(t.open(a.Query))
+		text = "Open steps of task " + t.line() + ":" + stepLines(t.open())
 	case "switch":
 		tf.Current[a.project] = t.ID
 		text = "Switched to task " + t.line() + "."
@@ -292,14 +275,14 @@ func (tf *taskFile) apply(a taskArgs) (string, []*taskEntry, error) {
 
 // find is the task task_id names, else step_id's task, else the current one.
 func (tf *taskFile) find(a taskArgs) (*taskEntry, error) {
-	id := string(a.TaskID)
-	if before, _, ok := strings.Cut(string(a.StepID), "."); ok && id == "" {
-		id = before
+	id := tf.Current[a.project]
+	task, _, ok := strings.Cut(a.StepID, ".")
+	if ok {
+		id = "t" + task
 	}
-	if id != "" {
-		id = "t" + id
+	if a.TaskID != "" {
+		id = "t" + a.TaskID
 	}
-	id = cmp.Or(id, tf.Current[a.project])
 	if id == "" {
 		return nil, fmt.Errorf("no current task in %s: create or switch to one (list shows them)",
 			a.project)
@@ -349,21 +332,21 @@ func (t *taskEntry) add(text string) (string, error) {
 }
 
 // step finds id: 2 (of t), or 1.2.
-func (t *taskEntry) step(id flexID) (*taskStep, error) {
-	want := "t" + string(id)
+func (t *taskEntry) step(id string) (*taskStep, error) {
+	want := "t" + id
 	if !strings.Contains(want, ".") {
-		want = t.ID + "." + string(id)
+		want = t.ID + "." + id
 	}
 	i := slices.IndexFunc(t.Steps, func(s *taskStep) bool { return s.ID == want })
 	if i < 0 {
-		open := stepLines(t.open(""))
+		open := stepLines(t.open())
 		return nil, fmt.Errorf("task %s has no step %q; its open steps:%s", t.ID, id, open)
 	}
 	return t.Steps[i], nil
 }
 
 // start marks a step in progress, the only one of its task.
-func (t *taskEntry) start(id flexID) (string, error) {
+func (t *taskEntry) start(id string) (string, error) {
 	s, err := t.step(id)
 	if err != nil {
 		return "", err
@@ -387,9 +370,9 @@ func (tf *taskFile) complete(t *taskEntry, a taskArgs) (string, error) {
 		s.InProgress = false
 		return fmt.Sprintf("Completed step %s of task %s.", s.ID, t.line()), nil
 	}
-	if open := t.open(""); len(open) > 0 && !a.Force {
+	if len(t.open()) > 0 && !a.Force {
 		return "", fmt.Errorf("task %s has open steps; complete them, or pass force: true:%s",
-			t.ID, stepLines(open))
+			t.ID, stepLines(t.open()))
 	}
 	for _, s := range t.Steps {
 		s.Done = true
@@ -408,9 +391,7 @@ func (tf *taskFile) list(a taskArgs) (string, []*taskEntry, error) {
 	text := "Tasks (* = current):"
 	shown := []*taskEntry{}
 	for _, t := range tf.Tasks {
-		inStep := func(s *taskStep) bool { return containsFold(s.Text, a.Query) }
-		match := containsFold(t.Title, a.Query) || slices.ContainsFunc(t.Steps, inStep)
-		if !match || t.Project != a.project && !a.All {
+		if t.Project != a.project && !a.All {
 			continue
 		}
 		mark := "\n  "
@@ -424,16 +405,16 @@ func (tf *taskFile) list(a taskArgs) (string, []*taskEntry, error) {
 		shown = append(shown, t)
 	}
 	if len(shown) == 0 {
-		text = "No tasks in " + a.project + " match. create starts one; all lists every project's."
+		text = "No tasks in " + a.project + ". create starts one; all lists every project's."
 	}
 	return text, shown, nil
 }
 
-// open is t's steps not done whose text holds query.
-func (t *taskEntry) open(query string) []*taskStep {
+// open is t's steps not done.
+func (t *taskEntry) open() []*taskStep {
 	var open []*taskStep
 	for _, s := range t.Steps {
-		if !s.Done && containsFold(s.Text, query) {
+		if !s.Done {
 			open = append(open, s)
 		}
 	}
@@ -453,15 +434,11 @@ func stepLines(steps []*taskStep) string {
 
 // line is t on one line: id, title, progress.
 func (t *taskEntry) line() string {
-	s := fmt.Sprintf("%s %q [%d/%d]", t.ID, t.Title, len(t.Steps)-len(t.open("")), len(t.Steps))
+	s := fmt.Sprintf("%s %q [%d/%d]", t.ID, t.Title, len(t.Steps)-len(t.open()), len(t.Steps))
 	if t.Done {
 		s += " done"
 	}
 	return s
-}
-
-func containsFold(s, sub string) bool {
-	return strings.Contains(strings.ToLower(s), strings.ToLower(sub))
 }
 
 // ---- PlanMode ----
@@ -476,10 +453,10 @@ var planModeTool = toolDef{
 - exit: pass the plan as markdown in plan (it is saved to the plan file), or write it to the
   plan file first. If the client can ask, the user approves the plan or sends you back to
   planning with a note.
-- status, json: the state. reset: leave without a plan.
+- status: the state. reset: leave without a plan.
 Plan mode belongs to this connection.`,
 	input: `{"type":"object","properties":{
-		"action":{"type":"string","enum":["enter","exit","status","json","reset"]},
+		"action":{"type":"string","enum":["enter","exit","status","reset"]},
 		"goal":{"type":"string","maxLength":1000,"description":"What the plan is for (enter)."},
 		"plan":{"type":"string","maxLength":1048576,"description":"The plan, markdown (exit)."},
 		"plan_file":{"type":"string","maxLength":4096,
@@ -546,37 +523,27 @@ func runPlanMode(ctx context.Context, c *toolCall) toolResult {
 		return p.exit(ctx, c, a.Plan)
 	case "reset":
 		return p.reset()
-	case "json":
-		b, _ := marshalJSON(in.view())
-		return in.result(string(b), nil)
 	}
 	text := "Plan mode: INACTIVE"
 	if in.active {
-		d := time.Since(in.started)
-		text = fmt.Sprintf("Plan mode: ACTIVE\nGoal: %q\nDuration: %dm %ds\nPlan file: %s",
-			in.goal, int(d.Minutes()), int(d.Seconds())%60, in.file)
+		d := time.Since(in.started).Round(time.Second)
+		text = fmt.Sprintf("Plan mode: ACTIVE\nGoal: %q\nDuration: %s\nPlan file: %s",
+			in.goal, d, in.file)
 	}
 	return in.result(text, nil)
 }
 
-// view is the documented json shape: {active, goal, plan_file, started_at}.
-func (in planInfo) view() map[string]any {
-	v := map[string]any{"active": in.active, "goal": nil, "plan_file": nil, "started_at": nil}
+// result is text with the state (goal, plan_file and started_at null when
+// inactive), the text as message, and extra fields.
+func (in planInfo) result(text string, extra map[string]any) toolResult {
+	v := map[string]any{"active": in.active, "goal": nil, "plan_file": nil, "started_at": nil,
+		"message": text}
 	if in.active {
 		v["goal"] = in.goal
 		v["plan_file"] = in.file
 		v["started_at"] = in.started.UTC().Format(time.RFC3339)
 	}
-	return v
-}
-
-// result is text with the state, the text as message, and extra fields.
-func (in planInfo) result(text string, extra map[string]any) toolResult {
-	v := in.view()
-	v["message"] = text
-	for k, x := range extra {
-		v[k] = x
-	}
+	maps.Copy(v, extra)
 	return structuredResult(text, v)
 }
 
@@ -607,8 +574,9 @@ func (p *planState) enter(c *toolCall, goal, file string) toolResult {
 	if !c.s.srv.cfg.bool("PLAN_MODE_STRICT") {
 		gate = "Do not change anything until you exit plan mode."
 	}
-	text := fmt.Sprintf("Plan mode activated. Write your plan as markdown.\nGoal: %q\nPlan file: %s\n%s\n%s",
-		goal, file, gate, `Then exit with {"action":"exit","plan":"..."}.`)
+	text := fmt.Sprintf("Plan mode activated. Write your plan as markdown.\nGoal: %q\n"+
+		"Plan file: %s\n%s\nThen exit with {\"action\":\"exit\",\"plan\":\"...\"}.",
+		goal, file, gate)
 	return in.result(text, nil)
 }
 
@@ -655,33 +623,22 @@ func (p *planState) exit(ctx context.Context, c *toolCall, plan string) toolResu
 	return out.result(text, map[string]any{"plan": plan, "approval": approval, "note": note})
 }
 
-// approvePlan asks the user to approve plan when the client can show a form.
-// In the 2026-07-28 era the form goes back in an input-required result (ask)
-// and the answer comes with the retried call.
-func approvePlan(ctx context.Context, c *toolCall, plan string) (approval, note string, ask map[string]any) {
-	if !c.req.clientHas("elicitation") || !atLeast(c.req.version, version20250618) {
+// approvePlan asks the user to approve plan when the client can show a form;
+// ask is the input-required result of the 2026-07-28 era's first call.
+func approvePlan(ctx context.Context, c *toolCall, plan string) (
+	approval, note string, ask map[string]any) {
+	if !canElicit(c.req) {
 		return planNotAsked, "", nil
 	}
 	params := map[string]any{"message": "Approve this plan?\n\n" + plan,
 		"requestedSchema": json.RawMessage(planApproval)}
-	var p struct {
-		InputResponses map[string]json.RawMessage `json:"inputResponses"`
-	}
-	json.Unmarshal(c.req.params, &p)
-	raw := p.InputResponses["approve"]
-	var err error
-	if !c.req.modern {
-		raw, err = c.s.request(ctx, "elicitation/create", params)
-	} else if raw == nil {
-		return "", "", map[string]any{"requestState": "plan", "inputRequests": map[string]any{
-			"approve": map[string]any{"method": "elicitation/create", "params": params}}}
-	}
+	raw, ask, err := elicit(ctx, c, "approve", params)
 	var r struct {
 		Action  string
 		Content struct{ Decision, Note string }
 	}
-	if err != nil || json.Unmarshal(raw, &r) != nil {
-		return planNotAsked, "", nil
+	if ask != nil || err != nil || json.Unmarshal(raw, &r) != nil {
+		return planNotAsked, "", ask
 	}
 	if r.Action == "accept" && r.Content.Decision == "approve" {
 		return planApproved, r.Content.Note, nil
@@ -714,8 +671,7 @@ var invokeSkillTool = toolDef{
 		}
 		return `Invoke or load a skill by name.
 Returns the skill content for you to follow or use as context: a header (skill, source, path),
-its text with $ARGUMENTS replaced by arguments (appended when it has no $ARGUMENTS), then the
-other files in its folder.
+its text with $ARGUMENTS replaced by arguments (appended when it has no $ARGUMENTS).
 Skill folders, in search order: .claude/skills in the shell's project (its git root),
 ~/.claude/skills, ~/.telson/skills, ADDITIONAL_SKILLS.
 
@@ -739,11 +695,11 @@ const (
 
 type skillInfo struct{ name, description, hint, source, path string } // path of SKILL.md
 
-// skillCatalog is the skills found on disk, re-read when a SKILL.md changes.
+// skillCatalog is the skills found on disk, re-read at each refresh.
 type skillCatalog struct {
 	mu     sync.Mutex // guards the fields below
 	dir    string     // project of the last scan
-	sig    string     // the SKILL.md files' paths, times and sizes at the last scan
+	sig    string     // the skills of the last scan, as text
 	gen    int64      // bumped each time sig changes
 	skills []skillInfo
 }
@@ -755,8 +711,8 @@ func skillRoots(cfg *config, project string) []skillInfo {
 		{path: filepath.Join(project, ".claude", "skills"), source: "Project Skill"},
 		{path: filepath.Join(home, ".claude", "skills"), source: "User Skill"},
 		{path: filepath.Join(home, ".telson", "skills"), source: "User Skill"}}
-	separator := func(r rune) bool { return r == ',' || r == ':' }
-	for _, d := range strings.FieldsFunc(cfg.str("ADDITIONAL_SKILLS"), separator) {
+	extra := strings.ReplaceAll(cfg.str("ADDITIONAL_SKILLS"), ",", ":")
+	for _, d := range filepath.SplitList(extra) {
 		d = strings.TrimSpace(d)
 		if rest, ok := strings.CutPrefix(d, "~/"); ok {
 			d = filepath.Join(home, rest)
@@ -780,42 +736,39 @@ func (sc *skillCatalog) current(srv *server) []skillInfo {
 	return skills
 }
 
-// refresh re-reads the skills when the project of dir ("" for the last one)
-// or a SKILL.md changed, and returns the catalogue's generation and skills.
+// refresh re-reads the skills of the project of dir ("" for the last one)
+// and returns the catalogue's generation, bumped when the skills changed,
+// and the skills, in search order. Broken skills are logged when the skills change.
 func (sc *skillCatalog) refresh(srv *server, dir string) (int64, []skillInfo) {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
 	sc.dir = projectOf(cmp.Or(dir, sc.dir))
-	var sig strings.Builder
-	var found []skillInfo
+	var skills []skillInfo
+	var broken []error
 	for _, r := range skillRoots(srv.cfg, sc.dir) {
 		entries, _ := os.ReadDir(r.path)
 		for _, e := range entries[:min(len(entries), maxSkillsRoot)] {
 			sk := skillInfo{name: e.Name(), source: r.source}
 			sk.path = filepath.Join(r.path, sk.name, "SKILL.md")
-			if fi, err := os.Stat(sk.path); err == nil && fi.Mode().IsRegular() {
-				fmt.Fprintln(&sig, sk.path, fi.ModTime(), fi.Size())
-				found = append(found, sk)
+			_, err := sk.load()
+			switch {
+			case errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ENOTDIR):
+			case err != nil:
+				broken = append(broken, fmt.Errorf("skipping %s: %w", sk.path, err))
+			case !slices.ContainsFunc(skills, func(s skillInfo) bool { return s.name == sk.name }):
+				skills = append(skills, sk) // unless an earlier folder has it
 			}
 		}
 	}
-	if sig.String() == sc.sig && sc.gen > 0 {
-		return sc.gen, sc.skills
-	}
-	sc.sig = sig.String()
-	sc.gen++
-	sc.skills = nil
-	for _, sk := range found {
-		if slices.ContainsFunc(sc.skills, func(s skillInfo) bool { return s.name == sk.name }) {
-			continue // an earlier folder has it
+	sig := fmt.Sprint(skills, broken)
+	if sig != sc.sig {
+		sc.sig = sig
+		sc.gen++
+		sc.skills = skills
+		for _, err := range broken {
+			srv.log.warnf("skills: %v", err)
 		}
-		if _, err := sk.load(); err != nil {
-			srv.log.warnf("skills: skipping %s: %v", sk.path, err)
-			continue
-		}
-		sc.skills = append(sc.skills, sk)
 	}
-	slices.SortFunc(sc.skills, func(a, b skillInfo) int { return strings.Compare(a.name, b.name) })
 	return sc.gen, sc.skills
 }
 
@@ -833,14 +786,12 @@ func (sk *skillInfo) load() (string, error) {
 		return "", err
 	case strings.Trim(sk.description, ">|+-") == "": // none, or a YAML block scalar
 		return "", errors.New("no description on one line")
-	case meta["name"] != "" && meta["name"] != sk.name:
-		return "", fmt.Errorf("name %q differs from its folder's", meta["name"])
 	}
 	return body, nil
 }
 
 // parseSkill splits SKILL.md into front matter (one-line key: value pairs,
-// quoted or not; indented lines are skipped) and body.
+// in double quotes or none; the name is the folder's) and body.
 func parseSkill(text string) (map[string]string, string, error) {
 	text = strings.ReplaceAll(strings.TrimPrefix(text, "\ufeff"), "\r\n", "\n")
 	rest, opened := strings.CutPrefix(text, "---\n")
@@ -855,12 +806,8 @@ func parseSkill(text string) (map[string]string, string, error) {
 		v = strings.TrimSpace(v)
 		if u, err := strconv.Unquote(v); err == nil {
 			v = u
-		} else if len(v) > 1 && v[0] == '\'' && v[len(v)-1] == '\'' {
-			v = strings.ReplaceAll(v[1:len(v)-1], "''", "'")
 		}
-		if strings.TrimSpace(k) == k {
-			meta[k] = v
-		}
+		meta[k] = v // an indented key is none of the ones looked up
 	}
 	return meta, strings.TrimLeft(body, "\n"), nil
 }
@@ -926,23 +873,8 @@ func runInvokeSkill(ctx context.Context, c *toolCall) toolResult {
 	if err != nil {
 		return errorResult("%v", err)
 	}
-	text = fmt.Sprintf("[skill: %s | %s | path: %s]\n\n%s",
-		sk.name, sk.source, sk.path, strings.TrimRight(text, "\n"))
-	dir, _ := filepath.EvalSymlinks(filepath.Dir(sk.path)) // a linked skill folder lists its files
-	var files []string
-	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-		if err == nil && !d.IsDir() && d.Name() != "SKILL.md" {
-			files = append(files, "\n- "+p)
-		}
-		if len(files) >= 50 {
-			return filepath.SkipAll
-		}
-		return nil
-	})
-	if len(files) > 0 {
-		text += "\n\nOther files of the skill (at most 50 listed):" + strings.Join(files, "")
-	}
-	return textResult(text)
+	return textResult(fmt.Sprintf("[skill: %s | %s | path: %s]\n\n%s",
+		sk.name, sk.source, sk.path, text))
 }
 
 func handlePromptsList(ctx context.Context, r *rpcRequest) (map[string]any, error) {
@@ -1065,13 +997,6 @@ func (cb *callbackSlots) stop(i int64) int {
 	return n
 }
 
-func callbackPreview(msg string) string {
-	if r := []rune(msg); len(r) > 64 {
-		msg = string(r[:64]) + "..."
-	}
-	return strconv.Quote(msg)
-}
-
 // plural is "1 time", "2 times".
 func plural(n int64, word string) string {
 	if n == 1 {
@@ -1082,9 +1007,7 @@ func plural(n int64, word string) string {
 
 func runSetCallback(ctx context.Context, c *toolCall) toolResult {
 	a := callbackArgs{RepeatCount: 1}
-	if err := json.Unmarshal(c.args, &a); err != nil { // an integer too large for int64
-		return errorResult("invalid arguments: %v", err)
-	}
+	json.Unmarshal(c.args, &a) // schema-checked: every integer is bounded
 	cb := c.s.workflow.callbacks
 	cb.mu.Lock()
 	defer cb.mu.Unlock()
@@ -1110,8 +1033,8 @@ func (cb *callbackSlots) list() toolResult {
 		if sl.remaining >= 0 {
 			count = fmt.Sprintf("%d left", sl.remaining)
 		}
-		lines = append(lines, fmt.Sprintf("\n  [%d] %s - fires in %dm%02ds (%s)",
-			i, callbackPreview(sl.message), int(left.Minutes()), int(left.Seconds())%60, count))
+		line := fmt.Sprintf("\n  [%d] %q - fires in %s (%s)", i, sl.message, left, count)
+		lines = append(lines, line)
 	}
 	if len(lines) == 0 {
 		return textResult("No active callbacks.")
@@ -1129,8 +1052,7 @@ func (cb *callbackSlots) cancel(id *int64) toolResult {
 		return errorResult("callback slot %d is not active", *id)
 	}
 	cb.stop(*id)
-	return textResult(fmt.Sprintf("Cancelled callback slot %d: %s",
-		*id, callbackPreview(sl.message)))
+	return textResult(fmt.Sprintf("Cancelled callback slot %d: %q", *id, sl.message))
 }
 
 func (cb *callbackSlots) set(a callbackArgs) toolResult {
