@@ -846,8 +846,9 @@ type listenerSet struct {
 // listener is one open subscriptions/listen request.
 type listener struct {
 	req     *rpcRequest
-	methods []string   // the notifications granted
-	mu      sync.Mutex // held while sending: the acknowledgement goes first
+	done    <-chan struct{} // closed once the request is cancelled: deliver skips it
+	methods []string        // the notifications granted
+	mu      sync.Mutex      // held while sending: the acknowledgement goes first
 }
 
 func (ls *listenerSet) add(l *listener) {
@@ -874,6 +875,11 @@ func (ls *listenerSet) deliver(method string) {
 	}
 	ls.mu.Unlock()
 	for _, l := range open {
+		select {
+		case <-l.done:
+			continue // cancelled: it may not have left the set yet
+		default:
+		}
 		if slices.Contains(l.methods, method) {
 			l.mu.Lock()
 			meta := map[string]any{metaSubscriptionID: l.req.id}
@@ -892,7 +898,7 @@ func handleListen(ctx context.Context, r *rpcRequest) (map[string]any, error) {
 	if err := json.Unmarshal(r.params, &p); len(r.params) > 0 && err != nil {
 		return nil, invalidParams("%v", err)
 	}
-	l := &listener{req: r}
+	l := &listener{req: r, done: ctx.Done()}
 	granted := map[string]any{}
 	for _, list := range []string{"tools", "prompts"} {
 		if p.Notifications[list+"ListChanged"] == true {
