@@ -665,6 +665,21 @@ func (m *mdConv) table(n *htmlNode) string {
 
 const wsGUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
+// Opcodes (RFC 6455 section 5.2) and close codes (section 7.4.1).
+const (
+	wsOpContinuation = 0
+	wsOpText         = 1
+	wsOpBinary       = 2
+	wsOpClose        = 8
+	wsOpPing         = 9
+	wsOpPong         = 10
+
+	wsCloseNormal   = 1000
+	wsCloseProtocol = 1002
+	wsCloseNoCode   = 1005
+	wsCloseTooBig   = 1009
+)
+
 // errWSClosed is returned by readMessage once a close frame has arrived.
 var errWSClosed = errors.New("websocket: closed")
 
@@ -681,11 +696,12 @@ type wsConn struct {
 
 // wsFrameHeader is a frame header (RFC 6455 section 5.2).
 type wsFrameHeader struct {
-	fin     bool
-	rsv, op byte
-	masked  bool
-	mask    [4]byte
-	length  uint64
+	fin    bool
+	rsv    byte
+	op     byte
+	masked bool
+	mask   [4]byte
+	length uint64
 }
 
 // wsDial opens a websocket to a ws:// URL. It sends no Origin header and
@@ -699,50 +715,58 @@ func wsDial(ctx context.Context, rawURL string, rnd io.Reader, maxMsg int64) (*w
 	if err != nil {
 		return nil, fmt.Errorf("websocket dial: %w", err)
 	}
-	fail := func(format string, a ...any) (*wsConn, error) {
-		conn.Close()
-		return nil, fmt.Errorf("websocket handshake: "+format, a...)
-	}
-	dl, _ := ctx.Deadline()
-	conn.SetDeadline(dl) // none when ctx has none
-	nonce := make([]byte, 16)
-	_, err = io.ReadFull(rnd, nonce)
-	key := base64.StdEncoding.EncodeToString(nonce)
-	if err == nil {
-		_, err = fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
-			"Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n\r\n", u.RequestURI(), u.Host, key)
-	}
 	br := bufio.NewReaderSize(conn, 64<<10)
-	var resp *http.Response
-	if err == nil {
-		resp, err = http.ReadResponse(br, nil)
+	if err := wsHandshake(ctx, conn, br, u, rnd); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("websocket handshake: %w", err)
 	}
-	if err != nil {
-		return fail("%w", err)
-	}
-	sum := sha1.Sum([]byte(key + wsGUID))
-	switch {
-	case resp.StatusCode != http.StatusSwitchingProtocols:
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return fail("%s: %s", resp.Status, strings.TrimSpace(string(body)))
-	case !strings.EqualFold(resp.Header.Get("Upgrade"), "websocket"):
-		return fail("no Upgrade: websocket header")
-	case !strings.Contains(strings.ToLower(resp.Header.Get("Connection")), "upgrade"):
-		return fail("no Connection: upgrade header")
-	case resp.Header.Get("Sec-WebSocket-Accept") != base64.StdEncoding.EncodeToString(sum[:]):
-		return fail("wrong Sec-WebSocket-Accept")
-	case resp.Header.Get("Sec-WebSocket-Extensions") != "":
-		return fail("extensions that were not asked for: %s", resp.Header.Get("Sec-WebSocket-Extensions"))
-	}
-	conn.SetDeadline(time.Time{})
 	return &wsConn{conn: conn, br: br, rand: rnd, maxMsg: maxMsg}, nil
 }
 
+// wsHandshake sends the upgrade request and checks the answer (RFC 6455 section 4.1).
+func wsHandshake(ctx context.Context, conn net.Conn, br *bufio.Reader, u *url.URL, rnd io.Reader) error {
+	dl, _ := ctx.Deadline()
+	conn.SetDeadline(dl) // none when ctx has none
+	defer conn.SetDeadline(time.Time{})
+	nonce := make([]byte, 16)
+	if _, err := io.ReadFull(rnd, nonce); err != nil {
+		return err
+	}
+	key := base64.StdEncoding.EncodeToString(nonce)
+	_, err := fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\n"+
+		"Connection: Upgrade\r\nSec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n\r\n",
+		u.RequestURI(), u.Host, key)
+	if err != nil {
+		return err
+	}
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		return err
+	}
+	sum := sha1.Sum([]byte(key + wsGUID))
+	h := resp.Header
+	switch {
+	case resp.StatusCode != http.StatusSwitchingProtocols:
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(body)))
+	case !strings.EqualFold(h.Get("Upgrade"), "websocket"):
+		return errors.New("no Upgrade: websocket header")
+	case !strings.Contains(strings.ToLower(h.Get("Connection")), "upgrade"):
+		return errors.New("no Connection: upgrade header")
+	case h.Get("Sec-WebSocket-Accept") != base64.StdEncoding.EncodeToString(sum[:]):
+		return errors.New("wrong Sec-WebSocket-Accept")
+	case h.Get("Sec-WebSocket-Extensions") != "":
+		return fmt.Errorf("extensions that were not asked for: %s", h.Get("Sec-WebSocket-Extensions"))
+	}
+	return nil
+}
+
 func wsAppendHeader(b []byte, h wsFrameHeader) []byte {
-	b0, b1 := h.op&0x0f|(h.rsv&7)<<4, byte(0)
+	b0 := h.op&0x0f | (h.rsv&7)<<4
 	if h.fin {
 		b0 |= 0x80
 	}
+	b1 := byte(0)
 	if h.masked {
 		b1 = 0x80
 	}
@@ -765,7 +789,11 @@ func wsReadHeader(r io.Reader) (h wsFrameHeader, err error) {
 	if _, err = io.ReadFull(r, p[:2]); err != nil {
 		return h, err
 	}
-	h = wsFrameHeader{fin: p[0]&0x80 != 0, rsv: p[0] >> 4 & 7, op: p[0] & 0x0f, masked: p[1]&0x80 != 0, length: uint64(p[1] & 0x7f)}
+	h.fin = p[0]&0x80 != 0
+	h.rsv = p[0] >> 4 & 7
+	h.op = p[0] & 0x0f
+	h.masked = p[1]&0x80 != 0
+	h.length = uint64(p[1] & 0x7f)
 	if h.length == 126 {
 		_, err = io.ReadFull(r, p[:2])
 		h.length = uint64(binary.BigEndian.Uint16(p[:2]))
@@ -794,7 +822,7 @@ func (ws *wsConn) writeFrame(op byte, p []byte) error {
 	for i, c := range p {
 		buf = append(buf, c^h.mask[i&3])
 	}
-	ws.closeSent = op == 8
+	ws.closeSent = op == wsOpClose
 	ws.conn.SetWriteDeadline(time.Now().Add(10 * time.Second)) // a browser that stops reading fails the write
 	if _, err := ws.conn.Write(buf); err != nil {
 		return fmt.Errorf("websocket write: %w", err)
@@ -804,17 +832,60 @@ func (ws *wsConn) writeFrame(op byte, p []byte) error {
 
 // close starts the close handshake; the reader then gets the peer's close frame or times out.
 func (ws *wsConn) close() {
-	ws.writeFrame(8, []byte{0x03, 0xe8}) // 1000: normal closure
+	ws.writeFrame(wsOpClose, binary.BigEndian.AppendUint16(nil, wsCloseNormal))
 	ws.conn.SetReadDeadline(time.Now().Add(time.Second))
 }
 
 // fail sends a close frame with code and returns the protocol error.
-func (ws *wsConn) fail(code int, format string, a ...any) error {
-	ws.writeFrame(8, []byte{byte(code >> 8), byte(code)})
+func (ws *wsConn) fail(code uint16, format string, a ...any) error {
+	ws.writeFrame(wsOpClose, binary.BigEndian.AppendUint16(nil, code))
 	return fmt.Errorf("websocket: "+format, a...)
 }
 
-// readMessage returns the next data message, reassembled, answering pings and close frames.
+// check refuses a frame that may not come now; have is the length of the message so far.
+func (ws *wsConn) check(h wsFrameHeader, inMsg bool, have int) error {
+	isData := h.op == wsOpText || h.op == wsOpBinary
+	isControl := h.op == wsOpClose || h.op == wsOpPing || h.op == wsOpPong
+	switch {
+	case h.rsv != 0:
+		return ws.fail(wsCloseProtocol, "reserved bits set (no extension was agreed)")
+	case h.masked:
+		return ws.fail(wsCloseProtocol, "masked frame from the server")
+	case isControl && (!h.fin || h.length > 125):
+		return ws.fail(wsCloseProtocol, "fragmented or long control frame")
+	case h.op == wsOpContinuation && !inMsg:
+		return ws.fail(wsCloseProtocol, "continuation frame outside a message")
+	case isData && inMsg:
+		return ws.fail(wsCloseProtocol, "new message inside a fragmented one")
+	case !isData && !isControl && h.op != wsOpContinuation:
+		return ws.fail(wsCloseProtocol, "unknown opcode %d", h.op)
+	case !isControl && h.length > uint64(ws.maxMsg)-uint64(have):
+		return ws.fail(wsCloseTooBig, "message longer than %d bytes", ws.maxMsg)
+	}
+	return nil
+}
+
+// control answers a control frame: a ping with a pong, a close with a close.
+func (ws *wsConn) control(h wsFrameHeader) error {
+	p := make([]byte, h.length)
+	if _, err := io.ReadFull(ws.br, p); err != nil {
+		return fmt.Errorf("websocket read: %w", err)
+	}
+	switch h.op {
+	case wsOpPing:
+		return ws.writeFrame(wsOpPong, p)
+	case wsOpClose:
+		ws.writeFrame(wsOpClose, p[:min(len(p), 2)]) // echo the code unless we sent ours first
+		code := wsCloseNoCode
+		if len(p) >= 2 {
+			code = int(binary.BigEndian.Uint16(p))
+		}
+		return fmt.Errorf("%w by peer (%d %s)", errWSClosed, code, p[min(len(p), 2):])
+	}
+	return nil
+}
+
+// readMessage returns the next data message, reassembled, answering control frames.
 func (ws *wsConn) readMessage() ([]byte, error) {
 	var msg []byte
 	inMsg := false
@@ -823,43 +894,19 @@ func (ws *wsConn) readMessage() ([]byte, error) {
 		if err != nil {
 			return nil, fmt.Errorf("websocket read: %w", err)
 		}
-		switch {
-		case h.rsv != 0:
-			return nil, ws.fail(1002, "reserved bits set (no extension was agreed)")
-		case h.masked:
-			return nil, ws.fail(1002, "masked frame from the server")
-		case h.op >= 8 && (!h.fin || h.length > 125):
-			return nil, ws.fail(1002, "fragmented or long control frame")
-		case h.op == 0 && !inMsg:
-			return nil, ws.fail(1002, "continuation frame outside a message")
-		case (h.op == 1 || h.op == 2) && inMsg:
-			return nil, ws.fail(1002, "new message inside a fragmented one")
-		case h.op > 2 && h.op != 8 && h.op != 9 && h.op != 10:
-			return nil, ws.fail(1002, "unknown opcode %d", h.op)
-		case h.op < 8 && h.length > uint64(ws.maxMsg)-uint64(len(msg)):
-			return nil, ws.fail(1009, "message longer than %d bytes", ws.maxMsg)
+		if err := ws.check(h, inMsg, len(msg)); err != nil {
+			return nil, err
+		}
+		if h.op >= wsOpClose {
+			if err := ws.control(h); err != nil {
+				return nil, err
+			}
+			continue
 		}
 		n := len(msg)
 		msg = slices.Grow(msg, int(h.length))[:n+int(h.length)]
 		if _, err := io.ReadFull(ws.br, msg[n:]); err != nil {
 			return nil, fmt.Errorf("websocket read: %w", err)
-		}
-		switch h.op {
-		case 8:
-			ws.writeFrame(8, msg[n:min(len(msg), n+2)]) // echo the code unless we sent ours first
-			code := 1005
-			if h.length >= 2 {
-				code = int(binary.BigEndian.Uint16(msg[n:]))
-			}
-			return nil, fmt.Errorf("%w by peer (%d %s)", errWSClosed, code, msg[min(len(msg), n+2):])
-		case 9:
-			if err := ws.writeFrame(10, msg[n:]); err != nil {
-				return nil, err
-			}
-			fallthrough
-		case 10:
-			msg = msg[:n]
-			continue
 		}
 		inMsg = true
 		if h.fin {
@@ -940,7 +987,7 @@ func (c *cdpClient) call(ctx context.Context, session, method string, params, re
 	c.mu.Unlock()
 	forget := func() { c.mu.Lock(); delete(c.pending, m.ID); c.mu.Unlock() }
 	data, _ := json.Marshal(m)
-	if err := c.ws.writeFrame(1, data); err != nil {
+	if err := c.ws.writeFrame(wsOpText, data); err != nil {
 		forget()
 		return fmt.Errorf("cdp %s: %w", method, err)
 	}
