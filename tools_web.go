@@ -1037,15 +1037,21 @@ type browser struct {
 	exited chan struct{} // closed once the process has been waited for
 }
 
-// findChrome returns the browser to run, or "" when there is none (or READDOCS_BROWSER is off).
+// chromeNames are the browsers looked for when CHROME_PATH is not set.
+var chromeNames = []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome",
+	"chrome-headless-shell", "/usr/lib/chromium/chromium-headless-shell", "/opt/google/chrome/chrome",
+	"/snap/bin/chromium", "/Applications/Chromium.app/Contents/MacOS/Chromium",
+	"/Applications/Google Chrome.app/Contents/MacOS/Google Chrome"}
+
+// findChrome returns the browser to run: CHROME_PATH when it is set, else the
+// first of chromeNames found; "" when there is none or READDOCS_BROWSER is off.
 func findChrome(cfg *config) string {
-	if !cfg.bool("READDOCS_BROWSER") {
-		return ""
+	names := chromeNames
+	if p := cfg.str("CHROME_PATH"); p != "" {
+		names = []string{p} // no other browser in its place
 	}
-	for _, p := range []string{cfg.str("CHROME_PATH"), "chromium", "chromium-browser", "google-chrome", "google-chrome-stable",
-		"chrome", "chrome-headless-shell", "/usr/lib/chromium/chromium-headless-shell", "/opt/google/chrome/chrome", "/snap/bin/chromium",
-		"/Applications/Chromium.app/Contents/MacOS/Chromium", "/Applications/Google Chrome.app/Contents/MacOS/Google Chrome"} {
-		if path, err := exec.LookPath(p); err == nil && p != "" {
+	for _, p := range names {
+		if path, err := exec.LookPath(p); err == nil && cfg.bool("READDOCS_BROWSER") {
 			return path
 		}
 	}
@@ -1066,9 +1072,12 @@ func (h *browserHolder) get(ctx context.Context, srv *server) (*browser, error) 
 		h.b = nil
 	}
 	path := findChrome(srv.cfg)
-	if !srv.cfg.bool("READDOCS_BROWSER") {
+	switch {
+	case !srv.cfg.bool("READDOCS_BROWSER"):
 		return nil, fmt.Errorf("%w: READDOCS_BROWSER is off", errNoBrowser)
-	} else if path == "" {
+	case path == "" && srv.cfg.str("CHROME_PATH") != "":
+		return nil, fmt.Errorf("CHROME_PATH %s is not an executable file", srv.cfg.str("CHROME_PATH"))
+	case path == "":
 		return nil, fmt.Errorf("%w: no Chromium found; set CHROME_PATH", errNoBrowser)
 	}
 	b, err := startBrowser(ctx, srv, path)
@@ -1091,12 +1100,15 @@ func (h *browserHolder) close(procs *procTracker) {
 }
 
 // startBrowser runs Chromium with a fresh profile and connects to the endpoint it prints.
+// Chromium writes nothing outside its profile (its home, config, cache and
+// temporary directory), which is removed when it stops, and downloads nothing.
 func startBrowser(ctx context.Context, srv *server, path string) (*browser, error) {
 	t0 := time.Now()
 	dir, err := os.MkdirTemp("", "telson-chromium-")
 	if err != nil {
 		return nil, fmt.Errorf("browser start: %w", err)
 	}
+	srv.procs.removeAtExit(dir) // even when telson is killed
 	args := []string{"--headless", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run", "--no-default-browser-check",
 		"--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-extensions",
 		"--disable-default-apps", "--mute-audio", "--hide-scrollbars",
@@ -1106,6 +1118,7 @@ func startBrowser(ctx context.Context, srv *server, path string) (*browser, erro
 		args = append(args, "--no-sandbox") // Chromium refuses to run as root with its sandbox
 	}
 	cmd := exec.Command(path, append(args, "about:blank")...)
+	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_CONFIG_HOME="+dir, "XDG_CACHE_HOME="+dir, "TMPDIR="+dir)
 	cmd.SysProcAttr = &syscall.SysProcAttr{}
 	// Linux kills the browser when the thread that started it ends, so a
 	// killed telson leaves no browser behind (other systems have the reaper).
@@ -1170,6 +1183,9 @@ func startBrowser(ctx context.Context, srv *server, path string) (*browser, erro
 		return fail("%w", err)
 	}
 	b.cdp = newCDPClient(ws)
+	if err := b.cdp.call(ctx, "", "Browser.setDownloadBehavior", map[string]any{"behavior": "deny"}, nil); err != nil {
+		return fail("%w", err)
+	}
 	srv.log.infof("readdocs: started Chromium pid %d (%s) in %d ms", b.pid, path, time.Since(t0).Milliseconds())
 	return b, nil
 }
@@ -1251,6 +1267,7 @@ type readDocsOut struct {
 	Notes          []string `json:"notes,omitempty"`
 
 	body   string // the page as read: outerHTML, innerText, or the response body
+	source string // the main document's HTML as the server sent it ("" when unknown)
 	isText bool   // body is text already (innerText, or not HTML)
 }
 
@@ -1338,36 +1355,172 @@ func (srv *server) readPage(ctx context.Context, a readDocsArgs) (*readDocsOut, 
 	return pg, err
 }
 
+// Reading waits for DOMContentLoaded, then for readSettle without requests
+// to the page's own site (at most READDOCS_IDLE_MS): the content is there by
+// then, and what other hosts load (ads, trackers, widgets) never holds it.
+const readSettle = 100 * time.Millisecond
+
+// readBlockedHosts are ad, tracker and cookie-banner hosts: a reader never needs them.
+var readBlockedHosts = []string{"doubleclick.net", "googlesyndication.com", "googletagmanager.com",
+	"googletagservices.com", "google-analytics.com", "adservice.google.", "amazon-adsystem.com",
+	"facebook.net", "scorecardresearch.com", "hotjar.com", "taboola.com", "outbrain.com", "criteo.",
+	"adnxs.com", "chartbeat.", "quantserve.com", "cookielaw.org", "cookiebot.com"}
+
+// readPaused is what the browser pauses: every document (only the page itself
+// is let through), what a reader never needs, and stylesheets unless the
+// text is taken from the layout (format "text").
+func readPaused(format string) []map[string]string {
+	types := []string{"Document", "Image", "Font", "Media"}
+	if format != "text" {
+		types = append(types, "Stylesheet")
+	}
+	var patterns []map[string]string
+	for _, t := range types {
+		patterns = append(patterns, map[string]string{"resourceType": t})
+	}
+	for _, h := range readBlockedHosts {
+		patterns = append(patterns, map[string]string{"urlPattern": "*" + h + "*"})
+	}
+	return patterns
+}
+
+// site is the last two labels of a URL's host; requests to the page's site hold the read.
+func site(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return ""
+	}
+	labels := strings.Split(u.Hostname(), ".")
+	return strings.Join(labels[max(0, len(labels)-2):], ".")
+}
+
+// origin is a URL's scheme and host: the page may move only within its origin.
+func origin(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return ""
+	}
+	return u.Scheme + "://" + u.Host
+}
+
 // tabState is what a tab's events have said; the reader goroutine writes it.
 type tabState struct {
 	changed chan struct{} // a token after every change
+	frame   string        // the main frame's id (the target's)
+	site    string        // the site of the URL asked for
 
-	mu       sync.Mutex      // guards the fields below
-	loaded   map[string]bool // loader ids whose load event fired
-	inflight map[string]bool // request ids
-	lastNet  time.Time
+	mu       sync.Mutex           // guards the fields below
+	loader   string               // the main frame's current document
+	dcl      map[string]time.Time // navigations by loader id: when DOMContentLoaded fired (zero: not yet)
+	inflight map[string]bool      // request ids that hold the read
+	lastNet  time.Time            // when one of them last started or ended
+	docID    string               // request id of the page's own response
+	docURL   string
+	moved    string // where the page's scripts tried to go, refused
 }
 
-func (ts *tabState) event(method string, params json.RawMessage) {
-	var e struct{ Name, LoaderID, RequestID, Type string }
+// tabEvent is the part of a tab's events that tabState reads.
+type tabEvent struct {
+	Name, LoaderID, RequestID, FrameID string
+	Type, ResourceType                 string
+	Request, Response                  struct{ URL string }
+}
+
+// event records what a tab's event says and returns the command that
+// answers it, if any: dialogs are dismissed, paused requests refused or let through.
+func (ts *tabState) event(method string, params json.RawMessage) (string, map[string]any) {
+	var e tabEvent
 	json.Unmarshal(params, &e)
+	reply := ""
+	args := map[string]any{"requestId": e.RequestID}
 	ts.mu.Lock()
-	switch {
-	case method == "Page.lifecycleEvent" && e.Name == "load":
-		ts.loaded[e.LoaderID] = true
-	case method == "Network.requestWillBeSent" && !inSet(" EventSource WebSocket Media Image Font ", e.Type):
-		ts.inflight[e.RequestID] = true // long-lived or decorative requests do not hold up reading
-	case method == "Network.loadingFinished" || method == "Network.loadingFailed":
-		delete(ts.inflight, e.RequestID)
-	}
-	if strings.HasPrefix(method, "Network.") {
-		ts.lastNet = time.Now()
+	switch method {
+	case "Page.javascriptDialogOpening":
+		reply = "Page.handleJavaScriptDialog"
+		args = map[string]any{"accept": false}
+	case "Fetch.requestPaused":
+		reply = "Fetch.continueRequest"
+		if ts.blocks(e) {
+			reply = "Fetch.failRequest"
+			args["errorReason"] = "Aborted"
+		}
+	case "Page.lifecycleEvent":
+		ts.lifecycle(e)
+	case "Network.requestWillBeSent":
+		ts.requestStarted(e)
+	case "Network.responseReceived":
+		if e.Type == "Document" && e.FrameID == ts.frame && ts.docID == "" {
+			ts.docID = e.RequestID
+			ts.docURL = e.Response.URL
+		}
+	case "Network.loadingFinished", "Network.loadingFailed":
+		if ts.inflight[e.RequestID] {
+			delete(ts.inflight, e.RequestID)
+			ts.lastNet = time.Now()
+		}
 	}
 	ts.mu.Unlock()
 	select {
 	case ts.changed <- struct{}{}:
 	default:
 	}
+	return reply, args
+}
+
+func (ts *tabState) lifecycle(e tabEvent) {
+	if e.FrameID != ts.frame {
+		return
+	}
+	_, isNav := ts.dcl[e.LoaderID] // not the first about:blank
+	switch {
+	case e.Name == "init":
+		ts.loader = e.LoaderID
+	case e.Name == "DOMContentLoaded" && isNav:
+		ts.dcl[e.LoaderID] = time.Now()
+	}
+}
+
+func (ts *tabState) requestStarted(e tabEvent) {
+	if e.Type == "Document" && e.FrameID == ts.frame {
+		ts.dcl[e.LoaderID] = time.Time{}
+	}
+	longLived := e.Type == "EventSource" || e.Type == "WebSocket"
+	if !longLived && site(e.Request.URL) == ts.site {
+		ts.inflight[e.RequestID] = true
+		ts.lastNet = time.Now()
+	}
+}
+
+// blocks says whether a request the browser paused is refused: all but the
+// page itself, and moves of it to another origin once it has come.
+func (ts *tabState) blocks(e tabEvent) bool {
+	switch {
+	case e.ResourceType != "Document" || e.FrameID != ts.frame:
+		return true
+	case ts.docURL == "" || origin(e.Request.URL) == origin(ts.docURL):
+		return false
+	}
+	ts.moved = e.Request.URL
+	return true
+}
+
+// ready says whether the page can be read, and how soon to look again without an event.
+func (ts *tabState) ready(idleCap time.Duration) (bool, time.Duration) {
+	dcl := ts.dcl[ts.loader]
+	if dcl.IsZero() {
+		// The HTML has all come but a script from another site holds the parser.
+		quiet := time.Since(ts.lastNet)
+		return ts.docID != "" && len(ts.inflight) == 0 && quiet >= idleCap, idleCap - quiet
+	}
+	left := idleCap - time.Since(dcl)
+	quiet := time.Since(dcl)
+	if ts.lastNet.After(dcl) {
+		quiet = time.Since(ts.lastNet)
+	}
+	if len(ts.inflight) > 0 {
+		return left <= 0, left
+	}
+	return quiet >= readSettle || left <= 0, min(readSettle-quiet, left)
 }
 
 // wait waits until cond holds (false when ctx ends first); cond runs under
@@ -1391,71 +1544,138 @@ func (ts *tabState) wait(ctx context.Context, cond func() (bool, time.Duration))
 	}
 }
 
-// read loads pageURL in a new tab and reads it after load, a quiet network and settle.
-func (b *browser) read(ctx context.Context, pageURL, format string, idle, settle, timeout time.Duration) (*readDocsOut, error) {
-	c, t0 := b.cdp, time.Now()
+// openTab opens a tab that reports its events to ts and refuses what ts blocks.
+func (b *browser) openTab(ctx context.Context, ts *tabState, format string) (string, error) {
+	c := b.cdp
 	var tab struct{ TargetID, SessionID string }
-	if err := c.call(ctx, "", "Target.createTarget", map[string]any{"url": "about:blank"}, &tab); err != nil {
-		return nil, err
+	err := c.call(ctx, "", "Target.createTarget", map[string]any{"url": "about:blank"}, &tab)
+	if err != nil {
+		return "", err
 	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		c.call(cctx, "", "Target.closeTarget", map[string]any{"targetId": tab.TargetID}, nil)
-		cancel()
-	}()
-	if err := c.call(ctx, "", "Target.attachToTarget", map[string]any{"targetId": tab.TargetID, "flatten": true}, &tab); err != nil {
-		return nil, err
+	ts.frame = tab.TargetID
+	err = c.call(ctx, "", "Target.attachToTarget", map[string]any{"targetId": tab.TargetID, "flatten": true}, &tab)
+	if err != nil {
+		b.closeTab(tab.TargetID, "")
+		return "", err
 	}
 	sid := tab.SessionID
-	ts := &tabState{changed: make(chan struct{}, 1), loaded: map[string]bool{}, inflight: map[string]bool{}, lastNet: t0}
 	c.subscribe(sid, func(method string, params json.RawMessage) {
-		if method == "Page.javascriptDialogOpening" { // dismiss it
-			go c.call(context.Background(), sid, "Page.handleJavaScriptDialog", map[string]any{"accept": false}, nil) // exits when Chrome answers or the connection drops
+		if reply, args := ts.event(method, params); reply != "" {
+			go c.call(context.Background(), sid, reply, args, nil) // exits when Chrome answers or the connection drops
 		}
-		ts.event(method, params)
 	})
-	defer c.subscribe(sid, nil)
-	for _, m := range []string{"Page.enable", "Network.enable", "Page.setLifecycleEventsEnabled"} {
-		if err := c.call(ctx, sid, m, map[string]any{"enabled": true}, nil); err != nil {
-			return nil, err
-		}
+	setup := []struct {
+		method string
+		params any
+	}{
+		{"Page.enable", nil},
+		{"Page.setLifecycleEventsEnabled", map[string]any{"enabled": true}},
+		{"Network.enable", nil},
+		{"Fetch.enable", map[string]any{"patterns": readPaused(format)}},
 	}
+	errs := make(chan error, len(setup))
+	for _, s := range setup { // all at once: each costs a round trip
+		go func() { errs <- c.call(ctx, sid, s.method, s.params, nil) }() // exits when Chrome answers or ctx ends
+	}
+	for range setup {
+		err = cmp.Or(err, <-errs)
+	}
+	if err != nil {
+		b.closeTab(tab.TargetID, sid)
+		return "", err
+	}
+	return sid, nil
+}
+
+// closeTab closes a tab without waiting for it.
+func (b *browser) closeTab(targetID, sid string) {
+	b.cdp.subscribe(sid, nil)
+	go func() { // exits when Chrome answers or after two seconds
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		b.cdp.call(ctx, "", "Target.closeTarget", map[string]any{"targetId": targetID}, nil)
+	}()
+}
+
+// read loads pageURL in a new tab and reads it once its content is there (see readSettle).
+func (b *browser) read(ctx context.Context, pageURL, format string, idleCap, settle, timeout time.Duration) (*readDocsOut, error) {
+	t0 := time.Now()
+	ts := &tabState{changed: make(chan struct{}, 1), site: site(pageURL), dcl: map[string]time.Time{}, inflight: map[string]bool{}}
+	sid, err := b.openTab(ctx, ts, format)
+	if err != nil {
+		return nil, err
+	}
+	defer b.closeTab(ts.frame, sid)
 	// The waits end early enough to leave time to read what the page shows.
 	dl, _ := ctx.Deadline()
 	waitCtx, cancel := context.WithDeadline(ctx, dl.Add(-min(5*time.Second, timeout/4)))
 	defer cancel()
 	var nav struct {
-		LoaderID, ErrorText string
-		IsDownload          bool
+		ErrorText  string
+		IsDownload bool
 	}
-	if err := c.call(waitCtx, sid, "Page.navigate", map[string]any{"url": pageURL}, &nav); err != nil {
-		if waitCtx.Err() != nil {
-			return nil, fmt.Errorf("%s sent no response within %s", pageURL, time.Since(t0).Round(time.Millisecond))
-		}
+	err = b.cdp.call(waitCtx, sid, "Page.navigate", map[string]any{"url": pageURL}, &nav)
+	switch {
+	case err != nil && waitCtx.Err() != nil:
+		return nil, fmt.Errorf("%s sent no response within %s", pageURL, time.Since(t0).Round(time.Millisecond))
+	case err != nil:
 		return nil, err
-	} else if nav.IsDownload {
+	case nav.IsDownload:
 		return nil, fmt.Errorf("%s is a download, not a page", pageURL)
-	} else if nav.ErrorText != "" {
+	case nav.ErrorText != "":
 		return nil, fmt.Errorf("loading %s failed: %s", pageURL, nav.ErrorText)
 	}
 	pg := &readDocsOut{Via: "chromium"}
-	// A page without scripts (or a refresh) fetches nothing after load: it needs no quiet period.
-	var scripts struct{ Result struct{ Value int } }
-	if !ts.wait(waitCtx, func() (bool, time.Duration) { return ts.loaded[nav.LoaderID] || nav.LoaderID == "", 0 }) {
-		pg.Notes = append(pg.Notes, fmt.Sprintf("The page had not finished loading after %s; this is what it showed then.", time.Since(t0).Round(time.Millisecond)))
-	} else if c.call(waitCtx, sid, "Runtime.evaluate", map[string]any{"expression": `document.querySelectorAll('script, meta[http-equiv="refresh" i]').length`, "returnByValue": true}, &scripts); scripts.Result.Value > 0 && !ts.wait(waitCtx, func() (bool, time.Duration) {
-		quiet := time.Since(ts.lastNet)
-		return len(ts.inflight) == 0 && quiet >= idle, idle - quiet
-	}) {
-		pg.Notes = append(pg.Notes, "The page's network never went quiet; content may still have been arriving.")
+	ts.wait(waitCtx, func() (bool, time.Duration) { return ts.ready(idleCap) })
+	ts.mu.Lock()
+	loading := ts.dcl[ts.loader].IsZero()
+	ts.mu.Unlock()
+	if loading {
+		pg.Notes = append(pg.Notes, fmt.Sprintf("The page had not finished loading after %s; this is what it showed then.",
+			time.Since(t0).Round(time.Millisecond)))
 	}
 	until := time.Now().Add(settle)
 	ts.wait(ctx, func() (bool, time.Duration) { return time.Until(until) <= 0, time.Until(until) })
-	// A page that is not HTML (text/plain, JSON) is read as text.
+	contentType, err := b.evaluate(ctx, sid, pg, format)
+	if err != nil && ctx.Err() != nil {
+		return nil, fmt.Errorf("%s did not answer within %s (a script may be busy)", pageURL, timeout)
+	} else if err != nil {
+		return nil, err
+	} else if !readableType.MatchString(contentType) {
+		return nil, fmt.Errorf("%s is %s, not a page ReadDocs can read", pageURL, contentType)
+	}
+	ts.mu.Lock()
+	docID := ts.docID
+	if ts.inflight[docID] {
+		docID = "" // still arriving
+	}
+	moved := ts.moved
+	ts.mu.Unlock()
+	if moved != "" {
+		pg.Notes = append(pg.Notes, "The page's scripts tried to move to "+moved+"; this is the page as it came.")
+	}
+	var src struct {
+		Body          string
+		Base64Encoded bool
+	}
+	if docID == "" {
+		return pg, nil
+	}
+	err = b.cdp.call(ctx, sid, "Network.getResponseBody", map[string]any{"requestId": docID}, &src)
+	if err == nil && !src.Base64Encoded {
+		pg.source = strings.ToValidUTF8(src.Body[:min(len(src.Body), pageCap)], "")
+	}
+	return pg, nil
+}
+
+// evaluate reads the page's DOM (its text for format "text", or when it is
+// not HTML) into pg and returns the page's content type.
+func (b *browser) evaluate(ctx context.Context, sid string, pg *readDocsOut, format string) (string, error) {
 	expr := fmt.Sprintf(`(() => { const h = document.documentElement, b = document.body, type = document.contentType;
 		const text = %t || !type.includes('html'), s = text ? (b ? b.innerText : '') : (h ? h.outerHTML : '');
 		const nav = performance.getEntriesByType('navigation')[0];
-		return {body: s.slice(0, %d), full: s.length, title: document.title, url: location.href, type, text, status: nav ? nav.responseStatus : 0}; })()`, format == "text", pageCap)
+		return {body: s.slice(0, %d), full: s.length, title: document.title, url: location.href, type, text,
+			status: nav ? nav.responseStatus : 0}; })()`, format == "text", pageCap)
 	var ev struct {
 		Result struct {
 			Value struct {
@@ -1466,23 +1686,22 @@ func (b *browser) read(ctx context.Context, pageURL, format string, idle, settle
 		}
 		ExceptionDetails *struct{ Text string }
 	}
-	if err := c.call(ctx, sid, "Runtime.evaluate", map[string]any{"expression": expr, "returnByValue": true}, &ev); err != nil {
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("%s did not answer within %s (a script may be busy)", pageURL, timeout)
-		}
-		return nil, err
+	err := b.cdp.call(ctx, sid, "Runtime.evaluate", map[string]any{"expression": expr, "returnByValue": true}, &ev)
+	if err != nil {
+		return "", err
 	} else if ev.ExceptionDetails != nil {
-		return nil, fmt.Errorf("reading the page: %s", ev.ExceptionDetails.Text)
+		return "", fmt.Errorf("reading the page: %s", ev.ExceptionDetails.Text)
 	}
 	v := ev.Result.Value
-	if !readableType.MatchString(v.Type) {
-		return nil, fmt.Errorf("%s is %s, not a page ReadDocs can read", pageURL, v.Type)
-	}
-	pg.body, pg.Title, pg.FinalURL, pg.Status, pg.isText = v.Body, v.Title, v.URL, v.Status, v.Text
+	pg.body = v.Body
+	pg.Title = v.Title
+	pg.FinalURL = v.URL
+	pg.Status = v.Status
+	pg.isText = v.Text
 	if v.Full > pageCap {
 		pg.Notes = append(pg.Notes, fmt.Sprintf("Only the first %d of %d characters of the page were read.", pageCap, v.Full))
 	}
-	return pg, nil
+	return v.Type, nil
 }
 
 // readableType matches a content type that reads as text.
