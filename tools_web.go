@@ -1032,9 +1032,10 @@ type browserHolder struct {
 
 type browser struct {
 	pid    int
-	dir    string // the temporary profile
+	dir    string // the profile, also the browser's home and temporary directory
 	cdp    *cdpClient
-	exited chan struct{} // closed once the process has been waited for
+	exited chan struct{}   // closed once the process has been waited for
+	spare  chan browserTab // a tab opened ahead of the next read
 }
 
 // chromeNames are the browsers looked for when CHROME_PATH is not set.
@@ -1109,10 +1110,10 @@ func startBrowser(ctx context.Context, srv *server, path string) (*browser, erro
 		return nil, fmt.Errorf("browser start: %w", err)
 	}
 	srv.procs.removeAtExit(dir) // even when telson is killed
-	args := []string{"--headless", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run", "--no-default-browser-check",
-		"--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-extensions",
-		"--disable-default-apps", "--mute-audio", "--hide-scrollbars",
-		"--disable-features=WebUIOmniboxPopup,WebUIOmniboxAimPopup,Translate,MediaRouter,OptimizationHints",
+	args := []string{"--headless", "--disable-dev-shm-usage", "--no-first-run", "--disable-background-networking",
+		"--disable-component-update", "--disable-extensions", "--mute-audio",
+		"--disable-background-timer-throttling", "--disable-renderer-backgrounding",
+		"--disable-features=WebUIOmniboxPopup,WebUIOmniboxAimPopup,Translate,MediaRouter,OptimizationHints,AutofillServerCommunication",
 		"--user-data-dir=" + dir, "--remote-debugging-port=0"}
 	if os.Geteuid() == 0 {
 		args = append(args, "--no-sandbox") // Chromium refuses to run as root with its sandbox
@@ -1125,7 +1126,7 @@ func startBrowser(ctx context.Context, srv *server, path string) (*browser, erro
 	if f := reflect.ValueOf(cmd.SysProcAttr).Elem().FieldByName("Pdeathsig"); f.IsValid() {
 		f.Set(reflect.ValueOf(syscall.SIGKILL))
 	}
-	b := &browser{dir: dir, exited: make(chan struct{})}
+	b := &browser{dir: dir, exited: make(chan struct{}), spare: make(chan browserTab, 1)}
 	started := make(chan error, 1)
 	pr, pw, err := os.Pipe() // not cmd.StderrPipe: Wait would close it before the last lines are read
 	if err == nil {
@@ -1366,16 +1367,11 @@ var readBlockedHosts = []string{"doubleclick.net", "googlesyndication.com", "goo
 	"facebook.net", "scorecardresearch.com", "hotjar.com", "taboola.com", "outbrain.com", "criteo.",
 	"adnxs.com", "chartbeat.", "quantserve.com", "cookielaw.org", "cookiebot.com"}
 
-// readPaused is what the browser pauses: every document (only the page itself
-// is let through), what a reader never needs, and stylesheets unless the
-// text is taken from the layout (format "text").
-func readPaused(format string) []map[string]string {
-	types := []string{"Document", "Image", "Font", "Media"}
-	if format != "text" {
-		types = append(types, "Stylesheet")
-	}
+// readPaused is what the browser pauses (to refuse it, or let it through):
+// every document, what a reader never needs, and stylesheets.
+func readPaused() []map[string]string {
 	var patterns []map[string]string
-	for _, t := range types {
+	for _, t := range []string{"Document", "Image", "Font", "Media", "Stylesheet"} {
 		patterns = append(patterns, map[string]string{"resourceType": t})
 	}
 	for _, h := range readBlockedHosts {
@@ -1408,6 +1404,7 @@ type tabState struct {
 	changed chan struct{} // a token after every change
 	frame   string        // the main frame's id (the target's)
 	site    string        // the site of the URL asked for
+	styles  bool          // stylesheets are let through: format "text" reads the layout
 
 	mu       sync.Mutex           // guards the fields below
 	loader   string               // the main frame's current document
@@ -1477,6 +1474,8 @@ func (ts *tabState) lifecycle(e tabEvent) {
 		ts.loader = e.LoaderID
 	case e.Name == "DOMContentLoaded" && isNav:
 		ts.dcl[e.LoaderID] = time.Now()
+	case e.Name == "load":
+		ts.lastNet = time.Now() // scripts often fetch content on load: a settle from it too
 	}
 }
 
@@ -1492,9 +1491,12 @@ func (ts *tabState) requestStarted(e tabEvent) {
 }
 
 // blocks says whether a request the browser paused is refused: all but the
-// page itself, and moves of it to another origin once it has come.
+// page itself (and stylesheets when wanted), and moves of the page to another
+// origin once it has come.
 func (ts *tabState) blocks(e tabEvent) bool {
 	switch {
+	case e.ResourceType == "Stylesheet" && ts.styles:
+		return false
 	case e.ResourceType != "Document" || e.FrameID != ts.frame:
 		return true
 	case ts.docURL == "" || origin(e.Request.URL) == origin(ts.docURL):
@@ -1544,26 +1546,22 @@ func (ts *tabState) wait(ctx context.Context, cond func() (bool, time.Duration))
 	}
 }
 
-// openTab opens a tab that reports its events to ts and refuses what ts blocks.
-func (b *browser) openTab(ctx context.Context, ts *tabState, format string) (string, error) {
-	c := b.cdp
-	var tab struct{ TargetID, SessionID string }
-	err := c.call(ctx, "", "Target.createTarget", map[string]any{"url": "about:blank"}, &tab)
+// browserTab is an open tab and its DevTools session.
+type browserTab struct{ targetID, sid string }
+
+// newTab opens a tab with the events and pauses a read needs; nobody hears its events yet.
+func (b *browser) newTab(ctx context.Context) (browserTab, error) {
+	var t struct{ TargetID, SessionID string }
+	err := b.cdp.call(ctx, "", "Target.createTarget", map[string]any{"url": "about:blank"}, &t)
 	if err != nil {
-		return "", err
+		return browserTab{}, err
 	}
-	ts.frame = tab.TargetID
-	err = c.call(ctx, "", "Target.attachToTarget", map[string]any{"targetId": tab.TargetID, "flatten": true}, &tab)
+	err = b.cdp.call(ctx, "", "Target.attachToTarget", map[string]any{"targetId": t.TargetID, "flatten": true}, &t)
+	tab := browserTab{t.TargetID, t.SessionID}
 	if err != nil {
-		b.closeTab(tab.TargetID, "")
-		return "", err
+		b.closeTab(tab)
+		return browserTab{}, err
 	}
-	sid := tab.SessionID
-	c.subscribe(sid, func(method string, params json.RawMessage) {
-		if reply, args := ts.event(method, params); reply != "" {
-			go c.call(context.Background(), sid, reply, args, nil) // exits when Chrome answers or the connection drops
-		}
-	})
 	setup := []struct {
 		method string
 		params any
@@ -1571,41 +1569,78 @@ func (b *browser) openTab(ctx context.Context, ts *tabState, format string) (str
 		{"Page.enable", nil},
 		{"Page.setLifecycleEventsEnabled", map[string]any{"enabled": true}},
 		{"Network.enable", nil},
-		{"Fetch.enable", map[string]any{"patterns": readPaused(format)}},
+		{"Fetch.enable", map[string]any{"patterns": readPaused()}},
 	}
 	errs := make(chan error, len(setup))
 	for _, s := range setup { // all at once: each costs a round trip
-		go func() { errs <- c.call(ctx, sid, s.method, s.params, nil) }() // exits when Chrome answers or ctx ends
+		go func() { errs <- b.cdp.call(ctx, tab.sid, s.method, s.params, nil) }() // exits when Chrome answers or ctx ends
 	}
 	for range setup {
-		err = cmp.Or(err, <-errs)
+		err = cmp.Or(err, <-errs) // the first error
 	}
 	if err != nil {
-		b.closeTab(tab.TargetID, sid)
-		return "", err
+		b.closeTab(tab)
+		return browserTab{}, err
 	}
-	return sid, nil
+	return tab, nil
+}
+
+// tab returns the tab opened ahead (or a new one) and opens the next in the background.
+func (b *browser) tab(ctx context.Context) (browserTab, error) {
+	select {
+	case t := <-b.spare:
+		go b.openSpare()
+		return t, nil
+	default:
+	}
+	t, err := b.newTab(ctx)
+	if err == nil {
+		go b.openSpare()
+	}
+	return t, err
+}
+
+// openSpare opens a tab for the next read; it returns when the tab is open or failed.
+func (b *browser) openSpare() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	t, err := b.newTab(ctx)
+	if err != nil {
+		return
+	}
+	select {
+	case b.spare <- t:
+	default:
+		b.closeTab(t) // another read opened one first
+	}
 }
 
 // closeTab closes a tab without waiting for it.
-func (b *browser) closeTab(targetID, sid string) {
-	b.cdp.subscribe(sid, nil)
+func (b *browser) closeTab(t browserTab) {
+	b.cdp.subscribe(t.sid, nil)
 	go func() { // exits when Chrome answers or after two seconds
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		b.cdp.call(ctx, "", "Target.closeTarget", map[string]any{"targetId": targetID}, nil)
+		b.cdp.call(ctx, "", "Target.closeTarget", map[string]any{"targetId": t.targetID}, nil)
 	}()
 }
 
 // read loads pageURL in a new tab and reads it once its content is there (see readSettle).
 func (b *browser) read(ctx context.Context, pageURL, format string, idleCap, settle, timeout time.Duration) (*readDocsOut, error) {
 	t0 := time.Now()
-	ts := &tabState{changed: make(chan struct{}, 1), site: site(pageURL), dcl: map[string]time.Time{}, inflight: map[string]bool{}}
-	sid, err := b.openTab(ctx, ts, format)
+	tab, err := b.tab(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer b.closeTab(ts.frame, sid)
+	defer b.closeTab(tab)
+	sid := tab.sid
+	ts := &tabState{changed: make(chan struct{}, 1), frame: tab.targetID, site: site(pageURL), styles: format == "text",
+		dcl: map[string]time.Time{}, inflight: map[string]bool{}}
+	b.cdp.subscribe(sid, func(method string, params json.RawMessage) {
+		if reply, args := ts.event(method, params); reply != "" {
+			go b.cdp.call(context.Background(), sid, reply, args, nil) // exits when Chrome answers or the connection drops
+		}
+	})
 	// The waits end early enough to leave time to read what the page shows.
 	dl, _ := ctx.Deadline()
 	waitCtx, cancel := context.WithDeadline(ctx, dl.Add(-min(5*time.Second, timeout/4)))
