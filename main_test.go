@@ -5195,21 +5195,6 @@ func TestWSReadLengthsFragmentsPing(t *testing.T) {
 	}
 }
 
-func TestWSClientClose(t *testing.T) {
-	t.Parallel()
-	f := readdocsFakeServer(t, nil)
-	ws := readdocsDial(t, f, 1<<20)
-	srv := f.server(t)
-	ws.close()
-	if h, p := f.readFrame(t); h.op != 8 || binary.BigEndian.Uint16(p) != 1000 {
-		t.Fatalf("close frame: op %d %v", h.op, p)
-	}
-	srv.Write(readdocsFrame(true, 8, []byte{0x03, 0xe8}))
-	if _, err := ws.readMessage(); !errors.Is(err, errWSClosed) {
-		t.Errorf("after the close handshake: %v", err)
-	}
-}
-
 func TestWSProtocolErrors(t *testing.T) {
 	t.Parallel()
 	masked := wsAppendHeader(nil, wsFrameHeader{fin: true, op: 1, masked: true, length: 1})

@@ -674,7 +674,6 @@ const (
 	wsOpPing         = 9
 	wsOpPong         = 10
 
-	wsCloseNormal   = 1000
 	wsCloseProtocol = 1002
 	wsCloseNoCode   = 1005
 	wsCloseTooBig   = 1009
@@ -828,12 +827,6 @@ func (ws *wsConn) writeFrame(op byte, p []byte) error {
 		return fmt.Errorf("websocket write: %w", err)
 	}
 	return nil
-}
-
-// close starts the close handshake; the reader then gets the peer's close frame or times out.
-func (ws *wsConn) close() {
-	ws.writeFrame(wsOpClose, binary.BigEndian.AppendUint16(nil, wsCloseNormal))
-	ws.conn.SetReadDeadline(time.Now().Add(time.Second))
 }
 
 // fail sends a close frame with code and returns the protocol error.
@@ -1380,23 +1373,15 @@ func readPaused() []map[string]string {
 	return patterns
 }
 
-// site is the last two labels of a URL's host; requests to the page's site hold the read.
-func site(rawURL string) string {
+// siteOf returns a URL's origin and site (its host's last two labels): the
+// page may move only within its origin, and only its site holds the read.
+func siteOf(rawURL string) (origin, site string) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return ""
+		return "", ""
 	}
 	labels := strings.Split(u.Hostname(), ".")
-	return strings.Join(labels[max(0, len(labels)-2):], ".")
-}
-
-// origin is a URL's scheme and host: the page may move only within its origin.
-func origin(rawURL string) string {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return ""
-	}
-	return u.Scheme + "://" + u.Host
+	return u.Scheme + "://" + u.Host, strings.Join(labels[max(0, len(labels)-2):], ".")
 }
 
 // tabState is what a tab's events have said; the reader goroutine writes it.
@@ -1406,14 +1391,14 @@ type tabState struct {
 	site    string        // the site of the URL asked for
 	styles  bool          // stylesheets are let through: format "text" reads the layout
 
-	mu       sync.Mutex           // guards the fields below
-	loader   string               // the main frame's current document
-	dcl      map[string]time.Time // navigations by loader id: when DOMContentLoaded fired (zero: not yet)
-	inflight map[string]bool      // request ids that hold the read
-	lastNet  time.Time            // when one of them last started or ended
-	docID    string               // request id of the page's own response
-	docURL   string
-	moved    string // where the page's scripts tried to go, refused
+	mu        sync.Mutex           // guards the fields below
+	loader    string               // the main frame's current document
+	dcl       map[string]time.Time // navigations by loader id: when DOMContentLoaded fired (zero: not yet)
+	inflight  map[string]bool      // request ids that hold the read
+	lastNet   time.Time            // when one of them last started or ended
+	docID     string               // request id of the page's own response
+	docOrigin string               // and its origin
+	moved     string               // where the page's scripts tried to go, refused
 }
 
 // tabEvent is the part of a tab's events that tabState reads.
@@ -1448,7 +1433,7 @@ func (ts *tabState) event(method string, params json.RawMessage) (string, map[st
 	case "Network.responseReceived":
 		if e.Type == "Document" && e.FrameID == ts.frame && ts.docID == "" {
 			ts.docID = e.RequestID
-			ts.docURL = e.Response.URL
+			ts.docOrigin, _ = siteOf(e.Response.URL)
 		}
 	case "Network.loadingFinished", "Network.loadingFailed":
 		if ts.inflight[e.RequestID] {
@@ -1483,8 +1468,9 @@ func (ts *tabState) requestStarted(e tabEvent) {
 	if e.Type == "Document" && e.FrameID == ts.frame {
 		ts.dcl[e.LoaderID] = time.Time{}
 	}
+	_, site := siteOf(e.Request.URL)
 	longLived := e.Type == "EventSource" || e.Type == "WebSocket"
-	if !longLived && site(e.Request.URL) == ts.site {
+	if !longLived && site == ts.site {
 		ts.inflight[e.RequestID] = true
 		ts.lastNet = time.Now()
 	}
@@ -1499,7 +1485,7 @@ func (ts *tabState) blocks(e tabEvent) bool {
 		return false
 	case e.ResourceType != "Document" || e.FrameID != ts.frame:
 		return true
-	case ts.docURL == "" || origin(e.Request.URL) == origin(ts.docURL):
+	case ts.docOrigin == "" || strings.HasPrefix(e.Request.URL, ts.docOrigin+"/"):
 		return false
 	}
 	ts.moved = e.Request.URL
@@ -1634,7 +1620,8 @@ func (b *browser) read(ctx context.Context, pageURL, format string, idleCap, set
 	}
 	defer b.closeTab(tab)
 	sid := tab.sid
-	ts := &tabState{changed: make(chan struct{}, 1), frame: tab.targetID, site: site(pageURL), styles: format == "text",
+	_, site := siteOf(pageURL)
+	ts := &tabState{changed: make(chan struct{}, 1), frame: tab.targetID, site: site, styles: format == "text",
 		dcl: map[string]time.Time{}, inflight: map[string]bool{}}
 	b.cdp.subscribe(sid, func(method string, params json.RawMessage) {
 		if reply, args := ts.event(method, params); reply != "" {
