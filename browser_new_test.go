@@ -105,7 +105,7 @@ func TestBrowserReadsWhenContentIsThere(t *testing.T) {
 	// Scripts that move to another site or to https leave the page as it came.
 	for _, path := range []string{"/moves", "/upgrades"} {
 		text, sc, _ := browserRead(t, c, map[string]any{"url": site.URL + path}, false)
-		if !strings.Contains(text, "article.") || !strings.Contains(text, "scripts tried to move to") ||
+		if !strings.Contains(text, "article.") || !strings.Contains(text, "tried to go on to") ||
 			sc["final_url"] != site.URL+path {
 			t.Errorf("%s: final_url %v:\n%s", path, sc["final_url"], text)
 		}

@@ -1667,27 +1667,33 @@ func (b *browser) read(ctx context.Context, pageURL, format string, idleCap, set
 		return nil, fmt.Errorf("%s is %s, not a page ReadDocs can read", pageURL, contentType)
 	}
 	ts.mu.Lock()
-	docID := ts.docID
-	if ts.inflight[docID] {
-		docID = "" // still arriving
-	}
 	moved := ts.moved
 	ts.mu.Unlock()
 	if moved != "" {
-		pg.Notes = append(pg.Notes, "The page's scripts tried to move to "+moved+"; this is the page as it came.")
+		pg.Notes = append(pg.Notes, "The page tried to go on to "+moved+"; this is the page itself.")
 	}
+	pg.source = b.source(ctx, sid, ts)
+	return pg, nil
+}
+
+// source returns the page's HTML as the server sent it, up to pageCap ("" when unknown).
+func (b *browser) source(ctx context.Context, sid string, ts *tabState) string {
+	ts.mu.Lock()
+	docID := ts.docID
+	arriving := ts.inflight[docID]
+	ts.mu.Unlock()
 	var src struct {
 		Body          string
 		Base64Encoded bool
 	}
-	if docID == "" {
-		return pg, nil
+	if docID == "" || arriving {
+		return ""
 	}
-	err = b.cdp.call(ctx, sid, "Network.getResponseBody", map[string]any{"requestId": docID}, &src)
-	if err == nil && !src.Base64Encoded {
-		pg.source = strings.ToValidUTF8(src.Body[:min(len(src.Body), pageCap)], "")
+	err := b.cdp.call(ctx, sid, "Network.getResponseBody", map[string]any{"requestId": docID}, &src)
+	if err != nil || src.Base64Encoded {
+		return ""
 	}
-	return pg, nil
+	return strings.ToValidUTF8(src.Body[:min(len(src.Body), pageCap)], "")
 }
 
 // evaluate reads the page's DOM (its text for format "text", or when it is
