@@ -1318,12 +1318,10 @@ func (srv *server) readPage(ctx context.Context, a readDocsArgs) (*readDocsOut, 
 		return nil, fmt.Errorf("only http and https URLs can be read, not %q", a.URL)
 	}
 	timeout := time.Duration(srv.cfg.int("READDOCS_TIMEOUT_MS")+a.WaitMS) * time.Millisecond
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	startCtx, cancelStart := context.WithTimeout(ctx, 15*time.Second)
-	b, err := srv.browser.get(startCtx, srv)
-	cancelStart()
+	b, err := srv.startedBrowser(ctx)
 	if errors.Is(err, errNoBrowser) {
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
 		why := strings.TrimPrefix(err.Error(), errNoBrowser.Error()+": ")
 		pg, err := fetchPlain(ctx, u.String())
 		if err == nil {
@@ -1333,6 +1331,26 @@ func (srv *server) readPage(ctx context.Context, a readDocsArgs) (*readDocsOut, 
 	} else if err != nil {
 		return nil, err
 	}
+	pg, err := srv.readInBrowser(ctx, b, u.String(), a, timeout)
+	if err != nil && b.dead() && ctx.Err() == nil { // the browser died under us: once more with a new one
+		if b, err = srv.startedBrowser(ctx); err == nil {
+			pg, err = srv.readInBrowser(ctx, b, u.String(), a, timeout)
+		}
+	}
+	return pg, err
+}
+
+// startedBrowser returns the browser, started if need be (its start is not counted in a page's time).
+func (srv *server) startedBrowser(ctx context.Context) (*browser, error) {
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	return srv.browser.get(ctx, srv)
+}
+
+// readInBrowser reads the page in a tab of b, within timeout.
+func (srv *server) readInBrowser(ctx context.Context, b *browser, pageURL string, a readDocsArgs, timeout time.Duration) (*readDocsOut, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	select {
 	case srv.browser.tabs <- struct{}{}:
 		defer func() { <-srv.browser.tabs }()
@@ -1340,13 +1358,7 @@ func (srv *server) readPage(ctx context.Context, a readDocsArgs) (*readDocsOut, 
 		return nil, fmt.Errorf("no free browser tab within %s", timeout)
 	}
 	idle := time.Duration(srv.cfg.int("READDOCS_IDLE_MS")) * time.Millisecond
-	pg, err := b.read(ctx, u.String(), a.Format, idle, time.Duration(a.WaitMS)*time.Millisecond, timeout)
-	if err != nil && b.dead() && ctx.Err() == nil { // the browser died under us: once more with a new one
-		if b, err = srv.browser.get(ctx, srv); err == nil {
-			pg, err = b.read(ctx, u.String(), a.Format, idle, time.Duration(a.WaitMS)*time.Millisecond, timeout)
-		}
-	}
-	return pg, err
+	return b.read(ctx, pageURL, a.Format, idle, time.Duration(a.WaitMS)*time.Millisecond, timeout)
 }
 
 // Reading waits for DOMContentLoaded, then for readSettle without requests
