@@ -723,7 +723,8 @@ func wsDial(ctx context.Context, rawURL string, rnd io.Reader, maxMsg int64) (*w
 }
 
 // wsHandshake sends the upgrade request and checks the answer (RFC 6455 section 4.1).
-func wsHandshake(ctx context.Context, conn net.Conn, br *bufio.Reader, u *url.URL, rnd io.Reader) error {
+func wsHandshake(ctx context.Context, conn net.Conn, br *bufio.Reader, u *url.URL,
+	rnd io.Reader) error {
 	dl, _ := ctx.Deadline()
 	conn.SetDeadline(dl) // none when ctx has none
 	defer conn.SetDeadline(time.Time{})
@@ -755,7 +756,7 @@ func wsHandshake(ctx context.Context, conn net.Conn, br *bufio.Reader, u *url.UR
 	case h.Get("Sec-WebSocket-Accept") != base64.StdEncoding.EncodeToString(sum[:]):
 		return errors.New("wrong Sec-WebSocket-Accept")
 	case h.Get("Sec-WebSocket-Extensions") != "":
-		return fmt.Errorf("extensions that were not asked for: %s", h.Get("Sec-WebSocket-Extensions"))
+		return fmt.Errorf("extensions not asked for: %s", h.Get("Sec-WebSocket-Extensions"))
 	}
 	return nil
 }
@@ -822,7 +823,8 @@ func (ws *wsConn) writeFrame(op byte, p []byte) error {
 		buf = append(buf, c^h.mask[i&3])
 	}
 	ws.closeSent = op == wsOpClose
-	ws.conn.SetWriteDeadline(time.Now().Add(10 * time.Second)) // a browser that stops reading fails the write
+	// A browser that stops reading fails the write.
+	ws.conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
 	if _, err := ws.conn.Write(buf); err != nil {
 		return fmt.Errorf("websocket write: %w", err)
 	}
@@ -1032,9 +1034,10 @@ type browser struct {
 }
 
 // chromeNames are the browsers looked for when CHROME_PATH is not set.
-var chromeNames = []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome",
-	"chrome-headless-shell", "/usr/lib/chromium/chromium-headless-shell", "/opt/google/chrome/chrome",
-	"/snap/bin/chromium", "/Applications/Chromium.app/Contents/MacOS/Chromium",
+var chromeNames = []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable",
+	"chrome", "chrome-headless-shell", "/usr/lib/chromium/chromium-headless-shell",
+	"/opt/google/chrome/chrome", "/snap/bin/chromium",
+	"/Applications/Chromium.app/Contents/MacOS/Chromium",
 	"/Applications/Google Chrome.app/Contents/MacOS/Google Chrome"}
 
 // findChrome returns the browser to run: CHROME_PATH when it is set, else the
@@ -1070,7 +1073,8 @@ func (h *browserHolder) get(ctx context.Context, srv *server) (*browser, error) 
 	case !srv.cfg.bool("READDOCS_BROWSER"):
 		return nil, fmt.Errorf("%w: READDOCS_BROWSER is off", errNoBrowser)
 	case path == "" && srv.cfg.str("CHROME_PATH") != "":
-		return nil, fmt.Errorf("CHROME_PATH %s is not an executable file", srv.cfg.str("CHROME_PATH"))
+		chrome := srv.cfg.str("CHROME_PATH")
+		return nil, fmt.Errorf("CHROME_PATH %s is not an executable file", chrome)
 	case path == "":
 		return nil, fmt.Errorf("%w: no Chromium found; set CHROME_PATH", errNoBrowser)
 	}
@@ -1103,16 +1107,19 @@ func startBrowser(ctx context.Context, srv *server, path string) (*browser, erro
 		return nil, fmt.Errorf("browser start: %w", err)
 	}
 	srv.procs.removeAtExit(dir) // even when telson is killed
-	args := []string{"--headless", "--disable-dev-shm-usage", "--no-first-run", "--disable-background-networking",
-		"--disable-component-update", "--disable-extensions", "--mute-audio",
+	args := []string{"--headless", "--disable-dev-shm-usage", "--no-first-run",
+		"--disable-background-networking", "--disable-component-update", "--disable-extensions",
+		"--mute-audio",
 		"--disable-background-timer-throttling", "--disable-renderer-backgrounding",
-		"--disable-features=WebUIOmniboxPopup,WebUIOmniboxAimPopup,Translate,MediaRouter,OptimizationHints,AutofillServerCommunication",
+		"--disable-features=WebUIOmniboxPopup,WebUIOmniboxAimPopup,Translate,MediaRouter," +
+			"OptimizationHints,AutofillServerCommunication",
 		"--user-data-dir=" + dir, "--remote-debugging-port=0"}
 	if os.Geteuid() == 0 {
 		args = append(args, "--no-sandbox") // Chromium refuses to run as root with its sandbox
 	}
 	cmd := exec.Command(path, append(args, "about:blank")...)
-	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_CONFIG_HOME="+dir, "XDG_CACHE_HOME="+dir, "TMPDIR="+dir)
+	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_CONFIG_HOME="+dir, "XDG_CACHE_HOME="+dir,
+		"TMPDIR="+dir)
 	cmd.SysProcAttr = &syscall.SysProcAttr{}
 	// Linux kills the browser when the thread that started it ends, so a
 	// killed telson leaves no browser behind (other systems have the reaper).
@@ -1121,10 +1128,12 @@ func startBrowser(ctx context.Context, srv *server, path string) (*browser, erro
 	}
 	b := &browser{dir: dir, exited: make(chan struct{}), spare: make(chan browserTab, 1)}
 	started := make(chan error, 1)
-	pr, pw, err := os.Pipe() // not cmd.StderrPipe: Wait would close it before the last lines are read
+	// Not cmd.StderrPipe: Wait would close it before the last lines are read.
+	pr, pw, err := os.Pipe()
 	if err == nil {
 		cmd.Stderr = pw
-		go func() { // exits when the browser exits; its thread stays locked so Pdeathsig fires only when telson dies
+		// The goroutine's thread stays locked so that Pdeathsig fires only when telson dies.
+		go func() { // exits when the browser exits
 			runtime.LockOSThread()
 			err := srv.procs.start(cmd)
 			if started <- err; err == nil {
@@ -1172,15 +1181,19 @@ func startBrowser(ctx context.Context, srv *server, path string) (*browser, erro
 	if tail, ok := strings.CutPrefix(wsURL, "\x00"); ok {
 		return fail("%s exited: %s", path, tail)
 	}
-	ws, err := wsDial(ctx, wsURL, crand.Reader, max(int64(srv.cfg.int("WS_MAX_MESSAGE_BYTES")), 1<<20))
+	maxMsg := max(int64(srv.cfg.int("WS_MAX_MESSAGE_BYTES")), 1<<20)
+	ws, err := wsDial(ctx, wsURL, crand.Reader, maxMsg)
 	if err != nil {
 		return fail("%w", err)
 	}
 	b.cdp = newCDPClient(ws)
-	if err := b.cdp.call(ctx, "", "Browser.setDownloadBehavior", map[string]any{"behavior": "deny"}, nil); err != nil {
+	deny := map[string]any{"behavior": "deny"}
+	err = b.cdp.call(ctx, "", "Browser.setDownloadBehavior", deny, nil)
+	if err != nil {
 		return fail("%w", err)
 	}
-	srv.log.infof("readdocs: started Chromium pid %d (%s) in %d ms", b.pid, path, time.Since(t0).Milliseconds())
+	ms := time.Since(t0).Milliseconds()
+	srv.log.infof("readdocs: started Chromium pid %d (%s) in %d ms", b.pid, path, ms)
 	return b, nil
 }
 
@@ -1348,7 +1361,8 @@ func (srv *server) startedBrowser(ctx context.Context) (*browser, error) {
 }
 
 // readInBrowser reads the page in a tab of b, within timeout.
-func (srv *server) readInBrowser(ctx context.Context, b *browser, pageURL string, a readDocsArgs, timeout time.Duration) (*readDocsOut, error) {
+func (srv *server) readInBrowser(ctx context.Context, b *browser, pageURL string, a readDocsArgs,
+	timeout time.Duration) (*readDocsOut, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	select {
@@ -1405,7 +1419,7 @@ type tabState struct {
 
 	mu        sync.Mutex           // guards the fields below
 	loader    string               // the main frame's current document
-	dcl       map[string]time.Time // navigations by loader id: when DOMContentLoaded fired (zero: not yet)
+	dcl       map[string]time.Time // by navigation (loader id): when DOMContentLoaded fired
 	inflight  map[string]bool      // request ids that hold the read
 	lastNet   time.Time            // when one of them last started or ended
 	docID     string               // request id of the page's own response
@@ -1554,7 +1568,8 @@ func (b *browser) newTab(ctx context.Context) (browserTab, error) {
 	if err != nil {
 		return browserTab{}, err
 	}
-	err = b.cdp.call(ctx, "", "Target.attachToTarget", map[string]any{"targetId": t.TargetID, "flatten": true}, &t)
+	attach := map[string]any{"targetId": t.TargetID, "flatten": true}
+	err = b.cdp.call(ctx, "", "Target.attachToTarget", attach, &t)
 	tab := browserTab{t.TargetID, t.SessionID}
 	if err != nil {
 		b.closeTab(tab)
@@ -1571,7 +1586,9 @@ func (b *browser) newTab(ctx context.Context) (browserTab, error) {
 	}
 	errs := make(chan error, len(setup))
 	for _, s := range setup { // all at once: each costs a round trip
-		go func() { errs <- b.cdp.call(ctx, tab.sid, s.method, s.params, nil) }() // exits when Chrome answers or ctx ends
+		go func() { // exits when Chrome answers or ctx ends
+			errs <- b.cdp.call(ctx, tab.sid, s.method, s.params, nil)
+		}()
 	}
 	for range setup {
 		err = cmp.Or(err, <-errs) // the first error
@@ -1624,7 +1641,8 @@ func (b *browser) closeTab(t browserTab) {
 }
 
 // read loads pageURL in a new tab and reads it once its content is there (see readSettle).
-func (b *browser) read(ctx context.Context, pageURL, format string, idleCap, settle, timeout time.Duration) (*readDocsOut, error) {
+func (b *browser) read(ctx context.Context, pageURL, format string,
+	idleCap, settle, timeout time.Duration) (*readDocsOut, error) {
 	t0 := time.Now()
 	tab, err := b.tab(ctx)
 	if err != nil {
@@ -1633,11 +1651,12 @@ func (b *browser) read(ctx context.Context, pageURL, format string, idleCap, set
 	defer b.closeTab(tab)
 	sid := tab.sid
 	_, site := siteOf(pageURL)
-	ts := &tabState{changed: make(chan struct{}, 1), frame: tab.targetID, site: site, styles: format == "text",
-		dcl: map[string]time.Time{}, inflight: map[string]bool{}}
+	ts := &tabState{changed: make(chan struct{}, 1), frame: tab.targetID, site: site,
+		styles: format == "text", dcl: map[string]time.Time{}, inflight: map[string]bool{}}
 	b.cdp.subscribe(sid, func(method string, params json.RawMessage) {
 		if reply, args := ts.event(method, params); reply != "" {
-			go b.cdp.call(context.Background(), sid, reply, args, nil) // exits when Chrome answers or the connection drops
+			// The goroutine exits when Chrome answers or the connection drops.
+			go b.cdp.call(context.Background(), sid, reply, args, nil)
 		}
 	})
 	// The waits end early enough to leave time to read what the page shows.
@@ -1651,7 +1670,8 @@ func (b *browser) read(ctx context.Context, pageURL, format string, idleCap, set
 	err = b.cdp.call(waitCtx, sid, "Page.navigate", map[string]any{"url": pageURL}, &nav)
 	switch {
 	case err != nil && waitCtx.Err() != nil:
-		return nil, fmt.Errorf("%s sent no response within %s", pageURL, time.Since(t0).Round(time.Millisecond))
+		took := time.Since(t0).Round(time.Millisecond)
+		return nil, fmt.Errorf("%s sent no response within %s", pageURL, took)
 	case err != nil:
 		return nil, err
 	case nav.IsDownload:
@@ -1665,14 +1685,16 @@ func (b *browser) read(ctx context.Context, pageURL, format string, idleCap, set
 	loading := ts.dcl[ts.loader].IsZero()
 	ts.mu.Unlock()
 	if loading {
-		pg.Notes = append(pg.Notes, fmt.Sprintf("The page had not finished loading after %s; this is what it showed then.",
-			time.Since(t0).Round(time.Millisecond)))
+		took := time.Since(t0).Round(time.Millisecond)
+		pg.Notes = append(pg.Notes, fmt.Sprintf("The page had not finished loading after %s; "+
+			"this is what it showed then.", took))
 	}
 	until := time.Now().Add(settle)
 	ts.wait(ctx, func() (bool, time.Duration) { return time.Until(until) <= 0, time.Until(until) })
 	contentType, err := b.evaluate(ctx, sid, pg, format)
 	if err != nil && ctx.Err() != nil {
-		return nil, fmt.Errorf("%s did not answer within %s (a script may be busy)", pageURL, timeout)
+		return nil, fmt.Errorf("%s did not answer within %s (a script may be busy)",
+			pageURL, timeout)
 	} else if err != nil {
 		return nil, err
 	} else if !readableType.MatchString(contentType) {
@@ -1682,7 +1704,8 @@ func (b *browser) read(ctx context.Context, pageURL, format string, idleCap, set
 	moved := ts.moved
 	ts.mu.Unlock()
 	if moved != "" {
-		pg.Notes = append(pg.Notes, "The page tried to go on to "+moved+"; this is the page itself.")
+		note := "The page tried to go on to " + moved + "; this is the page itself."
+		pg.Notes = append(pg.Notes, note)
 	}
 	pg.source = b.source(ctx, sid, ts)
 	return pg, nil
@@ -1710,12 +1733,15 @@ func (b *browser) source(ctx context.Context, sid string, ts *tabState) string {
 
 // evaluate reads the page's DOM (its text for format "text", or when it is
 // not HTML) into pg and returns the page's content type.
-func (b *browser) evaluate(ctx context.Context, sid string, pg *readDocsOut, format string) (string, error) {
-	expr := fmt.Sprintf(`(() => { const h = document.documentElement, b = document.body, type = document.contentType;
-		const text = %t || !type.includes('html'), s = text ? (b ? b.innerText : '') : (h ? h.outerHTML : '');
+func (b *browser) evaluate(ctx context.Context, sid string, pg *readDocsOut,
+	format string) (string, error) {
+	expr := fmt.Sprintf(`(() => {
+		const h = document.documentElement, b = document.body, type = document.contentType;
+		const text = %t || !type.includes('html');
+		const s = text ? (b ? b.innerText : '') : (h ? h.outerHTML : '');
 		const nav = performance.getEntriesByType('navigation')[0];
-		return {body: s.slice(0, %d), full: s.length, title: document.title, url: location.href, type, text,
-			status: nav ? nav.responseStatus : 0}; })()`, format == "text", pageCap)
+		return {body: s.slice(0, %d), full: s.length, title: document.title, url: location.href,
+			type, text, status: nav ? nav.responseStatus : 0}; })()`, format == "text", pageCap)
 	var ev struct {
 		Result struct {
 			Value struct {
@@ -1726,7 +1752,8 @@ func (b *browser) evaluate(ctx context.Context, sid string, pg *readDocsOut, for
 		}
 		ExceptionDetails *struct{ Text string }
 	}
-	err := b.cdp.call(ctx, sid, "Runtime.evaluate", map[string]any{"expression": expr, "returnByValue": true}, &ev)
+	params := map[string]any{"expression": expr, "returnByValue": true}
+	err := b.cdp.call(ctx, sid, "Runtime.evaluate", params, &ev)
 	if err != nil {
 		return "", err
 	} else if ev.ExceptionDetails != nil {
@@ -1739,7 +1766,8 @@ func (b *browser) evaluate(ctx context.Context, sid string, pg *readDocsOut, for
 	pg.Status = v.Status
 	pg.isText = v.Text
 	if v.Full > pageCap {
-		pg.Notes = append(pg.Notes, fmt.Sprintf("Only the first %d of %d characters of the page were read.", pageCap, v.Full))
+		pg.Notes = append(pg.Notes, fmt.Sprintf("Only the first %d of %d characters of the page "+
+			"were read.", pageCap, v.Full))
 	}
 	return v.Type, nil
 }
@@ -1758,7 +1786,8 @@ func fetchPlain(ctx context.Context, pageURL string) (*readDocsOut, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fetch: %w", err)
 	}
-	req.Header.Set("User-Agent", "Mozilla/5.0 (compatible; telson; +https://github.com/telsonhq/telson)")
+	ua := "Mozilla/5.0 (compatible; telson; +https://github.com/telsonhq/telson)"
+	req.Header.Set("User-Agent", ua)
 	resp, err := http.DefaultClient.Do(req) // the default client stops after 10 redirects
 	if err != nil {
 		return nil, fmt.Errorf("fetch: %w", err)
@@ -1771,10 +1800,12 @@ func fetchPlain(ctx context.Context, pageURL string) (*readDocsOut, error) {
 	pg := &readDocsOut{FinalURL: resp.Request.URL.String(), Status: resp.StatusCode, Via: "http"}
 	if len(raw) > pageCap {
 		raw = raw[:pageCap]
-		pg.Notes = append(pg.Notes, fmt.Sprintf("Only the first %d bytes of the page were read.", pageCap))
+		note := fmt.Sprintf("Only the first %d bytes of the page were read.", pageCap)
+		pg.Notes = append(pg.Notes, note)
 	}
 	ct := cmp.Or(resp.Header.Get("Content-Type"), http.DetectContentType(raw))
-	if strings.HasPrefix(resp.Header.Get("Content-Disposition"), "attachment") || !readableType.MatchString(ct) {
+	isDownload := strings.HasPrefix(resp.Header.Get("Content-Disposition"), "attachment")
+	if isDownload || !readableType.MatchString(ct) {
 		return nil, fmt.Errorf("%s is a download or %s, not a page ReadDocs can read", pageURL, ct)
 	}
 	_, params, _ := mime.ParseMediaType(ct)
