@@ -1600,19 +1600,14 @@ func (b *browser) newTab(ctx context.Context) (browserTab, error) {
 	return tab, nil
 }
 
-// tab returns the tab opened ahead (or a new one) and opens the next in the background.
+// tab returns the tab opened ahead, or a new one.
 func (b *browser) tab(ctx context.Context) (browserTab, error) {
 	select {
 	case t := <-b.spare:
-		go b.openSpare()
 		return t, nil
 	default:
 	}
-	t, err := b.newTab(ctx)
-	if err == nil {
-		go b.openSpare()
-	}
-	return t, err
+	return b.newTab(ctx)
 }
 
 // openSpare opens a tab for the next read; it returns when the tab is open or failed.
@@ -1648,7 +1643,10 @@ func (b *browser) read(ctx context.Context, pageURL, format string,
 	if err != nil {
 		return nil, err
 	}
-	defer b.closeTab(tab)
+	defer func() {
+		b.closeTab(tab)
+		go b.openSpare() // for the next read
+	}()
 	sid := tab.sid
 	_, site := siteOf(pageURL)
 	ts := &tabState{changed: make(chan struct{}, 1), frame: tab.targetID, site: site,
@@ -1680,7 +1678,18 @@ func (b *browser) read(ctx context.Context, pageURL, format string,
 		return nil, fmt.Errorf("loading %s failed: %s", pageURL, nav.ErrorText)
 	}
 	pg := &readDocsOut{Via: "chromium"}
-	ts.wait(waitCtx, func() (bool, time.Duration) { return ts.ready(idleCap) })
+	// A page without scripts (or a refresh) is read as soon as it is parsed.
+	ts.wait(waitCtx, func() (bool, time.Duration) {
+		ok, again := ts.ready(idleCap)
+		return ok || !ts.dcl[ts.loader].IsZero(), again
+	})
+	var scripts struct{ Result struct{ Value int } }
+	count := `document.querySelectorAll('script, meta[http-equiv="refresh" i]').length`
+	params := map[string]any{"expression": count, "returnByValue": true}
+	b.cdp.call(waitCtx, sid, "Runtime.evaluate", params, &scripts)
+	if scripts.Result.Value > 0 {
+		ts.wait(waitCtx, func() (bool, time.Duration) { return ts.ready(idleCap) })
+	}
 	ts.mu.Lock()
 	loading := ts.dcl[ts.loader].IsZero()
 	ts.mu.Unlock()
