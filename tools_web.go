@@ -1150,23 +1150,23 @@ func startBrowser(ctx context.Context, srv *server, path string) (*browser, erro
 		return nil, fmt.Errorf("browser start: %s: %w", path, err)
 	}
 	b.pid = cmd.Process.Pid
-	// found gets the endpoint, or "\x00" and the last stderr lines when the browser printed none.
+	// found gets the endpoint, or "\x00" and the last stderr line when the browser printed none.
 	found := make(chan string, 1)
 	go func() { // exits when every browser process has closed stderr
 		defer pr.Close()
 		sc := bufio.NewScanner(pr)
-		var tail []string
+		last := ""
 		for sc.Scan() {
 			if u, ok := strings.CutPrefix(sc.Text(), "DevTools listening on "); ok {
 				found <- u
 				io.Copy(io.Discard, pr) // the browser's later output
 				return
-			} else if line := sc.Text(); line != "" && !strings.Contains(line, "dbus") {
-				tail = append(tail[max(0, len(tail)-3):], line)
+			} else if sc.Text() != "" && !strings.Contains(sc.Text(), "dbus") {
+				last = sc.Text()
 			}
 		}
 		io.Copy(io.Discard, pr) // a line too long for the scanner: keep draining
-		found <- "\x00" + strings.Join(tail, "; ")
+		found <- "\x00" + last
 	}()
 	fail := func(format string, a ...any) (*browser, error) {
 		b.stop(srv.procs)
@@ -1575,19 +1575,16 @@ func (b *browser) newTab(ctx context.Context) (browserTab, error) {
 		b.closeTab(tab)
 		return browserTab{}, err
 	}
-	setup := []struct {
-		method string
-		params any
-	}{
-		{"Page.enable", nil},
-		{"Page.setLifecycleEventsEnabled", map[string]any{"enabled": true}},
-		{"Network.enable", nil},
-		{"Fetch.enable", map[string]any{"patterns": readPaused()}},
+	setup := map[string]any{
+		"Page.enable":                    nil,
+		"Page.setLifecycleEventsEnabled": map[string]any{"enabled": true},
+		"Network.enable":                 nil,
+		"Fetch.enable":                   map[string]any{"patterns": readPaused()},
 	}
 	errs := make(chan error, len(setup))
-	for _, s := range setup { // all at once: each costs a round trip
+	for method, params := range setup { // all at once: each costs a round trip
 		go func() { // exits when Chrome answers or ctx ends
-			errs <- b.cdp.call(ctx, tab.sid, s.method, s.params, nil)
+			errs <- b.cdp.call(ctx, tab.sid, method, params, nil)
 		}()
 	}
 	for range setup {
