@@ -1345,7 +1345,8 @@ func (srv *server) readPage(ctx context.Context, a readDocsArgs) (*readDocsOut, 
 		return nil, err
 	}
 	pg, err := srv.readInBrowser(ctx, b, u.String(), a, timeout)
-	if err != nil && b.dead() && ctx.Err() == nil { // the browser died under us: once more with a new one
+	// The browser died under us: once more with a new one.
+	if err != nil && b.dead() && ctx.Err() == nil {
 		if b, err = srv.startedBrowser(ctx); err == nil {
 			pg, err = srv.readInBrowser(ctx, b, u.String(), a, timeout)
 		}
@@ -1353,7 +1354,7 @@ func (srv *server) readPage(ctx context.Context, a readDocsArgs) (*readDocsOut, 
 	return pg, err
 }
 
-// startedBrowser returns the browser, started if need be (its start is not counted in a page's time).
+// startedBrowser returns the browser, started if need be (not counted in a page's time).
 func (srv *server) startedBrowser(ctx context.Context) (*browser, error) {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
