@@ -4967,21 +4967,6 @@ func TestWSReadLengthsFragmentsPing(t *testing.T) {
 	}
 }
 
-func TestWSClientClose(t *testing.T) {
-	t.Parallel()
-	f := readdocsFakeServer(t, nil)
-	ws := readdocsDial(t, f, 1<<20)
-	srv := f.server(t)
-	ws.close()
-	if h, p := f.readFrame(t); h.op != 8 || binary.BigEndian.Uint16(p) != 1000 {
-		t.Fatalf("close frame: op %d %v", h.op, p)
-	}
-	srv.Write(readdocsFrame(true, 8, []byte{0x03, 0xe8}))
-	if _, err := ws.readMessage(); !errors.Is(err, errWSClosed) {
-		t.Errorf("after the close handshake: %v", err)
-	}
-}
-
 func TestWSProtocolErrors(t *testing.T) {
 	t.Parallel()
 	masked := wsAppendHeader(nil, wsFrameHeader{fin: true, op: 1, masked: true, length: 1})
@@ -5244,7 +5229,10 @@ func TestReadDocsChromium(t *testing.T) {
 	tlsSite.StartTLS()                                   // with a certificate nobody trusts
 	defer tlsSite.Close()
 	check("tls", map[string]any{"url": tlsSite.URL + "/"}, true, "net::ERR_CERT_AUTHORITY_INVALID")
-	check("never loads", map[string]any{"url": site.URL + "/hang"}, false, "Text before the image.", "had not finished loading")
+	if text, _, _ := readdocsCall(t, c, map[string]any{"url": site.URL + "/hang"}); !strings.Contains(text, "Text before the image.") ||
+		strings.Contains(text, "Note:") { // an image that never comes does not hold the read
+		t.Errorf("hang: %s", text)
+	}
 	sc = check("paging", map[string]any{"url": site.URL + "/long", "max_length": 1000, "start_index": 23000}, false,
 		"More content: the page has 25011 characters; call ReadDocs with start_index 24000 for the next part.")
 	if sc["truncated"] != true || sc["next_start_index"] != float64(24000) || sc["total_length"] != float64(25011) || len(sc["content"].(string)) != 1000 {
@@ -5315,14 +5303,13 @@ func TestReadDocsBrowserDiesWithTelson(t *testing.T) {
 		if _, err := os.Stat(profile); !kill && !os.IsNotExist(err) {
 			t.Errorf("profile directory %s left behind: %v", profile, err)
 		}
-		os.RemoveAll(profile) // a killed telson cannot remove it
-		c.done <- nil         // for the cleanup
+		c.done <- nil // for the cleanup
 		deadline := time.Now().Add(watchdog)
-		for wait := time.Millisecond; len(readdocsGroupAlive(pid)) > 0; wait = min(2*wait, 100*time.Millisecond) {
+		for wait := time.Millisecond; len(readdocsGroupAlive(pid)) > 0 || !readdocsGone(profile); wait = min(2*wait, 100*time.Millisecond) {
 			if time.Now().After(deadline) {
-				t.Fatalf("kill=%v: browser processes %v outlived telson", kill, readdocsGroupAlive(pid))
+				t.Fatalf("kill=%v: browser processes %v or its profile outlived telson", kill, readdocsGroupAlive(pid))
 			}
-			time.Sleep(wait) // polling processes of another program, bounded by the watchdog
+			time.Sleep(wait) // polling what the reaper (another process) does, bounded by the watchdog
 		}
 	}
 }
@@ -5330,8 +5317,8 @@ func TestReadDocsBrowserDiesWithTelson(t *testing.T) {
 func TestReadDocsWithoutBrowser(t *testing.T) {
 	t.Parallel()
 	site := readdocsSite(t)
-	// The browser hidden: a configured path that does not exist, and no PATH.
-	c := startBinary(t, []string{"PATH=" + t.TempDir(), "TELSON_CHROME_PATH=/nonexistent/chromium"})
+	// The browser hidden: no PATH.
+	c := startBinary(t, []string{"PATH=" + t.TempDir()})
 	c.initialize("2025-06-18")
 	check := func(name string, args map[string]any, wantErr bool, want ...string) map[string]any {
 		t.Helper()

@@ -102,7 +102,6 @@ func TestReadDocsSourceWins(t *testing.T) {
 // the article comes back with the article.
 func TestReadDocsScriptsRemoveArticleChromium(t *testing.T) {
 	readdocsNeedBrowser(t)
-	t.Skip("needs readDocsOut.source from the browser helper's branch: remove this line at merge")
 	src, err := os.ReadFile("testdata/readdocs/extract/article.html")
 	if err != nil {
 		t.Fatal(err)
@@ -142,7 +141,7 @@ func TestReadDocsBounded(t *testing.T) {
 		io.WriteString(w, pages[r.URL.Path])
 	}))
 	defer site.Close()
-	c := startBinary(t, []string{"PATH=" + t.TempDir(), "TELSON_CHROME_PATH=/nonexistent/chromium"})
+	c := startBinary(t, []string{"PATH=" + t.TempDir(), "TELSON_READDOCS_BROWSER=0"})
 	c.initialize("2025-06-18")
 	for _, path := range []string{"/table", "/big", "/title"} {
 		text, sc, isErr := readdocsCall(t, c, map[string]any{"url": site.URL + path, "max_length": 1000})

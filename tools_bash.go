@@ -530,6 +530,7 @@ func runReaper(lifeline io.Reader) int {
 	io.Copy(io.Discard, lifeline)
 	registry := os.NewFile(3, "registry")
 	registry.Seek(0, io.SeekStart)
+	var dirs []string
 	sc := bufio.NewScanner(registry)
 	for sc.Scan() {
 		line := sc.Text()
@@ -537,8 +538,12 @@ func runReaper(lifeline io.Reader) int {
 			killMarked(line[1:], 500*time.Millisecond)
 		}
 		if strings.HasPrefix(line, "d/") {
-			os.RemoveAll(line[1:])
+			dirs = append(dirs, line[1:])
 		}
+	}
+	// Only once every process is gone: a dying browser still writes to its profile.
+	for _, dir := range dirs {
+		os.RemoveAll(dir)
 	}
 	return 0
 }

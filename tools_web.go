@@ -923,6 +923,20 @@ func (m *mdConv) table(n *htmlNode) string {
 
 const wsGUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
+// Opcodes (RFC 6455 section 5.2) and close codes (section 7.4.1).
+const (
+	wsOpContinuation = 0
+	wsOpText         = 1
+	wsOpBinary       = 2
+	wsOpClose        = 8
+	wsOpPing         = 9
+	wsOpPong         = 10
+
+	wsCloseProtocol = 1002
+	wsCloseNoCode   = 1005
+	wsCloseTooBig   = 1009
+)
+
 // errWSClosed is returned by readMessage once a close frame has arrived.
 var errWSClosed = errors.New("websocket: closed")
 
@@ -939,11 +953,12 @@ type wsConn struct {
 
 // wsFrameHeader is a frame header (RFC 6455 section 5.2).
 type wsFrameHeader struct {
-	fin     bool
-	rsv, op byte
-	masked  bool
-	mask    [4]byte
-	length  uint64
+	fin    bool
+	rsv    byte
+	op     byte
+	masked bool
+	mask   [4]byte
+	length uint64
 }
 
 // wsDial opens a websocket to a ws:// URL. It sends no Origin header and
@@ -957,50 +972,59 @@ func wsDial(ctx context.Context, rawURL string, rnd io.Reader, maxMsg int64) (*w
 	if err != nil {
 		return nil, fmt.Errorf("websocket dial: %w", err)
 	}
-	fail := func(format string, a ...any) (*wsConn, error) {
-		conn.Close()
-		return nil, fmt.Errorf("websocket handshake: "+format, a...)
-	}
-	dl, _ := ctx.Deadline()
-	conn.SetDeadline(dl) // none when ctx has none
-	nonce := make([]byte, 16)
-	_, err = io.ReadFull(rnd, nonce)
-	key := base64.StdEncoding.EncodeToString(nonce)
-	if err == nil {
-		_, err = fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
-			"Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n\r\n", u.RequestURI(), u.Host, key)
-	}
 	br := bufio.NewReaderSize(conn, 64<<10)
-	var resp *http.Response
-	if err == nil {
-		resp, err = http.ReadResponse(br, nil)
+	if err := wsHandshake(ctx, conn, br, u, rnd); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("websocket handshake: %w", err)
 	}
-	if err != nil {
-		return fail("%w", err)
-	}
-	sum := sha1.Sum([]byte(key + wsGUID))
-	switch {
-	case resp.StatusCode != http.StatusSwitchingProtocols:
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return fail("%s: %s", resp.Status, strings.TrimSpace(string(body)))
-	case !strings.EqualFold(resp.Header.Get("Upgrade"), "websocket"):
-		return fail("no Upgrade: websocket header")
-	case !strings.Contains(strings.ToLower(resp.Header.Get("Connection")), "upgrade"):
-		return fail("no Connection: upgrade header")
-	case resp.Header.Get("Sec-WebSocket-Accept") != base64.StdEncoding.EncodeToString(sum[:]):
-		return fail("wrong Sec-WebSocket-Accept")
-	case resp.Header.Get("Sec-WebSocket-Extensions") != "":
-		return fail("extensions that were not asked for: %s", resp.Header.Get("Sec-WebSocket-Extensions"))
-	}
-	conn.SetDeadline(time.Time{})
 	return &wsConn{conn: conn, br: br, rand: rnd, maxMsg: maxMsg}, nil
 }
 
+// wsHandshake sends the upgrade request and checks the answer (RFC 6455 section 4.1).
+func wsHandshake(ctx context.Context, conn net.Conn, br *bufio.Reader, u *url.URL,
+	rnd io.Reader) error {
+	dl, _ := ctx.Deadline()
+	conn.SetDeadline(dl) // none when ctx has none
+	defer conn.SetDeadline(time.Time{})
+	nonce := make([]byte, 16)
+	if _, err := io.ReadFull(rnd, nonce); err != nil {
+		return err
+	}
+	key := base64.StdEncoding.EncodeToString(nonce)
+	_, err := fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\n"+
+		"Connection: Upgrade\r\nSec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n\r\n",
+		u.RequestURI(), u.Host, key)
+	if err != nil {
+		return err
+	}
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		return err
+	}
+	sum := sha1.Sum([]byte(key + wsGUID))
+	h := resp.Header
+	switch {
+	case resp.StatusCode != http.StatusSwitchingProtocols:
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(body)))
+	case !strings.EqualFold(h.Get("Upgrade"), "websocket"):
+		return errors.New("no Upgrade: websocket header")
+	case !strings.Contains(strings.ToLower(h.Get("Connection")), "upgrade"):
+		return errors.New("no Connection: upgrade header")
+	case h.Get("Sec-WebSocket-Accept") != base64.StdEncoding.EncodeToString(sum[:]):
+		return errors.New("wrong Sec-WebSocket-Accept")
+	case h.Get("Sec-WebSocket-Extensions") != "":
+		return fmt.Errorf("extensions not asked for: %s", h.Get("Sec-WebSocket-Extensions"))
+	}
+	return nil
+}
+
 func wsAppendHeader(b []byte, h wsFrameHeader) []byte {
-	b0, b1 := h.op&0x0f|(h.rsv&7)<<4, byte(0)
+	b0 := h.op&0x0f | (h.rsv&7)<<4
 	if h.fin {
 		b0 |= 0x80
 	}
+	b1 := byte(0)
 	if h.masked {
 		b1 = 0x80
 	}
@@ -1023,7 +1047,11 @@ func wsReadHeader(r io.Reader) (h wsFrameHeader, err error) {
 	if _, err = io.ReadFull(r, p[:2]); err != nil {
 		return h, err
 	}
-	h = wsFrameHeader{fin: p[0]&0x80 != 0, rsv: p[0] >> 4 & 7, op: p[0] & 0x0f, masked: p[1]&0x80 != 0, length: uint64(p[1] & 0x7f)}
+	h.fin = p[0]&0x80 != 0
+	h.rsv = p[0] >> 4 & 7
+	h.op = p[0] & 0x0f
+	h.masked = p[1]&0x80 != 0
+	h.length = uint64(p[1] & 0x7f)
 	if h.length == 126 {
 		_, err = io.ReadFull(r, p[:2])
 		h.length = uint64(binary.BigEndian.Uint16(p[:2]))
@@ -1052,27 +1080,65 @@ func (ws *wsConn) writeFrame(op byte, p []byte) error {
 	for i, c := range p {
 		buf = append(buf, c^h.mask[i&3])
 	}
-	ws.closeSent = op == 8
-	ws.conn.SetWriteDeadline(time.Now().Add(10 * time.Second)) // a browser that stops reading fails the write
+	ws.closeSent = op == wsOpClose
+	// A browser that stops reading fails the write.
+	ws.conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
 	if _, err := ws.conn.Write(buf); err != nil {
 		return fmt.Errorf("websocket write: %w", err)
 	}
 	return nil
 }
 
-// close starts the close handshake; the reader then gets the peer's close frame or times out.
-func (ws *wsConn) close() {
-	ws.writeFrame(8, []byte{0x03, 0xe8}) // 1000: normal closure
-	ws.conn.SetReadDeadline(time.Now().Add(time.Second))
-}
-
 // fail sends a close frame with code and returns the protocol error.
-func (ws *wsConn) fail(code int, format string, a ...any) error {
-	ws.writeFrame(8, []byte{byte(code >> 8), byte(code)})
+func (ws *wsConn) fail(code uint16, format string, a ...any) error {
+	ws.writeFrame(wsOpClose, binary.BigEndian.AppendUint16(nil, code))
 	return fmt.Errorf("websocket: "+format, a...)
 }
 
-// readMessage returns the next data message, reassembled, answering pings and close frames.
+// check refuses a frame that may not come now; have is the length of the message so far.
+func (ws *wsConn) check(h wsFrameHeader, inMsg bool, have int) error {
+	isData := h.op == wsOpText || h.op == wsOpBinary
+	isControl := h.op == wsOpClose || h.op == wsOpPing || h.op == wsOpPong
+	switch {
+	case h.rsv != 0:
+		return ws.fail(wsCloseProtocol, "reserved bits set (no extension was agreed)")
+	case h.masked:
+		return ws.fail(wsCloseProtocol, "masked frame from the server")
+	case isControl && (!h.fin || h.length > 125):
+		return ws.fail(wsCloseProtocol, "fragmented or long control frame")
+	case h.op == wsOpContinuation && !inMsg:
+		return ws.fail(wsCloseProtocol, "continuation frame outside a message")
+	case isData && inMsg:
+		return ws.fail(wsCloseProtocol, "new message inside a fragmented one")
+	case !isData && !isControl && h.op != wsOpContinuation:
+		return ws.fail(wsCloseProtocol, "unknown opcode %d", h.op)
+	case !isControl && h.length > uint64(ws.maxMsg)-uint64(have):
+		return ws.fail(wsCloseTooBig, "message longer than %d bytes", ws.maxMsg)
+	}
+	return nil
+}
+
+// control answers a control frame: a ping with a pong, a close with a close.
+func (ws *wsConn) control(h wsFrameHeader) error {
+	p := make([]byte, h.length)
+	if _, err := io.ReadFull(ws.br, p); err != nil {
+		return fmt.Errorf("websocket read: %w", err)
+	}
+	switch h.op {
+	case wsOpPing:
+		return ws.writeFrame(wsOpPong, p)
+	case wsOpClose:
+		ws.writeFrame(wsOpClose, p[:min(len(p), 2)]) // echo the code unless we sent ours first
+		code := wsCloseNoCode
+		if len(p) >= 2 {
+			code = int(binary.BigEndian.Uint16(p))
+		}
+		return fmt.Errorf("%w by peer (%d %s)", errWSClosed, code, p[min(len(p), 2):])
+	}
+	return nil
+}
+
+// readMessage returns the next data message, reassembled, answering control frames.
 func (ws *wsConn) readMessage() ([]byte, error) {
 	var msg []byte
 	inMsg := false
@@ -1081,43 +1147,19 @@ func (ws *wsConn) readMessage() ([]byte, error) {
 		if err != nil {
 			return nil, fmt.Errorf("websocket read: %w", err)
 		}
-		switch {
-		case h.rsv != 0:
-			return nil, ws.fail(1002, "reserved bits set (no extension was agreed)")
-		case h.masked:
-			return nil, ws.fail(1002, "masked frame from the server")
-		case h.op >= 8 && (!h.fin || h.length > 125):
-			return nil, ws.fail(1002, "fragmented or long control frame")
-		case h.op == 0 && !inMsg:
-			return nil, ws.fail(1002, "continuation frame outside a message")
-		case (h.op == 1 || h.op == 2) && inMsg:
-			return nil, ws.fail(1002, "new message inside a fragmented one")
-		case h.op > 2 && h.op != 8 && h.op != 9 && h.op != 10:
-			return nil, ws.fail(1002, "unknown opcode %d", h.op)
-		case h.op < 8 && h.length > uint64(ws.maxMsg)-uint64(len(msg)):
-			return nil, ws.fail(1009, "message longer than %d bytes", ws.maxMsg)
+		if err := ws.check(h, inMsg, len(msg)); err != nil {
+			return nil, err
+		}
+		if h.op >= wsOpClose {
+			if err := ws.control(h); err != nil {
+				return nil, err
+			}
+			continue
 		}
 		n := len(msg)
 		msg = slices.Grow(msg, int(h.length))[:n+int(h.length)]
 		if _, err := io.ReadFull(ws.br, msg[n:]); err != nil {
 			return nil, fmt.Errorf("websocket read: %w", err)
-		}
-		switch h.op {
-		case 8:
-			ws.writeFrame(8, msg[n:min(len(msg), n+2)]) // echo the code unless we sent ours first
-			code := 1005
-			if h.length >= 2 {
-				code = int(binary.BigEndian.Uint16(msg[n:]))
-			}
-			return nil, fmt.Errorf("%w by peer (%d %s)", errWSClosed, code, msg[min(len(msg), n+2):])
-		case 9:
-			if err := ws.writeFrame(10, msg[n:]); err != nil {
-				return nil, err
-			}
-			fallthrough
-		case 10:
-			msg = msg[:n]
-			continue
 		}
 		inMsg = true
 		if h.fin {
@@ -1198,7 +1240,7 @@ func (c *cdpClient) call(ctx context.Context, session, method string, params, re
 	c.mu.Unlock()
 	forget := func() { c.mu.Lock(); delete(c.pending, m.ID); c.mu.Unlock() }
 	data, _ := json.Marshal(m)
-	if err := c.ws.writeFrame(1, data); err != nil {
+	if err := c.ws.writeFrame(wsOpText, data); err != nil {
 		forget()
 		return fmt.Errorf("cdp %s: %w", method, err)
 	}
@@ -1243,20 +1285,28 @@ type browserHolder struct {
 
 type browser struct {
 	pid    int
-	dir    string // the temporary profile
+	dir    string // the profile, also the browser's home and temporary directory
 	cdp    *cdpClient
-	exited chan struct{} // closed once the process has been waited for
+	exited chan struct{}   // closed once the process has been waited for
+	spare  chan browserTab // a tab opened ahead of the next read
 }
 
-// findChrome returns the browser to run, or "" when there is none (or READDOCS_BROWSER is off).
+// chromeNames are the browsers looked for when CHROME_PATH is not set.
+var chromeNames = []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable",
+	"chrome", "chrome-headless-shell", "/usr/lib/chromium/chromium-headless-shell",
+	"/opt/google/chrome/chrome", "/snap/bin/chromium",
+	"/Applications/Chromium.app/Contents/MacOS/Chromium",
+	"/Applications/Google Chrome.app/Contents/MacOS/Google Chrome"}
+
+// findChrome returns the browser to run: CHROME_PATH when it is set, else the
+// first of chromeNames found; "" when there is none or READDOCS_BROWSER is off.
 func findChrome(cfg *config) string {
-	if !cfg.bool("READDOCS_BROWSER") {
-		return ""
+	names := chromeNames
+	if p := cfg.str("CHROME_PATH"); p != "" {
+		names = []string{p} // no other browser in its place
 	}
-	for _, p := range []string{cfg.str("CHROME_PATH"), "chromium", "chromium-browser", "google-chrome", "google-chrome-stable",
-		"chrome", "chrome-headless-shell", "/usr/lib/chromium/chromium-headless-shell", "/opt/google/chrome/chrome", "/snap/bin/chromium",
-		"/Applications/Chromium.app/Contents/MacOS/Chromium", "/Applications/Google Chrome.app/Contents/MacOS/Google Chrome"} {
-		if path, err := exec.LookPath(p); err == nil && p != "" {
+	for _, p := range names {
+		if path, err := exec.LookPath(p); err == nil && cfg.bool("READDOCS_BROWSER") {
 			return path
 		}
 	}
@@ -1277,9 +1327,13 @@ func (h *browserHolder) get(ctx context.Context, srv *server) (*browser, error) 
 		h.b = nil
 	}
 	path := findChrome(srv.cfg)
-	if !srv.cfg.bool("READDOCS_BROWSER") {
+	switch {
+	case !srv.cfg.bool("READDOCS_BROWSER"):
 		return nil, fmt.Errorf("%w: READDOCS_BROWSER is off", errNoBrowser)
-	} else if path == "" {
+	case path == "" && srv.cfg.str("CHROME_PATH") != "":
+		chrome := srv.cfg.str("CHROME_PATH")
+		return nil, fmt.Errorf("CHROME_PATH %s is not an executable file", chrome)
+	case path == "":
 		return nil, fmt.Errorf("%w: no Chromium found; set CHROME_PATH", errNoBrowser)
 	}
 	b, err := startBrowser(ctx, srv, path)
@@ -1302,33 +1356,42 @@ func (h *browserHolder) close(procs *procTracker) {
 }
 
 // startBrowser runs Chromium with a fresh profile and connects to the endpoint it prints.
+// Chromium writes nothing outside its profile (its home, config, cache and
+// temporary directory), which is removed when it stops, and downloads nothing.
 func startBrowser(ctx context.Context, srv *server, path string) (*browser, error) {
 	t0 := time.Now()
 	dir, err := os.MkdirTemp("", "telson-chromium-")
 	if err != nil {
 		return nil, fmt.Errorf("browser start: %w", err)
 	}
-	args := []string{"--headless", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run", "--no-default-browser-check",
-		"--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-extensions",
-		"--disable-default-apps", "--mute-audio", "--hide-scrollbars",
-		"--disable-features=WebUIOmniboxPopup,WebUIOmniboxAimPopup,Translate,MediaRouter,OptimizationHints",
+	srv.procs.removeAtExit(dir) // even when telson is killed
+	args := []string{"--headless", "--disable-dev-shm-usage", "--no-first-run",
+		"--disable-background-networking", "--disable-component-update", "--disable-extensions",
+		"--mute-audio",
+		"--disable-background-timer-throttling", "--disable-renderer-backgrounding",
+		"--disable-features=WebUIOmniboxPopup,WebUIOmniboxAimPopup,Translate,MediaRouter," +
+			"OptimizationHints,AutofillServerCommunication",
 		"--user-data-dir=" + dir, "--remote-debugging-port=0"}
 	if os.Geteuid() == 0 {
 		args = append(args, "--no-sandbox") // Chromium refuses to run as root with its sandbox
 	}
 	cmd := exec.Command(path, append(args, "about:blank")...)
+	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_CONFIG_HOME="+dir, "XDG_CACHE_HOME="+dir,
+		"TMPDIR="+dir)
 	cmd.SysProcAttr = &syscall.SysProcAttr{}
 	// Linux kills the browser when the thread that started it ends, so a
 	// killed telson leaves no browser behind (other systems have the reaper).
 	if f := reflect.ValueOf(cmd.SysProcAttr).Elem().FieldByName("Pdeathsig"); f.IsValid() {
 		f.Set(reflect.ValueOf(syscall.SIGKILL))
 	}
-	b := &browser{dir: dir, exited: make(chan struct{})}
+	b := &browser{dir: dir, exited: make(chan struct{}), spare: make(chan browserTab, 1)}
 	started := make(chan error, 1)
-	pr, pw, err := os.Pipe() // not cmd.StderrPipe: Wait would close it before the last lines are read
+	// Not cmd.StderrPipe: Wait would close it before the last lines are read.
+	pr, pw, err := os.Pipe()
 	if err == nil {
 		cmd.Stderr = pw
-		go func() { // exits when the browser exits; its thread stays locked so Pdeathsig fires only when telson dies
+		// The goroutine's thread stays locked so that Pdeathsig fires only when telson dies.
+		go func() { // exits when the browser exits
 			runtime.LockOSThread()
 			err := srv.procs.start(cmd)
 			if started <- err; err == nil {
@@ -1345,23 +1408,23 @@ func startBrowser(ctx context.Context, srv *server, path string) (*browser, erro
 		return nil, fmt.Errorf("browser start: %s: %w", path, err)
 	}
 	b.pid = cmd.Process.Pid
-	// found gets the endpoint, or "\x00" and the last stderr lines when the browser printed none.
+	// found gets the endpoint, or "\x00" and the last stderr line when the browser printed none.
 	found := make(chan string, 1)
 	go func() { // exits when every browser process has closed stderr
 		defer pr.Close()
 		sc := bufio.NewScanner(pr)
-		var tail []string
+		last := ""
 		for sc.Scan() {
 			if u, ok := strings.CutPrefix(sc.Text(), "DevTools listening on "); ok {
 				found <- u
 				io.Copy(io.Discard, pr) // the browser's later output
 				return
-			} else if line := sc.Text(); line != "" && !strings.Contains(line, "dbus") {
-				tail = append(tail[max(0, len(tail)-3):], line)
+			} else if sc.Text() != "" && !strings.Contains(sc.Text(), "dbus") {
+				last = sc.Text()
 			}
 		}
 		io.Copy(io.Discard, pr) // a line too long for the scanner: keep draining
-		found <- "\x00" + strings.Join(tail, "; ")
+		found <- "\x00" + last
 	}()
 	fail := func(format string, a ...any) (*browser, error) {
 		b.stop(srv.procs)
@@ -1376,12 +1439,19 @@ func startBrowser(ctx context.Context, srv *server, path string) (*browser, erro
 	if tail, ok := strings.CutPrefix(wsURL, "\x00"); ok {
 		return fail("%s exited: %s", path, tail)
 	}
-	ws, err := wsDial(ctx, wsURL, crand.Reader, max(int64(srv.cfg.int("WS_MAX_MESSAGE_BYTES")), 1<<20))
+	maxMsg := max(int64(srv.cfg.int("WS_MAX_MESSAGE_BYTES")), 1<<20)
+	ws, err := wsDial(ctx, wsURL, crand.Reader, maxMsg)
 	if err != nil {
 		return fail("%w", err)
 	}
 	b.cdp = newCDPClient(ws)
-	srv.log.infof("readdocs: started Chromium pid %d (%s) in %d ms", b.pid, path, time.Since(t0).Milliseconds())
+	deny := map[string]any{"behavior": "deny"}
+	err = b.cdp.call(ctx, "", "Browser.setDownloadBehavior", deny, nil)
+	if err != nil {
+		return fail("%w", err)
+	}
+	ms := time.Since(t0).Milliseconds()
+	srv.log.infof("readdocs: started Chromium pid %d (%s) in %d ms", b.pid, path, ms)
 	return b, nil
 }
 
@@ -1479,8 +1549,8 @@ type readDocsOut struct {
 	Message        string   `json:"message,omitempty"`
 
 	body   string // the page as read: outerHTML, innerText, or the response body
-	isText bool   // body is text already (innerText, or not HTML)
 	source string // the main document's HTML as the server sent it ("" when unknown)
+	isText bool   // body is text already (innerText, or not HTML)
 }
 
 // pageCap bounds what is taken from a page: characters from the browser, bytes over HTTP.
@@ -1572,12 +1642,10 @@ func (srv *server) readPage(ctx context.Context, a readDocsArgs) (*readDocsOut, 
 		return nil, fmt.Errorf("only http and https URLs can be read, not %q", a.URL)
 	}
 	timeout := time.Duration(srv.cfg.int("READDOCS_TIMEOUT_MS")+a.WaitMS) * time.Millisecond
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	startCtx, cancelStart := context.WithTimeout(ctx, 15*time.Second)
-	b, err := srv.browser.get(startCtx, srv)
-	cancelStart()
+	b, err := srv.startedBrowser(ctx)
 	if errors.Is(err, errNoBrowser) {
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
 		why := strings.TrimPrefix(err.Error(), errNoBrowser.Error()+": ")
 		pg, err := fetchPlain(ctx, u.String())
 		if err == nil {
@@ -1589,6 +1657,28 @@ func (srv *server) readPage(ctx context.Context, a readDocsArgs) (*readDocsOut, 
 	} else if err != nil {
 		return nil, err
 	}
+	pg, err := srv.readInBrowser(ctx, b, u.String(), a, timeout)
+	// The browser died under us: once more with a new one.
+	if err != nil && b.dead() && ctx.Err() == nil {
+		if b, err = srv.startedBrowser(ctx); err == nil {
+			pg, err = srv.readInBrowser(ctx, b, u.String(), a, timeout)
+		}
+	}
+	return pg, err
+}
+
+// startedBrowser returns the browser, started if need be (not counted in a page's time).
+func (srv *server) startedBrowser(ctx context.Context) (*browser, error) {
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	return srv.browser.get(ctx, srv)
+}
+
+// readInBrowser reads the page in a tab of b, within timeout.
+func (srv *server) readInBrowser(ctx context.Context, b *browser, pageURL string, a readDocsArgs,
+	timeout time.Duration) (*readDocsOut, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	select {
 	case srv.browser.tabs <- struct{}{}:
 		defer func() { <-srv.browser.tabs }()
@@ -1596,47 +1686,169 @@ func (srv *server) readPage(ctx context.Context, a readDocsArgs) (*readDocsOut, 
 		return nil, fmt.Errorf("no free browser tab within %s", timeout)
 	}
 	idle := time.Duration(srv.cfg.int("READDOCS_IDLE_MS")) * time.Millisecond
-	settle := time.Duration(a.WaitMS) * time.Millisecond
-	pg, err := b.read(ctx, u.String(), "html", idle, settle, timeout)
-	// The browser died under us: once more with a new one.
-	if err != nil && b.dead() && ctx.Err() == nil {
-		if b, err = srv.browser.get(ctx, srv); err == nil {
-			pg, err = b.read(ctx, u.String(), "html", idle, settle, timeout)
-		}
+	return b.read(ctx, pageURL, "html", idle, time.Duration(a.WaitMS)*time.Millisecond, timeout)
+}
+
+// Reading waits for DOMContentLoaded, then for readSettle without requests
+// to the page's own site (at most READDOCS_IDLE_MS): the content is there by
+// then, and what other hosts load (ads, trackers, widgets) never holds it.
+const readSettle = 100 * time.Millisecond
+
+// readBlockedHosts are ad, tracker and cookie-banner hosts: a reader never needs them.
+var readBlockedHosts = []string{"doubleclick.net", "googlesyndication.com", "googletagmanager.com",
+	"googletagservices.com", "google-analytics.com", "adservice.google.", "amazon-adsystem.com",
+	"facebook.net", "scorecardresearch.com", "hotjar.com", "taboola.com", "outbrain.com", "criteo.",
+	"adnxs.com", "chartbeat.", "quantserve.com", "cookielaw.org", "cookiebot.com"}
+
+// readPaused is what the browser pauses (to refuse it, or let it through):
+// every document, what a reader never needs, and stylesheets.
+func readPaused() []map[string]string {
+	var patterns []map[string]string
+	for _, t := range []string{"Document", "Image", "Font", "Media", "Stylesheet"} {
+		patterns = append(patterns, map[string]string{"resourceType": t})
 	}
-	return pg, err
+	for _, h := range readBlockedHosts {
+		patterns = append(patterns, map[string]string{"urlPattern": "*" + h + "*"})
+	}
+	return patterns
+}
+
+// siteOf returns a URL's origin and site (its host's last two labels): the
+// page may move only within its origin, and only its site holds the read.
+func siteOf(rawURL string) (origin, site string) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "", ""
+	}
+	labels := strings.Split(u.Hostname(), ".")
+	return u.Scheme + "://" + u.Host, strings.Join(labels[max(0, len(labels)-2):], ".")
 }
 
 // tabState is what a tab's events have said; the reader goroutine writes it.
 type tabState struct {
 	changed chan struct{} // a token after every change
+	frame   string        // the main frame's id (the target's)
+	site    string        // the site of the URL asked for
+	styles  bool          // stylesheets are let through: format "text" reads the layout
 
-	mu       sync.Mutex      // guards the fields below
-	loaded   map[string]bool // loader ids whose load event fired
-	inflight map[string]bool // request ids
-	lastNet  time.Time
+	mu        sync.Mutex           // guards the fields below
+	loader    string               // the main frame's current document
+	dcl       map[string]time.Time // by navigation (loader id): when DOMContentLoaded fired
+	inflight  map[string]bool      // request ids that hold the read
+	lastNet   time.Time            // when one of them last started or ended
+	docID     string               // request id of the page's own response
+	docOrigin string               // and its origin
+	moved     string               // where the page's scripts tried to go, refused
 }
 
-func (ts *tabState) event(method string, params json.RawMessage) {
-	var e struct{ Name, LoaderID, RequestID, Type string }
+// tabEvent is the part of a tab's events that tabState reads.
+type tabEvent struct {
+	Name, LoaderID, RequestID, FrameID string
+	Type, ResourceType                 string
+	Request, Response                  struct{ URL string }
+}
+
+// event records what a tab's event says and returns the command that
+// answers it, if any: dialogs are dismissed, paused requests refused or let through.
+func (ts *tabState) event(method string, params json.RawMessage) (string, map[string]any) {
+	var e tabEvent
 	json.Unmarshal(params, &e)
+	reply := ""
+	args := map[string]any{"requestId": e.RequestID}
 	ts.mu.Lock()
-	switch {
-	case method == "Page.lifecycleEvent" && e.Name == "load":
-		ts.loaded[e.LoaderID] = true
-	case method == "Network.requestWillBeSent" && !inSet(" EventSource WebSocket Media Image Font ", e.Type):
-		ts.inflight[e.RequestID] = true // long-lived or decorative requests do not hold up reading
-	case method == "Network.loadingFinished" || method == "Network.loadingFailed":
-		delete(ts.inflight, e.RequestID)
-	}
-	if strings.HasPrefix(method, "Network.") {
-		ts.lastNet = time.Now()
+	switch method {
+	case "Page.javascriptDialogOpening":
+		reply = "Page.handleJavaScriptDialog"
+		args = map[string]any{"accept": false}
+	case "Fetch.requestPaused":
+		reply = "Fetch.continueRequest"
+		if ts.blocks(e) {
+			reply = "Fetch.failRequest"
+			args["errorReason"] = "Aborted"
+		}
+	case "Page.lifecycleEvent":
+		ts.lifecycle(e)
+	case "Network.requestWillBeSent":
+		ts.requestStarted(e)
+	case "Network.responseReceived":
+		if e.Type == "Document" && e.FrameID == ts.frame && ts.docID == "" {
+			ts.docID = e.RequestID
+			ts.docOrigin, _ = siteOf(e.Response.URL)
+		}
+	case "Network.loadingFinished", "Network.loadingFailed":
+		if ts.inflight[e.RequestID] {
+			delete(ts.inflight, e.RequestID)
+			ts.lastNet = time.Now()
+		}
 	}
 	ts.mu.Unlock()
 	select {
 	case ts.changed <- struct{}{}:
 	default:
 	}
+	return reply, args
+}
+
+func (ts *tabState) lifecycle(e tabEvent) {
+	if e.FrameID != ts.frame {
+		return
+	}
+	_, isNav := ts.dcl[e.LoaderID] // not the first about:blank
+	switch {
+	case e.Name == "init":
+		ts.loader = e.LoaderID
+	case e.Name == "DOMContentLoaded" && isNav:
+		ts.dcl[e.LoaderID] = time.Now()
+	case e.Name == "load":
+		ts.lastNet = time.Now() // scripts often fetch content on load: a settle from it too
+	}
+}
+
+func (ts *tabState) requestStarted(e tabEvent) {
+	if e.Type == "Document" && e.FrameID == ts.frame {
+		ts.dcl[e.LoaderID] = time.Time{}
+	}
+	_, site := siteOf(e.Request.URL)
+	longLived := e.Type == "EventSource" || e.Type == "WebSocket"
+	if !longLived && site == ts.site {
+		ts.inflight[e.RequestID] = true
+		ts.lastNet = time.Now()
+	}
+}
+
+// blocks says whether a request the browser paused is refused: all but the
+// page itself (and stylesheets when wanted), and moves of the page to another
+// origin once it has come.
+func (ts *tabState) blocks(e tabEvent) bool {
+	switch {
+	case e.ResourceType == "Stylesheet" && ts.styles:
+		return false
+	case e.ResourceType != "Document" || e.FrameID != ts.frame:
+		return true
+	case ts.docOrigin == "" || strings.HasPrefix(e.Request.URL, ts.docOrigin+"/"):
+		return false
+	}
+	ts.moved = e.Request.URL
+	return true
+}
+
+// ready says whether the page can be read, and how soon to look again without an event.
+func (ts *tabState) ready(idleCap time.Duration) (bool, time.Duration) {
+	dcl := ts.dcl[ts.loader]
+	if dcl.IsZero() {
+		// The HTML has all come but a script from another site holds the parser.
+		quiet := time.Since(ts.lastNet)
+		return ts.docID != "" && len(ts.inflight) == 0 && quiet >= idleCap, idleCap - quiet
+	}
+	left := idleCap - time.Since(dcl)
+	quiet := time.Since(dcl)
+	if ts.lastNet.After(dcl) {
+		quiet = time.Since(ts.lastNet)
+	}
+	if len(ts.inflight) > 0 {
+		return left <= 0, left
+	}
+	return quiet >= readSettle || left <= 0, min(readSettle-quiet, left)
 }
 
 // wait waits until cond holds (false when ctx ends first); cond runs under
@@ -1660,71 +1872,196 @@ func (ts *tabState) wait(ctx context.Context, cond func() (bool, time.Duration))
 	}
 }
 
-// read loads pageURL in a new tab and reads it after load, a quiet network and settle.
-func (b *browser) read(ctx context.Context, pageURL, format string, idle, settle, timeout time.Duration) (*readDocsOut, error) {
-	c, t0 := b.cdp, time.Now()
-	var tab struct{ TargetID, SessionID string }
-	if err := c.call(ctx, "", "Target.createTarget", map[string]any{"url": "about:blank"}, &tab); err != nil {
+// browserTab is an open tab and its DevTools session.
+type browserTab struct{ targetID, sid string }
+
+// newTab opens a tab with the events and pauses a read needs; nobody hears its events yet.
+func (b *browser) newTab(ctx context.Context) (browserTab, error) {
+	var t struct{ TargetID, SessionID string }
+	err := b.cdp.call(ctx, "", "Target.createTarget", map[string]any{"url": "about:blank"}, &t)
+	if err != nil {
+		return browserTab{}, err
+	}
+	attach := map[string]any{"targetId": t.TargetID, "flatten": true}
+	err = b.cdp.call(ctx, "", "Target.attachToTarget", attach, &t)
+	tab := browserTab{t.TargetID, t.SessionID}
+	if err != nil {
+		b.closeTab(tab)
+		return browserTab{}, err
+	}
+	setup := map[string]any{
+		"Page.enable":                    nil,
+		"Page.setLifecycleEventsEnabled": map[string]any{"enabled": true},
+		"Network.enable":                 nil,
+		"Fetch.enable":                   map[string]any{"patterns": readPaused()},
+	}
+	errs := make(chan error, len(setup))
+	for method, params := range setup { // all at once: each costs a round trip
+		go func() { // exits when Chrome answers or ctx ends
+			errs <- b.cdp.call(ctx, tab.sid, method, params, nil)
+		}()
+	}
+	for range setup {
+		err = cmp.Or(err, <-errs) // the first error
+	}
+	if err != nil {
+		b.closeTab(tab)
+		return browserTab{}, err
+	}
+	return tab, nil
+}
+
+// tab returns the tab opened ahead, or a new one.
+func (b *browser) tab(ctx context.Context) (browserTab, error) {
+	select {
+	case t := <-b.spare:
+		return t, nil
+	default:
+	}
+	return b.newTab(ctx)
+}
+
+// openSpare opens a tab for the next read; it returns when the tab is open or failed.
+func (b *browser) openSpare() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	t, err := b.newTab(ctx)
+	if err != nil {
+		return
+	}
+	select {
+	case b.spare <- t:
+	default:
+		b.closeTab(t) // another read opened one first
+	}
+}
+
+// closeTab closes a tab without waiting for it.
+func (b *browser) closeTab(t browserTab) {
+	b.cdp.subscribe(t.sid, nil)
+	go func() { // exits when Chrome answers or after two seconds
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		b.cdp.call(ctx, "", "Target.closeTarget", map[string]any{"targetId": t.targetID}, nil)
+	}()
+}
+
+// read loads pageURL in a new tab and reads it once its content is there (see readSettle).
+func (b *browser) read(ctx context.Context, pageURL, format string,
+	idleCap, settle, timeout time.Duration) (*readDocsOut, error) {
+	t0 := time.Now()
+	tab, err := b.tab(ctx)
+	if err != nil {
 		return nil, err
 	}
 	defer func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		c.call(cctx, "", "Target.closeTarget", map[string]any{"targetId": tab.TargetID}, nil)
-		cancel()
+		b.closeTab(tab)
+		go b.openSpare() // for the next read
 	}()
-	if err := c.call(ctx, "", "Target.attachToTarget", map[string]any{"targetId": tab.TargetID, "flatten": true}, &tab); err != nil {
-		return nil, err
-	}
-	sid := tab.SessionID
-	ts := &tabState{changed: make(chan struct{}, 1), loaded: map[string]bool{}, inflight: map[string]bool{}, lastNet: t0}
-	c.subscribe(sid, func(method string, params json.RawMessage) {
-		if method == "Page.javascriptDialogOpening" { // dismiss it
-			go c.call(context.Background(), sid, "Page.handleJavaScriptDialog", map[string]any{"accept": false}, nil) // exits when Chrome answers or the connection drops
+	sid := tab.sid
+	_, site := siteOf(pageURL)
+	ts := &tabState{changed: make(chan struct{}, 1), frame: tab.targetID, site: site,
+		styles: format == "text", dcl: map[string]time.Time{}, inflight: map[string]bool{}}
+	b.cdp.subscribe(sid, func(method string, params json.RawMessage) {
+		if reply, args := ts.event(method, params); reply != "" {
+			// The goroutine exits when Chrome answers or the connection drops.
+			go b.cdp.call(context.Background(), sid, reply, args, nil)
 		}
-		ts.event(method, params)
 	})
-	defer c.subscribe(sid, nil)
-	for _, m := range []string{"Page.enable", "Network.enable", "Page.setLifecycleEventsEnabled"} {
-		if err := c.call(ctx, sid, m, map[string]any{"enabled": true}, nil); err != nil {
-			return nil, err
-		}
-	}
 	// The waits end early enough to leave time to read what the page shows.
 	dl, _ := ctx.Deadline()
 	waitCtx, cancel := context.WithDeadline(ctx, dl.Add(-min(5*time.Second, timeout/4)))
 	defer cancel()
 	var nav struct {
-		LoaderID, ErrorText string
-		IsDownload          bool
+		ErrorText  string
+		IsDownload bool
 	}
-	if err := c.call(waitCtx, sid, "Page.navigate", map[string]any{"url": pageURL}, &nav); err != nil {
-		if waitCtx.Err() != nil {
-			return nil, fmt.Errorf("%s sent no response within %s", pageURL, time.Since(t0).Round(time.Millisecond))
-		}
+	err = b.cdp.call(waitCtx, sid, "Page.navigate", map[string]any{"url": pageURL}, &nav)
+	switch {
+	case err != nil && waitCtx.Err() != nil:
+		took := time.Since(t0).Round(time.Millisecond)
+		return nil, fmt.Errorf("%s sent no response within %s", pageURL, took)
+	case err != nil:
 		return nil, err
-	} else if nav.IsDownload {
+	case nav.IsDownload:
 		return nil, fmt.Errorf("%s is a download, not a page", pageURL)
-	} else if nav.ErrorText != "" {
+	case nav.ErrorText != "":
 		return nil, fmt.Errorf("loading %s failed: %s", pageURL, nav.ErrorText)
 	}
 	pg := &readDocsOut{Via: "chromium"}
-	// A page without scripts (or a refresh) fetches nothing after load: it needs no quiet period.
+	// A page without scripts (or a refresh) is read as soon as it is parsed.
+	ts.wait(waitCtx, func() (bool, time.Duration) {
+		ok, again := ts.ready(idleCap)
+		return ok || !ts.dcl[ts.loader].IsZero(), again
+	})
 	var scripts struct{ Result struct{ Value int } }
-	if !ts.wait(waitCtx, func() (bool, time.Duration) { return ts.loaded[nav.LoaderID] || nav.LoaderID == "", 0 }) {
-		pg.Notes = append(pg.Notes, fmt.Sprintf("The page had not finished loading after %s; this is what it showed then.", time.Since(t0).Round(time.Millisecond)))
-	} else if c.call(waitCtx, sid, "Runtime.evaluate", map[string]any{"expression": `document.querySelectorAll('script, meta[http-equiv="refresh" i]').length`, "returnByValue": true}, &scripts); scripts.Result.Value > 0 && !ts.wait(waitCtx, func() (bool, time.Duration) {
-		quiet := time.Since(ts.lastNet)
-		return len(ts.inflight) == 0 && quiet >= idle, idle - quiet
-	}) {
-		pg.Notes = append(pg.Notes, "The page's network never went quiet; content may still have been arriving.")
+	count := `document.querySelectorAll('script, meta[http-equiv="refresh" i]').length`
+	params := map[string]any{"expression": count, "returnByValue": true}
+	b.cdp.call(waitCtx, sid, "Runtime.evaluate", params, &scripts)
+	if scripts.Result.Value > 0 {
+		ts.wait(waitCtx, func() (bool, time.Duration) { return ts.ready(idleCap) })
+	}
+	ts.mu.Lock()
+	loading := ts.dcl[ts.loader].IsZero()
+	ts.mu.Unlock()
+	if loading {
+		took := time.Since(t0).Round(time.Millisecond)
+		pg.Notes = append(pg.Notes, fmt.Sprintf("The page had not finished loading after %s; "+
+			"this is what it showed then.", took))
 	}
 	until := time.Now().Add(settle)
 	ts.wait(ctx, func() (bool, time.Duration) { return time.Until(until) <= 0, time.Until(until) })
-	// A page that is not HTML (text/plain, JSON) is read as text.
-	expr := fmt.Sprintf(`(() => { const h = document.documentElement, b = document.body, type = document.contentType;
-		const text = %t || !type.includes('html'), s = text ? (b ? b.innerText : '') : (h ? h.outerHTML : '');
+	contentType, err := b.evaluate(ctx, sid, pg, format)
+	if err != nil && ctx.Err() != nil {
+		return nil, fmt.Errorf("%s did not answer within %s (a script may be busy)",
+			pageURL, timeout)
+	} else if err != nil {
+		return nil, err
+	} else if !readableType.MatchString(contentType) {
+		return nil, fmt.Errorf("%s is %s, not a page ReadDocs can read", pageURL, contentType)
+	}
+	ts.mu.Lock()
+	moved := ts.moved
+	ts.mu.Unlock()
+	if moved != "" {
+		note := "The page tried to go on to " + moved + "; this is the page itself."
+		pg.Notes = append(pg.Notes, note)
+	}
+	pg.source = b.source(ctx, sid, ts)
+	return pg, nil
+}
+
+// source returns the page's HTML as the server sent it, up to pageCap ("" when unknown).
+func (b *browser) source(ctx context.Context, sid string, ts *tabState) string {
+	ts.mu.Lock()
+	docID := ts.docID
+	arriving := ts.inflight[docID]
+	ts.mu.Unlock()
+	var src struct {
+		Body          string
+		Base64Encoded bool
+	}
+	if docID == "" || arriving {
+		return ""
+	}
+	err := b.cdp.call(ctx, sid, "Network.getResponseBody", map[string]any{"requestId": docID}, &src)
+	if err != nil || src.Base64Encoded {
+		return ""
+	}
+	return strings.ToValidUTF8(src.Body[:min(len(src.Body), pageCap)], "")
+}
+
+// evaluate reads the page's DOM (its text for format "text", or when it is
+// not HTML) into pg and returns the page's content type.
+func (b *browser) evaluate(ctx context.Context, sid string, pg *readDocsOut,
+	format string) (string, error) {
+	expr := fmt.Sprintf(`(() => {
+		const h = document.documentElement, b = document.body, type = document.contentType;
+		const text = %t || !type.includes('html');
+		const s = text ? (b ? b.innerText : '') : (h ? h.outerHTML : '');
 		const nav = performance.getEntriesByType('navigation')[0];
-		return {body: s.slice(0, %d), full: s.length, title: document.title, url: location.href, type, text, status: nav ? nav.responseStatus : 0}; })()`, format == "text", pageCap)
+		return {body: s.slice(0, %d), full: s.length, title: document.title, url: location.href,
+			type, text, status: nav ? nav.responseStatus : 0}; })()`, format == "text", pageCap)
 	var ev struct {
 		Result struct {
 			Value struct {
@@ -1735,23 +2072,24 @@ func (b *browser) read(ctx context.Context, pageURL, format string, idle, settle
 		}
 		ExceptionDetails *struct{ Text string }
 	}
-	if err := c.call(ctx, sid, "Runtime.evaluate", map[string]any{"expression": expr, "returnByValue": true}, &ev); err != nil {
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("%s did not answer within %s (a script may be busy)", pageURL, timeout)
-		}
-		return nil, err
+	params := map[string]any{"expression": expr, "returnByValue": true}
+	err := b.cdp.call(ctx, sid, "Runtime.evaluate", params, &ev)
+	if err != nil {
+		return "", err
 	} else if ev.ExceptionDetails != nil {
-		return nil, fmt.Errorf("reading the page: %s", ev.ExceptionDetails.Text)
+		return "", fmt.Errorf("reading the page: %s", ev.ExceptionDetails.Text)
 	}
 	v := ev.Result.Value
-	if !readableType.MatchString(v.Type) {
-		return nil, fmt.Errorf("%s is %s, not a page ReadDocs can read", pageURL, v.Type)
-	}
-	pg.body, pg.Title, pg.FinalURL, pg.Status, pg.isText = v.Body, v.Title, v.URL, v.Status, v.Text
+	pg.body = v.Body
+	pg.Title = v.Title
+	pg.FinalURL = v.URL
+	pg.Status = v.Status
+	pg.isText = v.Text
 	if v.Full > pageCap {
-		pg.Notes = append(pg.Notes, fmt.Sprintf("Only the first %d of %d characters of the page were read.", pageCap, v.Full))
+		pg.Notes = append(pg.Notes, fmt.Sprintf("Only the first %d of %d characters of the page "+
+			"were read.", pageCap, v.Full))
 	}
-	return pg, nil
+	return v.Type, nil
 }
 
 // readableType matches a content type that reads as text.
@@ -1768,7 +2106,8 @@ func fetchPlain(ctx context.Context, pageURL string) (*readDocsOut, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fetch: %w", err)
 	}
-	req.Header.Set("User-Agent", "Mozilla/5.0 (compatible; telson; +https://github.com/telsonhq/telson)")
+	ua := "Mozilla/5.0 (compatible; telson; +https://github.com/telsonhq/telson)"
+	req.Header.Set("User-Agent", ua)
 	resp, err := http.DefaultClient.Do(req) // the default client stops after 10 redirects
 	if err != nil {
 		return nil, fmt.Errorf("fetch: %w", err)
@@ -1781,10 +2120,12 @@ func fetchPlain(ctx context.Context, pageURL string) (*readDocsOut, error) {
 	pg := &readDocsOut{FinalURL: resp.Request.URL.String(), Status: resp.StatusCode, Via: "http"}
 	if len(raw) > pageCap {
 		raw = raw[:pageCap]
-		pg.Notes = append(pg.Notes, fmt.Sprintf("Only the first %d bytes of the page were read.", pageCap))
+		note := fmt.Sprintf("Only the first %d bytes of the page were read.", pageCap)
+		pg.Notes = append(pg.Notes, note)
 	}
 	ct := cmp.Or(resp.Header.Get("Content-Type"), http.DetectContentType(raw))
-	if strings.HasPrefix(resp.Header.Get("Content-Disposition"), "attachment") || !readableType.MatchString(ct) {
+	isDownload := strings.HasPrefix(resp.Header.Get("Content-Disposition"), "attachment")
+	if isDownload || !readableType.MatchString(ct) {
 		return nil, fmt.Errorf("%s is a download or %s, not a page ReadDocs can read", pageURL, ct)
 	}
 	_, params, _ := mime.ParseMediaType(ct)
