@@ -628,6 +628,11 @@ const (
 	cloneNewUser    = 0x10000000
 	msRdonlyAttr    = 0x1 // MOUNT_ATTR_RDONLY
 	msPrivate       = 0x40000
+	msNosuid        = 0x2
+	msNodev         = 0x4
+	msBind          = 0x1000
+	msRec           = 0x4000
+	oPath           = 0x200000 // O_PATH
 	atRecursive     = 0x8000
 	sysMountSetattr = 442
 	sandboxFailed   = 126
@@ -691,12 +696,40 @@ func readOnlyMounts() error {
 		err = mountSetattr("/proc", 0, msRdonlyAttr)
 	}
 	if err == nil {
-		err = mount("tmpfs", "/tmp", "tmpfs", 0x2|0x4, "size=25%")
+		err = privateTmp()
 	}
 	if err != nil {
 		return fmt.Errorf("read-only view: %w", err)
 	}
 	return nil
+}
+
+// privateTmp mounts a tmpfs on /tmp. A working directory under /tmp (a
+// project cloned there) is bound back into it, read-only, so it stays in view.
+func privateTmp() error {
+	wd, _ := os.Getwd()
+	under := strings.HasPrefix(wd, "/tmp/")
+	keep := -1
+	if under {
+		fd, err := syscall.Open(wd, oPath|syscall.O_DIRECTORY, 0)
+		if err != nil {
+			return err
+		}
+		keep = fd
+	}
+	err := mount("tmpfs", "/tmp", "tmpfs", msNosuid|msNodev, "size=25%")
+	if err != nil || !under {
+		return err
+	}
+	err = os.MkdirAll(wd, 0o700)
+	if err == nil {
+		err = mount(fmt.Sprintf("/proc/self/fd/%d", keep), wd, "", msBind|msRec, "")
+	}
+	if err == nil {
+		err = mountSetattr(wd, msRdonlyAttr, 0)
+	}
+	syscall.Close(keep)
+	return err
 }
 
 // mountSetattr sets and clears attributes of the mount tree at path and
