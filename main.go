@@ -451,7 +451,7 @@ var configKeys = []configKey{
 	{"READDOCS_TIMEOUT_MS", "30000", "int",
 		"ReadDocs's deadline for a page in milliseconds (wait_ms is added to it)"},
 	{"READDOCS_IDLE_MS", "500", "int",
-		"how long a page's network must be quiet after load before ReadDocs reads it"},
+		"the longest ReadDocs waits, once a page is parsed, for requests to its own site to end"},
 	{"WS_MAX_MESSAGE_BYTES", "134217728", "int",
 		"longest DevTools websocket message ReadDocs accepts from the browser"},
 	{"BG_BUFFER_BYTES", "1048576", "int",
