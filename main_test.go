@@ -6124,3 +6124,107 @@ func TestWebSearchKeyNotShown(t *testing.T) {
 		t.Errorf("got %s (%s)", o.Status, o.Detail)
 	}
 }
+
+// TestStructuredContentAlone: with a notice pending, each tool that has an
+// output schema carries the notice, and its guidance, in structuredContent:
+// a client that hands the model only structuredContent (Claude Code, Codex)
+// loses nothing.
+func TestStructuredContentAlone(t *testing.T) {
+	t.Parallel()
+	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/w/api.php" {
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, `{"query":{"search":[{"title":"Go","snippet":"a language"}]}}`)
+			return
+		}
+		w.Header().Set("Content-Type", "text/html")
+		io.WriteString(w, "<html><head><title>T</title></head><body><main><h1>Hello</h1><p>"+
+			strings.Repeat("word ", 400)+"</p></main></body></html>")
+	}))
+	defer site.Close()
+	c := startServer(t, "-set", "READDOCS_BROWSER=0", "-set", "SEARCH_URL_WIKIPEDIA="+site.URL,
+		"-set", "STATE_DIR="+t.TempDir())
+	c.initialize("2025-11-25")
+
+	// waitNotice waits for the log message that comes with a queued notice.
+	waitNotice := func(part string) {
+		t.Helper()
+		for {
+			c.mu.Lock()
+			for i, m := range c.notes {
+				params, _ := m["params"].(map[string]any)
+				if m["method"] == "notifications/message" && strings.Contains(fmt.Sprint(params["data"]), part) {
+					c.notes = slices.Delete(c.notes, i, i+1)
+					c.mu.Unlock()
+					return
+				}
+			}
+			c.mu.Unlock()
+			m := c.recv()
+			c.mu.Lock()
+			c.notes = append(c.notes, m)
+			c.mu.Unlock()
+		}
+	}
+	// endedTask queues a notice: a background task that has ended.
+	endedTask := func() string {
+		t.Helper()
+		res := c.callTool("BackgroundBash", map[string]any{"command": "true"})
+		sc, _ := res["structuredContent"].(map[string]any)
+		line := fmt.Sprintf("background task %v ", sc["task_id"])
+		waitNotice(line)
+		return line
+	}
+	// callWithNotice calls a tool with a notice pending and returns its
+	// structured content, having checked the notice is in it.
+	callWithNotice := func(name string, args map[string]any, pending string) map[string]any {
+		t.Helper()
+		res := c.callTool(name, args)
+		sc, ok := res["structuredContent"].(map[string]any)
+		if !ok {
+			t.Fatalf("%s: no structuredContent: %v", name, res)
+		}
+		notices, _ := sc["notices"].([]any)
+		if !strings.Contains(fmt.Sprint(notices), pending) {
+			t.Errorf("%s: structuredContent lacks the notice %q: %v", name, pending, sc)
+		}
+		return sc
+	}
+
+	sc := callWithNotice("Bash", map[string]any{"command": "sleep 5", "timeout": 50}, endedTask())
+	if hint, _ := sc["hint"].(string); !strings.Contains(hint, "BackgroundBash") || !strings.Contains(hint, "600000") {
+		t.Errorf("Bash timeout: the ways on are not in structuredContent: %v", sc)
+	}
+	callWithNotice("BackgroundBash", map[string]any{"command": "sleep 60"}, endedTask())
+	sc = callWithNotice("ReadDocs", map[string]any{"url": site.URL + "/", "max_length": 100}, endedTask())
+	if msg, _ := sc["message"].(string); !strings.Contains(msg, "start_index") || sc["next_start_index"] == nil {
+		t.Errorf("ReadDocs: the next part is not in structuredContent: %v", sc)
+	}
+	sc = callWithNotice("WebSearch", map[string]any{"query": "go", "engines": []string{"wikipedia"}}, endedTask())
+	if results, _ := sc["results"].([]any); len(results) != 1 {
+		t.Errorf("WebSearch: %v", sc)
+	}
+	callWithNotice("TaskManager", map[string]any{"action": "create", "text": "a task"}, endedTask())
+	callWithNotice("PlanMode", map[string]any{"action": "status"}, endedTask())
+	sc = callWithNotice("AskUserQuestion", map[string]any{"questions": []any{map[string]any{
+		"question": "Which?", "header": "Pick", "multiSelect": false,
+		"options": []any{map[string]any{"label": "A", "description": "a"}, map[string]any{"label": "B", "description": "b"}}}}},
+		endedTask())
+	if msg, _ := sc["message"].(string); sc["status"] != "ask_in_chat" || !strings.Contains(msg, "Do not assume") {
+		t.Errorf("AskUserQuestion: the guidance is not in structuredContent: %v", sc)
+	}
+
+	// The tools that report tasks' ends get a reminder as their pending notice.
+	c.callTool("SetCallback", map[string]any{"message": "tick", "delay_seconds": 1, "repeat_count": 3})
+	for _, call := range []struct {
+		name string
+		args map[string]any
+	}{
+		{"ListBgTasks", map[string]any{}},
+		{"ReadBgOutput", map[string]any{"task_id": 1}},
+		{"KillBgTask", map[string]any{"task_id": 2}},
+	} {
+		waitNotice("tick")
+		callWithNotice(call.name, call.args, "tick")
+	}
+}
