@@ -6167,11 +6167,18 @@ func TestStructuredContentAlone(t *testing.T) {
 			c.mu.Unlock()
 		}
 	}
-	// endedTask queues a notice: a background task that has ended.
+	// endedTask queues a notice: a background task that ends once its start
+	// has been answered (it waits for a file the test then makes).
+	gate := t.TempDir()
 	endedTask := func() string {
 		t.Helper()
-		res := c.callTool("BackgroundBash", map[string]any{"command": "true"})
+		flag := filepath.Join(gate, fmt.Sprint(time.Now().UnixNano()))
+		cmd := fmt.Sprintf("until [ -e %s ]; do sleep 0.01; done", flag)
+		res := c.callTool("BackgroundBash", map[string]any{"command": cmd})
 		sc, _ := res["structuredContent"].(map[string]any)
+		if err := os.WriteFile(flag, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
 		line := fmt.Sprintf("background task %v ", sc["task_id"])
 		waitNotice(line)
 		return line
@@ -6223,7 +6230,7 @@ func TestStructuredContentAlone(t *testing.T) {
 	}{
 		{"ListBgTasks", map[string]any{}},
 		{"ReadBgOutput", map[string]any{"task_id": 1}},
-		{"KillBgTask", map[string]any{"task_id": 2}},
+		{"KillBgTask", map[string]any{"task_id": 3}}, // sleep 60
 	} {
 		waitNotice("tick")
 		callWithNotice(call.name, call.args, "tick")

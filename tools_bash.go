@@ -541,11 +541,28 @@ func runReaper(lifeline io.Reader) int {
 			dirs = append(dirs, line[1:])
 		}
 	}
-	// Only once every process is gone: a dying browser still writes to its profile.
 	for _, dir := range dirs {
-		os.RemoveAll(dir)
+		removeWhenQuiet(dir)
 	}
 	return 0
+}
+
+// removeWhenQuiet removes dir until it has stayed gone for a second (at most
+// ten): a killed browser's helper processes die a little after it, and may
+// write to its profile meanwhile (Chromium rewrites their environment, so
+// markers do not find them).
+func removeWhenQuiet(dir string) {
+	const step = 100 * time.Millisecond
+	gone := 0
+	for i := 0; i < 100 && gone < 10; i++ {
+		if _, err := os.Lstat(dir); err == nil {
+			os.RemoveAll(dir)
+			gone = 0
+		} else {
+			gone++
+		}
+		time.Sleep(step) // polling what other processes do, bounded
+	}
 }
 
 // killMarked is the one kill loop: TERM to every process whose marker starts
