@@ -29,12 +29,14 @@ import (
 	"path/filepath"
 	"reflect"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unicode"
 	"unsafe"
 )
 
@@ -148,26 +150,36 @@ const cwdFD = 9
 func runShell(ctx context.Context, s *session, command string, timeout time.Duration,
 	capture *outputCapture) (*bashOutcome, error) {
 	procs := s.srv.procs
-	trap := "trap 'builtin pwd -P >&" + strconv.Itoa(cwdFD) + "' EXIT\n"
-	cmd := exec.Command("bash", "-c", trap+command)
+	cmd := bashCommand(command)
+	var cwdR, cwdW *os.File
+	if mayChangeDir(command) {
+		cmd = bashCommand("trap 'builtin pwd -P >&" + strconv.Itoa(cwdFD) + "' EXIT\n" + command)
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			return nil, fmt.Errorf("run: %w", err)
+		}
+		defer pr.Close()
+		cwdR = pr
+		cwdW = pw
+		cmd.ExtraFiles = make([]*os.File, cwdFD-2) // fds 3 to cwdFD, all closed but cwdFD
+		cmd.ExtraFiles[cwdFD-3] = cwdW
+	}
 	cmd.Dir = s.shell.dir()
 	if err := s.sandbox(cmd); err != nil {
 		return nil, err
 	}
 	defer capture.close()
-	cmd.Stdout = capture
-	cmd.Stderr = capture
-	cmd.WaitDelay = 100 * time.Millisecond // a process bash left may hold the output open
-	cwdR, cwdW, err := os.Pipe()
+	out, outW, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("run: %w", err)
 	}
-	defer cwdR.Close()
-	cmd.ExtraFiles = make([]*os.File, cwdFD-2) // fds 3 to cwdFD, all closed but cwdFD
-	cmd.ExtraFiles[cwdFD-3] = cwdW
+	defer out.Close()
+	cmd.Stdout = outW
+	cmd.Stderr = outW
 	start := time.Now()
 	run := procs.scope(s.bg.scope)
 	err = procs.startRun(cmd, run)
+	outW.Close()
 	cwdW.Close()
 	if err != nil {
 		return nil, fmt.Errorf("run: %w", err)
@@ -178,7 +190,7 @@ func runShell(ctx context.Context, s *session, command string, timeout time.Dura
 		killMarked(run, killGrace)
 	})
 	stopCancel := context.AfterFunc(ctx, func() { killMarked(run, killGrace) })
-	cmd.Wait()
+	capture.readUntilExit(out, cmd)
 	timer.Stop()
 	stopCancel()
 	o := capture.outcome()
@@ -190,9 +202,11 @@ func runShell(ctx context.Context, s *session, command string, timeout time.Dura
 		o.Hint = "To let it finish, call Bash again with a larger timeout (up to 600000 ms), " +
 			"or use BackgroundBash."
 	}
-	cwdR.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
-	if d, err := bufio.NewReader(cwdR).ReadString('\n'); err == nil {
-		s.shell.setDir(strings.TrimSuffix(d, "\n"))
+	if cwdR != nil {
+		cwdR.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		if d, err := bufio.NewReader(cwdR).ReadString('\n'); err == nil {
+			s.shell.setDir(strings.TrimSuffix(d, "\n"))
+		}
 	}
 	o.Cwd = s.shell.dir()
 	if ctx.Err() != nil && !o.TimedOut {
@@ -200,6 +214,73 @@ func runShell(ctx context.Context, s *session, command string, timeout time.Dura
 	}
 	return o, nil
 }
+
+// Reading a command's output: most commands end within quickEnd, waited for
+// without a goroutine; a process bash left behind may hold the output open
+// for leftWait after bash exited.
+const (
+	quickEnd = 50 * time.Millisecond
+	leftWait = 100 * time.Millisecond
+)
+
+// readUntilExit copies out, the output pipe, until every process holding it
+// has closed it or leftWait after bash exited, and waits for bash.
+func (oc *outputCapture) readUntilExit(out *os.File, cmd *exec.Cmd) {
+	out.SetReadDeadline(time.Now().Add(quickEnd))
+	_, err := io.Copy(oc, out)
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		cmd.Wait()
+		return
+	}
+	out.SetReadDeadline(time.Time{})
+	exited := make(chan struct{})
+	go func() { // exits with bash
+		cmd.Wait()
+		out.SetReadDeadline(time.Now().Add(leftWait))
+		close(exited)
+	}()
+	io.Copy(oc, out)
+	<-exited
+}
+
+// bashPath is where bash is, looked up once.
+var bashPath = sync.OnceValue(func() string {
+	path, err := exec.LookPath("bash")
+	if err != nil {
+		return "bash" // exec.Command looks again and says why it cannot run
+	}
+	return path
+})
+
+// bashCommand is bash -c command. bash is named by its path, which spares
+// bash its own search of PATH; $0 stays "bash".
+func bashCommand(command string) *exec.Cmd {
+	return exec.Command(bashPath(), "-c", command, "bash")
+}
+
+// mayChangeDir says whether command could change the shell's working
+// directory. Only then does bash run an EXIT trap reporting it, which costs
+// bash the exec of the command's last program in place of a fork. It
+// could when a word is a builtin that changes directory or runs other text
+// (cd, pushd, popd, eval, source, .), or when the shell builds words:
+// expansions, quotes, escapes, globs and braces can spell cd.
+func mayChangeDir(command string) bool {
+	if strings.ContainsAny(command, "$`'\"\\*?[{") {
+		return true
+	}
+	notWord := func(r rune) bool {
+		return !unicode.IsLetter(r) && !unicode.IsDigit(r) && !strings.ContainsRune("._-/+:,@%", r)
+	}
+	for _, w := range strings.FieldsFunc(command, notWord) {
+		if slices.Contains(dirBuiltins, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// dirBuiltins are the words that make mayChangeDir true.
+var dirBuiltins = []string{"cd", "pushd", "popd", "eval", "source", "."}
 
 // exitStatus is how cmd, waited for, ended: its exit code, or -1 and a signal's name.
 func exitStatus(cmd *exec.Cmd) (code int, signal string) {
