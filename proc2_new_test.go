@@ -4,9 +4,14 @@
 package main
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 )
 
 func TestBashWorkingDirectoryAfterEveryFormOfCd(t *testing.T) {
@@ -53,5 +58,57 @@ func TestMayChangeDir(t *testing.T) {
 		if got := mayChangeDir(command); got != want {
 			t.Errorf("mayChangeDir(%q) = %v, want %v", command, got, want)
 		}
+	}
+}
+
+// proc2Parent is pid's parent, from /proc.
+func proc2Parent(t *testing.T, pid int) int {
+	t.Helper()
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	parent, _ := strconv.Atoi(fields[1])
+	return parent
+}
+
+// An escapee that left its group and cleared its environment carries no
+// marker: the subreaper makes it telson's child, killed at the server's end.
+func TestEscapedWithoutEnvironmentDiesWithTheServer(t *testing.T) {
+	t.Parallel()
+	if runtime.GOOS != "linux" {
+		t.Skip("a child subreaper needs Linux")
+	}
+	for _, tool := range []string{"BackgroundBash", "Bash"} {
+		t.Run(tool, func(t *testing.T) {
+			t.Parallel()
+			c := startBinary(t, nil)
+			c.initialize("2025-11-25")
+			pidFile := filepath.Join(t.TempDir(), "pid")
+			escape := "setsid env -i sh -c 'echo $$ > " + pidFile + "; exec sleep 1000' >/dev/null 2>&1 &"
+			if res := c.callTool(tool, map[string]any{"command": escape}); isError(res) {
+				t.Fatalf("start: %s", resultText(res))
+			}
+			pid := readPidFile(t, pidFile)
+			if env, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ"); bytes.Contains(env, []byte(markerEnv)) {
+				t.Fatalf("the escapee kept its marker: %q", env)
+			}
+			waitParent(t, pid, c.cmd.Process.Pid)
+			c.in.Close()
+			waitGone(t, pid)
+		})
+	}
+}
+
+// waitParent waits until pid, orphaned, has been re-parented to parent.
+func waitParent(t *testing.T, pid, parent int) {
+	t.Helper()
+	deadline := time.Now().Add(watchdog)
+	for wait := time.Millisecond; proc2Parent(t, pid) != parent; wait = min(2*wait, 100*time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d has parent %d, not telson %d", pid, proc2Parent(t, pid), parent)
+		}
+		time.Sleep(wait) // polling an external process, bounded by the watchdog
 	}
 }

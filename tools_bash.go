@@ -26,6 +26,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"reflect"
 	"runtime"
@@ -481,13 +482,22 @@ type procTracker struct {
 	registry *os.File       // "m<marker>", then "d<dir>" lines the reaper reads
 	lifeline io.WriteCloser // the reaper's stdin; closes when telson ends
 	outDir   string
-	kept     []string // kept output files, oldest first
+	kept     []string     // kept output files, oldest first
+	started  map[int]bool // the children telson started, with subreaper, until waited for
 	closed   bool
 }
 
+// subreaper is set by main when Linux made telson a child subreaper: the
+// processes re-parented to it are then reaped, and killed with the server.
+var subreaper bool
+
 func newProcTracker(log *logger) *procTracker {
 	id := fmt.Sprintf("%d-%d.", os.Getpid(), time.Now().UnixNano()) // unique on this machine
-	return &procTracker{log: log, id: id}
+	pt := &procTracker{log: log, id: id, started: map[int]bool{}}
+	if subreaper {
+		go pt.reapAdopted()
+	}
+	return pt
 }
 
 // scope returns a new marker under parent, a marker.
@@ -517,7 +527,11 @@ func (pt *procTracker) startRun(cmd *exec.Cmd, marker string) error {
 		return errors.New("server is shutting down")
 	}
 	pt.startReaperLocked()
-	return cmd.Start()
+	err := cmd.Start()
+	if err == nil && subreaper {
+		pt.started[cmd.Process.Pid] = true
+	}
+	return err
 }
 
 // removeAtExit registers dir with the reaper, which removes it once telson
@@ -570,6 +584,9 @@ func (pt *procTracker) closeAll() {
 	defer pt.mu.Unlock()
 	pt.closed = true
 	killMarked(pt.id, 500*time.Millisecond)
+	if subreaper {
+		pt.killAdoptedLocked()
+	}
 	os.RemoveAll(pt.outDir)
 	if pt.lifeline != nil {
 		pt.lifeline.Close() // the reaper finds nothing left to kill and exits
@@ -601,8 +618,73 @@ func (pt *procTracker) startReaperLocked() {
 		return
 	}
 	pt.reaper = cmd
+	pt.started[cmd.Process.Pid] = true
 	pt.lifeline = w
 	pt.registry = registry
+}
+
+// adoptedLocked lists telson's children it did not start: processes
+// re-parented to it. It forgets the started children waited for since. pt.mu must be held.
+func (pt *procTracker) adoptedLocked() []int {
+	parent := strconv.Itoa(os.Getpid())
+	children := map[int]bool{}
+	var adopted []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, _ := os.ReadFile("/proc/" + e.Name() + "/stat")
+		// after the command's closing parenthesis: the state, then the parent's pid
+		fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		if len(fields) < 2 || fields[1] != parent {
+			continue
+		}
+		children[pid] = true
+		if !pt.started[pid] {
+			adopted = append(adopted, pid)
+		}
+	}
+	for pid := range pt.started {
+		if !children[pid] {
+			delete(pt.started, pid)
+		}
+	}
+	return adopted
+}
+
+// reapAdopted reaps the adopted processes that ended, at most once a second
+// after a child ended: nothing else waits for them.
+func (pt *procTracker) reapAdopted() {
+	exits := make(chan os.Signal, 1)
+	signal.Notify(exits, syscall.SIGCHLD)
+	for range exits { // lives as long as telson
+		pt.mu.Lock()
+		for _, pid := range pt.adoptedLocked() {
+			var ws syscall.WaitStatus
+			syscall.Wait4(pid, &ws, syscall.WNOHANG, nil) // a running one is left alone
+		}
+		pt.mu.Unlock()
+		time.Sleep(time.Second) // one sweep a second at most; a later exit waits in the channel
+	}
+}
+
+// killAdoptedLocked kills and reaps the processes re-parented to telson, and
+// those they leave, until none is left. pt.mu must be held.
+func (pt *procTracker) killAdoptedLocked() {
+	for wait := time.Millisecond; wait < time.Second; wait *= 2 {
+		adopted := pt.adoptedLocked()
+		if len(adopted) == 0 {
+			return
+		}
+		for _, pid := range adopted {
+			syscall.Kill(pid, syscall.SIGKILL)
+			var ws syscall.WaitStatus
+			syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+		}
+		time.Sleep(wait) // polling external processes, bounded
+	}
 }
 
 // runReaper is the reaper process: when its stdin closes because telson
