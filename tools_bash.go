@@ -28,8 +28,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"reflect"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -38,7 +36,6 @@ import (
 	"syscall"
 	"time"
 	"unicode"
-	"unsafe"
 )
 
 var bashTool = toolDef{
@@ -780,39 +777,8 @@ func (s *session) sandbox(cmd *exec.Cmd) error {
 	return nil
 }
 
-// Linux constants for the sandbox (syscall lacks them outside Linux).
-const (
-	cloneNewNS      = 0x20000
-	cloneNewUser    = 0x10000000
-	msRdonlyAttr    = 0x1 // MOUNT_ATTR_RDONLY
-	msPrivate       = 0x40000
-	atRecursive     = 0x8000
-	sysMountSetattr = 442
-	sandboxFailed   = 126
-)
-
-// userNamespace makes cmd start in new user and mount namespaces, as root
-// mapped to the caller. The fields are set by name: they exist on Linux only.
-func userNamespace(cmd *exec.Cmd) error {
-	if runtime.GOOS != "linux" {
-		return fmt.Errorf("%s has no user namespaces", runtime.GOOS)
-	}
-	if cmd.SysProcAttr == nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{}
-	}
-	attr := reflect.ValueOf(cmd.SysProcAttr).Elem()
-	attr.FieldByName("Cloneflags").SetUint(cloneNewUser | cloneNewNS)
-	idMap(attr.FieldByName("UidMappings"), os.Getuid())
-	idMap(attr.FieldByName("GidMappings"), os.Getgid())
-	return nil
-}
-
-func idMap(field reflect.Value, host int) {
-	m := reflect.MakeSlice(field.Type(), 1, 1)
-	m.Index(0).FieldByName("HostID").SetInt(int64(host))
-	m.Index(0).FieldByName("Size").SetInt(1)
-	field.Set(m)
-}
+// sandboxFailed is the exit status of a sandbox that could not be made.
+const sandboxFailed = 126
 
 // runSandbox is telson started by sandbox, inside its namespaces: it makes
 // every mount read-only and /tmp a private tmpfs, then runs args in a nested
@@ -838,46 +804,4 @@ func runSandbox(args []string) int {
 		return sandboxFailed
 	}
 	return cmd.ProcessState.ExitCode() // 255 after a signal
-}
-
-// readOnlyMounts makes every mount of this mount namespace private and
-// read-only but /proc (a read-only /proc would stop the nested namespace's ID
-// maps), then mounts a tmpfs on /tmp. mount_setattr(2) needs Linux 5.12.
-func readOnlyMounts() error {
-	err := mountSetattr("/", msRdonlyAttr, 0)
-	if err == nil {
-		err = mountSetattr("/proc", 0, msRdonlyAttr)
-	}
-	if err == nil {
-		err = mount("tmpfs", "/tmp", "tmpfs", 0x2|0x4, "size=25%")
-	}
-	if err != nil {
-		return fmt.Errorf("read-only view: %w", err)
-	}
-	return nil
-}
-
-// mountSetattr sets and clears attributes of the mount tree at path and
-// makes it private (Linux's mount_setattr, the same number on every architecture).
-func mountSetattr(path string, set, clear uint64) error {
-	attr := [4]uint64{set, clear, msPrivate, 0} // struct mount_attr
-	_, _, errno := syscall.Syscall6(sysMountSetattr, 0, uintptr(unsafe.Pointer(syscall.StringBytePtr(path))),
-		atRecursive, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr), 0)
-	if errno != 0 {
-		return errno
-	}
-	return nil
-}
-
-// mount is mount(2) on Linux, called by number: syscall.Mount exists there only.
-func mount(source, target, fstype string, flags uintptr, data string) error {
-	_, _, errno := syscall.Syscall6(syscall.SYS_MOUNT,
-		uintptr(unsafe.Pointer(syscall.StringBytePtr(source))),
-		uintptr(unsafe.Pointer(syscall.StringBytePtr(target))),
-		uintptr(unsafe.Pointer(syscall.StringBytePtr(fstype))),
-		flags, uintptr(unsafe.Pointer(syscall.StringBytePtr(data))), 0)
-	if errno != 0 {
-		return errno
-	}
-	return nil
 }
