@@ -26,16 +26,16 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
-	"reflect"
-	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
-	"unsafe"
+	"unicode"
 )
 
 var bashTool = toolDef{
@@ -148,26 +148,36 @@ const cwdFD = 9
 func runShell(ctx context.Context, s *session, command string, timeout time.Duration,
 	capture *outputCapture) (*bashOutcome, error) {
 	procs := s.srv.procs
-	trap := "trap 'builtin pwd -P >&" + strconv.Itoa(cwdFD) + "' EXIT\n"
-	cmd := exec.Command("bash", "-c", trap+command)
+	cmd := bashCommand(command)
+	var cwdR, cwdW *os.File
+	if mayChangeDir(command) {
+		cmd = bashCommand("trap 'builtin pwd -P >&" + strconv.Itoa(cwdFD) + "' EXIT\n" + command)
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			return nil, fmt.Errorf("run: %w", err)
+		}
+		defer pr.Close()
+		cwdR = pr
+		cwdW = pw
+		cmd.ExtraFiles = make([]*os.File, cwdFD-2) // fds 3 to cwdFD, all closed but cwdFD
+		cmd.ExtraFiles[cwdFD-3] = cwdW
+	}
 	cmd.Dir = s.shell.dir()
 	if err := s.sandbox(cmd); err != nil {
 		return nil, err
 	}
 	defer capture.close()
-	cmd.Stdout = capture
-	cmd.Stderr = capture
-	cmd.WaitDelay = 100 * time.Millisecond // a process bash left may hold the output open
-	cwdR, cwdW, err := os.Pipe()
+	out, outW, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("run: %w", err)
 	}
-	defer cwdR.Close()
-	cmd.ExtraFiles = make([]*os.File, cwdFD-2) // fds 3 to cwdFD, all closed but cwdFD
-	cmd.ExtraFiles[cwdFD-3] = cwdW
+	defer out.Close()
+	cmd.Stdout = outW
+	cmd.Stderr = outW
 	start := time.Now()
 	run := procs.scope(s.bg.scope)
 	err = procs.startRun(cmd, run)
+	outW.Close()
 	cwdW.Close()
 	if err != nil {
 		return nil, fmt.Errorf("run: %w", err)
@@ -178,7 +188,7 @@ func runShell(ctx context.Context, s *session, command string, timeout time.Dura
 		killMarked(run, killGrace)
 	})
 	stopCancel := context.AfterFunc(ctx, func() { killMarked(run, killGrace) })
-	cmd.Wait()
+	capture.readUntilExit(out, cmd)
 	timer.Stop()
 	stopCancel()
 	o := capture.outcome()
@@ -190,9 +200,11 @@ func runShell(ctx context.Context, s *session, command string, timeout time.Dura
 		o.Hint = "To let it finish, call Bash again with a larger timeout (up to 600000 ms), " +
 			"or use BackgroundBash."
 	}
-	cwdR.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
-	if d, err := bufio.NewReader(cwdR).ReadString('\n'); err == nil {
-		s.shell.setDir(strings.TrimSuffix(d, "\n"))
+	if cwdR != nil {
+		cwdR.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		if d, err := bufio.NewReader(cwdR).ReadString('\n'); err == nil {
+			s.shell.setDir(strings.TrimSuffix(d, "\n"))
+		}
 	}
 	o.Cwd = s.shell.dir()
 	if ctx.Err() != nil && !o.TimedOut {
@@ -200,6 +212,73 @@ func runShell(ctx context.Context, s *session, command string, timeout time.Dura
 	}
 	return o, nil
 }
+
+// Reading a command's output: most commands end within quickEnd, waited for
+// without a goroutine; a process bash left behind may hold the output open
+// for leftWait after bash exited.
+const (
+	quickEnd = 50 * time.Millisecond
+	leftWait = 100 * time.Millisecond
+)
+
+// readUntilExit copies out, the output pipe, until every process holding it
+// has closed it or leftWait after bash exited, and waits for bash.
+func (oc *outputCapture) readUntilExit(out *os.File, cmd *exec.Cmd) {
+	out.SetReadDeadline(time.Now().Add(quickEnd))
+	_, err := io.Copy(oc, out)
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		cmd.Wait()
+		return
+	}
+	out.SetReadDeadline(time.Time{})
+	exited := make(chan struct{})
+	go func() { // exits with bash
+		cmd.Wait()
+		out.SetReadDeadline(time.Now().Add(leftWait))
+		close(exited)
+	}()
+	io.Copy(oc, out)
+	<-exited
+}
+
+// bashPath is where bash is, looked up once.
+var bashPath = sync.OnceValue(func() string {
+	path, err := exec.LookPath("bash")
+	if err != nil {
+		return "bash" // exec.Command looks again and says why it cannot run
+	}
+	return path
+})
+
+// bashCommand is bash -c command. bash is named by its path, which spares
+// bash its own search of PATH; $0 stays "bash".
+func bashCommand(command string) *exec.Cmd {
+	return exec.Command(bashPath(), "-c", command, "bash")
+}
+
+// mayChangeDir says whether command could change the shell's working
+// directory. Only then does bash run an EXIT trap reporting it, which costs
+// bash the exec of the command's last program in place of a fork. It
+// could when a word is a builtin that changes directory or runs other text
+// (cd, pushd, popd, eval, source, .), or when the shell builds words:
+// expansions, quotes, escapes, globs and braces can spell cd.
+func mayChangeDir(command string) bool {
+	if strings.ContainsAny(command, "$`'\"\\*?[{") {
+		return true
+	}
+	notWord := func(r rune) bool {
+		return !unicode.IsLetter(r) && !unicode.IsDigit(r) && !strings.ContainsRune("._-/+:,@%", r)
+	}
+	for _, w := range strings.FieldsFunc(command, notWord) {
+		if slices.Contains(dirBuiltins, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// dirBuiltins are the words that make mayChangeDir true.
+var dirBuiltins = []string{"cd", "pushd", "popd", "eval", "source", "."}
 
 // exitStatus is how cmd, waited for, ended: its exit code, or -1 and a signal's name.
 func exitStatus(cmd *exec.Cmd) (code int, signal string) {
@@ -400,13 +479,22 @@ type procTracker struct {
 	registry *os.File       // "m<marker>", then "d<dir>" lines the reaper reads
 	lifeline io.WriteCloser // the reaper's stdin; closes when telson ends
 	outDir   string
-	kept     []string // kept output files, oldest first
+	kept     []string     // kept output files, oldest first
+	started  map[int]bool // the children telson started, with subreaper, until waited for
 	closed   bool
 }
 
+// subreaper is set by main when Linux made telson a child subreaper: the
+// processes re-parented to it are then reaped, and killed with the server.
+var subreaper bool
+
 func newProcTracker(log *logger) *procTracker {
 	id := fmt.Sprintf("%d-%d.", os.Getpid(), time.Now().UnixNano()) // unique on this machine
-	return &procTracker{log: log, id: id}
+	pt := &procTracker{log: log, id: id, started: map[int]bool{}}
+	if subreaper {
+		go pt.reapAdopted()
+	}
+	return pt
 }
 
 // scope returns a new marker under parent, a marker.
@@ -436,7 +524,11 @@ func (pt *procTracker) startRun(cmd *exec.Cmd, marker string) error {
 		return errors.New("server is shutting down")
 	}
 	pt.startReaperLocked()
-	return cmd.Start()
+	err := cmd.Start()
+	if err == nil && subreaper {
+		pt.started[cmd.Process.Pid] = true
+	}
+	return err
 }
 
 // removeAtExit registers dir with the reaper, which removes it once telson
@@ -489,6 +581,9 @@ func (pt *procTracker) closeAll() {
 	defer pt.mu.Unlock()
 	pt.closed = true
 	killMarked(pt.id, 500*time.Millisecond)
+	if subreaper {
+		pt.killAdoptedLocked()
+	}
 	os.RemoveAll(pt.outDir)
 	if pt.lifeline != nil {
 		pt.lifeline.Close() // the reaper finds nothing left to kill and exits
@@ -520,8 +615,73 @@ func (pt *procTracker) startReaperLocked() {
 		return
 	}
 	pt.reaper = cmd
+	pt.started[cmd.Process.Pid] = true
 	pt.lifeline = w
 	pt.registry = registry
+}
+
+// adoptedLocked lists telson's children it did not start: processes
+// re-parented to it. It forgets the started children waited for since. pt.mu must be held.
+func (pt *procTracker) adoptedLocked() []int {
+	parent := strconv.Itoa(os.Getpid())
+	children := map[int]bool{}
+	var adopted []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, _ := os.ReadFile("/proc/" + e.Name() + "/stat")
+		// after the command's closing parenthesis: the state, then the parent's pid
+		fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		if len(fields) < 2 || fields[1] != parent {
+			continue
+		}
+		children[pid] = true
+		if !pt.started[pid] {
+			adopted = append(adopted, pid)
+		}
+	}
+	for pid := range pt.started {
+		if !children[pid] {
+			delete(pt.started, pid)
+		}
+	}
+	return adopted
+}
+
+// reapAdopted reaps the adopted processes that ended, at most once a second
+// after a child ended: nothing else waits for them.
+func (pt *procTracker) reapAdopted() {
+	exits := make(chan os.Signal, 1)
+	signal.Notify(exits, syscall.SIGCHLD)
+	for range exits { // lives as long as telson
+		pt.mu.Lock()
+		for _, pid := range pt.adoptedLocked() {
+			var ws syscall.WaitStatus
+			syscall.Wait4(pid, &ws, syscall.WNOHANG, nil) // a running one is left alone
+		}
+		pt.mu.Unlock()
+		time.Sleep(time.Second) // one sweep a second at most; a later exit waits in the channel
+	}
+}
+
+// killAdoptedLocked kills and reaps the processes re-parented to telson, and
+// those they leave, until none is left. pt.mu must be held.
+func (pt *procTracker) killAdoptedLocked() {
+	for wait := time.Millisecond; wait < time.Second; wait *= 2 {
+		adopted := pt.adoptedLocked()
+		if len(adopted) == 0 {
+			return
+		}
+		for _, pid := range adopted {
+			syscall.Kill(pid, syscall.SIGKILL)
+			var ws syscall.WaitStatus
+			syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+		}
+		time.Sleep(wait) // polling external processes, bounded
+	}
 }
 
 // runReaper is the reaper process: when its stdin closes because telson
@@ -639,44 +799,8 @@ func (s *session) sandbox(cmd *exec.Cmd) error {
 	return nil
 }
 
-// Linux constants for the sandbox (syscall lacks them outside Linux).
-const (
-	cloneNewNS      = 0x20000
-	cloneNewUser    = 0x10000000
-	msRdonlyAttr    = 0x1 // MOUNT_ATTR_RDONLY
-	msPrivate       = 0x40000
-	msNosuid        = 0x2
-	msNodev         = 0x4
-	msBind          = 0x1000
-	msRec           = 0x4000
-	oPath           = 0x200000 // O_PATH
-	atRecursive     = 0x8000
-	sysMountSetattr = 442
-	sandboxFailed   = 126
-)
-
-// userNamespace makes cmd start in new user and mount namespaces, as root
-// mapped to the caller. The fields are set by name: they exist on Linux only.
-func userNamespace(cmd *exec.Cmd) error {
-	if runtime.GOOS != "linux" {
-		return fmt.Errorf("%s has no user namespaces", runtime.GOOS)
-	}
-	if cmd.SysProcAttr == nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{}
-	}
-	attr := reflect.ValueOf(cmd.SysProcAttr).Elem()
-	attr.FieldByName("Cloneflags").SetUint(cloneNewUser | cloneNewNS)
-	idMap(attr.FieldByName("UidMappings"), os.Getuid())
-	idMap(attr.FieldByName("GidMappings"), os.Getgid())
-	return nil
-}
-
-func idMap(field reflect.Value, host int) {
-	m := reflect.MakeSlice(field.Type(), 1, 1)
-	m.Index(0).FieldByName("HostID").SetInt(int64(host))
-	m.Index(0).FieldByName("Size").SetInt(1)
-	field.Set(m)
-}
+// sandboxFailed is the exit status of a sandbox that could not be made.
+const sandboxFailed = 126
 
 // runSandbox is telson started by sandbox, inside its namespaces: it makes
 // every mount read-only and /tmp a private tmpfs, then runs args in a nested
@@ -702,74 +826,4 @@ func runSandbox(args []string) int {
 		return sandboxFailed
 	}
 	return cmd.ProcessState.ExitCode() // 255 after a signal
-}
-
-// readOnlyMounts makes every mount of this mount namespace private and
-// read-only but /proc (a read-only /proc would stop the nested namespace's ID
-// maps), then mounts a tmpfs on /tmp. mount_setattr(2) needs Linux 5.12.
-func readOnlyMounts() error {
-	err := mountSetattr("/", msRdonlyAttr, 0)
-	if err == nil {
-		err = mountSetattr("/proc", 0, msRdonlyAttr)
-	}
-	if err == nil {
-		err = privateTmp()
-	}
-	if err != nil {
-		return fmt.Errorf("read-only view: %w", err)
-	}
-	return nil
-}
-
-// privateTmp mounts a tmpfs on /tmp. A working directory under /tmp (a
-// project cloned there) is bound back into it, read-only, so it stays in view.
-func privateTmp() error {
-	wd, _ := os.Getwd()
-	under := strings.HasPrefix(wd, "/tmp/")
-	keep := -1
-	if under {
-		fd, err := syscall.Open(wd, oPath|syscall.O_DIRECTORY, 0)
-		if err != nil {
-			return err
-		}
-		keep = fd
-	}
-	err := mount("tmpfs", "/tmp", "tmpfs", msNosuid|msNodev, "size=25%")
-	if err != nil || !under {
-		return err
-	}
-	err = os.MkdirAll(wd, 0o700)
-	if err == nil {
-		err = mount(fmt.Sprintf("/proc/self/fd/%d", keep), wd, "", msBind|msRec, "")
-	}
-	if err == nil {
-		err = mountSetattr(wd, msRdonlyAttr, 0)
-	}
-	syscall.Close(keep)
-	return err
-}
-
-// mountSetattr sets and clears attributes of the mount tree at path and
-// makes it private (Linux's mount_setattr, the same number on every architecture).
-func mountSetattr(path string, set, clear uint64) error {
-	attr := [4]uint64{set, clear, msPrivate, 0} // struct mount_attr
-	_, _, errno := syscall.Syscall6(sysMountSetattr, 0, uintptr(unsafe.Pointer(syscall.StringBytePtr(path))),
-		atRecursive, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr), 0)
-	if errno != 0 {
-		return errno
-	}
-	return nil
-}
-
-// mount is mount(2) on Linux, called by number: syscall.Mount exists there only.
-func mount(source, target, fstype string, flags uintptr, data string) error {
-	_, _, errno := syscall.Syscall6(syscall.SYS_MOUNT,
-		uintptr(unsafe.Pointer(syscall.StringBytePtr(source))),
-		uintptr(unsafe.Pointer(syscall.StringBytePtr(target))),
-		uintptr(unsafe.Pointer(syscall.StringBytePtr(fstype))),
-		flags, uintptr(unsafe.Pointer(syscall.StringBytePtr(data))), 0)
-	if errno != 0 {
-		return errno
-	}
-	return nil
 }

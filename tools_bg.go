@@ -195,7 +195,7 @@ func runBackgroundBash(ctx context.Context, c *toolCall) toolResult {
 		return errorResult("%d tasks are already running, the most allowed (BG_MAX_TASKS=%d); "+
 			"stop one with KillBgTask first", running, most)
 	}
-	cmd := exec.Command("bash", "-c", a.Command)
+	cmd := bashCommand(a.Command)
 	cmd.Dir = dir
 	if err := c.s.sandbox(cmd); err != nil {
 		return errorResult("%v", err)

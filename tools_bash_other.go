@@ -1,0 +1,19 @@
+//go:build !linux
+
+// tools_bash_other.go: systems without a child subreaper or the plan-mode
+// sandbox's namespaces (see tools_bash_linux.go).
+package main
+
+import (
+	"fmt"
+	"os/exec"
+	"runtime"
+)
+
+func becomeSubreaper() bool { return false }
+
+func userNamespace(cmd *exec.Cmd) error {
+	return fmt.Errorf("%s has no user namespaces", runtime.GOOS)
+}
+
+func readOnlyMounts() error { return userNamespace(nil) }
