@@ -87,7 +87,7 @@ func inSet(set, tag string) bool { return tag != "" && strings.Contains(set, " "
 
 // parseHTML builds a tree from src the forgiving way browsers do, in
 // simplified form: implied end tags for p, li, dt, dd, tr, td, th and option;
-// stray end tags are ignored; unclosed elements end with their parent;
+// a heading's end tag ends any open heading; other stray end tags are ignored; unclosed elements end with their parent;
 // comments, doctypes and processing instructions are dropped.
 func parseHTML(src string) *htmlNode {
 	root := &htmlNode{tag: "#root"}
@@ -150,8 +150,12 @@ func parseHTML(src string) *htmlNode {
 			if i := strings.IndexAny(name, htmlSpace+"/"); i >= 0 {
 				name = name[:i]
 			}
+			name = " " + strings.ToLower(name) + " "
+			if inSet(mdHeadings, strings.TrimSpace(name)) {
+				name = mdHeadings // any heading's end tag ends the open heading
+			}
 			if pos = len(src) - len(after); found {
-				closeTo(" "+strings.ToLower(name)+" ", "")
+				closeTo(name, "")
 			}
 		default: // a start tag
 			flush()
@@ -310,6 +314,7 @@ var (
 	mdNoEscape     = strings.NewReplacer()
 	mdURLEscape    = strings.NewReplacer("(", "%28", ")", "%29", " ", "%20")
 	mdCellEscape   = strings.NewReplacer("  \n", " ", "\n", " ", "|", `\|`)
+	mdHeadingLine  = regexp.MustCompile(`^#{1,6} `)
 	mdLineStart    = regexp.MustCompile(`^(#{1,6}|[>+-]|\d{1,9}[.)])( |$)`)
 	mdEmphasis     = map[string]string{"strong": "**", "b": "**", "em": "*", "i": "*", "del": "~~",
 		"s": "~~", "strike": "~~"}
@@ -334,6 +339,8 @@ const (
 	mdWordWeight  = 25.0                                       // a class word's weight
 	mdMinWin      = 20.0                                       // a main block scores at least this
 	mdNestMax     = 10                                         // deeper lists and quotes come flat
+	mdMaxKicker   = 100                                        // characters of a heading that is a block's title
+	mdMaxCaption  = 300                                        // characters of a caption; a longer one is text
 )
 
 // mdConv turns a parsed page into markdown (or text).
@@ -398,12 +405,62 @@ func htmlToMarkdown(src, pageURL string, limit int, plain bool) mdPage {
 		m.all = content == body // everything looked like furniture: read it whole
 	}
 	pg.cut = m.made > m.limit
+	if !m.plain {
+		pg.text = mdDropEmptyHeadings(pg.text)
+	}
 	hasH1 := strings.HasPrefix(pg.text, "# ") || strings.Contains(pg.text, "\n# ")
 	if pg.title != "" && !m.plain && !hasH1 {
 		// A page without its own heading starts with its title.
 		pg.text = "# " + m.esc.Replace(cutTitle(pg.title)) + "\n\n" + pg.text
 	}
 	return pg
+}
+
+// mdDropEmptyHeadings drops the headings with nothing under them: the next
+// heading is of their level or higher, or the text ends (a thematic break
+// is nothing). Code blocks are left alone; a text of headings only is kept.
+func mdDropEmptyHeadings(s string) string {
+	const text = 7 // the level of a line of other text; 0: a blank line or a break
+	lines := strings.Split(s, "\n")
+	level := make([]int, len(lines))
+	fenced := ""
+	for i, l := range lines {
+		switch {
+		case fenced != "":
+			level[i] = text
+			if l == fenced {
+				fenced = ""
+			}
+		case strings.HasPrefix(l, "```"):
+			level[i] = text
+			fenced = l[:len(l)-len(strings.TrimLeft(l, "`"))]
+		case strings.TrimSpace(l) == "" || l == "* * *":
+		case mdHeadingLine.MatchString(l):
+			level[i] = strings.IndexByte(l, ' ')
+		default:
+			level[i] = text
+		}
+	}
+	if !slices.Contains(level, text) {
+		return s // headings are all there is
+	}
+	next := 0 // the level of what follows line i
+	var kept []string
+	for i := len(lines) - 1; i >= 0; i-- {
+		switch lv := level[i]; {
+		case lv > 0 && lv < text && lv >= next:
+			if n := len(kept); n > 0 && kept[n-1] == "" {
+				kept = kept[:n-1] // with the blank line after it
+			}
+		case lv > 0:
+			kept = append(kept, lines[i])
+			next = lv
+		default:
+			kept = append(kept, lines[i])
+		}
+	}
+	slices.Reverse(kept)
+	return strings.Trim(strings.Join(kept, "\n"), "\n")
 }
 
 // mainContent returns the best block, or the parent whose children read as
@@ -418,9 +475,12 @@ func (m *mdConv) mainContent(body, loose *htmlNode) *htmlNode {
 			best = w
 		}
 	}
+	if top == nil {
+		return nil
+	}
 	// Climb while a parent adds more paragraph text than other text: its
 	// children then read as content, and its furniture is skipped later.
-	for top != nil && top.parent != nil && top.parent.tag != "body" {
+	for top.parent != nil && top.parent.tag != "body" {
 		p := top.parent
 		ps := m.measure(p)
 		ts := m.measure(top)
@@ -430,8 +490,12 @@ func (m *mdConv) mainContent(body, loose *htmlNode) *htmlNode {
 		}
 		top = p
 	}
-	if top == nil {
-		return nil
+	// The article around the text holds its headline, deck and lead photo.
+	for a := top.parent; a != nil; a = a.parent {
+		if a.tag == "article" {
+			top = a
+			break
+		}
 	}
 	if s, l := m.measure(top), m.measure(loose); (s[0]-s[1])*3 < l[0]-l[1] {
 		return nil
@@ -531,7 +595,7 @@ func (m *mdConv) measure(n *htmlNode) [2]int {
 			s[0] += cs[0]
 			s[1] += cs[1]
 		}
-		if n.tag == "a" {
+		if n.tag == "a" && !strings.HasPrefix(n.attr("href"), "mailto:") { // an address is text
 			s[1] = s[0]
 		}
 		n.size = [2]int32{int32(s[0]) + 1, int32(s[1])}
@@ -550,7 +614,9 @@ func (m *mdConv) skip(n *htmlNode) bool {
 		return !strings.HasPrefix(n.attr("type"), "math/tex")
 	case strings.HasPrefix(id, "MathJax-Element-") && strings.HasSuffix(id, "-Frame"):
 		return true
-	case inSet(mdDropTags+"nav aside footer figcaption ", n.tag) || htmlHidden(n):
+	case inSet(mdDropTags+"nav aside footer ", n.tag) || htmlHidden(n):
+		return true
+	case n.tag == "figcaption" && s[0] <= mdMaxCaption:
 		return true
 	case inSet(mdNoiseRoles, n.attr("role")):
 		return true
@@ -596,7 +662,7 @@ func (m *mdConv) block(n *htmlNode, tight bool) string {
 				return
 			case c.tag == "":
 				inl.WriteString(m.text(c))
-			case m.skip(c) || inSet(mdKickers, c.tag) && m.beforeSkipped(p.children[i+1:]):
+			case m.skip(c) || m.kicker(c) && m.beforeSkipped(p.children[i+1:]):
 			case inSet(mdBlockTags, c.tag):
 				add(mdPara(inl.String()), false)
 				inl.Reset()
@@ -611,6 +677,11 @@ func (m *mdConv) block(n *htmlNode, tight bool) string {
 	walk(n)
 	add(mdPara(inl.String()), false)
 	return out.String()
+}
+
+// kicker reports a heading short enough to be the title of the block after it.
+func (m *mdConv) kicker(n *htmlNode) bool {
+	return inSet(mdKickers, n.tag) && m.measure(n)[0] <= mdMaxKicker
 }
 
 // beforeSkipped reports that the next element in rest is left out.
