@@ -339,22 +339,26 @@ const (
 	mdWordWeight  = 25.0                                       // a class word's weight
 	mdMinWin      = 20.0                                       // a main block scores at least this
 	mdNestMax     = 10                                         // deeper lists and quotes come flat
+	mdMinArticle  = 500                                        // paragraph text that makes an article
+	mdItemDepth   = 2                                          // levels from an item's text block up to its list
 	mdMaxKicker   = 100                                        // characters of a heading that is a block's title
 	mdMaxCaption  = 300                                        // characters of a caption; a longer one is text
 )
 
 // mdConv turns a parsed page into markdown (or text).
 type mdConv struct {
-	base  *url.URL
-	esc   *strings.Replacer // escapes text (more inside links)
-	plain bool              // text: no link targets, emphasis or escapes
-	all   bool              // keep furniture: it is all the page has
-	nest  int               // depth of lists and quotes being rendered
-	limit int               // characters after which output stops
-	made  int               // characters of text rendered so far
-	score map[*htmlNode]float64
-	paras map[*htmlNode]int // text of the paragraphs below a node
-	cands []*htmlNode       // nodes with a score, in document order
+	base      *url.URL
+	esc       *strings.Replacer // escapes text (more inside links)
+	plain     bool              // text: no link targets, emphasis or escapes
+	all       bool              // keep furniture: it is all the page has
+	page      int               // text of the page's main area, less links
+	pageParas int               // text of the paragraphs in the page
+	nest      int               // depth of lists and quotes being rendered
+	limit     int               // characters after which output stops
+	made      int               // characters of text rendered so far
+	score     map[*htmlNode]float64
+	paras     map[*htmlNode]int // text of the paragraphs below a node
+	cands     []*htmlNode       // nodes with a score, in document order
 }
 
 // mdPage is a converted page; cut: output stopped at the limit.
@@ -394,6 +398,8 @@ func htmlToMarkdown(src, pageURL string, limit int, plain bool) mdPage {
 	if mn := body.find(isMain); mn != nil && m.measure(mn)[0] > 0 {
 		loose = mn
 	}
+	ls := m.measure(loose)
+	m.page = ls[0] - ls[1]
 	for _, content := range []*htmlNode{m.mainContent(body, loose), loose, body, body} {
 		if content == nil {
 			continue
@@ -467,6 +473,7 @@ func mdDropEmptyHeadings(s string) string {
 // content, or nil when no block clearly wins or it holds far less text than loose.
 func (m *mdConv) mainContent(body, loose *htmlNode) *htmlNode {
 	m.scoreParas(body)
+	m.pageParas = m.paras[body]
 	var top *htmlNode
 	best := mdMinWin
 	for _, n := range m.cands {
@@ -492,7 +499,7 @@ func (m *mdConv) mainContent(body, loose *htmlNode) *htmlNode {
 	}
 	// The article around the text holds its headline, deck and lead photo.
 	for a := top.parent; a != nil; a = a.parent {
-		if a.tag == "article" {
+		if a.tag == "article" || a.tag == "main" {
 			top = a
 			break
 		}
@@ -603,6 +610,21 @@ func (m *mdConv) measure(n *htmlNode) [2]int {
 	return [2]int{int(max(n.size[0]-1, 0)), int(n.size[1])}
 }
 
+// most reports that n, or the block named as furniture that n is an item
+// of, holds most of the page's text and nearly all its paragraphs (live
+// commentary in comment blocks).
+func (m *mdConv) most(n *htmlNode) bool {
+	for up := 0; n != nil && up <= mdItemDepth; up++ {
+		good, bad := mdHints(n)
+		s := m.measure(n)
+		if bad && !good && (s[0]-s[1])*2 > m.page && m.paras[n]+mdMinArticle > m.pageParas {
+			return true
+		}
+		n = n.parent
+	}
+	return false
+}
+
 // skip reports an element left out: never shown, hidden, or page furniture
 // by tag, role, class words or link density.
 func (m *mdConv) skip(n *htmlNode) bool {
@@ -626,8 +648,9 @@ func (m *mdConv) skip(n *htmlNode) bool {
 		return true
 	case n.tag == "header" && s[0]-s[1] < 200 && n.find(htmlByTag("h1")) == nil:
 		return true
-	case bad && !(good && s[0]-s[1] >= 1000):
-		// Furniture words around the article (share-zone, js-code-nav) do not drop it.
+	case bad && !(good && s[0]-s[1] >= 1000) && !m.most(n):
+		// Furniture words around the article (share-zone, js-code-nav) do not
+		// drop it, nor a block that holds most of the page (live commentary).
 		return n.find(func(c *htmlNode) bool {
 			good, bad := mdHints(c)
 			cs := m.measure(c)
@@ -772,12 +795,13 @@ func (m *mdConv) inline(n *htmlNode) string {
 	return s
 }
 
-// image renders an image with its description; in a figure (a photo with
-// its caption and credit) the description is left out, as the caption is.
+// image renders an image with its description; in a figure or beside a
+// caption (a photo with its caption and credit) the description is left
+// out, as the caption is.
 func (m *mdConv) image(n *htmlNode) string {
 	alt := strings.Join(strings.Fields(n.attr("alt")), " ")
 	for p := n.parent; p != nil; p = p.parent {
-		if p.tag == "figure" {
+		if p.tag == "figure" || slices.ContainsFunc(p.children, htmlByTag("figcaption")) {
 			alt = ""
 		}
 	}
