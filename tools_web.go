@@ -87,8 +87,9 @@ func inSet(set, tag string) bool { return tag != "" && strings.Contains(set, " "
 
 // parseHTML builds a tree from src the forgiving way browsers do, in
 // simplified form: implied end tags for p, li, dt, dd, tr, td, th and option;
-// a heading's end tag ends any open heading; other stray end tags are ignored; unclosed elements end with their parent;
-// comments, doctypes and processing instructions are dropped.
+// a heading's end tag ends any open heading; other stray end tags are
+// ignored; unclosed elements end with their parent; comments, doctypes and
+// processing instructions are dropped.
 func parseHTML(src string) *htmlNode {
 	root := &htmlNode{tag: "#root"}
 	stack := []*htmlNode{root}
@@ -331,18 +332,19 @@ const (
 	// Word tails that make compounds of them: relatedposts, commentlist.
 	mdWordTails = " area bar block box container content holder inner item items link links list " +
 		"module panel post posts section widget wrap wrapper zone "
-	mdHeadings    = " h1 h2 h3 h4 h5 h6 "
-	mdKickers     = " h2 h3 h4 h5 h6 " // headings that go with the block after them
-	mdParaTags    = " p pre td dd "
-	mdLayoutCells = " pre table blockquote h1 h2 h3 h4 h5 h6 " // a cell holding one is for layout
-	mdMinPara     = 25                                         // characters that make a paragraph
-	mdWordWeight  = 25.0                                       // a class word's weight
-	mdMinWin      = 20.0                                       // a main block scores at least this
-	mdNestMax     = 10                                         // deeper lists and quotes come flat
-	mdMinArticle  = 500                                        // paragraph text that makes an article
-	mdItemDepth   = 2                                          // levels from an item's text block up to its list
-	mdMaxKicker   = 100                                        // characters of a heading that is a block's title
-	mdMaxCaption  = 300                                        // characters of a caption; a longer one is text
+	mdHeadings = " h1 h2 h3 h4 h5 h6 "
+	mdKickers  = " h2 h3 h4 h5 h6 " // headings that go with the block after them
+	mdParaTags = " p pre td dd "
+	// a cell holding one is for layout
+	mdLayoutCells = " pre table blockquote h1 h2 h3 h4 h5 h6 "
+	mdMinPara     = 25   // characters that make a paragraph
+	mdWordWeight  = 25.0 // a class word's weight
+	mdMinWin      = 20.0 // a main block scores at least this
+	mdNestMax     = 10   // deeper lists and quotes come flat
+	mdMinArticle  = 500  // paragraph text that makes an article
+	mdItemDepth   = 2    // levels from an item's text up to its list
+	mdMaxKicker   = 100  // characters of a heading that titles a block
+	mdMaxCaption  = 300  // characters of a caption; a longer one is text
 )
 
 // mdConv turns a parsed page into markdown (or text).
