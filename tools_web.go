@@ -431,22 +431,20 @@ func mdDropEmptyHeadings(s string) string {
 	const text = 7 // the level of a line of other text; 0: a blank line or a break
 	lines := strings.Split(s, "\n")
 	level := make([]int, len(lines))
-	fenced := ""
+	fence := ""
 	for i, l := range lines {
+		level[i] = text
 		switch {
-		case fenced != "":
-			level[i] = text
-			if l == fenced {
-				fenced = ""
+		case fence != "":
+			if l == fence {
+				fence = ""
 			}
 		case strings.HasPrefix(l, "```"):
-			level[i] = text
-			fenced = l[:len(l)-len(strings.TrimLeft(l, "`"))]
+			fence = l[:len(l)-len(strings.TrimLeft(l, "`"))]
 		case strings.TrimSpace(l) == "" || l == "* * *":
+			level[i] = 0
 		case mdHeadingLine.MatchString(l):
 			level[i] = strings.IndexByte(l, ' ')
-		default:
-			level[i] = text
 		}
 	}
 	if !slices.Contains(level, text) {
@@ -455,17 +453,14 @@ func mdDropEmptyHeadings(s string) string {
 	next := 0 // the level of what follows line i
 	var kept []string
 	for i := len(lines) - 1; i >= 0; i-- {
-		switch lv := level[i]; {
-		case lv > 0 && lv < text && lv >= next:
+		if lv := level[i]; lv > 0 && lv < text && lv >= next {
 			if n := len(kept); n > 0 && kept[n-1] == "" {
 				kept = kept[:n-1] // with the blank line after it
 			}
-		case lv > 0:
-			kept = append(kept, lines[i])
-			next = lv
-		default:
-			kept = append(kept, lines[i])
+			continue
 		}
+		kept = append(kept, lines[i])
+		next = cmp.Or(level[i], next)
 	}
 	slices.Reverse(kept)
 	return strings.Trim(strings.Join(kept, "\n"), "\n")
