@@ -22,6 +22,8 @@ func TestReadDocsExtractRules(t *testing.T) {
 		{"captions", "deck", []string{"The whole story began"}, []string{"A pup resting", "A seal on a sandbank"}},
 		// A paragraph that is an e-mail address is text, not a teaser link.
 		{"mailto", "deck", []string{"[wardens@coast.example](mailto:wardens@coast.example)"}, nil},
+		// Class words compound with a tail: licenceInfo names furniture.
+		{"info tail", "deck", nil, []string{"protected by copyright"}},
 		// Headings with nothing under them go.
 		{"empty headings", "deck", []string{"by the end of the year."}, []string{"Tags", "Latest"}},
 		// Blocks named as comments that hold nearly all the page are its text.
