@@ -15,6 +15,10 @@ func TestReadDocsExtractRules(t *testing.T) {
 	}{
 		// The article (or main) around the text comes whole: headline, deck, lead photo.
 		{"article whole", "deck", []string{"# Harbour seals return to the estuary", "After forty years away"}, nil},
+		// So does a parent holding only the article and its header.
+		{"header beside the article", "header", []string{"# Nobel laureate warns",
+			"## The journalist said it would mean the end", "as long as he could."},
+			[]string{"Most read", "Home"}},
 		// A long heading before furniture is a deck, not the furniture's title.
 		{"long heading kept", "deck", []string{"## After forty years away"}, []string{"Share", "Tweet"}},
 		// A long caption is text; a short one (a photo credit) is not, nor the

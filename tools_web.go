@@ -501,10 +501,25 @@ func (m *mdConv) mainContent(body, loose *htmlNode) *htmlNode {
 			break
 		}
 	}
+	// So does a parent holding nothing else but headings and headers.
+	for top.parent != nil && top.parent.tag != "body" && m.onlyHeadings(top) {
+		top = top.parent
+	}
 	if s, l := m.measure(top), m.measure(loose); (s[0]-s[1])*3 < l[0]-l[1] {
 		return nil
 	}
 	return top
+}
+
+// onlyHeadings reports that n's siblings shown are headings and headers.
+func (m *mdConv) onlyHeadings(n *htmlNode) bool {
+	for _, c := range n.parent.children {
+		if c.tag != "" && c != n && !m.skip(c) && !inSet(mdHeadings+"header ", c.tag) ||
+			c.tag == "" && strings.TrimSpace(c.text) != "" {
+			return false
+		}
+	}
+	return true
 }
 
 // scoreParas adds each paragraph's score to its parent, grandparent and great-grandparent.
