@@ -330,8 +330,8 @@ const (
 		"pagination popup promo recommended related share sharing side sidebar social sponsor " +
 		"subscribe subscription tags toolbar "
 	// Word tails that make compounds of them: relatedposts, commentlist.
-	mdWordTails = " area bar block box container content holder info inner item items link links list " +
-		"module panel post posts section widget wrap wrapper zone "
+	mdWordTails = " area bar block box container content holder info inner item items link " +
+		"links list module panel post posts section widget wrap wrapper zone "
 	mdHeadings = " h1 h2 h3 h4 h5 h6 "
 	mdKickers  = " h2 h3 h4 h5 h6 " // headings that go with the block after them
 	mdParaTags = " p pre td dd "
