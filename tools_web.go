@@ -413,11 +413,12 @@ func htmlToMarkdown(src, pageURL string, limit int, plain bool) mdPage {
 		m.all = content == body // everything looked like furniture: read it whole
 	}
 	pg.cut = m.made > m.limit
-	if !m.plain {
-		pg.text = mdDropEmptyHeadings(pg.text)
+	if m.plain {
+		return pg
 	}
+	pg.text = mdDropEmptyHeadings(pg.text)
 	hasH1 := strings.HasPrefix(pg.text, "# ") || strings.Contains(pg.text, "\n# ")
-	if pg.title != "" && !m.plain && !hasH1 {
+	if pg.title != "" && !hasH1 {
 		// A page without its own heading starts with its title.
 		pg.text = "# " + m.esc.Replace(cutTitle(pg.title)) + "\n\n" + pg.text
 	}
@@ -624,7 +625,8 @@ func (m *mdConv) measure(n *htmlNode) [2]int {
 
 // most reports that n, or the block named as furniture that n is an item
 // of, holds most of the page's text and nearly all its paragraphs (live
-// commentary in comment blocks).
+// commentary in comment blocks). While paragraphs are being counted, the
+// share of text alone decides.
 func (m *mdConv) most(n *htmlNode) bool {
 	for up := 0; n != nil && up <= mdItemDepth; up++ {
 		good, bad := mdHints(n)
