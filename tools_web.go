@@ -87,8 +87,9 @@ func inSet(set, tag string) bool { return tag != "" && strings.Contains(set, " "
 
 // parseHTML builds a tree from src the forgiving way browsers do, in
 // simplified form: implied end tags for p, li, dt, dd, tr, td, th and option;
-// stray end tags are ignored; unclosed elements end with their parent;
-// comments, doctypes and processing instructions are dropped.
+// a heading's end tag ends any open heading; other stray end tags are
+// ignored; unclosed elements end with their parent; comments, doctypes and
+// processing instructions are dropped.
 func parseHTML(src string) *htmlNode {
 	root := &htmlNode{tag: "#root"}
 	stack := []*htmlNode{root}
@@ -150,8 +151,12 @@ func parseHTML(src string) *htmlNode {
 			if i := strings.IndexAny(name, htmlSpace+"/"); i >= 0 {
 				name = name[:i]
 			}
+			name = " " + strings.ToLower(name) + " "
+			if inSet(mdHeadings, strings.TrimSpace(name)) {
+				name = mdHeadings // any heading's end tag ends the open heading
+			}
 			if pos = len(src) - len(after); found {
-				closeTo(" "+strings.ToLower(name)+" ", "")
+				closeTo(name, "")
 			}
 		default: // a start tag
 			flush()
@@ -310,6 +315,7 @@ var (
 	mdNoEscape     = strings.NewReplacer()
 	mdURLEscape    = strings.NewReplacer("(", "%28", ")", "%29", " ", "%20")
 	mdCellEscape   = strings.NewReplacer("  \n", " ", "\n", " ", "|", `\|`)
+	mdHeadingLine  = regexp.MustCompile(`^#{1,6} `)
 	mdLineStart    = regexp.MustCompile(`^(#{1,6}|[>+-]|\d{1,9}[.)])( |$)`)
 	mdEmphasis     = map[string]string{"strong": "**", "b": "**", "em": "*", "i": "*", "del": "~~",
 		"s": "~~", "strike": "~~"}
@@ -324,30 +330,37 @@ const (
 		"pagination popup promo recommended related share sharing side sidebar social sponsor " +
 		"subscribe subscription tags toolbar "
 	// Word tails that make compounds of them: relatedposts, commentlist.
-	mdWordTails = " area bar block box container content holder inner item items link links list " +
-		"module panel post posts section widget wrap wrapper zone "
-	mdHeadings    = " h1 h2 h3 h4 h5 h6 "
-	mdKickers     = " h2 h3 h4 h5 h6 " // headings that go with the block after them
-	mdParaTags    = " p pre td dd "
-	mdLayoutCells = " pre table blockquote h1 h2 h3 h4 h5 h6 " // a cell holding one is for layout
-	mdMinPara     = 25                                         // characters that make a paragraph
-	mdWordWeight  = 25.0                                       // a class word's weight
-	mdMinWin      = 20.0                                       // a main block scores at least this
-	mdNestMax     = 10                                         // deeper lists and quotes come flat
+	mdWordTails = " area bar block box container content holder info inner item items link " +
+		"links list module panel post posts section widget wrap wrapper zone "
+	mdHeadings = " h1 h2 h3 h4 h5 h6 "
+	mdKickers  = " h2 h3 h4 h5 h6 " // headings that go with the block after them
+	mdParaTags = " p pre td dd "
+	// a cell holding one is for layout
+	mdLayoutCells = " pre table blockquote h1 h2 h3 h4 h5 h6 "
+	mdMinPara     = 25   // characters that make a paragraph
+	mdWordWeight  = 25.0 // a class word's weight
+	mdMinWin      = 20.0 // a main block scores at least this
+	mdNestMax     = 10   // deeper lists and quotes come flat
+	mdMinArticle  = 500  // paragraph text that makes an article
+	mdItemDepth   = 2    // levels from an item's text up to its list
+	mdMaxKicker   = 100  // characters of a heading that titles a block
+	mdMaxCaption  = 300  // characters of a caption; a longer one is text
 )
 
 // mdConv turns a parsed page into markdown (or text).
 type mdConv struct {
-	base  *url.URL
-	esc   *strings.Replacer // escapes text (more inside links)
-	plain bool              // text: no link targets, emphasis or escapes
-	all   bool              // keep furniture: it is all the page has
-	nest  int               // depth of lists and quotes being rendered
-	limit int               // characters after which output stops
-	made  int               // characters of text rendered so far
-	score map[*htmlNode]float64
-	paras map[*htmlNode]int // text of the paragraphs below a node
-	cands []*htmlNode       // nodes with a score, in document order
+	base      *url.URL
+	esc       *strings.Replacer // escapes text (more inside links)
+	plain     bool              // text: no link targets, emphasis or escapes
+	all       bool              // keep furniture: it is all the page has
+	page      int               // text of the page's main area, less links
+	pageParas int               // text of the paragraphs in the page
+	nest      int               // depth of lists and quotes being rendered
+	limit     int               // characters after which output stops
+	made      int               // characters of text rendered so far
+	score     map[*htmlNode]float64
+	paras     map[*htmlNode]int // text of the paragraphs below a node
+	cands     []*htmlNode       // nodes with a score, in document order
 }
 
 // mdPage is a converted page; cut: output stopped at the limit.
@@ -387,6 +400,8 @@ func htmlToMarkdown(src, pageURL string, limit int, plain bool) mdPage {
 	if mn := body.find(isMain); mn != nil && m.measure(mn)[0] > 0 {
 		loose = mn
 	}
+	ls := m.measure(loose)
+	m.page = ls[0] - ls[1]
 	for _, content := range []*htmlNode{m.mainContent(body, loose), loose, body, body} {
 		if content == nil {
 			continue
@@ -398,18 +413,65 @@ func htmlToMarkdown(src, pageURL string, limit int, plain bool) mdPage {
 		m.all = content == body // everything looked like furniture: read it whole
 	}
 	pg.cut = m.made > m.limit
+	if m.plain {
+		return pg
+	}
+	pg.text = mdDropEmptyHeadings(pg.text)
 	hasH1 := strings.HasPrefix(pg.text, "# ") || strings.Contains(pg.text, "\n# ")
-	if pg.title != "" && !m.plain && !hasH1 {
+	if pg.title != "" && !hasH1 {
 		// A page without its own heading starts with its title.
 		pg.text = "# " + m.esc.Replace(cutTitle(pg.title)) + "\n\n" + pg.text
 	}
 	return pg
 }
 
+// mdDropEmptyHeadings drops the headings with nothing under them: the next
+// heading is of their level or higher, or the text ends (a thematic break
+// is nothing). Code blocks are left alone; a text of headings only is kept.
+func mdDropEmptyHeadings(s string) string {
+	const text = 7 // the level of a line of other text; 0: a blank line or a break
+	lines := strings.Split(s, "\n")
+	level := make([]int, len(lines))
+	fence := ""
+	for i, l := range lines {
+		level[i] = text
+		switch {
+		case fence != "":
+			if l == fence {
+				fence = ""
+			}
+		case strings.HasPrefix(l, "```"):
+			fence = l[:len(l)-len(strings.TrimLeft(l, "`"))]
+		case strings.TrimSpace(l) == "" || l == "* * *":
+			level[i] = 0
+		case mdHeadingLine.MatchString(l):
+			level[i] = strings.IndexByte(l, ' ')
+		}
+	}
+	if !slices.Contains(level, text) {
+		return s // headings are all there is
+	}
+	next := 0 // the level of what follows line i
+	var kept []string
+	for i := len(lines) - 1; i >= 0; i-- {
+		if lv := level[i]; lv > 0 && lv < text && lv >= next {
+			if n := len(kept); n > 0 && kept[n-1] == "" {
+				kept = kept[:n-1] // with the blank line after it
+			}
+			continue
+		}
+		kept = append(kept, lines[i])
+		next = cmp.Or(level[i], next)
+	}
+	slices.Reverse(kept)
+	return strings.Trim(strings.Join(kept, "\n"), "\n")
+}
+
 // mainContent returns the best block, or the parent whose children read as
 // content, or nil when no block clearly wins or it holds far less text than loose.
 func (m *mdConv) mainContent(body, loose *htmlNode) *htmlNode {
 	m.scoreParas(body)
+	m.pageParas = m.paras[body]
 	var top *htmlNode
 	best := mdMinWin
 	for _, n := range m.cands {
@@ -418,9 +480,12 @@ func (m *mdConv) mainContent(body, loose *htmlNode) *htmlNode {
 			best = w
 		}
 	}
+	if top == nil {
+		return nil
+	}
 	// Climb while a parent adds more paragraph text than other text: its
 	// children then read as content, and its furniture is skipped later.
-	for top != nil && top.parent != nil && top.parent.tag != "body" {
+	for top.parent != nil && top.parent.tag != "body" {
 		p := top.parent
 		ps := m.measure(p)
 		ts := m.measure(top)
@@ -430,13 +495,32 @@ func (m *mdConv) mainContent(body, loose *htmlNode) *htmlNode {
 		}
 		top = p
 	}
-	if top == nil {
-		return nil
+	// The article around the text holds its headline, deck and lead photo.
+	for a := top.parent; a != nil; a = a.parent {
+		if a.tag == "article" || a.tag == "main" {
+			top = a
+			break
+		}
+	}
+	// So does a parent holding nothing else but headings and headers.
+	for top.parent != nil && top.parent.tag != "body" && m.onlyHeadings(top) {
+		top = top.parent
 	}
 	if s, l := m.measure(top), m.measure(loose); (s[0]-s[1])*3 < l[0]-l[1] {
 		return nil
 	}
 	return top
+}
+
+// onlyHeadings reports that n's siblings shown are headings and headers.
+func (m *mdConv) onlyHeadings(n *htmlNode) bool {
+	for _, c := range n.parent.children {
+		if c.tag != "" && c != n && !m.skip(c) && !inSet(mdHeadings+"header ", c.tag) ||
+			c.tag == "" && strings.TrimSpace(c.text) != "" {
+			return false
+		}
+	}
+	return true
 }
 
 // scoreParas adds each paragraph's score to its parent, grandparent and great-grandparent.
@@ -531,12 +615,28 @@ func (m *mdConv) measure(n *htmlNode) [2]int {
 			s[0] += cs[0]
 			s[1] += cs[1]
 		}
-		if n.tag == "a" {
+		if n.tag == "a" && !strings.HasPrefix(n.attr("href"), "mailto:") { // an address is text
 			s[1] = s[0]
 		}
 		n.size = [2]int32{int32(s[0]) + 1, int32(s[1])}
 	}
 	return [2]int{int(max(n.size[0]-1, 0)), int(n.size[1])}
+}
+
+// most reports that n, or the block named as furniture that n is an item
+// of, holds most of the page's text and nearly all its paragraphs (live
+// commentary in comment blocks). While paragraphs are being counted, the
+// share of text alone decides.
+func (m *mdConv) most(n *htmlNode) bool {
+	for up := 0; n != nil && up <= mdItemDepth; up++ {
+		good, bad := mdHints(n)
+		s := m.measure(n)
+		if bad && !good && (s[0]-s[1])*2 > m.page && m.paras[n]+mdMinArticle > m.pageParas {
+			return true
+		}
+		n = n.parent
+	}
+	return false
 }
 
 // skip reports an element left out: never shown, hidden, or page furniture
@@ -550,7 +650,9 @@ func (m *mdConv) skip(n *htmlNode) bool {
 		return !strings.HasPrefix(n.attr("type"), "math/tex")
 	case strings.HasPrefix(id, "MathJax-Element-") && strings.HasSuffix(id, "-Frame"):
 		return true
-	case inSet(mdDropTags+"nav aside footer figcaption ", n.tag) || htmlHidden(n):
+	case inSet(mdDropTags+"nav aside footer ", n.tag) || htmlHidden(n):
+		return true
+	case n.tag == "figcaption" && s[0] <= mdMaxCaption:
 		return true
 	case inSet(mdNoiseRoles, n.attr("role")):
 		return true
@@ -560,8 +662,9 @@ func (m *mdConv) skip(n *htmlNode) bool {
 		return true
 	case n.tag == "header" && s[0]-s[1] < 200 && n.find(htmlByTag("h1")) == nil:
 		return true
-	case bad && !(good && s[0]-s[1] >= 1000):
-		// Furniture words around the article (share-zone, js-code-nav) do not drop it.
+	case bad && !(good && s[0]-s[1] >= 1000) && !m.most(n):
+		// Furniture words around the article (share-zone, js-code-nav) do not
+		// drop it, nor a block that holds most of the page (live commentary).
 		return n.find(func(c *htmlNode) bool {
 			good, bad := mdHints(c)
 			cs := m.measure(c)
@@ -596,7 +699,7 @@ func (m *mdConv) block(n *htmlNode, tight bool) string {
 				return
 			case c.tag == "":
 				inl.WriteString(m.text(c))
-			case m.skip(c) || inSet(mdKickers, c.tag) && m.beforeSkipped(p.children[i+1:]):
+			case m.skip(c) || m.kicker(c) && m.beforeSkipped(p.children[i+1:]):
 			case inSet(mdBlockTags, c.tag):
 				add(mdPara(inl.String()), false)
 				inl.Reset()
@@ -611,6 +714,11 @@ func (m *mdConv) block(n *htmlNode, tight bool) string {
 	walk(n)
 	add(mdPara(inl.String()), false)
 	return out.String()
+}
+
+// kicker reports a heading short enough to be the title of the block after it.
+func (m *mdConv) kicker(n *htmlNode) bool {
+	return inSet(mdKickers, n.tag) && m.measure(n)[0] <= mdMaxKicker
 }
 
 // beforeSkipped reports that the next element in rest is left out.
@@ -701,12 +809,13 @@ func (m *mdConv) inline(n *htmlNode) string {
 	return s
 }
 
-// image renders an image with its description; in a figure (a photo with
-// its caption and credit) the description is left out, as the caption is.
+// image renders an image with its description; in a figure or beside a
+// caption (a photo with its caption and credit) the description is left
+// out, as the caption is.
 func (m *mdConv) image(n *htmlNode) string {
 	alt := strings.Join(strings.Fields(n.attr("alt")), " ")
 	for p := n.parent; p != nil; p = p.parent {
-		if p.tag == "figure" {
+		if p.tag == "figure" || slices.ContainsFunc(p.children, htmlByTag("figcaption")) {
 			alt = ""
 		}
 	}
