@@ -64,7 +64,7 @@ func main() {
 	if os.Getenv(sandboxEnv) == "1" {
 		os.Exit(runSandbox(os.Args[1:]))
 	}
-	subreaper = becomeSubreaper()  // Linux: telson's orphaned descendants come to it
+	becomeSubreaper()              // Linux: telson's orphaned descendants come to it
 	signal.Ignore(syscall.SIGPIPE) // a vanished client shows up as a write error, handled
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM,
 		syscall.SIGHUP)

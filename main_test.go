@@ -5865,9 +5865,18 @@ func TestHTTPLongRequestsOutliveTheReadTimeout(t *testing.T) {
 	httpStatus(t, "a second stream while the first is open", resp, body, http.StatusConflict, 0)
 }
 
+// Linux's pseudo-terminal ioctls (the syscall package has them on Linux only).
+const (
+	linuxTIOCSPTLCK = 0x40045431
+	linuxTIOCGPTN   = 0x80045430
+)
+
 // openPTY opens a pseudo-terminal pair: what is written to tty is read from master.
 func openPTY(t *testing.T) (master, tty *os.File) {
 	t.Helper()
+	if runtime.GOOS != "linux" {
+		t.Skip("the pseudo-terminal is opened the Linux way")
+	}
 	master, err := os.OpenFile("/dev/ptmx", os.O_RDWR, 0)
 	if err != nil {
 		t.Skipf("no pseudo-terminal: %v", err)
@@ -5875,10 +5884,10 @@ func openPTY(t *testing.T) (master, tty *os.File) {
 	t.Cleanup(func() { master.Close() })
 	var unlock int32
 	var n uint32
-	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, master.Fd(), syscall.TIOCSPTLCK, uintptr(unsafe.Pointer(&unlock))); e != 0 {
+	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, master.Fd(), linuxTIOCSPTLCK, uintptr(unsafe.Pointer(&unlock))); e != 0 {
 		t.Skipf("unlock pseudo-terminal: %v", e)
 	}
-	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, master.Fd(), syscall.TIOCGPTN, uintptr(unsafe.Pointer(&n))); e != 0 {
+	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, master.Fd(), linuxTIOCGPTN, uintptr(unsafe.Pointer(&n))); e != 0 {
 		t.Skipf("pseudo-terminal number: %v", e)
 	}
 	tty, err = os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|syscall.O_NOCTTY, 0)

@@ -472,6 +472,9 @@ const (
 type procTracker struct {
 	log *logger
 	id  string // the server's marker
+	// Linux re-parents orphaned descendants to a subreaper telson, which
+	// reaps them, and kills them with the server.
+	subreaper bool
 
 	mu       sync.Mutex // guards the fields below
 	scopes   int
@@ -484,14 +487,10 @@ type procTracker struct {
 	closed   bool
 }
 
-// subreaper is set by main when Linux made telson a child subreaper: the
-// processes re-parented to it are then reaped, and killed with the server.
-var subreaper bool
-
 func newProcTracker(log *logger) *procTracker {
 	id := fmt.Sprintf("%d-%d.", os.Getpid(), time.Now().UnixNano()) // unique on this machine
-	pt := &procTracker{log: log, id: id, started: map[int]bool{}}
-	if subreaper {
+	pt := &procTracker{log: log, id: id, started: map[int]bool{}, subreaper: isSubreaper()}
+	if pt.subreaper {
 		go pt.reapAdopted()
 	}
 	return pt
@@ -525,7 +524,7 @@ func (pt *procTracker) startRun(cmd *exec.Cmd, marker string) error {
 	}
 	pt.startReaperLocked()
 	err := cmd.Start()
-	if err == nil && subreaper {
+	if err == nil && pt.subreaper {
 		pt.started[cmd.Process.Pid] = true
 	}
 	return err
@@ -581,7 +580,7 @@ func (pt *procTracker) closeAll() {
 	defer pt.mu.Unlock()
 	pt.closed = true
 	killMarked(pt.id, 500*time.Millisecond)
-	if subreaper {
+	if pt.subreaper {
 		pt.killAdoptedLocked()
 	}
 	os.RemoveAll(pt.outDir)

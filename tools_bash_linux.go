@@ -16,6 +16,7 @@ import (
 
 const (
 	prSetChildSubreaper = 36
+	prGetChildSubreaper = 37
 	mountAttrRdonly     = 0x1
 	atRecursive         = 0x8000
 	sysMountSetattr     = 442      // the same on every architecture
@@ -23,9 +24,17 @@ const (
 )
 
 // becomeSubreaper asks Linux to re-parent telson's orphaned descendants to it.
-func becomeSubreaper() bool {
-	_, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0)
-	return errno == 0
+func becomeSubreaper() {
+	syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0)
+}
+
+// isSubreaper asks Linux whether this process is a child subreaper: only a
+// real telson is (main made it one), not a test binary serving in-process.
+func isSubreaper() bool {
+	var flag int32
+	_, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, prGetChildSubreaper,
+		uintptr(unsafe.Pointer(&flag)), 0)
+	return errno == 0 && flag != 0
 }
 
 // userNamespace makes cmd start in new user and mount namespaces, as root

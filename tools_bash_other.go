@@ -10,7 +10,9 @@ import (
 	"runtime"
 )
 
-func becomeSubreaper() bool { return false }
+func becomeSubreaper() {}
+
+func isSubreaper() bool { return false }
 
 func userNamespace(cmd *exec.Cmd) error {
 	return fmt.Errorf("%s has no user namespaces", runtime.GOOS)
