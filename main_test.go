@@ -34,6 +34,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"sort"
 	"strconv"
@@ -6417,4 +6418,600 @@ func TestBrowserChromePathMissing(t *testing.T) {
 func readdocsGone(path string) bool {
 	_, err := os.Stat(path)
 	return os.IsNotExist(err)
+}
+
+// procOutsideTmp is a directory outside /tmp, which the sandbox replaces.
+func procOutsideTmp(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp(".", "proc-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, _ = filepath.Abs(dir)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+func TestPlanModeCommandsAreReadOnly(t *testing.T) {
+	t.Parallel()
+	if runtime.GOOS != "linux" {
+		t.Skip("the sandbox needs Linux namespaces")
+	}
+	c := startServer(t, "-state-dir", t.TempDir())
+	c.initialize("2025-06-18")
+	dir := procOutsideTmp(t)
+	file := filepath.Join(dir, "file")
+	os.WriteFile(file, []byte("orig\n"), 0o600)
+	wfCall(t, c, "PlanMode", map[string]any{"action": "enter", "goal": "look only"}, false)
+	if res := c.callTool("Bash", map[string]any{"command": "true"}); isError(res) {
+		t.Skipf("no sandbox here: %s", resultText(res))
+	}
+	for _, cmd := range []string{"echo x > file", "rm file", "touch new", "mkdir d"} {
+		res := c.callTool("Bash", map[string]any{"command": "cd " + shellQuote(dir) + " && " + cmd})
+		if !isError(res) {
+			t.Errorf("%s succeeded in plan mode: %s", cmd, resultText(res))
+		}
+	}
+	id := bgStart(t, c, "echo x > "+shellQuote(file)+"; echo tried")
+	if out, _ := bgReadToEnd(t, c, id); !strings.Contains(out, "tried") || !strings.Contains(out, "Read-only") {
+		t.Errorf("background write: %q", out)
+	}
+	if b, _ := os.ReadFile(file); string(b) != "orig\n" {
+		t.Errorf("file changed in plan mode: %q", b)
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 1 {
+		t.Errorf("plan mode created files: %v", entries)
+	}
+	res := c.callTool("Bash", map[string]any{"command": "cat file; echo y > /tmp/t && cat /tmp/t"})
+	if text := resultText(res); isError(res) || text != "orig\ny\n" {
+		t.Errorf("reads and /tmp: %q", text)
+	}
+	if sc := bgStructured(t, res); sc["cwd"] != dir {
+		t.Errorf("cwd in plan mode: %v, want %s", sc["cwd"], dir)
+	}
+	res = c.callTool("Bash", map[string]any{"command": "mount -o remount,rw / || mount -o remount,rw " + shellQuote(dir) +
+		"; echo x > file"})
+	if b, _ := os.ReadFile(file); !isError(res) || string(b) != "orig\n" {
+		t.Errorf("a remount opened the sandbox: %q, file %q", resultText(res), b)
+	}
+	wfCall(t, c, "PlanMode", map[string]any{"action": "reset"}, false)
+	if res := c.callTool("Bash", map[string]any{"command": "echo x > file"}); isError(res) {
+		t.Errorf("write after plan mode: %s", resultText(res))
+	}
+}
+
+// procEscapes are the ways a command leaves its process group: each writes the escaped pid to $1.
+var procEscapes = map[string]string{
+	"setsid":      `setsid sleep 1000 >/dev/null 2>&1 & echo $! > "$F"`,
+	"set -m":      `set -m; sleep 1000 >/dev/null 2>&1 & echo $! > "$F"`,
+	"double fork": `(sleep 1000 >/dev/null 2>&1 & echo $! > "$F") &`,
+}
+
+func TestEscapedProcessesDieWithTheirTask(t *testing.T) {
+	t.Parallel()
+	for name, escape := range procEscapes {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			c := bgServer(t)
+			pidFile := filepath.Join(t.TempDir(), "pid")
+			id := bgStart(t, c, "F="+shellQuote(pidFile)+"\n"+escape+"\necho started; sleep 1000")
+			pid := readPidFile(t, pidFile)
+			if res := c.callTool("KillBgTask", map[string]any{"task_id": id}); isError(res) {
+				t.Fatalf("kill: %s", resultText(res))
+			}
+			waitGone(t, pid)
+		})
+	}
+}
+
+func TestEscapedProcessesDieWithTheServer(t *testing.T) {
+	t.Parallel()
+	for name, escape := range procEscapes {
+		for _, how := range []string{"eof", "sigkill"} {
+			t.Run(name+"/"+how, func(t *testing.T) {
+				t.Parallel()
+				c := startBinary(t, nil)
+				c.initialize("2025-11-25")
+				dir := t.TempDir()
+				bgStart(t, c, "F="+shellQuote(filepath.Join(dir, "bg"))+"\n"+escape)
+				c.callTool("Bash", map[string]any{"command": "F=" + shellQuote(filepath.Join(dir, "bash")) + "\n" + escape})
+				bgPid := readPidFile(t, filepath.Join(dir, "bg"))
+				bashPid := readPidFile(t, filepath.Join(dir, "bash"))
+				if how == "eof" {
+					c.in.Close()
+				} else {
+					c.cmd.Process.Signal(syscall.SIGKILL) // the reaper kills them
+				}
+				waitGone(t, bgPid)
+				waitGone(t, bashPid)
+			})
+		}
+	}
+}
+
+func TestEscapedProcessesDieWithTheSession(t *testing.T) {
+	t.Parallel()
+	c := bgServer(t)
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	c.callTool("Bash", map[string]any{"command": "F=" + shellQuote(pidFile) + "\n" + procEscapes["setsid"]})
+	pid := readPidFile(t, pidFile)
+	c.in.Close()
+	waitGone(t, pid)
+}
+
+func TestBashCutKeepsLinesAndTheWholeOutput(t *testing.T) {
+	t.Parallel()
+	c := startServer(t, "-output-limit", "1000")
+	c.initialize("2025-06-18")
+	res := c.callTool("Bash", map[string]any{"command": "seq 1 100000"})
+	sc := bgStructured(t, res)
+	text := resultText(res)
+	file, _ := sc["output_file"].(string)
+	whole, err := os.ReadFile(file)
+	if err != nil || !strings.HasPrefix(string(whole), "1\n2\n") || !strings.HasSuffix(string(whole), "\n99999\n100000\n") {
+		t.Fatalf("output file %q: %v, %d bytes", file, err, len(whole))
+	}
+	if !strings.Contains(text, file) {
+		t.Errorf("the reply does not name the file: %q", text)
+	}
+	out := sc["output"].(string)
+	head, tail, ok := strings.Cut(out, "\n[... ")
+	if !ok || !strings.HasSuffix(head, "\n") {
+		t.Fatalf("head does not end a line: %q", out)
+	}
+	tail = tail[strings.Index(tail, "...]\n\n")+6:]
+	if !strings.HasPrefix(string(whole), head) || !strings.HasSuffix(string(whole), tail) || strings.HasPrefix(tail, "0") {
+		t.Errorf("tail does not start a line: %q", tail[:20])
+	}
+	lines := strings.Count(string(whole), "\n") - strings.Count(head, "\n") - strings.Count(tail, "\n")
+	bytesLeft := len(whole) - len(head) - len(tail)
+	if sc["omitted_lines"] != float64(lines) || sc["omitted_bytes"] != float64(bytesLeft) {
+		t.Errorf("omitted %v lines %v bytes, want %d and %d", sc["omitted_lines"], sc["omitted_bytes"], lines, bytesLeft)
+	}
+	if want := fmt.Sprintf("[... %d lines (%d bytes) left out", lines, bytesLeft); !strings.Contains(text, want) {
+		t.Errorf("the cut does not say %q: %q", want, text)
+	}
+}
+
+func TestBashTimeoutSaysWhatToDo(t *testing.T) {
+	t.Parallel()
+	c := bgServer(t)
+	res := c.callTool("Bash", map[string]any{"command": "sleep 10", "timeout": 100})
+	hint, _ := bgStructured(t, res)["hint"].(string)
+	for _, want := range []string{"600000", "BackgroundBash"} {
+		if !strings.Contains(hint, want) || !strings.Contains(resultText(res), want) {
+			t.Errorf("timeout reply lacks %q: %q / %q", want, hint, resultText(res))
+		}
+	}
+}
+
+func TestBashRunInBackground(t *testing.T) {
+	t.Parallel()
+	c := bgServer(t)
+	res := c.callTool("Bash", map[string]any{"command": "echo bg", "run_in_background": true, "description": "say bg"})
+	sc := bgStructured(t, res)
+	if isError(res) || sc["task_id"] != 1.0 || !strings.Contains(resultText(res), "Started background task 1") {
+		t.Fatalf("run_in_background: %v", res)
+	}
+	if out, _ := bgReadToEnd(t, c, 1); out != "bg\n" {
+		t.Errorf("output %q", out)
+	}
+}
+
+// procWaitFile waits until the file another process writes ends with suffix.
+func procWaitFile(t *testing.T, path, suffix string) {
+	t.Helper()
+	deadline := time.Now().Add(watchdog)
+	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
+		if b, _ := os.ReadFile(path); strings.HasSuffix(string(b), suffix) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never ended with %q", path, suffix)
+		}
+		time.Sleep(wait) // polling a file another process writes, bounded by the watchdog
+	}
+}
+
+func TestBgTailLogAndBriefKill(t *testing.T) {
+	t.Parallel()
+	c := bgServer(t, "-bg-buffer-bytes", "1000")
+	res := c.callTool("BackgroundBash", map[string]any{"command": "seq 1 5000; sleep 1000"})
+	logFile, _ := bgStructured(t, res)["log_file"].(string)
+	if logFile == "" || !strings.Contains(resultText(res), logFile) {
+		t.Fatalf("no log file named: %v", res)
+	}
+	if list := c.callTool("ListBgTasks", map[string]any{}); !strings.Contains(resultText(list), logFile) {
+		t.Errorf("the list does not name the log: %q", resultText(list))
+	}
+	procWaitFile(t, logFile, "\n5000\n")
+	sc := bgStructured(t, c.callTool("ReadBgOutput", map[string]any{"task_id": 1, "tail": 3}))
+	if sc["output"] != "4998\n4999\n5000\n" || sc["dropped_bytes"].(float64) == 0 {
+		t.Errorf("tail 3: %v", sc)
+	}
+	if b, _ := os.ReadFile(logFile); !strings.HasPrefix(string(b), "1\n2\n3\n") {
+		t.Errorf("log does not hold the whole output: %.20q", b)
+	}
+	res = c.callTool("BackgroundBash", map[string]any{"command": "seq 1 3000; echo last; sleep 1000"})
+	procWaitFile(t, bgStructured(t, res)["log_file"].(string), "\nlast\n")
+	res = c.callTool("KillBgTask", map[string]any{"task_id": 2})
+	text := resultText(res)
+	if !strings.Contains(text, "\nlast\n") || len(text) > 600 || strings.Contains(text, "\n2990\n") {
+		t.Errorf("kill reply is not brief: %q", text)
+	}
+	if !strings.Contains(text, "dropped") || !strings.Contains(text, "complete output is in") {
+		t.Errorf("overflow does not name the log: %q", text)
+	}
+}
+
+func TestBgEndSaidOncePerReply(t *testing.T) {
+	t.Parallel()
+	c := bgServer(t)
+	id := bgStart(t, c, "exit 4")
+	bgWaitNote(c, "background task 1 exited with status 4")
+	res := bgRead(t, c, id, 0)
+	if n := strings.Count(resultText(res), "exited with status 4"); n != 1 {
+		t.Errorf("the end is said %d times: %q", n, resultText(res))
+	}
+	if _, ok := bgStructured(t, res)["notices"]; ok {
+		t.Errorf("the notice rides along: %v", res)
+	}
+}
+
+// BenchmarkBashTrueVsDirect alternates a Bash `true` call to the real binary
+// with a direct `bash -c true` spawn, so both see the same machine load, and
+// reports the median of each and their ratio.
+func BenchmarkBashTrueVsDirect(b *testing.B) {
+	p := startBenchProc(b)
+	p.roundTrip(b, benchInit)
+	call := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"Bash","arguments":{"command":"true"}}}` + "\n"
+	var viaTelson, direct []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		p.roundTrip(b, call)
+		viaTelson = append(viaTelson, time.Since(start))
+		start = time.Now()
+		if err := exec.Command("bash", "-c", "true").Run(); err != nil {
+			b.Fatal(err)
+		}
+		direct = append(direct, time.Since(start))
+	}
+	b.StopTimer()
+	median := func(d []time.Duration) float64 {
+		slices.Sort(d)
+		return float64(d[len(d)/2])
+	}
+	b.ReportMetric(median(viaTelson), "bash-ns")
+	b.ReportMetric(median(direct), "direct-ns")
+	b.ReportMetric(median(viaTelson)/median(direct), "ratio")
+}
+
+func TestBashWorkingDirectoryAfterEveryFormOfCd(t *testing.T) {
+	t.Parallel()
+	dir, _ := filepath.EvalSymlinks(t.TempDir())
+	script := filepath.Join(dir, "go-there.sh")
+	os.WriteFile(script, []byte("cd "+shellQuote(dir)+"\n"), 0o600)
+	forms := map[string]string{
+		"cd":        "cd " + dir,
+		"quoted":    "c''d " + dir,
+		"escaped":   `c\d ` + dir,
+		"expansion": "x=c; ${x}d " + dir,
+		"eval":      "eval cd " + dir,
+		"source":    "source " + script,
+		"dot":       ". " + script,
+		"pushd":     "pushd " + dir,
+		"braces":    "{ cd " + dir + "; }",
+		"exit":      "cd " + dir + "; exit 3",
+	}
+	for name, command := range forms {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			c := startServer(t)
+			c.initialize("2025-11-25")
+			res := c.callTool("Bash", map[string]any{"command": command})
+			if cwd := bgStructured(t, res)["cwd"]; cwd != dir {
+				t.Errorf("%s: cwd %v, want %s", command, cwd, dir)
+			}
+			if text := resultText(c.callTool("Bash", map[string]any{"command": "pwd"})); text != dir+"\n" {
+				t.Errorf("%s: next command runs in %q", command, text)
+			}
+		})
+	}
+}
+
+func TestMayChangeDir(t *testing.T) {
+	for command, want := range map[string]bool{
+		"true": false, "ls -la /tmp": false, "go test ./...": false, "git status && make": false,
+		"cd /tmp": true, "X=1 cd /tmp": true, "echo a;cd /": true, "(pushd x)": true,
+		"popd": true, ". env.sh": true, "source env.sh": true, "eval x": true,
+		"c''d /": true, `c\d /`: true, "$X /": true, "`echo cd` /": true, "c? /": true, "c{d,} /": true,
+		"./cd /": false, "/bin/cd": false, "abcd /": false,
+	} {
+		if got := mayChangeDir(command); got != want {
+			t.Errorf("mayChangeDir(%q) = %v, want %v", command, got, want)
+		}
+	}
+}
+
+// proc2Parent is pid's parent, from /proc.
+func proc2Parent(t *testing.T, pid int) int {
+	t.Helper()
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	parent, _ := strconv.Atoi(fields[1])
+	return parent
+}
+
+// An escapee that left its group and cleared its environment carries no
+// marker: the subreaper makes it telson's child, killed at the server's end.
+func TestEscapedWithoutEnvironmentDiesWithTheServer(t *testing.T) {
+	t.Parallel()
+	if runtime.GOOS != "linux" {
+		t.Skip("a child subreaper needs Linux")
+	}
+	for _, tool := range []string{"BackgroundBash", "Bash"} {
+		t.Run(tool, func(t *testing.T) {
+			t.Parallel()
+			c := startBinary(t, nil)
+			c.initialize("2025-11-25")
+			pidFile := filepath.Join(t.TempDir(), "pid")
+			escape := "setsid env -i sh -c 'echo $$ > " + pidFile + "; exec sleep 1000' >/dev/null 2>&1 &"
+			if res := c.callTool(tool, map[string]any{"command": escape}); isError(res) {
+				t.Fatalf("start: %s", resultText(res))
+			}
+			pid := readPidFile(t, pidFile)
+			if env, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ"); bytes.Contains(env, []byte(markerEnv)) {
+				t.Fatalf("the escapee kept its marker: %q", env)
+			}
+			waitParent(t, pid, c.cmd.Process.Pid)
+			c.in.Close()
+			waitGone(t, pid)
+		})
+	}
+}
+
+// waitParent waits until pid, orphaned, has been re-parented to parent.
+func waitParent(t *testing.T, pid, parent int) {
+	t.Helper()
+	deadline := time.Now().Add(watchdog)
+	for wait := time.Millisecond; proc2Parent(t, pid) != parent; wait = min(2*wait, 100*time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d has parent %d, not telson %d", pid, proc2Parent(t, pid), parent)
+		}
+		time.Sleep(wait) // polling an external process, bounded by the watchdog
+	}
+}
+
+// TestReadDocsExtract: the converter keeps a page's main content and drops its furniture.
+func TestReadDocsExtract(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		file       string
+		want, drop []string
+	}{
+		{"article", // heavy boilerplate around an article: only the article comes back
+			[]string{"For the first time in forty years", "calm haul-out sites", "Volunteers will count the colony"},
+			[]string{"cookies", "Share on", "newsletter", "Related stories", "Otters", "Comments", "wonderful news",
+				"Most read", "All rights reserved", "Sport"}},
+		{"docs", // a docs page with a sidebar: the docs content whole
+			[]string{"# Configuration", "`toolkit.toml`", "## Options", "| `jobs` | 4 | Parallel jobs |",
+				"```toml\njobs = 8\ncache = false\n```", "- Keys are case sensitive.", "[Command line](https://example.com/cli)"},
+			[]string{"Getting started", "FAQ"}},
+		{"hints", // class and id words match whole: commented, shared and pageRow are content
+			[]string{"only contains the word commented", "## Shared history", "a longer word than share", "must come back too"},
+			[]string{"Share this"}},
+		{"layout", // a layout table is unwrapped; its code stays fenced
+			[]string{"# Old style page", "```\nfor i in range(3):\n    print(i)\n```", "The loop prints three numbers."},
+			[]string{"|"}},
+	}
+	for _, tc := range cases {
+		src, err := os.ReadFile("testdata/readdocs/extract/" + tc.file + ".html")
+		if err != nil {
+			t.Fatal(err)
+		}
+		md := htmlToMarkdown(string(src), "https://example.com/page", 1<<20, false).text
+		for _, w := range tc.want {
+			if !strings.Contains(md, w) {
+				t.Errorf("%s: lacks %q:\n%s", tc.file, w, md)
+			}
+		}
+		for _, d := range tc.drop {
+			if strings.Contains(md, d) {
+				t.Errorf("%s: keeps %q:\n%s", tc.file, d, md)
+			}
+		}
+	}
+}
+
+// TestReadDocsMath: MathJax output keeps its text; version 2's TeX source is read as $TeX$.
+func TestReadDocsMath(t *testing.T) {
+	t.Parallel()
+	v2 := `<p>Energy <span class="MathJax" id="MathJax-Element-1-Frame"><span>E=mc2</span></span>` +
+		`<script type="math/tex" id="MathJax-Element-1">E=mc^2</script> holds.</p>` +
+		`<div><script type="math/tex; mode=display">a+b</script></div><script>var x = 1</script>`
+	v3 := `<p>Let <mjx-container class="MathJax" jax="CHTML"><mjx-math aria-hidden="true"><mjx-c></mjx-c>` +
+		`</mjx-math><mjx-assistive-mml><math><mi>x</mi><mo>=</mo><mn>2</mn></math></mjx-assistive-mml>` +
+		`</mjx-container> be given.</p>`
+	for src, want := range map[string]string{v2: "Energy $E=mc^2$ holds.\n\n$$a+b$$", v3: "Let x=2 be given."} {
+		if md := htmlToMarkdown(src, "", 1000, false).text; md != want {
+			t.Errorf("%s: got %q, want %q", src, md, want)
+		}
+	}
+}
+
+// TestReadDocsNeverEmpty: a page that is all furniture still gives its text.
+func TestReadDocsNeverEmpty(t *testing.T) {
+	t.Parallel()
+	md := htmlToMarkdown(`<body><div class="sidebar"><p>Only <a href="/x">text</a> of the page.</p></div></body>`, "", 1000, false).text
+	if md != "Only [text](/x) of the page." {
+		t.Errorf("got %q", md)
+	}
+}
+
+// TestReadDocsSourceWins: when the page's scripts removed the article, the
+// HTML as the server sent it is read instead.
+func TestReadDocsSourceWins(t *testing.T) {
+	t.Parallel()
+	src, err := os.ReadFile("testdata/readdocs/extract/article.html")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dom := `<html><head><title>Harbour seals</title></head><body><nav><a href="/">Home</a></nav>
+<p>Please enable JavaScript to read this article.</p></body></html>`
+	o := &readDocsOut{body: dom, source: string(src)}
+	md, _ := o.convert(readDocsArgs{Format: "markdown", MaxLength: 30000})
+	if !strings.Contains(md, "For the first time in forty years") {
+		t.Errorf("got %q", md)
+	}
+	o = &readDocsOut{body: string(src), source: dom} // the page as shown is better: it stays
+	if md, _ := o.convert(readDocsArgs{Format: "text", MaxLength: 30000}); !strings.Contains(md, "Volunteers") {
+		t.Errorf("text: got %q", md)
+	}
+}
+
+// TestReadDocsScriptsRemoveArticleChromium: a page whose script removes
+// the article comes back with the article.
+func TestReadDocsScriptsRemoveArticleChromium(t *testing.T) {
+	readdocsNeedBrowser(t)
+	src, err := os.ReadFile("testdata/readdocs/extract/article.html")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := strings.Replace(string(src), "</body>",
+		`<script>document.querySelector('.main-column').innerHTML = '<p>Subscribe to read.</p>'</script></body>`, 1)
+	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		io.WriteString(w, page)
+	}))
+	defer site.Close()
+	c := startServer(t)
+	c.initialize("2025-06-18")
+	text, _, isErr := readdocsCall(t, c, map[string]any{"url": site.URL + "/"})
+	if isErr || !strings.Contains(text, "Volunteers will count the colony") {
+		t.Errorf("got %s", text)
+	}
+}
+
+// TestReadDocsBounded: output is bounded by the part asked for, whatever the
+// page's shape; memory stays under 300 MB. Read without a browser.
+func TestReadDocsBounded(t *testing.T) {
+	t.Parallel()
+	var table, big strings.Builder
+	table.WriteString("<table><tr>" + strings.Repeat("<td>h</td>", 64) + "</tr>")
+	for table.Len() < 2400<<10 {
+		table.WriteString("<tr><td>cell</td></tr>\n")
+	}
+	big.WriteString("<html><body>")
+	for big.Len() < 9900<<10 {
+		big.WriteString("<div><p>Some text with <a href='/x'>a link</a>, and more words.</p><ul><li>item</li></ul></div>\n")
+	}
+	pages := map[string]string{"/table": table.String(), "/big": big.String(),
+		"/title": "<title>" + strings.Repeat("t", 20<<20) + "</title><p>body</p>"}
+	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		io.WriteString(w, pages[r.URL.Path])
+	}))
+	defer site.Close()
+	c := startBinary(t, []string{"PATH=" + t.TempDir(), "TELSON_READDOCS_BROWSER=0"})
+	c.initialize("2025-06-18")
+	for _, path := range []string{"/table", "/big", "/title"} {
+		text, sc, isErr := readdocsCall(t, c, map[string]any{"url": site.URL + path, "max_length": 1000})
+		if isErr || len(text) > 4000 {
+			t.Errorf("%s: error %v, %d bytes of reply", path, isErr, len(text))
+		}
+		if path != "/title" && (sc["truncated"] != true || sc["next_start_index"] != float64(1000) ||
+			!strings.Contains(text, "More content: the page has at least ")) || strings.Contains(text, "<error>") {
+			t.Errorf("%s: %v\n%s", path, sc, text[max(0, len(text)-300):])
+		}
+		t.Logf("%s: peak %.0f MB", path, procStatusKB(c.cmd.Process.Pid, "VmHWM")/1024)
+	}
+	peak := procStatusKB(c.cmd.Process.Pid, "VmHWM") / 1024
+	t.Logf("peak memory %.0f MB", peak)
+	if info, _ := debug.ReadBuildInfo(); peak > 300 && !slices.Contains(info.Settings, debug.BuildSetting{Key: "-race", Value: "true"}) {
+		t.Errorf("peak memory %.0f MB, want under 300", peak)
+	}
+}
+
+// TestReadDocsExtractRules: one case per extraction rule, on small pages.
+func TestReadDocsExtractRules(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name, file string
+		want, drop []string
+	}{
+		// The article (or main) around the text comes whole: headline, deck, lead photo.
+		{"article whole", "deck", []string{"# Harbour seals return to the estuary", "After forty years away"}, nil},
+		// So does a parent holding only the article and its header.
+		{"header beside the article", "header", []string{"# Nobel laureate warns",
+			"## The journalist said it would mean the end", "as long as he could."},
+			[]string{"Most read", "Home"}},
+		// A long heading before furniture is a deck, not the furniture's title.
+		{"long heading kept", "deck", []string{"## After forty years away"}, []string{"Share", "Tweet"}},
+		// A long caption is text; a short one (a photo credit) is not, nor the
+		// description of an image beside a caption.
+		{"captions", "deck", []string{"The whole story began"}, []string{"A pup resting", "A seal on a sandbank"}},
+		// A paragraph that is an e-mail address is text, not a teaser link.
+		{"mailto", "deck", []string{"[wardens@coast.example](mailto:wardens@coast.example)"}, nil},
+		// Class words compound with a tail: licenceInfo names furniture.
+		{"info tail", "deck", nil, []string{"protected by copyright"}},
+		// Headings with nothing under them go.
+		{"empty headings", "deck", []string{"by the end of the year."}, []string{"Tags", "Latest"}},
+		// Blocks named as comments that hold nearly all the page are its text.
+		{"live commentary", "live", []string{"Full time at the Moustoir", "The corner comes to nothing",
+			"Kick-off!"}, []string{"All rights reserved", "Home"}},
+		// Furniture-named blocks beside an article still go.
+		{"comments beside an article", "article", []string{"For the first time in forty years"},
+			[]string{"wonderful news"}},
+	}
+	for _, tc := range cases {
+		src, err := os.ReadFile("testdata/readdocs/extract/" + tc.file + ".html")
+		if err != nil {
+			t.Fatal(err)
+		}
+		md := htmlToMarkdown(string(src), "https://example.com/page", 1<<20, false).text
+		for _, w := range tc.want {
+			if !strings.Contains(md, w) {
+				t.Errorf("%s: lacks %q:\n%s", tc.name, w, md)
+			}
+		}
+		for _, d := range tc.drop {
+			if strings.Contains(md, d) {
+				t.Errorf("%s: keeps %q:\n%s", tc.name, d, md)
+			}
+		}
+	}
+}
+
+// TestReadDocsHeadingEnd: a heading's end tag ends any open heading, as in browsers.
+func TestReadDocsHeadingEnd(t *testing.T) {
+	t.Parallel()
+	src := `<h1>Title</h1><h2>The deck of the story, closed by the wrong end tag</h3>` +
+		`<p>The first paragraph of the story follows the deck.</p>`
+	md := htmlToMarkdown(src, "https://example.com/", 1<<20, false).text
+	want := "# Title\n\n## The deck of the story, closed by the wrong end tag\n\n" +
+		"The first paragraph of the story follows the deck."
+	if md != want {
+		t.Errorf("got:\n%s\nwant:\n%s", md, want)
+	}
+}
+
+// TestReadDocsEmptyHeadingsCode: lines in code blocks are not headings, and a
+// page of headings only keeps them.
+func TestReadDocsEmptyHeadingsCode(t *testing.T) {
+	t.Parallel()
+	code := "## Setup\n\n```sh\n# install\n\n## done\n```"
+	if got := mdDropEmptyHeadings(code); got != code {
+		t.Errorf("code block changed:\n%s", got)
+	}
+	if got := mdDropEmptyHeadings("# Not found"); got != "# Not found" {
+		t.Errorf("lone heading: %q", got)
+	}
+	if got := mdDropEmptyHeadings("# A\n\ntext\n\n## Share\n\n# B\n\nmore"); got != "# A\n\ntext\n\n# B\n\nmore" {
+		t.Errorf("empty heading kept: %q", got)
+	}
 }
