@@ -323,7 +323,6 @@ func readPidFile(t *testing.T, path string) int {
 	}
 }
 
-var _ = filepath.Join
 
 var update = flag.Bool("update", false, "rewrite golden files in testdata/")
 
@@ -4393,7 +4392,7 @@ func TestWorkflowPlanMode(t *testing.T) {
 	pm(true, map[string]any{"action": "enter", "goal": "again"}, "already active")
 	pm(false, map[string]any{"action": "status"}, "Plan mode: ACTIVE", `Goal: "Move the Config loader!"`, "Duration: ", planFile)
 
-	// Commands run while planning, in a read-only sandbox (proc_new_test.go).
+	// Commands run while planning, in a read-only sandbox (TestPlanModeCommandsAreReadOnly).
 	wfCall(t, c, "Bash", map[string]any{"command": "echo ran"}, false, "ran")
 	wfCall(t, c, "KillBgTask", map[string]any{"task_id": 1}, true, "no background task 1")
 	wfCall(t, c, "ListBgTasks", map[string]any{}, false)
