@@ -70,7 +70,7 @@ const calls = [
   ["WebSearch", { query: "telson interop", engines: ["wikipedia"] }, () => true],
   ["TaskManager", { action: "create", text: "interop task" }, (r) => !r.isError],
   ["TaskManager", { action: "list" }, (r) => /interop task/.test(r.content.map((c) => c.text).join(""))],
-  ["PlanMode", { action: "json" }, (r) => !r.isError],
+  ["PlanMode", { action: "status" }, (r) => !r.isError && r.structuredContent?.active === false],
   ["InvokeSkill", { skill_name: "no-such-skill" }, (r) => r.isError === true],
   ["SetCallback", { action: "list" }, (r) => !r.isError],
   ["AskUserQuestion", { questions_json: JSON.stringify({ questions: [{ text: "Which?", options: ["A", "B"] }] }) }, (r) => !r.isError && r.structuredContent?.status === "ask_in_chat"],
