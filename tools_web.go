@@ -2496,8 +2496,8 @@ type searchState struct {
 }
 
 type searchRest struct {
-	since, until time.Time
-	why          string // the status that sent the engine to rest
+	since time.Time
+	why   string // the status that sent the engine to rest
 }
 
 func newSearchState(string) *searchState {
@@ -2539,15 +2539,17 @@ func searchContains(s string, words []string) bool {
 	return slices.ContainsFunc(words, func(w string) bool { return strings.Contains(s, w) })
 }
 
-// ask asks one engine, unless it is resting or not configured, and judges its answer.
+// ask asks one engine, unless it is resting or not configured, and judges its answer;
+// an engine rate-limited, blocked or shown a captcha rests for SEARCH_BACKOFF_MS.
 func (st *searchState) ask(ctx context.Context, cfg *config, e *searchEngine,
 	query string) searchOutcome {
 	o := searchOutcome{Name: e.name, Status: "error"}
+	backoff := time.Duration(cfg.int("SEARCH_BACKOFF_MS")) * time.Millisecond
 	st.mu.Lock()
 	rest := st.resting[e.name]
 	st.mu.Unlock()
 	missing := searchMissing(cfg, e)
-	if time.Now().Before(rest.until) {
+	if time.Since(rest.since) < backoff {
 		o.Status = "resting"
 		o.Detail = fmt.Sprintf("%s %v ago", rest.why, time.Since(rest.since).Round(time.Second))
 		return o
@@ -2573,6 +2575,11 @@ func (st *searchState) ask(ctx context.Context, cfg *config, e *searchEngine,
 	hits, listed, err := e.read(body)
 	hits = searchTidy(hits)
 	o.Status, o.Detail = searchJudge(resp, body, len(hits), listed, err)
+	if slices.Contains([]string{"rate-limited", "blocked", "captcha"}, o.Status) {
+		st.mu.Lock()
+		st.resting[e.name] = searchRest{since: time.Now(), why: o.Status}
+		st.mu.Unlock()
+	}
 	if o.Status == "ok" {
 		o.hits = hits
 		o.Count = len(hits)
@@ -2780,22 +2787,7 @@ func (st *searchState) search(ctx context.Context, cfg *config, query string,
 		}()
 	}
 	wg.Wait()
-	st.rest(cfg, outs)
 	return outs
-}
-
-// rest sends to rest the engines that were rate-limited, blocked or shown a captcha.
-func (st *searchState) rest(cfg *config, outs []searchOutcome) {
-	backoff := time.Duration(cfg.int("SEARCH_BACKOFF_MS")) * time.Millisecond
-	now := time.Now()
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	for _, o := range outs {
-		resting := slices.Contains([]string{"rate-limited", "blocked", "captcha"}, o.Status)
-		if backoff > 0 && resting {
-			st.resting[o.Name] = searchRest{since: now, until: now.Add(backoff), why: o.Status}
-		}
-	}
 }
 
 // runWebSearch replies with the numbered merged list, then one line per engine.
@@ -2805,9 +2797,7 @@ func runWebSearch(ctx context.Context, c *toolCall) toolResult {
 		MaxResults int      `json:"max_results"`
 		Engines    []string `json:"engines"`
 	}
-	if err := json.Unmarshal(c.args, &a); err != nil {
-		return errorResult("%v", err)
-	}
+	json.Unmarshal(c.args, &a) // schema-checked
 	if strings.TrimSpace(a.Query) == "" {
 		return errorResult("the query is blank; say what to search for")
 	}
