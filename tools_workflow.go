@@ -62,7 +62,7 @@ func withStateLock(ctx context.Context, path string, fn func() error) error {
 	os.MkdirAll(filepath.Dir(path), 0o700) // the open below reports a failure
 	f, err := os.OpenFile(path+".lock", os.O_CREATE|os.O_RDWR|syscall.O_NONBLOCK, 0o600)
 	if err != nil {
-		return fmt.Errorf("lock: %w", err)
+		return err
 	}
 	defer f.Close() // closing releases the flock
 	deadline := time.Now().Add(5 * time.Second)
@@ -87,18 +87,15 @@ func writeFileAtomic(path string, data []byte) error {
 	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp-*")
 	if err != nil {
-		return fmt.Errorf("write: %w", err)
+		return err // os's errors name the file
 	}
 	defer os.Remove(tmp.Name()) // fails harmlessly after the rename
 	_, err = tmp.Write(data)
 	err = errors.Join(err, tmp.Sync(), tmp.Close())
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
 	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
+		return err
 	}
-	return nil
+	return os.Rename(tmp.Name(), path)
 }
 
 // ---- TaskManager ----
@@ -370,11 +367,12 @@ func (tf *taskFile) complete(t *taskEntry, a taskArgs) (string, error) {
 		s.InProgress = false
 		return fmt.Sprintf("Completed step %s of task %s.", s.ID, t.line()), nil
 	}
-	if len(t.open()) > 0 && !a.Force {
+	open := t.open()
+	if len(open) > 0 && !a.Force {
 		return "", fmt.Errorf("task %s has open steps; complete them, or pass force: true:%s",
-			t.ID, stepLines(t.open()))
+			t.ID, stepLines(open))
 	}
-	for _, s := range t.Steps {
+	for _, s := range open {
 		s.Done = true
 		s.InProgress = false
 	}
