@@ -2515,14 +2515,6 @@ type searchOutcome struct {
 	hits   []searchHit
 }
 
-// line is the outcome as a line of the reply.
-func (o *searchOutcome) line() string {
-	if o.Detail == "" {
-		return "- " + o.Name + ": " + o.Status
-	}
-	return "- " + o.Name + ": " + o.Status + " (" + o.Detail + ")"
-}
-
 // Anti-bot markers: captcha marks are checked on every markup answer, the
 // words only on pages without results.
 var (
@@ -2814,16 +2806,18 @@ func runWebSearch(ctx context.Context, c *toolCall) toolResult {
 		}
 		fmt.Fprintf(&b, "   found by: %s\n\n", strings.Join(r.Engines, ", "))
 	}
-	var lines []string
+	fates := "" // a line per engine
 	answered := false
 	for _, o := range outs {
-		lines = append(lines, o.line())
+		fates += "\n- " + o.Name + ": " + o.Status
+		if o.Detail != "" {
+			fates += " (" + o.Detail + ")"
+		}
 		answered = answered || o.Status == "ok" || o.Status == "empty"
 	}
-	fates := strings.Join(lines, "\n")
 	if !answered {
 		out["message"] = "every engine failed"
-		res := errorResult("every engine failed:\n%s", fates)
+		res := errorResult("every engine failed:%s", fates)
 		res.structured = out
 		return res
 	}
@@ -2831,5 +2825,5 @@ func runWebSearch(ctx context.Context, c *toolCall) toolResult {
 		out["message"] = "No results: the engines that answered found nothing."
 		fmt.Fprintf(&b, "%s\n\n", out["message"])
 	}
-	return structuredResult(b.String()+"Engines:\n"+fates, out)
+	return structuredResult(b.String()+"Engines:"+fates, out)
 }
