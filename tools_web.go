@@ -2567,7 +2567,8 @@ func (st *searchState) ask(ctx context.Context, cfg *config, e *searchEngine,
 	hits, listed, err := e.read(body)
 	hits = searchTidy(hits)
 	o.Status, o.Detail = searchJudge(resp, body, len(hits), listed, err)
-	if slices.Contains([]string{"rate-limited", "blocked", "captcha"}, o.Status) {
+	switch o.Status {
+	case "rate-limited", "blocked", "captcha":
 		st.mu.Lock()
 		st.resting[e.name] = searchRest{since: time.Now(), why: o.Status}
 		st.mu.Unlock()
@@ -2587,10 +2588,11 @@ func searchJudge(resp *http.Response, body string, hits int, listed bool,
 	low := strings.ToLower(body)
 	code := resp.StatusCode
 	isJSON := strings.HasPrefix(strings.TrimSpace(body), "{")
-	why := fmt.Sprintf("HTTP %d", code)
+	sample := "" // what an API said
 	if isJSON {
-		why += ": " + searchCut(body, 200)
+		sample = ": " + searchCut(body, 200)
 	}
+	why := fmt.Sprintf("HTTP %d%s", code, sample)
 	switch {
 	case strings.Contains(page, "captcha"):
 		return "captcha", page
@@ -2598,9 +2600,8 @@ func searchJudge(resp *http.Response, body string, hits int, listed bool,
 		return "blocked", page
 	case !isJSON && searchContains(low, searchCaptchaMarks):
 		return "captcha", "challenge page"
-	case code == http.StatusTooManyRequests || code == http.StatusAccepted:
-		return "rate-limited", why
-	case code >= 400 && searchContains(low, []string{"rate limit", "throttle"}):
+	case code == http.StatusTooManyRequests || code == http.StatusAccepted ||
+		code >= 400 && searchContains(low, []string{"rate limit", "throttle"}):
 		return "rate-limited", why
 	case code == http.StatusForbidden:
 		return "blocked", why
@@ -2614,10 +2615,8 @@ func searchJudge(resp *http.Response, body string, hits int, listed bool,
 		return "blocked", "bot check page"
 	case listed || searchContains(low, searchNoneWords):
 		return "empty", ""
-	case isJSON:
-		return "error", "no result list: " + searchCut(body, 200)
 	}
-	return "error", "no result list"
+	return "error", "no result list" + sample
 }
 
 // searchTidy unwraps redirect links, drops ads and links that are not to web
