@@ -2590,7 +2590,7 @@ func searchJudge(resp *http.Response, body string, hits int, listed bool,
 	isJSON := strings.HasPrefix(strings.TrimSpace(body), "{")
 	sample := "" // what an API said
 	if isJSON {
-		sample = ": " + searchCut(body, 200)
+		sample = ": " + cutRunes(body, 200)
 	}
 	why := fmt.Sprintf("HTTP %d%s", code, sample)
 	switch {
@@ -2635,8 +2635,8 @@ func searchTidy(hits []searchHit) []searchHit {
 			continue // an ad or a link still wrapped
 		}
 		h.url = u.String()
-		h.title = searchCut(h.title, searchMaxText)
-		h.snippet = searchCut(h.snippet, searchMaxText)
+		h.title = cutRunes(h.title, searchMaxText)
+		h.snippet = cutRunes(h.snippet, searchMaxText)
 		if h.title == "" {
 			h.title = u.Host + u.Path
 		}
@@ -2645,7 +2645,8 @@ func searchTidy(hits []searchHit) []searchHit {
 	return out
 }
 
-func searchCut(s string, max int) string {
+// cutRunes cuts s to max runes, the last an ellipsis.
+func cutRunes(s string, max int) string {
 	r := []rune(s)
 	if len(r) <= max {
 		return s

@@ -659,8 +659,7 @@ var invokeSkillTool = toolDef{
 		_, skills := srv.skills.refresh(srv, "")
 		list := ""
 		for _, sk := range skills[:min(len(skills), maxSkillsList)] {
-			d := []rune(sk.description)
-			list += "\n- " + sk.name + ": " + string(d[:min(len(d), 250)])
+			list += "\n- " + sk.name + ": " + cutRunes(sk.description, 250)
 		}
 		return `Invoke or load a skill by name.
 Returns the skill content for you to follow or use as context: a header (skill, source, path),
