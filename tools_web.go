@@ -2629,9 +2629,8 @@ func searchTidy(hits []searchHit) []searchHit {
 			continue
 		}
 		page := strings.ToLower(u.Host + u.Path)
-		wrapped := []string{"duckduckgo.com/y.js", "duckduckgo.com/l/", "bing.com/aclick",
-			"bing.com/ck/a", "r.search.yahoo.com/"}
-		if searchContains(page, wrapped) {
+		if searchContains(page, []string{"duckduckgo.com/y.js", "duckduckgo.com/l/",
+			"bing.com/aclick", "bing.com/ck/a", "r.search.yahoo.com/"}) {
 			continue // an ad or a link still wrapped
 		}
 		h.url = u.String()
@@ -2769,8 +2768,8 @@ func (st *searchState) search(ctx context.Context, cfg *config, query string,
 			defer wg.Done()
 			defer func() { // a parser's panic must not take the server down
 				if p := recover(); p != nil {
-					detail := fmt.Sprint("panic: ", p)
-					outs[i] = searchOutcome{Name: e.name, Status: "error", Detail: detail}
+					outs[i] = searchOutcome{Name: e.name, Status: "error",
+						Detail: fmt.Sprint("panic: ", p)}
 				}
 			}()
 			ectx, cancel := context.WithTimeout(ctx, timeout)
