@@ -380,7 +380,7 @@ func elicit(ctx context.Context, c *toolCall, key string, params map[string]any)
 		return answer, nil, err
 	}
 	var p struct {
-		InputResponses map[string]json.RawMessage `json:"inputResponses"`
+		InputResponses map[string]json.RawMessage
 	}
 	json.Unmarshal(c.req.params, &p)
 	answer = p.InputResponses[key]
@@ -394,7 +394,7 @@ func elicit(ctx context.Context, c *toolCall, key string, params map[string]any)
 // parseQuestions reads {"questions":[...]} and checks it.
 func parseQuestions(text string) ([]askQuestion, error) {
 	var w struct {
-		Questions []askQuestion `json:"questions"`
+		Questions []askQuestion
 	}
 	if err := json.Unmarshal([]byte(text), &w); err != nil {
 		return nil, fmt.Errorf(`questions: %w (want {"questions":%s})`, err, askShape)
@@ -471,8 +471,8 @@ func elicitParams(qs []askQuestion, v string) map[string]any {
 // askAnswer turns an elicitation result into the tool's reply.
 func askAnswer(qs []askQuestion, raw json.RawMessage) toolResult {
 	var r struct {
-		Action  string         `json:"action"`
-		Content map[string]any `json:"content"`
+		Action  string
+		Content map[string]any
 	}
 	json.Unmarshal(raw, &r)
 	switch r.Action {

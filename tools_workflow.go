@@ -835,8 +835,8 @@ func (s *session) loadSkill(name, args string) (skillInfo, string, error) {
 		}
 		return sk, body, nil
 	}
-	available := strings.Join(names, ", ")
-	return skillInfo{}, "", fmt.Errorf("skill %q not found; available: %s", name, available)
+	return skillInfo{}, "", fmt.Errorf("skill %q not found; available: %s", name,
+		strings.Join(names, ", "))
 }
 
 func runInvokeSkill(ctx context.Context, c *toolCall) toolResult {
