@@ -85,13 +85,10 @@ func runReadImage(ctx context.Context, c *toolCall) toolResult {
 		return errorResult("%v", err)
 	}
 	mime := http.DetectContentType(data)
-	if !slices.Contains([]string{"image/png", "image/jpeg", "image/gif", "image/webp"}, mime) {
-		return errorResult("%s is %s; ReadImage shows PNG, JPEG, GIF and WebP, "+
-			"the formats the Anthropic API accepts (not BMP)", path, mime)
-	}
-	w, h, bpp := imageHeader(mime, data)
+	w, h, bpp := imageHeader(mime, data) // 0×0 for any other type
 	if w <= 0 || h <= 0 {
-		return errorResult("%s: damaged %s header", path, mime)
+		return errorResult("%s is %s; ReadImage shows PNG, JPEG, GIF and WebP, "+
+			"the formats the Anthropic API accepts (not BMP), with a readable header", path, mime)
 	}
 	edge, maxBytes := imageLimits(c.s.srv.cfg)
 	size := int64(len(data))
@@ -334,8 +331,8 @@ func (o askOption) title() string {
 
 func runAskUserQuestion(ctx context.Context, c *toolCall) toolResult {
 	var a struct {
-		Questions     json.RawMessage `json:"questions"`
-		QuestionsJSON string          `json:"questions_json"`
+		Questions     json.RawMessage
+		QuestionsJSON string `json:"questions_json"`
 	}
 	json.Unmarshal(c.args, &a)
 	text := a.QuestionsJSON
@@ -383,7 +380,7 @@ func elicit(ctx context.Context, c *toolCall, key string, params map[string]any)
 		return answer, nil, err
 	}
 	var p struct {
-		InputResponses map[string]json.RawMessage `json:"inputResponses"`
+		InputResponses map[string]json.RawMessage
 	}
 	json.Unmarshal(c.req.params, &p)
 	answer = p.InputResponses[key]
@@ -397,7 +394,7 @@ func elicit(ctx context.Context, c *toolCall, key string, params map[string]any)
 // parseQuestions reads {"questions":[...]} and checks it.
 func parseQuestions(text string) ([]askQuestion, error) {
 	var w struct {
-		Questions []askQuestion `json:"questions"`
+		Questions []askQuestion
 	}
 	if err := json.Unmarshal([]byte(text), &w); err != nil {
 		return nil, fmt.Errorf(`questions: %w (want {"questions":%s})`, err, askShape)
@@ -474,8 +471,8 @@ func elicitParams(qs []askQuestion, v string) map[string]any {
 // askAnswer turns an elicitation result into the tool's reply.
 func askAnswer(qs []askQuestion, raw json.RawMessage) toolResult {
 	var r struct {
-		Action  string         `json:"action"`
-		Content map[string]any `json:"content"`
+		Action  string
+		Content map[string]any
 	}
 	json.Unmarshal(raw, &r)
 	switch r.Action {
@@ -532,8 +529,8 @@ func askSelected(q askQuestion, answer any) (any, string) {
 func askUnanswered(status string) toolResult {
 	text := fmt.Sprintf("User %s the questions without answering. "+
 		"Do not assume an answer: go on without one, or ask in chat if you must know.", status)
-	structured := map[string]any{"status": status, "message": text, "answers": []any{}}
-	return structuredResult(text, structured)
+	return structuredResult(text, map[string]any{"status": status, "message": text,
+		"answers": []any{}})
 }
 
 // askInChat hands questions that cannot reach the user back, for the agent to ask in chat.
@@ -550,7 +547,6 @@ func askInChat(qs []askQuestion, why string) toolResult {
 			text += "\n   - " + o.title()
 		}
 	}
-	structured := map[string]any{"status": "ask_in_chat", "message": msg, "answers": []any{},
-		"questions": qs}
-	return structuredResult(text, structured)
+	return structuredResult(text, map[string]any{"status": "ask_in_chat", "message": msg,
+		"answers": []any{}, "questions": qs})
 }

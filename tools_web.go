@@ -2605,8 +2605,8 @@ type searchState struct {
 }
 
 type searchRest struct {
-	since, until time.Time
-	why          string // the status that sent the engine to rest
+	since time.Time
+	why   string // the status that sent the engine to rest
 }
 
 func newSearchState(string) *searchState {
@@ -2622,14 +2622,6 @@ type searchOutcome struct {
 	Count  int    `json:"count"`
 	Detail string `json:"detail,omitempty"`
 	hits   []searchHit
-}
-
-// line is the outcome as a line of the reply.
-func (o *searchOutcome) line() string {
-	if o.Detail == "" {
-		return "- " + o.Name + ": " + o.Status
-	}
-	return "- " + o.Name + ": " + o.Status + " (" + o.Detail + ")"
 }
 
 // Anti-bot markers: captcha marks are checked on every markup answer, the
@@ -2648,15 +2640,17 @@ func searchContains(s string, words []string) bool {
 	return slices.ContainsFunc(words, func(w string) bool { return strings.Contains(s, w) })
 }
 
-// ask asks one engine, unless it is resting or not configured, and judges its answer.
+// ask asks one engine, unless it is resting or not configured, and judges its answer;
+// an engine rate-limited, blocked or shown a captcha rests for SEARCH_BACKOFF_MS.
 func (st *searchState) ask(ctx context.Context, cfg *config, e *searchEngine,
 	query string) searchOutcome {
 	o := searchOutcome{Name: e.name, Status: "error"}
+	backoff := time.Duration(cfg.int("SEARCH_BACKOFF_MS")) * time.Millisecond
 	st.mu.Lock()
 	rest := st.resting[e.name]
 	st.mu.Unlock()
 	missing := searchMissing(cfg, e)
-	if time.Now().Before(rest.until) {
+	if time.Since(rest.since) < backoff {
 		o.Status = "resting"
 		o.Detail = fmt.Sprintf("%s %v ago", rest.why, time.Since(rest.since).Round(time.Second))
 		return o
@@ -2682,6 +2676,12 @@ func (st *searchState) ask(ctx context.Context, cfg *config, e *searchEngine,
 	hits, listed, err := e.read(body)
 	hits = searchTidy(hits)
 	o.Status, o.Detail = searchJudge(resp, body, len(hits), listed, err)
+	switch o.Status {
+	case "rate-limited", "blocked", "captcha":
+		st.mu.Lock()
+		st.resting[e.name] = searchRest{since: time.Now(), why: o.Status}
+		st.mu.Unlock()
+	}
 	if o.Status == "ok" {
 		o.hits = hits
 		o.Count = len(hits)
@@ -2697,10 +2697,11 @@ func searchJudge(resp *http.Response, body string, hits int, listed bool,
 	low := strings.ToLower(body)
 	code := resp.StatusCode
 	isJSON := strings.HasPrefix(strings.TrimSpace(body), "{")
-	why := fmt.Sprintf("HTTP %d", code)
+	sample := "" // what an API said
 	if isJSON {
-		why += ": " + searchCut(body, 200)
+		sample = ": " + cutRunes(body, 200)
 	}
+	why := fmt.Sprintf("HTTP %d%s", code, sample)
 	switch {
 	case strings.Contains(page, "captcha"):
 		return "captcha", page
@@ -2708,9 +2709,8 @@ func searchJudge(resp *http.Response, body string, hits int, listed bool,
 		return "blocked", page
 	case !isJSON && searchContains(low, searchCaptchaMarks):
 		return "captcha", "challenge page"
-	case code == http.StatusTooManyRequests || code == http.StatusAccepted:
-		return "rate-limited", why
-	case code >= 400 && searchContains(low, []string{"rate limit", "throttle"}):
+	case code == http.StatusTooManyRequests || code == http.StatusAccepted ||
+		code >= 400 && searchContains(low, []string{"rate limit", "throttle"}):
 		return "rate-limited", why
 	case code == http.StatusForbidden:
 		return "blocked", why
@@ -2724,10 +2724,8 @@ func searchJudge(resp *http.Response, body string, hits int, listed bool,
 		return "blocked", "bot check page"
 	case listed || searchContains(low, searchNoneWords):
 		return "empty", ""
-	case isJSON:
-		return "error", "no result list: " + searchCut(body, 200)
 	}
-	return "error", "no result list"
+	return "error", "no result list" + sample
 }
 
 // searchTidy unwraps redirect links, drops ads and links that are not to web
@@ -2740,14 +2738,13 @@ func searchTidy(hits []searchHit) []searchHit {
 			continue
 		}
 		page := strings.ToLower(u.Host + u.Path)
-		wrapped := []string{"duckduckgo.com/y.js", "duckduckgo.com/l/", "bing.com/aclick",
-			"bing.com/ck/a", "r.search.yahoo.com/"}
-		if searchContains(page, wrapped) {
+		if searchContains(page, []string{"duckduckgo.com/y.js", "duckduckgo.com/l/",
+			"bing.com/aclick", "bing.com/ck/a", "r.search.yahoo.com/"}) {
 			continue // an ad or a link still wrapped
 		}
 		h.url = u.String()
-		h.title = searchCut(h.title, searchMaxText)
-		h.snippet = searchCut(h.snippet, searchMaxText)
+		h.title = cutRunes(h.title, searchMaxText)
+		h.snippet = cutRunes(h.snippet, searchMaxText)
 		if h.title == "" {
 			h.title = u.Host + u.Path
 		}
@@ -2756,7 +2753,8 @@ func searchTidy(hits []searchHit) []searchHit {
 	return out
 }
 
-func searchCut(s string, max int) string {
+// cutRunes cuts s to max runes, the last an ellipsis.
+func cutRunes(s string, max int) string {
 	r := []rune(s)
 	if len(r) <= max {
 		return s
@@ -2879,8 +2877,8 @@ func (st *searchState) search(ctx context.Context, cfg *config, query string,
 			defer wg.Done()
 			defer func() { // a parser's panic must not take the server down
 				if p := recover(); p != nil {
-					detail := fmt.Sprint("panic: ", p)
-					outs[i] = searchOutcome{Name: e.name, Status: "error", Detail: detail}
+					outs[i] = searchOutcome{Name: e.name, Status: "error",
+						Detail: fmt.Sprint("panic: ", p)}
 				}
 			}()
 			ectx, cancel := context.WithTimeout(ctx, timeout)
@@ -2889,22 +2887,7 @@ func (st *searchState) search(ctx context.Context, cfg *config, query string,
 		}()
 	}
 	wg.Wait()
-	st.rest(cfg, outs)
 	return outs
-}
-
-// rest sends to rest the engines that were rate-limited, blocked or shown a captcha.
-func (st *searchState) rest(cfg *config, outs []searchOutcome) {
-	backoff := time.Duration(cfg.int("SEARCH_BACKOFF_MS")) * time.Millisecond
-	now := time.Now()
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	for _, o := range outs {
-		resting := slices.Contains([]string{"rate-limited", "blocked", "captcha"}, o.Status)
-		if backoff > 0 && resting {
-			st.resting[o.Name] = searchRest{since: now, until: now.Add(backoff), why: o.Status}
-		}
-	}
 }
 
 // runWebSearch replies with the numbered merged list, then one line per engine.
@@ -2914,9 +2897,7 @@ func runWebSearch(ctx context.Context, c *toolCall) toolResult {
 		MaxResults int      `json:"max_results"`
 		Engines    []string `json:"engines"`
 	}
-	if err := json.Unmarshal(c.args, &a); err != nil {
-		return errorResult("%v", err)
-	}
+	json.Unmarshal(c.args, &a) // schema-checked
 	if strings.TrimSpace(a.Query) == "" {
 		return errorResult("the query is blank; say what to search for")
 	}
@@ -2933,16 +2914,18 @@ func runWebSearch(ctx context.Context, c *toolCall) toolResult {
 		}
 		fmt.Fprintf(&b, "   found by: %s\n\n", strings.Join(r.Engines, ", "))
 	}
-	var lines []string
+	fates := "" // a line per engine
 	answered := false
 	for _, o := range outs {
-		lines = append(lines, o.line())
+		fates += "\n- " + o.Name + ": " + o.Status
+		if o.Detail != "" {
+			fates += " (" + o.Detail + ")"
+		}
 		answered = answered || o.Status == "ok" || o.Status == "empty"
 	}
-	fates := strings.Join(lines, "\n")
 	if !answered {
 		out["message"] = "every engine failed"
-		res := errorResult("every engine failed:\n%s", fates)
+		res := errorResult("every engine failed:%s", fates)
 		res.structured = out
 		return res
 	}
@@ -2950,5 +2933,5 @@ func runWebSearch(ctx context.Context, c *toolCall) toolResult {
 		out["message"] = "No results: the engines that answered found nothing."
 		fmt.Fprintf(&b, "%s\n\n", out["message"])
 	}
-	return structuredResult(b.String()+"Engines:\n"+fates, out)
+	return structuredResult(b.String()+"Engines:"+fates, out)
 }

@@ -62,7 +62,7 @@ func withStateLock(ctx context.Context, path string, fn func() error) error {
 	os.MkdirAll(filepath.Dir(path), 0o700) // the open below reports a failure
 	f, err := os.OpenFile(path+".lock", os.O_CREATE|os.O_RDWR|syscall.O_NONBLOCK, 0o600)
 	if err != nil {
-		return fmt.Errorf("lock: %w", err)
+		return err
 	}
 	defer f.Close() // closing releases the flock
 	deadline := time.Now().Add(5 * time.Second)
@@ -87,18 +87,15 @@ func writeFileAtomic(path string, data []byte) error {
 	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp-*")
 	if err != nil {
-		return fmt.Errorf("write: %w", err)
+		return err // os's errors name the file
 	}
 	defer os.Remove(tmp.Name()) // fails harmlessly after the rename
 	_, err = tmp.Write(data)
 	err = errors.Join(err, tmp.Sync(), tmp.Close())
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
 	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
+		return err
 	}
-	return nil
+	return os.Rename(tmp.Name(), path)
 }
 
 // ---- TaskManager ----
@@ -230,8 +227,8 @@ func loadTasks(path string) (*taskFile, error) {
 		err = json.Unmarshal(data, tf)
 	}
 	for _, t := range tf.Tasks {
-		if t == nil || !strings.HasPrefix(t.ID, "t") || slices.Contains(t.Steps, nil) {
-			err = cmp.Or(err, errors.New("a task or step is null or has no id"))
+		if t == nil || slices.Contains(t.Steps, nil) {
+			err = cmp.Or(err, errors.New("a task or step is null"))
 		}
 	}
 	if err != nil {
@@ -307,7 +304,7 @@ func (tf *taskFile) create(a taskArgs) (string, []*taskEntry, error) {
 	}
 	next := 1
 	for _, x := range tf.Tasks {
-		n, _ := strconv.Atoi(x.ID[1:])
+		n, _ := strconv.Atoi(strings.TrimPrefix(x.ID, "t"))
 		next = max(next, n+1)
 	}
 	t := &taskEntry{ID: "t" + strconv.Itoa(next), Title: a.Text, Project: a.project,
@@ -339,8 +336,8 @@ func (t *taskEntry) step(id string) (*taskStep, error) {
 	}
 	i := slices.IndexFunc(t.Steps, func(s *taskStep) bool { return s.ID == want })
 	if i < 0 {
-		open := stepLines(t.open())
-		return nil, fmt.Errorf("task %s has no step %q; its open steps:%s", t.ID, id, open)
+		return nil, fmt.Errorf("task %s has no step %q; its open steps:%s", t.ID, id,
+			stepLines(t.open()))
 	}
 	return t.Steps[i], nil
 }
@@ -370,11 +367,12 @@ func (tf *taskFile) complete(t *taskEntry, a taskArgs) (string, error) {
 		s.InProgress = false
 		return fmt.Sprintf("Completed step %s of task %s.", s.ID, t.line()), nil
 	}
-	if len(t.open()) > 0 && !a.Force {
+	open := t.open()
+	if len(open) > 0 && !a.Force {
 		return "", fmt.Errorf("task %s has open steps; complete them, or pass force: true:%s",
-			t.ID, stepLines(t.open()))
+			t.ID, stepLines(open))
 	}
-	for _, s := range t.Steps {
+	for _, s := range open {
 		s.Done = true
 		s.InProgress = false
 	}
@@ -552,23 +550,13 @@ func (p *planState) enter(c *toolCall, goal, file string) toolResult {
 		return errorResult("enter needs goal, what the plan is for")
 	}
 	if file == "" {
-		name := time.Now().Format("20060102-150405.000000") + ".md"
-		file = filepath.Join(c.s.srv.cfg.str("STATE_DIR"), "plans", name)
-		os.MkdirAll(filepath.Dir(file), 0o700) // writing the plan reports a failure
+		dir := filepath.Join(c.s.srv.cfg.str("STATE_DIR"), "plans")
+		os.MkdirAll(dir, 0o700) // writing the plan reports a failure
+		file = filepath.Join(dir, time.Now().Format("20060102-150405.000000")+".md")
 	}
 	file = c.s.shell.resolve(file)
 	if _, err := readCapped(file, maxPlanBytes); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return errorResult("plan_file: %v", err)
-	}
-	p.mu.Lock()
-	was := p.active
-	if !was {
-		p.planInfo = planInfo{active: true, goal: goal, file: file, started: time.Now()}
-	}
-	in := p.planInfo
-	p.mu.Unlock()
-	if was {
-		return errorResult("plan mode is already active (goal %q); exit or reset it first", in.goal)
 	}
 	gate := "Bash and BackgroundBash run read-only until you exit: read the code, writes fail."
 	if !c.s.srv.cfg.bool("PLAN_MODE_STRICT") {
@@ -577,7 +565,13 @@ func (p *planState) enter(c *toolCall, goal, file string) toolResult {
 	text := fmt.Sprintf("Plan mode activated. Write your plan as markdown.\nGoal: %q\n"+
 		"Plan file: %s\n%s\nThen exit with {\"action\":\"exit\",\"plan\":\"...\"}.",
 		goal, file, gate)
-	return in.result(text, nil)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.active {
+		return errorResult("plan mode is already active (goal %q); exit or reset it first", p.goal)
+	}
+	p.planInfo = planInfo{active: true, goal: goal, file: file, started: time.Now()}
+	return p.result(text, nil)
 }
 
 func (p *planState) exit(ctx context.Context, c *toolCall, plan string) toolResult {
@@ -604,11 +598,10 @@ func (p *planState) exit(ctx context.Context, c *toolCall, plan string) toolResu
 		return toolResult{inputRequired: ask}
 	}
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	if p.started.Equal(in.started) && approval != planKeep {
 		p.active = false
 	}
-	out := p.planInfo
-	p.mu.Unlock()
 	text := "Exiting plan mode. Returning to execution."
 	switch approval {
 	case planApproved:
@@ -620,7 +613,7 @@ func (p *planState) exit(ctx context.Context, c *toolCall, plan string) toolResu
 		text += "\nNote from the user: " + note
 	}
 	text = fmt.Sprintf("Plan saved to %s\n%s\n\n%s", in.file, text, plan)
-	return out.result(text, map[string]any{"plan": plan, "approval": approval, "note": note})
+	return p.result(text, map[string]any{"plan": plan, "approval": approval, "note": note})
 }
 
 // approvePlan asks the user to approve plan when the client can show a form;
@@ -663,11 +656,10 @@ var invokeSkillTool = toolDef{
 	name:  "InvokeSkill",
 	title: "Load a skill",
 	describe: func(srv *server) string {
-		skills := srv.skills.current(srv)
+		_, skills := srv.skills.refresh(srv, "")
 		list := ""
 		for _, sk := range skills[:min(len(skills), maxSkillsList)] {
-			d := []rune(sk.description)
-			list += "\n- " + sk.name + ": " + string(d[:min(len(d), 250)])
+			list += "\n- " + sk.name + ": " + cutRunes(sk.description, 250)
 		}
 		return `Invoke or load a skill by name.
 Returns the skill content for you to follow or use as context: a header (skill, source, path),
@@ -713,35 +705,22 @@ func skillRoots(cfg *config, project string) []skillInfo {
 		{path: filepath.Join(home, ".telson", "skills"), source: "User Skill"}}
 	extra := strings.ReplaceAll(cfg.str("ADDITIONAL_SKILLS"), ",", ":")
 	for _, d := range filepath.SplitList(extra) {
-		d = strings.TrimSpace(d)
-		if rest, ok := strings.CutPrefix(d, "~/"); ok {
-			d = filepath.Join(home, rest)
-		}
-		roots = append(roots, skillInfo{path: d, source: "Additional Skill"})
+		roots = append(roots, skillInfo{path: strings.TrimSpace(d), source: "Additional Skill"})
 	}
 	return roots
 }
 
-// current returns the skills of the last scan, scanning once when none was
-// made: tools/list stays cheap, and checkSkills tells clients of changes.
-func (sc *skillCatalog) current(srv *server) []skillInfo {
-	sc.mu.Lock()
-	scanned := sc.gen > 0
-	skills := sc.skills
-	sc.mu.Unlock()
-	if scanned {
-		return skills
-	}
-	_, skills = sc.refresh(srv, "")
-	return skills
-}
-
-// refresh re-reads the skills of the project of dir ("" for the last one)
-// and returns the catalogue's generation, bumped when the skills changed,
-// and the skills, in search order. Broken skills are logged when the skills change.
+// refresh re-reads the skills of the project of dir and returns the
+// catalogue's generation, bumped when the skills changed, and the skills, in
+// search order. Broken skills are logged when the skills change. With dir ""
+// it returns the last scan's skills, scanning once when none was made: so
+// tools/list stays cheap, and checkSkills tells clients of changes.
 func (sc *skillCatalog) refresh(srv *server, dir string) (int64, []skillInfo) {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
+	if dir == "" && sc.gen > 0 {
+		return sc.gen, sc.skills
+	}
 	sc.dir = projectOf(cmp.Or(dir, sc.dir))
 	var skills []skillInfo
 	var broken []error
@@ -781,17 +760,12 @@ func (sk *skillInfo) load() (string, error) {
 	meta, body, err := parseSkill(string(b))
 	sk.description = meta["description"]
 	sk.hint = meta["argument-hint"]
-	switch {
-	case err != nil:
-		return "", err
-	case strings.Trim(sk.description, ">|+-") == "": // none, or a YAML block scalar
-		return "", errors.New("no description on one line")
-	}
-	return body, nil
+	return body, err
 }
 
 // parseSkill splits SKILL.md into front matter (one-line key: value pairs,
-// in double quotes or none; the name is the folder's) and body.
+// in double quotes or none; the name is the folder's) and body. The
+// description is required, on one line.
 func parseSkill(text string) (map[string]string, string, error) {
 	text = strings.ReplaceAll(strings.TrimPrefix(text, "\ufeff"), "\r\n", "\n")
 	rest, opened := strings.CutPrefix(text, "---\n")
@@ -808,6 +782,9 @@ func parseSkill(text string) (map[string]string, string, error) {
 			v = u
 		}
 		meta[k] = v // an indented key is none of the ones looked up
+	}
+	if strings.Trim(meta["description"], ">|+-") == "" { // none, or a YAML block scalar
+		return nil, "", errors.New("no description on one line")
 	}
 	return meta, strings.TrimLeft(body, "\n"), nil
 }
@@ -850,17 +827,16 @@ func (s *session) loadSkill(name, args string) (skillInfo, string, error) {
 			continue
 		}
 		body, err := sk.load()
-		text := ""
 		if err == nil {
-			text, err = expandSkill(body, args, filepath.Dir(sk.path))
+			body, err = expandSkill(body, args, filepath.Dir(sk.path))
 		}
 		if err != nil {
 			return sk, "", fmt.Errorf("skill %s: %w", name, err)
 		}
-		return sk, text, nil
+		return sk, body, nil
 	}
-	available := strings.Join(names, ", ")
-	return skillInfo{}, "", fmt.Errorf("skill %q not found; available: %s", name, available)
+	return skillInfo{}, "", fmt.Errorf("skill %q not found; available: %s", name,
+		strings.Join(names, ", "))
 }
 
 func runInvokeSkill(ctx context.Context, c *toolCall) toolResult {
@@ -881,7 +857,7 @@ func handlePromptsList(ctx context.Context, r *rpcRequest) (map[string]any, erro
 	prompts := []map[string]any{}
 	for _, sk := range r.s.checkSkills() {
 		prompts = append(prompts, map[string]any{"name": sk.name, "description": sk.description,
-			"arguments": []map[string]any{{"name": "arguments", "required": false,
+			"arguments": []map[string]any{{"name": "arguments",
 				"description": cmp.Or(sk.hint, "Arguments for the skill ($ARGUMENTS)")}}})
 	}
 	return map[string]any{"prompts": prompts}, nil
@@ -892,7 +868,7 @@ func handlePromptsGet(ctx context.Context, r *rpcRequest) (map[string]any, error
 		Name      string
 		Arguments map[string]string
 	}
-	if err := json.Unmarshal(r.params, &p); err != nil || p.Name == "" {
+	if err := json.Unmarshal(r.params, &p); err != nil {
 		return nil, newRPCError(codeInvalidParams,
 			"invalid params: name (a string) is required; arguments maps names to strings")
 	}
@@ -947,7 +923,7 @@ type callbackSlots struct {
 type callbackSlot struct {
 	message   string
 	delay     time.Duration
-	remaining int64 // fires left; -1 forever
+	remaining int64 // fires left; negative forever
 	fireAt    time.Time
 	timer     stopper
 }
@@ -955,13 +931,14 @@ type callbackSlot struct {
 type callbackArgs struct {
 	Action       string
 	Message      string
-	DelaySeconds *int64 `json:"delay_seconds"`
-	RepeatCount  int64  `json:"repeat_count"`
-	CallbackID   *int64 `json:"callback_id"`
+	DelaySeconds int64 `json:"delay_seconds"` // 0: not given (the schema's minimum is 1)
+	RepeatCount  int64 `json:"repeat_count"`
+	CallbackID   int64 `json:"callback_id"` // -1: not given (the schema's minimum is 0)
 }
 
-// arm starts slot i's timer; the caller holds cb.mu.
+// arm puts sl in slot i and starts its timer; the caller holds cb.mu.
 func (cb *callbackSlots) arm(i int, sl *callbackSlot) {
+	cb.slots[i] = sl
 	sl.fireAt = cb.now().Add(sl.delay)
 	sl.timer = cb.afterFunc(sl.delay, func() { cb.fire(i, sl) })
 }
@@ -972,9 +949,7 @@ func (cb *callbackSlots) fire(i int, sl *callbackSlot) {
 		cb.mu.Unlock()
 		return
 	}
-	if sl.remaining > 0 {
-		sl.remaining--
-	}
+	sl.remaining--
 	if sl.remaining == 0 {
 		cb.slots[i] = nil
 	} else {
@@ -984,29 +959,21 @@ func (cb *callbackSlots) fire(i int, sl *callbackSlot) {
 	cb.announce(fmt.Sprintf("[callback %d] %s", i, sl.message))
 }
 
-// stop stops slot i (all slots when i < 0) and returns how many were active.
-func (cb *callbackSlots) stop(i int64) int {
+// stopAll stops every slot and returns how many were active.
+func (cb *callbackSlots) stopAll() int {
 	n := 0
-	for j, sl := range cb.slots {
-		if sl != nil && (i < 0 || int64(j) == i) {
+	for i, sl := range cb.slots {
+		if sl != nil {
 			sl.timer.Stop()
-			cb.slots[j] = nil
+			cb.slots[i] = nil
 			n++
 		}
 	}
 	return n
 }
 
-// plural is "1 time", "2 times".
-func plural(n int64, word string) string {
-	if n == 1 {
-		return "1 " + word
-	}
-	return fmt.Sprintf("%d %ss", n, word)
-}
-
 func runSetCallback(ctx context.Context, c *toolCall) toolResult {
-	a := callbackArgs{RepeatCount: 1}
+	a := callbackArgs{RepeatCount: 1, CallbackID: -1}
 	json.Unmarshal(c.args, &a) // schema-checked: every integer is bounded
 	cb := c.s.workflow.callbacks
 	cb.mu.Lock()
@@ -1023,7 +990,8 @@ func runSetCallback(ctx context.Context, c *toolCall) toolResult {
 }
 
 func (cb *callbackSlots) list() toolResult {
-	var lines []string
+	text := ""
+	n := 0
 	for i, sl := range cb.slots {
 		if sl == nil {
 			continue
@@ -1033,26 +1001,31 @@ func (cb *callbackSlots) list() toolResult {
 		if sl.remaining >= 0 {
 			count = fmt.Sprintf("%d left", sl.remaining)
 		}
-		line := fmt.Sprintf("\n  [%d] %q - fires in %s (%s)", i, sl.message, left, count)
-		lines = append(lines, line)
+		text += fmt.Sprintf("\n  [%d] %q - fires in %s (%s)", i, sl.message, left, count)
+		n++
 	}
-	if len(lines) == 0 {
+	if n == 0 {
 		return textResult("No active callbacks.")
 	}
-	head := fmt.Sprintf("Active callbacks (%d/%d):", len(lines), callbackSlotCount)
-	return textResult(head + strings.Join(lines, ""))
+	return textResult(fmt.Sprintf("Active callbacks (%d/%d):", n, callbackSlotCount) + text)
 }
 
-func (cb *callbackSlots) cancel(id *int64) toolResult {
-	if id == nil {
-		return textResult(fmt.Sprintf("Cancelled %s.", plural(int64(cb.stop(-1)), "callback")))
+// cancel stops slot id, or every slot when id < 0.
+func (cb *callbackSlots) cancel(id int64) toolResult {
+	if id < 0 {
+		n := cb.stopAll()
+		if n == 1 {
+			return textResult("Cancelled 1 callback.")
+		}
+		return textResult(fmt.Sprintf("Cancelled %d callbacks.", n))
 	}
-	sl := cb.slots[*id] // the schema bounds id
+	sl := cb.slots[id] // the schema bounds id
 	if sl == nil {
-		return errorResult("callback slot %d is not active", *id)
+		return errorResult("callback slot %d is not active", id)
 	}
-	cb.stop(*id)
-	return textResult(fmt.Sprintf("Cancelled callback slot %d: %q", *id, sl.message))
+	sl.timer.Stop()
+	cb.slots[id] = nil
+	return textResult(fmt.Sprintf("Cancelled callback slot %d: %q", id, sl.message))
 }
 
 func (cb *callbackSlots) set(a callbackArgs) toolResult {
@@ -1060,13 +1033,13 @@ func (cb *callbackSlots) set(a callbackArgs) toolResult {
 	switch {
 	case strings.TrimSpace(a.Message) == "":
 		return errorResult("missing message parameter")
-	case a.DelaySeconds == nil:
+	case a.DelaySeconds == 0:
 		return errorResult("missing delay_seconds parameter (1-3600)")
 	case i < 0:
 		return errorResult("all callback slots full (max %d)", callbackSlotCount)
 	}
-	delay := *a.DelaySeconds
-	times := fmt.Sprintf("fires every %ds, %s.", delay, plural(a.RepeatCount, "time"))
+	delay := a.DelaySeconds
+	times := fmt.Sprintf("fires every %ds, %d times.", delay, a.RepeatCount)
 	switch a.RepeatCount {
 	case 0, 1: // both mean once
 		a.RepeatCount = 1
@@ -1074,9 +1047,8 @@ func (cb *callbackSlots) set(a callbackArgs) toolResult {
 	case -1:
 		times = fmt.Sprintf("fires every %ds until cancelled.", delay)
 	}
-	cb.slots[i] = &callbackSlot{message: a.Message, delay: time.Duration(delay) * time.Second,
-		remaining: a.RepeatCount}
-	cb.arm(i, cb.slots[i])
+	cb.arm(i, &callbackSlot{message: a.Message, delay: time.Duration(delay) * time.Second,
+		remaining: a.RepeatCount})
 	return textResult(fmt.Sprintf(
 		`Callback scheduled in slot %d: %s Cancel it with {"action":"cancel","callback_id":%d}.`,
 		i, times, i))
@@ -1103,5 +1075,5 @@ func (s *session) stopWorkflow() {
 	cb.mu.Lock()
 	defer cb.mu.Unlock()
 	cb.stopped = true
-	cb.stop(-1)
+	cb.stopAll()
 }
