@@ -705,7 +705,11 @@ func skillRoots(cfg *config, project string) []skillInfo {
 		{path: filepath.Join(home, ".telson", "skills"), source: "User Skill"}}
 	extra := strings.ReplaceAll(cfg.str("ADDITIONAL_SKILLS"), ",", ":")
 	for _, d := range filepath.SplitList(extra) {
-		roots = append(roots, skillInfo{path: strings.TrimSpace(d), source: "Additional Skill"})
+		d = strings.TrimSpace(d)
+		if rest, ok := strings.CutPrefix(d, "~/"); ok {
+			d = filepath.Join(home, rest)
+		}
+		roots = append(roots, skillInfo{path: d, source: "Additional Skill"})
 	}
 	return roots
 }
