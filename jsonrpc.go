@@ -268,12 +268,6 @@ func marshalJSON(v any) (json.RawMessage, error) {
 
 // encodeLine encodes msg as one line of JSON ending in '\n'.
 func encodeLine(msg any) ([]byte, error) {
-	if m, ok := msg.(*rpcMessage); ok && m.Result != nil {
-		// A result is our own compact encoding: frame it without scanning it again.
-		b := fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%s,"result":`, m.ID)
-		b = append(b, m.Result...)
-		return append(b, "}\n"...), nil
-	}
 	b, err := marshalJSON(msg)
 	if err != nil {
 		return nil, fmt.Errorf("send: encode: %w", err)
@@ -327,7 +321,7 @@ func (s *session) reply(msg any) {
 
 // close ends the session: its running requests are cancelled and what it owns is released.
 func (s *session) close() {
-	s.cancelAll()
+	s.cancelAll(false)
 	s.stopWorkflow()
 	s.bg.closeAll()
 }
@@ -366,7 +360,7 @@ func (s *session) serve(ctx context.Context, r io.Reader) error {
 		line, tooLong, err := readLine(br, max)
 		switch {
 		case errors.Is(err, io.EOF):
-			s.endListens()
+			s.cancelAll(true)
 			return nil
 		case err != nil:
 			return fmt.Errorf("read: %w", err)
@@ -381,21 +375,13 @@ func (s *session) serve(ctx context.Context, r io.Reader) error {
 // wait blocks until every running request has answered.
 func (s *session) wait() { s.wg.Wait() }
 
-// cancelAll cancels every running request; they still answer.
-func (s *session) cancelAll() {
+// cancelAll cancels every running request, or only the subscriptions/listen
+// requests (a graceful end); they still answer.
+func (s *session) cancelAll(onlyListens bool) {
 	s.requests.mu.Lock()
 	defer s.requests.mu.Unlock()
 	for _, r := range s.requests.inflight {
-		r.cancel()
-	}
-}
-
-// endListens ends the session's subscriptions/listen requests gracefully: they answer.
-func (s *session) endListens() {
-	s.requests.mu.Lock()
-	defer s.requests.mu.Unlock()
-	for _, r := range s.requests.inflight {
-		if r.listen {
+		if r.listen || !onlyListens {
 			r.cancel()
 		}
 	}
@@ -509,7 +495,6 @@ type rpcRequest struct {
 	caps          map[string]json.RawMessage
 	logLevel      int // modern era: the request's own log level; -1 when none
 	progressToken json.RawMessage
-	rawResult     json.RawMessage     // set by a handler whose result is already encoded
 	out           func(msg any) error // where messages about it go (see routeKey)
 
 	progressMu   sync.Mutex // guards lastProgress
@@ -652,9 +637,7 @@ func (s *session) newRequest(m *rpcMessage) (*rpcRequest, *rpcError) {
 	case metaVersion != "" && slices.Contains(legacyVersions, metaVersion):
 		r.version = metaVersion
 	case metaVersion != "":
-		e := newRPCError(codeUnsupportedVersion, "unsupported protocol version: %s", metaVersion)
-		e.Data = map[string]any{"supported": supportedVersions, "requested": metaVersion}
-		return nil, e
+		return nil, unsupportedVersion(metaVersion, supportedVersions)
 	case r.version == "":
 		r.version = version20251125 // before initialize: the newest legacy version
 	}
@@ -671,9 +654,6 @@ func (s *session) runRequest(ctx context.Context, r *rpcRequest, info methodInfo
 		}
 	}()
 	result, err := info.handle(ctx, r)
-	if err == nil && r.rawResult != nil {
-		return &rpcMessage{JSONRPC: "2.0", ID: r.id, Result: r.rawResult}
-	}
 	if err != nil {
 		var re *rpcError
 		if !errors.As(err, &re) {
@@ -1039,12 +1019,6 @@ func handleSetLevel(ctx context.Context, r *rpcRequest) (map[string]any, error) 
 	return nil, nil
 }
 
-const toolsPageSize = 100
-
-func encodeCursor(offset int) string {
-	return base64.RawURLEncoding.EncodeToString([]byte("tools:" + strconv.Itoa(offset)))
-}
-
 func handleToolsList(ctx context.Context, r *rpcRequest) (map[string]any, error) {
 	var p struct {
 		Cursor *string `json:"cursor"`
@@ -1052,37 +1026,15 @@ func handleToolsList(ctx context.Context, r *rpcRequest) (map[string]any, error)
 	if err := json.Unmarshal(r.params, &p); len(r.params) > 0 && err != nil {
 		return nil, invalidParams("%v", err)
 	}
-	list := r.s.srv.tools
-	start := 0
 	if p.Cursor != nil {
-		b, err := base64.RawURLEncoding.DecodeString(*p.Cursor)
-		n, aerr := strconv.Atoi(strings.TrimPrefix(string(b), "tools:"))
-		valid := err == nil && aerr == nil && bytes.HasPrefix(b, []byte("tools:"))
-		if !valid || n < 0 || n > len(list) {
-			return nil, invalidParams("bad cursor %q", *p.Cursor)
-		}
-		start = n
+		// one page holds every tool, so no cursor was ever handed out
+		return nil, invalidParams("bad cursor %q", *p.Cursor)
 	}
-	end := min(start+toolsPageSize, len(list))
-	tools := r.s.srv.toolsJSON(list[start:end], r.version)
-	if end == len(list) && !r.modern {
-		r.rawResult = fmt.Appendf(nil, `{"tools":%s}`, tools)
-		return nil, nil
+	tools := []map[string]any{}
+	for _, t := range r.s.srv.tools {
+		tools = append(tools, r.s.srv.describeTool(t, r.version))
 	}
-	res := map[string]any{"tools": tools}
-	if end < len(list) {
-		res["nextCursor"] = encodeCursor(end)
-	}
-	return res, nil
-}
-
-// toolListing is a tools/list entry without its schemas (see toolsJSON).
-type toolListing struct {
-	Name        string           `json:"name"`
-	Title       string           `json:"title,omitempty"`
-	Description string           `json:"description"`
-	Annotations *toolAnnotations `json:"annotations,omitempty"`
-	Icons       any              `json:"icons,omitempty"`
+	return map[string]any{"tools": tools}, nil
 }
 
 // toolAnnotations are the tool hints of 2025-03-26.
@@ -1094,46 +1046,22 @@ type toolAnnotations struct {
 	OpenWorldHint   bool   `json:"openWorldHint"`
 }
 
-// toolsJSON is the JSON array of tools/list entries for version v. The schemas,
-// compact since start-up, are spliced in rather than encoded again: a tools/list
-// costs little more than a ping.
-func (srv *server) toolsJSON(tools []*toolEntry, v string) json.RawMessage {
-	var b bytes.Buffer
-	b.Grow(64 << 10)
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	b.WriteByte('[')
-	for i, t := range tools {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		enc.Encode(srv.describeTool(t, v))
-		b.Truncate(b.Len() - len("}\n"))
-		b.WriteString(`,"inputSchema":`)
-		b.Write(t.schema.raw)
-		if atLeast(v, version20250618) && t.output != nil {
-			b.WriteString(`,"outputSchema":`)
-			b.Write(t.output)
-		}
-		b.WriteByte('}')
-	}
-	b.WriteByte(']')
-	return b.Bytes()
-}
-
 // describeTool is one tools/list entry, with the fields version v knows.
-func (srv *server) describeTool(t *toolEntry, v string) toolListing {
+func (srv *server) describeTool(t *toolEntry, v string) map[string]any {
 	d := t.def
-	listing := toolListing{Name: d.name, Description: d.desc(srv)}
+	listing := map[string]any{"name": d.name, "description": d.desc(srv), "inputSchema": t.schema.raw}
 	if atLeast(v, version20250326) {
 		h := d.hints
-		listing.Annotations = &toolAnnotations{d.title, h.readOnly, h.destructive, h.idempotent, h.openWorld}
+		listing["annotations"] = toolAnnotations{d.title, h.readOnly, h.destructive, h.idempotent, h.openWorld}
 	}
 	if atLeast(v, version20250618) {
-		listing.Title = d.title
+		listing["title"] = d.title
+		if t.output != nil {
+			listing["outputSchema"] = t.output
+		}
 	}
 	if atLeast(v, version20251125) {
-		listing.Icons = telsonIcons
+		listing["icons"] = telsonIcons
 	}
 	return listing
 }
@@ -1249,11 +1177,9 @@ func handleToolsCall(ctx context.Context, r *rpcRequest) (map[string]any, error)
 		return m, nil
 	}
 	content := res.content
-	prefix := t.def.name + ": "
-	named := res.named && len(content) > 0 && content[0].Type == "text"
-	if named && !strings.HasPrefix(content[0].Text, prefix) {
+	if res.named {
 		content = slices.Clone(content)
-		content[0].Text = prefix + content[0].Text
+		content[0].Text = t.def.name + ": " + content[0].Text
 	}
 	notices := r.s.notices.drain()
 	if len(notices) > 0 {
@@ -1697,10 +1623,7 @@ func (h *httpHandler) readBody(w http.ResponseWriter, r *http.Request) []byte {
 	case errors.As(err, &tooBig):
 		httpError(w, http.StatusRequestEntityTooLarge,
 			"invalid request: body longer than %d bytes (HTTP_MAX_BODY_BYTES)", h.maxBody)
-	case err != nil:
-		httpFail(w, http.StatusBadRequest, nil,
-			newRPCError(codeParseError, "parse error: read body: %v", err))
-	case !json.Valid(body):
+	case err != nil || !json.Valid(body):
 		httpFail(w, http.StatusBadRequest, nil,
 			newRPCError(codeParseError, "parse error: the body is not one JSON value"))
 	default:
@@ -1811,8 +1734,6 @@ func checkStateless(hdr http.Header, body []byte, m *statelessMessage) *rpcError
 		return newRPCError(codeInvalidRequest, "bad request: Mcp-Session-Id header is required "+
 			"(initialize first), or name protocol %s in _meta %s",
 			versionModern, metaProtocolVersion)
-	case m.Method == "":
-		return newRPCError(codeInvalidRequest, "invalid request: no method")
 	case version != "" && version != versionModern:
 		return unsupportedVersion(version, []string{versionModern})
 	case hdrVersion != "" && !slices.Contains(supportedVersions, hdrVersion):

@@ -170,7 +170,7 @@ func serveStdio(ctx context.Context, srv *server, stdin io.Reader, stdout io.Wri
 		return nil
 	case <-ctx.Done():
 	}
-	s.cancelAll()
+	s.cancelAll(false)
 	done := make(chan struct{})
 	go func() { // exits when the cancelled requests have answered
 		s.wait()
