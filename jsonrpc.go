@@ -1212,10 +1212,10 @@ type jsonSchema struct {
 	Enum        []any                  `json:"enum"`
 	Minimum     *float64               `json:"minimum"`
 	Maximum     *float64               `json:"maximum"`
-	MinLength   *int                   `json:"minLength"`
-	MaxLength   *int                   `json:"maxLength"`
-	MinItems    *int                   `json:"minItems"`
-	MaxItems    *int                   `json:"maxItems"`
+	MinLength   *float64               `json:"minLength"`
+	MaxLength   *float64               `json:"maxLength"`
+	MinItems    *float64               `json:"minItems"`
+	MaxItems    *float64               `json:"maxItems"`
 	raw         json.RawMessage        // the schema as text, compact
 }
 
@@ -1276,20 +1276,21 @@ func (schema *jsonSchema) convert(v any) any {
 // checkValue returns v converted to the schema, or what is wrong with it.
 func (schema *jsonSchema) checkValue(path string, v any) (any, string) {
 	v = schema.convert(v)
+	kind := jsonType(v)
+	if schema.Type != "" && kind != schema.Type && (kind != "number" || schema.Type != "integer") {
+		return v, fmt.Sprintf("%s must be %s, got %s", path, withArticle(schema.Type), jsonKind(v))
+	}
 	problem := ""
 	switch schema.Type {
 	case "object":
-		v, problem = schema.checkObject(path, v)
+		v, problem = schema.checkObject(v.(map[string]any))
 	case "string":
-		problem = schema.checkString(path, v)
+		n := float64(len([]rune(v.(string))))
+		problem = checkRange(path, n, schema.MinLength, schema.MaxLength, " characters")
 	case "integer", "number":
-		problem = schema.checkNumber(path, v)
-	case "boolean":
-		if _, ok := v.(bool); !ok {
-			problem = fmt.Sprintf("%s must be a boolean, got %s", path, jsonKind(v))
-		}
+		problem = schema.checkNumber(path, v.(json.Number))
 	case "array":
-		v, problem = schema.checkArray(path, v)
+		v, problem = schema.checkArray(path, v.([]any))
 	}
 	if problem != "" || len(schema.Enum) == 0 {
 		return v, problem
@@ -1305,14 +1306,10 @@ func (schema *jsonSchema) checkValue(path string, v any) (any, string) {
 }
 
 // checkObject keeps the properties the schema knows, each checked.
-func (schema *jsonSchema) checkObject(path string, v any) (any, string) {
-	obj, ok := v.(map[string]any)
-	if !ok {
-		return v, fmt.Sprintf("%s must be an object, got %s", path, jsonKind(v))
-	}
+func (schema *jsonSchema) checkObject(obj map[string]any) (any, string) {
 	for _, name := range schema.Required {
 		if obj[name] == nil {
-			return v, fmt.Sprintf("%q is required", name)
+			return obj, fmt.Sprintf("%q is required", name)
 		}
 	}
 	known := map[string]any{}
@@ -1322,89 +1319,85 @@ func (schema *jsonSchema) checkObject(path string, v any) (any, string) {
 		}
 		x, problem := prop.checkValue(strconv.Quote(name), obj[name])
 		if problem != "" {
-			return v, problem
+			return obj, problem
 		}
 		known[name] = x
 	}
 	return known, ""
 }
 
-func (schema *jsonSchema) checkString(path string, v any) string {
-	str, ok := v.(string)
-	n := len([]rune(str))
-	switch {
-	case !ok:
-		return fmt.Sprintf("%s must be a string, got %s", path, jsonKind(v))
-	case schema.MinLength != nil && n < *schema.MinLength:
-		return fmt.Sprintf("%s must be at least %d characters", path, *schema.MinLength)
-	case schema.MaxLength != nil && n > *schema.MaxLength:
-		return fmt.Sprintf("%s must be at most %d characters, got %d", path, *schema.MaxLength, n)
-	}
-	return ""
-}
-
-func (schema *jsonSchema) checkNumber(path string, v any) string {
-	num, ok := v.(json.Number)
-	if !ok && schema.Type == "integer" {
-		return fmt.Sprintf("%s must be an integer, got %s", path, jsonKind(v))
-	}
-	if !ok {
-		return fmt.Sprintf("%s must be a number, got %s", path, jsonKind(v))
-	}
+func (schema *jsonSchema) checkNumber(path string, num json.Number) string {
 	f, err := num.Float64()
 	switch {
 	case err != nil || math.IsInf(f, 0):
 		return fmt.Sprintf("%s: %s is out of range", path, num)
 	case schema.Type == "integer" && f != math.Trunc(f):
 		return fmt.Sprintf("%s must be an integer, got %s", path, num)
-	case schema.Minimum != nil && f < *schema.Minimum:
-		return fmt.Sprintf("%s must be at least %v, got %s", path, *schema.Minimum, num)
-	case schema.Maximum != nil && f > *schema.Maximum:
-		return fmt.Sprintf("%s must be at most %v, got %s", path, *schema.Maximum, num)
 	}
-	return ""
+	return checkRange(path, f, schema.Minimum, schema.Maximum, "")
 }
 
-func (schema *jsonSchema) checkArray(path string, v any) (any, string) {
-	arr, ok := v.([]any)
-	switch {
-	case !ok:
-		return v, fmt.Sprintf("%s must be an array, got %s", path, jsonKind(v))
-	case schema.MinItems != nil && len(arr) < *schema.MinItems:
-		return v, fmt.Sprintf("%s must have at least %d items", path, *schema.MinItems)
-	case schema.MaxItems != nil && len(arr) > *schema.MaxItems:
-		max := *schema.MaxItems
-		return v, fmt.Sprintf("%s must have at most %d items, got %d", path, max, len(arr))
-	case schema.Items == nil:
-		return v, ""
+func (schema *jsonSchema) checkArray(path string, arr []any) (any, string) {
+	problem := checkRange(path, float64(len(arr)), schema.MinItems, schema.MaxItems, " items")
+	if problem != "" || schema.Items == nil {
+		return arr, problem
 	}
 	out := make([]any, len(arr))
 	for i, x := range arr {
-		var problem string
 		out[i], problem = schema.Items.checkValue(fmt.Sprintf("%s[%d]", path, i), x)
 		if problem != "" {
-			return v, problem
+			return arr, problem
 		}
 	}
 	return out, ""
 }
 
-func jsonKind(v any) string {
-	switch x := v.(type) {
-	case nil:
-		return "null"
-	case string:
-		return "a string"
-	case bool:
-		return "a boolean"
-	case json.Number:
-		return "a number (" + x.String() + ")"
-	case []any:
-		return "an array"
-	case map[string]any:
-		return "an object"
+// checkRange says what is wrong when n (a number, a length, a count of unit) is below min or
+// above max; a nil bound does not apply.
+func checkRange(path string, n float64, min, max *float64, unit string) string {
+	switch {
+	case min != nil && n < *min:
+		return fmt.Sprintf("%s must be at least %.10g%s, got %.10g", path, *min, unit, n)
+	case max != nil && n > *max:
+		return fmt.Sprintf("%s must be at most %.10g%s, got %.10g", path, *max, unit, n)
 	}
-	return fmt.Sprintf("%T", v)
+	return ""
+}
+
+// jsonType is the JSON Schema type name of a decoded value.
+func jsonType(v any) string {
+	switch v.(type) {
+	case string:
+		return "string"
+	case bool:
+		return "boolean"
+	case json.Number:
+		return "number"
+	case []any:
+		return "array"
+	case map[string]any:
+		return "object"
+	}
+	return "null"
+}
+
+// withArticle puts "a" or "an" in front of a type name.
+func withArticle(name string) string {
+	if strings.ContainsAny(name[:1], "aeiou") {
+		return "an " + name
+	}
+	return "a " + name
+}
+
+// jsonKind names a value for a message: its type, and a number's value.
+func jsonKind(v any) string {
+	if num, ok := v.(json.Number); ok {
+		return "a number (" + num.String() + ")"
+	}
+	if v == nil {
+		return "null"
+	}
+	return withArticle(jsonType(v))
 }
 
 // logger writes telson's own log lines to stderr, never to stdout.
