@@ -174,10 +174,13 @@ type toolEntry struct {
 	output json.RawMessage // the output schema with notices declared; nil for none
 }
 
-// outputSchema is d's output schema with the notices property every result may carry.
-func outputSchema(d *toolDef) (json.RawMessage, error) {
-	if d.output == "" {
-		return nil, nil
+// newToolEntry parses d's input schema, and adds to its output schema the notices property
+// every result may carry.
+func newToolEntry(d *toolDef) (*toolEntry, error) {
+	input, err := parseSchema(d.input)
+	t := &toolEntry{def: d, schema: input}
+	if err != nil || d.output == "" {
+		return t, err
 	}
 	var m map[string]any
 	if err := json.Unmarshal([]byte(d.output), &m); err != nil {
@@ -189,7 +192,8 @@ func outputSchema(d *toolDef) (json.RawMessage, error) {
 		m["properties"] = props
 	}
 	props["notices"] = json.RawMessage(noticesSchema)
-	return marshalJSON(m)
+	t.output, err = marshalJSON(m)
+	return t, err
 }
 
 func (srv *server) tool(name string) *toolEntry {
@@ -372,9 +376,6 @@ func (s *session) serve(ctx context.Context, r io.Reader) error {
 	}
 }
 
-// wait blocks until every running request has answered.
-func (s *session) wait() { s.wg.Wait() }
-
 // cancelAll cancels every running request, or only the subscriptions/listen
 // requests (a graceful end); they still answer.
 func (s *session) cancelAll(onlyListens bool) {
@@ -423,16 +424,7 @@ func (s *session) handleBatch(ctx context.Context, line []byte, done func(reply 
 	s.mu.Unlock()
 	var items []json.RawMessage
 	json.Unmarshal(line, &items) // line is a valid JSON array
-	if v == "" || len(items) == 0 || len(items) > maxBatch || atLeast(v, version20250618) {
-		why := "batches are not supported in protocol version " + v
-		if v == "" {
-			why = "a batch cannot come before initialize"
-		} else if len(items) == 0 {
-			why = "empty batch"
-		} else if len(items) > maxBatch {
-			why = fmt.Sprintf("a batch of %d messages; at most %d are allowed",
-				len(items), maxBatch)
-		}
+	if why := batchProblem(v, len(items)); why != "" {
 		done(invalidRequest(nil, "%s", why))
 		return
 	}
@@ -455,6 +447,22 @@ func (s *session) handleBatch(ctx context.Context, line []byte, done func(reply 
 			done(out)
 		}
 	}()
+}
+
+// batchProblem says why a batch of n messages cannot be served under protocol version v; "" when
+// it can.
+func batchProblem(v string, n int) string {
+	switch {
+	case v == "":
+		return "a batch cannot come before initialize"
+	case atLeast(v, version20250618):
+		return "batches are not supported in protocol version " + v
+	case n == 0:
+		return "empty batch"
+	case n > maxBatch:
+		return fmt.Sprintf("a batch of %d messages; at most %d are allowed", n, maxBatch)
+	}
+	return ""
 }
 
 // handleMessage decodes, classifies and handles one message; done gets its reply (or nil) once.
@@ -496,9 +504,6 @@ type rpcRequest struct {
 	logLevel      int // modern era: the request's own log level; -1 when none
 	progressToken json.RawMessage
 	out           func(msg any) error // where messages about it go (see routeKey)
-
-	progressMu   sync.Mutex // guards lastProgress
-	lastProgress float64
 }
 
 // methodInfo is a row of the method table.
@@ -654,40 +659,47 @@ func (s *session) runRequest(ctx context.Context, r *rpcRequest, info methodInfo
 		}
 	}()
 	result, err := info.handle(ctx, r)
-	if err != nil {
-		var re *rpcError
-		if !errors.As(err, &re) {
-			re = newRPCError(codeInternalError, "internal error: %v", err)
-		}
+	var raw json.RawMessage
+	if err == nil {
+		raw, err = marshalJSON(s.completeResult(r, result))
+	}
+	var re *rpcError
+	if err != nil && !errors.As(err, &re) {
+		re = newRPCError(codeInternalError, "internal error: %v", err)
+	}
+	if re != nil {
 		return errorMessage(r.id, re)
 	}
+	return &rpcMessage{JSONRPC: "2.0", ID: r.id, Result: raw}
+}
+
+// completeResult adds to a handler's result what the request's era requires: in 2026-07-28, a
+// resultType, the serverInfo in _meta, and a list's cache lifetime.
+func (s *session) completeResult(r *rpcRequest, result map[string]any) map[string]any {
 	if result == nil {
 		result = map[string]any{}
 	}
-	if r.modern && strings.HasSuffix(r.method, "/list") {
+	if !r.modern {
+		return result
+	}
+	if strings.HasSuffix(r.method, "/list") {
 		result["ttlMs"] = 60000 // a change is announced on subscriptions/listen
 		result["cacheScope"] = "public"
 	}
-	if r.modern {
-		if _, set := result["resultType"]; !set {
-			result["resultType"] = "complete"
-		}
-		v := "" // the bare name and version, except in server/discover
-		if r.method == "server/discover" {
-			v = versionModern
-		}
-		meta := map[string]any{metaServerInfo: s.srv.serverInfo(v)}
-		if given, ok := result["_meta"].(map[string]any); ok {
-			maps.Copy(meta, given)
-		}
-		result["_meta"] = meta
+	if result["resultType"] == nil {
+		result["resultType"] = "complete"
 	}
-	raw, err := marshalJSON(result)
-	if err != nil {
-		err = fmt.Errorf("encode result: %w", err)
-		return errorMessage(r.id, newRPCError(codeInternalError, "internal error: %v", err))
+	v := "" // the bare name and version, except in server/discover
+	if r.method == "server/discover" {
+		v = versionModern
 	}
-	return &rpcMessage{JSONRPC: "2.0", ID: r.id, Result: raw}
+	meta, _ := result["_meta"].(map[string]any)
+	if meta == nil {
+		meta = map[string]any{}
+	}
+	meta[metaServerInfo] = s.srv.serverInfo(v)
+	result["_meta"] = meta
+	return result
 }
 
 // handleNotification handles notifications/cancelled; other notifications need nothing.
@@ -762,18 +774,12 @@ func (r *rpcRequest) clientHas(name string) bool {
 	return ok
 }
 
-// progress sends notifications/progress when the request asked for it,
-// raising a value that does not grow.
+// progress sends notifications/progress when the request asked for it; the caller's progress
+// grows with every call.
 func (r *rpcRequest) progress(progress, total float64, message string) {
 	if len(r.progressToken) == 0 {
 		return
 	}
-	r.progressMu.Lock()
-	if progress <= r.lastProgress {
-		progress = r.lastProgress + 1
-	}
-	r.lastProgress = progress
-	r.progressMu.Unlock()
 	p := map[string]any{"progressToken": r.progressToken, "progress": progress}
 	if total > 0 {
 		p["total"] = total

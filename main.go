@@ -166,14 +166,14 @@ func serveStdio(ctx context.Context, srv *server, stdin io.Reader, stdout io.Wri
 		if err != nil {
 			srv.log.errorf("%v", err)
 		}
-		s.wait()
+		s.wg.Wait()
 		return nil
 	case <-ctx.Done():
 	}
 	s.cancelAll(false)
 	done := make(chan struct{})
 	go func() { // exits when the cancelled requests have answered
-		s.wait()
+		s.wg.Wait()
 		close(done)
 	}()
 	select {
@@ -263,15 +263,11 @@ func newServer(cfg *config, stderr io.Writer) *server {
 		if !cfg.toolEnabled(d.name) {
 			continue
 		}
-		sc, err := parseSchema(d.input)
+		t, err := newToolEntry(d)
 		if err != nil {
 			panic(fmt.Sprintf("tool %s: %v", d.name, err)) // the table is code; a test checks every schema
 		}
-		output, err := outputSchema(d)
-		if err != nil {
-			panic(fmt.Sprintf("tool %s: %v", d.name, err))
-		}
-		srv.tools = append(srv.tools, &toolEntry{def: d, schema: sc, output: output})
+		srv.tools = append(srv.tools, t)
 	}
 	return srv
 }
@@ -300,7 +296,7 @@ func callOnce(ctx context.Context, srv *server, stdout io.Writer, args []string)
 	s := newSession(srv, io.Discard)
 	s.version = version20251125
 	defer s.close()
-	defer s.wait()
+	defer s.wg.Wait()
 	req := &rpcRequest{s: s, id: json.RawMessage("1"), method: "tools/call", params: raw,
 		version: s.version, logLevel: -1}
 	res, err := handleToolsCall(ctx, req)

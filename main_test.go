@@ -4137,7 +4137,7 @@ func wfStart(t *testing.T, flags map[string]string) (*testClient, *session, *wfC
 	s.workflow.callbacks.afterFunc, s.workflow.callbacks.now = clk.afterFunc, clk.Now
 	go func() { // exits at stdin EOF, once the session is shut down
 		err := s.serve(context.Background(), inR)
-		s.wait()
+		s.wg.Wait()
 		s.stopWorkflow()
 		srv.close()
 		outW.Close()
