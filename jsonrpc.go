@@ -28,7 +28,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"math"
 	"net"
 	"net/http"
@@ -1157,18 +1156,20 @@ func withNotices(structured any, notices []string) any {
 // handleToolsCall runs a tool and answers its CallToolResult, waiting notices first.
 func handleToolsCall(ctx context.Context, r *rpcRequest) (map[string]any, error) {
 	var p struct {
-		Name      string          `json:"name"`
-		Arguments json.RawMessage `json:"arguments"`
+		Name      string `json:"name"`
+		Arguments any    `json:"arguments"`
 	}
-	if err := json.Unmarshal(r.params, &p); err != nil {
+	dec := json.NewDecoder(bytes.NewReader(r.params))
+	dec.UseNumber()
+	if err := dec.Decode(&p); err != nil {
 		return nil, invalidParams("%v", err)
 	}
 	t := r.s.srv.tool(p.Name)
 	if t == nil {
 		return nil, newRPCError(codeInvalidParams, "unknown tool: %q", p.Name)
 	}
-	if len(p.Arguments) == 0 || string(p.Arguments) == "null" {
-		p.Arguments = json.RawMessage("{}")
+	if p.Arguments == nil {
+		p.Arguments = map[string]any{}
 	}
 	var res toolResult
 	args, problem := t.schema.check(p.Arguments)
@@ -1177,23 +1178,19 @@ func handleToolsCall(ctx context.Context, r *rpcRequest) (map[string]any, error)
 	} else {
 		res = t.def.run(ctx, &toolCall{s: r.s, req: r, args: args})
 	}
-	if res.inputRequired != nil && r.version == versionModern {
-		m := map[string]any{"resultType": "input_required"}
-		maps.Copy(m, res.inputRequired)
-		return m, nil
+	if res.inputRequired != nil && r.modern {
+		res.inputRequired["resultType"] = "input_required"
+		return res.inputRequired, nil
 	}
 	content := res.content
 	if res.named {
-		content = slices.Clone(content)
 		content[0].Text = t.def.name + ": " + content[0].Text
 	}
 	notices := r.s.notices.drain()
 	if len(notices) > 0 {
 		item := contentItem{Type: "text", Text: strings.Join(notices, "\n")}
 		content = append([]contentItem{item}, content...)
-		if res.structured != nil {
-			res.structured = withNotices(res.structured, notices)
-		}
+		res.structured = withNotices(res.structured, notices)
 	}
 	if content == nil {
 		content = []contentItem{}
@@ -1238,17 +1235,11 @@ func parseSchema(text string) (*jsonSchema, error) {
 	return &schema, err
 }
 
-// check returns args normalized, or what is wrong, naming the field. Arguments the
-// schema does not know are dropped; values that convert without loss are converted:
-// "5" to 5 for numbers, 5 to "5" for strings, "true" to true for booleans.
-func (schema *jsonSchema) check(args json.RawMessage) (json.RawMessage, string) {
-	dec := json.NewDecoder(bytes.NewReader(args))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, fmt.Sprintf("arguments are not valid JSON: %v", err)
-	}
-	v, problem := schema.checkValue("arguments", v)
+// check returns args (decoded with json.Number) normalized, or what is wrong, naming the
+// field. Arguments the schema does not know are dropped; values that convert without loss are
+// converted: "5" to 5 for numbers, 5 to "5" for strings, "true" to true for booleans.
+func (schema *jsonSchema) check(args any) (json.RawMessage, string) {
+	v, problem := schema.checkValue("arguments", args)
 	if problem != "" {
 		return nil, problem
 	}

@@ -5490,7 +5490,7 @@ func TestArgumentsNormalized(t *testing.T) {
 		`{"n":1,"s":-40}`:                               `{"n":1,"s":"-40"}`,
 	}
 	for in, want := range ok {
-		got, problem := schema.check([]byte(in))
+		got, problem := schema.check(decodeArgs(t, in))
 		if problem != "" || string(got) != want {
 			t.Errorf("%s: got %s %q, want %s", in, got, problem, want)
 		}
@@ -5508,7 +5508,7 @@ func TestArgumentsNormalized(t *testing.T) {
 		`{"n":1,"list":[{"id":true}]}`: `"id" must be a string, got a boolean`,
 	}
 	for in, want := range bad {
-		if _, problem := schema.check([]byte(in)); !strings.Contains(problem, want) {
+		if _, problem := schema.check(decodeArgs(t, in)); !strings.Contains(problem, want) {
 			t.Errorf("%s: got %q, want %q", in, problem, want)
 		}
 	}
