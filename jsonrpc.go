@@ -61,7 +61,6 @@ var (
 const (
 	metaProtocolVersion = "io.modelcontextprotocol/protocolVersion"
 	metaClientCaps      = "io.modelcontextprotocol/clientCapabilities"
-	metaLogLevel        = "io.modelcontextprotocol/logLevel"
 	metaServerInfo      = "io.modelcontextprotocol/serverInfo"
 	metaSubscriptionID  = "io.modelcontextprotocol/subscriptionId"
 )
@@ -605,43 +604,47 @@ func (s *session) awaitClient(wait func()) {
 	wait()
 }
 
+// requestMeta is what telson reads from a request's _meta.
+type requestMeta struct {
+	ProgressToken json.RawMessage            `json:"progressToken"`
+	Version       string                     `json:"io.modelcontextprotocol/protocolVersion"`
+	Caps          map[string]json.RawMessage `json:"io.modelcontextprotocol/clientCapabilities"`
+	LogLevel      *string                    `json:"io.modelcontextprotocol/logLevel"`
+}
+
 // newRequest reads a request's _meta and settles the era and version it is served under.
 func (s *session) newRequest(m *rpcMessage) (*rpcRequest, *rpcError) {
-	r := &rpcRequest{s: s, id: m.ID, method: m.Method, params: m.Params, logLevel: -1}
 	if len(m.Params) > 0 && string(m.Params) != "null" && m.Params[0] != '{' {
 		return nil, invalidParams("params must be an object")
 	}
 	var p struct {
-		Meta map[string]json.RawMessage `json:"_meta"`
+		Meta requestMeta `json:"_meta"`
 	}
 	if err := json.Unmarshal(m.Params, &p); len(m.Params) > 0 && err != nil {
 		return nil, invalidParams("_meta: %v", err)
 	}
-	r.progressToken = p.Meta["progressToken"]
-	var metaVersion string
-	if raw, ok := p.Meta[metaProtocolVersion]; ok && json.Unmarshal(raw, &metaVersion) != nil {
-		return nil, invalidParams("_meta %s must be a string", metaProtocolVersion)
-	}
+	meta := p.Meta
+	r := &rpcRequest{s: s, id: m.ID, method: m.Method, params: m.Params, logLevel: -1,
+		progressToken: meta.ProgressToken}
 	s.mu.Lock()
-	r.version, r.caps = s.version, s.clientCaps
+	r.version = s.version
+	r.caps = s.clientCaps
 	s.mu.Unlock()
 	switch {
-	case metaVersion == versionModern || (metaVersion == "" && m.Method == "server/discover"):
-		r.version, r.modern, r.caps = versionModern, true, nil
-		caps, ok := p.Meta[metaClientCaps]
-		if !ok && m.Method != "server/discover" {
+	case meta.Version == versionModern || (meta.Version == "" && m.Method == "server/discover"):
+		if meta.Caps == nil && m.Method != "server/discover" {
 			return nil, invalidParams("_meta %s is required in %s", metaClientCaps, versionModern)
 		}
-		json.Unmarshal(caps, &r.caps) // absent (server/discover): none
-		if raw, ok := p.Meta[metaLogLevel]; ok {
-			var lvl string
-			json.Unmarshal(raw, &lvl)
-			r.logLevel = logLevelIndex(lvl)
+		r.version = versionModern
+		r.modern = true
+		r.caps = meta.Caps
+		if meta.LogLevel != nil {
+			r.logLevel = logLevelIndex(*meta.LogLevel)
 		}
-	case metaVersion != "" && slices.Contains(legacyVersions, metaVersion):
-		r.version = metaVersion
-	case metaVersion != "":
-		return nil, unsupportedVersion(metaVersion, supportedVersions)
+	case slices.Contains(legacyVersions, meta.Version):
+		r.version = meta.Version
+	case meta.Version != "":
+		return nil, unsupportedVersion(meta.Version, supportedVersions)
 	case r.version == "":
 		r.version = version20251125 // before initialize: the newest legacy version
 	}
@@ -1054,10 +1057,12 @@ type toolAnnotations struct {
 // describeTool is one tools/list entry, with the fields version v knows.
 func (srv *server) describeTool(t *toolEntry, v string) map[string]any {
 	d := t.def
-	listing := map[string]any{"name": d.name, "description": d.desc(srv), "inputSchema": t.schema.raw}
+	listing := map[string]any{"name": d.name, "description": d.desc(srv)}
+	listing["inputSchema"] = t.schema.raw
 	if atLeast(v, version20250326) {
 		h := d.hints
-		listing["annotations"] = toolAnnotations{d.title, h.readOnly, h.destructive, h.idempotent, h.openWorld}
+		listing["annotations"] = toolAnnotations{d.title, h.readOnly, h.destructive,
+			h.idempotent, h.openWorld}
 	}
 	if atLeast(v, version20250618) {
 		listing["title"] = d.title
