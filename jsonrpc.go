@@ -96,7 +96,7 @@ type rpcError struct {
 	Data    any    `json:"data,omitempty"`
 }
 
-func (e *rpcError) Error() string { return fmt.Sprintf("jsonrpc: %d %s", e.Code, e.Message) }
+func (e *rpcError) Error() string { return e.Message }
 
 func newRPCError(code int, format string, a ...any) *rpcError {
 	return &rpcError{Code: code, Message: fmt.Sprintf(format, a...)}
@@ -834,7 +834,7 @@ type listenerSet struct {
 // listener is one open subscriptions/listen request.
 type listener struct {
 	req     *rpcRequest
-	done    <-chan struct{} // closed once the request is cancelled: deliver skips it
+	ctx     context.Context // ends once the request is cancelled: deliver skips it
 	methods []string        // the notifications granted
 	mu      sync.Mutex      // held while sending: the acknowledgement goes first
 }
@@ -863,12 +863,8 @@ func (ls *listenerSet) deliver(method string) {
 	}
 	ls.mu.Unlock()
 	for _, l := range open {
-		select {
-		case <-l.done:
-			continue // cancelled: it may not have left the set yet
-		default:
-		}
-		if slices.Contains(l.methods, method) {
+		// a cancelled listener may not have left the set yet
+		if l.ctx.Err() == nil && slices.Contains(l.methods, method) {
 			l.mu.Lock()
 			meta := map[string]any{metaSubscriptionID: l.req.id}
 			l.req.notify(method, map[string]any{"_meta": meta})
@@ -886,7 +882,7 @@ func handleListen(ctx context.Context, r *rpcRequest) (map[string]any, error) {
 	if err := json.Unmarshal(r.params, &p); len(r.params) > 0 && err != nil {
 		return nil, invalidParams("%v", err)
 	}
-	l := &listener{req: r, done: ctx.Done()}
+	l := &listener{req: r, ctx: ctx}
 	granted := map[string]any{}
 	for _, list := range []string{"tools", "prompts"} {
 		if p.Notifications[list+"ListChanged"] == true {

@@ -292,23 +292,21 @@ func callOnce(ctx context.Context, srv *server, stdout io.Writer, args []string)
 	if err != nil {
 		return fmt.Errorf("call: arguments are not valid JSON: %s", args[1])
 	}
-	terminal := isTerminal(stdout)
 	s := newSession(srv, io.Discard)
-	s.version = version20251125
 	defer s.close()
 	defer s.wg.Wait()
-	req := &rpcRequest{s: s, id: json.RawMessage("1"), method: "tools/call", params: raw,
-		version: s.version, logLevel: -1}
+	// params are an object without _meta: newRequest cannot fail
+	req, _ := s.newRequest(&rpcMessage{ID: json.RawMessage("1"), Method: "tools/call", Params: raw})
 	res, err := handleToolsCall(ctx, req)
-	if re := (*rpcError)(nil); errors.As(err, &re) { // handleToolsCall fails only with an *rpcError
-		return fmt.Errorf("call: %s", re.Message)
+	if err != nil {
+		return fmt.Errorf("call: %w", err)
 	}
 	for _, c := range res["content"].([]contentItem) {
 		text := c.Text
 		if c.Type != "text" {
 			text = fmt.Sprintf("[%s content, %s, %d bytes base64]", c.Type, c.MimeType, len(c.Data))
 		}
-		if terminal {
+		if isTerminal(stdout) {
 			text = stripControls(text)
 		}
 		fmt.Fprintln(stdout, text)
