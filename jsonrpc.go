@@ -357,7 +357,8 @@ func (r *rpcRequest) notify(method string, params any) {
 
 // serve dispatches messages from r until EOF or a read error, without waiting for running requests.
 func (s *session) serve(ctx context.Context, r io.Reader) error {
-	br, max := bufio.NewReaderSize(r, 64<<10), s.srv.cfg.int("MAX_MESSAGE_BYTES")
+	br := bufio.NewReaderSize(r, 64<<10)
+	max := s.srv.cfg.int("MAX_MESSAGE_BYTES")
 	for {
 		line, tooLong, err := readLine(br, max)
 		switch {
@@ -739,7 +740,7 @@ func (s *session) routeResponse(m *rpcMessage) {
 func (s *session) request(ctx context.Context, method string, params any) (json.RawMessage, error) {
 	s.requests.mu.Lock()
 	s.requests.nextID++
-	id := json.RawMessage(strconv.Quote("telson-" + strconv.FormatInt(s.requests.nextID, 10)))
+	id := json.RawMessage(fmt.Sprintf(`"telson-%d"`, s.requests.nextID))
 	ch := make(chan *rpcMessage, 1)
 	s.requests.pending[idKey(id)] = ch
 	s.requests.mu.Unlock()
