@@ -1631,11 +1631,11 @@ func (h *httpHandler) post(w http.ResponseWriter, r *http.Request) {
 	if body == nil {
 		return
 	}
-	var m struct{ Method string }
+	var m statelessMessage
 	json.Unmarshal(body, &m)
 	sid := r.Header.Get("Mcp-Session-Id")
 	if sid == "" && m.Method != "initialize" {
-		h.postStateless(w, r, body)
+		h.postStateless(w, r, body, &m)
 		return
 	}
 	hs := h.sessionFor(w, r, sid)
@@ -1646,7 +1646,7 @@ func (h *httpHandler) post(w http.ResponseWriter, r *http.Request) {
 	defer h.sessions.countRequest(hs, -1)
 	// a dropped connection does not cancel a legacy request (notifications/cancelled does)
 	reply := h.exchange(context.WithoutCancel(r.Context()), w, r, hs.s, body, false)
-	if m, ok := reply.(*rpcMessage); ok && sid == "" && m.Error != nil {
+	if reply, ok := reply.(*rpcMessage); ok && sid == "" && reply.Error != nil {
 		h.sessions.end(hs) // a failed initialize leaves no session behind
 	}
 }
@@ -1701,10 +1701,9 @@ func (m *statelessMessage) mcpName() string {
 }
 
 // postStateless serves one 2026-07-28 message whose headers agree with it; a disconnect cancels it.
-func (h *httpHandler) postStateless(w http.ResponseWriter, r *http.Request, body []byte) {
-	var m statelessMessage
-	json.Unmarshal(body, &m)
-	if e := checkStateless(r.Header, body, &m); e != nil {
+func (h *httpHandler) postStateless(w http.ResponseWriter, r *http.Request, body []byte,
+	m *statelessMessage) {
+	if e := checkStateless(r.Header, body, m); e != nil {
 		httpFail(w, http.StatusBadRequest, m.ID, e)
 		return
 	}
