@@ -1661,12 +1661,7 @@ func (h *httpHandler) sessionFor(w http.ResponseWriter, r *http.Request, sid str
 		return nil
 	}
 	if sid != "" {
-		hs := h.sessions.get(sid)
-		if hs == nil {
-			httpError(w, http.StatusNotFound,
-				"unknown or expired Mcp-Session-Id; initialize a new session")
-		}
-		return hs
+		return h.sessionOf(w, r)
 	}
 	hs, err := h.sessions.open()
 	if err != nil {
@@ -1830,7 +1825,7 @@ func writeEvent(w http.ResponseWriter, data []byte) error {
 	return http.NewResponseController(w).Flush()
 }
 
-// sessionOf returns the session a GET or DELETE names; nil means it answered why there is none.
+// sessionOf returns the session a request names; nil means it answered why there is none.
 func (h *httpHandler) sessionOf(w http.ResponseWriter, r *http.Request) *httpSession {
 	sid := r.Header.Get("Mcp-Session-Id")
 	hs := h.sessions.get(sid)
@@ -1840,7 +1835,8 @@ func (h *httpHandler) sessionOf(w http.ResponseWriter, r *http.Request) *httpSes
 	case sid == "":
 		httpError(w, http.StatusBadRequest, "bad request: Mcp-Session-Id header is required")
 	case hs == nil:
-		httpError(w, http.StatusNotFound, "unknown or expired Mcp-Session-Id")
+		httpError(w, http.StatusNotFound,
+			"unknown or expired Mcp-Session-Id; initialize a new session")
 	}
 	return hs
 }
