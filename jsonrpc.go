@@ -1680,7 +1680,7 @@ type statelessMessage struct {
 	Params struct {
 		Name string
 		URI  string
-		Meta map[string]json.RawMessage `json:"_meta"`
+		Meta requestMeta `json:"_meta"`
 	}
 }
 
@@ -1707,8 +1707,7 @@ func (h *httpHandler) postStateless(w http.ResponseWriter, r *http.Request, body
 
 // checkStateless says what is wrong with a 2026-07-28 message or its headers; nil when nothing is.
 func checkStateless(hdr http.Header, body []byte, m *statelessMessage) *rpcError {
-	var version string
-	json.Unmarshal(m.Params.Meta[metaProtocolVersion], &version)
+	version := m.Params.Meta.Version
 	hdrVersion := hdr.Get("MCP-Protocol-Version")
 	method := hdr.Get("Mcp-Method")
 	name := hdr.Get("Mcp-Name")
@@ -1728,9 +1727,9 @@ func checkStateless(hdr http.Header, body []byte, m *statelessMessage) *rpcError
 		return newRPCError(codeHeaderMismatch, "header mismatch: MCP-Protocol-Version %q, "+
 			"Mcp-Method %q, Mcp-Name %q must match the body's %q, %q, %q",
 			hdrVersion, method, name, version, m.Method, m.mcpName())
-	case version != "" && hasID(m.ID) && m.Params.Meta[metaClientCaps] == nil:
-		return newRPCError(codeInvalidParams,
-			"invalid params: _meta %s is required in protocol version %s", metaClientCaps, versionModern)
+	case version != "" && hasID(m.ID) && m.Params.Meta.Caps == nil:
+		return invalidParams("_meta %s is required in protocol version %s", metaClientCaps,
+			versionModern)
 	}
 	return nil
 }
