@@ -621,12 +621,9 @@ func (c *config) toolEnabled(name string) bool {
 			return false
 		}
 	}
-	list := c.values["TOOLS"]
-	if strings.EqualFold(strings.TrimSpace(list), "all") || strings.TrimSpace(list) == "" {
-		return true
-	}
-	return slices.ContainsFunc(splitList(list), func(n string) bool {
-		return strings.EqualFold(n, name)
+	list := splitList(c.values["TOOLS"])
+	return len(list) == 0 || slices.ContainsFunc(list, func(n string) bool {
+		return strings.EqualFold(n, name) || strings.EqualFold(n, "all")
 	})
 }
 
