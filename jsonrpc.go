@@ -38,7 +38,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -1403,11 +1402,11 @@ func jsonKind(v any) string {
 type logger struct {
 	mu    sync.Mutex // guards w
 	w     io.Writer
-	level atomic.Int32
+	level int // set once; lines below it are not written
 }
 
 func (l *logger) logf(level int, format string, a ...any) {
-	if level < int(l.level.Load()) {
+	if level < l.level {
 		return
 	}
 	now := time.Now().Format("15:04:05.000")

@@ -243,8 +243,7 @@ func serveHTTP(ctx context.Context, srv *server, addr string, stderr io.Writer) 
 }
 
 func newServer(cfg *config, stderr io.Writer) *server {
-	log := &logger{w: stderr}
-	log.level.Store(int32(logLevelIndex(cfg.str("LOG_LEVEL"))))
+	log := &logger{w: stderr, level: logLevelIndex(cfg.str("LOG_LEVEL"))}
 	wd, _ := os.Getwd()
 	version := "dev"
 	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
