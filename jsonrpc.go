@@ -1041,24 +1041,19 @@ func handleToolsList(ctx context.Context, r *rpcRequest) (map[string]any, error)
 	return map[string]any{"tools": tools}, nil
 }
 
-// toolAnnotations are the tool hints of 2025-03-26.
-type toolAnnotations struct {
-	Title           string `json:"title"`
-	ReadOnlyHint    bool   `json:"readOnlyHint"`
-	DestructiveHint bool   `json:"destructiveHint"`
-	IdempotentHint  bool   `json:"idempotentHint"`
-	OpenWorldHint   bool   `json:"openWorldHint"`
-}
-
 // describeTool is one tools/list entry, with the fields version v knows.
 func (srv *server) describeTool(t *toolEntry, v string) map[string]any {
 	d := t.def
 	listing := map[string]any{"name": d.name, "description": d.desc(srv)}
 	listing["inputSchema"] = t.schema.raw
 	if atLeast(v, version20250326) {
-		h := d.hints
-		listing["annotations"] = toolAnnotations{d.title, h.readOnly, h.destructive,
-			h.idempotent, h.openWorld}
+		listing["annotations"] = map[string]any{
+			"title":           d.title,
+			"readOnlyHint":    d.hints.readOnly,
+			"destructiveHint": d.hints.destructive,
+			"idempotentHint":  d.hints.idempotent,
+			"openWorldHint":   d.hints.openWorld,
+		}
 	}
 	if atLeast(v, version20250618) {
 		listing["title"] = d.title
