@@ -28,7 +28,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"math"
 	"net"
 	"net/http"
@@ -39,7 +38,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -62,7 +60,6 @@ var (
 const (
 	metaProtocolVersion = "io.modelcontextprotocol/protocolVersion"
 	metaClientCaps      = "io.modelcontextprotocol/clientCapabilities"
-	metaLogLevel        = "io.modelcontextprotocol/logLevel"
 	metaServerInfo      = "io.modelcontextprotocol/serverInfo"
 	metaSubscriptionID  = "io.modelcontextprotocol/subscriptionId"
 )
@@ -98,7 +95,7 @@ type rpcError struct {
 	Data    any    `json:"data,omitempty"`
 }
 
-func (e *rpcError) Error() string { return fmt.Sprintf("jsonrpc: %d %s", e.Code, e.Message) }
+func (e *rpcError) Error() string { return e.Message }
 
 func newRPCError(code int, format string, a ...any) *rpcError {
 	return &rpcError{Code: code, Message: fmt.Sprintf(format, a...)}
@@ -174,10 +171,13 @@ type toolEntry struct {
 	output json.RawMessage // the output schema with notices declared; nil for none
 }
 
-// outputSchema is d's output schema with the notices property every result may carry.
-func outputSchema(d *toolDef) (json.RawMessage, error) {
-	if d.output == "" {
-		return nil, nil
+// newToolEntry parses d's input schema, and adds to its output schema the notices property
+// every result may carry.
+func newToolEntry(d *toolDef) (*toolEntry, error) {
+	input, err := parseSchema(d.input)
+	t := &toolEntry{def: d, schema: input}
+	if err != nil || d.output == "" {
+		return t, err
 	}
 	var m map[string]any
 	if err := json.Unmarshal([]byte(d.output), &m); err != nil {
@@ -189,7 +189,8 @@ func outputSchema(d *toolDef) (json.RawMessage, error) {
 		m["properties"] = props
 	}
 	props["notices"] = json.RawMessage(noticesSchema)
-	return marshalJSON(m)
+	t.output, err = marshalJSON(m)
+	return t, err
 }
 
 func (srv *server) tool(name string) *toolEntry {
@@ -268,12 +269,6 @@ func marshalJSON(v any) (json.RawMessage, error) {
 
 // encodeLine encodes msg as one line of JSON ending in '\n'.
 func encodeLine(msg any) ([]byte, error) {
-	if m, ok := msg.(*rpcMessage); ok && m.Result != nil {
-		// A result is our own compact encoding: frame it without scanning it again.
-		b := fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%s,"result":`, m.ID)
-		b = append(b, m.Result...)
-		return append(b, "}\n"...), nil
-	}
 	b, err := marshalJSON(msg)
 	if err != nil {
 		return nil, fmt.Errorf("send: encode: %w", err)
@@ -327,7 +322,7 @@ func (s *session) reply(msg any) {
 
 // close ends the session: its running requests are cancelled and what it owns is released.
 func (s *session) close() {
-	s.cancelAll()
+	s.cancelAll(false)
 	s.stopWorkflow()
 	s.bg.closeAll()
 }
@@ -361,12 +356,13 @@ func (r *rpcRequest) notify(method string, params any) {
 
 // serve dispatches messages from r until EOF or a read error, without waiting for running requests.
 func (s *session) serve(ctx context.Context, r io.Reader) error {
-	br, max := bufio.NewReaderSize(r, 64<<10), s.srv.cfg.int("MAX_MESSAGE_BYTES")
+	br := bufio.NewReaderSize(r, 64<<10)
+	max := s.srv.cfg.int("MAX_MESSAGE_BYTES")
 	for {
 		line, tooLong, err := readLine(br, max)
 		switch {
 		case errors.Is(err, io.EOF):
-			s.endListens()
+			s.cancelAll(true)
 			return nil
 		case err != nil:
 			return fmt.Errorf("read: %w", err)
@@ -378,24 +374,13 @@ func (s *session) serve(ctx context.Context, r io.Reader) error {
 	}
 }
 
-// wait blocks until every running request has answered.
-func (s *session) wait() { s.wg.Wait() }
-
-// cancelAll cancels every running request; they still answer.
-func (s *session) cancelAll() {
+// cancelAll cancels every running request, or only the subscriptions/listen
+// requests (a graceful end); they still answer.
+func (s *session) cancelAll(onlyListens bool) {
 	s.requests.mu.Lock()
 	defer s.requests.mu.Unlock()
 	for _, r := range s.requests.inflight {
-		r.cancel()
-	}
-}
-
-// endListens ends the session's subscriptions/listen requests gracefully: they answer.
-func (s *session) endListens() {
-	s.requests.mu.Lock()
-	defer s.requests.mu.Unlock()
-	for _, r := range s.requests.inflight {
-		if r.listen {
+		if r.listen || !onlyListens {
 			r.cancel()
 		}
 	}
@@ -437,16 +422,7 @@ func (s *session) handleBatch(ctx context.Context, line []byte, done func(reply 
 	s.mu.Unlock()
 	var items []json.RawMessage
 	json.Unmarshal(line, &items) // line is a valid JSON array
-	if v == "" || len(items) == 0 || len(items) > maxBatch || atLeast(v, version20250618) {
-		why := "batches are not supported in protocol version " + v
-		if v == "" {
-			why = "a batch cannot come before initialize"
-		} else if len(items) == 0 {
-			why = "empty batch"
-		} else if len(items) > maxBatch {
-			why = fmt.Sprintf("a batch of %d messages; at most %d are allowed",
-				len(items), maxBatch)
-		}
+	if why := batchProblem(v, len(items)); why != "" {
 		done(invalidRequest(nil, "%s", why))
 		return
 	}
@@ -469,6 +445,22 @@ func (s *session) handleBatch(ctx context.Context, line []byte, done func(reply 
 			done(out)
 		}
 	}()
+}
+
+// batchProblem says why a batch of n messages cannot be served under protocol version v; "" when
+// it can.
+func batchProblem(v string, n int) string {
+	switch {
+	case v == "":
+		return "a batch cannot come before initialize"
+	case atLeast(v, version20250618):
+		return "batches are not supported in protocol version " + v
+	case n == 0:
+		return "empty batch"
+	case n > maxBatch:
+		return fmt.Sprintf("a batch of %d messages; at most %d are allowed", n, maxBatch)
+	}
+	return ""
 }
 
 // handleMessage decodes, classifies and handles one message; done gets its reply (or nil) once.
@@ -509,11 +501,7 @@ type rpcRequest struct {
 	caps          map[string]json.RawMessage
 	logLevel      int // modern era: the request's own log level; -1 when none
 	progressToken json.RawMessage
-	rawResult     json.RawMessage     // set by a handler whose result is already encoded
 	out           func(msg any) error // where messages about it go (see routeKey)
-
-	progressMu   sync.Mutex // guards lastProgress
-	lastProgress float64
 }
 
 // methodInfo is a row of the method table.
@@ -616,45 +604,47 @@ func (s *session) awaitClient(wait func()) {
 	wait()
 }
 
+// requestMeta is what telson reads from a request's _meta.
+type requestMeta struct {
+	ProgressToken json.RawMessage            `json:"progressToken"`
+	Version       string                     `json:"io.modelcontextprotocol/protocolVersion"`
+	Caps          map[string]json.RawMessage `json:"io.modelcontextprotocol/clientCapabilities"`
+	LogLevel      *string                    `json:"io.modelcontextprotocol/logLevel"`
+}
+
 // newRequest reads a request's _meta and settles the era and version it is served under.
 func (s *session) newRequest(m *rpcMessage) (*rpcRequest, *rpcError) {
-	r := &rpcRequest{s: s, id: m.ID, method: m.Method, params: m.Params, logLevel: -1}
 	if len(m.Params) > 0 && string(m.Params) != "null" && m.Params[0] != '{' {
 		return nil, invalidParams("params must be an object")
 	}
 	var p struct {
-		Meta map[string]json.RawMessage `json:"_meta"`
+		Meta requestMeta `json:"_meta"`
 	}
 	if err := json.Unmarshal(m.Params, &p); len(m.Params) > 0 && err != nil {
 		return nil, invalidParams("_meta: %v", err)
 	}
-	r.progressToken = p.Meta["progressToken"]
-	var metaVersion string
-	if raw, ok := p.Meta[metaProtocolVersion]; ok && json.Unmarshal(raw, &metaVersion) != nil {
-		return nil, invalidParams("_meta %s must be a string", metaProtocolVersion)
-	}
+	meta := p.Meta
+	r := &rpcRequest{s: s, id: m.ID, method: m.Method, params: m.Params, logLevel: -1,
+		progressToken: meta.ProgressToken}
 	s.mu.Lock()
-	r.version, r.caps = s.version, s.clientCaps
+	r.version = s.version
+	r.caps = s.clientCaps
 	s.mu.Unlock()
 	switch {
-	case metaVersion == versionModern || (metaVersion == "" && m.Method == "server/discover"):
-		r.version, r.modern, r.caps = versionModern, true, nil
-		caps, ok := p.Meta[metaClientCaps]
-		if !ok && m.Method != "server/discover" {
+	case meta.Version == versionModern || (meta.Version == "" && m.Method == "server/discover"):
+		if meta.Caps == nil && m.Method != "server/discover" {
 			return nil, invalidParams("_meta %s is required in %s", metaClientCaps, versionModern)
 		}
-		json.Unmarshal(caps, &r.caps) // absent (server/discover): none
-		if raw, ok := p.Meta[metaLogLevel]; ok {
-			var lvl string
-			json.Unmarshal(raw, &lvl)
-			r.logLevel = logLevelIndex(lvl)
+		r.version = versionModern
+		r.modern = true
+		r.caps = meta.Caps
+		if meta.LogLevel != nil {
+			r.logLevel = logLevelIndex(*meta.LogLevel)
 		}
-	case metaVersion != "" && slices.Contains(legacyVersions, metaVersion):
-		r.version = metaVersion
-	case metaVersion != "":
-		e := newRPCError(codeUnsupportedVersion, "unsupported protocol version: %s", metaVersion)
-		e.Data = map[string]any{"supported": supportedVersions, "requested": metaVersion}
-		return nil, e
+	case slices.Contains(legacyVersions, meta.Version):
+		r.version = meta.Version
+	case meta.Version != "":
+		return nil, unsupportedVersion(meta.Version, supportedVersions)
 	case r.version == "":
 		r.version = version20251125 // before initialize: the newest legacy version
 	}
@@ -671,43 +661,47 @@ func (s *session) runRequest(ctx context.Context, r *rpcRequest, info methodInfo
 		}
 	}()
 	result, err := info.handle(ctx, r)
-	if err == nil && r.rawResult != nil {
-		return &rpcMessage{JSONRPC: "2.0", ID: r.id, Result: r.rawResult}
+	var raw json.RawMessage
+	if err == nil {
+		raw, err = marshalJSON(s.completeResult(r, result))
 	}
-	if err != nil {
-		var re *rpcError
-		if !errors.As(err, &re) {
-			re = newRPCError(codeInternalError, "internal error: %v", err)
-		}
+	var re *rpcError
+	if err != nil && !errors.As(err, &re) {
+		re = newRPCError(codeInternalError, "internal error: %v", err)
+	}
+	if re != nil {
 		return errorMessage(r.id, re)
 	}
+	return &rpcMessage{JSONRPC: "2.0", ID: r.id, Result: raw}
+}
+
+// completeResult adds to a handler's result what the request's era requires: in 2026-07-28, a
+// resultType, the serverInfo in _meta, and a list's cache lifetime.
+func (s *session) completeResult(r *rpcRequest, result map[string]any) map[string]any {
 	if result == nil {
 		result = map[string]any{}
 	}
-	if r.modern && strings.HasSuffix(r.method, "/list") {
+	if !r.modern {
+		return result
+	}
+	if strings.HasSuffix(r.method, "/list") {
 		result["ttlMs"] = 60000 // a change is announced on subscriptions/listen
 		result["cacheScope"] = "public"
 	}
-	if r.modern {
-		if _, set := result["resultType"]; !set {
-			result["resultType"] = "complete"
-		}
-		v := "" // the bare name and version, except in server/discover
-		if r.method == "server/discover" {
-			v = versionModern
-		}
-		meta := map[string]any{metaServerInfo: s.srv.serverInfo(v)}
-		if given, ok := result["_meta"].(map[string]any); ok {
-			maps.Copy(meta, given)
-		}
-		result["_meta"] = meta
+	if result["resultType"] == nil {
+		result["resultType"] = "complete"
 	}
-	raw, err := marshalJSON(result)
-	if err != nil {
-		err = fmt.Errorf("encode result: %w", err)
-		return errorMessage(r.id, newRPCError(codeInternalError, "internal error: %v", err))
+	v := "" // the bare name and version, except in server/discover
+	if r.method == "server/discover" {
+		v = versionModern
 	}
-	return &rpcMessage{JSONRPC: "2.0", ID: r.id, Result: raw}
+	meta, _ := result["_meta"].(map[string]any)
+	if meta == nil {
+		meta = map[string]any{}
+	}
+	meta[metaServerInfo] = s.srv.serverInfo(v)
+	result["_meta"] = meta
+	return result
 }
 
 // handleNotification handles notifications/cancelled; other notifications need nothing.
@@ -745,7 +739,7 @@ func (s *session) routeResponse(m *rpcMessage) {
 func (s *session) request(ctx context.Context, method string, params any) (json.RawMessage, error) {
 	s.requests.mu.Lock()
 	s.requests.nextID++
-	id := json.RawMessage(strconv.Quote("telson-" + strconv.FormatInt(s.requests.nextID, 10)))
+	id := json.RawMessage(fmt.Sprintf(`"telson-%d"`, s.requests.nextID))
 	ch := make(chan *rpcMessage, 1)
 	s.requests.pending[idKey(id)] = ch
 	s.requests.mu.Unlock()
@@ -782,18 +776,12 @@ func (r *rpcRequest) clientHas(name string) bool {
 	return ok
 }
 
-// progress sends notifications/progress when the request asked for it,
-// raising a value that does not grow.
+// progress sends notifications/progress when the request asked for it; the caller's progress
+// grows with every call.
 func (r *rpcRequest) progress(progress, total float64, message string) {
 	if len(r.progressToken) == 0 {
 		return
 	}
-	r.progressMu.Lock()
-	if progress <= r.lastProgress {
-		progress = r.lastProgress + 1
-	}
-	r.lastProgress = progress
-	r.progressMu.Unlock()
 	p := map[string]any{"progressToken": r.progressToken, "progress": progress}
 	if total > 0 {
 		p["total"] = total
@@ -846,7 +834,7 @@ type listenerSet struct {
 // listener is one open subscriptions/listen request.
 type listener struct {
 	req     *rpcRequest
-	done    <-chan struct{} // closed once the request is cancelled: deliver skips it
+	ctx     context.Context // ends once the request is cancelled: deliver skips it
 	methods []string        // the notifications granted
 	mu      sync.Mutex      // held while sending: the acknowledgement goes first
 }
@@ -875,12 +863,8 @@ func (ls *listenerSet) deliver(method string) {
 	}
 	ls.mu.Unlock()
 	for _, l := range open {
-		select {
-		case <-l.done:
-			continue // cancelled: it may not have left the set yet
-		default:
-		}
-		if slices.Contains(l.methods, method) {
+		// a cancelled listener may not have left the set yet
+		if l.ctx.Err() == nil && slices.Contains(l.methods, method) {
 			l.mu.Lock()
 			meta := map[string]any{metaSubscriptionID: l.req.id}
 			l.req.notify(method, map[string]any{"_meta": meta})
@@ -898,7 +882,7 @@ func handleListen(ctx context.Context, r *rpcRequest) (map[string]any, error) {
 	if err := json.Unmarshal(r.params, &p); len(r.params) > 0 && err != nil {
 		return nil, invalidParams("%v", err)
 	}
-	l := &listener{req: r, done: ctx.Done()}
+	l := &listener{req: r, ctx: ctx}
 	granted := map[string]any{}
 	for _, list := range []string{"tools", "prompts"} {
 		if p.Notifications[list+"ListChanged"] == true {
@@ -1039,12 +1023,6 @@ func handleSetLevel(ctx context.Context, r *rpcRequest) (map[string]any, error) 
 	return nil, nil
 }
 
-const toolsPageSize = 100
-
-func encodeCursor(offset int) string {
-	return base64.RawURLEncoding.EncodeToString([]byte("tools:" + strconv.Itoa(offset)))
-}
-
 func handleToolsList(ctx context.Context, r *rpcRequest) (map[string]any, error) {
 	var p struct {
 		Cursor *string `json:"cursor"`
@@ -1052,88 +1030,39 @@ func handleToolsList(ctx context.Context, r *rpcRequest) (map[string]any, error)
 	if err := json.Unmarshal(r.params, &p); len(r.params) > 0 && err != nil {
 		return nil, invalidParams("%v", err)
 	}
-	list := r.s.srv.tools
-	start := 0
 	if p.Cursor != nil {
-		b, err := base64.RawURLEncoding.DecodeString(*p.Cursor)
-		n, aerr := strconv.Atoi(strings.TrimPrefix(string(b), "tools:"))
-		valid := err == nil && aerr == nil && bytes.HasPrefix(b, []byte("tools:"))
-		if !valid || n < 0 || n > len(list) {
-			return nil, invalidParams("bad cursor %q", *p.Cursor)
-		}
-		start = n
+		// one page holds every tool, so no cursor was ever handed out
+		return nil, invalidParams("bad cursor %q", *p.Cursor)
 	}
-	end := min(start+toolsPageSize, len(list))
-	tools := r.s.srv.toolsJSON(list[start:end], r.version)
-	if end == len(list) && !r.modern {
-		r.rawResult = fmt.Appendf(nil, `{"tools":%s}`, tools)
-		return nil, nil
+	tools := []map[string]any{}
+	for _, t := range r.s.srv.tools {
+		tools = append(tools, r.s.srv.describeTool(t, r.version))
 	}
-	res := map[string]any{"tools": tools}
-	if end < len(list) {
-		res["nextCursor"] = encodeCursor(end)
-	}
-	return res, nil
-}
-
-// toolListing is a tools/list entry without its schemas (see toolsJSON).
-type toolListing struct {
-	Name        string           `json:"name"`
-	Title       string           `json:"title,omitempty"`
-	Description string           `json:"description"`
-	Annotations *toolAnnotations `json:"annotations,omitempty"`
-	Icons       any              `json:"icons,omitempty"`
-}
-
-// toolAnnotations are the tool hints of 2025-03-26.
-type toolAnnotations struct {
-	Title           string `json:"title"`
-	ReadOnlyHint    bool   `json:"readOnlyHint"`
-	DestructiveHint bool   `json:"destructiveHint"`
-	IdempotentHint  bool   `json:"idempotentHint"`
-	OpenWorldHint   bool   `json:"openWorldHint"`
-}
-
-// toolsJSON is the JSON array of tools/list entries for version v. The schemas,
-// compact since start-up, are spliced in rather than encoded again: a tools/list
-// costs little more than a ping.
-func (srv *server) toolsJSON(tools []*toolEntry, v string) json.RawMessage {
-	var b bytes.Buffer
-	b.Grow(64 << 10)
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	b.WriteByte('[')
-	for i, t := range tools {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		enc.Encode(srv.describeTool(t, v))
-		b.Truncate(b.Len() - len("}\n"))
-		b.WriteString(`,"inputSchema":`)
-		b.Write(t.schema.raw)
-		if atLeast(v, version20250618) && t.output != nil {
-			b.WriteString(`,"outputSchema":`)
-			b.Write(t.output)
-		}
-		b.WriteByte('}')
-	}
-	b.WriteByte(']')
-	return b.Bytes()
+	return map[string]any{"tools": tools}, nil
 }
 
 // describeTool is one tools/list entry, with the fields version v knows.
-func (srv *server) describeTool(t *toolEntry, v string) toolListing {
+func (srv *server) describeTool(t *toolEntry, v string) map[string]any {
 	d := t.def
-	listing := toolListing{Name: d.name, Description: d.desc(srv)}
+	listing := map[string]any{"name": d.name, "description": d.desc(srv)}
+	listing["inputSchema"] = t.schema.raw
 	if atLeast(v, version20250326) {
-		h := d.hints
-		listing.Annotations = &toolAnnotations{d.title, h.readOnly, h.destructive, h.idempotent, h.openWorld}
+		listing["annotations"] = map[string]any{
+			"title":           d.title,
+			"readOnlyHint":    d.hints.readOnly,
+			"destructiveHint": d.hints.destructive,
+			"idempotentHint":  d.hints.idempotent,
+			"openWorldHint":   d.hints.openWorld,
+		}
 	}
 	if atLeast(v, version20250618) {
-		listing.Title = d.title
+		listing["title"] = d.title
+		if t.output != nil {
+			listing["outputSchema"] = t.output
+		}
 	}
 	if atLeast(v, version20251125) {
-		listing.Icons = telsonIcons
+		listing["icons"] = telsonIcons
 	}
 	return listing
 }
@@ -1223,18 +1152,20 @@ func withNotices(structured any, notices []string) any {
 // handleToolsCall runs a tool and answers its CallToolResult, waiting notices first.
 func handleToolsCall(ctx context.Context, r *rpcRequest) (map[string]any, error) {
 	var p struct {
-		Name      string          `json:"name"`
-		Arguments json.RawMessage `json:"arguments"`
+		Name      string `json:"name"`
+		Arguments any    `json:"arguments"`
 	}
-	if err := json.Unmarshal(r.params, &p); err != nil {
+	dec := json.NewDecoder(bytes.NewReader(r.params))
+	dec.UseNumber()
+	if err := dec.Decode(&p); err != nil {
 		return nil, invalidParams("%v", err)
 	}
 	t := r.s.srv.tool(p.Name)
 	if t == nil {
 		return nil, newRPCError(codeInvalidParams, "unknown tool: %q", p.Name)
 	}
-	if len(p.Arguments) == 0 || string(p.Arguments) == "null" {
-		p.Arguments = json.RawMessage("{}")
+	if p.Arguments == nil {
+		p.Arguments = map[string]any{}
 	}
 	var res toolResult
 	args, problem := t.schema.check(p.Arguments)
@@ -1243,25 +1174,19 @@ func handleToolsCall(ctx context.Context, r *rpcRequest) (map[string]any, error)
 	} else {
 		res = t.def.run(ctx, &toolCall{s: r.s, req: r, args: args})
 	}
-	if res.inputRequired != nil && r.version == versionModern {
-		m := map[string]any{"resultType": "input_required"}
-		maps.Copy(m, res.inputRequired)
-		return m, nil
+	if res.inputRequired != nil && r.modern {
+		res.inputRequired["resultType"] = "input_required"
+		return res.inputRequired, nil
 	}
 	content := res.content
-	prefix := t.def.name + ": "
-	named := res.named && len(content) > 0 && content[0].Type == "text"
-	if named && !strings.HasPrefix(content[0].Text, prefix) {
-		content = slices.Clone(content)
-		content[0].Text = prefix + content[0].Text
+	if res.named {
+		content[0].Text = t.def.name + ": " + content[0].Text
 	}
 	notices := r.s.notices.drain()
 	if len(notices) > 0 {
 		item := contentItem{Type: "text", Text: strings.Join(notices, "\n")}
 		content = append([]contentItem{item}, content...)
-		if res.structured != nil {
-			res.structured = withNotices(res.structured, notices)
-		}
+		res.structured = withNotices(res.structured, notices)
 	}
 	if content == nil {
 		content = []contentItem{}
@@ -1286,10 +1211,10 @@ type jsonSchema struct {
 	Enum        []any                  `json:"enum"`
 	Minimum     *float64               `json:"minimum"`
 	Maximum     *float64               `json:"maximum"`
-	MinLength   *int                   `json:"minLength"`
-	MaxLength   *int                   `json:"maxLength"`
-	MinItems    *int                   `json:"minItems"`
-	MaxItems    *int                   `json:"maxItems"`
+	MinLength   *float64               `json:"minLength"`
+	MaxLength   *float64               `json:"maxLength"`
+	MinItems    *float64               `json:"minItems"`
+	MaxItems    *float64               `json:"maxItems"`
 	raw         json.RawMessage        // the schema as text, compact
 }
 
@@ -1306,17 +1231,11 @@ func parseSchema(text string) (*jsonSchema, error) {
 	return &schema, err
 }
 
-// check returns args normalized, or what is wrong, naming the field. Arguments the
-// schema does not know are dropped; values that convert without loss are converted:
-// "5" to 5 for numbers, 5 to "5" for strings, "true" to true for booleans.
-func (schema *jsonSchema) check(args json.RawMessage) (json.RawMessage, string) {
-	dec := json.NewDecoder(bytes.NewReader(args))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, fmt.Sprintf("arguments are not valid JSON: %v", err)
-	}
-	v, problem := schema.checkValue("arguments", v)
+// check returns args (decoded with json.Number) normalized, or what is wrong, naming the
+// field. Arguments the schema does not know are dropped; values that convert without loss are
+// converted: "5" to 5 for numbers, 5 to "5" for strings, "true" to true for booleans.
+func (schema *jsonSchema) check(args any) (json.RawMessage, string) {
+	v, problem := schema.checkValue("arguments", args)
 	if problem != "" {
 		return nil, problem
 	}
@@ -1350,20 +1269,21 @@ func (schema *jsonSchema) convert(v any) any {
 // checkValue returns v converted to the schema, or what is wrong with it.
 func (schema *jsonSchema) checkValue(path string, v any) (any, string) {
 	v = schema.convert(v)
+	kind := jsonType(v)
+	if schema.Type != "" && kind != schema.Type && (kind != "number" || schema.Type != "integer") {
+		return v, fmt.Sprintf("%s must be %s, got %s", path, withArticle(schema.Type), jsonKind(v))
+	}
 	problem := ""
 	switch schema.Type {
 	case "object":
-		v, problem = schema.checkObject(path, v)
+		v, problem = schema.checkObject(v.(map[string]any))
 	case "string":
-		problem = schema.checkString(path, v)
+		n := float64(len([]rune(v.(string))))
+		problem = checkRange(path, n, schema.MinLength, schema.MaxLength, " characters")
 	case "integer", "number":
-		problem = schema.checkNumber(path, v)
-	case "boolean":
-		if _, ok := v.(bool); !ok {
-			problem = fmt.Sprintf("%s must be a boolean, got %s", path, jsonKind(v))
-		}
+		problem = schema.checkNumber(path, v.(json.Number))
 	case "array":
-		v, problem = schema.checkArray(path, v)
+		v, problem = schema.checkArray(path, v.([]any))
 	}
 	if problem != "" || len(schema.Enum) == 0 {
 		return v, problem
@@ -1379,14 +1299,10 @@ func (schema *jsonSchema) checkValue(path string, v any) (any, string) {
 }
 
 // checkObject keeps the properties the schema knows, each checked.
-func (schema *jsonSchema) checkObject(path string, v any) (any, string) {
-	obj, ok := v.(map[string]any)
-	if !ok {
-		return v, fmt.Sprintf("%s must be an object, got %s", path, jsonKind(v))
-	}
+func (schema *jsonSchema) checkObject(obj map[string]any) (any, string) {
 	for _, name := range schema.Required {
 		if obj[name] == nil {
-			return v, fmt.Sprintf("%q is required", name)
+			return obj, fmt.Sprintf("%q is required", name)
 		}
 	}
 	known := map[string]any{}
@@ -1396,100 +1312,96 @@ func (schema *jsonSchema) checkObject(path string, v any) (any, string) {
 		}
 		x, problem := prop.checkValue(strconv.Quote(name), obj[name])
 		if problem != "" {
-			return v, problem
+			return obj, problem
 		}
 		known[name] = x
 	}
 	return known, ""
 }
 
-func (schema *jsonSchema) checkString(path string, v any) string {
-	str, ok := v.(string)
-	n := len([]rune(str))
-	switch {
-	case !ok:
-		return fmt.Sprintf("%s must be a string, got %s", path, jsonKind(v))
-	case schema.MinLength != nil && n < *schema.MinLength:
-		return fmt.Sprintf("%s must be at least %d characters", path, *schema.MinLength)
-	case schema.MaxLength != nil && n > *schema.MaxLength:
-		return fmt.Sprintf("%s must be at most %d characters, got %d", path, *schema.MaxLength, n)
-	}
-	return ""
-}
-
-func (schema *jsonSchema) checkNumber(path string, v any) string {
-	num, ok := v.(json.Number)
-	if !ok && schema.Type == "integer" {
-		return fmt.Sprintf("%s must be an integer, got %s", path, jsonKind(v))
-	}
-	if !ok {
-		return fmt.Sprintf("%s must be a number, got %s", path, jsonKind(v))
-	}
+func (schema *jsonSchema) checkNumber(path string, num json.Number) string {
 	f, err := num.Float64()
 	switch {
 	case err != nil || math.IsInf(f, 0):
 		return fmt.Sprintf("%s: %s is out of range", path, num)
 	case schema.Type == "integer" && f != math.Trunc(f):
 		return fmt.Sprintf("%s must be an integer, got %s", path, num)
-	case schema.Minimum != nil && f < *schema.Minimum:
-		return fmt.Sprintf("%s must be at least %v, got %s", path, *schema.Minimum, num)
-	case schema.Maximum != nil && f > *schema.Maximum:
-		return fmt.Sprintf("%s must be at most %v, got %s", path, *schema.Maximum, num)
 	}
-	return ""
+	return checkRange(path, f, schema.Minimum, schema.Maximum, "")
 }
 
-func (schema *jsonSchema) checkArray(path string, v any) (any, string) {
-	arr, ok := v.([]any)
-	switch {
-	case !ok:
-		return v, fmt.Sprintf("%s must be an array, got %s", path, jsonKind(v))
-	case schema.MinItems != nil && len(arr) < *schema.MinItems:
-		return v, fmt.Sprintf("%s must have at least %d items", path, *schema.MinItems)
-	case schema.MaxItems != nil && len(arr) > *schema.MaxItems:
-		max := *schema.MaxItems
-		return v, fmt.Sprintf("%s must have at most %d items, got %d", path, max, len(arr))
-	case schema.Items == nil:
-		return v, ""
+func (schema *jsonSchema) checkArray(path string, arr []any) (any, string) {
+	problem := checkRange(path, float64(len(arr)), schema.MinItems, schema.MaxItems, " items")
+	if problem != "" || schema.Items == nil {
+		return arr, problem
 	}
 	out := make([]any, len(arr))
 	for i, x := range arr {
-		var problem string
 		out[i], problem = schema.Items.checkValue(fmt.Sprintf("%s[%d]", path, i), x)
 		if problem != "" {
-			return v, problem
+			return arr, problem
 		}
 	}
 	return out, ""
 }
 
-func jsonKind(v any) string {
-	switch x := v.(type) {
-	case nil:
-		return "null"
-	case string:
-		return "a string"
-	case bool:
-		return "a boolean"
-	case json.Number:
-		return "a number (" + x.String() + ")"
-	case []any:
-		return "an array"
-	case map[string]any:
-		return "an object"
+// checkRange says what is wrong when n (a number, a length, a count of unit) is below min or
+// above max; a nil bound does not apply.
+func checkRange(path string, n float64, min, max *float64, unit string) string {
+	switch {
+	case min != nil && n < *min:
+		return fmt.Sprintf("%s must be at least %.10g%s, got %.10g", path, *min, unit, n)
+	case max != nil && n > *max:
+		return fmt.Sprintf("%s must be at most %.10g%s, got %.10g", path, *max, unit, n)
 	}
-	return fmt.Sprintf("%T", v)
+	return ""
+}
+
+// jsonType is the JSON Schema type name of a decoded value.
+func jsonType(v any) string {
+	switch v.(type) {
+	case string:
+		return "string"
+	case bool:
+		return "boolean"
+	case json.Number:
+		return "number"
+	case []any:
+		return "array"
+	case map[string]any:
+		return "object"
+	}
+	return "null"
+}
+
+// withArticle puts "a" or "an" in front of a type name.
+func withArticle(name string) string {
+	if strings.ContainsAny(name[:1], "aeiou") {
+		return "an " + name
+	}
+	return "a " + name
+}
+
+// jsonKind names a value for a message: its type, and a number's value.
+func jsonKind(v any) string {
+	if num, ok := v.(json.Number); ok {
+		return "a number (" + num.String() + ")"
+	}
+	if v == nil {
+		return "null"
+	}
+	return withArticle(jsonType(v))
 }
 
 // logger writes telson's own log lines to stderr, never to stdout.
 type logger struct {
 	mu    sync.Mutex // guards w
 	w     io.Writer
-	level atomic.Int32
+	level int // set once; lines below it are not written
 }
 
 func (l *logger) logf(level int, format string, a ...any) {
-	if level < int(l.level.Load()) {
+	if level < l.level {
 		return
 	}
 	now := time.Now().Format("15:04:05.000")
@@ -1697,10 +1609,7 @@ func (h *httpHandler) readBody(w http.ResponseWriter, r *http.Request) []byte {
 	case errors.As(err, &tooBig):
 		httpError(w, http.StatusRequestEntityTooLarge,
 			"invalid request: body longer than %d bytes (HTTP_MAX_BODY_BYTES)", h.maxBody)
-	case err != nil:
-		httpFail(w, http.StatusBadRequest, nil,
-			newRPCError(codeParseError, "parse error: read body: %v", err))
-	case !json.Valid(body):
+	case err != nil || !json.Valid(body):
 		httpFail(w, http.StatusBadRequest, nil,
 			newRPCError(codeParseError, "parse error: the body is not one JSON value"))
 	default:
@@ -1716,11 +1625,11 @@ func (h *httpHandler) post(w http.ResponseWriter, r *http.Request) {
 	if body == nil {
 		return
 	}
-	var m struct{ Method string }
+	var m statelessMessage
 	json.Unmarshal(body, &m)
 	sid := r.Header.Get("Mcp-Session-Id")
 	if sid == "" && m.Method != "initialize" {
-		h.postStateless(w, r, body)
+		h.postStateless(w, r, body, &m)
 		return
 	}
 	hs := h.sessionFor(w, r, sid)
@@ -1731,7 +1640,7 @@ func (h *httpHandler) post(w http.ResponseWriter, r *http.Request) {
 	defer h.sessions.countRequest(hs, -1)
 	// a dropped connection does not cancel a legacy request (notifications/cancelled does)
 	reply := h.exchange(context.WithoutCancel(r.Context()), w, r, hs.s, body, false)
-	if m, ok := reply.(*rpcMessage); ok && sid == "" && m.Error != nil {
+	if reply, ok := reply.(*rpcMessage); ok && sid == "" && reply.Error != nil {
 		h.sessions.end(hs) // a failed initialize leaves no session behind
 	}
 }
@@ -1746,12 +1655,7 @@ func (h *httpHandler) sessionFor(w http.ResponseWriter, r *http.Request, sid str
 		return nil
 	}
 	if sid != "" {
-		hs := h.sessions.get(sid)
-		if hs == nil {
-			httpError(w, http.StatusNotFound,
-				"unknown or expired Mcp-Session-Id; initialize a new session")
-		}
-		return hs
+		return h.sessionOf(w, r)
 	}
 	hs, err := h.sessions.open()
 	if err != nil {
@@ -1770,7 +1674,7 @@ type statelessMessage struct {
 	Params struct {
 		Name string
 		URI  string
-		Meta map[string]json.RawMessage `json:"_meta"`
+		Meta requestMeta `json:"_meta"`
 	}
 }
 
@@ -1786,10 +1690,9 @@ func (m *statelessMessage) mcpName() string {
 }
 
 // postStateless serves one 2026-07-28 message whose headers agree with it; a disconnect cancels it.
-func (h *httpHandler) postStateless(w http.ResponseWriter, r *http.Request, body []byte) {
-	var m statelessMessage
-	json.Unmarshal(body, &m)
-	if e := checkStateless(r.Header, body, &m); e != nil {
+func (h *httpHandler) postStateless(w http.ResponseWriter, r *http.Request, body []byte,
+	m *statelessMessage) {
+	if e := checkStateless(r.Header, body, m); e != nil {
 		httpFail(w, http.StatusBadRequest, m.ID, e)
 		return
 	}
@@ -1798,8 +1701,7 @@ func (h *httpHandler) postStateless(w http.ResponseWriter, r *http.Request, body
 
 // checkStateless says what is wrong with a 2026-07-28 message or its headers; nil when nothing is.
 func checkStateless(hdr http.Header, body []byte, m *statelessMessage) *rpcError {
-	var version string
-	json.Unmarshal(m.Params.Meta[metaProtocolVersion], &version)
+	version := m.Params.Meta.Version
 	hdrVersion := hdr.Get("MCP-Protocol-Version")
 	method := hdr.Get("Mcp-Method")
 	name := hdr.Get("Mcp-Name")
@@ -1811,8 +1713,6 @@ func checkStateless(hdr http.Header, body []byte, m *statelessMessage) *rpcError
 		return newRPCError(codeInvalidRequest, "bad request: Mcp-Session-Id header is required "+
 			"(initialize first), or name protocol %s in _meta %s",
 			versionModern, metaProtocolVersion)
-	case m.Method == "":
-		return newRPCError(codeInvalidRequest, "invalid request: no method")
 	case version != "" && version != versionModern:
 		return unsupportedVersion(version, []string{versionModern})
 	case hdrVersion != "" && !slices.Contains(supportedVersions, hdrVersion):
@@ -1821,9 +1721,9 @@ func checkStateless(hdr http.Header, body []byte, m *statelessMessage) *rpcError
 		return newRPCError(codeHeaderMismatch, "header mismatch: MCP-Protocol-Version %q, "+
 			"Mcp-Method %q, Mcp-Name %q must match the body's %q, %q, %q",
 			hdrVersion, method, name, version, m.Method, m.mcpName())
-	case version != "" && hasID(m.ID) && m.Params.Meta[metaClientCaps] == nil:
-		return newRPCError(codeInvalidParams,
-			"invalid params: _meta %s is required in protocol version %s", metaClientCaps, versionModern)
+	case version != "" && hasID(m.ID) && m.Params.Meta.Caps == nil:
+		return invalidParams("_meta %s is required in protocol version %s", metaClientCaps,
+			versionModern)
 	}
 	return nil
 }
@@ -1918,7 +1818,7 @@ func writeEvent(w http.ResponseWriter, data []byte) error {
 	return http.NewResponseController(w).Flush()
 }
 
-// sessionOf returns the session a GET or DELETE names; nil means it answered why there is none.
+// sessionOf returns the session a request names; nil means it answered why there is none.
 func (h *httpHandler) sessionOf(w http.ResponseWriter, r *http.Request) *httpSession {
 	sid := r.Header.Get("Mcp-Session-Id")
 	hs := h.sessions.get(sid)
@@ -1928,7 +1828,8 @@ func (h *httpHandler) sessionOf(w http.ResponseWriter, r *http.Request) *httpSes
 	case sid == "":
 		httpError(w, http.StatusBadRequest, "bad request: Mcp-Session-Id header is required")
 	case hs == nil:
-		httpError(w, http.StatusNotFound, "unknown or expired Mcp-Session-Id")
+		httpError(w, http.StatusNotFound,
+			"unknown or expired Mcp-Session-Id; initialize a new session")
 	}
 	return hs
 }

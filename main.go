@@ -167,14 +167,14 @@ func serveStdio(ctx context.Context, srv *server, stdin io.Reader, stdout io.Wri
 		if err != nil {
 			srv.log.errorf("%v", err)
 		}
-		s.wait()
+		s.wg.Wait()
 		return nil
 	case <-ctx.Done():
 	}
-	s.cancelAll()
+	s.cancelAll(false)
 	done := make(chan struct{})
 	go func() { // exits when the cancelled requests have answered
-		s.wait()
+		s.wg.Wait()
 		close(done)
 	}()
 	select {
@@ -244,8 +244,7 @@ func serveHTTP(ctx context.Context, srv *server, addr string, stderr io.Writer) 
 }
 
 func newServer(cfg *config, stderr io.Writer) *server {
-	log := &logger{w: stderr}
-	log.level.Store(int32(logLevelIndex(cfg.str("LOG_LEVEL"))))
+	log := &logger{w: stderr, level: logLevelIndex(cfg.str("LOG_LEVEL"))}
 	wd, _ := os.Getwd()
 	version := "dev"
 	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
@@ -264,15 +263,11 @@ func newServer(cfg *config, stderr io.Writer) *server {
 		if !cfg.toolEnabled(d.name) {
 			continue
 		}
-		sc, err := parseSchema(d.input)
+		t, err := newToolEntry(d)
 		if err != nil {
 			panic(fmt.Sprintf("tool %s: %v", d.name, err)) // the table is code; a test checks every schema
 		}
-		output, err := outputSchema(d)
-		if err != nil {
-			panic(fmt.Sprintf("tool %s: %v", d.name, err))
-		}
-		srv.tools = append(srv.tools, &toolEntry{def: d, schema: sc, output: output})
+		srv.tools = append(srv.tools, t)
 	}
 	return srv
 }
@@ -297,23 +292,21 @@ func callOnce(ctx context.Context, srv *server, stdout io.Writer, args []string)
 	if err != nil {
 		return fmt.Errorf("call: arguments are not valid JSON: %s", args[1])
 	}
-	terminal := isTerminal(stdout)
 	s := newSession(srv, io.Discard)
-	s.version = version20251125
 	defer s.close()
-	defer s.wait()
-	req := &rpcRequest{s: s, id: json.RawMessage("1"), method: "tools/call", params: raw,
-		version: s.version, logLevel: -1}
+	defer s.wg.Wait()
+	// params are an object without _meta: newRequest cannot fail
+	req, _ := s.newRequest(&rpcMessage{ID: json.RawMessage("1"), Method: "tools/call", Params: raw})
 	res, err := handleToolsCall(ctx, req)
-	if re := (*rpcError)(nil); errors.As(err, &re) { // handleToolsCall fails only with an *rpcError
-		return fmt.Errorf("call: %s", re.Message)
+	if err != nil {
+		return fmt.Errorf("call: %w", err)
 	}
 	for _, c := range res["content"].([]contentItem) {
 		text := c.Text
 		if c.Type != "text" {
 			text = fmt.Sprintf("[%s content, %s, %d bytes base64]", c.Type, c.MimeType, len(c.Data))
 		}
-		if terminal {
+		if isTerminal(stdout) {
 			text = stripControls(text)
 		}
 		fmt.Fprintln(stdout, text)
@@ -628,12 +621,9 @@ func (c *config) toolEnabled(name string) bool {
 			return false
 		}
 	}
-	list := c.values["TOOLS"]
-	if strings.EqualFold(strings.TrimSpace(list), "all") || strings.TrimSpace(list) == "" {
-		return true
-	}
-	return slices.ContainsFunc(splitList(list), func(n string) bool {
-		return strings.EqualFold(n, name)
+	list := splitList(c.values["TOOLS"])
+	return len(list) == 0 || slices.ContainsFunc(list, func(n string) bool {
+		return strings.EqualFold(n, name) || strings.EqualFold(n, "all")
 	})
 }
 

@@ -677,17 +677,19 @@ func TestPanicInHandlerIsAnInternalError(t *testing.T) {
 	}
 }
 
-func TestToolsListPagination(t *testing.T) {
+func TestToolsListOnePage(t *testing.T) {
 	t.Parallel()
 	c := startServer(t)
 	c.initialize("2025-11-25")
-	m := c.request("tools/list", map[string]any{"cursor": encodeCursor(0)})
-	tools := m["result"].(map[string]any)["tools"].([]any)
-	if len(tools) != len(toolTable) || tools[0].(map[string]any)["name"] != "Bash" {
-		t.Errorf("got %d tools", len(tools))
+	m := c.request("tools/list", nil)
+	res := m["result"].(map[string]any)
+	tools := res["tools"].([]any)
+	if len(tools) != len(toolTable) || tools[0].(map[string]any)["name"] != "Bash" || res["nextCursor"] != nil {
+		t.Errorf("got %d tools: %v", len(tools), res["nextCursor"])
 	}
-	if m := c.request("tools/list", map[string]any{"cursor": encodeCursor(len(toolTable) + 1)}); errCode(m) != codeInvalidParams {
-		t.Errorf("cursor past the end: %v", m)
+	// every tool is on the one page: no cursor was handed out, so none is valid
+	if m := c.request("tools/list", map[string]any{"cursor": "x"}); errCode(m) != codeInvalidParams {
+		t.Errorf("a cursor: %v", m)
 	}
 }
 
@@ -4136,7 +4138,7 @@ func wfStart(t *testing.T, flags map[string]string) (*testClient, *session, *wfC
 	s.workflow.callbacks.afterFunc, s.workflow.callbacks.now = clk.afterFunc, clk.Now
 	go func() { // exits at stdin EOF, once the session is shut down
 		err := s.serve(context.Background(), inR)
-		s.wait()
+		s.wg.Wait()
 		s.stopWorkflow()
 		srv.close()
 		outW.Close()
@@ -5489,7 +5491,7 @@ func TestArgumentsNormalized(t *testing.T) {
 		`{"n":1,"s":-40}`:                               `{"n":1,"s":"-40"}`,
 	}
 	for in, want := range ok {
-		got, problem := schema.check([]byte(in))
+		got, problem := schema.check(decodeArgs(t, in))
 		if problem != "" || string(got) != want {
 			t.Errorf("%s: got %s %q, want %s", in, got, problem, want)
 		}
@@ -5507,7 +5509,7 @@ func TestArgumentsNormalized(t *testing.T) {
 		`{"n":1,"list":[{"id":true}]}`: `"id" must be a string, got a boolean`,
 	}
 	for in, want := range bad {
-		if _, problem := schema.check([]byte(in)); !strings.Contains(problem, want) {
+		if _, problem := schema.check(decodeArgs(t, in)); !strings.Contains(problem, want) {
 			t.Errorf("%s: got %q, want %q", in, problem, want)
 		}
 	}
