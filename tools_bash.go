@@ -185,9 +185,9 @@ func runShell(ctx context.Context, s *session, command string, timeout time.Dura
 	var timedOut atomic.Bool
 	timer := time.AfterFunc(timeout, func() {
 		timedOut.Store(true)
-		killMarked(run, killGrace)
+		stopRun(run, killGrace, cmd.Process)
 	})
-	stopCancel := context.AfterFunc(ctx, func() { killMarked(run, killGrace) })
+	stopCancel := context.AfterFunc(ctx, func() { stopRun(run, killGrace, cmd.Process) })
 	capture.readUntilExit(out, cmd)
 	timer.Stop()
 	stopCancel()
@@ -746,6 +746,14 @@ func killMarked(marker string, grace time.Duration) {
 		}
 		time.Sleep(min(wait, 50*time.Millisecond)) // polling external processes, bounded
 	}
+}
+
+// stopRun kills the processes carrying marker, then the run's leader: a
+// scan misses a process in the middle of an exec (its environment reads
+// empty then), and the leader is the one its caller waits for.
+func stopRun(marker string, grace time.Duration, leader *os.Process) {
+	killMarked(marker, grace)
+	leader.Kill() // an ended leader is not signalled again (os.Process knows)
 }
 
 // markedPids lists the processes whose marker starts with marker (a zombie

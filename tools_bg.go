@@ -138,7 +138,8 @@ func newBgTasks(procs *procTracker) *bgTasks {
 
 // bgTask is one background command and its output nobody read yet.
 type bgTask struct {
-	id, pid int // pid is the group leader's
+	id      int
+	leader  *os.Process // bash, the group leader
 	command string
 	marker  string
 	start   time.Time
@@ -215,7 +216,7 @@ func runBackgroundBash(ctx context.Context, c *toolCall) toolResult {
 		pr.Close()
 		return errorResult("start: %v", err)
 	}
-	t.pid = cmd.Process.Pid
+	t.leader = cmd.Process
 	t.log = b.procs.keepFile(fmt.Sprintf("task-%d", t.id))
 	b.tasks = append(b.tasks, t)
 	b.wg.Add(1)
@@ -224,7 +225,7 @@ func runBackgroundBash(ctx context.Context, c *toolCall) toolResult {
 	info.Hint = fmt.Sprintf(`Read its output with ReadBgOutput {"task_id": %d, "wait_ms": 5000}; `+
 		`stop it with KillBgTask {"task_id": %d}.`, t.id, t.id)
 	text := fmt.Sprintf("Started background task %d (pid %d) in %s; its complete output "+
-		"goes to %s.\n%s", t.id, t.pid, dir, t.log.path(), info.Hint)
+		"goes to %s.\n%s", t.id, t.leader.Pid, dir, t.log.path(), info.Hint)
 	return structuredResult(text, info)
 }
 
@@ -255,6 +256,7 @@ func (b *bgTasks) closeAll() {
 	b.mu.Unlock()
 	killMarked(b.scope, 500*time.Millisecond)
 	for _, t := range tasks {
+		t.leader.Kill()                   // a scan misses a process in the middle of an exec
 		t.out.SetReadDeadline(time.Now()) // a process that dropped its marker may hold the pipe
 	}
 	b.wg.Wait()
@@ -379,7 +381,7 @@ func (t *bgTask) takeTail(lines, limit int) (string, int, int64) {
 func (t *bgTask) info() (bgInfo, string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	i := bgInfo{TaskID: t.id, Pid: t.pid, Command: t.command, Status: "running",
+	i := bgInfo{TaskID: t.id, Pid: t.leader.Pid, Command: t.command, Status: "running",
 		ExitCode: t.code, Signal: t.signal, RuntimeMS: t.runtimeLocked().Milliseconds(),
 		UnreadBytes: len(t.unread), DroppedBytes: t.dropped, LogFile: t.log.path()}
 	if t.done && t.signal != "" {
@@ -499,7 +501,7 @@ func runKillBgTask(ctx context.Context, c *toolCall) toolResult {
 	}
 	t.quiet = true
 	t.mu.Unlock()
-	killMarked(t.marker, killGrace)
+	stopRun(t.marker, killGrace, t.leader)
 	select {
 	case <-t.ended:
 	case <-ctx.Done():
