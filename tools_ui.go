@@ -31,7 +31,6 @@ import (
 	_ "image/gif" // registers GIF with image.Decode
 	"image/jpeg"
 	"image/png"
-	"math"
 	"net/http"
 	"slices"
 	"strings"
@@ -69,8 +68,8 @@ const (
 )
 
 // imageLimits is the long-edge and byte limits from IMAGE_MAX_EDGE and IMAGE_MAX_BYTES.
-func imageLimits(cfg *config) (edge int, maxBytes int64) {
-	maxBytes = min(int64(cfg.int("IMAGE_MAX_BYTES")), imageMaxPayload)
+func imageLimits(cfg *config) (edge, maxBytes int) {
+	maxBytes = min(cfg.int("IMAGE_MAX_BYTES"), imageMaxPayload)
 	return max(cfg.int("IMAGE_MAX_EDGE"), 16), max(maxBytes, 1024)
 }
 
@@ -91,12 +90,11 @@ func runReadImage(ctx context.Context, c *toolCall) toolResult {
 			"the formats the Anthropic API accepts (not BMP), with a readable header", path, mime)
 	}
 	edge, maxBytes := imageLimits(c.s.srv.cfg)
-	size := int64(len(data))
-	info := fmt.Sprintf("%s: %s, %d×%d px, %s", path, mime, w, h, humanBytes(size))
+	info := fmt.Sprintf("%s: %s, %d×%d px, %s", path, mime, w, h, humanBytes(len(data)))
 	limits := fmt.Sprintf("(%d px long edge, %s)", edge, humanBytes(maxBytes))
 	cost := float64(w) * float64(h+2) * bpp // the two more rows are a PNG decoder's
 	switch {
-	case size <= maxBytes && max(w, h) <= edge:
+	case len(data) <= maxBytes && max(w, h) <= edge:
 		return imageResult(data, mime, info+", sent as is.")
 	case mime == "image/webp":
 		return errorResult("%s; that is over the limits %s, and WebP cannot be scaled "+
@@ -110,13 +108,10 @@ func runReadImage(ctx context.Context, c *toolCall) toolResult {
 	if err != nil {
 		return errorResult("%s: cannot decode %s image: %v", path, mime, err)
 	}
-	data, outMime, out, err := shrinkImage(ctx, img, edge, maxBytes)
-	if err != nil {
-		return errorResult("%s: %v", path, err)
-	}
-	text := fmt.Sprintf("%s; scaled to %d×%d and re-encoded as %s (%s) to fit the limits %s.",
-		info, out.Dx(), out.Dy(), outMime, humanBytes(int64(len(data))), limits)
-	return imageResult(data, outMime, text)
+	data, mime, out := shrinkImage(img, edge, maxBytes)
+	return imageResult(data, mime, fmt.Sprintf(
+		"%s; scaled to %d×%d and re-encoded as %s (%s) to fit the limits %s.",
+		info, out.Dx(), out.Dy(), mime, humanBytes(len(data)), limits))
 }
 
 func imageResult(data []byte, mime, text string) toolResult {
@@ -195,14 +190,11 @@ func jpegBytes(data []byte) (w, h int, bpp float64) {
 // shrinkImage fits img within edge px and maxBytes as JPEG (quality 85), or PNG
 // when it has transparency, shrinking by 0.7 again while too many bytes. The
 // loop ends: a 1×1 image fits the 1 KB floor that imageLimits sets.
-func shrinkImage(ctx context.Context, img image.Image, edge int, maxBytes int64) (
-	[]byte, string, image.Rectangle, error) {
+func shrinkImage(img image.Image, edge, maxBytes int) ([]byte, string, image.Rectangle) {
 	opaque := img.(interface{ Opaque() bool }).Opaque() // as every standard decoder's image says
 	b := img.Bounds()
-	scale := min(1, float64(edge)/float64(max(b.Dx(), b.Dy())))
-	for ; ctx.Err() == nil; scale *= 0.7 {
-		dw := max(1, int(math.Round(float64(b.Dx())*scale)))
-		small := boxScale(img, dw, max(1, int(math.Round(float64(b.Dy())*scale))))
+	for scale := min(1, float64(edge)/float64(max(b.Dx(), b.Dy()))); ; scale *= 0.7 {
+		small := boxScale(img, scale)
 		var buf bytes.Buffer // encoding an RGBA image into it cannot fail
 		mime := "image/png"
 		if opaque {
@@ -211,47 +203,44 @@ func shrinkImage(ctx context.Context, img image.Image, edge int, maxBytes int64)
 		} else {
 			png.Encode(&buf, small)
 		}
-		if int64(buf.Len()) <= maxBytes {
-			return buf.Bytes(), mime, small.Rect, nil
+		if buf.Len() <= maxBytes {
+			return buf.Bytes(), mime, small.Rect
 		}
 	}
-	return nil, "", b, fmt.Errorf("scale: %w", ctx.Err())
 }
 
-// boxScale shrinks img to dw×dh (no larger than img): each output pixel averages,
-// in premultiplied colour, the source pixels mapped to it. It reads the pixels
-// one by one, so its memory is the output's.
-func boxScale(img image.Image, dw, dh int) *image.RGBA {
+// boxScale shrinks img by scale (at most 1): each output pixel averages, in
+// premultiplied colour, the block of source pixels mapped to it. It reads the
+// pixels one by one, so its memory is the output's.
+func boxScale(img image.Image, scale float64) *image.RGBA {
 	src := img.(image.RGBA64Image) // as every image the standard decoders return is
 	b := img.Bounds()
+	dw := max(1, int(float64(b.Dx())*scale+0.5))
+	dh := max(1, int(float64(b.Dy())*scale+0.5))
 	out := image.NewRGBA(image.Rect(0, 0, dw, dh))
-	sum := make([]uint64, dw*4) // R, G, B, A of each output pixel of the row
-	count := make([]uint64, dw) // the source pixels in each
-	for y := 0; y < b.Dy(); y++ {
-		dy := y * dh / b.Dy()
-		for x := 0; x < b.Dx(); x++ {
-			c := src.RGBA64At(b.Min.X+x, b.Min.Y+y)
-			dx := x * dw / b.Dx()
-			sum[dx*4] += uint64(c.R)
-			sum[dx*4+1] += uint64(c.G)
-			sum[dx*4+2] += uint64(c.B)
-			sum[dx*4+3] += uint64(c.A)
-			count[dx]++
+	for oy := range dh {
+		for ox := range dw {
+			var sum [4]uint64 // R, G, B, A
+			n := uint64(0)    // the block's pixels, times 257: 16-bit sums to 8-bit averages
+			for y := b.Min.Y + oy*b.Dy()/dh; y < b.Min.Y+(oy+1)*b.Dy()/dh; y++ {
+				for x := b.Min.X + ox*b.Dx()/dw; x < b.Min.X+(ox+1)*b.Dx()/dw; x++ {
+					c := src.RGBA64At(x, y)
+					sum[0] += uint64(c.R)
+					sum[1] += uint64(c.G)
+					sum[2] += uint64(c.B)
+					sum[3] += uint64(c.A)
+					n += 257
+				}
+			}
+			for i, v := range sum {
+				out.Pix[oy*out.Stride+ox*4+i] = uint8((v + n/2) / n)
+			}
 		}
-		if (y+1)*dh/b.Dy() == dy {
-			continue // the next source row adds to the same output row
-		}
-		for i := range sum {
-			n := count[i/4] * 257 // 16-bit sums to 8-bit averages
-			out.Pix[dy*out.Stride+i] = uint8((sum[i] + n/2) / n)
-		}
-		clear(sum)
-		clear(count)
 	}
 	return out
 }
 
-func humanBytes(n int64) string {
+func humanBytes(n int) string {
 	if n >= 1e6 {
 		return fmt.Sprintf("%.1f MB", float64(n)/1e6)
 	}
@@ -335,12 +324,9 @@ func runAskUserQuestion(ctx context.Context, c *toolCall) toolResult {
 		QuestionsJSON string `json:"questions_json"`
 	}
 	json.Unmarshal(c.args, &a)
-	text := a.QuestionsJSON
+	text := a.QuestionsJSON // "" tells the shape too
 	if a.Questions != nil {
 		text = `{"questions":` + string(a.Questions) + `}`
-	}
-	if text == "" {
-		return errorResult("give questions, an array like %s", askShape)
 	}
 	qs, err := parseQuestions(text)
 	if err != nil {
@@ -413,10 +399,8 @@ func parseQuestions(text string) ([]askQuestion, error) {
 		if len(q.Options) < 2 || len(q.Options) > 10 {
 			return nil, fmt.Errorf("questions[%d] has %d options; give 2 to 10", i, len(q.Options))
 		}
-		for j := range q.Options {
-			o := &q.Options[j]
-			o.Label = strings.TrimSpace(o.Label)
-			if o.Label == "" {
+		for j, o := range q.Options {
+			if strings.TrimSpace(o.Label) == "" {
 				return nil, fmt.Errorf("questions[%d].options[%d] has no label", i, j)
 			}
 		}
@@ -431,7 +415,7 @@ func parseQuestions(text string) ([]askQuestion, error) {
 func elicitParams(qs []askQuestion, v string) map[string]any {
 	newer := atLeast(v, version20251125)
 	msg := "The agent asks:"
-	required := []string{}
+	var required []string
 	props := map[string]any{"remark": map[string]any{"type": "string",
 		"title":       "Anything to add? (optional)",
 		"description": "Free text for the agent, such as an answer that is not among the options."}}
@@ -506,14 +490,13 @@ func askAnswer(qs []askQuestion, raw json.RawMessage) toolResult {
 // askSelected is a question's answer in an accepted form and how the reply shows
 // it: the label, the labels picked when multiSelect, nil when unanswered.
 func askSelected(q askQuestion, answer any) (any, string) {
-	if s, ok := answer.(string); ok {
-		return s, s
-	}
-	list, _ := answer.([]any)
 	picked := []string{}
-	for _, o := range q.Options {
-		if slices.Contains(list, any(o.Label)) {
-			picked = append(picked, o.Label)
+	switch v := answer.(type) {
+	case string:
+		return v, v
+	case []any:
+		for _, label := range v {
+			picked = append(picked, fmt.Sprint(label))
 		}
 	}
 	switch {
