@@ -32,7 +32,6 @@ import (
 	"image/jpeg"
 	"image/png"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 )
@@ -332,14 +331,14 @@ func runAskUserQuestion(ctx context.Context, c *toolCall) toolResult {
 	if err != nil {
 		return errorResult("%v", err)
 	}
-	multi := slices.ContainsFunc(qs, func(q askQuestion) bool { return q.MultiSelect })
-	if !canElicit(c.req) || multi && !atLeast(c.req.version, version20251125) {
+	params := elicitParams(qs, c.req.version)
+	if !canElicit(c.req) || params == nil {
 		return askInChat(qs, "This client cannot show these questions to the user as a form.")
 	}
 	timeout := time.Duration(c.s.srv.cfg.int("ASK_TIMEOUT_MS")) * time.Millisecond
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	raw, ask, err := elicit(ctx, c, "ask", elicitParams(qs, c.req.version))
+	raw, ask, err := elicit(ctx, c, "ask", params)
 	switch {
 	case ask != nil:
 		return toolResult{inputRequired: ask}
@@ -411,7 +410,8 @@ func parseQuestions(text string) ([]askQuestion, error) {
 // elicitParams is the elicitation/create form: a field per question, q1 to q4,
 // and a free-text remark. encoding/json sorts the keys, so the form shows the
 // questions in order and the remark last. A single choice is an enum with
-// enumNames before 2025-11-25, then oneOf; a multiple choice is an array.
+// enumNames before 2025-11-25, then oneOf; a multiple choice is an array, and
+// has no form (nil) before 2025-11-25.
 func elicitParams(qs []askQuestion, v string) map[string]any {
 	newer := atLeast(v, version20251125)
 	msg := "The agent asks:"
@@ -431,6 +431,8 @@ func elicitParams(qs []askQuestion, v string) map[string]any {
 		}
 		field := map[string]any{"type": "string", "title": q.Question, "description": q.Header}
 		switch {
+		case q.MultiSelect && !newer:
+			return nil
 		case q.MultiSelect:
 			field["type"] = "array"
 			field["minItems"] = 1

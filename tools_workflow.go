@@ -91,8 +91,7 @@ func writeFileAtomic(path string, data []byte) error {
 	}
 	defer os.Remove(tmp.Name()) // fails harmlessly after the rename
 	_, err = tmp.Write(data)
-	err = errors.Join(err, tmp.Sync(), tmp.Close())
-	if err != nil {
+	if err = errors.Join(err, tmp.Sync(), tmp.Close()); err != nil {
 		return err
 	}
 	return os.Rename(tmp.Name(), path)
@@ -243,14 +242,14 @@ func loadTasks(path string) (*taskFile, error) {
 
 // apply performs one action and returns its reply and the tasks it shows.
 func (tf *taskFile) apply(a taskArgs) (string, []*taskEntry, error) {
+	if a.Text == "" && (a.Action == "create" || a.Action == "add") {
+		return "", nil, fmt.Errorf("%s needs text: the task's title, or the step", a.Action)
+	}
 	switch a.Action {
 	case "list":
 		return tf.list(a)
 	case "create":
 		return tf.create(a)
-	}
-	if a.Action == "add" && a.Text == "" {
-		return "", nil, errors.New("add needs text, the step to add")
 	}
 	t, err := tf.find(a)
 	if err != nil {
@@ -295,9 +294,6 @@ func (tf *taskFile) find(a taskArgs) (*taskEntry, error) {
 }
 
 func (tf *taskFile) create(a taskArgs) (string, []*taskEntry, error) {
-	if a.Text == "" {
-		return "", nil, errors.New("create needs text, the task's title")
-	}
 	if len(tf.Tasks) >= maxTasks {
 		i := slices.IndexFunc(tf.Tasks, func(x *taskEntry) bool { return x.Done })
 		if i < 0 {
