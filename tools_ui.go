@@ -9,7 +9,7 @@
 //     Within the limits a file is sent as it is. A larger PNG, JPEG or GIF is
 //     decoded only when what the Go decoder holds for it, reckoned from its
 //     header, fits imageDecodeBudget; it is then shrunk with a box filter
-//     whose memory is the output's plus one strip. WebP has no decoder in
+//     whose memory is the output's. WebP has no decoder in
 //     the standard library: over the limits it is an error.
 //   - AskUserQuestion and PlanMode's approval ask through elicit: a server
 //     request in the legacy era, an input-required result in the 2026-07-28

@@ -557,7 +557,8 @@ func enterPlan(c *toolCall, goal, file string) toolResult {
 	in := &planInfo{active: true, goal: goal, file: file, started: time.Now()}
 	old := c.s.workflow.plan.Load()
 	if old.active || !c.s.workflow.plan.CompareAndSwap(old, in) {
-		return errorResult("plan mode is already active (goal %q); exit or reset it first", old.goal)
+		return errorResult("plan mode is already active (goal %q); exit or reset it first",
+			old.goal)
 	}
 	return in.result(text, nil)
 }
