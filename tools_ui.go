@@ -28,6 +28,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"image"
+	"image/color"
 	_ "image/gif" // registers GIF with image.Decode
 	"image/jpeg"
 	"image/png"
@@ -61,9 +62,8 @@ const (
 	imageMaxPayload   = 6_000_000   // bytes; base64 (8 MB) stays under the 10 MiB message cap
 	imageMaxFile      = 50_000_000  // bytes read; with the decoder's, under telson's 300 MB
 	imageDecodeBudget = 200_000_000 // bytes the decoder may hold: telson's peak stays under 300 MB
-	jpegSOF0          = 0xc0        // baseline frame; SOF1 (extended), SOF2 (progressive) follow
-	jpegSOF2          = 0xc2
-	jpegAPP14         = 0xee // Adobe segment: its colour transform may make the image RGB
+	jpegSOF2          = 0xc2        // a progressive frame's marker
+	jpegSOS           = 0xda        // start of scan: the frame header came before
 )
 
 // imageLimits is the long-edge and byte limits from IMAGE_MAX_EDGE and IMAGE_MAX_BYTES.
@@ -124,24 +124,7 @@ func imageResult(data []byte, mime, text string) toolResult {
 // GIF 2 (the first frame, and its de-interlaced copy); for a JPEG see
 // jpegBytes; for a WebP 0 (never decoded).
 func imageHeader(mime string, data []byte) (w, h int, bpp float64) {
-	switch {
-	case mime == "image/png" && len(data) >= 29:
-		bpp = 4
-		if data[24] == 16 {
-			bpp = 8
-		}
-		if data[25] == 3 {
-			bpp = 1
-		}
-		bpp *= 1 + float64(data[28])/2
-		w = int(binary.BigEndian.Uint32(data[16:]))
-		return w, int(binary.BigEndian.Uint32(data[20:])), bpp
-	case mime == "image/gif" && len(data) >= 10:
-		w = int(binary.LittleEndian.Uint16(data[6:]))
-		return w, int(binary.LittleEndian.Uint16(data[8:])), 2
-	case mime == "image/jpeg":
-		return jpegBytes(data)
-	case mime == "image/webp" && len(data) >= 30:
+	if mime == "image/webp" && len(data) >= 30 {
 		le24 := func(i int) int { return int(binary.LittleEndian.Uint32(data[i:]) & 0xffffff) }
 		switch string(data[12:16]) {
 		case "VP8 ":
@@ -153,37 +136,50 @@ func imageHeader(mime string, data []byte) (w, h int, bpp float64) {
 			return le24(24) + 1, le24(27) + 1, 0
 		}
 	}
-	return 0, 0, 0
+	cfg, format, err := image.DecodeConfig(bytes.NewReader(data))
+	switch {
+	case err != nil:
+		return 0, 0, 0
+	case format == "png":
+		bpp = 4
+		if data[24] == 16 {
+			bpp = 8
+		}
+		if data[25] == 3 {
+			bpp = 1
+		}
+		bpp *= 1 + float64(data[28])/2
+	case format == "gif":
+		bpp = 2
+	case format == "jpeg":
+		bpp = jpegBytes(data, cfg.ColorModel)
+	}
+	return cfg.Width, cfg.Height, bpp
 }
 
-// jpegBytes walks a JPEG's segments to its frame header. Go's decoder keeps a
-// byte for each sample of each component (reckoned here without subsampling), 4
-// more for a progressive image's coefficients, and 4 a pixel for a CMYK or RGB
-// image's converted copy.
-func jpegBytes(data []byte) (w, h int, bpp float64) {
+// jpegBytes is what Go's decoder keeps for a JPEG's pixel: a byte for each
+// component (reckoned without subsampling), 5 for a progressive image's
+// coefficients, and 4 more for a CMYK or RGB image's converted copy.
+func jpegBytes(data []byte, model color.Model) float64 {
+	components := 3.0
 	copyBytes := 0.0
-	for i := 2; i+4 <= len(data) && data[i] == 0xff; { // after the start-of-image marker
-		marker := data[i+1]
-		end := i + 2 + int(binary.BigEndian.Uint16(data[i+2:]))
-		seg := data[i+4 : max(i+4, min(end, len(data)))]
-		i = end
-		if marker == jpegAPP14 {
-			copyBytes = 4
-		}
-		if marker < jpegSOF0 || marker > jpegSOF2 || len(seg) < 6 {
-			continue
-		}
-		bpp = float64(seg[5])
-		if marker == jpegSOF2 {
-			bpp *= 5
-		}
-		if seg[5] == 4 || len(seg) >= 13 && seg[6] == 'R' && seg[9] == 'G' && seg[12] == 'B' {
-			copyBytes = 4
-		}
-		w = int(binary.BigEndian.Uint16(seg[3:]))
-		return w, int(binary.BigEndian.Uint16(seg[1:])), bpp + copyBytes
+	switch model {
+	case color.GrayModel:
+		components = 1
+	case color.CMYKModel:
+		components = 4
+		copyBytes = 4
+	case color.RGBAModel:
+		copyBytes = 4
 	}
-	return 0, 0, 0
+	// The segments after the start-of-image marker, up to the scan.
+	for i := 2; i+4 <= len(data) && data[i] == 0xff && data[i+1] != jpegSOS; {
+		if data[i+1] == jpegSOF2 {
+			components *= 5
+		}
+		i += 2 + int(binary.BigEndian.Uint16(data[i+2:]))
+	}
+	return components + copyBytes
 }
 
 // shrinkImage fits img within edge px and maxBytes as JPEG (quality 85), or PNG
