@@ -505,12 +505,12 @@ func runPlanMode(ctx context.Context, c *toolCall) toolResult {
 	case "exit":
 		return exitPlan(ctx, c, in, a.Plan)
 	case "reset":
-		text := "Plan mode reset. No plan saved."
-		if !c.s.workflow.plan.Swap(&planInfo{}).active {
-			text = "Plan mode is not active. Nothing to reset."
-		}
-		return planInfo{}.result(text, nil)
+		return resetPlan(c.s.workflow.plan.Swap(&planInfo{}))
 	}
+	return in.status()
+}
+
+func (in *planInfo) status() toolResult {
 	text := "Plan mode: INACTIVE"
 	if in.active {
 		d := time.Since(in.started).Round(time.Second)
@@ -518,6 +518,15 @@ func runPlanMode(ctx context.Context, c *toolCall) toolResult {
 			in.goal, d, in.file)
 	}
 	return in.result(text, nil)
+}
+
+// resetPlan is the reply to reset, which replaced old.
+func resetPlan(old *planInfo) toolResult {
+	text := "Plan mode reset. No plan saved."
+	if !old.active {
+		text = "Plan mode is not active. Nothing to reset."
+	}
+	return planInfo{}.result(text, nil)
 }
 
 // result is text with the state (goal, plan_file and started_at null when
