@@ -9,7 +9,7 @@
 //     Within the limits a file is sent as it is. A larger PNG, JPEG or GIF is
 //     decoded only when what the Go decoder holds for it, reckoned from its
 //     header, fits imageDecodeBudget; it is then shrunk with a box filter
-//     whose memory is the output's plus one strip. WebP has no decoder in
+//     whose memory is the output's. WebP has no decoder in
 //     the standard library: over the limits it is an error.
 //   - AskUserQuestion and PlanMode's approval ask through elicit: a server
 //     request in the legacy era, an input-required result in the 2026-07-28
@@ -28,12 +28,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"image"
+	"image/color"
 	_ "image/gif" // registers GIF with image.Decode
 	"image/jpeg"
 	"image/png"
-	"math"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 )
@@ -63,14 +62,13 @@ const (
 	imageMaxPayload   = 6_000_000   // bytes; base64 (8 MB) stays under the 10 MiB message cap
 	imageMaxFile      = 50_000_000  // bytes read; with the decoder's, under telson's 300 MB
 	imageDecodeBudget = 200_000_000 // bytes the decoder may hold: telson's peak stays under 300 MB
-	jpegSOF0          = 0xc0        // baseline frame; SOF1 (extended), SOF2 (progressive) follow
-	jpegSOF2          = 0xc2
-	jpegAPP14         = 0xee // Adobe segment: its colour transform may make the image RGB
+	jpegSOF2          = 0xc2        // a progressive frame's marker
+	jpegSOS           = 0xda        // start of scan: the frame header came before
 )
 
 // imageLimits is the long-edge and byte limits from IMAGE_MAX_EDGE and IMAGE_MAX_BYTES.
-func imageLimits(cfg *config) (edge int, maxBytes int64) {
-	maxBytes = min(int64(cfg.int("IMAGE_MAX_BYTES")), imageMaxPayload)
+func imageLimits(cfg *config) (edge, maxBytes int) {
+	maxBytes = min(cfg.int("IMAGE_MAX_BYTES"), imageMaxPayload)
 	return max(cfg.int("IMAGE_MAX_EDGE"), 16), max(maxBytes, 1024)
 }
 
@@ -91,12 +89,11 @@ func runReadImage(ctx context.Context, c *toolCall) toolResult {
 			"the formats the Anthropic API accepts (not BMP), with a readable header", path, mime)
 	}
 	edge, maxBytes := imageLimits(c.s.srv.cfg)
-	size := int64(len(data))
-	info := fmt.Sprintf("%s: %s, %d×%d px, %s", path, mime, w, h, humanBytes(size))
+	info := fmt.Sprintf("%s: %s, %d×%d px, %s", path, mime, w, h, humanBytes(len(data)))
 	limits := fmt.Sprintf("(%d px long edge, %s)", edge, humanBytes(maxBytes))
 	cost := float64(w) * float64(h+2) * bpp // the two more rows are a PNG decoder's
 	switch {
-	case size <= maxBytes && max(w, h) <= edge:
+	case len(data) <= maxBytes && max(w, h) <= edge:
 		return imageResult(data, mime, info+", sent as is.")
 	case mime == "image/webp":
 		return errorResult("%s; that is over the limits %s, and WebP cannot be scaled "+
@@ -110,13 +107,10 @@ func runReadImage(ctx context.Context, c *toolCall) toolResult {
 	if err != nil {
 		return errorResult("%s: cannot decode %s image: %v", path, mime, err)
 	}
-	data, outMime, out, err := shrinkImage(ctx, img, edge, maxBytes)
-	if err != nil {
-		return errorResult("%s: %v", path, err)
-	}
-	text := fmt.Sprintf("%s; scaled to %d×%d and re-encoded as %s (%s) to fit the limits %s.",
-		info, out.Dx(), out.Dy(), outMime, humanBytes(int64(len(data))), limits)
-	return imageResult(data, outMime, text)
+	data, mime, out := shrinkImage(img, edge, maxBytes)
+	return imageResult(data, mime, fmt.Sprintf(
+		"%s; scaled to %d×%d and re-encoded as %s (%s) to fit the limits %s.",
+		info, out.Dx(), out.Dy(), mime, humanBytes(len(data)), limits))
 }
 
 func imageResult(data []byte, mime, text string) toolResult {
@@ -130,24 +124,7 @@ func imageResult(data []byte, mime, text string) toolResult {
 // GIF 2 (the first frame, and its de-interlaced copy); for a JPEG see
 // jpegBytes; for a WebP 0 (never decoded).
 func imageHeader(mime string, data []byte) (w, h int, bpp float64) {
-	switch {
-	case mime == "image/png" && len(data) >= 29:
-		bpp = 4
-		if data[24] == 16 {
-			bpp = 8
-		}
-		if data[25] == 3 {
-			bpp = 1
-		}
-		bpp *= 1 + float64(data[28])/2
-		w = int(binary.BigEndian.Uint32(data[16:]))
-		return w, int(binary.BigEndian.Uint32(data[20:])), bpp
-	case mime == "image/gif" && len(data) >= 10:
-		w = int(binary.LittleEndian.Uint16(data[6:]))
-		return w, int(binary.LittleEndian.Uint16(data[8:])), 2
-	case mime == "image/jpeg":
-		return jpegBytes(data)
-	case mime == "image/webp" && len(data) >= 30:
+	if mime == "image/webp" && len(data) >= 30 {
 		le24 := func(i int) int { return int(binary.LittleEndian.Uint32(data[i:]) & 0xffffff) }
 		switch string(data[12:16]) {
 		case "VP8 ":
@@ -159,50 +136,60 @@ func imageHeader(mime string, data []byte) (w, h int, bpp float64) {
 			return le24(24) + 1, le24(27) + 1, 0
 		}
 	}
-	return 0, 0, 0
+	cfg, format, err := image.DecodeConfig(bytes.NewReader(data))
+	switch {
+	case err != nil:
+		return 0, 0, 0
+	case format == "png":
+		bpp = 4
+		if data[24] == 16 {
+			bpp = 8
+		}
+		if data[25] == 3 {
+			bpp = 1
+		}
+		bpp *= 1 + float64(data[28])/2
+	case format == "gif":
+		bpp = 2
+	case format == "jpeg":
+		bpp = jpegBytes(data, cfg.ColorModel)
+	}
+	return cfg.Width, cfg.Height, bpp
 }
 
-// jpegBytes walks a JPEG's segments to its frame header. Go's decoder keeps a
-// byte for each sample of each component (reckoned here without subsampling), 4
-// more for a progressive image's coefficients, and 4 a pixel for a CMYK or RGB
-// image's converted copy.
-func jpegBytes(data []byte) (w, h int, bpp float64) {
+// jpegBytes is what Go's decoder keeps for a JPEG's pixel: a byte for each
+// component (reckoned without subsampling), 5 for a progressive image's
+// coefficients, and 4 more for a CMYK or RGB image's converted copy.
+func jpegBytes(data []byte, model color.Model) float64 {
+	components := 3.0
 	copyBytes := 0.0
-	for i := 2; i+4 <= len(data) && data[i] == 0xff; { // after the start-of-image marker
-		marker := data[i+1]
-		end := i + 2 + int(binary.BigEndian.Uint16(data[i+2:]))
-		seg := data[i+4 : max(i+4, min(end, len(data)))]
-		i = end
-		if marker == jpegAPP14 {
-			copyBytes = 4
-		}
-		if marker < jpegSOF0 || marker > jpegSOF2 || len(seg) < 6 {
-			continue
-		}
-		bpp = float64(seg[5])
-		if marker == jpegSOF2 {
-			bpp *= 5
-		}
-		if seg[5] == 4 || len(seg) >= 13 && seg[6] == 'R' && seg[9] == 'G' && seg[12] == 'B' {
-			copyBytes = 4
-		}
-		w = int(binary.BigEndian.Uint16(seg[3:]))
-		return w, int(binary.BigEndian.Uint16(seg[1:])), bpp + copyBytes
+	switch model {
+	case color.GrayModel:
+		components = 1
+	case color.CMYKModel:
+		components = 4
+		copyBytes = 4
+	case color.RGBAModel:
+		copyBytes = 4
 	}
-	return 0, 0, 0
+	// The segments after the start-of-image marker, up to the scan.
+	for i := 2; i+4 <= len(data) && data[i] == 0xff && data[i+1] != jpegSOS; {
+		if data[i+1] == jpegSOF2 {
+			components *= 5
+		}
+		i += 2 + int(binary.BigEndian.Uint16(data[i+2:]))
+	}
+	return components + copyBytes
 }
 
 // shrinkImage fits img within edge px and maxBytes as JPEG (quality 85), or PNG
 // when it has transparency, shrinking by 0.7 again while too many bytes. The
 // loop ends: a 1×1 image fits the 1 KB floor that imageLimits sets.
-func shrinkImage(ctx context.Context, img image.Image, edge int, maxBytes int64) (
-	[]byte, string, image.Rectangle, error) {
+func shrinkImage(img image.Image, edge, maxBytes int) ([]byte, string, image.Rectangle) {
 	opaque := img.(interface{ Opaque() bool }).Opaque() // as every standard decoder's image says
 	b := img.Bounds()
-	scale := min(1, float64(edge)/float64(max(b.Dx(), b.Dy())))
-	for ; ctx.Err() == nil; scale *= 0.7 {
-		dw := max(1, int(math.Round(float64(b.Dx())*scale)))
-		small := boxScale(img, dw, max(1, int(math.Round(float64(b.Dy())*scale))))
+	for scale := min(1, float64(edge)/float64(max(b.Dx(), b.Dy()))); ; scale *= 0.7 {
+		small := boxScale(img, scale)
 		var buf bytes.Buffer // encoding an RGBA image into it cannot fail
 		mime := "image/png"
 		if opaque {
@@ -211,47 +198,44 @@ func shrinkImage(ctx context.Context, img image.Image, edge int, maxBytes int64)
 		} else {
 			png.Encode(&buf, small)
 		}
-		if int64(buf.Len()) <= maxBytes {
-			return buf.Bytes(), mime, small.Rect, nil
+		if buf.Len() <= maxBytes {
+			return buf.Bytes(), mime, small.Rect
 		}
 	}
-	return nil, "", b, fmt.Errorf("scale: %w", ctx.Err())
 }
 
-// boxScale shrinks img to dw×dh (no larger than img): each output pixel averages,
-// in premultiplied colour, the source pixels mapped to it. It reads the pixels
-// one by one, so its memory is the output's.
-func boxScale(img image.Image, dw, dh int) *image.RGBA {
+// boxScale shrinks img by scale (at most 1): each output pixel averages, in
+// premultiplied colour, the block of source pixels mapped to it. It reads the
+// pixels one by one, so its memory is the output's.
+func boxScale(img image.Image, scale float64) *image.RGBA {
 	src := img.(image.RGBA64Image) // as every image the standard decoders return is
 	b := img.Bounds()
+	dw := max(1, int(float64(b.Dx())*scale+0.5))
+	dh := max(1, int(float64(b.Dy())*scale+0.5))
 	out := image.NewRGBA(image.Rect(0, 0, dw, dh))
-	sum := make([]uint64, dw*4) // R, G, B, A of each output pixel of the row
-	count := make([]uint64, dw) // the source pixels in each
-	for y := 0; y < b.Dy(); y++ {
-		dy := y * dh / b.Dy()
-		for x := 0; x < b.Dx(); x++ {
-			c := src.RGBA64At(b.Min.X+x, b.Min.Y+y)
-			dx := x * dw / b.Dx()
-			sum[dx*4] += uint64(c.R)
-			sum[dx*4+1] += uint64(c.G)
-			sum[dx*4+2] += uint64(c.B)
-			sum[dx*4+3] += uint64(c.A)
-			count[dx]++
+	for oy := range dh {
+		for ox := range dw {
+			var sum [4]uint64 // R, G, B, A
+			n := uint64(0)    // the block's pixels, times 257: 16-bit sums to 8-bit averages
+			for y := b.Min.Y + oy*b.Dy()/dh; y < b.Min.Y+(oy+1)*b.Dy()/dh; y++ {
+				for x := b.Min.X + ox*b.Dx()/dw; x < b.Min.X+(ox+1)*b.Dx()/dw; x++ {
+					c := src.RGBA64At(x, y)
+					sum[0] += uint64(c.R)
+					sum[1] += uint64(c.G)
+					sum[2] += uint64(c.B)
+					sum[3] += uint64(c.A)
+					n += 257
+				}
+			}
+			for i, v := range sum {
+				out.Pix[oy*out.Stride+ox*4+i] = uint8((v + n/2) / n)
+			}
 		}
-		if (y+1)*dh/b.Dy() == dy {
-			continue // the next source row adds to the same output row
-		}
-		for i := range sum {
-			n := count[i/4] * 257 // 16-bit sums to 8-bit averages
-			out.Pix[dy*out.Stride+i] = uint8((sum[i] + n/2) / n)
-		}
-		clear(sum)
-		clear(count)
 	}
 	return out
 }
 
-func humanBytes(n int64) string {
+func humanBytes(n int) string {
 	if n >= 1e6 {
 		return fmt.Sprintf("%.1f MB", float64(n)/1e6)
 	}
@@ -335,25 +319,22 @@ func runAskUserQuestion(ctx context.Context, c *toolCall) toolResult {
 		QuestionsJSON string `json:"questions_json"`
 	}
 	json.Unmarshal(c.args, &a)
-	text := a.QuestionsJSON
+	text := a.QuestionsJSON // "" tells the shape too
 	if a.Questions != nil {
 		text = `{"questions":` + string(a.Questions) + `}`
-	}
-	if text == "" {
-		return errorResult("give questions, an array like %s", askShape)
 	}
 	qs, err := parseQuestions(text)
 	if err != nil {
 		return errorResult("%v", err)
 	}
-	multi := slices.ContainsFunc(qs, func(q askQuestion) bool { return q.MultiSelect })
-	if !canElicit(c.req) || multi && !atLeast(c.req.version, version20251125) {
+	params := elicitParams(qs, c.req.version)
+	if !canElicit(c.req) || params == nil {
 		return askInChat(qs, "This client cannot show these questions to the user as a form.")
 	}
 	timeout := time.Duration(c.s.srv.cfg.int("ASK_TIMEOUT_MS")) * time.Millisecond
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	raw, ask, err := elicit(ctx, c, "ask", elicitParams(qs, c.req.version))
+	raw, ask, err := elicit(ctx, c, "ask", params)
 	switch {
 	case ask != nil:
 		return toolResult{inputRequired: ask}
@@ -413,10 +394,8 @@ func parseQuestions(text string) ([]askQuestion, error) {
 		if len(q.Options) < 2 || len(q.Options) > 10 {
 			return nil, fmt.Errorf("questions[%d] has %d options; give 2 to 10", i, len(q.Options))
 		}
-		for j := range q.Options {
-			o := &q.Options[j]
-			o.Label = strings.TrimSpace(o.Label)
-			if o.Label == "" {
+		for j, o := range q.Options {
+			if strings.TrimSpace(o.Label) == "" {
 				return nil, fmt.Errorf("questions[%d].options[%d] has no label", i, j)
 			}
 		}
@@ -427,11 +406,12 @@ func parseQuestions(text string) ([]askQuestion, error) {
 // elicitParams is the elicitation/create form: a field per question, q1 to q4,
 // and a free-text remark. encoding/json sorts the keys, so the form shows the
 // questions in order and the remark last. A single choice is an enum with
-// enumNames before 2025-11-25, then oneOf; a multiple choice is an array.
+// enumNames before 2025-11-25, then oneOf; a multiple choice is an array, and
+// has no form (nil) before 2025-11-25.
 func elicitParams(qs []askQuestion, v string) map[string]any {
 	newer := atLeast(v, version20251125)
 	msg := "The agent asks:"
-	required := []string{}
+	var required []string
 	props := map[string]any{"remark": map[string]any{"type": "string",
 		"title":       "Anything to add? (optional)",
 		"description": "Free text for the agent, such as an answer that is not among the options."}}
@@ -447,6 +427,8 @@ func elicitParams(qs []askQuestion, v string) map[string]any {
 		}
 		field := map[string]any{"type": "string", "title": q.Question, "description": q.Header}
 		switch {
+		case q.MultiSelect && !newer:
+			return nil
 		case q.MultiSelect:
 			field["type"] = "array"
 			field["minItems"] = 1
@@ -506,14 +488,13 @@ func askAnswer(qs []askQuestion, raw json.RawMessage) toolResult {
 // askSelected is a question's answer in an accepted form and how the reply shows
 // it: the label, the labels picked when multiSelect, nil when unanswered.
 func askSelected(q askQuestion, answer any) (any, string) {
-	if s, ok := answer.(string); ok {
-		return s, s
-	}
-	list, _ := answer.([]any)
 	picked := []string{}
-	for _, o := range q.Options {
-		if slices.Contains(list, any(o.Label)) {
-			picked = append(picked, o.Label)
+	switch v := answer.(type) {
+	case string:
+		return v, v
+	case []any:
+		for _, label := range v {
+			picked = append(picked, fmt.Sprint(label))
 		}
 	}
 	switch {

@@ -91,8 +91,7 @@ func writeFileAtomic(path string, data []byte) error {
 	}
 	defer os.Remove(tmp.Name()) // fails harmlessly after the rename
 	_, err = tmp.Write(data)
-	err = errors.Join(err, tmp.Sync(), tmp.Close())
-	if err != nil {
+	if err = errors.Join(err, tmp.Sync(), tmp.Close()); err != nil {
 		return err
 	}
 	return os.Rename(tmp.Name(), path)
@@ -243,6 +242,9 @@ func loadTasks(path string) (*taskFile, error) {
 
 // apply performs one action and returns its reply and the tasks it shows.
 func (tf *taskFile) apply(a taskArgs) (string, []*taskEntry, error) {
+	if a.Text == "" && (a.Action == "create" || a.Action == "add") {
+		return "", nil, fmt.Errorf("%s needs text: the task's title, or the step", a.Action)
+	}
 	switch a.Action {
 	case "list":
 		return tf.list(a)
@@ -292,9 +294,6 @@ func (tf *taskFile) find(a taskArgs) (*taskEntry, error) {
 }
 
 func (tf *taskFile) create(a taskArgs) (string, []*taskEntry, error) {
-	if a.Text == "" {
-		return "", nil, errors.New("create needs text, the task's title")
-	}
 	if len(tf.Tasks) >= maxTasks {
 		i := slices.IndexFunc(tf.Tasks, func(x *taskEntry) bool { return x.Done })
 		if i < 0 {
@@ -316,9 +315,6 @@ func (tf *taskFile) create(a taskArgs) (string, []*taskEntry, error) {
 }
 
 func (t *taskEntry) add(text string) (string, error) {
-	if text == "" {
-		return "", errors.New("add needs text, the step to add")
-	}
 	if len(t.Steps) >= maxTaskSteps {
 		return "", fmt.Errorf("task %s has %d steps, the most it keeps", t.ID, maxTaskSteps)
 	}
@@ -481,12 +477,8 @@ const planApproval = `{"type":"object","required":["decision"],"properties":{
 	"decision":{"type":"string","title":"Decision","enum":["approve","keep planning"]},
 	"note":{"type":"string","title":"Note for the agent (optional)"}}}`
 
-// planState is a session's plan mode. Its lock is never held across file I/O.
-type planState struct {
-	mu sync.Mutex // guards planInfo
-	planInfo
-}
-
+// planInfo is a session's plan mode. It is replaced whole, never changed, so
+// no lock is held across file I/O.
 type planInfo struct {
 	active  bool
 	goal    string
@@ -494,16 +486,10 @@ type planInfo struct {
 	started time.Time
 }
 
-func (p *planState) snapshot() planInfo {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.planInfo
-}
-
 // planActive reports whether plan mode is active and PLAN_MODE_STRICT on:
 // then Bash runs read-only.
 func (s *session) planActive() bool {
-	return s.workflow.plan.snapshot().active && s.srv.cfg.bool("PLAN_MODE_STRICT")
+	return s.workflow.plan.Load().active && s.srv.cfg.bool("PLAN_MODE_STRICT")
 }
 
 func runPlanMode(ctx context.Context, c *toolCall) toolResult {
@@ -512,16 +498,19 @@ func runPlanMode(ctx context.Context, c *toolCall) toolResult {
 		PlanFile           string `json:"plan_file"`
 	}
 	json.Unmarshal(c.args, &a) // schema-checked
-	p := c.s.workflow.plan
-	in := p.snapshot()
+	in := c.s.workflow.plan.Load()
 	switch a.Action {
 	case "enter":
-		return p.enter(c, strings.TrimSpace(a.Goal), strings.TrimSpace(a.PlanFile))
+		return enterPlan(c, strings.TrimSpace(a.Goal), strings.TrimSpace(a.PlanFile))
 	case "exit":
-		return p.exit(ctx, c, a.Plan)
+		return exitPlan(ctx, c, in, a.Plan)
 	case "reset":
-		return p.reset()
+		return resetPlan(c.s.workflow.plan.Swap(&planInfo{}))
 	}
+	return in.status()
+}
+
+func (in *planInfo) status() toolResult {
 	text := "Plan mode: INACTIVE"
 	if in.active {
 		d := time.Since(in.started).Round(time.Second)
@@ -529,6 +518,15 @@ func runPlanMode(ctx context.Context, c *toolCall) toolResult {
 			in.goal, d, in.file)
 	}
 	return in.result(text, nil)
+}
+
+// resetPlan is the reply to reset, which replaced old.
+func resetPlan(old *planInfo) toolResult {
+	text := "Plan mode reset. No plan saved."
+	if !old.active {
+		text = "Plan mode is not active. Nothing to reset."
+	}
+	return planInfo{}.result(text, nil)
 }
 
 // result is text with the state (goal, plan_file and started_at null when
@@ -545,7 +543,7 @@ func (in planInfo) result(text string, extra map[string]any) toolResult {
 	return structuredResult(text, v)
 }
 
-func (p *planState) enter(c *toolCall, goal, file string) toolResult {
+func enterPlan(c *toolCall, goal, file string) toolResult {
 	if goal == "" {
 		return errorResult("enter needs goal, what the plan is for")
 	}
@@ -565,17 +563,16 @@ func (p *planState) enter(c *toolCall, goal, file string) toolResult {
 	text := fmt.Sprintf("Plan mode activated. Write your plan as markdown.\nGoal: %q\n"+
 		"Plan file: %s\n%s\nThen exit with {\"action\":\"exit\",\"plan\":\"...\"}.",
 		goal, file, gate)
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.active {
-		return errorResult("plan mode is already active (goal %q); exit or reset it first", p.goal)
+	in := &planInfo{active: true, goal: goal, file: file, started: time.Now()}
+	old := c.s.workflow.plan.Load()
+	if old.active || !c.s.workflow.plan.CompareAndSwap(old, in) {
+		return errorResult("plan mode is already active (goal %q); exit or reset it first",
+			old.goal)
 	}
-	p.planInfo = planInfo{active: true, goal: goal, file: file, started: time.Now()}
-	return p.result(text, nil)
+	return in.result(text, nil)
 }
 
-func (p *planState) exit(ctx context.Context, c *toolCall, plan string) toolResult {
-	in := p.snapshot()
+func exitPlan(ctx context.Context, c *toolCall, in *planInfo, plan string) toolResult {
 	if !in.active {
 		return errorResult("plan mode is not active; nothing to exit")
 	}
@@ -597,11 +594,6 @@ func (p *planState) exit(ctx context.Context, c *toolCall, plan string) toolResu
 	if ask != nil {
 		return toolResult{inputRequired: ask}
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.started.Equal(in.started) && approval != planKeep {
-		p.active = false
-	}
 	text := "Exiting plan mode. Returning to execution."
 	switch approval {
 	case planApproved:
@@ -609,11 +601,15 @@ func (p *planState) exit(ctx context.Context, c *toolCall, plan string) toolResu
 	case planKeep:
 		text = "The user wants more planning: plan mode stays active. Revise the plan, exit again."
 	}
+	if approval != planKeep {
+		c.s.workflow.plan.CompareAndSwap(in, &planInfo{})
+	}
 	if note != "" {
 		text += "\nNote from the user: " + note
 	}
 	text = fmt.Sprintf("Plan saved to %s\n%s\n\n%s", in.file, text, plan)
-	return p.result(text, map[string]any{"plan": plan, "approval": approval, "note": note})
+	return c.s.workflow.plan.Load().result(text,
+		map[string]any{"plan": plan, "approval": approval, "note": note})
 }
 
 // approvePlan asks the user to approve plan when the client can show a form;
@@ -637,17 +633,6 @@ func approvePlan(ctx context.Context, c *toolCall, plan string) (
 		return planApproved, r.Content.Note, nil
 	}
 	return planKeep, r.Content.Note, nil
-}
-
-func (p *planState) reset() toolResult {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	text := "Plan mode reset. No plan saved."
-	if !p.active {
-		text = "Plan mode is not active. Nothing to reset."
-	}
-	p.active = false
-	return p.result(text, nil)
 }
 
 // ---- skills: InvokeSkill and MCP prompts ----
@@ -834,10 +819,7 @@ func (s *session) loadSkill(name, args string) (skillInfo, string, error) {
 		if err == nil {
 			body, err = expandSkill(body, args, filepath.Dir(sk.path))
 		}
-		if err != nil {
-			return sk, "", fmt.Errorf("skill %s: %w", name, err)
-		}
-		return sk, body, nil
+		return sk, body, err
 	}
 	return skillInfo{}, "", fmt.Errorf("skill %q not found; available: %s", name,
 		strings.Join(names, ", "))
@@ -872,10 +854,7 @@ func handlePromptsGet(ctx context.Context, r *rpcRequest) (map[string]any, error
 		Name      string
 		Arguments map[string]string
 	}
-	if err := json.Unmarshal(r.params, &p); err != nil {
-		return nil, newRPCError(codeInvalidParams,
-			"invalid params: name (a string) is required; arguments maps names to strings")
-	}
+	json.Unmarshal(r.params, &p) // a name that is no string is not found
 	sk, text, err := r.s.loadSkill(p.Name, p.Arguments["arguments"])
 	if err != nil {
 		return nil, newRPCError(codeInvalidParams, "invalid params: %v", err)
@@ -1062,15 +1041,16 @@ func (cb *callbackSlots) set(a callbackArgs) toolResult {
 
 // sessionWorkflow is a session's plan mode, callbacks and skill catalogue generation.
 type sessionWorkflow struct {
-	plan      *planState
+	plan      atomic.Pointer[planInfo] // never nil
 	callbacks *callbackSlots
 	skillGen  atomic.Int64 // catalogue generation this session's client knows
 }
 
 func newSessionWorkflow(s *session) *sessionWorkflow {
-	cb := &callbackSlots{announce: s.announce, now: time.Now,
-		afterFunc: func(d time.Duration, f func()) stopper { return time.AfterFunc(d, f) }}
-	return &sessionWorkflow{plan: &planState{}, callbacks: cb}
+	w := &sessionWorkflow{callbacks: &callbackSlots{announce: s.announce, now: time.Now,
+		afterFunc: func(d time.Duration, f func()) stopper { return time.AfterFunc(d, f) }}}
+	w.plan.Store(&planInfo{})
+	return w
 }
 
 // stopWorkflow ends the session's callbacks.
