@@ -2338,8 +2338,10 @@ type searchEngine struct {
 	body   string // a POST body
 	header string // "Name: value" lines after searchAPIHeader's, which they override
 
+	// Markup is read with selectors (see searchSelector), JSON with a path
+	// and templates.
 	list  string // markup: the result container, telling "no results" from "not a result page"
-	items string // the result blocks: a selector, or a dotted JSON path to a list
+	items string // the result blocks, or a dotted JSON path to a list
 	// Within a block, selectors (the title defaults to the link's text) or
 	// JSON field templates (the title defaults to $title).
 	link, title, snippet string
@@ -2352,22 +2354,22 @@ var searchEngines = []searchEngine{
 		header: searchBrowserHeader + `Referer: https://html.duckduckgo.com/
 Sec-Fetch-Site: same-origin
 Content-Type: application/x-www-form-urlencoded`,
-		list: "links", items: "result", link: "result__a", snippet: "result__snippet"},
+		list: "id=links", items: "result", link: "result__a", snippet: "result__snippet"},
 	{name: "brave", url: "https://search.brave.com/search?q=$q&source=web",
 		header: searchBrowserHeader +
 			"Cookie: safesearch=moderate; useLocation=0; country=us; ui_lang=en-us",
-		list: "results", items: "data-type=web", link: "a",
-		title:   "search-snippet-title,snippet-title",
-		snippet: "generic-snippet,snippet-description", strip: "t-secondary"},
+		list: "id=results", items: "data-type=web", link: "a",
+		title:   "search-snippet-title snippet-title",
+		snippet: "generic-snippet snippet-description", strip: "t-secondary"},
 	{name: "mojeek", url: "https://www.mojeek.com/search?q=$q&safe=0", header: searchBrowserHeader,
 		list: "results-standard", items: "li", link: "a", title: "h2", snippet: "s"},
 	{name: "bing", url: "https://www.bing.com/search?q=$q&mkt=en-US",
 		header: searchBrowserHeader + "Cookie: _EDGE_CD=m=en-us&u=en-us; _EDGE_S=mkt=en-us&ui=en-us",
-		list:   "b_results", items: "li.b_algo", link: "a", title: "h2",
-		snippet: "b_lineclamp2,b_lineclamp3,b_snippet,p", strip: "algoSlug_icon"},
+		list:   "id=b_results", items: "li.b_algo", link: "a", title: "h2",
+		snippet: "b_lineclamp2 b_lineclamp3 b_snippet p", strip: "algoSlug_icon"},
 	{name: "yahoo", url: "https://search.yahoo.com/search?p=$q&iscqry=",
 		header: searchBrowserHeader + "Cookie: sB=v=1&vm=r&fl=1&vl=lang_en&pn=10&rw=new&userset=1",
-		list:   "web", items: "algo-sr", link: "a", title: "h3", snippet: "compText"},
+		list:   "id=web", items: "algo-sr", link: "a", title: "h3", snippet: "compText"},
 	{name: "yandex",
 		url:    "https://yandex.com/search/site/?text=$q&web=1&frame=1&searchid=3131712&lang=en",
 		header: searchBrowserHeader, items: "serp-item", link: "a", snippet: "b-serp-item__text"},
@@ -2487,8 +2489,7 @@ type searchHit struct{ title, url, snippet string }
 // read finds the results in an answer; listed reports a result list there, even an empty one.
 func (e *searchEngine) read(body string) (hits []searchHit, listed bool, err error) {
 	if !strings.HasPrefix(strings.TrimSpace(body), "{") {
-		hits, listed = e.readMarkup(body)
-		return hits, listed, nil
+		return e.readMarkup(body)
 	}
 	var v any
 	if err := json.Unmarshal([]byte(body), &v); err != nil {
@@ -2517,7 +2518,7 @@ func (e *searchEngine) read(body string) (hits []searchHit, listed bool, err err
 }
 
 // readMarkup reads the blocks in the result list, or in the whole page.
-func (e *searchEngine) readMarkup(body string) ([]searchHit, bool) {
+func (e *searchEngine) readMarkup(body string) ([]searchHit, bool, error) {
 	doc := parseHTML(body)
 	list := doc.find(searchSelector(e.list))
 	var hits []searchHit
@@ -2538,14 +2539,14 @@ func (e *searchEngine) readMarkup(body string) ([]searchHit, bool) {
 		}
 		hits = append(hits, h)
 	}
-	return hits, list != nil
+	return hits, list != nil, nil
 }
 
-// searchSelector matches the elements sel names: words separated by commas,
-// each attr=value, tag.class, or a tag, a class or an id.
+// searchSelector matches the elements sel names: any of its words, each
+// attr=value, tag.class, a tag or a class.
 func searchSelector(sel string) func(*htmlNode) bool {
 	return func(n *htmlNode) bool {
-		return slices.ContainsFunc(strings.Split(sel, ","), func(word string) bool {
+		return slices.ContainsFunc(strings.Fields(sel), func(word string) bool {
 			key, value, isAttr := strings.Cut(word, "=")
 			tag, class, isTagged := strings.Cut(word, ".")
 			switch {
@@ -2554,8 +2555,7 @@ func searchSelector(sel string) func(*htmlNode) bool {
 			case isTagged:
 				return n.tag == tag && n.hasClass(class)
 			}
-			return word != "" && n.tag != "" &&
-				(n.tag == word || n.hasClass(word) || n.attr("id") == word)
+			return n.tag == word || n.hasClass(word)
 		})
 	}
 }
@@ -2597,8 +2597,6 @@ var (
 		`id="b_captcha"`}
 	searchBotWords = []string{"verify you are human", "unusual traffic", "automated queries",
 		"are you a robot", "bots use duckduckgo too", "non-javascript site"}
-	searchNoneWords = []string{"no results found", "no results for", "no pages found",
-		"did not match any"}
 	searchLimitWords = []string{"rate limit", "throttle"}
 	// Ads, and links still wrapped.
 	searchAdLinks = []string{"duckduckgo.com/y.js", "duckduckgo.com/l/", "bing.com/aclick",
@@ -2615,14 +2613,14 @@ func searchContains(s string, words []string) bool {
 func (st *searchState) ask(ctx context.Context, cfg *config, e *searchEngine,
 	query string) searchOutcome {
 	o := searchOutcome{Name: e.name, Status: "error"}
-	backoff := time.Duration(cfg.int("SEARCH_BACKOFF_MS")) * time.Millisecond
 	st.mu.Lock()
 	rest := st.resting[e.name]
 	st.mu.Unlock()
 	missing := searchMissing(cfg, e)
-	if time.Since(rest.since) < backoff {
+	resting := time.Since(rest.since)
+	if resting < time.Duration(cfg.int("SEARCH_BACKOFF_MS"))*time.Millisecond {
 		o.Status = "resting"
-		o.Detail = fmt.Sprintf("%s %v ago", rest.why, time.Since(rest.since).Round(time.Second))
+		o.Detail = fmt.Sprintf("%s %v ago", rest.why, resting.Round(time.Second))
 		return o
 	}
 	if len(missing) > 0 {
@@ -2690,7 +2688,7 @@ func searchJudge(resp *http.Response, body string, hits int, listed bool,
 		return "ok", ""
 	case searchContains(low, searchBotWords):
 		return "blocked", "bot check page"
-	case listed || searchContains(low, searchNoneWords):
+	case listed:
 		return "empty", ""
 	}
 	return "error", "no result list" + sample
