@@ -2364,8 +2364,9 @@ Content-Type: application/x-www-form-urlencoded`,
 	{name: "mojeek", url: "https://www.mojeek.com/search?q=$q&safe=0", header: searchBrowserHeader,
 		list: "results-standard", items: "li", link: "a", title: "h2", snippet: "s"},
 	{name: "bing", url: "https://www.bing.com/search?q=$q&mkt=en-US",
-		header: searchBrowserHeader + "Cookie: _EDGE_CD=m=en-us&u=en-us; _EDGE_S=mkt=en-us&ui=en-us",
-		list:   "id=b_results", items: "li.b_algo", link: "a", title: "h2",
+		header: searchBrowserHeader +
+			"Cookie: _EDGE_CD=m=en-us&u=en-us; _EDGE_S=mkt=en-us&ui=en-us",
+		list: "id=b_results", items: "li.b_algo", link: "a", title: "h2",
 		snippet: "b_lineclamp2 b_lineclamp3 b_snippet p", strip: "algoSlug_icon"},
 	{name: "yahoo", url: "https://search.yahoo.com/search?p=$q&iscqry=",
 		header: searchBrowserHeader + "Cookie: sB=v=1&vm=r&fl=1&vl=lang_en&pn=10&rw=new&userset=1",
@@ -2419,7 +2420,8 @@ const (
 	searchAPIHeader = `User-Agent: telson (+https://github.com/telsonhq/telson)
 Accept: application/json
 `
-	searchBrowserHeader = `User-Agent: Mozilla/5.0 (X11; Linux x86_64; rv:152.0) Gecko/20100101 Firefox/152.0
+	searchBrowserHeader = `
+User-Agent: Mozilla/5.0 (X11; Linux x86_64; rv:152.0) Gecko/20100101 Firefox/152.0
 Accept: text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8
 Accept-Language: en-US,en;q=0.9
 Sec-Fetch-Dest: document
