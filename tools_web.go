@@ -2342,8 +2342,8 @@ type searchEngine struct {
 	// and templates.
 	list  string // markup: the result container, telling "no results" from "not a result page"
 	items string // the result blocks, or a dotted JSON path to a list
-	// Within a block, selectors (the title defaults to the link's text) or
-	// JSON field templates (the title defaults to $title).
+	// Within a block, selectors (the link defaults to the first a, the title
+	// to the link's text) or JSON field templates (the title defaults to $title).
 	link, title, snippet string
 	strip                string // markup: elements left out of snippets (dates, icons)
 }
@@ -2358,22 +2358,22 @@ Content-Type: application/x-www-form-urlencoded`,
 	{name: "brave", url: "https://search.brave.com/search?q=$q&source=web",
 		header: searchBrowserHeader +
 			"Cookie: safesearch=moderate; useLocation=0; country=us; ui_lang=en-us",
-		list: "id=results", items: "data-type=web", link: "a",
+		list: "id=results", items: "data-type=web",
 		title:   "search-snippet-title snippet-title",
 		snippet: "generic-snippet snippet-description", strip: "t-secondary"},
 	{name: "mojeek", url: "https://www.mojeek.com/search?q=$q&safe=0", header: searchBrowserHeader,
-		list: "results-standard", items: "li", link: "a", title: "h2", snippet: "s"},
+		list: "results-standard", items: "li", title: "h2", snippet: "s"},
 	{name: "bing", url: "https://www.bing.com/search?q=$q&mkt=en-US",
 		header: searchBrowserHeader +
 			"Cookie: _EDGE_CD=m=en-us&u=en-us; _EDGE_S=mkt=en-us&ui=en-us",
-		list: "id=b_results", items: "li.b_algo", link: "a", title: "h2",
+		list: "id=b_results", items: "li.b_algo", title: "h2",
 		snippet: "b_lineclamp2 b_lineclamp3 b_snippet p", strip: "algoSlug_icon"},
 	{name: "yahoo", url: "https://search.yahoo.com/search?p=$q&iscqry=",
 		header: searchBrowserHeader + "Cookie: sB=v=1&vm=r&fl=1&vl=lang_en&pn=10&rw=new&userset=1",
-		list:   "id=web", items: "algo-sr", link: "a", title: "h3", snippet: "compText"},
+		list:   "id=web", items: "algo-sr", title: "h3", snippet: "compText"},
 	{name: "yandex",
 		url:    "https://yandex.com/search/site/?text=$q&web=1&frame=1&searchid=3131712&lang=en",
-		header: searchBrowserHeader, items: "serp-item", link: "a", snippet: "b-serp-item__text"},
+		header: searchBrowserHeader, items: "serp-item", snippet: "b-serp-item__text"},
 	{name: "wikipedia",
 		url:  "https://en.wikipedia.org/w/api.php?action=query&list=search&format=json&srsearch=$q",
 		link: "https://en.wikipedia.org/wiki/$title", items: "query.search",
@@ -2525,7 +2525,7 @@ func (e *searchEngine) readMarkup(body string) ([]searchHit, bool, error) {
 	list := doc.find(searchSelector(e.list))
 	var hits []searchHit
 	for _, block := range cmp.Or(list, doc).findAll(searchSelector(e.items)) {
-		a := block.find(searchSelector(e.link))
+		a := block.find(searchSelector(cmp.Or(e.link, "a")))
 		if a == nil {
 			continue
 		}
