@@ -24,7 +24,6 @@ import (
 	"fmt"
 	"html"
 	"io"
-	"math"
 	"mime"
 	"net"
 	"net/http"
@@ -2262,7 +2261,7 @@ func fetchPlain(ctx context.Context, pageURL string) (*readDocsOut, error) {
 
 // ---- WebSearch ------------------------------------------------------------
 //
-// Many search engines asked at once, every answer parsed and judged, the
+// Many search engines asked at once, every answer judged and parsed, the
 // lists merged and ranked, and every engine's fate reported. Rules:
 //   - an engine is one row of searchEngines: a request template and where its
 //     results are; one extractor reads every answer: JSON by a path and field
@@ -2315,35 +2314,36 @@ var webSearchTool = toolDef{
 	run:   runWebSearch,
 }
 
+// describeWebSearch names the engines a call asks by default.
 func describeWebSearch(srv *server) string {
 	var names []string
 	for _, e := range searchSelect(srv.cfg, nil) {
 		names = append(names, e.name)
 	}
-	return fmt.Sprintf(`Searches the web with many engines at once. Returns one merged list
-(title, URL, snippet, the engines that found it; results engines agree on rank higher) and each
-engine's fate (ok, empty, rate-limited, captcha, blocked, error, timed out, resting: an engine
-that was rate-limited, blocked or shown a captcha rests for a while).
+	return `Searches the web with many engines at once. Returns one merged list (title, URL,
+snippet, the engines that found it; results engines agree on rank higher) and each engine's fate
+(ok, empty, rate-limited, captcha, blocked, error, timed out, resting: an engine that was
+rate-limited, blocked or shown a captcha rests for a while).
 
-Engines: %s. Each gets %d ms. Pick a few with engines: ["wikipedia","arxiv"] for papers,
-["stackoverflow","github","hackernews"] for code.`,
-		strings.Join(names, ", "), srv.cfg.int("SEARCH_TIMEOUT_MS"))
+Engines: ` + strings.Join(names, ", ") + `. Pick a few with engines: ["wikipedia","arxiv"] for
+papers, ["stackoverflow","github","hackernews"] for code.`
 }
 
-// searchEngine is one engine. Its templates hold $q (the query) and $KEY, a
-// configuration key: an engine is off until the keys it uses are set. Field
-// templates hold $field of a JSON result.
+// searchEngine is one engine. Its templates hold $q (the query, URL-escaped),
+// $json (the query as a JSON string) and $KEY, a configuration key: an engine
+// is off until the keys it uses are set. Field templates hold $field of a JSON result.
 type searchEngine struct {
-	name    string
-	url     string // SEARCH_URL_<NAME> replaces its scheme and host
-	body    string // a POST body; $q is JSON-quoted when the body is JSON
-	header  string // more "Name: value" lines
-	browser bool   // poses as a browser; else an API client naming telson
+	name   string
+	url    string // SEARCH_URL_<NAME> replaces its scheme and host
+	body   string // a POST body
+	header string // "Name: value" lines after searchAPIHeader's, which they override
 
+	// Markup is read with selectors (see searchSelector), JSON with a path
+	// and templates.
 	list  string // markup: the result container, telling "no results" from "not a result page"
-	items string // the result blocks: a selector, or a dotted JSON path to a list
-	// Within a block, selectors (the title defaults to the link's text) or
-	// JSON field templates (the title defaults to $title).
+	items string // the result blocks, or a dotted JSON path to a list
+	// Within a block, selectors (the link defaults to the first a, the title
+	// to the link's text) or JSON field templates (the title defaults to $title).
 	link, title, snippet string
 	strip                string // markup: elements left out of snippets (dates, icons)
 }
@@ -2351,30 +2351,29 @@ type searchEngine struct {
 // searchEngines is every engine; those without keys are the default set.
 var searchEngines = []searchEngine{
 	{name: "duckduckgo", url: "https://html.duckduckgo.com/html/", body: "q=$q&b=&kl=wt-wt",
-		header: `Referer: https://html.duckduckgo.com/
+		header: searchBrowserHeader + `Referer: https://html.duckduckgo.com/
 Sec-Fetch-Site: same-origin
 Content-Type: application/x-www-form-urlencoded`,
-		browser: true, list: "#links", items: "div.result",
-		link: "a.result__a", snippet: ".result__snippet"},
+		list: "id=links", items: "result", link: "result__a", snippet: "result__snippet"},
 	{name: "brave", url: "https://search.brave.com/search?q=$q&source=web",
-		header:  "Cookie: safesearch=moderate; useLocation=0; country=us; ui_lang=en-us",
-		browser: true, list: "#results", items: "div[data-type=web]", link: "a",
-		title:   ".search-snippet-title,.snippet-title",
-		snippet: ".generic-snippet,.snippet-description", strip: ".t-secondary"},
-	{name: "mojeek", url: "https://www.mojeek.com/search?q=$q&safe=0",
-		browser: true, list: "ul.results-standard", items: "li",
-		link: "a.ob,h2", title: "h2", snippet: "p.s"},
+		header: searchBrowserHeader +
+			"Cookie: safesearch=moderate; useLocation=0; country=us; ui_lang=en-us",
+		list: "id=results", items: "data-type=web",
+		title:   "search-snippet-title snippet-title",
+		snippet: "generic-snippet snippet-description", strip: "t-secondary"},
+	{name: "mojeek", url: "https://www.mojeek.com/search?q=$q&safe=0", header: searchBrowserHeader,
+		list: "results-standard", items: "li", title: "h2", snippet: "s"},
 	{name: "bing", url: "https://www.bing.com/search?q=$q&mkt=en-US",
-		header:  "Cookie: _EDGE_CD=m=en-us&u=en-us; _EDGE_S=mkt=en-us&ui=en-us",
-		browser: true, list: "#b_results", items: "li.b_algo", link: "h2,a.tilk", title: "h2,.tptt",
-		snippet: ".b_lineclamp2,.b_lineclamp3,.b_snippet,p", strip: ".algoSlug_icon"},
+		header: searchBrowserHeader +
+			"Cookie: _EDGE_CD=m=en-us&u=en-us; _EDGE_S=mkt=en-us&ui=en-us",
+		list: "id=b_results", items: "li.b_algo", title: "h2",
+		snippet: "b_lineclamp2 b_lineclamp3 b_snippet p", strip: "algoSlug_icon"},
 	{name: "yahoo", url: "https://search.yahoo.com/search?p=$q&iscqry=",
-		header:  "Cookie: sB=v=1&vm=r&fl=1&vl=lang_en&pn=10&rw=new&userset=1",
-		browser: true, list: "#web", items: "div.algo-sr", link: ".compTitle", title: "h3",
-		snippet: ".compText"},
+		header: searchBrowserHeader + "Cookie: sB=v=1&vm=r&fl=1&vl=lang_en&pn=10&rw=new&userset=1",
+		list:   "id=web", items: "algo-sr", title: "h3", snippet: "compText"},
 	{name: "yandex",
-		url:     "https://yandex.com/search/site/?text=$q&web=1&frame=1&searchid=3131712&lang=en",
-		browser: true, items: "li.serp-item", link: "h3", title: "h3", snippet: ".b-serp-item__text"},
+		url:    "https://yandex.com/search/site/?text=$q&web=1&frame=1&searchid=3131712&lang=en",
+		header: searchBrowserHeader, items: "serp-item", snippet: "b-serp-item__text"},
 	{name: "wikipedia",
 		url:  "https://en.wikipedia.org/w/api.php?action=query&list=search&format=json&srsearch=$q",
 		link: "https://en.wikipedia.org/wiki/$title", items: "query.search",
@@ -2393,19 +2392,19 @@ Content-Type: application/x-www-form-urlencoded`,
 		title: "$full_name", snippet: "$description ($stargazers_count stars)"},
 	{name: "arxiv", url: "https://export.arxiv.org/api/query?search_query=all:$q&max_results=20",
 		header: "Accept: application/atom+xml", list: "feed", items: "entry",
-		link: "link[rel=alternate]", title: "title", snippet: "summary"},
+		link: "rel=alternate", title: "title", snippet: "summary"},
 	{name: "braveapi",
 		url:    "https://api.search.brave.com/res/v1/web/search?q=$q&text_decorations=false",
 		header: "X-Subscription-Token: $BRAVE_API_KEY",
 		items:  "web.results", link: "$url", snippet: "$description"},
-	{name: "tavily", url: "https://api.tavily.com/search", body: `{"query":$q,"max_results":20}`,
+	{name: "tavily", url: "https://api.tavily.com/search", body: `{"query":$json,"max_results":20}`,
 		header: "Authorization: Bearer $TAVILY_API_KEY\nContent-Type: application/json",
 		items:  "results", link: "$url", snippet: "$content"},
-	{name: "serper", url: "https://google.serper.dev/search", body: `{"q":$q,"num":20}`,
+	{name: "serper", url: "https://google.serper.dev/search", body: `{"q":$json,"num":20}`,
 		header: "X-API-KEY: $SERPER_API_KEY\nContent-Type: application/json",
 		items:  "organic", link: "$link", snippet: "$snippet"},
 	{name: "exa", url: "https://api.exa.ai/search",
-		body:   `{"query":$q,"numResults":20,"contents":{"text":{"maxCharacters":500}}}`,
+		body:   `{"query":$json,"numResults":20,"contents":{"text":{"maxCharacters":500}}}`,
 		header: "x-api-key: $EXA_API_KEY\nContent-Type: application/json",
 		items:  "results", link: "$url", snippet: "$text"},
 	{name: "google",
@@ -2415,8 +2414,12 @@ Content-Type: application/x-www-form-urlencoded`,
 		items: "results", link: "$url", snippet: "$content"},
 }
 
-// Headers every request starts with; an engine's own lines come after and win.
+// Headers every request starts with: an API client's, and a browser's for
+// engines that want one.
 const (
+	searchAPIHeader = `User-Agent: telson (+https://github.com/telsonhq/telson)
+Accept: application/json
+`
 	searchBrowserHeader = `
 User-Agent: Mozilla/5.0 (X11; Linux x86_64; rv:152.0) Gecko/20100101 Firefox/152.0
 Accept: text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8
@@ -2426,14 +2429,10 @@ Sec-Fetch-Mode: navigate
 Sec-Fetch-Site: none
 Sec-Fetch-User: ?1
 `
-	searchAPIHeader = `User-Agent: telson (+https://github.com/telsonhq/telson)
-Accept: application/json
-`
 )
 
 // searchMissing lists the configuration keys e's templates use that are not set.
-func searchMissing(cfg *config, e *searchEngine) []string {
-	var missing []string
+func searchMissing(cfg *config, e *searchEngine) (missing []string) {
 	os.Expand(e.url+e.header, func(key string) string {
 		if key == strings.ToUpper(key) && cfg.str(key) == "" {
 			missing = append(missing, key)
@@ -2444,50 +2443,42 @@ func searchMissing(cfg *config, e *searchEngine) []string {
 }
 
 // get fills e's templates, sends the request and reads the answer; net/http
-// asks for gzip and decodes it.
+// asks for gzip and decodes it. Its errors leave out the URL, which may hold a key.
 func (e *searchEngine) get(ctx context.Context, client *http.Client, cfg *config,
 	query string) (*http.Response, string, error) {
-	q := url.QueryEscape(query)
-	if strings.HasPrefix(e.body, "{") {
-		quoted, _ := json.Marshal(query)
-		q = string(quoted)
-	}
 	fill := func(name string) string {
-		if name == "q" {
-			return q
+		switch name {
+		case "q":
+			return url.QueryEscape(query)
+		case "json":
+			quoted, _ := json.Marshal(query)
+			return string(quoted)
 		}
 		return cfg.str(name)
-	}
-	u, err := url.Parse(os.Expand(e.url, fill))
-	if err != nil {
-		return nil, "", err
-	}
-	base, err := url.Parse(cfg.str("SEARCH_URL_" + strings.ToUpper(e.name)))
-	if err == nil && base.Host != "" {
-		u.Scheme = base.Scheme
-		u.Host = base.Host
 	}
 	method := http.MethodGet
 	if e.body != "" {
 		method = http.MethodPost
 	}
 	body := strings.NewReader(os.Expand(e.body, fill))
-	req, err := http.NewRequestWithContext(ctx, method, u.String(), body)
+	req, err := http.NewRequestWithContext(ctx, method, os.Expand(e.url, fill), body)
 	if err != nil {
-		return nil, "", err
+		return nil, "", errors.Unwrap(err)
 	}
-	header := searchAPIHeader
-	if e.browser {
-		header = searchBrowserHeader
+	base, err := url.Parse(cfg.str("SEARCH_URL_" + strings.ToUpper(e.name)))
+	if err == nil && base.Host != "" {
+		req.URL.Scheme = base.Scheme
+		req.URL.Host = base.Host
+		req.Host = ""
 	}
-	for _, line := range strings.Split(os.Expand(header+e.header, fill), "\n") {
+	for _, line := range strings.Split(os.Expand(searchAPIHeader+e.header, fill), "\n") {
 		if k, v, ok := strings.Cut(line, ": "); ok {
 			req.Header.Set(k, v)
 		}
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return nil, "", err
+		return nil, "", errors.Unwrap(err)
 	}
 	defer resp.Body.Close()
 	answer, err := io.ReadAll(io.LimitReader(resp.Body, searchMaxBody))
@@ -2500,8 +2491,7 @@ type searchHit struct{ title, url, snippet string }
 // read finds the results in an answer; listed reports a result list there, even an empty one.
 func (e *searchEngine) read(body string) (hits []searchHit, listed bool, err error) {
 	if !strings.HasPrefix(strings.TrimSpace(body), "{") {
-		hits, listed = e.readMarkup(body)
-		return hits, listed, nil
+		return e.readMarkup(body)
 	}
 	var v any
 	if err := json.Unmarshal([]byte(body), &v); err != nil {
@@ -2529,70 +2519,47 @@ func (e *searchEngine) read(body string) (hits []searchHit, listed bool, err err
 	return hits, listed, nil
 }
 
-// readMarkup reads the blocks in the result list (or the whole page); a link
-// selector may name an element holding the link.
-func (e *searchEngine) readMarkup(body string) ([]searchHit, bool) {
+// readMarkup reads the blocks in the result list, or in the whole page.
+func (e *searchEngine) readMarkup(body string) ([]searchHit, bool, error) {
 	doc := parseHTML(body)
-	list := searchFirst(doc, e.list)
+	list := doc.find(searchSelector(e.list))
 	var hits []searchHit
-	for _, block := range searchAll(cmp.Or(list, doc), e.items) {
-		a := searchFirst(block, e.link)
-		if a != nil && a.attr("href") == "" {
-			a = searchFirst(a, "a")
-		}
+	for _, block := range cmp.Or(list, doc).findAll(searchSelector(e.items)) {
+		a := block.find(searchSelector(cmp.Or(e.link, "a")))
 		if a == nil {
 			continue
 		}
 		h := searchHit{title: a.textContent(), url: a.attr("href")}
-		if t := searchFirst(block, e.title); t != nil {
+		if t := block.find(searchSelector(e.title)); t != nil {
 			h.title = t.textContent()
 		}
-		if s := searchFirst(block, e.snippet); s != nil {
-			for _, x := range searchAll(s, e.strip) {
+		if s := block.find(searchSelector(e.snippet)); s != nil {
+			for _, x := range s.findAll(searchSelector(e.strip)) {
 				x.children = nil // the tree is this parse's own
 			}
 			h.snippet = s.textContent()
 		}
 		hits = append(hits, h)
 	}
-	return hits, list != nil
+	return hits, list != nil, nil
 }
 
-// searchAll returns the elements below n that sel matches: comma-separated alternatives, in order.
-func searchAll(n *htmlNode, sel string) []*htmlNode {
-	var out []*htmlNode
-	for _, alt := range strings.Split(sel, ",") {
-		out = append(out, n.findAll(func(c *htmlNode) bool { return searchMatch(c, alt) })...)
+// searchSelector matches the elements sel names: any of its words, each
+// attr=value, tag.class, a tag or a class.
+func searchSelector(sel string) func(*htmlNode) bool {
+	return func(n *htmlNode) bool {
+		return slices.ContainsFunc(strings.Fields(sel), func(word string) bool {
+			key, value, isAttr := strings.Cut(word, "=")
+			tag, class, isTagged := strings.Cut(word, ".")
+			switch {
+			case isAttr:
+				return n.attr(key) == value
+			case isTagged:
+				return n.tag == tag && n.hasClass(class)
+			}
+			return n.tag == word || n.hasClass(word)
+		})
 	}
-	return out
-}
-
-func searchFirst(n *htmlNode, sel string) *htmlNode {
-	all := searchAll(n, sel)
-	if len(all) == 0 {
-		return nil
-	}
-	return all[0]
-}
-
-// searchMatch reports whether element n matches sel: a tag, then at most
-// one #id, .class or [attr=value].
-func searchMatch(n *htmlNode, sel string) bool {
-	i := strings.IndexAny(sel, "#.[")
-	if i < 0 {
-		return n.tag != "" && n.tag == sel
-	}
-	if n.tag == "" || i > 0 && n.tag != sel[:i] {
-		return false
-	}
-	switch sel[i] {
-	case '#':
-		return n.attr("id") == sel[i+1:]
-	case '.':
-		return n.hasClass(sel[i+1:])
-	}
-	key, value, _ := strings.Cut(strings.Trim(sel[i:], "[]"), "=")
-	return n.attr(key) == value
 }
 
 // searchState is what WebSearch keeps across calls and sessions: an HTTP
@@ -2632,42 +2599,44 @@ var (
 		`id="b_captcha"`}
 	searchBotWords = []string{"verify you are human", "unusual traffic", "automated queries",
 		"are you a robot", "bots use duckduckgo too", "non-javascript site"}
-	searchNoneWords = []string{"no results found", "no results for", "no pages found",
-		"did not match any"}
+	searchLimitWords = []string{"rate limit", "throttle"}
+	// Ads, and links still wrapped.
+	searchAdLinks = []string{"duckduckgo.com/y.js", "duckduckgo.com/l/", "bing.com/aclick",
+		"bing.com/ck/a", "r.search.yahoo.com/"}
 )
 
 func searchContains(s string, words []string) bool {
 	return slices.ContainsFunc(words, func(w string) bool { return strings.Contains(s, w) })
 }
 
-// ask asks one engine, unless it is resting or not configured, and judges its answer;
-// an engine rate-limited, blocked or shown a captcha rests for SEARCH_BACKOFF_MS.
+// ask asks one engine under SEARCH_TIMEOUT_MS, unless it is resting or not
+// configured, and judges its answer; an engine rate-limited, blocked or shown
+// a captcha rests for SEARCH_BACKOFF_MS.
 func (st *searchState) ask(ctx context.Context, cfg *config, e *searchEngine,
 	query string) searchOutcome {
 	o := searchOutcome{Name: e.name, Status: "error"}
-	backoff := time.Duration(cfg.int("SEARCH_BACKOFF_MS")) * time.Millisecond
 	st.mu.Lock()
 	rest := st.resting[e.name]
 	st.mu.Unlock()
 	missing := searchMissing(cfg, e)
-	if time.Since(rest.since) < backoff {
+	resting := time.Since(rest.since)
+	if resting < time.Duration(cfg.int("SEARCH_BACKOFF_MS"))*time.Millisecond {
 		o.Status = "resting"
-		o.Detail = fmt.Sprintf("%s %v ago", rest.why, time.Since(rest.since).Round(time.Second))
+		o.Detail = fmt.Sprintf("%s %v ago", rest.why, resting.Round(time.Second))
 		return o
 	}
 	if len(missing) > 0 {
 		o.Detail = "not configured: set " + strings.Join(missing, " and ")
 		return o
 	}
+	timeout := cfg.int("SEARCH_TIMEOUT_MS")
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(timeout)*time.Millisecond)
+	defer cancel()
 	resp, body, err := e.get(ctx, st.client, cfg, query)
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		o.Status = "timed out"
-		o.Detail = fmt.Sprintf("no answer within %dms", cfg.int("SEARCH_TIMEOUT_MS"))
+		o.Detail = fmt.Sprintf("no answer within %dms", timeout)
 		return o
-	}
-	var urlErr *url.Error
-	if errors.As(err, &urlErr) {
-		err = urlErr.Err // without the URL, which may hold a key
 	}
 	if err != nil {
 		o.Detail = err.Error()
@@ -2681,8 +2650,7 @@ func (st *searchState) ask(ctx context.Context, cfg *config, e *searchEngine,
 		st.mu.Lock()
 		st.resting[e.name] = searchRest{since: time.Now(), why: o.Status}
 		st.mu.Unlock()
-	}
-	if o.Status == "ok" {
+	case "ok":
 		o.hits = hits
 		o.Count = len(hits)
 		o.Detail = fmt.Sprintf("%d results", o.Count)
@@ -2710,7 +2678,7 @@ func searchJudge(resp *http.Response, body string, hits int, listed bool,
 	case !isJSON && searchContains(low, searchCaptchaMarks):
 		return "captcha", "challenge page"
 	case code == http.StatusTooManyRequests || code == http.StatusAccepted ||
-		code >= 400 && searchContains(low, []string{"rate limit", "throttle"}):
+		code >= 400 && searchContains(low, searchLimitWords):
 		return "rate-limited", why
 	case code == http.StatusForbidden:
 		return "blocked", why
@@ -2722,7 +2690,7 @@ func searchJudge(resp *http.Response, body string, hits int, listed bool,
 		return "ok", ""
 	case searchContains(low, searchBotWords):
 		return "blocked", "bot check page"
-	case listed || searchContains(low, searchNoneWords):
+	case listed:
 		return "empty", ""
 	}
 	return "error", "no result list" + sample
@@ -2734,20 +2702,13 @@ func searchTidy(hits []searchHit) []searchHit {
 	var out []searchHit
 	for _, h := range hits {
 		u, err := url.Parse(searchUnwrap(strings.TrimSpace(h.url)))
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		if err != nil || u.Scheme != "http" && u.Scheme != "https" ||
+			searchContains(strings.ToLower(u.Host+u.Path), searchAdLinks) {
 			continue
 		}
-		page := strings.ToLower(u.Host + u.Path)
-		if searchContains(page, []string{"duckduckgo.com/y.js", "duckduckgo.com/l/",
-			"bing.com/aclick", "bing.com/ck/a", "r.search.yahoo.com/"}) {
-			continue // an ad or a link still wrapped
-		}
 		h.url = u.String()
-		h.title = cutRunes(h.title, searchMaxText)
+		h.title = cutRunes(cmp.Or(h.title, u.Host+u.Path), searchMaxText)
 		h.snippet = cutRunes(h.snippet, searchMaxText)
-		if h.title == "" {
-			h.title = u.Host + u.Path
-		}
 		out = append(out, h)
 	}
 	return out
@@ -2775,7 +2736,7 @@ func searchUnwrap(href string) string {
 	switch {
 	case isYahoo:
 		return yahoo
-	case q.Get("uddg") != "":
+	case q.Has("uddg"):
 		return q.Get("uddg")
 	case strings.HasSuffix(u.Path, "/ck/a") && err == nil:
 		return string(bing)
@@ -2804,24 +2765,9 @@ type searchResult struct {
 	Score   float64  `json:"score"`
 }
 
-// add counts one engine's hit at rank, keeping the longest title and snippet and an https link.
-func (r *searchResult) add(engine string, rank int, h searchHit) {
-	r.Engines = append(r.Engines, engine)
-	r.Score += 1 / (searchRRFK + float64(rank))
-	if !strings.HasPrefix(r.URL, "https:") {
-		r.URL = h.url
-	}
-	if len(h.title) > len(r.Title) {
-		r.Title = h.title
-	}
-	// A bare link says nothing.
-	if len(h.snippet) > len(r.Snippet) && !strings.HasPrefix(h.snippet, "http") {
-		r.Snippet = h.snippet
-	}
-}
-
 // searchMerge merges the lists by URL, ranked by reciprocal rank fusion plus
-// a bonus per agreeing engine; ties keep the engines' order.
+// a bonus per agreeing engine; ties keep the engines' order. A merged result
+// keeps the longest title and snippet and an https link.
 func searchMerge(outs []searchOutcome, max int) []*searchResult {
 	byKey := map[string]*searchResult{}
 	all := []*searchResult{}
@@ -2834,14 +2780,25 @@ func searchMerge(outs []searchOutcome, max int) []*searchResult {
 				byKey[key] = r
 				all = append(all, r)
 			}
-			if !slices.Contains(r.Engines, o.Name) { // not the same page twice in one list
-				r.add(o.Name, i+1, h)
+			if slices.Contains(r.Engines, o.Name) {
+				continue // the same page twice in one list
+			}
+			if len(r.Engines) > 0 {
+				r.Score += searchAgreementBonus
+			}
+			r.Engines = append(r.Engines, o.Name)
+			r.Score += 1 / (searchRRFK + float64(i+1))
+			if !strings.HasPrefix(r.URL, "https:") {
+				r.URL = h.url
+			}
+			if len(h.title) > len(r.Title) {
+				r.Title = h.title
+			}
+			// A bare link says nothing.
+			if len(h.snippet) > len(r.Snippet) && !strings.HasPrefix(h.snippet, "http") {
+				r.Snippet = h.snippet
 			}
 		}
-	}
-	for _, r := range all {
-		r.Score += float64(len(r.Engines)-1) * searchAgreementBonus
-		r.Score = math.Round(r.Score*1e5) / 1e5
 	}
 	slices.SortStableFunc(all, func(a, b *searchResult) int {
 		return cmp.Compare(b.Score, a.Score)
@@ -2868,22 +2825,13 @@ func searchSelect(cfg *config, names []string) []*searchEngine {
 // search asks every engine at once and returns their outcomes in engine order.
 func (st *searchState) search(ctx context.Context, cfg *config, query string,
 	engines []*searchEngine) []searchOutcome {
-	timeout := time.Duration(cfg.int("SEARCH_TIMEOUT_MS")) * time.Millisecond
 	outs := make([]searchOutcome, len(engines))
 	var wg sync.WaitGroup
 	for i, e := range engines {
 		wg.Add(1)
-		go func() { // ends when the engine has answered or its timeout has passed
+		go func() {
 			defer wg.Done()
-			defer func() { // a parser's panic must not take the server down
-				if p := recover(); p != nil {
-					outs[i] = searchOutcome{Name: e.name, Status: "error",
-						Detail: fmt.Sprint("panic: ", p)}
-				}
-			}()
-			ectx, cancel := context.WithTimeout(ctx, timeout)
-			defer cancel()
-			outs[i] = st.ask(ectx, cfg, e, query)
+			outs[i] = st.ask(ctx, cfg, e, query)
 		}()
 	}
 	wg.Wait()
@@ -2898,12 +2846,12 @@ func runWebSearch(ctx context.Context, c *toolCall) toolResult {
 		Engines    []string `json:"engines"`
 	}
 	json.Unmarshal(c.args, &a) // schema-checked
-	if strings.TrimSpace(a.Query) == "" {
+	query := strings.TrimSpace(a.Query)
+	if query == "" {
 		return errorResult("the query is blank; say what to search for")
 	}
 	srv := c.s.srv
-	engines := searchSelect(srv.cfg, a.Engines)
-	outs := srv.search.search(ctx, srv.cfg, strings.TrimSpace(a.Query), engines)
+	outs := srv.search.search(ctx, srv.cfg, query, searchSelect(srv.cfg, a.Engines))
 	results := searchMerge(outs, cmp.Or(a.MaxResults, searchDefaultResults))
 	out := map[string]any{"results": results, "engines": outs}
 	var b strings.Builder
