@@ -2599,6 +2599,8 @@ var (
 		`id="b_captcha"`}
 	searchBotWords = []string{"verify you are human", "unusual traffic", "automated queries",
 		"are you a robot", "bots use duckduckgo too", "non-javascript site"}
+	searchNoneWords = []string{"no results found", "no results for", "no pages found",
+		"did not match any"}
 	searchLimitWords = []string{"rate limit", "throttle"}
 	// Ads, and links still wrapped.
 	searchAdLinks = []string{"duckduckgo.com/y.js", "duckduckgo.com/l/", "bing.com/aclick",
@@ -2690,7 +2692,7 @@ func searchJudge(resp *http.Response, body string, hits int, listed bool,
 		return "ok", ""
 	case searchContains(low, searchBotWords):
 		return "blocked", "bot check page"
-	case listed:
+	case listed || searchContains(low, searchNoneWords):
 		return "empty", ""
 	}
 	return "error", "no result list" + sample
@@ -2829,8 +2831,14 @@ func (st *searchState) search(ctx context.Context, cfg *config, query string,
 	var wg sync.WaitGroup
 	for i, e := range engines {
 		wg.Add(1)
-		go func() {
+		go func() { // ends when the engine has answered or its timeout has passed
 			defer wg.Done()
+			defer func() { // a parser's panic must not take the server down
+				if p := recover(); p != nil {
+					outs[i] = searchOutcome{Name: e.name, Status: "error",
+						Detail: fmt.Sprint("panic: ", p)}
+				}
+			}()
 			outs[i] = st.ask(ctx, cfg, e, query)
 		}()
 	}
