@@ -1,8 +1,8 @@
 // jsonrpc.go holds the wire and the protocol: newline-delimited JSON-RPC 2.0 framing, the
 // session (one client connection), dispatch, both protocol eras (legacy initialize; stateless
 // 2026-07-28 with per-request _meta), tools/list and tools/call with the argument schema check,
-// progress, logging, server-to-client requests, the notice queue, and the HTTP transports
-// (Streamable HTTP on /mcp, and the 2024-11-05 HTTP+SSE transport on /sse and /messages).
+// progress, logging, server-to-client requests, subscriptions/listen, the notice queue, and
+// the Streamable HTTP transport on /mcp.
 //
 // Rules:
 //   - only session.send writes to the session's output: one message per
@@ -183,12 +183,9 @@ func newToolEntry(d *toolDef) (*toolEntry, error) {
 	if err := json.Unmarshal([]byte(d.output), &m); err != nil {
 		return nil, fmt.Errorf("output schema: %w", err)
 	}
-	props, _ := m["properties"].(map[string]any)
-	if props == nil {
-		props = map[string]any{}
-		m["properties"] = props
+	if props, ok := m["properties"].(map[string]any); ok {
+		props["notices"] = json.RawMessage(noticesSchema)
 	}
-	props["notices"] = json.RawMessage(noticesSchema)
 	t.output, err = marshalJSON(m)
 	return t, err
 }
@@ -258,22 +255,19 @@ func newSession(srv *server, out io.Writer) *session {
 
 // marshalJSON encodes v as JSON without HTML escaping or a trailing newline.
 func marshalJSON(v any) (json.RawMessage, error) {
+	b, err := encodeLine(v)
+	return bytes.TrimRight(b, "\n"), err
+}
+
+// encodeLine encodes msg, without HTML escaping, as one line of JSON ending in '\n'.
+func encodeLine(msg any) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
+	if err := enc.Encode(msg); err != nil {
+		return nil, fmt.Errorf("encode: %w", err)
 	}
-	return bytes.TrimRight(buf.Bytes(), "\n"), nil
-}
-
-// encodeLine encodes msg as one line of JSON ending in '\n'.
-func encodeLine(msg any) ([]byte, error) {
-	b, err := marshalJSON(msg)
-	if err != nil {
-		return nil, fmt.Errorf("send: encode: %w", err)
-	}
-	return append(b, '\n'), nil
+	return buf.Bytes(), nil
 }
 
 // send writes one message as one line. It is the only writer of out.
@@ -499,7 +493,6 @@ type rpcRequest struct {
 	version       string // the protocol version this request is served under
 	modern        bool   // served in the 2026-07-28 era
 	caps          map[string]json.RawMessage
-	logLevel      int // modern era: the request's own log level; -1 when none
 	progressToken json.RawMessage
 	out           func(msg any) error // where messages about it go (see routeKey)
 }
@@ -555,21 +548,14 @@ func (s *session) startRequest(ctx context.Context, m *rpcMessage, done func(rep
 	r.out = routeOf(ctx)
 	reqCtx, cancel := context.WithCancel(ctx)
 	inf := &inflightRequest{cancel: cancel, listen: m.Method == methodListen}
-	// A modern request over HTTP is cancelled by closing its stream, and its id is
-	// unique only among its own client's: it is not registered.
-	registered := !r.modern || r.out == nil
 	key := idKey(m.ID)
 	s.requests.mu.Lock()
-	_, dup := s.requests.inflight[key]
-	if registered && !dup {
+	// A modern request over HTTP is cancelled by closing its stream, and its id is
+	// unique only among its own client's: it is not registered.
+	if !r.modern || r.out == nil {
 		s.requests.inflight[key] = inf
 	}
 	s.requests.mu.Unlock()
-	if registered && dup {
-		cancel()
-		done(invalidRequest(m.ID, "id %s is already in use by a running request", m.ID))
-		return
-	}
 	s.slots <- struct{}{}
 	s.wg.Add(1)
 	run := func() {
@@ -577,7 +563,7 @@ func (s *session) startRequest(ctx context.Context, m *rpcMessage, done func(rep
 		defer cancel()
 		var reply any = s.runRequest(reqCtx, r, info)
 		s.requests.mu.Lock()
-		if registered {
+		if s.requests.inflight[key] == inf {
 			delete(s.requests.inflight, key)
 		}
 		if inf.cancelled {
@@ -609,7 +595,6 @@ type requestMeta struct {
 	ProgressToken json.RawMessage            `json:"progressToken"`
 	Version       string                     `json:"io.modelcontextprotocol/protocolVersion"`
 	Caps          map[string]json.RawMessage `json:"io.modelcontextprotocol/clientCapabilities"`
-	LogLevel      *string                    `json:"io.modelcontextprotocol/logLevel"`
 }
 
 // newRequest reads a request's _meta and settles the era and version it is served under.
@@ -624,7 +609,7 @@ func (s *session) newRequest(m *rpcMessage) (*rpcRequest, *rpcError) {
 		return nil, invalidParams("_meta: %v", err)
 	}
 	meta := p.Meta
-	r := &rpcRequest{s: s, id: m.ID, method: m.Method, params: m.Params, logLevel: -1,
+	r := &rpcRequest{s: s, id: m.ID, method: m.Method, params: m.Params,
 		progressToken: meta.ProgressToken}
 	s.mu.Lock()
 	r.version = s.version
@@ -638,13 +623,10 @@ func (s *session) newRequest(m *rpcMessage) (*rpcRequest, *rpcError) {
 		r.version = versionModern
 		r.modern = true
 		r.caps = meta.Caps
-		if meta.LogLevel != nil {
-			r.logLevel = logLevelIndex(*meta.LogLevel)
-		}
 	case slices.Contains(legacyVersions, meta.Version):
 		r.version = meta.Version
 	case meta.Version != "":
-		return nil, unsupportedVersion(meta.Version, supportedVersions)
+		return nil, unsupportedVersion(meta.Version)
 	case r.version == "":
 		r.version = version20251125 // before initialize: the newest legacy version
 	}
@@ -807,16 +789,12 @@ func logLevelIndex(name string) int {
 	return 1
 }
 
-// log sends notifications/message at a level the modern request, or else the
-// initialized session, asked for.
+// log sends notifications/message at a level the initialized session asked for.
 func (r *rpcRequest) log(level string, data any) {
 	r.s.mu.Lock()
-	least, wanted := r.s.logLevel, r.s.version != ""
+	wanted := r.s.version != "" && logLevelIndex(level) >= r.s.logLevel
 	r.s.mu.Unlock()
-	if r.modern {
-		least, wanted = r.logLevel, r.logLevel >= 0
-	}
-	if wanted && logLevelIndex(level) >= least {
+	if wanted {
 		msg := map[string]any{"level": level, "logger": "telson", "data": data}
 		r.notify("notifications/message", msg)
 	}
@@ -827,8 +805,8 @@ const methodListen = "subscriptions/listen"
 // listenerSet is the open subscriptions/listen requests; a change to a list
 // reaches every one that asked.
 type listenerSet struct {
-	mu   sync.Mutex // guards open
-	open map[*listener]bool
+	mu   sync.Mutex // guards open, and is held while sending: an acknowledgement goes first
+	open []*listener
 }
 
 // listener is one open subscriptions/listen request.
@@ -836,39 +814,16 @@ type listener struct {
 	req     *rpcRequest
 	ctx     context.Context // ends once the request is cancelled: deliver skips it
 	methods []string        // the notifications granted
-	mu      sync.Mutex      // held while sending: the acknowledgement goes first
-}
-
-func (ls *listenerSet) add(l *listener) {
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	if ls.open == nil {
-		ls.open = map[*listener]bool{}
-	}
-	ls.open[l] = true
-}
-
-func (ls *listenerSet) remove(l *listener) {
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	delete(ls.open, l)
 }
 
 // deliver sends notification method to the listeners that asked for it.
 func (ls *listenerSet) deliver(method string) {
-	var open []*listener
 	ls.mu.Lock()
-	for l := range ls.open {
-		open = append(open, l)
-	}
-	ls.mu.Unlock()
-	for _, l := range open {
+	defer ls.mu.Unlock()
+	for _, l := range ls.open {
 		// a cancelled listener may not have left the set yet
 		if l.ctx.Err() == nil && slices.Contains(l.methods, method) {
-			l.mu.Lock()
-			meta := map[string]any{metaSubscriptionID: l.req.id}
-			l.req.notify(method, map[string]any{"_meta": meta})
-			l.mu.Unlock()
+			l.req.notify(method, map[string]any{"_meta": map[string]any{metaSubscriptionID: l.req.id}})
 		}
 	}
 }
@@ -891,32 +846,34 @@ func handleListen(ctx context.Context, r *rpcRequest) (map[string]any, error) {
 		}
 	}
 	meta := map[string]any{metaSubscriptionID: r.id}
-	l.mu.Lock()
-	r.s.srv.listens.add(l)
+	ls := &r.s.srv.listens
+	ls.mu.Lock()
+	ls.open = append(ls.open, l)
 	ack := map[string]any{"notifications": granted, "_meta": meta}
 	r.notify("notifications/subscriptions/acknowledged", ack)
-	l.mu.Unlock()
-	defer r.s.srv.listens.remove(l)
+	ls.mu.Unlock()
 	r.s.awaitClient(func() { <-ctx.Done() })
+	ls.mu.Lock()
+	ls.open = slices.DeleteFunc(ls.open, func(o *listener) bool { return o == l })
+	ls.mu.Unlock()
 	return map[string]any{"_meta": meta}, nil
 }
 
 // noticeQueue holds one-line notices for the agent until the next tool
 // result carries them, each once.
 type noticeQueue struct {
-	mu      sync.Mutex // guards lines and dropped
-	lines   []string
-	dropped int
+	mu    sync.Mutex // guards lines
+	lines []string
 }
 
 const maxNotices = 100
 
+// push queues a notice; past maxNotices the oldest is dropped.
 func (q *noticeQueue) push(line string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if len(q.lines) == maxNotices {
 		q.lines = q.lines[1:]
-		q.dropped++
 	}
 	q.lines = append(q.lines, line)
 }
@@ -926,18 +883,14 @@ func (q *noticeQueue) drain() []string {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	lines := q.lines
-	if q.dropped > 0 {
-		lines = append([]string{fmt.Sprintf("(%d older notices dropped)", q.dropped)}, lines...)
-	}
-	q.lines, q.dropped = nil, 0
+	q.lines = nil
 	return lines
 }
 
 // announce queues a notice for the next tool result and tells the client at once.
 func (s *session) announce(line string) {
 	s.notices.push(line)
-	// Not about a request: the session's level applies.
-	(&rpcRequest{s: s, logLevel: -1}).log("info", line)
+	(&rpcRequest{s: s}).log("info", line)
 }
 
 // serverInfo is the Implementation object for version v.
@@ -1451,10 +1404,9 @@ type httpSessions struct {
 type httpSession struct {
 	id       string
 	s        *session
-	ended    chan struct{} // closed by end
-	endOnce  sync.Once
-	requests int       // POSTs being served
-	lastUsed time.Time // when a POST last started or ended
+	ended    chan struct{} // closed when the session ends
+	requests int           // POSTs being served
+	lastUsed time.Time     // when a POST last started or ended
 
 	mu     sync.Mutex          // guards stream and writes to it
 	stream http.ResponseWriter // the open GET stream; nil when none
@@ -1474,13 +1426,12 @@ const httpShutdownGrace = 3 * time.Second
 
 func newHTTPHandler(srv *server, host string) *httpHandler {
 	cfg := srv.cfg
-	ip := net.ParseIP(host)
 	return &httpHandler{
 		gate: &httpGate{
 			token:     cfg.str("HTTP_TOKEN"),
 			origins:   splitList(cfg.str("HTTP_ORIGINS")),
 			hosts:     append(splitList(cfg.str("HTTP_HOSTS")), host),
-			anyIPHost: host == "" || ip != nil && ip.IsUnspecified(),
+			anyIPHost: net.ParseIP(host).IsUnspecified(),
 		},
 		sessions: &httpSessions{
 			srv:  srv,
@@ -1495,14 +1446,9 @@ func newHTTPHandler(srv *server, host string) *httpHandler {
 	}
 }
 
+// splitList splits a comma- or space-separated list.
 func splitList(v string) []string {
-	var out []string
-	for _, x := range strings.Split(v, ",") {
-		if x = strings.TrimSpace(x); x != "" {
-			out = append(out, x)
-		}
-	}
-	return out
+	return strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' })
 }
 
 func isLoopbackHost(host string) bool {
@@ -1532,18 +1478,29 @@ func httpError(w http.ResponseWriter, status int, format string, a ...any) {
 	httpFail(w, status, nil, newRPCError(codeInvalidRequest, format, a...))
 }
 
-func unsupportedVersion(requested string, supported []string) *rpcError {
+func unsupportedVersion(requested string) *rpcError {
 	return &rpcError{
 		Code:    codeUnsupportedVersion,
 		Message: "unsupported protocol version: " + requested,
-		Data:    map[string]any{"supported": supported, "requested": requested},
+		Data:    map[string]any{"supported": supportedVersions, "requested": requested},
 	}
 }
 
-// ServeHTTP lets r through the gate, then routes it by method.
+// ServeHTTP answers 403 or 401 unless r passes the Host, Origin and token checks, then routes
+// it by method.
 func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	origin := r.Header.Get("Origin")
 	switch {
-	case !h.gate.admit(w, r):
+	case !h.gate.hostAllowed(r.Host):
+		httpError(w, http.StatusForbidden,
+			"forbidden: Host %q is not allowed (DNS rebinding protection; see HTTP_HOSTS)", r.Host)
+	case origin != "" && !h.gate.originAllowed(origin):
+		httpError(w, http.StatusForbidden, "forbidden: Origin %q is not allowed (see HTTP_ORIGINS)",
+			origin)
+	case !h.gate.tokenValid(r):
+		w.Header().Set("WWW-Authenticate", `Bearer realm="telson"`)
+		httpError(w, http.StatusUnauthorized,
+			"unauthorized: send the header Authorization: Bearer <HTTP_TOKEN>")
 	case r.URL.Path != "/mcp":
 		httpError(w, http.StatusNotFound, "not found: %s (the MCP endpoint is /mcp)", r.URL.Path)
 	case r.Method == http.MethodPost:
@@ -1555,26 +1512,6 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		httpError(w, http.StatusMethodNotAllowed, "method %s is not allowed on /mcp", r.Method)
 	}
-}
-
-// admit answers 403 or 401 and returns false unless r passes the Host, Origin and token checks.
-func (g *httpGate) admit(w http.ResponseWriter, r *http.Request) bool {
-	origin := r.Header.Get("Origin")
-	switch {
-	case !g.hostAllowed(r.Host):
-		httpError(w, http.StatusForbidden,
-			"forbidden: Host %q is not allowed (DNS rebinding protection; see HTTP_HOSTS)", r.Host)
-	case origin != "" && !g.originAllowed(origin):
-		httpError(w, http.StatusForbidden, "forbidden: Origin %q is not allowed (see HTTP_ORIGINS)",
-			origin)
-	case !g.tokenValid(r):
-		w.Header().Set("WWW-Authenticate", `Bearer realm="telson"`)
-		httpError(w, http.StatusUnauthorized,
-			"unauthorized: send the header Authorization: Bearer <HTTP_TOKEN>")
-	default:
-		return true
-	}
-	return false
 }
 
 func (g *httpGate) hostAllowed(host string) bool {
@@ -1613,13 +1550,13 @@ func (h *httpHandler) readBody(w http.ResponseWriter, r *http.Request) []byte {
 		httpFail(w, http.StatusBadRequest, nil,
 			newRPCError(codeParseError, "parse error: the body is not one JSON value"))
 	default:
-		return bytes.TrimSpace(body)
+		return body
 	}
 	return nil
 }
 
 // post serves POST /mcp: initialize opens a session, a message with Mcp-Session-Id belongs to
-// one, any other is a stateless 2026-07-28 message.
+// one, any other is a stateless 2026-07-28 message, which a disconnect cancels.
 func (h *httpHandler) post(w http.ResponseWriter, r *http.Request) {
 	body := h.readBody(w, r)
 	if body == nil {
@@ -1628,43 +1565,32 @@ func (h *httpHandler) post(w http.ResponseWriter, r *http.Request) {
 	var m statelessMessage
 	json.Unmarshal(body, &m)
 	sid := r.Header.Get("Mcp-Session-Id")
-	if sid == "" && m.Method != "initialize" {
-		h.postStateless(w, r, body, &m)
+	version := r.Header.Get("MCP-Protocol-Version")
+	var hs *httpSession
+	switch {
+	case sid == "" && m.Method != "initialize":
+		if e := checkStateless(r.Header, &m); e != nil {
+			httpFail(w, http.StatusBadRequest, m.ID, e)
+		} else {
+			h.exchange(r.Context(), w, r, h.stateless, body)
+		}
 		return
+	case version != "" && !slices.Contains(supportedVersions, version):
+		// another supported version than the negotiated one is tolerated (Claude Code sends one)
+		httpFail(w, http.StatusBadRequest, nil, unsupportedVersion(version))
+		return
+	case sid == "":
+		hs = h.sessions.open(w)
+	default:
+		hs = h.sessionOf(w, r)
 	}
-	hs := h.sessionFor(w, r, sid)
 	if hs == nil {
 		return
 	}
 	h.sessions.countRequest(hs, 1)
 	defer h.sessions.countRequest(hs, -1)
 	// a dropped connection does not cancel a legacy request (notifications/cancelled does)
-	reply := h.exchange(context.WithoutCancel(r.Context()), w, r, hs.s, body, false)
-	if reply, ok := reply.(*rpcMessage); ok && sid == "" && reply.Error != nil {
-		h.sessions.end(hs) // a failed initialize leaves no session behind
-	}
-}
-
-// sessionFor returns the session a legacy POST belongs to, opening one when sid is ""; nil
-// means it answered an error.
-func (h *httpHandler) sessionFor(w http.ResponseWriter, r *http.Request, sid string) *httpSession {
-	version := r.Header.Get("MCP-Protocol-Version")
-	if version != "" && !slices.Contains(supportedVersions, version) {
-		// another supported version than the negotiated one is tolerated (Claude Code sends one)
-		httpFail(w, http.StatusBadRequest, nil, unsupportedVersion(version, supportedVersions))
-		return nil
-	}
-	if sid != "" {
-		return h.sessionOf(w, r)
-	}
-	hs, err := h.sessions.open()
-	if err != nil {
-		httpFail(w, http.StatusServiceUnavailable, nil,
-			newRPCError(codeInternalError, "no new session: %v", err))
-		return nil
-	}
-	w.Header().Set("Mcp-Session-Id", hs.id)
-	return hs
+	h.exchange(context.WithoutCancel(r.Context()), w, r, hs.s, body)
 }
 
 // statelessMessage is what a 2026-07-28 POST's header checks read from its body.
@@ -1673,57 +1599,34 @@ type statelessMessage struct {
 	Method string
 	Params struct {
 		Name string
-		URI  string
 		Meta requestMeta `json:"_meta"`
 	}
 }
 
-// mcpName is the Mcp-Name header the message needs: a tool's or prompt's name, a resource's URI.
-func (m *statelessMessage) mcpName() string {
-	switch m.Method {
-	case "tools/call", "prompts/get":
-		return m.Params.Name
-	case "resources/read":
-		return m.Params.URI
-	}
-	return ""
-}
-
-// postStateless serves one 2026-07-28 message whose headers agree with it; a disconnect cancels it.
-func (h *httpHandler) postStateless(w http.ResponseWriter, r *http.Request, body []byte,
-	m *statelessMessage) {
-	if e := checkStateless(r.Header, body, m); e != nil {
-		httpFail(w, http.StatusBadRequest, m.ID, e)
-		return
-	}
-	h.exchange(r.Context(), w, r, h.stateless, body, true)
-}
-
-// checkStateless says what is wrong with a 2026-07-28 message or its headers; nil when nothing is.
-func checkStateless(hdr http.Header, body []byte, m *statelessMessage) *rpcError {
+// checkStateless says what is wrong with a 2026-07-28 message's headers; nil when nothing is.
+// The body's own faults (a batch, a missing _meta) are its reply's.
+func checkStateless(hdr http.Header, m *statelessMessage) *rpcError {
 	version := m.Params.Meta.Version
 	hdrVersion := hdr.Get("MCP-Protocol-Version")
 	method := hdr.Get("Mcp-Method")
 	name := hdr.Get("Mcp-Name")
+	bodyName := "" // the Mcp-Name header the message needs
+	if m.Method == "tools/call" || m.Method == "prompts/get" {
+		bodyName = m.Params.Name
+	}
 	switch {
-	case body[0] != '{':
-		return newRPCError(codeInvalidRequest, "invalid request: without Mcp-Session-Id the body "+
-			"must be one message (protocol %s has no batches)", versionModern)
 	case version == "" && m.Method != "server/discover":
 		return newRPCError(codeInvalidRequest, "bad request: Mcp-Session-Id header is required "+
 			"(initialize first), or name protocol %s in _meta %s",
 			versionModern, metaProtocolVersion)
 	case version != "" && version != versionModern:
-		return unsupportedVersion(version, []string{versionModern})
+		return unsupportedVersion(version)
 	case hdrVersion != "" && !slices.Contains(supportedVersions, hdrVersion):
-		return unsupportedVersion(hdrVersion, []string{versionModern})
-	case version != "" && hdrVersion != version || method != m.Method || name != m.mcpName():
+		return unsupportedVersion(hdrVersion)
+	case version != "" && hdrVersion != version || method != m.Method || name != bodyName:
 		return newRPCError(codeHeaderMismatch, "header mismatch: MCP-Protocol-Version %q, "+
 			"Mcp-Method %q, Mcp-Name %q must match the body's %q, %q, %q",
-			hdrVersion, method, name, version, m.Method, m.mcpName())
-	case version != "" && hasID(m.ID) && m.Params.Meta.Caps == nil:
-		return invalidParams("_meta %s is required in protocol version %s", metaClientCaps,
-			versionModern)
+			hdrVersion, method, name, version, m.Method, bodyName)
 	}
 	return nil
 }
@@ -1731,36 +1634,31 @@ func checkStateless(hdr http.Header, body []byte, m *statelessMessage) *rpcError
 // exchange hands body to s and answers the POST: 202 when there is no reply, else the reply.
 // Messages about the request go to the reply too (see routeKey).
 func (h *httpHandler) exchange(ctx context.Context, w http.ResponseWriter, r *http.Request,
-	s *session, body []byte, stateless bool) any {
+	s *session, body []byte) {
 	out := &httpReply{w: w, canSSE: strings.Contains(r.Header.Get("Accept"), "text/event-stream")}
 	replies := make(chan any, 1)
 	routed := context.WithValue(ctx, routeKey{}, out.send)
 	s.handleLine(routed, body, func(reply any) {
 		replies <- reply
 	})
-	var reply any
 	select {
-	case reply = <-replies:
+	case reply := <-replies:
+		out.finish(reply, replyStatus(reply, s == h.stateless))
 	case <-r.Context().Done():
+		out.finish(nil, 0)
 	}
-	out.finish(reply, replyStatus(reply, stateless))
-	return reply
 }
 
 // replyStatus is a POST reply's HTTP status: an error without id is 400; stateless, an unknown
-// method is 404 and an invalid request or version 400; everything else 200.
+// method is 404 and any other error 400; everything else 200.
 func replyStatus(reply any, stateless bool) int {
 	m, ok := reply.(*rpcMessage)
-	if !ok || m.Error == nil {
-		return http.StatusOK
-	}
-	code := m.Error.Code
 	switch {
-	case stateless && code == codeMethodNotFound:
+	case !ok || m.Error == nil:
+		return http.StatusOK
+	case stateless && m.Error.Code == codeMethodNotFound:
 		return http.StatusNotFound
-	case !hasID(m.ID):
-		return http.StatusBadRequest
-	case stateless && (code == codeInvalidRequest || code == codeUnsupportedVersion):
+	case stateless || !hasID(m.ID):
 		return http.StatusBadRequest
 	}
 	return http.StatusOK
@@ -1895,31 +1793,27 @@ func (hs *httpSession) Write(p []byte) (int, error) {
 	return len(p), writeEvent(hs.stream, p)
 }
 
-// end ends the session, its GET stream and what it owns; later calls do nothing.
-func (hs *httpSession) end() {
-	hs.endOnce.Do(func() {
-		close(hs.ended)
-		hs.s.close()
-	})
-}
-
-// open mints a session after ending expired ones; it fails at HTTP_MAX_SESSIONS.
-func (ss *httpSessions) open() (*httpSession, error) {
+// open mints a session after ending expired ones and names it in w's Mcp-Session-Id header; nil
+// means it answered 503 at HTTP_MAX_SESSIONS.
+func (ss *httpSessions) open(w http.ResponseWriter) *httpSession {
 	id, err := randomHex(16)
-	if err != nil {
-		return nil, err
-	}
 	ss.expire()
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	if len(ss.byID) >= ss.max {
-		return nil, fmt.Errorf("%d sessions (HTTP_MAX_SESSIONS) are open; end one with DELETE "+
-			"or try later", len(ss.byID))
+	if err == nil && len(ss.byID) >= ss.max {
+		err = fmt.Errorf("%d sessions (HTTP_MAX_SESSIONS) are open; end one with DELETE or "+
+			"try later", len(ss.byID))
+	}
+	if err != nil {
+		httpFail(w, http.StatusServiceUnavailable, nil,
+			newRPCError(codeInternalError, "no new session: %v", err))
+		return nil
 	}
 	hs := &httpSession{id: id, ended: make(chan struct{}), lastUsed: ss.now()}
 	hs.s = newSession(ss.srv, hs)
 	ss.byID[id] = hs
-	return hs, nil
+	w.Header().Set("Mcp-Session-Id", id)
+	return hs
 }
 
 // get returns the live session with id, or nil.
@@ -1946,7 +1840,8 @@ func (ss *httpSessions) expire() {
 	})
 }
 
-// endWhere ends the sessions for which cond holds; cond is asked with ss.mu held.
+// endWhere ends the sessions for which cond holds (cond is asked with ss.mu held): their GET
+// streams and what they own. A session leaves byID once, so it ends once.
 func (ss *httpSessions) endWhere(cond func(hs *httpSession) bool) {
 	var ending []*httpSession
 	ss.mu.Lock()
@@ -1958,7 +1853,8 @@ func (ss *httpSessions) endWhere(cond func(hs *httpSession) bool) {
 	}
 	ss.mu.Unlock()
 	for _, hs := range ending {
-		hs.end()
+		close(hs.ended)
+		hs.s.close()
 	}
 }
 
