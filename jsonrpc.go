@@ -32,7 +32,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"regexp"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -274,7 +273,6 @@ func encodeLine(msg any) ([]byte, error) {
 func (s *session) send(msg any) error {
 	b, err := encodeLine(msg)
 	if err != nil {
-		s.srv.log.errorf("%v", err)
 		return err
 	}
 	s.wmu.Lock()
@@ -497,22 +495,19 @@ type rpcRequest struct {
 	out           func(msg any) error // where messages about it go (see routeKey)
 }
 
-// methodInfo is a row of the method table.
-type methodInfo struct {
-	handle func(ctx context.Context, r *rpcRequest) (map[string]any, error)
-	inline bool // run in the read loop, so later messages see its effect
-}
+// methodHandler handles one method's requests.
+type methodHandler func(ctx context.Context, r *rpcRequest) (map[string]any, error)
 
-var methods = map[string]methodInfo{
-	"initialize":       {handle: handleInitialize, inline: true},
-	"ping":             {handle: handlePing},
-	"server/discover":  {handle: handleDiscover},
-	"tools/list":       {handle: handleToolsList},
-	"tools/call":       {handle: handleToolsCall},
-	"logging/setLevel": {handle: handleSetLevel, inline: true},
-	"prompts/list":     {handle: handlePromptsList},
-	"prompts/get":      {handle: handlePromptsGet},
-	methodListen:       {handle: handleListen},
+var methods = map[string]methodHandler{
+	"initialize":       handleInitialize,
+	"ping":             handlePing,
+	"server/discover":  handleDiscover,
+	"tools/list":       handleToolsList,
+	"tools/call":       handleToolsCall,
+	"logging/setLevel": handleSetLevel,
+	"prompts/list":     handlePromptsList,
+	"prompts/get":      handlePromptsGet,
+	methodListen:       handleListen,
 }
 
 // idKey is id's value as a key: numbers by numeric value (5.0 is 5), strings as strings.
@@ -535,12 +530,11 @@ func handlePing(context.Context, *rpcRequest) (map[string]any, error) { return n
 // startRequest runs one request in its own goroutine, or inline when later messages depend
 // on its effect. At maxInflight it waits for a slot, so the reader stops reading: backpressure.
 func (s *session) startRequest(ctx context.Context, m *rpcMessage, done func(reply any)) {
-	info, ok := methods[m.Method]
-	if !ok {
-		done(errorMessage(m.ID, newRPCError(codeMethodNotFound, "method not found: %s", m.Method)))
-		return
-	}
+	handle, ok := methods[m.Method]
 	r, rerr := s.newRequest(m)
+	if !ok {
+		rerr = newRPCError(codeMethodNotFound, "method not found: %s", m.Method)
+	}
 	if rerr != nil {
 		done(errorMessage(m.ID, rerr))
 		return
@@ -561,7 +555,7 @@ func (s *session) startRequest(ctx context.Context, m *rpcMessage, done func(rep
 	run := func() {
 		defer s.wg.Done()
 		defer cancel()
-		var reply any = s.runRequest(reqCtx, r, info)
+		var reply any = s.runRequest(reqCtx, r, handle)
 		s.requests.mu.Lock()
 		if s.requests.inflight[key] == inf {
 			delete(s.requests.inflight, key)
@@ -573,7 +567,8 @@ func (s *session) startRequest(ctx context.Context, m *rpcMessage, done func(rep
 		done(reply)
 		<-s.slots
 	}
-	if info.inline {
+	// these run in the read loop, so later messages see their effect
+	if m.Method == "initialize" || m.Method == "logging/setLevel" {
 		run()
 	} else {
 		go run() // exits when the handler returns
@@ -592,7 +587,7 @@ func (s *session) awaitClient(wait func()) {
 
 // requestMeta is what telson reads from a request's _meta.
 type requestMeta struct {
-	ProgressToken json.RawMessage            `json:"progressToken"`
+	ProgressToken json.RawMessage
 	Version       string                     `json:"io.modelcontextprotocol/protocolVersion"`
 	Caps          map[string]json.RawMessage `json:"io.modelcontextprotocol/clientCapabilities"`
 }
@@ -634,7 +629,7 @@ func (s *session) newRequest(m *rpcMessage) (*rpcRequest, *rpcError) {
 }
 
 // runRequest calls the handler, turning its result, error or panic into a reply.
-func (s *session) runRequest(ctx context.Context, r *rpcRequest, info methodInfo,
+func (s *session) runRequest(ctx context.Context, r *rpcRequest, handle methodHandler,
 ) (reply *rpcMessage) {
 	defer func() {
 		if p := recover(); p != nil {
@@ -642,7 +637,7 @@ func (s *session) runRequest(ctx context.Context, r *rpcRequest, info methodInfo
 			reply = errorMessage(r.id, newRPCError(codeInternalError, "internal error: %v", p))
 		}
 	}()
-	result, err := info.handle(ctx, r)
+	result, err := handle(ctx, r)
 	var raw json.RawMessage
 	if err == nil {
 		raw, err = marshalJSON(s.completeResult(r, result))
@@ -673,23 +668,21 @@ func (s *session) completeResult(r *rpcRequest, result map[string]any) map[strin
 	if result["resultType"] == nil {
 		result["resultType"] = "complete"
 	}
-	v := "" // the bare name and version, except in server/discover
-	if r.method == "server/discover" {
-		v = versionModern
-	}
-	meta, _ := result["_meta"].(map[string]any)
-	if meta == nil {
+	meta, ok := result["_meta"].(map[string]any)
+	if !ok {
 		meta = map[string]any{}
+		result["_meta"] = meta
 	}
-	meta[metaServerInfo] = s.srv.serverInfo(v)
-	result["_meta"] = meta
+	if meta[metaServerInfo] == nil {
+		meta[metaServerInfo] = s.srv.serverInfo("") // the bare name and version
+	}
 	return result
 }
 
 // handleNotification handles notifications/cancelled; other notifications need nothing.
 func (s *session) handleNotification(m *rpcMessage) {
 	var p struct {
-		RequestID json.RawMessage `json:"requestId"`
+		RequestID json.RawMessage
 	}
 	if m.Method != "notifications/cancelled" || json.Unmarshal(m.Params, &p) != nil {
 		return
@@ -702,15 +695,20 @@ func (s *session) handleNotification(m *rpcMessage) {
 	}
 }
 
+// take removes and returns the channel a server request with key awaits its reply on.
+func (t *requestTable) take(key string) chan *rpcMessage {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ch := t.pending[key]
+	delete(t.pending, key)
+	return ch
+}
+
 // routeResponse hands a client's reply to the server request waiting for it.
 func (s *session) routeResponse(m *rpcMessage) {
-	key := idKey(m.ID)
-	s.requests.mu.Lock()
-	ch := s.requests.pending[key]
-	delete(s.requests.pending, key)
-	s.requests.mu.Unlock()
+	ch := s.requests.take(idKey(m.ID))
 	if ch == nil {
-		s.srv.log.debugf("reply to unknown request %s ignored", key)
+		s.srv.log.debugf("reply to unknown request %s ignored", m.ID)
 		return
 	}
 	ch <- m
@@ -725,11 +723,7 @@ func (s *session) request(ctx context.Context, method string, params any) (json.
 	ch := make(chan *rpcMessage, 1)
 	s.requests.pending[idKey(id)] = ch
 	s.requests.mu.Unlock()
-	defer func() {
-		s.requests.mu.Lock()
-		delete(s.requests.pending, idKey(id))
-		s.requests.mu.Unlock()
-	}()
+	defer s.requests.take(idKey(id))
 	out := routeOf(ctx)
 	if err := s.sendVia(out, &outgoing{"2.0", id, method, params}); err != nil {
 		return nil, fmt.Errorf("%s: %w", method, err)
@@ -832,11 +826,9 @@ func (ls *listenerSet) deliver(method string) {
 // the request is cancelled; a graceful end (stdin closed, shutdown) answers it.
 func handleListen(ctx context.Context, r *rpcRequest) (map[string]any, error) {
 	var p struct {
-		Notifications map[string]any `json:"notifications"`
+		Notifications map[string]any
 	}
-	if err := json.Unmarshal(r.params, &p); len(r.params) > 0 && err != nil {
-		return nil, invalidParams("%v", err)
-	}
+	json.Unmarshal(r.params, &p) // what is not asked for as it should be is not granted
 	l := &listener{req: r, ctx: ctx}
 	granted := map[string]any{}
 	for _, list := range []string{"tools", "prompts"} {
@@ -930,8 +922,8 @@ var serverCapabilities = map[string]any{
 
 func handleInitialize(ctx context.Context, r *rpcRequest) (map[string]any, error) {
 	var p struct {
-		ProtocolVersion string                     `json:"protocolVersion"`
-		Capabilities    map[string]json.RawMessage `json:"capabilities"`
+		ProtocolVersion string
+		Capabilities    map[string]json.RawMessage
 	}
 	if err := json.Unmarshal(r.params, &p); len(r.params) > 0 && err != nil {
 		return nil, invalidParams("%v", err)
@@ -958,27 +950,29 @@ func handleDiscover(ctx context.Context, r *rpcRequest) (map[string]any, error) 
 		"instructions":      serverInstructions,
 		"ttlMs":             3600000,
 		"cacheScope":        "public",
+		"_meta":             map[string]any{metaServerInfo: r.s.srv.serverInfo(versionModern)},
 	}, nil
 }
 
 func handleSetLevel(ctx context.Context, r *rpcRequest) (map[string]any, error) {
 	var p struct {
-		Level string `json:"level"`
+		Level string
 	}
 	json.Unmarshal(r.params, &p)
-	if !slices.Contains(logLevels, p.Level) {
+	level := slices.Index(logLevels, p.Level)
+	if level < 0 {
 		levels := strings.Join(logLevels, ", ")
 		return nil, invalidParams("level %q is not one of %s", p.Level, levels)
 	}
 	r.s.mu.Lock()
-	r.s.logLevel = logLevelIndex(p.Level)
+	r.s.logLevel = level
 	r.s.mu.Unlock()
 	return nil, nil
 }
 
 func handleToolsList(ctx context.Context, r *rpcRequest) (map[string]any, error) {
 	var p struct {
-		Cursor *string `json:"cursor"`
+		Cursor *string
 	}
 	if err := json.Unmarshal(r.params, &p); len(r.params) > 0 && err != nil {
 		return nil, invalidParams("%v", err)
@@ -1105,8 +1099,8 @@ func withNotices(structured any, notices []string) any {
 // handleToolsCall runs a tool and answers its CallToolResult, waiting notices first.
 func handleToolsCall(ctx context.Context, r *rpcRequest) (map[string]any, error) {
 	var p struct {
-		Name      string `json:"name"`
-		Arguments any    `json:"arguments"`
+		Name      string
+		Arguments any
 	}
 	dec := json.NewDecoder(bytes.NewReader(r.params))
 	dec.UseNumber()
@@ -1127,7 +1121,7 @@ func handleToolsCall(ctx context.Context, r *rpcRequest) (map[string]any, error)
 	} else {
 		res = t.def.run(ctx, &toolCall{s: r.s, req: r, args: args})
 	}
-	if res.inputRequired != nil && r.modern {
+	if res.inputRequired != nil { // only a modern request's tools ask so
 		res.inputRequired["resultType"] = "input_required"
 		return res.inputRequired, nil
 	}
@@ -1141,9 +1135,6 @@ func handleToolsCall(ctx context.Context, r *rpcRequest) (map[string]any, error)
 		content = append([]contentItem{item}, content...)
 		res.structured = withNotices(res.structured, notices)
 	}
-	if content == nil {
-		content = []contentItem{}
-	}
 	m := map[string]any{"content": content}
 	if res.isError {
 		m["isError"] = true
@@ -1156,19 +1147,19 @@ func handleToolsCall(ctx context.Context, r *rpcRequest) (map[string]any, error)
 
 // jsonSchema is the part of JSON Schema that tool inputs use; check applies it.
 type jsonSchema struct {
-	Type        string                 `json:"type"`
-	Description string                 `json:"description"`
-	Properties  map[string]*jsonSchema `json:"properties"`
-	Required    []string               `json:"required"`
-	Items       *jsonSchema            `json:"items"`
-	Enum        []any                  `json:"enum"`
-	Minimum     *float64               `json:"minimum"`
-	Maximum     *float64               `json:"maximum"`
-	MinLength   *float64               `json:"minLength"`
-	MaxLength   *float64               `json:"maxLength"`
-	MinItems    *float64               `json:"minItems"`
-	MaxItems    *float64               `json:"maxItems"`
-	raw         json.RawMessage        // the schema as text, compact
+	Type        string
+	Description string
+	Properties  map[string]*jsonSchema
+	Required    []string
+	Items       *jsonSchema
+	Enum        []any
+	Minimum     *float64
+	Maximum     *float64
+	MinLength   *float64
+	MaxLength   *float64
+	MinItems    *float64
+	MaxItems    *float64
+	raw         json.RawMessage // the schema as text, compact
 }
 
 func parseSchema(text string) (*jsonSchema, error) {
@@ -1199,9 +1190,6 @@ func (schema *jsonSchema) check(args any) (json.RawMessage, string) {
 	return normalized, ""
 }
 
-// integral matches a number written as a plain integer, which a string holds without loss.
-var integral = regexp.MustCompile(`^-?[0-9]+$`)
-
 // convert returns v as the schema's type when it converts without loss, else v unchanged.
 func (schema *jsonSchema) convert(v any) any {
 	str, isString := v.(string)
@@ -1213,8 +1201,8 @@ func (schema *jsonSchema) convert(v any) any {
 		}
 	case isString && schema.Type == "boolean" && (str == "true" || str == "false"):
 		return str == "true"
-	case isNumber && schema.Type == "string" && integral.MatchString(num.String()):
-		return num.String()
+	case isNumber && schema.Type == "string" && !strings.ContainsAny(num.String(), ".eE"):
+		return num.String() // an integer, which a string holds without loss
 	}
 	return v
 }
@@ -1224,7 +1212,11 @@ func (schema *jsonSchema) checkValue(path string, v any) (any, string) {
 	v = schema.convert(v)
 	kind := jsonType(v)
 	if schema.Type != "" && kind != schema.Type && (kind != "number" || schema.Type != "integer") {
-		return v, fmt.Sprintf("%s must be %s, got %s", path, withArticle(schema.Type), jsonKind(v))
+		got := withArticle(kind)
+		if num, ok := v.(json.Number); ok {
+			got += " (" + num.String() + ")"
+		}
+		return v, fmt.Sprintf("%s must be %s, got %s", path, withArticle(schema.Type), got)
 	}
 	problem := ""
 	switch schema.Type {
@@ -1333,17 +1325,6 @@ func withArticle(name string) string {
 		return "an " + name
 	}
 	return "a " + name
-}
-
-// jsonKind names a value for a message: its type, and a number's value.
-func jsonKind(v any) string {
-	if num, ok := v.(json.Number); ok {
-		return "a number (" + num.String() + ")"
-	}
-	if v == nil {
-		return "null"
-	}
-	return withArticle(jsonType(v))
 }
 
 // logger writes telson's own log lines to stderr, never to stdout.
