@@ -118,35 +118,26 @@ func invalidRequest(id json.RawMessage, format string, a ...any) *rpcMessage {
 	return errorMessage(id, newRPCError(codeInvalidRequest, "invalid request: "+format, a...))
 }
 
-// hasID reports whether a message carries a usable id (not absent, not null).
-func hasID(id json.RawMessage) bool { return len(id) > 0 && string(id) != "null" }
-
-// validID reports whether id is a string or a number, the only ids JSON-RPC allows.
+// validID reports whether id is a string or a number, the only ids JSON-RPC allows (not null).
 func validID(id json.RawMessage) bool {
-	return hasID(id) && (id[0] == '"' || id[0] == '-' || (id[0] >= '0' && id[0] <= '9'))
+	return len(id) > 0 && (id[0] == '"' || id[0] == '-' || (id[0] >= '0' && id[0] <= '9'))
 }
 
 // readLine returns the next line without its line ending and a leading UTF-8 BOM; a line
-// over max bytes is read to its newline without being kept, and reported as too long.
+// over max bytes is read to its end without being kept, and reported as too long.
 func readLine(r *bufio.Reader, max int) (line []byte, tooLong bool, err error) {
-	var buf []byte
 	for {
-		chunk, err := r.ReadSlice('\n')
-		if !tooLong {
-			if len(buf)+len(chunk) > max+2 { // +2 for "\r\n"
-				tooLong, buf = true, nil
-			} else {
-				buf = append(buf, chunk...)
-			}
-		}
-		if err == bufio.ErrBufferFull {
-			continue
-		}
-		if err != nil && (!errors.Is(err, io.EOF) || (len(buf) == 0 && !tooLong)) {
+		chunk, more, err := r.ReadLine()
+		if err != nil {
 			return nil, false, err
 		}
-		buf = bytes.TrimRight(buf, "\r\n")
-		return bytes.TrimPrefix(buf, []byte("\xef\xbb\xbf")), tooLong, nil
+		tooLong = tooLong || len(line)+len(chunk) > max
+		if !tooLong {
+			line = append(line, chunk...)
+		}
+		if !more {
+			return bytes.TrimPrefix(line, []byte("\xef\xbb\xbf")), tooLong, nil
+		}
 	}
 }
 
@@ -469,12 +460,12 @@ func (s *session) handleMessage(ctx context.Context, raw []byte, inBatch bool,
 		done(invalidRequest(m.ID, `"jsonrpc" must be "2.0"`))
 	case len(m.ID) > 0 && !validID(m.ID):
 		done(invalidRequest(nil, "id must be a string or a number"))
-	case m.Method == "" && (m.Result != nil || m.Error != nil) && hasID(m.ID):
+	case m.Method == "" && (m.Result != nil || m.Error != nil) && len(m.ID) > 0:
 		s.routeResponse(&m)
 		done(nil)
 	case m.Method == "":
 		done(invalidRequest(m.ID, "no method"))
-	case !hasID(m.ID):
+	case len(m.ID) == 0:
 		s.handleNotification(&m)
 		done(nil)
 	default:
@@ -642,14 +633,14 @@ func (s *session) runRequest(ctx context.Context, r *rpcRequest, handle methodHa
 	if err == nil {
 		raw, err = marshalJSON(s.completeResult(r, result))
 	}
-	var re *rpcError
-	if err != nil && !errors.As(err, &re) {
+	if err == nil {
+		return &rpcMessage{JSONRPC: "2.0", ID: r.id, Result: raw}
+	}
+	re, ok := err.(*rpcError)
+	if !ok {
 		re = newRPCError(codeInternalError, "internal error: %v", err)
 	}
-	if re != nil {
-		return errorMessage(r.id, re)
-	}
-	return &rpcMessage{JSONRPC: "2.0", ID: r.id, Result: raw}
+	return errorMessage(r.id, re)
 }
 
 // completeResult adds to a handler's result what the request's era requires: in 2026-07-28, a
@@ -817,7 +808,8 @@ func (ls *listenerSet) deliver(method string) {
 	for _, l := range ls.open {
 		// a cancelled listener may not have left the set yet
 		if l.ctx.Err() == nil && slices.Contains(l.methods, method) {
-			l.req.notify(method, map[string]any{"_meta": map[string]any{metaSubscriptionID: l.req.id}})
+			meta := map[string]any{metaSubscriptionID: l.req.id}
+			l.req.notify(method, map[string]any{"_meta": meta})
 		}
 	}
 }
@@ -1084,10 +1076,7 @@ const noticesSchema = `{"type":"array","items":{"type":"string"},"description":`
 
 // withNotices adds the notices to structured content, which becomes a JSON object.
 func withNotices(structured any, notices []string) any {
-	b, err := json.Marshal(structured)
-	if err != nil {
-		return structured
-	}
+	b, _ := json.Marshal(structured) // on failure, Unmarshal below fails too
 	var m map[string]any
 	if json.Unmarshal(b, &m) != nil || m == nil {
 		return structured
@@ -1183,10 +1172,7 @@ func (schema *jsonSchema) check(args any) (json.RawMessage, string) {
 	if problem != "" {
 		return nil, problem
 	}
-	normalized, err := marshalJSON(v)
-	if err != nil {
-		return nil, fmt.Sprintf("arguments: %v", err)
-	}
+	normalized, _ := marshalJSON(v) // decoded JSON, converted without loss, encodes
 	return normalized, ""
 }
 
@@ -1267,7 +1253,7 @@ func (schema *jsonSchema) checkObject(obj map[string]any) (any, string) {
 func (schema *jsonSchema) checkNumber(path string, num json.Number) string {
 	f, err := num.Float64()
 	switch {
-	case err != nil || math.IsInf(f, 0):
+	case err != nil: // ±Inf: out of float64's range
 		return fmt.Sprintf("%s: %s is out of range", path, num)
 	case schema.Type == "integer" && f != math.Trunc(f):
 		return fmt.Sprintf("%s must be an integer, got %s", path, num)
@@ -1433,7 +1419,7 @@ func splitList(v string) []string {
 }
 
 func isLoopbackHost(host string) bool {
-	ip := net.ParseIP(strings.Trim(host, "[]"))
+	ip := net.ParseIP(host)
 	return strings.EqualFold(host, "localhost") || ip != nil && ip.IsLoopback()
 }
 
@@ -1449,6 +1435,10 @@ func randomHex(n int) (string, error) {
 // httpFail answers status with a JSON-RPC error body.
 func httpFail(w http.ResponseWriter, status int, id json.RawMessage, e *rpcError) {
 	b, _ := encodeLine(errorMessage(id, e))
+	writeJSON(w, status, b)
+}
+
+func writeJSON(w http.ResponseWriter, status int, b []byte) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	w.Write(b)
@@ -1639,7 +1629,7 @@ func replyStatus(reply any, stateless bool) int {
 		return http.StatusOK
 	case stateless && m.Error.Code == codeMethodNotFound:
 		return http.StatusNotFound
-	case stateless || !hasID(m.ID):
+	case stateless || string(m.ID) == "null":
 		return http.StatusBadRequest
 	}
 	return http.StatusOK
@@ -1676,9 +1666,7 @@ func (out *httpReply) finish(reply any, status int) {
 	case reply == nil:
 		out.w.WriteHeader(http.StatusAccepted)
 	default:
-		out.w.Header().Set("Content-Type", "application/json")
-		out.w.WriteHeader(status)
-		out.w.Write(b)
+		writeJSON(out.w, status, b)
 	}
 }
 
