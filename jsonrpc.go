@@ -1574,8 +1574,8 @@ type statelessMessage struct {
 	}
 }
 
-// checkStateless says what is wrong with a 2026-07-28 message's headers; nil when nothing is.
-// The body's own faults (a batch, a missing _meta) are its reply's.
+// checkStateless says what is wrong with a 2026-07-28 message or its headers; nil when nothing
+// is. A batch (this era has none) decodes as nothing, so it is refused as sessionless legacy.
 func checkStateless(hdr http.Header, m *statelessMessage) *rpcError {
 	version := m.Params.Meta.Version
 	hdrVersion := hdr.Get("MCP-Protocol-Version")
@@ -1598,6 +1598,9 @@ func checkStateless(hdr http.Header, m *statelessMessage) *rpcError {
 		return newRPCError(codeHeaderMismatch, "header mismatch: MCP-Protocol-Version %q, "+
 			"Mcp-Method %q, Mcp-Name %q must match the body's %q, %q, %q",
 			hdrVersion, method, name, version, m.Method, bodyName)
+	case version != "" && len(m.ID) > 0 && m.Params.Meta.Caps == nil:
+		return invalidParams("_meta %s is required in protocol version %s", metaClientCaps,
+			versionModern)
 	}
 	return nil
 }
@@ -1621,15 +1624,18 @@ func (h *httpHandler) exchange(ctx context.Context, w http.ResponseWriter, r *ht
 }
 
 // replyStatus is a POST reply's HTTP status: an error without id is 400; stateless, an unknown
-// method is 404 and any other error 400; everything else 200.
+// method is 404 and an invalid request, version or _meta 400; everything else 200.
 func replyStatus(reply any, stateless bool) int {
 	m, ok := reply.(*rpcMessage)
-	switch {
-	case !ok || m.Error == nil:
+	if !ok || m.Error == nil {
 		return http.StatusOK
-	case stateless && m.Error.Code == codeMethodNotFound:
+	}
+	switch code := m.Error.Code; {
+	case stateless && code == codeMethodNotFound:
 		return http.StatusNotFound
-	case stateless || string(m.ID) == "null":
+	case string(m.ID) == "null":
+		return http.StatusBadRequest
+	case stateless && (code == codeInvalidRequest || code == codeUnsupportedVersion):
 		return http.StatusBadRequest
 	}
 	return http.StatusOK
