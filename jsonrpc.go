@@ -7,7 +7,7 @@
 // Rules:
 //   - only session.send writes to the session's output: one message per
 //     line, written whole under wmu, so messages never interleave; over HTTP
-//     a request's own messages go to its POST's reply instead (see route);
+//     a request's own messages go to its POST's reply instead (see routeKey);
 //   - every request runs in its own goroutine with its own context;
 //     notifications/cancelled cancels that context and no reply is sent;
 //   - a handler's panic becomes -32603 with its stack on stderr, and the
@@ -282,14 +282,14 @@ var errNoStream = errors.New("send: no stream to the client")
 type routeKey struct{}
 
 func routeOf(ctx context.Context) func(msg any) error {
-	out, _ := ctx.Value(routeKey{}).(func(msg any) error)
-	return out
+	route, _ := ctx.Value(routeKey{}).(func(msg any) error)
+	return route
 }
 
-// sendVia sends msg on out when there is one that takes it, else on the session's output.
-func (s *session) sendVia(out func(msg any) error, msg any) error {
-	if out != nil {
-		if err := out(msg); !errors.Is(err, errNoStream) {
+// sendVia sends msg on route when there is one that takes it, else on the session's output.
+func (s *session) sendVia(route func(msg any) error, msg any) error {
+	if route != nil {
+		if err := route(msg); !errors.Is(err, errNoStream) {
 			return err
 		}
 	}
@@ -334,7 +334,7 @@ func notification(method string, params any) any { return &outgoing{"2.0", nil, 
 
 // notify sends a notification about request r on its route.
 func (r *rpcRequest) notify(method string, params any) {
-	r.s.sendVia(r.out, notification(method, params))
+	r.s.sendVia(r.route, notification(method, params))
 }
 
 // serve dispatches messages from r until EOF or a read error, without waiting for running requests.
@@ -409,23 +409,23 @@ func (s *session) handleBatch(ctx context.Context, line []byte, done func(reply 
 		done(invalidRequest(nil, "%s", why))
 		return
 	}
-	replies := make(chan any, len(items))
+	answers := make(chan any, len(items))
 	for _, item := range items {
-		s.handleMessage(ctx, item, true, func(m any) { replies <- m })
+		s.handleMessage(ctx, item, true, func(m any) { answers <- m })
 	}
 	s.wg.Add(1)
 	go func() { // exits once every request of the batch has answered
 		defer s.wg.Done()
-		var out []any
+		var replies []any
 		for range items {
-			if m := <-replies; m != nil {
-				out = append(out, m)
+			if m := <-answers; m != nil {
+				replies = append(replies, m)
 			}
 		}
-		if len(out) == 0 {
+		if len(replies) == 0 {
 			done(nil)
 		} else {
-			done(out)
+			done(replies)
 		}
 	}()
 }
@@ -483,7 +483,7 @@ type rpcRequest struct {
 	modern        bool   // served in the 2026-07-28 era
 	caps          map[string]json.RawMessage
 	progressToken json.RawMessage
-	out           func(msg any) error // where messages about it go (see routeKey)
+	route         func(msg any) error // where messages about it go (see routeKey)
 }
 
 // methodHandler handles one method's requests.
@@ -530,14 +530,14 @@ func (s *session) startRequest(ctx context.Context, m *rpcMessage, done func(rep
 		done(errorMessage(m.ID, rerr))
 		return
 	}
-	r.out = routeOf(ctx)
+	r.route = routeOf(ctx)
 	reqCtx, cancel := context.WithCancel(ctx)
 	inf := &inflightRequest{cancel: cancel, listen: m.Method == methodListen}
 	key := idKey(m.ID)
 	s.requests.mu.Lock()
 	// A modern request over HTTP is cancelled by closing its stream, and its id is
 	// unique only among its own client's: it is not registered.
-	if !r.modern || r.out == nil {
+	if !r.modern || r.route == nil {
 		s.requests.inflight[key] = inf
 	}
 	s.requests.mu.Unlock()
@@ -715,8 +715,8 @@ func (s *session) request(ctx context.Context, method string, params any) (json.
 	s.requests.pending[idKey(id)] = ch
 	s.requests.mu.Unlock()
 	defer s.requests.take(idKey(id))
-	out := routeOf(ctx)
-	if err := s.sendVia(out, &outgoing{"2.0", id, method, params}); err != nil {
+	route := routeOf(ctx)
+	if err := s.sendVia(route, &outgoing{"2.0", id, method, params}); err != nil {
 		return nil, fmt.Errorf("%s: %w", method, err)
 	}
 	var m *rpcMessage
@@ -728,7 +728,7 @@ func (s *session) request(ctx context.Context, method string, params any) (json.
 	})
 	if m == nil {
 		cancel := map[string]any{"requestId": id, "reason": ctx.Err().Error()}
-		s.sendVia(out, notification("notifications/cancelled", cancel))
+		s.sendVia(route, notification("notifications/cancelled", cancel))
 		return nil, fmt.Errorf("%s: %w", method, ctx.Err())
 	}
 	if m.Error != nil {
@@ -1609,17 +1609,17 @@ func checkStateless(hdr http.Header, m *statelessMessage) *rpcError {
 // Messages about the request go to the reply too (see routeKey).
 func (h *httpHandler) exchange(ctx context.Context, w http.ResponseWriter, r *http.Request,
 	s *session, body []byte) {
-	out := &httpReply{w: w, canSSE: strings.Contains(r.Header.Get("Accept"), "text/event-stream")}
+	hr := &httpReply{w: w, canSSE: strings.Contains(r.Header.Get("Accept"), "text/event-stream")}
 	replies := make(chan any, 1)
-	routed := context.WithValue(ctx, routeKey{}, out.send)
+	routed := context.WithValue(ctx, routeKey{}, hr.send)
 	s.handleLine(routed, body, func(reply any) {
 		replies <- reply
 	})
 	select {
 	case reply := <-replies:
-		out.finish(reply, replyStatus(reply, s == h.stateless))
+		hr.finish(reply, replyStatus(reply, s == h.stateless))
 	case <-r.Context().Done():
-		out.finish(nil, 0)
+		hr.finish(nil, 0)
 	}
 }
 
@@ -1642,37 +1642,37 @@ func replyStatus(reply any, stateless bool) int {
 }
 
 // send writes a message about the request as an event, turning the reply into an event stream.
-func (out *httpReply) send(msg any) error {
+func (hr *httpReply) send(msg any) error {
 	b, err := encodeLine(msg)
 	if err != nil {
 		return err
 	}
-	out.mu.Lock()
-	defer out.mu.Unlock()
-	if out.ended || !out.canSSE {
+	hr.mu.Lock()
+	defer hr.mu.Unlock()
+	if hr.ended || !hr.canSSE {
 		return errNoStream
 	}
-	if !out.sse {
-		out.sse = true
-		startEventStream(out.w)
+	if !hr.sse {
+		hr.sse = true
+		startEventStream(hr.w)
 	}
-	return writeEvent(out.w, b)
+	return writeEvent(hr.w, b)
 }
 
 // finish writes the response (nil: none) as JSON or as the event stream's last event.
-func (out *httpReply) finish(reply any, status int) {
+func (hr *httpReply) finish(reply any, status int) {
 	b, _ := encodeLine(reply)
-	out.mu.Lock()
-	defer out.mu.Unlock()
-	out.ended = true
+	hr.mu.Lock()
+	defer hr.mu.Unlock()
+	hr.ended = true
 	switch {
-	case out.sse && reply != nil:
-		writeEvent(out.w, b)
-	case out.sse:
+	case hr.sse && reply != nil:
+		writeEvent(hr.w, b)
+	case hr.sse:
 	case reply == nil:
-		out.w.WriteHeader(http.StatusAccepted)
+		hr.w.WriteHeader(http.StatusAccepted)
 	default:
-		writeJSON(out.w, status, b)
+		writeJSON(hr.w, status, b)
 	}
 }
 
@@ -1846,15 +1846,15 @@ type connLimiter struct {
 
 func (l *connLimiter) Accept() (net.Conn, error) {
 	for {
-		c, err := l.Listener.Accept()
+		conn, err := l.Listener.Accept()
 		if err != nil {
 			return nil, err
 		}
 		select {
 		case l.slots <- struct{}{}:
-			return &limitedConn{Conn: c, release: sync.OnceFunc(func() { <-l.slots })}, nil
+			return &limitedConn{Conn: conn, release: sync.OnceFunc(func() { <-l.slots })}, nil
 		default:
-			c.Close()
+			conn.Close()
 		}
 	}
 }
@@ -1865,7 +1865,7 @@ type limitedConn struct {
 	release func()
 }
 
-func (c *limitedConn) Close() error {
-	c.release()
-	return c.Conn.Close()
+func (lc *limitedConn) Close() error {
+	lc.release()
+	return lc.Conn.Close()
 }
