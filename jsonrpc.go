@@ -385,9 +385,10 @@ func (s *session) handleLine(ctx context.Context, line []byte, done func(reply a
 	}
 }
 
-// decodeMessage decodes one message (valid JSON), saying plainly what is wrong with its shape.
+// decodeMessage decodes one message (valid JSON without surrounding space), saying plainly what
+// is wrong with its shape.
 func decodeMessage(b []byte, m *rpcMessage) error {
-	if b = bytes.TrimSpace(b); len(b) == 0 || b[0] != '{' {
+	if b[0] != '{' {
 		return errors.New("a message must be a JSON object")
 	}
 	err := json.Unmarshal(b, m)
@@ -405,7 +406,18 @@ func (s *session) handleBatch(ctx context.Context, line []byte, done func(reply 
 	s.mu.Unlock()
 	var items []json.RawMessage
 	json.Unmarshal(line, &items) // line is a valid JSON array
-	if why := batchProblem(v, len(items)); why != "" {
+	why := ""
+	switch {
+	case v == "":
+		why = "a batch cannot come before initialize"
+	case atLeast(v, version20250618):
+		why = "batches are not supported in protocol version " + v
+	case len(items) == 0:
+		why = "empty batch"
+	case len(items) > maxBatch:
+		why = fmt.Sprintf("a batch of %d messages; at most %d are allowed", len(items), maxBatch)
+	}
+	if why != "" {
 		done(invalidRequest(nil, "%s", why))
 		return
 	}
@@ -428,22 +440,6 @@ func (s *session) handleBatch(ctx context.Context, line []byte, done func(reply 
 			done(replies)
 		}
 	}()
-}
-
-// batchProblem says why a batch of n messages cannot be served under protocol version v; "" when
-// it can.
-func batchProblem(v string, n int) string {
-	switch {
-	case v == "":
-		return "a batch cannot come before initialize"
-	case atLeast(v, version20250618):
-		return "batches are not supported in protocol version " + v
-	case n == 0:
-		return "empty batch"
-	case n > maxBatch:
-		return fmt.Sprintf("a batch of %d messages; at most %d are allowed", n, maxBatch)
-	}
-	return ""
 }
 
 // handleMessage decodes, classifies and handles one message; done gets its reply (or nil) once.
