@@ -1,13 +1,13 @@
 // jsonrpc.go holds the wire and the protocol: newline-delimited JSON-RPC 2.0 framing, the
 // session (one client connection), dispatch, both protocol eras (legacy initialize; stateless
 // 2026-07-28 with per-request _meta), tools/list and tools/call with the argument schema check,
-// progress, logging, server-to-client requests, the notice queue, and the HTTP transports
-// (Streamable HTTP on /mcp, and the 2024-11-05 HTTP+SSE transport on /sse and /messages).
+// progress, logging, server-to-client requests, subscriptions/listen, the notice queue, and
+// the Streamable HTTP transport on /mcp.
 //
 // Rules:
 //   - only session.send writes to the session's output: one message per
 //     line, written whole under wmu, so messages never interleave; over HTTP
-//     a request's own messages go to its POST's reply instead (see route);
+//     a request's own messages go to its POST's reply instead (see routeKey);
 //   - every request runs in its own goroutine with its own context;
 //     notifications/cancelled cancels that context and no reply is sent;
 //   - a handler's panic becomes -32603 with its stack on stderr, and the
@@ -32,7 +32,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"regexp"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -119,35 +118,26 @@ func invalidRequest(id json.RawMessage, format string, a ...any) *rpcMessage {
 	return errorMessage(id, newRPCError(codeInvalidRequest, "invalid request: "+format, a...))
 }
 
-// hasID reports whether a message carries a usable id (not absent, not null).
-func hasID(id json.RawMessage) bool { return len(id) > 0 && string(id) != "null" }
-
-// validID reports whether id is a string or a number, the only ids JSON-RPC allows.
+// validID reports whether id is a string or a number, the only ids JSON-RPC allows (not null).
 func validID(id json.RawMessage) bool {
-	return hasID(id) && (id[0] == '"' || id[0] == '-' || (id[0] >= '0' && id[0] <= '9'))
+	return len(id) > 0 && (id[0] == '"' || id[0] == '-' || (id[0] >= '0' && id[0] <= '9'))
 }
 
 // readLine returns the next line without its line ending and a leading UTF-8 BOM; a line
-// over max bytes is read to its newline without being kept, and reported as too long.
+// over max bytes is read to its end without being kept, and reported as too long.
 func readLine(r *bufio.Reader, max int) (line []byte, tooLong bool, err error) {
-	var buf []byte
 	for {
-		chunk, err := r.ReadSlice('\n')
-		if !tooLong {
-			if len(buf)+len(chunk) > max+2 { // +2 for "\r\n"
-				tooLong, buf = true, nil
-			} else {
-				buf = append(buf, chunk...)
-			}
-		}
-		if err == bufio.ErrBufferFull {
-			continue
-		}
-		if err != nil && (!errors.Is(err, io.EOF) || (len(buf) == 0 && !tooLong)) {
+		chunk, more, err := r.ReadLine()
+		if err != nil {
 			return nil, false, err
 		}
-		buf = bytes.TrimRight(buf, "\r\n")
-		return bytes.TrimPrefix(buf, []byte("\xef\xbb\xbf")), tooLong, nil
+		tooLong = tooLong || len(line)+len(chunk) > max
+		if !tooLong {
+			line = append(line, chunk...)
+		}
+		if !more {
+			return bytes.TrimPrefix(line, []byte("\xef\xbb\xbf")), tooLong, nil
+		}
 	}
 }
 
@@ -183,12 +173,9 @@ func newToolEntry(d *toolDef) (*toolEntry, error) {
 	if err := json.Unmarshal([]byte(d.output), &m); err != nil {
 		return nil, fmt.Errorf("output schema: %w", err)
 	}
-	props, _ := m["properties"].(map[string]any)
-	if props == nil {
-		props = map[string]any{}
-		m["properties"] = props
+	if props, ok := m["properties"].(map[string]any); ok {
+		props["notices"] = json.RawMessage(noticesSchema)
 	}
-	props["notices"] = json.RawMessage(noticesSchema)
 	t.output, err = marshalJSON(m)
 	return t, err
 }
@@ -258,29 +245,25 @@ func newSession(srv *server, out io.Writer) *session {
 
 // marshalJSON encodes v as JSON without HTML escaping or a trailing newline.
 func marshalJSON(v any) (json.RawMessage, error) {
+	b, err := encodeLine(v)
+	return bytes.TrimRight(b, "\n"), err
+}
+
+// encodeLine encodes msg, without HTML escaping, as one line of JSON ending in '\n'.
+func encodeLine(msg any) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
+	if err := enc.Encode(msg); err != nil {
+		return nil, fmt.Errorf("encode: %w", err)
 	}
-	return bytes.TrimRight(buf.Bytes(), "\n"), nil
-}
-
-// encodeLine encodes msg as one line of JSON ending in '\n'.
-func encodeLine(msg any) ([]byte, error) {
-	b, err := marshalJSON(msg)
-	if err != nil {
-		return nil, fmt.Errorf("send: encode: %w", err)
-	}
-	return append(b, '\n'), nil
+	return buf.Bytes(), nil
 }
 
 // send writes one message as one line. It is the only writer of out.
 func (s *session) send(msg any) error {
 	b, err := encodeLine(msg)
 	if err != nil {
-		s.srv.log.errorf("%v", err)
 		return err
 	}
 	s.wmu.Lock()
@@ -299,14 +282,14 @@ var errNoStream = errors.New("send: no stream to the client")
 type routeKey struct{}
 
 func routeOf(ctx context.Context) func(msg any) error {
-	out, _ := ctx.Value(routeKey{}).(func(msg any) error)
-	return out
+	route, _ := ctx.Value(routeKey{}).(func(msg any) error)
+	return route
 }
 
-// sendVia sends msg on out when there is one that takes it, else on the session's output.
-func (s *session) sendVia(out func(msg any) error, msg any) error {
-	if out != nil {
-		if err := out(msg); !errors.Is(err, errNoStream) {
+// sendVia sends msg on route when there is one that takes it, else on the session's output.
+func (s *session) sendVia(route func(msg any) error, msg any) error {
+	if route != nil {
+		if err := route(msg); !errors.Is(err, errNoStream) {
 			return err
 		}
 	}
@@ -351,7 +334,7 @@ func notification(method string, params any) any { return &outgoing{"2.0", nil, 
 
 // notify sends a notification about request r on its route.
 func (r *rpcRequest) notify(method string, params any) {
-	r.s.sendVia(r.out, notification(method, params))
+	r.s.sendVia(r.route, notification(method, params))
 }
 
 // serve dispatches messages from r until EOF or a read error, without waiting for running requests.
@@ -402,9 +385,10 @@ func (s *session) handleLine(ctx context.Context, line []byte, done func(reply a
 	}
 }
 
-// decodeMessage decodes one message (valid JSON), saying plainly what is wrong with its shape.
+// decodeMessage decodes one message (valid JSON without surrounding space), saying plainly what
+// is wrong with its shape.
 func decodeMessage(b []byte, m *rpcMessage) error {
-	if b = bytes.TrimSpace(b); len(b) == 0 || b[0] != '{' {
+	if b[0] != '{' {
 		return errors.New("a message must be a JSON object")
 	}
 	err := json.Unmarshal(b, m)
@@ -422,45 +406,40 @@ func (s *session) handleBatch(ctx context.Context, line []byte, done func(reply 
 	s.mu.Unlock()
 	var items []json.RawMessage
 	json.Unmarshal(line, &items) // line is a valid JSON array
-	if why := batchProblem(v, len(items)); why != "" {
+	why := ""
+	switch {
+	case v == "":
+		why = "a batch cannot come before initialize"
+	case atLeast(v, version20250618):
+		why = "batches are not supported in protocol version " + v
+	case len(items) == 0:
+		why = "empty batch"
+	case len(items) > maxBatch:
+		why = fmt.Sprintf("a batch of %d messages; at most %d are allowed", len(items), maxBatch)
+	}
+	if why != "" {
 		done(invalidRequest(nil, "%s", why))
 		return
 	}
-	replies := make(chan any, len(items))
+	answers := make(chan any, len(items))
 	for _, item := range items {
-		s.handleMessage(ctx, item, true, func(m any) { replies <- m })
+		s.handleMessage(ctx, item, true, func(m any) { answers <- m })
 	}
 	s.wg.Add(1)
 	go func() { // exits once every request of the batch has answered
 		defer s.wg.Done()
-		var out []any
+		var replies []any
 		for range items {
-			if m := <-replies; m != nil {
-				out = append(out, m)
+			if m := <-answers; m != nil {
+				replies = append(replies, m)
 			}
 		}
-		if len(out) == 0 {
+		if len(replies) == 0 {
 			done(nil)
 		} else {
-			done(out)
+			done(replies)
 		}
 	}()
-}
-
-// batchProblem says why a batch of n messages cannot be served under protocol version v; "" when
-// it can.
-func batchProblem(v string, n int) string {
-	switch {
-	case v == "":
-		return "a batch cannot come before initialize"
-	case atLeast(v, version20250618):
-		return "batches are not supported in protocol version " + v
-	case n == 0:
-		return "empty batch"
-	case n > maxBatch:
-		return fmt.Sprintf("a batch of %d messages; at most %d are allowed", n, maxBatch)
-	}
-	return ""
 }
 
 // handleMessage decodes, classifies and handles one message; done gets its reply (or nil) once.
@@ -477,12 +456,12 @@ func (s *session) handleMessage(ctx context.Context, raw []byte, inBatch bool,
 		done(invalidRequest(m.ID, `"jsonrpc" must be "2.0"`))
 	case len(m.ID) > 0 && !validID(m.ID):
 		done(invalidRequest(nil, "id must be a string or a number"))
-	case m.Method == "" && (m.Result != nil || m.Error != nil) && hasID(m.ID):
+	case m.Method == "" && (m.Result != nil || m.Error != nil) && len(m.ID) > 0:
 		s.routeResponse(&m)
 		done(nil)
 	case m.Method == "":
 		done(invalidRequest(m.ID, "no method"))
-	case !hasID(m.ID):
+	case len(m.ID) == 0:
 		s.handleNotification(&m)
 		done(nil)
 	default:
@@ -499,27 +478,23 @@ type rpcRequest struct {
 	version       string // the protocol version this request is served under
 	modern        bool   // served in the 2026-07-28 era
 	caps          map[string]json.RawMessage
-	logLevel      int // modern era: the request's own log level; -1 when none
 	progressToken json.RawMessage
-	out           func(msg any) error // where messages about it go (see routeKey)
+	route         func(msg any) error // where messages about it go (see routeKey)
 }
 
-// methodInfo is a row of the method table.
-type methodInfo struct {
-	handle func(ctx context.Context, r *rpcRequest) (map[string]any, error)
-	inline bool // run in the read loop, so later messages see its effect
-}
+// methodHandler handles one method's requests.
+type methodHandler func(ctx context.Context, r *rpcRequest) (map[string]any, error)
 
-var methods = map[string]methodInfo{
-	"initialize":       {handle: handleInitialize, inline: true},
-	"ping":             {handle: handlePing},
-	"server/discover":  {handle: handleDiscover},
-	"tools/list":       {handle: handleToolsList},
-	"tools/call":       {handle: handleToolsCall},
-	"logging/setLevel": {handle: handleSetLevel, inline: true},
-	"prompts/list":     {handle: handlePromptsList},
-	"prompts/get":      {handle: handlePromptsGet},
-	methodListen:       {handle: handleListen},
+var methods = map[string]methodHandler{
+	"initialize":       handleInitialize,
+	"ping":             handlePing,
+	"server/discover":  handleDiscover,
+	"tools/list":       handleToolsList,
+	"tools/call":       handleToolsCall,
+	"logging/setLevel": handleSetLevel,
+	"prompts/list":     handlePromptsList,
+	"prompts/get":      handlePromptsGet,
+	methodListen:       handleListen,
 }
 
 // idKey is id's value as a key: numbers by numeric value (5.0 is 5), strings as strings.
@@ -542,42 +517,34 @@ func handlePing(context.Context, *rpcRequest) (map[string]any, error) { return n
 // startRequest runs one request in its own goroutine, or inline when later messages depend
 // on its effect. At maxInflight it waits for a slot, so the reader stops reading: backpressure.
 func (s *session) startRequest(ctx context.Context, m *rpcMessage, done func(reply any)) {
-	info, ok := methods[m.Method]
-	if !ok {
-		done(errorMessage(m.ID, newRPCError(codeMethodNotFound, "method not found: %s", m.Method)))
-		return
-	}
+	handle, ok := methods[m.Method]
 	r, rerr := s.newRequest(m)
+	if !ok {
+		rerr = newRPCError(codeMethodNotFound, "method not found: %s", m.Method)
+	}
 	if rerr != nil {
 		done(errorMessage(m.ID, rerr))
 		return
 	}
-	r.out = routeOf(ctx)
+	r.route = routeOf(ctx)
 	reqCtx, cancel := context.WithCancel(ctx)
 	inf := &inflightRequest{cancel: cancel, listen: m.Method == methodListen}
-	// A modern request over HTTP is cancelled by closing its stream, and its id is
-	// unique only among its own client's: it is not registered.
-	registered := !r.modern || r.out == nil
 	key := idKey(m.ID)
 	s.requests.mu.Lock()
-	_, dup := s.requests.inflight[key]
-	if registered && !dup {
+	// A modern request over HTTP is cancelled by closing its stream, and its id is
+	// unique only among its own client's: it is not registered.
+	if !r.modern || r.route == nil {
 		s.requests.inflight[key] = inf
 	}
 	s.requests.mu.Unlock()
-	if registered && dup {
-		cancel()
-		done(invalidRequest(m.ID, "id %s is already in use by a running request", m.ID))
-		return
-	}
 	s.slots <- struct{}{}
 	s.wg.Add(1)
 	run := func() {
 		defer s.wg.Done()
 		defer cancel()
-		var reply any = s.runRequest(reqCtx, r, info)
+		var reply any = s.runRequest(reqCtx, r, handle)
 		s.requests.mu.Lock()
-		if registered {
+		if s.requests.inflight[key] == inf {
 			delete(s.requests.inflight, key)
 		}
 		if inf.cancelled {
@@ -587,7 +554,8 @@ func (s *session) startRequest(ctx context.Context, m *rpcMessage, done func(rep
 		done(reply)
 		<-s.slots
 	}
-	if info.inline {
+	// these run in the read loop, so later messages see their effect
+	if m.Method == "initialize" || m.Method == "logging/setLevel" {
 		run()
 	} else {
 		go run() // exits when the handler returns
@@ -606,10 +574,9 @@ func (s *session) awaitClient(wait func()) {
 
 // requestMeta is what telson reads from a request's _meta.
 type requestMeta struct {
-	ProgressToken json.RawMessage            `json:"progressToken"`
+	ProgressToken json.RawMessage
 	Version       string                     `json:"io.modelcontextprotocol/protocolVersion"`
 	Caps          map[string]json.RawMessage `json:"io.modelcontextprotocol/clientCapabilities"`
-	LogLevel      *string                    `json:"io.modelcontextprotocol/logLevel"`
 }
 
 // newRequest reads a request's _meta and settles the era and version it is served under.
@@ -624,7 +591,7 @@ func (s *session) newRequest(m *rpcMessage) (*rpcRequest, *rpcError) {
 		return nil, invalidParams("_meta: %v", err)
 	}
 	meta := p.Meta
-	r := &rpcRequest{s: s, id: m.ID, method: m.Method, params: m.Params, logLevel: -1,
+	r := &rpcRequest{s: s, id: m.ID, method: m.Method, params: m.Params,
 		progressToken: meta.ProgressToken}
 	s.mu.Lock()
 	r.version = s.version
@@ -638,13 +605,10 @@ func (s *session) newRequest(m *rpcMessage) (*rpcRequest, *rpcError) {
 		r.version = versionModern
 		r.modern = true
 		r.caps = meta.Caps
-		if meta.LogLevel != nil {
-			r.logLevel = logLevelIndex(*meta.LogLevel)
-		}
 	case slices.Contains(legacyVersions, meta.Version):
 		r.version = meta.Version
 	case meta.Version != "":
-		return nil, unsupportedVersion(meta.Version, supportedVersions)
+		return nil, unsupportedVersion(meta.Version)
 	case r.version == "":
 		r.version = version20251125 // before initialize: the newest legacy version
 	}
@@ -652,7 +616,7 @@ func (s *session) newRequest(m *rpcMessage) (*rpcRequest, *rpcError) {
 }
 
 // runRequest calls the handler, turning its result, error or panic into a reply.
-func (s *session) runRequest(ctx context.Context, r *rpcRequest, info methodInfo,
+func (s *session) runRequest(ctx context.Context, r *rpcRequest, handle methodHandler,
 ) (reply *rpcMessage) {
 	defer func() {
 		if p := recover(); p != nil {
@@ -660,19 +624,19 @@ func (s *session) runRequest(ctx context.Context, r *rpcRequest, info methodInfo
 			reply = errorMessage(r.id, newRPCError(codeInternalError, "internal error: %v", p))
 		}
 	}()
-	result, err := info.handle(ctx, r)
+	result, err := handle(ctx, r)
 	var raw json.RawMessage
 	if err == nil {
 		raw, err = marshalJSON(s.completeResult(r, result))
 	}
-	var re *rpcError
-	if err != nil && !errors.As(err, &re) {
+	if err == nil {
+		return &rpcMessage{JSONRPC: "2.0", ID: r.id, Result: raw}
+	}
+	re, ok := err.(*rpcError)
+	if !ok {
 		re = newRPCError(codeInternalError, "internal error: %v", err)
 	}
-	if re != nil {
-		return errorMessage(r.id, re)
-	}
-	return &rpcMessage{JSONRPC: "2.0", ID: r.id, Result: raw}
+	return errorMessage(r.id, re)
 }
 
 // completeResult adds to a handler's result what the request's era requires: in 2026-07-28, a
@@ -691,23 +655,21 @@ func (s *session) completeResult(r *rpcRequest, result map[string]any) map[strin
 	if result["resultType"] == nil {
 		result["resultType"] = "complete"
 	}
-	v := "" // the bare name and version, except in server/discover
-	if r.method == "server/discover" {
-		v = versionModern
-	}
-	meta, _ := result["_meta"].(map[string]any)
-	if meta == nil {
+	meta, ok := result["_meta"].(map[string]any)
+	if !ok {
 		meta = map[string]any{}
+		result["_meta"] = meta
 	}
-	meta[metaServerInfo] = s.srv.serverInfo(v)
-	result["_meta"] = meta
+	if meta[metaServerInfo] == nil {
+		meta[metaServerInfo] = s.srv.serverInfo("") // the bare name and version
+	}
 	return result
 }
 
 // handleNotification handles notifications/cancelled; other notifications need nothing.
 func (s *session) handleNotification(m *rpcMessage) {
 	var p struct {
-		RequestID json.RawMessage `json:"requestId"`
+		RequestID json.RawMessage
 	}
 	if m.Method != "notifications/cancelled" || json.Unmarshal(m.Params, &p) != nil {
 		return
@@ -720,15 +682,20 @@ func (s *session) handleNotification(m *rpcMessage) {
 	}
 }
 
+// take removes and returns the channel a server request with key awaits its reply on.
+func (t *requestTable) take(key string) chan *rpcMessage {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ch := t.pending[key]
+	delete(t.pending, key)
+	return ch
+}
+
 // routeResponse hands a client's reply to the server request waiting for it.
 func (s *session) routeResponse(m *rpcMessage) {
-	key := idKey(m.ID)
-	s.requests.mu.Lock()
-	ch := s.requests.pending[key]
-	delete(s.requests.pending, key)
-	s.requests.mu.Unlock()
+	ch := s.requests.take(idKey(m.ID))
 	if ch == nil {
-		s.srv.log.debugf("reply to unknown request %s ignored", key)
+		s.srv.log.debugf("reply to unknown request %s ignored", m.ID)
 		return
 	}
 	ch <- m
@@ -743,13 +710,9 @@ func (s *session) request(ctx context.Context, method string, params any) (json.
 	ch := make(chan *rpcMessage, 1)
 	s.requests.pending[idKey(id)] = ch
 	s.requests.mu.Unlock()
-	defer func() {
-		s.requests.mu.Lock()
-		delete(s.requests.pending, idKey(id))
-		s.requests.mu.Unlock()
-	}()
-	out := routeOf(ctx)
-	if err := s.sendVia(out, &outgoing{"2.0", id, method, params}); err != nil {
+	defer s.requests.take(idKey(id))
+	route := routeOf(ctx)
+	if err := s.sendVia(route, &outgoing{"2.0", id, method, params}); err != nil {
 		return nil, fmt.Errorf("%s: %w", method, err)
 	}
 	var m *rpcMessage
@@ -761,7 +724,7 @@ func (s *session) request(ctx context.Context, method string, params any) (json.
 	})
 	if m == nil {
 		cancel := map[string]any{"requestId": id, "reason": ctx.Err().Error()}
-		s.sendVia(out, notification("notifications/cancelled", cancel))
+		s.sendVia(route, notification("notifications/cancelled", cancel))
 		return nil, fmt.Errorf("%s: %w", method, ctx.Err())
 	}
 	if m.Error != nil {
@@ -807,16 +770,12 @@ func logLevelIndex(name string) int {
 	return 1
 }
 
-// log sends notifications/message at a level the modern request, or else the
-// initialized session, asked for.
+// log sends notifications/message at a level the initialized session asked for.
 func (r *rpcRequest) log(level string, data any) {
 	r.s.mu.Lock()
-	least, wanted := r.s.logLevel, r.s.version != ""
+	wanted := r.s.version != "" && logLevelIndex(level) >= r.s.logLevel
 	r.s.mu.Unlock()
-	if r.modern {
-		least, wanted = r.logLevel, r.logLevel >= 0
-	}
-	if wanted && logLevelIndex(level) >= least {
+	if wanted {
 		msg := map[string]any{"level": level, "logger": "telson", "data": data}
 		r.notify("notifications/message", msg)
 	}
@@ -827,8 +786,8 @@ const methodListen = "subscriptions/listen"
 // listenerSet is the open subscriptions/listen requests; a change to a list
 // reaches every one that asked.
 type listenerSet struct {
-	mu   sync.Mutex // guards open
-	open map[*listener]bool
+	mu   sync.Mutex // guards open, and is held while sending: an acknowledgement goes first
+	open []*listener
 }
 
 // listener is one open subscriptions/listen request.
@@ -836,39 +795,17 @@ type listener struct {
 	req     *rpcRequest
 	ctx     context.Context // ends once the request is cancelled: deliver skips it
 	methods []string        // the notifications granted
-	mu      sync.Mutex      // held while sending: the acknowledgement goes first
-}
-
-func (ls *listenerSet) add(l *listener) {
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	if ls.open == nil {
-		ls.open = map[*listener]bool{}
-	}
-	ls.open[l] = true
-}
-
-func (ls *listenerSet) remove(l *listener) {
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	delete(ls.open, l)
 }
 
 // deliver sends notification method to the listeners that asked for it.
 func (ls *listenerSet) deliver(method string) {
-	var open []*listener
 	ls.mu.Lock()
-	for l := range ls.open {
-		open = append(open, l)
-	}
-	ls.mu.Unlock()
-	for _, l := range open {
+	defer ls.mu.Unlock()
+	for _, l := range ls.open {
 		// a cancelled listener may not have left the set yet
 		if l.ctx.Err() == nil && slices.Contains(l.methods, method) {
-			l.mu.Lock()
 			meta := map[string]any{metaSubscriptionID: l.req.id}
 			l.req.notify(method, map[string]any{"_meta": meta})
-			l.mu.Unlock()
 		}
 	}
 }
@@ -877,11 +814,9 @@ func (ls *listenerSet) deliver(method string) {
 // the request is cancelled; a graceful end (stdin closed, shutdown) answers it.
 func handleListen(ctx context.Context, r *rpcRequest) (map[string]any, error) {
 	var p struct {
-		Notifications map[string]any `json:"notifications"`
+		Notifications map[string]any
 	}
-	if err := json.Unmarshal(r.params, &p); len(r.params) > 0 && err != nil {
-		return nil, invalidParams("%v", err)
-	}
+	json.Unmarshal(r.params, &p) // what is not asked for as it should be is not granted
 	l := &listener{req: r, ctx: ctx}
 	granted := map[string]any{}
 	for _, list := range []string{"tools", "prompts"} {
@@ -891,32 +826,34 @@ func handleListen(ctx context.Context, r *rpcRequest) (map[string]any, error) {
 		}
 	}
 	meta := map[string]any{metaSubscriptionID: r.id}
-	l.mu.Lock()
-	r.s.srv.listens.add(l)
+	ls := &r.s.srv.listens
+	ls.mu.Lock()
+	ls.open = append(ls.open, l)
 	ack := map[string]any{"notifications": granted, "_meta": meta}
 	r.notify("notifications/subscriptions/acknowledged", ack)
-	l.mu.Unlock()
-	defer r.s.srv.listens.remove(l)
+	ls.mu.Unlock()
 	r.s.awaitClient(func() { <-ctx.Done() })
+	ls.mu.Lock()
+	ls.open = slices.DeleteFunc(ls.open, func(o *listener) bool { return o == l })
+	ls.mu.Unlock()
 	return map[string]any{"_meta": meta}, nil
 }
 
 // noticeQueue holds one-line notices for the agent until the next tool
 // result carries them, each once.
 type noticeQueue struct {
-	mu      sync.Mutex // guards lines and dropped
-	lines   []string
-	dropped int
+	mu    sync.Mutex // guards lines
+	lines []string
 }
 
 const maxNotices = 100
 
+// push queues a notice; past maxNotices the oldest is dropped.
 func (q *noticeQueue) push(line string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if len(q.lines) == maxNotices {
 		q.lines = q.lines[1:]
-		q.dropped++
 	}
 	q.lines = append(q.lines, line)
 }
@@ -926,18 +863,14 @@ func (q *noticeQueue) drain() []string {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	lines := q.lines
-	if q.dropped > 0 {
-		lines = append([]string{fmt.Sprintf("(%d older notices dropped)", q.dropped)}, lines...)
-	}
-	q.lines, q.dropped = nil, 0
+	q.lines = nil
 	return lines
 }
 
 // announce queues a notice for the next tool result and tells the client at once.
 func (s *session) announce(line string) {
 	s.notices.push(line)
-	// Not about a request: the session's level applies.
-	(&rpcRequest{s: s, logLevel: -1}).log("info", line)
+	(&rpcRequest{s: s}).log("info", line)
 }
 
 // serverInfo is the Implementation object for version v.
@@ -977,8 +910,8 @@ var serverCapabilities = map[string]any{
 
 func handleInitialize(ctx context.Context, r *rpcRequest) (map[string]any, error) {
 	var p struct {
-		ProtocolVersion string                     `json:"protocolVersion"`
-		Capabilities    map[string]json.RawMessage `json:"capabilities"`
+		ProtocolVersion string
+		Capabilities    map[string]json.RawMessage
 	}
 	if err := json.Unmarshal(r.params, &p); len(r.params) > 0 && err != nil {
 		return nil, invalidParams("%v", err)
@@ -1005,27 +938,29 @@ func handleDiscover(ctx context.Context, r *rpcRequest) (map[string]any, error) 
 		"instructions":      serverInstructions,
 		"ttlMs":             3600000,
 		"cacheScope":        "public",
+		"_meta":             map[string]any{metaServerInfo: r.s.srv.serverInfo(versionModern)},
 	}, nil
 }
 
 func handleSetLevel(ctx context.Context, r *rpcRequest) (map[string]any, error) {
 	var p struct {
-		Level string `json:"level"`
+		Level string
 	}
 	json.Unmarshal(r.params, &p)
-	if !slices.Contains(logLevels, p.Level) {
+	level := slices.Index(logLevels, p.Level)
+	if level < 0 {
 		levels := strings.Join(logLevels, ", ")
 		return nil, invalidParams("level %q is not one of %s", p.Level, levels)
 	}
 	r.s.mu.Lock()
-	r.s.logLevel = logLevelIndex(p.Level)
+	r.s.logLevel = level
 	r.s.mu.Unlock()
 	return nil, nil
 }
 
 func handleToolsList(ctx context.Context, r *rpcRequest) (map[string]any, error) {
 	var p struct {
-		Cursor *string `json:"cursor"`
+		Cursor *string
 	}
 	if err := json.Unmarshal(r.params, &p); len(r.params) > 0 && err != nil {
 		return nil, invalidParams("%v", err)
@@ -1137,10 +1072,7 @@ const noticesSchema = `{"type":"array","items":{"type":"string"},"description":`
 
 // withNotices adds the notices to structured content, which becomes a JSON object.
 func withNotices(structured any, notices []string) any {
-	b, err := json.Marshal(structured)
-	if err != nil {
-		return structured
-	}
+	b, _ := json.Marshal(structured) // on failure, Unmarshal below fails too
 	var m map[string]any
 	if json.Unmarshal(b, &m) != nil || m == nil {
 		return structured
@@ -1152,8 +1084,8 @@ func withNotices(structured any, notices []string) any {
 // handleToolsCall runs a tool and answers its CallToolResult, waiting notices first.
 func handleToolsCall(ctx context.Context, r *rpcRequest) (map[string]any, error) {
 	var p struct {
-		Name      string `json:"name"`
-		Arguments any    `json:"arguments"`
+		Name      string
+		Arguments any
 	}
 	dec := json.NewDecoder(bytes.NewReader(r.params))
 	dec.UseNumber()
@@ -1174,7 +1106,7 @@ func handleToolsCall(ctx context.Context, r *rpcRequest) (map[string]any, error)
 	} else {
 		res = t.def.run(ctx, &toolCall{s: r.s, req: r, args: args})
 	}
-	if res.inputRequired != nil && r.modern {
+	if res.inputRequired != nil { // only a modern request's tools ask so
 		res.inputRequired["resultType"] = "input_required"
 		return res.inputRequired, nil
 	}
@@ -1188,9 +1120,6 @@ func handleToolsCall(ctx context.Context, r *rpcRequest) (map[string]any, error)
 		content = append([]contentItem{item}, content...)
 		res.structured = withNotices(res.structured, notices)
 	}
-	if content == nil {
-		content = []contentItem{}
-	}
 	m := map[string]any{"content": content}
 	if res.isError {
 		m["isError"] = true
@@ -1203,19 +1132,19 @@ func handleToolsCall(ctx context.Context, r *rpcRequest) (map[string]any, error)
 
 // jsonSchema is the part of JSON Schema that tool inputs use; check applies it.
 type jsonSchema struct {
-	Type        string                 `json:"type"`
-	Description string                 `json:"description"`
-	Properties  map[string]*jsonSchema `json:"properties"`
-	Required    []string               `json:"required"`
-	Items       *jsonSchema            `json:"items"`
-	Enum        []any                  `json:"enum"`
-	Minimum     *float64               `json:"minimum"`
-	Maximum     *float64               `json:"maximum"`
-	MinLength   *float64               `json:"minLength"`
-	MaxLength   *float64               `json:"maxLength"`
-	MinItems    *float64               `json:"minItems"`
-	MaxItems    *float64               `json:"maxItems"`
-	raw         json.RawMessage        // the schema as text, compact
+	Type        string
+	Description string
+	Properties  map[string]*jsonSchema
+	Required    []string
+	Items       *jsonSchema
+	Enum        []any
+	Minimum     *float64
+	Maximum     *float64
+	MinLength   *float64
+	MaxLength   *float64
+	MinItems    *float64
+	MaxItems    *float64
+	raw         json.RawMessage // the schema as text, compact
 }
 
 func parseSchema(text string) (*jsonSchema, error) {
@@ -1239,15 +1168,9 @@ func (schema *jsonSchema) check(args any) (json.RawMessage, string) {
 	if problem != "" {
 		return nil, problem
 	}
-	normalized, err := marshalJSON(v)
-	if err != nil {
-		return nil, fmt.Sprintf("arguments: %v", err)
-	}
+	normalized, _ := marshalJSON(v) // decoded JSON, converted without loss, encodes
 	return normalized, ""
 }
-
-// integral matches a number written as a plain integer, which a string holds without loss.
-var integral = regexp.MustCompile(`^-?[0-9]+$`)
 
 // convert returns v as the schema's type when it converts without loss, else v unchanged.
 func (schema *jsonSchema) convert(v any) any {
@@ -1260,8 +1183,8 @@ func (schema *jsonSchema) convert(v any) any {
 		}
 	case isString && schema.Type == "boolean" && (str == "true" || str == "false"):
 		return str == "true"
-	case isNumber && schema.Type == "string" && integral.MatchString(num.String()):
-		return num.String()
+	case isNumber && schema.Type == "string" && !strings.ContainsAny(num.String(), ".eE"):
+		return num.String() // an integer, which a string holds without loss
 	}
 	return v
 }
@@ -1271,7 +1194,11 @@ func (schema *jsonSchema) checkValue(path string, v any) (any, string) {
 	v = schema.convert(v)
 	kind := jsonType(v)
 	if schema.Type != "" && kind != schema.Type && (kind != "number" || schema.Type != "integer") {
-		return v, fmt.Sprintf("%s must be %s, got %s", path, withArticle(schema.Type), jsonKind(v))
+		got := withArticle(kind)
+		if num, ok := v.(json.Number); ok {
+			got += " (" + num.String() + ")"
+		}
+		return v, fmt.Sprintf("%s must be %s, got %s", path, withArticle(schema.Type), got)
 	}
 	problem := ""
 	switch schema.Type {
@@ -1322,7 +1249,7 @@ func (schema *jsonSchema) checkObject(obj map[string]any) (any, string) {
 func (schema *jsonSchema) checkNumber(path string, num json.Number) string {
 	f, err := num.Float64()
 	switch {
-	case err != nil || math.IsInf(f, 0):
+	case err != nil: // ±Inf: out of float64's range
 		return fmt.Sprintf("%s: %s is out of range", path, num)
 	case schema.Type == "integer" && f != math.Trunc(f):
 		return fmt.Sprintf("%s must be an integer, got %s", path, num)
@@ -1380,17 +1307,6 @@ func withArticle(name string) string {
 		return "an " + name
 	}
 	return "a " + name
-}
-
-// jsonKind names a value for a message: its type, and a number's value.
-func jsonKind(v any) string {
-	if num, ok := v.(json.Number); ok {
-		return "a number (" + num.String() + ")"
-	}
-	if v == nil {
-		return "null"
-	}
-	return withArticle(jsonType(v))
 }
 
 // logger writes telson's own log lines to stderr, never to stdout.
@@ -1451,10 +1367,9 @@ type httpSessions struct {
 type httpSession struct {
 	id       string
 	s        *session
-	ended    chan struct{} // closed by end
-	endOnce  sync.Once
-	requests int       // POSTs being served
-	lastUsed time.Time // when a POST last started or ended
+	ended    chan struct{} // closed when the session ends
+	requests int           // POSTs being served
+	lastUsed time.Time     // when a POST last started or ended
 
 	mu     sync.Mutex          // guards stream and writes to it
 	stream http.ResponseWriter // the open GET stream; nil when none
@@ -1474,13 +1389,12 @@ const httpShutdownGrace = 3 * time.Second
 
 func newHTTPHandler(srv *server, host string) *httpHandler {
 	cfg := srv.cfg
-	ip := net.ParseIP(host)
 	return &httpHandler{
 		gate: &httpGate{
 			token:     cfg.str("HTTP_TOKEN"),
 			origins:   splitList(cfg.str("HTTP_ORIGINS")),
 			hosts:     append(splitList(cfg.str("HTTP_HOSTS")), host),
-			anyIPHost: host == "" || ip != nil && ip.IsUnspecified(),
+			anyIPHost: net.ParseIP(host).IsUnspecified(),
 		},
 		sessions: &httpSessions{
 			srv:  srv,
@@ -1495,18 +1409,13 @@ func newHTTPHandler(srv *server, host string) *httpHandler {
 	}
 }
 
+// splitList splits a comma- or space-separated list.
 func splitList(v string) []string {
-	var out []string
-	for _, x := range strings.Split(v, ",") {
-		if x = strings.TrimSpace(x); x != "" {
-			out = append(out, x)
-		}
-	}
-	return out
+	return strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' })
 }
 
 func isLoopbackHost(host string) bool {
-	ip := net.ParseIP(strings.Trim(host, "[]"))
+	ip := net.ParseIP(host)
 	return strings.EqualFold(host, "localhost") || ip != nil && ip.IsLoopback()
 }
 
@@ -1522,6 +1431,10 @@ func randomHex(n int) (string, error) {
 // httpFail answers status with a JSON-RPC error body.
 func httpFail(w http.ResponseWriter, status int, id json.RawMessage, e *rpcError) {
 	b, _ := encodeLine(errorMessage(id, e))
+	writeJSON(w, status, b)
+}
+
+func writeJSON(w http.ResponseWriter, status int, b []byte) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	w.Write(b)
@@ -1532,18 +1445,29 @@ func httpError(w http.ResponseWriter, status int, format string, a ...any) {
 	httpFail(w, status, nil, newRPCError(codeInvalidRequest, format, a...))
 }
 
-func unsupportedVersion(requested string, supported []string) *rpcError {
+func unsupportedVersion(requested string) *rpcError {
 	return &rpcError{
 		Code:    codeUnsupportedVersion,
 		Message: "unsupported protocol version: " + requested,
-		Data:    map[string]any{"supported": supported, "requested": requested},
+		Data:    map[string]any{"supported": supportedVersions, "requested": requested},
 	}
 }
 
-// ServeHTTP lets r through the gate, then routes it by method.
+// ServeHTTP answers 403 or 401 unless r passes the Host, Origin and token checks, then routes
+// it by method.
 func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	origin := r.Header.Get("Origin")
 	switch {
-	case !h.gate.admit(w, r):
+	case !h.gate.hostAllowed(r.Host):
+		httpError(w, http.StatusForbidden,
+			"forbidden: Host %q is not allowed (DNS rebinding protection; see HTTP_HOSTS)", r.Host)
+	case origin != "" && !h.gate.originAllowed(origin):
+		httpError(w, http.StatusForbidden, "forbidden: Origin %q is not allowed (see HTTP_ORIGINS)",
+			origin)
+	case !h.gate.tokenValid(r):
+		w.Header().Set("WWW-Authenticate", `Bearer realm="telson"`)
+		httpError(w, http.StatusUnauthorized,
+			"unauthorized: send the header Authorization: Bearer <HTTP_TOKEN>")
 	case r.URL.Path != "/mcp":
 		httpError(w, http.StatusNotFound, "not found: %s (the MCP endpoint is /mcp)", r.URL.Path)
 	case r.Method == http.MethodPost:
@@ -1555,26 +1479,6 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		httpError(w, http.StatusMethodNotAllowed, "method %s is not allowed on /mcp", r.Method)
 	}
-}
-
-// admit answers 403 or 401 and returns false unless r passes the Host, Origin and token checks.
-func (g *httpGate) admit(w http.ResponseWriter, r *http.Request) bool {
-	origin := r.Header.Get("Origin")
-	switch {
-	case !g.hostAllowed(r.Host):
-		httpError(w, http.StatusForbidden,
-			"forbidden: Host %q is not allowed (DNS rebinding protection; see HTTP_HOSTS)", r.Host)
-	case origin != "" && !g.originAllowed(origin):
-		httpError(w, http.StatusForbidden, "forbidden: Origin %q is not allowed (see HTTP_ORIGINS)",
-			origin)
-	case !g.tokenValid(r):
-		w.Header().Set("WWW-Authenticate", `Bearer realm="telson"`)
-		httpError(w, http.StatusUnauthorized,
-			"unauthorized: send the header Authorization: Bearer <HTTP_TOKEN>")
-	default:
-		return true
-	}
-	return false
 }
 
 func (g *httpGate) hostAllowed(host string) bool {
@@ -1613,13 +1517,13 @@ func (h *httpHandler) readBody(w http.ResponseWriter, r *http.Request) []byte {
 		httpFail(w, http.StatusBadRequest, nil,
 			newRPCError(codeParseError, "parse error: the body is not one JSON value"))
 	default:
-		return bytes.TrimSpace(body)
+		return body
 	}
 	return nil
 }
 
 // post serves POST /mcp: initialize opens a session, a message with Mcp-Session-Id belongs to
-// one, any other is a stateless 2026-07-28 message.
+// one, any other is a stateless 2026-07-28 message, which a disconnect cancels.
 func (h *httpHandler) post(w http.ResponseWriter, r *http.Request) {
 	body := h.readBody(w, r)
 	if body == nil {
@@ -1628,43 +1532,32 @@ func (h *httpHandler) post(w http.ResponseWriter, r *http.Request) {
 	var m statelessMessage
 	json.Unmarshal(body, &m)
 	sid := r.Header.Get("Mcp-Session-Id")
-	if sid == "" && m.Method != "initialize" {
-		h.postStateless(w, r, body, &m)
+	version := r.Header.Get("MCP-Protocol-Version")
+	var hs *httpSession
+	switch {
+	case sid == "" && m.Method != "initialize":
+		if e := checkStateless(r.Header, &m); e != nil {
+			httpFail(w, http.StatusBadRequest, m.ID, e)
+		} else {
+			h.exchange(r.Context(), w, r, h.stateless, body)
+		}
 		return
+	case version != "" && !slices.Contains(supportedVersions, version):
+		// another supported version than the negotiated one is tolerated (Claude Code sends one)
+		httpFail(w, http.StatusBadRequest, nil, unsupportedVersion(version))
+		return
+	case sid == "":
+		hs = h.sessions.open(w)
+	default:
+		hs = h.sessionOf(w, r)
 	}
-	hs := h.sessionFor(w, r, sid)
 	if hs == nil {
 		return
 	}
 	h.sessions.countRequest(hs, 1)
 	defer h.sessions.countRequest(hs, -1)
 	// a dropped connection does not cancel a legacy request (notifications/cancelled does)
-	reply := h.exchange(context.WithoutCancel(r.Context()), w, r, hs.s, body, false)
-	if reply, ok := reply.(*rpcMessage); ok && sid == "" && reply.Error != nil {
-		h.sessions.end(hs) // a failed initialize leaves no session behind
-	}
-}
-
-// sessionFor returns the session a legacy POST belongs to, opening one when sid is ""; nil
-// means it answered an error.
-func (h *httpHandler) sessionFor(w http.ResponseWriter, r *http.Request, sid string) *httpSession {
-	version := r.Header.Get("MCP-Protocol-Version")
-	if version != "" && !slices.Contains(supportedVersions, version) {
-		// another supported version than the negotiated one is tolerated (Claude Code sends one)
-		httpFail(w, http.StatusBadRequest, nil, unsupportedVersion(version, supportedVersions))
-		return nil
-	}
-	if sid != "" {
-		return h.sessionOf(w, r)
-	}
-	hs, err := h.sessions.open()
-	if err != nil {
-		httpFail(w, http.StatusServiceUnavailable, nil,
-			newRPCError(codeInternalError, "no new session: %v", err))
-		return nil
-	}
-	w.Header().Set("Mcp-Session-Id", hs.id)
-	return hs
+	h.exchange(context.WithoutCancel(r.Context()), w, r, hs.s, body)
 }
 
 // statelessMessage is what a 2026-07-28 POST's header checks read from its body.
@@ -1673,55 +1566,35 @@ type statelessMessage struct {
 	Method string
 	Params struct {
 		Name string
-		URI  string
 		Meta requestMeta `json:"_meta"`
 	}
 }
 
-// mcpName is the Mcp-Name header the message needs: a tool's or prompt's name, a resource's URI.
-func (m *statelessMessage) mcpName() string {
-	switch m.Method {
-	case "tools/call", "prompts/get":
-		return m.Params.Name
-	case "resources/read":
-		return m.Params.URI
-	}
-	return ""
-}
-
-// postStateless serves one 2026-07-28 message whose headers agree with it; a disconnect cancels it.
-func (h *httpHandler) postStateless(w http.ResponseWriter, r *http.Request, body []byte,
-	m *statelessMessage) {
-	if e := checkStateless(r.Header, body, m); e != nil {
-		httpFail(w, http.StatusBadRequest, m.ID, e)
-		return
-	}
-	h.exchange(r.Context(), w, r, h.stateless, body, true)
-}
-
-// checkStateless says what is wrong with a 2026-07-28 message or its headers; nil when nothing is.
-func checkStateless(hdr http.Header, body []byte, m *statelessMessage) *rpcError {
+// checkStateless says what is wrong with a 2026-07-28 message or its headers; nil when nothing
+// is. A batch (this era has none) decodes as nothing, so it is refused as sessionless legacy.
+func checkStateless(hdr http.Header, m *statelessMessage) *rpcError {
 	version := m.Params.Meta.Version
 	hdrVersion := hdr.Get("MCP-Protocol-Version")
 	method := hdr.Get("Mcp-Method")
 	name := hdr.Get("Mcp-Name")
+	bodyName := "" // the Mcp-Name header the message needs
+	if m.Method == "tools/call" || m.Method == "prompts/get" {
+		bodyName = m.Params.Name
+	}
 	switch {
-	case body[0] != '{':
-		return newRPCError(codeInvalidRequest, "invalid request: without Mcp-Session-Id the body "+
-			"must be one message (protocol %s has no batches)", versionModern)
 	case version == "" && m.Method != "server/discover":
 		return newRPCError(codeInvalidRequest, "bad request: Mcp-Session-Id header is required "+
 			"(initialize first), or name protocol %s in _meta %s",
 			versionModern, metaProtocolVersion)
 	case version != "" && version != versionModern:
-		return unsupportedVersion(version, []string{versionModern})
+		return unsupportedVersion(version)
 	case hdrVersion != "" && !slices.Contains(supportedVersions, hdrVersion):
-		return unsupportedVersion(hdrVersion, []string{versionModern})
-	case version != "" && hdrVersion != version || method != m.Method || name != m.mcpName():
+		return unsupportedVersion(hdrVersion)
+	case version != "" && hdrVersion != version || method != m.Method || name != bodyName:
 		return newRPCError(codeHeaderMismatch, "header mismatch: MCP-Protocol-Version %q, "+
 			"Mcp-Method %q, Mcp-Name %q must match the body's %q, %q, %q",
-			hdrVersion, method, name, version, m.Method, m.mcpName())
-	case version != "" && hasID(m.ID) && m.Params.Meta.Caps == nil:
+			hdrVersion, method, name, version, m.Method, bodyName)
+	case version != "" && len(m.ID) > 0 && m.Params.Meta.Caps == nil:
 		return invalidParams("_meta %s is required in protocol version %s", metaClientCaps,
 			versionModern)
 	}
@@ -1731,34 +1604,32 @@ func checkStateless(hdr http.Header, body []byte, m *statelessMessage) *rpcError
 // exchange hands body to s and answers the POST: 202 when there is no reply, else the reply.
 // Messages about the request go to the reply too (see routeKey).
 func (h *httpHandler) exchange(ctx context.Context, w http.ResponseWriter, r *http.Request,
-	s *session, body []byte, stateless bool) any {
-	out := &httpReply{w: w, canSSE: strings.Contains(r.Header.Get("Accept"), "text/event-stream")}
+	s *session, body []byte) {
+	hr := &httpReply{w: w, canSSE: strings.Contains(r.Header.Get("Accept"), "text/event-stream")}
 	replies := make(chan any, 1)
-	routed := context.WithValue(ctx, routeKey{}, out.send)
+	routed := context.WithValue(ctx, routeKey{}, hr.send)
 	s.handleLine(routed, body, func(reply any) {
 		replies <- reply
 	})
-	var reply any
 	select {
-	case reply = <-replies:
+	case reply := <-replies:
+		hr.finish(reply, replyStatus(reply, s == h.stateless))
 	case <-r.Context().Done():
+		hr.finish(nil, 0)
 	}
-	out.finish(reply, replyStatus(reply, stateless))
-	return reply
 }
 
 // replyStatus is a POST reply's HTTP status: an error without id is 400; stateless, an unknown
-// method is 404 and an invalid request or version 400; everything else 200.
+// method is 404 and an invalid request, version or _meta 400; everything else 200.
 func replyStatus(reply any, stateless bool) int {
 	m, ok := reply.(*rpcMessage)
 	if !ok || m.Error == nil {
 		return http.StatusOK
 	}
-	code := m.Error.Code
-	switch {
+	switch code := m.Error.Code; {
 	case stateless && code == codeMethodNotFound:
 		return http.StatusNotFound
-	case !hasID(m.ID):
+	case string(m.ID) == "null":
 		return http.StatusBadRequest
 	case stateless && (code == codeInvalidRequest || code == codeUnsupportedVersion):
 		return http.StatusBadRequest
@@ -1767,39 +1638,37 @@ func replyStatus(reply any, stateless bool) int {
 }
 
 // send writes a message about the request as an event, turning the reply into an event stream.
-func (out *httpReply) send(msg any) error {
+func (hr *httpReply) send(msg any) error {
 	b, err := encodeLine(msg)
 	if err != nil {
 		return err
 	}
-	out.mu.Lock()
-	defer out.mu.Unlock()
-	if out.ended || !out.canSSE {
+	hr.mu.Lock()
+	defer hr.mu.Unlock()
+	if hr.ended || !hr.canSSE {
 		return errNoStream
 	}
-	if !out.sse {
-		out.sse = true
-		startEventStream(out.w)
+	if !hr.sse {
+		hr.sse = true
+		startEventStream(hr.w)
 	}
-	return writeEvent(out.w, b)
+	return writeEvent(hr.w, b)
 }
 
 // finish writes the response (nil: none) as JSON or as the event stream's last event.
-func (out *httpReply) finish(reply any, status int) {
+func (hr *httpReply) finish(reply any, status int) {
 	b, _ := encodeLine(reply)
-	out.mu.Lock()
-	defer out.mu.Unlock()
-	out.ended = true
+	hr.mu.Lock()
+	defer hr.mu.Unlock()
+	hr.ended = true
 	switch {
-	case out.sse && reply != nil:
-		writeEvent(out.w, b)
-	case out.sse:
+	case hr.sse && reply != nil:
+		writeEvent(hr.w, b)
+	case hr.sse:
 	case reply == nil:
-		out.w.WriteHeader(http.StatusAccepted)
+		hr.w.WriteHeader(http.StatusAccepted)
 	default:
-		out.w.Header().Set("Content-Type", "application/json")
-		out.w.WriteHeader(status)
-		out.w.Write(b)
+		writeJSON(hr.w, status, b)
 	}
 }
 
@@ -1895,31 +1764,27 @@ func (hs *httpSession) Write(p []byte) (int, error) {
 	return len(p), writeEvent(hs.stream, p)
 }
 
-// end ends the session, its GET stream and what it owns; later calls do nothing.
-func (hs *httpSession) end() {
-	hs.endOnce.Do(func() {
-		close(hs.ended)
-		hs.s.close()
-	})
-}
-
-// open mints a session after ending expired ones; it fails at HTTP_MAX_SESSIONS.
-func (ss *httpSessions) open() (*httpSession, error) {
+// open mints a session after ending expired ones and names it in w's Mcp-Session-Id header; nil
+// means it answered 503 at HTTP_MAX_SESSIONS.
+func (ss *httpSessions) open(w http.ResponseWriter) *httpSession {
 	id, err := randomHex(16)
-	if err != nil {
-		return nil, err
-	}
 	ss.expire()
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	if len(ss.byID) >= ss.max {
-		return nil, fmt.Errorf("%d sessions (HTTP_MAX_SESSIONS) are open; end one with DELETE "+
-			"or try later", len(ss.byID))
+	if err == nil && len(ss.byID) >= ss.max {
+		err = fmt.Errorf("%d sessions (HTTP_MAX_SESSIONS) are open; end one with DELETE or "+
+			"try later", len(ss.byID))
+	}
+	if err != nil {
+		httpFail(w, http.StatusServiceUnavailable, nil,
+			newRPCError(codeInternalError, "no new session: %v", err))
+		return nil
 	}
 	hs := &httpSession{id: id, ended: make(chan struct{}), lastUsed: ss.now()}
 	hs.s = newSession(ss.srv, hs)
 	ss.byID[id] = hs
-	return hs, nil
+	w.Header().Set("Mcp-Session-Id", id)
+	return hs
 }
 
 // get returns the live session with id, or nil.
@@ -1946,7 +1811,8 @@ func (ss *httpSessions) expire() {
 	})
 }
 
-// endWhere ends the sessions for which cond holds; cond is asked with ss.mu held.
+// endWhere ends the sessions for which cond holds (cond is asked with ss.mu held): their GET
+// streams and what they own. A session leaves byID once, so it ends once.
 func (ss *httpSessions) endWhere(cond func(hs *httpSession) bool) {
 	var ending []*httpSession
 	ss.mu.Lock()
@@ -1958,7 +1824,8 @@ func (ss *httpSessions) endWhere(cond func(hs *httpSession) bool) {
 	}
 	ss.mu.Unlock()
 	for _, hs := range ending {
-		hs.end()
+		close(hs.ended)
+		hs.s.close()
 	}
 }
 
@@ -1975,15 +1842,15 @@ type connLimiter struct {
 
 func (l *connLimiter) Accept() (net.Conn, error) {
 	for {
-		c, err := l.Listener.Accept()
+		conn, err := l.Listener.Accept()
 		if err != nil {
 			return nil, err
 		}
 		select {
 		case l.slots <- struct{}{}:
-			return &limitedConn{Conn: c, release: sync.OnceFunc(func() { <-l.slots })}, nil
+			return &limitedConn{Conn: conn, release: sync.OnceFunc(func() { <-l.slots })}, nil
 		default:
-			c.Close()
+			conn.Close()
 		}
 	}
 }
@@ -1994,7 +1861,7 @@ type limitedConn struct {
 	release func()
 }
 
-func (c *limitedConn) Close() error {
-	c.release()
-	return c.Conn.Close()
+func (lc *limitedConn) Close() error {
+	lc.release()
+	return lc.Conn.Close()
 }

@@ -663,7 +663,7 @@ func TestToolTableIsWellFormed(t *testing.T) {
 }
 
 func TestPanicInHandlerIsAnInternalError(t *testing.T) {
-	methods["test/panic"] = methodInfo{handle: func(context.Context, *rpcRequest) (map[string]any, error) { panic("boom") }}
+	methods["test/panic"] = func(context.Context, *rpcRequest) (map[string]any, error) { panic("boom") }
 	defer delete(methods, "test/panic")
 	c := startServer(t)
 	if m := c.request("test/panic", nil); errCode(m) != codeInternalError {
