@@ -203,12 +203,24 @@ func (s *session) startShell(cmd *exec.Cmd, run string) (*os.File, error) {
 	return out, nil
 }
 
-// leftWait is how long a process bash left behind may hold the output open after bash exited.
-const leftWait = 100 * time.Millisecond
+// Reading a command's output: most commands end within quickEnd, waited for
+// without a goroutine; a process bash left behind may hold the output open
+// for leftWait after bash exited.
+const (
+	quickEnd = 50 * time.Millisecond
+	leftWait = 100 * time.Millisecond
+)
 
 // readUntilExit copies out, the output pipe, until every process holding it
 // has closed it or leftWait after bash exited, and waits for bash.
 func (oc *outputCapture) readUntilExit(out *os.File, cmd *exec.Cmd) {
+	out.SetReadDeadline(time.Now().Add(quickEnd))
+	_, err := io.Copy(oc, out)
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		cmd.Wait()
+		return
+	}
+	out.SetReadDeadline(time.Time{})
 	exited := make(chan struct{})
 	go func() { // exits with bash
 		cmd.Wait()
