@@ -17,6 +17,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -102,7 +103,7 @@ func run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, args []
 	setHelp := "set any configuration key, `KEY=VALUE` (repeatable), also one without a flag"
 	fs.Func("set", setHelp, func(kv string) error {
 		key, value, ok := strings.Cut(kv, "=")
-		if !ok || key == "" {
+		if !ok {
 			return fmt.Errorf("-set %q: want KEY=VALUE", kv)
 		}
 		flags[strings.ToUpper(key)] = value
@@ -193,23 +194,17 @@ func serveHTTP(ctx context.Context, srv *server, addr string, stderr io.Writer) 
 	if !strings.Contains(addr, ":") || strings.HasPrefix(addr, ":") {
 		addr = "127.0.0.1:" + strings.TrimPrefix(addr, ":") // a bare port or :port
 	}
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return fmt.Errorf("http: address %q: %w", addr, err)
-	}
-	h := newHTTPHandler(srv, host)
-	if h.gate.token == "" && !isLoopbackHost(host) {
-		h.gate.token, err = randomHex(24)
-		if err != nil {
-			return fmt.Errorf("http: token: %w", err)
-		}
-		fmt.Fprintf(stderr, "telson: %s is reachable beyond this machine; clients must send the "+
-			"header \"Authorization: Bearer %s\" (set HTTP_TOKEN to choose it)\n",
-			addr, h.gate.token)
-	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("http: %w", err)
+	}
+	host, _, _ := net.SplitHostPort(addr) // net.Listen took it
+	h := newHTTPHandler(srv, host)
+	if h.gate.token == "" && !isLoopbackHost(host) {
+		h.gate.token, _ = randomHex(24) // crypto/rand does not fail on the systems telson runs on
+		fmt.Fprintf(stderr, "telson: %s is reachable beyond this machine; clients must send the "+
+			"header \"Authorization: Bearer %s\" (set HTTP_TOKEN to choose it)\n",
+			addr, h.gate.token)
 	}
 	slots := make(chan struct{}, srv.cfg.int("HTTP_MAX_CONNECTIONS"))
 	limited := &connLimiter{Listener: ln, slots: slots}
@@ -247,8 +242,8 @@ func newServer(cfg *config, stderr io.Writer) *server {
 	log := &logger{w: stderr, level: logLevelIndex(cfg.str("LOG_LEVEL"))}
 	wd, _ := os.Getwd()
 	version := "dev"
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		version = strings.TrimPrefix(bi.Main.Version, "v")
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "(devel)" {
+		version = cmp.Or(strings.TrimPrefix(bi.Main.Version, "v"), version)
 	}
 	srv := &server{
 		cfg:     cfg,
@@ -346,28 +341,26 @@ func printTools(w io.Writer, srv *server) {
 		fmt.Fprintf(w, "%s — %s\n  %s\n", t.def.name, t.def.title, first)
 		for _, required := range []bool{true, false} {
 			for _, name := range sortedKeys(t.schema.Properties) {
-				if slices.Contains(t.schema.Required, name) == required {
-					printParam(w, name, t.schema.Properties[name], required)
+				p := t.schema.Properties[name]
+				if slices.Contains(t.schema.Required, name) != required {
+					continue
 				}
+				kind := p.Type
+				if required {
+					kind += ", required"
+				}
+				enum := p.Enum
+				if p.Items != nil {
+					enum = p.Items.Enum // an array's items are the choices
+				}
+				if len(enum) > 0 {
+					kind += fmt.Sprint(", one of ", enum)
+				}
+				fmt.Fprintf(w, "  - %s (%s): %s\n", name, kind, p.Description)
 			}
 		}
 		fmt.Fprintln(w)
 	}
-}
-
-func printParam(w io.Writer, name string, p *jsonSchema, required bool) {
-	kind := p.Type
-	if required {
-		kind += ", required"
-	}
-	enum := p.Enum
-	if p.Items != nil {
-		enum = p.Items.Enum // an array's items are the choices
-	}
-	if len(enum) > 0 {
-		kind += fmt.Sprint(", one of ", enum)
-	}
-	fmt.Fprintf(w, "  - %s (%s): %s\n", name, kind, p.Description)
 }
 
 // sortedKeys returns m's keys in order.
@@ -480,9 +473,7 @@ func loadConfig(flags map[string]string) *config {
 		c.loadFile(filepath.Join(home, ".telson", "telson-env.txt"))
 	}
 	c.loadFile(filepath.Join(".telson", "telson-env.txt"))
-	env := os.Environ()
-	sort.Strings(env)
-	for _, kv := range env {
+	for _, kv := range os.Environ() {
 		k, v, _ := strings.Cut(kv, "=")
 		name, ok := strings.CutPrefix(k, "TELSON_")
 		if ok && !slices.Contains(internalEnv, name) && !strings.HasPrefix(name, "TEST_") {
@@ -498,9 +489,8 @@ func loadConfig(flags map[string]string) *config {
 	}
 	c.checkTools()
 	c.checkChromePath()
-	dir := c.values["STATE_DIR"]
-	if homeErr == nil && (strings.HasPrefix(dir, "~/") || dir == "~") {
-		c.values["STATE_DIR"] = filepath.Join(home, strings.TrimPrefix(dir, "~"))
+	if dir, ok := strings.CutPrefix(c.values["STATE_DIR"], "~/"); ok && homeErr == nil {
+		c.values["STATE_DIR"] = filepath.Join(home, dir)
 	}
 	return c
 }
@@ -523,15 +513,12 @@ func (c *config) loadFile(path string) {
 			continue
 		}
 		k, v, ok := strings.Cut(line, "=")
-		k = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(k), "export "))
-		if !ok || k == "" {
+		if !ok {
 			c.warn("%s:%d: not KEY=VALUE: %q", path, n+1, line)
 			continue
 		}
-		v = strings.TrimSpace(v)
-		if len(v) >= 2 && (v[0] == '"' || v[0] == '\'') && v[len(v)-1] == v[0] {
-			v = v[1 : len(v)-1]
-		}
+		k = strings.TrimSpace(strings.TrimPrefix(k, "export "))
+		v = strings.Trim(strings.TrimSpace(v), `"'`) // as a shell would read it
 		c.set(strings.TrimPrefix(k, "TELSON_"), v, fmt.Sprintf("%s:%d", path, n+1))
 	}
 }

@@ -339,16 +339,15 @@ func (sh *shellState) resolve(path string) string {
 type outputCapture struct {
 	limit  int
 	procs  *procTracker
-	stream *rpcRequest // when set, new lines go to it as progress, at most every 100 ms
+	stream *rpcRequest // when set, new lines go to it as progress
 
-	mu     sync.Mutex // guards the fields below
-	head   []byte
-	tail   []byte // the last bytes, at most limit before trimming to limit/2
-	total  int64
-	lines  int // newlines printed
-	file   *keptFile
-	recent []byte // the last bytes not yet sent as progress
-	sent   time.Time
+	mu    sync.Mutex // guards the fields below
+	head  []byte
+	tail  []byte // the last bytes, at most limit before trimming to limit/2
+	total int64
+	lines int // newlines printed
+	file  *keptFile
+	sent  time.Time // when progress was last sent
 }
 
 func (oc *outputCapture) Write(p []byte) (int, error) {
@@ -361,11 +360,10 @@ func (oc *outputCapture) Write(p []byte) (int, error) {
 		oc.file.keep(oc.head)
 	}
 	oc.file.keep(p)
-	oc.recent = lastBytes(append(oc.recent, p...), 2000)
-	if end := bytes.LastIndexByte(oc.recent, '\n'); oc.stream != nil && end >= 0 &&
+	// progress: the lines p ends, at most every 100 ms
+	if end := bytes.LastIndexByte(p, '\n'); oc.stream != nil && end >= 0 &&
 		time.Since(oc.sent) >= 100*time.Millisecond {
-		oc.stream.progress(float64(oc.total), 0, validUTF8(string(oc.recent[:end])))
-		oc.recent = append(oc.recent[:0], oc.recent[end+1:]...)
+		oc.stream.progress(float64(oc.total), 0, validUTF8(string(lastBytes(p[:end], 2000))))
 		oc.sent = time.Now()
 	}
 	take := min(oc.limit-len(oc.head), len(p))
