@@ -106,7 +106,7 @@ func run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, args []
 		if !ok {
 			return fmt.Errorf("-set %q: want KEY=VALUE", kv)
 		}
-		flags[strings.ToUpper(key)] = value
+		flags[key] = value
 		return nil
 	})
 	for _, k := range configKeys {
@@ -277,11 +277,11 @@ func (srv *server) close() {
 // callOnce runs one tool through the same dispatch a client uses and prints its text; on a
 // terminal without control characters.
 func callOnce(ctx context.Context, srv *server, stdout io.Writer, args []string) error {
-	if len(args) < 1 || len(args) > 2 {
-		return errors.New("usage: telson call NAME 'JSON'")
-	}
 	if len(args) == 1 {
 		args = append(args, "{}") // what no arguments mean
+	}
+	if len(args) != 2 {
+		return errors.New("usage: telson call NAME 'JSON'")
 	}
 	raw, err := json.Marshal(map[string]any{"name": args[0], "arguments": json.RawMessage(args[1])})
 	if err != nil {
@@ -523,8 +523,9 @@ func (c *config) loadFile(path string) {
 	}
 }
 
-// set records key=value from src, warning about unknown keys and bad values.
+// set records key=value from src, warning about unknown keys and bad values. Keys are upper case.
 func (c *config) set(key, value, src string) {
+	key = strings.ToUpper(key)
 	k := c.lookup(key)
 	prefixed := slices.ContainsFunc(configPrefixes, func(p string) bool {
 		return strings.HasPrefix(key, p)
@@ -601,12 +602,9 @@ func (c *config) bool(key string) bool {
 
 // toolEnabled applies TOOLS (all, none, or a comma list) and TOOL_<Name>=0.
 func (c *config) toolEnabled(name string) bool {
-	for k, v := range c.values {
-		suffix, isToolKey := strings.CutPrefix(k, "TOOL_")
-		on, ok := parseBool(v)
-		if isToolKey && ok && !on && strings.EqualFold(suffix, name) {
-			return false
-		}
+	v, set := c.values["TOOL_"+strings.ToUpper(name)]
+	if on, ok := parseBool(v); set && ok && !on {
+		return false
 	}
 	list := splitList(c.values["TOOLS"])
 	return len(list) == 0 || slices.ContainsFunc(list, func(n string) bool {

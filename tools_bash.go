@@ -133,10 +133,7 @@ func runBash(ctx context.Context, c *toolCall) toolResult {
 	o := capture.outcome()
 	o.DurationMS = time.Since(start).Milliseconds()
 	o.ExitCode, o.Signal = exitStatus(cmd)
-	if ctx.Err() != nil {
-		return errorResult("cancelled: %v", ctx.Err())
-	}
-	if runCtx.Err() != nil {
+	if runCtx.Err() != nil && ctx.Err() == nil { // the timeout, not a cancellation
 		o.TimedOut = true
 		o.ExitCode = -1
 		o.Hint = "To let it finish, call Bash again with a larger timeout (up to 600000 ms), " +

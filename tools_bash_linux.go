@@ -19,8 +19,7 @@ const (
 	prGetChildSubreaper = 37
 	mountAttrRdonly     = 0x1
 	atRecursive         = 0x8000
-	sysMountSetattr     = 442      // the same on every architecture
-	oPath               = 0x200000 // O_PATH
+	sysMountSetattr     = 442 // the same on every architecture
 )
 
 // becomeSubreaper asks Linux to re-parent telson's orphaned descendants to it.
@@ -67,26 +66,17 @@ func readOnlyMounts() error {
 }
 
 // privateTmp mounts a tmpfs on /tmp. A working directory under /tmp (a
-// project cloned there) is bound back into it, read-only, so it stays in view.
+// project cloned there) is bound back into it, read-only, so it stays in view:
+// the bind's source "." is still the directory the tmpfs hid.
 func privateTmp() error {
 	wd, _ := os.Getwd()
-	under := strings.HasPrefix(wd, "/tmp/")
-	keep := -1
-	if under {
-		fd, err := syscall.Open(wd, oPath|syscall.O_DIRECTORY, 0)
-		if err != nil {
-			return err
-		}
-		keep = fd
-		defer syscall.Close(keep)
-	}
 	err := syscall.Mount("tmpfs", "/tmp", "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, "size=25%")
-	if err != nil || !under {
+	if err != nil || !strings.HasPrefix(wd, "/tmp/") {
 		return err
 	}
 	err = os.MkdirAll(wd, 0o700)
 	if err == nil {
-		err = syscall.Mount(fmt.Sprintf("/proc/self/fd/%d", keep), wd, "", syscall.MS_BIND|syscall.MS_REC, "")
+		err = syscall.Mount(".", wd, "", syscall.MS_BIND|syscall.MS_REC, "")
 	}
 	if err == nil {
 		err = mountSetattr(wd, mountAttrRdonly, 0)
