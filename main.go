@@ -100,8 +100,7 @@ func run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, args []
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	showConfig := fs.Bool("config", false, "print the configuration and where each value came from")
 	flags := map[string]string{} // key → value from -set and the per-key flags
-	setHelp := "set any configuration key, `KEY=VALUE` (repeatable), also one without a flag"
-	fs.Func("set", setHelp, func(kv string) error {
+	fs.Func("set", "set any configuration key, `KEY=VALUE` (repeatable)", func(kv string) error {
 		key, value, ok := strings.Cut(kv, "=")
 		if !ok {
 			return fmt.Errorf("-set %q: want KEY=VALUE", kv)
@@ -158,7 +157,6 @@ func run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, args []
 func serveStdio(ctx context.Context, srv *server, stdin io.Reader, stdout io.Writer) error {
 	s := newSession(srv, stdout)
 	defer s.close() // runs after s.wait below: what the session started ends with it
-	srv.log.debugf("serving stdio")
 	readErr := make(chan error, 1)
 	go func() { // exits at EOF or a read error; blocked on stdin otherwise
 		readErr <- s.serve(ctx, stdin)
@@ -252,8 +250,8 @@ func newServer(cfg *config, stderr io.Writer) *server {
 		procs:   newProcTracker(log),
 		skills:  &skillCatalog{dir: wd},
 		browser: &browserHolder{tabs: make(chan struct{}, 2)},
+		search:  newSearchState(version),
 	}
-	srv.search = newSearchState(srv.version)
 	for _, d := range toolTable {
 		if !cfg.toolEnabled(d.name) {
 			continue

@@ -179,12 +179,23 @@ func lastBytes(b []byte, n int) []byte { return b[max(0, len(b)-n):] }
 // command's ExtraFiles[cwdFD-3], the slots before it left closed.
 const cwdFD = 9
 
-// startShell starts cmd, a bash command, as run in the shell's directory (in plan mode's
-// sandbox when it is active) with its output to a new pipe, whose read end it returns.
+// startShell starts cmd, a bash command, as run in the shell's directory with its output to
+// a new pipe, whose read end it returns. In plan mode, cmd runs in runSandbox's read-only view
+// of the filesystem, or is refused where that cannot be made.
 func (s *session) startShell(cmd *exec.Cmd, run string) (*os.File, error) {
 	cmd.Dir = s.shell.dir()
-	if err := s.sandbox(cmd); err != nil {
-		return nil, err
+	if s.planActive() {
+		exe, err := os.Executable()
+		if err == nil {
+			err = userNamespace(cmd)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("refused: in plan mode commands run in a read-only sandbox, "+
+				"which this system cannot make (%v); finish planning with PlanMode first", err)
+		}
+		cmd.Args = append([]string{exe}, cmd.Args...)
+		cmd.Path = exe
+		cmd.Env = append(os.Environ(), sandboxEnv+"=1")
 	}
 	out, w, err := os.Pipe()
 	if err != nil {
@@ -267,19 +278,18 @@ func mayChangeDir(command string) bool {
 // dirBuiltins are the words that make mayChangeDir true.
 var dirBuiltins = []string{"cd", "pushd", "popd", "eval", "source", "."}
 
+// signalNames are the names exitStatus gives signals; others are numbers.
+var signalNames = map[syscall.Signal]string{syscall.SIGTERM: "TERM", syscall.SIGKILL: "KILL",
+	syscall.SIGINT: "INT", syscall.SIGHUP: "HUP", syscall.SIGSEGV: "SEGV",
+	syscall.SIGABRT: "ABRT", syscall.SIGPIPE: "PIPE"}
+
 // exitStatus is how cmd, waited for, ended: its exit code, or -1 and a signal's name.
 func exitStatus(cmd *exec.Cmd) (code int, signal string) {
-	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return -1, signalName(ws.Signal())
+	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	if ws.Signaled() {
+		return -1, cmp.Or(signalNames[ws.Signal()], strconv.Itoa(int(ws.Signal())))
 	}
 	return cmd.ProcessState.ExitCode(), ""
-}
-
-func signalName(sig syscall.Signal) string {
-	names := map[syscall.Signal]string{syscall.SIGTERM: "TERM", syscall.SIGKILL: "KILL",
-		syscall.SIGINT: "INT", syscall.SIGHUP: "HUP", syscall.SIGSEGV: "SEGV",
-		syscall.SIGABRT: "ABRT", syscall.SIGPIPE: "PIPE"}
-	return cmp.Or(names[sig], strconv.Itoa(int(sig)))
 }
 
 // shellState is the shell's working directory, which Bash's cd changes and
@@ -719,30 +729,10 @@ func markedPids(marker string) []int {
 	return pids
 }
 
-// sandbox readies cmd, a bash command, to run in plan mode's read-only view
-// of the filesystem when plan mode is active, or says why it cannot.
-func (s *session) sandbox(cmd *exec.Cmd) error {
-	if !s.planActive() {
-		return nil
-	}
-	exe, err := os.Executable()
-	if err == nil {
-		err = userNamespace(cmd)
-	}
-	if err != nil {
-		return fmt.Errorf("refused: in plan mode commands run in a read-only sandbox, which "+
-			"this system cannot make (%v); finish planning with PlanMode first", err)
-	}
-	cmd.Args = append([]string{exe}, cmd.Args...)
-	cmd.Path = exe
-	cmd.Env = append(os.Environ(), sandboxEnv+"=1")
-	return nil
-}
-
 // sandboxFailed is the exit status of a sandbox that could not be made.
 const sandboxFailed = 126
 
-// runSandbox is telson started by sandbox, inside its namespaces: it makes
+// runSandbox is telson started by startShell, inside its namespaces: it makes
 // every mount read-only and /tmp a private tmpfs, then runs args in a nested
 // user namespace, where the read-only flags are locked, and exits as it did.
 func runSandbox(args []string) int {
