@@ -258,7 +258,8 @@ func newServer(cfg *config, stderr io.Writer) *server {
 		}
 		t, err := newToolEntry(d)
 		if err != nil {
-			panic(fmt.Sprintf("tool %s: %v", d.name, err)) // the table is code; a test checks every schema
+			// the table is code, and a test checks every schema
+			panic(fmt.Sprintf("tool %s: %v", d.name, err))
 		}
 		srv.tools = append(srv.tools, t)
 	}

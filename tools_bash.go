@@ -402,9 +402,9 @@ func (oc *outputCapture) outcome() *bashOutcome {
 	o := &bashOutcome{Truncated: true, OutputFile: oc.file.path}
 	o.OmittedBytes = oc.total - int64(len(head)) - int64(len(tail))
 	o.OmittedLines = oc.lines - bytes.Count(head, []byte{'\n'}) - bytes.Count(tail, []byte{'\n'})
-	o.Output = fmt.Sprintf("%s\n[... %d lines (%d bytes) left out; the complete output is in %s ...]\n\n%s",
-		validUTF8(string(head)), o.OmittedLines, o.OmittedBytes, o.OutputFile,
-		validUTF8(string(tail)))
+	o.Output = fmt.Sprintf("%s\n[... %d lines (%d bytes) left out; "+
+		"the complete output is in %s ...]\n\n%s", validUTF8(string(head)), o.OmittedLines,
+		o.OmittedBytes, o.OutputFile, validUTF8(string(tail)))
 	return o
 }
 
