@@ -198,14 +198,15 @@ func serveHTTP(ctx context.Context, srv *server, addr string, stderr io.Writer) 
 	}
 	host, _, _ := net.SplitHostPort(addr) // net.Listen took it
 	h := newHTTPHandler(srv, host)
+	defer h.closeAll() // after the shutdown below
 	if h.gate.token == "" && !isLoopbackHost(host) {
 		h.gate.token, _ = randomHex(24) // crypto/rand does not fail on the systems telson runs on
 		fmt.Fprintf(stderr, "telson: %s is reachable beyond this machine; clients must send the "+
 			"header \"Authorization: Bearer %s\" (set HTTP_TOKEN to choose it)\n",
 			addr, h.gate.token)
 	}
-	slots := make(chan struct{}, srv.cfg.int("HTTP_MAX_CONNECTIONS"))
-	limited := &connLimiter{Listener: ln, slots: slots}
+	limited := &connLimiter{Listener: ln,
+		slots: make(chan struct{}, srv.cfg.int("HTTP_MAX_CONNECTIONS"))}
 	timeout := time.Duration(srv.cfg.int("HTTP_TIMEOUT_MS")) * time.Millisecond
 	hs := &http.Server{Handler: h, ReadTimeout: timeout, IdleTimeout: timeout}
 	hs.RegisterOnShutdown(func() { close(h.shutdown) })
@@ -219,7 +220,6 @@ func serveHTTP(ctx context.Context, srv *server, addr string, stderr io.Writer) 
 	for ctx.Err() == nil {
 		select {
 		case err := <-served:
-			h.closeAll()
 			return fmt.Errorf("http: %w", err)
 		case <-expiry.C:
 			h.sessions.expire()
@@ -232,7 +232,6 @@ func serveHTTP(ctx context.Context, srv *server, addr string, stderr io.Writer) 
 		srv.log.warnf("http: requests still running after %s are stopped", httpShutdownGrace)
 		hs.Close()
 	}
-	h.closeAll()
 	return nil
 }
 
