@@ -300,10 +300,7 @@ type shellState struct {
 }
 
 func newShellState() *shellState {
-	wd, err := os.Getwd()
-	if err != nil {
-		wd = "/"
-	}
+	wd, _ := os.Getwd() // "" when it failed: dir falls back to "." or "/"
 	return &shellState{cwd: wd}
 }
 
@@ -342,24 +339,21 @@ func (sh *shellState) resolve(path string) string {
 
 // outputCapture keeps the first limit bytes a command prints and its last
 // limit/2; once the output is longer than limit, all of it goes to a kept
-// file too, so memory stays bounded whatever a command prints.
+// file too, so memory stays bounded whatever a command prints. Only the
+// goroutine that runs the command uses it: it has no lock.
 type outputCapture struct {
 	limit  int
 	procs  *procTracker
 	stream *rpcRequest // when set, new lines go to it as progress
-
-	mu    sync.Mutex // guards the fields below
-	head  []byte
-	tail  []byte // the last bytes, at most limit before trimming to limit/2
-	total int64
-	lines int // newlines printed
-	file  *keptFile
-	sent  time.Time // when progress was last sent
+	head   []byte
+	tail   []byte // the last bytes, at most limit before trimming to limit/2
+	total  int64
+	lines  int // newlines printed
+	file   *keptFile
+	sent   time.Time // when progress was last sent
 }
 
 func (oc *outputCapture) Write(p []byte) (int, error) {
-	oc.mu.Lock()
-	defer oc.mu.Unlock()
 	oc.total += int64(len(p))
 	oc.lines += bytes.Count(p, []byte{'\n'})
 	if oc.file == nil && oc.total > int64(oc.limit) { // a file once the output is cut
@@ -385,8 +379,6 @@ func (oc *outputCapture) Write(p []byte) (int, error) {
 // outcome is the kept output, once the command is done; a cut falls on line
 // boundaries when there are any, and says how many lines and bytes it left out.
 func (oc *outputCapture) outcome() *bashOutcome {
-	oc.mu.Lock()
-	defer oc.mu.Unlock()
 	if oc.total <= int64(oc.limit) {
 		return &bashOutcome{Output: validUTF8(string(oc.head))}
 	}

@@ -1,7 +1,7 @@
 // tools_bash_linux.go holds what only Linux has (the syscall package has
 // these calls on Linux only): the child subreaper, by which a descendant that
 // left its process group and cleared its environment is re-parented to telson
-// and killed with the server (see procTracker.killAdoptedLocked), and the
+// and killed with the server (see procTracker.adoptedLocked), and the
 // namespaces and mounts of the plan-mode sandbox.
 package main
 
