@@ -32,7 +32,6 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -312,11 +311,8 @@ func callOnce(ctx context.Context, srv *server, stdout io.Writer, args []string)
 
 // isTerminal reports whether w is a terminal (a character device).
 func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	info, err := f.Stat()
+	f, _ := w.(*os.File)
+	info, err := f.Stat() // a nil *os.File answers os.ErrInvalid
 	return err == nil && info.Mode()&os.ModeCharDevice != 0
 }
 
@@ -363,11 +359,11 @@ func printTools(w io.Writer, srv *server) {
 
 // sortedKeys returns m's keys in order.
 func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
+	var keys []string
 	for k := range m {
 		keys = append(keys, k)
 	}
-	sort.Strings(keys)
+	slices.Sort(keys)
 	return keys
 }
 
