@@ -291,9 +291,9 @@ func (q *noticeQueue) remove(line string) {
 	q.lines = slices.DeleteFunc(q.lines, func(l string) bool { return l == line })
 }
 
-// Write adds output, dropping the oldest unread bytes beyond the limit, and logs it.
+// Write adds output, dropping the oldest unread bytes beyond the limit, and logs it: what the
+// log holds can be read.
 func (t *bgTask) Write(p []byte) (int, error) {
-	t.log.keep(p)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.unread = append(t.unread, p...)
@@ -303,6 +303,7 @@ func (t *bgTask) Write(p []byte) (int, error) {
 	}
 	close(t.changed)
 	t.changed = make(chan struct{})
+	t.log.keep(p)
 	return len(p), nil
 }
 
