@@ -17,6 +17,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -31,7 +32,6 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -99,13 +99,12 @@ func run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, args []
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	showConfig := fs.Bool("config", false, "print the configuration and where each value came from")
 	flags := map[string]string{} // key → value from -set and the per-key flags
-	setHelp := "set any configuration key, `KEY=VALUE` (repeatable), also one without a flag"
-	fs.Func("set", setHelp, func(kv string) error {
+	fs.Func("set", "set any configuration key, `KEY=VALUE` (repeatable)", func(kv string) error {
 		key, value, ok := strings.Cut(kv, "=")
-		if !ok || key == "" {
+		if !ok {
 			return fmt.Errorf("-set %q: want KEY=VALUE", kv)
 		}
-		flags[strings.ToUpper(key)] = value
+		flags[key] = value
 		return nil
 	})
 	for _, k := range configKeys {
@@ -157,7 +156,6 @@ func run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, args []
 func serveStdio(ctx context.Context, srv *server, stdin io.Reader, stdout io.Writer) error {
 	s := newSession(srv, stdout)
 	defer s.close() // runs after s.wait below: what the session started ends with it
-	srv.log.debugf("serving stdio")
 	readErr := make(chan error, 1)
 	go func() { // exits at EOF or a read error; blocked on stdin otherwise
 		readErr <- s.serve(ctx, stdin)
@@ -193,26 +191,21 @@ func serveHTTP(ctx context.Context, srv *server, addr string, stderr io.Writer) 
 	if !strings.Contains(addr, ":") || strings.HasPrefix(addr, ":") {
 		addr = "127.0.0.1:" + strings.TrimPrefix(addr, ":") // a bare port or :port
 	}
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return fmt.Errorf("http: address %q: %w", addr, err)
-	}
-	h := newHTTPHandler(srv, host)
-	if h.gate.token == "" && !isLoopbackHost(host) {
-		h.gate.token, err = randomHex(24)
-		if err != nil {
-			return fmt.Errorf("http: token: %w", err)
-		}
-		fmt.Fprintf(stderr, "telson: %s is reachable beyond this machine; clients must send the "+
-			"header \"Authorization: Bearer %s\" (set HTTP_TOKEN to choose it)\n",
-			addr, h.gate.token)
-	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("http: %w", err)
 	}
-	slots := make(chan struct{}, srv.cfg.int("HTTP_MAX_CONNECTIONS"))
-	limited := &connLimiter{Listener: ln, slots: slots}
+	host, _, _ := net.SplitHostPort(addr) // net.Listen took it
+	h := newHTTPHandler(srv, host)
+	defer h.closeAll() // after the shutdown below
+	if h.gate.token == "" && !isLoopbackHost(host) {
+		h.gate.token, _ = randomHex(24) // crypto/rand does not fail on the systems telson runs on
+		fmt.Fprintf(stderr, "telson: %s is reachable beyond this machine; clients must send the "+
+			"header \"Authorization: Bearer %s\" (set HTTP_TOKEN to choose it)\n",
+			addr, h.gate.token)
+	}
+	limited := &connLimiter{Listener: ln,
+		slots: make(chan struct{}, srv.cfg.int("HTTP_MAX_CONNECTIONS"))}
 	timeout := time.Duration(srv.cfg.int("HTTP_TIMEOUT_MS")) * time.Millisecond
 	hs := &http.Server{Handler: h, ReadTimeout: timeout, IdleTimeout: timeout}
 	hs.RegisterOnShutdown(func() { close(h.shutdown) })
@@ -226,7 +219,6 @@ func serveHTTP(ctx context.Context, srv *server, addr string, stderr io.Writer) 
 	for ctx.Err() == nil {
 		select {
 		case err := <-served:
-			h.closeAll()
 			return fmt.Errorf("http: %w", err)
 		case <-expiry.C:
 			h.sessions.expire()
@@ -239,7 +231,6 @@ func serveHTTP(ctx context.Context, srv *server, addr string, stderr io.Writer) 
 		srv.log.warnf("http: requests still running after %s are stopped", httpShutdownGrace)
 		hs.Close()
 	}
-	h.closeAll()
 	return nil
 }
 
@@ -247,8 +238,8 @@ func newServer(cfg *config, stderr io.Writer) *server {
 	log := &logger{w: stderr, level: logLevelIndex(cfg.str("LOG_LEVEL"))}
 	wd, _ := os.Getwd()
 	version := "dev"
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		version = strings.TrimPrefix(bi.Main.Version, "v")
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "(devel)" {
+		version = cmp.Or(strings.TrimPrefix(bi.Main.Version, "v"), version)
 	}
 	srv := &server{
 		cfg:     cfg,
@@ -257,15 +248,16 @@ func newServer(cfg *config, stderr io.Writer) *server {
 		procs:   newProcTracker(log),
 		skills:  &skillCatalog{dir: wd},
 		browser: &browserHolder{tabs: make(chan struct{}, 2)},
+		search:  newSearchState(version),
 	}
-	srv.search = newSearchState(srv.version)
 	for _, d := range toolTable {
 		if !cfg.toolEnabled(d.name) {
 			continue
 		}
 		t, err := newToolEntry(d)
 		if err != nil {
-			panic(fmt.Sprintf("tool %s: %v", d.name, err)) // the table is code; a test checks every schema
+			// the table is code, and a test checks every schema
+			panic(fmt.Sprintf("tool %s: %v", d.name, err))
 		}
 		srv.tools = append(srv.tools, t)
 	}
@@ -282,11 +274,11 @@ func (srv *server) close() {
 // callOnce runs one tool through the same dispatch a client uses and prints its text; on a
 // terminal without control characters.
 func callOnce(ctx context.Context, srv *server, stdout io.Writer, args []string) error {
-	if len(args) < 1 || len(args) > 2 {
-		return errors.New("usage: telson call NAME 'JSON'")
-	}
 	if len(args) == 1 {
 		args = append(args, "{}") // what no arguments mean
+	}
+	if len(args) != 2 {
+		return errors.New("usage: telson call NAME 'JSON'")
 	}
 	raw, err := json.Marshal(map[string]any{"name": args[0], "arguments": json.RawMessage(args[1])})
 	if err != nil {
@@ -319,11 +311,8 @@ func callOnce(ctx context.Context, srv *server, stdout io.Writer, args []string)
 
 // isTerminal reports whether w is a terminal (a character device).
 func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	info, err := f.Stat()
+	f, _ := w.(*os.File)
+	info, err := f.Stat() // a nil *os.File answers os.ErrInvalid
 	return err == nil && info.Mode()&os.ModeCharDevice != 0
 }
 
@@ -346,37 +335,35 @@ func printTools(w io.Writer, srv *server) {
 		fmt.Fprintf(w, "%s — %s\n  %s\n", t.def.name, t.def.title, first)
 		for _, required := range []bool{true, false} {
 			for _, name := range sortedKeys(t.schema.Properties) {
-				if slices.Contains(t.schema.Required, name) == required {
-					printParam(w, name, t.schema.Properties[name], required)
+				p := t.schema.Properties[name]
+				if slices.Contains(t.schema.Required, name) != required {
+					continue
 				}
+				kind := p.Type
+				if required {
+					kind += ", required"
+				}
+				enum := p.Enum
+				if p.Items != nil {
+					enum = p.Items.Enum // an array's items are the choices
+				}
+				if len(enum) > 0 {
+					kind += fmt.Sprint(", one of ", enum)
+				}
+				fmt.Fprintf(w, "  - %s (%s): %s\n", name, kind, p.Description)
 			}
 		}
 		fmt.Fprintln(w)
 	}
 }
 
-func printParam(w io.Writer, name string, p *jsonSchema, required bool) {
-	kind := p.Type
-	if required {
-		kind += ", required"
-	}
-	enum := p.Enum
-	if p.Items != nil {
-		enum = p.Items.Enum // an array's items are the choices
-	}
-	if len(enum) > 0 {
-		kind += fmt.Sprint(", one of ", enum)
-	}
-	fmt.Fprintf(w, "  - %s (%s): %s\n", name, kind, p.Description)
-}
-
 // sortedKeys returns m's keys in order.
 func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
+	var keys []string
 	for k := range m {
 		keys = append(keys, k)
 	}
-	sort.Strings(keys)
+	slices.Sort(keys)
 	return keys
 }
 
@@ -480,9 +467,7 @@ func loadConfig(flags map[string]string) *config {
 		c.loadFile(filepath.Join(home, ".telson", "telson-env.txt"))
 	}
 	c.loadFile(filepath.Join(".telson", "telson-env.txt"))
-	env := os.Environ()
-	sort.Strings(env)
-	for _, kv := range env {
+	for _, kv := range os.Environ() {
 		k, v, _ := strings.Cut(kv, "=")
 		name, ok := strings.CutPrefix(k, "TELSON_")
 		if ok && !slices.Contains(internalEnv, name) && !strings.HasPrefix(name, "TEST_") {
@@ -498,9 +483,8 @@ func loadConfig(flags map[string]string) *config {
 	}
 	c.checkTools()
 	c.checkChromePath()
-	dir := c.values["STATE_DIR"]
-	if homeErr == nil && (strings.HasPrefix(dir, "~/") || dir == "~") {
-		c.values["STATE_DIR"] = filepath.Join(home, strings.TrimPrefix(dir, "~"))
+	if dir, ok := strings.CutPrefix(c.values["STATE_DIR"], "~/"); ok && homeErr == nil {
+		c.values["STATE_DIR"] = filepath.Join(home, dir)
 	}
 	return c
 }
@@ -523,21 +507,19 @@ func (c *config) loadFile(path string) {
 			continue
 		}
 		k, v, ok := strings.Cut(line, "=")
-		k = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(k), "export "))
-		if !ok || k == "" {
+		if !ok {
 			c.warn("%s:%d: not KEY=VALUE: %q", path, n+1, line)
 			continue
 		}
-		v = strings.TrimSpace(v)
-		if len(v) >= 2 && (v[0] == '"' || v[0] == '\'') && v[len(v)-1] == v[0] {
-			v = v[1 : len(v)-1]
-		}
+		k = strings.TrimSpace(strings.TrimPrefix(k, "export "))
+		v = strings.Trim(strings.TrimSpace(v), `"'`) // as a shell would read it
 		c.set(strings.TrimPrefix(k, "TELSON_"), v, fmt.Sprintf("%s:%d", path, n+1))
 	}
 }
 
-// set records key=value from src, warning about unknown keys and bad values.
+// set records key=value from src, warning about unknown keys and bad values. Keys are upper case.
 func (c *config) set(key, value, src string) {
+	key = strings.ToUpper(key)
 	k := c.lookup(key)
 	prefixed := slices.ContainsFunc(configPrefixes, func(p string) bool {
 		return strings.HasPrefix(key, p)
@@ -614,12 +596,9 @@ func (c *config) bool(key string) bool {
 
 // toolEnabled applies TOOLS (all, none, or a comma list) and TOOL_<Name>=0.
 func (c *config) toolEnabled(name string) bool {
-	for k, v := range c.values {
-		suffix, isToolKey := strings.CutPrefix(k, "TOOL_")
-		on, ok := parseBool(v)
-		if isToolKey && ok && !on && strings.EqualFold(suffix, name) {
-			return false
-		}
+	v, set := c.values["TOOL_"+strings.ToUpper(name)]
+	if on, ok := parseBool(v); set && ok && !on {
+		return false
 	}
 	list := splitList(c.values["TOOLS"])
 	return len(list) == 0 || slices.ContainsFunc(list, func(n string) bool {

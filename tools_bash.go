@@ -32,7 +32,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 	"unicode"
@@ -91,28 +90,64 @@ type bashOutcome struct {
 
 func runBash(ctx context.Context, c *toolCall) toolResult {
 	var a bashArgs
-	if err := json.Unmarshal(c.args, &a); err != nil {
-		return errorResult("invalid arguments: %v", err)
-	}
+	json.Unmarshal(c.args, &a) // checked against the input schema: it fits
 	if strings.TrimSpace(a.Command) == "" {
 		return errorResult("command is empty")
 	}
 	if a.Background {
 		return runBackgroundBash(ctx, c)
 	}
-	cfg := c.s.srv.cfg
-	timeout := time.Duration(cmp.Or(a.Timeout, cfg.int("BASH_TIMEOUT_MS"))) * time.Millisecond
-	capture := &outputCapture{limit: max(cfg.int("OUTPUT_LIMIT"), 200), procs: c.s.srv.procs}
+	s := c.s
+	cfg := s.srv.cfg
+	capture := &outputCapture{limit: max(cfg.int("OUTPUT_LIMIT"), 200), procs: s.srv.procs}
 	if cfg.bool("STREAMING") && len(c.req.progressToken) > 0 {
 		capture.stream = c.req
 	}
-	dir := c.s.shell.dir()
-	o, err := runShell(ctx, c.s, a.Command, timeout, capture)
+	cmd := bashCommand(a.Command)
+	var cwdR, cwdW *os.File // the pipe the cwd trap writes to, when there is one
+	if mayChangeDir(a.Command) {
+		cmd = bashCommand("trap 'builtin pwd -P >&" + strconv.Itoa(cwdFD) + "' EXIT\n" + a.Command)
+		var err error
+		cwdR, cwdW, err = os.Pipe()
+		if err != nil {
+			return errorResult("run: %v", err)
+		}
+		defer cwdR.Close()
+		cmd.ExtraFiles = make([]*os.File, cwdFD-2) // fds 3 to cwdFD, all closed but cwdFD
+		cmd.ExtraFiles[cwdFD-3] = cwdW
+	}
+	run := s.srv.procs.scope(s.bg.scope)
+	out, err := s.startShell(cmd, run)
+	cwdW.Close()
 	if err != nil {
 		return errorResult("%v", err)
 	}
-	if o.Cwd != dir {
-		c.s.checkSkills()
+	defer out.Close()
+	timeout := time.Duration(cmp.Or(a.Timeout, cfg.int("BASH_TIMEOUT_MS"))) * time.Millisecond
+	runCtx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	stopKill := context.AfterFunc(runCtx, func() { stopRun(run, killGrace, cmd.Process) })
+	start := time.Now()
+	capture.readUntilExit(out, cmd)
+	stopKill()
+	o := capture.outcome()
+	o.DurationMS = time.Since(start).Milliseconds()
+	o.ExitCode, o.Signal = exitStatus(cmd)
+	if runCtx.Err() != nil && ctx.Err() == nil { // the timeout, not a cancellation
+		o.TimedOut = true
+		o.ExitCode = -1
+		o.Hint = "To let it finish, call Bash again with a larger timeout (up to 600000 ms), " +
+			"or use BackgroundBash."
+	}
+	if cwdR != nil {
+		cwdR.SetReadDeadline(time.Now().Add(leftWait))
+		if d, err := bufio.NewReader(cwdR).ReadString('\n'); err == nil {
+			s.shell.setDir(strings.TrimSuffix(d, "\n"))
+		}
+	}
+	o.Cwd = s.shell.dir()
+	if o.Cwd != cmd.Dir {
+		s.checkSkills()
 	}
 	res := structuredResult(o.text(), o)
 	res.isError = o.ExitCode != 0 || o.TimedOut
@@ -140,77 +175,40 @@ func (o *bashOutcome) text() string {
 
 func lastBytes(b []byte, n int) []byte { return b[max(0, len(b)-n):] }
 
-// cwdFD is the descriptor the shell's EXIT trap writes its final working directory to.
+// cwdFD is the descriptor the shell's EXIT trap writes its final working directory to: a
+// command's ExtraFiles[cwdFD-3], the slots before it left closed.
 const cwdFD = 9
 
-// runShell runs command with bash -c in the session's directory and returns
-// what it printed (kept by capture) and how it ended.
-func runShell(ctx context.Context, s *session, command string, timeout time.Duration,
-	capture *outputCapture) (*bashOutcome, error) {
-	procs := s.srv.procs
-	cmd := bashCommand(command)
-	var cwdR, cwdW *os.File
-	if mayChangeDir(command) {
-		cmd = bashCommand("trap 'builtin pwd -P >&" + strconv.Itoa(cwdFD) + "' EXIT\n" + command)
-		pr, pw, err := os.Pipe()
-		if err != nil {
-			return nil, fmt.Errorf("run: %w", err)
-		}
-		defer pr.Close()
-		cwdR = pr
-		cwdW = pw
-		cmd.ExtraFiles = make([]*os.File, cwdFD-2) // fds 3 to cwdFD, all closed but cwdFD
-		cmd.ExtraFiles[cwdFD-3] = cwdW
-	}
+// startShell starts cmd, a bash command, as run in the shell's directory with its output to
+// a new pipe, whose read end it returns. In plan mode, cmd runs in runSandbox's read-only view
+// of the filesystem, or is refused where that cannot be made.
+func (s *session) startShell(cmd *exec.Cmd, run string) (*os.File, error) {
 	cmd.Dir = s.shell.dir()
-	if err := s.sandbox(cmd); err != nil {
-		return nil, err
-	}
-	defer capture.close()
-	out, outW, err := os.Pipe()
-	if err != nil {
-		return nil, fmt.Errorf("run: %w", err)
-	}
-	defer out.Close()
-	cmd.Stdout = outW
-	cmd.Stderr = outW
-	start := time.Now()
-	run := procs.scope(s.bg.scope)
-	err = procs.startRun(cmd, run)
-	outW.Close()
-	cwdW.Close()
-	if err != nil {
-		return nil, fmt.Errorf("run: %w", err)
-	}
-	var timedOut atomic.Bool
-	timer := time.AfterFunc(timeout, func() {
-		timedOut.Store(true)
-		stopRun(run, killGrace, cmd.Process)
-	})
-	stopCancel := context.AfterFunc(ctx, func() { stopRun(run, killGrace, cmd.Process) })
-	capture.readUntilExit(out, cmd)
-	timer.Stop()
-	stopCancel()
-	o := capture.outcome()
-	o.DurationMS = time.Since(start).Milliseconds()
-	o.ExitCode, o.Signal = exitStatus(cmd)
-	if timedOut.Load() {
-		o.TimedOut = true
-		o.ExitCode = -1
-		o.Hint = "To let it finish, call Bash again with a larger timeout (up to 600000 ms), " +
-			"or use BackgroundBash."
-	}
-	if cwdR != nil {
-		cwdR.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
-		if d, err := bufio.NewReader(cwdR).ReadString('\n'); err == nil {
-			s.shell.setDir(strings.TrimSuffix(d, "\n"))
+	if s.planActive() {
+		exe, err := os.Executable()
+		if err == nil {
+			err = userNamespace(cmd)
 		}
+		if err != nil {
+			return nil, fmt.Errorf("refused: in plan mode commands run in a read-only sandbox, "+
+				"which this system cannot make (%v); finish planning with PlanMode first", err)
+		}
+		cmd.Args = append([]string{exe}, cmd.Args...)
+		cmd.Path = exe
+		cmd.Env = append(os.Environ(), sandboxEnv+"=1")
 	}
-	o.Cwd = s.shell.dir()
-	if ctx.Err() != nil && !o.TimedOut {
-		return o, fmt.Errorf("cancelled: %w", ctx.Err())
+	out, w, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("start: %w", err)
 	}
-	return o, nil
+	defer w.Close() // the child has its own copy
+	cmd.Stdout = w
+	cmd.Stderr = w
+	if err := s.srv.procs.startRun(cmd, run); err != nil {
+		out.Close()
+		return nil, fmt.Errorf("start: %w", err)
+	}
+	return out, nil
 }
 
 // Reading a command's output: most commands end within quickEnd, waited for
@@ -280,19 +278,18 @@ func mayChangeDir(command string) bool {
 // dirBuiltins are the words that make mayChangeDir true.
 var dirBuiltins = []string{"cd", "pushd", "popd", "eval", "source", "."}
 
+// signalNames are the names exitStatus gives signals; others are numbers.
+var signalNames = map[syscall.Signal]string{syscall.SIGTERM: "TERM", syscall.SIGKILL: "KILL",
+	syscall.SIGINT: "INT", syscall.SIGHUP: "HUP", syscall.SIGSEGV: "SEGV",
+	syscall.SIGABRT: "ABRT", syscall.SIGPIPE: "PIPE"}
+
 // exitStatus is how cmd, waited for, ended: its exit code, or -1 and a signal's name.
 func exitStatus(cmd *exec.Cmd) (code int, signal string) {
-	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return -1, signalName(ws.Signal())
+	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	if ws.Signaled() {
+		return -1, cmp.Or(signalNames[ws.Signal()], strconv.Itoa(int(ws.Signal())))
 	}
 	return cmd.ProcessState.ExitCode(), ""
-}
-
-func signalName(sig syscall.Signal) string {
-	names := map[syscall.Signal]string{syscall.SIGTERM: "TERM", syscall.SIGKILL: "KILL",
-		syscall.SIGINT: "INT", syscall.SIGHUP: "HUP", syscall.SIGSEGV: "SEGV",
-		syscall.SIGABRT: "ABRT", syscall.SIGPIPE: "PIPE"}
-	return cmp.Or(names[sig], strconv.Itoa(int(sig)))
 }
 
 // shellState is the shell's working directory, which Bash's cd changes and
@@ -303,10 +300,7 @@ type shellState struct {
 }
 
 func newShellState() *shellState {
-	wd, err := os.Getwd()
-	if err != nil {
-		wd = "/"
-	}
+	wd, _ := os.Getwd() // "" when it failed: dir falls back to "." or "/"
 	return &shellState{cwd: wd}
 }
 
@@ -345,37 +339,32 @@ func (sh *shellState) resolve(path string) string {
 
 // outputCapture keeps the first limit bytes a command prints and its last
 // limit/2; once the output is longer than limit, all of it goes to a kept
-// file too, so memory stays bounded whatever a command prints.
+// file too, so memory stays bounded whatever a command prints. Only the
+// goroutine that runs the command uses it: it has no lock.
 type outputCapture struct {
 	limit  int
 	procs  *procTracker
-	stream *rpcRequest // when set, new lines go to it as progress, at most every 100 ms
-
-	mu     sync.Mutex // guards the fields below
+	stream *rpcRequest // when set, new lines go to it as progress
 	head   []byte
 	tail   []byte // the last bytes, at most limit before trimming to limit/2
 	total  int64
 	lines  int // newlines printed
 	file   *keptFile
-	recent []byte // the last bytes not yet sent as progress
-	sent   time.Time
+	sent   time.Time // when progress was last sent
 }
 
 func (oc *outputCapture) Write(p []byte) (int, error) {
-	oc.mu.Lock()
-	defer oc.mu.Unlock()
 	oc.total += int64(len(p))
 	oc.lines += bytes.Count(p, []byte{'\n'})
-	if oc.file == nil && oc.total > int64(oc.limit) {
+	if oc.file == nil && oc.total > int64(oc.limit) { // a file once the output is cut
 		oc.file = oc.procs.keepFile("bash")
 		oc.file.keep(oc.head)
 	}
 	oc.file.keep(p)
-	oc.recent = lastBytes(append(oc.recent, p...), 2000)
-	if end := bytes.LastIndexByte(oc.recent, '\n'); oc.stream != nil && end >= 0 &&
+	// progress: the lines p ends, at most every 100 ms
+	if end := bytes.LastIndexByte(p, '\n'); oc.stream != nil && end >= 0 &&
 		time.Since(oc.sent) >= 100*time.Millisecond {
-		oc.stream.progress(float64(oc.total), 0, validUTF8(string(oc.recent[:end])))
-		oc.recent = append(oc.recent[:0], oc.recent[end+1:]...)
+		oc.stream.progress(float64(oc.total), 0, validUTF8(string(lastBytes(p[:end], 2000))))
 		oc.sent = time.Now()
 	}
 	take := min(oc.limit-len(oc.head), len(p))
@@ -387,20 +376,13 @@ func (oc *outputCapture) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (oc *outputCapture) close() {
-	oc.mu.Lock()
-	defer oc.mu.Unlock()
-	oc.file.close()
-}
-
-// outcome is the kept output; a cut falls on line boundaries when there are
-// any, and says how many lines and bytes it left out.
+// outcome is the kept output, once the command is done; a cut falls on line
+// boundaries when there are any, and says how many lines and bytes it left out.
 func (oc *outputCapture) outcome() *bashOutcome {
-	oc.mu.Lock()
-	defer oc.mu.Unlock()
 	if oc.total <= int64(oc.limit) {
 		return &bashOutcome{Output: validUTF8(string(oc.head))}
 	}
+	oc.file.f.Close()
 	head := oc.head[:oc.limit/2]
 	if i := bytes.LastIndexByte(head, '\n'); i >= 0 {
 		head = head[:i+1]
@@ -409,12 +391,12 @@ func (oc *outputCapture) outcome() *bashOutcome {
 	if i := bytes.IndexByte(tail, '\n'); i < len(tail)-1 {
 		tail = tail[i+1:]
 	}
-	o := &bashOutcome{Truncated: true, OutputFile: oc.file.path()}
+	o := &bashOutcome{Truncated: true, OutputFile: oc.file.path}
 	o.OmittedBytes = oc.total - int64(len(head)) - int64(len(tail))
 	o.OmittedLines = oc.lines - bytes.Count(head, []byte{'\n'}) - bytes.Count(tail, []byte{'\n'})
-	o.Output = fmt.Sprintf("%s\n[... %d lines (%d bytes) left out; the complete output is in %s ...]\n\n%s",
-		validUTF8(string(head)), o.OmittedLines, o.OmittedBytes, oc.file.path(),
-		validUTF8(string(tail)))
+	o.Output = fmt.Sprintf("%s\n[... %d lines (%d bytes) left out; "+
+		"the complete output is in %s ...]\n\n%s", validUTF8(string(head)), o.OmittedLines,
+		o.OmittedBytes, o.OutputFile, validUTF8(string(tail)))
 	return o
 }
 
@@ -426,32 +408,21 @@ const (
 	keptFiles     = 32
 )
 
-// keptFile is a command's complete output, up to keptFileBytes. A nil
-// keptFile, one that could not be created, keeps nothing.
+// keptFile is a command's complete output, up to keptFileBytes. One that
+// could not be created has no file, and keeps nothing, as a nil one.
 type keptFile struct {
 	f    *os.File
+	path string
 	left int64
 }
 
 func (k *keptFile) keep(p []byte) {
-	if k != nil && k.left > 0 {
-		n := min(int64(len(p)), k.left)
-		k.f.Write(p[:n])
-		k.left -= n
-	}
-}
-
-func (k *keptFile) close() {
-	if k != nil {
-		k.f.Close()
-	}
-}
-
-func (k *keptFile) path() string {
 	if k == nil {
-		return ""
+		return
 	}
-	return k.f.Name()
+	n := min(int64(len(p)), k.left)
+	k.f.Write(p[:n])
+	k.left -= n
 }
 
 // killGrace is how long processes have between TERM and KILL.
@@ -466,9 +437,9 @@ const (
 // procTracker starts the server's children and ends them. Every child
 // carries a marker: the server's id, then one number per scope (a session,
 // a run), each followed by a dot. When telson ends without stopping (even
-// by SIGKILL), its reaper, a child process waiting for its stdin (a lifeline
-// pipe) to close, kills the server's marker and removes the directories
-// listed in the registry, an unlinked temporary file both processes hold.
+// by SIGKILL), its reaper, a child process reading its stdin (the lifeline
+// pipe) until it closes, kills the server's marker and removes the
+// directories telson wrote to the lifeline.
 type procTracker struct {
 	log *logger
 	id  string // the server's marker
@@ -479,8 +450,7 @@ type procTracker struct {
 	mu       sync.Mutex // guards the fields below
 	scopes   int
 	reaper   *exec.Cmd
-	registry *os.File       // "m<marker>", then "d<dir>" lines the reaper reads
-	lifeline io.WriteCloser // the reaper's stdin; closes when telson ends
+	lifeline io.WriteCloser // the reaper's stdin: the marker's line, then a line per directory
 	outDir   string
 	kept     []string     // kept output files, oldest first
 	started  map[int]bool // the children telson started, with subreaper, until waited for
@@ -540,8 +510,8 @@ func (pt *procTracker) removeAtExit(dir string) {
 
 func (pt *procTracker) removeAtExitLocked(dir string) {
 	pt.startReaperLocked()
-	if pt.registry != nil && !strings.ContainsAny(dir, "\n") {
-		fmt.Fprintf(pt.registry, "d%s\n", dir)
+	if pt.lifeline != nil && filepath.IsAbs(dir) && !strings.Contains(dir, "\n") {
+		fmt.Fprintln(pt.lifeline, dir)
 	}
 }
 
@@ -556,7 +526,7 @@ func (pt *procTracker) keepFile(what string) *keptFile {
 		dir, err := os.MkdirTemp("", "telson-output-*")
 		if err != nil {
 			pt.log.warnf("output files: %v", err)
-			return nil
+			return &keptFile{}
 		}
 		pt.outDir = dir
 		pt.removeAtExitLocked(dir)
@@ -564,14 +534,14 @@ func (pt *procTracker) keepFile(what string) *keptFile {
 	f, err := os.CreateTemp(pt.outDir, what+"-*.log")
 	if err != nil {
 		pt.log.warnf("output files: %v", err)
-		return nil
+		return &keptFile{}
 	}
 	pt.kept = append(pt.kept, f.Name())
 	if len(pt.kept) > keptFiles {
 		os.Remove(pt.kept[0])
 		pt.kept = pt.kept[1:]
 	}
-	return &keptFile{f: f, left: keptFileBytes}
+	return &keptFile{f: f, path: f.Name(), left: keptFileBytes}
 }
 
 // closeAll kills every process of the server, removes the kept files and lets the reaper go.
@@ -580,14 +550,21 @@ func (pt *procTracker) closeAll() {
 	defer pt.mu.Unlock()
 	pt.closed = true
 	killMarked(pt.id, 500*time.Millisecond)
-	if pt.subreaper {
-		pt.killAdoptedLocked()
+	// the processes re-parented to telson, and those they leave, until none is left
+	for wait := time.Millisecond; pt.subreaper && wait < time.Second; wait *= 2 {
+		adopted := pt.adoptedLocked()
+		if len(adopted) == 0 {
+			break
+		}
+		for _, pid := range adopted {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+		time.Sleep(wait) // polling external processes, bounded
 	}
 	os.RemoveAll(pt.outDir)
 	if pt.lifeline != nil {
 		pt.lifeline.Close() // the reaper finds nothing left to kill and exits
 		pt.reaper.Wait()
-		pt.registry.Close()
 	}
 }
 
@@ -596,31 +573,26 @@ func (pt *procTracker) startReaperLocked() {
 	if pt.reaper != nil {
 		return
 	}
-	pt.reaper = &exec.Cmd{} // tried once; a failure is logged, not retried
-	exe, err := os.Executable()
-	registry, err2 := os.CreateTemp("", "telson-reaper-*")
-	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(), reaperEnv+"=1")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.ExtraFiles = []*os.File{registry} // fd 3
-	w, err3 := cmd.StdinPipe()
-	if err = errors.Join(err, err2, err3); err == nil {
-		os.Remove(registry.Name()) // both processes hold it open; nothing to clean up
-		fmt.Fprintf(registry, "m%s\n", pt.id)
-		err = cmd.Start()
+	exe, _ := os.Executable()     // "" fails to start below
+	pt.reaper = exec.Command(exe) // tried once; a failure is logged, not retried
+	pt.reaper.Env = append(os.Environ(), reaperEnv+"=1")
+	pt.reaper.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	w, err := pt.reaper.StdinPipe()
+	if err == nil {
+		fmt.Fprintln(w, pt.id) // the pipe holds it: the reaper always reads the marker
+		err = pt.reaper.Start()
 	}
 	if err != nil {
 		pt.log.warnf("reaper: %v; children may outlive a killed telson", err)
 		return
 	}
-	pt.reaper = cmd
-	pt.started[cmd.Process.Pid] = true
+	pt.started[pt.reaper.Process.Pid] = true
 	pt.lifeline = w
-	pt.registry = registry
 }
 
-// adoptedLocked lists telson's children it did not start: processes
-// re-parented to it. It forgets the started children waited for since. pt.mu must be held.
+// adoptedLocked reaps the ended processes re-parented to telson (its children
+// it did not start) and returns the others. It forgets the started children
+// waited for since. pt.mu must be held.
 func (pt *procTracker) adoptedLocked() []int {
 	parent := strconv.Itoa(os.Getpid())
 	children := map[int]bool{}
@@ -628,17 +600,18 @@ func (pt *procTracker) adoptedLocked() []int {
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
 		stat, _ := os.ReadFile("/proc/" + e.Name() + "/stat")
 		// after the command's closing parenthesis: the state, then the parent's pid
 		fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-		if len(fields) < 2 || fields[1] != parent {
+		if err != nil || len(fields) < 2 || fields[1] != parent {
 			continue
 		}
 		children[pid] = true
-		if !pt.started[pid] {
+		if pt.started[pid] {
+			continue
+		}
+		var ws syscall.WaitStatus
+		if reaped, _ := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil); reaped != pid {
 			adopted = append(adopted, pid)
 		}
 	}
@@ -657,51 +630,22 @@ func (pt *procTracker) reapAdopted() {
 	signal.Notify(exits, syscall.SIGCHLD)
 	for range exits { // lives as long as telson
 		pt.mu.Lock()
-		for _, pid := range pt.adoptedLocked() {
-			var ws syscall.WaitStatus
-			syscall.Wait4(pid, &ws, syscall.WNOHANG, nil) // a running one is left alone
-		}
+		pt.adoptedLocked()
 		pt.mu.Unlock()
 		time.Sleep(time.Second) // one sweep a second at most; a later exit waits in the channel
 	}
 }
 
-// killAdoptedLocked kills and reaps the processes re-parented to telson, and
-// those they leave, until none is left. pt.mu must be held.
-func (pt *procTracker) killAdoptedLocked() {
-	for wait := time.Millisecond; wait < time.Second; wait *= 2 {
-		adopted := pt.adoptedLocked()
-		if len(adopted) == 0 {
-			return
-		}
-		for _, pid := range adopted {
-			syscall.Kill(pid, syscall.SIGKILL)
-			var ws syscall.WaitStatus
-			syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
-		}
-		time.Sleep(wait) // polling external processes, bounded
-	}
-}
-
 // runReaper is the reaper process: when its stdin closes because telson
-// ended, it kills the marker on fd 3's first line and removes the directories listed after.
+// ended, it kills the marker on its first line and removes the directories listed after.
 func runReaper(lifeline io.Reader) int {
-	io.Copy(io.Discard, lifeline)
-	registry := os.NewFile(3, "registry")
-	registry.Seek(0, io.SeekStart)
-	var dirs []string
-	sc := bufio.NewScanner(registry)
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, "m") {
-			killMarked(line[1:], 500*time.Millisecond)
+	b, _ := io.ReadAll(lifeline)
+	lines := strings.Split(string(b), "\n")
+	killMarked(lines[0], 500*time.Millisecond)
+	for _, dir := range lines[1:] {
+		if dir != "" {
+			removeWhenQuiet(dir)
 		}
-		if strings.HasPrefix(line, "d/") {
-			dirs = append(dirs, line[1:])
-		}
-	}
-	for _, dir := range dirs {
-		removeWhenQuiet(dir)
 	}
 	return 0
 }
@@ -722,6 +666,14 @@ func removeWhenQuiet(dir string) {
 		}
 		time.Sleep(step) // polling what other processes do, bounded
 	}
+}
+
+// stopRun kills the processes carrying marker, then the run's leader: a
+// scan misses a process in the middle of an exec (its environment reads
+// empty then), and the leader is the one its caller waits for.
+func stopRun(marker string, grace time.Duration, leader *os.Process) {
+	killMarked(marker, grace)
+	leader.Kill() // an ended leader is not signalled again (os.Process knows)
 }
 
 // killMarked is the one kill loop: TERM to every process whose marker starts
@@ -746,14 +698,6 @@ func killMarked(marker string, grace time.Duration) {
 		}
 		time.Sleep(min(wait, 50*time.Millisecond)) // polling external processes, bounded
 	}
-}
-
-// stopRun kills the processes carrying marker, then the run's leader: a
-// scan misses a process in the middle of an exec (its environment reads
-// empty then), and the leader is the one its caller waits for.
-func stopRun(marker string, grace time.Duration, leader *os.Process) {
-	killMarked(marker, grace)
-	leader.Kill() // an ended leader is not signalled again (os.Process knows)
 }
 
 // markedPids lists the processes whose marker starts with marker (a zombie
@@ -785,43 +729,17 @@ func markedPids(marker string) []int {
 	return pids
 }
 
-// sandbox readies cmd, a bash command, to run in plan mode's read-only view
-// of the filesystem when plan mode is active, or says why it cannot.
-func (s *session) sandbox(cmd *exec.Cmd) error {
-	if !s.planActive() {
-		return nil
-	}
-	exe, err := os.Executable()
-	if err == nil {
-		err = userNamespace(cmd)
-	}
-	if err != nil {
-		return fmt.Errorf("refused: plan mode is active, and commands then run in a "+
-			"read-only sandbox, "+
-			"which this system cannot make (%v); finish planning with PlanMode first", err)
-	}
-	cmd.Args = append([]string{exe}, cmd.Args...)
-	cmd.Path = exe
-	cmd.Env = append(os.Environ(), sandboxEnv+"=1")
-	return nil
-}
-
 // sandboxFailed is the exit status of a sandbox that could not be made.
 const sandboxFailed = 126
 
-// runSandbox is telson started by sandbox, inside its namespaces: it makes
+// runSandbox is telson started by startShell, inside its namespaces: it makes
 // every mount read-only and /tmp a private tmpfs, then runs args in a nested
 // user namespace, where the read-only flags are locked, and exits as it did.
 func runSandbox(args []string) int {
 	cmd := exec.Command(args[0], args[1:]...)
-	cmd.Stdin = os.Stdin
+	// stdin stays /dev/null; cwdFD, inherited without close-on-exec, stays open
 	cmd.Stdout = os.Stdout
 	cmd.Stderr = os.Stderr
-	var st syscall.Stat_t
-	if syscall.Fstat(cwdFD, &st) == nil { // Bash's, not BackgroundBash's
-		cmd.ExtraFiles = make([]*os.File, cwdFD-2)
-		cmd.ExtraFiles[cwdFD-3] = os.NewFile(cwdFD, "cwd")
-	}
 	os.Unsetenv(sandboxEnv)
 	userNamespace(cmd)
 	err := readOnlyMounts()

@@ -45,8 +45,7 @@ const (
 		"unread_bytes","dropped_bytes"`
 	bgTaskSchema = `{"type":"object","properties":{` + bgProps + `,"hint":{"type":"string"}},
 		"required":[` + bgRequired + `]}`
-	bgReadSchema = `{"type":"object","properties":{` + bgProps + `,"output":{"type":"string"},
-		"skipped_bytes":{"type":"integer","description":"unread output passed over by tail"}},
+	bgReadSchema = `{"type":"object","properties":{` + bgProps + `,"output":{"type":"string"}},
 		"required":[` + bgRequired + `,"output"]}`
 	bgIDInput = `"task_id":{"type":"integer","minimum":1}`
 )
@@ -95,10 +94,11 @@ then its status.
 }
 
 var listBgTasksTool = toolDef{
-	name:        "ListBgTasks",
-	title:       "List background tasks",
-	description: "Lists this session's background tasks, newest first (the last 100 finished are kept).",
-	input:       `{"type":"object","properties":{}}`,
+	name:  "ListBgTasks",
+	title: "List background tasks",
+	description: "Lists this session's background tasks, newest first " +
+		"(the last 100 finished are kept).",
+	input: `{"type":"object","properties":{}}`,
 	output: `{"type":"object","properties":{"tasks":{"type":"array","items":` + bgTaskSchema + `}},
 		"required":["tasks"]}`,
 	hints: toolHints{readOnly: true, idempotent: true},
@@ -129,7 +129,7 @@ type bgTasks struct {
 	mu     sync.Mutex // guards the fields below
 	tasks  []*bgTask  // oldest first
 	nextID int
-	closed bool // the session ended: nothing starts
+	closed bool // the session ended: nothing starts or is announced
 }
 
 func newBgTasks(procs *procTracker) *bgTasks {
@@ -156,8 +156,7 @@ type bgTask struct {
 	end     time.Time
 	code    int // the exit status; -1 while running or after a signal
 	signal  string
-	quiet   bool   // no notice announces the end: a reply said it
-	notice  string // the notice that announced the end, while it may be queued
+	quiet   bool // no notice announces the end: KillBgTask's reply says it
 }
 
 // bgInfo is a task in structured content.
@@ -174,18 +173,15 @@ type bgInfo struct {
 	LogFile      string  `json:"log_file,omitempty"`
 	Hint         string  `json:"hint,omitempty"`
 	Output       *string `json:"output,omitempty"`
-	SkippedBytes int     `json:"skipped_bytes,omitempty"`
 }
 
 func runBackgroundBash(ctx context.Context, c *toolCall) toolResult {
-	var a struct {
-		Command string `json:"command"`
-	}
-	if err := json.Unmarshal(c.args, &a); err != nil || strings.TrimSpace(a.Command) == "" {
-		return errorResult("command is missing or empty")
+	var a bashArgs
+	json.Unmarshal(c.args, &a) // checked against the input schema: it fits
+	if strings.TrimSpace(a.Command) == "" {
+		return errorResult("command is empty")
 	}
 	b := c.s.bg
-	dir := c.s.shell.dir()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
@@ -196,36 +192,26 @@ func runBackgroundBash(ctx context.Context, c *toolCall) toolResult {
 		return errorResult("%d tasks are already running, the most allowed (BG_MAX_TASKS=%d); "+
 			"stop one with KillBgTask first", running, most)
 	}
-	cmd := bashCommand(a.Command)
-	cmd.Dir = dir
-	if err := c.s.sandbox(cmd); err != nil {
-		return errorResult("%v", err)
-	}
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		return errorResult("start: %v", err)
-	}
-	defer pw.Close() // the child has its own copy
-	cmd.Stdout = pw
-	cmd.Stderr = pw
 	b.nextID++
 	t := &bgTask{id: b.nextID, command: a.Command, marker: b.procs.scope(b.scope),
-		start: time.Now(), limit: max(c.s.srv.cfg.int("BG_BUFFER_BYTES"), 256), out: pr,
+		start: time.Now(), limit: max(c.s.srv.cfg.int("BG_BUFFER_BYTES"), 256),
 		ended: make(chan struct{}), code: -1, changed: make(chan struct{})}
-	if err := b.procs.startRun(cmd, t.marker); err != nil {
-		pr.Close()
-		return errorResult("start: %v", err)
+	cmd := bashCommand(a.Command)
+	out, err := c.s.startShell(cmd, t.marker)
+	if err != nil {
+		return errorResult("%v", err)
 	}
 	t.leader = cmd.Process
+	t.out = out
 	t.log = b.procs.keepFile(fmt.Sprintf("task-%d", t.id))
 	b.tasks = append(b.tasks, t)
 	b.wg.Add(1)
 	go t.run(c.s, cmd) // exits once bash has exited and its output is read
-	info, _ := t.info()
+	info, _ := t.state(c.s)
 	info.Hint = fmt.Sprintf(`Read its output with ReadBgOutput {"task_id": %d, "wait_ms": 5000}; `+
 		`stop it with KillBgTask {"task_id": %d}.`, t.id, t.id)
 	text := fmt.Sprintf("Started background task %d (pid %d) in %s; its complete output "+
-		"goes to %s.\n%s", t.id, t.leader.Pid, dir, t.log.path(), info.Hint)
+		"goes to %s.\n%s", t.id, t.leader.Pid, cmd.Dir, t.log.path, info.Hint)
 	return structuredResult(text, info)
 }
 
@@ -262,12 +248,6 @@ func (b *bgTasks) closeAll() {
 	b.wg.Wait()
 }
 
-func (b *bgTasks) ending() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.closed
-}
-
 // run reads the task's output until bash has exited, records how it ended and announces it.
 func (t *bgTask) run(s *session, cmd *exec.Cmd) {
 	defer s.bg.wg.Done()
@@ -276,13 +256,15 @@ func (t *bgTask) run(s *session, cmd *exec.Cmd) {
 		defer close(readDone)
 		io.Copy(t, t.out)
 		t.out.Close()
-		t.log.close()
+		t.log.f.Close()
 	}()
 	cmd.Wait()
-	ending := s.bg.ending()
+	s.bg.mu.Lock()
+	ending := s.bg.closed
+	s.bg.mu.Unlock()
 	select { // bash's output is in the pipe; a process it left behind may hold the pipe open
 	case <-readDone:
-	case <-time.After(100 * time.Millisecond):
+	case <-time.After(leftWait):
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -294,24 +276,14 @@ func (t *bgTask) run(s *session, cmd *exec.Cmd) {
 	close(t.changed)
 	t.changed = make(chan struct{}) // output may still come from a process bash left behind
 	if !t.quiet && !ending {
-		t.notice = fmt.Sprintf("background task %d %s", t.id, t.statusLocked())
-		s.announce(t.notice)
+		s.announce(t.noticeLocked())
 	}
 }
 
-// reported is called by a reply that says how the task ended: the notice
-// that announced it, if still waiting, would say it twice.
-func (t *bgTask) reported(s *session) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if !t.done {
-		return
-	}
-	t.quiet = true
-	if t.notice != "" {
-		s.notices.remove(t.notice)
-		t.notice = ""
-	}
+// noticeLocked is the notice that announces the task's end. t.mu must be held.
+func (t *bgTask) noticeLocked() string {
+	_, status := t.infoLocked()
+	return fmt.Sprintf("background task %d %s", t.id, status)
 }
 
 // remove forgets a waiting notice.
@@ -321,9 +293,9 @@ func (q *noticeQueue) remove(line string) {
 	q.lines = slices.DeleteFunc(q.lines, func(l string) bool { return l == line })
 }
 
-// Write adds output, dropping the oldest unread bytes beyond the limit, and logs it.
+// Write adds output, dropping the oldest unread bytes beyond the limit, and logs it: what the
+// log holds can be read.
 func (t *bgTask) Write(p []byte) (int, error) {
-	t.log.keep(p)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.unread = append(t.unread, p...)
@@ -333,6 +305,7 @@ func (t *bgTask) Write(p []byte) (int, error) {
 	}
 	close(t.changed)
 	t.changed = make(chan struct{})
+	t.log.keep(p)
 	return len(p), nil
 }
 
@@ -357,12 +330,11 @@ func (t *bgTask) take(limit int) (string, int64) {
 	return out, dropped
 }
 
-// takeTail removes all unread output and returns its last lines (with
-// lines 0, take's), at most limit bytes, and how many bytes it passed over.
-func (t *bgTask) takeTail(lines, limit int) (string, int, int64) {
+// takeTail removes all unread output and returns its last lines, at most
+// limit bytes (with lines 0, take's), and the bytes dropped before them.
+func (t *bgTask) takeTail(lines, limit int) (string, int64) {
 	if lines == 0 {
-		out, dropped := t.take(limit)
-		return out, 0, dropped
+		return t.take(limit)
 	}
 	out, dropped := t.take(math.MaxInt)
 	body := strings.TrimSuffix(out, "\n")
@@ -370,67 +342,62 @@ func (t *bgTask) takeTail(lines, limit int) (string, int, int64) {
 	for n := 0; n < lines && i >= 0; n++ {
 		i = strings.LastIndexByte(body[:i], '\n')
 	}
-	kept := out[i+1:]
-	if len(kept) > limit {
-		kept = strings.ToValidUTF8(kept[len(kept)-limit:], "")
+	out = out[i+1:]
+	if len(out) > limit {
+		out = strings.ToValidUTF8(out[len(out)-limit:], "")
 	}
-	return kept, len(out) - len(kept), dropped
+	return out, dropped
 }
 
-// info describes the task and its status.
-func (t *bgTask) info() (bgInfo, string) {
+// state describes the task, and says its status in words, for a reply: a
+// notice of the task's end still waiting would say it twice, so it is removed.
+func (t *bgTask) state(s *session) (bgInfo, string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	i := bgInfo{TaskID: t.id, Pid: t.leader.Pid, Command: t.command, Status: "running",
-		ExitCode: t.code, Signal: t.signal, RuntimeMS: t.runtimeLocked().Milliseconds(),
-		UnreadBytes: len(t.unread), DroppedBytes: t.dropped, LogFile: t.log.path()}
-	if t.done && t.signal != "" {
-		i.Status = "killed"
-	} else if t.done {
-		i.Status = "exited"
-	}
-	return i, t.statusLocked()
-}
-
-func (t *bgTask) runtimeLocked() time.Duration {
 	if t.done {
-		return t.end.Sub(t.start)
+		s.notices.remove(t.noticeLocked())
 	}
-	return time.Since(t.start)
+	return t.infoLocked()
 }
 
-// statusLocked says how the task is: "running for 12s", "exited with status
-// 0 after 1m4s" or "killed by signal TERM after 3s".
-func (t *bgTask) statusLocked() string {
-	d := t.runtimeLocked().Truncate(time.Millisecond)
+// infoLocked describes the task; t.mu must be held. The status is "running for 12s", "exited with
+// status 0 after 1m4s" or "killed by signal TERM after 3s".
+func (t *bgTask) infoLocked() (bgInfo, string) {
+	d := time.Since(t.start)
+	if t.done {
+		d = t.end.Sub(t.start)
+	}
+	i := bgInfo{TaskID: t.id, Pid: t.leader.Pid, Command: t.command, Status: "running",
+		ExitCode: t.code, Signal: t.signal, RuntimeMS: d.Milliseconds(),
+		UnreadBytes: len(t.unread), DroppedBytes: t.dropped, LogFile: t.log.path}
+	d = d.Truncate(time.Millisecond)
 	if d >= time.Second {
 		d = d.Round(time.Second)
 	}
 	switch {
 	case !t.done:
-		return "running for " + d.String()
+		return i, "running for " + d.String()
 	case t.signal != "":
-		return fmt.Sprintf("killed by signal %s after %s", t.signal, d)
+		i.Status = "killed"
+		return i, fmt.Sprintf("killed by signal %s after %s", t.signal, d)
 	}
-	return fmt.Sprintf("exited with status %d after %s", t.code, d)
+	i.Status = "exited"
+	return i, fmt.Sprintf("exited with status %d after %s", t.code, d)
 }
 
-// report is the reply of ReadBgOutput and KillBgTask: note, the output taken, the task's status.
-func (t *bgTask) report(s *session, note, out string, skipped int, dropped int64) toolResult {
-	t.reported(s)
-	info, status := t.info()
+// report is the reply of ReadBgOutput and KillBgTask: note, the output taken
+// (see takeTail), the task's status.
+func (t *bgTask) report(s *session, note string, lines, limit int) toolResult {
+	out, dropped := t.takeTail(lines, limit)
+	info, status := t.state(s)
 	info.Output = &out
 	info.DroppedBytes = dropped
-	info.SkippedBytes = skipped
 	var b strings.Builder
 	b.WriteString(note)
 	if dropped > 0 {
 		fmt.Fprintf(&b, "[%d bytes dropped: the task printed more than its %d-byte buffer "+
 			"holds since the previous read; "+
-			"its complete output is in %s]\n", dropped, t.limit, t.log.path())
-	}
-	if skipped > 0 {
-		fmt.Fprintf(&b, "[%d earlier bytes passed over]\n", skipped)
+			"its complete output is in %s]\n", dropped, t.limit, t.log.path)
 	}
 	b.WriteString(strings.TrimSuffix(cmp.Or(out, "(no new output)"), "\n") + "\n")
 	if info.UnreadBytes > 0 {
@@ -449,9 +416,7 @@ type bgArgs struct {
 // bgFind finds the task a call names, or says why not.
 func bgFind(c *toolCall) (*bgTask, bgArgs, toolResult) {
 	var a bgArgs
-	if err := json.Unmarshal(c.args, &a); err != nil {
-		return nil, a, errorResult("invalid arguments: %v", err)
-	}
+	json.Unmarshal(c.args, &a) // checked against the input schema: it fits
 	c.s.bg.mu.Lock()
 	defer c.s.bg.mu.Unlock()
 	for _, t := range c.s.bg.tasks {
@@ -483,8 +448,7 @@ func runReadBgOutput(ctx context.Context, c *toolCall) toolResult {
 		case <-ctx.Done():
 		}
 	}
-	out, skipped, dropped := t.takeTail(a.Tail, c.s.srv.cfg.int("OUTPUT_LIMIT"))
-	return t.report(c.s, "", out, skipped, dropped)
+	return t.report(c.s, "", a.Tail, c.s.srv.cfg.int("OUTPUT_LIMIT"))
 }
 
 // runKillBgTask kills the task's marker: its group and what escaped it. Plan
@@ -507,8 +471,7 @@ func runKillBgTask(ctx context.Context, c *toolCall) toolResult {
 	case <-ctx.Done():
 		return errorResult("cancelled: %v", ctx.Err())
 	}
-	out, skipped, dropped := t.takeTail(killTailLines, 2000)
-	return t.report(c.s, note, out, skipped, dropped)
+	return t.report(c.s, note, killTailLines, 2000)
 }
 
 func runListBgTasks(ctx context.Context, c *toolCall) toolResult {
@@ -518,12 +481,12 @@ func runListBgTasks(ctx context.Context, c *toolCall) toolResult {
 	infos := []bgInfo{}
 	var b strings.Builder
 	for i := len(tasks) - 1; i >= 0; i-- {
-		tasks[i].reported(c.s)
-		info, status := tasks[i].info()
-		info.Command = strings.Join(strings.Fields(info.Command), " ")
-		if len([]rune(info.Command)) > 80 {
-			info.Command = string([]rune(info.Command)[:79]) + "…"
+		info, status := tasks[i].state(c.s)
+		short := []rune(strings.Join(strings.Fields(info.Command), " "))
+		if len(short) > 80 {
+			short = append(short[:79], '…')
 		}
+		info.Command = string(short)
 		infos = append(infos, info)
 		fmt.Fprintf(&b, "task %d: %s, %d bytes unread, pid %d, log %s: %s\n",
 			info.TaskID, status, info.UnreadBytes, info.Pid, info.LogFile, info.Command)
