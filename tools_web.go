@@ -25,16 +25,13 @@ import (
 	"html"
 	"io"
 	"math"
-	"mime"
 	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
 	"os"
 	"os/exec"
-	"reflect"
 	"regexp"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -42,6 +39,7 @@ import (
 	"syscall"
 	"time"
 	"unicode"
+	"unicode/utf8"
 )
 
 // htmlNode is an element or a text node of a parsed page. The root has tag "#root".
@@ -1074,39 +1072,39 @@ type wsFrameHeader struct {
 // offers no extensions: Chromium refuses the first and would compress with the second.
 func wsDial(ctx context.Context, rawURL string, rnd io.Reader, maxMsg int64) (*wsConn, error) {
 	u, err := url.Parse(rawURL)
-	if err != nil || u.Scheme != "ws" || u.Host == "" {
+	if err != nil || u.Scheme != "ws" {
 		return nil, fmt.Errorf("websocket dial: bad url %q", rawURL)
 	}
 	conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", u.Host)
 	if err != nil {
 		return nil, fmt.Errorf("websocket dial: %w", err)
 	}
-	br := bufio.NewReaderSize(conn, 64<<10)
-	if err := wsHandshake(ctx, conn, br, u, rnd); err != nil {
+	ws := &wsConn{conn: conn, br: bufio.NewReaderSize(conn, 64<<10), rand: rnd, maxMsg: maxMsg}
+	dl, _ := ctx.Deadline()
+	conn.SetDeadline(dl) // none when ctx has none
+	err = ws.handshake(u)
+	conn.SetDeadline(time.Time{})
+	if err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("websocket handshake: %w", err)
 	}
-	return &wsConn{conn: conn, br: br, rand: rnd, maxMsg: maxMsg}, nil
+	return ws, nil
 }
 
-// wsHandshake sends the upgrade request and checks the answer (RFC 6455 section 4.1).
-func wsHandshake(ctx context.Context, conn net.Conn, br *bufio.Reader, u *url.URL,
-	rnd io.Reader) error {
-	dl, _ := ctx.Deadline()
-	conn.SetDeadline(dl) // none when ctx has none
-	defer conn.SetDeadline(time.Time{})
+// handshake sends the upgrade request and checks the answer (RFC 6455 section 4.1).
+func (ws *wsConn) handshake(u *url.URL) error {
 	nonce := make([]byte, 16)
-	if _, err := io.ReadFull(rnd, nonce); err != nil {
+	if _, err := io.ReadFull(ws.rand, nonce); err != nil {
 		return err
 	}
 	key := base64.StdEncoding.EncodeToString(nonce)
-	_, err := fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\n"+
+	_, err := fmt.Fprintf(ws.conn, "GET %s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\n"+
 		"Connection: Upgrade\r\nSec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n\r\n",
 		u.RequestURI(), u.Host, key)
 	if err != nil {
 		return err
 	}
-	resp, err := http.ReadResponse(br, nil)
+	resp, err := http.ReadResponse(ws.br, nil)
 	if err != nil {
 		return err
 	}
@@ -1127,7 +1125,6 @@ func wsHandshake(ctx context.Context, conn net.Conn, br *bufio.Reader, u *url.UR
 	}
 	return nil
 }
-
 func wsAppendHeader(b []byte, h wsFrameHeader) []byte {
 	b0 := h.op&0x0f | (h.rsv&7)<<4
 	if h.fin {
@@ -1387,17 +1384,15 @@ var errNoBrowser = errors.New("no browser")
 type browserHolder struct {
 	tabs chan struct{} // a slot per open tab: pages are heavy on two cores
 
-	mu     sync.Mutex // guards the fields below
-	b      *browser
-	closed bool
+	mu sync.Mutex // guards b
+	b  *browser
 }
 
 type browser struct {
 	pid    int
 	dir    string // the profile, also the browser's home and temporary directory
 	cdp    *cdpClient
-	exited chan struct{}   // closed once the process has been waited for
-	spare  chan browserTab // a tab opened ahead of the next read
+	exited chan struct{} // closed once the process has been waited for
 }
 
 // chromeNames are the browsers looked for when CHROME_PATH is not set.
@@ -1408,14 +1403,14 @@ var chromeNames = []string{"chromium", "chromium-browser", "google-chrome", "goo
 	"/Applications/Google Chrome.app/Contents/MacOS/Google Chrome"}
 
 // findChrome returns the browser to run: CHROME_PATH when it is set, else the
-// first of chromeNames found; "" when there is none or READDOCS_BROWSER is off.
+// first of chromeNames found; "" when there is none.
 func findChrome(cfg *config) string {
 	names := chromeNames
 	if p := cfg.str("CHROME_PATH"); p != "" {
 		names = []string{p} // no other browser in its place
 	}
 	for _, p := range names {
-		if path, err := exec.LookPath(p); err == nil && cfg.bool("READDOCS_BROWSER") {
+		if path, err := exec.LookPath(p); err == nil {
 			return path
 		}
 	}
@@ -1426,21 +1421,19 @@ func findChrome(cfg *config) string {
 func (h *browserHolder) get(ctx context.Context, srv *server) (*browser, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.closed {
-		return nil, errors.New("browser: server is shutting down")
-	} else if h.b != nil && !h.b.dead() {
+	if h.b != nil && !h.b.dead() {
 		return h.b, nil
 	} else if h.b != nil {
 		srv.log.warnf("readdocs: Chromium (pid %d) stopped; starting a new one", h.b.pid)
-		h.b.stop(srv.procs)
+		h.b.stop()
 		h.b = nil
 	}
+	chrome := srv.cfg.str("CHROME_PATH")
 	path := findChrome(srv.cfg)
 	switch {
 	case !srv.cfg.bool("READDOCS_BROWSER"):
 		return nil, fmt.Errorf("%w: READDOCS_BROWSER is off", errNoBrowser)
-	case path == "" && srv.cfg.str("CHROME_PATH") != "":
-		chrome := srv.cfg.str("CHROME_PATH")
+	case path == "" && chrome != "":
 		return nil, fmt.Errorf("CHROME_PATH %s is not an executable file", chrome)
 	case path == "":
 		return nil, fmt.Errorf("%w: no Chromium found; set CHROME_PATH", errNoBrowser)
@@ -1454,15 +1447,18 @@ func (h *browserHolder) get(ctx context.Context, srv *server) (*browser, error) 
 	return b, nil
 }
 
-func (h *browserHolder) close(procs *procTracker) {
+// close stops the browser; one started after it is killed with the server's processes.
+func (h *browserHolder) close() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.closed = true
 	if h.b != nil {
-		h.b.stop(procs)
+		h.b.stop()
 		h.b = nil
 	}
 }
+
+// devtoolsListening starts the line where Chromium prints its DevTools endpoint.
+const devtoolsListening = "DevTools listening on "
 
 // startBrowser runs Chromium with a fresh profile and connects to the endpoint it prints.
 // Chromium writes nothing outside its profile (its home, config, cache and
@@ -1487,28 +1483,11 @@ func startBrowser(ctx context.Context, srv *server, path string) (*browser, erro
 	cmd := exec.Command(path, append(args, "about:blank")...)
 	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_CONFIG_HOME="+dir, "XDG_CACHE_HOME="+dir,
 		"TMPDIR="+dir)
-	cmd.SysProcAttr = &syscall.SysProcAttr{}
-	// Linux kills the browser when the thread that started it ends, so a
-	// killed telson leaves no browser behind (other systems have the reaper).
-	if f := reflect.ValueOf(cmd.SysProcAttr).Elem().FieldByName("Pdeathsig"); f.IsValid() {
-		f.Set(reflect.ValueOf(syscall.SIGKILL))
-	}
-	b := &browser{dir: dir, exited: make(chan struct{}), spare: make(chan browserTab, 1)}
-	started := make(chan error, 1)
 	// Not cmd.StderrPipe: Wait would close it before the last lines are read.
 	pr, pw, err := os.Pipe()
 	if err == nil {
 		cmd.Stderr = pw
-		// The goroutine's thread stays locked so that Pdeathsig fires only when telson dies.
-		go func() { // exits when the browser exits
-			runtime.LockOSThread()
-			err := srv.procs.start(cmd)
-			if started <- err; err == nil {
-				cmd.Wait()
-			}
-			close(b.exited)
-		}()
-		err = <-started
+		err = srv.procs.start(cmd)
 		pw.Close()
 	}
 	if err != nil {
@@ -1516,48 +1495,44 @@ func startBrowser(ctx context.Context, srv *server, path string) (*browser, erro
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("browser start: %s: %w", path, err)
 	}
-	b.pid = cmd.Process.Pid
-	// found gets the endpoint, or "\x00" and the last stderr line when the browser printed none.
-	found := make(chan string, 1)
+	b := &browser{pid: cmd.Process.Pid, dir: dir, exited: make(chan struct{})}
+	go func() { // exits when the browser exits
+		cmd.Wait()
+		close(b.exited)
+	}()
+	// line gets the endpoint's line, or the last line when the browser printed none.
+	line := make(chan string, 1)
 	go func() { // exits when every browser process has closed stderr
-		defer pr.Close()
 		sc := bufio.NewScanner(pr)
 		last := ""
-		for sc.Scan() {
-			if u, ok := strings.CutPrefix(sc.Text(), "DevTools listening on "); ok {
-				found <- u
-				io.Copy(io.Discard, pr) // the browser's later output
-				return
-			} else if sc.Text() != "" && !strings.Contains(sc.Text(), "dbus") {
-				last = sc.Text()
-			}
+		for !strings.HasPrefix(last, devtoolsListening) && sc.Scan() {
+			last = cmp.Or(sc.Text(), last)
 		}
-		io.Copy(io.Discard, pr) // a line too long for the scanner: keep draining
-		found <- "\x00" + last
+		line <- last
+		io.Copy(io.Discard, pr) // the browser's later output
+		pr.Close()
 	}()
-	fail := func(format string, a ...any) (*browser, error) {
-		b.stop(srv.procs)
-		return nil, fmt.Errorf("browser start: "+format, a...)
-	}
-	var wsURL string
+	last := ""
 	select {
-	case wsURL = <-found:
+	case last = <-line:
 	case <-ctx.Done():
-		return fail("no DevTools endpoint: %w", ctx.Err())
+		last = ctx.Err().Error()
 	}
-	if tail, ok := strings.CutPrefix(wsURL, "\x00"); ok {
-		return fail("%s exited: %s", path, tail)
+	wsURL, ok := strings.CutPrefix(last, devtoolsListening)
+	if !ok {
+		b.stop()
+		return nil, fmt.Errorf("browser start: %s printed no DevTools endpoint: %s", path, last)
 	}
 	maxMsg := max(int64(srv.cfg.int("WS_MAX_MESSAGE_BYTES")), 1<<20)
 	ws, err := wsDial(ctx, wsURL, crand.Reader, maxMsg)
-	if err != nil {
-		return fail("%w", err)
+	if err == nil {
+		b.cdp = newCDPClient(ws)
+		deny := map[string]any{"behavior": "deny"}
+		err = b.cdp.call(ctx, "", "Browser.setDownloadBehavior", deny, nil)
 	}
-	b.cdp = newCDPClient(ws)
-	deny := map[string]any{"behavior": "deny"}
-	err = b.cdp.call(ctx, "", "Browser.setDownloadBehavior", deny, nil)
 	if err != nil {
-		return fail("%w", err)
+		b.stop()
+		return nil, fmt.Errorf("browser start: %w", err)
 	}
 	ms := time.Since(t0).Milliseconds()
 	srv.log.infof("readdocs: started Chromium pid %d (%s) in %d ms", b.pid, path, ms)
@@ -1575,14 +1550,11 @@ func (b *browser) dead() bool {
 	return true
 }
 
-// stop kills the browser's process group and removes its profile.
-func (b *browser) stop(procs *procTracker) {
+// stop kills the browser's process group and removes its profile; the
+// connection ends with the process.
+func (b *browser) stop() {
 	syscall.Kill(-b.pid, syscall.SIGKILL) // nothing of it is worth a graceful close
 	<-b.exited
-	if b.cdp != nil {
-		b.cdp.ws.conn.Close()
-	}
-	procs.forgetIfGone(b.pid)
 	os.RemoveAll(b.dir)
 }
 
@@ -1678,9 +1650,7 @@ func cutTitle(s string) string {
 
 func runReadDocs(ctx context.Context, c *toolCall) toolResult {
 	a := readDocsArgs{Format: "markdown", MaxLength: 30000}
-	if err := json.Unmarshal(c.args, &a); err != nil {
-		return errorResult("invalid arguments: %v", err)
-	}
+	json.Unmarshal(c.args, &a) // schema-checked
 	o, err := c.s.srv.readPage(ctx, a)
 	if err != nil {
 		return errorResult("%v", err)
@@ -1760,7 +1730,7 @@ func (srv *server) readPage(ctx context.Context, a readDocsArgs) (*readDocsOut, 
 		if err == nil {
 			note := "Read without a browser (" + why + "): " +
 				"content that scripts build may be missing."
-			pg.Notes = append([]string{note}, pg.Notes...)
+			pg.Notes = append(pg.Notes, note)
 		}
 		return pg, err
 	} else if err != nil {
@@ -1795,7 +1765,7 @@ func (srv *server) readInBrowser(ctx context.Context, b *browser, pageURL string
 		return nil, fmt.Errorf("no free browser tab within %s", timeout)
 	}
 	idle := time.Duration(srv.cfg.int("READDOCS_IDLE_MS")) * time.Millisecond
-	return b.read(ctx, pageURL, "html", idle, time.Duration(a.WaitMS)*time.Millisecond, timeout)
+	return b.read(ctx, pageURL, idle, time.Duration(a.WaitMS)*time.Millisecond, timeout)
 }
 
 // Reading waits for DOMContentLoaded, then for readSettle without requests
@@ -1808,19 +1778,6 @@ var readBlockedHosts = []string{"doubleclick.net", "googlesyndication.com", "goo
 	"googletagservices.com", "google-analytics.com", "adservice.google.", "amazon-adsystem.com",
 	"facebook.net", "scorecardresearch.com", "hotjar.com", "taboola.com", "outbrain.com", "criteo.",
 	"adnxs.com", "chartbeat.", "quantserve.com", "cookielaw.org", "cookiebot.com"}
-
-// readPaused is what the browser pauses (to refuse it, or let it through):
-// every document, what a reader never needs, and stylesheets.
-func readPaused() []map[string]string {
-	var patterns []map[string]string
-	for _, t := range []string{"Document", "Image", "Font", "Media", "Stylesheet"} {
-		patterns = append(patterns, map[string]string{"resourceType": t})
-	}
-	for _, h := range readBlockedHosts {
-		patterns = append(patterns, map[string]string{"urlPattern": "*" + h + "*"})
-	}
-	return patterns
-}
 
 // siteOf returns a URL's origin and site (its host's last two labels): the
 // page may move only within its origin, and only its site holds the read.
@@ -1838,16 +1795,15 @@ type tabState struct {
 	changed chan struct{} // a token after every change
 	frame   string        // the main frame's id (the target's)
 	site    string        // the site of the URL asked for
-	styles  bool          // stylesheets are let through: format "text" reads the layout
 
-	mu        sync.Mutex           // guards the fields below
-	loader    string               // the main frame's current document
-	dcl       map[string]time.Time // by navigation (loader id): when DOMContentLoaded fired
-	inflight  map[string]bool      // request ids that hold the read
-	lastNet   time.Time            // when one of them last started or ended
-	docID     string               // request id of the page's own response
-	docOrigin string               // and its origin
-	moved     string               // where the page's scripts tried to go, refused
+	mu        sync.Mutex      // guards the fields below
+	loader    string          // the main frame's current document
+	dcl       time.Time       // when it fired DOMContentLoaded; zero until then
+	inflight  map[string]bool // request ids that hold the read
+	lastNet   time.Time       // when one of them last started or ended
+	docID     string          // request id of the page's own response
+	docOrigin string          // and its origin
+	moved     string          // where the page's scripts tried to go, refused
 }
 
 // tabEvent is the part of a tab's events that tabState reads.
@@ -1878,7 +1834,11 @@ func (ts *tabState) event(method string, params json.RawMessage) (string, map[st
 	case "Page.lifecycleEvent":
 		ts.lifecycle(e)
 	case "Network.requestWillBeSent":
-		ts.requestStarted(e)
+		_, site := siteOf(e.Request.URL)
+		if e.Type != "EventSource" && e.Type != "WebSocket" && site == ts.site {
+			ts.inflight[e.RequestID] = true
+			ts.lastNet = time.Now()
+		}
 	case "Network.responseReceived":
 		if e.Type == "Document" && e.FrameID == ts.frame && ts.docID == "" {
 			ts.docID = e.RequestID
@@ -1898,40 +1858,25 @@ func (ts *tabState) event(method string, params json.RawMessage) (string, map[st
 	return reply, args
 }
 
+// lifecycle follows the main frame's document: a new one (a redirect by
+// script or refresh) is waited for anew.
 func (ts *tabState) lifecycle(e tabEvent) {
-	if e.FrameID != ts.frame {
-		return
-	}
-	_, isNav := ts.dcl[e.LoaderID] // not the first about:blank
 	switch {
+	case e.FrameID != ts.frame:
 	case e.Name == "init":
 		ts.loader = e.LoaderID
-	case e.Name == "DOMContentLoaded" && isNav:
-		ts.dcl[e.LoaderID] = time.Now()
+		ts.dcl = time.Time{}
+	case e.Name == "DOMContentLoaded" && e.LoaderID == ts.loader:
+		ts.dcl = time.Now()
 	case e.Name == "load":
 		ts.lastNet = time.Now() // scripts often fetch content on load: a settle from it too
 	}
 }
 
-func (ts *tabState) requestStarted(e tabEvent) {
-	if e.Type == "Document" && e.FrameID == ts.frame {
-		ts.dcl[e.LoaderID] = time.Time{}
-	}
-	_, site := siteOf(e.Request.URL)
-	longLived := e.Type == "EventSource" || e.Type == "WebSocket"
-	if !longLived && site == ts.site {
-		ts.inflight[e.RequestID] = true
-		ts.lastNet = time.Now()
-	}
-}
-
 // blocks says whether a request the browser paused is refused: all but the
-// page itself (and stylesheets when wanted), and moves of the page to another
-// origin once it has come.
+// page itself, and moves of the page to another origin once it has come.
 func (ts *tabState) blocks(e tabEvent) bool {
 	switch {
-	case e.ResourceType == "Stylesheet" && ts.styles:
-		return false
 	case e.ResourceType != "Document" || e.FrameID != ts.frame:
 		return true
 	case ts.docOrigin == "" || strings.HasPrefix(e.Request.URL, ts.docOrigin+"/"):
@@ -1943,15 +1888,14 @@ func (ts *tabState) blocks(e tabEvent) bool {
 
 // ready says whether the page can be read, and how soon to look again without an event.
 func (ts *tabState) ready(idleCap time.Duration) (bool, time.Duration) {
-	dcl := ts.dcl[ts.loader]
-	if dcl.IsZero() {
+	if ts.dcl.IsZero() {
 		// The HTML has all come but a script from another site holds the parser.
 		quiet := time.Since(ts.lastNet)
 		return ts.docID != "" && len(ts.inflight) == 0 && quiet >= idleCap, idleCap - quiet
 	}
-	left := idleCap - time.Since(dcl)
-	quiet := time.Since(dcl)
-	if ts.lastNet.After(dcl) {
+	left := idleCap - time.Since(ts.dcl)
+	quiet := time.Since(ts.dcl)
+	if ts.lastNet.After(ts.dcl) {
 		quiet = time.Since(ts.lastNet)
 	}
 	if len(ts.inflight) > 0 {
@@ -1960,22 +1904,22 @@ func (ts *tabState) ready(idleCap time.Duration) (bool, time.Duration) {
 	return quiet >= readSettle || left <= 0, min(readSettle-quiet, left)
 }
 
-// wait waits until cond holds (false when ctx ends first); cond runs under
-// ts.mu and says how soon to look again without a new event (0: at the next).
-func (ts *tabState) wait(ctx context.Context, cond func() (bool, time.Duration)) bool {
+// wait waits until cond holds or ctx ends; cond runs under ts.mu and says
+// how soon to look again without a new event (0: at the next).
+func (ts *tabState) wait(ctx context.Context, cond func() (bool, time.Duration)) {
 	for {
 		ts.mu.Lock()
 		ok, again := cond()
 		ts.mu.Unlock()
 		if ok {
-			return true
+			return
 		}
 		t := time.NewTimer(cmp.Or(max(again, 0), time.Hour)) // 0: until the next event
 		select {
 		case <-ts.changed:
 		case <-t.C:
 		case <-ctx.Done():
-			return false
+			return
 		}
 		t.Stop()
 	}
@@ -1984,7 +1928,8 @@ func (ts *tabState) wait(ctx context.Context, cond func() (bool, time.Duration))
 // browserTab is an open tab and its DevTools session.
 type browserTab struct{ targetID, sid string }
 
-// newTab opens a tab with the events and pauses a read needs; nobody hears its events yet.
+// newTab opens a tab that pauses every document, what a reader never needs
+// and stylesheets (to refuse them, or let them through); nobody hears its events yet.
 func (b *browser) newTab(ctx context.Context) (browserTab, error) {
 	var t struct{ TargetID, SessionID string }
 	err := b.cdp.call(ctx, "", "Target.createTarget", map[string]any{"url": "about:blank"}, &t)
@@ -1998,11 +1943,18 @@ func (b *browser) newTab(ctx context.Context) (browserTab, error) {
 		b.closeTab(tab)
 		return browserTab{}, err
 	}
+	var paused []map[string]string
+	for _, r := range []string{"Document", "Image", "Font", "Media", "Stylesheet"} {
+		paused = append(paused, map[string]string{"resourceType": r})
+	}
+	for _, h := range readBlockedHosts {
+		paused = append(paused, map[string]string{"urlPattern": "*" + h + "*"})
+	}
 	setup := map[string]any{
 		"Page.enable":                    nil,
 		"Page.setLifecycleEventsEnabled": map[string]any{"enabled": true},
 		"Network.enable":                 nil,
-		"Fetch.enable":                   map[string]any{"patterns": readPaused()},
+		"Fetch.enable":                   map[string]any{"patterns": paused},
 	}
 	errs := make(chan error, len(setup))
 	for method, params := range setup { // all at once: each costs a round trip
@@ -2020,31 +1972,6 @@ func (b *browser) newTab(ctx context.Context) (browserTab, error) {
 	return tab, nil
 }
 
-// tab returns the tab opened ahead, or a new one.
-func (b *browser) tab(ctx context.Context) (browserTab, error) {
-	select {
-	case t := <-b.spare:
-		return t, nil
-	default:
-	}
-	return b.newTab(ctx)
-}
-
-// openSpare opens a tab for the next read; it returns when the tab is open or failed.
-func (b *browser) openSpare() {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	t, err := b.newTab(ctx)
-	if err != nil {
-		return
-	}
-	select {
-	case b.spare <- t:
-	default:
-		b.closeTab(t) // another read opened one first
-	}
-}
-
 // closeTab closes a tab without waiting for it.
 func (b *browser) closeTab(t browserTab) {
 	b.cdp.subscribe(t.sid, nil)
@@ -2055,22 +1982,20 @@ func (b *browser) closeTab(t browserTab) {
 	}()
 }
 
-// read loads pageURL in a new tab and reads it once its content is there (see readSettle).
-func (b *browser) read(ctx context.Context, pageURL, format string,
-	idleCap, settle, timeout time.Duration) (*readDocsOut, error) {
+// read loads pageURL in a new tab and reads it once its content is there
+// (see readSettle), and extra later.
+func (b *browser) read(ctx context.Context, pageURL string,
+	idleCap, extra, timeout time.Duration) (*readDocsOut, error) {
 	t0 := time.Now()
-	tab, err := b.tab(ctx)
+	tab, err := b.newTab(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		b.closeTab(tab)
-		go b.openSpare() // for the next read
-	}()
+	defer b.closeTab(tab)
 	sid := tab.sid
 	_, site := siteOf(pageURL)
 	ts := &tabState{changed: make(chan struct{}, 1), frame: tab.targetID, site: site,
-		styles: format == "text", dcl: map[string]time.Time{}, inflight: map[string]bool{}}
+		inflight: map[string]bool{}}
 	b.cdp.subscribe(sid, func(method string, params json.RawMessage) {
 		if reply, args := ts.event(method, params); reply != "" {
 			// The goroutine exits when Chrome answers or the connection drops.
@@ -2097,30 +2022,31 @@ func (b *browser) read(ctx context.Context, pageURL, format string,
 	case nav.ErrorText != "":
 		return nil, fmt.Errorf("loading %s failed: %s", pageURL, nav.ErrorText)
 	}
-	pg := &readDocsOut{Via: "chromium"}
 	// A page without scripts (or a refresh) is read as soon as it is parsed.
 	ts.wait(waitCtx, func() (bool, time.Duration) {
 		ok, again := ts.ready(idleCap)
-		return ok || !ts.dcl[ts.loader].IsZero(), again
+		return ok || !ts.dcl.IsZero(), again
 	})
-	var scripts struct{ Result struct{ Value int } }
+	var scripts int
 	count := `document.querySelectorAll('script, meta[http-equiv="refresh" i]').length`
-	params := map[string]any{"expression": count, "returnByValue": true}
-	b.cdp.call(waitCtx, sid, "Runtime.evaluate", params, &scripts)
-	if scripts.Result.Value > 0 {
+	b.eval(waitCtx, sid, count, &scripts)
+	if scripts > 0 {
 		ts.wait(waitCtx, func() (bool, time.Duration) { return ts.ready(idleCap) })
 	}
 	ts.mu.Lock()
-	loading := ts.dcl[ts.loader].IsZero()
+	loading := ts.dcl.IsZero()
 	ts.mu.Unlock()
+	pg := &readDocsOut{Via: "chromium"}
 	if loading {
 		took := time.Since(t0).Round(time.Millisecond)
 		pg.Notes = append(pg.Notes, fmt.Sprintf("The page had not finished loading after %s; "+
 			"this is what it showed then.", took))
 	}
-	until := time.Now().Add(settle)
-	ts.wait(ctx, func() (bool, time.Duration) { return time.Until(until) <= 0, time.Until(until) })
-	contentType, err := b.evaluate(ctx, sid, pg, format)
+	select {
+	case <-time.After(extra):
+	case <-ctx.Done():
+	}
+	contentType, err := b.evaluate(ctx, sid, pg)
 	if err != nil && ctx.Err() != nil {
 		return nil, fmt.Errorf("%s did not answer within %s (a script may be busy)",
 			pageURL, timeout)
@@ -2131,64 +2057,61 @@ func (b *browser) read(ctx context.Context, pageURL, format string,
 	}
 	ts.mu.Lock()
 	moved := ts.moved
+	docID := ts.docID
+	arriving := ts.inflight[docID]
 	ts.mu.Unlock()
 	if moved != "" {
 		note := "The page tried to go on to " + moved + "; this is the page itself."
 		pg.Notes = append(pg.Notes, note)
 	}
-	pg.source = b.source(ctx, sid, ts)
-	return pg, nil
-}
-
-// source returns the page's HTML as the server sent it, up to pageCap ("" when unknown).
-func (b *browser) source(ctx context.Context, sid string, ts *tabState) string {
-	ts.mu.Lock()
-	docID := ts.docID
-	arriving := ts.inflight[docID]
-	ts.mu.Unlock()
+	// The page's HTML as the server sent it, when it has all come.
 	var src struct {
 		Body          string
 		Base64Encoded bool
 	}
-	if docID == "" || arriving {
-		return ""
+	if docID != "" && !arriving {
+		params := map[string]any{"requestId": docID}
+		err = b.cdp.call(ctx, sid, "Network.getResponseBody", params, &src)
 	}
-	err := b.cdp.call(ctx, sid, "Network.getResponseBody", map[string]any{"requestId": docID}, &src)
-	if err != nil || src.Base64Encoded {
-		return ""
+	if err == nil && !src.Base64Encoded {
+		pg.source = strings.ToValidUTF8(src.Body[:min(len(src.Body), pageCap)], "")
 	}
-	return strings.ToValidUTF8(src.Body[:min(len(src.Body), pageCap)], "")
+	return pg, nil
 }
 
-// evaluate reads the page's DOM (its text for format "text", or when it is
-// not HTML) into pg and returns the page's content type.
-func (b *browser) evaluate(ctx context.Context, sid string, pg *readDocsOut,
-	format string) (string, error) {
+// eval evaluates expr in the page and decodes its value into v.
+func (b *browser) eval(ctx context.Context, sid, expr string, v any) error {
+	r := struct {
+		Result           struct{ Value any }
+		ExceptionDetails *struct{ Text string }
+	}{}
+	r.Result.Value = v // decoded into what v points to
+	params := map[string]any{"expression": expr, "returnByValue": true}
+	err := b.cdp.call(ctx, sid, "Runtime.evaluate", params, &r)
+	if err == nil && r.ExceptionDetails != nil {
+		err = fmt.Errorf("reading the page: %s", r.ExceptionDetails.Text)
+	}
+	return err
+}
+
+// evaluate reads the page's DOM (its text when it is not HTML) into pg and
+// returns the page's content type.
+func (b *browser) evaluate(ctx context.Context, sid string, pg *readDocsOut) (string, error) {
 	expr := fmt.Sprintf(`(() => {
 		const h = document.documentElement, b = document.body, type = document.contentType;
-		const text = %t || !type.includes('html');
+		const text = !type.includes('html');
 		const s = text ? (b ? b.innerText : '') : (h ? h.outerHTML : '');
 		const nav = performance.getEntriesByType('navigation')[0];
 		return {body: s.slice(0, %d), full: s.length, title: document.title, url: location.href,
-			type, text, status: nav ? nav.responseStatus : 0}; })()`, format == "text", pageCap)
-	var ev struct {
-		Result struct {
-			Value struct {
-				Body, Title, URL, Type string
-				Full, Status           int
-				Text                   bool
-			}
-		}
-		ExceptionDetails *struct{ Text string }
+			type, text, status: nav ? nav.responseStatus : 0}; })()`, pageCap)
+	var v struct {
+		Body, Title, URL, Type string
+		Full, Status           int
+		Text                   bool
 	}
-	params := map[string]any{"expression": expr, "returnByValue": true}
-	err := b.cdp.call(ctx, sid, "Runtime.evaluate", params, &ev)
-	if err != nil {
+	if err := b.eval(ctx, sid, expr, &v); err != nil {
 		return "", err
-	} else if ev.ExceptionDetails != nil {
-		return "", fmt.Errorf("reading the page: %s", ev.ExceptionDetails.Text)
 	}
-	v := ev.Result.Value
 	pg.body = v.Body
 	pg.Title = v.Title
 	pg.FinalURL = v.URL
@@ -2204,12 +2127,11 @@ func (b *browser) evaluate(ctx context.Context, sid string, pg *readDocsOut,
 // readableType matches a content type that reads as text.
 var readableType = regexp.MustCompile(`(?i)^text/|html|xml|json|javascript`)
 
-// windows1252 maps bytes 0x80-0x9f; latin-1 labels mean this encoding on the web.
+// windows1252 maps bytes 0x80-0x9f; the other bytes are Latin-1.
 var windows1252 = []rune("€\u0081‚ƒ„…†‡ˆ‰Š‹Œ\u008dŽ\u008f\u0090‘’“”•–—˜™š›œ\u009džŸ")
 
-var metaCharset = regexp.MustCompile(`(?i)<meta[^>]+charset=["']?\s*([a-z0-9_-]+)`)
-
-// fetchPlain GETs the page: 10 redirects, pageCap bytes, UTF-8 or Latin-1/Windows-1252.
+// fetchPlain GETs the page: 10 redirects, pageCap bytes, UTF-8 or else Windows-1252
+// (which Latin-1 labels mean on the web).
 func fetchPlain(ctx context.Context, pageURL string) (*readDocsOut, error) {
 	req, err := http.NewRequestWithContext(ctx, "GET", pageURL, nil)
 	if err != nil {
@@ -2237,15 +2159,11 @@ func fetchPlain(ctx context.Context, pageURL string) (*readDocsOut, error) {
 	if isDownload || !readableType.MatchString(ct) {
 		return nil, fmt.Errorf("%s is a download or %s, not a page ReadDocs can read", pageURL, ct)
 	}
-	_, params, _ := mime.ParseMediaType(ct)
-	charset, isHTML := strings.ToLower(params["charset"]), strings.Contains(strings.ToLower(ct), "html")
-	if m := metaCharset.FindSubmatch(raw[:min(len(raw), 2048)]); charset == "" && isHTML && m != nil {
-		charset = strings.ToLower(string(m[1]))
-	}
-	pg.body, pg.isText = strings.ToValidUTF8(strings.TrimPrefix(string(raw), "\ufeff"), "\ufffd"), !isHTML
-	switch charset {
-	case "", "utf-8", "utf8", "us-ascii", "ascii":
-	case "iso-8859-1", "iso8859-1", "latin1", "latin-1", "l1", "windows-1252", "cp1252", "x-cp1252":
+	pg.isText = !strings.Contains(strings.ToLower(ct), "html")
+	pg.body = strings.TrimPrefix(string(raw), "\ufeff")
+	// Whatever its label, a page is UTF-8 when it reads as UTF-8 (a last
+	// character cut at pageCap aside).
+	if !utf8.Valid(raw[:min(len(raw), pageCap-utf8.UTFMax)]) {
 		rs := make([]rune, len(raw))
 		for i, c := range raw {
 			rs[i] = rune(c)
@@ -2254,8 +2172,7 @@ func fetchPlain(ctx context.Context, pageURL string) (*readDocsOut, error) {
 			}
 		}
 		pg.body = string(rs)
-	default:
-		pg.Notes = append(pg.Notes, "The page's charset "+charset+" is not supported; it was read as UTF-8.")
+		pg.Notes = append(pg.Notes, "The page is not UTF-8; it was read as Windows-1252.")
 	}
 	return pg, nil
 }
