@@ -1336,18 +1336,17 @@ func (c *cdpClient) call(ctx context.Context, session, method string, params, re
 	}
 	ch := make(chan cdpMessage, 1)
 	c.mu.Lock()
-	if c.err != nil {
-		c.mu.Unlock()
-		return c.err
-	}
+	err := c.err
 	c.nextID++
 	m.ID = c.nextID
 	c.pending[m.ID] = ch
 	c.mu.Unlock()
-	forget := func() { c.mu.Lock(); delete(c.pending, m.ID); c.mu.Unlock() }
+	defer c.forget(m.ID)
+	if err != nil {
+		return err
+	}
 	data, _ := json.Marshal(m)
 	if err := c.ws.writeFrame(wsOpText, data); err != nil {
-		forget()
 		return fmt.Errorf("cdp %s: %w", method, err)
 	}
 	select {
@@ -1361,9 +1360,15 @@ func (c *cdpClient) call(ctx context.Context, session, method string, params, re
 	case <-c.done:
 		return c.err // set before done was closed
 	case <-ctx.Done():
-		forget()
 		return fmt.Errorf("cdp %s: %w", method, ctx.Err())
 	}
+}
+
+// forget drops a call's waiter once the call has returned.
+func (c *cdpClient) forget(id int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.pending, id)
 }
 
 // subscribe routes a session's events to fn (nil: drops them).
@@ -1389,10 +1394,9 @@ type browserHolder struct {
 }
 
 type browser struct {
-	pid    int
-	dir    string // the profile, also the browser's home and temporary directory
-	cdp    *cdpClient
-	exited chan struct{} // closed once the process has been waited for
+	cmd *exec.Cmd  // the leader of the browser's process group
+	dir string     // the profile, also the browser's home and temporary directory
+	cdp *cdpClient // done when the browser died
 }
 
 // chromeNames are the browsers looked for when CHROME_PATH is not set.
@@ -1424,7 +1428,7 @@ func (h *browserHolder) get(ctx context.Context, srv *server) (*browser, error) 
 	if h.b != nil && !h.b.dead() {
 		return h.b, nil
 	} else if h.b != nil {
-		srv.log.warnf("readdocs: Chromium (pid %d) stopped; starting a new one", h.b.pid)
+		srv.log.warnf("readdocs: Chromium (pid %d) stopped; starting a new one", h.b.cmd.Process.Pid)
 		h.b.stop()
 		h.b = nil
 	}
@@ -1438,6 +1442,8 @@ func (h *browserHolder) get(ctx context.Context, srv *server) (*browser, error) 
 	case path == "":
 		return nil, fmt.Errorf("%w: no Chromium found; set CHROME_PATH", errNoBrowser)
 	}
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
 	b, err := startBrowser(ctx, srv, path)
 	if err != nil {
 		srv.log.warnf("readdocs: %v", err)
@@ -1483,34 +1489,25 @@ func startBrowser(ctx context.Context, srv *server, path string) (*browser, erro
 	cmd := exec.Command(path, append(args, "about:blank")...)
 	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_CONFIG_HOME="+dir, "XDG_CACHE_HOME="+dir,
 		"TMPDIR="+dir)
-	// Not cmd.StderrPipe: Wait would close it before the last lines are read.
-	pr, pw, err := os.Pipe()
+	stderr, err := cmd.StderrPipe() // Wait, which closes it, runs only in stop
 	if err == nil {
-		cmd.Stderr = pw
 		err = srv.procs.start(cmd)
-		pw.Close()
 	}
 	if err != nil {
-		pr.Close() // nil-safe
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("browser start: %s: %w", path, err)
 	}
-	b := &browser{pid: cmd.Process.Pid, dir: dir, exited: make(chan struct{})}
-	go func() { // exits when the browser exits
-		cmd.Wait()
-		close(b.exited)
-	}()
+	b := &browser{cmd: cmd, dir: dir}
 	// line gets the endpoint's line, or the last line when the browser printed none.
 	line := make(chan string, 1)
-	go func() { // exits when every browser process has closed stderr
-		sc := bufio.NewScanner(pr)
+	go func() { // exits when every browser process has closed stderr, or stop closed it
+		sc := bufio.NewScanner(stderr)
 		last := ""
 		for !strings.HasPrefix(last, devtoolsListening) && sc.Scan() {
 			last = cmp.Or(sc.Text(), last)
 		}
 		line <- last
-		io.Copy(io.Discard, pr) // the browser's later output
-		pr.Close()
+		io.Copy(io.Discard, stderr) // the browser's later output
 	}()
 	last := ""
 	select {
@@ -1535,26 +1532,24 @@ func startBrowser(ctx context.Context, srv *server, path string) (*browser, erro
 		return nil, fmt.Errorf("browser start: %w", err)
 	}
 	ms := time.Since(t0).Milliseconds()
-	srv.log.infof("readdocs: started Chromium pid %d (%s) in %d ms", b.pid, path, ms)
+	srv.log.infof("readdocs: started Chromium pid %d (%s) in %d ms", cmd.Process.Pid, path, ms)
 	return b, nil
 }
 
-// dead reports a browser whose process or connection has ended.
+// dead reports a browser whose connection has ended: it ends with the process.
 func (b *browser) dead() bool {
 	select {
-	case <-b.exited:
 	case <-b.cdp.done:
+		return true
 	default:
 		return false
 	}
-	return true
 }
 
-// stop kills the browser's process group and removes its profile; the
-// connection ends with the process.
+// stop kills the browser's process group and removes its profile.
 func (b *browser) stop() {
-	syscall.Kill(-b.pid, syscall.SIGKILL) // nothing of it is worth a graceful close
-	<-b.exited
+	syscall.Kill(-b.cmd.Process.Pid, syscall.SIGKILL) // nothing of it is worth a graceful close
+	b.cmd.Wait()
 	os.RemoveAll(b.dir)
 }
 
@@ -1720,11 +1715,11 @@ func (srv *server) readPage(ctx context.Context, a readDocsArgs) (*readDocsOut, 
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("only http and https URLs can be read, not %q", a.URL)
 	}
+	b, err := srv.browser.get(ctx, srv) // not counted in the page's time
 	timeout := time.Duration(srv.cfg.int("READDOCS_TIMEOUT_MS")+a.WaitMS) * time.Millisecond
-	b, err := srv.startedBrowser(ctx)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	if errors.Is(err, errNoBrowser) {
-		ctx, cancel := context.WithTimeout(ctx, timeout)
-		defer cancel()
 		why := strings.TrimPrefix(err.Error(), errNoBrowser.Error()+": ")
 		pg, err := fetchPlain(ctx, u.String())
 		if err == nil {
@@ -1736,28 +1731,6 @@ func (srv *server) readPage(ctx context.Context, a readDocsArgs) (*readDocsOut, 
 	} else if err != nil {
 		return nil, err
 	}
-	pg, err := srv.readInBrowser(ctx, b, u.String(), a, timeout)
-	// The browser died under us: once more with a new one.
-	if err != nil && b.dead() && ctx.Err() == nil {
-		if b, err = srv.startedBrowser(ctx); err == nil {
-			pg, err = srv.readInBrowser(ctx, b, u.String(), a, timeout)
-		}
-	}
-	return pg, err
-}
-
-// startedBrowser returns the browser, started if need be (not counted in a page's time).
-func (srv *server) startedBrowser(ctx context.Context) (*browser, error) {
-	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
-	return srv.browser.get(ctx, srv)
-}
-
-// readInBrowser reads the page in a tab of b, within timeout.
-func (srv *server) readInBrowser(ctx context.Context, b *browser, pageURL string, a readDocsArgs,
-	timeout time.Duration) (*readDocsOut, error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
 	select {
 	case srv.browser.tabs <- struct{}{}:
 		defer func() { <-srv.browser.tabs }()
@@ -1765,7 +1738,15 @@ func (srv *server) readInBrowser(ctx context.Context, b *browser, pageURL string
 		return nil, fmt.Errorf("no free browser tab within %s", timeout)
 	}
 	idle := time.Duration(srv.cfg.int("READDOCS_IDLE_MS")) * time.Millisecond
-	return b.read(ctx, pageURL, idle, time.Duration(a.WaitMS)*time.Millisecond, timeout)
+	extra := time.Duration(a.WaitMS) * time.Millisecond
+	pg, err := b.read(ctx, u.String(), idle, extra)
+	// The browser died under us: once more with a new one.
+	if err != nil && b.dead() && ctx.Err() == nil {
+		if b, err = srv.browser.get(ctx, srv); err == nil {
+			pg, err = b.read(ctx, u.String(), idle, extra)
+		}
+	}
+	return pg, err
 }
 
 // Reading waits for DOMContentLoaded, then for readSettle without requests
@@ -1904,12 +1885,11 @@ func (ts *tabState) ready(idleCap time.Duration) (bool, time.Duration) {
 	return quiet >= readSettle || left <= 0, min(readSettle-quiet, left)
 }
 
-// wait waits until cond holds or ctx ends; cond runs under ts.mu and says
-// how soon to look again without a new event (0: at the next).
-func (ts *tabState) wait(ctx context.Context, cond func() (bool, time.Duration)) {
+// waitReady waits until the page is ready to be read or ctx ends.
+func (ts *tabState) waitReady(ctx context.Context, idleCap time.Duration) {
 	for {
 		ts.mu.Lock()
-		ok, again := cond()
+		ok, again := ts.ready(idleCap)
 		ts.mu.Unlock()
 		if ok {
 			return
@@ -1985,7 +1965,7 @@ func (b *browser) closeTab(t browserTab) {
 // read loads pageURL in a new tab and reads it once its content is there
 // (see readSettle), and extra later.
 func (b *browser) read(ctx context.Context, pageURL string,
-	idleCap, extra, timeout time.Duration) (*readDocsOut, error) {
+	idleCap, extra time.Duration) (*readDocsOut, error) {
 	t0 := time.Now()
 	tab, err := b.newTab(ctx)
 	if err != nil {
@@ -2004,7 +1984,7 @@ func (b *browser) read(ctx context.Context, pageURL string,
 	})
 	// The waits end early enough to leave time to read what the page shows.
 	dl, _ := ctx.Deadline()
-	waitCtx, cancel := context.WithDeadline(ctx, dl.Add(-min(5*time.Second, timeout/4)))
+	waitCtx, cancel := context.WithDeadline(ctx, dl.Add(-min(5*time.Second, time.Until(dl)/4)))
 	defer cancel()
 	var nav struct {
 		ErrorText  string
@@ -2022,44 +2002,32 @@ func (b *browser) read(ctx context.Context, pageURL string,
 	case nav.ErrorText != "":
 		return nil, fmt.Errorf("loading %s failed: %s", pageURL, nav.ErrorText)
 	}
-	// A page without scripts (or a refresh) is read as soon as it is parsed.
-	ts.wait(waitCtx, func() (bool, time.Duration) {
-		ok, again := ts.ready(idleCap)
-		return ok || !ts.dcl.IsZero(), again
-	})
-	var scripts int
-	count := `document.querySelectorAll('script, meta[http-equiv="refresh" i]').length`
-	b.eval(waitCtx, sid, count, &scripts)
-	if scripts > 0 {
-		ts.wait(waitCtx, func() (bool, time.Duration) { return ts.ready(idleCap) })
-	}
-	ts.mu.Lock()
-	loading := ts.dcl.IsZero()
-	ts.mu.Unlock()
-	pg := &readDocsOut{Via: "chromium"}
-	if loading {
-		took := time.Since(t0).Round(time.Millisecond)
-		pg.Notes = append(pg.Notes, fmt.Sprintf("The page had not finished loading after %s; "+
-			"this is what it showed then.", took))
-	}
+	ts.waitReady(waitCtx, idleCap)
 	select {
 	case <-time.After(extra):
 	case <-ctx.Done():
 	}
+	pg := &readDocsOut{Via: "chromium"}
 	contentType, err := b.evaluate(ctx, sid, pg)
 	if err != nil && ctx.Err() != nil {
-		return nil, fmt.Errorf("%s did not answer within %s (a script may be busy)",
-			pageURL, timeout)
+		took := time.Since(t0).Round(time.Millisecond)
+		return nil, fmt.Errorf("%s did not answer within %s (a script may be busy)", pageURL, took)
 	} else if err != nil {
 		return nil, err
 	} else if !readableType.MatchString(contentType) {
 		return nil, fmt.Errorf("%s is %s, not a page ReadDocs can read", pageURL, contentType)
 	}
 	ts.mu.Lock()
+	loading := ts.dcl.IsZero()
 	moved := ts.moved
 	docID := ts.docID
 	arriving := ts.inflight[docID]
 	ts.mu.Unlock()
+	if loading {
+		took := time.Since(t0).Round(time.Millisecond)
+		pg.Notes = append(pg.Notes, fmt.Sprintf("The page had not finished loading after %s; "+
+			"this is what it showed then.", took))
+	}
 	if moved != "" {
 		note := "The page tried to go on to " + moved + "; this is the page itself."
 		pg.Notes = append(pg.Notes, note)
@@ -2079,21 +2047,6 @@ func (b *browser) read(ctx context.Context, pageURL string,
 	return pg, nil
 }
 
-// eval evaluates expr in the page and decodes its value into v.
-func (b *browser) eval(ctx context.Context, sid, expr string, v any) error {
-	r := struct {
-		Result           struct{ Value any }
-		ExceptionDetails *struct{ Text string }
-	}{}
-	r.Result.Value = v // decoded into what v points to
-	params := map[string]any{"expression": expr, "returnByValue": true}
-	err := b.cdp.call(ctx, sid, "Runtime.evaluate", params, &r)
-	if err == nil && r.ExceptionDetails != nil {
-		err = fmt.Errorf("reading the page: %s", r.ExceptionDetails.Text)
-	}
-	return err
-}
-
 // evaluate reads the page's DOM (its text when it is not HTML) into pg and
 // returns the page's content type.
 func (b *browser) evaluate(ctx context.Context, sid string, pg *readDocsOut) (string, error) {
@@ -2104,14 +2057,24 @@ func (b *browser) evaluate(ctx context.Context, sid string, pg *readDocsOut) (st
 		const nav = performance.getEntriesByType('navigation')[0];
 		return {body: s.slice(0, %d), full: s.length, title: document.title, url: location.href,
 			type, text, status: nav ? nav.responseStatus : 0}; })()`, pageCap)
-	var v struct {
-		Body, Title, URL, Type string
-		Full, Status           int
-		Text                   bool
+	var ev struct {
+		Result struct {
+			Value struct {
+				Body, Title, URL, Type string
+				Full, Status           int
+				Text                   bool
+			}
+		}
+		ExceptionDetails *struct{ Text string }
 	}
-	if err := b.eval(ctx, sid, expr, &v); err != nil {
+	params := map[string]any{"expression": expr, "returnByValue": true}
+	err := b.cdp.call(ctx, sid, "Runtime.evaluate", params, &ev)
+	if err != nil {
 		return "", err
+	} else if ev.ExceptionDetails != nil {
+		return "", fmt.Errorf("reading the page: %s", ev.ExceptionDetails.Text)
 	}
+	v := ev.Result.Value
 	pg.body = v.Body
 	pg.Title = v.Title
 	pg.FinalURL = v.URL
@@ -2133,10 +2096,7 @@ var windows1252 = []rune("€\u0081‚ƒ„…†‡ˆ‰Š‹Œ\u008dŽ\u008f\u
 // fetchPlain GETs the page: 10 redirects, pageCap bytes, UTF-8 or else Windows-1252
 // (which Latin-1 labels mean on the web).
 func fetchPlain(ctx context.Context, pageURL string) (*readDocsOut, error) {
-	req, err := http.NewRequestWithContext(ctx, "GET", pageURL, nil)
-	if err != nil {
-		return nil, fmt.Errorf("fetch: %w", err)
-	}
+	req, _ := http.NewRequestWithContext(ctx, "GET", pageURL, nil) // pageURL was parsed
 	ua := "Mozilla/5.0 (compatible; telson; +https://github.com/telsonhq/telson)"
 	req.Header.Set("User-Agent", ua)
 	resp, err := http.DefaultClient.Do(req) // the default client stops after 10 redirects
