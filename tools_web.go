@@ -1434,7 +1434,8 @@ func (h *browserHolder) get(ctx context.Context, srv *server) (*browser, error) 
 	if h.b != nil && !h.b.dead() {
 		return h.b, nil
 	} else if h.b != nil {
-		srv.log.warnf("readdocs: Chromium (pid %d) stopped; starting a new one", h.b.cmd.Process.Pid)
+		srv.log.warnf("readdocs: Chromium (pid %d) stopped; starting a new one",
+			h.b.cmd.Process.Pid)
 		h.b.stop()
 		h.b = nil
 	}
@@ -1719,38 +1720,45 @@ func (srv *server) readPage(ctx context.Context, a readDocsArgs) (*readDocsOut, 
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("only http and https URLs can be read, not %q", a.URL)
 	}
-	b, err := srv.browser.get(ctx, srv) // not counted in the page's time
 	timeout := time.Duration(srv.cfg.int("READDOCS_TIMEOUT_MS")+a.WaitMS) * time.Millisecond
+	pg, b, err := srv.readInBrowser(ctx, u.String(), a.WaitMS, timeout)
+	// The browser died under us: once more with a new one.
+	if err != nil && b != nil && b.dead() && ctx.Err() == nil {
+		pg, _, err = srv.readInBrowser(ctx, u.String(), a.WaitMS, timeout)
+	}
+	if !errors.Is(err, errNoBrowser) {
+		return pg, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	if errors.Is(err, errNoBrowser) {
-		why := strings.TrimPrefix(err.Error(), errNoBrowser.Error()+": ")
-		pg, err := fetchPlain(ctx, u.String())
-		if err == nil {
-			note := "Read without a browser (" + why + "): " +
-				"content that scripts build may be missing."
-			pg.Notes = append(pg.Notes, note)
-		}
-		return pg, err
-	} else if err != nil {
-		return nil, err
+	why := strings.TrimPrefix(err.Error(), errNoBrowser.Error()+": ")
+	pg, err = fetchPlain(ctx, u.String())
+	if err == nil {
+		note := "Read without a browser (" + why + "): content that scripts build may be missing."
+		pg.Notes = append(pg.Notes, note)
 	}
+	return pg, err
+}
+
+// readInBrowser reads the page in a tab of the browser, started if need be
+// (not counted in the page's time), and returns the browser it used.
+func (srv *server) readInBrowser(ctx context.Context, pageURL string, waitMS int,
+	timeout time.Duration) (*readDocsOut, *browser, error) {
+	b, err := srv.browser.get(ctx, srv)
+	if err != nil {
+		return nil, nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	select {
 	case srv.browser.tabs <- struct{}{}:
 		defer func() { <-srv.browser.tabs }()
 	case <-ctx.Done():
-		return nil, fmt.Errorf("no free browser tab within %s", timeout)
+		return nil, b, fmt.Errorf("no free browser tab within %s", timeout)
 	}
 	idle := time.Duration(srv.cfg.int("READDOCS_IDLE_MS")) * time.Millisecond
-	extra := time.Duration(a.WaitMS) * time.Millisecond
-	pg, err := b.read(ctx, u.String(), idle, extra)
-	// The browser died under us: once more with a new one.
-	if err != nil && b.dead() && ctx.Err() == nil {
-		if b, err = srv.browser.get(ctx, srv); err == nil {
-			pg, err = b.read(ctx, u.String(), idle, extra)
-		}
-	}
-	return pg, err
+	pg, err := b.read(ctx, pageURL, idle, time.Duration(waitMS)*time.Millisecond)
+	return pg, b, err
 }
 
 // Reading waits for DOMContentLoaded, then for readSettle without requests
@@ -1880,7 +1888,7 @@ func (ts *tabState) ready(idleCap time.Duration) (bool, time.Duration) {
 	}
 	if ts.dcl.IsZero() {
 		// The HTML has all come but a script from another site holds the parser.
-		return ts.docID != "" && quiet >= idleCap, idleCap - quiet
+		return ts.docID != "" && len(ts.inflight) == 0 && quiet >= idleCap, idleCap - quiet
 	}
 	left := idleCap - time.Since(ts.dcl)
 	return quiet >= readSettle || left <= 0, min(readSettle-quiet, left)
@@ -1911,8 +1919,9 @@ func (ts *tabState) waitReady(ctx context.Context, idleCap time.Duration, parsed
 // browserTab is an open tab and its DevTools session.
 type browserTab struct{ targetID, sid string }
 
-// newTab opens a tab that pauses every document, what a reader never needs
-// and stylesheets (to refuse them, or let them through); nobody hears its events yet.
+// newTab opens a tab that pauses every document (to let only the page's own
+// through) and what a reader never needs: images, fonts, media, stylesheets
+// (the extraction reads no layout) and known ad hosts. Nobody hears its events yet.
 func (b *browser) newTab(ctx context.Context) (browserTab, error) {
 	var t struct{ TargetID, SessionID string }
 	err := b.cdp.call(ctx, "", "Target.createTarget", map[string]any{"url": "about:blank"}, &t)
@@ -1955,8 +1964,8 @@ func (b *browser) newTab(ctx context.Context) (browserTab, error) {
 	return tab, nil
 }
 
-// openSpare opens a tab for the next read (it saves a read some 20 to 50 ms);
-// it returns when the tab is open or failed.
+// openSpare opens a tab for the next read (it saves a read tens of
+// milliseconds); it returns when the tab is open or failed.
 func (b *browser) openSpare() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
