@@ -266,7 +266,7 @@ func newServer(cfg *config, stderr io.Writer) *server {
 
 // close stops everything the server started: every child process group dies.
 func (srv *server) close() {
-	srv.browser.close(srv.procs)
+	srv.browser.close()
 	srv.procs.closeAll()
 	srv.search.client.CloseIdleConnections()
 }

@@ -515,8 +515,6 @@ func (pt *procTracker) removeAtExitLocked(dir string) {
 	}
 }
 
-// forgetIfGone is kept for its callers: processes are found by their marker.
-func (pt *procTracker) forgetIfGone(pgid int) {}
 
 // keepFile creates a kept output file named after what, removing the oldest beyond keptFiles.
 func (pt *procTracker) keepFile(what string) *keptFile {

@@ -24,16 +24,13 @@ import (
 	"fmt"
 	"html"
 	"io"
-	"mime"
 	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
 	"os"
 	"os/exec"
-	"reflect"
 	"regexp"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -41,6 +38,7 @@ import (
 	"syscall"
 	"time"
 	"unicode"
+	"unicode/utf8"
 )
 
 // htmlNode is an element or a text node of a parsed page. The root has tag "#root".
@@ -1073,39 +1071,39 @@ type wsFrameHeader struct {
 // offers no extensions: Chromium refuses the first and would compress with the second.
 func wsDial(ctx context.Context, rawURL string, rnd io.Reader, maxMsg int64) (*wsConn, error) {
 	u, err := url.Parse(rawURL)
-	if err != nil || u.Scheme != "ws" || u.Host == "" {
+	if err != nil || u.Scheme != "ws" {
 		return nil, fmt.Errorf("websocket dial: bad url %q", rawURL)
 	}
 	conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", u.Host)
 	if err != nil {
 		return nil, fmt.Errorf("websocket dial: %w", err)
 	}
-	br := bufio.NewReaderSize(conn, 64<<10)
-	if err := wsHandshake(ctx, conn, br, u, rnd); err != nil {
+	ws := &wsConn{conn: conn, br: bufio.NewReaderSize(conn, 64<<10), rand: rnd, maxMsg: maxMsg}
+	dl, _ := ctx.Deadline()
+	conn.SetDeadline(dl) // none when ctx has none
+	err = ws.handshake(u)
+	conn.SetDeadline(time.Time{})
+	if err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("websocket handshake: %w", err)
 	}
-	return &wsConn{conn: conn, br: br, rand: rnd, maxMsg: maxMsg}, nil
+	return ws, nil
 }
 
-// wsHandshake sends the upgrade request and checks the answer (RFC 6455 section 4.1).
-func wsHandshake(ctx context.Context, conn net.Conn, br *bufio.Reader, u *url.URL,
-	rnd io.Reader) error {
-	dl, _ := ctx.Deadline()
-	conn.SetDeadline(dl) // none when ctx has none
-	defer conn.SetDeadline(time.Time{})
+// handshake sends the upgrade request and checks the answer (RFC 6455 section 4.1).
+func (ws *wsConn) handshake(u *url.URL) error {
 	nonce := make([]byte, 16)
-	if _, err := io.ReadFull(rnd, nonce); err != nil {
+	if _, err := io.ReadFull(ws.rand, nonce); err != nil {
 		return err
 	}
 	key := base64.StdEncoding.EncodeToString(nonce)
-	_, err := fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\n"+
+	_, err := fmt.Fprintf(ws.conn, "GET %s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\n"+
 		"Connection: Upgrade\r\nSec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n\r\n",
 		u.RequestURI(), u.Host, key)
 	if err != nil {
 		return err
 	}
-	resp, err := http.ReadResponse(br, nil)
+	resp, err := http.ReadResponse(ws.br, nil)
 	if err != nil {
 		return err
 	}
@@ -1127,6 +1125,7 @@ func wsHandshake(ctx context.Context, conn net.Conn, br *bufio.Reader, u *url.UR
 	return nil
 }
 
+// wsAppendHeader appends the frame header h to b (RFC 6455 section 5.2).
 func wsAppendHeader(b []byte, h wsFrameHeader) []byte {
 	b0 := h.op&0x0f | (h.rsv&7)<<4
 	if h.fin {
@@ -1150,6 +1149,7 @@ func wsAppendHeader(b []byte, h wsFrameHeader) []byte {
 	return b
 }
 
+// wsReadHeader reads a frame header (RFC 6455 section 5.2).
 func wsReadHeader(r io.Reader) (h wsFrameHeader, err error) {
 	var p [8]byte
 	if _, err = io.ReadFull(r, p[:2]); err != nil {
@@ -1207,32 +1207,32 @@ func (ws *wsConn) fail(code uint16, format string, a ...any) error {
 func (ws *wsConn) check(h wsFrameHeader, inMsg bool, have int) error {
 	isData := h.op == wsOpText || h.op == wsOpBinary
 	isControl := h.op == wsOpClose || h.op == wsOpPing || h.op == wsOpPong
+	problem := ""
 	switch {
 	case h.rsv != 0:
-		return ws.fail(wsCloseProtocol, "reserved bits set (no extension was agreed)")
+		problem = "reserved bits set (no extension was agreed)"
 	case h.masked:
-		return ws.fail(wsCloseProtocol, "masked frame from the server")
+		problem = "masked frame from the server"
 	case isControl && (!h.fin || h.length > 125):
-		return ws.fail(wsCloseProtocol, "fragmented or long control frame")
+		problem = "fragmented or long control frame"
 	case h.op == wsOpContinuation && !inMsg:
-		return ws.fail(wsCloseProtocol, "continuation frame outside a message")
+		problem = "continuation frame outside a message"
 	case isData && inMsg:
-		return ws.fail(wsCloseProtocol, "new message inside a fragmented one")
+		problem = "new message inside a fragmented one"
 	case !isData && !isControl && h.op != wsOpContinuation:
-		return ws.fail(wsCloseProtocol, "unknown opcode %d", h.op)
+		problem = fmt.Sprintf("unknown opcode %d", h.op)
 	case !isControl && h.length > uint64(ws.maxMsg)-uint64(have):
 		return ws.fail(wsCloseTooBig, "message longer than %d bytes", ws.maxMsg)
 	}
-	return nil
+	if problem == "" {
+		return nil
+	}
+	return ws.fail(wsCloseProtocol, "%s", problem)
 }
 
-// control answers a control frame: a ping with a pong, a close with a close.
-func (ws *wsConn) control(h wsFrameHeader) error {
-	p := make([]byte, h.length)
-	if _, err := io.ReadFull(ws.br, p); err != nil {
-		return fmt.Errorf("websocket read: %w", err)
-	}
-	switch h.op {
+// control answers a control frame with payload p: a ping with a pong, a close with a close.
+func (ws *wsConn) control(op byte, p []byte) error {
+	switch op {
 	case wsOpPing:
 		return ws.writeFrame(wsOpPong, p)
 	case wsOpClose:
@@ -1258,16 +1258,18 @@ func (ws *wsConn) readMessage() ([]byte, error) {
 		if err := ws.check(h, inMsg, len(msg)); err != nil {
 			return nil, err
 		}
-		if h.op >= wsOpClose {
-			if err := ws.control(h); err != nil {
-				return nil, err
-			}
-			continue
-		}
 		n := len(msg)
 		msg = slices.Grow(msg, int(h.length))[:n+int(h.length)]
 		if _, err := io.ReadFull(ws.br, msg[n:]); err != nil {
 			return nil, fmt.Errorf("websocket read: %w", err)
+		}
+		if h.op >= wsOpClose { // a control frame, maybe between fragments: not part of msg
+			err := ws.control(h.op, msg[n:])
+			msg = msg[:n]
+			if err != nil {
+				return nil, err
+			}
+			continue
 		}
 		inMsg = true
 		if h.fin {
@@ -1338,18 +1340,17 @@ func (c *cdpClient) call(ctx context.Context, session, method string, params, re
 	}
 	ch := make(chan cdpMessage, 1)
 	c.mu.Lock()
-	if c.err != nil {
-		c.mu.Unlock()
-		return c.err
-	}
+	err := c.err
 	c.nextID++
 	m.ID = c.nextID
 	c.pending[m.ID] = ch
 	c.mu.Unlock()
-	forget := func() { c.mu.Lock(); delete(c.pending, m.ID); c.mu.Unlock() }
+	defer c.forget(m.ID)
+	if err != nil {
+		return err
+	}
 	data, _ := json.Marshal(m)
 	if err := c.ws.writeFrame(wsOpText, data); err != nil {
-		forget()
 		return fmt.Errorf("cdp %s: %w", method, err)
 	}
 	select {
@@ -1363,9 +1364,15 @@ func (c *cdpClient) call(ctx context.Context, session, method string, params, re
 	case <-c.done:
 		return c.err // set before done was closed
 	case <-ctx.Done():
-		forget()
 		return fmt.Errorf("cdp %s: %w", method, ctx.Err())
 	}
+}
+
+// forget drops a call's waiter once the call has returned.
+func (c *cdpClient) forget(id int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.pending, id)
 }
 
 // subscribe routes a session's events to fn (nil: drops them).
@@ -1386,17 +1393,15 @@ var errNoBrowser = errors.New("no browser")
 type browserHolder struct {
 	tabs chan struct{} // a slot per open tab: pages are heavy on two cores
 
-	mu     sync.Mutex // guards the fields below
-	b      *browser
-	closed bool
+	mu sync.Mutex // guards b
+	b  *browser
 }
 
 type browser struct {
-	pid    int
-	dir    string // the profile, also the browser's home and temporary directory
-	cdp    *cdpClient
-	exited chan struct{}   // closed once the process has been waited for
-	spare  chan browserTab // a tab opened ahead of the next read
+	cmd   *exec.Cmd       // the leader of the browser's process group
+	dir   string          // the profile, also the browser's home and temporary directory
+	cdp   *cdpClient      // done when the browser died
+	spare chan browserTab // a tab opened ahead of the next read
 }
 
 // chromeNames are the browsers looked for when CHROME_PATH is not set.
@@ -1407,14 +1412,14 @@ var chromeNames = []string{"chromium", "chromium-browser", "google-chrome", "goo
 	"/Applications/Google Chrome.app/Contents/MacOS/Google Chrome"}
 
 // findChrome returns the browser to run: CHROME_PATH when it is set, else the
-// first of chromeNames found; "" when there is none or READDOCS_BROWSER is off.
+// first of chromeNames found; "" when there is none.
 func findChrome(cfg *config) string {
 	names := chromeNames
 	if p := cfg.str("CHROME_PATH"); p != "" {
 		names = []string{p} // no other browser in its place
 	}
 	for _, p := range names {
-		if path, err := exec.LookPath(p); err == nil && cfg.bool("READDOCS_BROWSER") {
+		if path, err := exec.LookPath(p); err == nil {
 			return path
 		}
 	}
@@ -1425,25 +1430,26 @@ func findChrome(cfg *config) string {
 func (h *browserHolder) get(ctx context.Context, srv *server) (*browser, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.closed {
-		return nil, errors.New("browser: server is shutting down")
-	} else if h.b != nil && !h.b.dead() {
+	if h.b != nil && !h.b.dead() {
 		return h.b, nil
 	} else if h.b != nil {
-		srv.log.warnf("readdocs: Chromium (pid %d) stopped; starting a new one", h.b.pid)
-		h.b.stop(srv.procs)
+		srv.log.warnf("readdocs: Chromium (pid %d) stopped; starting a new one",
+			h.b.cmd.Process.Pid)
+		h.b.stop()
 		h.b = nil
 	}
+	chrome := srv.cfg.str("CHROME_PATH")
 	path := findChrome(srv.cfg)
 	switch {
 	case !srv.cfg.bool("READDOCS_BROWSER"):
 		return nil, fmt.Errorf("%w: READDOCS_BROWSER is off", errNoBrowser)
-	case path == "" && srv.cfg.str("CHROME_PATH") != "":
-		chrome := srv.cfg.str("CHROME_PATH")
+	case path == "" && chrome != "":
 		return nil, fmt.Errorf("CHROME_PATH %s is not an executable file", chrome)
 	case path == "":
 		return nil, fmt.Errorf("%w: no Chromium found; set CHROME_PATH", errNoBrowser)
 	}
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
 	b, err := startBrowser(ctx, srv, path)
 	if err != nil {
 		srv.log.warnf("readdocs: %v", err)
@@ -1453,21 +1459,23 @@ func (h *browserHolder) get(ctx context.Context, srv *server) (*browser, error) 
 	return b, nil
 }
 
-func (h *browserHolder) close(procs *procTracker) {
+// close stops the browser; one started after it is killed with the server's processes.
+func (h *browserHolder) close() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.closed = true
 	if h.b != nil {
-		h.b.stop(procs)
+		h.b.stop()
 		h.b = nil
 	}
 }
+
+// devtoolsListening starts the line where Chromium prints its DevTools endpoint.
+const devtoolsListening = "DevTools listening on "
 
 // startBrowser runs Chromium with a fresh profile and connects to the endpoint it prints.
 // Chromium writes nothing outside its profile (its home, config, cache and
 // temporary directory), which is removed when it stops, and downloads nothing.
 func startBrowser(ctx context.Context, srv *server, path string) (*browser, error) {
-	t0 := time.Now()
 	dir, err := os.MkdirTemp("", "telson-chromium-")
 	if err != nil {
 		return nil, fmt.Errorf("browser start: %w", err)
@@ -1486,102 +1494,66 @@ func startBrowser(ctx context.Context, srv *server, path string) (*browser, erro
 	cmd := exec.Command(path, append(args, "about:blank")...)
 	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_CONFIG_HOME="+dir, "XDG_CACHE_HOME="+dir,
 		"TMPDIR="+dir)
-	cmd.SysProcAttr = &syscall.SysProcAttr{}
-	// Linux kills the browser when the thread that started it ends, so a
-	// killed telson leaves no browser behind (other systems have the reaper).
-	if f := reflect.ValueOf(cmd.SysProcAttr).Elem().FieldByName("Pdeathsig"); f.IsValid() {
-		f.Set(reflect.ValueOf(syscall.SIGKILL))
-	}
-	b := &browser{dir: dir, exited: make(chan struct{}), spare: make(chan browserTab, 1)}
-	started := make(chan error, 1)
-	// Not cmd.StderrPipe: Wait would close it before the last lines are read.
-	pr, pw, err := os.Pipe()
+	stderr, err := cmd.StderrPipe() // Wait, which closes it, runs only in stop
 	if err == nil {
-		cmd.Stderr = pw
-		// The goroutine's thread stays locked so that Pdeathsig fires only when telson dies.
-		go func() { // exits when the browser exits
-			runtime.LockOSThread()
-			err := srv.procs.start(cmd)
-			if started <- err; err == nil {
-				cmd.Wait()
-			}
-			close(b.exited)
-		}()
-		err = <-started
-		pw.Close()
+		err = srv.procs.start(cmd)
 	}
 	if err != nil {
-		pr.Close() // nil-safe
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("browser start: %s: %w", path, err)
 	}
-	b.pid = cmd.Process.Pid
-	// found gets the endpoint, or "\x00" and the last stderr line when the browser printed none.
-	found := make(chan string, 1)
-	go func() { // exits when every browser process has closed stderr
-		defer pr.Close()
-		sc := bufio.NewScanner(pr)
+	b := &browser{cmd: cmd, dir: dir, spare: make(chan browserTab, 1)}
+	// line gets the endpoint's line, or the last line when the browser printed none.
+	line := make(chan string, 1)
+	go func() { // exits when every browser process has closed stderr, or stop closed it
+		sc := bufio.NewScanner(stderr)
 		last := ""
-		for sc.Scan() {
-			if u, ok := strings.CutPrefix(sc.Text(), "DevTools listening on "); ok {
-				found <- u
-				io.Copy(io.Discard, pr) // the browser's later output
-				return
-			} else if sc.Text() != "" && !strings.Contains(sc.Text(), "dbus") {
-				last = sc.Text()
-			}
+		for !strings.HasPrefix(last, devtoolsListening) && sc.Scan() {
+			last = cmp.Or(sc.Text(), last)
 		}
-		io.Copy(io.Discard, pr) // a line too long for the scanner: keep draining
-		found <- "\x00" + last
+		line <- last
+		io.Copy(io.Discard, stderr) // the browser's later output
 	}()
-	fail := func(format string, a ...any) (*browser, error) {
-		b.stop(srv.procs)
-		return nil, fmt.Errorf("browser start: "+format, a...)
-	}
-	var wsURL string
+	last := ""
 	select {
-	case wsURL = <-found:
+	case last = <-line:
 	case <-ctx.Done():
-		return fail("no DevTools endpoint: %w", ctx.Err())
+		last = ctx.Err().Error()
 	}
-	if tail, ok := strings.CutPrefix(wsURL, "\x00"); ok {
-		return fail("%s exited: %s", path, tail)
+	wsURL, ok := strings.CutPrefix(last, devtoolsListening)
+	if !ok {
+		b.stop()
+		return nil, fmt.Errorf("browser start: %s printed no DevTools endpoint: %s", path, last)
 	}
 	maxMsg := max(int64(srv.cfg.int("WS_MAX_MESSAGE_BYTES")), 1<<20)
 	ws, err := wsDial(ctx, wsURL, crand.Reader, maxMsg)
-	if err != nil {
-		return fail("%w", err)
+	if err == nil {
+		b.cdp = newCDPClient(ws)
+		deny := map[string]any{"behavior": "deny"}
+		err = b.cdp.call(ctx, "", "Browser.setDownloadBehavior", deny, nil)
 	}
-	b.cdp = newCDPClient(ws)
-	deny := map[string]any{"behavior": "deny"}
-	err = b.cdp.call(ctx, "", "Browser.setDownloadBehavior", deny, nil)
 	if err != nil {
-		return fail("%w", err)
+		b.stop()
+		return nil, fmt.Errorf("browser start: %w", err)
 	}
-	ms := time.Since(t0).Milliseconds()
-	srv.log.infof("readdocs: started Chromium pid %d (%s) in %d ms", b.pid, path, ms)
+	srv.log.infof("readdocs: started Chromium pid %d (%s)", cmd.Process.Pid, path)
 	return b, nil
 }
 
-// dead reports a browser whose process or connection has ended.
+// dead reports a browser whose connection has ended: it ends with the process.
 func (b *browser) dead() bool {
 	select {
-	case <-b.exited:
 	case <-b.cdp.done:
+		return true
 	default:
 		return false
 	}
-	return true
 }
 
 // stop kills the browser's process group and removes its profile.
-func (b *browser) stop(procs *procTracker) {
-	syscall.Kill(-b.pid, syscall.SIGKILL) // nothing of it is worth a graceful close
-	<-b.exited
-	if b.cdp != nil {
-		b.cdp.ws.conn.Close()
-	}
-	procs.forgetIfGone(b.pid)
+func (b *browser) stop() {
+	syscall.Kill(-b.cmd.Process.Pid, syscall.SIGKILL) // nothing of it is worth a graceful close
+	b.cmd.Wait()
 	os.RemoveAll(b.dir)
 }
 
@@ -1677,9 +1649,7 @@ func cutTitle(s string) string {
 
 func runReadDocs(ctx context.Context, c *toolCall) toolResult {
 	a := readDocsArgs{Format: "markdown", MaxLength: 30000}
-	if err := json.Unmarshal(c.args, &a); err != nil {
-		return errorResult("invalid arguments: %v", err)
-	}
+	json.Unmarshal(c.args, &a) // schema-checked
 	o, err := c.s.srv.readPage(ctx, a)
 	if err != nil {
 		return errorResult("%v", err)
@@ -1750,51 +1720,44 @@ func (srv *server) readPage(ctx context.Context, a readDocsArgs) (*readDocsOut, 
 		return nil, fmt.Errorf("only http and https URLs can be read, not %q", a.URL)
 	}
 	timeout := time.Duration(srv.cfg.int("READDOCS_TIMEOUT_MS")+a.WaitMS) * time.Millisecond
-	b, err := srv.startedBrowser(ctx)
-	if errors.Is(err, errNoBrowser) {
-		ctx, cancel := context.WithTimeout(ctx, timeout)
-		defer cancel()
-		why := strings.TrimPrefix(err.Error(), errNoBrowser.Error()+": ")
-		pg, err := fetchPlain(ctx, u.String())
-		if err == nil {
-			note := "Read without a browser (" + why + "): " +
-				"content that scripts build may be missing."
-			pg.Notes = append([]string{note}, pg.Notes...)
-		}
-		return pg, err
-	} else if err != nil {
-		return nil, err
-	}
-	pg, err := srv.readInBrowser(ctx, b, u.String(), a, timeout)
+	pg, b, err := srv.readInBrowser(ctx, u.String(), a.WaitMS, timeout)
 	// The browser died under us: once more with a new one.
-	if err != nil && b.dead() && ctx.Err() == nil {
-		if b, err = srv.startedBrowser(ctx); err == nil {
-			pg, err = srv.readInBrowser(ctx, b, u.String(), a, timeout)
-		}
+	if err != nil && b != nil && b.dead() && ctx.Err() == nil {
+		pg, _, err = srv.readInBrowser(ctx, u.String(), a.WaitMS, timeout)
+	}
+	if !errors.Is(err, errNoBrowser) {
+		return pg, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	why := strings.TrimPrefix(err.Error(), errNoBrowser.Error()+": ")
+	pg, err = fetchPlain(ctx, u.String())
+	if err == nil {
+		note := "Read without a browser (" + why + "): content that scripts build may be missing."
+		pg.Notes = append(pg.Notes, note)
 	}
 	return pg, err
 }
 
-// startedBrowser returns the browser, started if need be (not counted in a page's time).
-func (srv *server) startedBrowser(ctx context.Context) (*browser, error) {
-	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
-	return srv.browser.get(ctx, srv)
-}
-
-// readInBrowser reads the page in a tab of b, within timeout.
-func (srv *server) readInBrowser(ctx context.Context, b *browser, pageURL string, a readDocsArgs,
-	timeout time.Duration) (*readDocsOut, error) {
+// readInBrowser reads the page in a tab of the browser, started if need be
+// (not counted in the page's time), and returns the browser it used.
+func (srv *server) readInBrowser(ctx context.Context, pageURL string, waitMS int,
+	timeout time.Duration) (*readDocsOut, *browser, error) {
+	b, err := srv.browser.get(ctx, srv)
+	if err != nil {
+		return nil, nil, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	select {
 	case srv.browser.tabs <- struct{}{}:
 		defer func() { <-srv.browser.tabs }()
 	case <-ctx.Done():
-		return nil, fmt.Errorf("no free browser tab within %s", timeout)
+		return nil, b, fmt.Errorf("no free browser tab within %s", timeout)
 	}
 	idle := time.Duration(srv.cfg.int("READDOCS_IDLE_MS")) * time.Millisecond
-	return b.read(ctx, pageURL, "html", idle, time.Duration(a.WaitMS)*time.Millisecond, timeout)
+	pg, err := b.read(ctx, pageURL, idle, time.Duration(waitMS)*time.Millisecond)
+	return pg, b, err
 }
 
 // Reading waits for DOMContentLoaded, then for readSettle without requests
@@ -1807,19 +1770,6 @@ var readBlockedHosts = []string{"doubleclick.net", "googlesyndication.com", "goo
 	"googletagservices.com", "google-analytics.com", "adservice.google.", "amazon-adsystem.com",
 	"facebook.net", "scorecardresearch.com", "hotjar.com", "taboola.com", "outbrain.com", "criteo.",
 	"adnxs.com", "chartbeat.", "quantserve.com", "cookielaw.org", "cookiebot.com"}
-
-// readPaused is what the browser pauses (to refuse it, or let it through):
-// every document, what a reader never needs, and stylesheets.
-func readPaused() []map[string]string {
-	var patterns []map[string]string
-	for _, t := range []string{"Document", "Image", "Font", "Media", "Stylesheet"} {
-		patterns = append(patterns, map[string]string{"resourceType": t})
-	}
-	for _, h := range readBlockedHosts {
-		patterns = append(patterns, map[string]string{"urlPattern": "*" + h + "*"})
-	}
-	return patterns
-}
 
 // siteOf returns a URL's origin and site (its host's last two labels): the
 // page may move only within its origin, and only its site holds the read.
@@ -1837,16 +1787,15 @@ type tabState struct {
 	changed chan struct{} // a token after every change
 	frame   string        // the main frame's id (the target's)
 	site    string        // the site of the URL asked for
-	styles  bool          // stylesheets are let through: format "text" reads the layout
 
-	mu        sync.Mutex           // guards the fields below
-	loader    string               // the main frame's current document
-	dcl       map[string]time.Time // by navigation (loader id): when DOMContentLoaded fired
-	inflight  map[string]bool      // request ids that hold the read
-	lastNet   time.Time            // when one of them last started or ended
-	docID     string               // request id of the page's own response
-	docOrigin string               // and its origin
-	moved     string               // where the page's scripts tried to go, refused
+	mu        sync.Mutex      // guards the fields below
+	loader    string          // the main frame's current document
+	dcl       time.Time       // when it fired DOMContentLoaded; zero until then
+	inflight  map[string]bool // request ids that hold the read
+	lastNet   time.Time       // when one of them last started or ended
+	docID     string          // request id of the page's own response
+	docOrigin string          // and its origin
+	moved     string          // where the page's scripts tried to go, refused
 }
 
 // tabEvent is the part of a tab's events that tabState reads.
@@ -1877,7 +1826,11 @@ func (ts *tabState) event(method string, params json.RawMessage) (string, map[st
 	case "Page.lifecycleEvent":
 		ts.lifecycle(e)
 	case "Network.requestWillBeSent":
-		ts.requestStarted(e)
+		_, site := siteOf(e.Request.URL)
+		if e.Type != "EventSource" && e.Type != "WebSocket" && site == ts.site {
+			ts.inflight[e.RequestID] = true
+			ts.lastNet = time.Now()
+		}
 	case "Network.responseReceived":
 		if e.Type == "Document" && e.FrameID == ts.frame && ts.docID == "" {
 			ts.docID = e.RequestID
@@ -1897,40 +1850,26 @@ func (ts *tabState) event(method string, params json.RawMessage) (string, map[st
 	return reply, args
 }
 
+// lifecycle follows the main frame's document: a new one (a redirect by
+// script or refresh) is waited for anew.
 func (ts *tabState) lifecycle(e tabEvent) {
-	if e.FrameID != ts.frame {
-		return
-	}
-	_, isNav := ts.dcl[e.LoaderID] // not the first about:blank
 	switch {
+	case e.FrameID != ts.frame:
 	case e.Name == "init":
 		ts.loader = e.LoaderID
-	case e.Name == "DOMContentLoaded" && isNav:
-		ts.dcl[e.LoaderID] = time.Now()
+		ts.dcl = time.Time{}
+	case e.Name == "DOMContentLoaded" && e.LoaderID == ts.loader:
+		ts.dcl = time.Now()
+		ts.lastNet = ts.dcl // the settle counts from here at the earliest
 	case e.Name == "load":
 		ts.lastNet = time.Now() // scripts often fetch content on load: a settle from it too
 	}
 }
 
-func (ts *tabState) requestStarted(e tabEvent) {
-	if e.Type == "Document" && e.FrameID == ts.frame {
-		ts.dcl[e.LoaderID] = time.Time{}
-	}
-	_, site := siteOf(e.Request.URL)
-	longLived := e.Type == "EventSource" || e.Type == "WebSocket"
-	if !longLived && site == ts.site {
-		ts.inflight[e.RequestID] = true
-		ts.lastNet = time.Now()
-	}
-}
-
 // blocks says whether a request the browser paused is refused: all but the
-// page itself (and stylesheets when wanted), and moves of the page to another
-// origin once it has come.
+// page itself, and moves of the page to another origin once it has come.
 func (ts *tabState) blocks(e tabEvent) bool {
 	switch {
-	case e.ResourceType == "Stylesheet" && ts.styles:
-		return false
 	case e.ResourceType != "Document" || e.FrameID != ts.frame:
 		return true
 	case ts.docOrigin == "" || strings.HasPrefix(e.Request.URL, ts.docOrigin+"/"):
@@ -1942,39 +1881,35 @@ func (ts *tabState) blocks(e tabEvent) bool {
 
 // ready says whether the page can be read, and how soon to look again without an event.
 func (ts *tabState) ready(idleCap time.Duration) (bool, time.Duration) {
-	dcl := ts.dcl[ts.loader]
-	if dcl.IsZero() {
+	quiet := time.Since(ts.lastNet)
+	if len(ts.inflight) > 0 {
+		quiet = 0
+	}
+	if ts.dcl.IsZero() {
 		// The HTML has all come but a script from another site holds the parser.
-		quiet := time.Since(ts.lastNet)
 		return ts.docID != "" && len(ts.inflight) == 0 && quiet >= idleCap, idleCap - quiet
 	}
-	left := idleCap - time.Since(dcl)
-	quiet := time.Since(dcl)
-	if ts.lastNet.After(dcl) {
-		quiet = time.Since(ts.lastNet)
-	}
-	if len(ts.inflight) > 0 {
-		return left <= 0, left
-	}
+	left := idleCap - time.Since(ts.dcl)
 	return quiet >= readSettle || left <= 0, min(readSettle-quiet, left)
 }
 
-// wait waits until cond holds (false when ctx ends first); cond runs under
-// ts.mu and says how soon to look again without a new event (0: at the next).
-func (ts *tabState) wait(ctx context.Context, cond func() (bool, time.Duration)) bool {
+// waitReady waits until the page can be read (once parsed, when parsed is
+// enough) or ctx ends.
+func (ts *tabState) waitReady(ctx context.Context, idleCap time.Duration, parsedEnough bool) {
 	for {
 		ts.mu.Lock()
-		ok, again := cond()
+		ok, again := ts.ready(idleCap)
+		ok = ok || parsedEnough && !ts.dcl.IsZero()
 		ts.mu.Unlock()
 		if ok {
-			return true
+			return
 		}
 		t := time.NewTimer(cmp.Or(max(again, 0), time.Hour)) // 0: until the next event
 		select {
 		case <-ts.changed:
 		case <-t.C:
 		case <-ctx.Done():
-			return false
+			return
 		}
 		t.Stop()
 	}
@@ -1983,7 +1918,9 @@ func (ts *tabState) wait(ctx context.Context, cond func() (bool, time.Duration))
 // browserTab is an open tab and its DevTools session.
 type browserTab struct{ targetID, sid string }
 
-// newTab opens a tab with the events and pauses a read needs; nobody hears its events yet.
+// newTab opens a tab that pauses every document (to let only the page's own
+// through) and what a reader never needs: images, fonts, media, stylesheets
+// (the extraction reads no layout) and known ad hosts. Nobody hears its events yet.
 func (b *browser) newTab(ctx context.Context) (browserTab, error) {
 	var t struct{ TargetID, SessionID string }
 	err := b.cdp.call(ctx, "", "Target.createTarget", map[string]any{"url": "about:blank"}, &t)
@@ -1997,11 +1934,18 @@ func (b *browser) newTab(ctx context.Context) (browserTab, error) {
 		b.closeTab(tab)
 		return browserTab{}, err
 	}
+	var paused []map[string]string
+	for _, r := range []string{"Document", "Image", "Font", "Media", "Stylesheet"} {
+		paused = append(paused, map[string]string{"resourceType": r})
+	}
+	for _, h := range readBlockedHosts {
+		paused = append(paused, map[string]string{"urlPattern": "*" + h + "*"})
+	}
 	setup := map[string]any{
 		"Page.enable":                    nil,
 		"Page.setLifecycleEventsEnabled": map[string]any{"enabled": true},
 		"Network.enable":                 nil,
-		"Fetch.enable":                   map[string]any{"patterns": readPaused()},
+		"Fetch.enable":                   map[string]any{"patterns": paused},
 	}
 	errs := make(chan error, len(setup))
 	for method, params := range setup { // all at once: each costs a round trip
@@ -2019,17 +1963,8 @@ func (b *browser) newTab(ctx context.Context) (browserTab, error) {
 	return tab, nil
 }
 
-// tab returns the tab opened ahead, or a new one.
-func (b *browser) tab(ctx context.Context) (browserTab, error) {
-	select {
-	case t := <-b.spare:
-		return t, nil
-	default:
-	}
-	return b.newTab(ctx)
-}
-
-// openSpare opens a tab for the next read; it returns when the tab is open or failed.
+// openSpare opens a tab for the next read (it saves a read tens of
+// milliseconds); it returns when the tab is open or failed.
 func (b *browser) openSpare() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -2054,22 +1989,29 @@ func (b *browser) closeTab(t browserTab) {
 	}()
 }
 
-// read loads pageURL in a new tab and reads it once its content is there (see readSettle).
-func (b *browser) read(ctx context.Context, pageURL, format string,
-	idleCap, settle, timeout time.Duration) (*readDocsOut, error) {
+// read loads pageURL in a new tab and reads it once its content is there
+// (see readSettle), and extra later.
+func (b *browser) read(ctx context.Context, pageURL string,
+	idleCap, extra time.Duration) (*readDocsOut, error) {
 	t0 := time.Now()
-	tab, err := b.tab(ctx)
+	var tab browserTab
+	var err error
+	select {
+	case tab = <-b.spare:
+	default:
+		tab, err = b.newTab(ctx)
+	}
 	if err != nil {
 		return nil, err
 	}
 	defer func() {
 		b.closeTab(tab)
-		go b.openSpare() // for the next read
+		go b.openSpare() // exits when the tab is open or failed
 	}()
 	sid := tab.sid
 	_, site := siteOf(pageURL)
 	ts := &tabState{changed: make(chan struct{}, 1), frame: tab.targetID, site: site,
-		styles: format == "text", dcl: map[string]time.Time{}, inflight: map[string]bool{}}
+		inflight: map[string]bool{}}
 	b.cdp.subscribe(sid, func(method string, params json.RawMessage) {
 		if reply, args := ts.event(method, params); reply != "" {
 			// The goroutine exits when Chrome answers or the connection drops.
@@ -2078,7 +2020,7 @@ func (b *browser) read(ctx context.Context, pageURL, format string,
 	})
 	// The waits end early enough to leave time to read what the page shows.
 	dl, _ := ctx.Deadline()
-	waitCtx, cancel := context.WithDeadline(ctx, dl.Add(-min(5*time.Second, timeout/4)))
+	waitCtx, cancel := context.WithDeadline(ctx, dl.Add(-min(5*time.Second, time.Until(dl)/4)))
 	defer cancel()
 	var nav struct {
 		ErrorText  string
@@ -2096,80 +2038,69 @@ func (b *browser) read(ctx context.Context, pageURL, format string,
 	case nav.ErrorText != "":
 		return nil, fmt.Errorf("loading %s failed: %s", pageURL, nav.ErrorText)
 	}
-	pg := &readDocsOut{Via: "chromium"}
 	// A page without scripts (or a refresh) is read as soon as it is parsed.
-	ts.wait(waitCtx, func() (bool, time.Duration) {
-		ok, again := ts.ready(idleCap)
-		return ok || !ts.dcl[ts.loader].IsZero(), again
-	})
+	ts.waitReady(waitCtx, idleCap, true)
 	var scripts struct{ Result struct{ Value int } }
 	count := `document.querySelectorAll('script, meta[http-equiv="refresh" i]').length`
 	params := map[string]any{"expression": count, "returnByValue": true}
 	b.cdp.call(waitCtx, sid, "Runtime.evaluate", params, &scripts)
 	if scripts.Result.Value > 0 {
-		ts.wait(waitCtx, func() (bool, time.Duration) { return ts.ready(idleCap) })
+		ts.waitReady(waitCtx, idleCap, false)
 	}
-	ts.mu.Lock()
-	loading := ts.dcl[ts.loader].IsZero()
-	ts.mu.Unlock()
-	if loading {
-		took := time.Since(t0).Round(time.Millisecond)
-		pg.Notes = append(pg.Notes, fmt.Sprintf("The page had not finished loading after %s; "+
-			"this is what it showed then.", took))
+	select {
+	case <-time.After(extra):
+	case <-ctx.Done():
 	}
-	until := time.Now().Add(settle)
-	ts.wait(ctx, func() (bool, time.Duration) { return time.Until(until) <= 0, time.Until(until) })
-	contentType, err := b.evaluate(ctx, sid, pg, format)
+	pg := &readDocsOut{Via: "chromium"}
+	contentType, err := b.evaluate(ctx, sid, pg)
 	if err != nil && ctx.Err() != nil {
-		return nil, fmt.Errorf("%s did not answer within %s (a script may be busy)",
-			pageURL, timeout)
+		took := time.Since(t0).Round(time.Millisecond)
+		return nil, fmt.Errorf("%s did not answer within %s (a script may be busy)", pageURL, took)
 	} else if err != nil {
 		return nil, err
 	} else if !readableType.MatchString(contentType) {
 		return nil, fmt.Errorf("%s is %s, not a page ReadDocs can read", pageURL, contentType)
 	}
 	ts.mu.Lock()
+	loading := ts.dcl.IsZero()
 	moved := ts.moved
+	docID := ts.docID
+	arriving := ts.inflight[docID]
 	ts.mu.Unlock()
+	if loading {
+		took := time.Since(t0).Round(time.Millisecond)
+		pg.Notes = append(pg.Notes, fmt.Sprintf("The page had not finished loading after %s; "+
+			"this is what it showed then.", took))
+	}
 	if moved != "" {
 		note := "The page tried to go on to " + moved + "; this is the page itself."
 		pg.Notes = append(pg.Notes, note)
 	}
-	pg.source = b.source(ctx, sid, ts)
-	return pg, nil
-}
-
-// source returns the page's HTML as the server sent it, up to pageCap ("" when unknown).
-func (b *browser) source(ctx context.Context, sid string, ts *tabState) string {
-	ts.mu.Lock()
-	docID := ts.docID
-	arriving := ts.inflight[docID]
-	ts.mu.Unlock()
+	// The page's HTML as the server sent it, when it has all come ("" on an error).
 	var src struct {
 		Body          string
 		Base64Encoded bool
 	}
-	if docID == "" || arriving {
-		return ""
+	if docID != "" && !arriving {
+		params := map[string]any{"requestId": docID}
+		b.cdp.call(ctx, sid, "Network.getResponseBody", params, &src)
 	}
-	err := b.cdp.call(ctx, sid, "Network.getResponseBody", map[string]any{"requestId": docID}, &src)
-	if err != nil || src.Base64Encoded {
-		return ""
+	if !src.Base64Encoded {
+		pg.source = src.Body[:min(len(src.Body), pageCap)]
 	}
-	return strings.ToValidUTF8(src.Body[:min(len(src.Body), pageCap)], "")
+	return pg, nil
 }
 
-// evaluate reads the page's DOM (its text for format "text", or when it is
-// not HTML) into pg and returns the page's content type.
-func (b *browser) evaluate(ctx context.Context, sid string, pg *readDocsOut,
-	format string) (string, error) {
+// evaluate reads the page's DOM (its text when it is not HTML) into pg and
+// returns the page's content type.
+func (b *browser) evaluate(ctx context.Context, sid string, pg *readDocsOut) (string, error) {
 	expr := fmt.Sprintf(`(() => {
 		const h = document.documentElement, b = document.body, type = document.contentType;
-		const text = %t || !type.includes('html');
+		const text = !type.includes('html');
 		const s = text ? (b ? b.innerText : '') : (h ? h.outerHTML : '');
 		const nav = performance.getEntriesByType('navigation')[0];
 		return {body: s.slice(0, %d), full: s.length, title: document.title, url: location.href,
-			type, text, status: nav ? nav.responseStatus : 0}; })()`, format == "text", pageCap)
+			type, text, status: nav ? nav.responseStatus : 0}; })()`, pageCap)
 	var ev struct {
 		Result struct {
 			Value struct {
@@ -2203,17 +2134,13 @@ func (b *browser) evaluate(ctx context.Context, sid string, pg *readDocsOut,
 // readableType matches a content type that reads as text.
 var readableType = regexp.MustCompile(`(?i)^text/|html|xml|json|javascript`)
 
-// windows1252 maps bytes 0x80-0x9f; latin-1 labels mean this encoding on the web.
+// windows1252 maps bytes 0x80-0x9f; the other bytes are Latin-1.
 var windows1252 = []rune("€\u0081‚ƒ„…†‡ˆ‰Š‹Œ\u008dŽ\u008f\u0090‘’“”•–—˜™š›œ\u009džŸ")
 
-var metaCharset = regexp.MustCompile(`(?i)<meta[^>]+charset=["']?\s*([a-z0-9_-]+)`)
-
-// fetchPlain GETs the page: 10 redirects, pageCap bytes, UTF-8 or Latin-1/Windows-1252.
+// fetchPlain GETs the page: 10 redirects, pageCap bytes, UTF-8 or else Windows-1252
+// (which Latin-1 labels mean on the web).
 func fetchPlain(ctx context.Context, pageURL string) (*readDocsOut, error) {
-	req, err := http.NewRequestWithContext(ctx, "GET", pageURL, nil)
-	if err != nil {
-		return nil, fmt.Errorf("fetch: %w", err)
-	}
+	req, _ := http.NewRequestWithContext(ctx, "GET", pageURL, nil) // pageURL was parsed
 	ua := "Mozilla/5.0 (compatible; telson; +https://github.com/telsonhq/telson)"
 	req.Header.Set("User-Agent", ua)
 	resp, err := http.DefaultClient.Do(req) // the default client stops after 10 redirects
@@ -2236,15 +2163,11 @@ func fetchPlain(ctx context.Context, pageURL string) (*readDocsOut, error) {
 	if isDownload || !readableType.MatchString(ct) {
 		return nil, fmt.Errorf("%s is a download or %s, not a page ReadDocs can read", pageURL, ct)
 	}
-	_, params, _ := mime.ParseMediaType(ct)
-	charset, isHTML := strings.ToLower(params["charset"]), strings.Contains(strings.ToLower(ct), "html")
-	if m := metaCharset.FindSubmatch(raw[:min(len(raw), 2048)]); charset == "" && isHTML && m != nil {
-		charset = strings.ToLower(string(m[1]))
-	}
-	pg.body, pg.isText = strings.ToValidUTF8(strings.TrimPrefix(string(raw), "\ufeff"), "\ufffd"), !isHTML
-	switch charset {
-	case "", "utf-8", "utf8", "us-ascii", "ascii":
-	case "iso-8859-1", "iso8859-1", "latin1", "latin-1", "l1", "windows-1252", "cp1252", "x-cp1252":
+	pg.isText = !strings.Contains(strings.ToLower(ct), "html")
+	pg.body = strings.TrimPrefix(string(raw), "\ufeff")
+	// Whatever its label, a page is UTF-8 when it reads as UTF-8 (a last
+	// character cut at pageCap aside).
+	if !utf8.Valid(raw[:min(len(raw), pageCap-utf8.UTFMax)]) {
 		rs := make([]rune, len(raw))
 		for i, c := range raw {
 			rs[i] = rune(c)
@@ -2253,8 +2176,7 @@ func fetchPlain(ctx context.Context, pageURL string) (*readDocsOut, error) {
 			}
 		}
 		pg.body = string(rs)
-	default:
-		pg.Notes = append(pg.Notes, "The page's charset "+charset+" is not supported; it was read as UTF-8.")
+		pg.Notes = append(pg.Notes, "The page is not UTF-8; it was read as Windows-1252.")
 	}
 	return pg, nil
 }
