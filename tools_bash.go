@@ -515,7 +515,6 @@ func (pt *procTracker) removeAtExitLocked(dir string) {
 	}
 }
 
-
 // keepFile creates a kept output file named after what, removing the oldest beyond keptFiles.
 func (pt *procTracker) keepFile(what string) *keptFile {
 	pt.mu.Lock()
