@@ -73,14 +73,16 @@ const (
 )
 
 var (
-	htmlVoid = wordSet("area base br col embed hr img input link meta param source track wbr " +
-		"frame keygen")
+	htmlVoid = wordSet(`area base br col embed hr img input link meta param source track wbr
+		frame keygen`)
 	// htmlRawText elements hold text up to their end tag, markup and all.
 	htmlRawText = wordSet("script style textarea title xmp iframe noembed noframes plaintext")
 	// htmlClosesP are start tags that end an open paragraph, unless one of htmlPScope is nearer.
-	htmlClosesP = wordSet("address article aside blockquote details div dl fieldset figure " +
-		"footer form h1 h2 h3 h4 h5 h6 header hr main nav ol p pre section table ul")
-	htmlP      = wordSet("p")
+	htmlClosesP = wordSet(`address article aside blockquote details div dl fieldset figure footer
+		form h1 h2 h3 h4 h5 h6 header hr main nav ol p pre section table ul`)
+	htmlP = wordSet("p")
+	// htmlMarkup matches what opens markup: '<' then a letter, "/" and a letter, '!' or '?'.
+	htmlMarkup = regexp.MustCompile(`^<(/?[a-zA-Z]|[!?])`)
 	htmlPScope = wordSet("div section article main table ul ol li blockquote td th button")
 	// htmlImpliedEnd: a start tag ends the nearest open element of the first
 	// set unless one of the second is nearer.
@@ -123,7 +125,7 @@ func parseHTML(src string) *htmlNode {
 	for pos := 0; pos < len(src); {
 		rest := src[pos:]
 		switch {
-		case !htmlOpensMarkup(rest):
+		case !htmlMarkup.MatchString(rest):
 			// Text runs to the next '<'; a '<' that opens no markup is text.
 			end := strings.IndexByte(rest[1:], '<') + 1
 			if end == 0 {
@@ -131,15 +133,16 @@ func parseHTML(src string) *htmlNode {
 			}
 			pos += end
 			pending.WriteString(html.UnescapeString(rest[:end]))
-		case strings.HasPrefix(rest, "<!--"):
-			_, after, _ := strings.Cut(rest[4:], "-->")
-			pos = len(src) - len(after)
 		case rest[1] == '!' || rest[1] == '?':
-			_, after, _ := strings.Cut(rest, ">")
+			end := ">"
+			if strings.HasPrefix(rest, "<!--") {
+				end = "-->"
+			}
+			_, after, _ := strings.Cut(rest[2:], end)
 			pos = len(src) - len(after)
 		case rest[1] == '/':
 			flush()
-			name, after, found := strings.Cut(rest[2:], ">")
+			name, after, _ := strings.Cut(rest[2:], ">")
 			if i := strings.IndexAny(name, htmlSpace+"/"); i >= 0 {
 				name = name[:i]
 			}
@@ -148,9 +151,8 @@ func parseHTML(src string) *htmlNode {
 			if mdHeadings[name] {
 				names = mdHeadings // any heading's end tag ends the open heading
 			}
-			if pos = len(src) - len(after); found {
-				closeTo(names, nil)
-			}
+			pos = len(src) - len(after)
+			closeTo(names, nil)
 		default: // a start tag
 			flush()
 			n, open, next := htmlStartTag(src, pos)
@@ -170,19 +172,6 @@ func parseHTML(src string) *htmlNode {
 	}
 	flush()
 	return root
-}
-
-// htmlOpensMarkup reports whether s starts with markup: '<' then a letter,
-// '/' and a letter, '!' or '?'.
-func htmlOpensMarkup(s string) bool {
-	letter := func(i int) bool { return i < len(s) && (s[i]|0x20) >= 'a' && (s[i]|0x20) <= 'z' }
-	if len(s) < 2 || s[0] != '<' {
-		return false
-	}
-	if s[1] == '/' {
-		return letter(2)
-	}
-	return s[1] == '!' || s[1] == '?' || letter(1)
 }
 
 // htmlStartTag reads the start tag at s[i] (and a raw-text element's text);
@@ -226,9 +215,7 @@ func htmlStartTag(s string, i int) (n *htmlNode, open bool, end int) {
 				val = span(htmlSpace+">", false)
 			}
 		}
-		if len(n.attrs) < 64 {
-			n.attrs = append(n.attrs, htmlAttr{strings.ToLower(key), html.UnescapeString(val)})
-		}
+		n.attrs = append(n.attrs, htmlAttr{strings.ToLower(key), html.UnescapeString(val)})
 	}
 	i = min(i+1, len(s)) // past the '>'
 	if selfClosing || !htmlRawText[n.tag] {
@@ -332,28 +319,28 @@ var (
 	mdEmphasis     = map[string]string{"strong": "**", "b": "**", "em": "*", "i": "*", "del": "~~",
 		"s": "~~", "strike": "~~"}
 
-	mdDropTags = wordSet("head script style noscript svg template iframe object embed canvas " +
-		"input textarea select button link meta datalist")
-	mdBlockTags = wordSet("address article aside blockquote body caption center dd details " +
-		"dialog div dl dt fieldset figcaption figure footer form h1 h2 h3 h4 h5 h6 header hgroup " +
-		"hr html li main nav ol p pre section summary table td th tr ul")
+	mdDropTags = wordSet(`head script style noscript svg template iframe object embed canvas
+		input textarea select button link meta datalist`)
+	mdBlockTags = wordSet(`address article aside blockquote body caption center dd details dialog
+		div dl dt fieldset figcaption figure footer form h1 h2 h3 h4 h5 h6 header hgroup hr html
+		li main nav ol p pre section summary table td th tr ul`)
 	mdInlineTags = wordSet("a b strong em i del s strike code kbd samp tt var img br script")
-	mdNoiseRoles = wordSet("navigation banner contentinfo complementary menu menubar search " +
-		"dialog alertdialog")
+	mdNoiseRoles = wordSet(`navigation banner contentinfo complementary menu menubar search
+		dialog alertdialog`)
 	mdHeadings = wordSet("h1 h2 h3 h4 h5 h6")
 	mdParaTags = wordSet("p pre td dd")
 	// a cell holding one is for layout
 	mdLayoutCells = wordSet("pre table blockquote h1 h2 h3 h4 h5 h6")
 	// Whole words of class and id values naming content, and naming furniture.
 	mdGoodWords = wordSet("article body content entry main post story text blog prose markdown")
-	mdBadWords  = wordSet("ad ads advert advertisement author banner breadcrumb byline caption " +
-		"comment comments consent cookie cookies copyright credit credits cta disqus footer gdpr " +
-		"masthead menu meta modal nav navbar license licence navigation newsletter pager " +
-		"pagination popup promo recommended related share sharing side sidebar social sponsor " +
-		"subscribe subscription tags toolbar")
+	mdBadWords  = wordSet(`ad ads advert advertisement author banner breadcrumb byline caption
+		comment comments consent cookie cookies copyright credit credits cta disqus footer gdpr
+		masthead menu meta modal nav navbar license licence navigation newsletter pager
+		pagination popup promo recommended related share sharing side sidebar social sponsor
+		subscribe subscription tags toolbar`)
 	// Word tails that make compounds of them: relatedposts, commentlist.
-	mdWordTails = wordSet("area bar block box container content holder info inner item items " +
-		"link links list module panel post posts section widget wrap wrapper zone")
+	mdWordTails = wordSet(`area bar block box container content holder info inner item items
+		link links list module panel post posts section widget wrap wrapper zone`)
 )
 
 const (
@@ -588,16 +575,17 @@ func (m *mdConv) scoreParas(n *htmlNode) {
 			continue
 		}
 		// a paragraph: p, pre, a cell, an item, or a block with text of its own
-		isPara := mdParaTags[c.tag] || mdBlockTags[c.tag] && slices.ContainsFunc(c.children, ownText)
+		isPara := mdParaTags[c.tag] ||
+			mdBlockTags[c.tag] && slices.ContainsFunc(c.children, ownText)
 		if text := c.size - c.links; isPara && text >= mdMinPara {
 			commas := strings.Count(rawText(c), ",")
 			v := 1 + float64(commas) + min(float64(text)/100, 3)
 			d := 1.0
 			for a := c.parent; a != nil; a = a.parent {
-				if _, ok := m.score[a]; !ok && d <= 3 {
-					m.cands = append(m.cands, a)
-				}
 				if d <= 3 {
+					if _, ok := m.score[a]; !ok {
+						m.cands = append(m.cands, a)
+					}
 					m.score[a] += v / d
 				}
 				m.paras[a] += text
@@ -671,8 +659,8 @@ func (m *mdConv) skip(n *htmlNode) bool {
 			good, bad := mdHints(c)
 			return (good && !bad || c.tag == "article" || c.tag == "main") && c.size-c.links >= 1000
 		}) == nil
-	case n.tag == "p" && n.size > 0 && n.links*10 >= n.size*9: // a paragraph that is a link: a teaser
-		return true
+	case n.tag == "p" && n.size > 0 && n.links*10 >= n.size*9:
+		return true // a paragraph that is a link: a teaser
 	}
 	list := n.tag == "div" || n.tag == "ul" || n.tag == "ol" || n.tag == "section"
 	return list && n.size > 0 && n.links*2 > n.size && text < 100
@@ -696,6 +684,10 @@ func (m *mdConv) block(n *htmlNode, tight bool) string {
 		out.WriteString(s)
 		prevList = list
 	}
+	para := func() {
+		add(mdPara(inl.String()), false)
+		inl.Reset()
+	}
 	var walk func(p *htmlNode)
 	walk = func(p *htmlNode) {
 		for i, c := range p.children {
@@ -704,8 +696,7 @@ func (m *mdConv) block(n *htmlNode, tight bool) string {
 				return
 			case m.skip(c) || m.kicker(c, p.children[i+1:]):
 			case mdBlockTags[c.tag]:
-				add(mdPara(inl.String()), false)
-				inl.Reset()
+				para()
 				add(m.element(c), c.tag == "ul" || c.tag == "ol")
 			case c.tag == "" || mdInlineTags[c.tag]:
 				inl.WriteString(m.inline(c))
@@ -715,7 +706,7 @@ func (m *mdConv) block(n *htmlNode, tight bool) string {
 		}
 	}
 	walk(n)
-	add(mdPara(inl.String()), false)
+	para()
 	return out.String()
 }
 
@@ -841,7 +832,8 @@ func (m *mdConv) code(n *htmlNode) string {
 	} else if strings.HasPrefix(s, "`") || strings.HasSuffix(s, "`") {
 		s = " " + s + " "
 	}
-	return fence(s, 1) + s + fence(s, 1)
+	f := fence(s, 1)
+	return f + s + f
 }
 
 func (m *mdConv) link(n *htmlNode) string {
