@@ -187,16 +187,9 @@ func htmlStartTag(s string, i int) (n *htmlNode, open bool, end int) {
 	}
 	i++
 	n = &htmlNode{tag: strings.ToLower(span(htmlSpace+"/>", false))}
-	selfClosing := false
-	for span(htmlSpace, true); i < len(s) && s[i] != '>'; span(htmlSpace, true) {
-		if strings.HasPrefix(s[i:], "/>") {
-			selfClosing = true
-			i++
-			break
-		} else if s[i] == '/' {
-			i++
-			continue
-		}
+	// Attributes are apart by white space or '/'; a '/' just before the '>' closes the element.
+	sep := span(htmlSpace+"/", true)
+	for ; i < len(s) && s[i] != '>'; sep = span(htmlSpace+"/", true) {
 		key := span(htmlSpace+"/>=", false)
 		if key == "" { // a stray '='
 			key = "="
@@ -218,6 +211,7 @@ func htmlStartTag(s string, i int) (n *htmlNode, open bool, end int) {
 		n.attrs = append(n.attrs, htmlAttr{strings.ToLower(key), html.UnescapeString(val)})
 	}
 	i = min(i+1, len(s)) // past the '>'
+	selfClosing := strings.HasSuffix(sep, "/")
 	if selfClosing || !htmlRawText[n.tag] {
 		return n, !selfClosing && !htmlVoid[n.tag], i
 	}
@@ -316,6 +310,9 @@ var (
 	mdCellEscape   = strings.NewReplacer("  \n", " ", "\n", " ", "|", `\|`)
 	mdHeadingLine  = regexp.MustCompile(`^#{1,6} `)
 	mdLineStart    = regexp.MustCompile(`^(#{1,6}|[>+-]|\d{1,9}[.)])( |$)`)
+	mdHiddenStyle  = regexp.MustCompile(`(?i)display *: *none|visibility *: *hidden`)
+	// MathJax 2 renders TeX in a frame beside its source
+	mdMathJaxFrame = regexp.MustCompile(`^MathJax-Element-.*-Frame$`)
 	mdEmphasis     = map[string]string{"strong": "**", "b": "**", "em": "*", "i": "*", "del": "~~",
 		"s": "~~", "strike": "~~"}
 
@@ -611,10 +608,8 @@ func (m *mdConv) weight(n *htmlNode) float64 {
 
 // htmlHidden reports an element the page does not show.
 func htmlHidden(n *htmlNode) bool {
-	style := strings.ToLower(strings.ReplaceAll(n.attr("style"), " ", ""))
 	hidden := slices.ContainsFunc(n.attrs, func(a htmlAttr) bool { return a.key == "hidden" })
-	return hidden || n.attr("aria-hidden") == "true" || strings.Contains(style, "display:none") ||
-		strings.Contains(style, "visibility:hidden")
+	return hidden || n.attr("aria-hidden") == "true" || mdHiddenStyle.MatchString(n.attr("style"))
 }
 
 // most reports that n, or the block named as furniture that n is an item
@@ -637,11 +632,10 @@ func (m *mdConv) most(n *htmlNode) bool {
 func (m *mdConv) skip(n *htmlNode) bool {
 	text := n.size - n.links
 	good, bad := mdHints(n)
-	id := n.attr("id")
 	switch {
 	case n.tag == "script": // MathJax's TeX is read; its rendering (the frame) is not
 		return !strings.HasPrefix(n.attr("type"), "math/tex")
-	case strings.HasPrefix(id, "MathJax-Element-") && strings.HasSuffix(id, "-Frame"),
+	case mdMathJaxFrame.MatchString(n.attr("id")),
 		mdDropTags[n.tag] || n.tag == "nav" || n.tag == "aside" || n.tag == "footer",
 		htmlHidden(n),
 		n.tag == "figcaption" && n.size <= mdMaxCaption,
@@ -650,7 +644,9 @@ func (m *mdConv) skip(n *htmlNode) bool {
 	case m.all:
 		return false
 	case n.tag == "form" && n.size < 500,
-		n.tag == "header" && text < 200 && n.find(htmlByTag("h1")) == nil:
+		n.tag == "header" && text < 200 && n.find(htmlByTag("h1")) == nil,
+		// a paragraph that is a link: a teaser
+		n.tag == "p" && n.size > 0 && n.links*10 >= n.size*9:
 		return true
 	case bad && !(good && text >= 1000) && !m.most(n):
 		// Furniture words around the article (share-zone, js-code-nav) do not
@@ -659,8 +655,6 @@ func (m *mdConv) skip(n *htmlNode) bool {
 			good, bad := mdHints(c)
 			return (good && !bad || c.tag == "article" || c.tag == "main") && c.size-c.links >= 1000
 		}) == nil
-	case n.tag == "p" && n.size > 0 && n.links*10 >= n.size*9:
-		return true // a paragraph that is a link: a teaser
 	}
 	list := n.tag == "div" || n.tag == "ul" || n.tag == "ol" || n.tag == "section"
 	return list && n.size > 0 && n.links*2 > n.size && text < 100
