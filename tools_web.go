@@ -73,16 +73,17 @@ const (
 )
 
 var (
-	htmlVoid = wordSet(`area base br col embed hr img input link meta param source track wbr
+	// htmlMarkup matches what opens markup: '<' then a letter, "/" and a letter, '!' or '?'.
+	htmlMarkup = regexp.MustCompile(`^<(/?[a-zA-Z]|[!?])`)
+	htmlVoid   = wordSet(`area base br col embed hr img input link meta param source track wbr
 		frame keygen`)
 	// htmlRawText elements hold text up to their end tag, markup and all.
 	htmlRawText = wordSet("script style textarea title xmp iframe noembed noframes plaintext")
-	// htmlClosesP are start tags that end an open paragraph, unless one of htmlPScope is nearer.
+	// htmlClosesP are start tags that end an open paragraph (htmlP) unless
+	// an element of htmlPScope is nearer.
 	htmlClosesP = wordSet(`address article aside blockquote details div dl fieldset figure footer
 		form h1 h2 h3 h4 h5 h6 header hr main nav ol p pre section table ul`)
-	htmlP = wordSet("p")
-	// htmlMarkup matches what opens markup: '<' then a letter, "/" and a letter, '!' or '?'.
-	htmlMarkup = regexp.MustCompile(`^<(/?[a-zA-Z]|[!?])`)
+	htmlP      = wordSet("p")
 	htmlPScope = wordSet("div section article main table ul ol li blockquote td th button")
 	// htmlImpliedEnd: a start tag ends the nearest open element of the first
 	// set unless one of the second is nearer.
@@ -308,7 +309,6 @@ var (
 	mdNoEscape     = strings.NewReplacer()
 	mdURLEscape    = strings.NewReplacer("(", "%28", ")", "%29", " ", "%20")
 	mdCellEscape   = strings.NewReplacer("  \n", " ", "\n", " ", "|", `\|`)
-	mdHeadingLine  = regexp.MustCompile(`^#{1,6} `)
 	mdLineStart    = regexp.MustCompile(`^(#{1,6}|[>+-]|\d{1,9}[.)])( |$)`)
 	mdHiddenStyle  = regexp.MustCompile(`(?i)display *: *none|visibility *: *hidden`)
 	// MathJax 2 renders TeX in a frame beside its source
@@ -341,14 +341,15 @@ var (
 )
 
 const (
-	mdMinPara    = 25   // characters that make a paragraph
-	mdWordWeight = 25.0 // a class word's weight
-	mdMinWin     = 20.0 // a main block scores at least this
-	mdNestMax    = 10   // deeper lists and quotes come flat
-	mdMinArticle = 500  // paragraph text that makes an article
-	mdItemDepth  = 2    // levels from an item's text up to its list
-	mdMaxKicker  = 100  // characters of a heading that titles a block
-	mdMaxCaption = 300  // characters of a caption; a longer one is text
+	mdMinPara    = 25     // characters that make a paragraph
+	mdWordWeight = 25.0   // a class word's weight
+	mdMinWin     = 20.0   // a main block scores at least this
+	mdNestMax    = 10     // deeper lists and quotes come flat
+	mdMinArticle = 500    // paragraph text that makes an article
+	mdItemDepth  = 2      // levels from an item's text up to its list
+	mdMaxKicker  = 100    // characters of a heading that titles a block
+	mdMaxCaption = 300    // characters of a caption; a longer one is text
+	mdHeading    = "\x02" // starts a heading's line until mdDropEmptyHeadings
 )
 
 // mdConv turns a parsed page into markdown (or text).
@@ -417,41 +418,31 @@ func htmlToMarkdown(src, pageURL string, limit int, plain bool) mdPage {
 		m.all = content == body // everything looked like furniture: read it whole
 	}
 	pg.cut = m.made > m.limit
-	if m.plain {
-		return pg
-	}
 	pg.text = mdDropEmptyHeadings(pg.text)
-	if pg.title != "" && !strings.Contains("\n"+pg.text, "\n# ") {
+	if pg.title != "" && !m.plain && !strings.Contains("\n"+pg.text, "\n# ") {
 		// A page without its own heading starts with its title.
 		pg.text = "# " + m.esc.Replace(cutTitle(pg.title)) + "\n\n" + pg.text
 	}
 	return pg
 }
 
-// mdDropEmptyHeadings drops the headings with nothing under them: the next
-// heading is of their level or higher, or the text ends (a thematic break
-// is nothing). Code blocks are left alone; a text of headings only is kept.
+// mdDropEmptyHeadings drops the headings (lines that start with mdHeading)
+// with nothing under them: the next heading is of their level or higher, or
+// the text ends (a thematic break is nothing); a text of headings only is
+// kept. The marks go.
 func mdDropEmptyHeadings(s string) string {
 	const text = 7 // the level of a line of other text; 0: a blank line or a break
 	lines := strings.Split(s, "\n")
 	var kept []string
-	next := 0   // the level of what follows
-	fence := "" // in a code block, read from its end: the closing fence
+	next := 0 // the level of what follows
 	hasText := false
 	for i := len(lines) - 1; i >= 0; i-- {
 		l := lines[i]
 		level := text
-		switch {
-		case fence != "":
-			if strings.HasPrefix(l, fence) {
-				fence = ""
-			}
-		case strings.HasPrefix(l, "```"):
-			fence = l
-		case strings.TrimSpace(l) == "" || l == "* * *":
+		if h, ok := strings.CutPrefix(l, mdHeading); ok {
+			level = strings.IndexByte(h, ' ')
+		} else if strings.TrimSpace(l) == "" || l == "* * *" {
 			level = 0
-		case mdHeadingLine.MatchString(l):
-			level = strings.IndexByte(l, ' ')
 		}
 		if level > 0 && level < text && level >= next {
 			if n := len(kept); n > 0 && kept[n-1] == "" {
@@ -463,11 +454,11 @@ func mdDropEmptyHeadings(s string) string {
 		kept = append(kept, l)
 		next = cmp.Or(level, next)
 	}
-	if !hasText {
-		return s // headings are all there is
+	if hasText {
+		slices.Reverse(kept)
+		s = strings.Trim(strings.Join(kept, "\n"), "\n")
 	}
-	slices.Reverse(kept)
-	return strings.Trim(strings.Join(kept, "\n"), "\n")
+	return strings.ReplaceAll(s, mdHeading, "")
 }
 
 // measure sets the size and link text of n and the nodes below it; an e-mail link is text.
@@ -543,25 +534,19 @@ func (m *mdConv) mainContent(body, loose *htmlNode) *htmlNode {
 			break
 		}
 	}
-	// So does a parent holding nothing else but headings and headers.
-	for top.parent != nil && top.parent.tag != "body" && m.onlyHeadings(top) {
+	// So does a parent holding nothing else shown but headings and headers.
+	other := func(c *htmlNode) bool {
+		return c.tag != "" && c != top && !m.skip(c) && !mdHeadings[c.tag] && c.tag != "header" ||
+			c.tag == "" && c.size > 0
+	}
+	for top.parent != nil && top.parent.tag != "body" &&
+		!slices.ContainsFunc(top.parent.children, other) {
 		top = top.parent
 	}
 	if (top.size-top.links)*3 < loose.size-loose.links {
 		return nil
 	}
 	return top
-}
-
-// onlyHeadings reports that n's siblings shown are headings and headers.
-func (m *mdConv) onlyHeadings(n *htmlNode) bool {
-	for _, c := range n.parent.children {
-		if c.tag != "" && c != n && !m.skip(c) && !mdHeadings[c.tag] && c.tag != "header" ||
-			c.tag == "" && c.size > 0 {
-			return false
-		}
-	}
-	return true
 }
 
 // scoreParas adds each paragraph's score to its parent, grandparent and great-grandparent.
@@ -728,7 +713,7 @@ func (m *mdConv) element(n *htmlNode) string {
 		if m.plain {
 			return s
 		}
-		return mdMark(s, strings.Repeat("#", int(n.tag[1]-'0'))+" ", "")
+		return mdMark(s, mdHeading+strings.Repeat("#", int(n.tag[1]-'0'))+" ", "")
 	case n.tag == "hr":
 		return "* * *"
 	case n.tag == "pre":
