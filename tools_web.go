@@ -116,10 +116,14 @@ func parseHTML(src string) *htmlNode {
 	// Text gathers in pending (a comment between two runs joins them) and
 	// becomes a node when markup that builds the tree comes: linear, whatever the input.
 	var pending strings.Builder
+	add := func(n *htmlNode) {
+		p := stack[len(stack)-1]
+		n.parent = p
+		p.children = append(p.children, n)
+	}
 	flush := func() {
 		if pending.Len() > 0 {
-			p := stack[len(stack)-1]
-			p.children = append(p.children, &htmlNode{text: pending.String(), parent: p})
+			add(&htmlNode{text: pending.String()})
 			pending.Reset()
 		}
 	}
@@ -163,9 +167,7 @@ func parseHTML(src string) *htmlNode {
 			} else if htmlClosesP[n.tag] {
 				closeTo(htmlP, htmlPScope)
 			}
-			p := stack[len(stack)-1]
-			n.parent = p
-			p.children = append(p.children, n)
+			add(n)
 			if open && len(stack) < maxHTMLDepth {
 				stack = append(stack, n)
 			}
