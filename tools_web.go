@@ -312,6 +312,9 @@ var (
 	mdURLEscape    = strings.NewReplacer("(", "%28", ")", "%29", " ", "%20")
 	mdCellEscape   = strings.NewReplacer("  \n", " ", "\n", " ", "|", `\|`)
 	mdLineStart    = regexp.MustCompile(`^(#{1,6}|[>+-]|\d{1,9}[.)])( |$)`)
+	mdSpaces       = regexp.MustCompile(`[ \t\r\n\f]+`)
+	mdBackticks    = regexp.MustCompile("`+")
+	mdLanguage     = regexp.MustCompile(`(?:^|\s)(?:language-|lang-)(\S*)`)
 	mdHiddenStyle  = regexp.MustCompile(`(?i)display *: *none|visibility *: *hidden`)
 	// MathJax 2 renders TeX in a frame beside its source
 	mdMathJaxFrame = regexp.MustCompile(`^MathJax-Element-.*-Frame$`)
@@ -844,8 +847,7 @@ func (m *mdConv) inlineChildren(n *htmlNode) string {
 // mdPara folds white space as a browser does, turns breaks into hard line
 // breaks and escapes what would read as a heading, quote or list marker.
 func mdPara(s string) string {
-	space := func(r rune) bool { return strings.ContainsRune(htmlSpace, r) }
-	s = strings.Join(strings.FieldsFunc(s, space), " ")
+	s = mdSpaces.ReplaceAllString(s, " ")
 	lines := strings.Split(strings.ReplaceAll(s, "\u00a0", " "), "\x01")
 	for i, l := range lines {
 		l = strings.TrimSpace(l)
@@ -873,13 +875,9 @@ func (m *mdConv) abs(ref string) string {
 
 // fence returns a run of backticks longer than any in s, at least least long.
 func fence(s string, least int) string {
-	run := 0
 	longest := 0
-	for i := 0; i < len(s); i++ {
-		if run++; s[i] != '`' {
-			run = 0
-		}
-		longest = max(longest, run)
+	for _, run := range mdBackticks.FindAllString(s, -1) {
+		longest = max(longest, len(run))
 	}
 	return strings.Repeat("`", max(least, longest+1))
 }
@@ -893,11 +891,8 @@ func (m *mdConv) pre(n *htmlNode) string {
 		classes += " " + c.attr("class")
 	}
 	lang := ""
-	for _, c := range strings.Fields(classes) {
-		if l := strings.TrimPrefix(strings.TrimPrefix(c, "language-"), "lang-"); l != c {
-			lang = l
-			break
-		}
+	if l := mdLanguage.FindStringSubmatch(classes); l != nil {
+		lang = l[1]
 	}
 	if f := fence(s, 3); strings.TrimSpace(s) != "" && !m.plain {
 		return f + lang + "\n" + s + "\n" + f
