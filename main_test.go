@@ -7005,14 +7005,15 @@ func TestReadDocsHeadingEnd(t *testing.T) {
 // page of headings only keeps them.
 func TestReadDocsEmptyHeadingsCode(t *testing.T) {
 	t.Parallel()
+	md := func(src string) string { return htmlToMarkdown(src, "", 1000, false).text }
 	code := "## Setup\n\n```sh\n# install\n\n## done\n```"
-	if got := mdDropEmptyHeadings(code); got != code {
+	if got := md("<h2>Setup</h2><pre class=lang-sh># install\n\n## done</pre>"); got != code {
 		t.Errorf("code block changed:\n%s", got)
 	}
-	if got := mdDropEmptyHeadings("# Not found"); got != "# Not found" {
+	if got := md("<h1>Not found</h1>"); got != "# Not found" {
 		t.Errorf("lone heading: %q", got)
 	}
-	if got := mdDropEmptyHeadings("# A\n\ntext\n\n## Share\n\n# B\n\nmore"); got != "# A\n\ntext\n\n# B\n\nmore" {
+	if got := md("<h1>A</h1><p>text</p><h2>Share</h2><h1>B</h1><p>more</p>"); got != "# A\n\ntext\n\n# B\n\nmore" {
 		t.Errorf("empty heading kept: %q", got)
 	}
 }

@@ -48,53 +48,63 @@ type htmlNode struct {
 	attrs    []htmlAttr
 	parent   *htmlNode
 	children []*htmlNode
-	size     [2]int32 // the converter's: 1 + the text length below, and its link text (0: unknown)
+
+	// The converter's (measure): the length of the text below and of its part inside links.
+	size, links int32
 }
 
 type htmlAttr struct{ key, val string }
 
+// wordSet returns the set of the words in s.
+func wordSet(s string) map[string]bool {
+	set := map[string]bool{}
+	for _, w := range strings.Fields(s) {
+		set[w] = true
+	}
+	return set
+}
+
 const (
 	maxHTMLDepth = 256 // deeper elements become children of the deepest kept one
 	htmlSpace    = " \t\r\n\f"
-	// Element sets, as " a b c " strings for inSet.
-	mdDropTags = " head script style noscript svg template iframe object embed canvas input " +
-		"textarea select button link meta datalist "
-	mdBlockTags = " address article aside blockquote body caption center dd details dialog div " +
-		"dl dt fieldset figcaption figure footer form h1 h2 h3 h4 h5 h6 header hgroup hr html li " +
-		"main nav ol p pre section summary table td th tr ul "
-	mdInlineTags = " a b strong em i del s strike code kbd samp tt var img br "
-	mdNoiseRoles = " navigation banner contentinfo complementary menu menubar search dialog " +
-		"alertdialog "
-	htmlVoid = " area base br col embed hr img input link meta param source track wbr frame keygen "
-	// htmlRawText elements hold text up to their end tag, markup and all.
-	htmlRawText = " script style textarea title xmp iframe noembed noframes plaintext "
-	// htmlClosesP are start tags that end an open paragraph.
-	htmlClosesP = " address article aside blockquote details div dl fieldset figure footer form " +
-		"h1 h2 h3 h4 h5 h6 header hr main nav ol p pre section table ul "
 )
 
-// htmlImpliedEnd: a start tag closes an open element of the first set unless
-// one of the second is nearer.
-var htmlImpliedEnd = map[string][2]string{"li": {" li ", " ul ol menu table "},
-	"dt": {" dt dd ", " dl table "}, "dd": {" dt dd ", " dl table "}, "tr": {" tr ", " table "},
-	"td": {" td th ", " tr table "}, "th": {" td th ", " tr table "},
-	"option": {" option ", " select "}}
-
-func inSet(set, tag string) bool { return tag != "" && strings.Contains(set, " "+tag+" ") }
+var (
+	// htmlMarkup matches what opens markup: '<' then a letter, "/" and a letter, '!' or '?'.
+	htmlMarkup = regexp.MustCompile(`^<(/?[a-zA-Z]|[!?])`)
+	htmlVoid   = wordSet(`area base br col embed hr img input link meta param source track wbr
+		frame keygen`)
+	// htmlRawText elements hold text up to their end tag, markup and all.
+	htmlRawText = wordSet("script style textarea title xmp iframe noembed noframes plaintext")
+	// htmlClosesP are start tags that end an open paragraph (htmlP) unless
+	// an element of htmlPScope is nearer.
+	htmlClosesP = wordSet(`address article aside blockquote details div dl fieldset figure footer
+		form h1 h2 h3 h4 h5 h6 header hr main nav ol p pre section table ul`)
+	htmlP      = wordSet("p")
+	htmlPScope = wordSet("div section article main table ul ol li blockquote td th button")
+	// htmlImpliedEnd: a start tag ends the nearest open element of the first
+	// set unless one of the second is nearer.
+	htmlImpliedEnd = map[string][2]map[string]bool{
+		"li": {wordSet("li"), wordSet("ul ol menu table")},
+		"tr": {wordSet("tr"), wordSet("table")},
+		"td": {wordSet("td th"), wordSet("tr table")},
+		"th": {wordSet("td th"), wordSet("tr table")},
+	}
+)
 
 // parseHTML builds a tree from src the forgiving way browsers do, in
-// simplified form: implied end tags for p, li, dt, dd, tr, td, th and option;
-// a heading's end tag ends any open heading; other stray end tags are
-// ignored; unclosed elements end with their parent; comments, doctypes and
-// processing instructions are dropped.
+// simplified form: implied end tags for p, li, tr, td and th; a heading's
+// end tag ends any open heading; other stray end tags are ignored; unclosed
+// elements end with their parent; comments, doctypes and processing
+// instructions are dropped.
 func parseHTML(src string) *htmlNode {
 	root := &htmlNode{tag: "#root"}
 	stack := []*htmlNode{root}
 	// closeTo pops the nearest open element named in names and those above
 	// it, unless one named in stop is nearer.
-	closeTo := func(names, stop string) {
-		for i := len(stack) - 1; i > 0 && !inSet(stop, stack[i].tag); i-- {
-			if inSet(names, stack[i].tag) {
+	closeTo := func(names, stop map[string]bool) {
+		for i := len(stack) - 1; i > 0 && !stop[stack[i].tag]; i-- {
+			if names[stack[i].tag] {
 				stack = stack[:i]
 				return
 			}
@@ -103,69 +113,58 @@ func parseHTML(src string) *htmlNode {
 	// Text gathers in pending (a comment between two runs joins them) and
 	// becomes a node when markup that builds the tree comes: linear, whatever the input.
 	var pending strings.Builder
+	add := func(n *htmlNode) {
+		p := stack[len(stack)-1]
+		n.parent = p
+		p.children = append(p.children, n)
+	}
 	flush := func() {
 		if pending.Len() > 0 {
-			p := stack[len(stack)-1]
-			p.children = append(p.children, &htmlNode{text: pending.String(), parent: p})
+			add(&htmlNode{text: pending.String()})
 			pending.Reset()
 		}
 	}
-	addText := func(t string) { pending.WriteString(t) }
 	for pos := 0; pos < len(src); {
-		switch rest := src[pos:]; {
-		case rest[0] != '<' || len(rest) == 1 || !htmlOpensMarkup(rest[1]):
-			// Text runs to the next '<' that may open markup; a lone '<' is text.
-			end := 1
-			for end < len(rest) {
-				i := strings.IndexByte(rest[end:], '<')
-				if i < 0 {
-					end = len(rest)
-					break
-				}
-				if end += i; end+1 < len(rest) && htmlOpensMarkup(rest[end+1]) {
-					break
-				}
-				end++
+		rest := src[pos:]
+		switch {
+		case !htmlMarkup.MatchString(rest):
+			// Text runs to the next '<'; a '<' that opens no markup is text.
+			end := strings.IndexByte(rest[1:], '<') + 1
+			if end == 0 {
+				end = len(rest)
 			}
 			pos += end
-			addText(html.UnescapeString(rest[:end]))
-		case strings.HasPrefix(rest, "<!--"):
-			_, after, _ := strings.Cut(rest[4:], "-->")
+			pending.WriteString(html.UnescapeString(rest[:end]))
+		case rest[1] == '!' || rest[1] == '?':
+			end := ">"
+			if strings.HasPrefix(rest, "<!--") {
+				end = "-->"
+			}
+			_, after, _ := strings.Cut(rest[2:], end)
 			pos = len(src) - len(after)
-		case strings.HasPrefix(rest, "<![CDATA["):
-			t, _, _ := strings.Cut(rest[9:], "]]>")
-			pos += min(9+len(t)+3, len(rest))
-			addText(t)
-		case strings.HasPrefix(rest, "<!") || strings.HasPrefix(rest, "<?"):
-			_, after, _ := strings.Cut(rest, ">")
-			pos = len(src) - len(after)
-		case rest[1] == '/' && !(len(rest) > 2 && isASCIILetter(rest[2])):
-			pos++ // "</" not followed by a name: the '<' is text
-			addText("<")
 		case rest[1] == '/':
 			flush()
-			name, after, found := strings.Cut(rest[2:], ">")
+			name, after, _ := strings.Cut(rest[2:], ">")
 			if i := strings.IndexAny(name, htmlSpace+"/"); i >= 0 {
 				name = name[:i]
 			}
-			name = " " + strings.ToLower(name) + " "
-			if inSet(mdHeadings, strings.TrimSpace(name)) {
-				name = mdHeadings // any heading's end tag ends the open heading
+			name = strings.ToLower(name)
+			names := map[string]bool{name: true}
+			if mdHeadings[name] {
+				names = mdHeadings // any heading's end tag ends the open heading
 			}
-			if pos = len(src) - len(after); found {
-				closeTo(name, "")
-			}
+			pos = len(src) - len(after)
+			closeTo(names, nil)
 		default: // a start tag
 			flush()
 			n, open, next := htmlStartTag(src, pos)
 			pos = next
 			if e, ok := htmlImpliedEnd[n.tag]; ok {
 				closeTo(e[0], e[1])
-			} else if inSet(htmlClosesP, n.tag) {
-				closeTo(" p ", " div section article main table ul ol li blockquote td th button ")
+			} else if htmlClosesP[n.tag] {
+				closeTo(htmlP, htmlPScope)
 			}
-			p := stack[len(stack)-1]
-			n.parent, p.children = p, append(p.children, n)
+			add(n)
 			if open && len(stack) < maxHTMLDepth {
 				stack = append(stack, n)
 			}
@@ -174,11 +173,6 @@ func parseHTML(src string) *htmlNode {
 	flush()
 	return root
 }
-
-func isASCIILetter(c byte) bool { return (c|0x20) >= 'a' && (c|0x20) <= 'z' }
-
-// htmlOpensMarkup reports whether a '<' followed by c may open markup.
-func htmlOpensMarkup(c byte) bool { return isASCIILetter(c) || strings.IndexByte("/!?", c) >= 0 }
 
 // htmlStartTag reads the start tag at s[i] (and a raw-text element's text);
 // open: it takes children.
@@ -192,19 +186,14 @@ func htmlStartTag(s string, i int) (n *htmlNode, open bool, end int) {
 		return s[j:i]
 	}
 	i++
-	n, selfClosing := &htmlNode{tag: strings.ToLower(span(htmlSpace+"/>", false))}, false
-	for span(htmlSpace, true); i < len(s) && s[i] != '>'; span(htmlSpace, true) {
-		if strings.HasPrefix(s[i:], "/>") {
-			selfClosing = true
-			i++
-			break
-		} else if s[i] == '/' {
-			i++
-			continue
-		}
+	n = &htmlNode{tag: strings.ToLower(span(htmlSpace+"/>", false))}
+	// Attributes are apart by white space or '/'; a '/' just before the '>' closes the element.
+	sep := span(htmlSpace+"/", true)
+	for ; i < len(s) && s[i] != '>'; sep = span(htmlSpace+"/", true) {
 		key := span(htmlSpace+"/>=", false)
 		if key == "" { // a stray '='
-			key, i = s[i:i+1], i+1
+			key = "="
+			i++
 		}
 		span(htmlSpace, true)
 		val := ""
@@ -219,20 +208,19 @@ func htmlStartTag(s string, i int) (n *htmlNode, open bool, end int) {
 				val = span(htmlSpace+">", false)
 			}
 		}
-		if len(n.attrs) < 64 {
-			n.attrs = append(n.attrs, htmlAttr{strings.ToLower(key), html.UnescapeString(val)})
-		}
+		n.attrs = append(n.attrs, htmlAttr{strings.ToLower(key), html.UnescapeString(val)})
 	}
 	i = min(i+1, len(s)) // past the '>'
-	if selfClosing || !inSet(htmlRawText, n.tag) {
-		return n, !selfClosing && !inSet(htmlVoid, n.tag), i
+	selfClosing := strings.HasSuffix(sep, "/")
+	if selfClosing || !htmlRawText[n.tag] {
+		return n, !selfClosing && !htmlVoid[n.tag], i
 	}
 	j, closer := i, "</"+n.tag
 	for j < len(s) && !strings.EqualFold(s[j:min(j+len(closer), len(s))], closer) {
 		j++
 	}
 	if raw := s[i:j]; raw != "" {
-		if n.tag == "title" || n.tag == "textarea" {
+		if n.tag == "title" {
 			raw = html.UnescapeString(raw)
 		}
 		n.children = []*htmlNode{{text: raw, parent: n}}
@@ -277,23 +265,31 @@ func (n *htmlNode) findAll(match func(*htmlNode) bool) []*htmlNode {
 
 // textContent is the text below n with runs of white space folded to one space.
 func (n *htmlNode) textContent() string {
+	return strings.Join(strings.Fields(rawText(n)), " ")
+}
+
+// rawText is the text below n as it stands, with <br> and the end of p, div
+// and li as a newline.
+func rawText(n *htmlNode) string {
 	var b strings.Builder
 	var walk func(*htmlNode)
-	walk = func(p *htmlNode) {
-		switch {
-		case p.tag == "":
-			b.WriteString(p.text)
-		case p.tag != "script" && p.tag != "style":
-			for _, c := range p.children {
+	walk = func(n *htmlNode) {
+		for _, c := range n.children {
+			switch {
+			case c.tag == "":
+				b.WriteString(c.text)
+			case c.tag == "br":
+				b.WriteByte('\n')
+			case !mdDropTags[c.tag]:
 				walk(c)
-			}
-			if inSet(" br p div li ", p.tag) {
-				b.WriteByte(' ')
+				if c.tag == "p" || c.tag == "div" || c.tag == "li" {
+					b.WriteByte('\n')
+				}
 			}
 		}
 	}
 	walk(n)
-	return strings.Join(strings.Fields(b.String()), " ")
+	return b.String()
 }
 
 // ---- HTML to markdown ----------------------------------------------------
@@ -312,36 +308,50 @@ var (
 	mdNoEscape     = strings.NewReplacer()
 	mdURLEscape    = strings.NewReplacer("(", "%28", ")", "%29", " ", "%20")
 	mdCellEscape   = strings.NewReplacer("  \n", " ", "\n", " ", "|", `\|`)
-	mdHeadingLine  = regexp.MustCompile(`^#{1,6} `)
 	mdLineStart    = regexp.MustCompile(`^(#{1,6}|[>+-]|\d{1,9}[.)])( |$)`)
+	mdSpaces       = regexp.MustCompile(`[ \t\r\n\f]+`)
+	mdBackticks    = regexp.MustCompile("`+")
+	mdLanguage     = regexp.MustCompile(`(?:^|\s)(?:language-|lang-)(\S*)`)
+	mdHiddenStyle  = regexp.MustCompile(`(?i)display *: *none|visibility *: *hidden`)
+	// MathJax 2 renders TeX in a frame beside its source
+	mdMathJaxFrame = regexp.MustCompile(`^MathJax-Element-.*-Frame$`)
 	mdEmphasis     = map[string]string{"strong": "**", "b": "**", "em": "*", "i": "*", "del": "~~",
 		"s": "~~", "strike": "~~"}
+
+	mdDropTags = wordSet(`head script style noscript svg template iframe object embed canvas
+		input textarea select button link meta datalist`)
+	mdBlockTags = wordSet(`address article aside blockquote body caption center dd details dialog
+		div dl dt fieldset figcaption figure footer form h1 h2 h3 h4 h5 h6 header hgroup hr html
+		li main nav ol p pre section summary table td th tr ul`)
+	mdInlineTags = wordSet("a b strong em i del s strike code kbd samp tt var img br script")
+	mdNoiseRoles = wordSet(`navigation banner contentinfo complementary menu menubar search
+		dialog alertdialog`)
+	mdHeadings = wordSet("h1 h2 h3 h4 h5 h6")
+	mdParaTags = wordSet("p pre td dd")
+	// a cell holding one is for layout
+	mdLayoutCells = wordSet("pre table blockquote h1 h2 h3 h4 h5 h6")
+	// Whole words of class and id values naming content, and naming furniture.
+	mdGoodWords = wordSet("article body content entry main post story text blog prose markdown")
+	mdBadWords  = wordSet(`ad ads advert advertisement author banner breadcrumb byline caption
+		comment comments consent cookie cookies copyright credit credits cta disqus footer gdpr
+		masthead menu meta modal nav navbar license licence navigation newsletter pager
+		pagination popup promo recommended related share sharing side sidebar social sponsor
+		subscribe subscription tags toolbar`)
+	// Word tails that make compounds of them: relatedposts, commentlist.
+	mdWordTails = wordSet(`area bar block box container content holder info inner item items
+		link links list module panel post posts section widget wrap wrapper zone`)
 )
 
 const (
-	// Whole words of class and id values naming content, and naming furniture.
-	mdGoodWords = " article body content entry main post story text blog prose markdown "
-	mdBadWords  = " ad ads advert advertisement author banner breadcrumb byline caption comment " +
-		"comments consent cookie cookies copyright credit credits cta disqus footer gdpr " +
-		"masthead menu meta modal nav navbar license licence navigation newsletter pager " +
-		"pagination popup promo recommended related share sharing side sidebar social sponsor " +
-		"subscribe subscription tags toolbar "
-	// Word tails that make compounds of them: relatedposts, commentlist.
-	mdWordTails = " area bar block box container content holder info inner item items link " +
-		"links list module panel post posts section widget wrap wrapper zone "
-	mdHeadings = " h1 h2 h3 h4 h5 h6 "
-	mdKickers  = " h2 h3 h4 h5 h6 " // headings that go with the block after them
-	mdParaTags = " p pre td dd "
-	// a cell holding one is for layout
-	mdLayoutCells = " pre table blockquote h1 h2 h3 h4 h5 h6 "
-	mdMinPara     = 25   // characters that make a paragraph
-	mdWordWeight  = 25.0 // a class word's weight
-	mdMinWin      = 20.0 // a main block scores at least this
-	mdNestMax     = 10   // deeper lists and quotes come flat
-	mdMinArticle  = 500  // paragraph text that makes an article
-	mdItemDepth   = 2    // levels from an item's text up to its list
-	mdMaxKicker   = 100  // characters of a heading that titles a block
-	mdMaxCaption  = 300  // characters of a caption; a longer one is text
+	mdMinPara    = 25     // characters that make a paragraph
+	mdWordWeight = 25.0   // a class word's weight
+	mdMinWin     = 20.0   // a main block scores at least this
+	mdNestMax    = 10     // deeper lists and quotes come flat
+	mdMinArticle = 500    // paragraph text that makes an article
+	mdItemDepth  = 2      // levels from an item's text up to its list
+	mdMaxKicker  = 100    // characters of a heading that titles a block
+	mdMaxCaption = 300    // characters of a caption; a longer one is text
+	mdHeading    = "\x02" // starts a heading's line until mdDropEmptyHeadings
 )
 
 // mdConv turns a parsed page into markdown (or text).
@@ -350,14 +360,14 @@ type mdConv struct {
 	esc       *strings.Replacer // escapes text (more inside links)
 	plain     bool              // text: no link targets, emphasis or escapes
 	all       bool              // keep furniture: it is all the page has
-	page      int               // text of the page's main area, less links
-	pageParas int               // text of the paragraphs in the page
+	page      int32             // text of the page's main area, less links
+	pageParas int32             // text of the paragraphs in the page
 	nest      int               // depth of lists and quotes being rendered
 	limit     int               // characters after which output stops
 	made      int               // characters of text rendered so far
 	score     map[*htmlNode]float64
-	paras     map[*htmlNode]int // text of the paragraphs below a node
-	cands     []*htmlNode       // nodes with a score, in document order
+	paras     map[*htmlNode]int32 // text of the paragraphs below a node
+	cands     []*htmlNode         // nodes with a score, in document order
 }
 
 // mdPage is a converted page; cut: output stopped at the limit.
@@ -375,7 +385,7 @@ func htmlByTag(tag string) func(*htmlNode) bool {
 func htmlToMarkdown(src, pageURL string, limit int, plain bool) mdPage {
 	root := parseHTML(src)
 	m := &mdConv{esc: mdEscape, plain: plain, limit: limit, score: map[*htmlNode]float64{},
-		paras: map[*htmlNode]int{}}
+		paras: map[*htmlNode]int32{}}
 	if plain {
 		m.esc = mdNoEscape
 	}
@@ -389,16 +399,16 @@ func htmlToMarkdown(src, pageURL string, limit int, plain bool) mdPage {
 			m.base = u
 		}
 	}
+	measure(root)
 	body := cmp.Or(root.find(htmlByTag("body")), root)
 	loose := body // or the page's main area
 	isMain := func(n *htmlNode) bool {
 		return (n.tag == "main" || n.attr("role") == "main") && !htmlHidden(n)
 	}
-	if mn := body.find(isMain); mn != nil && m.measure(mn)[0] > 0 {
+	if mn := body.find(isMain); mn != nil && mn.size > 0 {
 		loose = mn
 	}
-	ls := m.measure(loose)
-	m.page = ls[0] - ls[1]
+	m.page = loose.size - loose.links
 	for _, content := range []*htmlNode{m.mainContent(body, loose), loose, body, body} {
 		if content == nil {
 			continue
@@ -410,58 +420,87 @@ func htmlToMarkdown(src, pageURL string, limit int, plain bool) mdPage {
 		m.all = content == body // everything looked like furniture: read it whole
 	}
 	pg.cut = m.made > m.limit
-	if m.plain {
-		return pg
-	}
 	pg.text = mdDropEmptyHeadings(pg.text)
-	hasH1 := strings.HasPrefix(pg.text, "# ") || strings.Contains(pg.text, "\n# ")
-	if pg.title != "" && !hasH1 {
+	if pg.title != "" && !m.plain && !strings.Contains("\n"+pg.text, "\n# ") {
 		// A page without its own heading starts with its title.
 		pg.text = "# " + m.esc.Replace(cutTitle(pg.title)) + "\n\n" + pg.text
 	}
 	return pg
 }
 
-// mdDropEmptyHeadings drops the headings with nothing under them: the next
-// heading is of their level or higher, or the text ends (a thematic break
-// is nothing). Code blocks are left alone; a text of headings only is kept.
+// mdDropEmptyHeadings drops the headings (lines that start with mdHeading)
+// with nothing under them: the next heading is of their level or higher, or
+// the text ends (a thematic break is nothing); a text of headings only is
+// kept. The marks go.
 func mdDropEmptyHeadings(s string) string {
 	const text = 7 // the level of a line of other text; 0: a blank line or a break
 	lines := strings.Split(s, "\n")
-	level := make([]int, len(lines))
-	fence := ""
-	for i, l := range lines {
-		level[i] = text
-		switch {
-		case fence != "":
-			if l == fence {
-				fence = ""
-			}
-		case strings.HasPrefix(l, "```"):
-			fence = l[:len(l)-len(strings.TrimLeft(l, "`"))]
-		case strings.TrimSpace(l) == "" || l == "* * *":
-			level[i] = 0
-		case mdHeadingLine.MatchString(l):
-			level[i] = strings.IndexByte(l, ' ')
-		}
-	}
-	if !slices.Contains(level, text) {
-		return s // headings are all there is
-	}
-	next := 0 // the level of what follows line i
 	var kept []string
+	next := 0 // the level of what follows
+	hasText := false
 	for i := len(lines) - 1; i >= 0; i-- {
-		if lv := level[i]; lv > 0 && lv < text && lv >= next {
+		l := lines[i]
+		level := text
+		if h, ok := strings.CutPrefix(l, mdHeading); ok {
+			level = strings.IndexByte(h, ' ')
+		} else if strings.TrimSpace(l) == "" || l == "* * *" {
+			level = 0
+		}
+		if level > 0 && level < text && level >= next {
 			if n := len(kept); n > 0 && kept[n-1] == "" {
 				kept = kept[:n-1] // with the blank line after it
 			}
 			continue
 		}
-		kept = append(kept, lines[i])
-		next = cmp.Or(level[i], next)
+		hasText = hasText || level == text
+		kept = append(kept, l)
+		next = cmp.Or(level, next)
 	}
-	slices.Reverse(kept)
-	return strings.Trim(strings.Join(kept, "\n"), "\n")
+	if hasText {
+		slices.Reverse(kept)
+		s = strings.Trim(strings.Join(kept, "\n"), "\n")
+	}
+	return strings.ReplaceAll(s, mdHeading, "")
+}
+
+// measure sets the size and link text of n and the nodes below it; an e-mail link is text.
+func measure(n *htmlNode) {
+	if n.tag == "" {
+		n.size = int32(len(strings.TrimSpace(n.text)))
+	}
+	if n.tag == "" || mdDropTags[n.tag] {
+		return
+	}
+	for _, c := range n.children {
+		measure(c)
+		n.size += c.size
+		n.links += c.links
+	}
+	if n.tag == "a" && !strings.HasPrefix(n.attr("href"), "mailto:") {
+		n.links = n.size
+	}
+}
+
+// mdHints reports whether n's class and id hold words naming content and furniture.
+func mdHints(n *htmlNode) (good, bad bool) {
+	notWord := func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) }
+	words := strings.FieldsFunc(strings.ToLower(n.attr("class")+" "+n.attr("id")), notWord)
+	for _, w := range words {
+		good = good || mdHasWord(mdGoodWords, w)
+		bad = bad || mdHasWord(mdBadWords, w)
+	}
+	return good, bad
+}
+
+// mdHasWord reports that w is a word of set, alone or before a common tail
+// (relatedposts, commentlist, shares), but not inside a longer word (commented).
+func mdHasWord(set map[string]bool, w string) bool {
+	for h := range set {
+		if tail, ok := strings.CutPrefix(w, h); ok && (tail == "" || mdWordTails[tail]) {
+			return true
+		}
+	}
+	return false
 }
 
 // mainContent returns the best block, or the parent whose children read as
@@ -484,10 +523,8 @@ func (m *mdConv) mainContent(body, loose *htmlNode) *htmlNode {
 	// children then read as content, and its furniture is skipped later.
 	for top.parent != nil && top.parent.tag != "body" {
 		p := top.parent
-		ps := m.measure(p)
-		ts := m.measure(top)
 		paras := m.paras[p] - m.paras[top]
-		if other := ps[0] - ts[0] - paras; paras*2 <= other && ps != ts {
+		if other := p.size - top.size - paras; paras*2 <= other && p.size > top.size {
 			break
 		}
 		top = p
@@ -499,43 +536,40 @@ func (m *mdConv) mainContent(body, loose *htmlNode) *htmlNode {
 			break
 		}
 	}
-	// So does a parent holding nothing else but headings and headers.
-	for top.parent != nil && top.parent.tag != "body" && m.onlyHeadings(top) {
+	// So does a parent holding nothing else shown but headings and headers.
+	other := func(c *htmlNode) bool {
+		return c.tag != "" && c != top && !m.skip(c) && !mdHeadings[c.tag] && c.tag != "header" ||
+			c.tag == "" && c.size > 0
+	}
+	for top.parent != nil && top.parent.tag != "body" &&
+		!slices.ContainsFunc(top.parent.children, other) {
 		top = top.parent
 	}
-	if s, l := m.measure(top), m.measure(loose); (s[0]-s[1])*3 < l[0]-l[1] {
+	if (top.size-top.links)*3 < loose.size-loose.links {
 		return nil
 	}
 	return top
 }
 
-// onlyHeadings reports that n's siblings shown are headings and headers.
-func (m *mdConv) onlyHeadings(n *htmlNode) bool {
-	for _, c := range n.parent.children {
-		if c.tag != "" && c != n && !m.skip(c) && !inSet(mdHeadings+"header ", c.tag) ||
-			c.tag == "" && strings.TrimSpace(c.text) != "" {
-			return false
-		}
-	}
-	return true
-}
-
 // scoreParas adds each paragraph's score to its parent, grandparent and great-grandparent.
 func (m *mdConv) scoreParas(n *htmlNode) {
+	ownText := func(c *htmlNode) bool { return c.tag == "" && c.size >= mdMinPara }
 	for _, c := range n.children {
 		if c.tag == "" || m.skip(c) {
 			continue
 		}
-		s := m.measure(c)
-		if text := s[0] - s[1]; m.isPara(c) && text >= mdMinPara {
-			commas := strings.Count(rawText(c, &strings.Builder{}), ",")
+		// a paragraph: p, pre, a cell, an item, or a block with text of its own
+		isPara := mdParaTags[c.tag] ||
+			mdBlockTags[c.tag] && slices.ContainsFunc(c.children, ownText)
+		if text := c.size - c.links; isPara && text >= mdMinPara {
+			commas := strings.Count(rawText(c), ",")
 			v := 1 + float64(commas) + min(float64(text)/100, 3)
 			d := 1.0
 			for a := c.parent; a != nil; a = a.parent {
-				if _, ok := m.score[a]; !ok && d <= 3 {
-					m.cands = append(m.cands, a)
-				}
 				if d <= 3 {
+					if _, ok := m.score[a]; !ok {
+						m.cands = append(m.cands, a)
+					}
 					m.score[a] += v / d
 				}
 				m.paras[a] += text
@@ -546,78 +580,23 @@ func (m *mdConv) scoreParas(n *htmlNode) {
 	}
 }
 
-// isPara reports a paragraph: p, pre, a cell, an item, or a block with text of its own.
-func (m *mdConv) isPara(n *htmlNode) bool {
-	ownText := func(c *htmlNode) bool {
-		return c.tag == "" && len(strings.TrimSpace(c.text)) >= mdMinPara
-	}
-	if inSet(mdParaTags, n.tag) {
-		return true
-	}
-	return inSet(mdBlockTags, n.tag) && slices.ContainsFunc(n.children, ownText)
-}
-
 // weight is a block's score with its class words and role, less its share of link text.
 func (m *mdConv) weight(n *htmlNode) float64 {
 	w := m.score[n]
 	good, bad := mdHints(n)
-	if good || inSet(" article main ", n.tag) || n.attr("role") == "main" {
+	if good || n.tag == "article" || n.tag == "main" || n.attr("role") == "main" {
 		w += mdWordWeight
 	}
 	if bad {
 		w -= mdWordWeight
 	}
-	s := m.measure(n)
-	return w * (1 - float64(s[1])/float64(max(s[0], 1)))
-}
-
-// mdHints reports whether n's class and id hold words naming content and furniture.
-func mdHints(n *htmlNode) (good, bad bool) {
-	notWord := func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) }
-	words := strings.FieldsFunc(strings.ToLower(n.attr("class")+" "+n.attr("id")), notWord)
-	for _, w := range words {
-		good = good || mdHasWord(mdGoodWords, w)
-		bad = bad || mdHasWord(mdBadWords, w)
-	}
-	return good, bad
-}
-
-// mdHasWord reports that w is a word of set, alone or before a common tail
-// (relatedposts, commentlist, shares), but not inside a longer word (commented).
-func mdHasWord(set, w string) bool {
-	for _, h := range strings.Fields(set) {
-		if tail, ok := strings.CutPrefix(w, h); ok && (tail == "" || inSet(mdWordTails, tail)) {
-			return true
-		}
-	}
-	return false
+	return w * (1 - float64(n.links)/float64(max(n.size, 1)))
 }
 
 // htmlHidden reports an element the page does not show.
 func htmlHidden(n *htmlNode) bool {
-	style := strings.ToLower(strings.ReplaceAll(n.attr("style"), " ", ""))
 	hidden := slices.ContainsFunc(n.attrs, func(a htmlAttr) bool { return a.key == "hidden" })
-	return hidden || n.attr("aria-hidden") == "true" || strings.Contains(style, "display:none") ||
-		strings.Contains(style, "visibility:hidden")
-}
-
-// measure returns the length of the text below n and of the part inside links.
-func (m *mdConv) measure(n *htmlNode) [2]int {
-	if n.tag == "" {
-		return [2]int{len(strings.TrimSpace(n.text)), 0}
-	} else if n.size[0] == 0 && !inSet(mdDropTags, n.tag) {
-		var s [2]int
-		for _, c := range n.children {
-			cs := m.measure(c)
-			s[0] += cs[0]
-			s[1] += cs[1]
-		}
-		if n.tag == "a" && !strings.HasPrefix(n.attr("href"), "mailto:") { // an address is text
-			s[1] = s[0]
-		}
-		n.size = [2]int32{int32(s[0]) + 1, int32(s[1])}
-	}
-	return [2]int{int(max(n.size[0]-1, 0)), int(n.size[1])}
+	return hidden || n.attr("aria-hidden") == "true" || mdHiddenStyle.MatchString(n.attr("style"))
 }
 
 // most reports that n, or the block named as furniture that n is an item
@@ -627,8 +606,7 @@ func (m *mdConv) measure(n *htmlNode) [2]int {
 func (m *mdConv) most(n *htmlNode) bool {
 	for up := 0; n != nil && up <= mdItemDepth; up++ {
 		good, bad := mdHints(n)
-		s := m.measure(n)
-		if bad && !good && (s[0]-s[1])*2 > m.page && m.paras[n]+mdMinArticle > m.pageParas {
+		if bad && !good && (n.size-n.links)*2 > m.page && m.paras[n]+mdMinArticle > m.pageParas {
 			return true
 		}
 		n = n.parent
@@ -639,38 +617,34 @@ func (m *mdConv) most(n *htmlNode) bool {
 // skip reports an element left out: never shown, hidden, or page furniture
 // by tag, role, class words or link density.
 func (m *mdConv) skip(n *htmlNode) bool {
-	s := m.measure(n)
+	text := n.size - n.links
 	good, bad := mdHints(n)
-	id := n.attr("id")
 	switch {
 	case n.tag == "script": // MathJax's TeX is read; its rendering (the frame) is not
 		return !strings.HasPrefix(n.attr("type"), "math/tex")
-	case strings.HasPrefix(id, "MathJax-Element-") && strings.HasSuffix(id, "-Frame"):
-		return true
-	case inSet(mdDropTags+"nav aside footer ", n.tag) || htmlHidden(n):
-		return true
-	case n.tag == "figcaption" && s[0] <= mdMaxCaption:
-		return true
-	case inSet(mdNoiseRoles, n.attr("role")):
+	case mdMathJaxFrame.MatchString(n.attr("id")),
+		mdDropTags[n.tag] || n.tag == "nav" || n.tag == "aside" || n.tag == "footer",
+		htmlHidden(n),
+		n.tag == "figcaption" && n.size <= mdMaxCaption,
+		mdNoiseRoles[n.attr("role")]:
 		return true
 	case m.all:
 		return false
-	case n.tag == "form" && s[0] < 500:
+	case n.tag == "form" && n.size < 500,
+		n.tag == "header" && text < 200 && n.find(htmlByTag("h1")) == nil,
+		// a paragraph that is a link: a teaser
+		n.tag == "p" && n.size > 0 && n.links*10 >= n.size*9:
 		return true
-	case n.tag == "header" && s[0]-s[1] < 200 && n.find(htmlByTag("h1")) == nil:
-		return true
-	case bad && !(good && s[0]-s[1] >= 1000) && !m.most(n):
+	case bad && !(good && text >= 1000) && !m.most(n):
 		// Furniture words around the article (share-zone, js-code-nav) do not
 		// drop it, nor a block that holds most of the page (live commentary).
 		return n.find(func(c *htmlNode) bool {
 			good, bad := mdHints(c)
-			cs := m.measure(c)
-			return (good && !bad || inSet(" article main ", c.tag)) && cs[0]-cs[1] >= 1000
+			return (good && !bad || c.tag == "article" || c.tag == "main") && c.size-c.links >= 1000
 		}) == nil
-	case n.tag == "p" && s[0] > 0 && s[1]*10 >= s[0]*9: // a paragraph that is a link: a teaser
-		return true
 	}
-	return inSet(" div ul ol section ", n.tag) && s[0] > 0 && s[1]*2 > s[0] && s[0]-s[1] < 100
+	list := n.tag == "div" || n.tag == "ul" || n.tag == "ol" || n.tag == "section"
+	return list && n.size > 0 && n.links*2 > n.size && text < 100
 }
 
 // block renders n's children as markdown blocks separated by blank lines; in
@@ -680,13 +654,20 @@ func (m *mdConv) block(n *htmlNode, tight bool) string {
 	var out, inl strings.Builder
 	prevList := false
 	add := func(s string, list bool) {
-		if s != "" && out.Len() > 0 && tight && (list || prevList) {
+		if s == "" {
+			return
+		}
+		if out.Len() > 0 && tight && (list || prevList) {
 			out.WriteString("\n")
-		} else if s != "" && out.Len() > 0 {
+		} else if out.Len() > 0 {
 			out.WriteString("\n\n")
 		}
 		out.WriteString(s)
-		prevList = list && s != "" || prevList && s == ""
+		prevList = list
+	}
+	para := func() {
+		add(mdPara(inl.String()), false)
+		inl.Reset()
 	}
 	var walk func(p *htmlNode)
 	walk = func(p *htmlNode) {
@@ -694,14 +675,11 @@ func (m *mdConv) block(n *htmlNode, tight bool) string {
 			switch {
 			case m.made > m.limit:
 				return
-			case c.tag == "":
-				inl.WriteString(m.text(c))
-			case m.skip(c) || m.kicker(c) && m.beforeSkipped(p.children[i+1:]):
-			case inSet(mdBlockTags, c.tag):
-				add(mdPara(inl.String()), false)
-				inl.Reset()
+			case m.skip(c) || m.kicker(c, p.children[i+1:]):
+			case mdBlockTags[c.tag]:
+				para()
 				add(m.element(c), c.tag == "ul" || c.tag == "ol")
-			case inSet(mdInlineTags, c.tag) || c.tag == "script":
+			case c.tag == "" || mdInlineTags[c.tag]:
 				inl.WriteString(m.inline(c))
 			default:
 				walk(c)
@@ -709,64 +687,53 @@ func (m *mdConv) block(n *htmlNode, tight bool) string {
 		}
 	}
 	walk(n)
-	add(mdPara(inl.String()), false)
+	para()
 	return out.String()
 }
 
-// kicker reports a heading short enough to be the title of the block after it.
-func (m *mdConv) kicker(n *htmlNode) bool {
-	return inSet(mdKickers, n.tag) && m.measure(n)[0] <= mdMaxKicker
-}
-
-// beforeSkipped reports that the next element in rest is left out.
-func (m *mdConv) beforeSkipped(rest []*htmlNode) bool {
+// kicker reports a heading short enough to be the title of the block after
+// it in rest, when that block is left out.
+func (m *mdConv) kicker(n *htmlNode, rest []*htmlNode) bool {
+	if !mdHeadings[n.tag] || n.tag == "h1" || n.size > mdMaxKicker {
+		return false
+	}
 	for _, c := range rest {
-		if c.tag != "" && !inSet(mdDropTags, c.tag) {
+		if c.tag != "" && !mdDropTags[c.tag] {
 			return m.skip(c)
-		} else if strings.TrimSpace(c.text) != "" {
+		} else if c.size > 0 {
 			return false
 		}
 	}
 	return false
 }
 
-// text renders a text node and counts it.
-func (m *mdConv) text(n *htmlNode) string {
-	m.made += len(strings.TrimSpace(n.text))
-	return m.esc.Replace(n.text)
-}
-
 // element renders one block element.
 func (m *mdConv) element(n *htmlNode) string {
 	switch {
-	case inSet(mdHeadings, n.tag):
+	case mdHeadings[n.tag]:
 		s := strings.ReplaceAll(mdPara(m.inlineChildren(n)), "  \n", " ")
 		if m.plain {
 			return s
 		}
-		return mdMark(s, strings.Repeat("#", int(n.tag[1]-'0'))+" ", "")
+		return mdMark(s, mdHeading+strings.Repeat("#", int(n.tag[1]-'0'))+" ", "")
 	case n.tag == "hr":
 		return "* * *"
 	case n.tag == "pre":
 		return m.pre(n)
 	case n.tag == "table":
 		return m.table(n)
-	case inSet(" ul ol blockquote ", n.tag) && m.nest < mdNestMax:
+	case (n.tag == "ul" || n.tag == "ol" || n.tag == "blockquote") && m.nest < mdNestMax:
 		m.nest++
 		defer func() { m.nest-- }()
-		if n.tag == "blockquote" {
-			return m.quote(n)
+		if n.tag != "blockquote" {
+			return m.list(n)
 		}
-		return m.list(n)
+		if s := m.block(n, false); s != "" {
+			return "> " + strings.ReplaceAll(strings.ReplaceAll(s, "\n", "\n> "), "> \n", ">\n")
+		}
+		return ""
 	}
 	return m.block(n, n.tag == "li")
-}
-
-func (m *mdConv) quote(n *htmlNode) string {
-	if s := m.block(n, false); s != "" {
-		return "> " + strings.ReplaceAll(strings.ReplaceAll(s, "\n", "\n> "), "> \n", ">\n")
-	}
-	return ""
 }
 
 // mdMark puts markup around s, outside its white space; not around nothing.
@@ -781,26 +748,29 @@ func mdMark(s, before, after string) string {
 
 // inline renders an inline node: text, emphasis, links, images, code, breaks.
 func (m *mdConv) inline(n *htmlNode) string {
-	switch {
-	case n.tag == "":
-		return m.text(n)
-	case m.skip(n):
+	if n.tag == "" {
+		m.made += int(n.size)
+		return m.esc.Replace(n.text)
+	}
+	if m.skip(n) {
 		return ""
-	case n.tag == "br":
+	}
+	switch n.tag {
+	case "br":
 		return "\x01"
-	case n.tag == "img":
+	case "img":
 		return m.image(n)
-	case inSet(" code kbd samp tt var ", n.tag):
+	case "code", "kbd", "samp", "tt", "var":
 		return m.code(n)
-	case n.tag == "a":
+	case "a":
 		return m.link(n)
-	case n.tag == "script":
+	case "script":
 		return m.math(n)
 	}
 	s := m.inlineChildren(n)
 	if mk := mdEmphasis[n.tag]; mk != "" && !m.plain {
 		return mdMark(s, mk, mk)
-	} else if inSet(mdBlockTags, n.tag) {
+	} else if mdBlockTags[n.tag] {
 		return " " + s + " "
 	}
 	return s
@@ -827,7 +797,7 @@ func (m *mdConv) image(n *htmlNode) string {
 
 // math renders MathJax's TeX source as $TeX$, or $$TeX$$ for display math.
 func (m *mdConv) math(n *htmlNode) string {
-	tex := strings.TrimSpace(rawText(n, &strings.Builder{}))
+	tex := strings.TrimSpace(rawText(n))
 	m.made += len(tex)
 	if strings.Contains(n.attr("type"), "mode=display") {
 		return "$$" + tex + "$$"
@@ -836,14 +806,15 @@ func (m *mdConv) math(n *htmlNode) string {
 }
 
 func (m *mdConv) code(n *htmlNode) string {
-	s := strings.ReplaceAll(rawText(n, &strings.Builder{}), "\n", " ")
+	s := strings.ReplaceAll(rawText(n), "\n", " ")
 	m.made += len(s)
 	if strings.TrimSpace(s) == "" || m.plain {
 		return s
 	} else if strings.HasPrefix(s, "`") || strings.HasSuffix(s, "`") {
 		s = " " + s + " "
 	}
-	return fence(s, 1) + s + fence(s, 1)
+	f := fence(s, 1)
+	return f + s + f
 }
 
 func (m *mdConv) link(n *htmlNode) string {
@@ -873,8 +844,7 @@ func (m *mdConv) inlineChildren(n *htmlNode) string {
 // mdPara folds white space as a browser does, turns breaks into hard line
 // breaks and escapes what would read as a heading, quote or list marker.
 func mdPara(s string) string {
-	space := func(r rune) bool { return strings.ContainsRune(htmlSpace, r) }
-	s = strings.Join(strings.FieldsFunc(s, space), " ")
+	s = mdSpaces.ReplaceAllString(s, " ")
 	lines := strings.Split(strings.ReplaceAll(s, "\u00a0", " "), "\x01")
 	for i, l := range lines {
 		l = strings.TrimSpace(l)
@@ -900,48 +870,26 @@ func (m *mdConv) abs(ref string) string {
 	return ref
 }
 
-// rawText is the text below n as it stands, with <br> as a newline.
-func rawText(n *htmlNode, b *strings.Builder) string {
-	for _, c := range n.children {
-		switch {
-		case c.tag == "":
-			b.WriteString(c.text)
-		case c.tag == "br":
-			b.WriteByte('\n')
-		case !inSet(mdDropTags, c.tag):
-			rawText(c, b)
-		}
-	}
-	return b.String()
-}
-
 // fence returns a run of backticks longer than any in s, at least least long.
 func fence(s string, least int) string {
-	run := 0
 	longest := 0
-	for i := 0; i < len(s); i++ {
-		if run++; s[i] != '`' {
-			run = 0
-		}
-		longest = max(longest, run)
+	for _, run := range mdBackticks.FindAllString(s, -1) {
+		longest = max(longest, len(run))
 	}
 	return strings.Repeat("`", max(least, longest+1))
 }
 
 // pre renders a code block, with the language its classes name.
 func (m *mdConv) pre(n *htmlNode) string {
-	s := strings.TrimRight(strings.TrimPrefix(rawText(n, &strings.Builder{}), "\n"), "\n ")
+	s := strings.TrimRight(strings.TrimPrefix(rawText(n), "\n"), "\n ")
 	m.made += len(s)
 	classes := n.attr("class")
 	if c := n.find(htmlByTag("code")); c != nil {
 		classes += " " + c.attr("class")
 	}
 	lang := ""
-	for _, c := range strings.Fields(classes) {
-		l, ok := strings.CutPrefix(strings.TrimPrefix(c, "language-"), "lang-")
-		if lang == "" && (ok || l != c) {
-			lang = l
-		}
+	if l := mdLanguage.FindStringSubmatch(classes); l != nil {
+		lang = l[1]
 	}
 	if f := fence(s, 3); strings.TrimSpace(s) != "" && !m.plain {
 		return f + lang + "\n" + s + "\n" + f
@@ -985,10 +933,12 @@ func indent(s string, w int) string {
 // blocks) and one too wide to read as a table come as blocks. Only the
 // header row is padded to the widest row.
 func (m *mdConv) table(n *htmlNode) string {
-	cells := n.findAll(func(c *htmlNode) bool { return c.tag == "td" || c.tag == "th" })
-	if len(cells) < 2 || slices.ContainsFunc(cells, func(c *htmlNode) bool {
-		return c.find(func(d *htmlNode) bool { return inSet(mdLayoutCells, d.tag) }) != nil
-	}) {
+	isCell := func(c *htmlNode) bool { return c.tag == "td" || c.tag == "th" }
+	layout := func(c *htmlNode) bool {
+		return c.find(func(d *htmlNode) bool { return mdLayoutCells[d.tag] }) != nil
+	}
+	cells := n.findAll(isCell)
+	if len(cells) < 2 || slices.ContainsFunc(cells, layout) {
 		return m.block(n, false)
 	}
 	var rows [][]string
@@ -996,7 +946,7 @@ func (m *mdConv) table(n *htmlNode) string {
 	for _, tr := range n.findAll(htmlByTag("tr")) {
 		var row []string
 		for _, c := range tr.children {
-			if (c.tag == "td" || c.tag == "th") && !m.skip(c) && m.made <= m.limit {
+			if isCell(c) && !m.skip(c) && m.made <= m.limit {
 				row = append(row, mdCellEscape.Replace(m.block(c, false)))
 				for span, _ := strconv.Atoi(c.attr("colspan")); span > 1 && span < 100; span-- {
 					row = append(row, "")
