@@ -149,7 +149,8 @@ type bgTask struct {
 	ended   chan struct{} // closed when bash has exited and the status is final
 
 	mu      sync.Mutex    // guards the fields below
-	unread  []byte        // at most limit bytes
+	unread  []byte        // at most limit bytes, in buf while the task runs
+	buf     []byte        // the array unread lives in: twice the limit, so memory stays bounded
 	dropped int64         // unread bytes lost since the previous read
 	changed chan struct{} // closed and replaced at new output and at the end
 	done    bool
@@ -272,6 +273,7 @@ func (t *bgTask) run(s *session, cmd *exec.Cmd) {
 	t.end = time.Now()
 	t.code, t.signal = exitStatus(cmd)
 	t.unread = bytes.Clone(t.unread) // a finished task holds its unread bytes only
+	t.buf = nil
 	close(t.ended)
 	close(t.changed)
 	t.changed = make(chan struct{}) // output may still come from a process bash left behind
@@ -294,19 +296,29 @@ func (q *noticeQueue) remove(line string) {
 }
 
 // Write adds output, dropping the oldest unread bytes beyond the limit, and logs it: what the
-// log holds can be read.
+// log holds can be read. The unread bytes stay in one array: when its end is reached they
+// move back to its start, a copy of at most limit bytes once per limit bytes written.
 func (t *bgTask) Write(p []byte) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.unread = append(t.unread, p...)
-	if over := len(t.unread) - t.limit; over > 0 {
+	logged := p
+	if over := len(t.unread) + len(p) - t.limit; over > 0 {
+		dropUnread := min(over, len(t.unread))
+		t.unread = t.unread[dropUnread:]
+		p = p[over-dropUnread:]
 		t.dropped += int64(over)
-		t.unread = t.unread[over:]
 	}
+	if len(t.unread)+len(p) > cap(t.unread) {
+		if t.buf == nil {
+			t.buf = make([]byte, 0, 2*t.limit)
+		}
+		t.unread = append(t.buf[:0], t.unread...)
+	}
+	t.unread = append(t.unread, p...)
 	close(t.changed)
 	t.changed = make(chan struct{})
-	t.log.keep(p)
-	return len(p), nil
+	t.log.keep(logged)
+	return len(logged), nil
 }
 
 // take removes and returns up to limit bytes of unread output, never
