@@ -152,6 +152,16 @@ type server struct {
 	skills  *skillCatalog  // skills for InvokeSkill and prompts
 	browser *browserHolder // ReadDocs's Chromium, started on first use
 	listens listenerSet    // open subscriptions/listen requests, of every session
+	list    listCache      // the last tools/list result
+}
+
+// listCache is the last tools/list result, encoded, with what it was made from: the protocol
+// version and every tool's description (skills and settings change some). Encoding the 13
+// tools again would cost more than the rest of a tools/list request.
+type listCache struct {
+	mu  sync.Mutex // guards key and raw
+	key string
+	raw json.RawMessage
 }
 
 // toolEntry is a row of the tool table with its parsed input schema.
@@ -251,6 +261,9 @@ func marshalJSON(v any) (json.RawMessage, error) {
 
 // encodeLine encodes msg, without HTML escaping, as one line of JSON ending in '\n'.
 func encodeLine(msg any) ([]byte, error) {
+	if m, ok := msg.(*rpcMessage); ok && m.Result != nil && m.Error == nil && m.Method == "" {
+		return encodeResult(m), nil
+	}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
@@ -258,6 +271,18 @@ func encodeLine(msg any) ([]byte, error) {
 		return nil, fmt.Errorf("encode: %w", err)
 	}
 	return buf.Bytes(), nil
+}
+
+// encodeResult writes a reply with a result by hand: its id is a checked JSON scalar and its
+// result was encoded by marshalJSON, and encoding/json would scan the whole result again
+// (for tools/list, that pass cost more than the rest of the request).
+func encodeResult(m *rpcMessage) []byte {
+	b := []byte(`{"jsonrpc":"2.0","id":`)
+	b = append(b, m.ID...)
+	b = append(b, `,"result":`...)
+	b = append(b, m.Result...)
+	b = append(b, "}\n"...)
+	return b
 }
 
 // send writes one message as one line. It is the only writer of out.
@@ -482,8 +507,9 @@ type rpcRequest struct {
 	route         func(msg any) error // where messages about it go (see routeKey)
 }
 
-// methodHandler handles one method's requests.
-type methodHandler func(ctx context.Context, r *rpcRequest) (map[string]any, error)
+// methodHandler handles one method's requests. Its result is a map, which the request's era
+// completes, or a json.RawMessage already complete.
+type methodHandler func(ctx context.Context, r *rpcRequest) (any, error)
 
 var methods = map[string]methodHandler{
 	"initialize":       handleInitialize,
@@ -512,7 +538,7 @@ const (
 	maxInflight = 64  // requests running at once, not counting those waiting on the client
 )
 
-func handlePing(context.Context, *rpcRequest) (map[string]any, error) { return nil, nil }
+func handlePing(context.Context, *rpcRequest) (any, error) { return nil, nil }
 
 // startRequest runs one request in its own goroutine, or inline when later messages depend
 // on its effect. At maxInflight it waits for a slot, so the reader stops reading: backpressure.
@@ -625,9 +651,10 @@ func (s *session) runRequest(ctx context.Context, r *rpcRequest, handle methodHa
 		}
 	}()
 	result, err := handle(ctx, r)
-	var raw json.RawMessage
-	if err == nil {
-		raw, err = marshalJSON(s.completeResult(r, result))
+	raw, encoded := result.(json.RawMessage)
+	if err == nil && !encoded {
+		fields, _ := result.(map[string]any) // nil for an empty result
+		raw, err = marshalJSON(s.completeResult(r, fields))
 	}
 	if err == nil {
 		return &rpcMessage{JSONRPC: "2.0", ID: r.id, Result: raw}
@@ -812,7 +839,7 @@ func (ls *listenerSet) deliver(method string) {
 
 // handleListen acknowledges the notifications it will deliver, then delivers them until
 // the request is cancelled; a graceful end (stdin closed, shutdown) answers it.
-func handleListen(ctx context.Context, r *rpcRequest) (map[string]any, error) {
+func handleListen(ctx context.Context, r *rpcRequest) (any, error) {
 	var p struct {
 		Notifications map[string]any
 	}
@@ -908,7 +935,7 @@ var serverCapabilities = map[string]any{
 	"logging": map[string]any{},
 }
 
-func handleInitialize(ctx context.Context, r *rpcRequest) (map[string]any, error) {
+func handleInitialize(ctx context.Context, r *rpcRequest) (any, error) {
 	var p struct {
 		ProtocolVersion string
 		Capabilities    map[string]json.RawMessage
@@ -931,7 +958,7 @@ func handleInitialize(ctx context.Context, r *rpcRequest) (map[string]any, error
 	}, nil
 }
 
-func handleDiscover(ctx context.Context, r *rpcRequest) (map[string]any, error) {
+func handleDiscover(ctx context.Context, r *rpcRequest) (any, error) {
 	return map[string]any{
 		"supportedVersions": supportedVersions,
 		"capabilities":      serverCapabilities,
@@ -942,7 +969,7 @@ func handleDiscover(ctx context.Context, r *rpcRequest) (map[string]any, error) 
 	}, nil
 }
 
-func handleSetLevel(ctx context.Context, r *rpcRequest) (map[string]any, error) {
+func handleSetLevel(ctx context.Context, r *rpcRequest) (any, error) {
 	var p struct {
 		Level string
 	}
@@ -958,7 +985,7 @@ func handleSetLevel(ctx context.Context, r *rpcRequest) (map[string]any, error) 
 	return nil, nil
 }
 
-func handleToolsList(ctx context.Context, r *rpcRequest) (map[string]any, error) {
+func handleToolsList(ctx context.Context, r *rpcRequest) (any, error) {
 	var p struct {
 		Cursor *string
 	}
@@ -969,17 +996,34 @@ func handleToolsList(ctx context.Context, r *rpcRequest) (map[string]any, error)
 		// one page holds every tool, so no cursor was ever handed out
 		return nil, invalidParams("bad cursor %q", *p.Cursor)
 	}
-	tools := []map[string]any{}
-	for _, t := range r.s.srv.tools {
-		tools = append(tools, r.s.srv.describeTool(t, r.version))
+	srv := r.s.srv
+	descs := make([]string, len(srv.tools))
+	for i, t := range srv.tools {
+		descs[i] = t.def.desc(srv)
 	}
-	return map[string]any{"tools": tools}, nil
+	key := r.version + "\x00" + strings.Join(descs, "\x00")
+	srv.list.mu.Lock()
+	defer srv.list.mu.Unlock()
+	if srv.list.key == key {
+		return srv.list.raw, nil
+	}
+	tools := []map[string]any{}
+	for i, t := range srv.tools {
+		tools = append(tools, describeTool(t, descs[i], r.version))
+	}
+	raw, err := marshalJSON(r.s.completeResult(r, map[string]any{"tools": tools}))
+	if err != nil {
+		return nil, err
+	}
+	srv.list.key = key
+	srv.list.raw = raw
+	return raw, nil
 }
 
 // describeTool is one tools/list entry, with the fields version v knows.
-func (srv *server) describeTool(t *toolEntry, v string) map[string]any {
+func describeTool(t *toolEntry, desc, v string) map[string]any {
 	d := t.def
-	listing := map[string]any{"name": d.name, "description": d.desc(srv)}
+	listing := map[string]any{"name": d.name, "description": desc}
 	listing["inputSchema"] = t.schema.raw
 	if atLeast(v, version20250326) {
 		listing["annotations"] = map[string]any{
@@ -1082,7 +1126,7 @@ func withNotices(structured any, notices []string) any {
 }
 
 // handleToolsCall runs a tool and answers its CallToolResult, waiting notices first.
-func handleToolsCall(ctx context.Context, r *rpcRequest) (map[string]any, error) {
+func handleToolsCall(ctx context.Context, r *rpcRequest) (any, error) {
 	var p struct {
 		Name      string
 		Arguments any

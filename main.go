@@ -289,10 +289,11 @@ func callOnce(ctx context.Context, srv *server, stdout io.Writer, args []string)
 	defer s.wg.Wait()
 	// params are an object without _meta: newRequest cannot fail
 	req, _ := s.newRequest(&rpcMessage{ID: json.RawMessage("1"), Method: "tools/call", Params: raw})
-	res, err := handleToolsCall(ctx, req)
+	reply, err := handleToolsCall(ctx, req)
 	if err != nil {
 		return fmt.Errorf("call: %w", err)
 	}
+	res := reply.(map[string]any)
 	for _, c := range res["content"].([]contentItem) {
 		text := c.Text
 		if c.Type != "text" {

@@ -839,7 +839,7 @@ func runInvokeSkill(ctx context.Context, c *toolCall) toolResult {
 		sk.name, sk.source, sk.path, text))
 }
 
-func handlePromptsList(ctx context.Context, r *rpcRequest) (map[string]any, error) {
+func handlePromptsList(ctx context.Context, r *rpcRequest) (any, error) {
 	prompts := []map[string]any{}
 	for _, sk := range r.s.checkSkills() {
 		prompts = append(prompts, map[string]any{"name": sk.name, "description": sk.description,
@@ -849,7 +849,7 @@ func handlePromptsList(ctx context.Context, r *rpcRequest) (map[string]any, erro
 	return map[string]any{"prompts": prompts}, nil
 }
 
-func handlePromptsGet(ctx context.Context, r *rpcRequest) (map[string]any, error) {
+func handlePromptsGet(ctx context.Context, r *rpcRequest) (any, error) {
 	var p struct {
 		Name      string
 		Arguments map[string]string
