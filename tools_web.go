@@ -1713,7 +1713,7 @@ func (srv *server) readInBrowser(ctx context.Context, pageURL string, waitMS int
 // Reading waits for DOMContentLoaded, then for readSettle without requests
 // to the page's own site (at most READDOCS_IDLE_MS): the content is there by
 // then, and what other hosts load (ads, trackers, widgets) never holds it.
-const readSettle = 100 * time.Millisecond
+const readSettle = 70 * time.Millisecond
 
 // readBlockedHosts are ad, tracker and cookie-banner hosts: a reader never needs them.
 var readBlockedHosts = []string{"doubleclick.net", "googlesyndication.com", "googletagmanager.com",
