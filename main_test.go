@@ -6811,20 +6811,27 @@ func TestReadDocsExtract(t *testing.T) {
 			[]string{"|"}},
 	}
 	for _, tc := range cases {
-		src, err := os.ReadFile("testdata/readdocs/extract/" + tc.file + ".html")
-		if err != nil {
-			t.Fatal(err)
+		checkExtract(t, tc.file, tc.file, tc.want, tc.drop)
+	}
+}
+
+// checkExtract converts testdata/readdocs/extract/<file>.html and checks that the
+// markdown has every want and none of drop; name labels the errors.
+func checkExtract(t *testing.T, name, file string, want, drop []string) {
+	t.Helper()
+	src, err := os.ReadFile("testdata/readdocs/extract/" + file + ".html")
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := htmlToMarkdown(string(src), "https://example.com/page", 1<<20, false).text
+	for _, w := range want {
+		if !strings.Contains(md, w) {
+			t.Errorf("%s: lacks %q:\n%s", name, w, md)
 		}
-		md := htmlToMarkdown(string(src), "https://example.com/page", 1<<20, false).text
-		for _, w := range tc.want {
-			if !strings.Contains(md, w) {
-				t.Errorf("%s: lacks %q:\n%s", tc.file, w, md)
-			}
-		}
-		for _, d := range tc.drop {
-			if strings.Contains(md, d) {
-				t.Errorf("%s: keeps %q:\n%s", tc.file, d, md)
-			}
+	}
+	for _, d := range drop {
+		if strings.Contains(md, d) {
+			t.Errorf("%s: keeps %q:\n%s", name, d, md)
 		}
 	}
 }
@@ -6970,21 +6977,7 @@ func TestReadDocsExtractRules(t *testing.T) {
 			[]string{"wonderful news"}},
 	}
 	for _, tc := range cases {
-		src, err := os.ReadFile("testdata/readdocs/extract/" + tc.file + ".html")
-		if err != nil {
-			t.Fatal(err)
-		}
-		md := htmlToMarkdown(string(src), "https://example.com/page", 1<<20, false).text
-		for _, w := range tc.want {
-			if !strings.Contains(md, w) {
-				t.Errorf("%s: lacks %q:\n%s", tc.name, w, md)
-			}
-		}
-		for _, d := range tc.drop {
-			if strings.Contains(md, d) {
-				t.Errorf("%s: keeps %q:\n%s", tc.name, d, md)
-			}
-		}
+		checkExtract(t, tc.name, tc.file, tc.want, tc.drop)
 	}
 }
 
