@@ -1,19 +1,43 @@
-// jsonrpc.go holds the wire and the protocol: newline-delimited JSON-RPC 2.0 framing, the
-// session (one client connection), dispatch, both protocol eras (legacy initialize; stateless
-// 2026-07-28 with per-request _meta), tools/list and tools/call with the argument schema check,
-// progress, logging, server-to-client requests, subscriptions/listen, the notice queue, and
-// the Streamable HTTP transport on /mcp.
+// jsonrpc.go holds the protocol, in the order a request travels: the wire (framing, the one
+// encoder, outboxes), dispatch (sessions, requests, methods, both protocol eras), tools/list
+// and tools/call with the argument schema check, messages to the client (server requests,
+// progress, notices, subscriptions/listen), and the transports (stdio, Streamable HTTP).
 //
 // Rules:
-//   - only session.send writes to the session's output: one message per
-//     line, written whole under wmu, so messages never interleave; over HTTP
-//     a request's own messages go to its POST's reply instead (see routeKey);
-//   - every request runs in its own goroutine with its own context;
-//     notifications/cancelled cancels that context and no reply is sent;
-//   - a handler's panic becomes -32603 with its stack on stderr, and the
-//     session keeps serving;
-//   - protocol faults are JSON-RPC errors; a tool's failures, bad arguments
-//     included, are isError results the model can act on.
+//   - every outgoing message is encoded by encode and written by the one writer of its
+//     output: stdio's writer goroutine, or the HTTP handler answering the POST;
+//   - the transport hands each message its outbox and a reply function, which the request
+//     path calls exactly once (nil: no reply);
+//   - every request runs in its own goroutine with its own context; notifications/cancelled
+//     cancels it, and no reply is sent;
+//   - a handler's panic becomes -32603 with its stack on stderr, and the session keeps serving;
+//   - protocol faults are JSON-RPC errors; a tool's failures, bad arguments included, are
+//     isError results the model can act on.
+//
+// Concurrency map.
+// Long-lived goroutines, and when each ends:
+//   - stdio reader (session.serve): at stdin EOF or a read error (at shutdown it stays blocked
+//     on stdin until the process exits);
+//   - stdio writer (outbox.writeLines): when serveStdio stops it and the queue is empty, or at
+//     a write error;
+//   - one per request (session.start): when its handler returns and the reply is handed on;
+//   - a batch's collector: when every request of the batch has answered;
+//   - net/http's, one per connection: each answers its POST and is that reply's writer;
+//   - per background task, its reader and waiter (tools_bg.go); the DevTools reader
+//     (tools_web.go); callback timers (tools_workflow.go).
+//
+// Mutexes, each a leaf unless said (none is held across I/O, a process start or kill, or a
+// file read; what is found under one is acted on after it is released):
+//   - session.mu: the negotiated version, client capabilities, in-flight and pending requests;
+//   - listenerSet.mu: the open subscriptions/listen requests;
+//   - noticeQueue.mu: notices waiting for the next tool result;
+//   - connLimiter.mu: the HTTP connections;
+//   - shellState.mu, procTracker.mu (tools_bash.go); bgTasks.mu, then bgTask.mu, in that order
+//     (tools_bg.go); skillCatalog.mu, callbackSlots.mu (tools_workflow.go); browserHolder.mu,
+//     cdpClient.mu, wsConn.wmu, tabState.mu, searchState.mu (tools_web.go).
+//
+// Channels as locks: session.slots bounds the requests running at once (the reader waits for a
+// slot: backpressure); an outbox's queue bounds what waits for a slow client.
 package main
 
 import (
@@ -28,6 +52,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"net"
 	"net/http"
@@ -40,27 +65,20 @@ import (
 	"time"
 )
 
-// Protocol versions, oldest first: the legacy era negotiates one of the first
-// four, the modern one is per request.
+// ---- the wire ----------------------------------------------------------------
+
+// Protocol versions, oldest first: the legacy era negotiates one of the first four, the
+// modern one is named on each request.
 const (
-	version20241105 = "2024-11-05"
 	version20250326 = "2025-03-26"
 	version20250618 = "2025-06-18"
-	version20251125 = "2025-11-25"
+	latestLegacy    = "2025-11-25"
 	versionModern   = "2026-07-28"
 )
 
 var (
-	legacyVersions    = []string{version20241105, version20250326, version20250618, version20251125}
+	legacyVersions    = []string{"2024-11-05", version20250326, version20250618, latestLegacy}
 	supportedVersions = append(slices.Clip(legacyVersions), versionModern)
-)
-
-// Keys of the modern era's request and result _meta.
-const (
-	metaProtocolVersion = "io.modelcontextprotocol/protocolVersion"
-	metaClientCaps      = "io.modelcontextprotocol/clientCapabilities"
-	metaServerInfo      = "io.modelcontextprotocol/serverInfo"
-	metaSubscriptionID  = "io.modelcontextprotocol/subscriptionId"
 )
 
 // JSON-RPC and MCP error codes.
@@ -74,16 +92,30 @@ const (
 	codeUnsupportedVersion = -32022
 )
 
-// atLeast reports whether protocol version v is min or newer (dates compare as strings).
-func atLeast(v, min string) bool { return v >= min }
+// Limits on what a client can make a session hold.
+const (
+	maxBatch    = 100 // messages in a batch
+	maxInflight = 64  // requests running at once, not counting those waiting on the client
+	outboxSize  = 64  // messages waiting for a client that is slow to read
+)
 
-// rpcMessage is any JSON-RPC 2.0 message: request, notification or response.
+// rpcMessage is a JSON-RPC 2.0 message as it arrives: request, notification or response.
 type rpcMessage struct {
 	JSONRPC string          `json:"jsonrpc"`
 	ID      json.RawMessage `json:"id,omitempty"`
 	Method  string          `json:"method,omitempty"`
 	Params  json.RawMessage `json:"params,omitempty"`
 	Result  json.RawMessage `json:"result,omitempty"`
+	Error   *rpcError       `json:"error,omitempty"`
+}
+
+// outMessage is a message telson sends: a response, a request or a notification.
+type outMessage struct {
+	JSONRPC string          `json:"jsonrpc"`
+	ID      json.RawMessage `json:"id,omitempty"`
+	Method  string          `json:"method,omitempty"`
+	Params  any             `json:"params,omitempty"`
+	Result  any             `json:"result,omitempty"`
 	Error   *rpcError       `json:"error,omitempty"`
 }
 
@@ -100,27 +132,38 @@ func newRPCError(code int, format string, a ...any) *rpcError {
 	return &rpcError{Code: code, Message: fmt.Sprintf(format, a...)}
 }
 
-// errorMessage is an error reply to id; an id that is not a string or a number becomes null.
-func errorMessage(id json.RawMessage, e *rpcError) *rpcMessage {
-	if !validID(id) {
-		id = json.RawMessage("null")
-	}
-	return &rpcMessage{JSONRPC: "2.0", ID: id, Error: e}
-}
-
-// invalidParams is a -32602 error.
 func invalidParams(format string, a ...any) *rpcError {
 	return newRPCError(codeInvalidParams, "invalid params: "+format, a...)
 }
 
-// invalidRequest is a -32600 reply to id.
-func invalidRequest(id json.RawMessage, format string, a ...any) *rpcMessage {
+// errorMessage is an error reply to id; an id that is not a string or a number becomes null.
+func errorMessage(id json.RawMessage, e *rpcError) *outMessage {
+	if !validID(id) {
+		id = json.RawMessage("null")
+	}
+	return &outMessage{JSONRPC: "2.0", ID: id, Error: e}
+}
+
+func invalidRequest(id json.RawMessage, format string, a ...any) *outMessage {
 	return errorMessage(id, newRPCError(codeInvalidRequest, "invalid request: "+format, a...))
+}
+
+func notification(method string, params any) *outMessage {
+	return &outMessage{JSONRPC: "2.0", Method: method, Params: params}
 }
 
 // validID reports whether id is a string or a number, the only ids JSON-RPC allows (not null).
 func validID(id json.RawMessage) bool {
 	return len(id) > 0 && (id[0] == '"' || id[0] == '-' || (id[0] >= '0' && id[0] <= '9'))
+}
+
+// idKey is id's value as a key: numbers by numeric value (5.0 is 5), strings as strings.
+func idKey(id json.RawMessage) string {
+	var v any
+	if json.Unmarshal(id, &v) != nil {
+		return string(id)
+	}
+	return fmt.Sprintf("%T %v", v, v)
 }
 
 // readLine returns the next line without its line ending and a leading UTF-8 BOM; a line
@@ -141,231 +184,157 @@ func readLine(r *bufio.Reader, max int) (line []byte, tooLong bool, err error) {
 	}
 }
 
-// server is what all sessions of one telson process share.
-type server struct {
-	cfg     *config
-	log     *logger
-	tools   []*toolEntry // the tool table's enabled rows, in table order
-	procs   *procTracker
-	version string
-	search  *searchState   // WebSearch's HTTP client and resting engines
-	skills  *skillCatalog  // skills for InvokeSkill and prompts
-	browser *browserHolder // ReadDocs's Chromium, started on first use
-	listens listenerSet    // open subscriptions/listen requests, of every session
-	list    listCache      // the last tools/list result
-}
-
-// listCache is the last tools/list result, encoded, with what it was made from: the protocol
-// version and every tool's description (skills and settings change some). Encoding the 13
-// tools again would cost more than the rest of a tools/list request.
-type listCache struct {
-	mu  sync.Mutex // guards key and raw
-	key string
-	raw json.RawMessage
-}
-
-// toolEntry is a row of the tool table with its parsed input schema.
-type toolEntry struct {
-	def    *toolDef
-	schema *jsonSchema
-	output json.RawMessage // the output schema with notices declared; nil for none
-}
-
-// newToolEntry parses d's input schema, and adds to its output schema the notices property
-// every result may carry.
-func newToolEntry(d *toolDef) (*toolEntry, error) {
-	input, err := parseSchema(d.input)
-	t := &toolEntry{def: d, schema: input}
-	if err != nil || d.output == "" {
-		return t, err
-	}
-	var m map[string]any
-	if err := json.Unmarshal([]byte(d.output), &m); err != nil {
-		return nil, fmt.Errorf("output schema: %w", err)
-	}
-	if props, ok := m["properties"].(map[string]any); ok {
-		props["notices"] = json.RawMessage(noticesSchema)
-	}
-	t.output, err = marshalJSON(m)
-	return t, err
-}
-
-func (srv *server) tool(name string) *toolEntry {
-	for _, t := range srv.tools {
-		if t.def.name == name {
-			return t
-		}
-	}
-	return nil
-}
-
-// session is one client connection: stdio has exactly one.
-type session struct {
-	srv      *server
-	notices  *noticeQueue
-	shell    *shellState
-	workflow *sessionWorkflow // plan mode, callbacks, skill watch
-	bg       *bgTasks         // background tasks; closeAll when the session ends
-
-	wmu sync.Mutex // guards out
-	out io.Writer
-
-	mu         sync.Mutex // guards version, clientCaps and logLevel
-	version    string     // negotiated by initialize; "" before it
-	clientCaps map[string]json.RawMessage
-	logLevel   int // notifications/message below this level are not sent
-
-	requests requestTable
-	wg       sync.WaitGroup // counts running request goroutines
-	slots    chan struct{}  // one per running request; at maxInflight the reader waits
-}
-
-// requestTable is a session's requests both ways: the client's that run (to
-// cancel them) and the server's that await the client's reply.
-type requestTable struct {
-	mu       sync.Mutex                  // guards the fields below
-	inflight map[string]*inflightRequest // by idKey
-	pending  map[string]chan *rpcMessage // by idKey
-	nextID   int64
-}
-
-type inflightRequest struct {
-	cancel    context.CancelFunc
-	cancelled bool // by the client: the reply is not sent
-	listen    bool // a subscriptions/listen, which ends when the input does
-}
-
-func newSession(srv *server, out io.Writer) *session {
-	s := &session{
-		srv:      srv,
-		out:      out,
-		notices:  &noticeQueue{},
-		shell:    newShellState(),
-		bg:       newBgTasks(srv.procs),
-		logLevel: logLevelIndex(srv.cfg.str("LOG_LEVEL")),
-		requests: requestTable{
-			inflight: map[string]*inflightRequest{},
-			pending:  map[string]chan *rpcMessage{},
-		},
-		slots: make(chan struct{}, maxInflight),
-	}
-	s.workflow = newSessionWorkflow(s)
-	return s
-}
-
-// marshalJSON encodes v as JSON without HTML escaping or a trailing newline.
-func marshalJSON(v any) (json.RawMessage, error) {
-	b, err := encodeLine(v)
-	return bytes.TrimRight(b, "\n"), err
-}
-
-// encodeLine encodes msg, without HTML escaping, as one line of JSON ending in '\n'.
-func encodeLine(msg any) ([]byte, error) {
-	if m, ok := msg.(*rpcMessage); ok && m.Result != nil && m.Error == nil && m.Method == "" {
-		return encodeResult(m), nil
-	}
+// encode is the one encoder of what telson sends: one line of JSON without HTML escaping.
+func encode(v any) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
-	if err := enc.Encode(msg); err != nil {
+	if err := enc.Encode(v); err != nil {
 		return nil, fmt.Errorf("encode: %w", err)
 	}
 	return buf.Bytes(), nil
 }
 
-// encodeResult writes a reply with a result by hand: its id is a checked JSON scalar and its
-// result was encoded by marshalJSON, and encoding/json would scan the whole result again
-// (for tools/list, that pass cost more than the rest of the request).
-func encodeResult(m *rpcMessage) []byte {
-	b := []byte(`{"jsonrpc":"2.0","id":`)
-	b = append(b, m.ID...)
-	b = append(b, `,"result":`...)
-	b = append(b, m.Result...)
-	b = append(b, "}\n"...)
-	return b
+// errNoStream says an output cannot take a message now: it is closed, or takes only a reply.
+var errNoStream = errors.New("send: no stream to the client")
+
+// outbox is a bounded queue of encoded messages for one output, drained by that output's one
+// writer. A sender waits while the queue is full (the client is not reading): a stuck client
+// holds its senders, never memory or a lock.
+type outbox struct {
+	queue  chan []byte
+	done   chan struct{} // closed when the writer has stopped: sends fail from then on
+	stream bool          // it takes messages besides a reply
 }
 
-// send writes one message as one line. It is the only writer of out.
-func (s *session) send(msg any) error {
-	b, err := encodeLine(msg)
+func newOutbox(stream bool) *outbox {
+	return &outbox{queue: make(chan []byte, outboxSize), done: make(chan struct{}), stream: stream}
+}
+
+// send queues one message; a nil outbox, or one that takes only a reply, refuses it.
+func (o *outbox) send(msg any) error {
+	if o == nil || !o.stream {
+		return errNoStream
+	}
+	b, err := encode(msg)
 	if err != nil {
 		return err
 	}
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	if _, err := s.out.Write(b); err != nil {
-		return fmt.Errorf("send: %w", err)
+	select {
+	case o.queue <- b:
+		return nil
+	case <-o.done:
+		return errNoStream
 	}
-	return nil
 }
 
-// errNoStream says a route cannot carry a message; it goes to the session's output instead.
-var errNoStream = errors.New("send: no stream to the client")
-
-// routeKey keys, in a request's context, where messages about it go (an HTTP
-// POST's reply); else the session's output.
-type routeKey struct{}
-
-func routeOf(ctx context.Context) func(msg any) error {
-	route, _ := ctx.Value(routeKey{}).(func(msg any) error)
-	return route
+// reply is a reply function for an output that carries replies like any message (stdio).
+func (o *outbox) reply(msg any) {
+	if msg != nil {
+		o.send(msg)
+	}
 }
 
-// sendVia sends msg on route when there is one that takes it, else on the session's output.
-func (s *session) sendVia(route func(msg any) error, msg any) error {
-	if route != nil {
-		if err := route(msg); !errors.Is(err, errNoStream) {
-			return err
+// writeLines is stdio's writer: it writes each queued message to w until stop is closed and
+// the queue is empty, or a write fails.
+func (o *outbox) writeLines(w io.Writer, stop <-chan struct{}) {
+	defer close(o.done)
+	for {
+		var b []byte
+		select {
+		case b = <-o.queue:
+		case <-stop:
+			select {
+			case b = <-o.queue:
+			default:
+				return
+			}
+		}
+		if _, err := w.Write(b); err != nil {
+			return
 		}
 	}
-	return s.send(msg)
 }
 
-// reply sends a reply (a message or a batch's array); nil sends nothing.
-func (s *session) reply(msg any) {
-	if msg != nil {
-		s.send(msg)
+// ---- dispatch ------------------------------------------------------------------
+
+// server is what all sessions of one telson process share.
+type server struct {
+	set     *settings
+	log     *slog.Logger
+	version string
+	tools   []*toolEntry // the tool table's enabled rows, in table order
+	procs   *procTracker
+	search  *searchState
+	skills  *skillCatalog
+	browser *browserHolder
+	listens listenerSet
+}
+
+// session is one client's state: stdio has one, and so has an HTTP server (one agent's).
+type session struct {
+	srv      *server
+	out      *outbox // what no request carries goes here (stdio); nil over HTTP
+	notices  noticeQueue
+	shell    *shellState
+	bg       *bgTasks
+	workflow *sessionWorkflow
+	wg       sync.WaitGroup // counts running requests
+	slots    chan struct{}  // one per running request; at maxInflight the reader waits
+
+	mu       sync.Mutex // guards the fields below
+	version  string     // negotiated by initialize; "" before it
+	caps     map[string]json.RawMessage
+	inflight map[string]*inflight        // the client's running requests, by idKey
+	pending  map[string]chan *rpcMessage // the server's requests awaiting a reply, by idKey
+	nextID   int
+}
+
+// inflight is a running request of the client's.
+type inflight struct {
+	cancel    context.CancelFunc
+	cancelled bool // by the client: the reply is not sent
+	listen    bool // a subscriptions/listen, which ends when the input does
+}
+
+func newSession(srv *server, out *outbox) *session {
+	s := &session{
+		srv:      srv,
+		out:      out,
+		shell:    newShellState(),
+		bg:       newBgTasks(srv.procs),
+		slots:    make(chan struct{}, maxInflight),
+		inflight: map[string]*inflight{},
+		pending:  map[string]chan *rpcMessage{},
 	}
+	s.workflow = newSessionWorkflow(s)
+	return s
 }
 
-// close ends the session: its running requests are cancelled and what it owns is released.
+// close ends the session: its running requests are cancelled and what it owns is stopped.
 func (s *session) close() {
 	s.cancelAll(false)
 	s.stopWorkflow()
 	s.bg.closeAll()
 }
 
-// notify tells of a change to a list: an initialized legacy session directly, and
-// every open subscriptions/listen of the server that asked for method (lists are server-wide).
-func (s *session) notify(method string, params any) {
+// cancelAll cancels every running request, or only the subscriptions/listen requests (a
+// graceful end); they still answer.
+func (s *session) cancelAll(onlyListens bool) {
 	s.mu.Lock()
-	legacy := s.version != ""
-	s.mu.Unlock()
-	if legacy {
-		s.send(notification(method, params))
+	defer s.mu.Unlock()
+	for _, r := range s.inflight {
+		if r.listen || !onlyListens {
+			r.cancel()
+		}
 	}
-	s.srv.listens.deliver(method)
 }
 
-// outgoing is a request or a notification telson sends.
-type outgoing struct {
-	JSONRPC string          `json:"jsonrpc"`
-	ID      json.RawMessage `json:"id,omitempty"`
-	Method  string          `json:"method"`
-	Params  any             `json:"params,omitempty"`
-}
-
-func notification(method string, params any) any { return &outgoing{"2.0", nil, method, params} }
-
-// notify sends a notification about request r on its route.
-func (r *rpcRequest) notify(method string, params any) {
-	r.s.sendVia(r.route, notification(method, params))
-}
-
-// serve dispatches messages from r until EOF or a read error, without waiting for running requests.
+// serve dispatches the lines of r until EOF or a read error, without waiting for the requests
+// it started. Replies and messages go to the session's outbox.
 func (s *session) serve(ctx context.Context, r io.Reader) error {
 	br := bufio.NewReaderSize(r, 64<<10)
-	max := s.srv.cfg.int("MAX_MESSAGE_BYTES")
+	max := s.srv.set.MaxMessage
 	for {
 		line, tooLong, err := readLine(br, max)
 		switch {
@@ -375,57 +344,31 @@ func (s *session) serve(ctx context.Context, r io.Reader) error {
 		case err != nil:
 			return fmt.Errorf("read: %w", err)
 		case tooLong:
-			s.reply(invalidRequest(nil, "message longer than %d bytes skipped", max))
+			s.out.reply(invalidRequest(nil, "message longer than %d bytes skipped", max))
 		default:
-			s.handleLine(ctx, line, s.reply)
+			s.handleLine(ctx, line, s.out, s.out.reply)
 		}
 	}
 }
 
-// cancelAll cancels every running request, or only the subscriptions/listen
-// requests (a graceful end); they still answer.
-func (s *session) cancelAll(onlyListens bool) {
-	s.requests.mu.Lock()
-	defer s.requests.mu.Unlock()
-	for _, r := range s.requests.inflight {
-		if r.listen || !onlyListens {
-			r.cancel()
-		}
-	}
-}
-
-// handleLine handles a message or a batch; done gets the reply (a *rpcMessage
-// or an array), or nil, once.
-func (s *session) handleLine(ctx context.Context, line []byte, done func(reply any)) {
+// handleLine handles a message or a batch: messages about its requests go to out, and reply
+// gets the reply (a message, an array of them, or nil), exactly once.
+func (s *session) handleLine(ctx context.Context, line []byte, out *outbox, reply func(any)) {
 	switch line = bytes.TrimSpace(line); {
 	case len(line) == 0:
-		done(nil)
+		reply(nil)
 	case !json.Valid(line):
 		err := json.Unmarshal(line, new(any))
-		done(errorMessage(nil, newRPCError(codeParseError, "parse error: %v", err)))
+		reply(errorMessage(nil, newRPCError(codeParseError, "parse error: %v", err)))
 	case line[0] == '[':
-		s.handleBatch(ctx, line, done)
+		s.handleBatch(ctx, line, out, reply)
 	default:
-		s.handleMessage(ctx, line, false, done)
+		s.handleMessage(ctx, line, false, out, reply)
 	}
 }
 
-// decodeMessage decodes one message (valid JSON without surrounding space), saying plainly what
-// is wrong with its shape.
-func decodeMessage(b []byte, m *rpcMessage) error {
-	if b[0] != '{' {
-		return errors.New("a message must be a JSON object")
-	}
-	err := json.Unmarshal(b, m)
-	var te *json.UnmarshalTypeError
-	if errors.As(err, &te) {
-		return fmt.Errorf("%q must not be a %s", te.Field, te.Value)
-	}
-	return err
-}
-
-// handleBatch answers a JSON array of messages with an array of replies (before 2025-06-18 only).
-func (s *session) handleBatch(ctx context.Context, line []byte, done func(reply any)) {
+// handleBatch answers a JSON array of messages with an array of replies (before 2025-06-18).
+func (s *session) handleBatch(ctx context.Context, line []byte, out *outbox, reply func(any)) {
 	s.mu.Lock()
 	v := s.version
 	s.mu.Unlock()
@@ -435,7 +378,7 @@ func (s *session) handleBatch(ctx context.Context, line []byte, done func(reply 
 	switch {
 	case v == "":
 		why = "a batch cannot come before initialize"
-	case atLeast(v, version20250618):
+	case v >= version20250618:
 		why = "batches are not supported in protocol version " + v
 	case len(items) == 0:
 		why = "empty batch"
@@ -443,15 +386,15 @@ func (s *session) handleBatch(ctx context.Context, line []byte, done func(reply 
 		why = fmt.Sprintf("a batch of %d messages; at most %d are allowed", len(items), maxBatch)
 	}
 	if why != "" {
-		done(invalidRequest(nil, "%s", why))
+		reply(invalidRequest(nil, "%s", why))
 		return
 	}
 	answers := make(chan any, len(items))
 	for _, item := range items {
-		s.handleMessage(ctx, item, true, func(m any) { answers <- m })
+		s.handleMessage(ctx, item, true, out, func(m any) { answers <- m })
 	}
 	s.wg.Add(1)
-	go func() { // exits once every request of the batch has answered
+	go func() { // exits once every message of the batch has answered
 		defer s.wg.Done()
 		var replies []any
 		for range items {
@@ -460,37 +403,40 @@ func (s *session) handleBatch(ctx context.Context, line []byte, done func(reply 
 			}
 		}
 		if len(replies) == 0 {
-			done(nil)
+			reply(nil)
 		} else {
-			done(replies)
+			reply(replies)
 		}
 	}()
 }
 
-// handleMessage decodes, classifies and handles one message; done gets its reply (or nil) once.
-func (s *session) handleMessage(ctx context.Context, raw []byte, inBatch bool,
-	done func(reply any)) {
+// handleMessage decodes and classifies one message; reply gets its reply, or nil, once.
+func (s *session) handleMessage(ctx context.Context, raw []byte, inBatch bool, out *outbox,
+	reply func(any)) {
 	var m rpcMessage
-	err := decodeMessage(raw, &m)
+	err := json.Unmarshal(raw, &m)
+	var te *json.UnmarshalTypeError
 	switch {
-	case err != nil:
-		done(invalidRequest(m.ID, "%v", err))
+	case raw[0] != '{':
+		reply(invalidRequest(nil, "a message must be a JSON object"))
+	case errors.As(err, &te):
+		reply(invalidRequest(m.ID, "%q must not be a %s", te.Field, te.Value))
 	case inBatch && m.Method == "initialize":
-		done(invalidRequest(m.ID, "initialize cannot be part of a batch"))
+		reply(invalidRequest(m.ID, "initialize cannot be part of a batch"))
 	case m.JSONRPC != "2.0":
-		done(invalidRequest(m.ID, `"jsonrpc" must be "2.0"`))
+		reply(invalidRequest(m.ID, `"jsonrpc" must be "2.0"`))
 	case len(m.ID) > 0 && !validID(m.ID):
-		done(invalidRequest(nil, "id must be a string or a number"))
+		reply(invalidRequest(nil, "id must be a string or a number"))
 	case m.Method == "" && (m.Result != nil || m.Error != nil) && len(m.ID) > 0:
 		s.routeResponse(&m)
-		done(nil)
+		reply(nil)
 	case m.Method == "":
-		done(invalidRequest(m.ID, "no method"))
+		reply(invalidRequest(m.ID, "no method"))
 	case len(m.ID) == 0:
 		s.handleNotification(&m)
-		done(nil)
+		reply(nil)
 	default:
-		s.startRequest(ctx, &m, done)
+		s.start(ctx, &m, out, reply)
 	}
 }
 
@@ -500,92 +446,96 @@ type rpcRequest struct {
 	id            json.RawMessage
 	method        string
 	params        json.RawMessage
-	version       string // the protocol version this request is served under
-	modern        bool   // served in the 2026-07-28 era
+	out           *outbox // where messages about the request go
+	version       string  // the protocol version it is served under
+	modern        bool    // served in the 2026-07-28 era
 	caps          map[string]json.RawMessage
 	progressToken json.RawMessage
-	route         func(msg any) error // where messages about it go (see routeKey)
 }
 
-// methodHandler handles one method's requests. Its result is a map, which the request's era
-// completes, or a json.RawMessage already complete.
-type methodHandler func(ctx context.Context, r *rpcRequest) (any, error)
+// methodHandler handles one method's requests; its result is a JSON object's fields.
+type methodHandler func(ctx context.Context, r *rpcRequest) (map[string]any, error)
 
 var methods = map[string]methodHandler{
-	"initialize":       handleInitialize,
-	"ping":             handlePing,
-	"server/discover":  handleDiscover,
-	"tools/list":       handleToolsList,
-	"tools/call":       handleToolsCall,
-	"logging/setLevel": handleSetLevel,
-	"prompts/list":     handlePromptsList,
-	"prompts/get":      handlePromptsGet,
-	methodListen:       handleListen,
+	"initialize":      handleInitialize,
+	"ping":            handlePing,
+	"server/discover": handleDiscover,
+	"tools/list":      handleToolsList,
+	"tools/call":      handleToolsCall,
+	methodListen:      handleListen,
 }
 
-// idKey is id's value as a key: numbers by numeric value (5.0 is 5), strings as strings.
-func idKey(id json.RawMessage) string {
-	var v any
-	if json.Unmarshal(id, &v) != nil {
-		return string(id)
-	}
-	return fmt.Sprintf("%T %v", v, v)
-}
-
-// Limits on what a client can make a session hold.
-const (
-	maxBatch    = 100 // messages in a batch
-	maxInflight = 64  // requests running at once, not counting those waiting on the client
-)
-
-func handlePing(context.Context, *rpcRequest) (any, error) { return nil, nil }
-
-// startRequest runs one request in its own goroutine, or inline when later messages depend
-// on its effect. At maxInflight it waits for a slot, so the reader stops reading: backpressure.
-func (s *session) startRequest(ctx context.Context, m *rpcMessage, done func(reply any)) {
-	handle, ok := methods[m.Method]
-	r, rerr := s.newRequest(m)
-	if !ok {
+// start runs one request in its own goroutine (initialize inline: later messages depend on
+// it). At maxInflight it waits for a slot, so the reader stops reading: backpressure.
+func (s *session) start(ctx context.Context, m *rpcMessage, out *outbox, reply func(any)) {
+	handle, known := methods[m.Method]
+	r, rerr := s.newRequest(m, out)
+	if !known {
 		rerr = newRPCError(codeMethodNotFound, "method not found: %s", m.Method)
 	}
 	if rerr != nil {
-		done(errorMessage(m.ID, rerr))
+		reply(errorMessage(m.ID, rerr))
 		return
 	}
-	r.route = routeOf(ctx)
-	reqCtx, cancel := context.WithCancel(ctx)
-	inf := &inflightRequest{cancel: cancel, listen: m.Method == methodListen}
+	ctx, cancel := context.WithCancel(ctx)
+	inf := &inflight{cancel: cancel, listen: m.Method == methodListen}
 	key := idKey(m.ID)
-	s.requests.mu.Lock()
-	// A modern request over HTTP is cancelled by closing its stream, and its id is
-	// unique only among its own client's: it is not registered.
-	if !r.modern || r.route == nil {
-		s.requests.inflight[key] = inf
+	s.mu.Lock()
+	// A modern request over HTTP is cancelled by closing its stream, and its id is unique
+	// only among its own client's: it is not registered.
+	if !r.modern || out == s.out {
+		s.inflight[key] = inf
 	}
-	s.requests.mu.Unlock()
+	s.mu.Unlock()
 	s.slots <- struct{}{}
 	s.wg.Add(1)
 	run := func() {
 		defer s.wg.Done()
-		defer cancel()
-		var reply any = s.runRequest(reqCtx, r, handle)
-		s.requests.mu.Lock()
-		if s.requests.inflight[key] == inf {
-			delete(s.requests.inflight, key)
+		msg := s.call(ctx, r, handle)
+		cancel()
+		s.mu.Lock()
+		if s.inflight[key] == inf {
+			delete(s.inflight, key)
 		}
-		if inf.cancelled {
-			reply = nil
+		cancelled := inf.cancelled
+		s.mu.Unlock()
+		if cancelled {
+			msg = nil
 		}
-		s.requests.mu.Unlock()
-		done(reply)
+		reply(msg) // holding the slot: a client that reads nothing stops the reader
 		<-s.slots
 	}
-	// these run in the read loop, so later messages see their effect
-	if m.Method == "initialize" || m.Method == "logging/setLevel" {
+	if m.Method == "initialize" {
 		run()
 	} else {
-		go run() // exits when the handler returns
+		go run() // exits when the handler returns and the reply is handed on
 	}
+}
+
+// call runs the handler, turning its result, error or panic into the reply.
+func (s *session) call(ctx context.Context, r *rpcRequest, handle methodHandler) (
+	reply *outMessage) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.srv.log.Error(fmt.Sprintf("panic serving %s: %v\n%s", r.method, p, debug.Stack()))
+			reply = errorMessage(r.id, newRPCError(codeInternalError, "internal error: %v", p))
+		}
+	}()
+	result, err := handle(ctx, r)
+	if err != nil {
+		re, ok := err.(*rpcError)
+		if !ok {
+			re = newRPCError(codeInternalError, "internal error: %v", err)
+		}
+		return errorMessage(r.id, re)
+	}
+	if result == nil {
+		result = map[string]any{}
+	}
+	if r.modern {
+		completeModern(r, result)
+	}
+	return &outMessage{JSONRPC: "2.0", ID: r.id, Result: result}
 }
 
 // awaitClient runs wait, which waits on the client, without holding a request's slot.
@@ -598,101 +548,6 @@ func (s *session) awaitClient(wait func()) {
 	wait()
 }
 
-// requestMeta is what telson reads from a request's _meta.
-type requestMeta struct {
-	ProgressToken json.RawMessage
-	Version       string                     `json:"io.modelcontextprotocol/protocolVersion"`
-	Caps          map[string]json.RawMessage `json:"io.modelcontextprotocol/clientCapabilities"`
-}
-
-// newRequest reads a request's _meta and settles the era and version it is served under.
-func (s *session) newRequest(m *rpcMessage) (*rpcRequest, *rpcError) {
-	if len(m.Params) > 0 && string(m.Params) != "null" && m.Params[0] != '{' {
-		return nil, invalidParams("params must be an object")
-	}
-	var p struct {
-		Meta requestMeta `json:"_meta"`
-	}
-	if err := json.Unmarshal(m.Params, &p); len(m.Params) > 0 && err != nil {
-		return nil, invalidParams("_meta: %v", err)
-	}
-	meta := p.Meta
-	r := &rpcRequest{s: s, id: m.ID, method: m.Method, params: m.Params,
-		progressToken: meta.ProgressToken}
-	s.mu.Lock()
-	r.version = s.version
-	r.caps = s.clientCaps
-	s.mu.Unlock()
-	switch {
-	case meta.Version == versionModern || (meta.Version == "" && m.Method == "server/discover"):
-		if meta.Caps == nil && m.Method != "server/discover" {
-			return nil, invalidParams("_meta %s is required in %s", metaClientCaps, versionModern)
-		}
-		r.version = versionModern
-		r.modern = true
-		r.caps = meta.Caps
-	case slices.Contains(legacyVersions, meta.Version):
-		r.version = meta.Version
-	case meta.Version != "":
-		return nil, unsupportedVersion(meta.Version)
-	case r.version == "":
-		r.version = version20251125 // before initialize: the newest legacy version
-	}
-	return r, nil
-}
-
-// runRequest calls the handler, turning its result, error or panic into a reply.
-func (s *session) runRequest(ctx context.Context, r *rpcRequest, handle methodHandler,
-) (reply *rpcMessage) {
-	defer func() {
-		if p := recover(); p != nil {
-			s.srv.log.errorf("panic serving %s: %v\n%s", r.method, p, debug.Stack())
-			reply = errorMessage(r.id, newRPCError(codeInternalError, "internal error: %v", p))
-		}
-	}()
-	result, err := handle(ctx, r)
-	raw, encoded := result.(json.RawMessage)
-	if err == nil && !encoded {
-		fields, _ := result.(map[string]any) // nil for an empty result
-		raw, err = marshalJSON(s.completeResult(r, fields))
-	}
-	if err == nil {
-		return &rpcMessage{JSONRPC: "2.0", ID: r.id, Result: raw}
-	}
-	re, ok := err.(*rpcError)
-	if !ok {
-		re = newRPCError(codeInternalError, "internal error: %v", err)
-	}
-	return errorMessage(r.id, re)
-}
-
-// completeResult adds to a handler's result what the request's era requires: in 2026-07-28, a
-// resultType, the serverInfo in _meta, and a list's cache lifetime.
-func (s *session) completeResult(r *rpcRequest, result map[string]any) map[string]any {
-	if result == nil {
-		result = map[string]any{}
-	}
-	if !r.modern {
-		return result
-	}
-	if strings.HasSuffix(r.method, "/list") {
-		result["ttlMs"] = 60000 // a change is announced on subscriptions/listen
-		result["cacheScope"] = "public"
-	}
-	if result["resultType"] == nil {
-		result["resultType"] = "complete"
-	}
-	meta, ok := result["_meta"].(map[string]any)
-	if !ok {
-		meta = map[string]any{}
-		result["_meta"] = meta
-	}
-	if meta[metaServerInfo] == nil {
-		meta[metaServerInfo] = s.srv.serverInfo("") // the bare name and version
-	}
-	return result
-}
-
 // handleNotification handles notifications/cancelled; other notifications need nothing.
 func (s *session) handleNotification(m *rpcMessage) {
 	var p struct {
@@ -701,217 +556,52 @@ func (s *session) handleNotification(m *rpcMessage) {
 	if m.Method != "notifications/cancelled" || json.Unmarshal(m.Params, &p) != nil {
 		return
 	}
-	s.requests.mu.Lock()
-	defer s.requests.mu.Unlock()
-	if r, ok := s.requests.inflight[idKey(p.RequestID)]; ok {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r, ok := s.inflight[idKey(p.RequestID)]; ok {
 		r.cancelled = true
 		r.cancel()
 	}
 }
 
-// take removes and returns the channel a server request with key awaits its reply on.
-func (t *requestTable) take(key string) chan *rpcMessage {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	ch := t.pending[key]
-	delete(t.pending, key)
-	return ch
-}
+func handlePing(context.Context, *rpcRequest) (map[string]any, error) { return nil, nil }
 
-// routeResponse hands a client's reply to the server request waiting for it.
-func (s *session) routeResponse(m *rpcMessage) {
-	ch := s.requests.take(idKey(m.ID))
-	if ch == nil {
-		s.srv.log.debugf("reply to unknown request %s ignored", m.ID)
-		return
-	}
-	ch <- m
-}
-
-// request sends a request to the client and waits for its reply; if ctx ends
-// first, it sends notifications/cancelled.
-func (s *session) request(ctx context.Context, method string, params any) (json.RawMessage, error) {
-	s.requests.mu.Lock()
-	s.requests.nextID++
-	id := json.RawMessage(fmt.Sprintf(`"telson-%d"`, s.requests.nextID))
-	ch := make(chan *rpcMessage, 1)
-	s.requests.pending[idKey(id)] = ch
-	s.requests.mu.Unlock()
-	defer s.requests.take(idKey(id))
-	route := routeOf(ctx)
-	if err := s.sendVia(route, &outgoing{"2.0", id, method, params}); err != nil {
-		return nil, fmt.Errorf("%s: %w", method, err)
-	}
-	var m *rpcMessage
-	s.awaitClient(func() {
-		select {
-		case m = <-ch:
-		case <-ctx.Done():
-		}
-	})
-	if m == nil {
-		cancel := map[string]any{"requestId": id, "reason": ctx.Err().Error()}
-		s.sendVia(route, notification("notifications/cancelled", cancel))
-		return nil, fmt.Errorf("%s: %w", method, ctx.Err())
-	}
-	if m.Error != nil {
-		return nil, fmt.Errorf("%s: client answered %d %s", method, m.Error.Code, m.Error.Message)
-	}
-	return m.Result, nil
-}
-
-// clientHas reports whether the client declared capability name, for this request.
-func (r *rpcRequest) clientHas(name string) bool {
-	_, ok := r.caps[name]
-	return ok
-}
-
-// progress sends notifications/progress when the request asked for it; the caller's progress
-// grows with every call.
-func (r *rpcRequest) progress(progress, total float64, message string) {
-	if len(r.progressToken) == 0 {
-		return
-	}
-	p := map[string]any{"progressToken": r.progressToken, "progress": progress}
-	if total > 0 {
-		p["total"] = total
-	}
-	if message != "" && atLeast(r.version, version20250326) {
-		p["message"] = message
-	}
-	r.notify("notifications/progress", p)
-}
-
-// Logging levels of RFC 5424, least severe first.
-var logLevels = []string{
-	"debug", "info", "notice", "warning", "error", "critical", "alert", "emergency",
-}
-
-// logLevelIndex returns the index of level name, or that of "info" when unknown.
-func logLevelIndex(name string) int {
-	for i, l := range logLevels {
-		if strings.EqualFold(l, name) {
-			return i
-		}
-	}
-	return 1
-}
-
-// log sends notifications/message at a level the initialized session asked for.
-func (r *rpcRequest) log(level string, data any) {
-	r.s.mu.Lock()
-	wanted := r.s.version != "" && logLevelIndex(level) >= r.s.logLevel
-	r.s.mu.Unlock()
-	if wanted {
-		msg := map[string]any{"level": level, "logger": "telson", "data": data}
-		r.notify("notifications/message", msg)
-	}
-}
-
-const methodListen = "subscriptions/listen"
-
-// listenerSet is the open subscriptions/listen requests; a change to a list
-// reaches every one that asked.
-type listenerSet struct {
-	mu   sync.Mutex // guards open, and is held while sending: an acknowledgement goes first
-	open []*listener
-}
-
-// listener is one open subscriptions/listen request.
-type listener struct {
-	req     *rpcRequest
-	ctx     context.Context // ends once the request is cancelled: deliver skips it
-	methods []string        // the notifications granted
-}
-
-// deliver sends notification method to the listeners that asked for it.
-func (ls *listenerSet) deliver(method string) {
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	for _, l := range ls.open {
-		// a cancelled listener may not have left the set yet
-		if l.ctx.Err() == nil && slices.Contains(l.methods, method) {
-			meta := map[string]any{metaSubscriptionID: l.req.id}
-			l.req.notify(method, map[string]any{"_meta": meta})
-		}
-	}
-}
-
-// handleListen acknowledges the notifications it will deliver, then delivers them until
-// the request is cancelled; a graceful end (stdin closed, shutdown) answers it.
-func handleListen(ctx context.Context, r *rpcRequest) (any, error) {
+func handleInitialize(ctx context.Context, r *rpcRequest) (map[string]any, error) {
 	var p struct {
-		Notifications map[string]any
+		ProtocolVersion string
+		Capabilities    map[string]json.RawMessage
 	}
-	json.Unmarshal(r.params, &p) // what is not asked for as it should be is not granted
-	l := &listener{req: r, ctx: ctx}
-	granted := map[string]any{}
-	for _, list := range []string{"tools", "prompts"} {
-		if p.Notifications[list+"ListChanged"] == true {
-			granted[list+"ListChanged"] = true
-			l.methods = append(l.methods, "notifications/"+list+"/list_changed")
-		}
+	if err := json.Unmarshal(r.params, &p); len(r.params) > 0 && err != nil {
+		return nil, invalidParams("%v", err)
 	}
-	meta := map[string]any{metaSubscriptionID: r.id}
-	ls := &r.s.srv.listens
-	ls.mu.Lock()
-	ls.open = append(ls.open, l)
-	ack := map[string]any{"notifications": granted, "_meta": meta}
-	r.notify("notifications/subscriptions/acknowledged", ack)
-	ls.mu.Unlock()
-	r.s.awaitClient(func() { <-ctx.Done() })
-	ls.mu.Lock()
-	ls.open = slices.DeleteFunc(ls.open, func(o *listener) bool { return o == l })
-	ls.mu.Unlock()
-	return map[string]any{"_meta": meta}, nil
+	v := p.ProtocolVersion
+	if !slices.Contains(legacyVersions, v) {
+		v = latestLegacy // never an error: clients hang up on one
+	}
+	r.s.mu.Lock()
+	r.s.version = v
+	r.s.caps = p.Capabilities
+	r.s.mu.Unlock()
+	return map[string]any{
+		"protocolVersion": v,
+		"capabilities":    serverCapabilities,
+		"serverInfo":      r.s.srv.serverInfo(),
+		"instructions":    serverInstructions,
+	}, nil
 }
 
-// noticeQueue holds one-line notices for the agent until the next tool
-// result carries them, each once.
-type noticeQueue struct {
-	mu    sync.Mutex // guards lines
-	lines []string
-}
+var serverCapabilities = map[string]any{"tools": map[string]any{"listChanged": true}}
 
-const maxNotices = 100
+const serverInstructions = "telson gives you a shell (Bash, and BackgroundBash for long-running " +
+	"processes), web access (ReadDocs reads a page through a real browser; WebSearch asks many " +
+	"search engines at once) and workflow tools. Tool results may start with notices about " +
+	"background tasks or reminders; act on them."
 
-// push queues a notice; past maxNotices the oldest is dropped.
-func (q *noticeQueue) push(line string) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if len(q.lines) == maxNotices {
-		q.lines = q.lines[1:]
-	}
-	q.lines = append(q.lines, line)
-}
-
-// drain returns the waiting notices and forgets them.
-func (q *noticeQueue) drain() []string {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	lines := q.lines
-	q.lines = nil
-	return lines
-}
-
-// announce queues a notice for the next tool result and tells the client at once.
-func (s *session) announce(line string) {
-	s.notices.push(line)
-	(&rpcRequest{s: s}).log("info", line)
-}
-
-// serverInfo is the Implementation object for version v.
-func (srv *server) serverInfo(v string) map[string]any {
-	info := map[string]any{"name": "telson", "version": srv.version}
-	if atLeast(v, version20250618) {
-		info["title"] = "telson agent tools"
-	}
-	if atLeast(v, version20251125) {
-		info["icons"] = telsonIcons
-		info["description"] = "Shell, background processes, web reading and search, " +
-			"and workflow tools for agents."
-	}
-	return info
+// serverInfo is the Implementation object; clients ignore the fields their version lacks.
+func (srv *server) serverInfo() map[string]any {
+	return map[string]any{"name": "telson", "version": srv.version, "title": "telson agent tools",
+		"description": "Shell, background processes, web reading and search, and workflow tools.",
+		"icons":       telsonIcons}
 }
 
 var telsonIcon = []byte(`<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16">` +
@@ -924,137 +614,220 @@ var telsonIcons = []map[string]any{{
 	"sizes":    []string{"any"},
 }}
 
-const serverInstructions = "telson gives you a shell (Bash, and BackgroundBash for long-running " +
-	"processes), web access (ReadDocs reads a page through a real browser; WebSearch asks many " +
-	"search engines at once) and workflow tools. Tool results may start with notices about " +
-	"background tasks or reminders; act on them."
+// ---- the 2026-07-28 era: per-request _meta, results, listen, HTTP headers ----
 
-var serverCapabilities = map[string]any{
-	"tools":   map[string]any{"listChanged": true},
-	"prompts": map[string]any{"listChanged": true},
-	"logging": map[string]any{},
+// Keys of the modern era's request and result _meta.
+const (
+	metaProtocolVersion = "io.modelcontextprotocol/protocolVersion"
+	metaClientCaps      = "io.modelcontextprotocol/clientCapabilities"
+	metaServerInfo      = "io.modelcontextprotocol/serverInfo"
+	metaSubscriptionID  = "io.modelcontextprotocol/subscriptionId"
+)
+
+// requestMeta is what telson reads from a request's _meta.
+type requestMeta struct {
+	ProgressToken json.RawMessage
+	Version       string                     `json:"io.modelcontextprotocol/protocolVersion"`
+	Caps          map[string]json.RawMessage `json:"io.modelcontextprotocol/clientCapabilities"`
 }
 
-func handleInitialize(ctx context.Context, r *rpcRequest) (any, error) {
+// newRequest reads a request's _meta and settles the era and the version it is served under.
+func (s *session) newRequest(m *rpcMessage, out *outbox) (*rpcRequest, *rpcError) {
+	if len(m.Params) > 0 && string(m.Params) != "null" && m.Params[0] != '{' {
+		return nil, invalidParams("params must be an object")
+	}
 	var p struct {
-		ProtocolVersion string
-		Capabilities    map[string]json.RawMessage
+		Meta requestMeta `json:"_meta"`
 	}
-	if err := json.Unmarshal(r.params, &p); len(r.params) > 0 && err != nil {
-		return nil, invalidParams("%v", err)
+	if err := json.Unmarshal(m.Params, &p); len(m.Params) > 0 && err != nil {
+		return nil, invalidParams("_meta: %v", err)
 	}
-	v := p.ProtocolVersion
-	if !slices.Contains(legacyVersions, v) {
-		v = version20251125
+	meta := p.Meta
+	r := &rpcRequest{s: s, id: m.ID, method: m.Method, params: m.Params, out: out,
+		progressToken: meta.ProgressToken}
+	s.mu.Lock()
+	r.version = s.version
+	r.caps = s.caps
+	s.mu.Unlock()
+	switch {
+	case meta.Version == versionModern || meta.Version == "" && m.Method == "server/discover":
+		if meta.Caps == nil && m.Method != "server/discover" {
+			return nil, invalidParams("_meta %s is required in %s", metaClientCaps, versionModern)
+		}
+		r.version = versionModern
+		r.modern = true
+		r.caps = meta.Caps
+	case slices.Contains(legacyVersions, meta.Version):
+		r.version = meta.Version
+	case meta.Version != "":
+		return nil, unsupportedVersion(meta.Version)
+	case r.version == "":
+		r.version = latestLegacy // before initialize
 	}
-	r.s.mu.Lock()
-	r.s.version, r.s.clientCaps = v, p.Capabilities
-	r.s.mu.Unlock()
-	return map[string]any{
-		"protocolVersion": v,
-		"capabilities":    serverCapabilities,
-		"serverInfo":      r.s.srv.serverInfo(v),
-		"instructions":    serverInstructions,
-	}, nil
+	return r, nil
 }
 
-func handleDiscover(ctx context.Context, r *rpcRequest) (any, error) {
+func unsupportedVersion(requested string) *rpcError {
+	return &rpcError{
+		Code:    codeUnsupportedVersion,
+		Message: "unsupported protocol version: " + requested,
+		Data:    map[string]any{"supported": supportedVersions, "requested": requested},
+	}
+}
+
+// completeModern adds what a 2026-07-28 result carries: its type, the serverInfo, and a
+// list's cache lifetime (a change is announced on subscriptions/listen).
+func completeModern(r *rpcRequest, result map[string]any) {
+	if strings.HasSuffix(r.method, "/list") {
+		result["ttlMs"] = 60000
+		result["cacheScope"] = "public"
+	}
+	if result["resultType"] == nil {
+		result["resultType"] = "complete"
+	}
+	meta, ok := result["_meta"].(map[string]any)
+	if !ok {
+		meta = map[string]any{}
+		result["_meta"] = meta
+	}
+	meta[metaServerInfo] = map[string]any{"name": "telson", "version": r.s.srv.version}
+}
+
+func handleDiscover(ctx context.Context, r *rpcRequest) (map[string]any, error) {
 	return map[string]any{
 		"supportedVersions": supportedVersions,
 		"capabilities":      serverCapabilities,
 		"instructions":      serverInstructions,
 		"ttlMs":             3600000,
 		"cacheScope":        "public",
-		"_meta":             map[string]any{metaServerInfo: r.s.srv.serverInfo(versionModern)},
 	}, nil
 }
 
-func handleSetLevel(ctx context.Context, r *rpcRequest) (any, error) {
-	var p struct {
-		Level string
-	}
-	json.Unmarshal(r.params, &p)
-	level := slices.Index(logLevels, p.Level)
-	if level < 0 {
-		levels := strings.Join(logLevels, ", ")
-		return nil, invalidParams("level %q is not one of %s", p.Level, levels)
-	}
-	r.s.mu.Lock()
-	r.s.logLevel = level
-	r.s.mu.Unlock()
-	return nil, nil
+const methodListen = "subscriptions/listen"
+
+// listenerSet is the open subscriptions/listen requests of every session.
+type listenerSet struct {
+	mu   sync.Mutex // guards open
+	open []*rpcRequest
 }
 
-func handleToolsList(ctx context.Context, r *rpcRequest) (any, error) {
-	var p struct {
-		Cursor *string
+// deliver sends notification method (a list changed) to every open listen that asked for it.
+func (ls *listenerSet) deliver(method string) {
+	ls.mu.Lock()
+	open := slices.Clone(ls.open)
+	ls.mu.Unlock()
+	for _, r := range open {
+		meta := map[string]any{metaSubscriptionID: r.id}
+		r.out.send(notification(method, map[string]any{"_meta": meta}))
 	}
-	if err := json.Unmarshal(r.params, &p); len(r.params) > 0 && err != nil {
-		return nil, invalidParams("%v", err)
-	}
-	if p.Cursor != nil {
-		// one page holds every tool, so no cursor was ever handed out
-		return nil, invalidParams("bad cursor %q", *p.Cursor)
-	}
-	srv := r.s.srv
-	descs := make([]string, len(srv.tools))
-	for i, t := range srv.tools {
-		descs[i] = t.def.desc(srv)
-	}
-	key := r.version + "\x00" + strings.Join(descs, "\x00")
-	srv.list.mu.Lock()
-	defer srv.list.mu.Unlock()
-	if srv.list.key == key {
-		return srv.list.raw, nil
-	}
-	tools := []map[string]any{}
-	for i, t := range srv.tools {
-		tools = append(tools, describeTool(t, descs[i], r.version))
-	}
-	raw, err := marshalJSON(r.s.completeResult(r, map[string]any{"tools": tools}))
-	if err != nil {
-		return nil, err
-	}
-	srv.list.key = key
-	srv.list.raw = raw
-	return raw, nil
 }
 
-// describeTool is one tools/list entry, with the fields version v knows.
-func describeTool(t *toolEntry, desc, v string) map[string]any {
-	d := t.def
-	listing := map[string]any{"name": d.name, "description": desc}
-	listing["inputSchema"] = t.schema.raw
-	if atLeast(v, version20250326) {
-		listing["annotations"] = map[string]any{
-			"title":           d.title,
-			"readOnlyHint":    d.hints.readOnly,
-			"destructiveHint": d.hints.destructive,
-			"idempotentHint":  d.hints.idempotent,
-			"openWorldHint":   d.hints.openWorld,
-		}
+// handleListen acknowledges what it will deliver, then delivers it until the request is
+// cancelled; a graceful end (stdin closed, shutdown) answers it.
+func handleListen(ctx context.Context, r *rpcRequest) (map[string]any, error) {
+	var p struct {
+		Notifications map[string]any
 	}
-	if atLeast(v, version20250618) {
-		listing["title"] = d.title
-		if t.output != nil {
-			listing["outputSchema"] = t.output
-		}
+	json.Unmarshal(r.params, &p) // what is not asked for as it should be is not granted
+	granted := map[string]any{}
+	asked := p.Notifications["toolsListChanged"] == true
+	if asked {
+		granted["toolsListChanged"] = true
 	}
-	if atLeast(v, version20251125) {
-		listing["icons"] = telsonIcons
+	meta := map[string]any{metaSubscriptionID: r.id}
+	ack := map[string]any{"notifications": granted, "_meta": meta}
+	r.out.send(notification("notifications/subscriptions/acknowledged", ack))
+	ls := &r.s.srv.listens
+	if asked { // after the acknowledgement, which goes first
+		ls.mu.Lock()
+		ls.open = append(ls.open, r)
+		ls.mu.Unlock()
 	}
-	return listing
+	r.s.awaitClient(func() { <-ctx.Done() })
+	ls.mu.Lock()
+	ls.open = slices.DeleteFunc(ls.open, func(o *rpcRequest) bool { return o == r })
+	ls.mu.Unlock()
+	return map[string]any{"_meta": meta}, nil
 }
+
+// httpPeek is what the HTTP transport reads of a POST's body to check the 2026-07-28 headers.
+type httpPeek struct {
+	Method string
+	Params struct {
+		Name string
+		Meta requestMeta `json:"_meta"`
+	}
+}
+
+// checkHeaders says what is wrong with a POST's MCP-Protocol-Version, Mcp-Method and Mcp-Name
+// headers: a 2026-07-28 message's must match its body; nil when nothing is.
+func checkHeaders(hdr http.Header, m *httpPeek) *rpcError {
+	version := hdr.Get("MCP-Protocol-Version")
+	if version != "" && !slices.Contains(supportedVersions, version) {
+		return unsupportedVersion(version)
+	}
+	bodyVersion := m.Params.Meta.Version
+	if bodyVersion != versionModern && version != versionModern {
+		return nil // another supported version than the negotiated one is tolerated
+	}
+	if bodyVersion == "" && m.Method == "server/discover" {
+		bodyVersion = version // discover may come without _meta
+	}
+	bodyName := "" // the Mcp-Name a tools/call needs
+	if m.Method == "tools/call" {
+		bodyName = m.Params.Name
+	}
+	method := hdr.Get("Mcp-Method")
+	name := hdr.Get("Mcp-Name")
+	if version != bodyVersion || method != m.Method || name != bodyName {
+		return newRPCError(codeHeaderMismatch, "header mismatch: MCP-Protocol-Version %q, "+
+			"Mcp-Method %q, Mcp-Name %q must match the body's %q, %q, %q",
+			version, method, name, bodyVersion, m.Method, bodyName)
+	}
+	return nil
+}
+
+// ---- tools/list and tools/call -----------------------------------------------------
 
 // toolDef is a row of the tool table (see toolTable in main.go).
 type toolDef struct {
 	name, title string
 	description string
-	describe    func(srv *server) string // builds the description when it depends on state
+	describe    func(srv *server) string // builds the description when it depends on settings
 	input       string                   // JSON Schema of the arguments
 	output      string                   // JSON Schema of structuredContent; "" for none
 	hints       toolHints
 	run         func(ctx context.Context, call *toolCall) toolResult
+}
+
+// toolHints are the tool annotations.
+type toolHints struct{ readOnly, destructive, idempotent, openWorld bool }
+
+// toolEntry is a row of the tool table with its parsed input schema.
+type toolEntry struct {
+	def    *toolDef
+	schema *jsonSchema
+	output json.RawMessage // the output schema with notices declared; nil for none
+}
+
+// newToolEntry parses d's schemas, adding to the output schema the notices every result may
+// carry. The table is code, and a test checks every schema: a bad one is a panic at start.
+func newToolEntry(d *toolDef) *toolEntry {
+	input, err := parseSchema(d.input)
+	if err != nil {
+		panic(fmt.Sprintf("tool %s: %v", d.name, err))
+	}
+	t := &toolEntry{def: d, schema: input}
+	if d.output == "" {
+		return t
+	}
+	var m map[string]any
+	if err := json.Unmarshal([]byte(d.output), &m); err != nil {
+		panic(fmt.Sprintf("tool %s: output schema: %v", d.name, err))
+	}
+	m["properties"].(map[string]any)["notices"] = json.RawMessage(noticesSchema)
+	t.output, _ = json.Marshal(m) // decoded JSON encodes
+	return t
 }
 
 // desc is the tool's description as it stands now.
@@ -1065,8 +838,44 @@ func (d *toolDef) desc(srv *server) string {
 	return d.description
 }
 
-// toolHints are the tool annotations of 2025-03-26.
-type toolHints struct{ readOnly, destructive, idempotent, openWorld bool }
+func (srv *server) tool(name string) *toolEntry {
+	for _, t := range srv.tools {
+		if t.def.name == name {
+			return t
+		}
+	}
+	return nil
+}
+
+func handleToolsList(ctx context.Context, r *rpcRequest) (map[string]any, error) {
+	var p struct {
+		Cursor *string
+	}
+	if err := json.Unmarshal(r.params, &p); len(r.params) > 0 && err != nil {
+		return nil, invalidParams("%v", err)
+	}
+	if p.Cursor != nil { // one page holds every tool, so no cursor was ever handed out
+		return nil, invalidParams("bad cursor %q", *p.Cursor)
+	}
+	tools := []map[string]any{}
+	for _, t := range r.s.srv.tools {
+		d := t.def
+		listing := map[string]any{"name": d.name, "title": d.title,
+			"description": d.desc(r.s.srv), "inputSchema": t.schema.raw, "icons": telsonIcons,
+			"annotations": map[string]any{
+				"title":           d.title,
+				"readOnlyHint":    d.hints.readOnly,
+				"destructiveHint": d.hints.destructive,
+				"idempotentHint":  d.hints.idempotent,
+				"openWorldHint":   d.hints.openWorld,
+			}}
+		if t.output != nil {
+			listing["outputSchema"] = t.output
+		}
+		tools = append(tools, listing)
+	}
+	return map[string]any{"tools": tools}, nil
+}
 
 // toolCall is what a tool handler gets; args are already checked against the input schema.
 type toolCall struct {
@@ -1078,7 +887,7 @@ type toolCall struct {
 // toolResult is what a tool handler returns.
 type toolResult struct {
 	content       []contentItem
-	structured    any // structuredContent, sent from 2025-06-18 to tools with an output schema
+	structured    any // structuredContent, for tools with an output schema
 	isError       bool
 	named         bool           // by errorResult: the dispatcher puts the tool's name in front
 	inputRequired map[string]any // 2026-07-28: reply with an InputRequiredResult with these fields
@@ -1095,8 +904,8 @@ func textResult(text string) toolResult {
 	return toolResult{content: []contentItem{{Type: "text", Text: text}}}
 }
 
-// structuredResult is a result whose text and structured content say the
-// same: a client may show the model only one of them.
+// structuredResult is a result whose text and structured content say the same: a client may
+// show the model only one of them.
 func structuredResult(text string, structured any) toolResult {
 	return toolResult{content: []contentItem{{Type: "text", Text: text}}, structured: structured}
 }
@@ -1109,24 +918,13 @@ func errorResult(format string, a ...any) toolResult {
 	return r
 }
 
-// noticesSchema is the output-schema property every tool's structured content
-// may carry: notices (a background task ended, a reminder fired) waiting for the model.
+// noticesSchema is the output-schema property every tool's structured content may carry.
 const noticesSchema = `{"type":"array","items":{"type":"string"},"description":` +
 	`"notices for you: background tasks that ended, reminders that fired; act on them"}`
 
-// withNotices adds the notices to structured content, which becomes a JSON object.
-func withNotices(structured any, notices []string) any {
-	b, _ := json.Marshal(structured) // on failure, Unmarshal below fails too
-	var m map[string]any
-	if json.Unmarshal(b, &m) != nil || m == nil {
-		return structured
-	}
-	m["notices"] = notices
-	return m
-}
-
-// handleToolsCall runs a tool and answers its CallToolResult, waiting notices first.
-func handleToolsCall(ctx context.Context, r *rpcRequest) (any, error) {
+// handleToolsCall checks the arguments, runs the tool and answers its CallToolResult, with
+// the waiting notices first.
+func handleToolsCall(ctx context.Context, r *rpcRequest) (map[string]any, error) {
 	var p struct {
 		Name      string
 		Arguments any
@@ -1168,10 +966,21 @@ func handleToolsCall(ctx context.Context, r *rpcRequest) (any, error) {
 	if res.isError {
 		m["isError"] = true
 	}
-	if res.structured != nil && t.def.output != "" && atLeast(r.version, version20250618) {
+	if res.structured != nil && t.output != nil {
 		m["structuredContent"] = res.structured
 	}
 	return m, nil
+}
+
+// withNotices adds the notices to structured content, which becomes a JSON object.
+func withNotices(structured any, notices []string) any {
+	b, _ := json.Marshal(structured) // on failure, Unmarshal below fails too
+	var m map[string]any
+	if json.Unmarshal(b, &m) != nil || m == nil {
+		return structured
+	}
+	m["notices"] = notices
+	return m
 }
 
 // jsonSchema is the part of JSON Schema that tool inputs use; check applies it.
@@ -1199,8 +1008,9 @@ func parseSchema(text string) (*jsonSchema, error) {
 	if schema.Type != "object" {
 		return nil, fmt.Errorf("schema: type is %q, want object", schema.Type)
 	}
-	var err error
-	schema.raw, err = marshalJSON(json.RawMessage(text))
+	var buf bytes.Buffer
+	err := json.Compact(&buf, []byte(text))
+	schema.raw = buf.Bytes()
 	return &schema, err
 }
 
@@ -1212,7 +1022,7 @@ func (schema *jsonSchema) check(args any) (json.RawMessage, string) {
 	if problem != "" {
 		return nil, problem
 	}
-	normalized, _ := marshalJSON(v) // decoded JSON, converted without loss, encodes
+	normalized, _ := json.Marshal(v) // decoded JSON, converted without loss, encodes
 	return normalized, ""
 }
 
@@ -1353,38 +1163,229 @@ func withArticle(name string) string {
 	return "a " + name
 }
 
-// logger writes telson's own log lines to stderr, never to stdout.
-type logger struct {
-	mu    sync.Mutex // guards w
-	w     io.Writer
-	level int // set once; lines below it are not written
+// ---- messages to the client ----------------------------------------------------------
+
+// request sends a request to the client on r's outbox and waits for the reply; if ctx ends
+// first, it sends notifications/cancelled.
+func (r *rpcRequest) request(ctx context.Context, method string, params any) (
+	json.RawMessage, error) {
+	s := r.s
+	ch := make(chan *rpcMessage, 1)
+	s.mu.Lock()
+	s.nextID++
+	id := json.RawMessage(fmt.Sprintf(`"telson-%d"`, s.nextID))
+	s.pending[idKey(id)] = ch
+	s.mu.Unlock()
+	defer s.takePending(idKey(id))
+	err := r.out.send(&outMessage{JSONRPC: "2.0", ID: id, Method: method, Params: params})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", method, err)
+	}
+	var m *rpcMessage
+	s.awaitClient(func() {
+		select {
+		case m = <-ch:
+		case <-ctx.Done():
+		}
+	})
+	if m == nil {
+		cancel := map[string]any{"requestId": id, "reason": ctx.Err().Error()}
+		r.out.send(notification("notifications/cancelled", cancel))
+		return nil, fmt.Errorf("%s: %w", method, ctx.Err())
+	}
+	if m.Error != nil {
+		return nil, fmt.Errorf("%s: client answered %d %s", method, m.Error.Code, m.Error.Message)
+	}
+	return m.Result, nil
 }
 
-func (l *logger) logf(level int, format string, a ...any) {
-	if level < l.level {
+// takePending removes and returns the channel a server request awaits its reply on.
+func (s *session) takePending(key string) chan *rpcMessage {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ch := s.pending[key]
+	delete(s.pending, key)
+	return ch
+}
+
+// routeResponse hands a client's reply to the server request waiting for it.
+func (s *session) routeResponse(m *rpcMessage) {
+	if ch := s.takePending(idKey(m.ID)); ch != nil {
+		ch <- m
 		return
 	}
-	now := time.Now().Format("15:04:05.000")
-	line := fmt.Sprintf("telson: %s %s: %s\n", now, logLevels[level], fmt.Sprintf(format, a...))
-	l.mu.Lock()
-	io.WriteString(l.w, line)
-	l.mu.Unlock()
+	s.srv.log.Debug("reply to an unknown request ignored", "id", string(m.ID))
 }
 
-func (l *logger) debugf(format string, a ...any) { l.logf(0, format, a...) }
-func (l *logger) infof(format string, a ...any)  { l.logf(1, format, a...) }
-func (l *logger) warnf(format string, a ...any)  { l.logf(3, format, a...) }
-func (l *logger) errorf(format string, a ...any) { l.logf(4, format, a...) }
+// clientHas reports whether the client declared capability name, for this request.
+func (r *rpcRequest) clientHas(name string) bool {
+	_, ok := r.caps[name]
+	return ok
+}
 
-// httpHandler serves Streamable HTTP on /mcp in both protocol eras: legacy sessions (initialize,
-// Mcp-Session-Id, a GET stream, DELETE) and stateless 2026-07-28 POSTs. Every request first
-// passes gate's checks.
+// progress sends notifications/progress when the request asked for it; progress grows with
+// every call.
+func (r *rpcRequest) progress(progress float64, message string) {
+	if len(r.progressToken) == 0 {
+		return
+	}
+	p := map[string]any{"progressToken": r.progressToken, "progress": progress, "message": message}
+	r.out.send(notification("notifications/progress", p))
+}
+
+// notify tells of a change to a list: a legacy client on the session's stream, and every open
+// subscriptions/listen that asked (lists are server-wide).
+func (s *session) notify(method string) {
+	s.mu.Lock()
+	legacy := s.version != ""
+	s.mu.Unlock()
+	if legacy {
+		s.out.send(notification(method, nil))
+	}
+	s.srv.listens.deliver(method)
+}
+
+// noticeQueue holds one-line notices for the agent until the next tool result carries them,
+// each once.
+type noticeQueue struct {
+	mu    sync.Mutex // guards lines
+	lines []string
+}
+
+const maxNotices = 100
+
+// push queues a notice; past maxNotices the oldest is dropped.
+func (q *noticeQueue) push(line string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.lines) == maxNotices {
+		q.lines = q.lines[1:]
+	}
+	q.lines = append(q.lines, line)
+}
+
+// remove forgets a waiting notice.
+func (q *noticeQueue) remove(line string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.lines = slices.DeleteFunc(q.lines, func(l string) bool { return l == line })
+}
+
+// drain returns the waiting notices and forgets them.
+func (q *noticeQueue) drain() []string {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	lines := q.lines
+	q.lines = nil
+	return lines
+}
+
+// ---- transports: stdio ---------------------------------------------------------------
+
+// shutdownGrace is how long requests get to answer once shutdown cancelled them, and how long
+// a client that stopped reading can hold telson's exit.
+const shutdownGrace = 3 * time.Second
+
+// serveStdio serves one session on stdin and stdout. At stdin EOF running requests finish and
+// answer; when ctx ends they are cancelled. Then what the session started is stopped.
+func serveStdio(ctx context.Context, srv *server, stdin io.Reader, stdout io.Writer) error {
+	out := newOutbox(true)
+	stop := make(chan struct{})
+	go out.writeLines(stdout, stop) // exits once stopped and drained, or at a write error
+	s := newSession(srv, out)
+	readErr := make(chan error, 1)
+	go func() { // exits at EOF or a read error; at shutdown it stays blocked on stdin
+		readErr <- s.serve(ctx, stdin)
+	}()
+	select {
+	case err := <-readErr:
+		if err != nil {
+			srv.log.Error(err.Error())
+		}
+	case <-ctx.Done():
+	}
+	answered := make(chan struct{})
+	go func() { // exits when every request has answered
+		s.wg.Wait()
+		close(answered)
+	}()
+	select {
+	case <-answered:
+	case <-ctx.Done():
+		s.cancelAll(false)
+		select {
+		case <-answered:
+		case <-time.After(shutdownGrace):
+			srv.log.Warn("requests still running at shutdown")
+		}
+	}
+	s.close()
+	close(stop)
+	select {
+	case <-out.done:
+	case <-time.After(shutdownGrace):
+	}
+	return nil
+}
+
+// ---- transports: Streamable HTTP ------------------------------------------------------
+//
+// One HTTP server serves one agent's state, as one session: a POST is answered with JSON,
+// or with an event stream once a message about its request (progress, a question for the
+// user) comes first; the client's answer to such a question arrives as a new POST and
+// finds the waiting request by id. There are no Mcp-Session-Id sessions and no GET stream:
+// notices ride on the next tool result. Every request first passes the gate: Host (DNS
+// rebinding), Origin and the bearer token.
+
+// serveHTTP serves MCP at addr until ctx ends, then gives requests shutdownGrace.
+func serveHTTP(ctx context.Context, srv *server, addr string, stderr io.Writer) error {
+	if !strings.Contains(addr, ":") || strings.HasPrefix(addr, ":") {
+		addr = "127.0.0.1:" + strings.TrimPrefix(addr, ":") // a bare port or :port
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("http: %w", err)
+	}
+	host, _, _ := net.SplitHostPort(addr) // net.Listen took it
+	set := srv.set
+	limiter := &connLimiter{Listener: ln, max: set.HTTPMaxConns, conns: map[string]*trackedConn{}}
+	h := &httpHandler{s: newSession(srv, nil), limiter: limiter, maxBody: int64(set.HTTPMaxBody),
+		gate: httpGate{token: set.HTTPToken, origins: set.HTTPOrigins,
+			hosts: append(slices.Clone(set.HTTPHosts), host), anyIPHost: net.ParseIP(host).IsUnspecified()}}
+	defer h.s.close() // after the shutdown below
+	if h.gate.token == "" && !isLoopbackHost(host) {
+		h.gate.token = randomHex(24)
+		fmt.Fprintf(stderr, "telson: %s is reachable beyond this machine; clients must send the "+
+			"header \"Authorization: Bearer %s\" (set HTTP_TOKEN to choose it)\n", addr,
+			h.gate.token)
+	}
+	hs := &http.Server{Handler: h, ReadTimeout: set.HTTPTimeout, IdleTimeout: set.HTTPTimeout,
+		ConnState: limiter.track}
+	hs.RegisterOnShutdown(func() { h.s.cancelAll(true) }) // listens answer and end
+	fmt.Fprintf(stderr, "telson: serving MCP on http://%s/mcp\n", ln.Addr())
+	served := make(chan error, 1)
+	go func() { // exits when the server is shut down or closed
+		served <- hs.Serve(limiter)
+	}()
+	select {
+	case err := <-served:
+		return fmt.Errorf("http: %w", err)
+	case <-ctx.Done():
+	}
+	grace, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	defer cancel()
+	if err := hs.Shutdown(grace); err != nil {
+		srv.log.Warn("http: requests still running at shutdown are stopped")
+		hs.Close()
+	}
+	return nil
+}
+
 type httpHandler struct {
-	gate      *httpGate
-	sessions  *httpSessions
-	stateless *session // serves the 2026-07-28 era, which has no sessions and no GET stream
-	maxBody   int64
-	shutdown  chan struct{} // closed when the server shuts down: GET streams end
+	s       *session
+	gate    httpGate
+	limiter *connLimiter
+	maxBody int64
 }
 
 // httpGate holds the checks every request passes: Host (DNS rebinding), Origin and bearer token.
@@ -1395,110 +1396,7 @@ type httpGate struct {
 	anyIPHost bool     // listening on every interface: any IP-literal Host is allowed
 }
 
-// httpSessions are the legacy era's sessions by id. A session without a request for idle ends:
-// an open GET stream is not a request, so it cannot keep a session alive.
-type httpSessions struct {
-	srv  *server
-	max  int
-	idle time.Duration
-	now  func() time.Time // the clock (tests replace it)
-
-	mu   sync.Mutex // guards byID and every session's requests and lastUsed
-	byID map[string]*httpSession
-}
-
-// httpSession is one legacy-era session and its GET stream.
-type httpSession struct {
-	id       string
-	s        *session
-	ended    chan struct{} // closed when the session ends
-	requests int           // POSTs being served
-	lastUsed time.Time     // when a POST last started or ended
-
-	mu     sync.Mutex          // guards stream and writes to it
-	stream http.ResponseWriter // the open GET stream; nil when none
-}
-
-// httpReply is a POST's reply: JSON, or an event stream once a message about the request
-// (progress, a log, a server request) comes before its response.
-type httpReply struct {
-	mu     sync.Mutex // guards the fields below and writes to w
-	w      http.ResponseWriter
-	canSSE bool // the client accepts text/event-stream
-	sse    bool // the reply is an event stream
-	ended  bool
-}
-
-const httpShutdownGrace = 3 * time.Second
-
-func newHTTPHandler(srv *server, host string) *httpHandler {
-	cfg := srv.cfg
-	return &httpHandler{
-		gate: &httpGate{
-			token:     cfg.str("HTTP_TOKEN"),
-			origins:   splitList(cfg.str("HTTP_ORIGINS")),
-			hosts:     append(splitList(cfg.str("HTTP_HOSTS")), host),
-			anyIPHost: net.ParseIP(host).IsUnspecified(),
-		},
-		sessions: &httpSessions{
-			srv:  srv,
-			max:  cfg.int("HTTP_MAX_SESSIONS"),
-			idle: time.Duration(cfg.int("HTTP_SESSION_IDLE_MS")) * time.Millisecond,
-			now:  time.Now,
-			byID: map[string]*httpSession{},
-		},
-		stateless: newSession(srv, &httpSession{}), // an output without a stream: errNoStream
-		maxBody:   int64(cfg.int("HTTP_MAX_BODY_BYTES")),
-		shutdown:  make(chan struct{}),
-	}
-}
-
-// splitList splits a comma- or space-separated list.
-func splitList(v string) []string {
-	return strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' })
-}
-
-func isLoopbackHost(host string) bool {
-	ip := net.ParseIP(host)
-	return strings.EqualFold(host, "localhost") || ip != nil && ip.IsLoopback()
-}
-
-// randomHex is n bytes from crypto/rand in hex: session ids and tokens.
-func randomHex(n int) (string, error) {
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		return "", fmt.Errorf("random: %w", err)
-	}
-	return hex.EncodeToString(b), nil
-}
-
-// httpFail answers status with a JSON-RPC error body.
-func httpFail(w http.ResponseWriter, status int, id json.RawMessage, e *rpcError) {
-	b, _ := encodeLine(errorMessage(id, e))
-	writeJSON(w, status, b)
-}
-
-func writeJSON(w http.ResponseWriter, status int, b []byte) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	w.Write(b)
-}
-
-// httpError answers status with an invalid-request error saying why.
-func httpError(w http.ResponseWriter, status int, format string, a ...any) {
-	httpFail(w, status, nil, newRPCError(codeInvalidRequest, format, a...))
-}
-
-func unsupportedVersion(requested string) *rpcError {
-	return &rpcError{
-		Code:    codeUnsupportedVersion,
-		Message: "unsupported protocol version: " + requested,
-		Data:    map[string]any{"supported": supportedVersions, "requested": requested},
-	}
-}
-
-// ServeHTTP answers 403 or 401 unless r passes the Host, Origin and token checks, then routes
-// it by method.
+// ServeHTTP answers 403 or 401 unless r passes the gate, then serves POST /mcp.
 func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	origin := r.Header.Get("Origin")
 	switch {
@@ -1512,16 +1410,19 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="telson"`)
 		httpError(w, http.StatusUnauthorized,
 			"unauthorized: send the header Authorization: Bearer <HTTP_TOKEN>")
+	case r.URL.Path == "/sse":
+		httpError(w, http.StatusNotFound, "not found: telson serves Streamable HTTP at /mcp, not "+
+			"the old HTTP+SSE transport at /sse; in Gemini CLI set \"httpUrl\" (not \"url\") to "+
+			"http://%s/mcp, or run: gemini mcp add --transport http telson http://%s/mcp",
+			r.Host, r.Host)
 	case r.URL.Path != "/mcp":
 		httpError(w, http.StatusNotFound, "not found: %s (the MCP endpoint is /mcp)", r.URL.Path)
-	case r.Method == http.MethodPost:
-		h.post(w, r)
-	case r.Method == http.MethodGet:
-		h.stream(w, r)
-	case r.Method == http.MethodDelete:
-		h.delete(w, r)
+	case r.Method != http.MethodPost:
+		w.Header().Set("Allow", http.MethodPost)
+		httpError(w, http.StatusMethodNotAllowed, "method %s is not allowed: telson takes POST "+
+			"only (it opens no GET stream; notices ride on tool results)", r.Method)
 	default:
-		httpError(w, http.StatusMethodNotAllowed, "method %s is not allowed on /mcp", r.Method)
+		h.post(w, r)
 	}
 }
 
@@ -1549,339 +1450,135 @@ func (g *httpGate) tokenValid(r *http.Request) bool {
 	return g.token == "" || ok && subtle.ConstantTimeCompare([]byte(got), []byte(g.token)) == 1
 }
 
-// readBody reads a request body of at most maxBody bytes; nil means it answered an error.
-func (h *httpHandler) readBody(w http.ResponseWriter, r *http.Request) []byte {
+func isLoopbackHost(host string) bool {
+	ip := net.ParseIP(host)
+	return strings.EqualFold(host, "localhost") || ip != nil && ip.IsLoopback()
+}
+
+// randomHex is n bytes from crypto/rand in hex (crypto/rand does not fail on the systems
+// telson runs on: Go's reader panics rather than return short).
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// httpError answers status with a JSON-RPC error saying why.
+func httpError(w http.ResponseWriter, status int, format string, a ...any) {
+	writeJSON(w, status, errorMessage(nil, newRPCError(codeInvalidRequest, format, a...)))
+}
+
+func writeJSON(w http.ResponseWriter, status int, msg any) {
+	b, _ := encode(msg) // telson's own messages encode
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(b)
+}
+
+// post serves POST /mcp: the body is handed to the session, and this handler writes what
+// comes back about it. A dropped connection cancels a 2026-07-28 request or a listen, not a
+// legacy request (notifications/cancelled does).
+func (h *httpHandler) post(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.maxBody))
 	var tooBig *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooBig):
 		httpError(w, http.StatusRequestEntityTooLarge,
 			"invalid request: body longer than %d bytes (HTTP_MAX_BODY_BYTES)", h.maxBody)
+		return
 	case err != nil || !json.Valid(body):
-		httpFail(w, http.StatusBadRequest, nil,
-			newRPCError(codeParseError, "parse error: the body is not one JSON value"))
-	default:
-		return body
-	}
-	return nil
-}
-
-// post serves POST /mcp: initialize opens a session, a message with Mcp-Session-Id belongs to
-// one, any other is a stateless 2026-07-28 message, which a disconnect cancels.
-func (h *httpHandler) post(w http.ResponseWriter, r *http.Request) {
-	body := h.readBody(w, r)
-	if body == nil {
+		writeJSON(w, http.StatusBadRequest, errorMessage(nil,
+			newRPCError(codeParseError, "parse error: the body is not one JSON value")))
 		return
 	}
-	var m statelessMessage
-	json.Unmarshal(body, &m)
-	sid := r.Header.Get("Mcp-Session-Id")
-	version := r.Header.Get("MCP-Protocol-Version")
-	var hs *httpSession
-	switch {
-	case sid == "" && m.Method != "initialize":
-		if e := checkStateless(r.Header, &m); e != nil {
-			httpFail(w, http.StatusBadRequest, m.ID, e)
-		} else {
-			h.exchange(r.Context(), w, r, h.stateless, body)
-		}
-		return
-	case version != "" && !slices.Contains(supportedVersions, version):
-		// another supported version than the negotiated one is tolerated (Claude Code sends one)
-		httpFail(w, http.StatusBadRequest, nil, unsupportedVersion(version))
-		return
-	case sid == "":
-		hs = h.sessions.open(w)
-	default:
-		hs = h.sessionOf(w, r)
-	}
-	if hs == nil {
+	h.limiter.serving(r.RemoteAddr)
+	var m httpPeek
+	json.Unmarshal(body, &m) // a batch peeks as nothing
+	if e := checkHeaders(r.Header, &m); e != nil {
+		writeJSON(w, http.StatusBadRequest, errorMessage(nil, e))
 		return
 	}
-	h.sessions.countRequest(hs, 1)
-	defer h.sessions.countRequest(hs, -1)
-	// a dropped connection does not cancel a legacy request (notifications/cancelled does)
-	h.exchange(context.WithoutCancel(r.Context()), w, r, hs.s, body)
-}
-
-// statelessMessage is what a 2026-07-28 POST's header checks read from its body.
-type statelessMessage struct {
-	ID     json.RawMessage
-	Method string
-	Params struct {
-		Name string
-		Meta requestMeta `json:"_meta"`
+	modern := m.Params.Meta.Version == versionModern
+	ctx := r.Context()
+	if !modern && m.Method != methodListen {
+		ctx = context.WithoutCancel(ctx)
 	}
-}
-
-// checkStateless says what is wrong with a 2026-07-28 message or its headers; nil when nothing
-// is. A batch (this era has none) decodes as nothing, so it is refused as sessionless legacy.
-func checkStateless(hdr http.Header, m *statelessMessage) *rpcError {
-	version := m.Params.Meta.Version
-	hdrVersion := hdr.Get("MCP-Protocol-Version")
-	method := hdr.Get("Mcp-Method")
-	name := hdr.Get("Mcp-Name")
-	bodyName := "" // the Mcp-Name header the message needs
-	if m.Method == "tools/call" || m.Method == "prompts/get" {
-		bodyName = m.Params.Name
-	}
-	switch {
-	case version == "" && m.Method != "server/discover":
-		return newRPCError(codeInvalidRequest, "bad request: Mcp-Session-Id header is required "+
-			"(initialize first), or name protocol %s in _meta %s",
-			versionModern, metaProtocolVersion)
-	case version != "" && version != versionModern:
-		return unsupportedVersion(version)
-	case hdrVersion != "" && !slices.Contains(supportedVersions, hdrVersion):
-		return unsupportedVersion(hdrVersion)
-	case version != "" && hdrVersion != version || method != m.Method || name != bodyName:
-		return newRPCError(codeHeaderMismatch, "header mismatch: MCP-Protocol-Version %q, "+
-			"Mcp-Method %q, Mcp-Name %q must match the body's %q, %q, %q",
-			hdrVersion, method, name, version, m.Method, bodyName)
-	case version != "" && len(m.ID) > 0 && m.Params.Meta.Caps == nil:
-		return invalidParams("_meta %s is required in protocol version %s", metaClientCaps,
-			versionModern)
-	}
-	return nil
-}
-
-// exchange hands body to s and answers the POST: 202 when there is no reply, else the reply.
-// Messages about the request go to the reply too (see routeKey).
-func (h *httpHandler) exchange(ctx context.Context, w http.ResponseWriter, r *http.Request,
-	s *session, body []byte) {
-	hr := &httpReply{w: w, canSSE: strings.Contains(r.Header.Get("Accept"), "text/event-stream")}
+	out := newOutbox(strings.Contains(r.Header.Get("Accept"), "text/event-stream"))
+	defer close(out.done)
 	replies := make(chan any, 1)
-	routed := context.WithValue(ctx, routeKey{}, hr.send)
-	s.handleLine(routed, body, func(reply any) {
-		replies <- reply
-	})
-	select {
-	case reply := <-replies:
-		hr.finish(reply, replyStatus(reply, s == h.stateless))
-	case <-r.Context().Done():
-		hr.finish(nil, 0)
+	h.s.handleLine(ctx, body, out, func(msg any) { replies <- msg })
+	sse := false
+	for {
+		select {
+		case b := <-out.queue:
+			sse = writeEvent(w, b, sse)
+		case reply := <-replies:
+			for len(out.queue) > 0 { // what was sent before the reply goes first
+				sse = writeEvent(w, <-out.queue, sse)
+			}
+			switch b, _ := encode(reply); {
+			case sse && reply != nil:
+				writeEvent(w, b, sse)
+			case sse:
+			case reply == nil:
+				w.WriteHeader(http.StatusAccepted)
+			default:
+				writeJSON(w, replyStatus(reply, modern), reply)
+			}
+			return
+		case <-r.Context().Done():
+			return
+		}
 	}
 }
 
-// replyStatus is a POST reply's HTTP status: an error without id is 400; stateless, an unknown
-// method is 404 and an invalid request, version or _meta 400; everything else 200.
-func replyStatus(reply any, stateless bool) int {
-	m, ok := reply.(*rpcMessage)
+// replyStatus is a POST reply's HTTP status: an error without id is 400; in 2026-07-28, an
+// unknown method is 404 and an invalid request or version 400; everything else 200.
+func replyStatus(reply any, modern bool) int {
+	m, ok := reply.(*outMessage)
 	if !ok || m.Error == nil {
 		return http.StatusOK
 	}
 	switch code := m.Error.Code; {
-	case stateless && code == codeMethodNotFound:
+	case modern && code == codeMethodNotFound:
 		return http.StatusNotFound
 	case string(m.ID) == "null":
 		return http.StatusBadRequest
-	case stateless && (code == codeInvalidRequest || code == codeUnsupportedVersion):
+	case modern && (code == codeInvalidRequest || code == codeUnsupportedVersion):
 		return http.StatusBadRequest
 	}
 	return http.StatusOK
 }
 
-// send writes a message about the request as an event, turning the reply into an event stream.
-func (hr *httpReply) send(msg any) error {
-	b, err := encodeLine(msg)
-	if err != nil {
-		return err
+// writeEvent writes one message as an event, starting the event stream when started is
+// false, and flushes it; it returns true, the stream being started.
+func writeEvent(w http.ResponseWriter, data []byte, started bool) bool {
+	if !started {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Header().Set("Cache-Control", "no-cache")
+		w.Header().Set("X-Accel-Buffering", "no")
 	}
-	hr.mu.Lock()
-	defer hr.mu.Unlock()
-	if hr.ended || !hr.canSSE {
-		return errNoStream
-	}
-	if !hr.sse {
-		hr.sse = true
-		startEventStream(hr.w)
-	}
-	return writeEvent(hr.w, b)
-}
-
-// finish writes the response (nil: none) as JSON or as the event stream's last event.
-func (hr *httpReply) finish(reply any, status int) {
-	b, _ := encodeLine(reply)
-	hr.mu.Lock()
-	defer hr.mu.Unlock()
-	hr.ended = true
-	switch {
-	case hr.sse && reply != nil:
-		writeEvent(hr.w, b)
-	case hr.sse:
-	case reply == nil:
-		hr.w.WriteHeader(http.StatusAccepted)
-	default:
-		writeJSON(hr.w, status, b)
-	}
-}
-
-func startEventStream(w http.ResponseWriter) {
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	w.Header().Set("X-Accel-Buffering", "no")
-}
-
-// writeEvent writes one message event (JSON is one line) and flushes it.
-func writeEvent(w http.ResponseWriter, data []byte) error {
-	_, err := fmt.Fprintf(w, "event: message\ndata: %s\n\n", bytes.TrimRight(data, "\n"))
-	if err != nil {
-		return fmt.Errorf("sse: %w", err)
-	}
-	return http.NewResponseController(w).Flush()
-}
-
-// sessionOf returns the session a request names; nil means it answered why there is none.
-func (h *httpHandler) sessionOf(w http.ResponseWriter, r *http.Request) *httpSession {
-	sid := r.Header.Get("Mcp-Session-Id")
-	hs := h.sessions.get(sid)
-	switch {
-	case sid == "" && r.Header.Get("MCP-Protocol-Version") == versionModern:
-		httpError(w, http.StatusMethodNotAllowed, "protocol %s has no %s", versionModern, r.Method)
-	case sid == "":
-		httpError(w, http.StatusBadRequest, "bad request: Mcp-Session-Id header is required")
-	case hs == nil:
-		httpError(w, http.StatusNotFound,
-			"unknown or expired Mcp-Session-Id; initialize a new session")
-	}
-	return hs
-}
-
-// delete serves DELETE /mcp: the session ends.
-func (h *httpHandler) delete(w http.ResponseWriter, r *http.Request) {
-	hs := h.sessionOf(w, r)
-	if hs != nil {
-		h.sessions.end(hs)
-	}
-}
-
-// stream serves GET /mcp: the session's stream, open until the client leaves, the session ends
-// or the server shuts down.
-func (h *httpHandler) stream(w http.ResponseWriter, r *http.Request) {
-	hs := h.sessionOf(w, r)
-	switch {
-	case hs == nil:
-	case !hs.attach(w):
-		httpError(w, http.StatusConflict, "conflict: this session already has a stream open")
-	default:
-		defer hs.detach()
-		select {
-		case <-r.Context().Done():
-		case <-hs.ended:
-		case <-h.shutdown:
-		}
-	}
-}
-
-// closeAll ends every session; run's srv.close then kills what is left.
-func (h *httpHandler) closeAll() {
-	h.sessions.endWhere(func(*httpSession) bool { return true })
-	h.stateless.close()
-}
-
-// attach opens the session's GET stream on w; false when it has one.
-func (hs *httpSession) attach(w http.ResponseWriter) bool {
-	hs.mu.Lock()
-	defer hs.mu.Unlock()
-	if hs.stream != nil {
-		return false
-	}
-	hs.stream = w
-	startEventStream(w)
-	http.NewResponseController(w).Flush() // clients wait for the headers
+	fmt.Fprintf(w, "event: message\ndata: %s\n\n", bytes.TrimRight(data, "\n"))
+	http.NewResponseController(w).Flush()
 	return true
 }
 
-func (hs *httpSession) detach() {
-	hs.mu.Lock()
-	hs.stream = nil
-	hs.mu.Unlock()
-}
-
-// Write is the session's output: one message as an event on its GET stream.
-func (hs *httpSession) Write(p []byte) (int, error) {
-	hs.mu.Lock()
-	defer hs.mu.Unlock()
-	if hs.stream == nil {
-		return 0, errNoStream
-	}
-	return len(p), writeEvent(hs.stream, p)
-}
-
-// open mints a session after ending expired ones and names it in w's Mcp-Session-Id header; nil
-// means it answered 503 at HTTP_MAX_SESSIONS.
-func (ss *httpSessions) open(w http.ResponseWriter) *httpSession {
-	id, err := randomHex(16)
-	ss.expire()
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	if err == nil && len(ss.byID) >= ss.max {
-		err = fmt.Errorf("%d sessions (HTTP_MAX_SESSIONS) are open; end one with DELETE or "+
-			"try later", len(ss.byID))
-	}
-	if err != nil {
-		httpFail(w, http.StatusServiceUnavailable, nil,
-			newRPCError(codeInternalError, "no new session: %v", err))
-		return nil
-	}
-	hs := &httpSession{id: id, ended: make(chan struct{}), lastUsed: ss.now()}
-	hs.s = newSession(ss.srv, hs)
-	ss.byID[id] = hs
-	w.Header().Set("Mcp-Session-Id", id)
-	return hs
-}
-
-// get returns the live session with id, or nil.
-func (ss *httpSessions) get(id string) *httpSession {
-	ss.expire()
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	return ss.byID[id]
-}
-
-// countRequest records a POST on hs starting (+1) or ending (-1).
-func (ss *httpSessions) countRequest(hs *httpSession, delta int) {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	hs.requests += delta
-	hs.lastUsed = ss.now()
-}
-
-// expire ends the sessions that have had no request running for longer than idle.
-func (ss *httpSessions) expire() {
-	now := ss.now()
-	ss.endWhere(func(hs *httpSession) bool {
-		return hs.requests == 0 && now.Sub(hs.lastUsed) > ss.idle
-	})
-}
-
-// endWhere ends the sessions for which cond holds (cond is asked with ss.mu held): their GET
-// streams and what they own. A session leaves byID once, so it ends once.
-func (ss *httpSessions) endWhere(cond func(hs *httpSession) bool) {
-	var ending []*httpSession
-	ss.mu.Lock()
-	for id, hs := range ss.byID {
-		if cond(hs) {
-			ending = append(ending, hs)
-			delete(ss.byID, id)
-		}
-	}
-	ss.mu.Unlock()
-	for _, hs := range ending {
-		close(hs.ended)
-		hs.s.close()
-	}
-}
-
-func (ss *httpSessions) end(hs *httpSession) {
-	ss.endWhere(func(other *httpSession) bool { return other == hs })
-}
-
-// connLimiter is a listener that holds at most cap(slots) connections at once. At the cap a new
-// connection is closed at once: the client learns it now and can retry, rather than hang.
+// connLimiter holds at most max connections. At the cap a new connection takes the place of
+// the oldest one that is still sending its request or idles between requests, so a slow or
+// idle client costs only itself; a connection whose request arrived whole is never shed.
+// When every connection is being served, the newcomer is closed at once, so it can retry.
 type connLimiter struct {
 	net.Listener
-	slots chan struct{}
+	max int
+
+	mu    sync.Mutex              // guards conns and each one's fields
+	conns map[string]*trackedConn // by remote address, as net/http names it
+}
+
+type trackedConn struct {
+	net.Conn
+	waiting time.Time // since when it has been sending a request, or idle
+	serving bool      // its request arrived whole and is being answered
 }
 
 func (l *connLimiter) Accept() (net.Conn, error) {
@@ -1890,22 +1587,62 @@ func (l *connLimiter) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		select {
-		case l.slots <- struct{}{}:
-			return &limitedConn{Conn: conn, release: sync.OnceFunc(func() { <-l.slots })}, nil
-		default:
-			conn.Close()
+		tc := &trackedConn{Conn: conn, waiting: time.Now()}
+		var shed *trackedConn
+		l.mu.Lock()
+		if len(l.conns) >= l.max {
+			shed = l.oldestWaiting()
 		}
+		room := len(l.conns) < l.max || shed != nil
+		if shed != nil {
+			delete(l.conns, shed.RemoteAddr().String())
+		}
+		if room {
+			l.conns[conn.RemoteAddr().String()] = tc
+		}
+		l.mu.Unlock()
+		if shed != nil {
+			shed.Close()
+		}
+		if room {
+			return tc, nil
+		}
+		conn.Close()
 	}
 }
 
-// limitedConn gives its slot back when it closes.
-type limitedConn struct {
-	net.Conn
-	release func()
+// oldestWaiting is the connection not being served that has waited longest, or nil; l.mu
+// must be held.
+func (l *connLimiter) oldestWaiting() *trackedConn {
+	var oldest *trackedConn
+	for _, c := range l.conns {
+		if !c.serving && (oldest == nil || c.waiting.Before(oldest.waiting)) {
+			oldest = c
+		}
+	}
+	return oldest
 }
 
-func (lc *limitedConn) Close() error {
-	lc.release()
-	return lc.Conn.Close()
+// track follows net/http's view of a connection: idle between requests, or gone.
+func (l *connLimiter) track(conn net.Conn, state http.ConnState) {
+	key := conn.RemoteAddr().String()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch c := l.conns[key]; {
+	case c == nil:
+	case state == http.StateIdle:
+		c.serving = false
+		c.waiting = time.Now()
+	case state == http.StateClosed || state == http.StateHijacked:
+		delete(l.conns, key)
+	}
+}
+
+// serving marks the connection at addr as one whose request has arrived whole.
+func (l *connLimiter) serving(addr string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if c := l.conns[addr]; c != nil {
+		c.serving = true
+	}
 }

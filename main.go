@@ -4,30 +4,28 @@
 //
 // Usage:
 //
-//	telson                      serve MCP on stdin/stdout (what clients spawn)
-//	telson -http 127.0.0.1:65510  serve Streamable HTTP instead
-//	telson tools                list the tools and their parameters
-//	telson call NAME 'JSON'     run one tool once and print its text
-//	telson -config              print the effective configuration
-//	telson -version             print the version
+//	telson                        serve MCP on stdin/stdout (what clients spawn)
+//	telson -http 127.0.0.1:65510  serve Streamable HTTP at /mcp instead
+//	telson call NAME 'JSON'       run one tool once and print its text
+//	telson -config                print the settings
+//	telson -version               print the version
 //
-// main.go holds flags, configuration, the tool table, start and shutdown.
-// Rules: main only calls run; run owns everything it starts and stops it all
-// before it returns; configuration problems are warnings on stderr, never fatal.
+// main.go holds the settings, the tool table, start and shutdown.
+// Rules: main only calls run; settings are read once, into one typed struct,
+// and a bad setting is a warning on stderr, never fatal; run owns everything
+// it starts and stops it all before it returns.
 package main
 
 import (
-	"cmp"
 	"context"
+	"encoding"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
+	"log/slog"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
@@ -39,8 +37,7 @@ import (
 	"unicode"
 )
 
-// toolTable is every tool telson has, in tools/list order: tools/list, tools/call, `telson tools`
-// and `telson call` use it.
+// toolTable is every tool telson has, in tools/list order.
 var toolTable = []*toolDef{
 	&bashTool,
 	&backgroundBashTool,
@@ -64,7 +61,6 @@ func main() {
 	if os.Getenv(sandboxEnv) == "1" {
 		os.Exit(runSandbox(os.Args[1:]))
 	}
-	becomeSubreaper()              // Linux: telson's orphaned descendants come to it
 	signal.Ignore(syscall.SIGPIPE) // a vanished client shows up as a write error, handled
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM,
 		syscall.SIGHUP)
@@ -77,43 +73,30 @@ func main() {
 	}
 }
 
-const usage = `usage: telson [flags] [tools | call NAME 'JSON']
+const usage = `usage: telson [-http ADDR] [call NAME 'JSON']
 
-Serves MCP on stdin/stdout, or Streamable HTTP with -http. Every flag but -config, -set and
--version sets the configuration key of its name: -output-limit sets OUTPUT_LIMIT. Where a key
-is set in several places the last wins: its default, ~/.telson/telson-env.txt, then
-./.telson/telson-env.txt (KEY=VALUE lines), the environment variable TELSON_<KEY> (such as
-TELSON_OUTPUT_LIMIT), then the flag. -config shows every value and where it came from.
+Serves MCP on stdin/stdout, or Streamable HTTP at /mcp with -http. Settings come from
+~/.telson/telson-env.txt (KEY=VALUE lines) and TELSON_<KEY> environment variables, which win;
+-config prints them.
 
 flags:
 `
 
+// terminalHint is what a person who runs telson in a terminal reads.
+const terminalHint = `telson speaks MCP on stdin/stdout: add it to a client ` +
+	`(claude mcp add telson -- telson), or try a tool: telson call Bash '{"command":"ls"}'`
+
 // errToolFailed makes `telson call` exit 1 when the tool's result is an error.
 var errToolFailed = errors.New("tool returned an error")
 
-// run is telson: it parses args, loads configuration and serves until stdin ends, ctx ends or a
-// command is done.
+// run is telson: it reads the flags and the settings, then serves until stdin ends or ctx
+// ends, or runs one command.
 func run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, args []string) error {
 	fs := flag.NewFlagSet("telson", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	showVersion := fs.Bool("version", false, "print the version and exit")
-	showConfig := fs.Bool("config", false, "print the configuration and where each value came from")
-	flags := map[string]string{} // key → value from -set and the per-key flags
-	fs.Func("set", "set any configuration key, `KEY=VALUE` (repeatable)", func(kv string) error {
-		key, value, ok := strings.Cut(kv, "=")
-		if !ok {
-			return fmt.Errorf("-set %q: want KEY=VALUE", kv)
-		}
-		flags[key] = value
-		return nil
-	})
-	for _, k := range configKeys {
-		fs.Func(flagName(k.name), k.help, func(v string) error {
-			flags[k.name] = v
-			return nil
-		})
-		fs.Lookup(flagName(k.name)).DefValue = k.def // -h shows it
-	}
+	httpAddr := fs.String("http", "", "serve Streamable HTTP at `ADDR` (a bare port means 127.0.0.1)")
+	showVersion := fs.Bool("version", false, "print the version")
+	showConfig := fs.Bool("config", false, "print the settings")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, usage)
 		fs.PrintDefaults()
@@ -125,146 +108,63 @@ func run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, args []
 	if err != nil {
 		return fmt.Errorf("flags: %w", err)
 	}
-	cfg := loadConfig(flags)
-	for _, w := range cfg.warnings {
-		fmt.Fprintln(stderr, "telson: warning:", w)
-	}
-	srv := newServer(cfg, stderr)
-	defer srv.close()
-
+	set := loadSettings(os.Environ(), stderr)
 	switch cmd := fs.Arg(0); {
 	case *showVersion:
-		fmt.Fprintln(stdout, "telson", srv.version)
-	case *showConfig:
-		cfg.print(stdout)
-	case cmd == "tools":
-		printTools(stdout, srv)
-	case cmd == "call":
-		return callOnce(ctx, srv, stdout, fs.Args()[1:])
-	case cmd != "":
-		return fmt.Errorf("unknown command %q (want tools or call)", cmd)
-	case cfg.str("HTTP") != "":
-		return serveHTTP(ctx, srv, cfg.str("HTTP"), stderr)
-	default:
-		return serveStdio(ctx, srv, stdin, stdout)
-	}
-	return nil
-}
-
-// serveStdio serves one session; at stdin EOF running requests finish, when ctx ends they are
-// cancelled.
-func serveStdio(ctx context.Context, srv *server, stdin io.Reader, stdout io.Writer) error {
-	s := newSession(srv, stdout)
-	defer s.close() // runs after s.wait below: what the session started ends with it
-	readErr := make(chan error, 1)
-	go func() { // exits at EOF or a read error; blocked on stdin otherwise
-		readErr <- s.serve(ctx, stdin)
-	}()
-	select {
-	case err := <-readErr:
-		if err != nil {
-			srv.log.errorf("%v", err)
-		}
-		s.wg.Wait()
+		fmt.Fprintln(stdout, "telson", buildVersion())
 		return nil
-	case <-ctx.Done():
+	case *showConfig:
+		set.print(stdout)
+		return nil
+	case cmd != "" && cmd != "call":
+		return fmt.Errorf("unknown command %q (want call)", cmd)
 	}
-	s.cancelAll(false)
-	done := make(chan struct{})
-	go func() { // exits when the cancelled requests have answered
-		s.wg.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(3 * time.Second):
-		srv.log.warnf("requests still running at shutdown")
+	srv := newServer(set, stderr)
+	defer srv.close()
+	switch {
+	case fs.Arg(0) == "call":
+		return callOnce(ctx, srv, stdout, fs.Args()[1:])
+	case *httpAddr != "":
+		return serveHTTP(ctx, srv, *httpAddr, stderr)
 	}
-	return nil
+	if isTerminal(stdin) {
+		fmt.Fprintln(stderr, terminalHint)
+	}
+	return serveStdio(ctx, srv, stdin, stdout)
 }
 
-// serveHTTP serves MCP at addr until ctx ends, then gives requests httpShutdownGrace and ends
-// every session. A client has HTTP_TIMEOUT_MS to send a request (net/http lifts the deadline
-// once it is read), and a kept-alive connection closes after as long idle; there is no write
-// timeout, which would cut open event streams.
-func serveHTTP(ctx context.Context, srv *server, addr string, stderr io.Writer) error {
-	if !strings.Contains(addr, ":") || strings.HasPrefix(addr, ":") {
-		addr = "127.0.0.1:" + strings.TrimPrefix(addr, ":") // a bare port or :port
+// buildVersion is the module version go install recorded, or "dev".
+func buildVersion() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok || bi.Main.Version == "" || bi.Main.Version == "(devel)" {
+		return "dev"
 	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("http: %w", err)
-	}
-	host, _, _ := net.SplitHostPort(addr) // net.Listen took it
-	h := newHTTPHandler(srv, host)
-	defer h.closeAll() // after the shutdown below
-	if h.gate.token == "" && !isLoopbackHost(host) {
-		h.gate.token, _ = randomHex(24) // crypto/rand does not fail on the systems telson runs on
-		fmt.Fprintf(stderr, "telson: %s is reachable beyond this machine; clients must send the "+
-			"header \"Authorization: Bearer %s\" (set HTTP_TOKEN to choose it)\n",
-			addr, h.gate.token)
-	}
-	limited := &connLimiter{Listener: ln,
-		slots: make(chan struct{}, srv.cfg.int("HTTP_MAX_CONNECTIONS"))}
-	timeout := time.Duration(srv.cfg.int("HTTP_TIMEOUT_MS")) * time.Millisecond
-	hs := &http.Server{Handler: h, ReadTimeout: timeout, IdleTimeout: timeout}
-	hs.RegisterOnShutdown(func() { close(h.shutdown) })
-	fmt.Fprintf(stderr, "telson: serving MCP on http://%s/mcp\n", ln.Addr())
-	served := make(chan error, 1)
-	go func() { // exits when the server is shut down or closed
-		served <- hs.Serve(limited)
-	}()
-	expiry := time.NewTicker(min(max(h.sessions.idle/4, time.Second), time.Minute))
-	defer expiry.Stop()
-	for ctx.Err() == nil {
-		select {
-		case err := <-served:
-			return fmt.Errorf("http: %w", err)
-		case <-expiry.C:
-			h.sessions.expire()
-		case <-ctx.Done():
-		}
-	}
-	grace, cancel := context.WithTimeout(context.Background(), httpShutdownGrace)
-	defer cancel()
-	if err := hs.Shutdown(grace); err != nil {
-		srv.log.warnf("http: requests still running after %s are stopped", httpShutdownGrace)
-		hs.Close()
-	}
-	return nil
+	return strings.TrimPrefix(bi.Main.Version, "v")
 }
 
-func newServer(cfg *config, stderr io.Writer) *server {
-	log := &logger{w: stderr, level: logLevelIndex(cfg.str("LOG_LEVEL"))}
+// newServer builds what every session shares; the process tracker's reaper starts with it,
+// before any child can.
+func newServer(set *settings, stderr io.Writer) *server {
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: set.LogLevel}))
 	wd, _ := os.Getwd()
-	version := "dev"
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "(devel)" {
-		version = cmp.Or(strings.TrimPrefix(bi.Main.Version, "v"), version)
-	}
 	srv := &server{
-		cfg:     cfg,
-		log:     log,
-		version: version,
-		procs:   newProcTracker(log),
+		set:     set,
+		log:     logger,
+		version: buildVersion(),
+		procs:   newProcTracker(logger),
 		skills:  &skillCatalog{dir: wd},
 		browser: &browserHolder{tabs: make(chan struct{}, 2)},
-		search:  newSearchState(version),
+		search:  newSearchState(),
 	}
 	for _, d := range toolTable {
-		if !cfg.toolEnabled(d.name) {
-			continue
+		if set.toolEnabled(d.name) {
+			srv.tools = append(srv.tools, newToolEntry(d))
 		}
-		t, err := newToolEntry(d)
-		if err != nil {
-			// the table is code, and a test checks every schema
-			panic(fmt.Sprintf("tool %s: %v", d.name, err))
-		}
-		srv.tools = append(srv.tools, t)
 	}
 	return srv
 }
 
-// close stops everything the server started: every child process group dies.
+// close stops everything the server started: the browser, then every child process.
 func (srv *server) close() {
 	srv.browser.close()
 	srv.procs.closeAll()
@@ -280,20 +180,18 @@ func callOnce(ctx context.Context, srv *server, stdout io.Writer, args []string)
 	if len(args) != 2 {
 		return errors.New("usage: telson call NAME 'JSON'")
 	}
-	raw, err := json.Marshal(map[string]any{"name": args[0], "arguments": json.RawMessage(args[1])})
+	params, err := json.Marshal(map[string]any{"name": args[0], "arguments": json.RawMessage(args[1])})
 	if err != nil {
 		return fmt.Errorf("call: arguments are not valid JSON: %s", args[1])
 	}
-	s := newSession(srv, io.Discard)
+	s := newSession(srv, nil)
 	defer s.close()
-	defer s.wg.Wait()
-	// params are an object without _meta: newRequest cannot fail
-	req, _ := s.newRequest(&rpcMessage{ID: json.RawMessage("1"), Method: "tools/call", Params: raw})
-	reply, err := handleToolsCall(ctx, req)
+	req := &rpcRequest{s: s, id: json.RawMessage("1"), method: "tools/call", params: params,
+		version: latestLegacy}
+	res, err := handleToolsCall(ctx, req)
 	if err != nil {
 		return fmt.Errorf("call: %w", err)
 	}
-	res := reply.(map[string]any)
 	for _, c := range res["content"].([]contentItem) {
 		text := c.Text
 		if c.Type != "text" {
@@ -310,10 +208,10 @@ func callOnce(ctx context.Context, srv *server, stdout io.Writer, args []string)
 	return nil
 }
 
-// isTerminal reports whether w is a terminal (a character device).
-func isTerminal(w io.Writer) bool {
-	f, _ := w.(*os.File)
-	info, err := f.Stat() // a nil *os.File answers os.ErrInvalid
+// isTerminal reports whether f is a terminal (a character device).
+func isTerminal(f any) bool {
+	file, _ := f.(*os.File)
+	info, err := file.Stat() // a nil *os.File answers os.ErrInvalid
 	return err == nil && info.Mode()&os.ModeCharDevice != 0
 }
 
@@ -328,249 +226,255 @@ func stripControls(s string) string {
 	}, s)
 }
 
-// printTools lists the tools and their parameters for a person: required parameters first,
-// each with its type and the values it takes when they are a fixed list.
-func printTools(w io.Writer, srv *server) {
-	for _, t := range srv.tools {
-		first, _, _ := strings.Cut(t.def.desc(srv), "\n")
-		fmt.Fprintf(w, "%s — %s\n  %s\n", t.def.name, t.def.title, first)
-		for _, required := range []bool{true, false} {
-			for _, name := range sortedKeys(t.schema.Properties) {
-				p := t.schema.Properties[name]
-				if slices.Contains(t.schema.Required, name) != required {
-					continue
-				}
-				kind := p.Type
-				if required {
-					kind += ", required"
-				}
-				enum := p.Enum
-				if p.Items != nil {
-					enum = p.Items.Enum // an array's items are the choices
-				}
-				if len(enum) > 0 {
-					kind += fmt.Sprint(", one of ", enum)
-				}
-				fmt.Fprintf(w, "  - %s (%s): %s\n", name, kind, p.Description)
-			}
-		}
-		fmt.Fprintln(w)
+// settings is telson's configuration. It is read once at start: the defaults below, then
+// ~/.telson/telson-env.txt, then TELSON_<KEY> environment variables; nothing reads a key by
+// name after that.
+type settings struct {
+	Tools            []string // names of the tools served; "all" serves every one
+	LogLevel         slog.Level
+	StateDir         string
+	Streaming        bool
+	BashTimeout      time.Duration
+	OutputLimit      int
+	MaxMessage       int
+	BgBuffer         int
+	BgMaxTasks       int
+	SearchEngines    []string
+	SearchTimeout    time.Duration
+	SearchBackoff    time.Duration
+	SearchKeys       map[string]string // keyed engines' credentials and SEARCH_URL_<ENGINE>
+	ImageMaxEdge     int
+	ImageMaxBytes    int
+	AskTimeout       time.Duration
+	PlanModeStrict   bool
+	AdditionalSkills []string
+	HTTPToken        string
+	HTTPOrigins      []string
+	HTTPHosts        []string
+	HTTPMaxBody      int
+	HTTPTimeout      time.Duration
+	HTTPMaxConns     int
+	ChromePath       string
+	ReadDocsBrowser  bool
+	ReadDocsTimeout  time.Duration
+	ReadDocsIdle     time.Duration
+	WSMaxMessage     int
+}
+
+func defaultSettings() *settings {
+	return &settings{
+		Tools:           []string{"all"},
+		LogLevel:        slog.LevelInfo,
+		StateDir:        "~/.telson",
+		Streaming:       true,
+		BashTimeout:     30 * time.Second,
+		OutputLimit:     30000,
+		MaxMessage:      64 << 20,
+		BgBuffer:        1 << 20,
+		BgMaxTasks:      32,
+		SearchTimeout:   6 * time.Second,
+		SearchBackoff:   5 * time.Minute,
+		SearchKeys:      map[string]string{},
+		ImageMaxEdge:    2000,
+		ImageMaxBytes:   5000000,
+		AskTimeout:      10 * time.Minute,
+		PlanModeStrict:  true,
+		HTTPMaxBody:     4 << 20,
+		HTTPTimeout:     10 * time.Second,
+		HTTPMaxConns:    128,
+		ReadDocsBrowser: true,
+		ReadDocsTimeout: 30 * time.Second,
+		ReadDocsIdle:    500 * time.Millisecond,
+		WSMaxMessage:    128 << 20,
 	}
 }
 
-// sortedKeys returns m's keys in order.
-func sortedKeys[V any](m map[string]V) []string {
-	var keys []string
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
+// settingKey is one key: where its value goes (a *string, *[]string (a comma list), *bool,
+// *int, *time.Duration (given in milliseconds) or an encoding.TextUnmarshaler; nil: a search
+// key, kept in SearchKeys), the bounds of a number, and what it does.
+type settingKey struct {
+	name     string
+	field    any
+	min, max int
+	help     string
 }
 
-// configKey is one configuration key: its default, its kind (str, int or bool) and what it does.
-type configKey struct{ name, def, kind, help string }
-
-// configKeys are the keys telson knows, besides those starting with one of configPrefixes.
-var configKeys = []configKey{
-	{"TOOLS", "all", "str", "tools to serve: all, none, or a comma list of names"},
-	{"STREAMING", "on", "bool",
-		"send a running Bash command's new output lines as progress notifications"},
-	{"BASH_TIMEOUT_MS", "30000", "int",
-		"Bash's default timeout in milliseconds (a call may ask for up to 600000)"},
-	{"OUTPUT_LIMIT", "30000", "int", "characters of command output a reply keeps (head and tail)"},
-	{"LOG_LEVEL", "info", "str",
-		"least severe level logged and sent to the client: debug, info, warning, error"},
-	{"STATE_DIR", "~/.telson", "str", "where state files live"},
-	{"MAX_MESSAGE_BYTES", "67108864", "int",
-		"longest input message; a longer line is skipped and answered with an error"},
-	{"SEARCH_ENGINES", "", "str",
-		"engines WebSearch asks, a comma list (default: the keyless ones and every keyed one set)"},
-	{"SEARCH_TIMEOUT_MS", "6000", "int", "milliseconds each WebSearch engine gets to answer"},
-	{"SEARCH_BACKOFF_MS", "300000", "int",
-		"milliseconds a rate-limited, blocked or captcha-showing engine rests"},
-	{"BRAVE_API_KEY", "", "str", "Brave Search API key: turns on the braveapi engine"},
-	{"TAVILY_API_KEY", "", "str", "Tavily API key: turns on the tavily engine"},
-	{"SERPER_API_KEY", "", "str", "Serper API key: turns on the serper engine"},
-	{"EXA_API_KEY", "", "str", "Exa API key: turns on the exa engine"},
-	{"GOOGLE_API_KEY", "", "str",
-		"Google Programmable Search key (with GOOGLE_CSE_ID): turns on the google engine"},
-	{"GOOGLE_CSE_ID", "", "str", "Google Programmable Search engine id (cx)"},
-	{"SEARXNG_URL", "", "str",
-		"base URL of a SearXNG instance with JSON output: turns on the searxng engine"},
-	{"IMAGE_MAX_EDGE", "2000", "int",
-		"ReadImage scales down images whose long edge is longer than this many pixels"},
-	{"IMAGE_MAX_BYTES", "5000000", "int",
-		"ReadImage scales down images larger than this many bytes (at most 6000000)"},
-	{"ASK_TIMEOUT_MS", "600000", "int",
-		"how long AskUserQuestion waits for the user's answer, in milliseconds"},
-	{"PLAN_MODE_STRICT", "on", "bool",
-		"while PlanMode is active, Bash and BackgroundBash run read-only (or refuse without a sandbox)"},
-	{"ADDITIONAL_SKILLS", "", "str",
-		"more skill folders for InvokeSkill and prompts, comma or colon separated, searched last"},
-	{"HTTP", "", "str",
-		"serve MCP over HTTP at this address (/mcp); a bare port or :port means 127.0.0.1"},
-	{"HTTP_TOKEN", "", "str",
-		"bearer token HTTP clients must send; made up and printed when listening beyond loopback"},
-	{"HTTP_ORIGINS", "", "str",
-		"comma list of browser Origins allowed besides loopback ones (* for any)"},
-	{"HTTP_HOSTS", "", "str",
-		"comma list of Host names allowed besides loopback ones and the listening address"},
-	{"HTTP_MAX_BODY_BYTES", "4194304", "int",
-		"largest HTTP request body; a larger one is answered 413"},
-	{"HTTP_MAX_SESSIONS", "64", "int",
-		"most HTTP sessions at once; beyond it a new session is refused with 503"},
-	{"HTTP_SESSION_IDLE_MS", "1800000", "int",
-		"milliseconds without a request after which an HTTP session ends"},
-	{"HTTP_TIMEOUT_MS", "10000", "int",
-		"milliseconds to send an HTTP request, and that a kept-alive connection may idle"},
-	{"HTTP_MAX_CONNECTIONS", "128", "int",
-		"most HTTP connections at once; beyond it a new one is closed at once"},
-	{"CHROME_PATH", "", "str",
-		"the Chromium or Chrome ReadDocs runs (default: found on PATH or where it usually is)"},
-	{"READDOCS_BROWSER", "on", "bool",
-		"read pages in headless Chromium; off reads them over plain HTTP (no JavaScript)"},
-	{"READDOCS_TIMEOUT_MS", "30000", "int",
-		"ReadDocs's deadline for a page in milliseconds (wait_ms is added to it)"},
-	{"READDOCS_IDLE_MS", "500", "int",
-		"the longest ReadDocs waits, once a page is parsed, for requests to its own site to end"},
-	{"WS_MAX_MESSAGE_BYTES", "134217728", "int",
-		"longest DevTools websocket message ReadDocs accepts from the browser"},
-	{"BG_BUFFER_BYTES", "1048576", "int",
-		"unread output a background task keeps; beyond it the oldest is dropped"},
-	{"BG_MAX_TASKS", "32", "int", "background tasks that may run at once in a session"},
+// keys lists every setting; SEARCH_URL_<ENGINE> keys are search keys too.
+func (s *settings) keys() []settingKey {
+	const most = 1 << 40
+	return []settingKey{
+		{"TOOLS", &s.Tools, 0, 0, "tools to serve: all, none, or a comma list of names"},
+		{"LOG_LEVEL", &s.LogLevel, 0, 0, "least severe stderr log level: debug, info, warn, error"},
+		{"STATE_DIR", &s.StateDir, 0, 0, "where state files live (tasks.json, plans)"},
+		{"STREAMING", &s.Streaming, 0, 0, "send a running Bash command's new lines as progress"},
+		{"BASH_TIMEOUT_MS", &s.BashTimeout, 1, 600000, "Bash's default timeout"},
+		{"OUTPUT_LIMIT", &s.OutputLimit, 200, most, "characters of command output a reply keeps"},
+		{"MAX_MESSAGE_BYTES", &s.MaxMessage, 1024, most, "longest input message"},
+		{"BG_BUFFER_BYTES", &s.BgBuffer, 256, most, "unread output a background task keeps"},
+		{"BG_MAX_TASKS", &s.BgMaxTasks, 1, 10000, "background tasks running at once"},
+		{"SEARCH_ENGINES", &s.SearchEngines, 0, 0, "engines WebSearch asks (default: all it can)"},
+		{"SEARCH_TIMEOUT_MS", &s.SearchTimeout, 1, most, "time each WebSearch engine gets"},
+		{"SEARCH_BACKOFF_MS", &s.SearchBackoff, 0, most, "rest of an engine that refused us"},
+		{"BRAVE_API_KEY", nil, 0, 0, "Brave Search API key: turns on braveapi"},
+		{"TAVILY_API_KEY", nil, 0, 0, "Tavily API key: turns on tavily"},
+		{"SERPER_API_KEY", nil, 0, 0, "Serper API key: turns on serper"},
+		{"EXA_API_KEY", nil, 0, 0, "Exa API key: turns on exa"},
+		{"GOOGLE_API_KEY", nil, 0, 0, "Google Programmable Search key, with GOOGLE_CSE_ID"},
+		{"GOOGLE_CSE_ID", nil, 0, 0, "Google Programmable Search engine id (cx)"},
+		{"SEARXNG_URL", nil, 0, 0, "a SearXNG instance with JSON output: turns on searxng"},
+		{"IMAGE_MAX_EDGE", &s.ImageMaxEdge, 16, 100000, "longest image edge sent, in pixels"},
+		{"IMAGE_MAX_BYTES", &s.ImageMaxBytes, 1024, 6000000, "largest image sent, in bytes"},
+		{"ASK_TIMEOUT_MS", &s.AskTimeout, 1, most, "how long AskUserQuestion waits"},
+		{"PLAN_MODE_STRICT", &s.PlanModeStrict, 0, 0, "in plan mode, Bash sees files read-only"},
+		{"ADDITIONAL_SKILLS", &s.AdditionalSkills, 0, 0, "more skill folders, a comma list"},
+		{"HTTP_TOKEN", &s.HTTPToken, 0, 0, "bearer token HTTP clients must send"},
+		{"HTTP_ORIGINS", &s.HTTPOrigins, 0, 0, "browser Origins allowed besides loopback ones"},
+		{"HTTP_HOSTS", &s.HTTPHosts, 0, 0, "Host names allowed besides loopback ones"},
+		{"HTTP_MAX_BODY_BYTES", &s.HTTPMaxBody, 1024, most, "largest HTTP request body"},
+		{"HTTP_TIMEOUT_MS", &s.HTTPTimeout, 1, most, "time to send an HTTP request, and to idle"},
+		{"HTTP_MAX_CONNECTIONS", &s.HTTPMaxConns, 1, 100000, "HTTP connections at once"},
+		{"CHROME_PATH", &s.ChromePath, 0, 0, "the Chromium ReadDocs runs (default: found)"},
+		{"READDOCS_BROWSER", &s.ReadDocsBrowser, 0, 0, "read pages in Chromium (off: plain HTTP)"},
+		{"READDOCS_TIMEOUT_MS", &s.ReadDocsTimeout, 1, most, "ReadDocs's deadline for a page"},
+		{"READDOCS_IDLE_MS", &s.ReadDocsIdle, 0, most, "longest wait for a parsed page's site"},
+		{"WS_MAX_MESSAGE_BYTES", &s.WSMaxMessage, 1 << 20, most, "longest DevTools message"},
+	}
 }
 
-// configPrefixes: TOOL_<Name>=0 turns a tool off; SEARCH_URL_<ENGINE> is an engine's base URL.
-var configPrefixes = []string{"TOOL_", "SEARCH_URL_"}
+// internalEnv are the TELSON_ variables that are not settings: markers and the test harness's.
+var internalEnv = []string{"RUN", "RUN_MAIN", "REAPER", "SANDBOX", "REQUIRE_BROWSER"}
 
-// internalEnv are the TELSON_ variables that are not configuration: the reaper's and the tests'.
-var internalEnv = []string{"RUN_MAIN", "REAPER", "REQUIRE_BROWSER"}
-
-func flagName(key string) string { return strings.ToLower(strings.ReplaceAll(key, "_", "-")) }
-
-// config is the effective configuration: defaults, ~/.telson/telson-env.txt,
-// ./.telson/telson-env.txt, TELSON_<KEY>, flags; later wins.
-type config struct {
-	values   map[string]string
-	source   map[string]string
-	warnings []string
-}
-
-func loadConfig(flags map[string]string) *config {
-	c := &config{values: map[string]string{}, source: map[string]string{}}
-	for _, k := range configKeys {
-		c.values[k.name] = k.def
-		c.source[k.name] = "default"
+// loadSettings reads the settings: defaults, then the env file, then the environment.
+// Warnings name the file and line, or the variable, and the value kept.
+func loadSettings(environ []string, stderr io.Writer) *settings {
+	s := defaultSettings()
+	warn := func(format string, a ...any) {
+		fmt.Fprintf(stderr, "telson: warning: "+format+"\n", a...)
 	}
-	home, homeErr := os.UserHomeDir()
-	if homeErr == nil {
-		c.loadFile(filepath.Join(home, ".telson", "telson-env.txt"))
-	}
-	c.loadFile(filepath.Join(".telson", "telson-env.txt"))
-	for _, kv := range os.Environ() {
-		k, v, _ := strings.Cut(kv, "=")
-		name, ok := strings.CutPrefix(k, "TELSON_")
-		if ok && !slices.Contains(internalEnv, name) && !strings.HasPrefix(name, "TEST_") {
-			c.set(name, v, "environment "+k)
-		}
-	}
-	for k, v := range flags {
-		src := "flag -" + flagName(k)
-		if c.lookup(k) == nil {
-			src = "flag -set" // a prefix key has no flag of its own
-		}
-		c.set(k, v, src)
-	}
-	c.checkTools()
-	c.checkChromePath()
-	if dir, ok := strings.CutPrefix(c.values["STATE_DIR"], "~/"); ok && homeErr == nil {
-		c.values["STATE_DIR"] = filepath.Join(home, dir)
-	}
-	return c
-}
-
-func (c *config) warn(format string, a ...any) {
-	c.warnings = append(c.warnings, fmt.Sprintf(format, a...))
-}
-
-func (c *config) loadFile(path string) {
+	home, _ := os.UserHomeDir()
+	path := filepath.Join(home, ".telson", "telson-env.txt")
 	b, err := os.ReadFile(path)
-	if err != nil {
-		if !errors.Is(err, os.ErrNotExist) {
-			c.warn("config: %v", err)
-		}
-		return
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		warn("settings: %v", err)
 	}
 	for n, line := range strings.Split(string(b), "\n") {
 		line = strings.TrimSpace(line)
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
-		k, v, ok := strings.Cut(line, "=")
+		k, v, ok := strings.Cut(strings.TrimPrefix(line, "export "), "=")
+		where := fmt.Sprintf("%s:%d", path, n+1)
 		if !ok {
-			c.warn("%s:%d: not KEY=VALUE: %q", path, n+1, line)
+			warn("%s: not KEY=VALUE: %q", where, line)
 			continue
 		}
-		k = strings.TrimSpace(strings.TrimPrefix(k, "export "))
+		k = strings.TrimPrefix(strings.TrimSpace(k), "TELSON_")
 		v = strings.Trim(strings.TrimSpace(v), `"'`) // as a shell would read it
-		c.set(strings.TrimPrefix(k, "TELSON_"), v, fmt.Sprintf("%s:%d", path, n+1))
-	}
-}
-
-// set records key=value from src, warning about unknown keys and bad values. Keys are upper case.
-func (c *config) set(key, value, src string) {
-	key = strings.ToUpper(key)
-	k := c.lookup(key)
-	prefixed := slices.ContainsFunc(configPrefixes, func(p string) bool {
-		return strings.HasPrefix(key, p)
-	})
-	if k == nil && !prefixed {
-		c.warn("%s: unknown key %s", src, key)
-		return
-	}
-	problem := ""
-	if n, err := strconv.Atoi(value); k != nil && k.kind == "int" && (err != nil || n < 0) {
-		problem = fmt.Sprintf("%q is not a whole number of 0 or more", value)
-	} else if _, ok := parseBool(value); k != nil && k.kind == "bool" && !ok {
-		problem = fmt.Sprintf("%q is not a boolean (1/0, true/false, yes/no, on/off)", value)
-	}
-	if problem != "" {
-		c.warn("%s: %s: %s; keeping %q", src, key, problem, c.values[key])
-		return
-	}
-	c.values[key] = value
-	c.source[key] = src
-}
-
-// checkTools warns about names in TOOLS that are no tool's.
-func (c *config) checkTools() {
-	for _, name := range splitList(c.values["TOOLS"]) {
-		known := slices.ContainsFunc(toolTable, func(d *toolDef) bool {
-			return strings.EqualFold(d.name, name)
-		})
-		if !known && !strings.EqualFold(name, "all") && !strings.EqualFold(name, "none") {
-			c.warn("%s: TOOLS: no tool is named %q; it is left out (telson tools lists them)",
-				c.source["TOOLS"], name)
+		if problem := s.set(k, v); problem != "" {
+			warn("%s: %s", where, problem)
 		}
 	}
-}
-
-// checkChromePath warns when CHROME_PATH is neither an executable file nor a command on PATH.
-func (c *config) checkChromePath() {
-	path := c.values["CHROME_PATH"]
-	if _, err := exec.LookPath(path); path != "" && err != nil {
-		c.warn("%s: CHROME_PATH: %v; ReadDocs cannot start that browser",
-			c.source["CHROME_PATH"], err)
+	for _, kv := range environ {
+		k, v, _ := strings.Cut(kv, "=")
+		name, ok := strings.CutPrefix(k, "TELSON_")
+		if !ok || slices.Contains(internalEnv, name) {
+			continue
+		}
+		if problem := s.set(name, v); problem != "" {
+			warn("%s: %s", k, problem)
+		}
 	}
+	if dir, ok := strings.CutPrefix(s.StateDir, "~/"); ok {
+		s.StateDir = filepath.Join(home, dir)
+	}
+	return s
 }
 
-func (c *config) lookup(key string) *configKey {
-	i := slices.IndexFunc(configKeys, func(k configKey) bool { return k.name == key })
+// set sets key (any case) to value; it says what is wrong instead when the key is unknown or
+// the value does not fit, and keeps the value it had.
+func (s *settings) set(key, value string) string {
+	key = strings.ToUpper(key)
+	i := slices.IndexFunc(s.keys(), func(k settingKey) bool { return k.name == key })
+	if i < 0 && strings.HasPrefix(key, "SEARCH_URL_") {
+		s.SearchKeys[key] = value
+		return ""
+	}
 	if i < 0 {
-		return nil
+		return "unknown key " + key
 	}
-	return &configKeys[i]
+	k := s.keys()[i]
+	n, numErr := strconv.Atoi(value)
+	wrong := ""
+	switch field := k.field.(type) {
+	case nil:
+		s.SearchKeys[key] = value
+	case *string:
+		*field = value
+	case *[]string:
+		*field = strings.FieldsFunc(value, func(r rune) bool { return r == ',' || r == ' ' })
+	case *bool:
+		on, ok := parseBool(value)
+		*field = on || !ok && *field
+		if !ok {
+			wrong = "a boolean (1/0, true/false, yes/no, on/off)"
+		}
+	case *int, *time.Duration:
+		if numErr != nil || n < k.min || n > k.max {
+			wrong = fmt.Sprintf("a whole number from %d to %d", k.min, k.max)
+		} else if d, ok := field.(*time.Duration); ok {
+			*d = time.Duration(n) * time.Millisecond
+		} else {
+			*field.(*int) = n
+		}
+	case encoding.TextUnmarshaler:
+		if field.UnmarshalText([]byte(value)) != nil {
+			wrong = "one of its words"
+		}
+	}
+	if wrong != "" {
+		return fmt.Sprintf("%s=%q is not %s; keeping %s", key, value, wrong, s.value(k))
+	}
+	return ""
+}
+
+// value is a key's value as -config prints it; a secret prints as (set).
+func (s *settings) value(k settingKey) string {
+	var v any = k.field
+	if k.field == nil {
+		v = s.SearchKeys[k.name]
+	}
+	text := ""
+	switch field := v.(type) {
+	case *[]string:
+		text = strings.Join(*field, ",")
+	case *time.Duration:
+		text = strconv.FormatInt(field.Milliseconds(), 10)
+	case *string:
+		text = *field
+	case *bool:
+		text = strconv.FormatBool(*field)
+	case *int:
+		text = strconv.Itoa(*field)
+	default:
+		text = fmt.Sprint(field)
+	}
+	secret := strings.Contains(k.name, "KEY") || strings.Contains(k.name, "TOKEN")
+	if secret && text != "" {
+		return "(set)"
+	}
+	return text
+}
+
+// print writes every setting as KEY=VALUE, with what it does.
+func (s *settings) print(w io.Writer) {
+	for _, k := range s.keys() {
+		fmt.Fprintf(w, "%s=%s\t# %s\n", k.name, s.value(k), k.help)
+	}
+	for _, k := range sortedKeys(s.SearchKeys) {
+		if strings.HasPrefix(k, "SEARCH_URL_") {
+			fmt.Fprintf(w, "%s=%s\t# an engine's base URL\n", k, s.SearchKeys[k])
+		}
+	}
 }
 
 func parseBool(v string) (value, ok bool) {
@@ -583,36 +487,19 @@ func parseBool(v string) (value, ok bool) {
 	return false, false
 }
 
-func (c *config) str(key string) string { return c.values[key] }
-
-func (c *config) int(key string) int {
-	n, _ := strconv.Atoi(c.values[key])
-	return n
-}
-
-func (c *config) bool(key string) bool {
-	b, _ := parseBool(c.values[key])
-	return b
-}
-
-// toolEnabled applies TOOLS (all, none, or a comma list) and TOOL_<Name>=0.
-func (c *config) toolEnabled(name string) bool {
-	v, set := c.values["TOOL_"+strings.ToUpper(name)]
-	if on, ok := parseBool(v); set && ok && !on {
-		return false
-	}
-	list := splitList(c.values["TOOLS"])
-	return len(list) == 0 || slices.ContainsFunc(list, func(n string) bool {
+// toolEnabled applies TOOLS: all, none, or a comma list of names.
+func (s *settings) toolEnabled(name string) bool {
+	return slices.ContainsFunc(s.Tools, func(n string) bool {
 		return strings.EqualFold(n, name) || strings.EqualFold(n, "all")
 	})
 }
 
-func (c *config) print(w io.Writer) {
-	for _, k := range sortedKeys(c.values) {
-		v := c.values[k]
-		if v != "" && (strings.Contains(k, "KEY") || strings.Contains(k, "TOKEN")) {
-			v = "(set)"
-		}
-		fmt.Fprintf(w, "%s=%s\t# %s\n", k, v, c.source[k])
+// sortedKeys returns m's keys in order.
+func sortedKeys[V any](m map[string]V) []string {
+	var keys []string
+	for k := range m {
+		keys = append(keys, k)
 	}
+	slices.Sort(keys)
+	return keys
 }

@@ -26,6 +26,7 @@ import (
 	"io"
 	"io/fs"
 	"log"
+	"log/slog"
 	"math/rand"
 	"net"
 	"net/http"
@@ -95,15 +96,32 @@ type testClient struct {
 	notes []map[string]any
 }
 
-// startServer runs telson in-process with args and returns a client for it.
-func startServer(t *testing.T, args ...string) *testClient {
+// testSettings are the default settings with a private state directory, changed by kv
+// (KEY=VALUE, as the env file says them).
+func testSettings(t testing.TB, kv ...string) *settings {
+	t.Helper()
+	set := defaultSettings()
+	set.StateDir = t.TempDir()
+	for _, line := range kv {
+		k, v, _ := strings.Cut(line, "=")
+		if problem := set.set(k, v); problem != "" {
+			t.Fatalf("setting %s: %s", line, problem)
+		}
+	}
+	return set
+}
+
+// startServer serves stdio in-process with testSettings(kv) and returns a client for it.
+func startServer(t *testing.T, kv ...string) *testClient {
 	t.Helper()
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	c := &testClient{t: t, in: inW, lines: make(chan []byte, 1024), done: make(chan error, 1), stderr: &syncBuffer{}}
 	ctx, cancel := context.WithCancel(context.Background())
-	go func() { // exits when run returns
-		err := run(ctx, inR, outW, c.stderr, args)
+	srv := newServer(testSettings(t, kv...), c.stderr)
+	go func() { // exits when serveStdio returns
+		err := serveStdio(ctx, srv, inR, outW)
+		srv.close()
 		outW.Close()
 		c.done <- err
 	}()
@@ -342,7 +360,7 @@ func TestTranscripts(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			c := startServer(t, "-tools", "Bash")
+			c := startServer(t, "TOOLS=Bash")
 			var out []string
 			for _, line := range strings.Split(strings.TrimRight(string(b), "\n"), "\n") {
 				switch {
@@ -432,7 +450,7 @@ func TestFramingToleratesBOMCRLFAndBlankLines(t *testing.T) {
 
 func TestLongLineIsSkippedAndAnswered(t *testing.T) {
 	t.Parallel()
-	c := startServer(t, "-max-message-bytes", "1000")
+	c := startServer(t, "MAX_MESSAGE_BYTES=1000")
 	c.send(`{"jsonrpc":"2.0","id":1,"method":"ping","params":{"pad":"` + strings.Repeat("x", 200000) + `"}}`)
 	if m := c.recv(); errCode(m) != codeInvalidRequest || m["id"] != nil {
 		t.Errorf("long line: got %v, want -32600 with id null", m)
@@ -526,7 +544,7 @@ func TestNoOrphans(t *testing.T) {
 
 func TestBashOutputIsBoundedHeadAndTail(t *testing.T) {
 	t.Parallel()
-	c := startServer(t, "-output-limit", "1000")
+	c := startServer(t, "OUTPUT_LIMIT=1000")
 	c.initialize("2025-06-18")
 	res := c.callTool("Bash", map[string]any{"command": "seq 1 100000"})
 	text := resultText(res)
@@ -629,7 +647,7 @@ func TestBashStreamsProgress(t *testing.T) {
 
 func TestToolTableIsWellFormed(t *testing.T) {
 	seen := map[string]bool{}
-	srv := newServer(loadConfig(nil), io.Discard)
+	srv := newServer(testSettings(t), io.Discard)
 	defer srv.close()
 	for _, d := range toolTable {
 		desc := d.description
@@ -663,7 +681,7 @@ func TestToolTableIsWellFormed(t *testing.T) {
 }
 
 func TestPanicInHandlerIsAnInternalError(t *testing.T) {
-	methods["test/panic"] = func(context.Context, *rpcRequest) (any, error) { panic("boom") }
+	methods["test/panic"] = func(context.Context, *rpcRequest) (map[string]any, error) { panic("boom") }
 	defer delete(methods, "test/panic")
 	c := startServer(t)
 	if m := c.request("test/panic", nil); errCode(m) != codeInternalError {
@@ -695,7 +713,7 @@ func TestToolsListOnePage(t *testing.T) {
 
 func TestDisabledToolIsUnknown(t *testing.T) {
 	t.Parallel()
-	c := startServer(t, "-tools", "none")
+	c := startServer(t, "TOOLS=none")
 	c.initialize("2025-11-25")
 	if m := c.request("tools/list", nil); len(m["result"].(map[string]any)["tools"].([]any)) != 0 {
 		t.Errorf("tools listed: %v", m)
@@ -705,34 +723,48 @@ func TestDisabledToolIsUnknown(t *testing.T) {
 	}
 }
 
-func TestConfigLayers(t *testing.T) {
+// TestSettings reads the env file and the environment: the environment wins, a bad line, an
+// unknown key and a value out of bounds are warnings naming where, and the value is kept.
+func TestSettings(t *testing.T) {
 	home := t.TempDir()
 	t.Setenv("HOME", home)
 	os.MkdirAll(filepath.Join(home, ".telson"), 0o755)
-	os.WriteFile(filepath.Join(home, ".telson", "telson-env.txt"), []byte(
-		"# comment\nOUTPUT_LIMIT=1000\nSTREAMING=no\nBASH_TIMEOUT_MS=abc\nNOT_A_KEY=1\nthis line is wrong\nTOOL_Bash=off\nexport LOG_LEVEL=\"debug\"\n"), 0o644)
-	t.Setenv("TELSON_OUTPUT_LIMIT", "2000")
-	cfg := loadConfig(map[string]string{"OUTPUT_LIMIT": "3000"})
-	if cfg.int("OUTPUT_LIMIT") != 3000 || cfg.source["OUTPUT_LIMIT"] != "flag -output-limit" {
-		t.Errorf("flag should win: %v from %s", cfg.str("OUTPUT_LIMIT"), cfg.source["OUTPUT_LIMIT"])
+	os.WriteFile(filepath.Join(home, ".telson", "telson-env.txt"), []byte("# comment\n"+
+		"OUTPUT_LIMIT=1000\nSTREAMING=no\nBASH_TIMEOUT_MS=abc\nNOT_A_KEY=1\nthis line is wrong\n"+
+		"export TELSON_LOG_LEVEL=\"debug\"\ntools=Bash,ReadDocs\nstate_dir=~/state\n"+
+		"BG_MAX_TASKS=0\nsearch_url_github=http://127.0.0.1:1\nPLAN_MODE_STRICT=maybe\n"), 0o644)
+	var warnings bytes.Buffer
+	set := loadSettings([]string{"TELSON_OUTPUT_LIMIT=2000", "TELSON_RUN=1.2.", "PATH=/bin",
+		"TELSON_IMAGE_MAX_BYTES=9000000"}, &warnings)
+	switch {
+	case set.OutputLimit != 2000:
+		t.Errorf("the environment should beat the file: %d", set.OutputLimit)
+	case set.Streaming || set.BashTimeout != 30*time.Second || set.LogLevel != slog.LevelDebug:
+		t.Errorf("file values: %+v", set)
+	case !set.toolEnabled("ReadDocs") || set.toolEnabled("WebSearch"):
+		t.Errorf("tools: %v", set.Tools)
+	case set.StateDir != filepath.Join(home, "state") || set.BgMaxTasks != 32 || !set.PlanModeStrict:
+		t.Errorf("state dir %s, bg max %d, strict %v", set.StateDir, set.BgMaxTasks, set.PlanModeStrict)
+	case set.SearchKeys["SEARCH_URL_GITHUB"] != "http://127.0.0.1:1" || set.ImageMaxBytes != 5000000:
+		t.Errorf("search keys %v, image bytes %d", set.SearchKeys, set.ImageMaxBytes)
 	}
-	if cfg.bool("STREAMING") || cfg.int("BASH_TIMEOUT_MS") != 30000 || cfg.str("LOG_LEVEL") != "debug" || cfg.toolEnabled("Bash") {
-		t.Errorf("file values not applied: %v", cfg.values)
-	}
-	warnings := strings.Join(cfg.warnings, "\n")
-	for _, want := range []string{"telson-env.txt:4: BASH_TIMEOUT_MS", "telson-env.txt:5: unknown key NOT_A_KEY", "telson-env.txt:6: not KEY=VALUE"} {
-		if !strings.Contains(warnings, want) {
-			t.Errorf("warnings lack %q:\n%s", want, warnings)
+	for _, want := range []string{"telson-env.txt:4: BASH_TIMEOUT_MS=\"abc\" is not a whole number",
+		"telson-env.txt:5: unknown key NOT_A_KEY", "telson-env.txt:6: not KEY=VALUE",
+		"telson-env.txt:10: BG_MAX_TASKS=\"0\" is not a whole number from 1 to 10000; keeping 32",
+		"PLAN_MODE_STRICT=\"maybe\" is not a boolean",
+		"TELSON_IMAGE_MAX_BYTES: IMAGE_MAX_BYTES=\"9000000\" is not a whole number from 1024 to 6000000"} {
+		if !strings.Contains(warnings.String(), want) {
+			t.Errorf("warnings lack %q:\n%s", want, warnings.String())
 		}
 	}
-	cfg = loadConfig(nil)
-	if cfg.int("OUTPUT_LIMIT") != 2000 {
-		t.Errorf("environment should beat files: %v", cfg.str("OUTPUT_LIMIT"))
+	if strings.Contains(warnings.String(), "RUN") {
+		t.Errorf("an internal variable was read as a setting:\n%s", warnings.String())
 	}
 }
 
 func TestCommandLine(t *testing.T) {
-	t.Parallel()
+	t.Setenv("HOME", t.TempDir())
+	t.Setenv("TELSON_STATE_DIR", t.TempDir())
 	runCLI := func(args ...string) (string, error) {
 		var out, errb bytes.Buffer
 		err := run(context.Background(), strings.NewReader(""), &out, &errb, args)
@@ -741,20 +773,25 @@ func TestCommandLine(t *testing.T) {
 	if out, err := runCLI("-version"); err != nil || !strings.HasPrefix(out, "telson ") {
 		t.Errorf("-version: %q %v", out, err)
 	}
-	if out, err := runCLI("tools"); err != nil || !strings.Contains(out, "Bash — Run a shell command") || !strings.Contains(out, "command (string, required)") {
-		t.Errorf("tools: %q %v", out, err)
-	}
-	if out, err := runCLI("call", "Bash", `{"command":"echo from-cli"}`); err != nil || out != "from-cli\n\n" && out != "from-cli\n" {
+	if out, err := runCLI("call", "Bash", `{"command":"echo from-cli"}`); err != nil || out != "from-cli\n" {
 		t.Errorf("call: %q %v", out, err)
 	}
 	if out, err := runCLI("call", "Bash", `{"command":"exit 4"}`); err != errToolFailed || !strings.Contains(out, "exit status 4") {
 		t.Errorf("failing call: %q %v", out, err)
 	}
-	if out, err := runCLI("-config", "-output-limit", "77"); err != nil || !strings.Contains(out, "OUTPUT_LIMIT=77\t# flag -output-limit") {
+	t.Setenv("TELSON_OUTPUT_LIMIT", "777")
+	t.Setenv("TELSON_BRAVE_API_KEY", "secret")
+	out, err := runCLI("-config")
+	if err != nil || !strings.Contains(out, "OUTPUT_LIMIT=777\t# ") || !strings.Contains(out, "BRAVE_API_KEY=(set)") || strings.Contains(out, "secret") {
 		t.Errorf("-config: %q %v", out, err)
 	}
-	if _, err := runCLI("frobnicate"); err == nil {
-		t.Errorf("unknown command accepted")
+	for _, args := range [][]string{{"frobnicate"}, {"tools"}, {"-output-limit", "5"}} {
+		if _, err := runCLI(args...); err == nil {
+			t.Errorf("%v accepted", args)
+		}
+	}
+	if out, err := runCLI("-h"); err != nil || !strings.Contains(out, "-http ADDR") || !strings.Contains(out, "TELSON_<KEY>") {
+		t.Errorf("-h: %q %v", out, err)
 	}
 }
 
@@ -768,7 +805,10 @@ func FuzzServe(f *testing.F) {
 	f.Add([]byte(`{"jsonrpc":"2.0","id":1,"result":{}}` + "\n" + `{"id":1e400,"jsonrpc":"2.0","method":"ping"}`))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		var out bytes.Buffer
-		if err := run(context.Background(), bytes.NewReader(in), &out, io.Discard, []string{"-tools", "none", "-max-message-bytes", "4096"}); err != nil {
+		srv := newServer(testSettings(t, "TOOLS=none", "MAX_MESSAGE_BYTES=4096"), io.Discard)
+		err := serveStdio(context.Background(), srv, bytes.NewReader(in), &out)
+		srv.close()
+		if err != nil {
 			t.Fatal(err)
 		}
 		answers := map[string]int{}
@@ -1020,9 +1060,9 @@ func TestREADMEIsComplete(t *testing.T) {
 			t.Errorf("README: no row for tool %s", d.name)
 		}
 	}
-	for _, k := range configKeys {
+	for _, k := range defaultSettings().keys() {
 		if !strings.Contains(readme, "| "+k.name+" |") {
-			t.Errorf("README: no row for config key %s", k.name)
+			t.Errorf("README: no row for setting %s", k.name)
 		}
 	}
 }
@@ -1322,7 +1362,7 @@ func TestBgWaitWakes(t *testing.T) {
 
 func TestBgDroppedBytes(t *testing.T) {
 	t.Parallel()
-	c := bgServer(t, "-bg-buffer-bytes", "1000")
+	c := bgServer(t, "BG_BUFFER_BYTES=1000")
 	id := bgStart(t, c, "head -c 5000 /dev/zero | tr '\\0' a; echo; echo end")
 	bgWaitNote(c, "background task 1 exited with status 0")
 	res := bgRead(t, c, id, 0)
@@ -1388,7 +1428,7 @@ func TestBgTakeHoldsCutCharacter(t *testing.T) {
 
 func TestBgReadLimitKeepsCharacters(t *testing.T) {
 	t.Parallel()
-	c := bgServer(t, "-output-limit", "1001")
+	c := bgServer(t, "OUTPUT_LIMIT=1001")
 	id := bgStart(t, c, "for i in $(seq 1500); do printf 'é'; done")
 	bgWaitNote(c, "background task 1 exited")
 	res := bgRead(t, c, id, 0)
@@ -1485,7 +1525,7 @@ func TestBgBinaryExitKillsTasks(t *testing.T) {
 
 func TestBgMaxTasks(t *testing.T) {
 	t.Parallel()
-	c := bgServer(t, "-bg-max-tasks", "2")
+	c := bgServer(t, "BG_MAX_TASKS=2")
 	a := bgStart(t, c, "sleep 1000")
 	bgStart(t, c, "sleep 1000")
 	res := c.callTool("BackgroundBash", map[string]any{"command": "sleep 1000"})
@@ -1755,40 +1795,68 @@ func BenchmarkReadBgOutput(b *testing.B) {
 
 // ---- http ----
 
-// http_test.go tests Streamable HTTP the way HTTP clients use it, in both
-// eras against an httptest server: every 4xx rule, session limits and expiry,
-// and a graceful shutdown of the real `run -http`. Benchmarks compare HTTP with stdio.
+// The HTTP tests run the real Streamable HTTP server (serveHTTP on a loopback port, in-process)
+// the way HTTP clients use it, in both eras: every 4xx rule, one agent's state across POSTs,
+// replies as JSON or event streams, slow clients, and a graceful shutdown of `run -http`.
+// Benchmarks compare HTTP with stdio.
 
-// httpStart serves a fresh telson over httptest with configuration flags.
-func httpStart(t testing.TB, flags map[string]string, setup ...func(h *httpHandler)) (*httptest.Server, *httpHandler) {
-	t.Helper()
-	srv := newServer(loadConfig(flags), io.Discard)
-	h := newHTTPHandler(srv, "127.0.0.1")
-	for _, f := range setup {
-		f(h)
-	}
-	ts := httptest.NewServer(h)
-	t.Cleanup(func() {
-		h.closeAll()
-		ts.Close()
-		srv.close()
-	})
-	return ts, h
+// httpTestServer is serveHTTP running in-process.
+type httpTestServer struct {
+	url    string
+	srv    *server
+	stderr *syncBuffer
 }
 
-// httpTestClient talks to one /mcp endpoint, as one session once initialized.
+// httpStart serves testSettings(kv) over HTTP on a loopback port until the test ends; setup
+// runs on the server before it serves.
+func httpStart(t testing.TB, kv []string, setup ...func(srv *server)) *httpTestServer {
+	t.Helper()
+	ts := &httpTestServer{srv: newServer(testSettings(t, kv...), io.Discard), stderr: &syncBuffer{}}
+	for _, f := range setup {
+		f(ts.srv)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	result := make(chan error, 1)
+	go func() { // exits when serveHTTP returns
+		result <- serveHTTP(ctx, ts.srv, "127.0.0.1:0", ts.stderr)
+		ts.srv.close()
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-result
+	})
+	ts.url = httpWaitURL(t, ts.stderr)
+	return ts
+}
+
+// httpWaitURL waits for the line on stderr that says where telson serves.
+func httpWaitURL(t testing.TB, stderr *syncBuffer) string {
+	t.Helper()
+	re := regexp.MustCompile(`serving MCP on (http://\S+)`)
+	deadline := time.Now().Add(watchdog)
+	for {
+		if m := re.FindStringSubmatch(stderr.String()); m != nil {
+			return m[1]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("telson -http did not start: %s", stderr.String())
+		}
+		time.Sleep(5 * time.Millisecond) // polling the log line, bounded by the watchdog
+	}
+}
+
+// httpTestClient talks to one /mcp endpoint.
 type httpTestClient struct {
 	t       testing.TB
 	hc      *http.Client
 	url     string
-	sid     string // Mcp-Session-Id to send
 	version string // MCP-Protocol-Version to send
 	token   string
 	nextID  int
 }
 
-func httpClientFor(t testing.TB, ts *httptest.Server) *httpTestClient {
-	return &httpTestClient{t: t, hc: ts.Client(), url: ts.URL + "/mcp"}
+func httpClientFor(t testing.TB, url string) *httpTestClient {
+	return &httpTestClient{t: t, hc: &http.Client{}, url: url}
 }
 
 // do sends one HTTP request; hdr adds or (with "") removes headers.
@@ -1800,10 +1868,8 @@ func (c *httpTestClient) do(method, body string, hdr map[string]string) (*http.R
 	}
 	req.Header.Set("Accept", "application/json, text/event-stream")
 	req.Header.Set("Content-Type", "application/json")
-	for k, v := range map[string]string{"Mcp-Session-Id": c.sid, "MCP-Protocol-Version": c.version} {
-		if v != "" {
-			req.Header.Set(k, v)
-		}
+	if c.version != "" {
+		req.Header.Set("MCP-Protocol-Version", c.version)
 	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
@@ -1929,16 +1995,19 @@ func httpDecode(t testing.TB, body []byte) map[string]any {
 	return m
 }
 
-// initialize opens a session at version.
+// initialize negotiates version; no session id comes back.
 func (c *httpTestClient) initialize(version string) {
 	c.t.Helper()
-	c.sid, c.version = "", ""
+	c.version = ""
 	resp, msgs := c.rpc("initialize", map[string]any{"protocolVersion": version, "capabilities": map[string]any{},
 		"clientInfo": map[string]any{"name": "test", "version": "1"}}, nil)
 	if resp.StatusCode != 200 || msgs[0]["result"] == nil {
 		c.t.Fatalf("initialize: HTTP %d %v", resp.StatusCode, msgs)
 	}
-	c.sid, c.version = resp.Header.Get("Mcp-Session-Id"), version
+	if sid := resp.Header.Get("Mcp-Session-Id"); sid != "" {
+		c.t.Fatalf("initialize: a session id %q; telson has no HTTP sessions", sid)
+	}
+	c.version = version
 	resp, body := c.do("POST", `{"jsonrpc":"2.0","method":"notifications/initialized"}`, nil)
 	if resp.StatusCode != http.StatusAccepted || len(body) != 0 {
 		c.t.Fatalf("notifications/initialized: HTTP %d %q, want 202 and no body", resp.StatusCode, body)
@@ -1959,49 +2028,68 @@ func httpStatus(t *testing.T, what string, resp *http.Response, body []byte, sta
 	}
 }
 
-func TestHTTPSessionLifecycle(t *testing.T) {
+// One HTTP server is one agent's state: no session ids, POST only, the shell's directory and
+// the negotiated version shared by every POST.
+func TestHTTPOneAgentNoSessions(t *testing.T) {
 	t.Parallel()
-	ts, _ := httpStart(t, nil)
-	c := httpClientFor(t, ts)
+	ts := httpStart(t, nil)
+	c := httpClientFor(t, ts.url)
 	c.initialize("2025-06-18")
-	if !regexp.MustCompile(`^[0-9a-f]{32}$`).MatchString(c.sid) {
-		t.Fatalf("Mcp-Session-Id %q is not 16 random bytes in hex", c.sid)
-	}
 	res := c.result("tools/list", nil)
 	if tools := res["tools"].([]any); len(tools) == 0 || tools[0].(map[string]any)["name"] != "Bash" {
 		t.Errorf("tools/list: %v", res)
 	}
-	if c.result("ping", nil) == nil {
-		t.Error("ping: no result")
+	c.result("tools/call", map[string]any{"name": "Bash", "arguments": map[string]any{"command": "cd /"}})
+	other := httpClientFor(t, ts.url)
+	res = other.result("tools/call", map[string]any{"name": "Bash", "arguments": map[string]any{"command": "pwd"}})
+	if resultText(res) != "/\n" {
+		t.Errorf("a second client does not share the agent's shell: %q", resultText(res))
 	}
-	other := httpClientFor(t, ts)
-	other.initialize("2025-11-25")
-	if other.sid == c.sid {
-		t.Fatal("two sessions got the same id")
+	resp, body := c.do("POST", `{"jsonrpc":"2.0","id":9,"method":"ping"}`, map[string]string{"Mcp-Session-Id": "0123456789abcdef"})
+	httpStatus(t, "a session id is ignored", resp, body, 200, 0)
+	for _, m := range []string{"GET", "DELETE"} {
+		resp, body = c.do(m, "", nil)
+		httpStatus(t, m, resp, body, 405, codeInvalidRequest)
+		if resp.Header.Get("Allow") != "POST" {
+			t.Errorf("%s: Allow %q, want POST", m, resp.Header.Get("Allow"))
+		}
 	}
+	// the old HTTP+SSE endpoint names the right setting (Gemini CLI's "url" means SSE)
+	c.url = ts.url[:len(ts.url)-len("/mcp")] + "/sse"
+	resp, body = c.do("GET", "", nil)
+	httpStatus(t, "/sse", resp, body, 404, codeInvalidRequest)
+	if !strings.Contains(string(body), `httpUrl`) || !strings.Contains(string(body), "--transport http") {
+		t.Errorf("/sse does not say what to set: %s", body)
+	}
+}
 
-	resp, body := c.do("POST", `{"jsonrpc":"2.0","id":9,"method":"tools/list"}`, map[string]string{"Mcp-Session-Id": ""})
-	httpStatus(t, "no session id", resp, body, 400, codeInvalidRequest)
-	resp, body = c.do("POST", `{"jsonrpc":"2.0","id":9,"method":"tools/list"}`, map[string]string{"Mcp-Session-Id": "0123456789abcdef0123456789abcdef"})
-	httpStatus(t, "unknown session id", resp, body, 404, codeInvalidRequest)
-	resp, body = c.do("GET", "", map[string]string{"Mcp-Session-Id": ""})
-	httpStatus(t, "GET without session id", resp, body, 400, codeInvalidRequest)
-
-	resp, body = c.do("DELETE", "", nil)
-	httpStatus(t, "DELETE", resp, body, 200, 0)
-	resp, body = c.do("POST", `{"jsonrpc":"2.0","id":10,"method":"tools/list"}`, nil)
-	httpStatus(t, "after DELETE", resp, body, 404, codeInvalidRequest)
-	resp, body = c.do("DELETE", "", nil)
-	httpStatus(t, "second DELETE", resp, body, 404, 0)
-	if other.result("ping", nil) == nil {
-		t.Error("the other session ended too")
+// A background task's end rides on the next tool result over HTTP, as over stdio.
+func TestHTTPNoticeRidesOnTheNextResult(t *testing.T) {
+	t.Parallel()
+	ts := httpStart(t, nil)
+	c := httpClientFor(t, ts.url)
+	c.initialize("2025-11-25")
+	res := c.result("tools/call", map[string]any{"name": "BackgroundBash", "arguments": map[string]any{"command": "true"}})
+	id := res["structuredContent"].(map[string]any)["task_id"]
+	c.result("tools/call", map[string]any{"name": "ReadBgOutput", "arguments": map[string]any{"task_id": id, "wait_ms": 10000}})
+	res = c.result("tools/call", map[string]any{"name": "BackgroundBash", "arguments": map[string]any{"command": "exit 3"}})
+	id = res["structuredContent"].(map[string]any)["task_id"]
+	deadline := time.Now().Add(watchdog)
+	for {
+		res = c.result("tools/call", map[string]any{"name": "Bash", "arguments": map[string]any{"command": "true"}})
+		if strings.Contains(resultText(res), fmt.Sprintf("background task %v exited with status 3", id)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no notice of the task's end: %v", res)
+		}
 	}
 }
 
 func TestHTTPProtocolVersionHeader(t *testing.T) {
 	t.Parallel()
-	ts, _ := httpStart(t, nil)
-	c := httpClientFor(t, ts)
+	ts := httpStart(t, nil)
+	c := httpClientFor(t, ts.url)
 	c.initialize("2025-06-18")
 	// Claude Code sends a supported version other than the negotiated one: tolerated
 	resp, msgs := c.rpc("tools/list", nil, map[string]string{"MCP-Protocol-Version": "2025-03-26"})
@@ -2018,8 +2106,8 @@ func TestHTTPProtocolVersionHeader(t *testing.T) {
 
 func TestHTTPBashCall(t *testing.T) {
 	t.Parallel()
-	ts, _ := httpStart(t, nil)
-	c := httpClientFor(t, ts)
+	ts := httpStart(t, nil)
+	c := httpClientFor(t, ts.url)
 	c.initialize("2025-11-25")
 	resp, msgs := c.rpc("tools/call", map[string]any{"name": "Bash", "arguments": map[string]any{"command": "cd / && echo over http"}}, nil)
 	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
@@ -2029,7 +2117,7 @@ func TestHTTPBashCall(t *testing.T) {
 	if resultText(res) != "over http\n" || isError(res) || res["structuredContent"] == nil {
 		t.Errorf("Bash over HTTP: %v", res)
 	}
-	// the session keeps its shell state between POSTs
+	// the agent keeps its shell state between POSTs
 	res = c.result("tools/call", map[string]any{"name": "Bash", "arguments": map[string]any{"command": "pwd"}})
 	if resultText(res) != "/\n" {
 		t.Errorf("cwd not kept across POSTs: %q", resultText(res))
@@ -2038,8 +2126,8 @@ func TestHTTPBashCall(t *testing.T) {
 
 func TestHTTPProgressIsSSE(t *testing.T) {
 	t.Parallel()
-	ts, _ := httpStart(t, nil)
-	c := httpClientFor(t, ts)
+	ts := httpStart(t, nil)
+	c := httpClientFor(t, ts.url)
 	c.initialize("2025-06-18")
 	params := map[string]any{"name": "Bash", "_meta": map[string]any{"progressToken": "p1"},
 		"arguments": map[string]any{"command": "for i in 1 2 3 4; do echo line$i; sleep 0.15; done"}}
@@ -2059,100 +2147,14 @@ func TestHTTPProgressIsSSE(t *testing.T) {
 		t.Errorf("response: %v", res)
 	}
 
-	// a client that takes only JSON gets plain JSON; the progress goes nowhere (no GET stream)
+	// a client that takes only JSON gets plain JSON; the progress goes nowhere
 	resp, msgs = c.rpc("tools/call", params, map[string]string{"Accept": "application/json"})
 	if ct := resp.Header.Get("Content-Type"); ct != "application/json" || len(msgs) != 1 {
 		t.Errorf("JSON-only client: %q %v", ct, msgs)
 	}
 }
 
-// httpOpenStream opens GET /mcp and returns its events on a channel (closed at the stream's end).
-func httpOpenStream(t *testing.T, c *httpTestClient, path string) (*http.Response, chan httpEvent) {
-	t.Helper()
-	req, _ := http.NewRequest("GET", strings.TrimSuffix(c.url, "/mcp")+path, nil)
-	req.Header.Set("Accept", "text/event-stream")
-	if c.sid != "" && path == "/mcp" {
-		req.Header.Set("Mcp-Session-Id", c.sid)
-	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { resp.Body.Close() })
-	events := make(chan httpEvent, 100)
-	go func() { // exits when the stream ends
-		defer close(events)
-		br := bufio.NewReader(resp.Body)
-		for {
-			ev, err := httpReadEvent(br)
-			if err != nil {
-				return
-			}
-			events <- ev
-		}
-	}()
-	return resp, events
-}
-
-func httpNextEvent(t *testing.T, events chan httpEvent) (httpEvent, bool) {
-	t.Helper()
-	select {
-	case ev, ok := <-events:
-		return ev, ok
-	case <-time.After(watchdog):
-		t.Fatal("no event within the watchdog")
-	}
-	return httpEvent{}, false
-}
-
-func TestHTTPGetStream(t *testing.T) {
-	t.Parallel()
-	ts, h := httpStart(t, nil)
-	c := httpClientFor(t, ts)
-	c.initialize("2025-11-25")
-	resp, events := httpOpenStream(t, c, "/mcp")
-	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
-		t.Fatalf("GET: HTTP %d %q", resp.StatusCode, resp.Header.Get("Content-Type"))
-	}
-	r2, b2 := c.do("GET", "", nil)
-	httpStatus(t, "second GET stream", r2, b2, http.StatusConflict, 0)
-
-	s := h.sessions.get(c.sid).s
-	s.announce("background task 7 finished")
-	ev, _ := httpNextEvent(t, events)
-	var m map[string]any
-	json.Unmarshal([]byte(ev.data), &m)
-	if ev.name != "message" || m["method"] != "notifications/message" || m["params"].(map[string]any)["data"] != "background task 7 finished" {
-		t.Fatalf("unsolicited message on the GET stream: %+v", ev)
-	}
-
-	// a server-to-client request goes out on the stream; the client POSTs its reply
-	got := make(chan string, 1)
-	go func() { // exits when the request is answered or times out
-		ctx, cancel := context.WithTimeout(context.Background(), watchdog)
-		defer cancel()
-		res, err := s.request(ctx, "roots/list", nil)
-		got <- fmt.Sprintf("%s %v", res, err)
-	}()
-	ev, _ = httpNextEvent(t, events)
-	json.Unmarshal([]byte(ev.data), &m)
-	if m["method"] != "roots/list" {
-		t.Fatalf("want roots/list on the stream, got %s", ev.data)
-	}
-	id, _ := json.Marshal(m["id"])
-	r3, b3 := c.do("POST", fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"result":{"roots":[]}}`, id), nil)
-	httpStatus(t, "client response", r3, b3, http.StatusAccepted, 0)
-	if g := <-got; g != `{"roots":[]} <nil>` {
-		t.Errorf("server request result: %s", g)
-	}
-
-	c.do("DELETE", "", nil)
-	if _, ok := httpNextEvent(t, events); ok {
-		t.Error("the stream outlived its session")
-	}
-}
-
-// httpModernPost sends a stateless 2026-07-28 request with matching headers, then hdr's changes.
+// httpModernPost sends a 2026-07-28 request with matching headers, then hdr's changes.
 func httpModernPost(c *httpTestClient, method string, params map[string]any, hdr map[string]string) (*http.Response, []byte) {
 	c.t.Helper()
 	if params == nil {
@@ -2174,8 +2176,8 @@ func httpModernPost(c *httpTestClient, method string, params map[string]any, hdr
 
 func TestHTTPModernEra(t *testing.T) {
 	t.Parallel()
-	ts, _ := httpStart(t, nil)
-	c := httpClientFor(t, ts)
+	ts := httpStart(t, nil)
+	c := httpClientFor(t, ts.url)
 
 	resp, body := httpModernPost(c, "tools/list", nil, nil)
 	httpStatus(t, "tools/list", resp, body, 200, 0)
@@ -2215,10 +2217,6 @@ func TestHTTPModernEra(t *testing.T) {
 	}
 	resp, body = c.do("POST", `[{"jsonrpc":"2.0","id":1,"method":"tools/list"}]`, map[string]string{"MCP-Protocol-Version": versionModern})
 	httpStatus(t, "batch", resp, body, 400, codeInvalidRequest)
-	for _, m := range []string{"GET", "DELETE"} {
-		resp, body = c.do(m, "", map[string]string{"MCP-Protocol-Version": versionModern})
-		httpStatus(t, m+" in the modern era", resp, body, 405, 0)
-	}
 	resp, body = c.do("POST", `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":3,"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}`,
 		map[string]string{"MCP-Protocol-Version": versionModern, "Mcp-Method": "notifications/cancelled"})
 	httpStatus(t, "modern notification", resp, body, 202, 0)
@@ -2226,8 +2224,8 @@ func TestHTTPModernEra(t *testing.T) {
 
 func TestHTTPSecurityChecks(t *testing.T) {
 	t.Parallel()
-	ts, _ := httpStart(t, map[string]string{"HTTP_ORIGINS": "https://app.example.com", "HTTP_HOSTS": "mybox.lan", "HTTP_MAX_BODY_BYTES": "2000"})
-	c := httpClientFor(t, ts)
+	ts := httpStart(t, []string{"HTTP_ORIGINS=https://app.example.com", "HTTP_HOSTS=mybox.lan", "HTTP_MAX_BODY_BYTES=2000"})
+	c := httpClientFor(t, ts.url)
 	init := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
 	for _, tc := range []struct {
 		name   string
@@ -2235,7 +2233,7 @@ func TestHTTPSecurityChecks(t *testing.T) {
 		status int
 	}{
 		{"Host evil.example.com", map[string]string{"Host": "evil.example.com"}, 403},
-		{"Host evil with loopback port", map[string]string{"Host": "evil.example.com:" + strings.Split(ts.URL, ":")[2]}, 403},
+		{"Host evil with loopback port", map[string]string{"Host": "evil.example.com:" + strings.Split(ts.url, ":")[2]}, 403},
 		{"Origin evil", map[string]string{"Origin": "http://evil.example.com"}, 403},
 		{"Origin null", map[string]string{"Origin": "null"}, 403},
 		{"Origin localhost", map[string]string{"Origin": "http://localhost:5173"}, 200},
@@ -2252,15 +2250,15 @@ func TestHTTPSecurityChecks(t *testing.T) {
 	httpStatus(t, "body over HTTP_MAX_BODY_BYTES", resp, body, 413, codeInvalidRequest)
 	resp, body = c.do("PUT", init, nil)
 	httpStatus(t, "PUT /mcp", resp, body, 405, 0)
-	c.url = ts.URL + "/other"
+	c.url = strings.TrimSuffix(ts.url, "/mcp") + "/other"
 	resp, body = c.do("POST", init, nil)
 	httpStatus(t, "unknown path", resp, body, 404, 0)
-	c.url = ts.URL + "/mcp"
+	c.url = ts.url
 	resp, body = c.do("POST", "{not json", nil)
 	httpStatus(t, "bad JSON", resp, body, 400, codeParseError)
 
-	tokTS, _ := httpStart(t, map[string]string{"HTTP_TOKEN": "s3cret"})
-	tc := httpClientFor(t, tokTS)
+	tokTS := httpStart(t, []string{"HTTP_TOKEN=s3cret"})
+	tc := httpClientFor(t, tokTS.url)
 	resp, body = tc.do("POST", init, nil)
 	httpStatus(t, "no token", resp, body, 401, 0)
 	if resp.Header.Get("WWW-Authenticate") == "" {
@@ -2276,70 +2274,10 @@ func TestHTTPSecurityChecks(t *testing.T) {
 	}
 }
 
-func TestHTTPSessionLimitsAndExpiry(t *testing.T) {
-	t.Parallel()
-	var clock atomic.Int64
-	clock.Store(time.Now().UnixNano())
-	ts, _ := httpStart(t, map[string]string{"HTTP_MAX_SESSIONS": "2", "HTTP_SESSION_IDLE_MS": "60000"},
-		func(h *httpHandler) { h.sessions.now = func() time.Time { return time.Unix(0, clock.Load()) } })
-	initialize := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{}}}`
-	ping := `{"jsonrpc":"2.0","id":1,"method":"ping"}`
-
-	a, b, c := httpClientFor(t, ts), httpClientFor(t, ts), httpClientFor(t, ts)
-	a.initialize("2025-11-25")
-	b.initialize("2025-11-25")
-	resp, body := c.do("POST", initialize, nil)
-	httpStatus(t, "a session over HTTP_MAX_SESSIONS", resp, body, 503, codeInternalError)
-	a.do("DELETE", "", nil)
-	c.initialize("2025-11-25")
-
-	// idle expiry: a session without a request for HTTP_SESSION_IDLE_MS ends;
-	// an open GET stream does not keep it alive, and it ends with its session
-	_, events := httpOpenStream(t, c, "/mcp")
-	clock.Add(int64(61 * time.Second))
-	resp, body = b.do("POST", ping, nil)
-	httpStatus(t, "idle session", resp, body, 404, codeInvalidRequest)
-	resp, body = c.do("POST", ping, nil)
-	httpStatus(t, "idle session with an open stream", resp, body, 404, codeInvalidRequest)
-	if _, ok := httpNextEvent(t, events); ok {
-		t.Error("the stream outlived its expired session")
-	}
-	a.initialize("2025-11-25") // the expiry made room
-	b.initialize("2025-11-25")
-}
-
-func TestHTTPSessionEndKillsItsCommands(t *testing.T) {
-	t.Parallel()
-	ts, _ := httpStart(t, nil)
-	c := httpClientFor(t, ts)
-	c.initialize("2025-11-25")
-	pidFile := filepath.Join(t.TempDir(), "pid")
-	other := *c
-	done := make(chan map[string]any, 1)
-	go func() { // exits when the call answers
-		_, msgs := c.rpc("tools/call", map[string]any{"name": "Bash", "arguments": map[string]any{"command": "sleep 300 & echo $! > " + pidFile + "; wait"}}, nil)
-		done <- msgs[len(msgs)-1]
-	}()
-	pid := readPidFile(t, pidFile)
-	resp, _ := other.do("DELETE", "", nil)
-	if resp.StatusCode != 200 {
-		t.Fatalf("DELETE: HTTP %d", resp.StatusCode)
-	}
-	waitGone(t, pid)
-	select {
-	case m := <-done:
-		if res, _ := m["result"].(map[string]any); res == nil || !isError(res) {
-			t.Errorf("the cancelled call answered %v", m)
-		}
-	case <-time.After(watchdog):
-		t.Fatal("the call never answered")
-	}
-}
-
 func TestHTTPBatchPerVersion(t *testing.T) {
 	t.Parallel()
-	ts, _ := httpStart(t, nil)
-	c := httpClientFor(t, ts)
+	ts := httpStart(t, nil)
+	c := httpClientFor(t, ts.url)
 	c.initialize("2025-03-26")
 	resp, body := c.do("POST", `[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"tools/list"},{"jsonrpc":"2.0","method":"notifications/x"}]`, nil)
 	var arr []map[string]any
@@ -2353,7 +2291,7 @@ func TestHTTPBatchPerVersion(t *testing.T) {
 	httpStatus(t, "batch in 2025-06-18", resp, body, 400, codeInvalidRequest)
 }
 
-// httpRun runs telson's run with -http in-process and returns its URL, cancel and result.
+// httpRun runs telson's run with args (-http) in-process and returns its URL, cancel and result.
 func httpRun(t *testing.T, args ...string) (url string, stderr *syncBuffer, cancel context.CancelFunc, result chan error) {
 	t.Helper()
 	stderr = &syncBuffer{}
@@ -2361,26 +2299,16 @@ func httpRun(t *testing.T, args ...string) (url string, stderr *syncBuffer, canc
 	result = make(chan error, 1)
 	go func() { result <- run(ctx, strings.NewReader(""), io.Discard, stderr, args) }() // exits when run returns
 	t.Cleanup(cancel)
-	re := regexp.MustCompile(`serving MCP on (http://\S+)`)
-	deadline := time.Now().Add(watchdog)
-	for {
-		if m := re.FindStringSubmatch(stderr.String()); m != nil {
-			return m[1], stderr, cancel, result
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("telson -http did not start: %s", stderr.String())
-		}
-		time.Sleep(5 * time.Millisecond) // polling the log line, bounded by the watchdog
-	}
+	return httpWaitURL(t, stderr), stderr, cancel, result
 }
 
 func TestHTTPGracefulShutdown(t *testing.T) {
-	t.Parallel()
+	t.Setenv("TELSON_STATE_DIR", t.TempDir())
 	url, stderr, cancel, result := httpRun(t, "-http", ":0")
 	if !strings.HasPrefix(url, "http://127.0.0.1:") {
 		t.Errorf("-http :0 listens on %s, want loopback", url)
 	}
-	c := &httpTestClient{t: t, hc: &http.Client{}, url: url}
+	c := httpClientFor(t, url)
 	c.initialize("2025-11-25")
 	dir := t.TempDir()
 	finished, killed := make(chan map[string]any, 1), make(chan struct{})
@@ -2391,9 +2319,7 @@ func TestHTTPGracefulShutdown(t *testing.T) {
 	go func() { // exits when the call's connection ends
 		defer close(killed)
 		b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 99, "method": "tools/call", "params": map[string]any{"name": "Bash", "arguments": map[string]any{"command": "sleep 300 & echo $! > " + dir + "/b; wait"}}})
-		req, _ := http.NewRequest("POST", url, bytes.NewReader(b))
-		req.Header.Set("Mcp-Session-Id", c.sid)
-		if resp, err := http.DefaultClient.Do(req); err == nil {
+		if resp, err := http.Post(url, "application/json", bytes.NewReader(b)); err == nil {
 			io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
 		}
@@ -2425,7 +2351,7 @@ func TestHTTPGracefulShutdown(t *testing.T) {
 }
 
 func TestHTTPBeyondLoopbackNeedsToken(t *testing.T) {
-	t.Parallel()
+	t.Setenv("TELSON_STATE_DIR", t.TempDir())
 	url, stderr, cancel, result := httpRun(t, "-http", "0.0.0.0:0")
 	defer func() { cancel(); <-result }()
 	m := regexp.MustCompile(`Authorization: Bearer ([0-9a-f]{48})`).FindStringSubmatch(stderr.String())
@@ -2433,7 +2359,7 @@ func TestHTTPBeyondLoopbackNeedsToken(t *testing.T) {
 		t.Fatalf("no generated token on stderr: %s", stderr.String())
 	}
 	url = "http://127.0.0.1:" + regexp.MustCompile(`:(\d+)/mcp$`).FindStringSubmatch(url)[1] + "/mcp"
-	c := &httpTestClient{t: t, hc: &http.Client{}, url: url}
+	c := httpClientFor(t, url)
 	resp, body := c.do("POST", `{"jsonrpc":"2.0","id":1,"method":"ping"}`, nil)
 	httpStatus(t, "no token beyond loopback", resp, body, 401, 0)
 	c.token = m[1]
@@ -2444,10 +2370,10 @@ func TestHTTPBeyondLoopbackNeedsToken(t *testing.T) {
 	httpStatus(t, "DNS name Host when listening on every interface", resp, body, 403, 0)
 }
 
-// BenchmarkHTTPToolsList: tools/list over keep-alive from 8 concurrent clients of one session.
+// BenchmarkHTTPToolsList: tools/list over keep-alive from 8 concurrent clients.
 func BenchmarkHTTPToolsList(b *testing.B) {
-	ts, _ := httpStart(b, nil)
-	c := httpClientFor(b, ts)
+	ts := httpStart(b, nil)
+	c := httpClientFor(b, ts.url)
 	c.hc = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
 	c.initialize("2025-11-25")
 	body := []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`)
@@ -2462,7 +2388,6 @@ func BenchmarkHTTPToolsList(b *testing.B) {
 			defer wg.Done()
 			for n.Add(1) <= int64(b.N) {
 				req, _ := http.NewRequest("POST", c.url, bytes.NewReader(body))
-				req.Header.Set("Mcp-Session-Id", c.sid)
 				req.Header.Set("Accept", "application/json, text/event-stream")
 				resp, err := c.hc.Do(req)
 				if err != nil {
@@ -2486,8 +2411,8 @@ func BenchmarkHTTPToolsList(b *testing.B) {
 
 // BenchmarkHTTPBashTrue: one Bash `true` call over HTTP (compare with BenchmarkStdioBashTrue).
 func BenchmarkHTTPBashTrue(b *testing.B) {
-	ts, _ := httpStart(b, nil)
-	c := httpClientFor(b, ts)
+	ts := httpStart(b, nil)
+	c := httpClientFor(b, ts.url)
 	c.initialize("2025-11-25")
 	params := map[string]any{"name": "Bash", "arguments": map[string]any{"command": "true"}}
 	b.ResetTimer()
@@ -2502,8 +2427,10 @@ func BenchmarkStdioBashTrue(b *testing.B) {
 	outR, outW := io.Pipe()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { // exits when run returns
-		run(ctx, inR, outW, io.Discard, nil)
+	srv := newServer(testSettings(b), io.Discard)
+	go func() { // exits when serveStdio returns
+		serveStdio(ctx, srv, inR, outW)
+		srv.close()
 		outW.Close()
 		close(done)
 	}()
@@ -2532,29 +2459,29 @@ func BenchmarkStdioBashTrue(b *testing.B) {
 	<-done
 }
 
-// httpAskTool is a test-only tool (added to one test server, never to toolTable)
-// that logs, asks the client with a server-to-client request and returns the answer.
+// httpAskTool is a test-only tool (added to one test server, never to toolTable) that reports
+// progress, asks the client with a server-to-client request and returns the answer.
 var httpAskTool = toolDef{name: "HTTPAsk", title: "t", description: "t", input: `{"type":"object","properties":{}}`,
 	run: func(ctx context.Context, c *toolCall) toolResult {
-		c.req.log("info", "asking")
-		res, err := c.s.request(ctx, "elicitation/create", map[string]any{"message": "ok?"})
+		c.req.progress(1, "asking")
+		res, err := c.req.request(ctx, "elicitation/create", map[string]any{"message": "ok?"})
 		if err != nil {
 			return errorResult("%v", err)
 		}
 		return textResult(string(res))
 	}}
 
+// A question for the user goes out on the POST's event stream; the client answers it with a
+// new POST, which finds the waiting request by id.
 func TestHTTPServerRequestOnPOSTStream(t *testing.T) {
 	t.Parallel()
-	ts, _ := httpStart(t, nil, func(h *httpHandler) {
-		sc, _ := parseSchema(httpAskTool.input)
-		h.sessions.srv.tools = append(h.sessions.srv.tools, &toolEntry{def: &httpAskTool, schema: sc})
+	ts := httpStart(t, nil, func(srv *server) {
+		srv.tools = append(srv.tools, newToolEntry(&httpAskTool))
 	})
-	c := httpClientFor(t, ts)
+	c := httpClientFor(t, ts.url)
 	c.initialize("2025-06-18")
-	req, _ := http.NewRequest("POST", c.url, strings.NewReader(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"HTTPAsk"}}`))
+	req, _ := http.NewRequest("POST", c.url, strings.NewReader(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"HTTPAsk","_meta":{"progressToken":1}}}`))
 	req.Header.Set("Accept", "application/json, text/event-stream")
-	req.Header.Set("Mcp-Session-Id", c.sid)
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -2572,8 +2499,8 @@ func TestHTTPServerRequestOnPOSTStream(t *testing.T) {
 		}
 		return httpDecode(t, []byte(ev.data))
 	}
-	if m := next(); m["method"] != "notifications/message" || m["params"].(map[string]any)["data"] != "asking" {
-		t.Fatalf("want the request's log first, got %v", m)
+	if m := next(); m["method"] != "notifications/progress" || m["params"].(map[string]any)["message"] != "asking" {
+		t.Fatalf("want the request's progress first, got %v", m)
 	}
 	ask := next()
 	if ask["method"] != "elicitation/create" {
@@ -2813,7 +2740,7 @@ func TestReadImageScaling(t *testing.T) {
 		"bomb":   uiWriteFile(t, dir, "bomb.png", uiPNGHeader(20000, 20000)),
 		"broken": uiWriteFile(t, dir, "broken.png", append(uiPNGHeader(300, 300), "IDATgarbage"...)),
 	}
-	c := startServer(t, "-image-max-edge", "200")
+	c := startServer(t, "IMAGE_MAX_EDGE=200")
 	c.initialize("2025-11-25")
 	cases := []struct {
 		name, mime string
@@ -2865,7 +2792,7 @@ func TestReadImageByteLimit(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	noisy := uiWriteFile(t, dir, "noise.png", uiEncode(t, uiNoise(300, 300), "png")) // about 270 KB, small in pixels
-	c := startServer(t, "-image-max-bytes", "30000")
+	c := startServer(t, "IMAGE_MAX_BYTES=30000")
 	c.initialize("2025-06-18")
 	res := c.callTool("ReadImage", map[string]any{"file_path": noisy})
 	if isError(res) {
@@ -3115,7 +3042,7 @@ func TestAskUserQuestionMismatchedIDAndErrors(t *testing.T) {
 
 func TestAskUserQuestionTimeoutAndCancel(t *testing.T) {
 	t.Parallel()
-	c := startServer(t, "-ask-timeout-ms", "300")
+	c := startServer(t, "ASK_TIMEOUT_MS=300")
 	uiInitialize(c, "2025-11-25", map[string]any{"elicitation": map[string]any{}})
 	id := uiStartCall(c, "AskUserQuestion", map[string]any{"questions_json": uiQuestions})
 	req := uiNextRequest(c, "elicitation/create")
@@ -3263,7 +3190,7 @@ func TestAskUserQuestionNoElicitation(t *testing.T) {
 }
 
 func TestReadImageListed(t *testing.T) {
-	c := startServer(t, "-image-max-edge", "1234", "-image-max-bytes", "99999999")
+	c := startServer(t, "IMAGE_MAX_EDGE=1234", "IMAGE_MAX_BYTES=99999999")
 	c.initialize("2025-06-18")
 	tools := uiResult(t, c.request("tools/list", nil))["tools"].([]any)
 	found := 0
@@ -3336,11 +3263,11 @@ func uiBenchPhoto(b *testing.B) []byte {
 // searchNewServer builds a server whose configuration is kv (KEY, VALUE, ...).
 func searchNewServer(t testing.TB, kv ...string) *server {
 	t.Helper()
-	flags := map[string]string{"SEARCH_BACKOFF_MS": "0"}
+	settings := []string{"SEARCH_BACKOFF_MS=0"}
 	for i := 0; i+1 < len(kv); i += 2 {
-		flags[kv[i]] = kv[i+1]
+		settings = append(settings, kv[i]+"="+kv[i+1])
 	}
-	srv := newServer(loadConfig(flags), io.Discard)
+	srv := newServer(testSettings(t, settings...), io.Discard)
 	t.Cleanup(srv.close)
 	return srv
 }
@@ -3348,7 +3275,7 @@ func searchNewServer(t testing.TB, kv ...string) *server {
 // searchCall runs the WebSearch handler directly.
 func searchCall(ctx context.Context, srv *server, args map[string]any) toolResult {
 	b, _ := json.Marshal(args)
-	return runWebSearch(ctx, &toolCall{s: newSession(srv, io.Discard), req: &rpcRequest{}, args: b})
+	return runWebSearch(ctx, &toolCall{s: newSession(srv, nil), req: &rpcRequest{}, args: b})
 }
 
 // searchServe starts an httptest server for h.
@@ -3388,8 +3315,8 @@ func searchFilePage(t testing.TB, file string, status int, gz bool) http.Handler
 func searchAsk(t testing.TB, engine, base string, kv ...string) searchOutcome {
 	t.Helper()
 	srv := searchNewServer(t, append(kv, "SEARCH_URL_"+strings.ToUpper(engine), base)...)
-	engines := searchSelect(srv.cfg, []string{engine})
-	return srv.search.search(context.Background(), srv.cfg, "golang", engines)[0]
+	engines := searchSelect(srv.set, []string{engine})
+	return srv.search.search(context.Background(), srv.set, "golang", engines)[0]
 }
 
 var searchKeys = []string{"BRAVE_API_KEY", "bk", "TAVILY_API_KEY", "tk", "SERPER_API_KEY", "sk", "EXA_API_KEY", "ek",
@@ -3764,7 +3691,7 @@ func TestWebSearchCancel(t *testing.T) {
 		stopped <- struct{}{}
 	}
 	a, b := searchServe(t, h), searchServe(t, h)
-	c := startServer(t, "-set", "SEARCH_URL_WIKIPEDIA="+a.URL, "-set", "search_url_github="+b.URL, "-set", "SEARCH_TIMEOUT_MS=60000")
+	c := startServer(t, "SEARCH_URL_WIKIPEDIA="+a.URL, "search_url_github="+b.URL, "SEARCH_TIMEOUT_MS=60000")
 	c.initialize("2025-06-18")
 	c.send(`{"jsonrpc":"2.0","id":"s1","method":"tools/call","params":{"name":"WebSearch","arguments":{"query":"golang","engines":["wikipedia","github"]}}}`)
 	for i := 0; i < 2; i++ {
@@ -3880,8 +3807,7 @@ func TestWebSearchTool(t *testing.T) {
 	ddg := searchServe(t, searchFilePage(t, "testdata/websearch/duckduckgo.html", 200, false))
 	bing := searchServe(t, searchFilePage(t, "testdata/websearch/bing.html", 200, false))
 	broken := searchServe(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(500) })
-	c := startServer(t, "-set", "SEARCH_URL_DUCKDUCKGO="+ddg.URL, "-set", "SEARCH_URL_BING="+bing.URL, "-set", "SEARCH_URL_HACKERNEWS="+broken.URL,
-		"-set", "SEARCH_URL_GITHUB="+broken.URL, "-set", "SEARCH_ENGINES=duckduckgo,bing,hackernews", "-set", "SEARCH_BACKOFF_MS=0")
+	c := startServer(t, "SEARCH_URL_DUCKDUCKGO="+ddg.URL, "SEARCH_URL_BING="+bing.URL, "SEARCH_URL_HACKERNEWS="+broken.URL, "SEARCH_URL_GITHUB="+broken.URL, "SEARCH_ENGINES=duckduckgo,bing,hackernews", "SEARCH_BACKOFF_MS=0")
 	c.initialize("2025-06-18")
 	list := c.request("tools/list", nil)
 	found := false
@@ -4132,8 +4058,15 @@ func wfStart(t *testing.T, flags map[string]string) (*testClient, *session, *wfC
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	c := &testClient{t: t, in: inW, lines: make(chan []byte, 1024), done: make(chan error, 1), stderr: &syncBuffer{}}
-	srv := newServer(loadConfig(flags), c.stderr)
-	s := newSession(srv, outW)
+	var kv []string
+	for k, v := range flags {
+		kv = append(kv, k+"="+v)
+	}
+	srv := newServer(testSettings(t, kv...), c.stderr)
+	out := newOutbox(true)
+	stop := make(chan struct{})
+	go out.writeLines(outW, stop) // exits once stopped and drained
+	s := newSession(srv, out)
 	clk := &wfClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	s.workflow.callbacks.afterFunc, s.workflow.callbacks.now = clk.afterFunc, clk.Now
 	go func() { // exits at stdin EOF, once the session is shut down
@@ -4141,6 +4074,8 @@ func wfStart(t *testing.T, flags map[string]string) (*testClient, *session, *wfC
 		s.wg.Wait()
 		s.stopWorkflow()
 		srv.close()
+		close(stop)
+		<-out.done
 		outW.Close()
 		c.done <- err
 	}()
@@ -4199,7 +4134,7 @@ func wfNotes(c *testClient, method string) []map[string]any {
 
 func TestWorkflowTaskManagerRoundTrip(t *testing.T) {
 	t.Parallel()
-	c := startServer(t, "-state-dir", t.TempDir())
+	c := startServer(t, "STATE_DIR="+t.TempDir())
 	c.initialize("2025-06-18")
 	tm := func(wantErr bool, args map[string]any, want ...string) map[string]any {
 		t.Helper()
@@ -4255,7 +4190,7 @@ func TestWorkflowTaskManagerRoundTrip(t *testing.T) {
 func TestWorkflowTaskManagerPersistsAcrossRestart(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	c := startServer(t, "-state-dir", dir)
+	c := startServer(t, "STATE_DIR="+dir)
 	c.initialize("2025-11-25")
 	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "Persist me"}, false)
 	wfCall(t, c, "TaskManager", map[string]any{"action": "add", "text": "step one"}, false)
@@ -4265,7 +4200,7 @@ func TestWorkflowTaskManagerPersistsAcrossRestart(t *testing.T) {
 	}
 	c.done <- nil // let the cleanup find it stopped
 
-	c2 := startServer(t, "-state-dir", dir)
+	c2 := startServer(t, "STATE_DIR="+dir)
 	c2.initialize("2025-11-25")
 	wfCall(t, c2, "TaskManager", map[string]any{"action": "list"}, false, `* t1 "Persist me" [0/1]`)
 	wfCall(t, c2, "TaskManager", map[string]any{"action": "create", "text": "Second"}, false, "Created task t2")
@@ -4283,7 +4218,7 @@ func TestWorkflowTaskManagerPersistsAcrossRestart(t *testing.T) {
 func TestWorkflowTaskManagerTwoProcesses(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	c := startServer(t, "-state-dir", dir)
+	c := startServer(t, "STATE_DIR="+dir)
 	c.initialize("2025-11-25")
 	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "shared"}, false)
 	const perProcess = 25
@@ -4292,7 +4227,7 @@ func TestWorkflowTaskManagerTwoProcesses(t *testing.T) {
 			name := name
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
-				p := startBinary(t, nil, "-state-dir", dir)
+				p := startBinary(t, []string{"TELSON_STATE_DIR=" + dir})
 				p.initialize("2025-11-25")
 				for i := 0; i < perProcess; i++ {
 					wfCall(t, p, "TaskManager", map[string]any{"action": "add", "task_id": "t1", "text": fmt.Sprintf("%s-%d", name, i)}, false, "Added step")
@@ -4324,7 +4259,7 @@ func TestWorkflowTaskManagerCorruptFile(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "tasks.json")
 	os.WriteFile(path, []byte(`{"tasks": [oops`), 0o600)
-	c := startServer(t, "-state-dir", dir)
+	c := startServer(t, "STATE_DIR="+dir)
 	c.initialize("2025-06-18")
 	for _, args := range []map[string]any{{"action": "list"}, {"action": "add", "text": "x"}, {"action": "create", "text": "x"}} {
 		res := wfCall(t, c, "TaskManager", args, true, path, "unusable", "left untouched")
@@ -4353,7 +4288,7 @@ func TestWorkflowTaskManagerFullListDropsOldestDone(t *testing.T) {
 	}
 	b, _ := json.Marshal(tf)
 	os.WriteFile(filepath.Join(dir, "tasks.json"), b, 0o600)
-	c := startServer(t, "-state-dir", dir)
+	c := startServer(t, "STATE_DIR="+dir)
 	c.initialize("2025-06-18")
 	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "new"}, false, "Created task t201")
 	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "new"}, false, "Created task t202")
@@ -4367,7 +4302,7 @@ func TestWorkflowTaskManagerFullListDropsOldestDone(t *testing.T) {
 func TestWorkflowPlanMode(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	c := startServer(t, "-state-dir", dir)
+	c := startServer(t, "STATE_DIR="+dir)
 	c.initialize("2025-06-18")
 	pm := func(wantErr bool, args map[string]any, want ...string) map[string]any {
 		t.Helper()
@@ -4427,7 +4362,7 @@ func TestWorkflowPlanMode(t *testing.T) {
 
 	// A new session starts outside plan mode.
 	pm(false, map[string]any{"action": "enter", "goal": "left active"})
-	c2 := startServer(t, "-state-dir", dir)
+	c2 := startServer(t, "STATE_DIR="+dir)
 	c2.initialize("2025-06-18")
 	wfCall(t, c2, "PlanMode", map[string]any{"action": "status"}, false, "INACTIVE")
 	wfCall(t, c2, "Bash", map[string]any{"command": "echo ok"}, false, "ok")
@@ -4435,7 +4370,7 @@ func TestWorkflowPlanMode(t *testing.T) {
 
 func TestWorkflowPlanModeNotStrict(t *testing.T) {
 	t.Parallel()
-	c := startServer(t, "-state-dir", t.TempDir(), "-plan-mode-strict", "0")
+	c := startServer(t, "STATE_DIR="+t.TempDir(), "PLAN_MODE_STRICT=0")
 	c.initialize("2025-06-18")
 	wfCall(t, c, "PlanMode", map[string]any{"action": "enter", "goal": "g"}, false, "Do not change anything")
 	wfCall(t, c, "Bash", map[string]any{"command": "echo ran"}, false, "ran")
@@ -4443,7 +4378,7 @@ func TestWorkflowPlanModeNotStrict(t *testing.T) {
 
 func TestWorkflowPlanModeOldProtocolHasNoStructured(t *testing.T) {
 	t.Parallel()
-	c := startServer(t, "-state-dir", t.TempDir())
+	c := startServer(t, "STATE_DIR="+t.TempDir())
 	c.initialize("2025-03-26")
 	res := wfCall(t, c, "PlanMode", map[string]any{"action": "status"}, false, "Plan mode: INACTIVE")
 	if _, ok := res["structuredContent"]; ok {
@@ -4477,7 +4412,7 @@ func TestWorkflowSkillSearchOrder(t *testing.T) {
 	wfSkill(t, filepath.Join(home, ".telson", "skills"), "dup", skill("user-telson"))
 	wfSkill(t, extra, "dup", skill("extra"))
 	wfSkill(t, extra, "only-extra", "---\ndescription: extra only\n---\nx\n")
-	c := startServer(t, "-state-dir", t.TempDir(), "-additional-skills", extra)
+	c := startServer(t, "STATE_DIR="+t.TempDir(), "ADDITIONAL_SKILLS="+extra)
 	c.initialize("2025-06-18")
 	os.MkdirAll(filepath.Join(proj, "src", "deep"), 0o755)
 	wfCall(t, c, "Bash", map[string]any{"command": "cd " + filepath.Join(proj, "src", "deep")}, false)
@@ -4508,7 +4443,7 @@ func TestWorkflowSkillsListingPromptsAndChanges(t *testing.T) {
 	wfSkill(t, root, "broken", "---\ndescription: no end\n")
 	wfSkill(t, root, "nodesc", "---\nname: nodesc\n---\nx\n")
 	wfSkill(t, root, "block", "---\ndescription: >\n  folded\n---\nx\n")
-	c := startServer(t, "-state-dir", t.TempDir())
+	c := startServer(t, "STATE_DIR="+t.TempDir())
 	init := c.initialize("2025-06-18")
 	if caps := init["result"].(map[string]any)["capabilities"].(map[string]any); caps["prompts"] == nil {
 		t.Fatalf("no prompts capability: %v", caps)
@@ -4720,7 +4655,7 @@ func BenchmarkWorkflowSkillCatalog(b *testing.B) {
 		os.MkdirAll(filepath.Dir(p), 0o755)
 		os.WriteFile(p, []byte(fmt.Sprintf("---\nname: skill-%02d\ndescription: does thing %d\n---\nbody $ARGUMENTS\n", i, i)), 0o644)
 	}
-	srv := newServer(loadConfig(map[string]string{"ADDITIONAL_SKILLS": root}), io.Discard)
+	srv := newServer(testSettings(b, "ADDITIONAL_SKILLS="+root), io.Discard)
 	srv.skills.refresh(srv, root)
 	b.Run("unchanged", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
@@ -4742,8 +4677,8 @@ func BenchmarkWorkflowSkillCatalog(b *testing.B) {
 // plain os.WriteFile of the same 51-step file.
 func BenchmarkWorkflowTaskFile(b *testing.B) {
 	dir := b.TempDir()
-	srv := newServer(loadConfig(map[string]string{"STATE_DIR": dir}), io.Discard)
-	s := newSession(srv, io.Discard)
+	srv := newServer(testSettings(b, "STATE_DIR="+dir), io.Discard)
+	s := newSession(srv, nil)
 	defer s.stopWorkflow()
 	ctx := context.Background()
 	runTaskManager(ctx, &toolCall{s: s, args: json.RawMessage(`{"action":"create","text":"bench"}`)})
@@ -4776,7 +4711,7 @@ func BenchmarkWorkflowTaskFile(b *testing.B) {
 func TestWorkflowTaskManagerLockHeld(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	c := startServer(t, "-state-dir", dir)
+	c := startServer(t, "STATE_DIR="+dir)
 	c.initialize("2025-06-18")
 	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "x"}, false)
 	f, err := os.OpenFile(filepath.Join(dir, "tasks.json.lock"), os.O_RDWR, 0)
@@ -5098,7 +5033,7 @@ func TestHTMLToMarkdownGolden(t *testing.T) {
 // TELSON_REQUIRE_BROWSER is set.
 func readdocsNeedBrowser(t *testing.T) {
 	t.Helper()
-	if findChrome(loadConfig(map[string]string{})) == "" {
+	if findChrome(testSettings(t)) == "" {
 		if os.Getenv("TELSON_REQUIRE_BROWSER") != "" {
 			t.Fatal("no Chromium found and TELSON_REQUIRE_BROWSER is set")
 		}
@@ -5191,7 +5126,7 @@ func TestReadDocsChromium(t *testing.T) {
 	readdocsNeedBrowser(t)
 	// Not parallel: browser timing (the quiet-network wait) is measured on an idle machine.
 	site := readdocsSite(t)
-	c := startServer(t, "-readdocs-timeout-ms", "4000")
+	c := startServer(t, "READDOCS_TIMEOUT_MS=4000")
 	c.initialize("2025-06-18")
 	check := func(name string, args map[string]any, wantErr bool, want ...string) map[string]any {
 		t.Helper()
@@ -5361,7 +5296,7 @@ func TestReadDocsWithoutBrowser(t *testing.T) {
 // net/http GET of the page as the baseline.
 // go test -run XXX -bench ReadDocsWarm -benchtime 20x
 func BenchmarkReadDocsWarm(b *testing.B) {
-	if findChrome(loadConfig(map[string]string{})) == "" {
+	if findChrome(testSettings(b)) == "" {
 		b.Skip("no Chromium found")
 	}
 	page := "<html><head><title>Bench</title></head><body><main><h1>Doc</h1>" + strings.Repeat("<p>Some <a href='/x'>documentation</a> text.</p>", 200) + "</main></body></html>"
@@ -5373,7 +5308,7 @@ func BenchmarkReadDocsWarm(b *testing.B) {
 		}
 	}))
 	defer site.Close()
-	srv := newServer(loadConfig(map[string]string{}), io.Discard)
+	srv := newServer(testSettings(b), io.Discard)
 	defer srv.close()
 	ctx := context.Background()
 	median := func(url string, n int) float64 {
@@ -5555,17 +5490,17 @@ func subscriptionOf(m map[string]any) any {
 func TestListenStdio(t *testing.T) {
 	t.Parallel()
 	extra := t.TempDir()
-	c := startServer(t, "-state-dir", t.TempDir(), "-additional-skills", extra)
+	c := startServer(t, "ADDITIONAL_SKILLS="+extra)
 	c.send(modernMessage(5, methodListen, map[string]any{"notifications": map[string]any{"toolsListChanged": true, "promptsListChanged": true}}))
 	ack := c.recv()
 	granted := ack["params"].(map[string]any)["notifications"].(map[string]any)
-	if ack["method"] != "notifications/subscriptions/acknowledged" || subscriptionOf(ack) != 5.0 || len(granted) != 2 {
+	if ack["method"] != "notifications/subscriptions/acknowledged" || subscriptionOf(ack) != 5.0 || len(granted) != 1 || granted["toolsListChanged"] != true {
 		t.Fatalf("first message: %v", ack)
 	}
-	c.send(modernMessage("p", methodListen, map[string]any{"notifications": map[string]any{"promptsListChanged": true, "resourcesListChanged": true}}))
+	c.send(modernMessage("p", methodListen, map[string]any{"notifications": map[string]any{"resourcesListChanged": true}}))
 	ack = c.recv()
-	if granted = ack["params"].(map[string]any)["notifications"].(map[string]any); len(granted) != 1 || granted["promptsListChanged"] != true {
-		t.Fatalf("ack of a prompts-only listen: %v", ack)
+	if granted = ack["params"].(map[string]any)["notifications"].(map[string]any); len(granted) != 0 {
+		t.Fatalf("ack of a listen for nothing telson has: %v", ack)
 	}
 
 	// seen collects list changes by subscription until it has what want names and id's response.
@@ -5583,9 +5518,10 @@ func TestListenStdio(t *testing.T) {
 			}
 		}
 	}
+	// InvokeSkill reads the skills again: a new one changes the tool list
 	wfSkill(t, extra, "fresh", "---\ndescription: d\n---\nx\n")
-	c.send(modernMessage(2, "prompts/list", nil))
-	readUntil(2.0, "notifications/tools/list_changed 5", "notifications/prompts/list_changed 5", "notifications/prompts/list_changed p")
+	c.send(modernMessage(2, "tools/call", map[string]any{"name": "InvokeSkill", "arguments": map[string]any{"skill_name": "fresh"}}))
+	readUntil(2.0, "notifications/tools/list_changed 5")
 	if seen["notifications/tools/list_changed p"] {
 		t.Fatal("tools/list_changed reached a listen that did not ask for it")
 	}
@@ -5593,9 +5529,9 @@ func TestListenStdio(t *testing.T) {
 	c.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5.0}}`)
 	clear(seen)
 	wfSkill(t, extra, "fresher", "---\ndescription: d\n---\nx\n")
-	c.send(modernMessage(3, "prompts/list", nil))
-	readUntil(3.0, "notifications/prompts/list_changed p")
-	if seen["notifications/prompts/list_changed 5"] || seen["notifications/tools/list_changed 5"] {
+	c.send(modernMessage(3, "tools/call", map[string]any{"name": "InvokeSkill", "arguments": map[string]any{"skill_name": "fresher"}}))
+	readUntil(3.0)
+	if seen["notifications/tools/list_changed 5"] {
 		t.Fatal("a cancelled listen still delivers")
 	}
 
@@ -5626,14 +5562,9 @@ func hasAll(set map[string]bool, keys []string) bool {
 func TestListenHTTP(t *testing.T) {
 	t.Parallel()
 	extra := t.TempDir()
-	srv := newServer(loadConfig(map[string]string{"ADDITIONAL_SKILLS": extra}), io.Discard)
-	h := newHTTPHandler(srv, "127.0.0.1")
-	ts := httptest.NewServer(h)
-	defer srv.close()
-	defer h.closeAll()
-	defer ts.Close()
-	c := httpClientFor(t, ts)
-	body := modernMessage("h1", methodListen, map[string]any{"notifications": map[string]any{"toolsListChanged": true, "promptsListChanged": true}})
+	ts := httpStart(t, []string{"ADDITIONAL_SKILLS=" + extra})
+	c := httpClientFor(t, ts.url)
+	body := modernMessage("h1", methodListen, map[string]any{"notifications": map[string]any{"toolsListChanged": true}})
 	req, _ := http.NewRequest("POST", c.url, strings.NewReader(body))
 	req.Header.Set("Accept", "application/json, text/event-stream")
 	req.Header.Set("Content-Type", "application/json")
@@ -5656,25 +5587,21 @@ func TestListenHTTP(t *testing.T) {
 		t.Fatalf("first event: %v", ack)
 	}
 	wfSkill(t, extra, "fresh", "---\ndescription: d\n---\nx\n")
-	r, b := httpModernPost(c, "prompts/list", nil, nil)
-	httpStatus(t, "prompts/list", r, b, 200, 0)
+	r, b := httpModernPost(c, "tools/call", map[string]any{"name": "InvokeSkill", "arguments": map[string]any{"skill_name": "fresh"}}, nil)
+	httpStatus(t, "InvokeSkill", r, b, 200, 0)
+	r, b = httpModernPost(c, "tools/list", nil, nil)
 	if res := httpDecode(t, b)["result"].(map[string]any); res["ttlMs"] == nil || res["cacheScope"] != "public" {
 		t.Errorf("a modern list result needs ttlMs and cacheScope: %s", b)
 	}
-	seen := map[string]bool{}
-	for !seen["notifications/tools/list_changed"] || !seen["notifications/prompts/list_changed"] {
-		m := next()
-		if subscriptionOf(m) != "h1" {
-			t.Fatalf("event without the subscription id: %v", m)
-		}
-		seen[m["method"].(string)] = true
+	if m := next(); m["method"] != "notifications/tools/list_changed" || subscriptionOf(m) != "h1" {
+		t.Fatalf("event: %v", m)
 	}
 	resp.Body.Close()
 	deadline := time.Now().Add(watchdog)
 	for {
-		srv.listens.mu.Lock()
-		n := len(srv.listens.open)
-		srv.listens.mu.Unlock()
+		ts.srv.listens.mu.Lock()
+		n := len(ts.srv.listens.open)
+		ts.srv.listens.mu.Unlock()
 		if n == 0 {
 			break
 		}
@@ -5689,13 +5616,11 @@ func TestListenHTTP(t *testing.T) {
 // requests and reads nothing makes the session stop reading at maxInflight, with
 // memory bounded, and every request is still answered once the client reads.
 func TestRequestLimits(t *testing.T) {
-	srv := newServer(loadConfig(nil), io.Discard)
+	srv := newServer(testSettings(t), io.Discard)
 	defer srv.close()
 	outR, outW := io.Pipe()
 	inR, inW := io.Pipe()
-	s := newSession(srv, outW)
-	served := make(chan error, 1)
-	go func() { served <- s.serve(context.Background(), inR) }() // exits at EOF
+	s, served := startSession(srv, inR, outW)
 
 	var batch bytes.Buffer
 	batch.WriteString(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-03-26"}}` + "\n[")
@@ -5754,6 +5679,79 @@ func TestRequestLimits(t *testing.T) {
 	}
 }
 
+// startSession serves one stdio session on in and out, as serveStdio does, and returns it;
+// served gets serve's result at EOF.
+func startSession(srv *server, in io.Reader, w io.Writer) (s *session, served chan error) {
+	out := newOutbox(true)
+	go out.writeLines(w, nil) // exits at a write error
+	s = newSession(srv, out)
+	served = make(chan error, 1)
+	go func() { served <- s.serve(context.Background(), in) }() // exits at EOF
+	return s, served
+}
+
+// A client that stops reading its output holds its own replies, and its reader once the
+// bounded queue and the request slots are full; another session on the same server, its tasks
+// and kills, and the stuck session's background task go on.
+func TestStuckClientHoldsOnlyItself(t *testing.T) {
+	srv := newServer(testSettings(t), io.Discard)
+	defer srv.close()
+	stuckIn, stuckInW := io.Pipe()
+	stuckOut, stuckOutW := io.Pipe()
+	stuck, _ := startSession(srv, stuckIn, stuckOutW)
+	defer stuck.close()
+	fmt.Fprintln(stuckInW, `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25"}}`)
+	fmt.Fprintln(stuckInW, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"BackgroundBash","arguments":{"command":"yes flood"}}}`)
+	wrote := make(chan int, 100000)
+	writerDone := make(chan struct{})
+	go func() { // exits when the input is closed
+		defer close(writerDone)
+		for i := 2; ; i++ {
+			if _, err := fmt.Fprintf(stuckInW, `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"ReadBgOutput","arguments":{"task_id":1}}}`+"\n", i); err != nil {
+				return
+			}
+			wrote <- i
+		}
+	}()
+	last := 1
+	for range outboxSize { // the reader reads at least as far as the queue holds
+		select {
+		case last = <-wrote:
+		case <-time.After(watchdog):
+			t.Fatal("the stuck session's reader stopped before its queue was full")
+		}
+	}
+	c := startServer(t)
+	c.initialize("2025-11-25")
+	if m := c.request("ping", nil); m["result"] == nil {
+		t.Fatalf("ping beside a stuck session: %v", m)
+	}
+	id := bgStart(t, c, "sleep 300")
+	res := c.callTool("KillBgTask", map[string]any{"task_id": id})
+	if isError(res) || !strings.Contains(resultText(res), "killed by signal") {
+		t.Errorf("KillBgTask beside a stuck session: %v", res)
+	}
+	// the stuck client reads again: every reply it was owed arrives
+	stuckInW.Close()
+	<-writerDone
+	for len(wrote) > 0 {
+		last = <-wrote
+	}
+	br := bufio.NewReader(stuckOut)
+	seen := map[any]bool{}
+	for id := 0; id <= last; id++ {
+		for !seen[float64(id)] {
+			line, err := br.ReadBytes('\n')
+			if err != nil {
+				t.Fatalf("reply %d of %d: %v", id, last, err)
+			}
+			var m map[string]any
+			json.Unmarshal(line, &m)
+			seen[m["id"]] = true
+		}
+	}
+}
+
 // httpDialRaw opens a TCP connection to the host of url, closed at the test's end; reads on it
 // give up at the watchdog.
 func httpDialRaw(t *testing.T, url string) net.Conn {
@@ -5780,7 +5778,7 @@ func httpClosedByServer(t *testing.T, conn net.Conn, what string) []byte {
 
 func TestHTTPSlowBodyIsCutOff(t *testing.T) {
 	t.Parallel()
-	url, _, _, _ := httpRun(t, "-http", ":0", "-http-timeout-ms", "300")
+	url := httpStart(t, []string{"HTTP_TIMEOUT_MS=300"}).url
 	conn := httpDialRaw(t, url)
 	fmt.Fprintf(conn, "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000\r\n\r\n")
 	go func() { // trickles the body, a byte every 50 ms, until the server has closed the connection
@@ -5803,7 +5801,7 @@ func TestHTTPSlowBodyIsCutOff(t *testing.T) {
 
 func TestHTTPIdleConnectionIsClosed(t *testing.T) {
 	t.Parallel()
-	url, _, _, _ := httpRun(t, "-http", ":0", "-http-timeout-ms", "300")
+	url := httpStart(t, []string{"HTTP_TIMEOUT_MS=300"}).url
 	conn := httpDialRaw(t, url)
 	fmt.Fprintf(conn, "GET /other HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
 	br := bufio.NewReader(conn)
@@ -5820,51 +5818,89 @@ func TestHTTPIdleConnectionIsClosed(t *testing.T) {
 	}
 }
 
-// At the cap a new connection is closed at once (the client can retry) rather than left
-// waiting; once the server has timed out the slow ones, clients are served again.
-func TestHTTPConnectionCap(t *testing.T) {
+// Slow clients cost only themselves: with every connection taken by clients that send half a
+// header, or a whole header and then a body a byte at a time, a new client is served at once
+// (the oldest slow one makes room); a connection whose request is being answered is never shed,
+// and when all are, a newcomer is closed at once so it can retry.
+func TestHTTPSlowClientsDoNotLockOthersOut(t *testing.T) {
 	t.Parallel()
-	url, _, _, _ := httpRun(t, "-http", ":0", "-http-timeout-ms", "3000", "-http-max-connections", "2")
+	url := httpStart(t, []string{"HTTP_TIMEOUT_MS=60000", "HTTP_MAX_CONNECTIONS=4"}).url
 	var slow []net.Conn
-	for range 2 {
+	for i := range 12 {
 		conn := httpDialRaw(t, url)
-		fmt.Fprintf(conn, "POST /mcp HTTP/1.1\r\n")
+		if i%2 == 0 {
+			fmt.Fprintf(conn, "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n") // half a header
+		} else {
+			fmt.Fprintf(conn, "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n{") // a body a byte at a time
+		}
 		slow = append(slow, conn)
+	}
+	for i := range 3 {
+		c := httpClientFor(t, url)
+		if res := c.result("ping", nil); res == nil {
+			t.Fatalf("client %d after the slow ones: no result", i)
+		}
+	}
+	for _, conn := range slow[:8] { // the oldest gave way (the newest may still wait)
+		httpClosedByServer(t, conn, "a slow connection at the cap")
+	}
+
+	// requests being answered hold their connections; the newcomer is closed at once
+	c := httpClientFor(t, url)
+	results := make(chan map[string]any, 4)
+	dir := t.TempDir()
+	for i := range 4 {
+		go func() { // exits when the call answers
+			cmd := fmt.Sprintf("touch %s/%d; while [ ! -e %s/go ]; do sleep 0.05; done; echo held", dir, i, dir)
+			results <- c.result("tools/call", map[string]any{"name": "Bash", "arguments": map[string]any{"command": cmd}})
+		}()
+	}
+	for i := range 4 {
+		readPidFileExists(t, fmt.Sprintf("%s/%d", dir, i))
 	}
 	refused := httpDialRaw(t, url)
 	fmt.Fprintf(refused, "GET /other HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
 	if b := httpClosedByServer(t, refused, "a connection over the cap"); len(b) > 0 {
 		t.Fatalf("a connection over the cap was served: %q", b)
 	}
-	for _, conn := range slow {
-		httpClosedByServer(t, conn, "a slow connection")
+	os.WriteFile(dir+"/go", nil, 0o644)
+	for range 4 {
+		if res := <-results; resultText(res) != "held\n" {
+			t.Errorf("a request being answered was shed: %v", res)
+		}
 	}
-	c := &httpTestClient{t: t, hc: &http.Client{}, url: url}
-	c.initialize("2025-11-25")
 }
 
-// The read timeout is for sending a request: a request running longer, and a GET stream open
-// longer, are not cut by it.
+// readPidFileExists waits for a file a command under test creates.
+func readPidFileExists(t *testing.T, path string) {
+	t.Helper()
+	deadline := time.Now().Add(watchdog)
+	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s", path)
+		}
+		time.Sleep(wait) // polling a file another process writes, bounded by the watchdog
+	}
+}
+
+// The read timeout is for sending a request: a request running longer is not cut by it.
 func TestHTTPLongRequestsOutliveTheReadTimeout(t *testing.T) {
 	t.Parallel()
-	url, _, _, _ := httpRun(t, "-http", ":0", "-http-timeout-ms", "200")
-	c := &httpTestClient{t: t, hc: &http.Client{}, url: url}
+	url := httpStart(t, []string{"HTTP_TIMEOUT_MS=200"}).url
+	c := httpClientFor(t, url)
 	c.initialize("2025-11-25")
-	stream, _ := httpOpenStream(t, c, "/mcp")
-	if stream.StatusCode != 200 {
-		t.Fatalf("GET stream: HTTP %d", stream.StatusCode)
-	}
 	long := map[string]any{"name": "Bash", "arguments": map[string]any{"command": "sleep 0.6; echo done"}}
 	if got := resultText(c.result("tools/call", long)); got != "done\n" {
 		t.Errorf("legacy call longer than the read timeout: %q", got)
 	}
-	resp, body := httpModernPost(c, "tools/call", long, map[string]string{"Mcp-Session-Id": ""})
-	httpStatus(t, "stateless call longer than the read timeout", resp, body, 200, 0)
+	resp, body := httpModernPost(c, "tools/call", long, nil)
+	httpStatus(t, "modern call longer than the read timeout", resp, body, 200, 0)
 	if got := resultText(httpDecode(t, body)["result"].(map[string]any)); got != "done\n" {
-		t.Errorf("stateless call longer than the read timeout: %q", got)
+		t.Errorf("modern call longer than the read timeout: %q", got)
 	}
-	resp, body = c.do("GET", "", nil)
-	httpStatus(t, "a second stream while the first is open", resp, body, http.StatusConflict, 0)
 }
 
 // Linux's pseudo-terminal ioctls (the syscall package has them on Linux only).
@@ -6069,8 +6105,7 @@ func TestWebSearchPartialFailure(t *testing.T) {
 		w.WriteHeader(http.StatusTooManyRequests)
 	})
 	broken := searchServe(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(500) })
-	c := startServer(t, "-set", "SEARCH_URL_DUCKDUCKGO="+ddg.URL, "-set", "SEARCH_URL_BRAVE="+limited.URL,
-		"-set", "SEARCH_URL_GITHUB="+broken.URL, "-set", "SEARCH_BACKOFF_MS=0")
+	c := startServer(t, "SEARCH_URL_DUCKDUCKGO="+ddg.URL, "SEARCH_URL_BRAVE="+limited.URL, "SEARCH_URL_GITHUB="+broken.URL, "SEARCH_BACKOFF_MS=0")
 	c.initialize("2025-06-18")
 	engines := []string{"duckduckgo", "brave", "github"}
 	res := c.callTool("WebSearch", map[string]any{"query": "golang", "engines": engines})
@@ -6106,8 +6141,7 @@ func TestWebSearchNoResults(t *testing.T) {
 	t.Parallel()
 	empty := searchServe(t, searchFilePage(t, "testdata/websearch/duckduckgo_empty.html", 200, false))
 	broken := searchServe(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(500) })
-	c := startServer(t, "-set", "SEARCH_URL_DUCKDUCKGO="+empty.URL,
-		"-set", "SEARCH_URL_GITHUB="+broken.URL, "-set", "SEARCH_BACKOFF_MS=0")
+	c := startServer(t, "SEARCH_URL_DUCKDUCKGO="+empty.URL, "SEARCH_URL_GITHUB="+broken.URL, "SEARCH_BACKOFF_MS=0")
 	c.initialize("2025-06-18")
 	both := []string{"duckduckgo", "github"}
 	res := c.callTool("WebSearch", map[string]any{"query": "zzqx", "engines": both})
@@ -6154,8 +6188,7 @@ func TestStructuredContentAlone(t *testing.T) {
 			strings.Repeat("word ", 400)+"</p></main></body></html>")
 	}))
 	defer site.Close()
-	c := startServer(t, "-set", "READDOCS_BROWSER=0", "-set", "SEARCH_URL_WIKIPEDIA="+site.URL,
-		"-set", "STATE_DIR="+t.TempDir())
+	c := startServer(t, "READDOCS_BROWSER=0", "SEARCH_URL_WIKIPEDIA="+site.URL, "STATE_DIR="+t.TempDir())
 	c.initialize("2025-11-25")
 
 	// waitNotice waits for the log message that comes with a queued notice.
@@ -6319,7 +6352,7 @@ func browserRead(t *testing.T, c *testClient, args map[string]any, wantErr bool)
 func TestBrowserReadsWhenContentIsThere(t *testing.T) {
 	readdocsNeedBrowser(t)
 	site, other := browserSites(t)
-	c := startServer(t, "-readdocs-timeout-ms", "8000")
+	c := startServer(t, "READDOCS_TIMEOUT_MS=8000")
 	c.initialize("2025-06-18")
 	browserRead(t, c, map[string]any{"url": site.URL + "/rewrites"}, false) // starts the browser
 	for _, format := range []string{"markdown", "text"} {
@@ -6350,7 +6383,7 @@ func TestBrowserReadsWhenContentIsThere(t *testing.T) {
 func TestBrowserSource(t *testing.T) {
 	readdocsNeedBrowser(t)
 	site, _ := browserSites(t)
-	srv := newServer(loadConfig(map[string]string{}), io.Discard)
+	srv := newServer(testSettings(t), io.Discard)
 	defer srv.close()
 	pg, err := srv.readPage(context.Background(), readDocsArgs{URL: site.URL + "/rewrites", Format: "markdown"})
 	if err != nil {
@@ -6407,7 +6440,7 @@ func TestBrowserWritesNothing(t *testing.T) {
 
 func TestBrowserChromePathMissing(t *testing.T) {
 	t.Parallel()
-	c := startServer(t, "-chrome-path", "/nonexistent/chromium")
+	c := startServer(t, "CHROME_PATH=/nonexistent/chromium")
 	c.initialize("2025-06-18")
 	text, _, _ := browserRead(t, c, map[string]any{"url": "http://127.0.0.1:1/"}, true)
 	if !strings.Contains(text, "CHROME_PATH /nonexistent/chromium") {
@@ -6438,7 +6471,7 @@ func TestPlanModeCommandsAreReadOnly(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("the sandbox needs Linux namespaces")
 	}
-	c := startServer(t, "-state-dir", t.TempDir())
+	c := startServer(t, "STATE_DIR="+t.TempDir())
 	c.initialize("2025-06-18")
 	dir := procOutsideTmp(t)
 	file := filepath.Join(dir, "file")
@@ -6543,7 +6576,7 @@ func TestEscapedProcessesDieWithTheSession(t *testing.T) {
 
 func TestBashCutKeepsLinesAndTheWholeOutput(t *testing.T) {
 	t.Parallel()
-	c := startServer(t, "-output-limit", "1000")
+	c := startServer(t, "OUTPUT_LIMIT=1000")
 	c.initialize("2025-06-18")
 	res := c.callTool("Bash", map[string]any{"command": "seq 1 100000"})
 	sc := bgStructured(t, res)
@@ -6617,7 +6650,7 @@ func procWaitFile(t *testing.T, path, suffix string) {
 
 func TestBgTailLogAndBriefKill(t *testing.T) {
 	t.Parallel()
-	c := bgServer(t, "-bg-buffer-bytes", "1000")
+	c := bgServer(t, "BG_BUFFER_BYTES=1000")
 	res := c.callTool("BackgroundBash", map[string]any{"command": "seq 1 5000; sleep 1000"})
 	logFile, _ := bgStructured(t, res)["log_file"].(string)
 	if logFile == "" || !strings.Contains(resultText(res), logFile) {
@@ -7014,7 +7047,7 @@ func TestReadDocsEmptyHeadingsCode(t *testing.T) {
 func TestWorkflowPlanModeInlinePlan(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	c := startServer(t, "-state-dir", dir)
+	c := startServer(t, "STATE_DIR="+dir)
 	c.initialize("2025-06-18")
 	res := wfCall(t, c, "PlanMode", map[string]any{"action": "enter", "goal": "g"}, false, "read-only", `"plan":"..."`)
 	planFile := wfStructured(t, res)["plan_file"].(string)
@@ -7037,7 +7070,7 @@ func TestWorkflowPlanModeInlinePlan(t *testing.T) {
 
 func TestWorkflowPlanModeApproval(t *testing.T) {
 	t.Parallel()
-	c := startServer(t, "-state-dir", t.TempDir())
+	c := startServer(t, "STATE_DIR="+t.TempDir())
 	uiInitialize(c, "2025-06-18", map[string]any{"elicitation": map[string]any{}})
 	uiResult(t, c.waitResponse(uiStartCall(c, "PlanMode", map[string]any{"action": "enter", "goal": "g"})))
 
@@ -7075,7 +7108,7 @@ func TestWorkflowPlanModeApproval(t *testing.T) {
 func TestWorkflowPlanModeFileNotRegular(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	c := startServer(t, "-state-dir", dir)
+	c := startServer(t, "STATE_DIR="+dir)
 	c.initialize("2025-06-18")
 	fifo := filepath.Join(dir, "fifo.md")
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
@@ -7123,7 +7156,7 @@ func wfProject(t *testing.T) string {
 
 func TestWorkflowTaskManagerProjectsAndIDs(t *testing.T) {
 	t.Parallel()
-	c := startServer(t, "-state-dir", t.TempDir())
+	c := startServer(t, "STATE_DIR="+t.TempDir())
 	c.initialize("2025-06-18")
 	tm := func(wantErr bool, args map[string]any, want ...string) map[string]any {
 		t.Helper()
@@ -7180,7 +7213,7 @@ func TestWorkflowTaskManagerFileNotRegular(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "tasks.json")
-	c := startServer(t, "-state-dir", dir)
+	c := startServer(t, "STATE_DIR="+dir)
 	c.initialize("2025-06-18")
 	if err := syscall.Mkfifo(path, 0o600); err != nil {
 		t.Fatal(err)
@@ -7222,7 +7255,7 @@ func TestWorkflowSkillsFollowTheShell(t *testing.T) {
 	t.Setenv("HOME", t.TempDir())
 	proj := wfProject(t)
 	wfSkill(t, filepath.Join(proj, ".claude", "skills"), "deploy", "---\ndescription: Deploy it.\n---\nGo.\n")
-	c := startServer(t, "-state-dir", t.TempDir())
+	c := startServer(t, "STATE_DIR="+t.TempDir())
 	c.initialize("2025-06-18")
 	prompts := func() string {
 		b, _ := json.Marshal(c.request("prompts/list", nil)["result"])
@@ -7276,7 +7309,7 @@ func TestWorkflowSkillFilesNotRegular(t *testing.T) {
 	case <-time.After(watchdog):
 		t.Fatal("telson tools did not finish")
 	}
-	c := startServer(t, "-state-dir", t.TempDir(), "-additional-skills", extra)
+	c := startServer(t, "STATE_DIR="+t.TempDir(), "ADDITIONAL_SKILLS="+extra)
 	c.initialize("2025-06-18")
 	b, _ := json.Marshal(c.request("tools/list", nil)["result"])
 	if !strings.Contains(string(b), "- linked: through a link\\n- ok: fine") || strings.Contains(string(b), "- huge") {
@@ -7293,7 +7326,7 @@ func TestWorkflowSkillArgumentsCapped(t *testing.T) {
 	t.Setenv("HOME", t.TempDir())
 	extra := t.TempDir()
 	wfSkill(t, extra, "bomb", "---\ndescription: placeholders\n---\n"+strings.Repeat("$ARGUMENTS", 23000))
-	c := startServer(t, "-state-dir", t.TempDir(), "-additional-skills", extra)
+	c := startServer(t, "STATE_DIR="+t.TempDir(), "ADDITIONAL_SKILLS="+extra)
 	c.initialize("2025-06-18")
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
@@ -7330,7 +7363,7 @@ func TestWorkflowCallbackDefaultsOnce(t *testing.T) {
 // result, and the retried call carries the answer.
 func TestWorkflowPlanModeApprovalModern(t *testing.T) {
 	t.Parallel()
-	c := startServer(t, "-state-dir", t.TempDir())
+	c := startServer(t, "STATE_DIR="+t.TempDir())
 	call := func(args map[string]any, extra map[string]any) map[string]any {
 		t.Helper()
 		p := map[string]any{"name": "PlanMode", "arguments": args, "_meta": map[string]any{

@@ -7,12 +7,16 @@
 //   - every child runs in its own process group and carries TELSON_RUN=<marker>
 //     in its environment; a marker names the server, the session and the run,
 //     so a kill finds what a run left behind (setsid, double forks) in /proc;
-//   - one kill loop: TERM to every marked process and its group, KILL after a grace;
+//   - one kill path, stopRun, for a timeout, a cancellation, KillBgTask, a
+//     session's end, the server's end and the reaper: TERM to every marked
+//     process and its group, KILL after killGrace;
 //   - nothing outlives the server: closeAll kills its marker, the reaper does
 //     the same after telson has died, even by SIGKILL;
 //   - output is captured in bounded memory; a cut output is kept whole in a
-//     bounded file;
-//   - in plan mode a command sees the filesystem read-only (Linux namespaces).
+//     bounded file; the model reads it as a terminal would show it;
+//   - in plan mode a command sees the filesystem read-only (Linux namespaces);
+//   - procTracker's lock guards bookkeeping only: processes start and die,
+//     and files are made and removed, outside it.
 package main
 
 import (
@@ -24,14 +28,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unicode"
@@ -44,7 +50,8 @@ var bashTool = toolDef{
 
 - The working directory persists between calls; environment changes do not. stdin is /dev/null.
 - timeout: milliseconds (default 30000, max 600000); then the command and its children are stopped.
-- Long output keeps its first and last lines; the whole output is saved to output_file.
+- Output reads as a terminal shows it (colours and progress redraws removed).
+- Long output keeps its first and last lines; the whole raw output is saved to output_file.
 - run_in_background: true starts it as BackgroundBash does (for servers and watchers).
 - In plan mode the filesystem is read-only (/tmp writable).`,
 	input: `{"type":"object","properties":{
@@ -98,9 +105,9 @@ func runBash(ctx context.Context, c *toolCall) toolResult {
 		return runBackgroundBash(ctx, c)
 	}
 	s := c.s
-	cfg := s.srv.cfg
-	capture := &outputCapture{limit: max(cfg.int("OUTPUT_LIMIT"), 200), procs: s.srv.procs}
-	if cfg.bool("STREAMING") && len(c.req.progressToken) > 0 {
+	set := s.srv.set
+	capture := &outputCapture{limit: set.OutputLimit, procs: s.srv.procs}
+	if set.Streaming && len(c.req.progressToken) > 0 {
 		capture.stream = c.req
 	}
 	cmd := bashCommand(a.Command)
@@ -123,10 +130,10 @@ func runBash(ctx context.Context, c *toolCall) toolResult {
 		return errorResult("%v", err)
 	}
 	defer out.Close()
-	timeout := time.Duration(cmp.Or(a.Timeout, cfg.int("BASH_TIMEOUT_MS"))) * time.Millisecond
+	timeout := cmp.Or(time.Duration(a.Timeout)*time.Millisecond, set.BashTimeout)
 	runCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	stopKill := context.AfterFunc(runCtx, func() { stopRun(run, killGrace, cmd.Process) })
+	stopKill := context.AfterFunc(runCtx, func() { stopRun(run, cmd.Process) })
 	start := time.Now()
 	capture.readUntilExit(out, cmd)
 	stopKill()
@@ -364,7 +371,7 @@ func (oc *outputCapture) Write(p []byte) (int, error) {
 	// progress: the lines p ends, at most every 100 ms
 	if end := bytes.LastIndexByte(p, '\n'); oc.stream != nil && end >= 0 &&
 		time.Since(oc.sent) >= 100*time.Millisecond {
-		oc.stream.progress(float64(oc.total), 0, validUTF8(string(lastBytes(p[:end], 2000))))
+		oc.stream.progress(float64(oc.total), terminalText(string(lastBytes(p[:end], 2000))))
 		oc.sent = time.Now()
 	}
 	take := min(oc.limit-len(oc.head), len(p))
@@ -380,7 +387,7 @@ func (oc *outputCapture) Write(p []byte) (int, error) {
 // boundaries when there are any, and says how many lines and bytes it left out.
 func (oc *outputCapture) outcome() *bashOutcome {
 	if oc.total <= int64(oc.limit) {
-		return &bashOutcome{Output: validUTF8(string(oc.head))}
+		return &bashOutcome{Output: terminalText(string(oc.head))}
 	}
 	oc.file.f.Close()
 	head := oc.head[:oc.limit/2]
@@ -395,12 +402,32 @@ func (oc *outputCapture) outcome() *bashOutcome {
 	o.OmittedBytes = oc.total - int64(len(head)) - int64(len(tail))
 	o.OmittedLines = oc.lines - bytes.Count(head, []byte{'\n'}) - bytes.Count(tail, []byte{'\n'})
 	o.Output = fmt.Sprintf("%s\n[... %d lines (%d bytes) left out; "+
-		"the complete output is in %s ...]\n\n%s", validUTF8(string(head)), o.OmittedLines,
-		o.OmittedBytes, o.OutputFile, validUTF8(string(tail)))
+		"the complete output is in %s ...]\n\n%s", terminalText(string(head)), o.OmittedLines,
+		o.OmittedBytes, o.OutputFile, terminalText(string(tail)))
 	return o
 }
 
-func validUTF8(s string) string { return strings.ToValidUTF8(s, "\uFFFD") }
+// terminalEscape matches an escape sequence: CSI (colours, cursor moves), OSC (titles,
+// links; to BEL or ST, or the end) and the two-byte ones.
+var terminalEscape = regexp.MustCompile(`\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)?|[ -/]*[0-~])`)
+
+// terminalText is command output as a terminal shows its final text: escape sequences are
+// dropped, each line keeps what its last carriage return left (a progress bar's last state),
+// invalid UTF-8 is replaced and other control characters but tab go.
+func terminalText(s string) string {
+	s = terminalEscape.ReplaceAllString(strings.ToValidUTF8(s, "\uFFFD"), "")
+	lines := strings.Split(s, "\n")
+	for i, line := range lines {
+		line = strings.TrimSuffix(line, "\r") // a CRLF line ending
+		lines[i] = line[strings.LastIndexByte(line, '\r')+1:]
+	}
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) && r != '\n' && r != '\t' {
+			return -1
+		}
+		return r
+	}, strings.Join(lines, "\n"))
+}
 
 // Kept output files: each holds up to keptFileBytes; the oldest beyond keptFiles are removed.
 const (
@@ -417,7 +444,7 @@ type keptFile struct {
 }
 
 func (k *keptFile) keep(p []byte) {
-	if k == nil {
+	if k == nil || k.f == nil {
 		return
 	}
 	n := min(int64(len(p)), k.left)
@@ -425,7 +452,7 @@ func (k *keptFile) keep(p []byte) {
 	k.left -= n
 }
 
-// killGrace is how long processes have between TERM and KILL.
+// killGrace is how long processes have between TERM and KILL, whatever ends them.
 const killGrace = 2 * time.Second
 
 const (
@@ -434,36 +461,30 @@ const (
 	markerEnv  = "TELSON_RUN"
 )
 
-// procTracker starts the server's children and ends them. Every child
-// carries a marker: the server's id, then one number per scope (a session,
-// a run), each followed by a dot. When telson ends without stopping (even
-// by SIGKILL), its reaper, a child process reading its stdin (the lifeline
-// pipe) until it closes, kills the server's marker and removes the
-// directories telson wrote to the lifeline.
+// procTracker starts the server's children and ends them. Every child carries a marker: the
+// server's id, then one number per scope (a session, a run), each followed by a dot. When
+// telson ends without stopping (even by SIGKILL), its reaper, a child process reading its
+// stdin (the lifeline pipe) until it closes, kills the server's marker and removes the
+// directories telson wrote to the lifeline. The reaper starts before the first child.
 type procTracker struct {
-	log *logger
-	id  string // the server's marker
-	// Linux re-parents orphaned descendants to a subreaper telson, which
-	// reaps them, and kills them with the server.
-	subreaper bool
+	log           *slog.Logger
+	id            string         // the server's marker
+	reaperStarted atomic.Bool    // the first start claimed the reaper's start
+	reaperReady   chan struct{}  // closed once the reaper runs (or failed to)
+	reaper        *exec.Cmd      // set before reaperReady closes
+	lifeline      *os.File       // the reaper's stdin; nil without a reaper. Lines are
+	outDir        string         // written whole, without a lock. Kept files live in outDir.
+	starting      sync.WaitGroup // starts under way; closeAll waits for them
 
-	mu       sync.Mutex // guards the fields below
-	scopes   int
-	reaper   *exec.Cmd
-	lifeline io.WriteCloser // the reaper's stdin: the marker's line, then a line per directory
-	outDir   string
-	kept     []string     // kept output files, oldest first
-	started  map[int]bool // the children telson started, with subreaper, until waited for
-	closed   bool
+	mu     sync.Mutex // guards the fields below
+	scopes int
+	kept   []string // kept output files, oldest first
+	closed bool
 }
 
-func newProcTracker(log *logger) *procTracker {
+func newProcTracker(log *slog.Logger) *procTracker {
 	id := fmt.Sprintf("%d-%d.", os.Getpid(), time.Now().UnixNano()) // unique on this machine
-	pt := &procTracker{log: log, id: id, started: map[int]bool{}, subreaper: isSubreaper()}
-	if pt.subreaper {
-		go pt.reapAdopted()
-	}
-	return pt
+	return &procTracker{log: log, id: id, reaperReady: make(chan struct{})}
 }
 
 // scope returns a new marker under parent, a marker.
@@ -487,56 +508,80 @@ func (pt *procTracker) startRun(cmd *exec.Cmd, marker string) error {
 		cmd.Env = os.Environ()
 	}
 	cmd.Env = append(cmd.Env, markerEnv+"="+marker)
+	pt.ensureReaper()
 	pt.mu.Lock()
-	defer pt.mu.Unlock()
-	if pt.closed {
+	closed := pt.closed
+	if !closed {
+		pt.starting.Add(1)
+	}
+	pt.mu.Unlock()
+	if closed {
 		return errors.New("server is shutting down")
 	}
-	pt.startReaperLocked()
-	err := cmd.Start()
-	if err == nil && pt.subreaper {
-		pt.started[cmd.Process.Pid] = true
+	defer pt.starting.Done()
+	return cmd.Start()
+}
+
+// ensureReaper starts the reaper and the kept files' directory on the first call; every call
+// returns once they are there (or failed).
+func (pt *procTracker) ensureReaper() {
+	if !pt.reaperStarted.CompareAndSwap(false, true) {
+		<-pt.reaperReady
+		return
 	}
-	return err
+	defer close(pt.reaperReady)
+	exe, _ := os.Executable() // "" fails to start below
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(), reaperEnv+"=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	r, w, err := os.Pipe()
+	if err == nil {
+		cmd.Stdin = r
+		fmt.Fprintln(w, pt.id) // the pipe holds it: the reaper always reads the marker
+		err = cmd.Start()
+		r.Close()
+	}
+	if err != nil {
+		pt.log.Warn("reaper: children may outlive a killed telson", "err", err)
+	} else {
+		pt.reaper = cmd
+		pt.lifeline = w
+	}
+	dir, err := os.MkdirTemp("", "telson-output-*")
+	if err != nil {
+		pt.log.Warn("output files", "err", err)
+		return
+	}
+	pt.outDir = dir
+	pt.removeAtExit(dir)
 }
 
-// removeAtExit registers dir with the reaper, which removes it once telson
-// has ended, however it ended (the owner still removes it when it stops).
+// removeAtExit registers dir with the reaper, which removes it once telson has ended,
+// however it ended (the owner still removes it when it stops).
 func (pt *procTracker) removeAtExit(dir string) {
-	pt.mu.Lock()
-	defer pt.mu.Unlock()
-	pt.removeAtExitLocked(dir)
-}
-
-func (pt *procTracker) removeAtExitLocked(dir string) {
-	pt.startReaperLocked()
 	if pt.lifeline != nil && filepath.IsAbs(dir) && !strings.Contains(dir, "\n") {
-		fmt.Fprintln(pt.lifeline, dir)
+		pt.lifeline.WriteString(dir + "\n") // one short write to a pipe is never interleaved
 	}
 }
 
 // keepFile creates a kept output file named after what, removing the oldest beyond keptFiles.
 func (pt *procTracker) keepFile(what string) *keptFile {
-	pt.mu.Lock()
-	defer pt.mu.Unlock()
-	if pt.outDir == "" {
-		dir, err := os.MkdirTemp("", "telson-output-*")
-		if err != nil {
-			pt.log.warnf("output files: %v", err)
-			return &keptFile{}
-		}
-		pt.outDir = dir
-		pt.removeAtExitLocked(dir)
-	}
+	pt.ensureReaper()
 	f, err := os.CreateTemp(pt.outDir, what+"-*.log")
-	if err != nil {
-		pt.log.warnf("output files: %v", err)
+	if pt.outDir == "" || err != nil {
+		pt.log.Warn("output files", "err", err)
 		return &keptFile{}
 	}
+	oldest := ""
+	pt.mu.Lock()
 	pt.kept = append(pt.kept, f.Name())
 	if len(pt.kept) > keptFiles {
-		os.Remove(pt.kept[0])
+		oldest = pt.kept[0]
 		pt.kept = pt.kept[1:]
+	}
+	pt.mu.Unlock()
+	if oldest != "" {
+		os.Remove(oldest)
 	}
 	return &keptFile{f: f, path: f.Name(), left: keptFileBytes}
 }
@@ -544,20 +589,14 @@ func (pt *procTracker) keepFile(what string) *keptFile {
 // closeAll kills every process of the server, removes the kept files and lets the reaper go.
 func (pt *procTracker) closeAll() {
 	pt.mu.Lock()
-	defer pt.mu.Unlock()
 	pt.closed = true
-	killMarked(pt.id, 500*time.Millisecond)
-	// the processes re-parented to telson, and those they leave, until none is left
-	for wait := time.Millisecond; pt.subreaper && wait < time.Second; wait *= 2 {
-		adopted := pt.adoptedLocked()
-		if len(adopted) == 0 {
-			break
-		}
-		for _, pid := range adopted {
-			syscall.Kill(pid, syscall.SIGKILL)
-		}
-		time.Sleep(wait) // polling external processes, bounded
+	pt.mu.Unlock()
+	pt.starting.Wait()
+	if !pt.reaperStarted.Load() {
+		return // nothing was ever started
 	}
+	<-pt.reaperReady
+	stopRun(pt.id)
 	os.RemoveAll(pt.outDir)
 	if pt.lifeline != nil {
 		pt.lifeline.Close() // the reaper finds nothing left to kill and exits
@@ -565,80 +604,12 @@ func (pt *procTracker) closeAll() {
 	}
 }
 
-// startReaperLocked starts the reaper on the first spawn. pt.mu must be held.
-func (pt *procTracker) startReaperLocked() {
-	if pt.reaper != nil {
-		return
-	}
-	exe, _ := os.Executable()     // "" fails to start below
-	pt.reaper = exec.Command(exe) // tried once; a failure is logged, not retried
-	pt.reaper.Env = append(os.Environ(), reaperEnv+"=1")
-	pt.reaper.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	w, err := pt.reaper.StdinPipe()
-	if err == nil {
-		fmt.Fprintln(w, pt.id) // the pipe holds it: the reaper always reads the marker
-		err = pt.reaper.Start()
-	}
-	if err != nil {
-		pt.log.warnf("reaper: %v; children may outlive a killed telson", err)
-		return
-	}
-	pt.started[pt.reaper.Process.Pid] = true
-	pt.lifeline = w
-}
-
-// adoptedLocked reaps the ended processes re-parented to telson (its children
-// it did not start) and returns the others. It forgets the started children
-// waited for since. pt.mu must be held.
-func (pt *procTracker) adoptedLocked() []int {
-	parent := strconv.Itoa(os.Getpid())
-	children := map[int]bool{}
-	var adopted []int
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		stat, _ := os.ReadFile("/proc/" + e.Name() + "/stat")
-		// after the command's closing parenthesis: the state, then the parent's pid
-		fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-		if err != nil || len(fields) < 2 || fields[1] != parent {
-			continue
-		}
-		children[pid] = true
-		if pt.started[pid] {
-			continue
-		}
-		var ws syscall.WaitStatus
-		if reaped, _ := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil); reaped != pid {
-			adopted = append(adopted, pid)
-		}
-	}
-	for pid := range pt.started {
-		if !children[pid] {
-			delete(pt.started, pid)
-		}
-	}
-	return adopted
-}
-
-// reapAdopted reaps the adopted processes that ended, at most once a second
-// after a child ended: nothing else waits for them.
-func (pt *procTracker) reapAdopted() {
-	exits := make(chan os.Signal, 1)
-	signal.Notify(exits, syscall.SIGCHLD)
-	for range exits { // lives as long as telson
-		pt.mu.Lock()
-		pt.adoptedLocked()
-		pt.mu.Unlock()
-		time.Sleep(time.Second) // one sweep a second at most; a later exit waits in the channel
-	}
-}
-
-// runReaper is the reaper process: when its stdin closes because telson
-// ended, it kills the marker on its first line and removes the directories listed after.
+// runReaper is the reaper process: when its stdin closes because telson ended, it kills the
+// marker on its first line and removes the directories listed after.
 func runReaper(lifeline io.Reader) int {
 	b, _ := io.ReadAll(lifeline)
 	lines := strings.Split(string(b), "\n")
-	killMarked(lines[0], 500*time.Millisecond)
+	stopRun(lines[0])
 	for _, dir := range lines[1:] {
 		if dir != "" {
 			removeWhenQuiet(dir)
@@ -665,23 +636,17 @@ func removeWhenQuiet(dir string) {
 	}
 }
 
-// stopRun kills the processes carrying marker, then the run's leader: a
-// scan misses a process in the middle of an exec (its environment reads
-// empty then), and the leader is the one its caller waits for.
-func stopRun(marker string, grace time.Duration, leader *os.Process) {
-	killMarked(marker, grace)
-	leader.Kill() // an ended leader is not signalled again (os.Process knows)
-}
-
-// killMarked is the one kill loop: TERM to every process whose marker starts
-// with marker and to its process group until they are gone, KILL after grace.
-func killMarked(marker string, grace time.Duration) {
-	deadline := time.Now().Add(grace)
+// stopRun is the one kill path. It sends TERM to every process whose marker starts with
+// marker and to its process group until they are gone, KILL after killGrace; then it kills
+// each leader through its os.Process: a scan misses a process in the middle of an exec (its
+// environment reads empty then), and the leader is the one its caller waits for.
+func stopRun(marker string, leaders ...*os.Process) {
+	deadline := time.Now().Add(killGrace)
 	signal := syscall.SIGTERM
 	for wait := time.Millisecond; wait < 10*time.Second; wait += min(wait, 50*time.Millisecond) {
 		pids := markedPids(marker)
 		if len(pids) == 0 {
-			return
+			break
 		}
 		if time.Now().After(deadline) {
 			signal = syscall.SIGKILL
@@ -694,6 +659,9 @@ func killMarked(marker string, grace time.Duration) {
 			}
 		}
 		time.Sleep(min(wait, 50*time.Millisecond)) // polling external processes, bounded
+	}
+	for _, p := range leaders {
+		p.Kill() // an ended leader is not signalled again (os.Process knows)
 	}
 }
 

@@ -1,8 +1,6 @@
 // tools_bash_linux.go holds what only Linux has (the syscall package has
-// these calls on Linux only): the child subreaper, by which a descendant that
-// left its process group and cleared its environment is re-parented to telson
-// and killed with the server (see procTracker.adoptedLocked), and the
-// namespaces and mounts of the plan-mode sandbox.
+// these calls on Linux only): the namespaces and mounts of the plan-mode
+// sandbox.
 package main
 
 import (
@@ -15,26 +13,10 @@ import (
 )
 
 const (
-	prSetChildSubreaper = 36
-	prGetChildSubreaper = 37
-	mountAttrRdonly     = 0x1
-	atRecursive         = 0x8000
-	sysMountSetattr     = 442 // the same on every architecture
+	mountAttrRdonly = 0x1
+	atRecursive     = 0x8000
+	sysMountSetattr = 442 // the same on every architecture
 )
-
-// becomeSubreaper asks Linux to re-parent telson's orphaned descendants to it.
-func becomeSubreaper() {
-	syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0)
-}
-
-// isSubreaper asks Linux whether this process is a child subreaper: only a
-// real telson is (main made it one), not a test binary serving in-process.
-func isSubreaper() bool {
-	var flag int32
-	_, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, prGetChildSubreaper,
-		uintptr(unsafe.Pointer(&flag)), 0)
-	return errno == 0 && flag != 0
-}
 
 // userNamespace makes cmd, which has no SysProcAttr yet, start in new user and
 // mount namespaces, as root mapped to the caller.

@@ -1,7 +1,7 @@
 //go:build !linux
 
-// tools_bash_other.go: systems without a child subreaper or the plan-mode
-// sandbox's namespaces (see tools_bash_linux.go).
+// tools_bash_other.go: systems without the plan-mode sandbox's namespaces
+// (see tools_bash_linux.go).
 package main
 
 import (
@@ -9,10 +9,6 @@ import (
 	"os/exec"
 	"runtime"
 )
-
-func becomeSubreaper() {}
-
-func isSubreaper() bool { return false }
 
 func userNamespace(cmd *exec.Cmd) error {
 	return fmt.Errorf("%s has no user namespaces", runtime.GOOS)

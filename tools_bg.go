@@ -63,7 +63,7 @@ at once: for servers, watchers, long builds.
   ListBgTasks lists tasks.
 - Up to %d bytes of unread output are kept; up to %d tasks run at once.
   The next tool result says when a task ends.`,
-			srv.cfg.int("BG_BUFFER_BYTES"), srv.cfg.int("BG_MAX_TASKS"))
+			srv.set.BgBuffer, srv.set.BgMaxTasks)
 	},
 	input: `{"type":"object","properties":{"command":{"type":"string","minLength":1}},
 		"required":["command"]}`,
@@ -81,8 +81,9 @@ then its status.
 
 - wait_ms (max 60000): when nothing is waiting, wait for output or the end.
 - tail: return only the last N lines of the unread output (the newest), passing over the rest.
-- At most %d bytes per reply (OUTPUT_LIMIT); the rest waits for the next read.`,
-			srv.cfg.int("OUTPUT_LIMIT"))
+- At most %d bytes per reply (OUTPUT_LIMIT); the rest waits for the next read.
+- Output reads as a terminal shows it (colours and progress redraws removed); log_file
+  keeps the raw bytes.`, srv.set.OutputLimit)
 	},
 	input: `{"type":"object","properties":{` + bgIDInput + `,
 		"wait_ms":{"type":"integer","minimum":0,"maximum":60000},
@@ -97,8 +98,9 @@ var listBgTasksTool = toolDef{
 	name:  "ListBgTasks",
 	title: "List background tasks",
 	description: "Lists this session's background tasks, newest first " +
-		"(the last 100 finished are kept).",
-	input: `{"type":"object","properties":{}}`,
+		"(the last 100 finished are kept); running_only: true leaves out those that ended.",
+	input: `{"type":"object","properties":{"running_only":{"type":"boolean",
+		"description":"Only the tasks still running (default false)."}}}`,
 	output: `{"type":"object","properties":{"tasks":{"type":"array","items":` + bgTaskSchema + `}},
 		"required":["tasks"]}`,
 	hints: toolHints{readOnly: true, idempotent: true},
@@ -125,11 +127,14 @@ type bgTasks struct {
 	procs *procTracker
 	scope string         // the session's marker: its tasks' and Bash runs' start with it
 	wg    sync.WaitGroup // counts the tasks' wait goroutines
+	// starts counts starts under way; closeAll waits for them, so none escapes it
+	starts sync.WaitGroup
 
-	mu     sync.Mutex // guards the fields below
-	tasks  []*bgTask  // oldest first
-	nextID int
-	closed bool // the session ended: nothing starts or is announced
+	mu       sync.Mutex // guards the fields below
+	tasks    []*bgTask  // oldest first
+	nextID   int
+	starting int  // tasks being started: they count toward BG_MAX_TASKS
+	closed   bool // the session ended: nothing starts or is announced
 }
 
 func newBgTasks(procs *procTracker) *bgTasks {
@@ -183,31 +188,45 @@ func runBackgroundBash(ctx context.Context, c *toolCall) toolResult {
 		return errorResult("command is empty")
 	}
 	b := c.s.bg
+	set := c.s.srv.set
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
+	running := b.pruneLocked() + b.starting
+	closed := b.closed
+	if !closed && running < set.BgMaxTasks {
+		b.starting++
+		b.starts.Add(1)
+		b.nextID++
+	}
+	id := b.nextID
+	b.mu.Unlock()
+	switch {
+	case closed:
 		return errorResult("start: the session is ending")
-	}
-	running := b.pruneLocked()
-	if most := c.s.srv.cfg.int("BG_MAX_TASKS"); running >= most {
+	case running >= set.BgMaxTasks:
 		return errorResult("%d tasks are already running, the most allowed (BG_MAX_TASKS=%d); "+
-			"stop one with KillBgTask first", running, most)
+			"stop one with KillBgTask first", running, set.BgMaxTasks)
 	}
-	b.nextID++
-	t := &bgTask{id: b.nextID, command: a.Command, marker: b.procs.scope(b.scope),
-		start: time.Now(), limit: max(c.s.srv.cfg.int("BG_BUFFER_BYTES"), 256),
-		ended: make(chan struct{}), code: -1, changed: make(chan struct{})}
+	t := &bgTask{id: id, command: a.Command, marker: b.procs.scope(b.scope), start: time.Now(),
+		limit: set.BgBuffer, ended: make(chan struct{}), code: -1, changed: make(chan struct{})}
 	cmd := bashCommand(a.Command)
 	out, err := c.s.startShell(cmd, t.marker)
+	if err == nil {
+		t.leader = cmd.Process
+		t.out = out
+		t.log = b.procs.keepFile(fmt.Sprintf("task-%d", t.id))
+		b.wg.Add(1)
+		go t.run(c.s, cmd) // exits once bash has exited and its output is read
+	}
+	b.mu.Lock()
+	b.starting--
+	if err == nil {
+		b.tasks = append(b.tasks, t)
+	}
+	b.mu.Unlock()
+	b.starts.Done()
 	if err != nil {
 		return errorResult("%v", err)
 	}
-	t.leader = cmd.Process
-	t.out = out
-	t.log = b.procs.keepFile(fmt.Sprintf("task-%d", t.id))
-	b.tasks = append(b.tasks, t)
-	b.wg.Add(1)
-	go t.run(c.s, cmd) // exits once bash has exited and its output is read
 	info, _ := t.state(c.s)
 	info.Hint = fmt.Sprintf(`Read its output with ReadBgOutput {"task_id": %d, "wait_ms": 5000}; `+
 		`stop it with KillBgTask {"task_id": %d}.`, t.id, t.id)
@@ -234,16 +253,22 @@ func (b *bgTasks) pruneLocked() int {
 	return running
 }
 
-// closeAll ends the session's tasks and everything its commands left;
-// nothing is announced or started after.
+// closeAll ends the session's tasks and everything its commands left, once the starts under
+// way are done; nothing is announced or started after.
 func (b *bgTasks) closeAll() {
 	b.mu.Lock()
 	b.closed = true
+	b.mu.Unlock()
+	b.starts.Wait()
+	b.mu.Lock()
 	tasks := b.tasks
 	b.mu.Unlock()
-	killMarked(b.scope, 500*time.Millisecond)
+	var leaders []*os.Process
 	for _, t := range tasks {
-		t.leader.Kill()                   // a scan misses a process in the middle of an exec
+		leaders = append(leaders, t.leader)
+	}
+	stopRun(b.scope, leaders...)
+	for _, t := range tasks {
 		t.out.SetReadDeadline(time.Now()) // a process that dropped its marker may hold the pipe
 	}
 	b.wg.Wait()
@@ -278,7 +303,7 @@ func (t *bgTask) run(s *session, cmd *exec.Cmd) {
 	close(t.changed)
 	t.changed = make(chan struct{}) // output may still come from a process bash left behind
 	if !t.quiet && !ending {
-		s.announce(t.noticeLocked())
+		s.notices.push(t.noticeLocked()) // under t.mu: a reply's state() then sees it
 	}
 }
 
@@ -286,13 +311,6 @@ func (t *bgTask) run(s *session, cmd *exec.Cmd) {
 func (t *bgTask) noticeLocked() string {
 	_, status := t.infoLocked()
 	return fmt.Sprintf("background task %d %s", t.id, status)
-}
-
-// remove forgets a waiting notice.
-func (q *noticeQueue) remove(line string) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.lines = slices.DeleteFunc(q.lines, func(l string) bool { return l == line })
 }
 
 // Write adds output, dropping the oldest unread bytes beyond the limit, and logs it: what the
@@ -335,7 +353,7 @@ func (t *bgTask) take(limit int) (string, int64) {
 			break
 		}
 	}
-	out := validUTF8(string(t.unread[:n]))
+	out := string(t.unread[:n])
 	dropped := t.dropped
 	t.unread = t.unread[n:]
 	t.dropped = 0
@@ -401,6 +419,7 @@ func (t *bgTask) infoLocked() (bgInfo, string) {
 // (see takeTail), the task's status.
 func (t *bgTask) report(s *session, note string, lines, limit int) toolResult {
 	out, dropped := t.takeTail(lines, limit)
+	out = terminalText(out)
 	info, status := t.state(s)
 	info.Output = &out
 	info.DroppedBytes = dropped
@@ -460,7 +479,7 @@ func runReadBgOutput(ctx context.Context, c *toolCall) toolResult {
 		case <-ctx.Done():
 		}
 	}
-	return t.report(c.s, "", a.Tail, c.s.srv.cfg.int("OUTPUT_LIMIT"))
+	return t.report(c.s, "", a.Tail, c.s.srv.set.OutputLimit)
 }
 
 // runKillBgTask kills the task's marker: its group and what escaped it. Plan
@@ -477,7 +496,7 @@ func runKillBgTask(ctx context.Context, c *toolCall) toolResult {
 	}
 	t.quiet = true
 	t.mu.Unlock()
-	stopRun(t.marker, killGrace, t.leader)
+	stopRun(t.marker, t.leader)
 	select {
 	case <-t.ended:
 	case <-ctx.Done():
@@ -487,6 +506,10 @@ func runKillBgTask(ctx context.Context, c *toolCall) toolResult {
 }
 
 func runListBgTasks(ctx context.Context, c *toolCall) toolResult {
+	var a struct {
+		RunningOnly bool `json:"running_only"`
+	}
+	json.Unmarshal(c.args, &a) // schema-checked
 	c.s.bg.mu.Lock()
 	tasks := slices.Clone(c.s.bg.tasks)
 	c.s.bg.mu.Unlock()
@@ -494,6 +517,9 @@ func runListBgTasks(ctx context.Context, c *toolCall) toolResult {
 	var b strings.Builder
 	for i := len(tasks) - 1; i >= 0; i-- {
 		info, status := tasks[i].state(c.s)
+		if a.RunningOnly && info.Status != "running" {
+			continue
+		}
 		short := []rune(strings.Join(strings.Fields(info.Command), " "))
 		if len(short) > 80 {
 			short = append(short[:79], '…')
@@ -503,7 +529,7 @@ func runListBgTasks(ctx context.Context, c *toolCall) toolResult {
 		fmt.Fprintf(&b, "task %d: %s, %d bytes unread, pid %d, log %s: %s\n",
 			info.TaskID, status, info.UnreadBytes, info.Pid, info.LogFile, info.Command)
 	}
-	if len(tasks) == 0 {
+	if len(infos) == 0 {
 		b.WriteString("No background tasks. Start one with BackgroundBash.")
 	}
 	return structuredResult(strings.TrimSuffix(b.String(), "\n"), map[string]any{"tasks": infos})

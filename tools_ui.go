@@ -34,14 +34,13 @@ import (
 	"image/png"
 	"net/http"
 	"strings"
-	"time"
 )
 
 var readImageTool = toolDef{
 	name:  "ReadImage",
 	title: "Show an image file",
 	describe: func(srv *server) string {
-		edge, maxBytes := imageLimits(srv.cfg)
+		edge, maxBytes := imageLimits(srv.set)
 		return fmt.Sprintf(`Shows you an image file: PNG, JPEG, GIF or WebP (told by its bytes).
 
 - Relative paths resolve against Bash's working directory.
@@ -67,9 +66,8 @@ const (
 )
 
 // imageLimits is the long-edge and byte limits from IMAGE_MAX_EDGE and IMAGE_MAX_BYTES.
-func imageLimits(cfg *config) (edge, maxBytes int) {
-	maxBytes = min(cfg.int("IMAGE_MAX_BYTES"), imageMaxPayload)
-	return max(cfg.int("IMAGE_MAX_EDGE"), 16), max(maxBytes, 1024)
+func imageLimits(set *settings) (edge, maxBytes int) {
+	return set.ImageMaxEdge, min(set.ImageMaxBytes, imageMaxPayload)
 }
 
 func runReadImage(ctx context.Context, c *toolCall) toolResult {
@@ -88,7 +86,7 @@ func runReadImage(ctx context.Context, c *toolCall) toolResult {
 		return errorResult("%s is %s; ReadImage shows PNG, JPEG, GIF and WebP, "+
 			"the formats the Anthropic API accepts (not BMP), with a readable header", path, mime)
 	}
-	edge, maxBytes := imageLimits(c.s.srv.cfg)
+	edge, maxBytes := imageLimits(c.s.srv.set)
 	info := fmt.Sprintf("%s: %s, %d×%d px, %s", path, mime, w, h, humanBytes(len(data)))
 	limits := fmt.Sprintf("(%d px long edge, %s)", edge, humanBytes(maxBytes))
 	cost := float64(w) * float64(h+2) * bpp // the two more rows are a PNG decoder's
@@ -331,7 +329,7 @@ func runAskUserQuestion(ctx context.Context, c *toolCall) toolResult {
 	if !canElicit(c.req) || params == nil {
 		return askInChat(qs, "This client cannot show these questions to the user as a form.")
 	}
-	timeout := time.Duration(c.s.srv.cfg.int("ASK_TIMEOUT_MS")) * time.Millisecond
+	timeout := c.s.srv.set.AskTimeout
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	raw, ask, err := elicit(ctx, c, "ask", params)
@@ -348,7 +346,7 @@ func runAskUserQuestion(ctx context.Context, c *toolCall) toolResult {
 // canElicit reports whether the client declared elicitation in a version that
 // has it. A client that declared URL mode only answers a form with an error.
 func canElicit(r *rpcRequest) bool {
-	return r.clientHas("elicitation") && atLeast(r.version, version20250618)
+	return r.clientHas("elicitation") && r.version >= version20250618
 }
 
 // elicit shows the user a form under key: in the legacy era as a server
@@ -357,7 +355,7 @@ func canElicit(r *rpcRequest) bool {
 func elicit(ctx context.Context, c *toolCall, key string, params map[string]any) (
 	answer json.RawMessage, ask map[string]any, err error) {
 	if !c.req.modern {
-		answer, err = c.s.request(ctx, "elicitation/create", params)
+		answer, err = c.req.request(ctx, "elicitation/create", params)
 		return answer, nil, err
 	}
 	var p struct {
@@ -409,7 +407,7 @@ func parseQuestions(text string) ([]askQuestion, error) {
 // enumNames before 2025-11-25, then oneOf; a multiple choice is an array, and
 // has no form (nil) before 2025-11-25.
 func elicitParams(qs []askQuestion, v string) map[string]any {
-	newer := atLeast(v, version20251125)
+	newer := v >= latestLegacy
 	msg := "The agent asks:"
 	var required []string
 	props := map[string]any{"remark": map[string]any{"type": "string",

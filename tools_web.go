@@ -1363,9 +1363,9 @@ var chromeNames = []string{"chromium", "chromium-browser", "google-chrome", "goo
 
 // findChrome returns the browser to run: CHROME_PATH when it is set, else the
 // first of chromeNames found; "" when there is none.
-func findChrome(cfg *config) string {
+func findChrome(set *settings) string {
 	names := chromeNames
-	if p := cfg.str("CHROME_PATH"); p != "" {
+	if p := set.ChromePath; p != "" {
 		names = []string{p} // no other browser in its place
 	}
 	for _, p := range names {
@@ -1383,15 +1383,14 @@ func (h *browserHolder) get(ctx context.Context, srv *server) (*browser, error) 
 	if h.b != nil && !h.b.dead() {
 		return h.b, nil
 	} else if h.b != nil {
-		srv.log.warnf("readdocs: Chromium (pid %d) stopped; starting a new one",
-			h.b.cmd.Process.Pid)
+		srv.log.Warn("readdocs: Chromium stopped; starting a new one", "pid", h.b.cmd.Process.Pid)
 		h.b.stop()
 		h.b = nil
 	}
-	chrome := srv.cfg.str("CHROME_PATH")
-	path := findChrome(srv.cfg)
+	chrome := srv.set.ChromePath
+	path := findChrome(srv.set)
 	switch {
-	case !srv.cfg.bool("READDOCS_BROWSER"):
+	case !srv.set.ReadDocsBrowser:
 		return nil, fmt.Errorf("%w: READDOCS_BROWSER is off", errNoBrowser)
 	case path == "" && chrome != "":
 		return nil, fmt.Errorf("CHROME_PATH %s is not an executable file", chrome)
@@ -1402,7 +1401,7 @@ func (h *browserHolder) get(ctx context.Context, srv *server) (*browser, error) 
 	defer cancel()
 	b, err := startBrowser(ctx, srv, path)
 	if err != nil {
-		srv.log.warnf("readdocs: %v", err)
+		srv.log.Warn("readdocs", "err", err)
 		return nil, fmt.Errorf("%w: %v", errNoBrowser, err)
 	}
 	h.b = b
@@ -1475,7 +1474,7 @@ func startBrowser(ctx context.Context, srv *server, path string) (*browser, erro
 		b.stop()
 		return nil, fmt.Errorf("browser start: %s printed no DevTools endpoint: %s", path, last)
 	}
-	maxMsg := max(int64(srv.cfg.int("WS_MAX_MESSAGE_BYTES")), 1<<20)
+	maxMsg := int64(srv.set.WSMaxMessage)
 	ws, err := wsDial(ctx, wsURL, crand.Reader, maxMsg)
 	if err == nil {
 		b.cdp = newCDPClient(ws)
@@ -1486,7 +1485,7 @@ func startBrowser(ctx context.Context, srv *server, path string) (*browser, erro
 		b.stop()
 		return nil, fmt.Errorf("browser start: %w", err)
 	}
-	srv.log.infof("readdocs: started Chromium pid %d (%s)", cmd.Process.Pid, path)
+	srv.log.Info("readdocs: started Chromium", "pid", cmd.Process.Pid, "path", path)
 	return b, nil
 }
 
@@ -1669,7 +1668,7 @@ func (srv *server) readPage(ctx context.Context, a readDocsArgs) (*readDocsOut, 
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("only http and https URLs can be read, not %q", a.URL)
 	}
-	timeout := time.Duration(srv.cfg.int("READDOCS_TIMEOUT_MS")+a.WaitMS) * time.Millisecond
+	timeout := srv.set.ReadDocsTimeout + time.Duration(a.WaitMS)*time.Millisecond
 	pg, b, err := srv.readInBrowser(ctx, u.String(), a.WaitMS, timeout)
 	// The browser died under us: once more with a new one.
 	if err != nil && b != nil && b.dead() && ctx.Err() == nil {
@@ -1705,7 +1704,7 @@ func (srv *server) readInBrowser(ctx context.Context, pageURL string, waitMS int
 	case <-ctx.Done():
 		return nil, b, fmt.Errorf("no free browser tab within %s", timeout)
 	}
-	idle := time.Duration(srv.cfg.int("READDOCS_IDLE_MS")) * time.Millisecond
+	idle := srv.set.ReadDocsIdle
 	pg, err := b.read(ctx, pageURL, idle, time.Duration(waitMS)*time.Millisecond)
 	return pg, b, err
 }
@@ -2189,7 +2188,7 @@ var webSearchTool = toolDef{
 // describeWebSearch names the engines a call asks by default.
 func describeWebSearch(srv *server) string {
 	var names []string
-	for _, e := range searchSelect(srv.cfg, nil) {
+	for _, e := range searchSelect(srv.set, nil) {
 		names = append(names, e.name)
 	}
 	return `Searches the web with many engines at once. Returns one merged list (title, URL,
@@ -2304,9 +2303,9 @@ Sec-Fetch-User: ?1
 )
 
 // searchMissing lists the configuration keys e's templates use that are not set.
-func searchMissing(cfg *config, e *searchEngine) (missing []string) {
+func searchMissing(set *settings, e *searchEngine) (missing []string) {
 	os.Expand(e.url+e.header, func(key string) string {
-		if key == strings.ToUpper(key) && cfg.str(key) == "" {
+		if key == strings.ToUpper(key) && set.SearchKeys[key] == "" {
 			missing = append(missing, key)
 		}
 		return ""
@@ -2316,7 +2315,7 @@ func searchMissing(cfg *config, e *searchEngine) (missing []string) {
 
 // get fills e's templates, sends the request and reads the answer; net/http
 // asks for gzip and decodes it. Its errors leave out the URL, which may hold a key.
-func (e *searchEngine) get(ctx context.Context, client *http.Client, cfg *config,
+func (e *searchEngine) get(ctx context.Context, client *http.Client, set *settings,
 	query string) (*http.Response, string, error) {
 	fill := func(name string) string {
 		switch name {
@@ -2326,7 +2325,7 @@ func (e *searchEngine) get(ctx context.Context, client *http.Client, cfg *config
 			quoted, _ := json.Marshal(query)
 			return string(quoted)
 		}
-		return cfg.str(name)
+		return set.SearchKeys[name]
 	}
 	method := http.MethodGet
 	if e.body != "" {
@@ -2337,7 +2336,7 @@ func (e *searchEngine) get(ctx context.Context, client *http.Client, cfg *config
 	if err != nil {
 		return nil, "", errors.Unwrap(err)
 	}
-	base, err := url.Parse(cfg.str("SEARCH_URL_" + strings.ToUpper(e.name)))
+	base, err := url.Parse(set.SearchKeys["SEARCH_URL_"+strings.ToUpper(e.name)])
 	if err == nil && base.Host != "" {
 		req.URL.Scheme = base.Scheme
 		req.URL.Host = base.Host
@@ -2448,7 +2447,7 @@ type searchRest struct {
 	why   string // the status that sent the engine to rest
 }
 
-func newSearchState(string) *searchState {
+func newSearchState() *searchState {
 	jar, _ := cookiejar.New(nil)
 	return &searchState{client: &http.Client{Jar: jar}, resting: map[string]searchRest{}}
 }
@@ -2486,15 +2485,15 @@ func searchContains(s string, words []string) bool {
 // ask asks one engine under SEARCH_TIMEOUT_MS, unless it is resting or not
 // configured, and judges its answer; an engine rate-limited, blocked or shown
 // a captcha rests for SEARCH_BACKOFF_MS.
-func (st *searchState) ask(ctx context.Context, cfg *config, e *searchEngine,
+func (st *searchState) ask(ctx context.Context, set *settings, e *searchEngine,
 	query string) searchOutcome {
 	o := searchOutcome{Name: e.name, Status: "error"}
 	st.mu.Lock()
 	rest := st.resting[e.name]
 	st.mu.Unlock()
-	missing := searchMissing(cfg, e)
+	missing := searchMissing(set, e)
 	resting := time.Since(rest.since)
-	if resting < time.Duration(cfg.int("SEARCH_BACKOFF_MS"))*time.Millisecond {
+	if resting < set.SearchBackoff {
 		o.Status = "resting"
 		o.Detail = fmt.Sprintf("%s %v ago", rest.why, resting.Round(time.Second))
 		return o
@@ -2503,13 +2502,12 @@ func (st *searchState) ask(ctx context.Context, cfg *config, e *searchEngine,
 		o.Detail = "not configured: set " + strings.Join(missing, " and ")
 		return o
 	}
-	timeout := cfg.int("SEARCH_TIMEOUT_MS")
-	ctx, cancel := context.WithTimeout(ctx, time.Duration(timeout)*time.Millisecond)
+	ctx, cancel := context.WithTimeout(ctx, set.SearchTimeout)
 	defer cancel()
-	resp, body, err := e.get(ctx, st.client, cfg, query)
+	resp, body, err := e.get(ctx, st.client, set, query)
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		o.Status = "timed out"
-		o.Detail = fmt.Sprintf("no answer within %dms", timeout)
+		o.Detail = fmt.Sprintf("no answer within %dms", set.SearchTimeout.Milliseconds())
 		return o
 	}
 	if err != nil {
@@ -2682,14 +2680,14 @@ func searchMerge(outs []searchOutcome, max int) []*searchResult {
 
 // searchSelect picks the engines a call names (the input schema lists the
 // names), else those SEARCH_ENGINES names, else every configured one.
-func searchSelect(cfg *config, names []string) []*searchEngine {
+func searchSelect(set *settings, names []string) []*searchEngine {
 	if len(names) == 0 {
-		names = strings.Fields(strings.ReplaceAll(cfg.str("SEARCH_ENGINES"), ",", " "))
+		names = set.SearchEngines
 	}
 	var out []*searchEngine
 	for i := range searchEngines {
 		e := &searchEngines[i]
-		if slices.Contains(names, e.name) || len(names) == 0 && searchMissing(cfg, e) == nil {
+		if slices.Contains(names, e.name) || len(names) == 0 && searchMissing(set, e) == nil {
 			out = append(out, e)
 		}
 	}
@@ -2697,7 +2695,7 @@ func searchSelect(cfg *config, names []string) []*searchEngine {
 }
 
 // search asks every engine at once and returns their outcomes in engine order.
-func (st *searchState) search(ctx context.Context, cfg *config, query string,
+func (st *searchState) search(ctx context.Context, set *settings, query string,
 	engines []*searchEngine) []searchOutcome {
 	outs := make([]searchOutcome, len(engines))
 	var wg sync.WaitGroup
@@ -2711,7 +2709,7 @@ func (st *searchState) search(ctx context.Context, cfg *config, query string,
 						Detail: fmt.Sprint("panic: ", p)}
 				}
 			}()
-			outs[i] = st.ask(ctx, cfg, e, query)
+			outs[i] = st.ask(ctx, set, e, query)
 		}()
 	}
 	wg.Wait()
@@ -2731,7 +2729,7 @@ func runWebSearch(ctx context.Context, c *toolCall) toolResult {
 		return errorResult("the query is blank; say what to search for")
 	}
 	srv := c.s.srv
-	outs := srv.search.search(ctx, srv.cfg, query, searchSelect(srv.cfg, a.Engines))
+	outs := srv.search.search(ctx, srv.set, query, searchSelect(srv.set, a.Engines))
 	results := searchMerge(outs, cmp.Or(a.MaxResults, searchDefaultResults))
 	out := map[string]any{"results": results, "engines": outs}
 	var b strings.Builder

@@ -189,7 +189,7 @@ func runTaskManager(ctx context.Context, c *toolCall) toolResult {
 	a.TaskID = strings.TrimPrefix(a.TaskID, "t")
 	a.StepID = strings.TrimPrefix(a.StepID, "t")
 	a.project = projectOf(c.s.shell.dir())
-	path := filepath.Join(c.s.srv.cfg.str("STATE_DIR"), "tasks.json")
+	path := filepath.Join(c.s.srv.set.StateDir, "tasks.json")
 	var res toolResult
 	err := withStateLock(ctx, path, func() error {
 		tf, err := loadTasks(path)
@@ -489,7 +489,7 @@ type planInfo struct {
 // planActive reports whether plan mode is active and PLAN_MODE_STRICT on:
 // then Bash runs read-only.
 func (s *session) planActive() bool {
-	return s.workflow.plan.Load().active && s.srv.cfg.bool("PLAN_MODE_STRICT")
+	return s.workflow.plan.Load().active && s.srv.set.PlanModeStrict
 }
 
 func runPlanMode(ctx context.Context, c *toolCall) toolResult {
@@ -548,7 +548,7 @@ func enterPlan(c *toolCall, goal, file string) toolResult {
 		return errorResult("enter needs goal, what the plan is for")
 	}
 	if file == "" {
-		dir := filepath.Join(c.s.srv.cfg.str("STATE_DIR"), "plans")
+		dir := filepath.Join(c.s.srv.set.StateDir, "plans")
 		os.MkdirAll(dir, 0o700) // writing the plan reports a failure
 		file = filepath.Join(dir, time.Now().Format("20060102-150405.000000")+".md")
 	}
@@ -557,7 +557,7 @@ func enterPlan(c *toolCall, goal, file string) toolResult {
 		return errorResult("plan_file: %v", err)
 	}
 	gate := "Bash and BackgroundBash run read-only until you exit: read the code, writes fail."
-	if !c.s.srv.cfg.bool("PLAN_MODE_STRICT") {
+	if !c.s.srv.set.PlanModeStrict {
 		gate = "Do not change anything until you exit plan mode."
 	}
 	text := fmt.Sprintf("Plan mode activated. Write your plan as markdown.\nGoal: %q\n"+
@@ -682,14 +682,13 @@ type skillCatalog struct {
 }
 
 // skillRoots lists the skill folders in search order; the first holding a name wins.
-func skillRoots(cfg *config, project string) []skillInfo {
+func skillRoots(set *settings, project string) []skillInfo {
 	home, _ := os.UserHomeDir()
 	roots := []skillInfo{
 		{path: filepath.Join(project, ".claude", "skills"), source: "Project Skill"},
 		{path: filepath.Join(home, ".claude", "skills"), source: "User Skill"},
 		{path: filepath.Join(home, ".telson", "skills"), source: "User Skill"}}
-	extra := strings.ReplaceAll(cfg.str("ADDITIONAL_SKILLS"), ",", ":")
-	for _, d := range filepath.SplitList(extra) {
+	for _, d := range set.AdditionalSkills {
 		d = strings.TrimSpace(d)
 		if rest, ok := strings.CutPrefix(d, "~/"); ok {
 			d = filepath.Join(home, rest)
@@ -713,7 +712,7 @@ func (sc *skillCatalog) refresh(srv *server, dir string) (int64, []skillInfo) {
 	sc.dir = projectOf(cmp.Or(dir, sc.dir))
 	var skills []skillInfo
 	var broken []error
-	for _, r := range skillRoots(srv.cfg, sc.dir) {
+	for _, r := range skillRoots(srv.set, sc.dir) {
 		entries, _ := os.ReadDir(r.path)
 		for _, e := range entries[:min(len(entries), maxSkillsRoot)] {
 			sk := skillInfo{name: e.Name(), source: r.source}
@@ -734,7 +733,7 @@ func (sc *skillCatalog) refresh(srv *server, dir string) (int64, []skillInfo) {
 		sc.gen++
 		sc.skills = skills
 		for _, err := range broken {
-			srv.log.warnf("skills: %v", err)
+			srv.log.Warn("skills", "err", err)
 		}
 	}
 	return sc.gen, sc.skills
@@ -801,8 +800,7 @@ func expandSkill(body, args, dir string) (string, error) {
 func (s *session) checkSkills() []skillInfo {
 	gen, skills := s.srv.skills.refresh(s.srv, s.shell.dir())
 	if s.workflow.skillGen.Swap(gen) != gen {
-		s.notify("notifications/tools/list_changed", nil)
-		s.notify("notifications/prompts/list_changed", nil)
+		s.notify("notifications/tools/list_changed")
 	}
 	return skills
 }
@@ -1047,7 +1045,7 @@ type sessionWorkflow struct {
 }
 
 func newSessionWorkflow(s *session) *sessionWorkflow {
-	w := &sessionWorkflow{callbacks: &callbackSlots{announce: s.announce, now: time.Now,
+	w := &sessionWorkflow{callbacks: &callbackSlots{announce: s.notices.push, now: time.Now,
 		afterFunc: func(d time.Duration, f func()) stopper { return time.AfterFunc(d, f) }}}
 	w.plan.Store(&planInfo{})
 	return w
