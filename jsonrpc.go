@@ -6,8 +6,8 @@
 // Rules:
 //   - every outgoing message is encoded by encode and written by the one writer of its
 //     output: stdio's writer goroutine, or the HTTP handler answering the POST;
-//   - the transport hands each message its outbox and a reply function, which the request
-//     path calls exactly once (nil: no reply);
+//   - the transport hands each line its outbox and a reply function, which the request path
+//     calls exactly once (nil: no reply);
 //   - every request runs in its own goroutine with its own context; notifications/cancelled
 //     cancels it, and no reply is sent;
 //   - a handler's panic becomes -32603 with its stack on stderr, and the session keeps serving;
@@ -166,24 +166,6 @@ func idKey(id json.RawMessage) string {
 	return fmt.Sprintf("%T %v", v, v)
 }
 
-// readLine returns the next line without its line ending and a leading UTF-8 BOM; a line
-// over max bytes is read to its end without being kept, and reported as too long.
-func readLine(r *bufio.Reader, max int) (line []byte, tooLong bool, err error) {
-	for {
-		chunk, more, err := r.ReadLine()
-		if err != nil {
-			return nil, false, err
-		}
-		tooLong = tooLong || len(line)+len(chunk) > max
-		if !tooLong {
-			line = append(line, chunk...)
-		}
-		if !more {
-			return bytes.TrimPrefix(line, []byte("\xef\xbb\xbf")), tooLong, nil
-		}
-	}
-}
-
 // encode is the one encoder of what telson sends: one line of JSON without HTML escaping.
 func encode(v any) ([]byte, error) {
 	var buf bytes.Buffer
@@ -211,9 +193,13 @@ func newOutbox(stream bool) *outbox {
 	return &outbox{queue: make(chan []byte, outboxSize), done: make(chan struct{}), stream: stream}
 }
 
-// send queues one message; a nil outbox, or one that takes only a reply, refuses it.
+// send queues one message (nil: nothing); a nil outbox, or one that takes only a reply,
+// refuses it.
 func (o *outbox) send(msg any) error {
-	if o == nil || !o.stream {
+	switch {
+	case msg == nil:
+		return nil
+	case o == nil || !o.stream:
 		return errNoStream
 	}
 	b, err := encode(msg)
@@ -225,13 +211,6 @@ func (o *outbox) send(msg any) error {
 		return nil
 	case <-o.done:
 		return errNoStream
-	}
-}
-
-// reply is a reply function for an output that carries replies like any message (stdio).
-func (o *outbox) reply(msg any) {
-	if msg != nil {
-		o.send(msg)
 	}
 }
 
@@ -331,44 +310,84 @@ func (s *session) cancelAll(onlyListens bool) {
 }
 
 // serve dispatches the lines of r until EOF or a read error, without waiting for the requests
-// it started. Replies and messages go to the session's outbox.
+// it started. A line's leading UTF-8 BOM goes; a line over MaxMessage bytes is read to its end
+// without being kept, and answered with an error. Replies and messages go to the session's
+// outbox.
 func (s *session) serve(ctx context.Context, r io.Reader) error {
 	br := bufio.NewReaderSize(r, 64<<10)
 	max := s.srv.set.MaxMessage
+	var line []byte
+	tooLong := false
 	for {
-		line, tooLong, err := readLine(br, max)
+		chunk, more, err := br.ReadLine()
 		switch {
 		case errors.Is(err, io.EOF):
 			s.cancelAll(true)
 			return nil
 		case err != nil:
 			return fmt.Errorf("read: %w", err)
-		case tooLong:
-			s.out.reply(invalidRequest(nil, "message longer than %d bytes skipped", max))
-		default:
-			s.handleLine(ctx, line, s.out, s.out.reply)
 		}
+		tooLong = tooLong || len(line)+len(chunk) > max
+		if !tooLong {
+			line = append(line, chunk...)
+		}
+		switch {
+		case more:
+			continue
+		case tooLong:
+			s.out.send(invalidRequest(nil, "message longer than %d bytes skipped", max))
+		default:
+			line = bytes.TrimPrefix(line, []byte("\xef\xbb\xbf"))
+			s.handleLine(ctx, line, false, s.out, s.out.send)
+		}
+		line = nil
+		tooLong = false
 	}
 }
 
-// handleLine handles a message or a batch: messages about its requests go to out, and reply
-// gets the reply (a message, an array of them, or nil), exactly once.
-func (s *session) handleLine(ctx context.Context, line []byte, out *outbox, reply func(any)) {
-	switch line = bytes.TrimSpace(line); {
+// handleLine decodes one line, a message or (not inBatch) a batch, and handles it: messages
+// about its requests go to out, and reply gets the reply (a message, an array of them, or
+// nil), exactly once.
+func (s *session) handleLine(ctx context.Context, line []byte, inBatch bool, out *outbox,
+	reply func(any) error) {
+	line = bytes.TrimSpace(line)
+	var m rpcMessage
+	err := json.Unmarshal(line, &m)
+	var syntax *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
 	case len(line) == 0:
 		reply(nil)
-	case !json.Valid(line):
-		err := json.Unmarshal(line, new(any))
+	case errors.As(err, &syntax):
 		reply(errorMessage(nil, newRPCError(codeParseError, "parse error: %v", err)))
-	case line[0] == '[':
+	case line[0] == '[' && !inBatch:
 		s.handleBatch(ctx, line, out, reply)
+	case line[0] != '{':
+		reply(invalidRequest(nil, "a message must be a JSON object"))
+	case errors.As(err, &te):
+		reply(invalidRequest(m.ID, "%q must not be a %s", te.Field, te.Value))
+	case inBatch && m.Method == "initialize":
+		reply(invalidRequest(m.ID, "initialize cannot be part of a batch"))
+	case m.JSONRPC != "2.0":
+		reply(invalidRequest(m.ID, `"jsonrpc" must be "2.0"`))
+	case len(m.ID) > 0 && !validID(m.ID):
+		reply(invalidRequest(nil, "id must be a string or a number"))
+	case m.Method == "" && (m.Result != nil || m.Error != nil) && len(m.ID) > 0:
+		s.routeResponse(&m)
+		reply(nil)
+	case m.Method == "":
+		reply(invalidRequest(m.ID, "no method"))
+	case len(m.ID) == 0:
+		s.handleNotification(&m)
+		reply(nil)
 	default:
-		s.handleMessage(ctx, line, false, out, reply)
+		s.start(ctx, &m, out, reply)
 	}
 }
 
 // handleBatch answers a JSON array of messages with an array of replies (before 2025-06-18).
-func (s *session) handleBatch(ctx context.Context, line []byte, out *outbox, reply func(any)) {
+func (s *session) handleBatch(ctx context.Context, line []byte, out *outbox,
+	reply func(any) error) {
 	s.mu.Lock()
 	v := s.version
 	s.mu.Unlock()
@@ -391,7 +410,10 @@ func (s *session) handleBatch(ctx context.Context, line []byte, out *outbox, rep
 	}
 	answers := make(chan any, len(items))
 	for _, item := range items {
-		s.handleMessage(ctx, item, true, out, func(m any) { answers <- m })
+		s.handleLine(ctx, item, true, out, func(m any) error {
+			answers <- m
+			return nil
+		})
 	}
 	s.wg.Add(1)
 	go func() { // exits once every message of the batch has answered
@@ -408,36 +430,6 @@ func (s *session) handleBatch(ctx context.Context, line []byte, out *outbox, rep
 			reply(replies)
 		}
 	}()
-}
-
-// handleMessage decodes and classifies one message; reply gets its reply, or nil, once.
-func (s *session) handleMessage(ctx context.Context, raw []byte, inBatch bool, out *outbox,
-	reply func(any)) {
-	var m rpcMessage
-	err := json.Unmarshal(raw, &m)
-	var te *json.UnmarshalTypeError
-	switch {
-	case raw[0] != '{':
-		reply(invalidRequest(nil, "a message must be a JSON object"))
-	case errors.As(err, &te):
-		reply(invalidRequest(m.ID, "%q must not be a %s", te.Field, te.Value))
-	case inBatch && m.Method == "initialize":
-		reply(invalidRequest(m.ID, "initialize cannot be part of a batch"))
-	case m.JSONRPC != "2.0":
-		reply(invalidRequest(m.ID, `"jsonrpc" must be "2.0"`))
-	case len(m.ID) > 0 && !validID(m.ID):
-		reply(invalidRequest(nil, "id must be a string or a number"))
-	case m.Method == "" && (m.Result != nil || m.Error != nil) && len(m.ID) > 0:
-		s.routeResponse(&m)
-		reply(nil)
-	case m.Method == "":
-		reply(invalidRequest(m.ID, "no method"))
-	case len(m.ID) == 0:
-		s.handleNotification(&m)
-		reply(nil)
-	default:
-		s.start(ctx, &m, out, reply)
-	}
 }
 
 // rpcRequest is one request being handled, with what its _meta says.
@@ -467,7 +459,7 @@ var methods = map[string]methodHandler{
 
 // start runs one request in its own goroutine (initialize inline: later messages depend on
 // it). At maxInflight it waits for a slot, so the reader stops reading: backpressure.
-func (s *session) start(ctx context.Context, m *rpcMessage, out *outbox, reply func(any)) {
+func (s *session) start(ctx context.Context, m *rpcMessage, out *outbox, reply func(any) error) {
 	handle, known := methods[m.Method]
 	r, rerr := s.newRequest(m, out)
 	if !known {
@@ -491,7 +483,7 @@ func (s *session) start(ctx context.Context, m *rpcMessage, out *outbox, reply f
 	s.wg.Add(1)
 	run := func() {
 		defer s.wg.Done()
-		msg := s.call(ctx, r, handle)
+		var msg any = s.call(ctx, r, handle)
 		cancel()
 		s.mu.Lock()
 		if s.inflight[key] == inf {
@@ -690,7 +682,9 @@ func completeModern(r *rpcRequest, result map[string]any) {
 		meta = map[string]any{}
 		result["_meta"] = meta
 	}
-	meta[metaServerInfo] = map[string]any{"name": "telson", "version": r.s.srv.version}
+	if meta[metaServerInfo] == nil {
+		meta[metaServerInfo] = map[string]any{"name": "telson", "version": r.s.srv.version}
+	}
 }
 
 func handleDiscover(ctx context.Context, r *rpcRequest) (map[string]any, error) {
@@ -700,6 +694,7 @@ func handleDiscover(ctx context.Context, r *rpcRequest) (map[string]any, error) 
 		"instructions":      serverInstructions,
 		"ttlMs":             3600000,
 		"cacheScope":        "public",
+		"_meta":             map[string]any{metaServerInfo: r.s.srv.serverInfo()},
 	}, nil
 }
 
@@ -1506,7 +1501,10 @@ func (h *httpHandler) post(w http.ResponseWriter, r *http.Request) {
 	out := newOutbox(strings.Contains(r.Header.Get("Accept"), "text/event-stream"))
 	defer close(out.done)
 	replies := make(chan any, 1)
-	h.s.handleLine(ctx, body, out, func(msg any) { replies <- msg })
+	h.s.handleLine(ctx, body, false, out, func(msg any) error {
+		replies <- msg
+		return nil
+	})
 	sse := false
 	for {
 		select {

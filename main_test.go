@@ -450,7 +450,7 @@ func TestFramingToleratesBOMCRLFAndBlankLines(t *testing.T) {
 
 func TestLongLineIsSkippedAndAnswered(t *testing.T) {
 	t.Parallel()
-	c := startServer(t, "MAX_MESSAGE_BYTES=1000")
+	c := startServer(t, "MAX_MESSAGE_BYTES=1024")
 	c.send(`{"jsonrpc":"2.0","id":1,"method":"ping","params":{"pad":"` + strings.Repeat("x", 200000) + `"}}`)
 	if m := c.recv(); errCode(m) != codeInvalidRequest || m["id"] != nil {
 		t.Errorf("long line: got %v, want -32600 with id null", m)
@@ -1136,33 +1136,38 @@ func bgSend(c *testClient, name string, args any) float64 {
 	return float64(c.nextID)
 }
 
-// bgWaitNote waits for a notifications/message whose data contains substr,
-// looking first at the notifications already received.
-func bgWaitNote(c *testClient, substr string) {
-	c.t.Helper()
-	match := func(m map[string]any) bool {
-		p, _ := m["params"].(map[string]any)
-		return m["method"] == "notifications/message" && strings.Contains(fmt.Sprint(p["data"]), substr)
+// bgWaitEnded waits until ListBgTasks shows task id ended (which says the end, so its
+// notice is gone), polling the task's process through telson, bounded by the watchdog.
+func bgWaitEnded(t *testing.T, c *testClient, id int) {
+	t.Helper()
+	deadline := time.Now().Add(watchdog)
+	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
+		tasks := bgStructured(t, c.callTool("ListBgTasks", map[string]any{}))["tasks"].([]any)
+		for _, task := range tasks {
+			if m := task.(map[string]any); m["task_id"] == float64(id) && m["status"] != "running" {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("task %d still running", id)
+		}
+		time.Sleep(wait) // polling an external process's end, bounded by the watchdog
 	}
-	c.mu.Lock()
-	seen := c.notes
-	c.mu.Unlock()
-	for _, m := range seen {
-		if match(m) {
-			return
+}
+
+// bgWaitNotice calls Bash until a result carries a notice holding substr and returns it.
+func bgWaitNotice(t *testing.T, c *testClient, substr string) map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(watchdog)
+	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
+		res := c.callTool("Bash", map[string]any{"command": "echo hi"})
+		if strings.Contains(resultText(res), substr) {
+			return res
 		}
-	}
-	for {
-		m := c.recv()
-		if _, ok := m["method"]; !ok {
-			c.t.Fatalf("unexpected response while waiting for a notice: %v", m)
+		if time.Now().After(deadline) {
+			t.Fatalf("no notice %q", substr)
 		}
-		c.mu.Lock()
-		c.notes = append(c.notes, m)
-		c.mu.Unlock()
-		if match(m) {
-			return
-		}
+		time.Sleep(wait) // polling an external process's end, bounded by the watchdog
 	}
 }
 
@@ -1364,7 +1369,7 @@ func TestBgDroppedBytes(t *testing.T) {
 	t.Parallel()
 	c := bgServer(t, "BG_BUFFER_BYTES=1000")
 	id := bgStart(t, c, "head -c 5000 /dev/zero | tr '\\0' a; echo; echo end")
-	bgWaitNote(c, "background task 1 exited with status 0")
+	bgWaitEnded(t, c, id)
 	res := bgRead(t, c, id, 0)
 	sc := bgStructured(t, res)
 	out := sc["output"].(string)
@@ -1430,7 +1435,7 @@ func TestBgReadLimitKeepsCharacters(t *testing.T) {
 	t.Parallel()
 	c := bgServer(t, "OUTPUT_LIMIT=1001")
 	id := bgStart(t, c, "for i in $(seq 1500); do printf 'é'; done")
-	bgWaitNote(c, "background task 1 exited")
+	bgWaitEnded(t, c, id)
 	res := bgRead(t, c, id, 0)
 	sc := bgStructured(t, res)
 	if out := sc["output"].(string); out != strings.Repeat("é", 500) || sc["unread_bytes"] != 2000.0 {
@@ -1473,7 +1478,7 @@ func TestBgKillLeftoverProcesses(t *testing.T) {
 	pidFile := filepath.Join(t.TempDir(), "pid")
 	id := bgStart(t, c, "sleep 1000 >/dev/null 2>&1 & echo $! > "+shellQuote(pidFile))
 	pid := readPidFile(t, pidFile)
-	bgWaitNote(c, "background task 1 exited with status 0")
+	bgWaitEnded(t, c, id)
 	res := c.callTool("KillBgTask", map[string]any{"task_id": id})
 	if isError(res) || !strings.HasPrefix(resultText(res), "Task 1 had already ended.\n") {
 		t.Errorf("kill: %s", resultText(res))
@@ -1547,8 +1552,7 @@ func TestBgExitNoticeOnce(t *testing.T) {
 	fifo, release := bgFifo(t) // the task ends after BackgroundBash has answered
 	bgStart(t, c, "read x < "+shellQuote(fifo)+"; exit 1")
 	release()
-	bgWaitNote(c, "background task 1 exited with status 1 after ")
-	first := c.callTool("Bash", map[string]any{"command": "echo hi"})
+	first := bgWaitNotice(t, c, "background task 1 exited with status 1 after ")
 	items := first["content"].([]any)
 	if len(items) != 2 || !strings.HasPrefix(items[0].(map[string]any)["text"].(string), "background task 1 exited with status 1 after ") {
 		t.Errorf("first result after the exit: %v", items)
@@ -6188,43 +6192,12 @@ func TestStructuredContentAlone(t *testing.T) {
 			strings.Repeat("word ", 400)+"</p></main></body></html>")
 	}))
 	defer site.Close()
-	c := startServer(t, "READDOCS_BROWSER=0", "SEARCH_URL_WIKIPEDIA="+site.URL, "STATE_DIR="+t.TempDir())
+	c, sess := sessionClient(t, "READDOCS_BROWSER=0", "SEARCH_URL_WIKIPEDIA="+site.URL)
 	c.initialize("2025-11-25")
-
-	// waitNotice waits for the log message that comes with a queued notice.
-	waitNotice := func(part string) {
-		t.Helper()
-		for {
-			c.mu.Lock()
-			for i, m := range c.notes {
-				params, _ := m["params"].(map[string]any)
-				if m["method"] == "notifications/message" && strings.Contains(fmt.Sprint(params["data"]), part) {
-					c.notes = slices.Delete(c.notes, i, i+1)
-					c.mu.Unlock()
-					return
-				}
-			}
-			c.mu.Unlock()
-			m := c.recv()
-			c.mu.Lock()
-			c.notes = append(c.notes, m)
-			c.mu.Unlock()
-		}
-	}
-	// endedTask queues a notice: a background task that ends once its start
-	// has been answered (it waits for a file the test then makes).
-	gate := t.TempDir()
+	// endedTask queues a notice, as a background task's end does.
 	endedTask := func() string {
-		t.Helper()
-		flag := filepath.Join(gate, fmt.Sprint(time.Now().UnixNano()))
-		cmd := fmt.Sprintf("until [ -e %s ]; do sleep 0.01; done", flag)
-		res := c.callTool("BackgroundBash", map[string]any{"command": cmd})
-		sc, _ := res["structuredContent"].(map[string]any)
-		if err := os.WriteFile(flag, nil, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		line := fmt.Sprintf("background task %v ", sc["task_id"])
-		waitNotice(line)
+		line := fmt.Sprintf("background task %d exited with status 0 after 1s", time.Now().UnixNano())
+		sess.notices.push(line)
 		return line
 	}
 	// callWithNotice calls a tool with a notice pending and returns its
@@ -6266,19 +6239,39 @@ func TestStructuredContentAlone(t *testing.T) {
 		t.Errorf("AskUserQuestion: the guidance is not in structuredContent: %v", sc)
 	}
 
-	// The tools that report tasks' ends get a reminder as their pending notice.
-	c.callTool("SetCallback", map[string]any{"message": "tick", "delay_seconds": 1, "repeat_count": 3})
+	// The tools that report tasks' ends carry a reminder as their pending notice.
 	for _, call := range []struct {
 		name string
 		args map[string]any
 	}{
 		{"ListBgTasks", map[string]any{}},
 		{"ReadBgOutput", map[string]any{"task_id": 1}},
-		{"KillBgTask", map[string]any{"task_id": 3}}, // sleep 60
+		{"KillBgTask", map[string]any{"task_id": 1}},
 	} {
-		waitNotice("tick")
+		sess.notices.push("[callback 0] tick")
 		callWithNotice(call.name, call.args, "tick")
 	}
+}
+
+// sessionClient is startServer for tests that reach into the session: one stdio session on
+// testSettings(kv), served until the test ends.
+func sessionClient(t *testing.T, kv ...string) (*testClient, *session) {
+	t.Helper()
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	c := &testClient{t: t, in: inW, lines: make(chan []byte, 1024), done: make(chan error, 1), stderr: &syncBuffer{}}
+	srv := newServer(testSettings(t, kv...), c.stderr)
+	s, served := startSession(srv, inR, outW)
+	go c.readLines(outR)
+	t.Cleanup(func() {
+		c.in.Close()
+		<-served
+		s.wg.Wait()
+		s.close()
+		srv.close()
+		outW.Close()
+	})
+	return c, s
 }
 
 // browserSites serves the test pages on 127.0.0.1 and a third-party host on
@@ -6682,9 +6675,10 @@ func TestBgTailLogAndBriefKill(t *testing.T) {
 func TestBgEndSaidOncePerReply(t *testing.T) {
 	t.Parallel()
 	c := bgServer(t)
-	id := bgStart(t, c, "exit 4")
-	bgWaitNote(c, "background task 1 exited with status 4")
-	res := bgRead(t, c, id, 0)
+	fifo, release := bgFifo(t) // the task ends after BackgroundBash has answered
+	id := bgStart(t, c, "read x < "+shellQuote(fifo)+"; exit 4")
+	release()
+	res := bgRead(t, c, id, int(watchdog.Milliseconds()))
 	if n := strings.Count(resultText(res), "exited with status 4"); n != 1 {
 		t.Errorf("the end is said %d times: %q", n, resultText(res))
 	}
