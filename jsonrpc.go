@@ -747,6 +747,7 @@ func handleListen(ctx context.Context, r *rpcRequest) (map[string]any, error) {
 
 // httpPeek is what the HTTP transport reads of a POST's body to check the 2026-07-28 headers.
 type httpPeek struct {
+	ID     json.RawMessage
 	Method string
 	Params struct {
 		Name string
@@ -755,13 +756,19 @@ type httpPeek struct {
 }
 
 // checkHeaders says what is wrong with a POST's MCP-Protocol-Version, Mcp-Method and Mcp-Name
-// headers: a 2026-07-28 message's must match its body; nil when nothing is.
-func checkHeaders(hdr http.Header, m *httpPeek) *rpcError {
+// headers (a 2026-07-28 message's must match its body) or with such a message; nil when
+// nothing is.
+func checkHeaders(hdr http.Header, body []byte, m *httpPeek) *rpcError {
 	version := hdr.Get("MCP-Protocol-Version")
-	if version != "" && !slices.Contains(supportedVersions, version) {
-		return unsupportedVersion(version)
-	}
 	bodyVersion := m.Params.Meta.Version
+	switch {
+	case version != "" && !slices.Contains(supportedVersions, version):
+		return unsupportedVersion(version)
+	case version == versionModern && body[0] == '[':
+		return newRPCError(codeInvalidRequest, "invalid request: %s has no batches", versionModern)
+	case bodyVersion == versionModern && m.ID != nil && m.Params.Meta.Caps == nil:
+		return invalidParams("_meta %s is required in %s", metaClientCaps, versionModern)
+	}
 	if bodyVersion != versionModern && version != versionModern {
 		return nil // another supported version than the negotiated one is tolerated
 	}
@@ -1489,7 +1496,7 @@ func (h *httpHandler) post(w http.ResponseWriter, r *http.Request) {
 	h.limiter.serving(r.RemoteAddr)
 	var m httpPeek
 	json.Unmarshal(body, &m) // a batch peeks as nothing
-	if e := checkHeaders(r.Header, &m); e != nil {
+	if e := checkHeaders(r.Header, body, &m); e != nil {
 		writeJSON(w, http.StatusBadRequest, errorMessage(nil, e))
 		return
 	}

@@ -200,7 +200,7 @@ func callOnce(ctx context.Context, srv *server, stdout io.Writer, args []string)
 		if isTerminal(stdout) {
 			text = stripControls(text)
 		}
-		fmt.Fprintln(stdout, text)
+		fmt.Fprintln(stdout, strings.TrimSuffix(text, "\n"))
 	}
 	if res["isError"] == true {
 		return errToolFailed

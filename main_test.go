@@ -4380,15 +4380,6 @@ func TestWorkflowPlanModeNotStrict(t *testing.T) {
 	wfCall(t, c, "Bash", map[string]any{"command": "echo ran"}, false, "ran")
 }
 
-func TestWorkflowPlanModeOldProtocolHasNoStructured(t *testing.T) {
-	t.Parallel()
-	c := startServer(t, "STATE_DIR="+t.TempDir())
-	c.initialize("2025-03-26")
-	res := wfCall(t, c, "PlanMode", map[string]any{"action": "status"}, false, "Plan mode: INACTIVE")
-	if _, ok := res["structuredContent"]; ok {
-		t.Fatalf("structuredContent before 2025-06-18: %v", res)
-	}
-}
 
 // wfSkill writes <root>/<name>/SKILL.md.
 func wfSkill(t *testing.T, root, name, text string) string {
@@ -5856,7 +5847,17 @@ func TestHTTPSlowClientsDoNotLockOthersOut(t *testing.T) {
 	for i := range 4 {
 		go func() { // exits when the call answers
 			cmd := fmt.Sprintf("touch %s/%d; while [ ! -e %s/go ]; do sleep 0.05; done; echo held", dir, i, dir)
-			results <- c.result("tools/call", map[string]any{"name": "Bash", "arguments": map[string]any{"command": cmd}})
+			b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": i, "method": "tools/call",
+				"params": map[string]any{"name": "Bash", "arguments": map[string]any{"command": cmd}}})
+			resp, err := c.hc.Post(url, "application/json", bytes.NewReader(b))
+			if err != nil {
+				results <- map[string]any{"error": err.Error()}
+				return
+			}
+			defer resp.Body.Close()
+			var m map[string]any
+			json.NewDecoder(resp.Body).Decode(&m)
+			results <- m
 		}()
 	}
 	for i := range 4 {
@@ -5869,8 +5870,8 @@ func TestHTTPSlowClientsDoNotLockOthersOut(t *testing.T) {
 	}
 	os.WriteFile(dir+"/go", nil, 0o644)
 	for range 4 {
-		if res := <-results; resultText(res) != "held\n" {
-			t.Errorf("a request being answered was shed: %v", res)
+		if m := <-results; m["result"] == nil || resultText(m["result"].(map[string]any)) != "held\n" {
+			t.Errorf("a request being answered was shed: %v", m)
 		}
 	}
 }
@@ -5940,76 +5941,57 @@ func openPTY(t *testing.T) (master, tty *os.File) {
 	return master, tty
 }
 
+// telson call prints a tool's text as it is to a pipe, and without control characters to a
+// terminal, where they would drive it; Bash's output is already rendered as a terminal shows it.
 func TestCallStripsControlCharactersOnATerminal(t *testing.T) {
-	t.Parallel()
-	command := `printf 'a\033]0;pwned\007b\tc\rd\033[2Je\n'`
-	args := []string{"call", "Bash", fmt.Sprintf(`{"command":%q}`, command)}
+	t.Setenv("TELSON_STATE_DIR", t.TempDir())
+	bash := []string{"call", "Bash", `{"command":"printf 'a\\033]0;pwned\\007b\\tc\\rd\\033[2Je\\n'"}`}
+	image := []string{"call", "ReadImage", `{"file_path":"/nonexistent/\u001b]0;pwned\u0007x"}`}
 	var piped bytes.Buffer
-	if err := run(context.Background(), strings.NewReader(""), &piped, io.Discard, args); err != nil {
+	if err := run(context.Background(), strings.NewReader(""), &piped, io.Discard, bash); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(piped.String(), "a\033]0;pwned\007b\tc\rd\033[2Je\n") {
-		t.Errorf("not a terminal: the output must stay as it is: %q", piped.String())
+	run(context.Background(), strings.NewReader(""), &piped, io.Discard, image)
+	if want := "de\nReadImage: "; !strings.HasPrefix(piped.String(), want) || !strings.Contains(piped.String(), "\033]0;pwned\007x") {
+		t.Errorf("piped: %q, want it to start with %q and keep the path's bytes", piped.String(), want)
 	}
 	master, tty := openPTY(t)
-	if err := run(context.Background(), strings.NewReader(""), tty, io.Discard, args); err != nil {
-		t.Fatal(err)
-	}
+	run(context.Background(), strings.NewReader(""), tty, io.Discard, image)
 	tty.Close()
 	master.SetReadDeadline(time.Now().Add(watchdog))
 	got, _ := io.ReadAll(master) // ends with EIO once the terminal side is closed
-	// the terminal turns \n into \r\n; the \r telson wrote is gone
-	if want := "a]0;pwnedb\tcd[2Je\r\n"; !strings.HasPrefix(string(got), want) {
-		t.Errorf("on a terminal: %q, want it to start with %q", got, want)
+	if !strings.Contains(string(got), "/nonexistent/]0;pwnedx") {
+		t.Errorf("on a terminal: %q, want the path without its control characters", got)
 	}
 }
 
-func TestCommandLineHelpWarningsAndTools(t *testing.T) {
-	t.Parallel()
-	runCLI := func(args ...string) (stdout, stderr string) {
-		var out, errb bytes.Buffer
-		if err := run(context.Background(), strings.NewReader(""), &out, &errb, args); err != nil {
-			t.Fatalf("%v: %v", args, err)
+// A person who runs telson in a terminal reads one line saying what it is and how to use it;
+// then telson serves as usual.
+func TestTerminalHint(t *testing.T) {
+	t.Setenv("TELSON_STATE_DIR", t.TempDir())
+	master, tty := openPTY(t)
+	stderr := &syncBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	result := make(chan error, 1)
+	go func() { result <- run(ctx, tty, io.Discard, stderr, nil) }() // exits when ctx ends
+	deadline := time.Now().Add(watchdog)
+	for !strings.Contains(stderr.String(), "telson speaks MCP on stdin/stdout") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no hint on stderr: %q", stderr.String())
 		}
-		return out.String(), errb.String()
+		time.Sleep(5 * time.Millisecond) // polling the line, bounded by the watchdog
 	}
-	_, help := runCLI("-h")
-	for _, want := range []string{"~/.telson/telson-env.txt", "./.telson/telson-env.txt", "TELSON_<KEY>",
-		"-output-limit value\n", "(default 30000)"} {
-		if !strings.Contains(help, want) {
-			t.Errorf("-h lacks %q:\n%s", want, help)
-		}
+	if !strings.Contains(stderr.String(), `telson call Bash '{"command":"ls"}'`) {
+		t.Errorf("the hint does not say how to try a tool: %q", stderr.String())
 	}
-
-	out, warnings := runCLI("-config", "-output-limit", "-5", "-tools", "Bash,Nope", "-chrome-path", "/nonexistent/chromium")
-	for _, want := range []string{
-		`OUTPUT_LIMIT: "-5" is not a whole number of 0 or more; keeping "30000"`,
-		`TOOLS: no tool is named "Nope"; it is left out`,
-		`CHROME_PATH: exec: "/nonexistent/chromium"`,
-	} {
-		if !strings.Contains(warnings, want) {
-			t.Errorf("warnings lack %q:\n%s", want, warnings)
-		}
-	}
-	if !strings.Contains(out, "OUTPUT_LIMIT=30000\t# default") {
-		t.Errorf("-output-limit -5 changed the value:\n%s", out)
-	}
-	if _, w := runCLI("-config", "-tools", "none"); strings.Contains(w, "warning") {
-		t.Errorf("-tools none warned: %s", w)
-	}
-
-	tools, _ := runCLI("tools")
-	readDocs := tools[strings.Index(tools, "ReadDocs —"):]
-	readDocs = readDocs[:strings.Index(readDocs, "\n\n")]
-	params := strings.Split(readDocs, "\n  - ")[1:]
-	if len(params) < 2 || !strings.HasPrefix(params[0], "url (string, required)") {
-		t.Errorf("ReadDocs: the required url is not first:\n%s", readDocs)
-	}
-	if !strings.Contains(readDocs, "format (string, one of [markdown text html])") {
-		t.Errorf("ReadDocs: format's values are missing:\n%s", readDocs)
-	}
-	if !strings.Contains(tools, "engines (array, one of [duckduckgo ") {
-		t.Errorf("WebSearch: the engines' values are missing")
+	cancel()
+	master.Close()
+	tty.Close()
+	<-result
+	var out bytes.Buffer
+	run(context.Background(), strings.NewReader(""), &out, stderr, nil)
+	if strings.Count(stderr.String(), "speaks MCP") != 1 {
+		t.Errorf("the hint was printed for a pipe too: %q", stderr.String())
 	}
 }
 
@@ -6775,33 +6757,6 @@ func proc2Parent(t *testing.T, pid int) int {
 	return parent
 }
 
-// An escapee that left its group and cleared its environment carries no
-// marker: the subreaper makes it telson's child, killed at the server's end.
-func TestEscapedWithoutEnvironmentDiesWithTheServer(t *testing.T) {
-	t.Parallel()
-	if runtime.GOOS != "linux" {
-		t.Skip("a child subreaper needs Linux")
-	}
-	for _, tool := range []string{"BackgroundBash", "Bash"} {
-		t.Run(tool, func(t *testing.T) {
-			t.Parallel()
-			c := startBinary(t, nil)
-			c.initialize("2025-11-25")
-			pidFile := filepath.Join(t.TempDir(), "pid")
-			escape := "setsid env -i sh -c 'echo $$ > " + pidFile + "; exec sleep 1000' >/dev/null 2>&1 &"
-			if res := c.callTool(tool, map[string]any{"command": escape}); isError(res) {
-				t.Fatalf("start: %s", resultText(res))
-			}
-			pid := readPidFile(t, pidFile)
-			if env, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ"); bytes.Contains(env, []byte(markerEnv)) {
-				t.Fatalf("the escapee kept its marker: %q", env)
-			}
-			waitParent(t, pid, c.cmd.Process.Pid)
-			c.in.Close()
-			waitGone(t, pid)
-		})
-	}
-}
 
 // waitParent waits until pid, orphaned, has been re-parented to parent.
 func waitParent(t *testing.T, pid, parent int) {
