@@ -149,7 +149,7 @@ type server struct {
 	procs   *procTracker
 	version string
 	search  *searchState   // WebSearch's HTTP client and resting engines
-	skills  *skillCatalog  // skills for InvokeSkill and prompts
+	skills  *skillCatalog  // skills for InvokeSkill
 	browser *browserHolder // ReadDocs's Chromium, started on first use
 	listens listenerSet    // open subscriptions/listen requests, of every session
 	list    listCache      // the last tools/list result
@@ -518,8 +518,6 @@ var methods = map[string]methodHandler{
 	"tools/list":       handleToolsList,
 	"tools/call":       handleToolsCall,
 	"logging/setLevel": handleSetLevel,
-	"prompts/list":     handlePromptsList,
-	"prompts/get":      handlePromptsGet,
 	methodListen:       handleListen,
 }
 
@@ -846,11 +844,9 @@ func handleListen(ctx context.Context, r *rpcRequest) (any, error) {
 	json.Unmarshal(r.params, &p) // what is not asked for as it should be is not granted
 	l := &listener{req: r, ctx: ctx}
 	granted := map[string]any{}
-	for _, list := range []string{"tools", "prompts"} {
-		if p.Notifications[list+"ListChanged"] == true {
-			granted[list+"ListChanged"] = true
-			l.methods = append(l.methods, "notifications/"+list+"/list_changed")
-		}
+	if p.Notifications["toolsListChanged"] == true {
+		granted["toolsListChanged"] = true
+		l.methods = append(l.methods, "notifications/tools/list_changed")
 	}
 	meta := map[string]any{metaSubscriptionID: r.id}
 	ls := &r.s.srv.listens
@@ -931,7 +927,6 @@ const serverInstructions = "telson gives you a shell (Bash, and BackgroundBash f
 
 var serverCapabilities = map[string]any{
 	"tools":   map[string]any{"listChanged": true},
-	"prompts": map[string]any{"listChanged": true},
 	"logging": map[string]any{},
 }
 
@@ -1622,7 +1617,7 @@ func checkStateless(hdr http.Header, m *statelessMessage) *rpcError {
 	method := hdr.Get("Mcp-Method")
 	name := hdr.Get("Mcp-Name")
 	bodyName := "" // the Mcp-Name header the message needs
-	if m.Method == "tools/call" || m.Method == "prompts/get" {
+	if m.Method == "tools/call" {
 		bodyName = m.Params.Name
 	}
 	switch {

@@ -407,7 +407,7 @@ var configKeys = []configKey{
 	{"PLAN_MODE_STRICT", "on", "bool",
 		"while PlanMode is active, Bash and BackgroundBash run read-only (or refuse without a sandbox)"},
 	{"ADDITIONAL_SKILLS", "", "str",
-		"more skill folders for InvokeSkill and prompts, comma or colon separated, searched last"},
+		"more skill folders for InvokeSkill, comma or colon separated, searched last"},
 	{"HTTP", "", "str",
 		"serve MCP over HTTP at this address (/mcp); a bare port or :port means 127.0.0.1"},
 	{"HTTP_TOKEN", "", "str",

@@ -4054,88 +4054,58 @@ func TestWebSearchParsersSurviveGarbage(t *testing.T) {
 
 // ---- workflow ----
 
-// workflow_test.go tests TaskManager, PlanMode, InvokeSkill (and skills as
-// prompts) and SetCallback the way a client sees them. Callback timers run
-// on wfClock, a clock the test advances; nothing sleeps.
+// workflow_test.go tests TaskManager, PlanMode, InvokeSkill and SetCallback
+// the way a client sees them. Callback timers fire when the test says so
+// (wfFire); nothing sleeps.
 
-// wfClock is a fake clock for callback timers: advance fires what is due.
-type wfClock struct {
-	mu     sync.Mutex // guards now and timers
-	now    time.Time
-	timers []*wfTimer
+// wfFire fires callback slot i at once, as its timer would, and stops that
+// timer. The tests' delays are long, so the timer never fires by itself.
+func wfFire(t *testing.T, s *session, i int) {
+	t.Helper()
+	cb := s.workflow.callbacks
+	cb.mu.Lock()
+	sl := cb.slots[i]
+	stopped := sl != nil && sl.timer.Stop()
+	cb.mu.Unlock()
+	if !stopped {
+		t.Fatalf("callback slot %d has no armed timer", i)
+	}
+	cb.fire(i, sl)
 }
 
-type wfTimer struct {
-	c    *wfClock
-	at   time.Time
-	f    func()
-	done bool
-}
-
-func (t *wfTimer) Stop() bool {
-	t.c.mu.Lock()
-	defer t.c.mu.Unlock()
-	was := !t.done
-	t.done = true
-	return was
-}
-
-func (c *wfClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *wfClock) afterFunc(d time.Duration, f func()) stopper {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t := &wfTimer{c: c, at: c.now.Add(d), f: f}
-	c.timers = append(c.timers, t)
-	return t
-}
-
-// advance moves the clock by d and runs the timers that came due, in order.
-func (c *wfClock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	var due []*wfTimer
-	for _, t := range c.timers {
-		if !t.done && !t.at.After(c.now) {
-			t.done = true
-			due = append(due, t)
+// wfTimers is the timers of the active callback slots.
+func wfTimers(s *session) []*time.Timer {
+	cb := s.workflow.callbacks
+	cb.mu.Lock()
+	defer cb.mu.Unlock()
+	var timers []*time.Timer
+	for _, sl := range cb.slots {
+		if sl != nil {
+			timers = append(timers, sl.timer)
 		}
 	}
-	c.mu.Unlock()
-	sort.SliceStable(due, func(i, j int) bool { return due[i].at.Before(due[j].at) })
-	for _, t := range due {
-		t.f()
-	}
+	return timers
 }
 
-// armed counts timers not yet fired or stopped.
-func (c *wfClock) armed() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := 0
-	for _, t := range c.timers {
-		if !t.done {
-			n++
+// wfStopped fails unless every timer was stopped (Stop reports whether one still ran).
+func wfStopped(t *testing.T, timers []*time.Timer) {
+	t.Helper()
+	for i, timer := range timers {
+		if timer.Stop() {
+			t.Errorf("timer %d of %d was still armed", i, len(timers))
 		}
 	}
-	return n
 }
 
 // wfStart serves one in-process session like serveStdio does, but hands the
-// test the session so its callback clock can be replaced.
-func wfStart(t *testing.T, flags map[string]string) (*testClient, *session, *wfClock) {
+// test the session, so it can fire callbacks.
+func wfStart(t *testing.T, flags map[string]string) (*testClient, *session) {
 	t.Helper()
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	c := &testClient{t: t, in: inW, lines: make(chan []byte, 1024), done: make(chan error, 1), stderr: &syncBuffer{}}
 	srv := newServer(loadConfig(flags), c.stderr)
 	s := newSession(srv, outW)
-	clk := &wfClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	s.workflow.callbacks.afterFunc, s.workflow.callbacks.now = clk.afterFunc, clk.Now
 	go func() { // exits at stdin EOF, once the session is shut down
 		err := s.serve(context.Background(), inR)
 		s.wg.Wait()
@@ -4153,7 +4123,7 @@ func wfStart(t *testing.T, flags map[string]string) (*testClient, *session, *wfC
 			t.Errorf("session did not stop")
 		}
 	})
-	return c, s, clk
+	return c, s
 }
 
 // wfCall calls a tool and checks whether it failed as expected and that its text holds want.
@@ -4319,26 +4289,49 @@ func TestWorkflowTaskManagerTwoProcesses(t *testing.T) {
 	}
 }
 
+// A tasks.json that does not parse is kept under another name, its bytes
+// intact, whatever the action; the reply names the kept file, and a new list
+// starts.
 func TestWorkflowTaskManagerCorruptFile(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "tasks.json")
-	os.WriteFile(path, []byte(`{"tasks": [oops`), 0o600)
 	c := startServer(t, "-state-dir", dir)
 	c.initialize("2025-06-18")
-	for _, args := range []map[string]any{{"action": "list"}, {"action": "add", "text": "x"}, {"action": "create", "text": "x"}} {
-		res := wfCall(t, c, "TaskManager", args, true, path, "unusable", "left untouched")
-		if _, ok := res["structuredContent"]; ok {
-			t.Fatalf("error result with structured content: %v", res)
+	for _, tc := range []struct {
+		data    string
+		args    map[string]any
+		wantErr bool
+	}{
+		{`{"tasks": [oops`, map[string]any{"action": "create", "text": "fresh"}, false},
+		{`{"tasks":[null]}`, map[string]any{"action": "list"}, false},
+		{`{"tasks":[{"id":"t1","steps":[null]}]}`, map[string]any{"action": "add", "text": "x"}, true}, // no current task in a new list
+		{"[1,2]", map[string]any{"action": "pending"}, true},
+	} {
+		if err := os.WriteFile(path, []byte(tc.data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		res := wfCall(t, c, "TaskManager", tc.args, tc.wantErr, path+" was corrupt", "and a new list started")
+		m := regexp.MustCompile(`kept as (\S+), and`).FindStringSubmatch(resultText(res))
+		if m == nil || !strings.HasPrefix(m[1], path+".corrupt-") {
+			t.Fatalf("%s: no kept file named: %s", tc.data, resultText(res))
+		}
+		if b, err := os.ReadFile(m[1]); err != nil || string(b) != tc.data {
+			t.Fatalf("kept file %s holds %q, %v; want %q", m[1], b, err, tc.data)
+		}
+		if sc, ok := res["structuredContent"].(map[string]any); !tc.wantErr && (!ok || sc["message"] != resultText(res)) {
+			t.Fatalf("the note is not in structuredContent's message: %v", res)
 		}
 	}
-	if b, _ := os.ReadFile(path); string(b) != `{"tasks": [oops` {
-		t.Fatalf("corrupt file changed: %s", b)
+	if kept, _ := filepath.Glob(path + ".corrupt-*"); len(kept) != 4 {
+		t.Fatalf("kept files: %v", kept)
+	}
+	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "next"}, false, "Created task t1")
+	if text := resultText(wfCall(t, c, "TaskManager", map[string]any{"action": "list"}, false, `t1 "next"`)); strings.Contains(text, "corrupt") {
+		t.Fatalf("a sound file is reported corrupt: %s", text)
 	}
 
-	// Valid JSON that is not a usable list is corrupt too; ids never repeat in a hand-edited file.
-	os.WriteFile(path, []byte(`{"tasks":[null]}`), 0o600)
-	wfCall(t, c, "TaskManager", map[string]any{"action": "list"}, true, "unusable", "null")
+	// Ids never repeat in a hand-edited file.
 	os.WriteFile(path, []byte(`{"tasks":[{"id":"t7","title":"hand","steps":[{"id":"t7.1","text":"s"}]}]}`), 0o600)
 	wfCall(t, c, "TaskManager", map[string]any{"action": "add", "task_id": 7, "text": "next"}, false, "Added step t7.2")
 	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "next"}, false, "Created task t8")
@@ -4416,14 +4409,12 @@ func TestWorkflowPlanMode(t *testing.T) {
 	pm(false, map[string]any{"action": "reset"}, "Plan mode reset. No plan saved.")
 	pm(false, map[string]any{"action": "reset"}, "not active")
 
-	// A plan_file relative to the shell's directory; the plan passed inline replaces it.
+	// A plan_file relative to the shell's directory is read as the plan
+	// (TestWorkflowPlanModeNeverReplaces has the rest).
 	wfCall(t, c, "Bash", map[string]any{"command": "cd " + dir}, false)
 	os.WriteFile(filepath.Join(dir, "mine.md"), []byte("old plan\n"), 0o600)
 	pm(false, map[string]any{"action": "enter", "goal": "g", "plan_file": "mine.md"}, filepath.Join(dir, "mine.md"))
-	pm(false, map[string]any{"action": "exit", "plan": "new plan\n"}, "new plan")
-	if b, _ := os.ReadFile(filepath.Join(dir, "mine.md")); string(b) != "new plan\n" {
-		t.Fatalf("plan file holds %q", b)
-	}
+	pm(false, map[string]any{"action": "exit"}, "Plan saved to "+filepath.Join(dir, "mine.md"), "old plan")
 
 	// A new session starts outside plan mode.
 	pm(false, map[string]any{"action": "enter", "goal": "left active"})
@@ -4499,7 +4490,7 @@ func TestWorkflowSkillSearchOrder(t *testing.T) {
 }
 
 // Not parallel: it sets HOME.
-func TestWorkflowSkillsListingPromptsAndChanges(t *testing.T) {
+func TestWorkflowSkillsListingAndChanges(t *testing.T) {
 	home, proj := t.TempDir(), t.TempDir()
 	t.Setenv("HOME", home)
 	root := filepath.Join(proj, ".claude", "skills")
@@ -4510,8 +4501,8 @@ func TestWorkflowSkillsListingPromptsAndChanges(t *testing.T) {
 	wfSkill(t, root, "block", "---\ndescription: >\n  folded\n---\nx\n")
 	c := startServer(t, "-state-dir", t.TempDir())
 	init := c.initialize("2025-06-18")
-	if caps := init["result"].(map[string]any)["capabilities"].(map[string]any); caps["prompts"] == nil {
-		t.Fatalf("no prompts capability: %v", caps)
+	if caps := init["result"].(map[string]any)["capabilities"].(map[string]any); caps["prompts"] != nil {
+		t.Fatalf("skills are not served as prompts: %v", caps)
 	}
 	wfCall(t, c, "Bash", map[string]any{"command": "cd " + proj}, false)
 	// The first call from the project directory finds its skills and says the list changed.
@@ -4548,22 +4539,10 @@ func TestWorkflowSkillsListingPromptsAndChanges(t *testing.T) {
 		}
 	}
 
-	prompts := c.request("prompts/list", nil)["result"].(map[string]any)["prompts"].([]any)
-	if len(prompts) != 2 || prompts[1].(map[string]any)["name"] != "release-notes" ||
-		prompts[1].(map[string]any)["arguments"].([]any)[0].(map[string]any)["description"] != "<version> [audience]" {
-		t.Fatalf("prompts/list: %v", prompts)
-	}
-	got := c.request("prompts/get", map[string]any{"name": "release-notes", "arguments": map[string]any{"arguments": "v9 devs"}})
-	msgs := got["result"].(map[string]any)["messages"].([]any)
-	content := msgs[0].(map[string]any)["content"].(map[string]any)
-	if msgs[0].(map[string]any)["role"] != "user" || content["type"] != "text" || content["text"] != "Notes for v9 devs.\n" {
-		t.Fatalf("prompts/get: %v", got)
-	}
-	if code := errCode(c.request("prompts/get", map[string]any{"name": "nope"})); code != codeInvalidParams {
-		t.Fatalf("prompts/get unknown: code %d", code)
-	}
-	if code := errCode(c.request("prompts/get", map[string]any{})); code != codeInvalidParams {
-		t.Fatalf("prompts/get without name: code %d", code)
+	for _, method := range []string{"prompts/list", "prompts/get"} {
+		if code := errCode(c.request(method, map[string]any{"name": "plain"})); code != codeMethodNotFound {
+			t.Fatalf("%s: code %d, want method not found", method, code)
+		}
 	}
 
 	// A new skill: the list changes, and the client hears it once.
@@ -4572,9 +4551,6 @@ func TestWorkflowSkillsListingPromptsAndChanges(t *testing.T) {
 	wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "newer"}, false, "new")
 	if n := len(wfNotes(c, "notifications/tools/list_changed")); n != 1 {
 		t.Fatalf("%d tools/list_changed after adding a skill, want 1", n)
-	}
-	if n := len(wfNotes(c, "notifications/prompts/list_changed")); n < 1 {
-		t.Fatalf("no prompts/list_changed")
 	}
 	wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "newer"}, false, "new")
 	if n := len(wfNotes(c, "notifications/tools/list_changed")); n != 0 {
@@ -4604,11 +4580,14 @@ func TestWorkflowExpandSkill(t *testing.T) {
 
 func TestWorkflowParseSkill(t *testing.T) {
 	t.Parallel()
-	meta, body, err := parseSkill("\ufeff---\r\nname: a\r\ndescription: first\r\n  continued\r\nargument-hint: \"[x]\"\r\nallowed-tools:\r\n  - Bash\r\n---\r\n\r\nBody\r\n")
-	if err != nil || meta["name"] != "a" || meta["description"] != "first" || meta["argument-hint"] != "[x]" || body != "Body\n" {
-		t.Fatalf("parseSkill: %q %q %v", meta, body, err)
+	desc, body, err := parseSkill("\ufeff---\r\nname: a\r\ndescription: first\r\n  continued\r\nargument-hint: \"[x]\"\r\nallowed-tools:\r\n  - Bash\r\n---\r\n\r\nBody\r\n")
+	if err != nil || desc != "first" || body != "Body\n" {
+		t.Fatalf("parseSkill: %q %q %v", desc, body, err)
 	}
-	for _, bad := range []string{"", "no front matter", "---\nname: x\n"} {
+	if desc, _, err := parseSkill("---\ndescription: \"It's \\\"quoted\\\"\"\n---\n"); err != nil || desc != `It's "quoted"` {
+		t.Fatalf("quoted description: %q %v", desc, err)
+	}
+	for _, bad := range []string{"", "no front matter", "---\nname: x\n", "---\nname: x\n---\nbody", "---\ndescription: |\n  block\n---\n"} {
 		if _, _, err := parseSkill(bad); err == nil {
 			t.Errorf("parseSkill(%q): no error", bad)
 		}
@@ -4617,7 +4596,7 @@ func TestWorkflowParseSkill(t *testing.T) {
 
 func TestWorkflowCallbacks(t *testing.T) {
 	t.Parallel()
-	c, s, clk := wfStart(t, map[string]string{"STATE_DIR": t.TempDir()})
+	c, s := wfStart(t, map[string]string{"STATE_DIR": t.TempDir()})
 	c.initialize("2025-06-18")
 	cbk := func(wantErr bool, args map[string]any, want ...string) map[string]any {
 		t.Helper()
@@ -4626,11 +4605,13 @@ func TestWorkflowCallbacks(t *testing.T) {
 	cbk(false, map[string]any{"action": "list"}, "No active callbacks.")
 	cbk(false, map[string]any{"message": "check the deploy", "delay_seconds": 30, "repeat_count": 3}, "Callback scheduled in slot 0: fires every 30s, 3 times.")
 	cbk(false, map[string]any{"action": "set", "message": strings.Repeat("long message ", 10), "delay_seconds": 3600, "repeat_count": -1}, "slot 1: fires every 3600s until cancelled.")
-	clk.advance(18 * time.Second)
-	cbk(false, map[string]any{"action": "list"}, "Active callbacks (2/8):\n  [0] \"check the deploy\" - fires in 12s (3 left)\n  [1] \"long message long message long message long message long message long message long message long message long message long message \" - fires in 59m42s (infinite)")
+	text := resultText(cbk(false, map[string]any{"action": "list"}, "Active callbacks (2/8):\n  [0] \"check the deploy\" - fires in ", "s (3 left)\n  [1] \"long message long message long message long message long message long message long message long message long message long message \" - fires in "))
+	if !regexp.MustCompile(`fires in (29|30)s \(3 left\)`).MatchString(text) || !regexp.MustCompile(`fires in (59m59s|1h0m0s) \(infinite\)`).MatchString(text) {
+		t.Fatalf("list: %s", text)
+	}
 
 	// A fire reaches the client at once and the next tool result once.
-	clk.advance(12 * time.Second)
+	wfFire(t, s, 0)
 	res := cbk(false, map[string]any{"action": "list"}, "(2 left)")
 	if first := res["content"].([]any)[0].(map[string]any)["text"]; first != "[callback 0] check the deploy" {
 		t.Fatalf("notice: %v", res["content"])
@@ -4643,24 +4624,22 @@ func TestWorkflowCallbacks(t *testing.T) {
 		t.Fatalf("notice delivered twice: %s", text)
 	}
 	// Repeat count: two more fires, then the slot is free.
-	clk.advance(30 * time.Second)
-	clk.advance(30 * time.Second)
-	clk.advance(30 * time.Second)
-	text := resultText(cbk(false, map[string]any{"action": "list"}, "Active callbacks (1/8):"))
+	wfFire(t, s, 0)
+	wfFire(t, s, 0)
+	text = resultText(cbk(false, map[string]any{"action": "list"}, "Active callbacks (1/8):"))
 	if strings.Count(text, "[callback 0] check the deploy") != 2 || strings.Contains(text, "[0]") {
 		t.Fatalf("after three fires: %s", text)
 	}
 	// Forever: fires again and again.
 	for i := 0; i < 5; i++ {
-		clk.advance(time.Hour)
+		wfFire(t, s, 1)
 	}
 	cbk(false, map[string]any{"action": "list"}, "[1] ", "(infinite)")
 	wfNotes(c, "notifications/message")
 
 	// The default, and 0, mean once.
-	cbk(false, map[string]any{"message": "once", "delay_seconds": 1, "repeat_count": 0}, "slot 0: fires once in 1s.")
-	clk.advance(time.Second)
-	clk.advance(time.Second)
+	cbk(false, map[string]any{"message": "once", "delay_seconds": 60, "repeat_count": 0}, "slot 0: fires once in 60s.")
+	wfFire(t, s, 0)
 	text = resultText(cbk(false, map[string]any{"action": "list"}))
 	if strings.Count(text, "[callback 0] once") != 1 || strings.Contains(text, "[0]") {
 		t.Fatalf("one-shot: %s", text)
@@ -4673,21 +4652,19 @@ func TestWorkflowCallbacks(t *testing.T) {
 	cbk(true, map[string]any{"message": "ninth", "delay_seconds": 60}, "all callback slots full (max 8)")
 	cbk(false, map[string]any{"action": "list"}, "Active callbacks (8/8):")
 
-	// Cancel one, then all.
+	// Cancel one, then all: their timers stop.
 	cbk(false, map[string]any{"action": "cancel", "callback_id": 3}, `Cancelled callback slot 3: "m2"`)
 	cbk(true, map[string]any{"action": "cancel", "callback_id": 3}, "callback slot 3 is not active")
 	cbk(true, map[string]any{"action": "cancel", "callback_id": 8}, "must be at most 7")
 	cbk(true, map[string]any{"action": "cancel", "callback_id": -1}, "must be at least 0")
-	cbk(false, map[string]any{"message": "reuses slot 3", "delay_seconds": 5}, "slot 3")
+	cbk(false, map[string]any{"message": "reuses slot 3", "delay_seconds": 50}, "slot 3")
+	timers := wfTimers(s)
 	cbk(false, map[string]any{"action": "cancel"}, "Cancelled 8 callbacks.")
 	cbk(false, map[string]any{"action": "list"}, "No active callbacks.")
-	if n := clk.armed(); n != 0 {
-		t.Fatalf("%d timers still armed after cancel", n)
+	if len(timers) != 8 {
+		t.Fatalf("%d timers before the cancel, want 8", len(timers))
 	}
-	clk.advance(2 * time.Hour)
-	if text := resultText(cbk(false, map[string]any{"action": "list"})); strings.Contains(text, "[callback") {
-		t.Fatalf("a cancelled callback fired: %s", text)
-	}
+	wfStopped(t, timers)
 
 	// Bad input, parameter by parameter.
 	cbk(true, map[string]any{"delay_seconds": 5}, "SetCallback: missing message parameter")
@@ -4702,11 +4679,10 @@ func TestWorkflowCallbacks(t *testing.T) {
 	cbk(true, map[string]any{"action": "cancel", "callback_id": "two"}, "must be an integer")
 
 	// The session's end stops every timer.
-	cbk(false, map[string]any{"message": "m", "delay_seconds": 5})
+	cbk(false, map[string]any{"message": "m", "delay_seconds": 60})
+	timers = wfTimers(s)
 	s.stopWorkflow()
-	if n := clk.armed(); n != 0 {
-		t.Fatalf("%d timers armed after the session ended", n)
-	}
+	wfStopped(t, timers)
 	cbk(true, map[string]any{"message": "m", "delay_seconds": 5}, "callback slots not available")
 }
 
@@ -5559,13 +5535,13 @@ func TestListenStdio(t *testing.T) {
 	c.send(modernMessage(5, methodListen, map[string]any{"notifications": map[string]any{"toolsListChanged": true, "promptsListChanged": true}}))
 	ack := c.recv()
 	granted := ack["params"].(map[string]any)["notifications"].(map[string]any)
-	if ack["method"] != "notifications/subscriptions/acknowledged" || subscriptionOf(ack) != 5.0 || len(granted) != 2 {
+	if ack["method"] != "notifications/subscriptions/acknowledged" || subscriptionOf(ack) != 5.0 || len(granted) != 1 || granted["toolsListChanged"] != true {
 		t.Fatalf("first message: %v", ack)
 	}
-	c.send(modernMessage("p", methodListen, map[string]any{"notifications": map[string]any{"promptsListChanged": true, "resourcesListChanged": true}}))
+	c.send(modernMessage("p", methodListen, map[string]any{"notifications": map[string]any{"toolsListChanged": true, "resourcesListChanged": true}}))
 	ack = c.recv()
-	if granted = ack["params"].(map[string]any)["notifications"].(map[string]any); len(granted) != 1 || granted["promptsListChanged"] != true {
-		t.Fatalf("ack of a prompts-only listen: %v", ack)
+	if granted = ack["params"].(map[string]any)["notifications"].(map[string]any); len(granted) != 1 || granted["toolsListChanged"] != true {
+		t.Fatalf("ack of a tools-and-resources listen: %v", ack)
 	}
 
 	// seen collects list changes by subscription until it has what want names and id's response.
@@ -5583,19 +5559,19 @@ func TestListenStdio(t *testing.T) {
 			}
 		}
 	}
-	wfSkill(t, extra, "fresh", "---\ndescription: d\n---\nx\n")
-	c.send(modernMessage(2, "prompts/list", nil))
-	readUntil(2.0, "notifications/tools/list_changed 5", "notifications/prompts/list_changed 5", "notifications/prompts/list_changed p")
-	if seen["notifications/tools/list_changed p"] {
-		t.Fatal("tools/list_changed reached a listen that did not ask for it")
+	invoke := func(id any, skill string) string { // InvokeSkill reads the skills again
+		return modernMessage(id, "tools/call", map[string]any{"name": "InvokeSkill", "arguments": map[string]any{"skill_name": skill}})
 	}
+	wfSkill(t, extra, "fresh", "---\ndescription: d\n---\nx\n")
+	c.send(invoke(2, "fresh"))
+	readUntil(2.0, "notifications/tools/list_changed 5", "notifications/tools/list_changed p")
 
 	c.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5.0}}`)
 	clear(seen)
 	wfSkill(t, extra, "fresher", "---\ndescription: d\n---\nx\n")
-	c.send(modernMessage(3, "prompts/list", nil))
-	readUntil(3.0, "notifications/prompts/list_changed p")
-	if seen["notifications/prompts/list_changed 5"] || seen["notifications/tools/list_changed 5"] {
+	c.send(invoke(3, "fresher"))
+	readUntil(3.0, "notifications/tools/list_changed p")
+	if seen["notifications/tools/list_changed 5"] {
 		t.Fatal("a cancelled listen still delivers")
 	}
 
@@ -5655,14 +5631,16 @@ func TestListenHTTP(t *testing.T) {
 	if ack := next(); ack["method"] != "notifications/subscriptions/acknowledged" || subscriptionOf(ack) != "h1" {
 		t.Fatalf("first event: %v", ack)
 	}
-	wfSkill(t, extra, "fresh", "---\ndescription: d\n---\nx\n")
-	r, b := httpModernPost(c, "prompts/list", nil, nil)
-	httpStatus(t, "prompts/list", r, b, 200, 0)
+	r, b := httpModernPost(c, "tools/list", nil, nil)
+	httpStatus(t, "tools/list", r, b, 200, 0)
 	if res := httpDecode(t, b)["result"].(map[string]any); res["ttlMs"] == nil || res["cacheScope"] != "public" {
 		t.Errorf("a modern list result needs ttlMs and cacheScope: %s", b)
 	}
+	wfSkill(t, extra, "fresh", "---\ndescription: d\n---\nx\n")
+	r, b = httpModernPost(c, "tools/call", map[string]any{"name": "InvokeSkill", "arguments": map[string]any{"skill_name": "fresh"}}, nil)
+	httpStatus(t, "tools/call", r, b, 200, 0)
 	seen := map[string]bool{}
-	for !seen["notifications/tools/list_changed"] || !seen["notifications/prompts/list_changed"] {
+	for !seen["notifications/tools/list_changed"] {
 		m := next()
 		if subscriptionOf(m) != "h1" {
 			t.Fatalf("event without the subscription id: %v", m)
@@ -7093,13 +7071,14 @@ func TestWorkflowPlanModeFileNotRegular(t *testing.T) {
 	}
 	wfCall(t, c, "PlanMode", map[string]any{"action": "enter", "goal": "g", "plan_file": huge}, true, "larger than 1048576 bytes")
 
-	// The file becomes a FIFO after enter: exit refuses it, inline too.
+	// The file becomes a FIFO after enter: exit refuses to read it, and an
+	// inline plan goes to a new file in the plans folder.
 	later := filepath.Join(dir, "later.md")
 	wfCall(t, c, "PlanMode", map[string]any{"action": "enter", "goal": "g", "plan_file": later}, false)
 	syscall.Mkfifo(later, 0o600)
 	wfCall(t, c, "PlanMode", map[string]any{"action": "exit"}, true, "not a regular file")
-	wfCall(t, c, "PlanMode", map[string]any{"action": "exit", "plan": "p"}, true, "not a regular file")
 	wfCall(t, c, "PlanMode", map[string]any{"action": "status"}, false, "ACTIVE")
+	wfCall(t, c, "PlanMode", map[string]any{"action": "exit", "plan": "p"}, false, "Plan saved to "+filepath.Join(dir, "plans"), later+" exists")
 	if fi, err := os.Lstat(later); err != nil || fi.Mode()&os.ModeNamedPipe == 0 {
 		t.Errorf("the FIFO was replaced: %v %v", fi, err)
 	}
@@ -7224,24 +7203,20 @@ func TestWorkflowSkillsFollowTheShell(t *testing.T) {
 	wfSkill(t, filepath.Join(proj, ".claude", "skills"), "deploy", "---\ndescription: Deploy it.\n---\nGo.\n")
 	c := startServer(t, "-state-dir", t.TempDir())
 	c.initialize("2025-06-18")
-	prompts := func() string {
-		b, _ := json.Marshal(c.request("prompts/list", nil)["result"])
+	tools := func() string {
+		b, _ := json.Marshal(c.request("tools/list", nil)["result"])
 		return string(b)
 	}
-	if p := prompts(); strings.Contains(p, "deploy") {
+	if p := tools(); strings.Contains(p, "- deploy: ") {
 		t.Fatalf("deploy listed before the cd: %s", p)
 	}
 	wfNotes(c, "notifications/tools/list_changed")
 	wfCd(t, c, filepath.Join(proj))
-	if p := prompts(); !strings.Contains(p, `"name":"deploy"`) {
-		t.Fatalf("deploy not listed after the cd: %s", p)
-	}
 	if n := len(wfNotes(c, "notifications/tools/list_changed")); n != 1 {
 		t.Fatalf("%d tools/list_changed after the cd, want 1", n)
 	}
-	b, _ := json.Marshal(c.request("tools/list", nil)["result"])
-	if !strings.Contains(string(b), "- deploy: Deploy it.") {
-		t.Fatalf("InvokeSkill's description does not follow the shell: %s", b)
+	if p := tools(); !strings.Contains(p, "- deploy: Deploy it.") {
+		t.Fatalf("InvokeSkill's description does not follow the shell: %s", p)
 	}
 }
 
@@ -7297,12 +7272,7 @@ func TestWorkflowSkillArgumentsCapped(t *testing.T) {
 	c.initialize("2025-06-18")
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	for _, n := range []int{20000, 9000, 10} {
-		resp := c.request("prompts/get", map[string]any{"name": "bomb", "arguments": map[string]any{"arguments": strings.Repeat("x", n)}})
-		if e, _ := resp["error"].(map[string]any); e == nil || !strings.Contains(e["message"].(string), "longer than 10000") && !strings.Contains(e["message"].(string), "larger than 262144") {
-			t.Errorf("%d characters: %.200v", n, resp)
-		}
-	}
+	wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "bomb", "arguments": strings.Repeat("x", 10)}, true, "larger than 262144")
 	wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "bomb", "arguments": strings.Repeat("x", 20000)}, true, "at most 10000")
 	wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "bomb", "arguments": strings.Repeat("x", 9000)}, true, "larger than 262144")
 	runtime.ReadMemStats(&after)
@@ -7313,15 +7283,14 @@ func TestWorkflowSkillArgumentsCapped(t *testing.T) {
 
 func TestWorkflowCallbackDefaultsOnce(t *testing.T) {
 	t.Parallel()
-	c, _, clk := wfStart(t, map[string]string{"STATE_DIR": t.TempDir()})
+	c, s := wfStart(t, map[string]string{"STATE_DIR": t.TempDir()})
 	c.initialize("2025-06-18")
-	wfCall(t, c, "SetCallback", map[string]any{"message": "look", "delay_seconds": 5}, false, "slot 0: fires once in 5s.")
-	clk.advance(5 * time.Second)
-	clk.advance(5 * time.Second)
+	wfCall(t, c, "SetCallback", map[string]any{"message": "look", "delay_seconds": 60}, false, "slot 0: fires once in 60s.")
+	wfFire(t, s, 0)
 	if text := resultText(wfCall(t, c, "SetCallback", map[string]any{"action": "list"}, false, "No active callbacks.")); strings.Count(text, "[callback 0] look") != 1 {
 		t.Fatalf("default repeat: %s", text)
 	}
-	wfCall(t, c, "SetCallback", map[string]any{"message": "a", "delay_seconds": 5, "repeat_count": 2}, false, "fires every 5s, 2 times.")
+	wfCall(t, c, "SetCallback", map[string]any{"message": "a", "delay_seconds": 60, "repeat_count": 2}, false, "fires every 60s, 2 times.")
 	wfCall(t, c, "SetCallback", map[string]any{"action": "cancel"}, false, "Cancelled 1 callback.")
 	wfCall(t, c, "SetCallback", map[string]any{"action": "cancel"}, false, "Cancelled 0 callbacks.")
 }
