@@ -4249,6 +4249,54 @@ func TestWorkflowTaskManagerPersistsAcrossRestart(t *testing.T) {
 	}
 }
 
+// Temporary files a killed telson left beside tasks.json (and beside the file
+// a symlinked tasks.json points to) are removed by the next write; files of
+// other names stay.
+func TestWorkflowTaskManagerRemovesStaleTemps(t *testing.T) {
+	t.Parallel()
+	dir, real := t.TempDir(), t.TempDir()
+	c := startServer(t, "-state-dir", dir)
+	c.initialize("2025-06-18")
+	plant := func(names ...string) []string {
+		var paths []string
+		for _, name := range names {
+			if err := os.WriteFile(name, bytes.Repeat([]byte("x"), 1<<20), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			paths = append(paths, name)
+		}
+		return paths
+	}
+	stale := plant(filepath.Join(dir, "tasks.json.tmp-123"), filepath.Join(dir, "tasks.json.tmp-98765"))
+	kept := plant(filepath.Join(dir, "tasks.json.tmpx"), filepath.Join(dir, "notes.json.tmp-1"), filepath.Join(dir, "tmp-1"))
+	wfCall(t, c, "TaskManager", map[string]any{"action": "list"}, false) // reads only
+	for _, p := range stale {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("a read removed %s", p)
+		}
+	}
+	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "x"}, false, "Created task t1")
+	for _, p := range stale {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("stale %s still there: %v", p, err)
+		}
+	}
+	for _, p := range kept {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("%s was removed: %v", p, err)
+		}
+	}
+
+	// Through a symlink, the temporary files are beside the target.
+	os.Rename(filepath.Join(dir, "tasks.json"), filepath.Join(real, "tasks.json"))
+	os.Symlink(filepath.Join(real, "tasks.json"), filepath.Join(dir, "tasks.json"))
+	stale = plant(filepath.Join(real, "tasks.json.tmp-4"))
+	wfCall(t, c, "TaskManager", map[string]any{"action": "add", "text": "y"}, false, "Added step t1.1")
+	if _, err := os.Stat(stale[0]); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("stale %s still there: %v", stale[0], err)
+	}
+}
+
 // Two telson processes add steps to one task at once: none is lost.
 func TestWorkflowTaskManagerTwoProcesses(t *testing.T) {
 	t.Parallel()
@@ -4335,6 +4383,34 @@ func TestWorkflowTaskManagerCorruptFile(t *testing.T) {
 	os.WriteFile(path, []byte(`{"tasks":[{"id":"t7","title":"hand","steps":[{"id":"t7.1","text":"s"}]}]}`), 0o600)
 	wfCall(t, c, "TaskManager", map[string]any{"action": "add", "task_id": 7, "text": "next"}, false, "Added step t7.2")
 	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "next"}, false, "Created task t8")
+}
+
+// FuzzTasksFile: no tasks.json makes its decoding and checks, or an action on
+// what they accept, panic; what they accept can be written again.
+func FuzzTasksFile(f *testing.F) {
+	f.Add([]byte(`{"current_by_project":{"/p":"t1"},"tasks":[{"id":"t1","title":"Ship v2","project":"/p","done":false,` +
+		`"created":"2026-01-01T00:00:00Z","steps":[{"id":"t1.1","text":"tests","done":true},` +
+		`{"id":"t1.2","text":"docs","done":false,"in_progress":true}]},{"id":"t2","title":"Fix","project":"/q","done":true,"steps":[]}]}`))
+	f.Add([]byte(`{"tasks": [oops`))
+	f.Add([]byte(`{"tasks":[null]}`))
+	f.Add([]byte(`{"tasks":[{"id":"t","steps":[null]}]}`))
+	f.Add([]byte(`{"current_by_project":{"/p":"t9"},"tasks":[{"id":"t1.2.3","steps":[{"id":"t1.2.3.1"}]}]}`))
+	f.Add([]byte(`null`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		tf, err := parseTasks(data)
+		if err != nil {
+			return
+		}
+		for _, a := range []taskArgs{{Action: "list", All: true}, {Action: "pending"}, {Action: "start", StepID: "1"},
+			{Action: "complete", StepID: "1.2"}, {Action: "add", Text: "x"}, {Action: "complete", Force: true},
+			{Action: "switch", TaskID: "1"}, {Action: "create", Text: "y"}, {Action: "add", TaskID: "2", Text: "z"}} {
+			a.project = "/p"
+			tf.apply(a)
+		}
+		if _, err := json.Marshal(tf); err != nil {
+			t.Fatalf("the list cannot be written again: %v", err)
+		}
+	})
 }
 
 func TestWorkflowTaskManagerFullListDropsOldestDone(t *testing.T) {
@@ -4592,6 +4668,29 @@ func TestWorkflowParseSkill(t *testing.T) {
 			t.Errorf("parseSkill(%q): no error", bad)
 		}
 	}
+}
+
+// FuzzParseSkill: no SKILL.md makes parseSkill or expandSkill panic, and an
+// expanded skill stays within its cap.
+func FuzzParseSkill(f *testing.F) {
+	f.Add("---\nname: release-notes\ndescription: Write release notes for a version.\nargument-hint: \"<version> [audience]\"\n---\n\nNotes for $ARGUMENTS, see ${CLAUDE_SKILL_DIR}/template.md.\n", "v2.3 ops")
+	f.Add("\ufeff---\r\nname: a\r\ndescription: \"It's \\\"quoted\\\"\"\r\nallowed-tools:\r\n  - Bash\r\n---\r\n\r\nBody\r\n", "")
+	f.Add("---\ndescription: >\n  folded\n---\nx\n", "args")
+	f.Add("---\ndescription: no end\n", "")
+	f.Add("---\ndescription: d\n---\n"+strings.Repeat("$ARGUMENTS", 100), strings.Repeat("x", 3000))
+	f.Fuzz(func(t *testing.T, text, args string) {
+		desc, body, err := parseSkill(text)
+		if err != nil {
+			return
+		}
+		if strings.Trim(desc, ">|+-") == "" || len(body) > len(text) {
+			t.Fatalf("parseSkill(%q) = %q, %q", text, desc, body)
+		}
+		out, err := expandSkill(body, args, "/home/me/.claude/skills/s")
+		if err == nil && len(out) > maxSkillBytes {
+			t.Fatalf("expanded to %d bytes", len(out))
+		}
+	})
 }
 
 func TestWorkflowCallbacks(t *testing.T) {
@@ -7039,6 +7138,20 @@ func TestWorkflowPlanModeApproval(t *testing.T) {
 	if sc := wfStructured(t, uiResult(t, c.waitResponse(id))); sc["active"] != true {
 		t.Fatalf("cancel left plan mode: %v", sc)
 	}
+	planFile := sc["plan_file"].(string)
+	if b, _ := os.ReadFile(planFile); string(b) != "step one, with tests" {
+		t.Fatalf("the revised plan did not replace the file this plan mode created: %q", b)
+	}
+	// That file replaced by a symlink is not written through.
+	victim := filepath.Join(t.TempDir(), "victim")
+	os.WriteFile(victim, []byte("keep"), 0o600)
+	os.Remove(planFile)
+	os.Symlink(victim, planFile)
+	wfCall(t, c, "PlanMode", map[string]any{"action": "exit", "plan": "step one, with more tests"}, true, "not a regular file")
+	if b, _ := os.ReadFile(victim); string(b) != "keep" {
+		t.Fatalf("written through a symlink: %q", b)
+	}
+	os.Remove(planFile)
 	id = uiStartCall(c, "PlanMode", map[string]any{"action": "exit", "plan": "step one, with tests"})
 	uiReply(c, uiNextRequest(c, "elicitation/create")["id"], map[string]any{"action": "accept", "content": map[string]any{"decision": "approve"}})
 	res = uiResult(t, c.waitResponse(id))
@@ -7081,6 +7194,74 @@ func TestWorkflowPlanModeFileNotRegular(t *testing.T) {
 	wfCall(t, c, "PlanMode", map[string]any{"action": "exit", "plan": "p"}, false, "Plan saved to "+filepath.Join(dir, "plans"), later+" exists")
 	if fi, err := os.Lstat(later); err != nil || fi.Mode()&os.ModeNamedPipe == 0 {
 		t.Errorf("the FIFO was replaced: %v %v", fi, err)
+	}
+}
+
+// An inline plan never replaces an existing file: not a plan_file that
+// exists, nor one that is a symlink (even dangling), nor one that appears
+// between enter and exit. It goes to a plan_file that does not exist yet, to
+// the file this plan mode created, or else to a new file in the plans folder.
+func TestWorkflowPlanModeNeverReplaces(t *testing.T) {
+	t.Parallel()
+	dir, other := t.TempDir(), t.TempDir()
+	plans := filepath.Join(dir, "plans")
+	c := startServer(t, "-state-dir", dir)
+	c.initialize("2025-06-18")
+	victim := filepath.Join(other, ".bashrc")
+	const victimBytes = "export PS1='$ '\n"
+	os.WriteFile(victim, []byte(victimBytes), 0o644)
+	link := filepath.Join(other, "link.md")
+	os.Symlink(victim, link)
+	dangling := filepath.Join(other, "dangling.md")
+	os.Symlink(filepath.Join(other, "nowhere.md"), dangling)
+	exit := func(planFile, plan string) string {
+		t.Helper()
+		wfCall(t, c, "PlanMode", map[string]any{"action": "enter", "goal": "g", "plan_file": planFile}, false)
+		res := wfCall(t, c, "PlanMode", map[string]any{"action": "exit", "plan": plan}, false, "Plan saved to ", plan)
+		m := regexp.MustCompile(`^Plan saved to (\S+)`).FindStringSubmatch(resultText(res))
+		if b, err := os.ReadFile(m[1]); err != nil || string(b) != plan {
+			t.Fatalf("%s holds %q, %v; want the plan", m[1], b, err)
+		}
+		return m[1]
+	}
+	for _, planFile := range []string{victim, link, dangling} {
+		saved := exit(planFile, "# plan for "+planFile)
+		if filepath.Dir(saved) != plans {
+			t.Errorf("plan_file %s: the plan went to %s, not the plans folder", planFile, saved)
+		}
+	}
+	if b, _ := os.ReadFile(victim); string(b) != victimBytes {
+		t.Errorf("%s changed: %q", victim, b)
+	}
+	if target, err := os.Readlink(link); err != nil || target != victim {
+		t.Errorf("link changed: %q %v", target, err)
+	}
+	if target, err := os.Readlink(dangling); err != nil || target != filepath.Join(other, "nowhere.md") {
+		t.Errorf("dangling link changed: %q %v", target, err)
+	}
+	if _, err := os.Lstat(filepath.Join(other, "nowhere.md")); err == nil {
+		t.Errorf("the dangling link's target was created")
+	}
+
+	// A plan_file that does not exist yet is created with the plan, and so is the default.
+	fresh := filepath.Join(other, "fresh.md")
+	if saved := exit(fresh, "# fresh"); saved != fresh {
+		t.Errorf("the plan went to %s, not the new plan_file %s", saved, fresh)
+	}
+	if saved := exit("", "# default"); filepath.Dir(saved) != plans {
+		t.Errorf("the default plan went to %s", saved)
+	}
+
+	// One that appears between enter and exit is not replaced.
+	late := filepath.Join(other, "late.md")
+	wfCall(t, c, "PlanMode", map[string]any{"action": "enter", "goal": "g", "plan_file": late}, false)
+	os.WriteFile(late, []byte("someone else's\n"), 0o600)
+	wfCall(t, c, "PlanMode", map[string]any{"action": "exit", "plan": "# late"}, false, "Plan saved to "+plans, late+" exists")
+	if b, _ := os.ReadFile(late); string(b) != "someone else's\n" {
+		t.Errorf("%s changed: %q", late, b)
+	}
+	if left, _ := filepath.Glob(filepath.Join(other, "*.tmp-*")); len(left) > 0 {
+		t.Errorf("temp files left: %v", left)
 	}
 }
 
@@ -7259,6 +7440,50 @@ func TestWorkflowSkillFilesNotRegular(t *testing.T) {
 	}
 	wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "linked"}, false, "[skill: linked | Additional Skill")
 	wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "huge"}, true, "not found")
+}
+
+// InvokeSkill lists the other files of the skill's folder, whether the
+// folder is real or a symlink: two folders deep, at most 50, symlinks inside
+// listed but not followed.
+// Not parallel: it sets HOME.
+func TestWorkflowSkillFiles(t *testing.T) {
+	t.Setenv("HOME", t.TempDir())
+	extra, elsewhere, outside := t.TempDir(), t.TempDir(), t.TempDir()
+	body := "---\ndescription: d\n---\nRun ${CLAUDE_SKILL_DIR}/scripts/run.sh\n"
+	for _, root := range []string{extra, elsewhere} {
+		for _, f := range []string{"SKILL.md", "scripts/run.sh", "references/api.md", "references/deep/more.md", "references/deep/deeper/no.md"} {
+			p := filepath.Join(root, "tool", f)
+			os.MkdirAll(filepath.Dir(p), 0o755)
+			os.WriteFile(p, []byte(body), 0o644)
+		}
+		os.WriteFile(filepath.Join(outside, "secret.md"), nil, 0o644)
+		os.Symlink(outside, filepath.Join(root, "tool", "escape"))
+	}
+	os.Rename(filepath.Join(elsewhere, "tool"), filepath.Join(elsewhere, "linked-target"))
+	os.Symlink(filepath.Join(elsewhere, "linked-target"), filepath.Join(extra, "linked"))
+	wfSkill(t, extra, "bare", "---\ndescription: nothing else\n---\nx\n")
+	many := filepath.Dir(wfSkill(t, extra, "many", "---\ndescription: many files\n---\nx\n"))
+	for i := 0; i < 60; i++ {
+		os.WriteFile(filepath.Join(many, fmt.Sprintf("f%02d.txt", i)), nil, 0o644)
+	}
+	c := startServer(t, "-state-dir", t.TempDir(), "-additional-skills", extra)
+	c.initialize("2025-06-18")
+	for _, name := range []string{"tool", "linked"} {
+		dir := filepath.Join(extra, name)
+		text := resultText(wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": name}, false))
+		want := "Run " + dir + "/scripts/run.sh\n\nOther files in the skill's folder, " + dir + ":\n" +
+			"- escape\n- references/api.md\n- references/deep/more.md\n- scripts/run.sh"
+		if !strings.HasSuffix(text, want) {
+			t.Errorf("%s:\n%s\nwant it to end with:\n%s", name, text, want)
+		}
+	}
+	if text := resultText(wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "bare"}, false)); strings.Contains(text, "Other files") {
+		t.Errorf("bare: %s", text)
+	}
+	text := resultText(wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "many"}, false, "- f00.txt\n", "- f49.txt\n- (more not shown)"))
+	if strings.Contains(text, "f50.txt") {
+		t.Errorf("more than 50 files listed: %s", text)
+	}
 }
 
 // $ARGUMENTS expansion is capped: a 230 KB skill of placeholders with

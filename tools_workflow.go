@@ -821,19 +821,18 @@ func parseSkill(text string) (description, body string, err error) {
 	return description, strings.TrimLeft(body, "\n"), nil
 }
 
-// expandSkill fills body's placeholders; with none, non-empty args are
-// appended. The result is at most maxSkillBytes (the schema caps args).
+// expandSkill fills body's placeholders, in one pass; with none, non-empty
+// args are appended. The result is at most maxSkillBytes.
 func expandSkill(body, args, dir string) (string, error) {
-	uses := strings.Count(body, "$ARGUMENTS")
-	size := len(body) + uses*len(args) + strings.Count(body, "${CLAUDE_SKILL_DIR}")*len(dir)
+	if !strings.Contains(body, "$ARGUMENTS") && strings.TrimSpace(args) != "" {
+		body = strings.TrimRight(body, "\n") + "\n\nARGUMENTS: $ARGUMENTS"
+	}
+	size := len(body) + strings.Count(body, "$ARGUMENTS")*len(args) +
+		strings.Count(body, "${CLAUDE_SKILL_DIR}")*len(dir)
 	if size > maxSkillBytes {
 		return "", fmt.Errorf("the skill with its arguments is larger than %d bytes", maxSkillBytes)
 	}
-	if uses == 0 && strings.TrimSpace(args) != "" {
-		body = strings.TrimRight(body, "\n") + "\n\nARGUMENTS: $ARGUMENTS"
-	}
-	body = strings.ReplaceAll(body, "${CLAUDE_SKILL_DIR}", dir)
-	return strings.ReplaceAll(body, "$ARGUMENTS", args), nil
+	return strings.NewReplacer("$ARGUMENTS", args, "${CLAUDE_SKILL_DIR}", dir).Replace(body), nil
 }
 
 // checkSkills re-reads the catalogue for the shell's directory, tells the
