@@ -478,7 +478,7 @@ Plan mode belongs to this connection.`,
 		"goal":{"type":"string","maxLength":1000,"description":"What the plan is for (enter)."},
 		"plan":{"type":"string","maxLength":1048576,"description":"The plan, markdown (exit)."},
 		"plan_file":{"type":"string","maxLength":4096,
-			"description":"Where the plan is kept (enter; default: a new file in STATE_DIR/plans)."}
+			"description":"Plan file (enter; default: new in STATE_DIR/plans); never overwritten."}
 		},
 		"required":["action"]}`,
 	output: `{"type":"object","required":["active","goal","plan_file","started_at","message"],
@@ -760,7 +760,8 @@ func scanSkills(cfg *config, project string) ([]skillInfo, []error) {
 	home, _ := os.UserHomeDir()
 	roots := []string{filepath.Join(project, ".claude", "skills"),
 		filepath.Join(home, ".claude", "skills"), filepath.Join(home, ".telson", "skills")}
-	for _, d := range filepath.SplitList(strings.ReplaceAll(cfg.str("ADDITIONAL_SKILLS"), ",", ":")) {
+	extra := strings.ReplaceAll(cfg.str("ADDITIONAL_SKILLS"), ",", ":")
+	for _, d := range filepath.SplitList(extra) {
 		d = strings.TrimSpace(d)
 		if rest, ok := strings.CutPrefix(d, "~/"); ok {
 			d = filepath.Join(home, rest)
