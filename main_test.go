@@ -3984,115 +3984,58 @@ func TestWebSearchParsersSurviveGarbage(t *testing.T) {
 
 // ---- workflow ----
 
-// workflow_test.go tests TaskManager, PlanMode, InvokeSkill (and skills as
-// prompts) and SetCallback the way a client sees them. Callback timers run
-// on wfClock, a clock the test advances; nothing sleeps.
+// workflow_test.go tests TaskManager, PlanMode, InvokeSkill and SetCallback
+// the way a client sees them. Callback timers fire when the test says so
+// (wfFire); nothing sleeps.
 
-// wfClock is a fake clock for callback timers: advance fires what is due.
-type wfClock struct {
-	mu     sync.Mutex // guards now and timers
-	now    time.Time
-	timers []*wfTimer
+// wfFire fires callback slot i at once, as its timer would, and stops that
+// timer. The tests' delays are long, so the timer never fires by itself.
+func wfFire(t *testing.T, s *session, i int) {
+	t.Helper()
+	cb := s.workflow.callbacks
+	cb.mu.Lock()
+	sl := cb.slots[i]
+	stopped := sl != nil && sl.timer.Stop()
+	cb.mu.Unlock()
+	if !stopped {
+		t.Fatalf("callback slot %d has no armed timer", i)
+	}
+	cb.fire(i, sl)
 }
 
-type wfTimer struct {
-	c    *wfClock
-	at   time.Time
-	f    func()
-	done bool
-}
-
-func (t *wfTimer) Stop() bool {
-	t.c.mu.Lock()
-	defer t.c.mu.Unlock()
-	was := !t.done
-	t.done = true
-	return was
-}
-
-func (c *wfClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *wfClock) afterFunc(d time.Duration, f func()) stopper {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t := &wfTimer{c: c, at: c.now.Add(d), f: f}
-	c.timers = append(c.timers, t)
-	return t
-}
-
-// advance moves the clock by d and runs the timers that came due, in order.
-func (c *wfClock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	var due []*wfTimer
-	for _, t := range c.timers {
-		if !t.done && !t.at.After(c.now) {
-			t.done = true
-			due = append(due, t)
+// wfTimers is the timers of the active callback slots.
+func wfTimers(s *session) []*time.Timer {
+	cb := s.workflow.callbacks
+	cb.mu.Lock()
+	defer cb.mu.Unlock()
+	var timers []*time.Timer
+	for _, sl := range cb.slots {
+		if sl != nil {
+			timers = append(timers, sl.timer)
 		}
 	}
-	c.mu.Unlock()
-	sort.SliceStable(due, func(i, j int) bool { return due[i].at.Before(due[j].at) })
-	for _, t := range due {
-		t.f()
-	}
+	return timers
 }
 
-// armed counts timers not yet fired or stopped.
-func (c *wfClock) armed() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := 0
-	for _, t := range c.timers {
-		if !t.done {
-			n++
+// wfStopped fails unless every timer was stopped (Stop reports whether one still ran).
+func wfStopped(t *testing.T, timers []*time.Timer) {
+	t.Helper()
+	for i, timer := range timers {
+		if timer.Stop() {
+			t.Errorf("timer %d of %d was still armed", i, len(timers))
 		}
 	}
-	return n
 }
 
 // wfStart serves one in-process session like serveStdio does, but hands the
-// test the session so its callback clock can be replaced.
-func wfStart(t *testing.T, flags map[string]string) (*testClient, *session, *wfClock) {
+// test the session, so it can fire callbacks.
+func wfStart(t *testing.T, flags map[string]string) (*testClient, *session) {
 	t.Helper()
-	inR, inW := io.Pipe()
-	outR, outW := io.Pipe()
-	c := &testClient{t: t, in: inW, lines: make(chan []byte, 1024), done: make(chan error, 1), stderr: &syncBuffer{}}
 	var kv []string
 	for k, v := range flags {
 		kv = append(kv, k+"="+v)
 	}
-	srv := newServer(testSettings(t, kv...), c.stderr)
-	out := newOutbox(true)
-	stop := make(chan struct{})
-	go out.writeLines(outW, stop) // exits once stopped and drained
-	s := newSession(srv, out)
-	clk := &wfClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	s.workflow.callbacks.afterFunc, s.workflow.callbacks.now = clk.afterFunc, clk.Now
-	go func() { // exits at stdin EOF, once the session is shut down
-		err := s.serve(context.Background(), inR)
-		s.wg.Wait()
-		s.stopWorkflow()
-		srv.close()
-		close(stop)
-		<-out.done
-		outW.Close()
-		c.done <- err
-	}()
-	go c.readLines(outR)
-	t.Cleanup(func() {
-		c.in.Close()
-		select {
-		case <-c.done:
-		case <-time.After(watchdog):
-			t.Errorf("session did not stop")
-		}
-	})
-	return c, s, clk
+	return sessionClient(t, kv...)
 }
 
 // wfCall calls a tool and checks whether it failed as expected and that its text holds want.
@@ -4218,6 +4161,54 @@ func TestWorkflowTaskManagerPersistsAcrossRestart(t *testing.T) {
 	}
 }
 
+// Temporary files a killed telson left beside tasks.json (and beside the file
+// a symlinked tasks.json points to) are removed by the next write; files of
+// other names stay.
+func TestWorkflowTaskManagerRemovesStaleTemps(t *testing.T) {
+	t.Parallel()
+	dir, real := t.TempDir(), t.TempDir()
+	c := startServer(t, "STATE_DIR="+dir)
+	c.initialize("2025-06-18")
+	plant := func(names ...string) []string {
+		var paths []string
+		for _, name := range names {
+			if err := os.WriteFile(name, bytes.Repeat([]byte("x"), 1<<20), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			paths = append(paths, name)
+		}
+		return paths
+	}
+	stale := plant(filepath.Join(dir, "tasks.json.tmp-123"), filepath.Join(dir, "tasks.json.tmp-98765"))
+	kept := plant(filepath.Join(dir, "tasks.json.tmpx"), filepath.Join(dir, "notes.json.tmp-1"), filepath.Join(dir, "tmp-1"))
+	wfCall(t, c, "TaskManager", map[string]any{"action": "list"}, false) // reads only
+	for _, p := range stale {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("a read removed %s", p)
+		}
+	}
+	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "x"}, false, "Created task t1")
+	for _, p := range stale {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("stale %s still there: %v", p, err)
+		}
+	}
+	for _, p := range kept {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("%s was removed: %v", p, err)
+		}
+	}
+
+	// Through a symlink, the temporary files are beside the target.
+	os.Rename(filepath.Join(dir, "tasks.json"), filepath.Join(real, "tasks.json"))
+	os.Symlink(filepath.Join(real, "tasks.json"), filepath.Join(dir, "tasks.json"))
+	stale = plant(filepath.Join(real, "tasks.json.tmp-4"))
+	wfCall(t, c, "TaskManager", map[string]any{"action": "add", "text": "y"}, false, "Added step t1.1")
+	if _, err := os.Stat(stale[0]); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("stale %s still there: %v", stale[0], err)
+	}
+}
+
 // Two telson processes add steps to one task at once: none is lost.
 func TestWorkflowTaskManagerTwoProcesses(t *testing.T) {
 	t.Parallel()
@@ -4258,29 +4249,80 @@ func TestWorkflowTaskManagerTwoProcesses(t *testing.T) {
 	}
 }
 
+// A tasks.json that does not parse is kept under another name, its bytes
+// intact, whatever the action; the reply names the kept file, and a new list
+// starts.
 func TestWorkflowTaskManagerCorruptFile(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "tasks.json")
-	os.WriteFile(path, []byte(`{"tasks": [oops`), 0o600)
 	c := startServer(t, "STATE_DIR="+dir)
 	c.initialize("2025-06-18")
-	for _, args := range []map[string]any{{"action": "list"}, {"action": "add", "text": "x"}, {"action": "create", "text": "x"}} {
-		res := wfCall(t, c, "TaskManager", args, true, path, "unusable", "left untouched")
-		if _, ok := res["structuredContent"]; ok {
-			t.Fatalf("error result with structured content: %v", res)
+	for _, tc := range []struct {
+		data    string
+		args    map[string]any
+		wantErr bool
+	}{
+		{`{"tasks": [oops`, map[string]any{"action": "create", "text": "fresh"}, false},
+		{`{"tasks":[null]}`, map[string]any{"action": "list"}, false},
+		{`{"tasks":[{"id":"t1","steps":[null]}]}`, map[string]any{"action": "add", "text": "x"}, true}, // no current task in a new list
+		{"[1,2]", map[string]any{"action": "pending"}, true},
+	} {
+		if err := os.WriteFile(path, []byte(tc.data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		res := wfCall(t, c, "TaskManager", tc.args, tc.wantErr, path+" was corrupt", "and a new list started")
+		m := regexp.MustCompile(`kept as (\S+), and`).FindStringSubmatch(resultText(res))
+		if m == nil || !strings.HasPrefix(m[1], path+".corrupt-") {
+			t.Fatalf("%s: no kept file named: %s", tc.data, resultText(res))
+		}
+		if b, err := os.ReadFile(m[1]); err != nil || string(b) != tc.data {
+			t.Fatalf("kept file %s holds %q, %v; want %q", m[1], b, err, tc.data)
+		}
+		if sc, ok := res["structuredContent"].(map[string]any); !tc.wantErr && (!ok || sc["message"] != resultText(res)) {
+			t.Fatalf("the note is not in structuredContent's message: %v", res)
 		}
 	}
-	if b, _ := os.ReadFile(path); string(b) != `{"tasks": [oops` {
-		t.Fatalf("corrupt file changed: %s", b)
+	if kept, _ := filepath.Glob(path + ".corrupt-*"); len(kept) != 4 {
+		t.Fatalf("kept files: %v", kept)
+	}
+	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "next"}, false, "Created task t1")
+	if text := resultText(wfCall(t, c, "TaskManager", map[string]any{"action": "list"}, false, `t1 "next"`)); strings.Contains(text, "corrupt") {
+		t.Fatalf("a sound file is reported corrupt: %s", text)
 	}
 
-	// Valid JSON that is not a usable list is corrupt too; ids never repeat in a hand-edited file.
-	os.WriteFile(path, []byte(`{"tasks":[null]}`), 0o600)
-	wfCall(t, c, "TaskManager", map[string]any{"action": "list"}, true, "unusable", "null")
+	// Ids never repeat in a hand-edited file.
 	os.WriteFile(path, []byte(`{"tasks":[{"id":"t7","title":"hand","steps":[{"id":"t7.1","text":"s"}]}]}`), 0o600)
 	wfCall(t, c, "TaskManager", map[string]any{"action": "add", "task_id": 7, "text": "next"}, false, "Added step t7.2")
 	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "next"}, false, "Created task t8")
+}
+
+// FuzzTasksFile: no tasks.json makes its decoding and checks, or an action on
+// what they accept, panic; what they accept can be written again.
+func FuzzTasksFile(f *testing.F) {
+	f.Add([]byte(`{"current_by_project":{"/p":"t1"},"tasks":[{"id":"t1","title":"Ship v2","project":"/p","done":false,` +
+		`"created":"2026-01-01T00:00:00Z","steps":[{"id":"t1.1","text":"tests","done":true},` +
+		`{"id":"t1.2","text":"docs","done":false,"in_progress":true}]},{"id":"t2","title":"Fix","project":"/q","done":true,"steps":[]}]}`))
+	f.Add([]byte(`{"tasks": [oops`))
+	f.Add([]byte(`{"tasks":[null]}`))
+	f.Add([]byte(`{"tasks":[{"id":"t","steps":[null]}]}`))
+	f.Add([]byte(`{"current_by_project":{"/p":"t9"},"tasks":[{"id":"t1.2.3","steps":[{"id":"t1.2.3.1"}]}]}`))
+	f.Add([]byte(`null`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		tf, err := parseTasks(data)
+		if err != nil {
+			return
+		}
+		for _, a := range []taskArgs{{Action: "list", All: true}, {Action: "pending"}, {Action: "start", StepID: "1"},
+			{Action: "complete", StepID: "1.2"}, {Action: "add", Text: "x"}, {Action: "complete", Force: true},
+			{Action: "switch", TaskID: "1"}, {Action: "create", Text: "y"}, {Action: "add", TaskID: "2", Text: "z"}} {
+			a.project = "/p"
+			tf.apply(a)
+		}
+		if _, err := json.Marshal(tf); err != nil {
+			t.Fatalf("the list cannot be written again: %v", err)
+		}
+	})
 }
 
 func TestWorkflowTaskManagerFullListDropsOldestDone(t *testing.T) {
@@ -4355,14 +4397,12 @@ func TestWorkflowPlanMode(t *testing.T) {
 	pm(false, map[string]any{"action": "reset"}, "Plan mode reset. No plan saved.")
 	pm(false, map[string]any{"action": "reset"}, "not active")
 
-	// A plan_file relative to the shell's directory; the plan passed inline replaces it.
+	// A plan_file relative to the shell's directory is read as the plan
+	// (TestWorkflowPlanModeNeverReplaces has the rest).
 	wfCall(t, c, "Bash", map[string]any{"command": "cd " + dir}, false)
 	os.WriteFile(filepath.Join(dir, "mine.md"), []byte("old plan\n"), 0o600)
 	pm(false, map[string]any{"action": "enter", "goal": "g", "plan_file": "mine.md"}, filepath.Join(dir, "mine.md"))
-	pm(false, map[string]any{"action": "exit", "plan": "new plan\n"}, "new plan")
-	if b, _ := os.ReadFile(filepath.Join(dir, "mine.md")); string(b) != "new plan\n" {
-		t.Fatalf("plan file holds %q", b)
-	}
+	pm(false, map[string]any{"action": "exit"}, "Plan saved to "+filepath.Join(dir, "mine.md"), "old plan")
 
 	// A new session starts outside plan mode.
 	pm(false, map[string]any{"action": "enter", "goal": "left active"})
@@ -4429,7 +4469,7 @@ func TestWorkflowSkillSearchOrder(t *testing.T) {
 }
 
 // Not parallel: it sets HOME.
-func TestWorkflowSkillsListingPromptsAndChanges(t *testing.T) {
+func TestWorkflowSkillsListingAndChanges(t *testing.T) {
 	home, proj := t.TempDir(), t.TempDir()
 	t.Setenv("HOME", home)
 	root := filepath.Join(proj, ".claude", "skills")
@@ -4440,8 +4480,8 @@ func TestWorkflowSkillsListingPromptsAndChanges(t *testing.T) {
 	wfSkill(t, root, "block", "---\ndescription: >\n  folded\n---\nx\n")
 	c := startServer(t, "STATE_DIR="+t.TempDir())
 	init := c.initialize("2025-06-18")
-	if caps := init["result"].(map[string]any)["capabilities"].(map[string]any); caps["prompts"] == nil {
-		t.Fatalf("no prompts capability: %v", caps)
+	if caps := init["result"].(map[string]any)["capabilities"].(map[string]any); caps["prompts"] != nil {
+		t.Fatalf("skills are not served as prompts: %v", caps)
 	}
 	wfCall(t, c, "Bash", map[string]any{"command": "cd " + proj}, false)
 	// The first call from the project directory finds its skills and says the list changed.
@@ -4478,22 +4518,10 @@ func TestWorkflowSkillsListingPromptsAndChanges(t *testing.T) {
 		}
 	}
 
-	prompts := c.request("prompts/list", nil)["result"].(map[string]any)["prompts"].([]any)
-	if len(prompts) != 2 || prompts[1].(map[string]any)["name"] != "release-notes" ||
-		prompts[1].(map[string]any)["arguments"].([]any)[0].(map[string]any)["description"] != "<version> [audience]" {
-		t.Fatalf("prompts/list: %v", prompts)
-	}
-	got := c.request("prompts/get", map[string]any{"name": "release-notes", "arguments": map[string]any{"arguments": "v9 devs"}})
-	msgs := got["result"].(map[string]any)["messages"].([]any)
-	content := msgs[0].(map[string]any)["content"].(map[string]any)
-	if msgs[0].(map[string]any)["role"] != "user" || content["type"] != "text" || content["text"] != "Notes for v9 devs.\n" {
-		t.Fatalf("prompts/get: %v", got)
-	}
-	if code := errCode(c.request("prompts/get", map[string]any{"name": "nope"})); code != codeInvalidParams {
-		t.Fatalf("prompts/get unknown: code %d", code)
-	}
-	if code := errCode(c.request("prompts/get", map[string]any{})); code != codeInvalidParams {
-		t.Fatalf("prompts/get without name: code %d", code)
+	for _, method := range []string{"prompts/list", "prompts/get"} {
+		if code := errCode(c.request(method, map[string]any{"name": "plain"})); code != codeMethodNotFound {
+			t.Fatalf("%s: code %d, want method not found", method, code)
+		}
 	}
 
 	// A new skill: the list changes, and the client hears it once.
@@ -4502,9 +4530,6 @@ func TestWorkflowSkillsListingPromptsAndChanges(t *testing.T) {
 	wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "newer"}, false, "new")
 	if n := len(wfNotes(c, "notifications/tools/list_changed")); n != 1 {
 		t.Fatalf("%d tools/list_changed after adding a skill, want 1", n)
-	}
-	if n := len(wfNotes(c, "notifications/prompts/list_changed")); n < 1 {
-		t.Fatalf("no prompts/list_changed")
 	}
 	wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "newer"}, false, "new")
 	if n := len(wfNotes(c, "notifications/tools/list_changed")); n != 0 {
@@ -4534,20 +4559,46 @@ func TestWorkflowExpandSkill(t *testing.T) {
 
 func TestWorkflowParseSkill(t *testing.T) {
 	t.Parallel()
-	meta, body, err := parseSkill("\ufeff---\r\nname: a\r\ndescription: first\r\n  continued\r\nargument-hint: \"[x]\"\r\nallowed-tools:\r\n  - Bash\r\n---\r\n\r\nBody\r\n")
-	if err != nil || meta["name"] != "a" || meta["description"] != "first" || meta["argument-hint"] != "[x]" || body != "Body\n" {
-		t.Fatalf("parseSkill: %q %q %v", meta, body, err)
+	desc, body, err := parseSkill("\ufeff---\r\nname: a\r\ndescription: first\r\n  continued\r\nargument-hint: \"[x]\"\r\nallowed-tools:\r\n  - Bash\r\n---\r\n\r\nBody\r\n")
+	if err != nil || desc != "first" || body != "Body\n" {
+		t.Fatalf("parseSkill: %q %q %v", desc, body, err)
 	}
-	for _, bad := range []string{"", "no front matter", "---\nname: x\n"} {
+	if desc, _, err := parseSkill("---\ndescription: \"It's \\\"quoted\\\"\"\n---\n"); err != nil || desc != `It's "quoted"` {
+		t.Fatalf("quoted description: %q %v", desc, err)
+	}
+	for _, bad := range []string{"", "no front matter", "---\nname: x\n", "---\nname: x\n---\nbody", "---\ndescription: |\n  block\n---\n"} {
 		if _, _, err := parseSkill(bad); err == nil {
 			t.Errorf("parseSkill(%q): no error", bad)
 		}
 	}
 }
 
+// FuzzParseSkill: no SKILL.md makes parseSkill or expandSkill panic, and an
+// expanded skill stays within its cap.
+func FuzzParseSkill(f *testing.F) {
+	f.Add("---\nname: release-notes\ndescription: Write release notes for a version.\nargument-hint: \"<version> [audience]\"\n---\n\nNotes for $ARGUMENTS, see ${CLAUDE_SKILL_DIR}/template.md.\n", "v2.3 ops")
+	f.Add("\ufeff---\r\nname: a\r\ndescription: \"It's \\\"quoted\\\"\"\r\nallowed-tools:\r\n  - Bash\r\n---\r\n\r\nBody\r\n", "")
+	f.Add("---\ndescription: >\n  folded\n---\nx\n", "args")
+	f.Add("---\ndescription: no end\n", "")
+	f.Add("---\ndescription: d\n---\n"+strings.Repeat("$ARGUMENTS", 100), strings.Repeat("x", 3000))
+	f.Fuzz(func(t *testing.T, text, args string) {
+		desc, body, err := parseSkill(text)
+		if err != nil {
+			return
+		}
+		if strings.Trim(desc, ">|+-") == "" || len(body) > len(text) {
+			t.Fatalf("parseSkill(%q) = %q, %q", text, desc, body)
+		}
+		out, err := expandSkill(body, args, "/home/me/.claude/skills/s")
+		if err == nil && len(out) > maxSkillBytes {
+			t.Fatalf("expanded to %d bytes", len(out))
+		}
+	})
+}
+
 func TestWorkflowCallbacks(t *testing.T) {
 	t.Parallel()
-	c, s, clk := wfStart(t, map[string]string{"STATE_DIR": t.TempDir()})
+	c, s := wfStart(t, map[string]string{"STATE_DIR": t.TempDir()})
 	c.initialize("2025-06-18")
 	cbk := func(wantErr bool, args map[string]any, want ...string) map[string]any {
 		t.Helper()
@@ -4556,11 +4607,13 @@ func TestWorkflowCallbacks(t *testing.T) {
 	cbk(false, map[string]any{"action": "list"}, "No active callbacks.")
 	cbk(false, map[string]any{"message": "check the deploy", "delay_seconds": 30, "repeat_count": 3}, "Callback scheduled in slot 0: fires every 30s, 3 times.")
 	cbk(false, map[string]any{"action": "set", "message": strings.Repeat("long message ", 10), "delay_seconds": 3600, "repeat_count": -1}, "slot 1: fires every 3600s until cancelled.")
-	clk.advance(18 * time.Second)
-	cbk(false, map[string]any{"action": "list"}, "Active callbacks (2/8):\n  [0] \"check the deploy\" - fires in 12s (3 left)\n  [1] \"long message long message long message long message long message long message long message long message long message long message \" - fires in 59m42s (infinite)")
+	text := resultText(cbk(false, map[string]any{"action": "list"}, "Active callbacks (2/8):\n  [0] \"check the deploy\" - fires in ", "s (3 left)\n  [1] \"long message long message long message long message long message long message long message long message long message long message \" - fires in "))
+	if !regexp.MustCompile(`fires in (29|30)s \(3 left\)`).MatchString(text) || !regexp.MustCompile(`fires in (59m59s|1h0m0s) \(infinite\)`).MatchString(text) {
+		t.Fatalf("list: %s", text)
+	}
 
 	// A fire reaches the client at once and the next tool result once.
-	clk.advance(12 * time.Second)
+	wfFire(t, s, 0)
 	res := cbk(false, map[string]any{"action": "list"}, "(2 left)")
 	if first := res["content"].([]any)[0].(map[string]any)["text"]; first != "[callback 0] check the deploy" {
 		t.Fatalf("notice: %v", res["content"])
@@ -4573,24 +4626,22 @@ func TestWorkflowCallbacks(t *testing.T) {
 		t.Fatalf("notice delivered twice: %s", text)
 	}
 	// Repeat count: two more fires, then the slot is free.
-	clk.advance(30 * time.Second)
-	clk.advance(30 * time.Second)
-	clk.advance(30 * time.Second)
-	text := resultText(cbk(false, map[string]any{"action": "list"}, "Active callbacks (1/8):"))
+	wfFire(t, s, 0)
+	wfFire(t, s, 0)
+	text = resultText(cbk(false, map[string]any{"action": "list"}, "Active callbacks (1/8):"))
 	if strings.Count(text, "[callback 0] check the deploy") != 2 || strings.Contains(text, "[0]") {
 		t.Fatalf("after three fires: %s", text)
 	}
 	// Forever: fires again and again.
 	for i := 0; i < 5; i++ {
-		clk.advance(time.Hour)
+		wfFire(t, s, 1)
 	}
 	cbk(false, map[string]any{"action": "list"}, "[1] ", "(infinite)")
 	wfNotes(c, "notifications/message")
 
 	// The default, and 0, mean once.
-	cbk(false, map[string]any{"message": "once", "delay_seconds": 1, "repeat_count": 0}, "slot 0: fires once in 1s.")
-	clk.advance(time.Second)
-	clk.advance(time.Second)
+	cbk(false, map[string]any{"message": "once", "delay_seconds": 60, "repeat_count": 0}, "slot 0: fires once in 60s.")
+	wfFire(t, s, 0)
 	text = resultText(cbk(false, map[string]any{"action": "list"}))
 	if strings.Count(text, "[callback 0] once") != 1 || strings.Contains(text, "[0]") {
 		t.Fatalf("one-shot: %s", text)
@@ -4603,21 +4654,19 @@ func TestWorkflowCallbacks(t *testing.T) {
 	cbk(true, map[string]any{"message": "ninth", "delay_seconds": 60}, "all callback slots full (max 8)")
 	cbk(false, map[string]any{"action": "list"}, "Active callbacks (8/8):")
 
-	// Cancel one, then all.
+	// Cancel one, then all: their timers stop.
 	cbk(false, map[string]any{"action": "cancel", "callback_id": 3}, `Cancelled callback slot 3: "m2"`)
 	cbk(true, map[string]any{"action": "cancel", "callback_id": 3}, "callback slot 3 is not active")
 	cbk(true, map[string]any{"action": "cancel", "callback_id": 8}, "must be at most 7")
 	cbk(true, map[string]any{"action": "cancel", "callback_id": -1}, "must be at least 0")
-	cbk(false, map[string]any{"message": "reuses slot 3", "delay_seconds": 5}, "slot 3")
+	cbk(false, map[string]any{"message": "reuses slot 3", "delay_seconds": 50}, "slot 3")
+	timers := wfTimers(s)
 	cbk(false, map[string]any{"action": "cancel"}, "Cancelled 8 callbacks.")
 	cbk(false, map[string]any{"action": "list"}, "No active callbacks.")
-	if n := clk.armed(); n != 0 {
-		t.Fatalf("%d timers still armed after cancel", n)
+	if len(timers) != 8 {
+		t.Fatalf("%d timers before the cancel, want 8", len(timers))
 	}
-	clk.advance(2 * time.Hour)
-	if text := resultText(cbk(false, map[string]any{"action": "list"})); strings.Contains(text, "[callback") {
-		t.Fatalf("a cancelled callback fired: %s", text)
-	}
+	wfStopped(t, timers)
 
 	// Bad input, parameter by parameter.
 	cbk(true, map[string]any{"delay_seconds": 5}, "SetCallback: missing message parameter")
@@ -4632,11 +4681,10 @@ func TestWorkflowCallbacks(t *testing.T) {
 	cbk(true, map[string]any{"action": "cancel", "callback_id": "two"}, "must be an integer")
 
 	// The session's end stops every timer.
-	cbk(false, map[string]any{"message": "m", "delay_seconds": 5})
+	cbk(false, map[string]any{"message": "m", "delay_seconds": 60})
+	timers = wfTimers(s)
 	s.stopWorkflow()
-	if n := clk.armed(); n != 0 {
-		t.Fatalf("%d timers armed after the session ended", n)
-	}
+	wfStopped(t, timers)
 	cbk(true, map[string]any{"message": "m", "delay_seconds": 5}, "callback slots not available")
 }
 
@@ -5492,10 +5540,10 @@ func TestListenStdio(t *testing.T) {
 	if ack["method"] != "notifications/subscriptions/acknowledged" || subscriptionOf(ack) != 5.0 || len(granted) != 1 || granted["toolsListChanged"] != true {
 		t.Fatalf("first message: %v", ack)
 	}
-	c.send(modernMessage("p", methodListen, map[string]any{"notifications": map[string]any{"resourcesListChanged": true}}))
+	c.send(modernMessage("p", methodListen, map[string]any{"notifications": map[string]any{"toolsListChanged": true, "resourcesListChanged": true}}))
 	ack = c.recv()
-	if granted = ack["params"].(map[string]any)["notifications"].(map[string]any); len(granted) != 0 {
-		t.Fatalf("ack of a listen for nothing telson has: %v", ack)
+	if granted = ack["params"].(map[string]any)["notifications"].(map[string]any); len(granted) != 1 || granted["toolsListChanged"] != true {
+		t.Fatalf("ack of a tools-and-resources listen: %v", ack)
 	}
 
 	// seen collects list changes by subscription until it has what want names and id's response.
@@ -5513,19 +5561,18 @@ func TestListenStdio(t *testing.T) {
 			}
 		}
 	}
-	// InvokeSkill reads the skills again: a new one changes the tool list
-	wfSkill(t, extra, "fresh", "---\ndescription: d\n---\nx\n")
-	c.send(modernMessage(2, "tools/call", map[string]any{"name": "InvokeSkill", "arguments": map[string]any{"skill_name": "fresh"}}))
-	readUntil(2.0, "notifications/tools/list_changed 5")
-	if seen["notifications/tools/list_changed p"] {
-		t.Fatal("tools/list_changed reached a listen that did not ask for it")
+	invoke := func(id any, skill string) string { // InvokeSkill reads the skills again
+		return modernMessage(id, "tools/call", map[string]any{"name": "InvokeSkill", "arguments": map[string]any{"skill_name": skill}})
 	}
+	wfSkill(t, extra, "fresh", "---\ndescription: d\n---\nx\n")
+	c.send(invoke(2, "fresh"))
+	readUntil(2.0, "notifications/tools/list_changed 5", "notifications/tools/list_changed p")
 
 	c.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5.0}}`)
 	clear(seen)
 	wfSkill(t, extra, "fresher", "---\ndescription: d\n---\nx\n")
-	c.send(modernMessage(3, "tools/call", map[string]any{"name": "InvokeSkill", "arguments": map[string]any{"skill_name": "fresher"}}))
-	readUntil(3.0)
+	c.send(invoke(3, "fresher"))
+	readUntil(3.0, "notifications/tools/list_changed p")
 	if seen["notifications/tools/list_changed 5"] {
 		t.Fatal("a cancelled listen still delivers")
 	}
@@ -5581,15 +5628,21 @@ func TestListenHTTP(t *testing.T) {
 	if ack := next(); ack["method"] != "notifications/subscriptions/acknowledged" || subscriptionOf(ack) != "h1" {
 		t.Fatalf("first event: %v", ack)
 	}
-	wfSkill(t, extra, "fresh", "---\ndescription: d\n---\nx\n")
-	r, b := httpModernPost(c, "tools/call", map[string]any{"name": "InvokeSkill", "arguments": map[string]any{"skill_name": "fresh"}}, nil)
-	httpStatus(t, "InvokeSkill", r, b, 200, 0)
-	r, b = httpModernPost(c, "tools/list", nil, nil)
+	r, b := httpModernPost(c, "tools/list", nil, nil)
+	httpStatus(t, "tools/list", r, b, 200, 0)
 	if res := httpDecode(t, b)["result"].(map[string]any); res["ttlMs"] == nil || res["cacheScope"] != "public" {
 		t.Errorf("a modern list result needs ttlMs and cacheScope: %s", b)
 	}
-	if m := next(); m["method"] != "notifications/tools/list_changed" || subscriptionOf(m) != "h1" {
-		t.Fatalf("event: %v", m)
+	wfSkill(t, extra, "fresh", "---\ndescription: d\n---\nx\n")
+	r, b = httpModernPost(c, "tools/call", map[string]any{"name": "InvokeSkill", "arguments": map[string]any{"skill_name": "fresh"}}, nil)
+	httpStatus(t, "tools/call", r, b, 200, 0)
+	seen := map[string]bool{}
+	for !seen["notifications/tools/list_changed"] {
+		m := next()
+		if subscriptionOf(m) != "h1" {
+			t.Fatalf("event without the subscription id: %v", m)
+		}
+		seen[m["method"].(string)] = true
 	}
 	resp.Body.Close()
 	deadline := time.Now().Add(watchdog)
@@ -7043,6 +7096,20 @@ func TestWorkflowPlanModeApproval(t *testing.T) {
 	if sc := wfStructured(t, uiResult(t, c.waitResponse(id))); sc["active"] != true {
 		t.Fatalf("cancel left plan mode: %v", sc)
 	}
+	planFile := sc["plan_file"].(string)
+	if b, _ := os.ReadFile(planFile); string(b) != "step one, with tests" {
+		t.Fatalf("the revised plan did not replace the file this plan mode created: %q", b)
+	}
+	// That file replaced by a symlink is not written through.
+	victim := filepath.Join(t.TempDir(), "victim")
+	os.WriteFile(victim, []byte("keep"), 0o600)
+	os.Remove(planFile)
+	os.Symlink(victim, planFile)
+	wfCall(t, c, "PlanMode", map[string]any{"action": "exit", "plan": "step one, with more tests"}, true, "not a regular file")
+	if b, _ := os.ReadFile(victim); string(b) != "keep" {
+		t.Fatalf("written through a symlink: %q", b)
+	}
+	os.Remove(planFile)
 	id = uiStartCall(c, "PlanMode", map[string]any{"action": "exit", "plan": "step one, with tests"})
 	uiReply(c, uiNextRequest(c, "elicitation/create")["id"], map[string]any{"action": "accept", "content": map[string]any{"decision": "approve"}})
 	res = uiResult(t, c.waitResponse(id))
@@ -7075,15 +7142,84 @@ func TestWorkflowPlanModeFileNotRegular(t *testing.T) {
 	}
 	wfCall(t, c, "PlanMode", map[string]any{"action": "enter", "goal": "g", "plan_file": huge}, true, "larger than 1048576 bytes")
 
-	// The file becomes a FIFO after enter: exit refuses it, inline too.
+	// The file becomes a FIFO after enter: exit refuses to read it, and an
+	// inline plan goes to a new file in the plans folder.
 	later := filepath.Join(dir, "later.md")
 	wfCall(t, c, "PlanMode", map[string]any{"action": "enter", "goal": "g", "plan_file": later}, false)
 	syscall.Mkfifo(later, 0o600)
 	wfCall(t, c, "PlanMode", map[string]any{"action": "exit"}, true, "not a regular file")
-	wfCall(t, c, "PlanMode", map[string]any{"action": "exit", "plan": "p"}, true, "not a regular file")
 	wfCall(t, c, "PlanMode", map[string]any{"action": "status"}, false, "ACTIVE")
+	wfCall(t, c, "PlanMode", map[string]any{"action": "exit", "plan": "p"}, false, "Plan saved to "+filepath.Join(dir, "plans"), later+" exists")
 	if fi, err := os.Lstat(later); err != nil || fi.Mode()&os.ModeNamedPipe == 0 {
 		t.Errorf("the FIFO was replaced: %v %v", fi, err)
+	}
+}
+
+// An inline plan never replaces an existing file: not a plan_file that
+// exists, nor one that is a symlink (even dangling), nor one that appears
+// between enter and exit. It goes to a plan_file that does not exist yet, to
+// the file this plan mode created, or else to a new file in the plans folder.
+func TestWorkflowPlanModeNeverReplaces(t *testing.T) {
+	t.Parallel()
+	dir, other := t.TempDir(), t.TempDir()
+	plans := filepath.Join(dir, "plans")
+	c := startServer(t, "STATE_DIR="+dir)
+	c.initialize("2025-06-18")
+	victim := filepath.Join(other, ".bashrc")
+	const victimBytes = "export PS1='$ '\n"
+	os.WriteFile(victim, []byte(victimBytes), 0o644)
+	link := filepath.Join(other, "link.md")
+	os.Symlink(victim, link)
+	dangling := filepath.Join(other, "dangling.md")
+	os.Symlink(filepath.Join(other, "nowhere.md"), dangling)
+	exit := func(planFile, plan string) string {
+		t.Helper()
+		wfCall(t, c, "PlanMode", map[string]any{"action": "enter", "goal": "g", "plan_file": planFile}, false)
+		res := wfCall(t, c, "PlanMode", map[string]any{"action": "exit", "plan": plan}, false, "Plan saved to ", plan)
+		m := regexp.MustCompile(`^Plan saved to (\S+)`).FindStringSubmatch(resultText(res))
+		if b, err := os.ReadFile(m[1]); err != nil || string(b) != plan {
+			t.Fatalf("%s holds %q, %v; want the plan", m[1], b, err)
+		}
+		return m[1]
+	}
+	for _, planFile := range []string{victim, link, dangling} {
+		saved := exit(planFile, "# plan for "+planFile)
+		if filepath.Dir(saved) != plans {
+			t.Errorf("plan_file %s: the plan went to %s, not the plans folder", planFile, saved)
+		}
+	}
+	if b, _ := os.ReadFile(victim); string(b) != victimBytes {
+		t.Errorf("%s changed: %q", victim, b)
+	}
+	if target, err := os.Readlink(link); err != nil || target != victim {
+		t.Errorf("link changed: %q %v", target, err)
+	}
+	if target, err := os.Readlink(dangling); err != nil || target != filepath.Join(other, "nowhere.md") {
+		t.Errorf("dangling link changed: %q %v", target, err)
+	}
+	if _, err := os.Lstat(filepath.Join(other, "nowhere.md")); err == nil {
+		t.Errorf("the dangling link's target was created")
+	}
+
+	// A plan_file that does not exist yet is created with the plan, and so is the default.
+	fresh := filepath.Join(other, "fresh.md")
+	if saved := exit(fresh, "# fresh"); saved != fresh {
+		t.Errorf("the plan went to %s, not the new plan_file %s", saved, fresh)
+	}
+	if saved := exit("", "# default"); filepath.Dir(saved) != plans {
+		t.Errorf("the default plan went to %s", saved)
+	}
+
+	// One that appears between enter and exit is not replaced.
+	late := filepath.Join(other, "late.md")
+	wfCall(t, c, "PlanMode", map[string]any{"action": "enter", "goal": "g", "plan_file": late}, false)
+	os.WriteFile(late, []byte("someone else's\n"), 0o600)
+	wfCall(t, c, "PlanMode", map[string]any{"action": "exit", "plan": "# late"}, false, "Plan saved to "+plans, late+" exists")
+	if b, _ := os.ReadFile(late); string(b) != "someone else's\n" {
+		t.Errorf("%s changed: %q", late, b)
+	}
+	if left, _ := filepath.Glob(filepath.Join(other, "*.tmp-*")); len(left) > 0 {
+		t.Errorf("temp files left: %v", left)
 	}
 }
 
@@ -7206,24 +7342,20 @@ func TestWorkflowSkillsFollowTheShell(t *testing.T) {
 	wfSkill(t, filepath.Join(proj, ".claude", "skills"), "deploy", "---\ndescription: Deploy it.\n---\nGo.\n")
 	c := startServer(t, "STATE_DIR="+t.TempDir())
 	c.initialize("2025-06-18")
-	prompts := func() string {
-		b, _ := json.Marshal(c.request("prompts/list", nil)["result"])
+	tools := func() string {
+		b, _ := json.Marshal(c.request("tools/list", nil)["result"])
 		return string(b)
 	}
-	if p := prompts(); strings.Contains(p, "deploy") {
+	if p := tools(); strings.Contains(p, "- deploy: ") {
 		t.Fatalf("deploy listed before the cd: %s", p)
 	}
 	wfNotes(c, "notifications/tools/list_changed")
 	wfCd(t, c, filepath.Join(proj))
-	if p := prompts(); !strings.Contains(p, `"name":"deploy"`) {
-		t.Fatalf("deploy not listed after the cd: %s", p)
-	}
 	if n := len(wfNotes(c, "notifications/tools/list_changed")); n != 1 {
 		t.Fatalf("%d tools/list_changed after the cd, want 1", n)
 	}
-	b, _ := json.Marshal(c.request("tools/list", nil)["result"])
-	if !strings.Contains(string(b), "- deploy: Deploy it.") {
-		t.Fatalf("InvokeSkill's description does not follow the shell: %s", b)
+	if p := tools(); !strings.Contains(p, "- deploy: Deploy it.") {
+		t.Fatalf("InvokeSkill's description does not follow the shell: %s", p)
 	}
 }
 
@@ -7268,6 +7400,50 @@ func TestWorkflowSkillFilesNotRegular(t *testing.T) {
 	wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "huge"}, true, "not found")
 }
 
+// InvokeSkill lists the other files of the skill's folder, whether the
+// folder is real or a symlink: two folders deep, at most 50, symlinks inside
+// listed but not followed.
+// Not parallel: it sets HOME.
+func TestWorkflowSkillFiles(t *testing.T) {
+	t.Setenv("HOME", t.TempDir())
+	extra, elsewhere, outside := t.TempDir(), t.TempDir(), t.TempDir()
+	body := "---\ndescription: d\n---\nRun ${CLAUDE_SKILL_DIR}/scripts/run.sh\n"
+	for _, root := range []string{extra, elsewhere} {
+		for _, f := range []string{"SKILL.md", "scripts/run.sh", "references/api.md", "references/deep/more.md", "references/deep/deeper/no.md"} {
+			p := filepath.Join(root, "tool", f)
+			os.MkdirAll(filepath.Dir(p), 0o755)
+			os.WriteFile(p, []byte(body), 0o644)
+		}
+		os.WriteFile(filepath.Join(outside, "secret.md"), nil, 0o644)
+		os.Symlink(outside, filepath.Join(root, "tool", "escape"))
+	}
+	os.Rename(filepath.Join(elsewhere, "tool"), filepath.Join(elsewhere, "linked-target"))
+	os.Symlink(filepath.Join(elsewhere, "linked-target"), filepath.Join(extra, "linked"))
+	wfSkill(t, extra, "bare", "---\ndescription: nothing else\n---\nx\n")
+	many := filepath.Dir(wfSkill(t, extra, "many", "---\ndescription: many files\n---\nx\n"))
+	for i := 0; i < 60; i++ {
+		os.WriteFile(filepath.Join(many, fmt.Sprintf("f%02d.txt", i)), nil, 0o644)
+	}
+	c := startServer(t, "STATE_DIR="+t.TempDir(), "ADDITIONAL_SKILLS="+extra)
+	c.initialize("2025-06-18")
+	for _, name := range []string{"tool", "linked"} {
+		dir := filepath.Join(extra, name)
+		text := resultText(wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": name}, false))
+		want := "Run " + dir + "/scripts/run.sh\n\nOther files in the skill's folder, " + dir + ":\n" +
+			"- escape\n- references/api.md\n- references/deep/more.md\n- scripts/run.sh"
+		if !strings.HasSuffix(text, want) {
+			t.Errorf("%s:\n%s\nwant it to end with:\n%s", name, text, want)
+		}
+	}
+	if text := resultText(wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "bare"}, false)); strings.Contains(text, "Other files") {
+		t.Errorf("bare: %s", text)
+	}
+	text := resultText(wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "many"}, false, "- f00.txt\n", "- f49.txt\n- (more not shown)"))
+	if strings.Contains(text, "f50.txt") {
+		t.Errorf("more than 50 files listed: %s", text)
+	}
+}
+
 // $ARGUMENTS expansion is capped: a 230 KB skill of placeholders with
 // 20,000-character arguments is refused without allocating much.
 // Not parallel: it measures the process's allocations, and sets HOME.
@@ -7279,12 +7455,7 @@ func TestWorkflowSkillArgumentsCapped(t *testing.T) {
 	c.initialize("2025-06-18")
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	for _, n := range []int{20000, 9000, 10} {
-		resp := c.request("prompts/get", map[string]any{"name": "bomb", "arguments": map[string]any{"arguments": strings.Repeat("x", n)}})
-		if e, _ := resp["error"].(map[string]any); e == nil || !strings.Contains(e["message"].(string), "longer than 10000") && !strings.Contains(e["message"].(string), "larger than 262144") {
-			t.Errorf("%d characters: %.200v", n, resp)
-		}
-	}
+	wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "bomb", "arguments": strings.Repeat("x", 10)}, true, "larger than 262144")
 	wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "bomb", "arguments": strings.Repeat("x", 20000)}, true, "at most 10000")
 	wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "bomb", "arguments": strings.Repeat("x", 9000)}, true, "larger than 262144")
 	runtime.ReadMemStats(&after)
@@ -7295,15 +7466,14 @@ func TestWorkflowSkillArgumentsCapped(t *testing.T) {
 
 func TestWorkflowCallbackDefaultsOnce(t *testing.T) {
 	t.Parallel()
-	c, _, clk := wfStart(t, map[string]string{"STATE_DIR": t.TempDir()})
+	c, s := wfStart(t, map[string]string{"STATE_DIR": t.TempDir()})
 	c.initialize("2025-06-18")
-	wfCall(t, c, "SetCallback", map[string]any{"message": "look", "delay_seconds": 5}, false, "slot 0: fires once in 5s.")
-	clk.advance(5 * time.Second)
-	clk.advance(5 * time.Second)
+	wfCall(t, c, "SetCallback", map[string]any{"message": "look", "delay_seconds": 60}, false, "slot 0: fires once in 60s.")
+	wfFire(t, s, 0)
 	if text := resultText(wfCall(t, c, "SetCallback", map[string]any{"action": "list"}, false, "No active callbacks.")); strings.Count(text, "[callback 0] look") != 1 {
 		t.Fatalf("default repeat: %s", text)
 	}
-	wfCall(t, c, "SetCallback", map[string]any{"message": "a", "delay_seconds": 5, "repeat_count": 2}, false, "fires every 5s, 2 times.")
+	wfCall(t, c, "SetCallback", map[string]any{"message": "a", "delay_seconds": 60, "repeat_count": 2}, false, "fires every 60s, 2 times.")
 	wfCall(t, c, "SetCallback", map[string]any{"action": "cancel"}, false, "Cancelled 1 callback.")
 	wfCall(t, c, "SetCallback", map[string]any{"action": "cancel"}, false, "Cancelled 0 callbacks.")
 }

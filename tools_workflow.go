@@ -1,19 +1,22 @@
 // tools_workflow.go holds the workflow tools: TaskManager (a task list per
 // project in STATE_DIR/tasks.json, shared by every telson process), PlanMode
 // (per session; while active, Bash runs read-only), InvokeSkill (SKILL.md
-// folders, also served as MCP prompts) and SetCallback (per-session timers
-// delivered through the notice queue).
+// folders) and SetCallback (per-session timers delivered through the notice
+// queue).
 //
 // Rules:
 //   - every file read here goes through readCapped: a regular file, opened
-//     without blocking, read through a cap; no lock is held across an open or
-//     read that can block;
+//     without blocking, read through a cap; no lock is held across a file
+//     read or write (the skill catalogue is scanned first, then swapped in);
+//   - files are written whole through a temporary file in the same folder;
 //   - tasks.json changes only under an flock on tasks.json.lock, is read again
-//     inside the lock and is replaced atomically, through a symlink if it is one;
-//     one that does not parse is never overwritten;
-//   - callback timers go through callbackSlots.afterFunc, so tests drive them;
-//   - the skill catalogue is read again at each InvokeSkill call, tools/list,
-//     prompts/list and prompts/get, for the shell's current project.
+//     inside the lock and is replaced atomically, through a symlink if it is
+//     one; one that does not parse is kept under another name, and a new list
+//     started;
+//   - a plan is written only where nothing exists yet (a link, which never
+//     replaces anything) or over the file this plan mode created;
+//   - the skill catalogue is read again at each InvokeSkill call and when
+//     Bash's working directory changes.
 package main
 
 import (
@@ -33,7 +36,6 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-	"unicode/utf8"
 )
 
 // readCapped reads path, which must be a regular file of at most limit bytes.
@@ -76,25 +78,42 @@ func withStateLock(ctx context.Context, path string, fn func() error) error {
 	return fn()
 }
 
-// writeFileAtomic replaces path, a regular file or missing, with data: temp
-// file in the same folder, fsync, rename. A symlink is written through.
-func writeFileAtomic(path string, data []byte) error {
-	if target, err := filepath.EvalSymlinks(path); err == nil {
-		path = target
-	}
-	if fi, err := os.Lstat(path); err == nil && !fi.Mode().IsRegular() { // a dangling link too
+// writeFile puts data at path whole: a temporary file in the same folder,
+// fsync, then a rename over path (replace: a regular file or nothing may be
+// there), else a link, which fails when anything is at path, a dangling
+// symlink too.
+func writeFile(path string, data []byte, replace bool) error {
+	if fi, err := os.Lstat(path); replace && err == nil && !fi.Mode().IsRegular() {
 		return fmt.Errorf("write %s: not a regular file", path)
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp-*")
+	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+tmpInfix+"*")
 	if err != nil {
 		return err // os's errors name the file
 	}
-	defer os.Remove(tmp.Name()) // fails harmlessly after the rename
+	defer os.Remove(tmp.Name()) // after a rename it is gone; after a link, a second name
 	_, err = tmp.Write(data)
 	if err = errors.Join(err, tmp.Sync(), tmp.Close()); err != nil {
 		return err
 	}
+	if !replace {
+		return os.Link(tmp.Name(), path)
+	}
 	return os.Rename(tmp.Name(), path)
+}
+
+// tmpInfix is in the name of writeFile's temporary files, then random digits.
+const tmpInfix = ".tmp-"
+
+// removeStaleTemps removes the temporary files writeFile left for path when
+// telson was killed mid-write. The caller holds path's lock: none is in use.
+func removeStaleTemps(path string) {
+	dir, base := filepath.Split(path)
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), base+tmpInfix) {
+			os.Remove(dir + e.Name())
+		}
+	}
 }
 
 // ---- TaskManager ----
@@ -192,21 +211,27 @@ func runTaskManager(ctx context.Context, c *toolCall) toolResult {
 	path := filepath.Join(c.s.srv.set.StateDir, "tasks.json")
 	var res toolResult
 	err := withStateLock(ctx, path, func() error {
-		tf, err := loadTasks(path)
+		file := path
+		if target, err := filepath.EvalSymlinks(path); err == nil {
+			file = target // a symlinked tasks.json is written through
+		}
+		tf, kept, err := loadTasks(file)
 		if err != nil {
 			return err
 		}
 		text, shown, err := tf.apply(a)
 		if err != nil {
-			return err
+			return fmt.Errorf("%s%w", kept, err)
 		}
+		text = kept + text
 		res = structuredResult(text, map[string]any{"project": a.project,
 			"current": tf.Current[a.project], "tasks": shown, "message": text})
 		if a.Action == "list" || a.Action == "pending" {
 			return nil // the list is unchanged
 		}
+		removeStaleTemps(file)
 		out, _ := json.MarshalIndent(tf, "", "  ")
-		return writeFileAtomic(path, out)
+		return writeFile(file, out, true)
 	})
 	if err != nil {
 		return errorResult("%v", err)
@@ -214,30 +239,43 @@ func runTaskManager(ctx context.Context, c *toolCall) toolResult {
 	return res
 }
 
-// loadTasks reads path; a missing file is an empty list. It rejects entries
-// apply cannot use.
-func loadTasks(path string) (*taskFile, error) {
-	tf := &taskFile{Current: map[string]string{}}
+// loadTasks reads path; a missing file is an empty list. A file that does not
+// parse is kept under another name and a new list started: kept says so.
+func loadTasks(path string) (tf *taskFile, kept string, err error) {
 	data, err := readCapped(path, maxTaskFile)
 	if errors.Is(err, os.ErrNotExist) {
-		return tf, nil
+		data, err = []byte("{}"), nil
 	}
+	if err != nil {
+		return nil, "", fmt.Errorf("%s is unusable (%w); it was left untouched: "+
+			"fix, move or delete it", path, err)
+	}
+	tf, err = parseTasks(data)
 	if err == nil {
-		err = json.Unmarshal(data, tf)
+		return tf, "", nil
 	}
+	keep := path + ".corrupt-" + time.Now().Format("20060102-150405.000000000")
+	if err := os.Rename(path, keep); err != nil {
+		return nil, "", fmt.Errorf("keep the corrupt %s: %w", path, err)
+	}
+	kept = fmt.Sprintf("%s was corrupt (%v): it is kept as %s, and a new list started.\n",
+		path, err, keep)
+	return &taskFile{Current: map[string]string{}}, kept, nil
+}
+
+// parseTasks decodes tasks.json and rejects entries apply cannot use.
+func parseTasks(data []byte) (*taskFile, error) {
+	tf := &taskFile{}
+	err := json.Unmarshal(data, tf)
 	for _, t := range tf.Tasks {
 		if t == nil || slices.Contains(t.Steps, nil) {
 			err = cmp.Or(err, errors.New("a task or step is null"))
 		}
 	}
-	if err != nil {
-		return nil, fmt.Errorf("%s is unusable (%w); it was left untouched: fix, move or delete it",
-			path, err)
-	}
 	if tf.Current == nil {
 		tf.Current = map[string]string{}
 	}
-	return tf, nil
+	return tf, err
 }
 
 // apply performs one action and returns its reply and the tasks it shows.
@@ -256,16 +294,17 @@ func (tf *taskFile) apply(a taskArgs) (string, []*taskEntry, error) {
 		return "", nil, err
 	}
 	text := ""
-	switch a.Action {
-	case "add":
+	switch {
+	case a.Action == "add":
 		text, err = t.add(a.Text)
-	case "start":
-		text, err = t.start(a.StepID)
-	case "complete":
+	case a.Action == "start" || a.Action == "complete" && a.StepID != "":
+		text, err = t.mark(a.StepID, a.Action == "complete")
+	case a.Action == "complete":
 		text, err = tf.complete(t, a)
-	case "pending":
-		text = "Open steps of task " + t.line() + ":" + stepLines(t.open())
-	case "switch":
+	case a.Action == "pending":
+		text, _ = t.open()
+		text = "Open steps of task " + t.line() + ":" + text
+	case a.Action == "switch":
 		tf.Current[a.project] = t.ID
 		text = "Switched to task " + t.line() + "."
 	}
@@ -324,51 +363,39 @@ func (t *taskEntry) add(text string) (string, error) {
 	return fmt.Sprintf("Added step %s to task %s.", s.ID, t.line()), nil
 }
 
-// step finds id: 2 (of t), or 1.2.
-func (t *taskEntry) step(id string) (*taskStep, error) {
+// mark sets step id (2 of t, or 1.2) done, or else in progress, the only
+// one of its task.
+func (t *taskEntry) mark(id string, done bool) (string, error) {
 	want := "t" + id
 	if !strings.Contains(want, ".") {
 		want = t.ID + "." + id
 	}
 	i := slices.IndexFunc(t.Steps, func(s *taskStep) bool { return s.ID == want })
 	if i < 0 {
-		return nil, fmt.Errorf("task %s has no step %q; its open steps:%s", t.ID, id,
-			stepLines(t.open()))
+		open, _ := t.open()
+		return "", fmt.Errorf("task %s has no step %q; its open steps:%s", t.ID, id, open)
 	}
-	return t.Steps[i], nil
-}
-
-// start marks a step in progress, the only one of its task.
-func (t *taskEntry) start(id string) (string, error) {
-	s, err := t.step(id)
-	if err != nil {
-		return "", err
+	for _, s := range t.Steps {
+		s.InProgress = s.InProgress && done
 	}
-	for _, x := range t.Steps {
-		x.InProgress = false
+	s := t.Steps[i]
+	s.Done = done
+	s.InProgress = !done
+	if done {
+		return fmt.Sprintf("Completed step %s of task %s.", s.ID, t.line()), nil
 	}
-	s.InProgress = true
-	s.Done = false
 	t.Done = false
 	return fmt.Sprintf("Step %s of task %s is in progress.", s.ID, t.line()), nil
 }
 
+// complete marks t done, with its steps; with steps open only if force.
 func (tf *taskFile) complete(t *taskEntry, a taskArgs) (string, error) {
-	if a.StepID != "" {
-		s, err := t.step(a.StepID)
-		if err != nil {
-			return "", err
-		}
-		s.Done = true
-		s.InProgress = false
-		return fmt.Sprintf("Completed step %s of task %s.", s.ID, t.line()), nil
-	}
-	open := t.open()
-	if len(open) > 0 && !a.Force {
+	open, n := t.open()
+	if n > 0 && !a.Force {
 		return "", fmt.Errorf("task %s has open steps; complete them, or pass force: true:%s",
-			t.ID, stepLines(open))
+			t.ID, open)
 	}
-	for _, s := range open {
+	for _, s := range t.Steps {
 		s.Done = true
 		s.InProgress = false
 	}
@@ -404,31 +431,27 @@ func (tf *taskFile) list(a taskArgs) (string, []*taskEntry, error) {
 	return text, shown, nil
 }
 
-// open is t's steps not done.
-func (t *taskEntry) open() []*taskStep {
-	var open []*taskStep
-	for _, s := range t.Steps {
-		if !s.Done {
-			open = append(open, s)
-		}
-	}
-	return open
-}
-
-func stepLines(steps []*taskStep) string {
+// open is t's steps not done, a line each, and how many there are.
+func (t *taskEntry) open() (string, int) {
 	text := ""
-	for _, s := range steps {
+	n := 0
+	for _, s := range t.Steps {
+		if s.Done {
+			continue
+		}
+		n++
 		text += "\n- " + s.ID + " " + s.Text
 		if s.InProgress {
 			text += " (in progress)"
 		}
 	}
-	return cmp.Or(text, " none")
+	return cmp.Or(text, " none"), n
 }
 
 // line is t on one line: id, title, progress.
 func (t *taskEntry) line() string {
-	s := fmt.Sprintf("%s %q [%d/%d]", t.ID, t.Title, len(t.Steps)-len(t.open()), len(t.Steps))
+	_, open := t.open()
+	s := fmt.Sprintf("%s %q [%d/%d]", t.ID, t.Title, len(t.Steps)-open, len(t.Steps))
 	if t.Done {
 		s += " done"
 	}
@@ -444,9 +467,10 @@ var planModeTool = toolDef{
 
 - enter (goal required): plan mode starts. Until exit, Bash and BackgroundBash run read-only:
   you can read files, writes fail.
-- exit: pass the plan as markdown in plan (it is saved to the plan file), or write it to the
-  plan file first. If the client can ask, the user approves the plan or sends you back to
-  planning with a note.
+- exit: pass the plan as markdown in plan, or write it to the plan file first. An inline plan
+  is saved to the plan file only if that does not exist yet (or this plan mode created it),
+  else to a new file in STATE_DIR/plans: an existing file is read as the plan, never written.
+  If the client can ask, the user approves the plan or sends you back to planning with a note.
 - status: the state. reset: leave without a plan.
 Plan mode belongs to this connection.`,
 	input: `{"type":"object","properties":{
@@ -454,7 +478,7 @@ Plan mode belongs to this connection.`,
 		"goal":{"type":"string","maxLength":1000,"description":"What the plan is for (enter)."},
 		"plan":{"type":"string","maxLength":1048576,"description":"The plan, markdown (exit)."},
 		"plan_file":{"type":"string","maxLength":4096,
-			"description":"Where the plan is kept (enter; default: a new file in STATE_DIR/plans)."}
+			"description":"Plan file (enter; default: new in STATE_DIR/plans); never overwritten."}
 		},
 		"required":["action"]}`,
 	output: `{"type":"object","required":["active","goal","plan_file","started_at","message"],
@@ -483,6 +507,7 @@ type planInfo struct {
 	active  bool
 	goal    string
 	file    string
+	owned   bool // this plan mode created file: a new plan may replace it
 	started time.Time
 }
 
@@ -505,28 +530,18 @@ func runPlanMode(ctx context.Context, c *toolCall) toolResult {
 	case "exit":
 		return exitPlan(ctx, c, in, a.Plan)
 	case "reset":
-		return resetPlan(c.s.workflow.plan.Swap(&planInfo{}))
+		text := "Plan mode is not active. Nothing to reset."
+		if c.s.workflow.plan.Swap(&planInfo{}).active {
+			text = "Plan mode reset. No plan saved."
+		}
+		return planInfo{}.result(text, nil)
 	}
-	return in.status()
-}
-
-func (in *planInfo) status() toolResult {
 	text := "Plan mode: INACTIVE"
 	if in.active {
-		d := time.Since(in.started).Round(time.Second)
 		text = fmt.Sprintf("Plan mode: ACTIVE\nGoal: %q\nDuration: %s\nPlan file: %s",
-			in.goal, d, in.file)
+			in.goal, time.Since(in.started).Round(time.Second), in.file)
 	}
 	return in.result(text, nil)
-}
-
-// resetPlan is the reply to reset, which replaced old.
-func resetPlan(old *planInfo) toolResult {
-	text := "Plan mode reset. No plan saved."
-	if !old.active {
-		text = "Plan mode is not active. Nothing to reset."
-	}
-	return planInfo{}.result(text, nil)
 }
 
 // result is text with the state (goal, plan_file and started_at null when
@@ -548,12 +563,11 @@ func enterPlan(c *toolCall, goal, file string) toolResult {
 		return errorResult("enter needs goal, what the plan is for")
 	}
 	if file == "" {
-		dir := filepath.Join(c.s.srv.set.StateDir, "plans")
-		os.MkdirAll(dir, 0o700) // writing the plan reports a failure
-		file = filepath.Join(dir, time.Now().Format("20060102-150405.000000")+".md")
+		file = newPlanFile(c.s.srv.set.StateDir)
 	}
 	file = c.s.shell.resolve(file)
-	if _, err := readCapped(file, maxPlanBytes); err != nil && !errors.Is(err, os.ErrNotExist) {
+	_, err := readCapped(file, maxPlanBytes)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return errorResult("plan_file: %v", err)
 	}
 	gate := "Bash and BackgroundBash run read-only until you exit: read the code, writes fail."
@@ -572,44 +586,65 @@ func enterPlan(c *toolCall, goal, file string) toolResult {
 	return in.result(text, nil)
 }
 
-func exitPlan(ctx context.Context, c *toolCall, in *planInfo, plan string) toolResult {
-	if !in.active {
-		return errorResult("plan mode is not active; nothing to exit")
-	}
-	if strings.TrimSpace(plan) != "" {
-		if err := writeFileAtomic(in.file, []byte(plan)); err != nil {
-			return errorResult("%v", err)
-		}
-	} else {
+// newPlanFile names a new file in STATE_DIR/plans.
+func newPlanFile(stateDir string) string {
+	dir := filepath.Join(stateDir, "plans")
+	os.MkdirAll(dir, 0o700) // writing the plan reports a failure
+	return filepath.Join(dir, time.Now().Format("20060102-150405.000000")+".md")
+}
+
+// take returns the plan to exit with and in with the file holding it. An
+// inline plan is saved to in's file if this plan mode created it or nothing
+// is there, else to a new file in the plans folder; without one, the plan
+// file is read.
+func (in planInfo) take(stateDir, plan string) (*planInfo, string, error) {
+	if strings.TrimSpace(plan) == "" {
 		b, err := readCapped(in.file, maxPlanBytes)
 		if err == nil && strings.TrimSpace(string(b)) == "" {
 			err = fmt.Errorf("plan file %s is empty", in.file)
 		}
-		if err != nil {
-			return errorResult("%v. Pass the plan as plan (or reset to leave without one).", err)
-		}
-		plan = string(b)
+		return &in, string(b), err
+	}
+	err := writeFile(in.file, []byte(plan), in.owned)
+	if errors.Is(err, os.ErrExist) {
+		in.file = newPlanFile(stateDir)
+		err = writeFile(in.file, []byte(plan), false)
+	}
+	in.owned = true
+	return &in, plan, err
+}
+
+func exitPlan(ctx context.Context, c *toolCall, in *planInfo, plan string) toolResult {
+	if !in.active {
+		return errorResult("plan mode is not active; nothing to exit")
+	}
+	next, plan, err := in.take(c.s.srv.set.StateDir, plan)
+	if err != nil {
+		return errorResult("%v. Pass the plan as plan (or reset to leave without one).", err)
+	}
+	saved := "Plan saved to " + next.file
+	if next.file != in.file {
+		saved += " (" + in.file + " exists: it is never written)"
 	}
 	approval, note, ask := approvePlan(ctx, c, plan)
-	if ask != nil {
+	text := "The user wants more planning: plan mode stays active. Revise the plan, exit again."
+	switch {
+	case ask != nil:
+		c.s.workflow.plan.CompareAndSwap(in, next)
 		return toolResult{inputRequired: ask}
+	case approval == planApproved:
+		text = "The user approved the plan. Exiting plan mode. Returning to execution."
+		next = &planInfo{}
+	case approval == planNotAsked:
+		text = "Exiting plan mode. Returning to execution."
+		next = &planInfo{}
 	}
-	text := "Exiting plan mode. Returning to execution."
-	switch approval {
-	case planApproved:
-		text = "The user approved the plan. " + text
-	case planKeep:
-		text = "The user wants more planning: plan mode stays active. Revise the plan, exit again."
-	}
-	if approval != planKeep {
-		c.s.workflow.plan.CompareAndSwap(in, &planInfo{})
-	}
+	c.s.workflow.plan.CompareAndSwap(in, next)
 	if note != "" {
 		text += "\nNote from the user: " + note
 	}
-	text = fmt.Sprintf("Plan saved to %s\n%s\n\n%s", in.file, text, plan)
-	return c.s.workflow.plan.Load().result(text,
-		map[string]any{"plan": plan, "approval": approval, "note": note})
+	text = fmt.Sprintf("%s\n%s\n\n%s", saved, text, plan)
+	return next.result(text, map[string]any{"plan": plan, "approval": approval, "note": note})
 }
 
 // approvePlan asks the user to approve plan when the client can show a form;
@@ -635,7 +670,7 @@ func approvePlan(ctx context.Context, c *toolCall, plan string) (
 	return planKeep, r.Content.Note, nil
 }
 
-// ---- skills: InvokeSkill and MCP prompts ----
+// ---- InvokeSkill ----
 
 var invokeSkillTool = toolDef{
 	name:  "InvokeSkill",
@@ -648,11 +683,12 @@ var invokeSkillTool = toolDef{
 		}
 		return `Invoke or load a skill by name.
 Returns the skill content for you to follow or use as context: a header (skill, source, path),
-its text with $ARGUMENTS replaced by arguments (appended when it has no $ARGUMENTS).
+its text with $ARGUMENTS replaced by arguments (appended when it has no $ARGUMENTS), and the
+other files in its folder (scripts, references: up to 50, two folders deep).
 Skill folders, in search order: .claude/skills in the shell's project (its git root),
 ~/.claude/skills, ~/.telson/skills, ADDITIONAL_SKILLS.
 
-Available skills (at most 200; prompts/list names all):` + cmp.Or(list, " none")
+Available skills (the first 200):` + cmp.Or(list, " none")
 	},
 	input: `{"type":"object","properties":{
 		"skill_name":{"type":"string","minLength":1,"maxLength":200,
@@ -665,37 +701,22 @@ Available skills (at most 200; prompts/list names all):` + cmp.Or(list, " none")
 
 const (
 	maxSkillBytes = 256 << 10 // a SKILL.md, and a skill expanded with its arguments
-	maxSkillArgs  = 10000     // characters of arguments
 	maxSkillsRoot = 1000      // folders read in one skills folder
 	maxSkillsList = 200       // skills listed in the description
+	maxSkillFiles = 50        // other files listed from a skill's folder
+	maxSkillDepth = 2         // folder levels below the skill's they are listed from
 )
 
-type skillInfo struct{ name, description, hint, source, path string } // path of SKILL.md
+type skillInfo struct{ name, description, source, path string } // path of SKILL.md
 
 // skillCatalog is the skills found on disk, re-read at each refresh.
 type skillCatalog struct {
+	dir string // where telson started: the project scanned before a shell asks
+
 	mu     sync.Mutex // guards the fields below
-	dir    string     // project of the last scan
 	sig    string     // the skills of the last scan, as text
 	gen    int64      // bumped each time sig changes
 	skills []skillInfo
-}
-
-// skillRoots lists the skill folders in search order; the first holding a name wins.
-func skillRoots(set *settings, project string) []skillInfo {
-	home, _ := os.UserHomeDir()
-	roots := []skillInfo{
-		{path: filepath.Join(project, ".claude", "skills"), source: "Project Skill"},
-		{path: filepath.Join(home, ".claude", "skills"), source: "User Skill"},
-		{path: filepath.Join(home, ".telson", "skills"), source: "User Skill"}}
-	for _, d := range set.AdditionalSkills {
-		d = strings.TrimSpace(d)
-		if rest, ok := strings.CutPrefix(d, "~/"); ok {
-			d = filepath.Join(home, rest)
-		}
-		roots = append(roots, skillInfo{path: d, source: "Additional Skill"})
-	}
-	return roots
 }
 
 // refresh re-reads the skills of the project of dir and returns the
@@ -705,18 +726,55 @@ func skillRoots(set *settings, project string) []skillInfo {
 // tools/list stays cheap, and checkSkills tells clients of changes.
 func (sc *skillCatalog) refresh(srv *server, dir string) (int64, []skillInfo) {
 	sc.mu.Lock()
-	defer sc.mu.Unlock()
-	if dir == "" && sc.gen > 0 {
-		return sc.gen, sc.skills
+	gen, skills := sc.gen, sc.skills
+	sc.mu.Unlock()
+	if dir == "" && gen > 0 {
+		return gen, skills
 	}
-	sc.dir = projectOf(cmp.Or(dir, sc.dir))
+	skills, broken := scanSkills(srv.set, projectOf(cmp.Or(dir, sc.dir)))
+	sig := fmt.Sprint(skills, broken)
+	sc.mu.Lock()
+	changed := sig != sc.sig
+	if changed {
+		sc.sig = sig
+		sc.gen++
+		sc.skills = skills
+	}
+	gen = sc.gen
+	sc.mu.Unlock()
+	if changed {
+		for _, err := range broken {
+			srv.log.Warn("skills", "err", err)
+		}
+	}
+	return gen, skills
+}
+
+// skillSources names a skill's origin by its folder's place in the search order.
+var skillSources = []string{"Project Skill", "User Skill", "User Skill", "Additional Skill"}
+
+// scanSkills reads the skills in project's skill folders. Their search order:
+// .claude/skills in project, ~/.claude/skills, ~/.telson/skills, then
+// ADDITIONAL_SKILLS; the first folder holding a name wins.
+func scanSkills(set *settings, project string) ([]skillInfo, []error) {
+	home, _ := os.UserHomeDir()
+	roots := []string{filepath.Join(project, ".claude", "skills"),
+		filepath.Join(home, ".claude", "skills"), filepath.Join(home, ".telson", "skills")}
+	// ADDITIONAL_SKILLS is a comma list; an entry may also be a colon list, as PATH is
+	for _, d := range filepath.SplitList(strings.Join(set.AdditionalSkills, ":")) {
+		d = strings.TrimSpace(d)
+		if rest, ok := strings.CutPrefix(d, "~/"); ok {
+			d = filepath.Join(home, rest)
+		}
+		roots = append(roots, d)
+	}
 	var skills []skillInfo
 	var broken []error
-	for _, r := range skillRoots(srv.set, sc.dir) {
-		entries, _ := os.ReadDir(r.path)
+	for i, root := range roots {
+		entries, _ := os.ReadDir(root)
 		for _, e := range entries[:min(len(entries), maxSkillsRoot)] {
-			sk := skillInfo{name: e.Name(), source: r.source}
-			sk.path = filepath.Join(r.path, sk.name, "SKILL.md")
+			sk := skillInfo{name: e.Name(), source: skillSources[min(i, 3)],
+				path: filepath.Join(root, e.Name(), "SKILL.md")}
 			_, err := sk.load()
 			switch {
 			case errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ENOTDIR):
@@ -727,76 +785,60 @@ func (sc *skillCatalog) refresh(srv *server, dir string) (int64, []skillInfo) {
 			}
 		}
 	}
-	sig := fmt.Sprint(skills, broken)
-	if sig != sc.sig {
-		sc.sig = sig
-		sc.gen++
-		sc.skills = skills
-		for _, err := range broken {
-			srv.log.Warn("skills", "err", err)
-		}
-	}
-	return sc.gen, sc.skills
+	return skills, broken
 }
 
-// load reads sk's SKILL.md: it sets the description and hint and returns the body.
-func (sk *skillInfo) load() (string, error) {
+// load reads sk's SKILL.md: it sets the description and returns the body.
+func (sk *skillInfo) load() (body string, err error) {
 	b, err := readCapped(sk.path, maxSkillBytes)
-	if err != nil {
-		return "", err
+	if err == nil {
+		sk.description, body, err = parseSkill(string(b))
 	}
-	meta, body, err := parseSkill(string(b))
-	sk.description = meta["description"]
-	sk.hint = meta["argument-hint"]
 	return body, err
 }
 
-// parseSkill splits SKILL.md into front matter (one-line key: value pairs,
-// in double quotes or none; the name is the folder's) and body. The
-// description is required, on one line.
-func parseSkill(text string) (map[string]string, string, error) {
+// parseSkill splits SKILL.md into its description, from the front matter
+// (one-line key: value pairs, in double quotes or none; the name is the
+// folder's), and its body. The description is required, on one line.
+func parseSkill(text string) (description, body string, err error) {
 	text = strings.ReplaceAll(strings.TrimPrefix(text, "\ufeff"), "\r\n", "\n")
 	rest, opened := strings.CutPrefix(text, "---\n")
 	front, rest, closed := strings.Cut(rest, "\n---")
 	if !opened || !closed {
-		return nil, "", errors.New("broken front matter: it must start and end with a --- line")
+		return "", "", errors.New("broken front matter: it must start and end with a --- line")
 	}
-	_, body, _ := strings.Cut(rest, "\n")
-	meta := map[string]string{}
 	for _, line := range strings.Split(front, "\n") {
-		k, v, _ := strings.Cut(line, ":")
-		v = strings.TrimSpace(v)
-		if u, err := strconv.Unquote(v); err == nil {
-			v = u
+		if v, ok := strings.CutPrefix(line, "description:"); ok {
+			description = strings.TrimSpace(v)
 		}
-		meta[k] = v // an indented key is none of the ones looked up
 	}
-	if strings.Trim(meta["description"], ">|+-") == "" { // none, or a YAML block scalar
-		return nil, "", errors.New("no description on one line")
+	if u, err := strconv.Unquote(description); err == nil {
+		description = u
 	}
-	return meta, strings.TrimLeft(body, "\n"), nil
+	if strings.Trim(description, ">|+-") == "" { // none, or a YAML block scalar
+		return "", "", errors.New("no description on one line")
+	}
+	_, body, _ = strings.Cut(rest, "\n")
+	return description, strings.TrimLeft(body, "\n"), nil
 }
 
-// expandSkill fills body's placeholders; with none, non-empty args are
-// appended. The result is at most maxSkillBytes.
+// expandSkill fills body's placeholders, in one pass; with none, non-empty
+// args are appended. The result is at most maxSkillBytes.
 func expandSkill(body, args, dir string) (string, error) {
-	uses := strings.Count(body, "$ARGUMENTS")
-	size := len(body) + uses*len(args) + strings.Count(body, "${CLAUDE_SKILL_DIR}")*len(dir)
-	switch {
-	case utf8.RuneCountInString(args) > maxSkillArgs:
-		return "", fmt.Errorf("arguments are longer than %d characters", maxSkillArgs)
-	case size > maxSkillBytes:
-		return "", fmt.Errorf("the skill with its arguments is larger than %d bytes", maxSkillBytes)
-	case uses == 0 && strings.TrimSpace(args) != "":
+	if !strings.Contains(body, "$ARGUMENTS") && strings.TrimSpace(args) != "" {
 		body = strings.TrimRight(body, "\n") + "\n\nARGUMENTS: $ARGUMENTS"
 	}
-	body = strings.ReplaceAll(body, "${CLAUDE_SKILL_DIR}", dir)
-	return strings.ReplaceAll(body, "$ARGUMENTS", args), nil
+	size := len(body) + strings.Count(body, "$ARGUMENTS")*len(args) +
+		strings.Count(body, "${CLAUDE_SKILL_DIR}")*len(dir)
+	if size > maxSkillBytes {
+		return "", fmt.Errorf("the skill with its arguments is larger than %d bytes", maxSkillBytes)
+	}
+	return strings.NewReplacer("$ARGUMENTS", args, "${CLAUDE_SKILL_DIR}", dir).Replace(body), nil
 }
 
-// checkSkills re-reads the catalogue for the shell's directory if a SKILL.md
-// changed (it stats a few folders), tells the client when it changed since
-// this session last knew it, and returns the skills.
+// checkSkills re-reads the catalogue for the shell's directory, tells the
+// client when it changed since this session last knew it, and returns the
+// skills.
 func (s *session) checkSkills() []skillInfo {
 	gen, skills := s.srv.skills.refresh(s.srv, s.shell.dir())
 	if s.workflow.skillGen.Swap(gen) != gen {
@@ -805,60 +847,56 @@ func (s *session) checkSkills() []skillInfo {
 	return skills
 }
 
-// loadSkill finds name and returns it with its expanded text, or an error listing the skills.
-func (s *session) loadSkill(name, args string) (skillInfo, string, error) {
-	var names []string
-	for _, sk := range s.checkSkills() {
-		if sk.name != name {
-			names = append(names, sk.name)
-			continue
-		}
-		body, err := sk.load()
-		if err == nil {
-			body, err = expandSkill(body, args, filepath.Dir(sk.path))
-		}
-		return sk, body, err
-	}
-	return skillInfo{}, "", fmt.Errorf("skill %q not found; available: %s", name,
-		strings.Join(names, ", "))
-}
-
 func runInvokeSkill(ctx context.Context, c *toolCall) toolResult {
 	var a struct {
 		SkillName string `json:"skill_name"`
 		Arguments string
 	}
 	json.Unmarshal(c.args, &a) // schema-checked
-	sk, text, err := c.s.loadSkill(strings.TrimSpace(a.SkillName), a.Arguments)
-	if err != nil {
-		return errorResult("%v", err)
+	name := strings.TrimSpace(a.SkillName)
+	var names []string
+	for _, sk := range c.s.checkSkills() {
+		if sk.name != name {
+			names = append(names, sk.name)
+			continue
+		}
+		dir := filepath.Dir(sk.path)
+		body, err := sk.load()
+		if err == nil {
+			body, err = expandSkill(body, a.Arguments, dir)
+		}
+		if err != nil {
+			return errorResult("%v", err)
+		}
+		text := fmt.Sprintf("[skill: %s | %s | path: %s]\n\n%s", sk.name, sk.source, sk.path, body)
+		if files := skillFiles(dir); len(files) > 0 {
+			text = strings.TrimRight(text, "\n") + "\n\nOther files in the skill's folder, " +
+				dir + ":\n- " + strings.Join(files, "\n- ")
+		}
+		return textResult(text)
 	}
-	return textResult(fmt.Sprintf("[skill: %s | %s | path: %s]\n\n%s",
-		sk.name, sk.source, sk.path, text))
+	return errorResult("skill %q not found; available: %s", name, strings.Join(names, ", "))
 }
 
-func handlePromptsList(ctx context.Context, r *rpcRequest) (any, error) {
-	prompts := []map[string]any{}
-	for _, sk := range r.s.checkSkills() {
-		prompts = append(prompts, map[string]any{"name": sk.name, "description": sk.description,
-			"arguments": []map[string]any{{"name": "arguments",
-				"description": cmp.Or(sk.hint, "Arguments for the skill ($ARGUMENTS)")}}})
-	}
-	return map[string]any{"prompts": prompts}, nil
-}
-
-func handlePromptsGet(ctx context.Context, r *rpcRequest) (any, error) {
-	var p struct {
-		Name      string
-		Arguments map[string]string
-	}
-	json.Unmarshal(r.params, &p) // a name that is no string is not found
-	sk, text, err := r.s.loadSkill(p.Name, p.Arguments["arguments"])
-	if err != nil {
-		return nil, newRPCError(codeInvalidParams, "invalid params: %v", err)
-	}
-	return map[string]any{"description": sk.description, "messages": []map[string]any{
-		{"role": "user", "content": map[string]any{"type": "text", "text": text}}}}, nil
+// skillFiles lists the files in a skill's folder dir, but SKILL.md, relative
+// to it: up to maxSkillFiles, maxSkillDepth folders deep. Symlinks are listed,
+// not followed; dir itself may be one.
+func skillFiles(dir string) []string {
+	var files []string
+	filepath.WalkDir(dir+"/", func(p string, e os.DirEntry, err error) error {
+		rel := strings.TrimPrefix(p, dir+"/")
+		switch {
+		case len(files) == maxSkillFiles:
+			files = append(files, "(more not shown)")
+			return filepath.SkipAll
+		case err != nil || e.IsDir() && strings.Count(rel, "/") == maxSkillDepth:
+			return filepath.SkipDir
+		case !e.IsDir() && rel != "SKILL.md":
+			files = append(files, rel)
+		}
+		return nil
+	})
+	return files
 }
 
 // ---- SetCallback ----
@@ -888,13 +926,9 @@ result: it cannot wake you while you are idle.
 
 const callbackSlotCount = 8
 
-type stopper interface{ Stop() bool }
-
 // callbackSlots is a session's eight callback timers.
 type callbackSlots struct {
-	afterFunc func(d time.Duration, f func()) stopper // time.AfterFunc; tests replace it
-	now       func() time.Time
-	announce  func(line string)
+	announce func(line string)
 
 	mu      sync.Mutex // guards slots and stopped
 	slots   [callbackSlotCount]*callbackSlot
@@ -906,7 +940,7 @@ type callbackSlot struct {
 	delay     time.Duration
 	remaining int64 // fires left; negative forever
 	fireAt    time.Time
-	timer     stopper
+	timer     *time.Timer
 }
 
 type callbackArgs struct {
@@ -920,8 +954,8 @@ type callbackArgs struct {
 // arm puts sl in slot i and starts its timer; the caller holds cb.mu.
 func (cb *callbackSlots) arm(i int, sl *callbackSlot) {
 	cb.slots[i] = sl
-	sl.fireAt = cb.now().Add(sl.delay)
-	sl.timer = cb.afterFunc(sl.delay, func() { cb.fire(i, sl) })
+	sl.fireAt = time.Now().Add(sl.delay)
+	sl.timer = time.AfterFunc(sl.delay, func() { cb.fire(i, sl) })
 }
 
 func (cb *callbackSlots) fire(i int, sl *callbackSlot) {
@@ -977,7 +1011,7 @@ func (cb *callbackSlots) list() toolResult {
 		if sl == nil {
 			continue
 		}
-		left := max(sl.fireAt.Sub(cb.now()), 0).Round(time.Second)
+		left := max(time.Until(sl.fireAt), 0).Round(time.Second)
 		count := "infinite"
 		if sl.remaining >= 0 {
 			count = fmt.Sprintf("%d left", sl.remaining)
@@ -1045,8 +1079,7 @@ type sessionWorkflow struct {
 }
 
 func newSessionWorkflow(s *session) *sessionWorkflow {
-	w := &sessionWorkflow{callbacks: &callbackSlots{announce: s.notices.push, now: time.Now,
-		afterFunc: func(d time.Duration, f func()) stopper { return time.AfterFunc(d, f) }}}
+	w := &sessionWorkflow{callbacks: &callbackSlots{announce: s.notices.push}}
 	w.plan.Store(&planInfo{})
 	return w
 }
