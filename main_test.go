@@ -3357,10 +3357,12 @@ func TestAskUserQuestionValidation(t *testing.T) {
 	eleven := `["1","2","3","4","5","6","7","8","9","10","11"]`
 	for input, want := range map[string]string{
 		`{"questions": [{"text": "x" "options": []}]}`: `invalid character '"' after object key:value pair`,
-		`{"questions":[`:      "unexpected end of JSON input",
-		`{"qs":[]}`:           "0 questions; ask 1 to 4 at a time",
-		`[` + q("x") + `]`:    `want {"questions":[{"question":"Which database?"`, // a bare array is not a shape questions_json takes
-		strconv.Quote(q("x")): "cannot unmarshal string",                          // nor JSON encoded twice
+		`{"questions":[`:   "unexpected end of JSON input",
+		`{"qs":[]}`:        `questions[0] has no "question"`, // read as one question
+		`{"questions":[]}`: "0 questions; ask 1 to 4 at a time",
+		`[]`:               "0 questions; ask 1 to 4 at a time",
+		`5`:                "cannot unmarshal number",
+		strconv.Quote(`[`): "unexpected end of JSON input",
 		qs(q("x"), q("x"), q("x"), q("x"), q("y")):                 "5 questions; ask 1 to 4 at a time",
 		qs(`{"options":["a","b"]}`):                                `questions[0] has no "question"`,
 		qs(`{"question":"  ","options":["a","b"]}`):                `questions[0] has no "question"`,
@@ -3372,8 +3374,8 @@ func TestAskUserQuestionValidation(t *testing.T) {
 		qs(`{"text":"x","options":["a"," "]}`):                     "questions[0].options[1] has no label",
 	} {
 		res := c.callTool("AskUserQuestion", map[string]any{"questions_json": input})
-		if !isError(res) || !strings.Contains(resultText(res), want) {
-			t.Errorf("%s:\n want %q\n got  %q", input, want, resultText(res))
+		if !isError(res) || !strings.Contains(resultText(res), want) || !strings.Contains(resultText(res), "; for example: "+askShape) {
+			t.Errorf("%s:\n want %q and an example\n got  %q", input, want, resultText(res))
 		}
 	}
 	for _, args := range []map[string]any{{}, {"questions_json": ""}, {"questions_json": 5}, {"questions": "[]"},
@@ -3384,6 +3386,73 @@ func TestAskUserQuestionValidation(t *testing.T) {
 	}
 	if len(c.notes) != 0 {
 		t.Errorf("invalid input reached the client: %v", c.notes)
+	}
+}
+
+// TestAskUserQuestionShapes: every shape a model sends for the same question
+// (issue 20) reaches the user as that question. Without elicitation the
+// structured result shows the questions as telson read them.
+func TestAskUserQuestionShapes(t *testing.T) {
+	t.Parallel()
+	c := startServer(t)
+	c.initialize("2025-11-25")
+	one := `{"question":"Pick one?","options":["A","B"]}`
+	asJSON := map[string]string{
+		"object with questions":      `{"questions":[` + one + `]}`,
+		"bare array (issue 20)":      `[` + one + `]`,
+		"one question":               one,
+		"text, mixed options":        `[{"text":"Pick one?","options":[{"label":"A"},"B"]}]`,
+		"encoded twice":              strconv.Quote(`[` + one + `]`),
+		"spaces around":              "\n  [" + one + "]  \n",
+		"object options":             `{"questions":[{"question":"Pick one?","options":[{"label":"A"},{"label":"B"}],"multiSelect":false}]}`,
+		"multi_select, as JSON":      `[{"question":"Pick one?","options":["A","B"],"multi_select":true}]`,
+		"multiSelect, one alone":     `{"question":"Pick one?","options":["A","B"],"multiSelect":true}`,
+		"wrapped text, multi_select": `{"questions":[{"text":"Pick one?","options":["A","B"],"multi_select":true}]}`,
+	}
+	objects := []any{map[string]any{"label": "A"}, map[string]any{"label": "B"}}
+	asArray := map[string][]any{
+		"Claude Code's shape":  {map[string]any{"question": "Pick one?", "options": objects}},
+		"text and multiSelect": {map[string]any{"text": "Pick one?", "options": objects, "multiSelect": true}},
+		"multi_select":         {map[string]any{"question": "Pick one?", "options": objects, "multi_select": true}},
+	}
+	want := func(multi bool) string {
+		return fmt.Sprintf(`[{"multiSelect":%t,"options":[{"label":"A"},{"label":"B"}],"question":"Pick one?"}]`, multi)
+	}
+	check := func(name string, args map[string]any, multi bool) {
+		t.Helper()
+		res := c.callTool("AskUserQuestion", args)
+		sc, _ := res["structuredContent"].(map[string]any)
+		got, _ := json.Marshal(sc["questions"])
+		if isError(res) || sc["status"] != "ask_in_chat" || string(got) != want(multi) {
+			t.Errorf("%s: got %s %s", name, got, resultText(res))
+		}
+	}
+	for name, text := range asJSON {
+		check(name, map[string]any{"questions_json": text}, strings.Contains(name, "ulti"))
+	}
+	for name, qs := range asArray {
+		check(name, map[string]any{"questions": qs}, name != "Claude Code's shape")
+	}
+	// questions is declared an array of objects: the argument check names what is wrong.
+	for args, want := range map[string]string{
+		`{"questions":{"question":"Pick one?","options":[{"label":"A"},{"label":"B"}]}}`: `"questions" must be an array, got an object`,
+		`{"questions":[{"question":"Pick one?","options":["A","B"]}]}`:                   `must be an object, got a string`,
+	} {
+		if res := c.callTool("AskUserQuestion", decodeArgs(t, args)); !isError(res) || !strings.Contains(resultText(res), want) {
+			t.Errorf("%s: want %q, got %q", args, want, resultText(res))
+		}
+	}
+	// The issue's call, through a client that shows the form.
+	c = startServer(t)
+	uiInitialize(c, "2025-11-25", map[string]any{"elicitation": map[string]any{}})
+	id := uiStartCall(c, "AskUserQuestion", map[string]any{"questions_json": `[{"question":"Pick one?","options":["A","B"]}]`})
+	req := uiNextRequest(c, "elicitation/create")
+	if !strings.Contains(req["_line"].(string), `"oneOf":[{"const":"A","title":"A"},{"const":"B","title":"B"}],"title":"Pick one?"`) {
+		t.Errorf("form: %s", req["_line"])
+	}
+	uiReply(c, req["id"], map[string]any{"action": "accept", "content": map[string]any{"q1": "B"}})
+	if res := uiResult(t, c.waitResponse(id)); isError(res) || !strings.HasPrefix(resultText(res), `User has answered your questions: "Pick one?"="B".`) {
+		t.Errorf("got %q", resultText(res))
 	}
 }
 
