@@ -3044,6 +3044,7 @@ func TestReadImageCut(t *testing.T) {
 		"noimage.webp":  {headerOnly, "it holds no image"},
 		"badsig.webp":   {badVP8L, `its "VP8L" header is not valid`},
 		"empty.gif":     {uiEmptyFrameGIF(), "the file is cut short or damaged: it has no pixels"},
+		"scans.jpg":     {uiManyScans(101), "it has 101 scans, over the 100 telson decodes"},
 	} {
 		path := uiWriteFile(t, dir, name, tc.data)
 		res := c.callTool("ReadImage", map[string]any{"file_path": path})
@@ -3051,6 +3052,19 @@ func TestReadImageCut(t *testing.T) {
 			t.Errorf("%s: want %q, got %s", name, tc.want, resultText(res))
 		}
 	}
+}
+
+// uiManyScans is a progressive JPEG of n scans: its DC scan, repeated. Go
+// decodes each scan over the whole image; a file of such scans costs CPU, not memory.
+func uiManyScans(n int) []byte {
+	one := uiProgressiveJPEG(64, 64, 3)
+	sos := bytes.Index(one, []byte{0xff, 0xda})
+	scan := one[sos : len(one)-2]
+	b := append([]byte(nil), one[:sos]...)
+	for range n {
+		b = append(b, scan...)
+	}
+	return append(b, 0xff, 0xd9)
 }
 
 // uiEmptyFrameGIF is a 10×10 GIF whose only frame is 0 px wide.
@@ -3081,6 +3095,7 @@ func FuzzReadImageHeader(f *testing.F) {
 	}
 	f.Add(uiEmptyFrameGIF())
 	f.Add(uiPNGHeader(20000, 20000))
+	f.Add(uiManyScans(3))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		w, h, img, err := decodeImage(http.DetectContentType(data), data)
 		if err != nil {

@@ -68,6 +68,10 @@ const (
 	// holds 24 bytes a pixel while decoding: about 200 MB, so that with the file
 	// telson stays under 300 MB.
 	imageMaxPixels = 8_400_000
+	// jpegMaxScans caps a JPEG's start-of-scan markers: Go decodes each scan
+	// over the whole image, 3 ms at the cap, so a file repeating scans burns
+	// CPU for as long as its size allows. A progressive JPEG has about 10.
+	jpegMaxScans = 100
 )
 
 // imageLimits is the long-edge and byte limits from IMAGE_MAX_EDGE and IMAGE_MAX_BYTES.
@@ -127,9 +131,14 @@ func decodeImage(mime string, data []byte) (w, h int, img image.Image, err error
 			"the formats the Anthropic API accepts (not BMP)")
 	}
 	cfg, _, err := image.DecodeConfig(bytes.NewReader(data))
-	if err == nil && cfg.Width*cfg.Height > imageMaxPixels {
+	scans := bytes.Count(data, []byte{0xff, 0xda}) // markers only: in JPEG data 0xff is escaped
+	switch {
+	case err == nil && cfg.Width*cfg.Height > imageMaxPixels:
 		return 0, 0, nil, fmt.Errorf("%d×%d px is over the %.1f megapixels telson decodes: "+
 			"shrink it in Bash first", cfg.Width, cfg.Height, imageMaxPixels/1e6)
+	case mime == "image/jpeg" && scans > jpegMaxScans:
+		return 0, 0, nil, fmt.Errorf("it has %d scans, over the %d telson decodes: "+
+			"re-encode it in Bash first", scans, jpegMaxScans)
 	}
 	if err == nil {
 		img, _, err = image.Decode(bytes.NewReader(data))
