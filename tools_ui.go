@@ -399,12 +399,11 @@ func parseQuestions(raw []byte) ([]askQuestion, error) {
 		Questions   []askQuestion
 		askQuestion // one question alone
 	}
-	var err error
-	if len(raw) > 0 && raw[0] == '[' {
-		err = json.Unmarshal(raw, &in.Questions)
-	} else {
-		err = json.Unmarshal(raw, &in)
+	target := any(&in)
+	if bytes.HasPrefix(raw, []byte("[")) {
+		target = &in.Questions
 	}
+	err := json.Unmarshal(raw, target)
 	qs := in.Questions
 	if qs == nil {
 		qs = []askQuestion{in.askQuestion}
