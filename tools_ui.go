@@ -7,9 +7,10 @@
 //     readCapped (never blocking on a fifo) and takes the type from the
 //     bytes: PNG, JPEG, GIF and WebP, the formats the Anthropic API accepts.
 //     No header field is read before its length is checked. A PNG, JPEG or
-//     GIF is decoded, if its header gives at most imageMaxPixels, and sent
-//     only if it decodes: as it is within the limits, else shrunk with a box
-//     filter whose memory is the output's. A WebP (no decoder in the standard
+//     GIF is decoded if its header gives at most imageMaxPixels (and a JPEG
+//     has at most jpegMaxScans scans), and sent only if it decodes: as it is
+//     within the limits, else shrunk with a box filter whose memory is the
+//     output's. A WebP (no decoder in the standard
 //     library) is sent as it is if its RIFF container is whole and it is
 //     within the limits; else it is an error.
 //   - AskUserQuestion and PlanMode's approval ask through elicit: a server
