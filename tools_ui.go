@@ -292,7 +292,8 @@ var askUserQuestionTool = toolDef{
 			"items":{"type":"string"},
 			"description":"the label, labels when multiSelect, null unanswered"}}}},
 		"note":{"type":"string","description":"the user's free-text note"},
-		"questions":{"type":"array","description":"ask_in_chat: the questions to ask in chat"}}}`,
+		"questions":{"type":"array","description":"ask_in_chat: the questions to ask in chat",
+			"items":{"type":"object","properties":{"question":{"type":"string"}}}}}}`,
 	hints: toolHints{readOnly: true},
 	run:   runAskUserQuestion,
 }
