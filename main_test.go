@@ -3079,7 +3079,11 @@ func uiEmptyFrameGIF() []byte {
 // as a process: a tool error (exit 1) naming the file, no panic (exit 2).
 func TestReadImageCutBinary(t *testing.T) {
 	t.Parallel()
-	path := uiWriteFile(t, t.TempDir(), "cut.webp", uiWebP(33, 17)[:30])
+	lossy, err := os.ReadFile(filepath.Join("testdata", "ui", "lossy.webp"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := uiWriteFile(t, t.TempDir(), "cut.webp", lossy[:30]) // a VP8 header read past the end
 	out, _, code := uiPeakCall(t, path)
 	if code != 1 || !strings.Contains(out, path+": image/webp; the file is cut short") || strings.Contains(out, "goroutine") {
 		t.Errorf("exit %d: %s", code, out)
