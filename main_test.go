@@ -2639,6 +2639,30 @@ func uiWebP(w, h int) []byte {
 	return b.Bytes()
 }
 
+// uiBrokenPNG is a whole 300×300 PNG whose pixel data is not zlib data.
+func uiBrokenPNG() []byte {
+	var b bytes.Buffer
+	bw := bufio.NewWriter(&b)
+	bw.Write(uiPNGHeader(300, 300))
+	uiChunk(bw, "IDAT", []byte("garbage"))
+	uiChunk(bw, "IEND", nil)
+	bw.Flush()
+	return b.Bytes()
+}
+
+// uiWebPX is uiWebP(w, h) in the extended format: a VP8X chunk (canvas w×h,
+// no flags) before the VP8L chunk.
+func uiWebPX(w, h int) []byte {
+	vp8x := []byte("VP8X\x0a\x00\x00\x00\x00\x00\x00\x00")
+	vp8x = binary.LittleEndian.AppendUint32(vp8x, uint32(w-1))[:15]
+	vp8x = binary.LittleEndian.AppendUint32(vp8x, uint32(h-1))[:18]
+	simple := uiWebP(w, h)
+	b := append([]byte("RIFF\x00\x00\x00\x00WEBP"), vp8x...)
+	b = append(b, simple[12:]...)
+	binary.LittleEndian.PutUint32(b[4:], uint32(len(b)-8))
+	return b
+}
+
 // uiPNGHeader is a PNG signature and IHDR claiming w×h, with no pixel data.
 func uiPNGHeader(w, h uint32) []byte {
 	ihdr := make([]byte, 13)
@@ -2681,7 +2705,7 @@ func TestReadImageFormats(t *testing.T) {
 		"anim.gif":      uiEncode(t, pal, "gif"),
 		"pic.webp":      uiWebP(33, 17),
 		"misnamed.txt":  uiEncode(t, uiNoise(8, 8), "png"),
-		"extended.webp": append(append([]byte("RIFF\x00\x00\x00\x00WEBPVP8X\x0a\x00\x00\x00\x10\x00\x00\x00"), 99, 0, 0, 49, 0, 0), make([]byte, 8)...),
+		"extended.webp": uiWebPX(100, 50),
 	}
 	want := map[string]struct{ mime, dims string }{
 		"photo.jpg": {"image/jpeg", "64×48"}, "shot.png": {"image/png", "64×48"}, "anim.gif": {"image/gif", "40×30"},
@@ -2742,7 +2766,7 @@ func TestReadImageScaling(t *testing.T) {
 		"gif":    uiWriteFile(t, dir, "big.gif", uiEncode(t, gifBig, "gif")),
 		"wbig":   uiWriteFile(t, dir, "big.webp", uiWebP(300, 20)),
 		"bomb":   uiWriteFile(t, dir, "bomb.png", uiPNGHeader(20000, 20000)),
-		"broken": uiWriteFile(t, dir, "broken.png", append(uiPNGHeader(300, 300), "IDATgarbage"...)),
+		"broken": uiWriteFile(t, dir, "broken.png", uiBrokenPNG()),
 	}
 	c := startServer(t, "IMAGE_MAX_EDGE=200")
 	c.initialize("2025-11-25")
@@ -2781,9 +2805,9 @@ func TestReadImageScaling(t *testing.T) {
 		}
 	}
 	for name, want := range map[string]string{
-		"wbig":   "WebP cannot be scaled without a decoder",
-		"bomb":   "decoding it would take 1600 MB of memory, over telson's 200 MB",
-		"broken": "cannot decode image/png image",
+		"wbig":   "over the limits (200 px long edge, 5.0 MB), and telson cannot scale WebP",
+		"bomb":   "bomb.png: image/png; 20000×20000 px is over the 8.4 megapixels telson decodes",
+		"broken": "broken.png: image/png; the file is cut short or damaged: zlib: invalid header",
 	} {
 		res := c.callTool("ReadImage", map[string]any{"file_path": paths[name]})
 		if !isError(res) || !strings.Contains(resultText(res), want) {
@@ -2827,11 +2851,11 @@ func TestReadImageNotImages(t *testing.T) {
 		dir:          ": not a regular file",
 		"/dev/zero":  "/dev/zero: not a regular file",
 		"nope.png":   "nope.png: no such file or directory",
-		"notes.png":  "notes.png is text/plain; charset=utf-8; ReadImage shows PNG, JPEG, GIF and WebP",
-		"doc.png":    "doc.png is application/pdf;",
-		"page.png":   "page.png is text/html; charset=utf-8;",
-		"photo.heic": "photo.heic is application/octet-stream;",
-		"pic.bmp":    "pic.bmp is image/bmp; ReadImage shows PNG, JPEG, GIF and WebP, the formats the Anthropic API accepts (not BMP)",
+		"notes.png":  "notes.png: text/plain; charset=utf-8; ReadImage shows PNG, JPEG, GIF and WebP",
+		"doc.png":    "doc.png: application/pdf;",
+		"page.png":   "page.png: text/html; charset=utf-8;",
+		"photo.heic": "photo.heic: application/octet-stream;",
+		"pic.bmp":    "pic.bmp: image/bmp; ReadImage shows PNG, JPEG, GIF and WebP, the formats the Anthropic API accepts (not BMP)",
 	}
 	uiWriteFile(t, dir, "notes.png", []byte("hello world\nsecond line\n"))
 	uiWriteFile(t, dir, "doc.png", []byte("%PDF-1.7\n%\xe2\xe3\xcf\xd3\n"))
@@ -2868,6 +2892,157 @@ func TestReadImageRelativeToBashCd(t *testing.T) {
 	if got, _ := uiImage(t, res); !bytes.Equal(got, data) || !strings.Contains(resultText(res), filepath.Join(sub, "a.png")) {
 		t.Errorf("relative path: %q", resultText(res))
 	}
+}
+
+// uiCutImages are images of each format made here, whole, and cut at lengths
+// where a header survives and where it does not; "whole" is the image itself.
+func uiCutImages(t testing.TB) map[string][]byte {
+	files := map[string][]byte{
+		"png":       uiEncodeTB(t, uiNoise(64, 48), "png"),
+		"jpeg":      uiEncodeTB(t, uiNoise(64, 48), "jpeg"),
+		"gif":       uiEncodeTB(t, uiNoise(64, 48), "gif"),
+		"vp8l.webp": uiWebP(33, 17),
+		"vp8x.webp": uiWebPX(100, 50),
+	}
+	for _, name := range []string{"lossy.webp", "alpha.webp"} { // made by cwebp: VP8, and VP8X with an alpha chunk
+		data, err := os.ReadFile(filepath.Join("testdata", "ui", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[name] = data
+	}
+	cut := map[string][]byte{}
+	for name, data := range files {
+		cut[name+" whole"] = data
+		for _, n := range []int{30, len(data) / 2, len(data) - 2} {
+			cut[fmt.Sprintf("%s cut to %d", name, n)] = data[:n]
+		}
+	}
+	return cut
+}
+
+// uiEncodeTB is uiEncode for a test or a fuzz target's seeds.
+func uiEncodeTB(t testing.TB, img image.Image, format string) []byte {
+	var buf bytes.Buffer
+	var err error
+	switch format {
+	case "png":
+		err = png.Encode(&buf, img)
+	case "jpeg":
+		err = jpeg.Encode(&buf, img, &jpeg.Options{Quality: 90})
+	case "gif":
+		err = gif.Encode(&buf, img, nil)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// TestReadImageCut: a cut file of any format is refused, naming the file and
+// saying it is cut short (issue 21: a 30-byte WebP panicked, and cut files
+// whose header survived were sent as images that cannot be decoded).
+func TestReadImageCut(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	c := startServer(t)
+	c.initialize("2025-11-25")
+	for name, data := range uiCutImages(t) {
+		path := uiWriteFile(t, dir, strings.ReplaceAll(name, " ", "-"), data)
+		res := c.callTool("ReadImage", map[string]any{"file_path": path})
+		text := resultText(res)
+		if strings.HasSuffix(name, " whole") {
+			if isError(res) || !strings.Contains(text, "sent as is") {
+				t.Errorf("%s: %s", name, text)
+			}
+			continue
+		}
+		if !isError(res) || !strings.Contains(text, path+": image/") || !strings.Contains(text, "the file is cut short") {
+			t.Errorf("%s: want an error naming the file, cut short; got %s", name, text)
+		}
+	}
+	// Whole containers that are still not images to send.
+	vp8x := uiWebPX(100, 50)
+	headerOnly := append([]byte(nil), vp8x[:30]...) // the VP8X chunk, its RIFF size made right
+	binary.LittleEndian.PutUint32(headerOnly[4:], 22)
+	badVP8L := uiWebP(33, 17)
+	badVP8L[20] = 0x2e // not the VP8L signature
+	for name, tc := range map[string]struct {
+		data []byte
+		want string
+	}{
+		"trailing.webp": {append(uiWebP(33, 17), "junk"...), "the file is cut short or has bytes added"},
+		"noimage.webp":  {headerOnly, "it holds no image"},
+		"badsig.webp":   {badVP8L, `its "VP8L" header is not valid`},
+		"empty.gif":     {uiEmptyFrameGIF(), "the file is cut short or damaged: it has no pixels"},
+		"scans.jpg":     {uiManyScans(101), "it has 101 scans, over the 100 telson decodes"},
+	} {
+		path := uiWriteFile(t, dir, name, tc.data)
+		res := c.callTool("ReadImage", map[string]any{"file_path": path})
+		if !isError(res) || !strings.Contains(resultText(res), path+": image/") || !strings.Contains(resultText(res), tc.want) {
+			t.Errorf("%s: want %q, got %s", name, tc.want, resultText(res))
+		}
+	}
+}
+
+// uiManyScans is a progressive JPEG of n scans: its DC scan, repeated. Go
+// decodes each scan over the whole image; a file of such scans costs CPU, not memory.
+func uiManyScans(n int) []byte {
+	one := uiProgressiveJPEG(64, 64, 3)
+	sos := bytes.Index(one, []byte{0xff, 0xda})
+	scan := one[sos : len(one)-2]
+	b := append([]byte(nil), one[:sos]...)
+	for range n {
+		b = append(b, scan...)
+	}
+	return append(b, 0xff, 0xd9)
+}
+
+// uiEmptyFrameGIF is a 10×10 GIF whose only frame is 0 px wide.
+func uiEmptyFrameGIF() []byte {
+	b := []byte("GIF89a\x0a\x00\x0a\x00\x80\x00\x00\x00\x00\x00\xff\xff\xff")
+	b = append(b, ',', 0, 0, 0, 0, 0, 0, 10, 0, 0) // image descriptor: at 0,0, 0×10
+	b = append(b, 2, 1, 0x2c, 0)                   // LZW minimum code size 2, one block: clear, end
+	return append(b, ';')
+}
+
+// TestReadImageCutBinary: the 30-byte WebP of issue 21 through "telson call"
+// as a process: a tool error (exit 1) naming the file, no panic (exit 2).
+func TestReadImageCutBinary(t *testing.T) {
+	t.Parallel()
+	lossy, err := os.ReadFile(filepath.Join("testdata", "ui", "lossy.webp"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := uiWriteFile(t, t.TempDir(), "cut.webp", lossy[:30]) // a VP8 header read past the end
+	out, _, code := uiPeakCall(t, path)
+	if code != 1 || !strings.Contains(out, path+": image/webp; the file is cut short") || strings.Contains(out, "goroutine") {
+		t.Errorf("exit %d: %s", code, out)
+	}
+}
+
+// FuzzReadImageHeader feeds ReadImage's reading of an image (header, WebP
+// container, decoding within the pixel cap, and scaling) bytes telson does not
+// control: nothing may panic, and an image it accepts has a size.
+func FuzzReadImageHeader(f *testing.F) {
+	for _, data := range uiCutImages(f) {
+		f.Add(data)
+	}
+	f.Add(uiEmptyFrameGIF())
+	f.Add(uiPNGHeader(20000, 20000))
+	f.Add(uiManyScans(3))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		w, h, img, err := decodeImage(http.DetectContentType(data), data)
+		if err != nil {
+			return
+		}
+		if w < 1 || h < 1 {
+			t.Fatalf("accepted with size %d×%d", w, h)
+		}
+		if img != nil {
+			shrinkImage(img, 16, 1024)
+		}
+	})
 }
 
 // --- AskUserQuestion ---
@@ -3132,10 +3307,12 @@ func TestAskUserQuestionValidation(t *testing.T) {
 	eleven := `["1","2","3","4","5","6","7","8","9","10","11"]`
 	for input, want := range map[string]string{
 		`{"questions": [{"text": "x" "options": []}]}`: `invalid character '"' after object key:value pair`,
-		`{"questions":[`:      "unexpected end of JSON input",
-		`{"qs":[]}`:           "0 questions; ask 1 to 4 at a time",
-		`[` + q("x") + `]`:    `want {"questions":[{"question":"Which database?"`, // a bare array is not a shape questions_json takes
-		strconv.Quote(q("x")): "cannot unmarshal string",                          // nor JSON encoded twice
+		`{"questions":[`:   "unexpected end of JSON input",
+		`{"qs":[]}`:        `questions[0] has no "question"`, // read as one question
+		`{"questions":[]}`: "0 questions; ask 1 to 4 at a time",
+		`[]`:               "0 questions; ask 1 to 4 at a time",
+		`5`:                "cannot unmarshal number",
+		strconv.Quote(`[`): "unexpected end of JSON input",
 		qs(q("x"), q("x"), q("x"), q("x"), q("y")):                 "5 questions; ask 1 to 4 at a time",
 		qs(`{"options":["a","b"]}`):                                `questions[0] has no "question"`,
 		qs(`{"question":"  ","options":["a","b"]}`):                `questions[0] has no "question"`,
@@ -3147,8 +3324,8 @@ func TestAskUserQuestionValidation(t *testing.T) {
 		qs(`{"text":"x","options":["a"," "]}`):                     "questions[0].options[1] has no label",
 	} {
 		res := c.callTool("AskUserQuestion", map[string]any{"questions_json": input})
-		if !isError(res) || !strings.Contains(resultText(res), want) {
-			t.Errorf("%s:\n want %q\n got  %q", input, want, resultText(res))
+		if !isError(res) || !strings.Contains(resultText(res), want) || !strings.Contains(resultText(res), "; for example: "+askShape) {
+			t.Errorf("%s:\n want %q and an example\n got  %q", input, want, resultText(res))
 		}
 	}
 	for _, args := range []map[string]any{{}, {"questions_json": ""}, {"questions_json": 5}, {"questions": "[]"},
@@ -3159,6 +3336,73 @@ func TestAskUserQuestionValidation(t *testing.T) {
 	}
 	if len(c.notes) != 0 {
 		t.Errorf("invalid input reached the client: %v", c.notes)
+	}
+}
+
+// TestAskUserQuestionShapes: every shape a model sends for the same question
+// (issue 20) reaches the user as that question. Without elicitation the
+// structured result shows the questions as telson read them.
+func TestAskUserQuestionShapes(t *testing.T) {
+	t.Parallel()
+	c := startServer(t)
+	c.initialize("2025-11-25")
+	one := `{"question":"Pick one?","options":["A","B"]}`
+	asJSON := map[string]string{
+		"object with questions":      `{"questions":[` + one + `]}`,
+		"bare array (issue 20)":      `[` + one + `]`,
+		"one question":               one,
+		"text, mixed options":        `[{"text":"Pick one?","options":[{"label":"A"},"B"]}]`,
+		"encoded twice":              strconv.Quote(`[` + one + `]`),
+		"spaces around":              "\n  [" + one + "]  \n",
+		"object options":             `{"questions":[{"question":"Pick one?","options":[{"label":"A"},{"label":"B"}],"multiSelect":false}]}`,
+		"multi_select, as JSON":      `[{"question":"Pick one?","options":["A","B"],"multi_select":true}]`,
+		"multiSelect, one alone":     `{"question":"Pick one?","options":["A","B"],"multiSelect":true}`,
+		"wrapped text, multi_select": `{"questions":[{"text":"Pick one?","options":["A","B"],"multi_select":true}]}`,
+	}
+	objects := []any{map[string]any{"label": "A"}, map[string]any{"label": "B"}}
+	asArray := map[string][]any{
+		"Claude Code's shape":  {map[string]any{"question": "Pick one?", "options": objects}},
+		"text and multiSelect": {map[string]any{"text": "Pick one?", "options": objects, "multiSelect": true}},
+		"multi_select":         {map[string]any{"question": "Pick one?", "options": objects, "multi_select": true}},
+	}
+	want := func(multi bool) string {
+		return fmt.Sprintf(`[{"multiSelect":%t,"options":[{"label":"A"},{"label":"B"}],"question":"Pick one?"}]`, multi)
+	}
+	check := func(name string, args map[string]any, multi bool) {
+		t.Helper()
+		res := c.callTool("AskUserQuestion", args)
+		sc, _ := res["structuredContent"].(map[string]any)
+		got, _ := json.Marshal(sc["questions"])
+		if isError(res) || sc["status"] != "ask_in_chat" || string(got) != want(multi) {
+			t.Errorf("%s: got %s %s", name, got, resultText(res))
+		}
+	}
+	for name, text := range asJSON {
+		check(name, map[string]any{"questions_json": text}, strings.Contains(name, "ulti"))
+	}
+	for name, qs := range asArray {
+		check(name, map[string]any{"questions": qs}, name != "Claude Code's shape")
+	}
+	// questions is declared an array of objects: the argument check names what is wrong.
+	for args, want := range map[string]string{
+		`{"questions":{"question":"Pick one?","options":[{"label":"A"},{"label":"B"}]}}`: `"questions" must be an array, got an object`,
+		`{"questions":[{"question":"Pick one?","options":["A","B"]}]}`:                   `must be an object, got a string`,
+	} {
+		if res := c.callTool("AskUserQuestion", decodeArgs(t, args)); !isError(res) || !strings.Contains(resultText(res), want) {
+			t.Errorf("%s: want %q, got %q", args, want, resultText(res))
+		}
+	}
+	// The issue's call, through a client that shows the form.
+	c = startServer(t)
+	uiInitialize(c, "2025-11-25", map[string]any{"elicitation": map[string]any{}})
+	id := uiStartCall(c, "AskUserQuestion", map[string]any{"questions_json": `[{"question":"Pick one?","options":["A","B"]}]`})
+	req := uiNextRequest(c, "elicitation/create")
+	if !strings.Contains(req["_line"].(string), `"oneOf":[{"const":"A","title":"A"},{"const":"B","title":"B"}],"title":"Pick one?"`) {
+		t.Errorf("form: %s", req["_line"])
+	}
+	uiReply(c, req["id"], map[string]any{"action": "accept", "content": map[string]any{"q1": "B"}})
+	if res := uiResult(t, c.waitResponse(id)); isError(res) || !strings.HasPrefix(resultText(res), `User has answered your questions: "Pick one?"="B".`) {
+		t.Errorf("got %q", resultText(res))
 	}
 }
 
@@ -3218,9 +3462,9 @@ func TestReadImageListed(t *testing.T) {
 	}
 }
 
-// BenchmarkUIShrinkPhoto times ReadImage's scaling of a 4000×3000 photo to
-// 2000×1500 JPEG; BenchmarkUIDecodePhoto, decoding that photo, is the
-// baseline to compare it with.
+// BenchmarkUIShrinkPhoto times ReadImage's scaling of a 3840×2160 photo (4K
+// UHD, under the pixel cap) to 2000×1125 JPEG; BenchmarkUIDecodePhoto,
+// decoding that photo, is the baseline to compare it with.
 func BenchmarkUIShrinkPhoto(b *testing.B) {
 	img, _ := jpeg.Decode(bytes.NewReader(uiBenchPhoto(b)))
 	b.ResetTimer()
@@ -3242,9 +3486,9 @@ func BenchmarkUIDecodePhoto(b *testing.B) {
 }
 
 func uiBenchPhoto(b *testing.B) []byte {
-	img := image.NewRGBA(image.Rect(0, 0, 4000, 3000))
-	for y := 0; y < 3000; y++ {
-		for x := 0; x < 4000; x++ {
+	img := image.NewRGBA(image.Rect(0, 0, 3840, 2160))
+	for y := 0; y < 2160; y++ {
+		for x := 0; x < 3840; x++ {
 			i := img.PixOffset(x, y)
 			img.Pix[i], img.Pix[i+1], img.Pix[i+2], img.Pix[i+3] = uint8(x/16), uint8(y/12), uint8((x^y)&0xff), 255
 		}
@@ -7552,20 +7796,31 @@ func uiZeroPNG(t *testing.T, path string, w, h int, depth, colorType byte) {
 	}
 }
 
-// uiProgressiveJPEG builds a progressive (SOF2) w×h colour JPEG, 4:4:4, of one
-// grey: a single DC scan whose every difference is the 1-bit code 0.
-func uiProgressiveJPEG(w, h int) []byte {
+// uiProgressiveJPEG builds a progressive (SOF2) w×h JPEG, 4:4:4, of one grey:
+// a single DC scan whose every difference is the 1-bit code 0. With 4
+// components it is CMYK (an Adobe segment says so), Go's costliest image to
+// decode: 4 bytes of coefficients a pixel for each component, and a copy.
+func uiProgressiveJPEG(w, h, components int) []byte {
 	var b bytes.Buffer
 	seg := func(marker byte, data []byte) {
 		b.Write([]byte{0xff, marker, byte((len(data) + 2) >> 8), byte(len(data) + 2)})
 		b.Write(data)
 	}
 	b.Write([]byte{0xff, 0xd8})
+	if components == 4 {
+		seg(0xee, []byte("Adobe\x00\x64\x00\x00\x00\x00\x00")) // transform 0: CMYK
+	}
 	seg(0xdb, append([]byte{0}, bytes.Repeat([]byte{1}, 64)...))
-	seg(0xc2, []byte{8, byte(h >> 8), byte(h), byte(w >> 8), byte(w), 3, 1, 0x11, 0, 2, 0x11, 0, 3, 0x11, 0})
+	sof := []byte{8, byte(h >> 8), byte(h), byte(w >> 8), byte(w), byte(components)}
+	sos := []byte{byte(components)}
+	for i := 1; i <= components; i++ {
+		sof = append(sof, byte(i), 0x11, 0)
+		sos = append(sos, byte(i), 0x00)
+	}
+	seg(0xc2, sof)
 	seg(0xc4, append([]byte{0x00, 1}, append(make([]byte, 15), 0)...)) // DC table 0: one 1-bit code, category 0
-	seg(0xda, []byte{3, 1, 0x00, 2, 0x00, 3, 0x00, 0, 0, 0})
-	bits := 3 * ((w + 7) / 8) * ((h + 7) / 8)
+	seg(0xda, append(sos, 0, 0, 0))
+	bits := components * ((w + 7) / 8) * ((h + 7) / 8)
 	b.Write(make([]byte, bits/8))
 	if bits%8 != 0 {
 		b.WriteByte(0xff >> (bits % 8)) // the last byte padded with ones
@@ -7575,8 +7830,8 @@ func uiProgressiveJPEG(w, h int) []byte {
 }
 
 // uiPeakCall runs "telson call ReadImage" on path as its own process and
-// returns its output and its peak resident memory in MB.
-func uiPeakCall(t *testing.T, path string) (string, int64) {
+// returns its output, its peak resident memory in MB and its exit code.
+func uiPeakCall(t *testing.T, path string) (string, int64, int) {
 	t.Helper()
 	args, _ := json.Marshal(map[string]string{"file_path": path})
 	cmd := exec.Command(os.Args[0], "call", "ReadImage", string(args))
@@ -7585,12 +7840,14 @@ func uiPeakCall(t *testing.T, path string) (string, int64) {
 	if cmd.ProcessState == nil {
 		t.Fatalf("%s did not run: %s", path, out)
 	}
-	return string(out), cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss / 1024
+	peak := cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss / 1024
+	return string(out), peak, cmd.ProcessState.ExitCode()
 }
 
-// TestReadImagePeakMemory reads the hostile images of issue 13 with the real
-// binary: under the pixel cap, they used to cost gigabytes. Each must stay
-// under 300 MB, refused before decoding or scaled within the output's memory.
+// TestReadImagePeakMemory reads hostile images with the real binary. Those
+// over the pixel cap (they used to cost gigabytes) are refused before
+// decoding; Go's costliest images at the cap, in a file of imageMaxFile
+// bytes, are decoded and scaled. Each stays under 300 MB.
 func TestReadImagePeakMemory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("writes and reads images of up to 100 megapixels")
@@ -7600,29 +7857,38 @@ func TestReadImagePeakMemory(t *testing.T) {
 	}
 	dir := t.TempDir()
 	paths := map[string]string{
-		"wide grey PNG":     filepath.Join(dir, "wide-grey.png"),
-		"wide palette PNG":  filepath.Join(dir, "wide-palette.png"),
-		"16-bit PNG":        filepath.Join(dir, "deep.png"),
-		"progressive JPEG":  filepath.Join(dir, "progressive.jpg"),
-		"small progressive": filepath.Join(dir, "small-progressive.jpg"),
-		"small 16-bit PNG":  filepath.Join(dir, "small-deep.png"),
+		"wide grey PNG":         filepath.Join(dir, "wide-grey.png"),
+		"16-bit PNG":            filepath.Join(dir, "deep.png"),
+		"progressive JPEG":      filepath.Join(dir, "progressive.jpg"),
+		"CMYK JPEG at the cap":  filepath.Join(dir, "cmyk.jpg"),
+		"thin CMYK JPEG":        filepath.Join(dir, "thin-cmyk.jpg"),
+		"16-bit PNG at the cap": filepath.Join(dir, "deep-cap.png"),
+		"wide PNG at the cap":   filepath.Join(dir, "wide-cap.png"),
 	}
 	uiZeroPNG(t, paths["wide grey PNG"], 50_000_000, 1, 8, 0)
-	uiZeroPNG(t, paths["wide palette PNG"], 50_000_000, 1, 8, 3)
 	uiZeroPNG(t, paths["16-bit PNG"], 10000, 10000, 16, 2)
-	uiWriteFile(t, dir, "progressive.jpg", uiProgressiveJPEG(10000, 10000))
-	uiWriteFile(t, dir, "small-progressive.jpg", uiProgressiveJPEG(3600, 3600))
-	uiZeroPNG(t, paths["small 16-bit PNG"], 4000, 3000, 16, 6)
+	uiWriteFile(t, dir, "progressive.jpg", uiProgressiveJPEG(10000, 10000, 3))
+	// Zeros after the end of the image make them the largest file ReadImage reads.
+	uiWriteFile(t, dir, "cmyk.jpg", uiProgressiveJPEG(4096, 2048, 4))
+	uiWriteFile(t, dir, "thin-cmyk.jpg", uiProgressiveJPEG(65535, 128, 4)) // 8×8 blocks: no padding rows
+	for _, name := range []string{"CMYK JPEG at the cap", "thin CMYK JPEG"} {
+		if err := os.Truncate(paths[name], imageMaxFile); err != nil {
+			t.Fatal(err)
+		}
+	}
+	uiZeroPNG(t, paths["16-bit PNG at the cap"], 4096, 2048, 16, 6)
+	uiZeroPNG(t, paths["wide PNG at the cap"], imageMaxPixels, 1, 8, 3)
 	want := map[string]string{
-		"wide grey PNG":     "; decoding it would take 600 MB of memory, over telson's 200 MB: shrink it in Bash first",
-		"wide palette PNG":  "scaled to 2000×1",
-		"16-bit PNG":        "decoding it would take 800 MB of memory",
-		"progressive JPEG":  "decoding it would take 1500 MB of memory",
-		"small progressive": "scaled to 2000×2000",
-		"small 16-bit PNG":  "scaled to 2000×1500 and re-encoded as image/png",
+		"wide grey PNG":         "50000000×1 px is over the 8.4 megapixels telson decodes: shrink it in Bash first",
+		"16-bit PNG":            "10000×10000 px is over the 8.4 megapixels",
+		"progressive JPEG":      "10000×10000 px is over the 8.4 megapixels",
+		"CMYK JPEG at the cap":  "4096×2048 px, 40.0 MB; scaled to 2000×1000",
+		"thin CMYK JPEG":        "65535×128 px, 40.0 MB; scaled to 2000×4",
+		"16-bit PNG at the cap": "scaled to 2000×1000 and re-encoded as image/png",
+		"wide PNG at the cap":   "scaled to 2000×1",
 	}
 	for name, path := range paths {
-		out, peak := uiPeakCall(t, path)
+		out, peak, _ := uiPeakCall(t, path)
 		t.Logf("%s: peak %d MB: %s", name, peak, strings.TrimSpace(out))
 		if peak >= 300 {
 			t.Errorf("%s: peak %d MB, want under 300", name, peak)

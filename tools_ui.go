@@ -6,11 +6,13 @@
 //   - ReadImage reads a regular file of at most imageMaxFile through
 //     readCapped (never blocking on a fifo) and takes the type from the
 //     bytes: PNG, JPEG, GIF and WebP, the formats the Anthropic API accepts.
-//     Within the limits a file is sent as it is. A larger PNG, JPEG or GIF is
-//     decoded only when what the Go decoder holds for it, reckoned from its
-//     header, fits imageDecodeBudget; it is then shrunk with a box filter
-//     whose memory is the output's. WebP has no decoder in
-//     the standard library: over the limits it is an error.
+//     No header field is read before its length is checked. A PNG, JPEG or
+//     GIF is decoded if its header gives at most imageMaxPixels (and a JPEG
+//     has at most jpegMaxScans scans), and sent only if it decodes: as it is
+//     within the limits, else shrunk with a box filter whose memory is the
+//     output's. A WebP (no decoder in the standard
+//     library) is sent as it is if its RIFF container is whole and it is
+//     within the limits; else it is an error.
 //   - AskUserQuestion and PlanMode's approval ask through elicit: a server
 //     request in the legacy era, an input-required result in the 2026-07-28
 //     era. A client without elicitation gets the questions back to ask in
@@ -26,9 +28,9 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"image"
-	"image/color"
 	_ "image/gif" // registers GIF with image.Decode
 	"image/jpeg"
 	"image/png"
@@ -45,10 +47,11 @@ var readImageTool = toolDef{
 
 - Relative paths resolve against Bash's working directory.
 - Images larger than %d px on the long edge or %s are scaled down and re-encoded
-  (JPEG, or PNG with transparency; a GIF keeps its first frame). WebP over the limits,
-  and images too large to decode in memory, are an error: shrink them in Bash first.
+  (JPEG, or PNG with transparency; a GIF keeps its first frame).
+- Refused, with the reason: a file cut short or that does not decode; an image over
+  %.1f megapixels, or a WebP over the limits (shrink or convert it in Bash first).
 
-Example: {"file_path": "screenshots/home.png"}`, edge, humanBytes(maxBytes))
+Example: {"file_path": "screenshots/home.png"}`, edge, humanBytes(maxBytes), imageMaxPixels/1e6)
 	},
 	input: `{"type":"object","required":["file_path"],"properties":{"file_path":{
 		"type":"string","minLength":1,
@@ -58,11 +61,17 @@ Example: {"file_path": "screenshots/home.png"}`, edge, humanBytes(maxBytes))
 }
 
 const (
-	imageMaxPayload   = 6_000_000   // bytes; base64 (8 MB) stays under the 10 MiB message cap
-	imageMaxFile      = 50_000_000  // bytes read; with the decoder's, under telson's 300 MB
-	imageDecodeBudget = 200_000_000 // bytes the decoder may hold: telson's peak stays under 300 MB
-	jpegSOF2          = 0xc2        // a progressive frame's marker
-	jpegSOS           = 0xda        // start of scan: the frame header came before
+	imageMaxPayload = 6_000_000  // bytes; base64 (8 MB) stays under the 10 MiB message cap
+	imageMaxFile    = 40_000_000 // bytes read
+	// imageMaxPixels caps width × height, read from the header, before decoding
+	// (4096×2048 and 4K UHD fit). Go's costliest image, a progressive CMYK JPEG,
+	// holds 24 bytes a pixel while decoding: about 200 MB, so that with the file
+	// telson stays under 300 MB.
+	imageMaxPixels = 8_400_000
+	// jpegMaxScans caps a JPEG's start-of-scan markers: Go decodes each scan
+	// over the whole image, 3 ms at the cap, so a file repeating scans burns
+	// CPU for as long as its size allows. A progressive JPEG has about 10.
+	jpegMaxScans = 100
 )
 
 // imageLimits is the long-edge and byte limits from IMAGE_MAX_EDGE and IMAGE_MAX_BYTES.
@@ -81,29 +90,19 @@ func runReadImage(ctx context.Context, c *toolCall) toolResult {
 		return errorResult("%v", err)
 	}
 	mime := http.DetectContentType(data)
-	w, h, bpp := imageHeader(mime, data) // 0×0 for any other type
-	if w <= 0 || h <= 0 {
-		return errorResult("%s is %s; ReadImage shows PNG, JPEG, GIF and WebP, "+
-			"the formats the Anthropic API accepts (not BMP), with a readable header", path, mime)
+	w, h, img, err := decodeImage(mime, data)
+	if err != nil {
+		return errorResult("%s: %s; %v", path, mime, err)
 	}
 	edge, maxBytes := imageLimits(c.s.srv.set)
 	info := fmt.Sprintf("%s: %s, %d×%d px, %s", path, mime, w, h, humanBytes(len(data)))
 	limits := fmt.Sprintf("(%d px long edge, %s)", edge, humanBytes(maxBytes))
-	cost := float64(w) * float64(h+2) * bpp // the two more rows are a PNG decoder's
 	switch {
 	case len(data) <= maxBytes && max(w, h) <= edge:
 		return imageResult(data, mime, info+", sent as is.")
-	case mime == "image/webp":
-		return errorResult("%s; that is over the limits %s, and WebP cannot be scaled "+
-			"without a decoder, which telson lacks: shrink or convert it in Bash first",
-			info, limits)
-	case cost > imageDecodeBudget:
-		return errorResult("%s; decoding it would take %.0f MB of memory, over telson's %d MB: "+
-			"shrink it in Bash first", info, cost/1e6, imageDecodeBudget/1_000_000)
-	}
-	img, _, err := image.Decode(bytes.NewReader(data))
-	if err != nil {
-		return errorResult("%s: cannot decode %s image: %v", path, mime, err)
+	case img == nil:
+		return errorResult("%s; that is over the limits %s, and telson cannot scale WebP: "+
+			"shrink or convert it in Bash first", info, limits)
 	}
 	data, mime, out := shrinkImage(img, edge, maxBytes)
 	return imageResult(data, mime, fmt.Sprintf(
@@ -116,68 +115,81 @@ func imageResult(data []byte, mime, text string) toolResult {
 	return toolResult{content: []contentItem{img, {Type: "text", Text: text}}}
 }
 
-// imageHeader reads an image's size from its header and the bytes a pixel
-// takes in Go's decoder: for a PNG 4 (8 at 16 bits, 1 with a palette; grey
-// with a transparent colour becomes NRGBA), half again if interlaced; for a
-// GIF 2 (the first frame, and its de-interlaced copy); for a JPEG see
-// jpegBytes; for a WebP 0 (never decoded).
-func imageHeader(mime string, data []byte) (w, h int, bpp float64) {
-	if mime == "image/webp" && len(data) >= 30 {
-		le24 := func(i int) int { return int(binary.LittleEndian.Uint32(data[i:]) & 0xffffff) }
-		switch string(data[12:16]) {
-		case "VP8 ":
-			return le24(26) & 0x3fff, le24(28) & 0x3fff, 0
-		case "VP8L":
-			bits := int(binary.LittleEndian.Uint32(data[21:]))
-			return bits&0x3fff + 1, bits>>14&0x3fff + 1, 0
-		case "VP8X":
-			return le24(24) + 1, le24(27) + 1, 0
-		}
+// decodeImage reads an image's size from its header and, when it has at most
+// imageMaxPixels, decodes it: an image is sent only if it decodes. A WebP is
+// not decoded (img is nil; the standard library has no decoder): webpSize
+// checks that it is whole.
+func decodeImage(mime string, data []byte) (w, h int, img image.Image, err error) {
+	switch mime {
+	case "image/webp":
+		w, h, err = webpSize(data)
+		return w, h, nil, err
+	case "image/png", "image/jpeg", "image/gif":
+	default:
+		return 0, 0, nil, errors.New("ReadImage shows PNG, JPEG, GIF and WebP, " +
+			"the formats the Anthropic API accepts (not BMP)")
 	}
-	cfg, format, err := image.DecodeConfig(bytes.NewReader(data))
+	cfg, _, err := image.DecodeConfig(bytes.NewReader(data))
+	scans := bytes.Count(data, []byte{0xff, 0xda}) // markers only: in JPEG data 0xff is escaped
 	switch {
-	case err != nil:
-		return 0, 0, 0
-	case format == "png":
-		bpp = 4
-		if data[24] == 16 {
-			bpp = 8
-		}
-		if data[25] == 3 {
-			bpp = 1
-		}
-		bpp *= 1 + float64(data[28])/2
-	case format == "gif":
-		bpp = 2
-	case format == "jpeg":
-		bpp = jpegBytes(data, cfg.ColorModel)
+	case err == nil && cfg.Width*cfg.Height > imageMaxPixels:
+		return 0, 0, nil, fmt.Errorf("%d×%d px is over the %.1f megapixels telson decodes: "+
+			"shrink it in Bash first", cfg.Width, cfg.Height, imageMaxPixels/1e6)
+	case mime == "image/jpeg" && scans > jpegMaxScans:
+		return 0, 0, nil, fmt.Errorf("it has %d scans, over the %d telson decodes: "+
+			"re-encode it in Bash first", scans, jpegMaxScans)
 	}
-	return cfg.Width, cfg.Height, bpp
+	if err == nil {
+		img, _, err = image.Decode(bytes.NewReader(data))
+	}
+	if err == nil && img.Bounds().Empty() { // a GIF's first frame, or a JPEG 0 px wide
+		err = errors.New("it has no pixels")
+	}
+	if err != nil {
+		err = fmt.Errorf("the file is cut short or damaged: %w", err)
+	}
+	return cfg.Width, cfg.Height, img, err
 }
 
-// jpegBytes is what Go's decoder keeps for a JPEG's pixel: a byte for each
-// component (reckoned without subsampling), 5 for a progressive image's
-// coefficients, and 4 more for a CMYK or RGB image's converted copy.
-func jpegBytes(data []byte, model color.Model) float64 {
-	components := 3.0
-	copyBytes := 0.0
-	switch model {
-	case color.GrayModel:
-		components = 1
-	case color.CMYKModel:
-		components = 4
-		copyBytes = 4
-	case color.RGBAModel:
-		copyBytes = 4
-	}
-	// The segments after the start-of-image marker, up to the scan.
-	for i := 2; i+4 <= len(data) && data[i] == 0xff && data[i+1] != jpegSOS; {
-		if data[i+1] == jpegSOF2 {
-			components *= 5
+// webpSize reads a WebP's size from its first chunk's header (VP8X, VP8L or
+// VP8) and checks that the file is whole: its chunks fill the size its RIFF
+// header gives, which is the file's, and one of them is an image (VP8, VP8L,
+// or ANMF when animated). data starts "RIFF", a size, "WEBPVP", as
+// http.DetectContentType saw.
+func webpSize(data []byte) (w, h int, err error) {
+	le := binary.LittleEndian
+	hasImage := false
+	i := 12 // after "RIFF", the size and "WEBP": chunks of a type, a size, data padded to even
+	for ; len(data)-i >= 8; i += 8 + (int(le.Uint32(data[i+4:]))+1)&^1 {
+		switch string(data[i : i+4]) {
+		case "VP8 ", "VP8L", "ANMF":
+			hasImage = true
 		}
-		i += 2 + int(binary.BigEndian.Uint16(data[i+2:]))
 	}
-	return components + copyBytes
+	switch {
+	case i != len(data) || int(le.Uint32(data[4:])) != len(data)-8:
+		return 0, 0, errors.New("the file is cut short or has bytes added: " +
+			"its chunks do not fill the size its RIFF header gives")
+	case !hasImage:
+		return 0, 0, errors.New("it holds no image")
+	}
+	fourcc := string(data[12:16])
+	b := data[20 : 20+le.Uint32(data[16:])] // the first chunk's data, whole
+	switch {
+	case fourcc == "VP8X" && len(b) >= 10:
+		w = int(le.Uint32(b[4:])&0xffffff) + 1
+		h = int(le.Uint32(b[6:])>>8) + 1
+	case fourcc == "VP8L" && len(b) >= 5 && b[0] == 0x2f && b[4]>>5 == 0: // version 0
+		w = int(le.Uint16(b[1:])&0x3fff) + 1
+		h = int(le.Uint32(b[1:])>>14&0x3fff) + 1
+	case fourcc == "VP8 " && len(b) >= 10 && string(b[3:6]) == "\x9d\x01\x2a":
+		w = int(le.Uint16(b[6:]) & 0x3fff)
+		h = int(le.Uint16(b[8:]) & 0x3fff)
+	}
+	if w < 1 || h < 1 {
+		return 0, 0, fmt.Errorf("its %q header is not valid", fourcc)
+	}
+	return w, h, nil
 }
 
 // shrinkImage fits img within edge px and maxBytes as JPEG (quality 85), or PNG
@@ -251,8 +263,8 @@ var askUserQuestionTool = toolDef{
 	description: `Asks the user 1 to 4 multiple-choice questions and waits for the answers.
 
 - questions: ` + askShape + `
-- Or questions_json, JSON text: {"questions": [...]} as above, or the short form
-  {"questions":[{"text":"Which database?","options":["PostgreSQL","SQLite"]}]}.
+- Or questions_json, the same as JSON text; it also takes {"questions": [...]}, one
+  question alone, and options as plain strings: [{"question":"Pick one?","options":["A","B"]}].
 - 2 to 10 options per question; multiSelect lets the user pick several. The user can add
   a free-text note, so do not add an "Other" option.
 - The answer reads: User has answered your questions: "Which database?"="PostgreSQL".
@@ -261,8 +273,11 @@ var askUserQuestionTool = toolDef{
 	input: `{"type":"object","properties":{
 		"questions":{"type":"array","minItems":1,"maxItems":4,
 			"description":"The questions, in Claude Code's shape.","items":{"type":"object",
-			"required":["question","options"],"properties":{"question":{"type":"string"},
-			"header":{"type":"string"},"multiSelect":{"type":"boolean"},"options":{"type":"array",
+			"required":["options"],"properties":{"question":{"type":"string"},
+			"text":{"type":"string","description":"Another name for question."},
+			"header":{"type":"string"},"multiSelect":{"type":"boolean"},
+			"multi_select":{"type":"boolean","description":"Another name for multiSelect."},
+			"options":{"type":"array",
 			"items":{"type":"object","required":["label"],"properties":{"label":{"type":"string"},
 			"description":{"type":"string"}}}}}}},
 		"questions_json":{"type":"string","maxLength":100000,
@@ -275,18 +290,21 @@ var askUserQuestionTool = toolDef{
 			"items":{"type":"string"},
 			"description":"the label, labels when multiSelect, null unanswered"}}}},
 		"note":{"type":"string","description":"the user's free-text note"},
-		"questions":{"type":"array","description":"ask_in_chat: the questions to ask in chat"}}}`,
+		"questions":{"type":"array","description":"ask_in_chat: the questions to ask in chat",
+			"items":{"type":"object","properties":{"question":{"type":"string"}}}}}}`,
 	hints: toolHints{readOnly: true},
 	run:   runAskUserQuestion,
 }
 
-// askQuestion is one question in Claude Code's shape or the short one (text, options as strings).
+// askQuestion is one question in Claude Code's shape; parseQuestions moves
+// the other names models use (text, multi_select) to it.
 type askQuestion struct {
-	Question    string      `json:"question"`
-	Text        string      `json:"text,omitempty"` // the short form's question; moved to Question
-	Header      string      `json:"header,omitempty"`
-	Options     []askOption `json:"options"`
-	MultiSelect bool        `json:"multiSelect"`
+	Question         string      `json:"question"`
+	Text             string      `json:"text,omitempty"`
+	Header           string      `json:"header,omitempty"`
+	Options          []askOption `json:"options"`
+	MultiSelect      bool        `json:"multiSelect"`
+	MultiSelectSnake bool        `json:"multi_select,omitempty"`
 }
 
 type askOption struct {
@@ -294,7 +312,7 @@ type askOption struct {
 	Description string `json:"description,omitempty"`
 }
 
-// UnmarshalJSON takes an option as an object or, in the short form, a string.
+// UnmarshalJSON takes an option as an object or a string, its label.
 func (o *askOption) UnmarshalJSON(b []byte) error {
 	if b[0] == '"' {
 		return json.Unmarshal(b, &o.Label)
@@ -314,16 +332,15 @@ func (o askOption) title() string {
 func runAskUserQuestion(ctx context.Context, c *toolCall) toolResult {
 	var a struct {
 		Questions     json.RawMessage
-		QuestionsJSON string `json:"questions_json"`
+		QuestionsJSON json.RawMessage `json:"questions_json"`
 	}
 	json.Unmarshal(c.args, &a)
-	text := a.QuestionsJSON // "" tells the shape too
-	if a.Questions != nil {
-		text = `{"questions":` + string(a.Questions) + `}`
+	if a.Questions == nil {
+		a.Questions = a.QuestionsJSON
 	}
-	qs, err := parseQuestions(text)
+	qs, err := parseQuestions(a.Questions)
 	if err != nil {
-		return errorResult("%v", err)
+		return errorResult("%v; for example: %s", err, askShape)
 	}
 	params := elicitParams(qs, c.req.version)
 	if !canElicit(c.req) || params == nil {
@@ -370,22 +387,39 @@ func elicit(ctx context.Context, c *toolCall, key string, params map[string]any)
 	return answer, ask, nil
 }
 
-// parseQuestions reads {"questions":[...]} and checks it.
-func parseQuestions(text string) ([]askQuestion, error) {
-	var w struct {
-		Questions []askQuestion
+// parseQuestions reads the questions in every shape models send for them:
+// {"questions":[...]}, a bare array, or one question alone; also as JSON text
+// in a string (questions_json), even encoded twice. It checks them.
+func parseQuestions(raw []byte) ([]askQuestion, error) {
+	var text string
+	for len(raw) > 0 && raw[0] == '"' && json.Unmarshal(raw, &text) == nil {
+		raw = bytes.TrimSpace([]byte(text))
 	}
-	if err := json.Unmarshal([]byte(text), &w); err != nil {
-		return nil, fmt.Errorf(`questions: %w (want {"questions":%s})`, err, askShape)
+	var in struct {
+		Questions   []askQuestion
+		askQuestion // one question alone
 	}
-	qs := w.Questions
+	target := any(&in)
+	if bytes.HasPrefix(raw, []byte("[")) {
+		target = &in.Questions
+	}
+	err := json.Unmarshal(raw, target)
+	qs := in.Questions
+	if qs == nil {
+		qs = []askQuestion{in.askQuestion}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("questions: %w", err)
+	}
 	if len(qs) < 1 || len(qs) > 4 {
 		return nil, fmt.Errorf("%d questions; ask 1 to 4 at a time", len(qs))
 	}
 	for i := range qs {
 		q := &qs[i]
 		q.Question = strings.TrimSpace(cmp.Or(q.Question, q.Text))
+		q.MultiSelect = q.MultiSelect || q.MultiSelectSnake
 		q.Text = ""
+		q.MultiSelectSnake = false
 		if q.Question == "" {
 			return nil, fmt.Errorf(`questions[%d] has no "question"`, i)
 		}
