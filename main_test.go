@@ -3438,7 +3438,7 @@ func TestAskUserQuestionNoElicitation(t *testing.T) {
 }
 
 func TestReadImageListed(t *testing.T) {
-	c := startServer(t, "IMAGE_MAX_EDGE=1234", "IMAGE_MAX_BYTES=99999999")
+	c := startServer(t, "IMAGE_MAX_EDGE=1234", "IMAGE_MAX_BYTES=6000000")
 	c.initialize("2025-06-18")
 	tools := uiResult(t, c.request("tools/list", nil))["tools"].([]any)
 	found := 0
@@ -3447,7 +3447,7 @@ func TestReadImageListed(t *testing.T) {
 		switch m["name"] {
 		case "ReadImage":
 			found++
-			if !strings.Contains(m["description"].(string), "larger than 1234 px on the long edge or 6.0 MB") { // the byte limit is capped
+			if !strings.Contains(m["description"].(string), "larger than 1234 px on the long edge or 6.0 MB") {
 				t.Errorf("description: %s", m["description"])
 			}
 		case "AskUserQuestion":
