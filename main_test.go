@@ -616,6 +616,32 @@ func TestBashExitStatusAndInvalidUTF8(t *testing.T) {
 	}
 }
 
+// What a model reads of command output is what a person would read on a terminal: escape
+// sequences gone, a progress bar's last state; the output file keeps the raw bytes.
+func TestBashRendersTerminalOutput(t *testing.T) {
+	t.Parallel()
+	c := startServer(t, "OUTPUT_LIMIT=1000")
+	c.initialize("2025-11-25")
+	noise := `printf '\033[1;31mred\033[0m \033]0;title\007done\r\n'; ` +
+		`printf 'progress 20%%\rprogress 40%%\rprogress 100%%\n'; printf '\033[2Kclean\033[K\n'`
+	res := c.callTool("Bash", map[string]any{"command": noise})
+	want := "red done\nprogress 100%\nclean\n"
+	if text := resultText(res); text != want || bgStructured(t, res)["output"] != want {
+		t.Errorf("got %q, want %q", text, want)
+	}
+	// cut output: the preview is rendered, the file is raw
+	res = c.callTool("Bash", map[string]any{"command": "for i in $(seq 300); do printf '\033[32m%04d\033[0m\r%04d ok\n' $i $i; done"})
+	sc := bgStructured(t, res)
+	text := sc["output"].(string)
+	if !strings.HasPrefix(text, "0001 ok\n0002 ok\n") || strings.Contains(text, "\033") || !strings.HasSuffix(text, "0300 ok\n") {
+		t.Errorf("cut output not rendered: %q", text)
+	}
+	raw, err := os.ReadFile(sc["output_file"].(string))
+	if err != nil || !bytes.HasPrefix(raw, []byte("\033[32m0001\033[0m\r0001 ok\n")) {
+		t.Errorf("the output file is not the raw output: %q %v", raw[:min(len(raw), 40)], err)
+	}
+}
+
 func TestBashStreamsProgress(t *testing.T) {
 	t.Parallel()
 	c := startServer(t)
@@ -676,6 +702,93 @@ func TestToolTableIsWellFormed(t *testing.T) {
 		var out map[string]any
 		if d.output != "" && (json.Unmarshal([]byte(d.output), &out) != nil || out["type"] != "object") {
 			t.Errorf("tool %s: output schema is not a JSON object schema", d.name)
+		}
+	}
+}
+
+// Every input schema stays inside the subset every model API takes (Gemini's legacy
+// parameters field is an OpenAPI 3.0 subset): an object with properties, no anyOf, oneOf or
+// allOf at the top, one type per schema, items on every array, enums of strings.
+func TestInputSchemasFitEveryModelAPI(t *testing.T) {
+	var walk func(tool, path string, v any)
+	walk = func(tool, path string, v any) {
+		m, ok := v.(map[string]any)
+		if !ok {
+			t.Errorf("%s %s: not a schema object", tool, path)
+			return
+		}
+		typ, single := m["type"].(string)
+		switch {
+		case !single:
+			t.Errorf("%s %s: type %v is not one type name", tool, path, m["type"])
+		case typ == "object" && len(m["properties"].(map[string]any)) == 0:
+			t.Errorf("%s %s: an object without properties", tool, path)
+		case typ == "array" && m["items"] == nil:
+			t.Errorf("%s %s: an array without items", tool, path)
+		}
+		for _, key := range []string{"anyOf", "oneOf", "allOf", "$ref", "additionalProperties"} {
+			if m[key] != nil {
+				t.Errorf("%s %s: %s", tool, path, key)
+			}
+		}
+		if enum, ok := m["enum"].([]any); ok {
+			for _, e := range enum {
+				if _, ok := e.(string); !ok {
+					t.Errorf("%s %s: enum value %v is not a string", tool, path, e)
+				}
+			}
+		}
+		props, _ := m["properties"].(map[string]any)
+		for name, p := range props {
+			walk(tool, path+"."+name, p)
+		}
+		if m["items"] != nil {
+			walk(tool, path+"[]", m["items"])
+		}
+	}
+	for _, d := range toolTable {
+		var schema any
+		if err := json.Unmarshal([]byte(d.input), &schema); err != nil {
+			t.Fatalf("%s: %v", d.name, err)
+		}
+		walk(d.name, "input", schema)
+	}
+}
+
+// The reply function a transport hands a line is called exactly once, whatever the line: a
+// request, a notification, a response, a bad line, a batch, a cancelled request.
+func TestReplyIsCalledOnce(t *testing.T) {
+	srv := newServer(testSettings(t), io.Discard)
+	defer srv.close()
+	s := newSession(srv, nil)
+	defer s.close()
+	s.version = version20250326
+	lines := []string{"", "  ", "{", "[]", "[1]", `"x"`, `{"jsonrpc":"1.0","id":1,"method":"ping"}`,
+		`{"jsonrpc":"2.0","id":1,"method":"ping"}`, `{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+		`{"jsonrpc":"2.0","id":"telson-9","result":{}}`, `{"jsonrpc":"2.0","id":2,"method":"nope"}`,
+		`[{"jsonrpc":"2.0","id":3,"method":"ping"},{"jsonrpc":"2.0","method":"x"}]`,
+		`[{"jsonrpc":"2.0","method":"x"}]`, `{"jsonrpc":"2.0","id":{},"method":"ping"}`,
+		`{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"Bash","arguments":{"command":"sleep 30"}}}`}
+	for _, line := range lines {
+		calls := make(chan any, 2)
+		s.handleLine(context.Background(), []byte(line), false, nil, func(msg any) error {
+			calls <- msg
+			return nil
+		})
+		if strings.Contains(line, "sleep 30") {
+			s.handleLine(context.Background(), []byte(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":4}}`), false, nil, func(any) error { return nil })
+		}
+		select {
+		case msg := <-calls:
+			if strings.Contains(line, "sleep 30") && msg != nil {
+				t.Errorf("%s: a cancelled request was answered: %v", line, msg)
+			}
+		case <-time.After(watchdog):
+			t.Fatalf("%s: no reply call", line)
+		}
+		s.wg.Wait()
+		if len(calls) > 0 {
+			t.Errorf("%s: the reply function was called twice", line)
 		}
 	}
 }
@@ -1363,6 +1476,22 @@ func TestBgWaitWakes(t *testing.T) {
 			t.Fatal("the cancelled read kept the server from stopping")
 		}
 	})
+}
+
+// ReadBgOutput renders a task's output as a terminal would; its log keeps the raw bytes.
+func TestBgRendersTerminalOutput(t *testing.T) {
+	t.Parallel()
+	c := bgServer(t)
+	id := bgStart(t, c, `printf 'get 10%%\rget 90%%\rget done\n\033[1mbold\033[0m\n'`)
+	bgWaitEnded(t, c, id)
+	sc := bgStructured(t, bgRead(t, c, id, 0))
+	if sc["output"] != "get done\nbold\n" {
+		t.Errorf("output %q", sc["output"])
+	}
+	raw, _ := os.ReadFile(sc["log_file"].(string))
+	if string(raw) != "get 10%\rget 90%\rget done\n\033[1mbold\033[0m\n" {
+		t.Errorf("log %q", raw)
+	}
 }
 
 func TestBgDroppedBytes(t *testing.T) {

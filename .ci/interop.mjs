@@ -14,7 +14,8 @@ const check = (ok, what) => {
 };
 
 const stateDir = (await import("node:fs")).mkdtempSync((await import("node:path")).join((await import("node:os")).tmpdir(), "telson-state-"));
-const transport = new StdioClientTransport({ command: telson, args: ["-state-dir", stateDir, "-search-timeout-ms", "2000"], stderr: "inherit" });
+const env = { ...process.env, TELSON_STATE_DIR: stateDir, TELSON_SEARCH_TIMEOUT_MS: "2000" };
+const transport = new StdioClientTransport({ command: telson, args: [], env, stderr: "inherit" });
 const client = new Client({ name: "telson-interop", version: "1.0.0" }, { capabilities: {} });
 await client.connect(transport);
 check(client.getServerVersion()?.name === "telson", "initialize: serverInfo.name is telson");
@@ -95,7 +96,7 @@ await client.close();
 // AskUserQuestion through real elicitation: a client that declares it and
 // picks the first option of every question.
 {
-  const t2 = new StdioClientTransport({ command: telson, args: ["-state-dir", stateDir], stderr: "inherit" });
+  const t2 = new StdioClientTransport({ command: telson, args: [], env, stderr: "inherit" });
   const c2 = new Client({ name: "telson-interop-elicit", version: "1.0.0" }, { capabilities: { elicitation: {} } });
   let asked = null;
   c2.setRequestHandler(ElicitRequestSchema, async (req) => {
