@@ -25,9 +25,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"reflect"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -226,123 +228,69 @@ func stripControls(s string) string {
 	}, s)
 }
 
-// settings is telson's configuration. It is read once at start: the defaults below, then
-// ~/.telson/telson-env.txt, then TELSON_<KEY> environment variables; nothing reads a key by
-// name after that.
+// settings is telson's configuration. It is read once at start: the defaults its tags give,
+// then ~/.telson/telson-env.txt, then TELSON_<KEY> environment variables; nothing reads a key
+// by name after that. A tag names the key, its default and, for a number or a duration (in
+// milliseconds), its bounds.
 type settings struct {
-	Tools            []string // names of the tools served; "all" serves every one
-	LogLevel         slog.Level
-	StateDir         string
-	Streaming        bool
-	BashTimeout      time.Duration
-	OutputLimit      int
-	MaxMessage       int
-	BgBuffer         int
-	BgMaxTasks       int
-	SearchEngines    []string
-	SearchTimeout    time.Duration
-	SearchBackoff    time.Duration
-	SearchKeys       map[string]string // keyed engines' credentials and SEARCH_URL_<ENGINE>
-	ImageMaxEdge     int
-	ImageMaxBytes    int
-	AskTimeout       time.Duration
-	PlanModeStrict   bool
-	AdditionalSkills []string
-	HTTPToken        string
-	HTTPOrigins      []string
-	HTTPHosts        []string
-	HTTPMaxBody      int
-	HTTPTimeout      time.Duration
-	HTTPMaxConns     int
-	ChromePath       string
-	ReadDocsBrowser  bool
-	ReadDocsTimeout  time.Duration
-	ReadDocsIdle     time.Duration
-	WSMaxMessage     int
+	Tools            []string          `key:"TOOLS" default:"all"`
+	LogLevel         slog.Level        `key:"LOG_LEVEL" default:"info"`
+	StateDir         string            `key:"STATE_DIR" default:"~/.telson"`
+	Streaming        bool              `key:"STREAMING" default:"on"`
+	BashTimeout      time.Duration     `key:"BASH_TIMEOUT_MS" default:"30000" bounds:"1 600000"`
+	OutputLimit      int               `key:"OUTPUT_LIMIT" default:"30000" bounds:"200"`
+	MaxMessage       int               `key:"MAX_MESSAGE_BYTES" default:"67108864" bounds:"1024"`
+	BgBuffer         int               `key:"BG_BUFFER_BYTES" default:"1048576" bounds:"256"`
+	BgMaxTasks       int               `key:"BG_MAX_TASKS" default:"32" bounds:"1 10000"`
+	SearchEngines    []string          `key:"SEARCH_ENGINES"`
+	SearchTimeout    time.Duration     `key:"SEARCH_TIMEOUT_MS" default:"6000" bounds:"1"`
+	SearchBackoff    time.Duration     `key:"SEARCH_BACKOFF_MS" default:"300000" bounds:"0"`
+	ImageMaxEdge     int               `key:"IMAGE_MAX_EDGE" default:"2000" bounds:"16 100000"`
+	ImageMaxBytes    int               `key:"IMAGE_MAX_BYTES" default:"5000000" bounds:"1024 6000000"`
+	AskTimeout       time.Duration     `key:"ASK_TIMEOUT_MS" default:"600000" bounds:"1"`
+	PlanModeStrict   bool              `key:"PLAN_MODE_STRICT" default:"on"`
+	AdditionalSkills []string          `key:"ADDITIONAL_SKILLS"`
+	HTTPToken        string            `key:"HTTP_TOKEN"`
+	HTTPOrigins      []string          `key:"HTTP_ORIGINS"`
+	HTTPHosts        []string          `key:"HTTP_HOSTS"`
+	HTTPMaxBody      int               `key:"HTTP_MAX_BODY_BYTES" default:"4194304" bounds:"1024"`
+	HTTPTimeout      time.Duration     `key:"HTTP_TIMEOUT_MS" default:"10000" bounds:"1"`
+	HTTPMaxConns     int               `key:"HTTP_MAX_CONNECTIONS" default:"128" bounds:"1 100000"`
+	ChromePath       string            `key:"CHROME_PATH"`
+	ReadDocsBrowser  bool              `key:"READDOCS_BROWSER" default:"on"`
+	ReadDocsTimeout  time.Duration     `key:"READDOCS_TIMEOUT_MS" default:"30000" bounds:"1"`
+	ReadDocsIdle     time.Duration     `key:"READDOCS_IDLE_MS" default:"500" bounds:"0"`
+	WSMaxMessage     int               `key:"WS_MAX_MESSAGE_BYTES" default:"134217728" bounds:"1048576"`
+	SearchKeys       map[string]string // searchCredentials and SEARCH_URL_<ENGINE>, by key
 }
 
-func defaultSettings() *settings {
-	return &settings{
-		Tools:           []string{"all"},
-		LogLevel:        slog.LevelInfo,
-		StateDir:        "~/.telson",
-		Streaming:       true,
-		BashTimeout:     30 * time.Second,
-		OutputLimit:     30000,
-		MaxMessage:      64 << 20,
-		BgBuffer:        1 << 20,
-		BgMaxTasks:      32,
-		SearchTimeout:   6 * time.Second,
-		SearchBackoff:   5 * time.Minute,
-		SearchKeys:      map[string]string{},
-		ImageMaxEdge:    2000,
-		ImageMaxBytes:   5000000,
-		AskTimeout:      10 * time.Minute,
-		PlanModeStrict:  true,
-		HTTPMaxBody:     4 << 20,
-		HTTPTimeout:     10 * time.Second,
-		HTTPMaxConns:    128,
-		ReadDocsBrowser: true,
-		ReadDocsTimeout: 30 * time.Second,
-		ReadDocsIdle:    500 * time.Millisecond,
-		WSMaxMessage:    128 << 20,
-	}
-}
-
-// settingKey is one key: where its value goes (a *string, *[]string (a comma list), *bool,
-// *int, *time.Duration (given in milliseconds) or an encoding.TextUnmarshaler; nil: a search
-// key, kept in SearchKeys), the bounds of a number, and what it does.
-type settingKey struct {
-	name     string
-	field    any
-	min, max int
-	help     string
-}
-
-// keys lists every setting; SEARCH_URL_<ENGINE> keys are search keys too.
-func (s *settings) keys() []settingKey {
-	const most = 1 << 40
-	return []settingKey{
-		{"TOOLS", &s.Tools, 0, 0, "tools to serve: all, none, or a comma list of names"},
-		{"LOG_LEVEL", &s.LogLevel, 0, 0, "least severe stderr log level: debug, info, warn, error"},
-		{"STATE_DIR", &s.StateDir, 0, 0, "where state files live (tasks.json, plans)"},
-		{"STREAMING", &s.Streaming, 0, 0, "send a running Bash command's new lines as progress"},
-		{"BASH_TIMEOUT_MS", &s.BashTimeout, 1, 600000, "Bash's default timeout"},
-		{"OUTPUT_LIMIT", &s.OutputLimit, 200, most, "characters of command output a reply keeps"},
-		{"MAX_MESSAGE_BYTES", &s.MaxMessage, 1024, most, "longest input message"},
-		{"BG_BUFFER_BYTES", &s.BgBuffer, 256, most, "unread output a background task keeps"},
-		{"BG_MAX_TASKS", &s.BgMaxTasks, 1, 10000, "background tasks running at once"},
-		{"SEARCH_ENGINES", &s.SearchEngines, 0, 0, "engines WebSearch asks (default: all it can)"},
-		{"SEARCH_TIMEOUT_MS", &s.SearchTimeout, 1, most, "time each WebSearch engine gets"},
-		{"SEARCH_BACKOFF_MS", &s.SearchBackoff, 0, most, "rest of an engine that refused us"},
-		{"BRAVE_API_KEY", nil, 0, 0, "Brave Search API key: turns on braveapi"},
-		{"TAVILY_API_KEY", nil, 0, 0, "Tavily API key: turns on tavily"},
-		{"SERPER_API_KEY", nil, 0, 0, "Serper API key: turns on serper"},
-		{"EXA_API_KEY", nil, 0, 0, "Exa API key: turns on exa"},
-		{"GOOGLE_API_KEY", nil, 0, 0, "Google Programmable Search key, with GOOGLE_CSE_ID"},
-		{"GOOGLE_CSE_ID", nil, 0, 0, "Google Programmable Search engine id (cx)"},
-		{"SEARXNG_URL", nil, 0, 0, "a SearXNG instance with JSON output: turns on searxng"},
-		{"IMAGE_MAX_EDGE", &s.ImageMaxEdge, 16, 100000, "longest image edge sent, in pixels"},
-		{"IMAGE_MAX_BYTES", &s.ImageMaxBytes, 1024, 6000000, "largest image sent, in bytes"},
-		{"ASK_TIMEOUT_MS", &s.AskTimeout, 1, most, "how long AskUserQuestion waits"},
-		{"PLAN_MODE_STRICT", &s.PlanModeStrict, 0, 0, "in plan mode, Bash sees files read-only"},
-		{"ADDITIONAL_SKILLS", &s.AdditionalSkills, 0, 0, "more skill folders, a comma list"},
-		{"HTTP_TOKEN", &s.HTTPToken, 0, 0, "bearer token HTTP clients must send"},
-		{"HTTP_ORIGINS", &s.HTTPOrigins, 0, 0, "browser Origins allowed besides loopback ones"},
-		{"HTTP_HOSTS", &s.HTTPHosts, 0, 0, "Host names allowed besides loopback ones"},
-		{"HTTP_MAX_BODY_BYTES", &s.HTTPMaxBody, 1024, most, "largest HTTP request body"},
-		{"HTTP_TIMEOUT_MS", &s.HTTPTimeout, 1, most, "time to send an HTTP request, and to idle"},
-		{"HTTP_MAX_CONNECTIONS", &s.HTTPMaxConns, 1, 100000, "HTTP connections at once"},
-		{"CHROME_PATH", &s.ChromePath, 0, 0, "the Chromium ReadDocs runs (default: found)"},
-		{"READDOCS_BROWSER", &s.ReadDocsBrowser, 0, 0, "read pages in Chromium (off: plain HTTP)"},
-		{"READDOCS_TIMEOUT_MS", &s.ReadDocsTimeout, 1, most, "ReadDocs's deadline for a page"},
-		{"READDOCS_IDLE_MS", &s.ReadDocsIdle, 0, most, "longest wait for a parsed page's site"},
-		{"WS_MAX_MESSAGE_BYTES", &s.WSMaxMessage, 1 << 20, most, "longest DevTools message"},
-	}
-}
+// searchCredentials are the keyed search engines' settings; SEARCH_URL_<ENGINE> keys join
+// them in SearchKeys.
+var searchCredentials = []string{"BRAVE_API_KEY", "TAVILY_API_KEY", "SERPER_API_KEY", "EXA_API_KEY",
+	"GOOGLE_API_KEY", "GOOGLE_CSE_ID", "SEARXNG_URL"}
 
 // internalEnv are the TELSON_ variables that are not settings: markers and the test harness's.
 var internalEnv = []string{"RUN", "RUN_MAIN", "REAPER", "SANDBOX", "REQUIRE_BROWSER"}
+
+// defaultSettings are the settings the tags give.
+func defaultSettings() *settings {
+	s := &settings{SearchKeys: map[string]string{}}
+	for _, f := range s.fields() {
+		s.set(f.Tag.Get("key"), f.Tag.Get("default"))
+	}
+	return s
+}
+
+// fields lists the settings' tagged fields.
+func (s *settings) fields() []reflect.StructField {
+	var fields []reflect.StructField
+	for _, f := range reflect.VisibleFields(reflect.TypeOf(*s)) {
+		if f.Tag.Get("key") != "" {
+			fields = append(fields, f)
+		}
+	}
+	return fields
+}
 
 // loadSettings reads the settings: defaults, then the env file, then the environment.
 // Warnings name the file and line, or the variable, and the value kept.
@@ -394,20 +342,19 @@ func loadSettings(environ []string, stderr io.Writer) *settings {
 // the value does not fit, and keeps the value it had.
 func (s *settings) set(key, value string) string {
 	key = strings.ToUpper(key)
-	i := slices.IndexFunc(s.keys(), func(k settingKey) bool { return k.name == key })
-	if i < 0 && strings.HasPrefix(key, "SEARCH_URL_") {
+	if slices.Contains(searchCredentials, key) || strings.HasPrefix(key, "SEARCH_URL_") {
 		s.SearchKeys[key] = value
 		return ""
 	}
+	i := slices.IndexFunc(s.fields(), func(f reflect.StructField) bool {
+		return f.Tag.Get("key") == key
+	})
 	if i < 0 {
 		return "unknown key " + key
 	}
-	k := s.keys()[i]
-	n, numErr := strconv.Atoi(value)
+	f := s.fields()[i]
 	wrong := ""
-	switch field := k.field.(type) {
-	case nil:
-		s.SearchKeys[key] = value
+	switch field := reflect.ValueOf(s).Elem().FieldByIndex(f.Index).Addr().Interface().(type) {
 	case *string:
 		*field = value
 	case *[]string:
@@ -419,9 +366,14 @@ func (s *settings) set(key, value string) string {
 			wrong = "a boolean (1/0, true/false, yes/no, on/off)"
 		}
 	case *int, *time.Duration:
-		if numErr != nil || n < k.min || n > k.max {
-			wrong = fmt.Sprintf("a whole number from %d to %d", k.min, k.max)
-		} else if d, ok := field.(*time.Duration); ok {
+		lo, hi := 0.0, math.Inf(1) // a bound left out does not apply
+		fmt.Sscan(f.Tag.Get("bounds"), &lo, &hi)
+		n, err := strconv.Atoi(value)
+		if err != nil || float64(n) < lo || float64(n) > hi {
+			wrong = fmt.Sprintf("a whole number from %.0f to %.0f", lo, min(hi, math.MaxInt))
+			break
+		}
+		if d, ok := field.(*time.Duration); ok {
 			*d = time.Duration(n) * time.Millisecond
 		} else {
 			*field.(*int) = n
@@ -432,47 +384,42 @@ func (s *settings) set(key, value string) string {
 		}
 	}
 	if wrong != "" {
-		return fmt.Sprintf("%s=%q is not %s; keeping %s", key, value, wrong, s.value(k))
+		return fmt.Sprintf("%s=%q is not %s; keeping %s", key, value, wrong, s.value(f))
 	}
 	return ""
 }
 
-// value is a key's value as -config prints it; a secret prints as (set).
-func (s *settings) value(k settingKey) string {
-	var v any = k.field
-	if k.field == nil {
-		v = s.SearchKeys[k.name]
+// value is a setting's value as -config prints it: lists with commas, durations in
+// milliseconds, secrets as (set).
+func (s *settings) value(f reflect.StructField) string {
+	text := fmt.Sprint(reflect.ValueOf(*s).FieldByIndex(f.Index).Interface())
+	switch v := reflect.ValueOf(*s).FieldByIndex(f.Index).Interface().(type) {
+	case []string:
+		text = strings.Join(v, ",")
+	case time.Duration:
+		text = strconv.FormatInt(v.Milliseconds(), 10)
 	}
-	text := ""
-	switch field := v.(type) {
-	case *[]string:
-		text = strings.Join(*field, ",")
-	case *time.Duration:
-		text = strconv.FormatInt(field.Milliseconds(), 10)
-	case *string:
-		text = *field
-	case *bool:
-		text = strconv.FormatBool(*field)
-	case *int:
-		text = strconv.Itoa(*field)
-	default:
-		text = fmt.Sprint(field)
-	}
-	secret := strings.Contains(k.name, "KEY") || strings.Contains(k.name, "TOKEN")
-	if secret && text != "" {
+	if strings.Contains(f.Tag.Get("key"), "TOKEN") && text != "" {
 		return "(set)"
 	}
 	return text
 }
 
-// print writes every setting as KEY=VALUE, with what it does.
+// print writes every setting as KEY=VALUE.
 func (s *settings) print(w io.Writer) {
-	for _, k := range s.keys() {
-		fmt.Fprintf(w, "%s=%s\t# %s\n", k.name, s.value(k), k.help)
+	for _, f := range s.fields() {
+		fmt.Fprintf(w, "%s=%s\n", f.Tag.Get("key"), s.value(f))
+	}
+	for _, k := range searchCredentials {
+		v := s.SearchKeys[k]
+		if strings.HasSuffix(k, "_KEY") && v != "" {
+			v = "(set)"
+		}
+		fmt.Fprintf(w, "%s=%s\n", k, v)
 	}
 	for _, k := range sortedKeys(s.SearchKeys) {
 		if strings.HasPrefix(k, "SEARCH_URL_") {
-			fmt.Fprintf(w, "%s=%s\t# an engine's base URL\n", k, s.SearchKeys[k])
+			fmt.Fprintf(w, "%s=%s\n", k, s.SearchKeys[k])
 		}
 	}
 }

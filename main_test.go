@@ -895,7 +895,7 @@ func TestCommandLine(t *testing.T) {
 	t.Setenv("TELSON_OUTPUT_LIMIT", "777")
 	t.Setenv("TELSON_BRAVE_API_KEY", "secret")
 	out, err := runCLI("-config")
-	if err != nil || !strings.Contains(out, "OUTPUT_LIMIT=777\t# ") || !strings.Contains(out, "BRAVE_API_KEY=(set)") || strings.Contains(out, "secret") {
+	if err != nil || !strings.Contains(out, "OUTPUT_LIMIT=777\n") || !strings.Contains(out, "BRAVE_API_KEY=(set)") || strings.Contains(out, "secret") {
 		t.Errorf("-config: %q %v", out, err)
 	}
 	for _, args := range [][]string{{"frobnicate"}, {"tools"}, {"-output-limit", "5"}} {
@@ -1173,9 +1173,14 @@ func TestREADMEIsComplete(t *testing.T) {
 			t.Errorf("README: no row for tool %s", d.name)
 		}
 	}
-	for _, k := range defaultSettings().keys() {
-		if !strings.Contains(readme, "| "+k.name+" |") {
-			t.Errorf("README: no row for setting %s", k.name)
+	for _, f := range defaultSettings().fields() {
+		if !strings.Contains(readme, "| "+f.Tag.Get("key")+" |") {
+			t.Errorf("README: no row for setting %s", f.Tag.Get("key"))
+		}
+	}
+	for _, k := range searchCredentials {
+		if !strings.Contains(readme, "| "+k+" |") {
+			t.Errorf("README: no row for setting %s", k)
 		}
 	}
 }
