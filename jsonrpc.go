@@ -1010,10 +1010,8 @@ func parseSchema(text string) (*jsonSchema, error) {
 	if schema.Type != "object" {
 		return nil, fmt.Errorf("schema: type is %q, want object", schema.Type)
 	}
-	var buf bytes.Buffer
-	err := json.Compact(&buf, []byte(text))
-	schema.raw = buf.Bytes()
-	return &schema, err
+	schema.raw = json.RawMessage(text) // encoding/json compacts it when it sends it
+	return &schema, nil
 }
 
 // check returns args (decoded with json.Number) normalized, or what is wrong, naming the
@@ -1336,8 +1334,7 @@ func serveStdio(ctx context.Context, srv *server, stdin io.Reader, stdout io.Wri
 // or with an event stream once a message about its request (progress, a question for the
 // user) comes first; the client's answer to such a question arrives as a new POST and
 // finds the waiting request by id. There are no Mcp-Session-Id sessions and no GET stream:
-// notices ride on the next tool result. Every request first passes the gate: Host (DNS
-// rebinding), Origin and the bearer token.
+// notices ride on the next tool result.
 
 // serveHTTP serves MCP at addr until ctx ends, then gives requests shutdownGrace.
 func serveHTTP(ctx context.Context, srv *server, addr string, stderr io.Writer) error {
@@ -1351,15 +1348,13 @@ func serveHTTP(ctx context.Context, srv *server, addr string, stderr io.Writer) 
 	host, _, _ := net.SplitHostPort(addr) // net.Listen took it
 	set := srv.set
 	limiter := &connLimiter{Listener: ln, max: set.HTTPMaxConns, conns: map[string]*trackedConn{}}
-	h := &httpHandler{s: newSession(srv, nil), limiter: limiter, maxBody: int64(set.HTTPMaxBody),
-		gate: httpGate{token: set.HTTPToken, origins: set.HTTPOrigins,
-			hosts: append(slices.Clone(set.HTTPHosts), host), anyIPHost: net.ParseIP(host).IsUnspecified()}}
+	h := &httpHandler{s: newSession(srv, nil), set: set, host: host, token: set.HTTPToken,
+		limiter: limiter}
 	defer h.s.close() // after the shutdown below
-	if h.gate.token == "" && !isLoopbackHost(host) {
-		h.gate.token = randomHex(24)
+	if h.token == "" && !isLoopbackHost(host) {
+		h.token = randomHex(24)
 		fmt.Fprintf(stderr, "telson: %s is reachable beyond this machine; clients must send the "+
-			"header \"Authorization: Bearer %s\" (set HTTP_TOKEN to choose it)\n", addr,
-			h.gate.token)
+			"header \"Authorization: Bearer %s\" (set HTTP_TOKEN to choose it)\n", addr, h.token)
 	}
 	hs := &http.Server{Handler: h, ReadTimeout: set.HTTPTimeout, IdleTimeout: set.HTTPTimeout,
 		ConnState: limiter.track}
@@ -1383,32 +1378,27 @@ func serveHTTP(ctx context.Context, srv *server, addr string, stderr io.Writer) 
 	return nil
 }
 
+// httpHandler serves /mcp. Every request first passes the gate, in ServeHTTP: Host (DNS
+// rebinding), Origin and the bearer token.
 type httpHandler struct {
 	s       *session
-	gate    httpGate
+	set     *settings
+	host    string // the listening address's host
+	token   string // the bearer token every request must carry; "" for none
 	limiter *connLimiter
-	maxBody int64
-}
-
-// httpGate holds the checks every request passes: Host (DNS rebinding), Origin and bearer token.
-type httpGate struct {
-	token     string   // the bearer token every request must carry; "" for none
-	origins   []string // allowed Origins besides loopback ones ("*": any)
-	hosts     []string // allowed Host names besides loopback ones
-	anyIPHost bool     // listening on every interface: any IP-literal Host is allowed
 }
 
 // ServeHTTP answers 403 or 401 unless r passes the gate, then serves POST /mcp.
 func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	origin := r.Header.Get("Origin")
 	switch {
-	case !h.gate.hostAllowed(r.Host):
+	case !h.hostAllowed(r.Host):
 		httpError(w, http.StatusForbidden,
 			"forbidden: Host %q is not allowed (DNS rebinding protection; see HTTP_HOSTS)", r.Host)
-	case origin != "" && !h.gate.originAllowed(origin):
+	case origin != "" && !h.originAllowed(origin):
 		httpError(w, http.StatusForbidden, "forbidden: Origin %q is not allowed (see HTTP_ORIGINS)",
 			origin)
-	case !h.gate.tokenValid(r):
+	case !h.tokenValid(r):
 		w.Header().Set("WWW-Authenticate", `Bearer realm="telson"`)
 		httpError(w, http.StatusUnauthorized,
 			"unauthorized: send the header Authorization: Bearer <HTTP_TOKEN>")
@@ -1428,28 +1418,32 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (g *httpGate) hostAllowed(host string) bool {
+// hostAllowed: a loopback name, the listening address, one in HTTP_HOSTS, or any IP literal
+// when telson listens on every interface.
+func (h *httpHandler) hostAllowed(host string) bool {
 	if name, _, err := net.SplitHostPort(host); err == nil {
 		host = name
 	}
 	host = strings.Trim(host, "[]")
-	return isLoopbackHost(host) || g.anyIPHost && net.ParseIP(host) != nil ||
-		slices.ContainsFunc(g.hosts, func(a string) bool { return strings.EqualFold(a, host) })
+	allowed := func(a string) bool { return strings.EqualFold(a, host) }
+	return isLoopbackHost(host) || allowed(h.host) || slices.ContainsFunc(h.set.HTTPHosts, allowed) ||
+		net.ParseIP(h.host).IsUnspecified() && net.ParseIP(host) != nil
 }
 
-func (g *httpGate) originAllowed(origin string) bool {
+// originAllowed: a loopback http(s) Origin, or one in HTTP_ORIGINS ("*": any).
+func (h *httpHandler) originAllowed(origin string) bool {
 	u, err := url.Parse(origin)
 	if err == nil && (u.Scheme == "http" || u.Scheme == "https") && isLoopbackHost(u.Hostname()) {
 		return true
 	}
-	return slices.ContainsFunc(g.origins, func(o string) bool {
+	return slices.ContainsFunc(h.set.HTTPOrigins, func(o string) bool {
 		return o == "*" || strings.EqualFold(strings.TrimSuffix(o, "/"), origin)
 	})
 }
 
-func (g *httpGate) tokenValid(r *http.Request) bool {
+func (h *httpHandler) tokenValid(r *http.Request) bool {
 	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	return g.token == "" || ok && subtle.ConstantTimeCompare([]byte(got), []byte(g.token)) == 1
+	return h.token == "" || ok && subtle.ConstantTimeCompare([]byte(got), []byte(h.token)) == 1
 }
 
 func isLoopbackHost(host string) bool {
@@ -1481,12 +1475,12 @@ func writeJSON(w http.ResponseWriter, status int, msg any) {
 // comes back about it. A dropped connection cancels a 2026-07-28 request or a listen, not a
 // legacy request (notifications/cancelled does).
 func (h *httpHandler) post(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.maxBody))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(h.set.HTTPMaxBody)))
 	var tooBig *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooBig):
 		httpError(w, http.StatusRequestEntityTooLarge,
-			"invalid request: body longer than %d bytes (HTTP_MAX_BODY_BYTES)", h.maxBody)
+			"invalid request: body longer than %d bytes (HTTP_MAX_BODY_BYTES)", h.set.HTTPMaxBody)
 		return
 	case err != nil || !json.Valid(body):
 		writeJSON(w, http.StatusBadRequest, errorMessage(nil,
