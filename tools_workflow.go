@@ -67,10 +67,11 @@ func withStateLock(ctx context.Context, path string, fn func() error) error {
 		return err
 	}
 	defer f.Close() // closing releases the flock
-	deadline := time.Now().Add(5 * time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
 	// Holders keep the lock for milliseconds, so polling is cheap.
 	for syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
-		if ctx.Err() != nil || time.Now().After(deadline) {
+		if ctx.Err() != nil {
 			return fmt.Errorf("lock %s.lock: another process holds it; try again", path)
 		}
 		time.Sleep(5 * time.Millisecond)
@@ -194,7 +195,7 @@ type taskArgs struct {
 // projectOf is dir's git root (the nearest folder holding .git), else dir.
 func projectOf(dir string) string {
 	for d := dir; d != filepath.Dir(d); d = filepath.Dir(d) {
-		if _, err := os.Lstat(filepath.Join(d, ".git")); err == nil {
+		if _, err := os.Lstat(d + "/.git"); err == nil {
 			return d
 		}
 	}
@@ -211,11 +212,10 @@ func runTaskManager(ctx context.Context, c *toolCall) toolResult {
 	path := filepath.Join(c.s.srv.set.StateDir, "tasks.json")
 	var res toolResult
 	err := withStateLock(ctx, path, func() error {
-		file := path
 		if target, err := filepath.EvalSymlinks(path); err == nil {
-			file = target // a symlinked tasks.json is written through
+			path = target // a symlinked tasks.json is written through; the lock is taken
 		}
-		tf, kept, err := loadTasks(file)
+		tf, kept, err := loadTasks(path)
 		if err != nil {
 			return err
 		}
@@ -229,9 +229,9 @@ func runTaskManager(ctx context.Context, c *toolCall) toolResult {
 		if a.Action == "list" || a.Action == "pending" {
 			return nil // the list is unchanged
 		}
-		removeStaleTemps(file)
+		removeStaleTemps(path)
 		out, _ := json.MarshalIndent(tf, "", "  ")
-		return writeFile(file, out, true)
+		return writeFile(path, out, true)
 	})
 	if err != nil {
 		return errorResult("%v", err)
@@ -294,17 +294,17 @@ func (tf *taskFile) apply(a taskArgs) (string, []*taskEntry, error) {
 		return "", nil, err
 	}
 	text := ""
-	switch {
-	case a.Action == "add":
+	switch a.Action {
+	case "add":
 		text, err = t.add(a.Text)
-	case a.Action == "start" || a.Action == "complete" && a.StepID != "":
-		text, err = t.mark(a.StepID, a.Action == "complete")
-	case a.Action == "complete":
+	case "start":
+		text, err = t.mark(a.StepID, false)
+	case "complete":
 		text, err = tf.complete(t, a)
-	case a.Action == "pending":
+	case "pending":
 		text, _ = t.open()
 		text = "Open steps of task " + t.line() + ":" + text
-	case a.Action == "switch":
+	case "switch":
 		tf.Current[a.project] = t.ID
 		text = "Switched to task " + t.line() + "."
 	}
@@ -388,8 +388,12 @@ func (t *taskEntry) mark(id string, done bool) (string, error) {
 	return fmt.Sprintf("Step %s of task %s is in progress.", s.ID, t.line()), nil
 }
 
-// complete marks t done, with its steps; with steps open only if force.
+// complete marks step_id done, else t with its steps; with steps open only
+// if force.
 func (tf *taskFile) complete(t *taskEntry, a taskArgs) (string, error) {
+	if a.StepID != "" {
+		return t.mark(a.StepID, true)
+	}
 	open, n := t.open()
 	if n > 0 && !a.Force {
 		return "", fmt.Errorf("task %s has open steps; complete them, or pass force: true:%s",
@@ -501,10 +505,9 @@ const planApproval = `{"type":"object","required":["decision"],"properties":{
 	"decision":{"type":"string","title":"Decision","enum":["approve","keep planning"]},
 	"note":{"type":"string","title":"Note for the agent (optional)"}}}`
 
-// planInfo is a session's plan mode. It is replaced whole, never changed, so
-// no lock is held across file I/O.
+// planInfo is a session's active plan mode; nil when none is. It is replaced
+// whole, never changed, so no lock is held across file I/O.
 type planInfo struct {
-	active  bool
 	goal    string
 	file    string
 	owned   bool // this plan mode created file: a new plan may replace it
@@ -514,7 +517,7 @@ type planInfo struct {
 // planActive reports whether plan mode is active and PLAN_MODE_STRICT on:
 // then Bash runs read-only.
 func (s *session) planActive() bool {
-	return s.workflow.plan.Load().active && s.srv.set.PlanModeStrict
+	return s.workflow.plan.Load() != nil && s.srv.set.PlanModeStrict
 }
 
 func runPlanMode(ctx context.Context, c *toolCall) toolResult {
@@ -531,25 +534,25 @@ func runPlanMode(ctx context.Context, c *toolCall) toolResult {
 		return exitPlan(ctx, c, in, a.Plan)
 	case "reset":
 		text := "Plan mode is not active. Nothing to reset."
-		if c.s.workflow.plan.Swap(&planInfo{}).active {
+		if c.s.workflow.plan.Swap(nil) != nil {
 			text = "Plan mode reset. No plan saved."
 		}
-		return planInfo{}.result(text, nil)
+		return planResult(nil, text, nil)
 	}
 	text := "Plan mode: INACTIVE"
-	if in.active {
+	if in != nil {
 		text = fmt.Sprintf("Plan mode: ACTIVE\nGoal: %q\nDuration: %s\nPlan file: %s",
 			in.goal, time.Since(in.started).Round(time.Second), in.file)
 	}
-	return in.result(text, nil)
+	return planResult(in, text, nil)
 }
 
-// result is text with the state (goal, plan_file and started_at null when
-// inactive), the text as message, and extra fields.
-func (in planInfo) result(text string, extra map[string]any) toolResult {
-	v := map[string]any{"active": in.active, "goal": nil, "plan_file": nil, "started_at": nil,
+// planResult is text with the state in (goal, plan_file and started_at null
+// when inactive), the text as message, and extra fields.
+func planResult(in *planInfo, text string, extra map[string]any) toolResult {
+	v := map[string]any{"active": in != nil, "goal": nil, "plan_file": nil, "started_at": nil,
 		"message": text}
-	if in.active {
+	if in != nil {
 		v["goal"] = in.goal
 		v["plan_file"] = in.file
 		v["started_at"] = in.started.UTC().Format(time.RFC3339)
@@ -577,13 +580,14 @@ func enterPlan(c *toolCall, goal, file string) toolResult {
 	text := fmt.Sprintf("Plan mode activated. Write your plan as markdown.\nGoal: %q\n"+
 		"Plan file: %s\n%s\nThen exit with {\"action\":\"exit\",\"plan\":\"...\"}.",
 		goal, file, gate)
-	in := &planInfo{active: true, goal: goal, file: file, started: time.Now()}
-	old := c.s.workflow.plan.Load()
-	if old.active || !c.s.workflow.plan.CompareAndSwap(old, in) {
-		return errorResult("plan mode is already active (goal %q); exit or reset it first",
-			old.goal)
+	in := &planInfo{goal: goal, file: file, started: time.Now()}
+	for !c.s.workflow.plan.CompareAndSwap(nil, in) {
+		if old := c.s.workflow.plan.Load(); old != nil {
+			return errorResult("plan mode is already active (goal %q); exit or reset it first",
+				old.goal)
+		}
 	}
-	return in.result(text, nil)
+	return planResult(in, text, nil)
 }
 
 // newPlanFile names a new file in STATE_DIR/plans.
@@ -614,8 +618,10 @@ func (in planInfo) take(stateDir, plan string) (*planInfo, string, error) {
 	return &in, plan, err
 }
 
+// exitPlan leaves plan mode with the plan, unless the user asked for more
+// planning; then in stays, holding the file the plan is in.
 func exitPlan(ctx context.Context, c *toolCall, in *planInfo, plan string) toolResult {
-	if !in.active {
+	if in == nil {
 		return errorResult("plan mode is not active; nothing to exit")
 	}
 	next, plan, err := in.take(c.s.srv.set.StateDir, plan)
@@ -627,24 +633,24 @@ func exitPlan(ctx context.Context, c *toolCall, in *planInfo, plan string) toolR
 		saved += " (" + in.file + " exists: it is never written)"
 	}
 	approval, note, ask := approvePlan(ctx, c, plan)
-	text := "The user wants more planning: plan mode stays active. Revise the plan, exit again."
-	switch {
-	case ask != nil:
+	if ask != nil {
 		c.s.workflow.plan.CompareAndSwap(in, next)
 		return toolResult{inputRequired: ask}
-	case approval == planApproved:
-		text = "The user approved the plan. Exiting plan mode. Returning to execution."
-		next = &planInfo{}
-	case approval == planNotAsked:
+	}
+	text := "The user wants more planning: plan mode stays active. Revise the plan, exit again."
+	if approval != planKeep {
+		next = nil
 		text = "Exiting plan mode. Returning to execution."
-		next = &planInfo{}
+	}
+	if approval == planApproved {
+		text = "The user approved the plan. " + text
 	}
 	c.s.workflow.plan.CompareAndSwap(in, next)
 	if note != "" {
 		text += "\nNote from the user: " + note
 	}
-	text = fmt.Sprintf("%s\n%s\n\n%s", saved, text, plan)
-	return next.result(text, map[string]any{"plan": plan, "approval": approval, "note": note})
+	text = saved + "\n" + text + "\n\n" + plan
+	return planResult(next, text, map[string]any{"plan": plan, "approval": approval, "note": note})
 }
 
 // approvePlan asks the user to approve plan when the client can show a form;
@@ -714,40 +720,35 @@ type skillCatalog struct {
 	dir string // where telson started: the project scanned before a shell asks
 
 	mu     sync.Mutex // guards the fields below
-	sig    string     // the skills of the last scan, as text
-	gen    int64      // bumped each time sig changes
+	sig    string     // the last scan's skills and broken skills, as text; "" before one
 	skills []skillInfo
 }
 
 // refresh re-reads the skills of the project of dir and returns the
-// catalogue's generation, bumped when the skills changed, and the skills, in
-// search order. Broken skills are logged when the skills change. With dir ""
-// it returns the last scan's skills, scanning once when none was made: so
-// tools/list stays cheap, and checkSkills tells clients of changes.
-func (sc *skillCatalog) refresh(srv *server, dir string) (int64, []skillInfo) {
+// catalogue's signature, which changes when the skills do, and the skills, in
+// search order. Broken skills are logged when the signature changes. With
+// dir "" it returns the last scan's skills, scanning once when none was made:
+// so tools/list stays cheap, and checkSkills tells clients of changes.
+func (sc *skillCatalog) refresh(srv *server, dir string) (string, []skillInfo) {
 	sc.mu.Lock()
-	gen, skills := sc.gen, sc.skills
+	sig, skills := sc.sig, sc.skills
 	sc.mu.Unlock()
-	if dir == "" && gen > 0 {
-		return gen, skills
+	if dir == "" && sig != "" {
+		return sig, skills
 	}
 	skills, broken := scanSkills(srv.set, projectOf(cmp.Or(dir, sc.dir)))
-	sig := fmt.Sprint(skills, broken)
+	sig = fmt.Sprint(skills, broken)
 	sc.mu.Lock()
-	changed := sig != sc.sig
-	if changed {
-		sc.sig = sig
-		sc.gen++
-		sc.skills = skills
-	}
-	gen = sc.gen
+	old := sc.sig
+	sc.sig = sig
+	sc.skills = skills
 	sc.mu.Unlock()
-	if changed {
+	if sig != old {
 		for _, err := range broken {
 			srv.log.Warn("skills", "err", err)
 		}
 	}
-	return gen, skills
+	return sig, skills
 }
 
 // skillSources names a skill's origin by its folder's place in the search order.
@@ -758,11 +759,10 @@ var skillSources = []string{"Project Skill", "User Skill", "User Skill", "Additi
 // ADDITIONAL_SKILLS; the first folder holding a name wins.
 func scanSkills(set *settings, project string) ([]skillInfo, []error) {
 	home, _ := os.UserHomeDir()
-	roots := []string{filepath.Join(project, ".claude", "skills"),
-		filepath.Join(home, ".claude", "skills"), filepath.Join(home, ".telson", "skills")}
+	roots := []string{project + "/.claude/skills", home + "/.claude/skills",
+		home + "/.telson/skills"}
 	// ADDITIONAL_SKILLS is a comma list; an entry may also be a colon list, as PATH is
 	for _, d := range filepath.SplitList(strings.Join(set.AdditionalSkills, ":")) {
-		d = strings.TrimSpace(d)
 		if rest, ok := strings.CutPrefix(d, "~/"); ok {
 			d = filepath.Join(home, rest)
 		}
@@ -840,8 +840,8 @@ func expandSkill(body, args, dir string) (string, error) {
 // client when it changed since this session last knew it, and returns the
 // skills.
 func (s *session) checkSkills() []skillInfo {
-	gen, skills := s.srv.skills.refresh(s.srv, s.shell.dir())
-	if s.workflow.skillGen.Swap(gen) != gen {
+	sig, skills := s.srv.skills.refresh(s.srv, s.shell.dir())
+	if s.workflow.skillSig.Swap(sig) != sig {
 		s.notify("notifications/tools/list_changed")
 	}
 	return skills
@@ -947,7 +947,7 @@ type callbackArgs struct {
 	Action       string
 	Message      string
 	DelaySeconds int64 `json:"delay_seconds"` // 0: not given (the schema's minimum is 1)
-	RepeatCount  int64 `json:"repeat_count"`
+	RepeatCount  int64 `json:"repeat_count"` // 0 or 1: once
 	CallbackID   int64 `json:"callback_id"` // -1: not given (the schema's minimum is 0)
 }
 
@@ -974,21 +974,8 @@ func (cb *callbackSlots) fire(i int, sl *callbackSlot) {
 	cb.announce(fmt.Sprintf("[callback %d] %s", i, sl.message))
 }
 
-// stopAll stops every slot and returns how many were active.
-func (cb *callbackSlots) stopAll() int {
-	n := 0
-	for i, sl := range cb.slots {
-		if sl != nil {
-			sl.timer.Stop()
-			cb.slots[i] = nil
-			n++
-		}
-	}
-	return n
-}
-
 func runSetCallback(ctx context.Context, c *toolCall) toolResult {
-	a := callbackArgs{RepeatCount: 1, CallbackID: -1}
+	a := callbackArgs{CallbackID: -1}
 	json.Unmarshal(c.args, &a) // schema-checked: every integer is bounded
 	cb := c.s.workflow.callbacks
 	cb.mu.Lock()
@@ -1025,22 +1012,27 @@ func (cb *callbackSlots) list() toolResult {
 	return textResult(fmt.Sprintf("Active callbacks (%d/%d):", n, callbackSlotCount) + text)
 }
 
-// cancel stops slot id, or every slot when id < 0.
+// cancel stops slot id, or every slot when id < 0; the caller holds cb.mu.
 func (cb *callbackSlots) cancel(id int64) toolResult {
-	if id < 0 {
-		n := cb.stopAll()
-		if n == 1 {
-			return textResult("Cancelled 1 callback.")
+	text := ""
+	n := 0
+	for i, sl := range cb.slots {
+		if sl != nil && (id < 0 || int64(i) == id) {
+			sl.timer.Stop()
+			cb.slots[i] = nil
+			n++
+			text = fmt.Sprintf("Cancelled callback slot %d: %q", i, sl.message)
 		}
-		return textResult(fmt.Sprintf("Cancelled %d callbacks.", n))
 	}
-	sl := cb.slots[id] // the schema bounds id
-	if sl == nil {
+	switch {
+	case id < 0 && n == 1:
+		return textResult("Cancelled 1 callback.")
+	case id < 0:
+		return textResult(fmt.Sprintf("Cancelled %d callbacks.", n))
+	case n == 0:
 		return errorResult("callback slot %d is not active", id)
 	}
-	sl.timer.Stop()
-	cb.slots[id] = nil
-	return textResult(fmt.Sprintf("Cancelled callback slot %d: %q", id, sl.message))
+	return textResult(text)
 }
 
 func (cb *callbackSlots) set(a callbackArgs) toolResult {
@@ -1071,17 +1063,15 @@ func (cb *callbackSlots) set(a callbackArgs) toolResult {
 
 // ---- the session's workflow state ----
 
-// sessionWorkflow is a session's plan mode, callbacks and skill catalogue generation.
+// sessionWorkflow is a session's plan mode, callbacks and skill catalogue signature.
 type sessionWorkflow struct {
-	plan      atomic.Pointer[planInfo] // never nil
+	plan      atomic.Pointer[planInfo] // nil: plan mode is not active
 	callbacks *callbackSlots
-	skillGen  atomic.Int64 // catalogue generation this session's client knows
+	skillSig  atomic.Value // the catalogue signature this session's client knows
 }
 
 func newSessionWorkflow(s *session) *sessionWorkflow {
-	w := &sessionWorkflow{callbacks: &callbackSlots{announce: s.notices.push}}
-	w.plan.Store(&planInfo{})
-	return w
+	return &sessionWorkflow{callbacks: &callbackSlots{announce: s.notices.push}}
 }
 
 // stopWorkflow ends the session's callbacks.
@@ -1090,5 +1080,5 @@ func (s *session) stopWorkflow() {
 	cb.mu.Lock()
 	defer cb.mu.Unlock()
 	cb.stopped = true
-	cb.stopAll()
+	cb.cancel(-1)
 }
