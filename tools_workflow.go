@@ -947,8 +947,8 @@ type callbackArgs struct {
 	Action       string
 	Message      string
 	DelaySeconds int64 `json:"delay_seconds"` // 0: not given (the schema's minimum is 1)
-	RepeatCount  int64 `json:"repeat_count"` // 0 or 1: once
-	CallbackID   int64 `json:"callback_id"` // -1: not given (the schema's minimum is 0)
+	RepeatCount  int64 `json:"repeat_count"`  // 0 or 1: once
+	CallbackID   int64 `json:"callback_id"`   // -1: not given (the schema's minimum is 0)
 }
 
 // arm puts sl in slot i and starts its timer; the caller holds cb.mu.
