@@ -632,10 +632,26 @@ func exitPlan(ctx context.Context, c *toolCall, in *planInfo, plan string) toolR
 	if next.file != in.file {
 		saved += " (" + in.file + " exists: it is never written)"
 	}
-	approval, note, ask := approvePlan(ctx, c, plan)
-	if ask != nil {
-		c.s.workflow.plan.CompareAndSwap(in, next)
-		return toolResult{inputRequired: ask}
+	// When the client can show a form, the user approves the plan or keeps planning.
+	approval, note := planNotAsked, ""
+	if canElicit(c.req) {
+		params := map[string]any{"message": "Approve this plan?\n\n" + plan,
+			"requestedSchema": json.RawMessage(planApproval)}
+		raw, ask, err := elicit(ctx, c, "approve", params)
+		if ask != nil { // the 2026-07-28 era: the answer comes with the retried call
+			c.s.workflow.plan.CompareAndSwap(in, next)
+			return toolResult{inputRequired: ask}
+		}
+		var r struct {
+			Action  string
+			Content struct{ Decision, Note string }
+		}
+		if err == nil && json.Unmarshal(raw, &r) == nil {
+			approval, note = planKeep, r.Content.Note
+			if r.Action == "accept" && r.Content.Decision == "approve" {
+				approval = planApproved
+			}
+		}
 	}
 	text := "The user wants more planning: plan mode stays active. Revise the plan, exit again."
 	if approval != planKeep {
@@ -651,29 +667,6 @@ func exitPlan(ctx context.Context, c *toolCall, in *planInfo, plan string) toolR
 	}
 	text = saved + "\n" + text + "\n\n" + plan
 	return planResult(next, text, map[string]any{"plan": plan, "approval": approval, "note": note})
-}
-
-// approvePlan asks the user to approve plan when the client can show a form;
-// ask is the input-required result of the 2026-07-28 era's first call.
-func approvePlan(ctx context.Context, c *toolCall, plan string) (
-	approval, note string, ask map[string]any) {
-	if !canElicit(c.req) {
-		return planNotAsked, "", nil
-	}
-	params := map[string]any{"message": "Approve this plan?\n\n" + plan,
-		"requestedSchema": json.RawMessage(planApproval)}
-	raw, ask, err := elicit(ctx, c, "approve", params)
-	var r struct {
-		Action  string
-		Content struct{ Decision, Note string }
-	}
-	if ask != nil || err != nil || json.Unmarshal(raw, &r) != nil {
-		return planNotAsked, "", ask
-	}
-	if r.Action == "accept" && r.Content.Decision == "approve" {
-		return planApproved, r.Content.Note, nil
-	}
-	return planKeep, r.Content.Note, nil
 }
 
 // ---- InvokeSkill ----
