@@ -349,8 +349,8 @@ func (tf *taskFile) create(a taskArgs) (string, []*taskEntry, error) {
 		Created: time.Now().UTC(), Steps: []*taskStep{}}
 	tf.Tasks = append(tf.Tasks, t)
 	tf.Current[a.project] = t.ID
-	text := fmt.Sprintf("Created task %s %q; it is now the current task.", t.ID, t.Title)
-	return text, []*taskEntry{t}, nil
+	return fmt.Sprintf("Created task %s %q; it is now the current task.", t.ID, t.Title),
+		[]*taskEntry{t}, nil
 }
 
 func (t *taskEntry) add(text string) (string, error) {
@@ -675,7 +675,7 @@ var invokeSkillTool = toolDef{
 	name:  "InvokeSkill",
 	title: "Load a skill",
 	describe: func(srv *server) string {
-		_, skills := srv.skills.refresh(srv, "")
+		skills, _ := srv.skills.refresh(srv, "")
 		list := ""
 		for _, sk := range skills[:min(len(skills), maxSkillsList)] {
 			list += "\n- " + sk.name + ": " + cutRunes(sk.description, 250)
@@ -717,31 +717,32 @@ type skillCatalog struct {
 	skills []skillInfo
 }
 
-// refresh re-reads the skills of the project of dir and returns the
-// catalogue's signature, which changes when the skills do, and the skills, in
-// search order. Broken skills are logged when the signature changes. With
-// dir "" it returns the last scan's skills, scanning once when none was made:
-// so tools/list stays cheap, and checkSkills tells clients of changes.
-func (sc *skillCatalog) refresh(srv *server, dir string) (string, []skillInfo) {
+// refresh re-reads the skills of the project of dir and returns them, in
+// search order, and whether they changed since the last scan; broken skills
+// are logged then. With dir "" it returns the last scan's skills, scanning
+// once when none was made: so tools/list stays cheap. A server has one
+// session (stdio, HTTP or telson call), so the last scan is what its client
+// knows: checkSkills tells it of a change.
+func (sc *skillCatalog) refresh(srv *server, dir string) ([]skillInfo, bool) {
 	sc.mu.Lock()
 	sig, skills := sc.sig, sc.skills
 	sc.mu.Unlock()
 	if dir == "" && sig != "" {
-		return sig, skills
+		return skills, false
 	}
 	skills, broken := scanSkills(srv.set, projectOf(cmp.Or(dir, sc.dir)))
 	sig = fmt.Sprint(skills, broken)
 	sc.mu.Lock()
-	old := sc.sig
+	changed := sig != sc.sig
 	sc.sig = sig
 	sc.skills = skills
 	sc.mu.Unlock()
-	if sig != old {
+	if changed {
 		for _, err := range broken {
 			srv.log.Warn("skills", "err", err)
 		}
 	}
-	return sig, skills
+	return skills, changed
 }
 
 // skillSources names a skill's origin by its folder's place in the search order.
@@ -752,18 +753,15 @@ var skillSources = []string{"Project Skill", "User Skill", "User Skill", "Additi
 // ADDITIONAL_SKILLS; the first folder holding a name wins.
 func scanSkills(set *settings, project string) ([]skillInfo, []error) {
 	home, _ := os.UserHomeDir()
-	roots := []string{project + "/.claude/skills", home + "/.claude/skills",
-		home + "/.telson/skills"}
 	// ADDITIONAL_SKILLS is a comma list; an entry may also be a colon list, as PATH is
-	for _, d := range filepath.SplitList(strings.Join(set.AdditionalSkills, ":")) {
-		if rest, ok := strings.CutPrefix(d, "~/"); ok {
-			d = filepath.Join(home, rest)
-		}
-		roots = append(roots, d)
-	}
+	roots := append([]string{project + "/.claude/skills", "~/.claude/skills", "~/.telson/skills"},
+		filepath.SplitList(strings.Join(set.AdditionalSkills, ":"))...)
 	var skills []skillInfo
 	var broken []error
 	for i, root := range roots {
+		if rest, ok := strings.CutPrefix(root, "~/"); ok {
+			root = filepath.Join(home, rest)
+		}
 		entries, _ := os.ReadDir(root)
 		for _, e := range entries[:min(len(entries), maxSkillsRoot)] {
 			sk := skillInfo{name: e.Name(), source: skillSources[min(i, 3)],
@@ -830,11 +828,10 @@ func expandSkill(body, args, dir string) (string, error) {
 }
 
 // checkSkills re-reads the catalogue for the shell's directory, tells the
-// client when it changed since this session last knew it, and returns the
-// skills.
+// client when it changed, and returns the skills.
 func (s *session) checkSkills() []skillInfo {
-	sig, skills := s.srv.skills.refresh(s.srv, s.shell.dir())
-	if s.workflow.skillSig.Swap(sig) != sig {
+	skills, changed := s.srv.skills.refresh(s.srv, s.shell.dir())
+	if changed {
 		s.notify("notifications/tools/list_changed")
 	}
 	return skills
@@ -1056,11 +1053,10 @@ func (cb *callbackSlots) set(a callbackArgs) toolResult {
 
 // ---- the session's workflow state ----
 
-// sessionWorkflow is a session's plan mode, callbacks and skill catalogue signature.
+// sessionWorkflow is a session's plan mode and callbacks.
 type sessionWorkflow struct {
 	plan      atomic.Pointer[planInfo] // nil: plan mode is not active
 	callbacks *callbackSlots
-	skillSig  atomic.Value // the catalogue signature this session's client knows
 }
 
 func newSessionWorkflow(s *session) *sessionWorkflow {
