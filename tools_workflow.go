@@ -96,10 +96,11 @@ func writeFile(path string, data []byte, replace bool) error {
 	if err = errors.Join(err, tmp.Sync(), tmp.Close()); err != nil {
 		return err
 	}
+	commit := os.Rename
 	if !replace {
-		return os.Link(tmp.Name(), path)
+		commit = os.Link
 	}
-	return os.Rename(tmp.Name(), path)
+	return commit(tmp.Name(), path)
 }
 
 // tmpInfix is in the name of writeFile's temporary files, then random digits.
@@ -798,11 +799,9 @@ func parseSkill(text string) (description, body string, err error) {
 	if !opened || !closed {
 		return "", "", errors.New("broken front matter: it must start and end with a --- line")
 	}
-	for _, line := range strings.Split(front, "\n") {
-		if v, ok := strings.CutPrefix(line, "description:"); ok {
-			description = strings.TrimSpace(v)
-		}
-	}
+	_, description, _ = strings.Cut("\n"+front, "\ndescription:")
+	description, _, _ = strings.Cut(description, "\n")
+	description = strings.TrimSpace(description)
 	if u, err := strconv.Unquote(description); err == nil {
 		description = u
 	}
@@ -1035,20 +1034,19 @@ func (cb *callbackSlots) set(a callbackArgs) toolResult {
 	case i < 0:
 		return errorResult("all callback slots full (max %d)", callbackSlotCount)
 	}
-	delay := a.DelaySeconds
-	times := fmt.Sprintf("fires every %ds, %d times.", delay, a.RepeatCount)
+	// %[1]d is the slot, %[2]d the delay, %[3]d the repeat count.
+	times := "fires every %[2]ds, %[3]d times."
 	switch a.RepeatCount {
 	case 0, 1: // both mean once
 		a.RepeatCount = 1
-		times = fmt.Sprintf("fires once in %ds.", delay)
+		times = "fires once in %[2]ds."
 	case -1:
-		times = fmt.Sprintf("fires every %ds until cancelled.", delay)
+		times = "fires every %[2]ds until cancelled."
 	}
-	cb.arm(i, &callbackSlot{message: a.Message, delay: time.Duration(delay) * time.Second,
+	cb.arm(i, &callbackSlot{message: a.Message, delay: time.Duration(a.DelaySeconds) * time.Second,
 		remaining: a.RepeatCount})
-	return textResult(fmt.Sprintf(
-		`Callback scheduled in slot %d: %s Cancel it with {"action":"cancel","callback_id":%d}.`,
-		i, times, i))
+	return textResult(fmt.Sprintf("Callback scheduled in slot %[1]d: "+times+
+		` Cancel it with {"action":"cancel","callback_id":%[1]d}.`, i, a.DelaySeconds, a.RepeatCount))
 }
 
 // ---- the session's workflow state ----
