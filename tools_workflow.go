@@ -636,9 +636,9 @@ func exitPlan(ctx context.Context, c *toolCall, in *planInfo, plan string) toolR
 	// When the client can show a form, the user approves the plan or keeps planning.
 	approval, note := planNotAsked, ""
 	if canElicit(c.req) {
-		params := map[string]any{"message": "Approve this plan?\n\n" + plan,
-			"requestedSchema": json.RawMessage(planApproval)}
-		raw, ask, err := elicit(ctx, c, "approve", params)
+		raw, ask, err := elicit(ctx, c, "approve", map[string]any{
+			"message":         "Approve this plan?\n\n" + plan,
+			"requestedSchema": json.RawMessage(planApproval)})
 		if ask != nil { // the 2026-07-28 era: the answer comes with the retried call
 			c.s.workflow.plan.CompareAndSwap(in, next)
 			return toolResult{inputRequired: ask}
@@ -1046,7 +1046,8 @@ func (cb *callbackSlots) set(a callbackArgs) toolResult {
 	cb.arm(i, &callbackSlot{message: a.Message, delay: time.Duration(a.DelaySeconds) * time.Second,
 		remaining: a.RepeatCount})
 	return textResult(fmt.Sprintf("Callback scheduled in slot %[1]d: "+times+
-		` Cancel it with {"action":"cancel","callback_id":%[1]d}.`, i, a.DelaySeconds, a.RepeatCount))
+		` Cancel it with {"action":"cancel","callback_id":%[1]d}.`,
+		i, a.DelaySeconds, a.RepeatCount))
 }
 
 // ---- the session's workflow state ----
