@@ -67,10 +67,11 @@ func withStateLock(ctx context.Context, path string, fn func() error) error {
 		return err
 	}
 	defer f.Close() // closing releases the flock
-	deadline := time.Now().Add(5 * time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
 	// Holders keep the lock for milliseconds, so polling is cheap.
 	for syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
-		if ctx.Err() != nil || time.Now().After(deadline) {
+		if ctx.Err() != nil {
 			return fmt.Errorf("lock %s.lock: another process holds it; try again", path)
 		}
 		time.Sleep(5 * time.Millisecond)
@@ -95,10 +96,11 @@ func writeFile(path string, data []byte, replace bool) error {
 	if err = errors.Join(err, tmp.Sync(), tmp.Close()); err != nil {
 		return err
 	}
+	commit := os.Rename
 	if !replace {
-		return os.Link(tmp.Name(), path)
+		commit = os.Link
 	}
-	return os.Rename(tmp.Name(), path)
+	return commit(tmp.Name(), path)
 }
 
 // tmpInfix is in the name of writeFile's temporary files, then random digits.
@@ -194,7 +196,7 @@ type taskArgs struct {
 // projectOf is dir's git root (the nearest folder holding .git), else dir.
 func projectOf(dir string) string {
 	for d := dir; d != filepath.Dir(d); d = filepath.Dir(d) {
-		if _, err := os.Lstat(filepath.Join(d, ".git")); err == nil {
+		if _, err := os.Lstat(d + "/.git"); err == nil {
 			return d
 		}
 	}
@@ -211,11 +213,10 @@ func runTaskManager(ctx context.Context, c *toolCall) toolResult {
 	path := filepath.Join(c.s.srv.set.StateDir, "tasks.json")
 	var res toolResult
 	err := withStateLock(ctx, path, func() error {
-		file := path
 		if target, err := filepath.EvalSymlinks(path); err == nil {
-			file = target // a symlinked tasks.json is written through
+			path = target // a symlinked tasks.json is written through; the lock is taken
 		}
-		tf, kept, err := loadTasks(file)
+		tf, kept, err := loadTasks(path)
 		if err != nil {
 			return err
 		}
@@ -229,9 +230,9 @@ func runTaskManager(ctx context.Context, c *toolCall) toolResult {
 		if a.Action == "list" || a.Action == "pending" {
 			return nil // the list is unchanged
 		}
-		removeStaleTemps(file)
+		removeStaleTemps(path)
 		out, _ := json.MarshalIndent(tf, "", "  ")
-		return writeFile(file, out, true)
+		return writeFile(path, out, true)
 	})
 	if err != nil {
 		return errorResult("%v", err)
@@ -294,17 +295,17 @@ func (tf *taskFile) apply(a taskArgs) (string, []*taskEntry, error) {
 		return "", nil, err
 	}
 	text := ""
-	switch {
-	case a.Action == "add":
+	switch a.Action {
+	case "add":
 		text, err = t.add(a.Text)
-	case a.Action == "start" || a.Action == "complete" && a.StepID != "":
-		text, err = t.mark(a.StepID, a.Action == "complete")
-	case a.Action == "complete":
+	case "start":
+		text, err = t.mark(a.StepID, false)
+	case "complete":
 		text, err = tf.complete(t, a)
-	case a.Action == "pending":
+	case "pending":
 		text, _ = t.open()
 		text = "Open steps of task " + t.line() + ":" + text
-	case a.Action == "switch":
+	case "switch":
 		tf.Current[a.project] = t.ID
 		text = "Switched to task " + t.line() + "."
 	}
@@ -349,8 +350,8 @@ func (tf *taskFile) create(a taskArgs) (string, []*taskEntry, error) {
 		Created: time.Now().UTC(), Steps: []*taskStep{}}
 	tf.Tasks = append(tf.Tasks, t)
 	tf.Current[a.project] = t.ID
-	text := fmt.Sprintf("Created task %s %q; it is now the current task.", t.ID, t.Title)
-	return text, []*taskEntry{t}, nil
+	return fmt.Sprintf("Created task %s %q; it is now the current task.", t.ID, t.Title),
+		[]*taskEntry{t}, nil
 }
 
 func (t *taskEntry) add(text string) (string, error) {
@@ -388,8 +389,12 @@ func (t *taskEntry) mark(id string, done bool) (string, error) {
 	return fmt.Sprintf("Step %s of task %s is in progress.", s.ID, t.line()), nil
 }
 
-// complete marks t done, with its steps; with steps open only if force.
+// complete marks step_id done, else t with its steps; with steps open only
+// if force.
 func (tf *taskFile) complete(t *taskEntry, a taskArgs) (string, error) {
+	if a.StepID != "" {
+		return t.mark(a.StepID, true)
+	}
 	open, n := t.open()
 	if n > 0 && !a.Force {
 		return "", fmt.Errorf("task %s has open steps; complete them, or pass force: true:%s",
@@ -501,10 +506,9 @@ const planApproval = `{"type":"object","required":["decision"],"properties":{
 	"decision":{"type":"string","title":"Decision","enum":["approve","keep planning"]},
 	"note":{"type":"string","title":"Note for the agent (optional)"}}}`
 
-// planInfo is a session's plan mode. It is replaced whole, never changed, so
-// no lock is held across file I/O.
+// planInfo is a session's active plan mode; nil when none is. It is replaced
+// whole, never changed, so no lock is held across file I/O.
 type planInfo struct {
-	active  bool
 	goal    string
 	file    string
 	owned   bool // this plan mode created file: a new plan may replace it
@@ -514,7 +518,7 @@ type planInfo struct {
 // planActive reports whether plan mode is active and PLAN_MODE_STRICT on:
 // then Bash runs read-only.
 func (s *session) planActive() bool {
-	return s.workflow.plan.Load().active && s.srv.set.PlanModeStrict
+	return s.workflow.plan.Load() != nil && s.srv.set.PlanModeStrict
 }
 
 func runPlanMode(ctx context.Context, c *toolCall) toolResult {
@@ -531,25 +535,25 @@ func runPlanMode(ctx context.Context, c *toolCall) toolResult {
 		return exitPlan(ctx, c, in, a.Plan)
 	case "reset":
 		text := "Plan mode is not active. Nothing to reset."
-		if c.s.workflow.plan.Swap(&planInfo{}).active {
+		if c.s.workflow.plan.Swap(nil) != nil {
 			text = "Plan mode reset. No plan saved."
 		}
-		return planInfo{}.result(text, nil)
+		return planResult(nil, text, nil)
 	}
 	text := "Plan mode: INACTIVE"
-	if in.active {
+	if in != nil {
 		text = fmt.Sprintf("Plan mode: ACTIVE\nGoal: %q\nDuration: %s\nPlan file: %s",
 			in.goal, time.Since(in.started).Round(time.Second), in.file)
 	}
-	return in.result(text, nil)
+	return planResult(in, text, nil)
 }
 
-// result is text with the state (goal, plan_file and started_at null when
-// inactive), the text as message, and extra fields.
-func (in planInfo) result(text string, extra map[string]any) toolResult {
-	v := map[string]any{"active": in.active, "goal": nil, "plan_file": nil, "started_at": nil,
+// planResult is text with the state in (goal, plan_file and started_at null
+// when inactive), the text as message, and extra fields.
+func planResult(in *planInfo, text string, extra map[string]any) toolResult {
+	v := map[string]any{"active": in != nil, "goal": nil, "plan_file": nil, "started_at": nil,
 		"message": text}
-	if in.active {
+	if in != nil {
 		v["goal"] = in.goal
 		v["plan_file"] = in.file
 		v["started_at"] = in.started.UTC().Format(time.RFC3339)
@@ -577,13 +581,14 @@ func enterPlan(c *toolCall, goal, file string) toolResult {
 	text := fmt.Sprintf("Plan mode activated. Write your plan as markdown.\nGoal: %q\n"+
 		"Plan file: %s\n%s\nThen exit with {\"action\":\"exit\",\"plan\":\"...\"}.",
 		goal, file, gate)
-	in := &planInfo{active: true, goal: goal, file: file, started: time.Now()}
-	old := c.s.workflow.plan.Load()
-	if old.active || !c.s.workflow.plan.CompareAndSwap(old, in) {
-		return errorResult("plan mode is already active (goal %q); exit or reset it first",
-			old.goal)
+	in := &planInfo{goal: goal, file: file, started: time.Now()}
+	for !c.s.workflow.plan.CompareAndSwap(nil, in) {
+		if old := c.s.workflow.plan.Load(); old != nil {
+			return errorResult("plan mode is already active (goal %q); exit or reset it first",
+				old.goal)
+		}
 	}
-	return in.result(text, nil)
+	return planResult(in, text, nil)
 }
 
 // newPlanFile names a new file in STATE_DIR/plans.
@@ -614,8 +619,10 @@ func (in planInfo) take(stateDir, plan string) (*planInfo, string, error) {
 	return &in, plan, err
 }
 
+// exitPlan leaves plan mode with the plan, unless the user asked for more
+// planning; then in stays, holding the file the plan is in.
 func exitPlan(ctx context.Context, c *toolCall, in *planInfo, plan string) toolResult {
-	if !in.active {
+	if in == nil {
 		return errorResult("plan mode is not active; nothing to exit")
 	}
 	next, plan, err := in.take(c.s.srv.set.StateDir, plan)
@@ -626,48 +633,41 @@ func exitPlan(ctx context.Context, c *toolCall, in *planInfo, plan string) toolR
 	if next.file != in.file {
 		saved += " (" + in.file + " exists: it is never written)"
 	}
-	approval, note, ask := approvePlan(ctx, c, plan)
+	// When the client can show a form, the user approves the plan or keeps planning.
+	approval, note := planNotAsked, ""
+	if canElicit(c.req) {
+		raw, ask, err := elicit(ctx, c, "approve", map[string]any{
+			"message":         "Approve this plan?\n\n" + plan,
+			"requestedSchema": json.RawMessage(planApproval)})
+		if ask != nil { // the 2026-07-28 era: the answer comes with the retried call
+			c.s.workflow.plan.CompareAndSwap(in, next)
+			return toolResult{inputRequired: ask}
+		}
+		var r struct {
+			Action  string
+			Content struct{ Decision, Note string }
+		}
+		if err == nil && json.Unmarshal(raw, &r) == nil {
+			approval, note = planKeep, r.Content.Note
+			if r.Action == "accept" && r.Content.Decision == "approve" {
+				approval = planApproved
+			}
+		}
+	}
 	text := "The user wants more planning: plan mode stays active. Revise the plan, exit again."
-	switch {
-	case ask != nil:
-		c.s.workflow.plan.CompareAndSwap(in, next)
-		return toolResult{inputRequired: ask}
-	case approval == planApproved:
-		text = "The user approved the plan. Exiting plan mode. Returning to execution."
-		next = &planInfo{}
-	case approval == planNotAsked:
+	if approval != planKeep {
+		next = nil
 		text = "Exiting plan mode. Returning to execution."
-		next = &planInfo{}
+	}
+	if approval == planApproved {
+		text = "The user approved the plan. " + text
 	}
 	c.s.workflow.plan.CompareAndSwap(in, next)
 	if note != "" {
 		text += "\nNote from the user: " + note
 	}
-	text = fmt.Sprintf("%s\n%s\n\n%s", saved, text, plan)
-	return next.result(text, map[string]any{"plan": plan, "approval": approval, "note": note})
-}
-
-// approvePlan asks the user to approve plan when the client can show a form;
-// ask is the input-required result of the 2026-07-28 era's first call.
-func approvePlan(ctx context.Context, c *toolCall, plan string) (
-	approval, note string, ask map[string]any) {
-	if !canElicit(c.req) {
-		return planNotAsked, "", nil
-	}
-	params := map[string]any{"message": "Approve this plan?\n\n" + plan,
-		"requestedSchema": json.RawMessage(planApproval)}
-	raw, ask, err := elicit(ctx, c, "approve", params)
-	var r struct {
-		Action  string
-		Content struct{ Decision, Note string }
-	}
-	if ask != nil || err != nil || json.Unmarshal(raw, &r) != nil {
-		return planNotAsked, "", ask
-	}
-	if r.Action == "accept" && r.Content.Decision == "approve" {
-		return planApproved, r.Content.Note, nil
-	}
-	return planKeep, r.Content.Note, nil
+	text = saved + "\n" + text + "\n\n" + plan
+	return planResult(next, text, map[string]any{"plan": plan, "approval": approval, "note": note})
 }
 
 // ---- InvokeSkill ----
@@ -676,7 +676,7 @@ var invokeSkillTool = toolDef{
 	name:  "InvokeSkill",
 	title: "Load a skill",
 	describe: func(srv *server) string {
-		_, skills := srv.skills.refresh(srv, "")
+		skills, _ := srv.skills.refresh(srv, "")
 		list := ""
 		for _, sk := range skills[:min(len(skills), maxSkillsList)] {
 			list += "\n- " + sk.name + ": " + cutRunes(sk.description, 250)
@@ -714,40 +714,36 @@ type skillCatalog struct {
 	dir string // where telson started: the project scanned before a shell asks
 
 	mu     sync.Mutex // guards the fields below
-	sig    string     // the skills of the last scan, as text
-	gen    int64      // bumped each time sig changes
+	sig    string     // the last scan's skills and broken skills, as text; "" before one
 	skills []skillInfo
 }
 
-// refresh re-reads the skills of the project of dir and returns the
-// catalogue's generation, bumped when the skills changed, and the skills, in
-// search order. Broken skills are logged when the skills change. With dir ""
-// it returns the last scan's skills, scanning once when none was made: so
-// tools/list stays cheap, and checkSkills tells clients of changes.
-func (sc *skillCatalog) refresh(srv *server, dir string) (int64, []skillInfo) {
+// refresh re-reads the skills of the project of dir and returns them, in
+// search order, and whether they changed since the last scan; broken skills
+// are logged then. With dir "" it returns the last scan's skills, scanning
+// once when none was made: so tools/list stays cheap. A server has one
+// session (stdio, HTTP or telson call), so the last scan is what its client
+// knows: checkSkills tells it of a change.
+func (sc *skillCatalog) refresh(srv *server, dir string) ([]skillInfo, bool) {
 	sc.mu.Lock()
-	gen, skills := sc.gen, sc.skills
+	sig, skills := sc.sig, sc.skills
 	sc.mu.Unlock()
-	if dir == "" && gen > 0 {
-		return gen, skills
+	if dir == "" && sig != "" {
+		return skills, false
 	}
 	skills, broken := scanSkills(srv.set, projectOf(cmp.Or(dir, sc.dir)))
-	sig := fmt.Sprint(skills, broken)
+	sig = fmt.Sprint(skills, broken)
 	sc.mu.Lock()
 	changed := sig != sc.sig
-	if changed {
-		sc.sig = sig
-		sc.gen++
-		sc.skills = skills
-	}
-	gen = sc.gen
+	sc.sig = sig
+	sc.skills = skills
 	sc.mu.Unlock()
 	if changed {
 		for _, err := range broken {
 			srv.log.Warn("skills", "err", err)
 		}
 	}
-	return gen, skills
+	return skills, changed
 }
 
 // skillSources names a skill's origin by its folder's place in the search order.
@@ -758,19 +754,15 @@ var skillSources = []string{"Project Skill", "User Skill", "User Skill", "Additi
 // ADDITIONAL_SKILLS; the first folder holding a name wins.
 func scanSkills(set *settings, project string) ([]skillInfo, []error) {
 	home, _ := os.UserHomeDir()
-	roots := []string{filepath.Join(project, ".claude", "skills"),
-		filepath.Join(home, ".claude", "skills"), filepath.Join(home, ".telson", "skills")}
 	// ADDITIONAL_SKILLS is a comma list; an entry may also be a colon list, as PATH is
-	for _, d := range filepath.SplitList(strings.Join(set.AdditionalSkills, ":")) {
-		d = strings.TrimSpace(d)
-		if rest, ok := strings.CutPrefix(d, "~/"); ok {
-			d = filepath.Join(home, rest)
-		}
-		roots = append(roots, d)
-	}
+	roots := append([]string{project + "/.claude/skills", "~/.claude/skills", "~/.telson/skills"},
+		filepath.SplitList(strings.Join(set.AdditionalSkills, ":"))...)
 	var skills []skillInfo
 	var broken []error
 	for i, root := range roots {
+		if rest, ok := strings.CutPrefix(root, "~/"); ok {
+			root = filepath.Join(home, rest)
+		}
 		entries, _ := os.ReadDir(root)
 		for _, e := range entries[:min(len(entries), maxSkillsRoot)] {
 			sk := skillInfo{name: e.Name(), source: skillSources[min(i, 3)],
@@ -807,11 +799,9 @@ func parseSkill(text string) (description, body string, err error) {
 	if !opened || !closed {
 		return "", "", errors.New("broken front matter: it must start and end with a --- line")
 	}
-	for _, line := range strings.Split(front, "\n") {
-		if v, ok := strings.CutPrefix(line, "description:"); ok {
-			description = strings.TrimSpace(v)
-		}
-	}
+	_, description, _ = strings.Cut("\n"+front, "\ndescription:")
+	description, _, _ = strings.Cut(description, "\n")
+	description = strings.TrimSpace(description)
 	if u, err := strconv.Unquote(description); err == nil {
 		description = u
 	}
@@ -837,11 +827,10 @@ func expandSkill(body, args, dir string) (string, error) {
 }
 
 // checkSkills re-reads the catalogue for the shell's directory, tells the
-// client when it changed since this session last knew it, and returns the
-// skills.
+// client when it changed, and returns the skills.
 func (s *session) checkSkills() []skillInfo {
-	gen, skills := s.srv.skills.refresh(s.srv, s.shell.dir())
-	if s.workflow.skillGen.Swap(gen) != gen {
+	skills, changed := s.srv.skills.refresh(s.srv, s.shell.dir())
+	if changed {
 		s.notify("notifications/tools/list_changed")
 	}
 	return skills
@@ -947,8 +936,8 @@ type callbackArgs struct {
 	Action       string
 	Message      string
 	DelaySeconds int64 `json:"delay_seconds"` // 0: not given (the schema's minimum is 1)
-	RepeatCount  int64 `json:"repeat_count"`
-	CallbackID   int64 `json:"callback_id"` // -1: not given (the schema's minimum is 0)
+	RepeatCount  int64 `json:"repeat_count"`  // 0 or 1: once
+	CallbackID   int64 `json:"callback_id"`   // -1: not given (the schema's minimum is 0)
 }
 
 // arm puts sl in slot i and starts its timer; the caller holds cb.mu.
@@ -974,21 +963,8 @@ func (cb *callbackSlots) fire(i int, sl *callbackSlot) {
 	cb.announce(fmt.Sprintf("[callback %d] %s", i, sl.message))
 }
 
-// stopAll stops every slot and returns how many were active.
-func (cb *callbackSlots) stopAll() int {
-	n := 0
-	for i, sl := range cb.slots {
-		if sl != nil {
-			sl.timer.Stop()
-			cb.slots[i] = nil
-			n++
-		}
-	}
-	return n
-}
-
 func runSetCallback(ctx context.Context, c *toolCall) toolResult {
-	a := callbackArgs{RepeatCount: 1, CallbackID: -1}
+	a := callbackArgs{CallbackID: -1}
 	json.Unmarshal(c.args, &a) // schema-checked: every integer is bounded
 	cb := c.s.workflow.callbacks
 	cb.mu.Lock()
@@ -1025,22 +1001,27 @@ func (cb *callbackSlots) list() toolResult {
 	return textResult(fmt.Sprintf("Active callbacks (%d/%d):", n, callbackSlotCount) + text)
 }
 
-// cancel stops slot id, or every slot when id < 0.
+// cancel stops slot id, or every slot when id < 0; the caller holds cb.mu.
 func (cb *callbackSlots) cancel(id int64) toolResult {
-	if id < 0 {
-		n := cb.stopAll()
-		if n == 1 {
-			return textResult("Cancelled 1 callback.")
+	text := ""
+	n := 0
+	for i, sl := range cb.slots {
+		if sl != nil && (id < 0 || int64(i) == id) {
+			sl.timer.Stop()
+			cb.slots[i] = nil
+			n++
+			text = fmt.Sprintf("Cancelled callback slot %d: %q", i, sl.message)
 		}
-		return textResult(fmt.Sprintf("Cancelled %d callbacks.", n))
 	}
-	sl := cb.slots[id] // the schema bounds id
-	if sl == nil {
+	switch {
+	case id < 0 && n == 1:
+		return textResult("Cancelled 1 callback.")
+	case id < 0:
+		return textResult(fmt.Sprintf("Cancelled %d callbacks.", n))
+	case n == 0:
 		return errorResult("callback slot %d is not active", id)
 	}
-	sl.timer.Stop()
-	cb.slots[id] = nil
-	return textResult(fmt.Sprintf("Cancelled callback slot %d: %q", id, sl.message))
+	return textResult(text)
 }
 
 func (cb *callbackSlots) set(a callbackArgs) toolResult {
@@ -1053,35 +1034,32 @@ func (cb *callbackSlots) set(a callbackArgs) toolResult {
 	case i < 0:
 		return errorResult("all callback slots full (max %d)", callbackSlotCount)
 	}
-	delay := a.DelaySeconds
-	times := fmt.Sprintf("fires every %ds, %d times.", delay, a.RepeatCount)
+	// %[1]d is the slot, %[2]d the delay, %[3]d the repeat count.
+	times := "fires every %[2]ds, %[3]d times."
 	switch a.RepeatCount {
 	case 0, 1: // both mean once
 		a.RepeatCount = 1
-		times = fmt.Sprintf("fires once in %ds.", delay)
+		times = "fires once in %[2]ds."
 	case -1:
-		times = fmt.Sprintf("fires every %ds until cancelled.", delay)
+		times = "fires every %[2]ds until cancelled."
 	}
-	cb.arm(i, &callbackSlot{message: a.Message, delay: time.Duration(delay) * time.Second,
+	cb.arm(i, &callbackSlot{message: a.Message, delay: time.Duration(a.DelaySeconds) * time.Second,
 		remaining: a.RepeatCount})
-	return textResult(fmt.Sprintf(
-		`Callback scheduled in slot %d: %s Cancel it with {"action":"cancel","callback_id":%d}.`,
-		i, times, i))
+	return textResult(fmt.Sprintf("Callback scheduled in slot %[1]d: "+times+
+		` Cancel it with {"action":"cancel","callback_id":%[1]d}.`,
+		i, a.DelaySeconds, a.RepeatCount))
 }
 
 // ---- the session's workflow state ----
 
-// sessionWorkflow is a session's plan mode, callbacks and skill catalogue generation.
+// sessionWorkflow is a session's plan mode and callbacks.
 type sessionWorkflow struct {
-	plan      atomic.Pointer[planInfo] // never nil
+	plan      atomic.Pointer[planInfo] // nil: plan mode is not active
 	callbacks *callbackSlots
-	skillGen  atomic.Int64 // catalogue generation this session's client knows
 }
 
 func newSessionWorkflow(s *session) *sessionWorkflow {
-	w := &sessionWorkflow{callbacks: &callbackSlots{announce: s.notices.push}}
-	w.plan.Store(&planInfo{})
-	return w
+	return &sessionWorkflow{callbacks: &callbackSlots{announce: s.notices.push}}
 }
 
 // stopWorkflow ends the session's callbacks.
@@ -1090,5 +1068,5 @@ func (s *session) stopWorkflow() {
 	cb.mu.Lock()
 	defer cb.mu.Unlock()
 	cb.stopped = true
-	cb.stopAll()
+	cb.cancel(-1)
 }
