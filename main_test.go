@@ -4344,8 +4344,7 @@ func TestWebSearchParsersSurviveGarbage(t *testing.T) {
 			for i := 7; i < len(page); i += 97 {
 				page[i] ^= "<\"'>{}[]"[i%8]
 			}
-			for i := range searchEngines {
-				e := &searchEngines[i]
+			for _, e := range searchEngines {
 				func() {
 					defer func() {
 						if p := recover(); p != nil {
@@ -6423,11 +6422,11 @@ func TestTerminalHint(t *testing.T) {
 // searchEngineNamed returns the row of searchEngines called name.
 func searchEngineNamed(t *testing.T, name string) *searchEngine {
 	t.Helper()
-	i := slices.IndexFunc(searchEngines, func(e searchEngine) bool { return e.name == name })
+	i := slices.IndexFunc(searchEngines, func(e *searchEngine) bool { return e.name == name })
 	if i < 0 {
 		t.Fatalf("no engine %q", name)
 	}
-	return &searchEngines[i]
+	return searchEngines[i]
 }
 
 // TestWebSearchExtractorRealPages reads every real result page with its

@@ -2214,13 +2214,13 @@ type searchEngine struct {
 	list  string // markup: the result container, telling "no results" from "not a result page"
 	items string // the result blocks, or a dotted JSON path to a list
 	// Within a block, selectors (the link defaults to the first a, the title
-	// to the link's text) or JSON field templates (the title defaults to $title).
+	// to the link's text) or JSON field templates (defaults: $url, $title, $snippet).
 	link, title, snippet string
 	strip                string // markup: elements left out of snippets (dates, icons)
 }
 
 // searchEngines is every engine; those without keys are the default set.
-var searchEngines = []searchEngine{
+var searchEngines = []*searchEngine{
 	{name: "duckduckgo", url: "https://html.duckduckgo.com/html/", body: "q=$q&b=&kl=wt-wt",
 		header: searchBrowserHeader + `Referer: https://html.duckduckgo.com/
 Sec-Fetch-Site: same-origin
@@ -2247,8 +2247,7 @@ Content-Type: application/x-www-form-urlencoded`,
 		header: searchBrowserHeader, items: "serp-item", snippet: "b-serp-item__text"},
 	{name: "wikipedia",
 		url:  "https://en.wikipedia.org/w/api.php?action=query&list=search&format=json&srsearch=$q",
-		link: "https://en.wikipedia.org/wiki/$title", items: "query.search",
-		snippet: "$snippet"},
+		link: "https://en.wikipedia.org/wiki/$title", items: "query.search"},
 	{name: "hackernews",
 		url:   "https://hn.algolia.com/api/v1/search?query=$q&tags=story&hitsPerPage=20",
 		items: "hits", link: "https://news.ycombinator.com/item?id=$objectID",
@@ -2267,22 +2266,22 @@ Content-Type: application/x-www-form-urlencoded`,
 	{name: "braveapi",
 		url:    "https://api.search.brave.com/res/v1/web/search?q=$q&text_decorations=false",
 		header: "X-Subscription-Token: $BRAVE_API_KEY",
-		items:  "web.results", link: "$url", snippet: "$description"},
+		items:  "web.results", snippet: "$description"},
 	{name: "tavily", url: "https://api.tavily.com/search", body: `{"query":$json,"max_results":20}`,
 		header: "Authorization: Bearer $TAVILY_API_KEY\nContent-Type: application/json",
-		items:  "results", link: "$url", snippet: "$content"},
+		items:  "results", snippet: "$content"},
 	{name: "serper", url: "https://google.serper.dev/search", body: `{"q":$json,"num":20}`,
 		header: "X-API-KEY: $SERPER_API_KEY\nContent-Type: application/json",
-		items:  "organic", link: "$link", snippet: "$snippet"},
+		items:  "organic", link: "$link"},
 	{name: "exa", url: "https://api.exa.ai/search",
 		body:   `{"query":$json,"numResults":20,"contents":{"text":{"maxCharacters":500}}}`,
 		header: "x-api-key: $EXA_API_KEY\nContent-Type: application/json",
-		items:  "results", link: "$url", snippet: "$text"},
+		items:  "results", snippet: "$text"},
 	{name: "google",
 		url:  "https://www.googleapis.com/customsearch/v1?q=$q&key=$GOOGLE_API_KEY&cx=$GOOGLE_CSE_ID",
-		link: "$link", items: "items", snippet: "$snippet"},
+		link: "$link", items: "items"},
 	{name: "searxng", url: "$SEARXNG_URL/search?q=$q&format=json",
-		items: "results", link: "$url", snippet: "$content"},
+		items: "results", snippet: "$content"},
 }
 
 // Headers every request starts with: an API client's, and a browser's for
@@ -2383,8 +2382,8 @@ func (e *searchEngine) read(body string) (hits []searchHit, listed bool, err err
 		}
 		hits = append(hits, searchHit{
 			title:   parseHTML(os.Expand(cmp.Or(e.title, "$title"), field)).textContent(),
-			url:     strings.ReplaceAll(os.Expand(e.link, field), " ", "_"), // Wikipedia's titles
-			snippet: parseHTML(os.Expand(e.snippet, field)).textContent(),
+			url:     strings.ReplaceAll(os.Expand(cmp.Or(e.link, "$url"), field), " ", "_"), // Wikipedia
+			snippet: parseHTML(os.Expand(cmp.Or(e.snippet, "$snippet"), field)).textContent(),
 		})
 	}
 	return hits, listed, nil
@@ -2393,6 +2392,9 @@ func (e *searchEngine) read(body string) (hits []searchHit, listed bool, err err
 // readMarkup reads the blocks in the result list, or in the whole page.
 func (e *searchEngine) readMarkup(body string) ([]searchHit, bool, error) {
 	doc := parseHTML(body)
+	for _, x := range doc.findAll(searchSelector(e.strip)) {
+		x.children = nil // the tree is this parse's own
+	}
 	list := doc.find(searchSelector(e.list))
 	var hits []searchHit
 	for _, block := range cmp.Or(list, doc).findAll(searchSelector(e.items)) {
@@ -2400,17 +2402,9 @@ func (e *searchEngine) readMarkup(body string) ([]searchHit, bool, error) {
 		if a == nil {
 			continue
 		}
-		h := searchHit{title: a.textContent(), url: a.attr("href")}
-		if t := block.find(searchSelector(e.title)); t != nil {
-			h.title = t.textContent()
-		}
-		if s := block.find(searchSelector(e.snippet)); s != nil {
-			for _, x := range s.findAll(searchSelector(e.strip)) {
-				x.children = nil // the tree is this parse's own
-			}
-			h.snippet = s.textContent()
-		}
-		hits = append(hits, h)
+		title := cmp.Or(block.find(searchSelector(e.title)), a)
+		snippet := cmp.Or(block.find(searchSelector(e.snippet)), &htmlNode{}) // or none
+		hits = append(hits, searchHit{title.textContent(), a.attr("href"), snippet.textContent()})
 	}
 	return hits, list != nil, nil
 }
@@ -2685,8 +2679,7 @@ func searchSelect(set *settings, names []string) []*searchEngine {
 		names = set.SearchEngines
 	}
 	var out []*searchEngine
-	for i := range searchEngines {
-		e := &searchEngines[i]
+	for _, e := range searchEngines {
 		if slices.Contains(names, e.name) || len(names) == 0 && searchMissing(set, e) == nil {
 			out = append(out, e)
 		}
