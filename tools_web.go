@@ -2216,7 +2216,7 @@ type searchEngine struct {
 	// Within a block, selectors (the link defaults to the first a, the title
 	// to the link's text) or JSON field templates (defaults: $url, $title, $snippet).
 	link, title, snippet string
-	strip                string // markup: elements left out of snippets (dates, icons)
+	strip                string // markup: elements left out of the page (dates, icons)
 }
 
 // searchEngines is every engine; those without keys are the default set.
@@ -2304,7 +2304,7 @@ Sec-Fetch-User: ?1
 // searchMissing lists the configuration keys e's templates use that are not set.
 func searchMissing(set *settings, e *searchEngine) (missing []string) {
 	os.Expand(e.url+e.header, func(key string) string {
-		if key == strings.ToUpper(key) && set.SearchKeys[key] == "" {
+		if key != "q" && set.SearchKeys[key] == "" { // every name but $q is a key
 			missing = append(missing, key)
 		}
 		return ""
@@ -2477,11 +2477,10 @@ func searchContains(s string, words []string) bool {
 }
 
 // ask asks one engine under SEARCH_TIMEOUT_MS, unless it is resting or not
-// configured, and judges its answer; an engine rate-limited, blocked or shown
-// a captcha rests for SEARCH_BACKOFF_MS.
-func (st *searchState) ask(ctx context.Context, set *settings, e *searchEngine,
-	query string) searchOutcome {
-	o := searchOutcome{Name: e.name, Status: "error"}
+// configured, and judges its answer into o, an error until then; an engine
+// rate-limited, blocked or shown a captcha rests for SEARCH_BACKOFF_MS.
+func (st *searchState) ask(ctx context.Context, set *settings, e *searchEngine, query string,
+	o *searchOutcome) {
 	st.mu.Lock()
 	rest := st.resting[e.name]
 	st.mu.Unlock()
@@ -2490,23 +2489,23 @@ func (st *searchState) ask(ctx context.Context, set *settings, e *searchEngine,
 	if resting < set.SearchBackoff {
 		o.Status = "resting"
 		o.Detail = fmt.Sprintf("%s %v ago", rest.why, resting.Round(time.Second))
-		return o
+		return
 	}
 	if len(missing) > 0 {
 		o.Detail = "not configured: set " + strings.Join(missing, " and ")
-		return o
+		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, set.SearchTimeout)
 	defer cancel()
 	resp, body, err := e.get(ctx, st.client, set, query)
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+	if ctx.Err() == context.DeadlineExceeded {
 		o.Status = "timed out"
-		o.Detail = fmt.Sprintf("no answer within %dms", set.SearchTimeout.Milliseconds())
-		return o
+		o.Detail = fmt.Sprint("no answer within ", set.SearchTimeout)
+		return
 	}
 	if err != nil {
 		o.Detail = err.Error()
-		return o
+		return
 	}
 	hits, listed, err := e.read(body)
 	hits = searchTidy(hits)
@@ -2514,14 +2513,12 @@ func (st *searchState) ask(ctx context.Context, set *settings, e *searchEngine,
 	switch o.Status {
 	case "rate-limited", "blocked", "captcha":
 		st.mu.Lock()
-		st.resting[e.name] = searchRest{since: time.Now(), why: o.Status}
+		st.resting[e.name] = searchRest{time.Now(), o.Status}
 		st.mu.Unlock()
 	case "ok":
 		o.hits = hits
 		o.Count = len(hits)
-		o.Detail = fmt.Sprintf("%d results", o.Count)
 	}
-	return o
 }
 
 // searchJudge is an answer's fate: its final URL, status and markers first, then its results.
@@ -2553,7 +2550,7 @@ func searchJudge(resp *http.Response, body string, hits int, listed bool,
 	case err != nil:
 		return "error", err.Error()
 	case hits > 0:
-		return "ok", ""
+		return "ok", fmt.Sprintf("%d results", hits)
 	case searchContains(low, searchBotWords):
 		return "blocked", "bot check page"
 	case listed || searchContains(low, searchNoneWords):
@@ -2598,13 +2595,13 @@ func searchUnwrap(href string) string {
 	q := u.Query()
 	_, yahoo, isYahoo := strings.Cut(u.Path, "/RU=")
 	yahoo, _, _ = strings.Cut(yahoo, "/RK=")
-	bing, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(q.Get("u"), "a1"))
+	bing, _ := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(q.Get("u"), "a1"))
 	switch {
 	case isYahoo:
 		return yahoo
 	case q.Has("uddg"):
 		return q.Get("uddg")
-	case strings.HasSuffix(u.Path, "/ck/a") && err == nil:
+	case strings.HasSuffix(u.Path, "/ck/a"): // "" when undecodable, dropped
 		return string(bing)
 	}
 	return href
@@ -2693,16 +2690,17 @@ func (st *searchState) search(ctx context.Context, set *settings, query string,
 	outs := make([]searchOutcome, len(engines))
 	var wg sync.WaitGroup
 	for i, e := range engines {
+		o := &outs[i]
+		*o = searchOutcome{Name: e.name, Status: "error"}
 		wg.Add(1)
 		go func() { // ends when the engine has answered or its timeout has passed
 			defer wg.Done()
 			defer func() { // a parser's panic must not take the server down
 				if p := recover(); p != nil {
-					outs[i] = searchOutcome{Name: e.name, Status: "error",
-						Detail: fmt.Sprint("panic: ", p)}
+					o.Detail = fmt.Sprint("panic: ", p) // before any status was set
 				}
 			}()
-			outs[i] = st.ask(ctx, set, e, query)
+			st.ask(ctx, set, e, query, o)
 		}()
 	}
 	wg.Wait()
