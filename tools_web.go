@@ -2380,9 +2380,10 @@ func (e *searchEngine) read(body string) (hits []searchHit, listed bool, err err
 			}
 			return fmt.Sprint(m[key])
 		}
+		// A link's spaces become underscores, as Wikipedia's titles need.
 		hits = append(hits, searchHit{
 			title:   parseHTML(os.Expand(cmp.Or(e.title, "$title"), field)).textContent(),
-			url:     strings.ReplaceAll(os.Expand(cmp.Or(e.link, "$url"), field), " ", "_"), // Wikipedia
+			url:     strings.ReplaceAll(os.Expand(cmp.Or(e.link, "$url"), field), " ", "_"),
 			snippet: parseHTML(os.Expand(cmp.Or(e.snippet, "$snippet"), field)).textContent(),
 		})
 	}
