@@ -2214,13 +2214,13 @@ type searchEngine struct {
 	list  string // markup: the result container, telling "no results" from "not a result page"
 	items string // the result blocks, or a dotted JSON path to a list
 	// Within a block, selectors (the link defaults to the first a, the title
-	// to the link's text) or JSON field templates (the title defaults to $title).
+	// to the link's text) or JSON field templates (defaults: $url, $title, $snippet).
 	link, title, snippet string
-	strip                string // markup: elements left out of snippets (dates, icons)
+	strip                string // markup: elements left out of the page (dates, icons)
 }
 
 // searchEngines is every engine; those without keys are the default set.
-var searchEngines = []searchEngine{
+var searchEngines = []*searchEngine{
 	{name: "duckduckgo", url: "https://html.duckduckgo.com/html/", body: "q=$q&b=&kl=wt-wt",
 		header: searchBrowserHeader + `Referer: https://html.duckduckgo.com/
 Sec-Fetch-Site: same-origin
@@ -2247,8 +2247,7 @@ Content-Type: application/x-www-form-urlencoded`,
 		header: searchBrowserHeader, items: "serp-item", snippet: "b-serp-item__text"},
 	{name: "wikipedia",
 		url:  "https://en.wikipedia.org/w/api.php?action=query&list=search&format=json&srsearch=$q",
-		link: "https://en.wikipedia.org/wiki/$title", items: "query.search",
-		snippet: "$snippet"},
+		link: "https://en.wikipedia.org/wiki/$title", items: "query.search"},
 	{name: "hackernews",
 		url:   "https://hn.algolia.com/api/v1/search?query=$q&tags=story&hitsPerPage=20",
 		items: "hits", link: "https://news.ycombinator.com/item?id=$objectID",
@@ -2267,22 +2266,22 @@ Content-Type: application/x-www-form-urlencoded`,
 	{name: "braveapi",
 		url:    "https://api.search.brave.com/res/v1/web/search?q=$q&text_decorations=false",
 		header: "X-Subscription-Token: $BRAVE_API_KEY",
-		items:  "web.results", link: "$url", snippet: "$description"},
+		items:  "web.results", snippet: "$description"},
 	{name: "tavily", url: "https://api.tavily.com/search", body: `{"query":$json,"max_results":20}`,
 		header: "Authorization: Bearer $TAVILY_API_KEY\nContent-Type: application/json",
-		items:  "results", link: "$url", snippet: "$content"},
+		items:  "results", snippet: "$content"},
 	{name: "serper", url: "https://google.serper.dev/search", body: `{"q":$json,"num":20}`,
 		header: "X-API-KEY: $SERPER_API_KEY\nContent-Type: application/json",
-		items:  "organic", link: "$link", snippet: "$snippet"},
+		items:  "organic", link: "$link"},
 	{name: "exa", url: "https://api.exa.ai/search",
 		body:   `{"query":$json,"numResults":20,"contents":{"text":{"maxCharacters":500}}}`,
 		header: "x-api-key: $EXA_API_KEY\nContent-Type: application/json",
-		items:  "results", link: "$url", snippet: "$text"},
+		items:  "results", snippet: "$text"},
 	{name: "google",
 		url:  "https://www.googleapis.com/customsearch/v1?q=$q&key=$GOOGLE_API_KEY&cx=$GOOGLE_CSE_ID",
-		link: "$link", items: "items", snippet: "$snippet"},
+		link: "$link", items: "items"},
 	{name: "searxng", url: "$SEARXNG_URL/search?q=$q&format=json",
-		items: "results", link: "$url", snippet: "$content"},
+		items: "results", snippet: "$content"},
 }
 
 // Headers every request starts with: an API client's, and a browser's for
@@ -2305,7 +2304,7 @@ Sec-Fetch-User: ?1
 // searchMissing lists the configuration keys e's templates use that are not set.
 func searchMissing(set *settings, e *searchEngine) (missing []string) {
 	os.Expand(e.url+e.header, func(key string) string {
-		if key == strings.ToUpper(key) && set.SearchKeys[key] == "" {
+		if key != "q" && set.SearchKeys[key] == "" { // every name but $q is a key
 			missing = append(missing, key)
 		}
 		return ""
@@ -2381,10 +2380,11 @@ func (e *searchEngine) read(body string) (hits []searchHit, listed bool, err err
 			}
 			return fmt.Sprint(m[key])
 		}
+		// A link's spaces become underscores, as Wikipedia's titles need.
 		hits = append(hits, searchHit{
 			title:   parseHTML(os.Expand(cmp.Or(e.title, "$title"), field)).textContent(),
-			url:     strings.ReplaceAll(os.Expand(e.link, field), " ", "_"), // Wikipedia's titles
-			snippet: parseHTML(os.Expand(e.snippet, field)).textContent(),
+			url:     strings.ReplaceAll(os.Expand(cmp.Or(e.link, "$url"), field), " ", "_"),
+			snippet: parseHTML(os.Expand(cmp.Or(e.snippet, "$snippet"), field)).textContent(),
 		})
 	}
 	return hits, listed, nil
@@ -2393,6 +2393,9 @@ func (e *searchEngine) read(body string) (hits []searchHit, listed bool, err err
 // readMarkup reads the blocks in the result list, or in the whole page.
 func (e *searchEngine) readMarkup(body string) ([]searchHit, bool, error) {
 	doc := parseHTML(body)
+	for _, x := range doc.findAll(searchSelector(e.strip)) {
+		x.children = nil // the tree is this parse's own
+	}
 	list := doc.find(searchSelector(e.list))
 	var hits []searchHit
 	for _, block := range cmp.Or(list, doc).findAll(searchSelector(e.items)) {
@@ -2400,17 +2403,9 @@ func (e *searchEngine) readMarkup(body string) ([]searchHit, bool, error) {
 		if a == nil {
 			continue
 		}
-		h := searchHit{title: a.textContent(), url: a.attr("href")}
-		if t := block.find(searchSelector(e.title)); t != nil {
-			h.title = t.textContent()
-		}
-		if s := block.find(searchSelector(e.snippet)); s != nil {
-			for _, x := range s.findAll(searchSelector(e.strip)) {
-				x.children = nil // the tree is this parse's own
-			}
-			h.snippet = s.textContent()
-		}
-		hits = append(hits, h)
+		title := cmp.Or(block.find(searchSelector(e.title)), a)
+		snippet := cmp.Or(block.find(searchSelector(e.snippet)), &htmlNode{}) // or none
+		hits = append(hits, searchHit{title.textContent(), a.attr("href"), snippet.textContent()})
 	}
 	return hits, list != nil, nil
 }
@@ -2483,11 +2478,10 @@ func searchContains(s string, words []string) bool {
 }
 
 // ask asks one engine under SEARCH_TIMEOUT_MS, unless it is resting or not
-// configured, and judges its answer; an engine rate-limited, blocked or shown
-// a captcha rests for SEARCH_BACKOFF_MS.
-func (st *searchState) ask(ctx context.Context, set *settings, e *searchEngine,
-	query string) searchOutcome {
-	o := searchOutcome{Name: e.name, Status: "error"}
+// configured, and judges its answer into o, an error until then; an engine
+// rate-limited, blocked or shown a captcha rests for SEARCH_BACKOFF_MS.
+func (st *searchState) ask(ctx context.Context, set *settings, e *searchEngine, query string,
+	o *searchOutcome) {
 	st.mu.Lock()
 	rest := st.resting[e.name]
 	st.mu.Unlock()
@@ -2496,23 +2490,23 @@ func (st *searchState) ask(ctx context.Context, set *settings, e *searchEngine,
 	if resting < set.SearchBackoff {
 		o.Status = "resting"
 		o.Detail = fmt.Sprintf("%s %v ago", rest.why, resting.Round(time.Second))
-		return o
+		return
 	}
 	if len(missing) > 0 {
 		o.Detail = "not configured: set " + strings.Join(missing, " and ")
-		return o
+		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, set.SearchTimeout)
 	defer cancel()
 	resp, body, err := e.get(ctx, st.client, set, query)
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+	if ctx.Err() == context.DeadlineExceeded {
 		o.Status = "timed out"
-		o.Detail = fmt.Sprintf("no answer within %dms", set.SearchTimeout.Milliseconds())
-		return o
+		o.Detail = fmt.Sprint("no answer within ", set.SearchTimeout)
+		return
 	}
 	if err != nil {
 		o.Detail = err.Error()
-		return o
+		return
 	}
 	hits, listed, err := e.read(body)
 	hits = searchTidy(hits)
@@ -2520,14 +2514,12 @@ func (st *searchState) ask(ctx context.Context, set *settings, e *searchEngine,
 	switch o.Status {
 	case "rate-limited", "blocked", "captcha":
 		st.mu.Lock()
-		st.resting[e.name] = searchRest{since: time.Now(), why: o.Status}
+		st.resting[e.name] = searchRest{time.Now(), o.Status}
 		st.mu.Unlock()
 	case "ok":
 		o.hits = hits
 		o.Count = len(hits)
-		o.Detail = fmt.Sprintf("%d results", o.Count)
 	}
-	return o
 }
 
 // searchJudge is an answer's fate: its final URL, status and markers first, then its results.
@@ -2559,7 +2551,7 @@ func searchJudge(resp *http.Response, body string, hits int, listed bool,
 	case err != nil:
 		return "error", err.Error()
 	case hits > 0:
-		return "ok", ""
+		return "ok", fmt.Sprintf("%d results", hits)
 	case searchContains(low, searchBotWords):
 		return "blocked", "bot check page"
 	case listed || searchContains(low, searchNoneWords):
@@ -2604,13 +2596,13 @@ func searchUnwrap(href string) string {
 	q := u.Query()
 	_, yahoo, isYahoo := strings.Cut(u.Path, "/RU=")
 	yahoo, _, _ = strings.Cut(yahoo, "/RK=")
-	bing, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(q.Get("u"), "a1"))
+	bing, _ := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(q.Get("u"), "a1"))
 	switch {
 	case isYahoo:
 		return yahoo
 	case q.Has("uddg"):
 		return q.Get("uddg")
-	case strings.HasSuffix(u.Path, "/ck/a") && err == nil:
+	case strings.HasSuffix(u.Path, "/ck/a"): // "" when undecodable, dropped
 		return string(bing)
 	}
 	return href
@@ -2685,8 +2677,7 @@ func searchSelect(set *settings, names []string) []*searchEngine {
 		names = set.SearchEngines
 	}
 	var out []*searchEngine
-	for i := range searchEngines {
-		e := &searchEngines[i]
+	for _, e := range searchEngines {
 		if slices.Contains(names, e.name) || len(names) == 0 && searchMissing(set, e) == nil {
 			out = append(out, e)
 		}
@@ -2700,16 +2691,17 @@ func (st *searchState) search(ctx context.Context, set *settings, query string,
 	outs := make([]searchOutcome, len(engines))
 	var wg sync.WaitGroup
 	for i, e := range engines {
+		o := &outs[i]
+		*o = searchOutcome{Name: e.name, Status: "error"}
 		wg.Add(1)
 		go func() { // ends when the engine has answered or its timeout has passed
 			defer wg.Done()
 			defer func() { // a parser's panic must not take the server down
 				if p := recover(); p != nil {
-					outs[i] = searchOutcome{Name: e.name, Status: "error",
-						Detail: fmt.Sprint("panic: ", p)}
+					o.Detail = fmt.Sprint("panic: ", p) // before any status was set
 				}
 			}()
-			outs[i] = st.ask(ctx, set, e, query)
+			st.ask(ctx, set, e, query, o)
 		}()
 	}
 	wg.Wait()
