@@ -1528,7 +1528,7 @@ func TestBgBufferModel(t *testing.T) {
 	for i := 0; i < 20000; i++ {
 		if rng.Intn(3) == 0 {
 			limit := 1 + rng.Intn(400)
-			out, d := bt.take(limit)
+			out, d := bt.take(0, limit)
 			k := min(limit, len(unread))
 			if out != string(unread[:k]) || d != dropped {
 				t.Fatalf("step %d: took %q, %d dropped; want %q, %d dropped", i, out, d, unread[:k], dropped)
@@ -1556,11 +1556,11 @@ func TestBgBufferModel(t *testing.T) {
 func TestBgTakeHoldsCutCharacter(t *testing.T) {
 	bt := &bgTask{limit: 100, changed: make(chan struct{})}
 	bt.Write([]byte("ab\xc3"))
-	if out, _ := bt.take(100); out != "ab" || len(bt.unread) != 1 {
+	if out, _ := bt.take(0, 100); out != "ab" || len(bt.unread) != 1 {
 		t.Errorf("took %q, %d left", out, len(bt.unread))
 	}
 	bt.Write([]byte("\xa9"))
-	if out, _ := bt.take(100); out != "é" {
+	if out, _ := bt.take(0, 100); out != "é" {
 		t.Errorf("took %q", out)
 	}
 }

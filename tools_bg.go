@@ -20,7 +20,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"os/exec"
 	"slices"
@@ -134,7 +133,7 @@ type bgTasks struct {
 	tasks    []*bgTask  // oldest first
 	nextID   int
 	starting int  // tasks being started: they count toward BG_MAX_TASKS
-	closed   bool // the session ended: nothing starts or is announced
+	closed   bool // the session ended: nothing starts
 }
 
 func newBgTasks(procs *procTracker) *bgTasks {
@@ -157,7 +156,7 @@ type bgTask struct {
 	unread  []byte        // at most limit bytes, in buf while the task runs
 	buf     []byte        // the array unread lives in: twice the limit, so memory stays bounded
 	dropped int64         // unread bytes lost since the previous read
-	changed chan struct{} // closed and replaced at new output and at the end
+	changed chan struct{} // closed and replaced at new output
 	done    bool
 	end     time.Time
 	code    int // the exit status; -1 while running or after a signal
@@ -181,6 +180,8 @@ type bgInfo struct {
 	Output       *string `json:"output,omitempty"`
 }
 
+// runBackgroundBash starts a task. The start itself runs without the lock: it is counted in
+// starting (toward BG_MAX_TASKS) and in starts (which closeAll waits for).
 func runBackgroundBash(ctx context.Context, c *toolCall) toolResult {
 	var a bashArgs
 	json.Unmarshal(c.args, &a) // checked against the input schema: it fits
@@ -188,11 +189,11 @@ func runBackgroundBash(ctx context.Context, c *toolCall) toolResult {
 		return errorResult("command is empty")
 	}
 	b := c.s.bg
-	set := c.s.srv.set
+	most := c.s.srv.set.BgMaxTasks
 	b.mu.Lock()
 	running := b.pruneLocked() + b.starting
 	closed := b.closed
-	if !closed && running < set.BgMaxTasks {
+	if !closed && running < most {
 		b.starting++
 		b.starts.Add(1)
 		b.nextID++
@@ -202,18 +203,20 @@ func runBackgroundBash(ctx context.Context, c *toolCall) toolResult {
 	switch {
 	case closed:
 		return errorResult("start: the session is ending")
-	case running >= set.BgMaxTasks:
+	case running >= most:
 		return errorResult("%d tasks are already running, the most allowed (BG_MAX_TASKS=%d); "+
-			"stop one with KillBgTask first", running, set.BgMaxTasks)
+			"stop one with KillBgTask first", running, most)
 	}
+	defer b.starts.Done()
 	t := &bgTask{id: id, command: a.Command, marker: b.procs.scope(b.scope), start: time.Now(),
-		limit: set.BgBuffer, ended: make(chan struct{}), code: -1, changed: make(chan struct{})}
+		limit: c.s.srv.set.BgBuffer, ended: make(chan struct{}), code: -1,
+		changed: make(chan struct{})}
 	cmd := bashCommand(a.Command)
 	out, err := c.s.startShell(cmd, t.marker)
 	if err == nil {
 		t.leader = cmd.Process
 		t.out = out
-		t.log = b.procs.keepFile(fmt.Sprintf("task-%d", t.id))
+		t.log = b.procs.keepFile(fmt.Sprintf("task-%d", id))
 		b.wg.Add(1)
 		go t.run(c.s, cmd) // exits once bash has exited and its output is read
 	}
@@ -223,15 +226,14 @@ func runBackgroundBash(ctx context.Context, c *toolCall) toolResult {
 		b.tasks = append(b.tasks, t)
 	}
 	b.mu.Unlock()
-	b.starts.Done()
 	if err != nil {
 		return errorResult("%v", err)
 	}
 	info, _ := t.state(c.s)
-	info.Hint = fmt.Sprintf(`Read its output with ReadBgOutput {"task_id": %d, "wait_ms": 5000}; `+
-		`stop it with KillBgTask {"task_id": %d}.`, t.id, t.id)
+	info.Hint = fmt.Sprintf(`Read its output with ReadBgOutput {"task_id": %[1]d, `+
+		`"wait_ms": 5000}; stop it with KillBgTask {"task_id": %[1]d}.`, id)
 	text := fmt.Sprintf("Started background task %d (pid %d) in %s; its complete output "+
-		"goes to %s.\n%s", t.id, t.leader.Pid, cmd.Dir, t.log.path, info.Hint)
+		"goes to %s.\n%s", id, info.Pid, cmd.Dir, info.LogFile, info.Hint)
 	return structuredResult(text, info)
 }
 
@@ -253,16 +255,21 @@ func (b *bgTasks) pruneLocked() int {
 	return running
 }
 
+// list is the session's tasks, oldest first.
+func (b *bgTasks) list() []*bgTask {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.tasks)
+}
+
 // closeAll ends the session's tasks and everything its commands left, once the starts under
-// way are done; nothing is announced or started after.
+// way are done; nothing starts after.
 func (b *bgTasks) closeAll() {
 	b.mu.Lock()
 	b.closed = true
 	b.mu.Unlock()
 	b.starts.Wait()
-	b.mu.Lock()
-	tasks := b.tasks
-	b.mu.Unlock()
+	tasks := b.list()
 	var leaders []*os.Process
 	for _, t := range tasks {
 		leaders = append(leaders, t.leader)
@@ -285,9 +292,6 @@ func (t *bgTask) run(s *session, cmd *exec.Cmd) {
 		t.log.f.Close()
 	}()
 	cmd.Wait()
-	s.bg.mu.Lock()
-	ending := s.bg.closed
-	s.bg.mu.Unlock()
 	select { // bash's output is in the pipe; a process it left behind may hold the pipe open
 	case <-readDone:
 	case <-time.After(leftWait):
@@ -299,10 +303,8 @@ func (t *bgTask) run(s *session, cmd *exec.Cmd) {
 	t.code, t.signal = exitStatus(cmd)
 	t.unread = bytes.Clone(t.unread) // a finished task holds its unread bytes only
 	t.buf = nil
-	close(t.ended)
-	close(t.changed)
-	t.changed = make(chan struct{}) // output may still come from a process bash left behind
-	if !t.quiet && !ending {
+	close(t.ended) // output may still come from a process bash left behind
+	if !t.quiet {
 		s.notices.push(t.noticeLocked()) // under t.mu: a reply's state() then sees it
 	}
 }
@@ -313,14 +315,15 @@ func (t *bgTask) noticeLocked() string {
 	return fmt.Sprintf("background task %d %s", t.id, status)
 }
 
-// Write adds output, dropping the oldest unread bytes beyond the limit, and logs it: what the
-// log holds can be read. The unread bytes stay in one array: when its end is reached they
+// Write logs output, then adds it, dropping the oldest unread bytes beyond the limit: what
+// can be read is in the log. The unread bytes stay in one array: when its end is reached they
 // move back to its start, a copy of at most limit bytes once per limit bytes written.
 func (t *bgTask) Write(p []byte) (int, error) {
+	t.log.keep(p)
+	n := len(p)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	logged := p
-	if over := len(t.unread) + len(p) - t.limit; over > 0 {
+	if over := len(t.unread) + n - t.limit; over > 0 {
 		dropUnread := min(over, len(t.unread))
 		t.unread = t.unread[dropUnread:]
 		p = p[over-dropUnread:]
@@ -335,16 +338,19 @@ func (t *bgTask) Write(p []byte) (int, error) {
 	t.unread = append(t.unread, p...)
 	close(t.changed)
 	t.changed = make(chan struct{})
-	t.log.keep(logged)
-	return len(logged), nil
+	return n, nil
 }
 
-// take removes and returns up to limit bytes of unread output, never
-// cutting a character in two, and the bytes dropped before them.
-func (t *bgTask) take(limit int) (string, int64) {
+// take removes unread output and returns it, and the bytes dropped before it. With lines 0 it
+// takes up to limit bytes; else all, of which it returns the last lines, at most limit bytes.
+// It never cuts a character in two: one the pipe delivered in part stays for the next read.
+func (t *bgTask) take(lines, limit int) (string, int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	n := min(limit, len(t.unread))
+	n := len(t.unread)
+	if lines == 0 {
+		n = min(limit, n)
+	}
 	for i := n - 1; i >= max(0, n-3) && (n < len(t.unread) || !t.done); i-- {
 		if utf8.RuneStart(t.unread[i]) {
 			if !utf8.FullRune(t.unread[i:n]) {
@@ -357,16 +363,9 @@ func (t *bgTask) take(limit int) (string, int64) {
 	dropped := t.dropped
 	t.unread = t.unread[n:]
 	t.dropped = 0
-	return out, dropped
-}
-
-// takeTail removes all unread output and returns its last lines, at most
-// limit bytes (with lines 0, take's), and the bytes dropped before them.
-func (t *bgTask) takeTail(lines, limit int) (string, int64) {
 	if lines == 0 {
-		return t.take(limit)
+		return out, dropped
 	}
-	out, dropped := t.take(math.MaxInt)
 	body := strings.TrimSuffix(out, "\n")
 	i := len(body)
 	for n := 0; n < lines && i >= 0; n++ {
@@ -404,38 +403,38 @@ func (t *bgTask) infoLocked() (bgInfo, string) {
 	if d >= time.Second {
 		d = d.Round(time.Second)
 	}
+	status := "running for "
 	switch {
-	case !t.done:
-		return i, "running for " + d.String()
 	case t.signal != "":
 		i.Status = "killed"
-		return i, fmt.Sprintf("killed by signal %s after %s", t.signal, d)
+		status = "killed by signal " + t.signal + " after "
+	case t.done:
+		i.Status = "exited"
+		status = fmt.Sprintf("exited with status %d after ", t.code)
 	}
-	i.Status = "exited"
-	return i, fmt.Sprintf("exited with status %d after %s", t.code, d)
+	return i, status + d.String()
 }
 
 // report is the reply of ReadBgOutput and KillBgTask: note, the output taken
-// (see takeTail), the task's status.
+// (see take), the task's status.
 func (t *bgTask) report(s *session, note string, lines, limit int) toolResult {
-	out, dropped := t.takeTail(lines, limit)
+	out, dropped := t.take(lines, limit)
 	out = terminalText(out)
 	info, status := t.state(s)
 	info.Output = &out
 	info.DroppedBytes = dropped
-	var b strings.Builder
-	b.WriteString(note)
+	text := note
 	if dropped > 0 {
-		fmt.Fprintf(&b, "[%d bytes dropped: the task printed more than its %d-byte buffer "+
+		text += fmt.Sprintf("[%d bytes dropped: the task printed more than its %d-byte buffer "+
 			"holds since the previous read; "+
-			"its complete output is in %s]\n", dropped, t.limit, t.log.path)
+			"its complete output is in %s]\n", dropped, t.limit, info.LogFile)
 	}
-	b.WriteString(strings.TrimSuffix(cmp.Or(out, "(no new output)"), "\n") + "\n")
+	text += strings.TrimSuffix(cmp.Or(out, "(no new output)"), "\n") + "\n"
 	if info.UnreadBytes > 0 {
-		fmt.Fprintf(&b, "[%d more bytes waiting: call ReadBgOutput again]\n", info.UnreadBytes)
+		text += fmt.Sprintf("[%d more bytes waiting: call ReadBgOutput again]\n", info.UnreadBytes)
 	}
-	fmt.Fprintf(&b, "[task %d %s]", t.id, status)
-	return structuredResult(b.String(), info)
+	text += fmt.Sprintf("[task %d %s]", t.id, status)
+	return structuredResult(text, info)
 }
 
 type bgArgs struct {
@@ -448,9 +447,7 @@ type bgArgs struct {
 func bgFind(c *toolCall) (*bgTask, bgArgs, toolResult) {
 	var a bgArgs
 	json.Unmarshal(c.args, &a) // checked against the input schema: it fits
-	c.s.bg.mu.Lock()
-	defer c.s.bg.mu.Unlock()
-	for _, t := range c.s.bg.tasks {
+	for _, t := range c.s.bg.list() {
 		if t.id == a.TaskID {
 			return t, a, toolResult{}
 		}
@@ -474,8 +471,9 @@ func runReadBgOutput(ctx context.Context, c *toolCall) toolResult {
 		if !idle {
 			break
 		}
-		select { // wakes at each change: new output (a concurrent read may take it) or the end
+		select { // new output (a concurrent read may take it) or the end
 		case <-changed:
+		case <-t.ended:
 		case <-ctx.Done():
 		}
 	}
@@ -509,28 +507,22 @@ func runListBgTasks(ctx context.Context, c *toolCall) toolResult {
 	var a struct {
 		RunningOnly bool `json:"running_only"`
 	}
-	json.Unmarshal(c.args, &a) // schema-checked
-	c.s.bg.mu.Lock()
-	tasks := slices.Clone(c.s.bg.tasks)
-	c.s.bg.mu.Unlock()
+	json.Unmarshal(c.args, &a) // checked against the input schema: it fits
+	tasks := c.s.bg.list()
 	infos := []bgInfo{}
-	var b strings.Builder
+	text := ""
 	for i := len(tasks) - 1; i >= 0; i-- {
 		info, status := tasks[i].state(c.s)
 		if a.RunningOnly && info.Status != "running" {
 			continue
 		}
-		short := []rune(strings.Join(strings.Fields(info.Command), " "))
-		if len(short) > 80 {
-			short = append(short[:79], '…')
-		}
-		info.Command = string(short)
+		info.Command = cutRunes(strings.Join(strings.Fields(info.Command), " "), 80)
 		infos = append(infos, info)
-		fmt.Fprintf(&b, "task %d: %s, %d bytes unread, pid %d, log %s: %s\n",
+		text += fmt.Sprintf("task %d: %s, %d bytes unread, pid %d, log %s: %s\n",
 			info.TaskID, status, info.UnreadBytes, info.Pid, info.LogFile, info.Command)
 	}
 	if len(infos) == 0 {
-		b.WriteString("No background tasks. Start one with BackgroundBash.")
+		text = "No background tasks. Start one with BackgroundBash."
 	}
-	return structuredResult(strings.TrimSuffix(b.String(), "\n"), map[string]any{"tasks": infos})
+	return structuredResult(strings.TrimSuffix(text, "\n"), map[string]any{"tasks": infos})
 }
