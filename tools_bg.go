@@ -161,7 +161,8 @@ type bgTask struct {
 	end     time.Time
 	code    int // the exit status; -1 while running or after a signal
 	signal  string
-	quiet   bool // no notice announces the end: KillBgTask's reply says it
+	quiet   bool   // no notice announces the end: KillBgTask's reply says it
+	notice  string // what announces the end, once it came; "" before
 }
 
 // bgInfo is a task in structured content.
@@ -304,41 +305,38 @@ func (t *bgTask) run(s *session, cmd *exec.Cmd) {
 	t.unread = bytes.Clone(t.unread) // a finished task holds its unread bytes only
 	t.buf = nil
 	close(t.ended) // output may still come from a process bash left behind
+	_, status := t.infoLocked()
+	t.notice = fmt.Sprintf("background task %d %s", t.id, status)
 	if !t.quiet {
-		s.notices.push(t.noticeLocked()) // under t.mu: a reply's state() then sees it
+		s.notices.push(t.notice) // under t.mu: a reply's state() then sees it
 	}
 }
 
-// noticeLocked is the notice that announces the task's end. t.mu must be held.
-func (t *bgTask) noticeLocked() string {
-	_, status := t.infoLocked()
-	return fmt.Sprintf("background task %d %s", t.id, status)
-}
-
-// Write logs output, then adds it, dropping the oldest unread bytes beyond the limit: what
-// can be read is in the log. The unread bytes stay in one array: when its end is reached they
-// move back to its start, a copy of at most limit bytes once per limit bytes written.
+// Write adds output, dropping the oldest unread bytes beyond the limit, then logs it, after
+// the lock: what the log shows can be read. The unread bytes stay in one array: when its end
+// is reached they move back to its start, a copy of at most limit bytes once per limit bytes
+// written.
 func (t *bgTask) Write(p []byte) (int, error) {
-	t.log.keep(p)
-	n := len(p)
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	if over := len(t.unread) + n - t.limit; over > 0 {
+	kept := p
+	if over := len(t.unread) + len(p) - t.limit; over > 0 {
 		dropUnread := min(over, len(t.unread))
 		t.unread = t.unread[dropUnread:]
-		p = p[over-dropUnread:]
+		kept = p[over-dropUnread:]
 		t.dropped += int64(over)
 	}
-	if len(t.unread)+len(p) > cap(t.unread) {
+	if len(t.unread)+len(kept) > cap(t.unread) {
 		if t.buf == nil {
 			t.buf = make([]byte, 0, 2*t.limit)
 		}
 		t.unread = append(t.buf[:0], t.unread...)
 	}
-	t.unread = append(t.unread, p...)
+	t.unread = append(t.unread, kept...)
 	close(t.changed)
 	t.changed = make(chan struct{})
-	return n, nil
+	t.mu.Unlock()
+	t.log.keep(p)
+	return len(p), nil
 }
 
 // take removes unread output and returns it, and the bytes dropped before it. With lines 0 it
@@ -384,7 +382,7 @@ func (t *bgTask) state(s *session) (bgInfo, string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.done {
-		s.notices.remove(t.noticeLocked())
+		s.notices.remove(t.notice)
 	}
 	return t.infoLocked()
 }
@@ -495,11 +493,7 @@ func runKillBgTask(ctx context.Context, c *toolCall) toolResult {
 	t.quiet = true
 	t.mu.Unlock()
 	stopRun(t.marker, t.leader)
-	select {
-	case <-t.ended:
-	case <-ctx.Done():
-		return errorResult("cancelled: %v", ctx.Err())
-	}
+	<-t.ended // stopRun killed bash last: the status is final within leftWait
 	return t.report(c.s, note, killTailLines, 2000)
 }
 
