@@ -188,16 +188,15 @@ func webpSize(data []byte) (w, h int, err error) {
 }
 
 // shrinkImage fits img within edge px and maxBytes as JPEG (quality 85), or PNG
-// when it has transparency, shrinking by 0.7 again while too many bytes. The
-// loop ends: a 1×1 image fits the 1 KB floor that imageLimits sets.
+// when the scaled image has transparency, shrinking by 0.7 again while too many bytes. The
+// loop ends: a 1×1 image fits the 1 KB floor the settings put under IMAGE_MAX_BYTES.
 func shrinkImage(img image.Image, edge, maxBytes int) ([]byte, string, image.Rectangle) {
-	opaque := img.(interface{ Opaque() bool }).Opaque() // as every standard decoder's image says
 	b := img.Bounds()
 	for scale := min(1, float64(edge)/float64(max(b.Dx(), b.Dy()))); ; scale *= 0.7 {
 		small := boxScale(img, scale)
 		var buf bytes.Buffer // encoding an RGBA image into it cannot fail
 		mime := "image/png"
-		if opaque {
+		if small.Opaque() {
 			mime = "image/jpeg"
 			jpeg.Encode(&buf, small, &jpeg.Options{Quality: 85})
 		} else {
@@ -215,16 +214,19 @@ func shrinkImage(img image.Image, edge, maxBytes int) ([]byte, string, image.Rec
 func boxScale(img image.Image, scale float64) *image.RGBA {
 	src := img.(image.RGBA64Image) // as every image the standard decoders return is
 	b := img.Bounds()
-	dw := max(1, int(float64(b.Dx())*scale+0.5))
-	dh := max(1, int(float64(b.Dy())*scale+0.5))
+	w := b.Dx()
+	h := b.Dy()
+	dw := max(1, int(float64(w)*scale+0.5))
+	dh := max(1, int(float64(h)*scale+0.5))
 	out := image.NewRGBA(image.Rect(0, 0, dw, dh))
+	pix := out.Pix[:0] // filled in order
 	for oy := range dh {
 		for ox := range dw {
 			var sum [4]uint64 // R, G, B, A
 			n := uint64(0)    // the block's pixels, times 257: 16-bit sums to 8-bit averages
-			for y := b.Min.Y + oy*b.Dy()/dh; y < b.Min.Y+(oy+1)*b.Dy()/dh; y++ {
-				for x := b.Min.X + ox*b.Dx()/dw; x < b.Min.X+(ox+1)*b.Dx()/dw; x++ {
-					c := src.RGBA64At(x, y)
+			for y := oy * h / dh; y < (oy+1)*h/dh; y++ {
+				for x := ox * w / dw; x < (ox+1)*w/dw; x++ {
+					c := src.RGBA64At(b.Min.X+x, b.Min.Y+y)
 					sum[0] += uint64(c.R)
 					sum[1] += uint64(c.G)
 					sum[2] += uint64(c.B)
@@ -232,8 +234,8 @@ func boxScale(img image.Image, scale float64) *image.RGBA {
 					n += 257
 				}
 			}
-			for i, v := range sum {
-				out.Pix[oy*out.Stride+ox*4+i] = uint8((v + n/2) / n)
+			for _, v := range sum {
+				pix = append(pix, uint8((v+n/2)/n))
 			}
 		}
 	}
