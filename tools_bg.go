@@ -158,8 +158,8 @@ type bgTask struct {
 	dropped int64         // unread bytes lost since the previous read
 	changed chan struct{} // closed and replaced at new output
 	done    bool
-	end     time.Time
-	code    int // the exit status; -1 while running or after a signal
+	runtime time.Duration // from the start to the end
+	code    int           // the exit status; -1 while running or after a signal
 	signal  string
 	quiet   bool   // no notice announces the end: KillBgTask's reply says it
 	notice  string // what announces the end, once it came; "" before
@@ -256,11 +256,13 @@ func (b *bgTasks) pruneLocked() int {
 	return running
 }
 
-// list is the session's tasks, oldest first.
+// list is the session's tasks, newest first.
 func (b *bgTasks) list() []*bgTask {
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	return slices.Clone(b.tasks)
+	tasks := slices.Clone(b.tasks)
+	b.mu.Unlock()
+	slices.Reverse(tasks)
+	return tasks
 }
 
 // closeAll ends the session's tasks and everything its commands left, once the starts under
@@ -300,7 +302,7 @@ func (t *bgTask) run(s *session, cmd *exec.Cmd) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.done = true
-	t.end = time.Now()
+	t.runtime = time.Since(t.start)
 	t.code, t.signal = exitStatus(cmd)
 	t.unread = bytes.Clone(t.unread) // a finished task holds its unread bytes only
 	t.buf = nil
@@ -392,7 +394,7 @@ func (t *bgTask) state(s *session) (bgInfo, string) {
 func (t *bgTask) infoLocked() (bgInfo, string) {
 	d := time.Since(t.start)
 	if t.done {
-		d = t.end.Sub(t.start)
+		d = t.runtime
 	}
 	i := bgInfo{TaskID: t.id, Pid: t.leader.Pid, Command: t.command, Status: "running",
 		ExitCode: t.code, Signal: t.signal, RuntimeMS: d.Milliseconds(),
@@ -459,19 +461,15 @@ func runReadBgOutput(ctx context.Context, c *toolCall) toolResult {
 	if t == nil {
 		return fail
 	}
-	ctx, cancel := context.WithTimeout(ctx, time.Duration(a.WaitMS)*time.Millisecond)
-	defer cancel()
-	for ctx.Err() == nil { // wait while no output is waiting and the task runs
-		t.mu.Lock()
-		idle := len(t.unread) == 0 && !t.done
-		changed := t.changed
-		t.mu.Unlock()
-		if !idle {
-			break
-		}
-		select { // new output (a concurrent read may take it) or the end
+	t.mu.Lock()
+	idle := len(t.unread) == 0 && !t.done
+	changed := t.changed
+	t.mu.Unlock()
+	if idle { // wait for new output (which a concurrent read may take first) or the end
+		select {
 		case <-changed:
 		case <-t.ended:
+		case <-time.After(time.Duration(a.WaitMS) * time.Millisecond):
 		case <-ctx.Done():
 		}
 	}
@@ -502,11 +500,10 @@ func runListBgTasks(ctx context.Context, c *toolCall) toolResult {
 		RunningOnly bool `json:"running_only"`
 	}
 	json.Unmarshal(c.args, &a) // checked against the input schema: it fits
-	tasks := c.s.bg.list()
 	infos := []bgInfo{}
 	text := ""
-	for i := len(tasks) - 1; i >= 0; i-- {
-		info, status := tasks[i].state(c.s)
+	for _, t := range c.s.bg.list() {
+		info, status := t.state(c.s)
 		if a.RunningOnly && info.Status != "running" {
 			continue
 		}
