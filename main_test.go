@@ -3441,12 +3441,13 @@ func TestAskUserQuestionValidation(t *testing.T) {
 	eleven := `["1","2","3","4","5","6","7","8","9","10","11"]`
 	for input, want := range map[string]string{
 		`{"questions": [{"text": "x" "options": []}]}`: `invalid character '"' after object key:value pair`,
-		`{"questions":[`:   "unexpected end of JSON input",
-		`{"qs":[]}`:        `questions[0] has no "question"`, // read as one question
-		`{"questions":[]}`: "0 questions; ask 1 to 4 at a time",
-		`[]`:               "0 questions; ask 1 to 4 at a time",
-		`5`:                "cannot unmarshal number",
-		strconv.Quote(`[`): "unexpected end of JSON input",
+		`{"questions":[`:      "unexpected end of JSON input",
+		`{"qs":[]}`:           `questions[0] has no "question"`, // read as one question
+		`{"questions":[]}`:    "0 questions; ask 1 to 4 at a time",
+		`[]`:                  "0 questions; ask 1 to 4 at a time",
+		`5`:                   "cannot unmarshal number",
+		strconv.Quote(`[`):    "unexpected end of JSON input",
+		strconv.Quote(`null`): `questions[0] has no "question"`, // unquoting stops at null
 		qs(q("x"), q("x"), q("x"), q("x"), q("y")):                 "5 questions; ask 1 to 4 at a time",
 		qs(`{"options":["a","b"]}`):                                `questions[0] has no "question"`,
 		qs(`{"question":"  ","options":["a","b"]}`):                `questions[0] has no "question"`,
