@@ -10,6 +10,8 @@
 //     oldest unread bytes are dropped and counted; its complete output goes
 //     to a bounded log file;
 //   - a reader waits on a channel closed at every change, never by polling;
+//   - no lock is held across a process start or a file write: a start under way counts
+//     toward BG_MAX_TASKS, and closeAll waits for it;
 //   - a task's end is said once: by a notice, or by the reply that reports it.
 package main
 
@@ -148,7 +150,6 @@ type bgTask struct {
 	marker  string
 	start   time.Time
 	limit   int           // the most unread bytes kept
-	out     *os.File      // the output pipe's read end
 	log     *keptFile     // the complete output; written by the reading goroutine only
 	ended   chan struct{} // closed when bash has exited and the status is final
 
@@ -216,10 +217,9 @@ func runBackgroundBash(ctx context.Context, c *toolCall) toolResult {
 	out, err := c.s.startShell(cmd, t.marker)
 	if err == nil {
 		t.leader = cmd.Process
-		t.out = out
 		t.log = b.procs.keepFile(fmt.Sprintf("task-%d", id))
 		b.wg.Add(1)
-		go t.run(c.s, cmd) // exits once bash has exited and its output is read
+		go t.run(c.s, cmd, out) // exits once bash has exited and its output is read
 	}
 	b.mu.Lock()
 	b.starting--
@@ -272,26 +272,26 @@ func (b *bgTasks) closeAll() {
 	b.closed = true
 	b.mu.Unlock()
 	b.starts.Wait()
-	tasks := b.list()
 	var leaders []*os.Process
-	for _, t := range tasks {
+	for _, t := range b.list() {
 		leaders = append(leaders, t.leader)
 	}
 	stopRun(b.scope, leaders...)
-	for _, t := range tasks {
-		t.out.SetReadDeadline(time.Now()) // a process that dropped its marker may hold the pipe
-	}
-	b.wg.Wait()
+	b.wg.Wait() // the leaders are dead: each run ends within leftWait
 }
 
-// run reads the task's output until bash has exited, records how it ended and announces it.
-func (t *bgTask) run(s *session, cmd *exec.Cmd) {
+// run reads the task's output, out, until bash has exited, records how it ended and
+// announces it.
+func (t *bgTask) run(s *session, cmd *exec.Cmd, out *os.File) {
 	defer s.bg.wg.Done()
 	readDone := make(chan struct{})
-	go func() { // exits at EOF, or when closeAll sets a read deadline
+	// The reader exits at EOF: once every process holding the pipe has ended. A kill ends them
+	// all but one that both left its group and cleared its environment (out of scope); at the
+	// session's end that one only delays its reader, never closeAll.
+	go func() {
 		defer close(readDone)
-		io.Copy(t, t.out)
-		t.out.Close()
+		io.Copy(t, out)
+		out.Close()
 		t.log.f.Close()
 	}()
 	cmd.Wait()
