@@ -502,7 +502,7 @@ func askAnswer(qs []askQuestion, raw json.RawMessage) toolResult {
 		return errorResult("the client's reply is no elicitation result: %s", raw)
 	}
 	var pairs []string
-	answers := []map[string]any{}
+	answers := []any{}
 	for i, q := range qs {
 		selected, shown := askSelected(q, r.Content[fmt.Sprintf("q%d", i+1)])
 		pairs = append(pairs, fmt.Sprintf("%q=%q", q.Question, shown))
