@@ -441,6 +441,9 @@ const askRemark = `{"type":"string","title":"Anything to add? (optional)",
 // enumNames before 2025-11-25, then oneOf; a multiple choice is an array, and has no form
 // before 2025-11-25.
 func elicitParams(qs []askQuestion, r *rpcRequest) map[string]any {
+	if !canElicit(r) {
+		return nil
+	}
 	newer := r.version >= latestLegacy
 	msg := "The agent asks:"
 	var required []string
@@ -471,9 +474,6 @@ func elicitParams(qs []askQuestion, r *rpcRequest) map[string]any {
 		props[key] = field
 		required = append(required, key)
 		msg += "\n" + q.Question
-	}
-	if !canElicit(r) {
-		return nil
 	}
 	schema := map[string]any{"type": "object", "required": required, "properties": props}
 	p := map[string]any{"message": msg, "requestedSchema": schema}
