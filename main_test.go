@@ -1528,7 +1528,7 @@ func TestBgBufferModel(t *testing.T) {
 	for i := 0; i < 20000; i++ {
 		if rng.Intn(3) == 0 {
 			limit := 1 + rng.Intn(400)
-			out, d := bt.take(limit)
+			out, d := bt.take(0, limit)
 			k := min(limit, len(unread))
 			if out != string(unread[:k]) || d != dropped {
 				t.Fatalf("step %d: took %q, %d dropped; want %q, %d dropped", i, out, d, unread[:k], dropped)
@@ -1556,11 +1556,11 @@ func TestBgBufferModel(t *testing.T) {
 func TestBgTakeHoldsCutCharacter(t *testing.T) {
 	bt := &bgTask{limit: 100, changed: make(chan struct{})}
 	bt.Write([]byte("ab\xc3"))
-	if out, _ := bt.take(100); out != "ab" || len(bt.unread) != 1 {
+	if out, _ := bt.take(0, 100); out != "ab" || len(bt.unread) != 1 {
 		t.Errorf("took %q, %d left", out, len(bt.unread))
 	}
 	bt.Write([]byte("\xa9"))
-	if out, _ := bt.take(100); out != "é" {
+	if out, _ := bt.take(0, 100); out != "é" {
 		t.Errorf("took %q", out)
 	}
 }
@@ -3441,12 +3441,13 @@ func TestAskUserQuestionValidation(t *testing.T) {
 	eleven := `["1","2","3","4","5","6","7","8","9","10","11"]`
 	for input, want := range map[string]string{
 		`{"questions": [{"text": "x" "options": []}]}`: `invalid character '"' after object key:value pair`,
-		`{"questions":[`:   "unexpected end of JSON input",
-		`{"qs":[]}`:        `questions[0] has no "question"`, // read as one question
-		`{"questions":[]}`: "0 questions; ask 1 to 4 at a time",
-		`[]`:               "0 questions; ask 1 to 4 at a time",
-		`5`:                "cannot unmarshal number",
-		strconv.Quote(`[`): "unexpected end of JSON input",
+		`{"questions":[`:      "unexpected end of JSON input",
+		`{"qs":[]}`:           `questions[0] has no "question"`, // read as one question
+		`{"questions":[]}`:    "0 questions; ask 1 to 4 at a time",
+		`[]`:                  "0 questions; ask 1 to 4 at a time",
+		`5`:                   "cannot unmarshal number",
+		strconv.Quote(`[`):    "unexpected end of JSON input",
+		strconv.Quote(`null`): `questions[0] has no "question"`, // unquoting stops at null
 		qs(q("x"), q("x"), q("x"), q("x"), q("y")):                 "5 questions; ask 1 to 4 at a time",
 		qs(`{"options":["a","b"]}`):                                `questions[0] has no "question"`,
 		qs(`{"question":"  ","options":["a","b"]}`):                `questions[0] has no "question"`,

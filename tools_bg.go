@@ -10,6 +10,8 @@
 //     oldest unread bytes are dropped and counted; its complete output goes
 //     to a bounded log file;
 //   - a reader waits on a channel closed at every change, never by polling;
+//   - no lock is held across a process start or a file write: a start under way counts
+//     toward BG_MAX_TASKS, and closeAll waits for it;
 //   - a task's end is said once: by a notice, or by the reply that reports it.
 package main
 
@@ -20,7 +22,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"os/exec"
 	"slices"
@@ -134,7 +135,7 @@ type bgTasks struct {
 	tasks    []*bgTask  // oldest first
 	nextID   int
 	starting int  // tasks being started: they count toward BG_MAX_TASKS
-	closed   bool // the session ended: nothing starts or is announced
+	closed   bool // the session ended: nothing starts
 }
 
 func newBgTasks(procs *procTracker) *bgTasks {
@@ -149,7 +150,6 @@ type bgTask struct {
 	marker  string
 	start   time.Time
 	limit   int           // the most unread bytes kept
-	out     *os.File      // the output pipe's read end
 	log     *keptFile     // the complete output; written by the reading goroutine only
 	ended   chan struct{} // closed when bash has exited and the status is final
 
@@ -157,12 +157,13 @@ type bgTask struct {
 	unread  []byte        // at most limit bytes, in buf while the task runs
 	buf     []byte        // the array unread lives in: twice the limit, so memory stays bounded
 	dropped int64         // unread bytes lost since the previous read
-	changed chan struct{} // closed and replaced at new output and at the end
+	changed chan struct{} // closed and replaced at new output
 	done    bool
-	end     time.Time
-	code    int // the exit status; -1 while running or after a signal
+	runtime time.Duration // from the start to the end
+	code    int           // the exit status; -1 while running or after a signal
 	signal  string
-	quiet   bool // no notice announces the end: KillBgTask's reply says it
+	quiet   bool   // no notice announces the end: KillBgTask's reply says it
+	notice  string // what announces the end, once it came; "" before
 }
 
 // bgInfo is a task in structured content.
@@ -181,6 +182,8 @@ type bgInfo struct {
 	Output       *string `json:"output,omitempty"`
 }
 
+// runBackgroundBash starts a task. The start itself runs without the lock: it is counted in
+// starting (toward BG_MAX_TASKS) and in starts (which closeAll waits for).
 func runBackgroundBash(ctx context.Context, c *toolCall) toolResult {
 	var a bashArgs
 	json.Unmarshal(c.args, &a) // checked against the input schema: it fits
@@ -188,11 +191,11 @@ func runBackgroundBash(ctx context.Context, c *toolCall) toolResult {
 		return errorResult("command is empty")
 	}
 	b := c.s.bg
-	set := c.s.srv.set
+	most := c.s.srv.set.BgMaxTasks
 	b.mu.Lock()
 	running := b.pruneLocked() + b.starting
 	closed := b.closed
-	if !closed && running < set.BgMaxTasks {
+	if !closed && running < most {
 		b.starting++
 		b.starts.Add(1)
 		b.nextID++
@@ -202,20 +205,21 @@ func runBackgroundBash(ctx context.Context, c *toolCall) toolResult {
 	switch {
 	case closed:
 		return errorResult("start: the session is ending")
-	case running >= set.BgMaxTasks:
+	case running >= most:
 		return errorResult("%d tasks are already running, the most allowed (BG_MAX_TASKS=%d); "+
-			"stop one with KillBgTask first", running, set.BgMaxTasks)
+			"stop one with KillBgTask first", running, most)
 	}
+	defer b.starts.Done()
 	t := &bgTask{id: id, command: a.Command, marker: b.procs.scope(b.scope), start: time.Now(),
-		limit: set.BgBuffer, ended: make(chan struct{}), code: -1, changed: make(chan struct{})}
+		limit: c.s.srv.set.BgBuffer, ended: make(chan struct{}), code: -1,
+		changed: make(chan struct{})}
 	cmd := bashCommand(a.Command)
 	out, err := c.s.startShell(cmd, t.marker)
 	if err == nil {
 		t.leader = cmd.Process
-		t.out = out
-		t.log = b.procs.keepFile(fmt.Sprintf("task-%d", t.id))
+		t.log = b.procs.keepFile(fmt.Sprintf("task-%d", id))
 		b.wg.Add(1)
-		go t.run(c.s, cmd) // exits once bash has exited and its output is read
+		go t.run(c.s, cmd, out) // exits once bash has exited and its output is read
 	}
 	b.mu.Lock()
 	b.starting--
@@ -223,15 +227,14 @@ func runBackgroundBash(ctx context.Context, c *toolCall) toolResult {
 		b.tasks = append(b.tasks, t)
 	}
 	b.mu.Unlock()
-	b.starts.Done()
 	if err != nil {
 		return errorResult("%v", err)
 	}
 	info, _ := t.state(c.s)
-	info.Hint = fmt.Sprintf(`Read its output with ReadBgOutput {"task_id": %d, "wait_ms": 5000}; `+
-		`stop it with KillBgTask {"task_id": %d}.`, t.id, t.id)
+	info.Hint = fmt.Sprintf(`Read its output with ReadBgOutput {"task_id": %[1]d, `+
+		`"wait_ms": 5000}; stop it with KillBgTask {"task_id": %[1]d}.`, id)
 	text := fmt.Sprintf("Started background task %d (pid %d) in %s; its complete output "+
-		"goes to %s.\n%s", t.id, t.leader.Pid, cmd.Dir, t.log.path, info.Hint)
+		"goes to %s.\n%s", id, info.Pid, cmd.Dir, info.LogFile, info.Hint)
 	return structuredResult(text, info)
 }
 
@@ -253,41 +256,45 @@ func (b *bgTasks) pruneLocked() int {
 	return running
 }
 
+// list is the session's tasks, newest first.
+func (b *bgTasks) list() []*bgTask {
+	b.mu.Lock()
+	tasks := slices.Clone(b.tasks)
+	b.mu.Unlock()
+	slices.Reverse(tasks)
+	return tasks
+}
+
 // closeAll ends the session's tasks and everything its commands left, once the starts under
-// way are done; nothing is announced or started after.
+// way are done; nothing starts after.
 func (b *bgTasks) closeAll() {
 	b.mu.Lock()
 	b.closed = true
 	b.mu.Unlock()
 	b.starts.Wait()
-	b.mu.Lock()
-	tasks := b.tasks
-	b.mu.Unlock()
 	var leaders []*os.Process
-	for _, t := range tasks {
+	for _, t := range b.list() {
 		leaders = append(leaders, t.leader)
 	}
 	stopRun(b.scope, leaders...)
-	for _, t := range tasks {
-		t.out.SetReadDeadline(time.Now()) // a process that dropped its marker may hold the pipe
-	}
-	b.wg.Wait()
+	b.wg.Wait() // the leaders are dead: each run ends within leftWait
 }
 
-// run reads the task's output until bash has exited, records how it ended and announces it.
-func (t *bgTask) run(s *session, cmd *exec.Cmd) {
+// run reads the task's output, out, until bash has exited, records how it ended and
+// announces it.
+func (t *bgTask) run(s *session, cmd *exec.Cmd, out *os.File) {
 	defer s.bg.wg.Done()
 	readDone := make(chan struct{})
-	go func() { // exits at EOF, or when closeAll sets a read deadline
+	// The reader exits at EOF: once every process holding the pipe has ended. A kill ends them
+	// all but one that both left its group and cleared its environment (out of scope); at the
+	// session's end that one only delays its reader, never closeAll.
+	go func() {
 		defer close(readDone)
-		io.Copy(t, t.out)
-		t.out.Close()
+		io.Copy(t, out)
+		out.Close()
 		t.log.f.Close()
 	}()
 	cmd.Wait()
-	s.bg.mu.Lock()
-	ending := s.bg.closed
-	s.bg.mu.Unlock()
 	select { // bash's output is in the pipe; a process it left behind may hold the pipe open
 	case <-readDone:
 	case <-time.After(leftWait):
@@ -295,56 +302,55 @@ func (t *bgTask) run(s *session, cmd *exec.Cmd) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.done = true
-	t.end = time.Now()
+	t.runtime = time.Since(t.start)
 	t.code, t.signal = exitStatus(cmd)
 	t.unread = bytes.Clone(t.unread) // a finished task holds its unread bytes only
 	t.buf = nil
-	close(t.ended)
-	close(t.changed)
-	t.changed = make(chan struct{}) // output may still come from a process bash left behind
-	if !t.quiet && !ending {
-		s.notices.push(t.noticeLocked()) // under t.mu: a reply's state() then sees it
+	close(t.ended) // output may still come from a process bash left behind
+	_, status := t.infoLocked()
+	t.notice = fmt.Sprintf("background task %d %s", t.id, status)
+	if !t.quiet {
+		s.notices.push(t.notice) // under t.mu: a reply's state() then sees it
 	}
 }
 
-// noticeLocked is the notice that announces the task's end. t.mu must be held.
-func (t *bgTask) noticeLocked() string {
-	_, status := t.infoLocked()
-	return fmt.Sprintf("background task %d %s", t.id, status)
-}
-
-// Write adds output, dropping the oldest unread bytes beyond the limit, and logs it: what the
-// log holds can be read. The unread bytes stay in one array: when its end is reached they
-// move back to its start, a copy of at most limit bytes once per limit bytes written.
+// Write adds output, dropping the oldest unread bytes beyond the limit, then logs it, after
+// the lock: what the log shows can be read. The unread bytes stay in one array: when its end
+// is reached they move back to its start, a copy of at most limit bytes once per limit bytes
+// written.
 func (t *bgTask) Write(p []byte) (int, error) {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	logged := p
+	kept := p
 	if over := len(t.unread) + len(p) - t.limit; over > 0 {
 		dropUnread := min(over, len(t.unread))
 		t.unread = t.unread[dropUnread:]
-		p = p[over-dropUnread:]
+		kept = p[over-dropUnread:]
 		t.dropped += int64(over)
 	}
-	if len(t.unread)+len(p) > cap(t.unread) {
+	if len(t.unread)+len(kept) > cap(t.unread) {
 		if t.buf == nil {
 			t.buf = make([]byte, 0, 2*t.limit)
 		}
 		t.unread = append(t.buf[:0], t.unread...)
 	}
-	t.unread = append(t.unread, p...)
+	t.unread = append(t.unread, kept...)
 	close(t.changed)
 	t.changed = make(chan struct{})
-	t.log.keep(logged)
-	return len(logged), nil
+	t.mu.Unlock()
+	t.log.keep(p)
+	return len(p), nil
 }
 
-// take removes and returns up to limit bytes of unread output, never
-// cutting a character in two, and the bytes dropped before them.
-func (t *bgTask) take(limit int) (string, int64) {
+// take removes unread output and returns it, and the bytes dropped before it. With lines 0 it
+// takes up to limit bytes; else all, of which it returns the last lines, at most limit bytes.
+// It never cuts a character in two: one the pipe delivered in part stays for the next read.
+func (t *bgTask) take(lines, limit int) (string, int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	n := min(limit, len(t.unread))
+	n := len(t.unread)
+	if lines == 0 {
+		n = min(limit, n)
+	}
 	for i := n - 1; i >= max(0, n-3) && (n < len(t.unread) || !t.done); i-- {
 		if utf8.RuneStart(t.unread[i]) {
 			if !utf8.FullRune(t.unread[i:n]) {
@@ -357,16 +363,9 @@ func (t *bgTask) take(limit int) (string, int64) {
 	dropped := t.dropped
 	t.unread = t.unread[n:]
 	t.dropped = 0
-	return out, dropped
-}
-
-// takeTail removes all unread output and returns its last lines, at most
-// limit bytes (with lines 0, take's), and the bytes dropped before them.
-func (t *bgTask) takeTail(lines, limit int) (string, int64) {
 	if lines == 0 {
-		return t.take(limit)
+		return out, dropped
 	}
-	out, dropped := t.take(math.MaxInt)
 	body := strings.TrimSuffix(out, "\n")
 	i := len(body)
 	for n := 0; n < lines && i >= 0; n++ {
@@ -385,7 +384,7 @@ func (t *bgTask) state(s *session) (bgInfo, string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.done {
-		s.notices.remove(t.noticeLocked())
+		s.notices.remove(t.notice)
 	}
 	return t.infoLocked()
 }
@@ -395,7 +394,7 @@ func (t *bgTask) state(s *session) (bgInfo, string) {
 func (t *bgTask) infoLocked() (bgInfo, string) {
 	d := time.Since(t.start)
 	if t.done {
-		d = t.end.Sub(t.start)
+		d = t.runtime
 	}
 	i := bgInfo{TaskID: t.id, Pid: t.leader.Pid, Command: t.command, Status: "running",
 		ExitCode: t.code, Signal: t.signal, RuntimeMS: d.Milliseconds(),
@@ -404,38 +403,38 @@ func (t *bgTask) infoLocked() (bgInfo, string) {
 	if d >= time.Second {
 		d = d.Round(time.Second)
 	}
+	status := "running for "
 	switch {
-	case !t.done:
-		return i, "running for " + d.String()
 	case t.signal != "":
 		i.Status = "killed"
-		return i, fmt.Sprintf("killed by signal %s after %s", t.signal, d)
+		status = "killed by signal " + t.signal + " after "
+	case t.done:
+		i.Status = "exited"
+		status = fmt.Sprintf("exited with status %d after ", t.code)
 	}
-	i.Status = "exited"
-	return i, fmt.Sprintf("exited with status %d after %s", t.code, d)
+	return i, status + d.String()
 }
 
 // report is the reply of ReadBgOutput and KillBgTask: note, the output taken
-// (see takeTail), the task's status.
+// (see take), the task's status.
 func (t *bgTask) report(s *session, note string, lines, limit int) toolResult {
-	out, dropped := t.takeTail(lines, limit)
+	out, dropped := t.take(lines, limit)
 	out = terminalText(out)
 	info, status := t.state(s)
 	info.Output = &out
 	info.DroppedBytes = dropped
-	var b strings.Builder
-	b.WriteString(note)
+	text := note
 	if dropped > 0 {
-		fmt.Fprintf(&b, "[%d bytes dropped: the task printed more than its %d-byte buffer "+
+		text += fmt.Sprintf("[%d bytes dropped: the task printed more than its %d-byte buffer "+
 			"holds since the previous read; "+
-			"its complete output is in %s]\n", dropped, t.limit, t.log.path)
+			"its complete output is in %s]\n", dropped, t.limit, info.LogFile)
 	}
-	b.WriteString(strings.TrimSuffix(cmp.Or(out, "(no new output)"), "\n") + "\n")
+	text += strings.TrimSuffix(cmp.Or(out, "(no new output)"), "\n") + "\n"
 	if info.UnreadBytes > 0 {
-		fmt.Fprintf(&b, "[%d more bytes waiting: call ReadBgOutput again]\n", info.UnreadBytes)
+		text += fmt.Sprintf("[%d more bytes waiting: call ReadBgOutput again]\n", info.UnreadBytes)
 	}
-	fmt.Fprintf(&b, "[task %d %s]", t.id, status)
-	return structuredResult(b.String(), info)
+	text += fmt.Sprintf("[task %d %s]", t.id, status)
+	return structuredResult(text, info)
 }
 
 type bgArgs struct {
@@ -448,9 +447,7 @@ type bgArgs struct {
 func bgFind(c *toolCall) (*bgTask, bgArgs, toolResult) {
 	var a bgArgs
 	json.Unmarshal(c.args, &a) // checked against the input schema: it fits
-	c.s.bg.mu.Lock()
-	defer c.s.bg.mu.Unlock()
-	for _, t := range c.s.bg.tasks {
+	for _, t := range c.s.bg.list() {
 		if t.id == a.TaskID {
 			return t, a, toolResult{}
 		}
@@ -464,18 +461,15 @@ func runReadBgOutput(ctx context.Context, c *toolCall) toolResult {
 	if t == nil {
 		return fail
 	}
-	ctx, cancel := context.WithTimeout(ctx, time.Duration(a.WaitMS)*time.Millisecond)
-	defer cancel()
-	for ctx.Err() == nil { // wait while no output is waiting and the task runs
-		t.mu.Lock()
-		idle := len(t.unread) == 0 && !t.done
-		changed := t.changed
-		t.mu.Unlock()
-		if !idle {
-			break
-		}
-		select { // wakes at each change: new output (a concurrent read may take it) or the end
+	t.mu.Lock()
+	idle := len(t.unread) == 0 && !t.done
+	changed := t.changed
+	t.mu.Unlock()
+	if idle { // wait for new output (which a concurrent read may take first) or the end
+		select {
 		case <-changed:
+		case <-t.ended:
+		case <-time.After(time.Duration(a.WaitMS) * time.Millisecond):
 		case <-ctx.Done():
 		}
 	}
@@ -497,11 +491,7 @@ func runKillBgTask(ctx context.Context, c *toolCall) toolResult {
 	t.quiet = true
 	t.mu.Unlock()
 	stopRun(t.marker, t.leader)
-	select {
-	case <-t.ended:
-	case <-ctx.Done():
-		return errorResult("cancelled: %v", ctx.Err())
-	}
+	<-t.ended // stopRun killed bash last: the status is final within leftWait
 	return t.report(c.s, note, killTailLines, 2000)
 }
 
@@ -509,28 +499,21 @@ func runListBgTasks(ctx context.Context, c *toolCall) toolResult {
 	var a struct {
 		RunningOnly bool `json:"running_only"`
 	}
-	json.Unmarshal(c.args, &a) // schema-checked
-	c.s.bg.mu.Lock()
-	tasks := slices.Clone(c.s.bg.tasks)
-	c.s.bg.mu.Unlock()
+	json.Unmarshal(c.args, &a) // checked against the input schema: it fits
 	infos := []bgInfo{}
-	var b strings.Builder
-	for i := len(tasks) - 1; i >= 0; i-- {
-		info, status := tasks[i].state(c.s)
+	text := ""
+	for _, t := range c.s.bg.list() {
+		info, status := t.state(c.s)
 		if a.RunningOnly && info.Status != "running" {
 			continue
 		}
-		short := []rune(strings.Join(strings.Fields(info.Command), " "))
-		if len(short) > 80 {
-			short = append(short[:79], '…')
-		}
-		info.Command = string(short)
+		info.Command = cutRunes(strings.Join(strings.Fields(info.Command), " "), 80)
 		infos = append(infos, info)
-		fmt.Fprintf(&b, "task %d: %s, %d bytes unread, pid %d, log %s: %s\n",
+		text += fmt.Sprintf("task %d: %s, %d bytes unread, pid %d, log %s: %s\n",
 			info.TaskID, status, info.UnreadBytes, info.Pid, info.LogFile, info.Command)
 	}
 	if len(infos) == 0 {
-		b.WriteString("No background tasks. Start one with BackgroundBash.")
+		text = "No background tasks. Start one with BackgroundBash."
 	}
-	return structuredResult(strings.TrimSuffix(b.String(), "\n"), map[string]any{"tasks": infos})
+	return structuredResult(strings.TrimSuffix(text, "\n"), map[string]any{"tasks": infos})
 }

@@ -42,7 +42,6 @@ var readImageTool = toolDef{
 	name:  "ReadImage",
 	title: "Show an image file",
 	describe: func(srv *server) string {
-		edge, maxBytes := imageLimits(srv.set)
 		return fmt.Sprintf(`Shows you an image file: PNG, JPEG, GIF or WebP (told by its bytes).
 
 - Relative paths resolve against Bash's working directory.
@@ -51,7 +50,8 @@ var readImageTool = toolDef{
 - Refused, with the reason: a file cut short or that does not decode; an image over
   %.1f megapixels, or a WebP over the limits (shrink or convert it in Bash first).
 
-Example: {"file_path": "screenshots/home.png"}`, edge, humanBytes(maxBytes), imageMaxPixels/1e6)
+Example: {"file_path": "screenshots/home.png"}`,
+			srv.set.ImageMaxEdge, humanBytes(srv.set.ImageMaxBytes), imageMaxPixels/1e6)
 	},
 	input: `{"type":"object","required":["file_path"],"properties":{"file_path":{
 		"type":"string","minLength":1,
@@ -60,9 +60,10 @@ Example: {"file_path": "screenshots/home.png"}`, edge, humanBytes(maxBytes), ima
 	run:   runReadImage,
 }
 
+// What ReadImage reads and decodes. What it sends is bounded by IMAGE_MAX_BYTES, which the
+// settings cap at 6 MB: in base64 (8 MB) that stays under the 10 MiB message cap.
 const (
-	imageMaxPayload = 6_000_000  // bytes; base64 (8 MB) stays under the 10 MiB message cap
-	imageMaxFile    = 40_000_000 // bytes read
+	imageMaxFile = 40_000_000 // bytes read
 	// imageMaxPixels caps width × height, read from the header, before decoding
 	// (4096×2048 and 4K UHD fit). Go's costliest image, a progressive CMYK JPEG,
 	// holds 24 bytes a pixel while decoding: about 200 MB, so that with the file
@@ -73,11 +74,6 @@ const (
 	// CPU for as long as its size allows. A progressive JPEG has about 10.
 	jpegMaxScans = 100
 )
-
-// imageLimits is the long-edge and byte limits from IMAGE_MAX_EDGE and IMAGE_MAX_BYTES.
-func imageLimits(set *settings) (edge, maxBytes int) {
-	return set.ImageMaxEdge, min(set.ImageMaxBytes, imageMaxPayload)
-}
 
 func runReadImage(ctx context.Context, c *toolCall) toolResult {
 	var a struct {
@@ -94,25 +90,24 @@ func runReadImage(ctx context.Context, c *toolCall) toolResult {
 	if err != nil {
 		return errorResult("%s: %s; %v", path, mime, err)
 	}
-	edge, maxBytes := imageLimits(c.s.srv.set)
+	edge := c.s.srv.set.ImageMaxEdge
+	maxBytes := c.s.srv.set.ImageMaxBytes
 	info := fmt.Sprintf("%s: %s, %d×%d px, %s", path, mime, w, h, humanBytes(len(data)))
-	limits := fmt.Sprintf("(%d px long edge, %s)", edge, humanBytes(maxBytes))
-	switch {
-	case len(data) <= maxBytes && max(w, h) <= edge:
-		return imageResult(data, mime, info+", sent as is.")
-	case img == nil:
-		return errorResult("%s; that is over the limits %s, and telson cannot scale WebP: "+
-			"shrink or convert it in Bash first", info, limits)
+	text := info + ", sent as is."
+	if len(data) > maxBytes || max(w, h) > edge {
+		limits := fmt.Sprintf("(%d px long edge, %s)", edge, humanBytes(maxBytes))
+		if img == nil {
+			return errorResult("%s; that is over the limits %s, and telson cannot scale WebP: "+
+				"shrink or convert it in Bash first", info, limits)
+		}
+		var out image.Rectangle
+		data, mime, out = shrinkImage(img, edge, maxBytes)
+		text = fmt.Sprintf("%s; scaled to %d×%d and re-encoded as %s (%s) to fit the limits %s.",
+			info, out.Dx(), out.Dy(), mime, humanBytes(len(data)), limits)
 	}
-	data, mime, out := shrinkImage(img, edge, maxBytes)
-	return imageResult(data, mime, fmt.Sprintf(
-		"%s; scaled to %d×%d and re-encoded as %s (%s) to fit the limits %s.",
-		info, out.Dx(), out.Dy(), mime, humanBytes(len(data)), limits))
-}
-
-func imageResult(data []byte, mime, text string) toolResult {
-	img := contentItem{Type: "image", Data: base64.StdEncoding.EncodeToString(data), MimeType: mime}
-	return toolResult{content: []contentItem{img, {Type: "text", Text: text}}}
+	encoded := base64.StdEncoding.EncodeToString(data)
+	item := contentItem{Type: "image", Data: encoded, MimeType: mime}
+	return toolResult{content: []contentItem{item, {Type: "text", Text: text}}}
 }
 
 // decodeImage reads an image's size from its header and, when it has at most
@@ -132,14 +127,14 @@ func decodeImage(mime string, data []byte) (w, h int, img image.Image, err error
 	cfg, _, err := image.DecodeConfig(bytes.NewReader(data))
 	scans := bytes.Count(data, []byte{0xff, 0xda}) // markers only: in JPEG data 0xff is escaped
 	switch {
-	case err == nil && cfg.Width*cfg.Height > imageMaxPixels:
+	case err != nil:
+	case cfg.Width*cfg.Height > imageMaxPixels:
 		return 0, 0, nil, fmt.Errorf("%d×%d px is over the %.1f megapixels telson decodes: "+
 			"shrink it in Bash first", cfg.Width, cfg.Height, imageMaxPixels/1e6)
 	case mime == "image/jpeg" && scans > jpegMaxScans:
 		return 0, 0, nil, fmt.Errorf("it has %d scans, over the %d telson decodes: "+
 			"re-encode it in Bash first", scans, jpegMaxScans)
-	}
-	if err == nil {
+	default:
 		img, _, err = image.Decode(bytes.NewReader(data))
 	}
 	if err == nil && img.Bounds().Empty() { // a GIF's first frame, or a JPEG 0 px wide
@@ -193,16 +188,15 @@ func webpSize(data []byte) (w, h int, err error) {
 }
 
 // shrinkImage fits img within edge px and maxBytes as JPEG (quality 85), or PNG
-// when it has transparency, shrinking by 0.7 again while too many bytes. The
-// loop ends: a 1×1 image fits the 1 KB floor that imageLimits sets.
+// when the scaled image has transparency, shrinking by 0.7 again while too many bytes. The
+// loop ends: a 1×1 image fits the 1 KB floor the settings put under IMAGE_MAX_BYTES.
 func shrinkImage(img image.Image, edge, maxBytes int) ([]byte, string, image.Rectangle) {
-	opaque := img.(interface{ Opaque() bool }).Opaque() // as every standard decoder's image says
 	b := img.Bounds()
 	for scale := min(1, float64(edge)/float64(max(b.Dx(), b.Dy()))); ; scale *= 0.7 {
 		small := boxScale(img, scale)
 		var buf bytes.Buffer // encoding an RGBA image into it cannot fail
 		mime := "image/png"
-		if opaque {
+		if small.Opaque() {
 			mime = "image/jpeg"
 			jpeg.Encode(&buf, small, &jpeg.Options{Quality: 85})
 		} else {
@@ -220,16 +214,19 @@ func shrinkImage(img image.Image, edge, maxBytes int) ([]byte, string, image.Rec
 func boxScale(img image.Image, scale float64) *image.RGBA {
 	src := img.(image.RGBA64Image) // as every image the standard decoders return is
 	b := img.Bounds()
-	dw := max(1, int(float64(b.Dx())*scale+0.5))
-	dh := max(1, int(float64(b.Dy())*scale+0.5))
+	w := b.Dx()
+	h := b.Dy()
+	dw := max(1, int(float64(w)*scale+0.5))
+	dh := max(1, int(float64(h)*scale+0.5))
 	out := image.NewRGBA(image.Rect(0, 0, dw, dh))
+	pix := out.Pix[:0] // filled in order
 	for oy := range dh {
 		for ox := range dw {
 			var sum [4]uint64 // R, G, B, A
 			n := uint64(0)    // the block's pixels, times 257: 16-bit sums to 8-bit averages
-			for y := b.Min.Y + oy*b.Dy()/dh; y < b.Min.Y+(oy+1)*b.Dy()/dh; y++ {
-				for x := b.Min.X + ox*b.Dx()/dw; x < b.Min.X+(ox+1)*b.Dx()/dw; x++ {
-					c := src.RGBA64At(x, y)
+			for y := oy * h / dh; y < (oy+1)*h/dh; y++ {
+				for x := ox * w / dw; x < (ox+1)*w/dw; x++ {
+					c := src.RGBA64At(b.Min.X+x, b.Min.Y+y)
 					sum[0] += uint64(c.R)
 					sum[1] += uint64(c.G)
 					sum[2] += uint64(c.B)
@@ -237,8 +234,8 @@ func boxScale(img image.Image, scale float64) *image.RGBA {
 					n += 257
 				}
 			}
-			for i, v := range sum {
-				out.Pix[oy*out.Stride+ox*4+i] = uint8((v + n/2) / n)
+			for _, v := range sum {
+				pix = append(pix, uint8((v+n/2)/n))
 			}
 		}
 	}
@@ -342,8 +339,8 @@ func runAskUserQuestion(ctx context.Context, c *toolCall) toolResult {
 	if err != nil {
 		return errorResult("%v; for example: %s", err, askShape)
 	}
-	params := elicitParams(qs, c.req.version)
-	if !canElicit(c.req) || params == nil {
+	params := elicitParams(qs, c.req)
+	if params == nil {
 		return askInChat(qs, "This client cannot show these questions to the user as a form.")
 	}
 	timeout := c.s.srv.set.AskTimeout
@@ -403,13 +400,12 @@ func parseQuestions(raw []byte) ([]askQuestion, error) {
 	if bytes.HasPrefix(raw, []byte("[")) {
 		target = &in.Questions
 	}
-	err := json.Unmarshal(raw, target)
+	if err := json.Unmarshal(raw, target); err != nil {
+		return nil, fmt.Errorf("questions: %w", err)
+	}
 	qs := in.Questions
 	if qs == nil {
 		qs = []askQuestion{in.askQuestion}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("questions: %w", err)
 	}
 	if len(qs) < 1 || len(qs) > 4 {
 		return nil, fmt.Errorf("%d questions; ask 1 to 4 at a time", len(qs))
@@ -435,21 +431,24 @@ func parseQuestions(raw []byte) ([]askQuestion, error) {
 	return qs, nil
 }
 
-// elicitParams is the elicitation/create form: a field per question, q1 to q4,
-// and a free-text remark. encoding/json sorts the keys, so the form shows the
-// questions in order and the remark last. A single choice is an enum with
-// enumNames before 2025-11-25, then oneOf; a multiple choice is an array, and
-// has no form (nil) before 2025-11-25.
-func elicitParams(qs []askQuestion, v string) map[string]any {
-	newer := v >= latestLegacy
+// askRemark is the form's free-text field, after the questions.
+const askRemark = `{"type":"string","title":"Anything to add? (optional)",
+	"description":"Free text for the agent, such as an answer that is not among the options."}`
+
+// elicitParams is the elicitation/create form, or nil when the client cannot show it: a
+// field per question, q1 to q4, and a free-text remark. encoding/json sorts the keys, so the
+// form shows the questions in order and the remark last. A single choice is an enum with
+// enumNames before 2025-11-25, then oneOf; a multiple choice is an array, and has no form
+// before 2025-11-25.
+func elicitParams(qs []askQuestion, r *rpcRequest) map[string]any {
+	if !canElicit(r) {
+		return nil
+	}
+	newer := r.version >= latestLegacy
 	msg := "The agent asks:"
 	var required []string
-	props := map[string]any{"remark": map[string]any{"type": "string",
-		"title":       "Anything to add? (optional)",
-		"description": "Free text for the agent, such as an answer that is not among the options."}}
+	props := map[string]any{"remark": json.RawMessage(askRemark)}
 	for i, q := range qs {
-		key := fmt.Sprintf("q%d", i+1)
-		msg += "\n" + q.Question
 		var labels, titles []string
 		var choices []map[string]string
 		for _, o := range q.Options {
@@ -471,8 +470,10 @@ func elicitParams(qs []askQuestion, v string) map[string]any {
 			field["enum"] = labels
 			field["enumNames"] = titles
 		}
+		key := fmt.Sprintf("q%d", i+1)
 		props[key] = field
 		required = append(required, key)
+		msg += "\n" + q.Question
 	}
 	schema := map[string]any{"type": "object", "required": required, "properties": props}
 	p := map[string]any{"message": msg, "requestedSchema": schema}
@@ -482,24 +483,26 @@ func elicitParams(qs []askQuestion, v string) map[string]any {
 	return p
 }
 
-// askAnswer turns an elicitation result into the tool's reply.
+// askAnswer turns an elicitation result into the tool's reply. Declined and dismissed are
+// answers of their own.
 func askAnswer(qs []askQuestion, raw json.RawMessage) toolResult {
 	var r struct {
 		Action  string
 		Content map[string]any
 	}
 	json.Unmarshal(raw, &r)
-	switch r.Action {
-	case "decline":
-		return askUnanswered("declined")
-	case "cancel":
-		return askUnanswered("dismissed")
-	case "accept":
-	default:
+	status := map[string]string{"decline": "declined", "cancel": "dismissed"}[r.Action]
+	switch {
+	case status != "":
+		text := fmt.Sprintf("User %s the questions without answering. Do not assume an "+
+			"answer: go on without one, or ask in chat if you must know.", status)
+		return structuredResult(text, map[string]any{"status": status, "message": text,
+			"answers": []any{}})
+	case r.Action != "accept":
 		return errorResult("the client's reply is no elicitation result: %s", raw)
 	}
 	var pairs []string
-	answers := []map[string]any{}
+	answers := []any{}
 	for i, q := range qs {
 		selected, shown := askSelected(q, r.Content[fmt.Sprintf("q%d", i+1)])
 		pairs = append(pairs, fmt.Sprintf("%q=%q", q.Question, shown))
@@ -536,14 +539,6 @@ func askSelected(q askQuestion, answer any) (any, string) {
 		return picked, "(none selected)"
 	}
 	return nil, "(no answer)"
-}
-
-// askUnanswered is the reply when the user declined or dismissed the questions.
-func askUnanswered(status string) toolResult {
-	text := fmt.Sprintf("User %s the questions without answering. "+
-		"Do not assume an answer: go on without one, or ask in chat if you must know.", status)
-	return structuredResult(text, map[string]any{"status": status, "message": text,
-		"answers": []any{}})
 }
 
 // askInChat hands questions that cannot reach the user back, for the agent to ask in chat.
