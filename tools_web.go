@@ -38,7 +38,6 @@ import (
 	"syscall"
 	"time"
 	"unicode"
-	"unicode/utf8"
 )
 
 // htmlNode is an element or a text node of a parsed page. The root has tag "#root".
@@ -1230,6 +1229,77 @@ func (ws *wsConn) readMessage() ([]byte, error) {
 
 // ---- DevTools protocol client ----------------------------------------------
 
+// cdpConn carries DevTools messages, one JSON text each: the pipe to the
+// browser telson started, or a websocket to one the user named (CHROME_URL).
+// One goroutine reads; any may write.
+type cdpConn interface {
+	readMessage() ([]byte, error)
+	writeMessage(p []byte) error
+	Close() error
+}
+
+func (ws *wsConn) writeMessage(p []byte) error { return ws.writeFrame(wsOpText, p) }
+
+func (ws *wsConn) Close() error { return ws.conn.Close() }
+
+// cdpPipe is the socket Chromium has as its fds 3 and 4 (--remote-debugging-pipe):
+// each message is JSON ended by a NUL byte. A socket, not two pipes: another
+// process of the user's can open a pipe through /proc/PID/fd, not a socket.
+type cdpPipe struct {
+	f      *os.File
+	br     *bufio.Reader
+	maxMsg int
+
+	wmu sync.Mutex // one message at a time
+}
+
+// readMessage returns the next message, holding at most maxMsg bytes of it.
+func (p *cdpPipe) readMessage() ([]byte, error) {
+	var msg []byte
+	for {
+		part, err := p.br.ReadSlice(0)
+		if len(msg)+len(part) > p.maxMsg+1 {
+			return nil, fmt.Errorf("cdp pipe: message longer than %d bytes", p.maxMsg)
+		}
+		msg = append(msg, part...)
+		if err == nil {
+			return msg[:len(msg)-1], nil
+		} else if err != bufio.ErrBufferFull {
+			return nil, fmt.Errorf("cdp pipe read: %w", err)
+		}
+	}
+}
+
+func (p *cdpPipe) writeMessage(m []byte) error {
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	// A browser that stops reading fails the write.
+	p.f.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	if _, err := p.f.Write(append(m, 0)); err != nil {
+		return fmt.Errorf("cdp pipe write: %w", err)
+	}
+	return nil
+}
+
+func (p *cdpPipe) Close() error { return p.f.Close() }
+
+// socketPair returns the two ends of a new socket, closed on exec; made under
+// ForkLock, as package net makes sockets, so no child started meanwhile gets them.
+func socketPair() (ours, theirs *os.File, err error) {
+	syscall.ForkLock.RLock()
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
+	if err == nil {
+		syscall.CloseOnExec(fds[0])
+		syscall.CloseOnExec(fds[1])
+	}
+	syscall.ForkLock.RUnlock()
+	if err != nil {
+		return nil, nil, fmt.Errorf("socketpair: %w", err)
+	}
+	syscall.SetNonblock(fds[0], true) // pollable: writes time out, Close ends a read
+	return os.NewFile(uintptr(fds[0]), "cdp"), os.NewFile(uintptr(fds[1]), "cdp-browser"), nil
+}
+
 type cdpMessage struct {
 	ID        int64                     `json:"id,omitempty"`
 	SessionID string                    `json:"sessionId,omitempty"`
@@ -1241,7 +1311,7 @@ type cdpMessage struct {
 
 // cdpClient sends DevTools commands; it routes replies by id and events by session.
 type cdpClient struct {
-	ws   *wsConn
+	conn cdpConn
 	done chan struct{} // closed when the reader stops; err then says why
 
 	mu      sync.Mutex // guards the fields below
@@ -1251,16 +1321,16 @@ type cdpClient struct {
 	err     error
 }
 
-func newCDPClient(ws *wsConn) *cdpClient {
-	c := &cdpClient{ws: ws, done: make(chan struct{}), pending: map[int64]chan cdpMessage{},
+func newCDPClient(conn cdpConn) *cdpClient {
+	c := &cdpClient{conn: conn, done: make(chan struct{}), pending: map[int64]chan cdpMessage{},
 		subs: map[string]func(string, json.RawMessage){}}
-	go c.readLoop() // exits when the websocket closes or fails
+	go c.readLoop() // exits when the connection closes or fails
 	return c
 }
 
 func (c *cdpClient) readLoop() {
-	data, err := c.ws.readMessage()
-	for ; err == nil; data, err = c.ws.readMessage() {
+	data, err := c.conn.readMessage()
+	for ; err == nil; data, err = c.conn.readMessage() {
 		var m cdpMessage
 		if json.Unmarshal(data, &m) != nil {
 			continue
@@ -1279,7 +1349,7 @@ func (c *cdpClient) readLoop() {
 	c.err = fmt.Errorf("cdp: connection lost: %w", err)
 	c.mu.Unlock()
 	close(c.done)
-	c.ws.conn.Close()
+	c.conn.Close()
 }
 
 // call sends a command (on a session when session is not "") and decodes its result.
@@ -1300,7 +1370,7 @@ func (c *cdpClient) call(ctx context.Context, session, method string, params, re
 		return err
 	}
 	data, _ := json.Marshal(m)
-	if err := c.ws.writeFrame(wsOpText, data); err != nil {
+	if err := c.conn.writeMessage(data); err != nil {
 		return fmt.Errorf("cdp %s: %w", method, err)
 	}
 	select {
@@ -1339,7 +1409,8 @@ func (c *cdpClient) subscribe(session string, fn func(method string, params json
 // errNoBrowser means ReadDocs has no browser to use and reads over plain HTTP.
 var errNoBrowser = errors.New("no browser")
 
-// browserHolder is the server's one Chromium, started on first use and again when it died.
+// browserHolder is the server's one browser, started (or attached to) on
+// first use and again when its connection ended.
 type browserHolder struct {
 	tabs chan struct{} // a slot per open tab: pages are heavy on two cores
 
@@ -1347,11 +1418,13 @@ type browserHolder struct {
 	b  *browser
 }
 
+// browser is a Chromium telson started (cmd is set), or one the user runs
+// and named in CHROME_URL, of which telson closes only the tabs it opened.
 type browser struct {
 	cmd   *exec.Cmd       // the leader of the browser's process group
 	dir   string          // the profile, also the browser's home and temporary directory
 	cdp   *cdpClient      // done when the browser died
-	spare chan browserTab // a tab opened ahead of the next read
+	spare chan browserTab // a tab opened ahead of the next read; nil in the user's browser
 }
 
 // chromeNames are the browsers looked for when CHROME_PATH is not set.
@@ -1376,36 +1449,45 @@ func findChrome(cfg *config) string {
 	return ""
 }
 
-// get returns the running browser, starting one when there is none or it died.
+// get returns the browser, starting or attaching to one when there is none or it died.
 func (h *browserHolder) get(ctx context.Context, srv *server) (*browser, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.b != nil && !h.b.dead() {
 		return h.b, nil
 	} else if h.b != nil {
-		srv.log.warnf("readdocs: Chromium (pid %d) stopped; starting a new one",
-			h.b.cmd.Process.Pid)
+		srv.log.warnf("readdocs: the browser is gone (%v); opening another", h.b.cdp.err)
 		h.b.stop()
 		h.b = nil
 	}
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	b, err := srv.openBrowser(ctx)
+	if err == nil {
+		h.b = b
+	}
+	return b, err
+}
+
+// openBrowser attaches to the browser CHROME_URL names, or starts Chromium.
+func (srv *server) openBrowser(ctx context.Context) (*browser, error) {
 	chrome := srv.cfg.str("CHROME_PATH")
 	path := findChrome(srv.cfg)
 	switch {
 	case !srv.cfg.bool("READDOCS_BROWSER"):
 		return nil, fmt.Errorf("%w: READDOCS_BROWSER is off", errNoBrowser)
+	case srv.cfg.str("CHROME_URL") != "":
+		return attachBrowser(ctx, srv.cfg)
 	case path == "" && chrome != "":
 		return nil, fmt.Errorf("CHROME_PATH %s is not an executable file", chrome)
 	case path == "":
 		return nil, fmt.Errorf("%w: no Chromium found; set CHROME_PATH", errNoBrowser)
 	}
-	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
 	b, err := startBrowser(ctx, srv, path)
 	if err != nil {
 		srv.log.warnf("readdocs: %v", err)
 		return nil, fmt.Errorf("%w: %v", errNoBrowser, err)
 	}
-	h.b = b
 	return b, nil
 }
 
@@ -1419,75 +1501,136 @@ func (h *browserHolder) close() {
 	}
 }
 
-// devtoolsListening starts the line where Chromium prints its DevTools endpoint.
-const devtoolsListening = "DevTools listening on "
+// maxTempDir is the longest TMPDIR the profile is made in. The profile is
+// Chromium's TMPDIR too, where it makes a socket
+// (<profile>/.org.chromium.Chromium.XXXXXX/SingletonSocket, 73 bytes past
+// TMPDIR), and a socket's path has at most 103 bytes (macOS; 107 on Linux):
+// with a longer TMPDIR (macOS's /var/folders/…/T/ has 49 bytes) Chromium
+// does not start. /tmp is then used: it is sticky, and MkdirTemp makes the
+// profile 0700 under a name nobody can take first.
+const maxTempDir = 24
 
-// startBrowser runs Chromium with a fresh profile and connects to the endpoint it prints.
-// Chromium writes nothing outside its profile (its home, config, cache and
-// temporary directory), which is removed when it stops, and downloads nothing.
+// startBrowser runs Chromium with a fresh profile, driven over a socket it
+// inherits (--remote-debugging-pipe): it opens no port, so no other process
+// can reach it. Chromium writes nothing outside its profile (its home,
+// config, cache and temporary directory), which is removed when it stops,
+// and downloads nothing.
 func startBrowser(ctx context.Context, srv *server, path string) (*browser, error) {
-	dir, err := os.MkdirTemp("", "telson-chromium-")
+	base := os.TempDir()
+	if len(base) > maxTempDir {
+		base = "/tmp"
+	}
+	dir, err := os.MkdirTemp(base, "telson-chromium-")
 	if err != nil {
 		return nil, fmt.Errorf("browser start: %w", err)
 	}
 	srv.procs.removeAtExit(dir) // even when telson is killed
+	ours, theirs, err := socketPair()
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("browser start: %w", err)
+	}
 	args := []string{"--headless", "--disable-dev-shm-usage", "--no-first-run",
 		"--disable-background-networking", "--disable-component-update", "--disable-extensions",
 		"--mute-audio",
 		"--disable-background-timer-throttling", "--disable-renderer-backgrounding",
 		"--disable-features=WebUIOmniboxPopup,WebUIOmniboxAimPopup,Translate,MediaRouter," +
 			"OptimizationHints,AutofillServerCommunication",
-		"--user-data-dir=" + dir, "--remote-debugging-port=0"}
+		"--user-data-dir=" + dir, "--remote-debugging-pipe"}
 	if os.Geteuid() == 0 {
 		args = append(args, "--no-sandbox") // Chromium refuses to run as root with its sandbox
 	}
 	cmd := exec.Command(path, append(args, "about:blank")...)
 	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_CONFIG_HOME="+dir, "XDG_CACHE_HOME="+dir,
 		"TMPDIR="+dir)
-	stderr, err := cmd.StderrPipe() // Wait, which closes it, runs only in stop
-	if err == nil {
-		err = srv.procs.start(cmd)
-	}
+	cmd.ExtraFiles = []*os.File{theirs, theirs} // fd 3 it reads commands from, fd 4 it answers on
+	stderr := &tailWriter{}
+	cmd.Stderr = stderr
+	err = srv.procs.start(cmd)
+	theirs.Close() // the browser's alone: when it dies, our reads end
 	if err != nil {
+		ours.Close()
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("browser start: %s: %w", path, err)
 	}
 	b := &browser{cmd: cmd, dir: dir, spare: make(chan browserTab, 1)}
-	// line gets the endpoint's line, or the last line when the browser printed none.
-	line := make(chan string, 1)
-	go func() { // exits when every browser process has closed stderr, or stop closed it
-		sc := bufio.NewScanner(stderr)
-		last := ""
-		for !strings.HasPrefix(last, devtoolsListening) && sc.Scan() {
-			last = cmp.Or(sc.Text(), last)
-		}
-		line <- last
-		io.Copy(io.Discard, stderr) // the browser's later output
-	}()
-	last := ""
-	select {
-	case last = <-line:
-	case <-ctx.Done():
-		last = ctx.Err().Error()
-	}
-	wsURL, ok := strings.CutPrefix(last, devtoolsListening)
-	if !ok {
-		b.stop()
-		return nil, fmt.Errorf("browser start: %s printed no DevTools endpoint: %s", path, last)
-	}
-	maxMsg := max(int64(srv.cfg.int("WS_MAX_MESSAGE_BYTES")), 1<<20)
-	ws, err := wsDial(ctx, wsURL, crand.Reader, maxMsg)
-	if err == nil {
-		b.cdp = newCDPClient(ws)
-		deny := map[string]any{"behavior": "deny"}
-		err = b.cdp.call(ctx, "", "Browser.setDownloadBehavior", deny, nil)
-	}
-	if err != nil {
-		b.stop()
-		return nil, fmt.Errorf("browser start: %w", err)
+	maxMsg := max(srv.cfg.int("WS_MAX_MESSAGE_BYTES"), 1<<20)
+	err = b.connect(ctx, &cdpPipe{f: ours, br: bufio.NewReaderSize(ours, 64<<10), maxMsg: maxMsg})
+	if err != nil { // stopped: stderr is complete
+		return nil, fmt.Errorf("browser start: %s: %w (it said: %s)", path, err, stderr.lastLine())
 	}
 	srv.log.infof("readdocs: started Chromium pid %d (%s)", cmd.Process.Pid, path)
 	return b, nil
+}
+
+// attachBrowser connects to the browser the user runs and named in
+// CHROME_URL: ws://… as it is, or http://host:port, whose /json/version
+// gives the ws:// URL.
+func attachBrowser(ctx context.Context, cfg *config) (*browser, error) {
+	chromeURL := cfg.str("CHROME_URL")
+	wsURL := chromeURL
+	var err error
+	if strings.HasPrefix(chromeURL, "http://") {
+		wsURL, err = devtoolsURL(ctx, chromeURL)
+	}
+	var ws *wsConn
+	if err == nil {
+		maxMsg := max(cfg.int("WS_MAX_MESSAGE_BYTES"), 1<<20)
+		ws, err = wsDial(ctx, wsURL, crand.Reader, int64(maxMsg))
+	}
+	b := &browser{}
+	if err == nil {
+		err = b.connect(ctx, ws)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("CHROME_URL %s: %w", chromeURL, err)
+	}
+	return b, nil
+}
+
+// devtoolsURL asks a browser's DevTools HTTP endpoint for its websocket URL.
+func devtoolsURL(ctx context.Context, base string) (string, error) {
+	u := strings.TrimSuffix(base, "/") + "/json/version"
+	req, err := http.NewRequestWithContext(ctx, "GET", u, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var v struct{ WebSocketDebuggerURL string }
+	json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&v)
+	if v.WebSocketDebuggerURL == "" {
+		return "", fmt.Errorf("%s: %s, no webSocketDebuggerUrl", u, resp.Status)
+	}
+	return v.WebSocketDebuggerURL, nil
+}
+
+// connect drives the browser over conn, refusing downloads for as long as
+// it is connected; on failure it stops the browser.
+func (b *browser) connect(ctx context.Context, conn cdpConn) error {
+	b.cdp = newCDPClient(conn)
+	deny := map[string]any{"behavior": "deny"}
+	err := b.cdp.call(ctx, "", "Browser.setDownloadBehavior", deny, nil)
+	if err != nil {
+		b.stop()
+	}
+	return err
+}
+
+// tailWriter keeps the last bytes written to it.
+type tailWriter struct{ b []byte }
+
+func (w *tailWriter) Write(p []byte) (int, error) {
+	w.b = lastBytes(append(w.b, p...), 4096)
+	return len(p), nil
+}
+
+func (w *tailWriter) lastLine() string {
+	s := strings.TrimSpace(string(w.b))
+	return s[strings.LastIndexByte(s, '\n')+1:]
 }
 
 // dead reports a browser whose connection has ended: it ends with the process.
@@ -1500,8 +1643,13 @@ func (b *browser) dead() bool {
 	}
 }
 
-// stop kills the browser's process group and removes its profile.
+// stop kills the browser's process group and removes its profile, or, for
+// the user's browser, ends the connection.
 func (b *browser) stop() {
+	if b.cmd == nil {
+		b.cdp.conn.Close()
+		return
+	}
 	syscall.Kill(-b.cmd.Process.Pid, syscall.SIGKILL) // nothing of it is worth a graceful close
 	b.cmd.Wait()
 	os.RemoveAll(b.dir)
@@ -1602,12 +1750,19 @@ func runReadDocs(ctx context.Context, c *toolCall) toolResult {
 	json.Unmarshal(c.args, &a) // schema-checked
 	o, err := c.s.srv.readPage(ctx, a)
 	if err != nil {
-		return errorResult("%v", err)
+		return errorResult("%s", stripControls(err.Error()))
 	}
 	o.URL = a.URL
 	o.Format = a.Format
 	content, cut := o.convert(a)
-	o.Title = cutTitle(o.Title)
+	// What the page says may hold control characters (terminal escapes):
+	// page text never needs them but tab and newline.
+	content = stripControls(content)
+	o.Title = stripControls(cutTitle(o.Title))
+	o.FinalURL = stripControls(o.FinalURL)
+	for i, n := range o.Notes {
+		o.Notes[i] = stripControls(n)
+	}
 	runes := []rune(content)
 	start := min(a.StartIndex, len(runes))
 	end := min(len(runes), start+a.MaxLength)
@@ -1873,7 +2028,9 @@ type browserTab struct{ targetID, sid string }
 // (the extraction reads no layout) and known ad hosts. Nobody hears its events yet.
 func (b *browser) newTab(ctx context.Context) (browserTab, error) {
 	var t struct{ TargetID, SessionID string }
-	err := b.cdp.call(ctx, "", "Target.createTarget", map[string]any{"url": "about:blank"}, &t)
+	// In the user's browser, the tab opens behind the one they look at.
+	create := map[string]any{"url": "about:blank", "background": b.cmd == nil}
+	err := b.cdp.call(ctx, "", "Target.createTarget", create, &t)
 	if err != nil {
 		return browserTab{}, err
 	}
@@ -1929,14 +2086,20 @@ func (b *browser) openSpare() {
 	}
 }
 
-// closeTab closes a tab without waiting for it.
+// closeTab closes a tab: without waiting in the browser telson started; in
+// the user's, before returning, as telson may disconnect next.
 func (b *browser) closeTab(t browserTab) {
 	b.cdp.subscribe(t.sid, nil)
-	go func() { // exits when Chrome answers or after two seconds
+	closeTarget := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		b.cdp.call(ctx, "", "Target.closeTarget", map[string]any{"targetId": t.targetID}, nil)
-	}()
+	}
+	if b.cmd == nil {
+		closeTarget()
+		return
+	}
+	go closeTarget() // exits when Chrome answers or after two seconds
 }
 
 // read loads pageURL in a new tab and reads it once its content is there
@@ -1956,7 +2119,9 @@ func (b *browser) read(ctx context.Context, pageURL string,
 	}
 	defer func() {
 		b.closeTab(tab)
-		go b.openSpare() // exits when the tab is open or failed
+		if b.spare != nil {
+			go b.openSpare() // exits when the tab is open or failed
+		}
 	}()
 	sid := tab.sid
 	_, site := siteOf(pageURL)
@@ -2041,16 +2206,72 @@ func (b *browser) read(ctx context.Context, pageURL string,
 	return pg, nil
 }
 
-// evaluate reads the page's DOM (its text when it is not HTML) into pg and
-// returns the page's content type.
+// markHidden sets the hidden attribute on the elements of the page whose
+// computed style hides them (none shown, transparent, clipped to nothing, a
+// box of a pixel that clips, placed left of or above the page), and wraps in
+// <span hidden> the text too small to read, hidden, or of its background's
+// colour. What a reader reveals with a click (tab panels, a closed
+// <details>) is left as it is. Style is all measured before anything changes.
+const markHidden = `if (b) try {
+	const reveals = '[role=tabpanel], [class*=tab-pane], [class*=tabpanel], .tabbed-block, ' +
+		'.sd-tab-content, details:not([open]) > :not(summary), script, style, template, noscript';
+	const probe = document.createElement('i');
+	probe.style.background = 'Canvas';
+	b.append(probe);
+	const canvas = getComputedStyle(probe).backgroundColor;
+	probe.remove();
+	const clear = c => /^rgba.*, 0\)$/.test(c), backs = new Map();
+	const back = e => { // the colour behind e's text; '' when an image may be
+		if (!e) return canvas;
+		if (!backs.has(e)) {
+			const s = getComputedStyle(e);
+			backs.set(e, s.backgroundImage != 'none' ? '' :
+				clear(s.backgroundColor) ? back(e.parentElement) : s.backgroundColor);
+		}
+		return backs.get(e);
+	};
+	const hides = e => {
+		const s = getComputedStyle(e);
+		if (s.display == 'none' || s.opacity == '0' || s.clip == 'rect(0px, 0px, 0px, 0px)') return true;
+		const placed = s.position == 'absolute' || s.position == 'fixed';
+		if (!placed && s.overflow == 'visible') return false;
+		const r = e.getBoundingClientRect();
+		return placed && (r.right + scrollX < 0 || r.bottom + scrollY < 0) ||
+			s.overflow != 'visible' && r.width <= 1 && r.height <= 1;
+	};
+	const hidden = [], texts = [];
+	const walk = document.createTreeWalker(b, NodeFilter.SHOW_ELEMENT | NodeFilter.SHOW_TEXT, n => {
+		if (n.nodeType == 3) return n.data.trim() ? NodeFilter.FILTER_ACCEPT : NodeFilter.FILTER_SKIP;
+		if (n.matches(reveals)) return NodeFilter.FILTER_REJECT;
+		if (!hides(n)) return NodeFilter.FILTER_SKIP;
+		hidden.push(n);
+		return NodeFilter.FILTER_REJECT;
+	});
+	while (walk.nextNode()) {
+		const p = walk.currentNode.parentElement, s = getComputedStyle(p);
+		if (s.visibility != 'visible' || parseFloat(s.fontSize) < 1 || clear(s.color) ||
+			s.color == back(p)) texts.push(walk.currentNode);
+	}
+	for (const e of hidden) e.setAttribute('hidden', '');
+	for (const t of texts) {
+		const span = document.createElement('span');
+		span.hidden = true;
+		t.replaceWith(span);
+		span.append(t);
+	}
+} catch (e) {}`
+
+// evaluate reads the page's DOM (its text when it is not HTML), hidden
+// parts marked, into pg and returns the page's content type.
 func (b *browser) evaluate(ctx context.Context, sid string, pg *readDocsOut) (string, error) {
 	expr := fmt.Sprintf(`(() => {
 		const h = document.documentElement, b = document.body, type = document.contentType;
 		const text = !type.includes('html');
+		if (!text) %s
 		const s = text ? (b ? b.innerText : '') : (h ? h.outerHTML : '');
 		const nav = performance.getEntriesByType('navigation')[0];
 		return {body: s.slice(0, %d), full: s.length, title: document.title, url: location.href,
-			type, text, status: nav ? nav.responseStatus : 0}; })()`, pageCap)
+			type, text, status: nav ? nav.responseStatus : 0}; })()`, markHidden, pageCap)
 	var ev struct {
 		Result struct {
 			Value struct {
@@ -2084,11 +2305,8 @@ func (b *browser) evaluate(ctx context.Context, sid string, pg *readDocsOut) (st
 // readableType matches a content type that reads as text.
 var readableType = regexp.MustCompile(`(?i)^text/|html|xml|json|javascript`)
 
-// windows1252 maps bytes 0x80-0x9f; the other bytes are Latin-1.
-var windows1252 = []rune("€\u0081‚ƒ„…†‡ˆ‰Š‹Œ\u008dŽ\u008f\u0090‘’“”•–—˜™š›œ\u009džŸ")
-
-// fetchPlain GETs the page: 10 redirects, pageCap bytes, UTF-8 or else Windows-1252
-// (which Latin-1 labels mean on the web).
+// fetchPlain GETs the page: 10 redirects, pageCap bytes, read as UTF-8
+// whatever its label (invalid bytes become U+FFFD).
 func fetchPlain(ctx context.Context, pageURL string) (*readDocsOut, error) {
 	req, _ := http.NewRequestWithContext(ctx, "GET", pageURL, nil) // pageURL was parsed
 	ua := "Mozilla/5.0 (compatible; telson; +https://github.com/telsonhq/telson)"
@@ -2114,20 +2332,7 @@ func fetchPlain(ctx context.Context, pageURL string) (*readDocsOut, error) {
 		return nil, fmt.Errorf("%s is a download or %s, not a page ReadDocs can read", pageURL, ct)
 	}
 	pg.isText = !strings.Contains(strings.ToLower(ct), "html")
-	pg.body = strings.TrimPrefix(string(raw), "\ufeff")
-	// Whatever its label, a page is UTF-8 when it reads as UTF-8 (a last
-	// character cut at pageCap aside).
-	if !utf8.Valid(raw[:min(len(raw), pageCap-utf8.UTFMax)]) {
-		rs := make([]rune, len(raw))
-		for i, c := range raw {
-			rs[i] = rune(c)
-			if c >= 0x80 && c < 0xa0 {
-				rs[i] = windows1252[c-0x80]
-			}
-		}
-		pg.body = string(rs)
-		pg.Notes = append(pg.Notes, "The page is not UTF-8; it was read as Windows-1252.")
-	}
+	pg.body = validUTF8(strings.TrimPrefix(string(raw), "\ufeff"))
 	return pg, nil
 }
 
