@@ -6589,6 +6589,10 @@ func TestBrowserUnreachable(t *testing.T) {
 	var ports []string
 	found := make(chan string, 1)
 	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/" { // the browser's own /favicon.ico
+			http.NotFound(w, r)
+			return
+		}
 		// The browser asks for this page: the read runs.
 		pid = browserPid(t, c)
 		var sockets int

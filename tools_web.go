@@ -1016,8 +1016,9 @@ type wsFrameHeader struct {
 	length uint64
 }
 
-// wsDial opens a websocket to a ws:// URL. It sends no Origin header and
-// offers no extensions: Chromium refuses the first and would compress with the second.
+// wsDial opens a websocket to a ws:// URL (the handshake: RFC 6455 section
+// 4.1). It sends no Origin header and offers no extensions: Chromium refuses
+// the first and would compress with the second.
 func wsDial(ctx context.Context, rawURL string, rnd io.Reader, maxMsg int64) (*wsConn, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil || u.Scheme != "ws" {
@@ -1028,50 +1029,33 @@ func wsDial(ctx context.Context, rawURL string, rnd io.Reader, maxMsg int64) (*w
 		return nil, fmt.Errorf("websocket dial: %w", err)
 	}
 	ws := &wsConn{conn: conn, br: bufio.NewReaderSize(conn, 64<<10), rand: rnd, maxMsg: maxMsg}
+	nonce := make([]byte, 16)
+	io.ReadFull(rnd, nonce) // the key must differ, not be secret
+	key := base64.StdEncoding.EncodeToString(nonce)
 	dl, _ := ctx.Deadline()
 	conn.SetDeadline(dl) // none when ctx has none
-	err = ws.handshake(u)
+	fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
+		"Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n\r\n", u.RequestURI(), u.Host, key)
+	resp, err := http.ReadResponse(ws.br, nil) // a failed write fails this read
 	conn.SetDeadline(time.Time{})
+	sum := sha1.Sum([]byte(key + wsGUID))
+	switch {
+	case err != nil:
+	case resp.StatusCode != http.StatusSwitchingProtocols:
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		err = fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(body)))
+	case !strings.EqualFold(resp.Header.Get("Upgrade"), "websocket"):
+		err = errors.New("no Upgrade: websocket header")
+	case resp.Header.Get("Sec-WebSocket-Accept") != base64.StdEncoding.EncodeToString(sum[:]):
+		err = errors.New("wrong Sec-WebSocket-Accept")
+	case resp.Header.Get("Sec-WebSocket-Extensions") != "":
+		err = fmt.Errorf("extensions not asked for: %s", resp.Header.Get("Sec-WebSocket-Extensions"))
+	}
 	if err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("websocket handshake: %w", err)
 	}
 	return ws, nil
-}
-
-// handshake sends the upgrade request and checks the answer (RFC 6455 section 4.1).
-func (ws *wsConn) handshake(u *url.URL) error {
-	nonce := make([]byte, 16)
-	if _, err := io.ReadFull(ws.rand, nonce); err != nil {
-		return err
-	}
-	key := base64.StdEncoding.EncodeToString(nonce)
-	_, err := fmt.Fprintf(ws.conn, "GET %s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\n"+
-		"Connection: Upgrade\r\nSec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n\r\n",
-		u.RequestURI(), u.Host, key)
-	if err != nil {
-		return err
-	}
-	resp, err := http.ReadResponse(ws.br, nil)
-	if err != nil {
-		return err
-	}
-	sum := sha1.Sum([]byte(key + wsGUID))
-	h := resp.Header
-	switch {
-	case resp.StatusCode != http.StatusSwitchingProtocols:
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(body)))
-	case !strings.EqualFold(h.Get("Upgrade"), "websocket"):
-		return errors.New("no Upgrade: websocket header")
-	case !strings.Contains(strings.ToLower(h.Get("Connection")), "upgrade"):
-		return errors.New("no Connection: upgrade header")
-	case h.Get("Sec-WebSocket-Accept") != base64.StdEncoding.EncodeToString(sum[:]):
-		return errors.New("wrong Sec-WebSocket-Accept")
-	case h.Get("Sec-WebSocket-Extensions") != "":
-		return fmt.Errorf("extensions not asked for: %s", h.Get("Sec-WebSocket-Extensions"))
-	}
-	return nil
 }
 
 // wsAppendHeader appends the frame header h to b (RFC 6455 section 5.2).
@@ -1130,9 +1114,7 @@ func (ws *wsConn) writeFrame(op byte, p []byte) error {
 		return errWSClosed
 	}
 	h := wsFrameHeader{fin: true, op: op, masked: true, length: uint64(len(p))}
-	if _, err := io.ReadFull(ws.rand, h.mask[:]); err != nil {
-		return fmt.Errorf("websocket write: %w", err)
-	}
+	io.ReadFull(ws.rand, h.mask[:]) // a mask need not be secret: no page script shares the connection
 	buf := wsAppendHeader(make([]byte, 0, 14+len(p)), h)
 	for i, c := range p {
 		buf = append(buf, c^h.mask[i&3])
@@ -1155,7 +1137,7 @@ func (ws *wsConn) fail(code uint16, format string, a ...any) error {
 // check refuses a frame that may not come now; have is the length of the message so far.
 func (ws *wsConn) check(h wsFrameHeader, inMsg bool, have int) error {
 	isData := h.op == wsOpText || h.op == wsOpBinary
-	isControl := h.op == wsOpClose || h.op == wsOpPing || h.op == wsOpPong
+	isControl := h.op >= wsOpClose && h.op <= wsOpPong
 	problem := ""
 	switch {
 	case h.rsv != 0:
@@ -1249,8 +1231,6 @@ type cdpPipe struct {
 	f      *os.File
 	br     *bufio.Reader
 	maxMsg int
-
-	wmu sync.Mutex // one message at a time
 }
 
 // readMessage returns the next message, holding at most maxMsg bytes of it.
@@ -1270,9 +1250,8 @@ func (p *cdpPipe) readMessage() ([]byte, error) {
 	}
 }
 
+// writeMessage sends m in one Write, which the file does whole before the next.
 func (p *cdpPipe) writeMessage(m []byte) error {
-	p.wmu.Lock()
-	defer p.wmu.Unlock()
 	// A browser that stops reading fails the write.
 	p.f.SetWriteDeadline(time.Now().Add(10 * time.Second))
 	if _, err := p.f.Write(append(m, 0)); err != nil {
@@ -1317,13 +1296,16 @@ type cdpClient struct {
 	mu      sync.Mutex // guards the fields below
 	nextID  int64
 	pending map[int64]chan cdpMessage
-	subs    map[string]func(method string, params json.RawMessage)
+	subs    map[string]cdpHandler
 	err     error
 }
 
+// cdpHandler hears a session's events.
+type cdpHandler func(method string, params json.RawMessage)
+
 func newCDPClient(conn cdpConn) *cdpClient {
 	c := &cdpClient{conn: conn, done: make(chan struct{}), pending: map[int64]chan cdpMessage{},
-		subs: map[string]func(string, json.RawMessage){}}
+		subs: map[string]cdpHandler{}}
 	go c.readLoop() // exits when the connection closes or fails
 	return c
 }
@@ -1396,7 +1378,7 @@ func (c *cdpClient) forget(id int64) {
 }
 
 // subscribe routes a session's events to fn (nil: drops them).
-func (c *cdpClient) subscribe(session string, fn func(method string, params json.RawMessage)) {
+func (c *cdpClient) subscribe(session string, fn cdpHandler) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.subs[session] = fn; fn == nil {
@@ -1458,37 +1440,26 @@ func (h *browserHolder) get(ctx context.Context, srv *server) (*browser, error) 
 	} else if h.b != nil {
 		srv.log.warnf("readdocs: the browser is gone (%v); opening another", h.b.cdp.err)
 		h.b.stop()
-		h.b = nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
-	b, err := srv.openBrowser(ctx)
-	if err == nil {
-		h.b = b
-	}
-	return b, err
-}
-
-// openBrowser attaches to the browser CHROME_URL names, or starts Chromium.
-func (srv *server) openBrowser(ctx context.Context) (*browser, error) {
 	chrome := srv.cfg.str("CHROME_PATH")
 	path := findChrome(srv.cfg)
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	var err error
+	h.b = nil
 	switch {
 	case !srv.cfg.bool("READDOCS_BROWSER"):
-		return nil, fmt.Errorf("%w: READDOCS_BROWSER is off", errNoBrowser)
+		err = fmt.Errorf("%w: READDOCS_BROWSER is off", errNoBrowser)
 	case srv.cfg.str("CHROME_URL") != "":
-		return attachBrowser(ctx, srv.cfg)
+		h.b, err = attachBrowser(ctx, srv.cfg)
 	case path == "" && chrome != "":
-		return nil, fmt.Errorf("CHROME_PATH %s is not an executable file", chrome)
+		err = fmt.Errorf("CHROME_PATH %s is not an executable file", chrome)
 	case path == "":
-		return nil, fmt.Errorf("%w: no Chromium found; set CHROME_PATH", errNoBrowser)
+		err = fmt.Errorf("%w: no Chromium found; set CHROME_PATH", errNoBrowser)
+	default:
+		h.b, err = startBrowser(ctx, srv, path)
 	}
-	b, err := startBrowser(ctx, srv, path)
-	if err != nil {
-		srv.log.warnf("readdocs: %v", err)
-		return nil, fmt.Errorf("%w: %v", errNoBrowser, err)
-	}
-	return b, nil
+	return h.b, err
 }
 
 // close stops the browser; one started after it is killed with the server's processes.
@@ -1515,20 +1486,26 @@ const maxTempDir = 24
 // can reach it. Chromium writes nothing outside its profile (its home,
 // config, cache and temporary directory), which is removed when it stops,
 // and downloads nothing.
-func startBrowser(ctx context.Context, srv *server, path string) (*browser, error) {
+func startBrowser(ctx context.Context, srv *server, path string) (b *browser, err error) {
+	defer func() {
+		if err != nil {
+			srv.log.warnf("readdocs: %v", err)
+			err = fmt.Errorf("%w: browser start: %v", errNoBrowser, err)
+		}
+	}()
 	base := os.TempDir()
 	if len(base) > maxTempDir {
 		base = "/tmp"
 	}
 	dir, err := os.MkdirTemp(base, "telson-chromium-")
 	if err != nil {
-		return nil, fmt.Errorf("browser start: %w", err)
+		return nil, err
 	}
 	srv.procs.removeAtExit(dir) // even when telson is killed
 	ours, theirs, err := socketPair()
 	if err != nil {
 		os.RemoveAll(dir)
-		return nil, fmt.Errorf("browser start: %w", err)
+		return nil, err
 	}
 	args := []string{"--headless", "--disable-dev-shm-usage", "--no-first-run",
 		"--disable-background-networking", "--disable-component-update", "--disable-extensions",
@@ -1544,35 +1521,29 @@ func startBrowser(ctx context.Context, srv *server, path string) (*browser, erro
 	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_CONFIG_HOME="+dir, "XDG_CACHE_HOME="+dir,
 		"TMPDIR="+dir)
 	cmd.ExtraFiles = []*os.File{theirs, theirs} // fd 3 it reads commands from, fd 4 it answers on
-	stderr := &tailWriter{}
+	stderr := new(tailWriter)
 	cmd.Stderr = stderr
 	err = srv.procs.start(cmd)
 	theirs.Close() // the browser's alone: when it dies, our reads end
 	if err != nil {
 		ours.Close()
 		os.RemoveAll(dir)
-		return nil, fmt.Errorf("browser start: %s: %w", path, err)
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	b := &browser{cmd: cmd, dir: dir, spare: make(chan browserTab, 1)}
+	b = &browser{cmd: cmd, dir: dir, spare: make(chan browserTab, 1)}
 	maxMsg := max(srv.cfg.int("WS_MAX_MESSAGE_BYTES"), 1<<20)
 	err = b.connect(ctx, &cdpPipe{f: ours, br: bufio.NewReaderSize(ours, 64<<10), maxMsg: maxMsg})
 	if err != nil { // stopped: stderr is complete
-		return nil, fmt.Errorf("browser start: %s: %w (it said: %s)", path, err, stderr.lastLine())
+		return nil, fmt.Errorf("%s: %w (it said: …%s)", path, err, strings.Join(strings.Fields(string(*stderr)), " "))
 	}
 	srv.log.infof("readdocs: started Chromium pid %d (%s)", cmd.Process.Pid, path)
 	return b, nil
 }
 
-// attachBrowser connects to the browser the user runs and named in
-// CHROME_URL: ws://… as it is, or http://host:port, whose /json/version
-// gives the ws:// URL.
+// attachBrowser connects to the browser the user runs and named in CHROME_URL.
 func attachBrowser(ctx context.Context, cfg *config) (*browser, error) {
 	chromeURL := cfg.str("CHROME_URL")
-	wsURL := chromeURL
-	var err error
-	if strings.HasPrefix(chromeURL, "http://") {
-		wsURL, err = devtoolsURL(ctx, chromeURL)
-	}
+	wsURL, err := devtoolsURL(ctx, chromeURL)
 	var ws *wsConn
 	if err == nil {
 		maxMsg := max(cfg.int("WS_MAX_MESSAGE_BYTES"), 1<<20)
@@ -1588,9 +1559,13 @@ func attachBrowser(ctx context.Context, cfg *config) (*browser, error) {
 	return b, nil
 }
 
-// devtoolsURL asks a browser's DevTools HTTP endpoint for its websocket URL.
-func devtoolsURL(ctx context.Context, base string) (string, error) {
-	u := strings.TrimSuffix(base, "/") + "/json/version"
+// devtoolsURL returns the ws:// URL of CHROME_URL's browser: CHROME_URL
+// itself, or, for http://host:port, what its /json/version says.
+func devtoolsURL(ctx context.Context, chromeURL string) (string, error) {
+	if !strings.HasPrefix(chromeURL, "http://") {
+		return chromeURL, nil
+	}
+	u := strings.TrimSuffix(chromeURL, "/") + "/json/version"
 	req, err := http.NewRequestWithContext(ctx, "GET", u, nil)
 	if err != nil {
 		return "", err
@@ -1620,17 +1595,12 @@ func (b *browser) connect(ctx context.Context, conn cdpConn) error {
 	return err
 }
 
-// tailWriter keeps the last bytes written to it.
-type tailWriter struct{ b []byte }
+// tailWriter keeps the last 300 bytes written to it: why a browser did not start.
+type tailWriter []byte
 
 func (w *tailWriter) Write(p []byte) (int, error) {
-	w.b = lastBytes(append(w.b, p...), 4096)
+	*w = lastBytes(append(*w, p...), 300)
 	return len(p), nil
-}
-
-func (w *tailWriter) lastLine() string {
-	s := strings.TrimSpace(string(w.b))
-	return s[strings.LastIndexByte(s, '\n')+1:]
 }
 
 // dead reports a browser whose connection has ended: it ends with the process.
@@ -2220,6 +2190,8 @@ const markHidden = `if (b) try {
 	b.append(probe);
 	const canvas = getComputedStyle(probe).backgroundColor;
 	probe.remove();
+	// A hidden body is an A/B test's anti-flicker guard, waiting for a script not loaded.
+	const shown = getComputedStyle(b).visibility == 'visible';
 	const clear = c => /^rgba.*, 0\)$/.test(c), backs = new Map();
 	const back = e => { // the colour behind e's text; '' when an image may be
 		if (!e) return canvas;
@@ -2249,7 +2221,7 @@ const markHidden = `if (b) try {
 	});
 	while (walk.nextNode()) {
 		const p = walk.currentNode.parentElement, s = getComputedStyle(p);
-		if (s.visibility != 'visible' || parseFloat(s.fontSize) < 1 || clear(s.color) ||
+		if (shown && s.visibility != 'visible' || parseFloat(s.fontSize) < 1 || clear(s.color) ||
 			s.color == back(p)) texts.push(walk.currentNode);
 	}
 	for (const e of hidden) e.setAttribute('hidden', '');
