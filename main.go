@@ -429,7 +429,7 @@ var configKeys = []configKey{
 	{"CHROME_PATH", "", "str",
 		"the Chromium or Chrome ReadDocs runs (default: found on PATH or where it usually is)"},
 	{"CHROME_URL", "", "str",
-		"a browser you run for ReadDocs to use instead (ws:// or http://127.0.0.1:PORT); it acts as you"},
+		"a browser you run, for ReadDocs to use instead: ws://…, or http://127.0.0.1:PORT"},
 	{"READDOCS_BROWSER", "on", "bool",
 		"read pages in headless Chromium; off reads them over plain HTTP (no JavaScript)"},
 	{"READDOCS_TIMEOUT_MS", "30000", "int",

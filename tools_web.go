@@ -1,14 +1,16 @@
 // tools_web.go holds the web tools: ReadDocs (a page read through headless
-// Chromium over the DevTools protocol and our own RFC 6455 websocket client,
-// with a net/http fallback) and WebSearch (many engines at once, merged), and
-// the HTML handling both share: a small tokenizer and tree builder.
+// Chromium over the DevTools protocol, with a net/http fallback) and WebSearch
+// (many engines at once, merged), and the HTML handling both share: a small
+// tokenizer and tree builder.
 //
 // Rules (WebSearch has its own, in its section):
 //   - ReadDocs reads http and https URLs only;
 //   - every page and every engine reply is untrusted: sizes are capped,
 //     nesting is bounded, nothing panics on malformed markup;
 //   - the browser is one process group, started lazily, reused, and killed
-//     with the server.
+//     with the server; it has no port: telson drives it over a socket pair it
+//     inherits (--remote-debugging-pipe). Only a browser the user names
+//     (CHROME_URL) is driven over a port, with our RFC 6455 websocket client.
 package main
 
 import (
@@ -1034,8 +1036,9 @@ func wsDial(ctx context.Context, rawURL string, rnd io.Reader, maxMsg int64) (*w
 	key := base64.StdEncoding.EncodeToString(nonce)
 	dl, _ := ctx.Deadline()
 	conn.SetDeadline(dl) // none when ctx has none
-	fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
-		"Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n\r\n", u.RequestURI(), u.Host, key)
+	fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\n"+
+		"Connection: Upgrade\r\nSec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n\r\n",
+		u.RequestURI(), u.Host, key)
 	resp, err := http.ReadResponse(ws.br, nil) // a failed write fails this read
 	conn.SetDeadline(time.Time{})
 	sum := sha1.Sum([]byte(key + wsGUID))
@@ -1049,7 +1052,8 @@ func wsDial(ctx context.Context, rawURL string, rnd io.Reader, maxMsg int64) (*w
 	case resp.Header.Get("Sec-WebSocket-Accept") != base64.StdEncoding.EncodeToString(sum[:]):
 		err = errors.New("wrong Sec-WebSocket-Accept")
 	case resp.Header.Get("Sec-WebSocket-Extensions") != "":
-		err = fmt.Errorf("extensions not asked for: %s", resp.Header.Get("Sec-WebSocket-Extensions"))
+		err = fmt.Errorf("extensions not asked for: %s",
+			resp.Header.Get("Sec-WebSocket-Extensions"))
 	}
 	if err != nil {
 		conn.Close()
@@ -1114,7 +1118,8 @@ func (ws *wsConn) writeFrame(op byte, p []byte) error {
 		return errWSClosed
 	}
 	h := wsFrameHeader{fin: true, op: op, masked: true, length: uint64(len(p))}
-	io.ReadFull(ws.rand, h.mask[:]) // a mask need not be secret: no page script shares the connection
+	// A mask need not be secret here: no page script shares the connection.
+	io.ReadFull(ws.rand, h.mask[:])
 	buf := wsAppendHeader(make([]byte, 0, 14+len(p)), h)
 	for i, c := range p {
 		buf = append(buf, c^h.mask[i&3])
@@ -1161,22 +1166,6 @@ func (ws *wsConn) check(h wsFrameHeader, inMsg bool, have int) error {
 	return ws.fail(wsCloseProtocol, "%s", problem)
 }
 
-// control answers a control frame with payload p: a ping with a pong, a close with a close.
-func (ws *wsConn) control(op byte, p []byte) error {
-	switch op {
-	case wsOpPing:
-		return ws.writeFrame(wsOpPong, p)
-	case wsOpClose:
-		ws.writeFrame(wsOpClose, p[:min(len(p), 2)]) // echo the code unless we sent ours first
-		code := wsCloseNoCode
-		if len(p) >= 2 {
-			code = int(binary.BigEndian.Uint16(p))
-		}
-		return fmt.Errorf("%w by peer (%d %s)", errWSClosed, code, p[min(len(p), 2):])
-	}
-	return nil
-}
-
 // readMessage returns the next data message, reassembled, answering control frames.
 func (ws *wsConn) readMessage() ([]byte, error) {
 	var msg []byte
@@ -1194,11 +1183,19 @@ func (ws *wsConn) readMessage() ([]byte, error) {
 		if _, err := io.ReadFull(ws.br, msg[n:]); err != nil {
 			return nil, fmt.Errorf("websocket read: %w", err)
 		}
-		if h.op >= wsOpClose { // a control frame, maybe between fragments: not part of msg
-			err := ws.control(h.op, msg[n:])
+		// A control frame, maybe between fragments, is not part of msg.
+		if p := msg[n:]; h.op >= wsOpClose {
 			msg = msg[:n]
-			if err != nil {
-				return nil, err
+			if h.op == wsOpPing {
+				ws.writeFrame(wsOpPong, p)
+			} else if h.op == wsOpClose {
+				// The code echoed, unless we sent ours first.
+				ws.writeFrame(wsOpClose, p[:min(len(p), 2)])
+				code := wsCloseNoCode
+				if len(p) >= 2 {
+					code = int(binary.BigEndian.Uint16(p))
+				}
+				return nil, fmt.Errorf("%w by peer (%d %s)", errWSClosed, code, p[min(len(p), 2):])
 			}
 			continue
 		}
@@ -1347,7 +1344,11 @@ func (c *cdpClient) call(ctx context.Context, session, method string, params, re
 	m.ID = c.nextID
 	c.pending[m.ID] = ch
 	c.mu.Unlock()
-	defer c.forget(m.ID)
+	defer func() { // the reply may never come
+		c.mu.Lock()
+		delete(c.pending, m.ID)
+		c.mu.Unlock()
+	}()
 	if err != nil {
 		return err
 	}
@@ -1368,13 +1369,6 @@ func (c *cdpClient) call(ctx context.Context, session, method string, params, re
 	case <-ctx.Done():
 		return fmt.Errorf("cdp %s: %w", method, ctx.Err())
 	}
-}
-
-// forget drops a call's waiter once the call has returned.
-func (c *cdpClient) forget(id int64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.pending, id)
 }
 
 // subscribe routes a session's events to fn (nil: drops them).
@@ -1534,7 +1528,7 @@ func startBrowser(ctx context.Context, srv *server, path string) (b *browser, er
 	maxMsg := max(srv.cfg.int("WS_MAX_MESSAGE_BYTES"), 1<<20)
 	err = b.connect(ctx, &cdpPipe{f: ours, br: bufio.NewReaderSize(ours, 64<<10), maxMsg: maxMsg})
 	if err != nil { // stopped: stderr is complete
-		return nil, fmt.Errorf("%s: %w (it said: …%s)", path, err, strings.Join(strings.Fields(string(*stderr)), " "))
+		return nil, fmt.Errorf("%s: %w; its last words: %q", path, err, *stderr)
 	}
 	srv.log.infof("readdocs: started Chromium pid %d (%s)", cmd.Process.Pid, path)
 	return b, nil
@@ -1565,22 +1559,15 @@ func devtoolsURL(ctx context.Context, chromeURL string) (string, error) {
 	if !strings.HasPrefix(chromeURL, "http://") {
 		return chromeURL, nil
 	}
-	u := strings.TrimSuffix(chromeURL, "/") + "/json/version"
-	req, err := http.NewRequestWithContext(ctx, "GET", u, nil)
-	if err != nil {
-		return "", err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
 	var v struct{ WebSocketDebuggerURL string }
-	json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&v)
-	if v.WebSocketDebuggerURL == "" {
-		return "", fmt.Errorf("%s: %s, no webSocketDebuggerUrl", u, resp.Status)
+	pg, err := fetchPlain(ctx, strings.TrimSuffix(chromeURL, "/")+"/json/version")
+	if err == nil {
+		json.Unmarshal([]byte(pg.body), &v)
 	}
-	return v.WebSocketDebuggerURL, nil
+	if err == nil && v.WebSocketDebuggerURL == "" {
+		err = errors.New("its /json/version has no webSocketDebuggerUrl")
+	}
+	return v.WebSocketDebuggerURL, err
 }
 
 // connect drives the browser over conn, refusing downloads for as long as
@@ -1859,8 +1846,9 @@ func siteOf(rawURL string) (origin, site string) {
 
 // tabState is what a tab's events have said; the reader goroutine writes it.
 type tabState struct {
+	cdp     *cdpClient
+	tab     browserTab
 	changed chan struct{} // a token after every change
-	frame   string        // the main frame's id (the target's)
 	site    string        // the site of the URL asked for
 
 	mu        sync.Mutex      // guards the fields below
@@ -1880,9 +1868,9 @@ type tabEvent struct {
 	Request, Response                  struct{ URL string }
 }
 
-// event records what a tab's event says and returns the command that
-// answers it, if any: dialogs are dismissed, paused requests refused or let through.
-func (ts *tabState) event(method string, params json.RawMessage) (string, map[string]any) {
+// event records what a tab's event says and answers it when it waits for
+// an answer: dialogs are dismissed, paused requests refused or let through.
+func (ts *tabState) event(method string, params json.RawMessage) {
 	var e tabEvent
 	json.Unmarshal(params, &e)
 	reply := ""
@@ -1907,7 +1895,7 @@ func (ts *tabState) event(method string, params json.RawMessage) (string, map[st
 			ts.lastNet = time.Now()
 		}
 	case "Network.responseReceived":
-		if e.Type == "Document" && e.FrameID == ts.frame && ts.docID == "" {
+		if e.Type == "Document" && e.FrameID == ts.tab.targetID && ts.docID == "" {
 			ts.docID = e.RequestID
 			ts.docOrigin, _ = siteOf(e.Response.URL)
 		}
@@ -1922,14 +1910,17 @@ func (ts *tabState) event(method string, params json.RawMessage) (string, map[st
 	case ts.changed <- struct{}{}:
 	default:
 	}
-	return reply, args
+	if reply != "" {
+		// The goroutine exits when Chrome answers or the connection drops.
+		go ts.cdp.call(context.Background(), ts.tab.sid, reply, args, nil)
+	}
 }
 
 // lifecycle follows the main frame's document: a new one (a redirect by
 // script or refresh) is waited for anew.
 func (ts *tabState) lifecycle(e tabEvent) {
 	switch {
-	case e.FrameID != ts.frame:
+	case e.FrameID != ts.tab.targetID:
 	case e.Name == "init":
 		ts.loader = e.LoaderID
 		ts.dcl = time.Time{}
@@ -1945,7 +1936,7 @@ func (ts *tabState) lifecycle(e tabEvent) {
 // page itself, and moves of the page to another origin once it has come.
 func (ts *tabState) blocks(e tabEvent) bool {
 	switch {
-	case e.ResourceType != "Document" || e.FrameID != ts.frame:
+	case e.ResourceType != "Document" || e.FrameID != ts.tab.targetID:
 		return true
 	case ts.docOrigin == "" || strings.HasPrefix(e.Request.URL, ts.docOrigin+"/"):
 		return false
@@ -1954,26 +1945,22 @@ func (ts *tabState) blocks(e tabEvent) bool {
 	return true
 }
 
-// ready says whether the page can be read, and how soon to look again without an event.
-func (ts *tabState) ready(idleCap time.Duration) (bool, time.Duration) {
-	quiet := time.Since(ts.lastNet)
-	if len(ts.inflight) > 0 {
-		quiet = 0
-	}
-	if ts.dcl.IsZero() {
-		// The HTML has all come but a script from another site holds the parser.
-		return ts.docID != "" && len(ts.inflight) == 0 && quiet >= idleCap, idleCap - quiet
-	}
-	left := idleCap - time.Since(ts.dcl)
-	return quiet >= readSettle || left <= 0, min(readSettle-quiet, left)
-}
-
 // waitReady waits until the page can be read (once parsed, when parsed is
 // enough) or ctx ends.
 func (ts *tabState) waitReady(ctx context.Context, idleCap time.Duration, parsedEnough bool) {
 	for {
 		ts.mu.Lock()
-		ok, again := ts.ready(idleCap)
+		quiet := time.Since(ts.lastNet)
+		if len(ts.inflight) > 0 {
+			quiet = 0
+		}
+		// Parsed: readSettle without requests (at most idleCap). Not parsed: the
+		// HTML has all come but a script from another site holds the parser.
+		left := idleCap - time.Since(ts.dcl)
+		ok, again := quiet >= readSettle || left <= 0, min(readSettle-quiet, left)
+		if ts.dcl.IsZero() {
+			ok, again = ts.docID != "" && len(ts.inflight) == 0 && quiet >= idleCap, idleCap-quiet
+		}
 		ok = ok || parsedEnough && !ts.dcl.IsZero()
 		ts.mu.Unlock()
 		if ok {
@@ -2095,14 +2082,9 @@ func (b *browser) read(ctx context.Context, pageURL string,
 	}()
 	sid := tab.sid
 	_, site := siteOf(pageURL)
-	ts := &tabState{changed: make(chan struct{}, 1), frame: tab.targetID, site: site,
+	ts := &tabState{cdp: b.cdp, tab: tab, changed: make(chan struct{}, 1), site: site,
 		inflight: map[string]bool{}}
-	b.cdp.subscribe(sid, func(method string, params json.RawMessage) {
-		if reply, args := ts.event(method, params); reply != "" {
-			// The goroutine exits when Chrome answers or the connection drops.
-			go b.cdp.call(context.Background(), sid, reply, args, nil)
-		}
-	})
+	b.cdp.subscribe(sid, ts.event)
 	// The waits end early enough to leave time to read what the page shows.
 	dl, _ := ctx.Deadline()
 	waitCtx, cancel := context.WithDeadline(ctx, dl.Add(-min(5*time.Second, time.Until(dl)/4)))
@@ -2204,7 +2186,8 @@ const markHidden = `if (b) try {
 	};
 	const hides = e => {
 		const s = getComputedStyle(e);
-		if (s.display == 'none' || s.opacity == '0' || s.clip == 'rect(0px, 0px, 0px, 0px)') return true;
+		const clipped = s.clip == 'rect(0px, 0px, 0px, 0px)';
+		if (s.display == 'none' || s.opacity == '0' || clipped) return true;
 		const placed = s.position == 'absolute' || s.position == 'fixed';
 		if (!placed && s.overflow == 'visible') return false;
 		const r = e.getBoundingClientRect();
@@ -2213,7 +2196,9 @@ const markHidden = `if (b) try {
 	};
 	const hidden = [], texts = [];
 	const walk = document.createTreeWalker(b, NodeFilter.SHOW_ELEMENT | NodeFilter.SHOW_TEXT, n => {
-		if (n.nodeType == 3) return n.data.trim() ? NodeFilter.FILTER_ACCEPT : NodeFilter.FILTER_SKIP;
+		if (n.nodeType == 3) {
+			return n.data.trim() ? NodeFilter.FILTER_ACCEPT : NodeFilter.FILTER_SKIP;
+		}
 		if (n.matches(reveals)) return NodeFilter.FILTER_REJECT;
 		if (!hides(n)) return NodeFilter.FILTER_SKIP;
 		hidden.push(n);
@@ -2280,7 +2265,10 @@ var readableType = regexp.MustCompile(`(?i)^text/|html|xml|json|javascript`)
 // fetchPlain GETs the page: 10 redirects, pageCap bytes, read as UTF-8
 // whatever its label (invalid bytes become U+FFFD).
 func fetchPlain(ctx context.Context, pageURL string) (*readDocsOut, error) {
-	req, _ := http.NewRequestWithContext(ctx, "GET", pageURL, nil) // pageURL was parsed
+	req, err := http.NewRequestWithContext(ctx, "GET", pageURL, nil)
+	if err != nil {
+		return nil, fmt.Errorf("fetch: %w", err)
+	}
 	ua := "Mozilla/5.0 (compatible; telson; +https://github.com/telsonhq/telson)"
 	req.Header.Set("User-Agent", ua)
 	resp, err := http.DefaultClient.Do(req) // the default client stops after 10 redirects
