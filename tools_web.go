@@ -2174,18 +2174,19 @@ const markHidden = `if (b) try {
 	probe.remove();
 	// A hidden body is an A/B test's anti-flicker guard, waiting for a script not loaded.
 	const shown = getComputedStyle(b).visibility == 'visible';
-	const clear = c => /^rgba.*, 0\)$/.test(c), backs = new Map();
+	const clear = c => /^rgba.*, 0\)$/.test(c), styles = new Map(), backs = new Map();
+	const style = e => styles.get(e) || styles.set(e, getComputedStyle(e)).get(e);
 	const back = e => { // the colour behind e's text; '' when an image may be
 		if (!e) return canvas;
 		if (!backs.has(e)) {
-			const s = getComputedStyle(e);
+			const s = style(e);
 			backs.set(e, s.backgroundImage != 'none' ? '' :
 				clear(s.backgroundColor) ? back(e.parentElement) : s.backgroundColor);
 		}
 		return backs.get(e);
 	};
 	const hides = e => {
-		const s = getComputedStyle(e);
+		const s = style(e);
 		const clipped = s.clip == 'rect(0px, 0px, 0px, 0px)';
 		if (s.display == 'none' || s.opacity == '0' || clipped) return true;
 		const placed = s.position == 'absolute' || s.position == 'fixed';
@@ -2194,20 +2195,18 @@ const markHidden = `if (b) try {
 		return placed && (r.right + scrollX < 0 || r.bottom + scrollY < 0) ||
 			s.overflow != 'visible' && r.width <= 1 && r.height <= 1;
 	};
-	const hidden = [], texts = [];
-	const walk = document.createTreeWalker(b, NodeFilter.SHOW_ELEMENT | NodeFilter.SHOW_TEXT, n => {
-		if (n.nodeType == 3) {
-			return n.data.trim() ? NodeFilter.FILTER_ACCEPT : NodeFilter.FILTER_SKIP;
-		}
-		if (n.matches(reveals)) return NodeFilter.FILTER_REJECT;
-		if (!hides(n)) return NodeFilter.FILTER_SKIP;
-		hidden.push(n);
-		return NodeFilter.FILTER_REJECT;
-	});
+	// An element in a subtree left alone or hidden is not judged itself.
+	const judged = new Set([b]), hidden = [], texts = [];
+	for (const e of b.querySelectorAll('*')) {
+		if (!judged.has(e.parentElement) || e.matches(reveals)) continue;
+		if (hides(e)) hidden.push(e);
+		else judged.add(e);
+	}
+	const walk = document.createTreeWalker(b, NodeFilter.SHOW_TEXT);
 	while (walk.nextNode()) {
-		const p = walk.currentNode.parentElement, s = getComputedStyle(p);
-		if (shown && s.visibility != 'visible' || parseFloat(s.fontSize) < 1 || clear(s.color) ||
-			s.color == back(p)) texts.push(walk.currentNode);
+		const t = walk.currentNode, p = t.parentElement, s = style(p);
+		if (judged.has(p) && t.data.trim() && (shown && s.visibility != 'visible' ||
+			parseFloat(s.fontSize) < 1 || clear(s.color) || s.color == back(p))) texts.push(t);
 	}
 	for (const e of hidden) e.setAttribute('hidden', '');
 	for (const t of texts) {
