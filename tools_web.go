@@ -2165,7 +2165,8 @@ func (b *browser) read(ctx context.Context, pageURL string,
 // colour. What a reader reveals with a click (tab panels, a closed
 // <details>) is left as it is. Style is all measured before anything changes.
 const markHidden = `if (b) try {
-	const reveals = '[role=tabpanel], [class*=tab-pane], [class*=tabpanel], .tabbed-block, ' +
+	// Left as they are: what a click shows, and what is never text.
+	const untouched = '[role=tabpanel], [class*=tab-pane], [class*=tabpanel], .tabbed-block, ' +
 		'.sd-tab-content, details:not([open]) > :not(summary), script, style, template, noscript';
 	const probe = document.createElement('i');
 	probe.style.background = 'Canvas';
@@ -2195,18 +2196,20 @@ const markHidden = `if (b) try {
 		return placed && (r.right + scrollX < 0 || r.bottom + scrollY < 0) ||
 			s.overflow != 'visible' && r.width <= 1 && r.height <= 1;
 	};
-	// An element in a subtree left alone or hidden is not judged itself.
+	// An element inside one left as it is, or hidden, is not judged.
 	const judged = new Set([b]), hidden = [], texts = [];
 	for (const e of b.querySelectorAll('*')) {
-		if (!judged.has(e.parentElement) || e.matches(reveals)) continue;
+		if (!judged.has(e.parentElement) || e.matches(untouched)) continue;
 		if (hides(e)) hidden.push(e);
 		else judged.add(e);
 	}
 	const walk = document.createTreeWalker(b, NodeFilter.SHOW_TEXT);
 	while (walk.nextNode()) {
-		const t = walk.currentNode, p = t.parentElement, s = style(p);
-		if (judged.has(p) && t.data.trim() && (shown && s.visibility != 'visible' ||
-			parseFloat(s.fontSize) < 1 || clear(s.color) || s.color == back(p))) texts.push(t);
+		const t = walk.currentNode, p = t.parentElement;
+		if (!judged.has(p) || !t.data.trim()) continue;
+		const s = style(p);
+		if (shown && s.visibility != 'visible' || parseFloat(s.fontSize) < 1 || clear(s.color) ||
+			s.color == back(p)) texts.push(t);
 	}
 	for (const e of hidden) e.setAttribute('hidden', '');
 	for (const t of texts) {
