@@ -2043,20 +2043,12 @@ func (b *browser) openSpare() {
 	}
 }
 
-// closeTab closes a tab: without waiting in the browser telson started; in
-// the user's, before returning, as telson may disconnect next.
+// closeTab closes a tab, waiting for Chrome's answer at most two seconds.
 func (b *browser) closeTab(t browserTab) {
 	b.cdp.subscribe(t.sid, nil)
-	closeTarget := func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		b.cdp.call(ctx, "", "Target.closeTarget", map[string]any{"targetId": t.targetID}, nil)
-	}
-	if b.cmd == nil {
-		closeTarget()
-		return
-	}
-	go closeTarget() // exits when Chrome answers or after two seconds
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	b.cdp.call(ctx, "", "Target.closeTarget", map[string]any{"targetId": t.targetID}, nil)
 }
 
 // read loads pageURL in a new tab and reads it once its content is there
@@ -2075,10 +2067,12 @@ func (b *browser) read(ctx context.Context, pageURL string,
 		return nil, err
 	}
 	defer func() {
-		b.closeTab(tab)
-		if b.spare != nil {
-			go b.openSpare() // exits when the tab is open or failed
+		if b.spare == nil { // the user's browser: the tab goes before telson may disconnect
+			b.closeTab(tab)
+			return
 		}
+		go b.closeTab(tab) // exits when Chrome answers or after two seconds
+		go b.openSpare()   // exits when the tab is open or failed
 	}()
 	sid := tab.sid
 	_, site := siteOf(pageURL)
