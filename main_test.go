@@ -5089,15 +5089,16 @@ func TestCDPPipe(t *testing.T) {
 			t.Errorf("read %q, %v; want %q", got, err, want)
 		}
 	}
-	if got, err := p.readMessage(); err == nil || !strings.Contains(err.Error(), "longer than 100") {
+	got, err := p.readMessage()
+	if err == nil || !strings.Contains(err.Error(), "longer than 100") {
 		t.Errorf("oversize message: %q, %v", got, err)
 	}
 	if err := p.writeMessage([]byte(`{"id":1}`)); err != nil {
 		t.Fatal(err)
 	}
-	got, err := bufio.NewReader(theirs).ReadString(0)
-	if got != "{\"id\":1}\x00" || err != nil {
-		t.Errorf("written: %q, %v", got, err)
+	written, err := bufio.NewReader(theirs).ReadString(0)
+	if written != "{\"id\":1}\x00" || err != nil {
+		t.Errorf("written: %q, %v", written, err)
 	}
 }
 
@@ -5396,12 +5397,15 @@ func TestReadDocsWithoutBrowser(t *testing.T) {
 		t.Errorf("js without a browser: %v", sc)
 	}
 	// Bytes that are not UTF-8 become U+FFFD, whatever the page's label says.
-	sc = check("latin1", map[string]any{"url": site.URL + "/latin1"}, false, "Caf\ufffd\n", "Cr\ufffdme br\ufffdl\ufffde \ufffd 5")
+	sc = check("latin1", map[string]any{"url": site.URL + "/latin1"}, false, "Caf\ufffd\n",
+		"Cr\ufffdme br\ufffdl\ufffde \ufffd 5")
 	if len(sc["notes"].([]any)) != 1 {
 		t.Errorf("latin1: notes %v", sc["notes"])
 	}
-	check("text", map[string]any{"url": site.URL + "/js", "format": "text"}, false, "\n\nStatic part")
-	check("html", map[string]any{"url": site.URL + "/js", "format": "html"}, false, "<h1>Static part</h1>")
+	check("text", map[string]any{"url": site.URL + "/js", "format": "text"}, false,
+		"\n\nStatic part")
+	check("html", map[string]any{"url": site.URL + "/js", "format": "html"}, false,
+		"<h1>Static part</h1>")
 	check("404", map[string]any{"url": site.URL + "/missing"}, false, "HTTP status 404", "# No such page")
 	check("binary", map[string]any{"url": site.URL + "/file.bin"}, true, "application/octet-stream")
 	check("download", map[string]any{"url": site.URL + "/download"}, true, "is a download")
@@ -5416,8 +5420,9 @@ func TestReadDocsWithoutBrowser(t *testing.T) {
 // backspace, C1) in its title, text, attributes and a script-built part.
 const readdocsControls = "<html><head><title>Ti\x1b]0;owned\x07tle</title></head><body><main>" +
 	"<h1>Con\x1b[2Jtrol</h1><p>Bell\x07 back\x08space \u009b31m c1\r\nend\tof line.</p>" +
-	"<a href=\"/x\x1b[1m\" title=\"t\x1b\">li\x7fnk</a> <img src=\"/i.png\" alt=\"al\x1bt\"></main>" +
-	"<script>document.querySelector('main').append('Built\\x1b[31m by script.')</script></body></html>"
+	"<a href=\"/x\x1b[1m\" title=\"t\x1b\">li\x7fnk</a> " +
+	"<img src=\"/i.png\" alt=\"al\x1bt\"></main><script>" +
+	"document.querySelector('main').append('Built\\x1b[31m by script.')</script></body></html>"
 
 // ReadDocs leaves out control characters but tab and newline, with and
 // without a browser, in every format and every field that comes from the page.
@@ -5426,18 +5431,21 @@ func TestReadDocsControlCharacters(t *testing.T) {
 	noBrowser := startBinary(t, []string{"PATH=" + t.TempDir()})
 	noBrowser.initialize("2025-06-18")
 	clients := map[string]*testClient{"http": noBrowser}
-	if findChrome(loadConfig(map[string]string{})) != "" || os.Getenv("TELSON_REQUIRE_BROWSER") != "" {
+	hasChrome := findChrome(loadConfig(map[string]string{})) != ""
+	if hasChrome || os.Getenv("TELSON_REQUIRE_BROWSER") != "" {
 		clients["chromium"] = startServer(t)
 		clients["chromium"].initialize("2025-06-18")
 	}
 	for via, c := range clients {
 		for _, format := range []string{"markdown", "text", "html"} {
-			text, sc, isErr := readdocsCall(t, c, map[string]any{"url": site.URL + "/controls", "format": format})
+			args := map[string]any{"url": site.URL + "/controls", "format": format}
+			text, sc, isErr := readdocsCall(t, c, args)
 			fields, _ := json.Marshal(sc)
 			var decoded map[string]any
 			json.Unmarshal(fields, &decoded)
 			all := text + fmt.Sprint(decoded)
-			if i := strings.IndexFunc(all, func(r rune) bool { return unicode.IsControl(r) && r != '\n' && r != '\t' }); i >= 0 || isErr {
+			control := func(r rune) bool { return unicode.IsControl(r) && r != '\n' && r != '\t' }
+			if i := strings.IndexFunc(all, control); i >= 0 || isErr {
 				t.Errorf("%s %s: a control character at %d: %q", via, format, i, all)
 			}
 			want := []string{"]0;owned", "Con[2Jtrol", "Bell backspace 31m c1", "of line."}
@@ -6573,7 +6581,8 @@ func browserListening(pgid int) (ports []string, sockets int) {
 // descriptors 3 and 4 (--remote-debugging-pipe's) through /proc.
 const browserProbe = `leader=$1; shift
 cmdline=$(tr '\0' ' ' </proc/$leader/cmdline)
-for port in "$@" $(echo "$cmdline" | grep -o -- '--remote-debugging-port=[1-9][0-9]*' | cut -d= -f2); do
+ports=$(echo "$cmdline" | grep -o -- '--remote-debugging-port=[1-9][0-9]*' | cut -d= -f2)
+for port in "$@" $ports; do
   (exec 5<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && echo "reached port $port"
 done
 for fd in 3 4; do (: >>/proc/$leader/fd/$fd) 2>/dev/null && echo "opened fd $fd"; done
@@ -6600,7 +6609,8 @@ func TestBrowserUnreachable(t *testing.T) {
 		_, statErr := os.Stat(filepath.Join(browserProfile(t, pid), "DevToolsActivePort"))
 		var opened []string
 		for _, fd := range []string{"3", "4"} {
-			f, err := os.OpenFile(fmt.Sprintf("/proc/%d/fd/%s", pid, fd), os.O_WRONLY|os.O_APPEND, 0)
+			path := fmt.Sprintf("/proc/%d/fd/%s", pid, fd)
+			f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
 			if err == nil || !errors.Is(err, syscall.ENXIO) {
 				opened = append(opened, fmt.Sprintf("fd %s: %v", fd, err))
 				f.Close()
@@ -6608,13 +6618,15 @@ func TestBrowserUnreachable(t *testing.T) {
 		}
 		found <- fmt.Sprintf("listening %v, sockets %d, DevToolsActivePort %v, opened %v",
 			ports, sockets, statErr == nil, opened)
-		io.WriteString(w, "<html><head><title>Probe</title></head><body><p>Probed.</p></body></html>")
+		io.WriteString(w, "<html><head><title>Probe</title></head><body><p>Probed.</p></body>")
 	}))
 	defer site.Close()
-	if text, sc, isErr := readdocsCall(t, c, map[string]any{"url": site.URL + "/"}); isErr || sc["via"] != "chromium" {
+	text, sc, isErr := readdocsCall(t, c, map[string]any{"url": site.URL + "/"})
+	if isErr || sc["via"] != "chromium" {
 		t.Fatalf("read: %s", text)
 	}
-	if got := <-found; !regexp.MustCompile(`^listening \[\], sockets [1-9]\d*, DevToolsActivePort false, opened \[\]$`).MatchString(got) {
+	want := `^listening \[\], sockets [1-9]\d*, DevToolsActivePort false, opened \[\]$`
+	if got := <-found; !regexp.MustCompile(want).MatchString(got) {
 		t.Errorf("while reading: %s", got)
 	}
 	wfCall(t, c, "PlanMode", map[string]any{"action": "enter", "goal": "look only"}, false)
@@ -6623,7 +6635,8 @@ func TestBrowserUnreachable(t *testing.T) {
 	if isError(res) && strings.Contains(resultText(res), "sandbox") {
 		t.Skipf("no sandbox here: %s", resultText(res))
 	}
-	if text := resultText(res); strings.Contains(text, "reached") || strings.Contains(text, "opened") ||
+	text = resultText(res)
+	if strings.Contains(text, "reached") || strings.Contains(text, "opened") ||
 		!strings.Contains(text, "command line: --remote-debugging-pipe") {
 		t.Errorf("a plan-mode command reached the browser:\n%s", text)
 	}
@@ -6645,7 +6658,8 @@ func TestBrowserLongTMPDIR(t *testing.T) {
 		t.Fatalf("TMPDIR of %d characters: %s\n%s", len(tmp), text, c.stderr.String())
 	}
 	profile := browserProfile(t, browserPid(t, c))
-	if info, err := os.Stat(profile); err != nil || info.Mode().Perm() != 0o700 || len(profile) > 60 {
+	info, err := os.Stat(profile)
+	if err != nil || info.Mode().Perm() != 0o700 || len(profile) > 60 {
 		t.Errorf("profile %s: %v %v", profile, info.Mode(), err)
 	}
 	c.in.Close()
@@ -6660,7 +6674,8 @@ func TestBrowserLongTMPDIR(t *testing.T) {
 // CHROME_URL, and returns its ws:// URL; it is killed at the test's end.
 func browserOwn(t *testing.T) string {
 	t.Helper()
-	args := []string{"--headless", "--remote-debugging-port=0", "--user-data-dir=" + t.TempDir(), "about:blank"}
+	args := []string{"--headless", "--remote-debugging-port=0", "--user-data-dir=" + t.TempDir(),
+		"about:blank"}
 	if os.Geteuid() == 0 {
 		args = append(args, "--no-sandbox")
 	}
@@ -6734,7 +6749,9 @@ func TestBrowserAttach(t *testing.T) {
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	closed := ln.Addr().String()
 	ln.Close()
-	for _, chromeURL := range []string{"http://" + closed, "ws://" + closed + "/devtools/browser/x", "https://" + host} {
+	nothing := []string{"http://" + closed, "ws://" + closed + "/devtools/browser/x",
+		"https://" + host}
+	for _, chromeURL := range nothing {
 		c := startBinary(t, []string{"TELSON_CHROME_URL=" + chromeURL})
 		c.initialize("2025-06-18")
 		text, _, isErr := readdocsCall(t, c, map[string]any{"url": site.URL + "/js"})
@@ -6749,7 +6766,8 @@ func TestBrowserAttach(t *testing.T) {
 func TestBrowserHiddenText(t *testing.T) {
 	readdocsNeedBrowser(t)
 	page := `<html><head><title>Hidden</title><style>.gone { display: none }
-.sr { position: absolute; width: 1px; height: 1px; overflow: hidden; clip: rect(0 0 0 0) }</style></head>
+.sr { position: absolute; width: 1px; height: 1px; overflow: hidden;
+  clip: rect(0 0 0 0) }</style></head>
 <body><main><h1>Visible heading</h1><p>Visible paragraph.</p>
 <p style="font-size:0">Zero-size text.</p>
 <p style="position:absolute; left:-5000px">Off-screen text.</p>
@@ -6772,14 +6790,15 @@ func TestBrowserHiddenText(t *testing.T) {
 	c.initialize("2025-06-18")
 	for _, format := range []string{"markdown", "text"} {
 		text, sc, _ := readdocsCall(t, c, map[string]any{"url": site.URL + "/", "format": format})
-		for _, want := range []string{"Visible heading", "Visible paragraph.", "Visible after it.", "Shown inside a zero-size block.",
-			"White on black.", "Other tab's text.", "Folded text."} {
+		for _, want := range []string{"Visible heading", "Visible paragraph.",
+			"Visible after it.", "Shown inside a zero-size block.", "White on black.",
+			"Other tab's text.", "Folded text."} {
 			if !strings.Contains(text, want) {
 				t.Errorf("%s: %q left out:\n%s", format, want, text)
 			}
 		}
-		for _, hidden := range []string{"Zero-size", "Off-screen", "Class-hidden", "White on the page", "White on white",
-			"Transparent", "Screen-reader", "Invisible"} {
+		for _, hidden := range []string{"Zero-size", "Off-screen", "Class-hidden",
+			"White on the page", "White on white", "Transparent", "Screen-reader", "Invisible"} {
 			if strings.Contains(text, hidden) {
 				t.Errorf("%s: %q kept:\n%s", format, hidden, text)
 			}
