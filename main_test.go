@@ -6742,8 +6742,13 @@ func TestBrowserAttach(t *testing.T) {
 			t.Errorf("CHROME_URL=%s: telson %v:\n%s", chromeURL, err, c.stderr.String())
 		}
 		c.done <- nil // for the cleanup
-		if after := browserPages(t, base); !slices.Equal(after, before) {
-			t.Errorf("CHROME_URL=%s: pages %v, before %v", chromeURL, after, before)
+		// A closed tab may stay listed a moment after Chrome answered.
+		deadline := time.Now().Add(watchdog)
+		for wait := time.Millisecond; !slices.Equal(browserPages(t, base), before); wait *= 2 {
+			if time.Now().After(deadline) {
+				t.Fatalf("CHROME_URL=%s: pages %v, before %v", chromeURL, browserPages(t, base), before)
+			}
+			time.Sleep(wait) // polling another process, bounded by the watchdog
 		}
 	}
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
