@@ -257,6 +257,7 @@ type settings struct {
 	HTTPTimeout      time.Duration     `key:"HTTP_TIMEOUT_MS" default:"10000" bounds:"1"`
 	HTTPMaxConns     int               `key:"HTTP_MAX_CONNECTIONS" default:"128" bounds:"1 100000"`
 	ChromePath       string            `key:"CHROME_PATH"`
+	ChromeURL        string            `key:"CHROME_URL"`
 	ReadDocsBrowser  bool              `key:"READDOCS_BROWSER" default:"on"`
 	ReadDocsTimeout  time.Duration     `key:"READDOCS_TIMEOUT_MS" default:"30000" bounds:"1"`
 	ReadDocsIdle     time.Duration     `key:"READDOCS_IDLE_MS" default:"500" bounds:"0"`

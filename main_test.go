@@ -46,6 +46,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unicode"
 	"unsafe"
 )
 
@@ -5500,6 +5501,60 @@ func TestCDPClient(t *testing.T) {
 	}
 }
 
+// The pipe to the browser: messages end with a NUL byte, whatever the writes
+// that carried them; one longer than the cap is an error, not memory.
+func TestCDPPipe(t *testing.T) {
+	t.Parallel()
+	ours, theirs, err := socketPair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer theirs.Close()
+	p := &cdpPipe{f: ours, br: bufio.NewReaderSize(ours, 16), maxMsg: 100}
+	defer p.Close()
+	long := strings.Repeat("a", 60)
+	go func() { // exits when the writes are done
+		theirs.Write([]byte(long + "\x00{}\x00{\"x\""))
+		theirs.Write([]byte(":1}\x00" + strings.Repeat("b", 101) + "\x00"))
+	}()
+	for _, want := range []string{long, "{}", `{"x":1}`} {
+		if got, err := p.readMessage(); string(got) != want || err != nil {
+			t.Errorf("read %q, %v; want %q", got, err, want)
+		}
+	}
+	got, err := p.readMessage()
+	if err == nil || !strings.Contains(err.Error(), "longer than 100") {
+		t.Errorf("oversize message: %q, %v", got, err)
+	}
+	if err := p.writeMessage([]byte(`{"id":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	written, err := bufio.NewReader(theirs).ReadString(0)
+	if written != "{\"id\":1}\x00" || err != nil {
+		t.Errorf("written: %q, %v", written, err)
+	}
+}
+
+func FuzzCDPPipe(f *testing.F) {
+	f.Add([]byte("{\"id\":1}\x00{}\x00"))
+	f.Add([]byte(strings.Repeat("x", 100) + "\x00y"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		p := &cdpPipe{br: bufio.NewReaderSize(bytes.NewReader(data), 16), maxMsg: 64}
+		for _, want := range bytes.SplitAfter(data, []byte{0}) {
+			got, err := p.readMessage()
+			if !bytes.HasSuffix(want, []byte{0}) || len(want) > 65 { // cut or too long
+				if err == nil {
+					t.Fatalf("%q read as %q", want, got)
+				}
+				return
+			}
+			if err != nil || !bytes.Equal(got, want[:len(want)-1]) {
+				t.Fatalf("%q read as %q, %v", want, got, err)
+			}
+		}
+	})
+}
+
 // TestHTMLToMarkdownGolden converts testdata/readdocs/*.html and compares
 // with the .md next to each (go test -run Golden -update rewrites them).
 func TestHTMLToMarkdownGolden(t *testing.T) {
@@ -5585,9 +5640,9 @@ func readdocsSite(t *testing.T) *httptest.Server {
 		w.Header().Set("Content-Type", "text/html; charset=ISO-8859-1")
 		w.Write([]byte("<html><head><title>Caf\xe9</title></head><body><p>Cr\xe8me br\xfbl\xe9e \x80 5</p></body></html>"))
 	})
-	mux.HandleFunc("/cp1252", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/html")
-		w.Write([]byte(`<html><head><meta charset="windows-1252"><title>Quotes</title></head><body><p>` + "\x93quoted\x94 \x96 dash</p></body></html>"))
+	mux.HandleFunc("/controls", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		io.WriteString(w, readdocsControls)
 	})
 	mux.HandleFunc("/long", page("<html><head><title>Long</title></head><body><p>"+strings.Repeat("word ", 5000)+"end</p></body></html>"))
 	mux.HandleFunc("/silent", func(w http.ResponseWriter, r *http.Request) {
@@ -5774,10 +5829,16 @@ func TestReadDocsWithoutBrowser(t *testing.T) {
 	if sc["via"] != "http" || strings.Contains(sc["content"].(string), "Added by") {
 		t.Errorf("js without a browser: %v", sc)
 	}
-	check("latin1", map[string]any{"url": site.URL + "/latin1"}, false, "Café\n", "Crème brûlée € 5")
-	check("cp1252", map[string]any{"url": site.URL + "/cp1252"}, false, "“quoted” – dash")
-	check("text", map[string]any{"url": site.URL + "/latin1", "format": "text"}, false, "\n\nCrème brûlée € 5")
-	check("html", map[string]any{"url": site.URL + "/latin1", "format": "html"}, false, "<p>Crème brûlée € 5</p>")
+	// Bytes that are not UTF-8 become U+FFFD, whatever the page's label says.
+	sc = check("latin1", map[string]any{"url": site.URL + "/latin1"}, false, "Caf\ufffd\n",
+		"Cr\ufffdme br\ufffdl\ufffde \ufffd 5")
+	if len(sc["notes"].([]any)) != 1 {
+		t.Errorf("latin1: notes %v", sc["notes"])
+	}
+	check("text", map[string]any{"url": site.URL + "/js", "format": "text"}, false,
+		"\n\nStatic part")
+	check("html", map[string]any{"url": site.URL + "/js", "format": "html"}, false,
+		"<h1>Static part</h1>")
 	check("404", map[string]any{"url": site.URL + "/missing"}, false, "HTTP status 404", "# No such page")
 	check("binary", map[string]any{"url": site.URL + "/file.bin"}, true, "application/octet-stream")
 	check("download", map[string]any{"url": site.URL + "/download"}, true, "is a download")
@@ -5786,6 +5847,54 @@ func TestReadDocsWithoutBrowser(t *testing.T) {
 	}
 	check("past the end", map[string]any{"url": site.URL + "/long", "start_index": 25013}, false, "No more content: the page has 25011 characters.")
 	check("scheme", map[string]any{"url": "ftp://example.com/"}, true, "only http and https")
+}
+
+// readdocsControls is a page with control characters (terminal escapes, BEL,
+// backspace, C1) in its title, text, attributes and a script-built part.
+const readdocsControls = "<html><head><title>Ti\x1b]0;owned\x07tle</title></head><body><main>" +
+	"<h1>Con\x1b[2Jtrol</h1><p>Bell\x07 back\x08space \u009b31m c1\r\nend\tof line.</p>" +
+	"<a href=\"/x\x1b[1m\" title=\"t\x1b\">li\x7fnk</a> " +
+	"<img src=\"/i.png\" alt=\"al\x1bt\"></main><script>" +
+	"document.querySelector('main').append('Built\\x1b[31m by script.')</script></body></html>"
+
+// ReadDocs leaves out control characters but tab and newline, with and
+// without a browser, in every format and every field that comes from the page.
+func TestReadDocsControlCharacters(t *testing.T) {
+	site := readdocsSite(t)
+	noBrowser := startBinary(t, []string{"PATH=" + t.TempDir()})
+	noBrowser.initialize("2025-06-18")
+	clients := map[string]*testClient{"http": noBrowser}
+	hasChrome := findChrome(testSettings(t)) != ""
+	if hasChrome || os.Getenv("TELSON_REQUIRE_BROWSER") != "" {
+		clients["chromium"] = startServer(t)
+		clients["chromium"].initialize("2025-06-18")
+	}
+	for via, c := range clients {
+		for _, format := range []string{"markdown", "text", "html"} {
+			args := map[string]any{"url": site.URL + "/controls", "format": format}
+			text, sc, isErr := readdocsCall(t, c, args)
+			fields, _ := json.Marshal(sc)
+			var decoded map[string]any
+			json.Unmarshal(fields, &decoded)
+			all := text + fmt.Sprint(decoded)
+			control := func(r rune) bool { return unicode.IsControl(r) && r != '\n' && r != '\t' }
+			if i := strings.IndexFunc(all, control); i >= 0 || isErr {
+				t.Errorf("%s %s: a control character at %d: %q", via, format, i, all)
+			}
+			want := []string{"]0;owned", "Con[2Jtrol", "Bell backspace 31m c1", "of line."}
+			if via == "chromium" {
+				want = append(want, "Built[31m by script.")
+			}
+			for _, want := range want {
+				if !strings.Contains(text, want) {
+					t.Errorf("%s %s: %q missing:\n%s", via, format, want, text)
+				}
+			}
+			if sc["via"] != via {
+				t.Errorf("%s %s: via %v", via, format, sc["via"])
+			}
+		}
+	}
 }
 
 // BenchmarkReadDocsWarm reads a local page with the browser reused; it
@@ -6766,6 +6875,296 @@ func TestBrowserChromePathMissing(t *testing.T) {
 	text, _, _ := browserRead(t, c, map[string]any{"url": "http://127.0.0.1:1/"}, true)
 	if !strings.Contains(text, "CHROME_PATH /nonexistent/chromium") {
 		t.Errorf("reply: %s", text)
+	}
+}
+
+// browserPid returns the pid of the Chromium telson started, from its log.
+func browserPid(t *testing.T, c *testClient) int {
+	t.Helper()
+	var pid int
+	if i := strings.Index(c.stderr.String(), "started Chromium pid "); i >= 0 {
+		fmt.Sscanf(c.stderr.String()[i:], "started Chromium pid %d", &pid)
+	}
+	if pid == 0 {
+		t.Fatalf("no browser started:\n%s", c.stderr.String())
+	}
+	return pid
+}
+
+// browserProfile returns the profile directory in the browser's command line.
+func browserProfile(t *testing.T, pid int) string {
+	t.Helper()
+	cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	_, profile, _ := strings.Cut(string(cmdline), "--user-data-dir=")
+	profile, _, _ = strings.Cut(profile, "\x00")
+	if profile == "" {
+		t.Fatalf("no profile in the browser's command line %q", cmdline)
+	}
+	return profile
+}
+
+// browserListening returns the ports of the TCP sockets in LISTEN state held
+// by the processes of group pgid, and how many sockets they hold in all.
+func browserListening(pgid int) (ports []string, sockets int) {
+	inodes := map[string]bool{}
+	for _, pid := range readdocsGroupAlive(pgid) {
+		fds, _ := os.ReadDir("/proc/" + pid + "/fd")
+		for _, fd := range fds {
+			link, _ := os.Readlink("/proc/" + pid + "/fd/" + fd.Name())
+			if inode, ok := strings.CutPrefix(link, "socket:["); ok {
+				inodes[strings.TrimSuffix(inode, "]")] = true
+			}
+		}
+	}
+	for _, file := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, _ := os.ReadFile(file)
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line) // sl local_address rem_address st ... uid timeout inode
+			if len(f) > 9 && f[3] == "0A" && inodes[f[9]] {
+				port, _ := strconv.ParseUint(f[1][strings.LastIndexByte(f[1], ':')+1:], 16, 16)
+				ports = append(ports, strconv.Itoa(int(port)))
+			}
+		}
+	}
+	return ports, len(inodes)
+}
+
+// browserProbe is what a plan-mode command tries against the browser whose
+// leader is $1: connecting to the ports after it (those its processes listen
+// on) and to a DevTools port in its command line, and reopening its
+// descriptors 3 and 4 (--remote-debugging-pipe's) through /proc.
+const browserProbe = `leader=$1; shift
+cmdline=$(tr '\0' ' ' </proc/$leader/cmdline)
+ports=$(echo "$cmdline" | grep -o -- '--remote-debugging-port=[1-9][0-9]*' | cut -d= -f2)
+for port in "$@" $ports; do
+  (exec 5<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && echo "reached port $port"
+done
+for fd in 3 4; do (: >>/proc/$leader/fd/$fd) 2>/dev/null && echo "opened fd $fd"; done
+echo "command line: $(echo "$cmdline" | grep -o -- '--remote-debugging-[a-z]*')"`
+
+// While a read runs, the browser has no port and no descriptor another
+// process can open: neither telson's plan-mode Bash nor anyone else reaches it.
+func TestBrowserUnreachable(t *testing.T) {
+	readdocsNeedBrowser(t)
+	c := startServer(t, "STATE_DIR="+t.TempDir())
+	c.initialize("2025-06-18")
+	pid := 0
+	var ports []string
+	found := make(chan string, 1)
+	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/" { // the browser's own /favicon.ico
+			http.NotFound(w, r)
+			return
+		}
+		// The browser asks for this page: the read runs.
+		pid = browserPid(t, c)
+		var sockets int
+		ports, sockets = browserListening(pid)
+		_, statErr := os.Stat(filepath.Join(browserProfile(t, pid), "DevToolsActivePort"))
+		var opened []string
+		for _, fd := range []string{"3", "4"} {
+			path := fmt.Sprintf("/proc/%d/fd/%s", pid, fd)
+			f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+			if err == nil || !errors.Is(err, syscall.ENXIO) {
+				opened = append(opened, fmt.Sprintf("fd %s: %v", fd, err))
+				f.Close()
+			}
+		}
+		found <- fmt.Sprintf("listening %v, sockets %d, DevToolsActivePort %v, opened %v",
+			ports, sockets, statErr == nil, opened)
+		io.WriteString(w, "<html><head><title>Probe</title></head><body><p>Probed.</p></body>")
+	}))
+	defer site.Close()
+	text, sc, isErr := readdocsCall(t, c, map[string]any{"url": site.URL + "/"})
+	if isErr || sc["via"] != "chromium" {
+		t.Fatalf("read: %s", text)
+	}
+	want := `^listening \[\], sockets [1-9]\d*, DevToolsActivePort false, opened \[\]$`
+	if got := <-found; !regexp.MustCompile(want).MatchString(got) {
+		t.Errorf("while reading: %s", got)
+	}
+	wfCall(t, c, "PlanMode", map[string]any{"action": "enter", "goal": "look only"}, false)
+	args := strings.Join(append([]string{strconv.Itoa(pid)}, ports...), " ")
+	res := c.callTool("Bash", map[string]any{"command": "set -- " + args + "\n" + browserProbe})
+	if isError(res) && strings.Contains(resultText(res), "sandbox") {
+		t.Skipf("no sandbox here: %s", resultText(res))
+	}
+	text = resultText(res)
+	if strings.Contains(text, "reached") || strings.Contains(text, "opened") ||
+		!strings.Contains(text, "command line: --remote-debugging-pipe") {
+		t.Errorf("a plan-mode command reached the browser:\n%s", text)
+	}
+}
+
+// With a long TMPDIR (macOS's has 49 characters) the browser still starts:
+// its profile, where its sockets are, goes where the paths are short.
+func TestBrowserLongTMPDIR(t *testing.T) {
+	readdocsNeedBrowser(t)
+	site := readdocsSite(t)
+	tmp := filepath.Join(t.TempDir(), strings.Repeat("long-directory-", 5))
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	c := startBinary(t, []string{"TMPDIR=" + tmp})
+	c.initialize("2025-06-18")
+	text, sc, isErr := readdocsCall(t, c, map[string]any{"url": site.URL + "/js"})
+	if isErr || sc["via"] != "chromium" || !strings.Contains(text, "Added by **script**.") {
+		t.Fatalf("TMPDIR of %d characters: %s\n%s", len(tmp), text, c.stderr.String())
+	}
+	profile := browserProfile(t, browserPid(t, c))
+	info, err := os.Stat(profile)
+	if err != nil || info.Mode().Perm() != 0o700 || len(profile) > 60 {
+		t.Errorf("profile %s: %v %v", profile, info.Mode(), err)
+	}
+	c.in.Close()
+	<-c.done
+	c.done <- nil // for the cleanup
+	if !readdocsGone(profile) {
+		t.Errorf("profile %s left behind", profile)
+	}
+}
+
+// browserOwn starts a Chromium with a DevTools port, as a user would for
+// CHROME_URL, and returns its ws:// URL; it is killed at the test's end.
+func browserOwn(t *testing.T) string {
+	t.Helper()
+	args := []string{"--headless", "--remote-debugging-port=0", "--user-data-dir=" + t.TempDir(),
+		"about:blank"}
+	if os.Geteuid() == 0 {
+		args = append(args, "--no-sandbox")
+	}
+	cmd := exec.Command(findChrome(testSettings(t)), args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stderr, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		cmd.Wait()
+	})
+	sc := bufio.NewScanner(stderr)
+	for sc.Scan() {
+		if u, ok := strings.CutPrefix(sc.Text(), "DevTools listening on "); ok {
+			go io.Copy(io.Discard, stderr) // exits when the browser ends
+			return u
+		}
+	}
+	t.Fatal("the browser printed no DevTools endpoint")
+	return ""
+}
+
+// browserPages returns the page targets of the browser at the http:// endpoint base.
+func browserPages(t *testing.T, base string) []string {
+	t.Helper()
+	resp, err := http.Get(base + "/json/list")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var targets []struct{ Type, URL string }
+	json.NewDecoder(resp.Body).Decode(&targets)
+	var pages []string
+	for _, tg := range targets {
+		if tg.Type == "page" {
+			pages = append(pages, tg.URL)
+		}
+	}
+	return pages
+}
+
+// CHROME_URL: telson drives the browser the user runs, as ws://… or as
+// http://127.0.0.1:PORT, never starts or stops it, and closes only its own tabs.
+func TestBrowserAttach(t *testing.T) {
+	readdocsNeedBrowser(t)
+	site := readdocsSite(t)
+	wsURL := browserOwn(t)
+	host, _, _ := strings.Cut(strings.TrimPrefix(wsURL, "ws://"), "/")
+	base := "http://" + host
+	before := browserPages(t, base)
+	for _, chromeURL := range []string{wsURL, base} {
+		c := startBinary(t, []string{"TELSON_CHROME_URL=" + chromeURL})
+		c.initialize("2025-06-18")
+		for range 2 {
+			text, sc, isErr := readdocsCall(t, c, map[string]any{"url": site.URL + "/js"})
+			if isErr || sc["via"] != "chromium" || !strings.Contains(text, "Added by **script**.") {
+				t.Errorf("CHROME_URL=%s: %s", chromeURL, text)
+			}
+		}
+		c.in.Close()
+		if err := <-c.done; err != nil || strings.Contains(c.stderr.String(), "started Chromium") {
+			t.Errorf("CHROME_URL=%s: telson %v:\n%s", chromeURL, err, c.stderr.String())
+		}
+		c.done <- nil // for the cleanup
+		// A closed tab may stay listed a moment after Chrome answered.
+		deadline := time.Now().Add(watchdog)
+		for wait := time.Millisecond; !slices.Equal(browserPages(t, base), before); wait *= 2 {
+			if time.Now().After(deadline) {
+				t.Fatalf("CHROME_URL=%s: pages %v, before %v", chromeURL, browserPages(t, base), before)
+			}
+			time.Sleep(wait) // polling another process, bounded by the watchdog
+		}
+	}
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	closed := ln.Addr().String()
+	ln.Close()
+	nothing := []string{"http://" + closed, "ws://" + closed + "/devtools/browser/x",
+		"https://" + host}
+	for _, chromeURL := range nothing {
+		c := startBinary(t, []string{"TELSON_CHROME_URL=" + chromeURL})
+		c.initialize("2025-06-18")
+		text, _, isErr := readdocsCall(t, c, map[string]any{"url": site.URL + "/js"})
+		if !isErr || !strings.Contains(text, "CHROME_URL "+chromeURL+": ") {
+			t.Errorf("CHROME_URL=%s: %s", chromeURL, text)
+		}
+	}
+}
+
+// With a browser, what the page's style hides is left out (stylesheets are
+// not loaded, but a <style> in the page applies); what a click reveals is not.
+func TestBrowserHiddenText(t *testing.T) {
+	readdocsNeedBrowser(t)
+	page := `<html><head><title>Hidden</title><style>.gone { display: none }
+.sr { position: absolute; width: 1px; height: 1px; overflow: hidden;
+  clip: rect(0 0 0 0) }</style></head>
+<body><main><h1>Visible heading</h1><p>Visible paragraph.</p>
+<p style="font-size:0">Zero-size text.</p>
+<p style="position:absolute; left:-5000px">Off-screen text.</p>
+<p class="gone">Class-hidden text.</p>
+<p style="color:#fff">White on the page.</p>
+<div style="background:white"><p style="color:rgb(255, 255, 255)">White on white.</p></div>
+<p style="opacity:0">Transparent text.</p>
+<p><span class="sr">Screen-reader text.</span> Visible after it.</p>
+<p style="visibility:hidden">Invisible text.</p>
+<div style="font-size:0"><span style="font-size:16px">Shown inside a zero-size block.</span></div>
+<div style="background:#000; color:#fff"><p>White on black.</p></div>
+<div role="tabpanel" class="gone">Other tab's text.</div>
+<details><summary>More</summary><p>Folded text.</p></details>
+</main></body></html>`
+	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, page)
+	}))
+	defer site.Close()
+	c := startServer(t)
+	c.initialize("2025-06-18")
+	for _, format := range []string{"markdown", "text"} {
+		text, sc, _ := readdocsCall(t, c, map[string]any{"url": site.URL + "/", "format": format})
+		for _, want := range []string{"Visible heading", "Visible paragraph.",
+			"Visible after it.", "Shown inside a zero-size block.", "White on black.",
+			"Other tab's text.", "Folded text."} {
+			if !strings.Contains(text, want) {
+				t.Errorf("%s: %q left out:\n%s", format, want, text)
+			}
+		}
+		for _, hidden := range []string{"Zero-size", "Off-screen", "Class-hidden",
+			"White on the page", "White on white", "Transparent", "Screen-reader", "Invisible"} {
+			if strings.Contains(text, hidden) {
+				t.Errorf("%s: %q kept:\n%s", format, hidden, text)
+			}
+		}
+		if sc["via"] != "chromium" {
+			t.Errorf("%s: via %v", format, sc["via"])
+		}
 	}
 }
 

@@ -1,14 +1,16 @@
 // tools_web.go holds the web tools: ReadDocs (a page read through headless
-// Chromium over the DevTools protocol and our own RFC 6455 websocket client,
-// with a net/http fallback) and WebSearch (many engines at once, merged), and
-// the HTML handling both share: a small tokenizer and tree builder.
+// Chromium over the DevTools protocol, with a net/http fallback) and WebSearch
+// (many engines at once, merged), and the HTML handling both share: a small
+// tokenizer and tree builder.
 //
 // Rules (WebSearch has its own, in its section):
 //   - ReadDocs reads http and https URLs only;
 //   - every page and every engine reply is untrusted: sizes are capped,
 //     nesting is bounded, nothing panics on malformed markup;
 //   - the browser is one process group, started lazily, reused, and killed
-//     with the server.
+//     with the server; it has no port: telson drives it over a socket pair it
+//     inherits (--remote-debugging-pipe). Only a browser the user names
+//     (CHROME_URL) is driven over a port, with our RFC 6455 websocket client.
 package main
 
 import (
@@ -38,7 +40,6 @@ import (
 	"syscall"
 	"time"
 	"unicode"
-	"unicode/utf8"
 )
 
 // htmlNode is an element or a text node of a parsed page. The root has tag "#root".
@@ -1017,8 +1018,9 @@ type wsFrameHeader struct {
 	length uint64
 }
 
-// wsDial opens a websocket to a ws:// URL. It sends no Origin header and
-// offers no extensions: Chromium refuses the first and would compress with the second.
+// wsDial opens a websocket to a ws:// URL (the handshake: RFC 6455 section
+// 4.1). It sends no Origin header and offers no extensions: Chromium refuses
+// the first and would compress with the second.
 func wsDial(ctx context.Context, rawURL string, rnd io.Reader, maxMsg int64) (*wsConn, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil || u.Scheme != "ws" {
@@ -1029,50 +1031,35 @@ func wsDial(ctx context.Context, rawURL string, rnd io.Reader, maxMsg int64) (*w
 		return nil, fmt.Errorf("websocket dial: %w", err)
 	}
 	ws := &wsConn{conn: conn, br: bufio.NewReaderSize(conn, 64<<10), rand: rnd, maxMsg: maxMsg}
+	nonce := make([]byte, 16)
+	io.ReadFull(rnd, nonce) // the key must differ, not be secret
+	key := base64.StdEncoding.EncodeToString(nonce)
 	dl, _ := ctx.Deadline()
 	conn.SetDeadline(dl) // none when ctx has none
-	err = ws.handshake(u)
+	fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\n"+
+		"Connection: Upgrade\r\nSec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n\r\n",
+		u.RequestURI(), u.Host, key)
+	resp, err := http.ReadResponse(ws.br, nil) // a failed write fails this read
 	conn.SetDeadline(time.Time{})
+	sum := sha1.Sum([]byte(key + wsGUID))
+	switch {
+	case err != nil:
+	case resp.StatusCode != http.StatusSwitchingProtocols:
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		err = fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(body)))
+	case !strings.EqualFold(resp.Header.Get("Upgrade"), "websocket"):
+		err = errors.New("no Upgrade: websocket header")
+	case resp.Header.Get("Sec-WebSocket-Accept") != base64.StdEncoding.EncodeToString(sum[:]):
+		err = errors.New("wrong Sec-WebSocket-Accept")
+	case resp.Header.Get("Sec-WebSocket-Extensions") != "":
+		err = fmt.Errorf("extensions not asked for: %s",
+			resp.Header.Get("Sec-WebSocket-Extensions"))
+	}
 	if err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("websocket handshake: %w", err)
 	}
 	return ws, nil
-}
-
-// handshake sends the upgrade request and checks the answer (RFC 6455 section 4.1).
-func (ws *wsConn) handshake(u *url.URL) error {
-	nonce := make([]byte, 16)
-	if _, err := io.ReadFull(ws.rand, nonce); err != nil {
-		return err
-	}
-	key := base64.StdEncoding.EncodeToString(nonce)
-	_, err := fmt.Fprintf(ws.conn, "GET %s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\n"+
-		"Connection: Upgrade\r\nSec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n\r\n",
-		u.RequestURI(), u.Host, key)
-	if err != nil {
-		return err
-	}
-	resp, err := http.ReadResponse(ws.br, nil)
-	if err != nil {
-		return err
-	}
-	sum := sha1.Sum([]byte(key + wsGUID))
-	h := resp.Header
-	switch {
-	case resp.StatusCode != http.StatusSwitchingProtocols:
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(body)))
-	case !strings.EqualFold(h.Get("Upgrade"), "websocket"):
-		return errors.New("no Upgrade: websocket header")
-	case !strings.Contains(strings.ToLower(h.Get("Connection")), "upgrade"):
-		return errors.New("no Connection: upgrade header")
-	case h.Get("Sec-WebSocket-Accept") != base64.StdEncoding.EncodeToString(sum[:]):
-		return errors.New("wrong Sec-WebSocket-Accept")
-	case h.Get("Sec-WebSocket-Extensions") != "":
-		return fmt.Errorf("extensions not asked for: %s", h.Get("Sec-WebSocket-Extensions"))
-	}
-	return nil
 }
 
 // wsAppendHeader appends the frame header h to b (RFC 6455 section 5.2).
@@ -1131,9 +1118,8 @@ func (ws *wsConn) writeFrame(op byte, p []byte) error {
 		return errWSClosed
 	}
 	h := wsFrameHeader{fin: true, op: op, masked: true, length: uint64(len(p))}
-	if _, err := io.ReadFull(ws.rand, h.mask[:]); err != nil {
-		return fmt.Errorf("websocket write: %w", err)
-	}
+	// A mask need not be secret here: no page script shares the connection.
+	io.ReadFull(ws.rand, h.mask[:])
 	buf := wsAppendHeader(make([]byte, 0, 14+len(p)), h)
 	for i, c := range p {
 		buf = append(buf, c^h.mask[i&3])
@@ -1156,7 +1142,7 @@ func (ws *wsConn) fail(code uint16, format string, a ...any) error {
 // check refuses a frame that may not come now; have is the length of the message so far.
 func (ws *wsConn) check(h wsFrameHeader, inMsg bool, have int) error {
 	isData := h.op == wsOpText || h.op == wsOpBinary
-	isControl := h.op == wsOpClose || h.op == wsOpPing || h.op == wsOpPong
+	isControl := h.op >= wsOpClose && h.op <= wsOpPong
 	problem := ""
 	switch {
 	case h.rsv != 0:
@@ -1180,22 +1166,6 @@ func (ws *wsConn) check(h wsFrameHeader, inMsg bool, have int) error {
 	return ws.fail(wsCloseProtocol, "%s", problem)
 }
 
-// control answers a control frame with payload p: a ping with a pong, a close with a close.
-func (ws *wsConn) control(op byte, p []byte) error {
-	switch op {
-	case wsOpPing:
-		return ws.writeFrame(wsOpPong, p)
-	case wsOpClose:
-		ws.writeFrame(wsOpClose, p[:min(len(p), 2)]) // echo the code unless we sent ours first
-		code := wsCloseNoCode
-		if len(p) >= 2 {
-			code = int(binary.BigEndian.Uint16(p))
-		}
-		return fmt.Errorf("%w by peer (%d %s)", errWSClosed, code, p[min(len(p), 2):])
-	}
-	return nil
-}
-
 // readMessage returns the next data message, reassembled, answering control frames.
 func (ws *wsConn) readMessage() ([]byte, error) {
 	var msg []byte
@@ -1213,11 +1183,19 @@ func (ws *wsConn) readMessage() ([]byte, error) {
 		if _, err := io.ReadFull(ws.br, msg[n:]); err != nil {
 			return nil, fmt.Errorf("websocket read: %w", err)
 		}
-		if h.op >= wsOpClose { // a control frame, maybe between fragments: not part of msg
-			err := ws.control(h.op, msg[n:])
+		// A control frame, maybe between fragments, is not part of msg.
+		if p := msg[n:]; h.op >= wsOpClose {
 			msg = msg[:n]
-			if err != nil {
-				return nil, err
+			if h.op == wsOpPing {
+				ws.writeFrame(wsOpPong, p)
+			} else if h.op == wsOpClose {
+				// The code echoed, unless we sent ours first.
+				ws.writeFrame(wsOpClose, p[:min(len(p), 2)])
+				code := wsCloseNoCode
+				if len(p) >= 2 {
+					code = int(binary.BigEndian.Uint16(p))
+				}
+				return nil, fmt.Errorf("%w by peer (%d %s)", errWSClosed, code, p[min(len(p), 2):])
 			}
 			continue
 		}
@@ -1230,6 +1208,74 @@ func (ws *wsConn) readMessage() ([]byte, error) {
 
 // ---- DevTools protocol client ----------------------------------------------
 
+// cdpConn carries DevTools messages, one JSON text each: the pipe to the
+// browser telson started, or a websocket to one the user named (CHROME_URL).
+// One goroutine reads; any may write.
+type cdpConn interface {
+	readMessage() ([]byte, error)
+	writeMessage(p []byte) error
+	Close() error
+}
+
+func (ws *wsConn) writeMessage(p []byte) error { return ws.writeFrame(wsOpText, p) }
+
+func (ws *wsConn) Close() error { return ws.conn.Close() }
+
+// cdpPipe is the socket Chromium has as its fds 3 and 4 (--remote-debugging-pipe):
+// each message is JSON ended by a NUL byte. A socket, not two pipes: another
+// process of the user's can open a pipe through /proc/PID/fd, not a socket.
+type cdpPipe struct {
+	f      *os.File
+	br     *bufio.Reader
+	maxMsg int
+}
+
+// readMessage returns the next message, holding at most maxMsg bytes of it.
+func (p *cdpPipe) readMessage() ([]byte, error) {
+	var msg []byte
+	for {
+		part, err := p.br.ReadSlice(0)
+		if len(msg)+len(part) > p.maxMsg+1 {
+			return nil, fmt.Errorf("cdp pipe: message longer than %d bytes", p.maxMsg)
+		}
+		msg = append(msg, part...)
+		if err == nil {
+			return msg[:len(msg)-1], nil
+		} else if err != bufio.ErrBufferFull {
+			return nil, fmt.Errorf("cdp pipe read: %w", err)
+		}
+	}
+}
+
+// writeMessage sends m in one Write, which the file does whole before the next.
+func (p *cdpPipe) writeMessage(m []byte) error {
+	// A browser that stops reading fails the write.
+	p.f.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	if _, err := p.f.Write(append(m, 0)); err != nil {
+		return fmt.Errorf("cdp pipe write: %w", err)
+	}
+	return nil
+}
+
+func (p *cdpPipe) Close() error { return p.f.Close() }
+
+// socketPair returns the two ends of a new socket, closed on exec; made under
+// ForkLock, as package net makes sockets, so no child started meanwhile gets them.
+func socketPair() (ours, theirs *os.File, err error) {
+	syscall.ForkLock.RLock()
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
+	if err == nil {
+		syscall.CloseOnExec(fds[0])
+		syscall.CloseOnExec(fds[1])
+	}
+	syscall.ForkLock.RUnlock()
+	if err != nil {
+		return nil, nil, fmt.Errorf("socketpair: %w", err)
+	}
+	syscall.SetNonblock(fds[0], true) // pollable: writes time out, Close ends a read
+	return os.NewFile(uintptr(fds[0]), "cdp"), os.NewFile(uintptr(fds[1]), "cdp-browser"), nil
+}
+
 type cdpMessage struct {
 	ID        int64                     `json:"id,omitempty"`
 	SessionID string                    `json:"sessionId,omitempty"`
@@ -1241,26 +1287,29 @@ type cdpMessage struct {
 
 // cdpClient sends DevTools commands; it routes replies by id and events by session.
 type cdpClient struct {
-	ws   *wsConn
+	conn cdpConn
 	done chan struct{} // closed when the reader stops; err then says why
 
 	mu      sync.Mutex // guards the fields below
 	nextID  int64
 	pending map[int64]chan cdpMessage
-	subs    map[string]func(method string, params json.RawMessage)
+	subs    map[string]cdpHandler
 	err     error
 }
 
-func newCDPClient(ws *wsConn) *cdpClient {
-	c := &cdpClient{ws: ws, done: make(chan struct{}), pending: map[int64]chan cdpMessage{},
-		subs: map[string]func(string, json.RawMessage){}}
-	go c.readLoop() // exits when the websocket closes or fails
+// cdpHandler hears a session's events.
+type cdpHandler func(method string, params json.RawMessage)
+
+func newCDPClient(conn cdpConn) *cdpClient {
+	c := &cdpClient{conn: conn, done: make(chan struct{}), pending: map[int64]chan cdpMessage{},
+		subs: map[string]cdpHandler{}}
+	go c.readLoop() // exits when the connection closes or fails
 	return c
 }
 
 func (c *cdpClient) readLoop() {
-	data, err := c.ws.readMessage()
-	for ; err == nil; data, err = c.ws.readMessage() {
+	data, err := c.conn.readMessage()
+	for ; err == nil; data, err = c.conn.readMessage() {
 		var m cdpMessage
 		if json.Unmarshal(data, &m) != nil {
 			continue
@@ -1279,7 +1328,7 @@ func (c *cdpClient) readLoop() {
 	c.err = fmt.Errorf("cdp: connection lost: %w", err)
 	c.mu.Unlock()
 	close(c.done)
-	c.ws.conn.Close()
+	c.conn.Close()
 }
 
 // call sends a command (on a session when session is not "") and decodes its result.
@@ -1295,12 +1344,16 @@ func (c *cdpClient) call(ctx context.Context, session, method string, params, re
 	m.ID = c.nextID
 	c.pending[m.ID] = ch
 	c.mu.Unlock()
-	defer c.forget(m.ID)
+	defer func() { // the reply may never come
+		c.mu.Lock()
+		delete(c.pending, m.ID)
+		c.mu.Unlock()
+	}()
 	if err != nil {
 		return err
 	}
 	data, _ := json.Marshal(m)
-	if err := c.ws.writeFrame(wsOpText, data); err != nil {
+	if err := c.conn.writeMessage(data); err != nil {
 		return fmt.Errorf("cdp %s: %w", method, err)
 	}
 	select {
@@ -1318,15 +1371,8 @@ func (c *cdpClient) call(ctx context.Context, session, method string, params, re
 	}
 }
 
-// forget drops a call's waiter once the call has returned.
-func (c *cdpClient) forget(id int64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.pending, id)
-}
-
 // subscribe routes a session's events to fn (nil: drops them).
-func (c *cdpClient) subscribe(session string, fn func(method string, params json.RawMessage)) {
+func (c *cdpClient) subscribe(session string, fn cdpHandler) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.subs[session] = fn; fn == nil {
@@ -1339,7 +1385,8 @@ func (c *cdpClient) subscribe(session string, fn func(method string, params json
 // errNoBrowser means ReadDocs has no browser to use and reads over plain HTTP.
 var errNoBrowser = errors.New("no browser")
 
-// browserHolder is the server's one Chromium, started on first use and again when it died.
+// browserHolder is the server's one browser, started (or attached to) on
+// first use and again when its connection ended.
 type browserHolder struct {
 	tabs chan struct{} // a slot per open tab: pages are heavy on two cores
 
@@ -1347,11 +1394,13 @@ type browserHolder struct {
 	b  *browser
 }
 
+// browser is a Chromium telson started (cmd is set), or one the user runs
+// and named in CHROME_URL, of which telson closes only the tabs it opened.
 type browser struct {
 	cmd   *exec.Cmd       // the leader of the browser's process group
 	dir   string          // the profile, also the browser's home and temporary directory
 	cdp   *cdpClient      // done when the browser died
-	spare chan browserTab // a tab opened ahead of the next read
+	spare chan browserTab // a tab opened ahead of the next read; nil in the user's browser
 }
 
 // chromeNames are the browsers looked for when CHROME_PATH is not set.
@@ -1376,36 +1425,35 @@ func findChrome(set *settings) string {
 	return ""
 }
 
-// get returns the running browser, starting one when there is none or it died.
+// get returns the browser, starting or attaching to one when there is none or it died.
 func (h *browserHolder) get(ctx context.Context, srv *server) (*browser, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.b != nil && !h.b.dead() {
 		return h.b, nil
 	} else if h.b != nil {
-		srv.log.Warn("readdocs: Chromium stopped; starting a new one", "pid", h.b.cmd.Process.Pid)
+		srv.log.Warn("readdocs: the browser is gone; opening another", "err", h.b.cdp.err)
 		h.b.stop()
-		h.b = nil
 	}
 	chrome := srv.set.ChromePath
 	path := findChrome(srv.set)
-	switch {
-	case !srv.set.ReadDocsBrowser:
-		return nil, fmt.Errorf("%w: READDOCS_BROWSER is off", errNoBrowser)
-	case path == "" && chrome != "":
-		return nil, fmt.Errorf("CHROME_PATH %s is not an executable file", chrome)
-	case path == "":
-		return nil, fmt.Errorf("%w: no Chromium found; set CHROME_PATH", errNoBrowser)
-	}
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	b, err := startBrowser(ctx, srv, path)
-	if err != nil {
-		srv.log.Warn("readdocs", "err", err)
-		return nil, fmt.Errorf("%w: %v", errNoBrowser, err)
+	var err error
+	h.b = nil
+	switch {
+	case !srv.set.ReadDocsBrowser:
+		err = fmt.Errorf("%w: READDOCS_BROWSER is off", errNoBrowser)
+	case srv.set.ChromeURL != "":
+		h.b, err = attachBrowser(ctx, srv.set)
+	case path == "" && chrome != "":
+		err = fmt.Errorf("CHROME_PATH %s is not an executable file", chrome)
+	case path == "":
+		err = fmt.Errorf("%w: no Chromium found; set CHROME_PATH", errNoBrowser)
+	default:
+		h.b, err = startBrowser(ctx, srv, path)
 	}
-	h.b = b
-	return b, nil
+	return h.b, err
 }
 
 // close stops the browser; one started after it is killed with the server's processes.
@@ -1418,75 +1466,128 @@ func (h *browserHolder) close() {
 	}
 }
 
-// devtoolsListening starts the line where Chromium prints its DevTools endpoint.
-const devtoolsListening = "DevTools listening on "
+// maxTempDir is the longest TMPDIR the profile is made in. The profile is
+// Chromium's TMPDIR too, where it makes a socket
+// (<profile>/.org.chromium.Chromium.XXXXXX/SingletonSocket, 73 bytes past
+// TMPDIR), and a socket's path has at most 103 bytes (macOS; 107 on Linux):
+// with a longer TMPDIR (macOS's /var/folders/…/T/ has 49 bytes) Chromium
+// does not start. /tmp is then used: it is sticky, and MkdirTemp makes the
+// profile 0700 under a name nobody can take first.
+const maxTempDir = 24
 
-// startBrowser runs Chromium with a fresh profile and connects to the endpoint it prints.
-// Chromium writes nothing outside its profile (its home, config, cache and
-// temporary directory), which is removed when it stops, and downloads nothing.
-func startBrowser(ctx context.Context, srv *server, path string) (*browser, error) {
-	dir, err := os.MkdirTemp("", "telson-chromium-")
+// startBrowser runs Chromium with a fresh profile, driven over a socket it
+// inherits (--remote-debugging-pipe): it opens no port, so no other process
+// can reach it. Chromium writes nothing outside its profile (its home,
+// config, cache and temporary directory), which is removed when it stops,
+// and downloads nothing.
+func startBrowser(ctx context.Context, srv *server, path string) (b *browser, err error) {
+	defer func() {
+		if err != nil {
+			srv.log.Warn("readdocs", "err", err)
+			err = fmt.Errorf("%w: browser start: %v", errNoBrowser, err)
+		}
+	}()
+	base := os.TempDir()
+	if len(base) > maxTempDir {
+		base = "/tmp"
+	}
+	dir, err := os.MkdirTemp(base, "telson-chromium-")
 	if err != nil {
-		return nil, fmt.Errorf("browser start: %w", err)
+		return nil, err
 	}
 	srv.procs.removeAtExit(dir) // even when telson is killed
+	ours, theirs, err := socketPair()
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
 	args := []string{"--headless", "--disable-dev-shm-usage", "--no-first-run",
 		"--disable-background-networking", "--disable-component-update", "--disable-extensions",
 		"--mute-audio",
 		"--disable-background-timer-throttling", "--disable-renderer-backgrounding",
 		"--disable-features=WebUIOmniboxPopup,WebUIOmniboxAimPopup,Translate,MediaRouter," +
 			"OptimizationHints,AutofillServerCommunication",
-		"--user-data-dir=" + dir, "--remote-debugging-port=0"}
+		"--user-data-dir=" + dir, "--remote-debugging-pipe"}
 	if os.Geteuid() == 0 {
 		args = append(args, "--no-sandbox") // Chromium refuses to run as root with its sandbox
 	}
 	cmd := exec.Command(path, append(args, "about:blank")...)
 	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_CONFIG_HOME="+dir, "XDG_CACHE_HOME="+dir,
 		"TMPDIR="+dir)
-	stderr, err := cmd.StderrPipe() // Wait, which closes it, runs only in stop
-	if err == nil {
-		err = srv.procs.start(cmd)
-	}
+	cmd.ExtraFiles = []*os.File{theirs, theirs} // fd 3 it reads commands from, fd 4 it answers on
+	stderr := new(tailWriter)
+	cmd.Stderr = stderr
+	err = srv.procs.start(cmd)
+	theirs.Close() // the browser's alone: when it dies, our reads end
 	if err != nil {
+		ours.Close()
 		os.RemoveAll(dir)
-		return nil, fmt.Errorf("browser start: %s: %w", path, err)
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	b := &browser{cmd: cmd, dir: dir, spare: make(chan browserTab, 1)}
-	// line gets the endpoint's line, or the last line when the browser printed none.
-	line := make(chan string, 1)
-	go func() { // exits when every browser process has closed stderr, or stop closed it
-		sc := bufio.NewScanner(stderr)
-		last := ""
-		for !strings.HasPrefix(last, devtoolsListening) && sc.Scan() {
-			last = cmp.Or(sc.Text(), last)
-		}
-		line <- last
-		io.Copy(io.Discard, stderr) // the browser's later output
-	}()
-	last := ""
-	select {
-	case last = <-line:
-	case <-ctx.Done():
-		last = ctx.Err().Error()
-	}
-	wsURL, ok := strings.CutPrefix(last, devtoolsListening)
-	if !ok {
-		b.stop()
-		return nil, fmt.Errorf("browser start: %s printed no DevTools endpoint: %s", path, last)
-	}
-	maxMsg := int64(srv.set.WSMaxMessage)
-	ws, err := wsDial(ctx, wsURL, crand.Reader, maxMsg)
-	if err == nil {
-		b.cdp = newCDPClient(ws)
-		deny := map[string]any{"behavior": "deny"}
-		err = b.cdp.call(ctx, "", "Browser.setDownloadBehavior", deny, nil)
-	}
-	if err != nil {
-		b.stop()
-		return nil, fmt.Errorf("browser start: %w", err)
+	b = &browser{cmd: cmd, dir: dir, spare: make(chan browserTab, 1)}
+	maxMsg := srv.set.WSMaxMessage
+	err = b.connect(ctx, &cdpPipe{f: ours, br: bufio.NewReaderSize(ours, 64<<10), maxMsg: maxMsg})
+	if err != nil { // stopped: stderr is complete
+		return nil, fmt.Errorf("%s: %w; its last words: %q", path, err, *stderr)
 	}
 	srv.log.Info("readdocs: started Chromium", "pid", cmd.Process.Pid, "path", path)
 	return b, nil
+}
+
+// attachBrowser connects to the browser the user runs and named in CHROME_URL.
+func attachBrowser(ctx context.Context, set *settings) (*browser, error) {
+	chromeURL := set.ChromeURL
+	wsURL, err := devtoolsURL(ctx, chromeURL)
+	var ws *wsConn
+	if err == nil {
+		maxMsg := set.WSMaxMessage
+		ws, err = wsDial(ctx, wsURL, crand.Reader, int64(maxMsg))
+	}
+	b := &browser{}
+	if err == nil {
+		err = b.connect(ctx, ws)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("CHROME_URL %s: %w", chromeURL, err)
+	}
+	return b, nil
+}
+
+// devtoolsURL returns the ws:// URL of CHROME_URL's browser: CHROME_URL
+// itself, or, for http://host:port, what its /json/version says.
+func devtoolsURL(ctx context.Context, chromeURL string) (string, error) {
+	if !strings.HasPrefix(chromeURL, "http://") {
+		return chromeURL, nil
+	}
+	var v struct{ WebSocketDebuggerURL string }
+	pg, err := fetchPlain(ctx, strings.TrimSuffix(chromeURL, "/")+"/json/version")
+	if err == nil {
+		json.Unmarshal([]byte(pg.body), &v)
+	}
+	if err == nil && v.WebSocketDebuggerURL == "" {
+		err = errors.New("its /json/version has no webSocketDebuggerUrl")
+	}
+	return v.WebSocketDebuggerURL, err
+}
+
+// connect drives the browser over conn, refusing downloads for as long as
+// it is connected; on failure it stops the browser.
+func (b *browser) connect(ctx context.Context, conn cdpConn) error {
+	b.cdp = newCDPClient(conn)
+	deny := map[string]any{"behavior": "deny"}
+	err := b.cdp.call(ctx, "", "Browser.setDownloadBehavior", deny, nil)
+	if err != nil {
+		b.stop()
+	}
+	return err
+}
+
+// tailWriter keeps the last 300 bytes written to it: why a browser did not start.
+type tailWriter []byte
+
+func (w *tailWriter) Write(p []byte) (int, error) {
+	*w = lastBytes(append(*w, p...), 300)
+	return len(p), nil
 }
 
 // dead reports a browser whose connection has ended: it ends with the process.
@@ -1499,8 +1600,13 @@ func (b *browser) dead() bool {
 	}
 }
 
-// stop kills the browser's process group and removes its profile.
+// stop kills the browser's process group and removes its profile, or, for
+// the user's browser, ends the connection.
 func (b *browser) stop() {
+	if b.cmd == nil {
+		b.cdp.conn.Close()
+		return
+	}
 	syscall.Kill(-b.cmd.Process.Pid, syscall.SIGKILL) // nothing of it is worth a graceful close
 	b.cmd.Wait()
 	os.RemoveAll(b.dir)
@@ -1601,12 +1707,19 @@ func runReadDocs(ctx context.Context, c *toolCall) toolResult {
 	json.Unmarshal(c.args, &a) // schema-checked
 	o, err := c.s.srv.readPage(ctx, a)
 	if err != nil {
-		return errorResult("%v", err)
+		return errorResult("%s", stripControls(err.Error()))
 	}
 	o.URL = a.URL
 	o.Format = a.Format
 	content, cut := o.convert(a)
-	o.Title = cutTitle(o.Title)
+	// What the page says may hold control characters (terminal escapes):
+	// page text never needs them but tab and newline.
+	content = stripControls(content)
+	o.Title = stripControls(cutTitle(o.Title))
+	o.FinalURL = stripControls(o.FinalURL)
+	for i, n := range o.Notes {
+		o.Notes[i] = stripControls(n)
+	}
 	runes := []rune(content)
 	start := min(a.StartIndex, len(runes))
 	end := min(len(runes), start+a.MaxLength)
@@ -1733,8 +1846,9 @@ func siteOf(rawURL string) (origin, site string) {
 
 // tabState is what a tab's events have said; the reader goroutine writes it.
 type tabState struct {
+	cdp     *cdpClient
+	tab     browserTab
 	changed chan struct{} // a token after every change
-	frame   string        // the main frame's id (the target's)
 	site    string        // the site of the URL asked for
 
 	mu        sync.Mutex      // guards the fields below
@@ -1754,9 +1868,9 @@ type tabEvent struct {
 	Request, Response                  struct{ URL string }
 }
 
-// event records what a tab's event says and returns the command that
-// answers it, if any: dialogs are dismissed, paused requests refused or let through.
-func (ts *tabState) event(method string, params json.RawMessage) (string, map[string]any) {
+// event records what a tab's event says and answers it when it waits for
+// an answer: dialogs are dismissed, paused requests refused or let through.
+func (ts *tabState) event(method string, params json.RawMessage) {
 	var e tabEvent
 	json.Unmarshal(params, &e)
 	reply := ""
@@ -1781,7 +1895,7 @@ func (ts *tabState) event(method string, params json.RawMessage) (string, map[st
 			ts.lastNet = time.Now()
 		}
 	case "Network.responseReceived":
-		if e.Type == "Document" && e.FrameID == ts.frame && ts.docID == "" {
+		if e.Type == "Document" && e.FrameID == ts.tab.targetID && ts.docID == "" {
 			ts.docID = e.RequestID
 			ts.docOrigin, _ = siteOf(e.Response.URL)
 		}
@@ -1796,14 +1910,17 @@ func (ts *tabState) event(method string, params json.RawMessage) (string, map[st
 	case ts.changed <- struct{}{}:
 	default:
 	}
-	return reply, args
+	if reply != "" {
+		// The goroutine exits when Chrome answers or the connection drops.
+		go ts.cdp.call(context.Background(), ts.tab.sid, reply, args, nil)
+	}
 }
 
 // lifecycle follows the main frame's document: a new one (a redirect by
 // script or refresh) is waited for anew.
 func (ts *tabState) lifecycle(e tabEvent) {
 	switch {
-	case e.FrameID != ts.frame:
+	case e.FrameID != ts.tab.targetID:
 	case e.Name == "init":
 		ts.loader = e.LoaderID
 		ts.dcl = time.Time{}
@@ -1819,7 +1936,7 @@ func (ts *tabState) lifecycle(e tabEvent) {
 // page itself, and moves of the page to another origin once it has come.
 func (ts *tabState) blocks(e tabEvent) bool {
 	switch {
-	case e.ResourceType != "Document" || e.FrameID != ts.frame:
+	case e.ResourceType != "Document" || e.FrameID != ts.tab.targetID:
 		return true
 	case ts.docOrigin == "" || strings.HasPrefix(e.Request.URL, ts.docOrigin+"/"):
 		return false
@@ -1828,26 +1945,22 @@ func (ts *tabState) blocks(e tabEvent) bool {
 	return true
 }
 
-// ready says whether the page can be read, and how soon to look again without an event.
-func (ts *tabState) ready(idleCap time.Duration) (bool, time.Duration) {
-	quiet := time.Since(ts.lastNet)
-	if len(ts.inflight) > 0 {
-		quiet = 0
-	}
-	if ts.dcl.IsZero() {
-		// The HTML has all come but a script from another site holds the parser.
-		return ts.docID != "" && len(ts.inflight) == 0 && quiet >= idleCap, idleCap - quiet
-	}
-	left := idleCap - time.Since(ts.dcl)
-	return quiet >= readSettle || left <= 0, min(readSettle-quiet, left)
-}
-
 // waitReady waits until the page can be read (once parsed, when parsed is
 // enough) or ctx ends.
 func (ts *tabState) waitReady(ctx context.Context, idleCap time.Duration, parsedEnough bool) {
 	for {
 		ts.mu.Lock()
-		ok, again := ts.ready(idleCap)
+		quiet := time.Since(ts.lastNet)
+		if len(ts.inflight) > 0 {
+			quiet = 0
+		}
+		// Parsed: readSettle without requests (at most idleCap). Not parsed: the
+		// HTML has all come but a script from another site holds the parser.
+		left := idleCap - time.Since(ts.dcl)
+		ok, again := quiet >= readSettle || left <= 0, min(readSettle-quiet, left)
+		if ts.dcl.IsZero() {
+			ok, again = ts.docID != "" && len(ts.inflight) == 0 && quiet >= idleCap, idleCap-quiet
+		}
 		ok = ok || parsedEnough && !ts.dcl.IsZero()
 		ts.mu.Unlock()
 		if ok {
@@ -1872,7 +1985,9 @@ type browserTab struct{ targetID, sid string }
 // (the extraction reads no layout) and known ad hosts. Nobody hears its events yet.
 func (b *browser) newTab(ctx context.Context) (browserTab, error) {
 	var t struct{ TargetID, SessionID string }
-	err := b.cdp.call(ctx, "", "Target.createTarget", map[string]any{"url": "about:blank"}, &t)
+	// In the user's browser, the tab opens behind the one they look at.
+	create := map[string]any{"url": "about:blank", "background": b.cmd == nil}
+	err := b.cdp.call(ctx, "", "Target.createTarget", create, &t)
 	if err != nil {
 		return browserTab{}, err
 	}
@@ -1928,14 +2043,12 @@ func (b *browser) openSpare() {
 	}
 }
 
-// closeTab closes a tab without waiting for it.
+// closeTab closes a tab, waiting for Chrome's answer at most two seconds.
 func (b *browser) closeTab(t browserTab) {
 	b.cdp.subscribe(t.sid, nil)
-	go func() { // exits when Chrome answers or after two seconds
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		b.cdp.call(ctx, "", "Target.closeTarget", map[string]any{"targetId": t.targetID}, nil)
-	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	b.cdp.call(ctx, "", "Target.closeTarget", map[string]any{"targetId": t.targetID}, nil)
 }
 
 // read loads pageURL in a new tab and reads it once its content is there
@@ -1954,19 +2067,18 @@ func (b *browser) read(ctx context.Context, pageURL string,
 		return nil, err
 	}
 	defer func() {
-		b.closeTab(tab)
-		go b.openSpare() // exits when the tab is open or failed
+		if b.spare == nil { // the user's browser: the tab goes before telson may disconnect
+			b.closeTab(tab)
+			return
+		}
+		go b.closeTab(tab) // exits when Chrome answers or after two seconds
+		go b.openSpare()   // exits when the tab is open or failed
 	}()
 	sid := tab.sid
 	_, site := siteOf(pageURL)
-	ts := &tabState{changed: make(chan struct{}, 1), frame: tab.targetID, site: site,
+	ts := &tabState{cdp: b.cdp, tab: tab, changed: make(chan struct{}, 1), site: site,
 		inflight: map[string]bool{}}
-	b.cdp.subscribe(sid, func(method string, params json.RawMessage) {
-		if reply, args := ts.event(method, params); reply != "" {
-			// The goroutine exits when Chrome answers or the connection drops.
-			go b.cdp.call(context.Background(), sid, reply, args, nil)
-		}
-	})
+	b.cdp.subscribe(sid, ts.event)
 	// The waits end early enough to leave time to read what the page shows.
 	dl, _ := ctx.Deadline()
 	waitCtx, cancel := context.WithDeadline(ctx, dl.Add(-min(5*time.Second, time.Until(dl)/4)))
@@ -2040,16 +2152,79 @@ func (b *browser) read(ctx context.Context, pageURL string,
 	return pg, nil
 }
 
-// evaluate reads the page's DOM (its text when it is not HTML) into pg and
-// returns the page's content type.
+// markHidden sets the hidden attribute on the elements of the page whose
+// computed style hides them (none shown, transparent, clipped to nothing, a
+// box of a pixel that clips, placed left of or above the page), and wraps in
+// <span hidden> the text too small to read, hidden, or of its background's
+// colour. What a reader reveals with a click (tab panels, a closed
+// <details>) is left as it is. Style is all measured before anything changes.
+const markHidden = `if (b) try {
+	// Left as they are: what a click shows, and what is never text.
+	const untouched = '[role=tabpanel], [class*=tab-pane], [class*=tabpanel], .tabbed-block, ' +
+		'.sd-tab-content, details:not([open]) > :not(summary), script, style, template, noscript';
+	const probe = document.createElement('i');
+	probe.style.background = 'Canvas';
+	b.append(probe);
+	const canvas = getComputedStyle(probe).backgroundColor;
+	probe.remove();
+	// A hidden body is an A/B test's anti-flicker guard, waiting for a script not loaded.
+	const shown = getComputedStyle(b).visibility == 'visible';
+	const clear = c => /^rgba.*, 0\)$/.test(c), styles = new Map(), backs = new Map();
+	const style = e => styles.get(e) || styles.set(e, getComputedStyle(e)).get(e);
+	const back = e => { // the colour behind e's text; '' when an image may be
+		if (!e) return canvas;
+		if (!backs.has(e)) {
+			const s = style(e);
+			backs.set(e, s.backgroundImage != 'none' ? '' :
+				clear(s.backgroundColor) ? back(e.parentElement) : s.backgroundColor);
+		}
+		return backs.get(e);
+	};
+	const hides = e => {
+		const s = style(e);
+		const clipped = s.clip == 'rect(0px, 0px, 0px, 0px)';
+		if (s.display == 'none' || s.opacity == '0' || clipped) return true;
+		const placed = s.position == 'absolute' || s.position == 'fixed';
+		if (!placed && s.overflow == 'visible') return false;
+		const r = e.getBoundingClientRect();
+		return placed && (r.right + scrollX < 0 || r.bottom + scrollY < 0) ||
+			s.overflow != 'visible' && r.width <= 1 && r.height <= 1;
+	};
+	// An element inside one left as it is, or hidden, is not judged.
+	const judged = new Set([b]), hidden = [], texts = [];
+	for (const e of b.querySelectorAll('*')) {
+		if (!judged.has(e.parentElement) || e.matches(untouched)) continue;
+		if (hides(e)) hidden.push(e);
+		else judged.add(e);
+	}
+	const walk = document.createTreeWalker(b, NodeFilter.SHOW_TEXT);
+	while (walk.nextNode()) {
+		const t = walk.currentNode, p = t.parentElement;
+		if (!judged.has(p) || !t.data.trim()) continue;
+		const s = style(p);
+		if (shown && s.visibility != 'visible' || parseFloat(s.fontSize) < 1 || clear(s.color) ||
+			s.color == back(p)) texts.push(t);
+	}
+	for (const e of hidden) e.setAttribute('hidden', '');
+	for (const t of texts) {
+		const span = document.createElement('span');
+		span.hidden = true;
+		t.replaceWith(span);
+		span.append(t);
+	}
+} catch (e) {}`
+
+// evaluate reads the page's DOM (its text when it is not HTML), hidden
+// parts marked, into pg and returns the page's content type.
 func (b *browser) evaluate(ctx context.Context, sid string, pg *readDocsOut) (string, error) {
 	expr := fmt.Sprintf(`(() => {
 		const h = document.documentElement, b = document.body, type = document.contentType;
 		const text = !type.includes('html');
+		if (!text) %s
 		const s = text ? (b ? b.innerText : '') : (h ? h.outerHTML : '');
 		const nav = performance.getEntriesByType('navigation')[0];
 		return {body: s.slice(0, %d), full: s.length, title: document.title, url: location.href,
-			type, text, status: nav ? nav.responseStatus : 0}; })()`, pageCap)
+			type, text, status: nav ? nav.responseStatus : 0}; })()`, markHidden, pageCap)
 	var ev struct {
 		Result struct {
 			Value struct {
@@ -2083,13 +2258,13 @@ func (b *browser) evaluate(ctx context.Context, sid string, pg *readDocsOut) (st
 // readableType matches a content type that reads as text.
 var readableType = regexp.MustCompile(`(?i)^text/|html|xml|json|javascript`)
 
-// windows1252 maps bytes 0x80-0x9f; the other bytes are Latin-1.
-var windows1252 = []rune("€\u0081‚ƒ„…†‡ˆ‰Š‹Œ\u008dŽ\u008f\u0090‘’“”•–—˜™š›œ\u009džŸ")
-
-// fetchPlain GETs the page: 10 redirects, pageCap bytes, UTF-8 or else Windows-1252
-// (which Latin-1 labels mean on the web).
+// fetchPlain GETs the page: 10 redirects, pageCap bytes, read as UTF-8
+// whatever its label (invalid bytes become U+FFFD).
 func fetchPlain(ctx context.Context, pageURL string) (*readDocsOut, error) {
-	req, _ := http.NewRequestWithContext(ctx, "GET", pageURL, nil) // pageURL was parsed
+	req, err := http.NewRequestWithContext(ctx, "GET", pageURL, nil)
+	if err != nil {
+		return nil, fmt.Errorf("fetch: %w", err)
+	}
 	ua := "Mozilla/5.0 (compatible; telson; +https://github.com/telsonhq/telson)"
 	req.Header.Set("User-Agent", ua)
 	resp, err := http.DefaultClient.Do(req) // the default client stops after 10 redirects
@@ -2113,20 +2288,7 @@ func fetchPlain(ctx context.Context, pageURL string) (*readDocsOut, error) {
 		return nil, fmt.Errorf("%s is a download or %s, not a page ReadDocs can read", pageURL, ct)
 	}
 	pg.isText = !strings.Contains(strings.ToLower(ct), "html")
-	pg.body = strings.TrimPrefix(string(raw), "\ufeff")
-	// Whatever its label, a page is UTF-8 when it reads as UTF-8 (a last
-	// character cut at pageCap aside).
-	if !utf8.Valid(raw[:min(len(raw), pageCap-utf8.UTFMax)]) {
-		rs := make([]rune, len(raw))
-		for i, c := range raw {
-			rs[i] = rune(c)
-			if c >= 0x80 && c < 0xa0 {
-				rs[i] = windows1252[c-0x80]
-			}
-		}
-		pg.body = string(rs)
-		pg.Notes = append(pg.Notes, "The page is not UTF-8; it was read as Windows-1252.")
-	}
+	pg.body = strings.ToValidUTF8(strings.TrimPrefix(string(raw), "\ufeff"), "\uFFFD")
 	return pg, nil
 }
 
