@@ -553,12 +553,15 @@ func (pt *procTracker) ensureReaper() {
 		return
 	}
 	pt.outDir = dir
-	pt.removeAtExit(dir)
+	if pt.lifeline != nil {
+		pt.lifeline.WriteString(dir + "\n")
+	}
 }
 
 // removeAtExit registers dir with the reaper, which removes it once telson has ended,
 // however it ended (the owner still removes it when it stops).
 func (pt *procTracker) removeAtExit(dir string) {
+	pt.ensureReaper()
 	if pt.lifeline != nil && filepath.IsAbs(dir) && !strings.Contains(dir, "\n") {
 		pt.lifeline.WriteString(dir + "\n") // one short write to a pipe is never interleaved
 	}

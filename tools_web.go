@@ -1530,7 +1530,7 @@ func startBrowser(ctx context.Context, srv *server, path string) (b *browser, er
 	if err != nil { // stopped: stderr is complete
 		return nil, fmt.Errorf("%s: %w; its last words: %q", path, err, *stderr)
 	}
-	srv.log.Info("readdocs: started Chromium", "pid", cmd.Process.Pid, "path", path)
+	srv.log.Info(fmt.Sprintf("readdocs: started Chromium pid %d (%s)", cmd.Process.Pid, path))
 	return b, nil
 }
 
