@@ -53,6 +53,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math"
 	"net"
 	"net/http"
@@ -260,13 +261,15 @@ type session struct {
 	workflow *sessionWorkflow
 	wg       sync.WaitGroup // counts running requests
 	slots    chan struct{}  // one per running request; at maxInflight the reader waits
+	inputEnd chan struct{}  // closed at stdin's end: no answer from the client can come
 
-	mu       sync.Mutex // guards the fields below
-	version  string     // negotiated by initialize; "" before it
-	caps     map[string]json.RawMessage
-	inflight map[string]*inflight        // the client's running requests, by idKey
-	pending  map[string]chan *rpcMessage // the server's requests awaiting a reply, by idKey
-	nextID   int
+	mu       sync.Mutex                 // guards the fields below
+	version  string                     // negotiated by initialize; "" before it
+	caps     map[string]json.RawMessage // every client's: one's handshake keeps another's
+	inflight map[string][]*inflight     // the client's running requests, by idKey (two
+	// HTTP clients may both run a request 5: a cancel naming it is then ignored)
+	pending map[string]chan *rpcMessage // the server's requests awaiting a reply, by idKey
+	nextID  int
 }
 
 // inflight is a running request of the client's.
@@ -283,7 +286,9 @@ func newSession(srv *server, out *outbox) *session {
 		shell:    newShellState(),
 		bg:       newBgTasks(srv.procs),
 		slots:    make(chan struct{}, maxInflight),
-		inflight: map[string]*inflight{},
+		inflight: map[string][]*inflight{},
+		caps:     map[string]json.RawMessage{},
+		inputEnd: make(chan struct{}),
 		pending:  map[string]chan *rpcMessage{},
 	}
 	s.workflow = newSessionWorkflow(s)
@@ -302,9 +307,11 @@ func (s *session) close() {
 func (s *session) cancelAll(onlyListens bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, r := range s.inflight {
-		if r.listen || !onlyListens {
-			r.cancel()
+	for _, same := range s.inflight {
+		for _, r := range same {
+			if r.listen || !onlyListens {
+				r.cancel()
+			}
 		}
 	}
 }
@@ -320,9 +327,12 @@ func (s *session) serve(ctx context.Context, r io.Reader) error {
 	tooLong := false
 	for {
 		chunk, more, err := br.ReadLine()
+		if err != nil {
+			close(s.inputEnd)
+			s.cancelAll(true)
+		}
 		switch {
 		case errors.Is(err, io.EOF):
-			s.cancelAll(true)
 			return nil
 		case err != nil:
 			return fmt.Errorf("read: %w", err)
@@ -476,7 +486,7 @@ func (s *session) start(ctx context.Context, m *rpcMessage, out *outbox, reply f
 	// A modern request over HTTP is cancelled by closing its stream, and its id is unique
 	// only among its own client's: it is not registered.
 	if !r.modern || out == s.out {
-		s.inflight[key] = inf
+		s.inflight[key] = append(s.inflight[key], inf)
 	}
 	s.mu.Unlock()
 	s.slots <- struct{}{}
@@ -486,7 +496,8 @@ func (s *session) start(ctx context.Context, m *rpcMessage, out *outbox, reply f
 		var msg any = s.call(ctx, r, handle)
 		cancel()
 		s.mu.Lock()
-		if s.inflight[key] == inf {
+		s.inflight[key] = slices.DeleteFunc(s.inflight[key], func(o *inflight) bool { return o == inf })
+		if len(s.inflight[key]) == 0 {
 			delete(s.inflight, key)
 		}
 		cancelled := inf.cancelled
@@ -550,9 +561,9 @@ func (s *session) handleNotification(m *rpcMessage) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if r, ok := s.inflight[idKey(p.RequestID)]; ok {
-		r.cancelled = true
-		r.cancel()
+	if same := s.inflight[idKey(p.RequestID)]; len(same) == 1 {
+		same[0].cancelled = true
+		same[0].cancel()
 	}
 }
 
@@ -572,7 +583,9 @@ func handleInitialize(ctx context.Context, r *rpcRequest) (map[string]any, error
 	}
 	r.s.mu.Lock()
 	r.s.version = v
-	r.s.caps = p.Capabilities
+	caps := maps.Clone(r.s.caps) // a new map: running requests hold the old one
+	maps.Copy(caps, p.Capabilities)
+	r.s.caps = caps
 	r.s.mu.Unlock()
 	return map[string]any{
 		"protocolVersion": v,
@@ -1079,7 +1092,8 @@ func (schema *jsonSchema) checkValue(path string, v any) (any, string) {
 	return v, fmt.Sprintf("%s must be one of %s, got %v", path, strings.Join(opts, ", "), v)
 }
 
-// checkObject keeps the properties the schema knows, each checked.
+// checkObject keeps the properties the schema knows, each checked; a "*_json" property, JSON
+// text, also takes the JSON itself.
 func (schema *jsonSchema) checkObject(obj map[string]any) (any, string) {
 	for _, name := range schema.Required {
 		if obj[name] == nil {
@@ -1088,10 +1102,15 @@ func (schema *jsonSchema) checkObject(obj map[string]any) (any, string) {
 	}
 	known := map[string]any{}
 	for name, prop := range schema.Properties {
-		if obj[name] == nil {
+		v := obj[name]
+		if v == nil {
 			continue
 		}
-		x, problem := prop.checkValue(strconv.Quote(name), obj[name])
+		if _, text := v.(string); !text && strings.HasSuffix(name, "_json") {
+			b, _ := json.Marshal(v) // a client that parsed the JSON text sends the JSON itself
+			v = string(b)
+		}
+		x, problem := prop.checkValue(strconv.Quote(name), v)
 		if problem != "" {
 			return obj, problem
 		}
@@ -1186,9 +1205,13 @@ func (r *rpcRequest) request(ctx context.Context, method string, params any) (
 		select {
 		case m = <-ch:
 		case <-ctx.Done():
+		case <-s.inputEnd:
 		}
 	})
-	if m == nil {
+	switch {
+	case m == nil && ctx.Err() == nil:
+		return nil, fmt.Errorf("%s: the client's input ended", method)
+	case m == nil:
 		cancel := map[string]any{"requestId": id, "reason": ctx.Err().Error()}
 		r.out.send(notification("notifications/cancelled", cancel))
 		return nil, fmt.Errorf("%s: %w", method, ctx.Err())

@@ -2225,6 +2225,38 @@ func TestHTTPNoticeRidesOnTheNextResult(t *testing.T) {
 	}
 }
 
+// Two legacy clients on one HTTP server: one's handshake does not take away the other's
+// forms, and a cancel naming an id both use cancels neither.
+func TestHTTPTwoClients(t *testing.T) {
+	t.Parallel()
+	ts := httpStart(t, []string{"ASK_TIMEOUT_MS=60000"})
+	a, b := httpClientFor(t, ts.url), httpClientFor(t, ts.url)
+	a.rpc("initialize", map[string]any{"protocolVersion": "2025-11-25", "capabilities": map[string]any{"elicitation": map[string]any{}}}, nil)
+	b.initialize("2025-11-25") // declares no elicitation
+	resp, msgs := a.rpc("tools/call", map[string]any{"name": "AskUserQuestion", "arguments": map[string]any{"questions_json": `[{"question":"Pick one?","options":["A","B"]}]`}}, map[string]string{"Accept": "application/json"})
+	if res := msgs[len(msgs)-1]["result"].(map[string]any); resp.StatusCode != 200 || !strings.Contains(resultText(res), "could not show the questions") {
+		t.Errorf("A's form was taken away by B's handshake: %v", res)
+	}
+	dir := t.TempDir()
+	call := func(c *httpTestClient, file string) chan string {
+		done := make(chan string, 1)
+		go func() { // exits when the call answers
+			cmd := fmt.Sprintf("touch %s/%s; sleep 0.5; echo %s", dir, file, file)
+			res := c.result("tools/call", map[string]any{"name": "Bash", "arguments": map[string]any{"command": cmd}})
+			done <- resultText(res)
+		}()
+		return done
+	}
+	a.nextID, b.nextID = 10, 10 // both send request 11
+	doneA, doneB := call(a, "a"), call(b, "b")
+	readPidFileExists(t, dir+"/a")
+	readPidFileExists(t, dir+"/b")
+	a.do("POST", `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":11}}`, nil)
+	if got := <-doneA + <-doneB; got != "a\nb\n" {
+		t.Errorf("an ambiguous cancel stopped a call: %q", got)
+	}
+}
+
 func TestHTTPProtocolVersionHeader(t *testing.T) {
 	t.Parallel()
 	ts := httpStart(t, nil)
@@ -3388,6 +3420,27 @@ func TestAskUserQuestionTimeoutAndCancel(t *testing.T) {
 	}
 }
 
+// When the client's input ends, a question waiting for its answer ends at once, not at
+// ASK_TIMEOUT_MS: telson exits with its client.
+func TestAskUserQuestionEndsWithTheInput(t *testing.T) {
+	t.Parallel()
+	c := startBinary(t, nil)
+	uiInitialize(c, "2025-11-25", map[string]any{"elicitation": map[string]any{}})
+	id := uiStartCall(c, "AskUserQuestion", map[string]any{"questions_json": uiQuestions})
+	uiNextRequest(c, "elicitation/create")
+	c.in.Close()
+	res := uiResult(t, c.waitResponse(id))
+	if isError(res) || !strings.Contains(resultText(res), "input ended") {
+		t.Errorf("got %q", resultText(res))
+	}
+	select {
+	case err := <-c.done:
+		c.done <- err // for the cleanup
+	case <-time.After(watchdog):
+		t.Fatal("telson outlived its client's input")
+	}
+}
+
 // uiModernCall is a 2026-07-28 tools/call with extra params.
 func uiModernCall(c *testClient, caps map[string]any, args any, extra map[string]any) map[string]any {
 	c.t.Helper()
@@ -3519,6 +3572,9 @@ func TestAskUserQuestionShapes(t *testing.T) {
 	for name, qs := range asArray {
 		check(name, map[string]any{"questions": qs}, name != "Claude Code's shape")
 	}
+	// A client that parses JSON text arguments (the Inspector CLI) sends questions_json as JSON.
+	check("questions_json as JSON", decodeArgs(t, `{"questions_json":[`+one+`]}`).(map[string]any), false)
+	check("questions_json as a JSON object", decodeArgs(t, `{"questions_json":{"questions":[`+one+`]}}`).(map[string]any), false)
 	// questions is declared an array of objects: the argument check names what is wrong.
 	for args, want := range map[string]string{
 		`{"questions":{"question":"Pick one?","options":[{"label":"A"},{"label":"B"}]}}`: `"questions" must be an array, got an object`,
