@@ -32,12 +32,15 @@
 //   - listenerSet.mu: the open subscriptions/listen requests;
 //   - noticeQueue.mu: notices waiting for the next tool result;
 //   - connLimiter.mu: the HTTP connections;
-//   - shellState.mu, procTracker.mu (tools_bash.go); bgTasks.mu, then bgTask.mu, in that order
-//     (tools_bg.go); skillCatalog.mu, callbackSlots.mu (tools_workflow.go); browserHolder.mu,
-//     cdpClient.mu, wsConn.wmu, tabState.mu, searchState.mu (tools_web.go).
+//   - shellState.mu, procTracker.mu (tools_bash.go); bgTasks.mu, then bgTask.mu, then
+//     noticeQueue.mu, in that order (tools_bg.go); skillCatalog.mu, callbackSlots.mu
+//     (tools_workflow.go); cdpClient.mu, tabState.mu, searchState.mu (tools_web.go).
 //
 // Channels as locks: session.slots bounds the requests running at once (the reader waits for a
-// slot: backpressure); an outbox's queue bounds what waits for a slow client.
+// slot: backpressure); an outbox's queue bounds what waits for a slow client;
+// browserHolder.turn is held while a ReadDocs call starts or stops the browser, the one wait
+// across a process start (only ReadDocs calls take it, each with its deadline);
+// browserHolder.tabs bounds the tabs open at once.
 package main
 
 import (

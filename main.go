@@ -155,7 +155,7 @@ func newServer(set *settings, stderr io.Writer) *server {
 		version: buildVersion(),
 		procs:   newProcTracker(logger),
 		skills:  &skillCatalog{dir: wd},
-		browser: &browserHolder{tabs: make(chan struct{}, 2)},
+		browser: &browserHolder{tabs: make(chan struct{}, 2), turn: make(chan struct{}, 1)},
 		search:  newSearchState(),
 	}
 	for _, d := range toolTable {

@@ -314,8 +314,9 @@ func newShellState() *shellState {
 // dir is the working directory, or the nearest existing parent when it was removed.
 func (sh *shellState) dir() string {
 	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	for d := sh.cwd; ; d = filepath.Dir(d) {
+	cwd := sh.cwd
+	sh.mu.Unlock()
+	for d := cwd; ; d = filepath.Dir(d) {
 		if fi, err := os.Stat(d); err == nil && fi.IsDir() {
 			return d
 		}

@@ -37,6 +37,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unicode"
@@ -1004,8 +1005,7 @@ type wsConn struct {
 	rand   io.Reader // masking keys
 	maxMsg int64
 
-	wmu       sync.Mutex // guards writes to conn and closeSent
-	closeSent bool
+	closeSent atomic.Bool // no frame goes after a close frame
 }
 
 // wsFrameHeader is a frame header (RFC 6455 section 5.2).
@@ -1110,11 +1110,10 @@ func wsReadHeader(r io.Reader) (h wsFrameHeader, err error) {
 	return h, err
 }
 
-// writeFrame sends one masked frame with FIN set.
+// writeFrame sends one masked frame with FIN set, in one Write: a net.Conn writes each call
+// whole, so frames written at once never interleave, and no lock is needed.
 func (ws *wsConn) writeFrame(op byte, p []byte) error {
-	ws.wmu.Lock()
-	defer ws.wmu.Unlock()
-	if ws.closeSent {
+	if ws.closeSent.Load() {
 		return errWSClosed
 	}
 	h := wsFrameHeader{fin: true, op: op, masked: true, length: uint64(len(p))}
@@ -1124,7 +1123,9 @@ func (ws *wsConn) writeFrame(op byte, p []byte) error {
 	for i, c := range p {
 		buf = append(buf, c^h.mask[i&3])
 	}
-	ws.closeSent = op == wsOpClose
+	if op == wsOpClose {
+		ws.closeSent.Store(true)
+	}
 	// A browser that stops reading fails the write.
 	ws.conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
 	if _, err := ws.conn.Write(buf); err != nil {
@@ -1389,9 +1390,10 @@ var errNoBrowser = errors.New("no browser")
 // first use and again when its connection ended.
 type browserHolder struct {
 	tabs chan struct{} // a slot per open tab: pages are heavy on two cores
-
-	mu sync.Mutex // guards b
-	b  *browser
+	// turn is taken, as a lock that waits with a deadline, while a call starts, attaches to or
+	// stops the browser: the calls that need it wait for it, and nothing else does
+	turn chan struct{}
+	b    *browser // guarded by turn
 }
 
 // browser is a Chromium telson started (cmd is set), or one the user runs
@@ -1427,8 +1429,12 @@ func findChrome(set *settings) string {
 
 // get returns the browser, starting or attaching to one when there is none or it died.
 func (h *browserHolder) get(ctx context.Context, srv *server) (*browser, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	select {
+	case h.turn <- struct{}{}:
+		defer func() { <-h.turn }()
+	case <-ctx.Done():
+		return nil, fmt.Errorf("readdocs: waiting for the browser: %w", ctx.Err())
+	}
 	if h.b != nil && !h.b.dead() {
 		return h.b, nil
 	} else if h.b != nil {
@@ -1458,8 +1464,8 @@ func (h *browserHolder) get(ctx context.Context, srv *server) (*browser, error) 
 
 // close stops the browser; one started after it is killed with the server's processes.
 func (h *browserHolder) close() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	h.turn <- struct{}{}
+	defer func() { <-h.turn }()
 	if h.b != nil {
 		h.b.stop()
 		h.b = nil
