@@ -266,13 +266,14 @@ type session struct {
 	slots    chan struct{}  // one per running request; at maxInflight the reader waits
 	inputEnd chan struct{}  // closed at stdin's end: no answer from the client can come
 
-	mu       sync.Mutex                 // guards the fields below
-	version  string                     // negotiated by initialize; "" before it
-	caps     map[string]json.RawMessage // every client's: one's handshake keeps another's
-	inflight map[string][]*inflight     // the client's running requests, by idKey (two
-	// HTTP clients may both run a request 5: a cancel naming it is then ignored)
-	pending map[string]chan *rpcMessage // the server's requests awaiting a reply, by idKey
-	nextID  int
+	mu      sync.Mutex                 // guards the fields below
+	version string                     // negotiated by initialize; "" before it
+	caps    map[string]json.RawMessage // every client's: one's handshake keeps another's
+	// the client's running requests, by idKey: two HTTP clients may both run a request 5,
+	// and a cancel naming it is then ignored
+	inflight map[string][]*inflight
+	pending  map[string]chan *rpcMessage // the server's requests awaiting a reply, by idKey
+	nextID   int
 }
 
 // inflight is a running request of the client's.
