@@ -282,7 +282,9 @@ func rawText(n *htmlNode) string {
 				b.WriteByte('\n')
 			case !mdDropTags[c.tag]:
 				walk(c)
-				if c.tag == "p" || c.tag == "div" || c.tag == "li" {
+				// A block ends its line, once (a line's <br> ends it already).
+				end := c.tag == "p" || c.tag == "div" || c.tag == "li"
+				if end && !strings.HasSuffix(b.String(), "\n") {
 					b.WriteByte('\n')
 				}
 			}
@@ -311,8 +313,12 @@ var (
 	mdLineStart    = regexp.MustCompile(`^(#{1,6}|[>+-]|\d{1,9}[.)])( |$)`)
 	mdSpaces       = regexp.MustCompile(`[ \t\r\n\f]+`)
 	mdBackticks    = regexp.MustCompile("`+")
-	mdLanguage     = regexp.MustCompile(`(?:^|\s)(?:language-|lang-)(\S*)`)
-	mdHiddenStyle  = regexp.MustCompile(`(?i)display *: *none|visibility *: *hidden`)
+	// a code block's language in a class: language-ts, lang-ts, highlight-ts, sourceCode ts
+	mdLanguage = regexp.MustCompile(`(?:^|\s)(?:(?:language|lang|highlight)-|sourceCode\s+)(\S+)`)
+	// what hides an element: no display, no visibility, font-size 0, off-screen
+	mdHiddenStyle = regexp.MustCompile(`display *: *none|visibility *: *hidden|` +
+		`font-size *: *0[a-z%]* *(?:[;!]|$)|(?:left|top|text-indent) *: *-\d{4}`)
+	mdSelectorWord = regexp.MustCompile(`[.#](?:[\w-]|\\.)+`)
 	// MathJax 2 renders TeX in a frame beside its source
 	mdMathJaxFrame = regexp.MustCompile(`^MathJax-Element-.*-Frame$`)
 	mdEmphasis     = map[string]string{"strong": "**", "b": "**", "em": "*", "i": "*", "del": "~~",
@@ -325,9 +331,10 @@ var (
 		li main nav ol p pre section summary table td th tr ul`)
 	mdInlineTags = wordSet("a b strong em i del s strike code kbd samp tt var img br script")
 	mdNoiseRoles = wordSet(`navigation banner contentinfo complementary menu menubar search
-		dialog alertdialog`)
-	mdHeadings = wordSet("h1 h2 h3 h4 h5 h6")
-	mdParaTags = wordSet("p pre td dd")
+		dialog alertdialog tablist`)
+	mdHeadings   = wordSet("h1 h2 h3 h4 h5 h6")
+	mdNoLanguage = wordSet("default none text plaintext")
+	mdParaTags   = wordSet("p pre td dd")
 	// a cell holding one is for layout
 	mdLayoutCells = wordSet("pre table blockquote h1 h2 h3 h4 h5 h6")
 	// Whole words of class and id values naming content, and naming furniture.
@@ -351,6 +358,7 @@ const (
 	mdItemDepth  = 2      // levels from an item's text up to its list
 	mdMaxKicker  = 100    // characters of a heading that titles a block
 	mdMaxCaption = 300    // characters of a caption; a longer one is text
+	mdLangDepth  = 3      // levels from a code block up to the wrapper naming its language
 	mdHeading    = "\x02" // starts a heading's line until mdDropEmptyHeadings
 )
 
@@ -368,6 +376,11 @@ type mdConv struct {
 	score     map[*htmlNode]float64
 	paras     map[*htmlNode]int32 // text of the paragraphs below a node
 	cands     []*htmlNode         // nodes with a score, in document order
+	doc       *htmlNode           // the document: around the headings that have ids
+	inDoc     bool                // the last heading met opens a section of it
+	tabs      []string            // labels of the tab panels to come
+	hiddenCSS map[string]bool     // selectors the page's style elements hide
+	shownCSS  map[string]bool     // classes and ids they show
 }
 
 // mdPage is a converted page; cut: output stopped at the limit.
@@ -399,7 +412,8 @@ func htmlToMarkdown(src, pageURL string, limit int, plain bool) mdPage {
 			m.base = u
 		}
 	}
-	measure(root)
+	m.hiddenCSS, m.shownCSS = mdStyleRules(root)
+	m.measure(root)
 	body := cmp.Or(root.find(htmlByTag("body")), root)
 	loose := body // or the page's main area
 	isMain := func(n *htmlNode) bool {
@@ -414,6 +428,14 @@ func htmlToMarkdown(src, pageURL string, limit int, plain bool) mdPage {
 			continue
 		}
 		m.made = 0
+		m.doc = nil
+		m.inDoc = true
+		for _, h := range content.findAll(mdOwnID) {
+			m.doc = cmp.Or(m.doc, h.parent)
+			for !m.doc.holds(h) {
+				m.doc = m.doc.parent
+			}
+		}
 		if pg.text = m.block(content, false); pg.text != "" {
 			break
 		}
@@ -428,10 +450,10 @@ func htmlToMarkdown(src, pageURL string, limit int, plain bool) mdPage {
 	return pg
 }
 
-// mdDropEmptyHeadings drops the headings (lines that start with mdHeading)
-// with nothing under them: the next heading is of their level or higher, or
-// the text ends (a thematic break is nothing); a text of headings only is
-// kept. The marks go.
+// mdDropEmptyHeadings drops the headings marked with mdHeading (those
+// outside the document's sections) with nothing under them: the next heading
+// is of their level or higher, or the text ends (a thematic break is
+// nothing); a text of headings only is kept. The marks go.
 func mdDropEmptyHeadings(s string) string {
 	const text = 7 // the level of a line of other text; 0: a blank line or a break
 	lines := strings.Split(s, "\n")
@@ -463,16 +485,22 @@ func mdDropEmptyHeadings(s string) string {
 	return strings.ReplaceAll(s, mdHeading, "")
 }
 
-// measure sets the size and link text of n and the nodes below it; an e-mail link is text.
-func measure(n *htmlNode) {
+// measure sets the size and link text of n and the nodes below it (an
+// e-mail link is text). What the page hides is marked hidden, as the
+// browser marks what it computes hidden, and measures nothing.
+func (m *mdConv) measure(n *htmlNode) {
 	if n.tag == "" {
 		n.size = int32(len(strings.TrimSpace(n.text)))
+		return
 	}
-	if n.tag == "" || mdDropTags[n.tag] {
+	if m.hides(n) {
+		n.attrs = append(n.attrs, htmlAttr{key: "hidden"})
+	}
+	if mdDropTags[n.tag] || htmlHidden(n) {
 		return
 	}
 	for _, c := range n.children {
-		measure(c)
+		m.measure(c)
 		n.size += c.size
 		n.links += c.links
 	}
@@ -481,15 +509,64 @@ func measure(n *htmlNode) {
 	}
 }
 
-// mdHints reports whether n's class and id hold words naming content and furniture.
+func isWordRune(r rune) bool { return unicode.IsLetter(r) || unicode.IsDigit(r) }
+
+// mdHints reports whether n's class and id hold words naming content and
+// furniture; an id made from n's own heading names neither.
 func mdHints(n *htmlNode) (good, bad bool) {
-	notWord := func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) }
-	words := strings.FieldsFunc(strings.ToLower(n.attr("class")+" "+n.attr("id")), notWord)
+	notWord := func(r rune) bool { return !isWordRune(r) }
+	id := n.attr("id")
+	if mdOwnID(n) {
+		id = ""
+	}
+	words := strings.FieldsFunc(strings.ToLower(n.attr("class")+" "+id), notWord)
 	for _, w := range words {
 		good = good || mdHasWord(mdGoodWords, w)
 		bad = bad || mdHasWord(mdBadWords, w)
 	}
 	return good, bad
+}
+
+// mdOwnID reports that n's id is made from its own heading: n is a heading
+// whose id holds its text, or a section whose id holds the text of the
+// heading it opens with (Sphinx, MyST, pandoc). Such headings open the
+// sections of a document.
+func mdOwnID(n *htmlNode) bool {
+	h := n
+	if !mdHeadings[n.tag] {
+		i := slices.IndexFunc(n.children, func(c *htmlNode) bool { return c.size > 0 })
+		if i < 0 || !mdHeadings[n.children[i].tag] {
+			return false
+		}
+		h = n.children[i]
+	}
+	text := mdSlug(h.textContent())
+	return text != "" && strings.Contains(mdSlug(n.attr("id")), text)
+}
+
+// holds reports that d is n or below it.
+func (n *htmlNode) holds(d *htmlNode) bool {
+	for ; d != nil; d = d.parent {
+		if d == n {
+			return true
+		}
+	}
+	return false
+}
+
+// docPart reports that n is in a section of the document.
+func (m *mdConv) docPart(n *htmlNode) bool {
+	return m.inDoc && m.doc.holds(n)
+}
+
+// mdSlug is s lowercase, its letters and digits only.
+func mdSlug(s string) string {
+	return strings.Map(func(r rune) rune {
+		if isWordRune(r) {
+			return unicode.ToLower(r)
+		}
+		return -1
+	}, s)
 }
 
 // mdHasWord reports that w is a word of set, alone or before a common tail
@@ -560,7 +637,7 @@ func (m *mdConv) scoreParas(n *htmlNode) {
 		}
 		// a paragraph: p, pre, a cell, an item, or a block with text of its own
 		isPara := mdParaTags[c.tag] ||
-			mdBlockTags[c.tag] && slices.ContainsFunc(c.children, ownText)
+			mdBlockTags[c.tag] && !mdHeadings[c.tag] && slices.ContainsFunc(c.children, ownText)
 		if text := c.size - c.links; isPara && text >= mdMinPara {
 			commas := strings.Count(rawText(c), ",")
 			v := 1 + float64(commas) + min(float64(text)/100, 3)
@@ -593,10 +670,77 @@ func (m *mdConv) weight(n *htmlNode) float64 {
 	return w * (1 - float64(n.links)/float64(max(n.size, 1)))
 }
 
-// htmlHidden reports an element the page does not show.
+// htmlHidden reports an element marked hidden. A tab panel is not: a
+// reader shows it with a click.
 func htmlHidden(n *htmlNode) bool {
 	hidden := slices.ContainsFunc(n.attrs, func(a htmlAttr) bool { return a.key == "hidden" })
-	return hidden || n.attr("aria-hidden") == "true" || mdHiddenStyle.MatchString(n.attr("style"))
+	return hidden && n.attr("role") != "tabpanel"
+}
+
+// hides reports an element the page hides: aria-hidden, its inline style
+// (display, visibility, font-size 0, off-screen, text the colour of its
+// background), or a rule of a style element for one of its classes or its
+// id, unless a rule shows another of them.
+func (m *mdConv) hides(n *htmlNode) bool {
+	style := strings.ToLower(n.attr("style"))
+	colors := map[string]string{}
+	for _, d := range strings.Split(style, ";") {
+		k, v, _ := strings.Cut(d, ":")
+		colors[strings.TrimSpace(k)] = strings.TrimSpace(v)
+	}
+	fg := colors["color"]
+	if n.attr("aria-hidden") == "true" || mdHiddenStyle.MatchString(style) ||
+		fg != "" && (fg == colors["background"] || fg == colors["background-color"]) {
+		return true
+	}
+	keys := strings.Fields(n.attr("class"))
+	for i := range keys {
+		keys[i] = "." + keys[i]
+	}
+	if id := n.attr("id"); id != "" {
+		keys = append(keys, "#"+id)
+	}
+	hidden := false
+	for _, k := range keys {
+		if m.shownCSS[k] {
+			return false
+		}
+		hidden = hidden || m.hiddenCSS[k] || m.hiddenCSS[n.tag+k]
+	}
+	return hidden
+}
+
+// mdStyleRules reads the page's style elements: hidden holds the selectors
+// of the rules that hide (simple ones will match: .c, #i, t.c, t#i;
+// rules in @media and other at-rules are left out), shown the classes and
+// ids of the rules that set a display.
+func mdStyleRules(root *htmlNode) (hidden, shown map[string]bool) {
+	hidden, shown = map[string]bool{}, map[string]bool{}
+	for _, st := range root.findAll(htmlByTag("style")) {
+		css := rawText(st)
+		depth, last, sel := 0, 0, ""
+		for i := 0; i < len(css); i++ {
+			switch css[i] {
+			case '{':
+				depth++
+				sel, last = css[last:i], i+1
+			case '}':
+				depth = max(depth-1, 0)
+				decl := strings.ToLower(css[last:i])
+				if hides := mdHiddenStyle.MatchString(decl); hides && depth == 0 {
+					for _, s := range strings.Split(sel, ",") {
+						hidden[strings.TrimSpace(s)] = true
+					}
+				} else if !hides && strings.Contains(decl, "display") {
+					for _, t := range mdSelectorWord.FindAllString(sel, -1) {
+						shown[strings.ReplaceAll(t, `\`, "")] = true
+					}
+				}
+				sel, last = "", i+1
+			}
+		}
+	}
+	return hidden, shown
 }
 
 // most reports that n, or the block named as furniture that n is an item
@@ -623,7 +767,8 @@ func (m *mdConv) skip(n *htmlNode) bool {
 	case n.tag == "script": // MathJax's TeX is read; its rendering (the frame) is not
 		return !strings.HasPrefix(n.attr("type"), "math/tex")
 	case mdMathJaxFrame.MatchString(n.attr("id")),
-		mdDropTags[n.tag] || n.tag == "nav" || n.tag == "aside" || n.tag == "footer",
+		mdDropTags[n.tag] || n.tag == "nav" || n.tag == "footer",
+		n.tag == "aside" && !m.docPart(n),
 		htmlHidden(n),
 		n.tag == "figcaption" && n.size <= mdMaxCaption,
 		mdNoiseRoles[n.attr("role")]:
@@ -632,8 +777,9 @@ func (m *mdConv) skip(n *htmlNode) bool {
 		return false
 	case n.tag == "form" && n.size < 500,
 		n.tag == "header" && text < 200 && n.find(htmlByTag("h1")) == nil,
-		// a paragraph that is a link: a teaser
-		n.tag == "p" && n.size > 0 && n.links*10 >= n.size*9:
+		// a paragraph that is a link to another page: a teaser
+		n.tag == "p" && n.size > 0 && n.links*10 >= n.size*9 && !m.docPart(n) &&
+			!strings.HasPrefix(n.find(htmlByTag("a")).attr("href"), "#"):
 		return true
 	case bad && !(good && text >= 1000) && !m.most(n):
 		// Furniture words around the article (share-zone, js-code-nav) do not
@@ -643,8 +789,10 @@ func (m *mdConv) skip(n *htmlNode) bool {
 			return (good && !bad || c.tag == "article" || c.tag == "main") && c.size-c.links >= 1000
 		}) == nil
 	}
+	// Link lists are furniture, but in a section of a document: tables of
+	// contents, "see also", lists of plugins.
 	list := n.tag == "div" || n.tag == "ul" || n.tag == "ol" || n.tag == "section"
-	return list && n.size > 0 && n.links*2 > n.size && text < 100
+	return list && n.size > 0 && n.links*2 > n.size && text < 100 && !m.docPart(n)
 }
 
 // block renders n's children as markdown blocks separated by blank lines; in
@@ -672,13 +820,32 @@ func (m *mdConv) block(n *htmlNode, tight bool) string {
 	var walk func(p *htmlNode)
 	walk = func(p *htmlNode) {
 		for i, c := range p.children {
+			if mdHeadings[c.tag] {
+				m.inDoc = mdOwnID(c) || mdOwnID(p) || c.tag == "h1"
+			} else if c.attr("role") == "tablist" {
+				m.tabs = nil
+				for _, t := range c.findAll(func(t *htmlNode) bool { return t.attr("role") == "tab" }) {
+					m.tabs = append(m.tabs, t.textContent())
+				}
+			}
 			switch {
 			case m.made > m.limit:
 				return
 			case m.skip(c) || m.kicker(c, p.children[i+1:]):
 			case mdBlockTags[c.tag]:
 				para()
+				if c.attr("role") == "tabpanel" && len(m.tabs) > 0 {
+					// each panel under its tab's label
+					label := m.esc.Replace(m.tabs[0])
+					if !m.plain {
+						label = "**" + label + "**"
+					}
+					add(label, false)
+					m.tabs = m.tabs[1:]
+				}
+				tabs := m.tabs
 				add(m.element(c), c.tag == "ul" || c.tag == "ol")
+				m.tabs = tabs
 			case c.tag == "" || mdInlineTags[c.tag]:
 				inl.WriteString(m.inline(c))
 			default:
@@ -691,20 +858,24 @@ func (m *mdConv) block(n *htmlNode, tight bool) string {
 	return out.String()
 }
 
-// kicker reports a heading short enough to be the title of the block after
-// it in rest, when that block is left out.
+// kicker reports a heading short enough to be the title of the blocks
+// after it in rest, up to the next heading, when they are all left out; a
+// heading with nothing under it stays.
 func (m *mdConv) kicker(n *htmlNode, rest []*htmlNode) bool {
 	if !mdHeadings[n.tag] || n.tag == "h1" || n.size > mdMaxKicker {
 		return false
 	}
+	dropped := false
 	for _, c := range rest {
-		if c.tag != "" && !mdDropTags[c.tag] {
-			return m.skip(c)
-		} else if c.size > 0 {
+		switch {
+		case mdHeadings[c.tag]:
+			return dropped
+		case c.tag == "" && c.size > 0, c.tag != "" && !mdDropTags[c.tag] && !m.skip(c):
 			return false
 		}
+		dropped = dropped || c.tag != ""
 	}
-	return false
+	return dropped
 }
 
 // element renders one block element.
@@ -715,7 +886,11 @@ func (m *mdConv) element(n *htmlNode) string {
 		if m.plain {
 			return s
 		}
-		return mdMark(s, mdHeading+strings.Repeat("#", int(n.tag[1]-'0'))+" ", "")
+		mark := strings.Repeat("#", int(n.tag[1]-'0')) + " "
+		if !m.docPart(n) {
+			mark = mdHeading + mark
+		}
+		return mdMark(s, mark, "")
 	case n.tag == "hr":
 		return "* * *"
 	case n.tag == "pre":
@@ -825,8 +1000,10 @@ func (m *mdConv) link(n *htmlNode) string {
 	s := m.inlineChildren(n)
 	m.esc = esc
 	href := strings.TrimSpace(n.attr("href"))
-	if t := strings.TrimSpace(s); t == "#" || t == "¶" || t == "§" {
-		return "" // a heading's permalink
+	// A link without words is a permalink (¶, #, an icon glyph, a zero-width
+	// space); one to "#" is a control (back to top).
+	if !strings.ContainsFunc(s, isWordRune) || href == "#" {
+		return ""
 	} else if href == "" || strings.HasPrefix(strings.ToLower(href), "javascript:") || m.plain {
 		return s
 	}
@@ -879,22 +1056,35 @@ func fence(s string, least int) string {
 	return strings.Repeat("`", max(least, longest+1))
 }
 
-// pre renders a code block, with the language its classes name.
+// pre renders a code block, with the language that it, its code or a
+// wrapper around it names.
 func (m *mdConv) pre(n *htmlNode) string {
 	s := strings.TrimRight(strings.TrimPrefix(rawText(n), "\n"), "\n ")
 	m.made += len(s)
-	classes := n.attr("class")
-	if c := n.find(htmlByTag("code")); c != nil {
-		classes += " " + c.attr("class")
-	}
 	lang := ""
-	if l := mdLanguage.FindStringSubmatch(classes); l != nil {
-		lang = l[1]
+	if c := n.find(htmlByTag("code")); c != nil {
+		lang = mdLang(c)
+	}
+	for a, up := n, 0; a != nil && lang == "" && up < mdLangDepth; a, up = a.parent, up+1 {
+		lang = mdLang(a)
 	}
 	if f := fence(s, 3); strings.TrimSpace(s) != "" && !m.plain {
 		return f + lang + "\n" + s + "\n" + f
 	}
 	return s
+}
+
+// mdLang returns the language n's class or data-lang names; default, none
+// and text name none.
+func mdLang(n *htmlNode) string {
+	lang := n.attr("data-lang")
+	if l := mdLanguage.FindStringSubmatch(n.attr("class")); l != nil {
+		lang = l[1]
+	}
+	if mdNoLanguage[lang] {
+		return ""
+	}
+	return lang
 }
 
 func (m *mdConv) list(n *htmlNode) string {
