@@ -65,7 +65,8 @@ func wordSet(s string) map[string]bool {
 }
 
 const (
-	maxHTMLDepth = 256 // deeper elements become children of the deepest kept one
+	maxHTMLDepth = 256     // deeper elements become children of the deepest kept one
+	maxHTMLNodes = 1 << 20 // nodes and attributes of a page; the markup after them is left out
 	htmlSpace    = " \t\r\n\f"
 )
 
@@ -113,10 +114,12 @@ func parseHTML(src string) *htmlNode {
 	// Text gathers in pending (a comment between two runs joins them) and
 	// becomes a node when markup that builds the tree comes: linear, whatever the input.
 	var pending strings.Builder
+	nodes := 0
 	add := func(n *htmlNode) {
 		p := stack[len(stack)-1]
 		n.parent = p
 		p.children = append(p.children, n)
+		nodes += 1 + len(n.attrs)
 	}
 	flush := func() {
 		if pending.Len() > 0 {
@@ -124,7 +127,7 @@ func parseHTML(src string) *htmlNode {
 			pending.Reset()
 		}
 	}
-	for pos := 0; pos < len(src); {
+	for pos := 0; pos < len(src) && nodes < maxHTMLNodes; {
 		rest := src[pos:]
 		switch {
 		case !htmlMarkup.MatchString(rest):
@@ -318,7 +321,10 @@ var (
 	// what hides an element: no display, no visibility, font-size 0, off-screen
 	mdHiddenStyle = regexp.MustCompile(`display *: *none|visibility *: *hidden|` +
 		`font-size *: *0[a-z%]* *(?:[;!]|$)|(?:left|top|text-indent) *: *-\d{4}`)
+	mdThread       = regexp.MustCompile(`\b(?:avatar|reply)`) // marks of a comment thread
 	mdSelectorWord = regexp.MustCompile(`[.#](?:[\w-]|\\.)+`)
+	mdColor        = regexp.MustCompile(`(?:^|;)\s*color\s*:\s*([^;!\s]+)`)
+	mdBackground   = regexp.MustCompile(`background(?:-color)?\s*:\s*([^;!\s]+)`)
 	// MathJax 2 renders TeX in a frame beside its source
 	mdMathJaxFrame = regexp.MustCompile(`^MathJax-Element-.*-Frame$`)
 	mdEmphasis     = map[string]string{"strong": "**", "b": "**", "em": "*", "i": "*", "del": "~~",
@@ -337,16 +343,16 @@ var (
 	mdParaTags   = wordSet("p pre td dd")
 	// a cell holding one is for layout
 	mdLayoutCells = wordSet("pre table blockquote h1 h2 h3 h4 h5 h6")
-	// Whole words of class and id values naming content, and naming furniture.
-	mdGoodWords = wordSet("article body content entry main post story text blog prose markdown")
-	mdBadWords  = wordSet(`ad ads advert advertisement author banner breadcrumb byline caption
-		comment comments consent cookie cookies copyright credit credits cta disqus footer gdpr
-		masthead menu meta modal nav navbar license licence navigation newsletter pager
-		pagination popup promo recommended related share sharing side sidebar social sponsor
-		subscribe subscription tags toolbar`)
-	// Word tails that make compounds of them: relatedposts, commentlist.
-	mdWordTails = wordSet(`area bar block box container content holder info inner item items
-		link links list module panel post posts section widget wrap wrapper zone`)
+	// Words of class and id values naming content, and naming furniture:
+	// whole, or before a tail that makes a compound (relatedposts,
+	// commentlist), not inside a longer word (commented).
+	mdGoodWord = regexp.MustCompile(`^(?:article|body|content|entry|main|post|story|text|blog|` +
+		`prose|markdown)` + mdWordTail)
+	mdBadWord = regexp.MustCompile(`^(?:ads?|advert|advertisement|author|banner|breadcrumb|` +
+		`byline|caption|comments?|consent|cookies?|copyright|credits?|cta|disqus|footer|gdpr|` +
+		`masthead|menu|meta|modal|nav|navbar|license|licence|navigation|newsletter|pager|` +
+		`pagination|popup|promo|recommended|related|share|sharing|side|sidebar|social|sponsor|` +
+		`subscribe|subscription|tags|toolbar)` + mdWordTail)
 )
 
 const (
@@ -356,10 +362,12 @@ const (
 	mdNestMax    = 10     // deeper lists and quotes come flat
 	mdMinArticle = 500    // paragraph text that makes an article
 	mdItemDepth  = 2      // levels from an item's text up to its list
-	mdMaxKicker  = 100    // characters of a heading that titles a block
 	mdMaxCaption = 300    // characters of a caption; a longer one is text
 	mdLangDepth  = 3      // levels from a code block up to the wrapper naming its language
+	mdMaxLabel   = 20     // characters of a code block's language label
 	mdHeading    = "\x02" // starts a heading's line until mdDropEmptyHeadings
+	mdWordTail   = `(?:area|bar|block|box|container|content|holder|info|inner|items?|links?|` +
+		`list|module|panel|posts?|section|widget|wrap|wrapper|zone)?$`
 )
 
 // mdConv turns a parsed page into markdown (or text).
@@ -378,7 +386,7 @@ type mdConv struct {
 	cands     []*htmlNode         // nodes with a score, in document order
 	doc       *htmlNode           // the document: around the headings that have ids
 	inDoc     bool                // the last heading met opens a section of it
-	tabs      []string            // labels of the tab panels to come
+	tabs      []*htmlNode         // the tabs labelling the tab panels to come
 	hiddenCSS map[string]bool     // selectors the page's style elements hide
 	shownCSS  map[string]bool     // classes and ids they show
 }
@@ -412,7 +420,7 @@ func htmlToMarkdown(src, pageURL string, limit int, plain bool) mdPage {
 			m.base = u
 		}
 	}
-	m.hiddenCSS, m.shownCSS = mdStyleRules(root)
+	m.readStyles(root)
 	m.measure(root)
 	body := cmp.Or(root.find(htmlByTag("body")), root)
 	loose := body // or the page's main area
@@ -423,19 +431,18 @@ func htmlToMarkdown(src, pageURL string, limit int, plain bool) mdPage {
 		loose = mn
 	}
 	m.page = loose.size - loose.links
+	for _, h := range body.findAll(mdOwnID) {
+		m.doc = cmp.Or(m.doc, h.parent)
+		for !m.doc.holds(h) {
+			m.doc = m.doc.parent
+		}
+	}
+	m.inDoc = true
 	for _, content := range []*htmlNode{m.mainContent(body, loose), loose, body, body} {
 		if content == nil {
 			continue
 		}
 		m.made = 0
-		m.doc = nil
-		m.inDoc = true
-		for _, h := range content.findAll(mdOwnID) {
-			m.doc = cmp.Or(m.doc, h.parent)
-			for !m.doc.holds(h) {
-				m.doc = m.doc.parent
-			}
-		}
 		if pg.text = m.block(content, false); pg.text != "" {
 			break
 		}
@@ -455,32 +462,27 @@ func htmlToMarkdown(src, pageURL string, limit int, plain bool) mdPage {
 // is of their level or higher, or the text ends (a thematic break is
 // nothing); a text of headings only is kept. The marks go.
 func mdDropEmptyHeadings(s string) string {
-	const text = 7 // the level of a line of other text; 0: a blank line or a break
-	lines := strings.Split(s, "\n")
+	blocks := strings.Split(s, "\n\n")
 	var kept []string
-	next := 0 // the level of what follows
-	hasText := false
-	for i := len(lines) - 1; i >= 0; i-- {
-		l := lines[i]
-		level := text
-		if h, ok := strings.CutPrefix(l, mdHeading); ok {
+	next, text := 0, false // the level of what follows: a heading's, 7 for text, 0 for nothing
+	for i := len(blocks) - 1; i >= 0; i-- {
+		h, heading := strings.CutPrefix(blocks[i], mdHeading)
+		level := 7
+		if heading {
 			level = strings.IndexByte(h, ' ')
-		} else if strings.TrimSpace(l) == "" || l == "* * *" {
-			level = 0
 		}
-		if level > 0 && level < text && level >= next {
-			if n := len(kept); n > 0 && kept[n-1] == "" {
-				kept = kept[:n-1] // with the blank line after it
-			}
+		if heading && level >= next {
 			continue
 		}
-		hasText = hasText || level == text
-		kept = append(kept, l)
-		next = cmp.Or(level, next)
+		kept = append(kept, blocks[i])
+		if blocks[i] != "* * *" {
+			next = level
+		}
+		text = text || !heading
 	}
-	if hasText {
+	if text {
 		slices.Reverse(kept)
-		s = strings.Trim(strings.Join(kept, "\n"), "\n")
+		s = strings.Join(kept, "\n\n")
 	}
 	return strings.ReplaceAll(s, mdHeading, "")
 }
@@ -509,20 +511,19 @@ func (m *mdConv) measure(n *htmlNode) {
 	}
 }
 
-func isWordRune(r rune) bool { return unicode.IsLetter(r) || unicode.IsDigit(r) }
+func notWordRune(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) }
 
-// mdHints reports whether n's class and id hold words naming content and
-// furniture; an id made from n's own heading names neither.
+// mdHints reports whether n's class, id and item type hold words naming
+// content and furniture; an id made from n's own heading names neither.
 func mdHints(n *htmlNode) (good, bad bool) {
-	notWord := func(r rune) bool { return !isWordRune(r) }
 	id := n.attr("id")
 	if mdOwnID(n) {
 		id = ""
 	}
-	words := strings.FieldsFunc(strings.ToLower(n.attr("class")+" "+id), notWord)
-	for _, w := range words {
-		good = good || mdHasWord(mdGoodWords, w)
-		bad = bad || mdHasWord(mdBadWords, w)
+	hints := n.attr("class") + " " + id + " " + n.attr("itemtype") // schema.org/Comment
+	for _, w := range strings.FieldsFunc(strings.ToLower(hints), notWordRune) {
+		good = good || mdGoodWord.MatchString(w)
+		bad = bad || mdBadWord.MatchString(w)
 	}
 	return good, bad
 }
@@ -561,23 +562,7 @@ func (m *mdConv) docPart(n *htmlNode) bool {
 
 // mdSlug is s lowercase, its letters and digits only.
 func mdSlug(s string) string {
-	return strings.Map(func(r rune) rune {
-		if isWordRune(r) {
-			return unicode.ToLower(r)
-		}
-		return -1
-	}, s)
-}
-
-// mdHasWord reports that w is a word of set, alone or before a common tail
-// (relatedposts, commentlist, shares), but not inside a longer word (commented).
-func mdHasWord(set map[string]bool, w string) bool {
-	for h := range set {
-		if tail, ok := strings.CutPrefix(w, h); ok && (tail == "" || mdWordTails[tail]) {
-			return true
-		}
-	}
-	return false
+	return strings.ToLower(strings.Join(strings.FieldsFunc(s, notWordRune), ""))
 }
 
 // mainContent returns the best block, or the parent whose children read as
@@ -679,43 +664,31 @@ func htmlHidden(n *htmlNode) bool {
 
 // hides reports an element the page hides: aria-hidden, its inline style
 // (display, visibility, font-size 0, off-screen, text the colour of its
-// background), or a rule of a style element for one of its classes or its
-// id, unless a rule shows another of them.
+// background), or a style element's rule for one of its classes or its id,
+// unless a rule shows another of them.
 func (m *mdConv) hides(n *htmlNode) bool {
 	style := strings.ToLower(n.attr("style"))
-	colors := map[string]string{}
-	for _, d := range strings.Split(style, ";") {
-		k, v, _ := strings.Cut(d, ":")
-		colors[strings.TrimSpace(k)] = strings.TrimSpace(v)
-	}
-	fg := colors["color"]
+	fg, bg := mdColor.FindStringSubmatch(style), mdBackground.FindStringSubmatch(style)
 	if n.attr("aria-hidden") == "true" || mdHiddenStyle.MatchString(style) ||
-		fg != "" && (fg == colors["background"] || fg == colors["background-color"]) {
+		fg != nil && bg != nil && fg[1] == bg[1] {
 		return true
 	}
-	keys := strings.Fields(n.attr("class"))
-	for i := range keys {
-		keys[i] = "." + keys[i]
-	}
-	if id := n.attr("id"); id != "" {
-		keys = append(keys, "#"+id)
-	}
 	hidden := false
-	for _, k := range keys {
+	for _, k := range append(strings.Fields(n.attr("class")), "#"+n.attr("id")) {
 		if m.shownCSS[k] {
 			return false
 		}
-		hidden = hidden || m.hiddenCSS[k] || m.hiddenCSS[n.tag+k]
+		hidden = hidden || m.hiddenCSS[k] || m.hiddenCSS[n.tag+"."+k]
 	}
 	return hidden
 }
 
-// mdStyleRules reads the page's style elements: hidden holds the selectors
-// of the rules that hide (simple ones will match: .c, #i, t.c, t#i;
-// rules in @media and other at-rules are left out), shown the classes and
-// ids of the rules that set a display.
-func mdStyleRules(root *htmlNode) (hidden, shown map[string]bool) {
-	hidden, shown = map[string]bool{}, map[string]bool{}
+// readStyles reads the page's style elements: hiddenCSS gets the selectors
+// of the rules that hide, their classes without the dot (simple ones will
+// match: .c, #i, t.c; rules in @media and other at-rules are left out),
+// shownCSS the classes and ids of the rules that set a display.
+func (m *mdConv) readStyles(root *htmlNode) {
+	m.hiddenCSS, m.shownCSS = map[string]bool{}, map[string]bool{}
 	for _, st := range root.findAll(htmlByTag("style")) {
 		css := rawText(st)
 		depth, last, sel := 0, 0, ""
@@ -729,28 +702,30 @@ func mdStyleRules(root *htmlNode) (hidden, shown map[string]bool) {
 				decl := strings.ToLower(css[last:i])
 				if hides := mdHiddenStyle.MatchString(decl); hides && depth == 0 {
 					for _, s := range strings.Split(sel, ",") {
-						hidden[strings.TrimSpace(s)] = true
+						m.hiddenCSS[strings.TrimPrefix(strings.TrimSpace(s), ".")] = true
 					}
 				} else if !hides && strings.Contains(decl, "display") {
 					for _, t := range mdSelectorWord.FindAllString(sel, -1) {
-						shown[strings.ReplaceAll(t, `\`, "")] = true
+						m.shownCSS[strings.TrimPrefix(strings.ReplaceAll(t, `\`, ""), ".")] = true
 					}
 				}
 				sel, last = "", i+1
 			}
 		}
 	}
-	return hidden, shown
 }
 
 // most reports that n, or the block named as furniture that n is an item
 // of, holds most of the page's text and nearly all its paragraphs (live
-// commentary in comment blocks). While paragraphs are being counted, the
-// share of text alone decides.
+// commentary in comment blocks), and is no thread of comments (avatars,
+// reply links). While paragraphs are being counted, the share of text alone
+// decides.
 func (m *mdConv) most(n *htmlNode) bool {
+	thread := func(c *htmlNode) bool { return mdThread.MatchString(c.attr("class")) }
 	for up := 0; n != nil && up <= mdItemDepth; up++ {
 		good, bad := mdHints(n)
-		if bad && !good && (n.size-n.links)*2 > m.page && m.paras[n]+mdMinArticle > m.pageParas {
+		if bad && !good && (n.size-n.links)*2 > m.page && m.paras[n]+mdMinArticle > m.pageParas &&
+			n.find(thread) == nil {
 			return true
 		}
 		n = n.parent
@@ -762,15 +737,17 @@ func (m *mdConv) most(n *htmlNode) bool {
 // by tag, role, class words or link density.
 func (m *mdConv) skip(n *htmlNode) bool {
 	text := n.size - n.links
-	good, bad := mdHints(n)
+	_, bad := mdHints(n)
 	switch {
 	case n.tag == "script": // MathJax's TeX is read; its rendering (the frame) is not
 		return !strings.HasPrefix(n.attr("type"), "math/tex")
 	case mdMathJaxFrame.MatchString(n.attr("id")),
-		mdDropTags[n.tag] || n.tag == "nav" || n.tag == "footer",
+		mdDropTags[n.tag] || n.tag == "nav" || n.tag == "footer" || n.tag == "address",
 		n.tag == "aside" && !m.docPart(n),
 		htmlHidden(n),
 		n.tag == "figcaption" && n.size <= mdMaxCaption,
+		// a code block's corner label: the language its wrapper names
+		n.tag != "" && n.size > 0 && n.size < mdMaxLabel && n.textContent() == mdLang(n.parent),
 		mdNoiseRoles[n.attr("role")]:
 		return true
 	case m.all:
@@ -781,7 +758,7 @@ func (m *mdConv) skip(n *htmlNode) bool {
 		n.tag == "p" && n.size > 0 && n.links*10 >= n.size*9 && !m.docPart(n) &&
 			!strings.HasPrefix(n.find(htmlByTag("a")).attr("href"), "#"):
 		return true
-	case bad && !(good && text >= 1000) && !m.most(n):
+	case bad && !m.most(n):
 		// Furniture words around the article (share-zone, js-code-nav) do not
 		// drop it, nor a block that holds most of the page (live commentary).
 		return n.find(func(c *htmlNode) bool {
@@ -797,7 +774,6 @@ func (m *mdConv) skip(n *htmlNode) bool {
 
 // block renders n's children as markdown blocks separated by blank lines; in
 // a tight container (a list item) a list follows its neighbour directly.
-// A heading whose block is left out goes with it.
 func (m *mdConv) block(n *htmlNode, tight bool) string {
 	var out, inl strings.Builder
 	prevList := false
@@ -819,24 +795,21 @@ func (m *mdConv) block(n *htmlNode, tight bool) string {
 	}
 	var walk func(p *htmlNode)
 	walk = func(p *htmlNode) {
-		for i, c := range p.children {
+		for _, c := range p.children {
 			if mdHeadings[c.tag] {
 				m.inDoc = mdOwnID(c) || mdOwnID(p) || c.tag == "h1"
 			} else if c.attr("role") == "tablist" {
-				m.tabs = nil
-				for _, t := range c.findAll(func(t *htmlNode) bool { return t.attr("role") == "tab" }) {
-					m.tabs = append(m.tabs, t.textContent())
-				}
+				m.tabs = c.findAll(func(t *htmlNode) bool { return t.attr("role") == "tab" })
 			}
 			switch {
 			case m.made > m.limit:
 				return
-			case m.skip(c) || m.kicker(c, p.children[i+1:]):
+			case m.skip(c):
 			case mdBlockTags[c.tag]:
 				para()
 				if c.attr("role") == "tabpanel" && len(m.tabs) > 0 {
-					// each panel under its tab's label
-					label := m.esc.Replace(m.tabs[0])
+					// each panel under its tab's label, in bold
+					label := m.esc.Replace(m.tabs[0].textContent())
 					if !m.plain {
 						label = "**" + label + "**"
 					}
@@ -856,26 +829,6 @@ func (m *mdConv) block(n *htmlNode, tight bool) string {
 	walk(n)
 	para()
 	return out.String()
-}
-
-// kicker reports a heading short enough to be the title of the blocks
-// after it in rest, up to the next heading, when they are all left out; a
-// heading with nothing under it stays.
-func (m *mdConv) kicker(n *htmlNode, rest []*htmlNode) bool {
-	if !mdHeadings[n.tag] || n.tag == "h1" || n.size > mdMaxKicker {
-		return false
-	}
-	dropped := false
-	for _, c := range rest {
-		switch {
-		case mdHeadings[c.tag]:
-			return dropped
-		case c.tag == "" && c.size > 0, c.tag != "" && !mdDropTags[c.tag] && !m.skip(c):
-			return false
-		}
-		dropped = dropped || c.tag != ""
-	}
-	return dropped
 }
 
 // element renders one block element.
@@ -1002,7 +955,7 @@ func (m *mdConv) link(n *htmlNode) string {
 	href := strings.TrimSpace(n.attr("href"))
 	// A link without words is a permalink (¶, #, an icon glyph, a zero-width
 	// space); one to "#" is a control (back to top).
-	if !strings.ContainsFunc(s, isWordRune) || href == "#" {
+	if mdSlug(s) == "" || href == "#" {
 		return ""
 	} else if href == "" || strings.HasPrefix(strings.ToLower(href), "javascript:") || m.plain {
 		return s
@@ -1124,11 +1077,8 @@ func indent(s string, w int) string {
 // header row is padded to the widest row.
 func (m *mdConv) table(n *htmlNode) string {
 	isCell := func(c *htmlNode) bool { return c.tag == "td" || c.tag == "th" }
-	layout := func(c *htmlNode) bool {
-		return c.find(func(d *htmlNode) bool { return mdLayoutCells[d.tag] }) != nil
-	}
-	cells := n.findAll(isCell)
-	if len(cells) < 2 || slices.ContainsFunc(cells, layout) {
+	layout := n.find(func(d *htmlNode) bool { return mdLayoutCells[d.tag] }) != nil
+	if len(n.findAll(isCell)) < 2 || layout {
 		return m.block(n, false)
 	}
 	var rows [][]string
