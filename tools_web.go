@@ -76,7 +76,7 @@ var (
 	htmlVoid   = wordSet(`area base br col embed hr img input link meta param source track wbr
 		frame keygen`)
 	// htmlRawText elements hold text up to their end tag, markup and all.
-	htmlRawText = wordSet("script style textarea title xmp iframe noembed noframes plaintext")
+	htmlRawText = wordSet("script style textarea xmp iframe noembed noframes plaintext")
 	// htmlClosesP are start tags that end an open paragraph (htmlP) unless
 	// an element of htmlPScope is nearer.
 	htmlClosesP = wordSet(`address article aside blockquote details div dl fieldset figure footer
@@ -223,9 +223,6 @@ func htmlStartTag(s string, i int) (n *htmlNode, open bool, end int) {
 		j++
 	}
 	if raw := s[i:j]; raw != "" {
-		if n.tag == "title" {
-			raw = html.UnescapeString(raw)
-		}
 		n.children = []*htmlNode{{text: raw, parent: n}}
 	}
 	_, after, _ := strings.Cut(s[j:], ">")
@@ -247,8 +244,12 @@ func (n *htmlNode) hasClass(class string) bool {
 
 // find returns the first node below n (depth first) that match accepts, or nil.
 func (n *htmlNode) find(match func(*htmlNode) bool) *htmlNode {
-	if all := n.findAll(match); len(all) > 0 {
-		return all[0]
+	for _, c := range n.children {
+		if match(c) {
+			return c
+		} else if d := c.find(match); d != nil {
+			return d
+		}
 	}
 	return nil
 }
@@ -286,8 +287,8 @@ func rawText(n *htmlNode) string {
 			case !mdDropTags[c.tag]:
 				walk(c)
 				// A block ends its line, once (a line's <br> ends it already).
-				end := c.tag == "p" || c.tag == "div" || c.tag == "li"
-				if end && !strings.HasSuffix(b.String(), "\n") {
+				if (c.tag == "p" || c.tag == "div" || c.tag == "li") &&
+					!strings.HasSuffix(b.String(), "\n") {
 					b.WriteByte('\n')
 				}
 			}
@@ -313,18 +314,24 @@ var (
 	mdNoEscape     = strings.NewReplacer()
 	mdURLEscape    = strings.NewReplacer("(", "%28", ")", "%29", " ", "%20")
 	mdCellEscape   = strings.NewReplacer("  \n", " ", "\n", " ", "|", `\|`)
-	mdLineStart    = regexp.MustCompile(`^(#{1,6}|[>+-]|\d{1,9}[.)])( |$)`)
+	mdLineStart    = regexp.MustCompile(`^((?:#{1,6}|[>+-])(?: |$))`)
+	mdNumStart     = regexp.MustCompile(`^(\d{1,9})([.)](?: |$))`)
 	mdSpaces       = regexp.MustCompile(`[ \t\r\n\f]+`)
 	mdBackticks    = regexp.MustCompile("`+")
 	// a code block's language in a class: language-ts, lang-ts, highlight-ts, sourceCode ts
 	mdLanguage = regexp.MustCompile(`(?:^|\s)(?:(?:language|lang|highlight)-|sourceCode\s+)(\S+)`)
-	// what hides an element: no display, no visibility, font-size 0, off-screen
-	mdHiddenStyle = regexp.MustCompile(`display *: *none|visibility *: *hidden|` +
-		`font-size *: *0[a-z%]* *(?:[;!]|$)|(?:left|top|text-indent) *: *-\d{4}`)
-	mdThread       = regexp.MustCompile(`\b(?:avatar|reply)`) // marks of a comment thread
+	// what hides an element: no display, no visibility, font-size 0,
+	// off-screen, white on white
+	mdHiddenStyle = regexp.MustCompile(`(?i)display *: *none|visibility *: *hidden|` +
+		`font-size *: *0[a-z%]* *(?:[;!]|$)|(?:left|top|text-indent) *: *-\d{4}|` +
+		`(?:^|;) *color *: *` + mdWhite + `.*background(?:-color)? *: *` + mdWhite + `|` +
+		`background(?:-color)? *: *` + mdWhite + `.*(?:^|;) *color *: *` + mdWhite)
+	// marks of a comment thread
+	mdThread = regexp.MustCompile(`\b(?:avatar|reply)`)
+	// a style rule (its selectors, its declarations), and an @media rule or the like around rules
+	mdCSSRule      = regexp.MustCompile(`([^{}]*)\{([^{}]*)\}`)
+	mdAtRule       = regexp.MustCompile(`@[^{}]*\{(?:[^{}]*\{[^{}]*\})*[^{}]*\}`)
 	mdSelectorWord = regexp.MustCompile(`[.#](?:[\w-]|\\.)+`)
-	mdColor        = regexp.MustCompile(`(?:^|;)\s*color\s*:\s*([^;!\s]+)`)
-	mdBackground   = regexp.MustCompile(`background(?:-color)?\s*:\s*([^;!\s]+)`)
 	// MathJax 2 renders TeX in a frame beside its source
 	mdMathJaxFrame = regexp.MustCompile(`^MathJax-Element-.*-Frame$`)
 	mdEmphasis     = map[string]string{"strong": "**", "b": "**", "em": "*", "i": "*", "del": "~~",
@@ -341,6 +348,7 @@ var (
 	mdHeadings   = wordSet("h1 h2 h3 h4 h5 h6")
 	mdNoLanguage = wordSet("default none text plaintext")
 	mdParaTags   = wordSet("p pre td dd")
+	mdListTags   = wordSet("div ul ol section") // link lists among them are furniture
 	// a cell holding one is for layout
 	mdLayoutCells = wordSet("pre table blockquote h1 h2 h3 h4 h5 h6")
 	// Words of class and id values naming content, and naming furniture:
@@ -366,6 +374,7 @@ const (
 	mdLangDepth  = 3      // levels from a code block up to the wrapper naming its language
 	mdMaxLabel   = 20     // characters of a code block's language label
 	mdHeading    = "\x02" // starts a heading's line until mdDropEmptyHeadings
+	mdWhite      = `(?:#fff(?:fff)?\b|white\b|rgb\(255, ?255, ?255\))`
 	mdWordTail   = `(?:area|bar|block|box|container|content|holder|info|inner|items?|links?|` +
 		`list|module|panel|posts?|section|widget|wrap|wrapper|zone)?$`
 )
@@ -385,7 +394,7 @@ type mdConv struct {
 	paras     map[*htmlNode]int32 // text of the paragraphs below a node
 	cands     []*htmlNode         // nodes with a score, in document order
 	doc       *htmlNode           // the document: around the headings that have ids
-	inDoc     bool                // the last heading met opens a section of it
+	outDoc    bool                // the last heading met opens no section of it
 	tabs      []*htmlNode         // the tabs labelling the tab panels to come
 	hiddenCSS map[string]bool     // selectors the page's style elements hide
 	shownCSS  map[string]bool     // classes and ids they show
@@ -424,9 +433,7 @@ func htmlToMarkdown(src, pageURL string, limit int, plain bool) mdPage {
 	m.measure(root)
 	body := cmp.Or(root.find(htmlByTag("body")), root)
 	loose := body // or the page's main area
-	isMain := func(n *htmlNode) bool {
-		return (n.tag == "main" || n.attr("role") == "main") && !htmlHidden(n)
-	}
+	isMain := func(n *htmlNode) bool { return n.tag == "main" || n.attr("role") == "main" }
 	if mn := body.find(isMain); mn != nil && mn.size > 0 {
 		loose = mn
 	}
@@ -437,11 +444,8 @@ func htmlToMarkdown(src, pageURL string, limit int, plain bool) mdPage {
 			m.doc = m.doc.parent
 		}
 	}
-	m.inDoc = true
-	for _, content := range []*htmlNode{m.mainContent(body, loose), loose, body, body} {
-		if content == nil {
-			continue
-		}
+	top := cmp.Or(m.mainContent(body, loose), loose)
+	for _, content := range []*htmlNode{top, loose, body, body} {
 		m.made = 0
 		if pg.text = m.block(content, false); pg.text != "" {
 			break
@@ -533,16 +537,16 @@ func mdHints(n *htmlNode) (good, bad bool) {
 // heading it opens with (Sphinx, MyST, pandoc). Such headings open the
 // sections of a document.
 func mdOwnID(n *htmlNode) bool {
-	h := n
-	if !mdHeadings[n.tag] {
-		i := slices.IndexFunc(n.children, func(c *htmlNode) bool { return c.size > 0 })
-		if i < 0 || !mdHeadings[n.children[i].tag] {
-			return false
-		}
+	id, h := n.attr("id"), n
+	if i := slices.IndexFunc(n.children, func(c *htmlNode) bool { return c.size > 0 }); i >= 0 &&
+		!mdHeadings[n.tag] {
 		h = n.children[i]
 	}
+	if id == "" || !mdHeadings[h.tag] {
+		return false
+	}
 	text := mdSlug(h.textContent())
-	return text != "" && strings.Contains(mdSlug(n.attr("id")), text)
+	return text != "" && strings.Contains(mdSlug(id), text)
 }
 
 // holds reports that d is n or below it.
@@ -557,7 +561,7 @@ func (n *htmlNode) holds(d *htmlNode) bool {
 
 // docPart reports that n is in a section of the document.
 func (m *mdConv) docPart(n *htmlNode) bool {
-	return m.inDoc && m.doc.holds(n)
+	return !m.outDoc && m.doc.holds(n)
 }
 
 // mdSlug is s lowercase, its letters and digits only.
@@ -600,8 +604,7 @@ func (m *mdConv) mainContent(body, loose *htmlNode) *htmlNode {
 	}
 	// So does a parent holding nothing else shown but headings and headers.
 	other := func(c *htmlNode) bool {
-		return c.tag != "" && c != top && !m.skip(c) && !mdHeadings[c.tag] && c.tag != "header" ||
-			c.tag == "" && c.size > 0
+		return c != top && c.size > 0 && !mdHeadings[c.tag] && c.tag != "header" && !m.skip(c)
 	}
 	for top.parent != nil && top.parent.tag != "body" &&
 		!slices.ContainsFunc(top.parent.children, other) {
@@ -624,10 +627,9 @@ func (m *mdConv) scoreParas(n *htmlNode) {
 		isPara := mdParaTags[c.tag] ||
 			mdBlockTags[c.tag] && !mdHeadings[c.tag] && slices.ContainsFunc(c.children, ownText)
 		if text := c.size - c.links; isPara && text >= mdMinPara {
-			commas := strings.Count(rawText(c), ",")
-			v := 1 + float64(commas) + min(float64(text)/100, 3)
-			d := 1.0
-			for a := c.parent; a != nil; a = a.parent {
+			// by its commas and length
+			v := 1 + float64(strings.Count(rawText(c), ",")) + min(float64(text)/100, 3)
+			for a, d := c.parent, 1.0; a != nil; a, d = a.parent, d+1 {
 				if d <= 3 {
 					if _, ok := m.score[a]; !ok {
 						m.cands = append(m.cands, a)
@@ -635,7 +637,6 @@ func (m *mdConv) scoreParas(n *htmlNode) {
 					m.score[a] += v / d
 				}
 				m.paras[a] += text
-				d++
 			}
 		}
 		m.scoreParas(c)
@@ -658,19 +659,16 @@ func (m *mdConv) weight(n *htmlNode) float64 {
 // htmlHidden reports an element marked hidden. A tab panel is not: a
 // reader shows it with a click.
 func htmlHidden(n *htmlNode) bool {
-	hidden := slices.ContainsFunc(n.attrs, func(a htmlAttr) bool { return a.key == "hidden" })
-	return hidden && n.attr("role") != "tabpanel"
+	return n.attr("role") != "tabpanel" &&
+		slices.ContainsFunc(n.attrs, func(a htmlAttr) bool { return a.key == "hidden" })
 }
 
 // hides reports an element the page hides: aria-hidden, its inline style
-// (display, visibility, font-size 0, off-screen, text the colour of its
-// background), or a style element's rule for one of its classes or its id,
-// unless a rule shows another of them.
+// (display, visibility, font-size 0, off-screen, white on white), or a style
+// element's rule for one of its classes or its id, unless a rule shows
+// another of them.
 func (m *mdConv) hides(n *htmlNode) bool {
-	style := strings.ToLower(n.attr("style"))
-	fg, bg := mdColor.FindStringSubmatch(style), mdBackground.FindStringSubmatch(style)
-	if n.attr("aria-hidden") == "true" || mdHiddenStyle.MatchString(style) ||
-		fg != nil && bg != nil && fg[1] == bg[1] {
+	if n.attr("aria-hidden") == "true" || mdHiddenStyle.MatchString(n.attr("style")) {
 		return true
 	}
 	hidden := false
@@ -684,32 +682,24 @@ func (m *mdConv) hides(n *htmlNode) bool {
 }
 
 // readStyles reads the page's style elements: hiddenCSS gets the selectors
-// of the rules that hide, their classes without the dot (simple ones will
-// match: .c, #i, t.c; rules in @media and other at-rules are left out),
-// shownCSS the classes and ids of the rules that set a display.
+// of their rules that hide, outside @media and other at-rules (classes
+// without the dot, so that .c, #i and t.c match), shownCSS the classes and
+// ids of any rule that sets another display.
 func (m *mdConv) readStyles(root *htmlNode) {
 	m.hiddenCSS, m.shownCSS = map[string]bool{}, map[string]bool{}
 	for _, st := range root.findAll(htmlByTag("style")) {
 		css := rawText(st)
-		depth, last, sel := 0, 0, ""
-		for i := 0; i < len(css); i++ {
-			switch css[i] {
-			case '{':
-				depth++
-				sel, last = css[last:i], i+1
-			case '}':
-				depth = max(depth-1, 0)
-				decl := strings.ToLower(css[last:i])
-				if hides := mdHiddenStyle.MatchString(decl); hides && depth == 0 {
-					for _, s := range strings.Split(sel, ",") {
-						m.hiddenCSS[strings.TrimPrefix(strings.TrimSpace(s), ".")] = true
-					}
-				} else if !hides && strings.Contains(decl, "display") {
-					for _, t := range mdSelectorWord.FindAllString(sel, -1) {
-						m.shownCSS[strings.TrimPrefix(strings.ReplaceAll(t, `\`, ""), ".")] = true
-					}
+		for _, r := range mdCSSRule.FindAllStringSubmatch(css, -1) {
+			if strings.Contains(r[2], "display") && !mdHiddenStyle.MatchString(r[2]) {
+				for _, t := range mdSelectorWord.FindAllString(r[1], -1) {
+					m.shownCSS[strings.TrimPrefix(strings.ReplaceAll(t, `\`, ""), ".")] = true
 				}
-				sel, last = "", i+1
+			}
+		}
+		for _, r := range mdCSSRule.FindAllStringSubmatch(mdAtRule.ReplaceAllString(css, ""), -1) {
+			for _, sel := range strings.Split(r[1], ",") {
+				m.hiddenCSS[strings.TrimPrefix(strings.TrimSpace(sel), ".")] =
+					mdHiddenStyle.MatchString(r[2])
 			}
 		}
 	}
@@ -722,13 +712,12 @@ func (m *mdConv) readStyles(root *htmlNode) {
 // decides.
 func (m *mdConv) most(n *htmlNode) bool {
 	thread := func(c *htmlNode) bool { return mdThread.MatchString(c.attr("class")) }
-	for up := 0; n != nil && up <= mdItemDepth; up++ {
+	for up := 0; n != nil && up <= mdItemDepth; up, n = up+1, n.parent {
 		good, bad := mdHints(n)
 		if bad && !good && (n.size-n.links)*2 > m.page && m.paras[n]+mdMinArticle > m.pageParas &&
 			n.find(thread) == nil {
 			return true
 		}
-		n = n.parent
 	}
 	return false
 }
@@ -736,14 +725,12 @@ func (m *mdConv) most(n *htmlNode) bool {
 // skip reports an element left out: never shown, hidden, or page furniture
 // by tag, role, class words or link density.
 func (m *mdConv) skip(n *htmlNode) bool {
-	text := n.size - n.links
 	_, bad := mdHints(n)
 	switch {
 	case n.tag == "script": // MathJax's TeX is read; its rendering (the frame) is not
 		return !strings.HasPrefix(n.attr("type"), "math/tex")
 	case mdMathJaxFrame.MatchString(n.attr("id")),
 		mdDropTags[n.tag] || n.tag == "nav" || n.tag == "footer" || n.tag == "address",
-		n.tag == "aside" && !m.docPart(n),
 		htmlHidden(n),
 		n.tag == "figcaption" && n.size <= mdMaxCaption,
 		// a code block's corner label: the language its wrapper names
@@ -753,10 +740,8 @@ func (m *mdConv) skip(n *htmlNode) bool {
 	case m.all:
 		return false
 	case n.tag == "form" && n.size < 500,
-		n.tag == "header" && text < 200 && n.find(htmlByTag("h1")) == nil,
-		// a paragraph that is a link to another page: a teaser
-		n.tag == "p" && n.size > 0 && n.links*10 >= n.size*9 && !m.docPart(n) &&
-			!strings.HasPrefix(n.find(htmlByTag("a")).attr("href"), "#"):
+		// an aside, or a paragraph that is a link (a teaser), outside the document
+		(n.tag == "aside" || n.tag == "p" && n.size > 0 && n.links*10 >= n.size*9) && !m.docPart(n):
 		return true
 	case bad && !m.most(n):
 		// Furniture words around the article (share-zone, js-code-nav) do not
@@ -768,8 +753,7 @@ func (m *mdConv) skip(n *htmlNode) bool {
 	}
 	// Link lists are furniture, but in a section of a document: tables of
 	// contents, "see also", lists of plugins.
-	list := n.tag == "div" || n.tag == "ul" || n.tag == "ol" || n.tag == "section"
-	return list && n.size > 0 && n.links*2 > n.size && text < 100 && !m.docPart(n)
+	return mdListTags[n.tag] && n.links*2 > n.size && n.size-n.links < 100 && !m.docPart(n)
 }
 
 // block renders n's children as markdown blocks separated by blank lines; in
@@ -797,7 +781,7 @@ func (m *mdConv) block(n *htmlNode, tight bool) string {
 	walk = func(p *htmlNode) {
 		for _, c := range p.children {
 			if mdHeadings[c.tag] {
-				m.inDoc = mdOwnID(c) || mdOwnID(p) || c.tag == "h1"
+				m.outDoc = !mdOwnID(c) && !mdOwnID(p) && c.tag != "h1"
 			} else if c.attr("role") == "tablist" {
 				m.tabs = c.findAll(func(t *htmlNode) bool { return t.attr("role") == "tab" })
 			}
@@ -816,9 +800,7 @@ func (m *mdConv) block(n *htmlNode, tight bool) string {
 					add(label, false)
 					m.tabs = m.tabs[1:]
 				}
-				tabs := m.tabs
 				add(m.element(c), c.tag == "ul" || c.tag == "ol")
-				m.tabs = tabs
 			case c.tag == "" || mdInlineTags[c.tag]:
 				inl.WriteString(m.inline(c))
 			default:
@@ -856,10 +838,9 @@ func (m *mdConv) element(n *htmlNode) string {
 		if n.tag != "blockquote" {
 			return m.list(n)
 		}
-		if s := m.block(n, false); s != "" {
-			return "> " + strings.ReplaceAll(strings.ReplaceAll(s, "\n", "\n> "), "> \n", ">\n")
-		}
-		return ""
+		s := "> " +
+			strings.ReplaceAll(strings.ReplaceAll(m.block(n, false), "\n", "\n> "), "> \n", ">\n")
+		return strings.TrimSuffix(s, "> ") // nothing quoted
 	}
 	return m.block(n, n.tag == "li")
 }
@@ -925,12 +906,12 @@ func (m *mdConv) image(n *htmlNode) string {
 
 // math renders MathJax's TeX source as $TeX$, or $$TeX$$ for display math.
 func (m *mdConv) math(n *htmlNode) string {
-	tex := strings.TrimSpace(rawText(n))
-	m.made += len(tex)
+	tex, d := strings.TrimSpace(rawText(n)), "$"
 	if strings.Contains(n.attr("type"), "mode=display") {
-		return "$$" + tex + "$$"
+		d = "$$"
 	}
-	return "$" + tex + "$"
+	m.made += len(tex)
+	return d + tex + d
 }
 
 func (m *mdConv) code(n *htmlNode) string {
@@ -977,15 +958,8 @@ func mdPara(s string) string {
 	s = mdSpaces.ReplaceAllString(s, " ")
 	lines := strings.Split(strings.ReplaceAll(s, "\u00a0", " "), "\x01")
 	for i, l := range lines {
-		l = strings.TrimSpace(l)
-		if loc := mdLineStart.FindStringSubmatchIndex(l); loc != nil {
-			at := 0 // before # > + -, or before the dot of "1."
-			if l[0] >= '0' && l[0] <= '9' {
-				at = loc[3] - 1
-			}
-			l = l[:at] + `\` + l[at:]
-		}
-		lines[i] = l
+		l = mdLineStart.ReplaceAllString(strings.TrimSpace(l), `\$1`) // \# \> \+ \-
+		lines[i] = mdNumStart.ReplaceAllString(l, `$1\$2`)            // 1\.
 	}
 	return strings.Trim(strings.Join(lines, "  \n"), " \n")
 }
@@ -1015,11 +989,10 @@ func (m *mdConv) pre(n *htmlNode) string {
 	s := strings.TrimRight(strings.TrimPrefix(rawText(n), "\n"), "\n ")
 	m.made += len(s)
 	lang := ""
-	if c := n.find(htmlByTag("code")); c != nil {
-		lang = mdLang(c)
-	}
-	for a, up := n, 0; a != nil && lang == "" && up < mdLangDepth; a, up = a.parent, up+1 {
+	a := cmp.Or(n.find(htmlByTag("code")), n)
+	for up := 0; a != nil && lang == "" && up <= mdLangDepth; up++ {
 		lang = mdLang(a)
+		a = a.parent
 	}
 	if f := fence(s, 3); strings.TrimSpace(s) != "" && !m.plain {
 		return f + lang + "\n" + s + "\n" + f
@@ -1030,21 +1003,16 @@ func (m *mdConv) pre(n *htmlNode) string {
 // mdLang returns the language n's class or data-lang names; default, none
 // and text name none.
 func mdLang(n *htmlNode) string {
-	lang := n.attr("data-lang")
-	if l := mdLanguage.FindStringSubmatch(n.attr("class")); l != nil {
-		lang = l[1]
-	}
-	if mdNoLanguage[lang] {
+	l := mdLanguage.FindStringSubmatch(n.attr("class") + " lang-" + n.attr("data-lang"))
+	if l == nil || mdNoLanguage[l[1]] {
 		return ""
 	}
-	return lang
+	return l[1]
 }
 
 func (m *mdConv) list(n *htmlNode) string {
-	num, err := strconv.Atoi(n.attr("start"))
-	if err != nil {
-		num = 1
-	}
+	num, _ := strconv.Atoi(n.attr("start"))
+	num = max(num, 1)
 	var items []string
 	for _, c := range n.children {
 		if c.tag == "" || m.skip(c) {
@@ -1073,8 +1041,7 @@ func indent(s string, w int) string {
 }
 
 // table renders a data table; a layout table (one cell, or cells holding
-// blocks) and one too wide to read as a table come as blocks. Only the
-// header row is padded to the widest row.
+// blocks) comes as blocks. Only the header row is padded to the widest row.
 func (m *mdConv) table(n *htmlNode) string {
 	isCell := func(c *htmlNode) bool { return c.tag == "td" || c.tag == "th" }
 	layout := n.find(func(d *htmlNode) bool { return mdLayoutCells[d.tag] }) != nil
@@ -1098,7 +1065,7 @@ func (m *mdConv) table(n *htmlNode) string {
 			cols = max(cols, len(row))
 		}
 	}
-	if cols > 64 || len(rows) == 0 {
+	if len(rows) == 0 {
 		return m.block(n, false)
 	}
 	var b strings.Builder
