@@ -66,7 +66,7 @@ func wordSet(s string) map[string]bool {
 
 const (
 	maxHTMLDepth = 256     // deeper elements become children of the deepest kept one
-	maxHTMLNodes = 1 << 20 // nodes and attributes of a page; the markup after them is left out
+	maxHTMLNodes = 1 << 19 // nodes and attributes of a page; the markup after them is left out
 	htmlSpace    = " \t\r\n\f"
 )
 
@@ -307,6 +307,14 @@ func rawText(n *htmlNode) string {
 // no block clearly wins, or the winner holds far less text than the page (docs
 // with a sidebar, a forum thread, a list), the whole page is read, less its
 // furniture. Output stops once the caller's limit is reached.
+//
+// Furniture is decided by structure first: tags and roles (nav, footer,
+// aside, tab lists), link density, comment threads (avatars, reply links),
+// hidden text (the hidden attribute, inline styles, the page's own style
+// rules; a tab panel is never hidden: a reader shows it with a click), then
+// by class words. A document's sections (a heading whose id is made from its
+// text, as generators make them, and what follows it) keep their link lists,
+// footnotes and asides, and such an id is never read as a class word.
 
 var (
 	mdEscape       = strings.NewReplacer("*", `\*`, "`", "\\`")
