@@ -349,7 +349,7 @@ var (
 		input textarea select button link meta datalist`)
 	mdBlockTags = wordSet(`address article aside blockquote body caption center dd details dialog
 		div dl dt fieldset figcaption figure footer form h1 h2 h3 h4 h5 h6 header hgroup hr html
-		li main nav ol p pre section summary table td th tr ul`)
+		label li main nav ol p pre section summary table td th tr ul`)
 	mdInlineTags = wordSet("a b strong em i del s strike code kbd samp tt var img br script")
 	mdNoiseRoles = wordSet(`navigation banner contentinfo complementary menu menubar search
 		dialog alertdialog tablist`)
