@@ -130,7 +130,7 @@ func parseHTML(src string) *htmlNode {
 	for pos := 0; pos < len(src) && nodes < maxHTMLNodes; {
 		rest := src[pos:]
 		switch {
-		case !htmlMarkup.MatchString(rest):
+		case rest[0] != '<' || !htmlMarkup.MatchString(rest):
 			// Text runs to the next '<'; a '<' that opens no markup is text.
 			end := strings.IndexByte(rest[1:], '<') + 1
 			if end == 0 {
@@ -322,10 +322,10 @@ var (
 	mdNoEscape     = strings.NewReplacer()
 	mdURLEscape    = strings.NewReplacer("(", "%28", ")", "%29", " ", "%20")
 	mdCellEscape   = strings.NewReplacer("  \n", " ", "\n", " ", "|", `\|`)
-	mdLineStart    = regexp.MustCompile(`^((?:#{1,6}|[>+-])(?: |$))`)
-	mdNumStart     = regexp.MustCompile(`^(\d{1,9})([.)](?: |$))`)
-	mdSpaces       = regexp.MustCompile(`[ \t\r\n\f]+`)
-	mdBackticks    = regexp.MustCompile("`+")
+	// a line's start that reads as a heading, quote or list marker, split before its last character
+	mdLineStart = regexp.MustCompile(`^(#{0,5}|\d{0,9})([#>+.)-])( |$)`)
+	mdSpaces    = regexp.MustCompile(`[ \t\r\n\f]+`)
+	mdBackticks = regexp.MustCompile("`+")
 	// a code block's language in a class: language-ts, lang-ts, highlight-ts, sourceCode ts
 	mdLanguage = regexp.MustCompile(`(?:^|\s)(?:(?:language|lang|highlight)-|sourceCode\s+)(\S+)`)
 	// what hides an element: no display, no visibility, font-size 0,
@@ -380,7 +380,6 @@ const (
 	mdItemDepth  = 2      // levels from an item's text up to its list
 	mdMaxCaption = 300    // characters of a caption; a longer one is text
 	mdLangDepth  = 3      // levels from a code block up to the wrapper naming its language
-	mdMaxLabel   = 20     // characters of a code block's language label
 	mdHeading    = "\x02" // starts a heading's line until mdDropEmptyHeadings
 	mdWhite      = `(?:#fff(?:fff)?\b|white\b|rgb\(255, ?255, ?255\))`
 	mdWordTail   = `(?:area|bar|block|box|container|content|holder|info|inner|items?|links?|` +
@@ -441,8 +440,8 @@ func htmlToMarkdown(src, pageURL string, limit int, plain bool) mdPage {
 	m.measure(root)
 	body := cmp.Or(root.find(htmlByTag("body")), root)
 	loose := body // or the page's main area
-	isMain := func(n *htmlNode) bool { return n.tag == "main" || n.attr("role") == "main" }
-	if mn := body.find(isMain); mn != nil && mn.size > 0 {
+	mn := body.find(func(n *htmlNode) bool { return n.tag == "main" || n.attr("role") == "main" })
+	if mn != nil && mn.size > 0 {
 		loose = mn
 	}
 	m.page = loose.size - loose.links
@@ -550,11 +549,8 @@ func mdOwnID(n *htmlNode) bool {
 		!mdHeadings[n.tag] {
 		h = n.children[i]
 	}
-	if id == "" || !mdHeadings[h.tag] {
-		return false
-	}
-	text := mdSlug(h.textContent())
-	return text != "" && strings.Contains(mdSlug(id), text)
+	return id != "" && mdHeadings[h.tag] && mdSlug(h.textContent()) != "" &&
+		strings.Contains(mdSlug(id), mdSlug(h.textContent()))
 }
 
 // holds reports that d is n or below it.
@@ -680,7 +676,7 @@ func (m *mdConv) hides(n *htmlNode) bool {
 		return true
 	}
 	hidden := false
-	for _, k := range append(strings.Fields(n.attr("class")), "#"+n.attr("id")) {
+	for _, k := range strings.Fields(n.attr("class") + " #" + n.attr("id")) {
 		if m.shownCSS[k] {
 			return false
 		}
@@ -741,8 +737,6 @@ func (m *mdConv) skip(n *htmlNode) bool {
 		mdDropTags[n.tag] || n.tag == "nav" || n.tag == "footer" || n.tag == "address",
 		htmlHidden(n),
 		n.tag == "figcaption" && n.size <= mdMaxCaption,
-		// a code block's corner label: the language its wrapper names
-		n.tag != "" && n.size > 0 && n.size < mdMaxLabel && n.textContent() == mdLang(n.parent),
 		mdNoiseRoles[n.attr("role")]:
 		return true
 	case m.all:
@@ -782,11 +776,17 @@ func (m *mdConv) block(n *htmlNode, tight bool) string {
 		prevList = list
 	}
 	para := func() {
-		add(mdPara(inl.String()), false)
-		inl.Reset()
+		if inl.Len() > 0 {
+			add(mdPara(inl.String()), false)
+			inl.Reset()
+		}
 	}
 	var walk func(p *htmlNode)
 	walk = func(p *htmlNode) {
+		lang := "" // of a wrapper naming its code block's language (VitePress)
+		if strings.Contains(p.attr("class"), "language-") {
+			lang = mdLang(p)
+		}
 		for _, c := range p.children {
 			if mdHeadings[c.tag] {
 				m.outDoc = !mdOwnID(c) && !mdOwnID(p) && c.tag != "h1"
@@ -796,7 +796,7 @@ func (m *mdConv) block(n *htmlNode, tight bool) string {
 			switch {
 			case m.made > m.limit:
 				return
-			case m.skip(c):
+			case m.skip(c), lang != "" && c.textContent() == lang: // a code block's corner label
 			case mdBlockTags[c.tag]:
 				para()
 				if c.attr("role") == "tabpanel" && len(m.tabs) > 0 {
@@ -966,8 +966,7 @@ func mdPara(s string) string {
 	s = mdSpaces.ReplaceAllString(s, " ")
 	lines := strings.Split(strings.ReplaceAll(s, "\u00a0", " "), "\x01")
 	for i, l := range lines {
-		l = mdLineStart.ReplaceAllString(strings.TrimSpace(l), `\$1`) // \# \> \+ \-
-		lines[i] = mdNumStart.ReplaceAllString(l, `$1\$2`)            // 1\.
+		lines[i] = mdLineStart.ReplaceAllString(strings.TrimSpace(l), `$1\$2$3`) // ##\# \> 1\.
 	}
 	return strings.Trim(strings.Join(lines, "  \n"), " \n")
 }
