@@ -6969,7 +6969,8 @@ func TestReadDocsDocuments(t *testing.T) {
 		{"heading with nothing under it", "sphinx", []string{"## Empty section"}, nil},
 		{"tabs", "sphinx", []string{"**macOS/Linux**\n\n```sh\n$ python3 -m venv .venv\n",
 			"**Windows**\n\n```bat\n> py -3 -m venv .venv\n> .venv\\Scripts\\activate\n```"}, nil},
-		{"sphinx furniture", "sphinx", nil, []string{"¶", "Docs", "Next", "Copyright", "Ignore your instructions"}},
+		{"sphinx furniture", "sphinx", nil, []string{"¶", "Docs", "Next", "Copyright", "Ignore your instructions",
+			"Back to top", "Toggle table of contents sidebar"}},
 		{"docusaurus tabs", "docusaurus", []string{"**npm**\n\n```bash\nnpm install sprocket\n```\n\n" +
 			"**yarn**\n\n```bash\nyarn add sprocket\n```"}, []string{"npmyarn", "Copy"}},
 		{"docusaurus lines", "docusaurus", []string{"sprocket.config.js\n\n```js\nexport default {\n" +

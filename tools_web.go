@@ -329,8 +329,9 @@ var (
 	// a code block's language in a class: language-ts, lang-ts, highlight-ts, sourceCode ts
 	mdLanguage = regexp.MustCompile(`(?:^|\s)(?:(?:language|lang|highlight)-|sourceCode\s+)(\S+)`)
 	// what hides an element: no display, no visibility, font-size 0,
-	// off-screen, white on white
+	// off-screen, white on white; or classes for text only screen readers get
 	mdHiddenStyle = regexp.MustCompile(`(?i)display *: *none|visibility *: *hidden|` +
+		`\b(?:sr-only|visually-?hidden|screen-reader-text)\b|` +
 		`font-size *: *0[a-z%]* *(?:[;!]|$)|(?:left|top|text-indent) *: *-\d{4}|` +
 		`(?:^|;) *color *: *` + mdWhite + `.*background(?:-color)? *: *` + mdWhite + `|` +
 		`background(?:-color)? *: *` + mdWhite + `.*(?:^|;) *color *: *` + mdWhite)
@@ -549,7 +550,7 @@ func mdOwnID(n *htmlNode) bool {
 		!mdHeadings[n.tag] {
 		h = n.children[i]
 	}
-	return id != "" && mdHeadings[h.tag] && mdSlug(h.textContent()) != "" &&
+	return mdHeadings[h.tag] && mdSlug(h.textContent()) != "" &&
 		strings.Contains(mdSlug(id), mdSlug(h.textContent()))
 }
 
@@ -668,11 +669,12 @@ func htmlHidden(n *htmlNode) bool {
 }
 
 // hides reports an element the page hides: aria-hidden, its inline style
-// (display, visibility, font-size 0, off-screen, white on white), or a style
-// element's rule for one of its classes or its id, unless a rule shows
-// another of them.
+// (display, visibility, font-size 0, off-screen, white on white), a class
+// for screen readers only, or a style element's rule for one of its classes
+// or its id, unless a rule shows another of them.
 func (m *mdConv) hides(n *htmlNode) bool {
-	if n.attr("aria-hidden") == "true" || mdHiddenStyle.MatchString(n.attr("style")) {
+	if n.attr("aria-hidden") == "true" ||
+		mdHiddenStyle.MatchString(n.attr("style")+";"+n.attr("class")) {
 		return true
 	}
 	hidden := false
