@@ -335,8 +335,6 @@ var (
 		`font-size *: *0[a-z%]* *(?:[;!]|$)|(?:left|top|text-indent) *: *-\d{4}|` +
 		`(?:^|;) *color *: *` + mdWhite + `.*background(?:-color)? *: *` + mdWhite + `|` +
 		`background(?:-color)? *: *` + mdWhite + `.*(?:^|;) *color *: *` + mdWhite)
-	// marks of a comment thread
-	mdThread = regexp.MustCompile(`\b(?:avatar|reply)`)
 	// a style rule (its selectors, its declarations), and an @media rule or the like around rules
 	mdCSSRule      = regexp.MustCompile(`([^{}]*)\{([^{}]*)\}`)
 	mdAtRule       = regexp.MustCompile(`@[^{}]*\{(?:[^{}]*\{[^{}]*\})*[^{}]*\}`)
@@ -543,14 +541,14 @@ func mdHints(n *htmlNode) (good, bad bool) {
 // mdOwnID reports that n's id is made from its own heading: n is a heading
 // whose id holds its text, or a section whose id holds the text of the
 // heading it opens with (Sphinx, MyST, pandoc). Such headings open the
-// sections of a document.
+// sections of a document. A heading longer than a caption is not one.
 func mdOwnID(n *htmlNode) bool {
 	id, h := n.attr("id"), n
 	if i := slices.IndexFunc(n.children, func(c *htmlNode) bool { return c.size > 0 }); i >= 0 &&
 		!mdHeadings[n.tag] {
 		h = n.children[i]
 	}
-	return mdHeadings[h.tag] && mdSlug(h.textContent()) != "" &&
+	return mdHeadings[h.tag] && h.size < mdMaxCaption &&
 		strings.Contains(mdSlug(id), mdSlug(h.textContent()))
 }
 
@@ -712,16 +710,14 @@ func (m *mdConv) readStyles(root *htmlNode) {
 }
 
 // most reports that n, or the block named as furniture that n is an item
-// of, holds most of the page's text and nearly all its paragraphs (live
-// commentary in comment blocks), and is no thread of comments (avatars,
-// reply links). While paragraphs are being counted, the share of text alone
+// of, holds most of the page's text and all its paragraphs (live commentary
+// in comment blocks; comments under an article, even a short one, are no
+// such block). While paragraphs are being counted, the share of text alone
 // decides.
 func (m *mdConv) most(n *htmlNode) bool {
-	thread := func(c *htmlNode) bool { return mdThread.MatchString(c.attr("class")) }
 	for up := 0; n != nil && up <= mdItemDepth; up, n = up+1, n.parent {
 		good, bad := mdHints(n)
-		if bad && !good && (n.size-n.links)*2 > m.page && m.paras[n]+mdMinArticle > m.pageParas &&
-			n.find(thread) == nil {
+		if bad && !good && (n.size-n.links)*2 > m.page && m.paras[n]+mdMinPara > m.pageParas {
 			return true
 		}
 	}
@@ -798,7 +794,8 @@ func (m *mdConv) block(n *htmlNode, tight bool) string {
 			switch {
 			case m.made > m.limit:
 				return
-			case m.skip(c), lang != "" && c.textContent() == lang: // a code block's corner label
+			// left out, and so is the corner label of a code block's wrapper
+			case m.skip(c), lang != "" && c.size < mdMinPara && c.textContent() == lang:
 			case mdBlockTags[c.tag]:
 				para()
 				if c.attr("role") == "tabpanel" && len(m.tabs) > 0 {
