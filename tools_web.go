@@ -76,7 +76,7 @@ var (
 	htmlVoid   = wordSet(`area base br col embed hr img input link meta param source track wbr
 		frame keygen`)
 	// htmlRawText elements hold text up to their end tag, markup and all.
-	htmlRawText = wordSet("script style textarea xmp iframe noembed noframes plaintext")
+	htmlRawText = wordSet("script style textarea title xmp iframe noembed noframes plaintext")
 	// htmlClosesP are start tags that end an open paragraph (htmlP) unless
 	// an element of htmlPScope is nearer.
 	htmlClosesP = wordSet(`address article aside blockquote details div dl fieldset figure footer
@@ -223,6 +223,9 @@ func htmlStartTag(s string, i int) (n *htmlNode, open bool, end int) {
 		j++
 	}
 	if raw := s[i:j]; raw != "" {
+		if n.tag == "title" {
+			raw = html.UnescapeString(raw)
+		}
 		n.children = []*htmlNode{{text: raw, parent: n}}
 	}
 	_, after, _ := strings.Cut(s[j:], ">")
