@@ -332,9 +332,8 @@ var (
 	// a code block's language in a class: language-ts, lang-ts, highlight-ts, sourceCode ts
 	mdLanguage = regexp.MustCompile(`(?:^|\s)(?:(?:language|lang|highlight)-|sourceCode\s+)(\S+)`)
 	// what hides an element: no display, no visibility, font-size 0,
-	// off-screen, white on white; or classes for text only screen readers get
+	// off-screen, white on white
 	mdHiddenStyle = regexp.MustCompile(`(?i)display *: *none|visibility *: *hidden|` +
-		`\b(?:sr-only|visually-?hidden|screen-reader-text)\b|` +
 		`font-size *: *0[a-z%]* *(?:[;!]|$)|(?:left|top|text-indent) *: *-\d{4}|` +
 		`(?:^|;) *color *: *` + mdWhite + `.*background(?:-color)? *: *` + mdWhite + `|` +
 		`background(?:-color)? *: *` + mdWhite + `.*(?:^|;) *color *: *` + mdWhite)
@@ -424,7 +423,7 @@ func htmlByTag(tag string) func(*htmlNode) bool {
 func htmlToMarkdown(src, pageURL string, limit int, plain bool) mdPage {
 	root := parseHTML(src)
 	m := &mdConv{esc: mdEscape, plain: plain, limit: limit, score: map[*htmlNode]float64{},
-		paras: map[*htmlNode]int32{}}
+		paras: map[*htmlNode]int32{}, shownCSS: map[string]bool{}}
 	if plain {
 		m.esc = mdNoEscape
 	}
@@ -530,7 +529,7 @@ func notWordRune(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(
 // content and furniture; an id made from n's own heading names neither.
 func mdHints(n *htmlNode) (good, bad bool) {
 	id := n.attr("id")
-	if mdOwnID(n) {
+	if id != "" && mdOwnID(n) {
 		id = ""
 	}
 	hints := n.attr("class") + " " + id + " " + n.attr("itemtype") // schema.org/Comment
@@ -675,7 +674,7 @@ func htmlHidden(n *htmlNode) bool {
 // or its id, unless a rule shows another of them.
 func (m *mdConv) hides(n *htmlNode) bool {
 	if n.attr("aria-hidden") == "true" ||
-		mdHiddenStyle.MatchString(n.attr("style")+";"+n.attr("class")) {
+		mdHiddenStyle.MatchString(n.attr("style")) {
 		return true
 	}
 	hidden := false
@@ -683,17 +682,19 @@ func (m *mdConv) hides(n *htmlNode) bool {
 		if m.shownCSS[k] {
 			return false
 		}
-		hidden = hidden || m.hiddenCSS[k] || m.hiddenCSS[n.tag+"."+k]
+		hidden = hidden || m.hiddenCSS[k]
 	}
 	return hidden
 }
 
 // readStyles reads the page's style elements: hiddenCSS gets the selectors
 // of their rules that hide, outside @media and other at-rules (classes
-// without the dot, so that .c, #i and t.c match), shownCSS the classes and
-// ids of any rule that sets another display.
+// without the dot, so that .c and #i match), shownCSS the classes and ids of
+// any rule that sets another display.
 func (m *mdConv) readStyles(root *htmlNode) {
-	m.hiddenCSS, m.shownCSS = map[string]bool{}, map[string]bool{}
+	// the classes of text for screen readers only hide too
+	m.hiddenCSS = map[string]bool{"sr-only": true, "visually-hidden": true,
+		"screen-reader-text": true}
 	for _, st := range root.findAll(htmlByTag("style")) {
 		css := rawText(st)
 		for _, r := range mdCSSRule.FindAllStringSubmatch(css, -1) {
@@ -705,8 +706,9 @@ func (m *mdConv) readStyles(root *htmlNode) {
 		}
 		for _, r := range mdCSSRule.FindAllStringSubmatch(mdAtRule.ReplaceAllString(css, ""), -1) {
 			for _, sel := range strings.Split(r[1], ",") {
-				m.hiddenCSS[strings.TrimPrefix(strings.TrimSpace(sel), ".")] =
-					mdHiddenStyle.MatchString(r[2])
+				if mdHiddenStyle.MatchString(r[2]) {
+					m.hiddenCSS[strings.TrimPrefix(strings.TrimSpace(sel), ".")] = true
+				}
 			}
 		}
 	}
@@ -968,7 +970,9 @@ func mdPara(s string) string {
 	s = mdSpaces.ReplaceAllString(s, " ")
 	lines := strings.Split(strings.ReplaceAll(s, "\u00a0", " "), "\x01")
 	for i, l := range lines {
-		lines[i] = mdLineStart.ReplaceAllString(strings.TrimSpace(l), `$1\$2$3`) // ##\# \> 1\.
+		if lines[i] = strings.TrimSpace(l); mdLineStart.MatchString(lines[i]) {
+			lines[i] = mdLineStart.ReplaceAllString(lines[i], `$1\$2$3`) // ##\# \> 1\.
+		}
 	}
 	return strings.Trim(strings.Join(lines, "  \n"), " \n")
 }
