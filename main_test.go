@@ -342,7 +342,7 @@ func TestTranscripts(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			c := startServer(t, "-tools", "Bash")
+			c := startServer(t, "TOOLS=Bash")
 			var out []string
 			for _, line := range strings.Split(strings.TrimRight(string(b), "\n"), "\n") {
 				switch {
@@ -432,7 +432,7 @@ func TestFramingToleratesBOMCRLFAndBlankLines(t *testing.T) {
 
 func TestLongLineIsSkippedAndAnswered(t *testing.T) {
 	t.Parallel()
-	c := startServer(t, "-max-message-bytes", "1000")
+	c := startServer(t, "MAX_MESSAGE_BYTES=1000")
 	c.send(`{"jsonrpc":"2.0","id":1,"method":"ping","params":{"pad":"` + strings.Repeat("x", 200000) + `"}}`)
 	if m := c.recv(); errCode(m) != codeInvalidRequest || m["id"] != nil {
 		t.Errorf("long line: got %v, want -32600 with id null", m)
@@ -526,7 +526,7 @@ func TestNoOrphans(t *testing.T) {
 
 func TestBashOutputIsBoundedHeadAndTail(t *testing.T) {
 	t.Parallel()
-	c := startServer(t, "-output-limit", "1000")
+	c := startServer(t, "OUTPUT_LIMIT=1000")
 	c.initialize("2025-06-18")
 	res := c.callTool("Bash", map[string]any{"command": "seq 1 100000"})
 	text := resultText(res)
@@ -629,7 +629,7 @@ func TestBashStreamsProgress(t *testing.T) {
 
 func TestToolTableIsWellFormed(t *testing.T) {
 	seen := map[string]bool{}
-	srv := newServer(loadConfig(nil), io.Discard)
+	srv := newServer(testSettings(t), io.Discard)
 	defer srv.close()
 	for _, d := range toolTable {
 		desc := d.description
@@ -695,7 +695,7 @@ func TestToolsListOnePage(t *testing.T) {
 
 func TestDisabledToolIsUnknown(t *testing.T) {
 	t.Parallel()
-	c := startServer(t, "-tools", "none")
+	c := startServer(t, "TOOLS=none")
 	c.initialize("2025-11-25")
 	if m := c.request("tools/list", nil); len(m["result"].(map[string]any)["tools"].([]any)) != 0 {
 		t.Errorf("tools listed: %v", m)
@@ -712,7 +712,7 @@ func TestConfigLayers(t *testing.T) {
 	os.WriteFile(filepath.Join(home, ".telson", "telson-env.txt"), []byte(
 		"# comment\nOUTPUT_LIMIT=1000\nSTREAMING=no\nBASH_TIMEOUT_MS=abc\nNOT_A_KEY=1\nthis line is wrong\nTOOL_Bash=off\nexport LOG_LEVEL=\"debug\"\n"), 0o644)
 	t.Setenv("TELSON_OUTPUT_LIMIT", "2000")
-	cfg := loadConfig(map[string]string{"OUTPUT_LIMIT": "3000"})
+	cfg := testSettings(t, "OUTPUT_LIMIT=3000")
 	if cfg.int("OUTPUT_LIMIT") != 3000 || cfg.source["OUTPUT_LIMIT"] != "flag -output-limit" {
 		t.Errorf("flag should win: %v from %s", cfg.str("OUTPUT_LIMIT"), cfg.source["OUTPUT_LIMIT"])
 	}
@@ -725,7 +725,7 @@ func TestConfigLayers(t *testing.T) {
 			t.Errorf("warnings lack %q:\n%s", want, warnings)
 		}
 	}
-	cfg = loadConfig(nil)
+	cfg = testSettings(t)
 	if cfg.int("OUTPUT_LIMIT") != 2000 {
 		t.Errorf("environment should beat files: %v", cfg.str("OUTPUT_LIMIT"))
 	}
@@ -1322,7 +1322,7 @@ func TestBgWaitWakes(t *testing.T) {
 
 func TestBgDroppedBytes(t *testing.T) {
 	t.Parallel()
-	c := bgServer(t, "-bg-buffer-bytes", "1000")
+	c := bgServer(t, "BG_BUFFER_BYTES=1000")
 	id := bgStart(t, c, "head -c 5000 /dev/zero | tr '\\0' a; echo; echo end")
 	bgWaitNote(c, "background task 1 exited with status 0")
 	res := bgRead(t, c, id, 0)
@@ -1388,7 +1388,7 @@ func TestBgTakeHoldsCutCharacter(t *testing.T) {
 
 func TestBgReadLimitKeepsCharacters(t *testing.T) {
 	t.Parallel()
-	c := bgServer(t, "-output-limit", "1001")
+	c := bgServer(t, "OUTPUT_LIMIT=1001")
 	id := bgStart(t, c, "for i in $(seq 1500); do printf 'é'; done")
 	bgWaitNote(c, "background task 1 exited")
 	res := bgRead(t, c, id, 0)
@@ -1485,7 +1485,7 @@ func TestBgBinaryExitKillsTasks(t *testing.T) {
 
 func TestBgMaxTasks(t *testing.T) {
 	t.Parallel()
-	c := bgServer(t, "-bg-max-tasks", "2")
+	c := bgServer(t, "BG_MAX_TASKS=2")
 	a := bgStart(t, c, "sleep 1000")
 	bgStart(t, c, "sleep 1000")
 	res := c.callTool("BackgroundBash", map[string]any{"command": "sleep 1000"})
@@ -2813,7 +2813,7 @@ func TestReadImageScaling(t *testing.T) {
 		"bomb":   uiWriteFile(t, dir, "bomb.png", uiPNGHeader(20000, 20000)),
 		"broken": uiWriteFile(t, dir, "broken.png", append(uiPNGHeader(300, 300), "IDATgarbage"...)),
 	}
-	c := startServer(t, "-image-max-edge", "200")
+	c := startServer(t, "IMAGE_MAX_EDGE=200")
 	c.initialize("2025-11-25")
 	cases := []struct {
 		name, mime string
@@ -2865,7 +2865,7 @@ func TestReadImageByteLimit(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	noisy := uiWriteFile(t, dir, "noise.png", uiEncode(t, uiNoise(300, 300), "png")) // about 270 KB, small in pixels
-	c := startServer(t, "-image-max-bytes", "30000")
+	c := startServer(t, "IMAGE_MAX_BYTES=30000")
 	c.initialize("2025-06-18")
 	res := c.callTool("ReadImage", map[string]any{"file_path": noisy})
 	if isError(res) {
@@ -3115,7 +3115,7 @@ func TestAskUserQuestionMismatchedIDAndErrors(t *testing.T) {
 
 func TestAskUserQuestionTimeoutAndCancel(t *testing.T) {
 	t.Parallel()
-	c := startServer(t, "-ask-timeout-ms", "300")
+	c := startServer(t, "ASK_TIMEOUT_MS=300")
 	uiInitialize(c, "2025-11-25", map[string]any{"elicitation": map[string]any{}})
 	id := uiStartCall(c, "AskUserQuestion", map[string]any{"questions_json": uiQuestions})
 	req := uiNextRequest(c, "elicitation/create")
@@ -3263,7 +3263,7 @@ func TestAskUserQuestionNoElicitation(t *testing.T) {
 }
 
 func TestReadImageListed(t *testing.T) {
-	c := startServer(t, "-image-max-edge", "1234", "-image-max-bytes", "99999999")
+	c := startServer(t, "IMAGE_MAX_EDGE=1234", "IMAGE_MAX_BYTES=99999999")
 	c.initialize("2025-06-18")
 	tools := uiResult(t, c.request("tools/list", nil))["tools"].([]any)
 	found := 0
@@ -3764,7 +3764,7 @@ func TestWebSearchCancel(t *testing.T) {
 		stopped <- struct{}{}
 	}
 	a, b := searchServe(t, h), searchServe(t, h)
-	c := startServer(t, "-set", "SEARCH_URL_WIKIPEDIA="+a.URL, "-set", "search_url_github="+b.URL, "-set", "SEARCH_TIMEOUT_MS=60000")
+	c := startServer(t, "SEARCH_URL_WIKIPEDIA="+a.URL, "search_url_github="+b.URL, "SEARCH_TIMEOUT_MS=60000")
 	c.initialize("2025-06-18")
 	c.send(`{"jsonrpc":"2.0","id":"s1","method":"tools/call","params":{"name":"WebSearch","arguments":{"query":"golang","engines":["wikipedia","github"]}}}`)
 	for i := 0; i < 2; i++ {
@@ -3880,8 +3880,7 @@ func TestWebSearchTool(t *testing.T) {
 	ddg := searchServe(t, searchFilePage(t, "testdata/websearch/duckduckgo.html", 200, false))
 	bing := searchServe(t, searchFilePage(t, "testdata/websearch/bing.html", 200, false))
 	broken := searchServe(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(500) })
-	c := startServer(t, "-set", "SEARCH_URL_DUCKDUCKGO="+ddg.URL, "-set", "SEARCH_URL_BING="+bing.URL, "-set", "SEARCH_URL_HACKERNEWS="+broken.URL,
-		"-set", "SEARCH_URL_GITHUB="+broken.URL, "-set", "SEARCH_ENGINES=duckduckgo,bing,hackernews", "-set", "SEARCH_BACKOFF_MS=0")
+	c := startServer(t, "SEARCH_URL_DUCKDUCKGO="+ddg.URL, "SEARCH_URL_BING="+bing.URL, "SEARCH_URL_HACKERNEWS="+broken.URL, "SEARCH_URL_GITHUB="+broken.URL, "SEARCH_ENGINES=duckduckgo,bing,hackernews", "SEARCH_BACKOFF_MS=0")
 	c.initialize("2025-06-18")
 	list := c.request("tools/list", nil)
 	found := false
@@ -4199,7 +4198,7 @@ func wfNotes(c *testClient, method string) []map[string]any {
 
 func TestWorkflowTaskManagerRoundTrip(t *testing.T) {
 	t.Parallel()
-	c := startServer(t, "-state-dir", t.TempDir())
+	c := startServer(t, "STATE_DIR="+t.TempDir())
 	c.initialize("2025-06-18")
 	tm := func(wantErr bool, args map[string]any, want ...string) map[string]any {
 		t.Helper()
@@ -4255,7 +4254,7 @@ func TestWorkflowTaskManagerRoundTrip(t *testing.T) {
 func TestWorkflowTaskManagerPersistsAcrossRestart(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	c := startServer(t, "-state-dir", dir)
+	c := startServer(t, "STATE_DIR="+dir)
 	c.initialize("2025-11-25")
 	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "Persist me"}, false)
 	wfCall(t, c, "TaskManager", map[string]any{"action": "add", "text": "step one"}, false)
@@ -4265,7 +4264,7 @@ func TestWorkflowTaskManagerPersistsAcrossRestart(t *testing.T) {
 	}
 	c.done <- nil // let the cleanup find it stopped
 
-	c2 := startServer(t, "-state-dir", dir)
+	c2 := startServer(t, "STATE_DIR="+dir)
 	c2.initialize("2025-11-25")
 	wfCall(t, c2, "TaskManager", map[string]any{"action": "list"}, false, `* t1 "Persist me" [0/1]`)
 	wfCall(t, c2, "TaskManager", map[string]any{"action": "create", "text": "Second"}, false, "Created task t2")
@@ -4283,7 +4282,7 @@ func TestWorkflowTaskManagerPersistsAcrossRestart(t *testing.T) {
 func TestWorkflowTaskManagerTwoProcesses(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	c := startServer(t, "-state-dir", dir)
+	c := startServer(t, "STATE_DIR="+dir)
 	c.initialize("2025-11-25")
 	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "shared"}, false)
 	const perProcess = 25
@@ -4292,7 +4291,7 @@ func TestWorkflowTaskManagerTwoProcesses(t *testing.T) {
 			name := name
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
-				p := startBinary(t, nil, "-state-dir", dir)
+				p := startBinary(t, []string{"TELSON_STATE_DIR="+dir})
 				p.initialize("2025-11-25")
 				for i := 0; i < perProcess; i++ {
 					wfCall(t, p, "TaskManager", map[string]any{"action": "add", "task_id": "t1", "text": fmt.Sprintf("%s-%d", name, i)}, false, "Added step")
@@ -4324,7 +4323,7 @@ func TestWorkflowTaskManagerCorruptFile(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "tasks.json")
 	os.WriteFile(path, []byte(`{"tasks": [oops`), 0o600)
-	c := startServer(t, "-state-dir", dir)
+	c := startServer(t, "STATE_DIR="+dir)
 	c.initialize("2025-06-18")
 	for _, args := range []map[string]any{{"action": "list"}, {"action": "add", "text": "x"}, {"action": "create", "text": "x"}} {
 		res := wfCall(t, c, "TaskManager", args, true, path, "unusable", "left untouched")
@@ -4353,7 +4352,7 @@ func TestWorkflowTaskManagerFullListDropsOldestDone(t *testing.T) {
 	}
 	b, _ := json.Marshal(tf)
 	os.WriteFile(filepath.Join(dir, "tasks.json"), b, 0o600)
-	c := startServer(t, "-state-dir", dir)
+	c := startServer(t, "STATE_DIR="+dir)
 	c.initialize("2025-06-18")
 	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "new"}, false, "Created task t201")
 	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "new"}, false, "Created task t202")
@@ -4367,7 +4366,7 @@ func TestWorkflowTaskManagerFullListDropsOldestDone(t *testing.T) {
 func TestWorkflowPlanMode(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	c := startServer(t, "-state-dir", dir)
+	c := startServer(t, "STATE_DIR="+dir)
 	c.initialize("2025-06-18")
 	pm := func(wantErr bool, args map[string]any, want ...string) map[string]any {
 		t.Helper()
@@ -4427,7 +4426,7 @@ func TestWorkflowPlanMode(t *testing.T) {
 
 	// A new session starts outside plan mode.
 	pm(false, map[string]any{"action": "enter", "goal": "left active"})
-	c2 := startServer(t, "-state-dir", dir)
+	c2 := startServer(t, "STATE_DIR="+dir)
 	c2.initialize("2025-06-18")
 	wfCall(t, c2, "PlanMode", map[string]any{"action": "status"}, false, "INACTIVE")
 	wfCall(t, c2, "Bash", map[string]any{"command": "echo ok"}, false, "ok")
@@ -4435,7 +4434,7 @@ func TestWorkflowPlanMode(t *testing.T) {
 
 func TestWorkflowPlanModeNotStrict(t *testing.T) {
 	t.Parallel()
-	c := startServer(t, "-state-dir", t.TempDir(), "-plan-mode-strict", "0")
+	c := startServer(t, "STATE_DIR="+t.TempDir(), "PLAN_MODE_STRICT=0")
 	c.initialize("2025-06-18")
 	wfCall(t, c, "PlanMode", map[string]any{"action": "enter", "goal": "g"}, false, "Do not change anything")
 	wfCall(t, c, "Bash", map[string]any{"command": "echo ran"}, false, "ran")
@@ -4443,7 +4442,7 @@ func TestWorkflowPlanModeNotStrict(t *testing.T) {
 
 func TestWorkflowPlanModeOldProtocolHasNoStructured(t *testing.T) {
 	t.Parallel()
-	c := startServer(t, "-state-dir", t.TempDir())
+	c := startServer(t, "STATE_DIR="+t.TempDir())
 	c.initialize("2025-03-26")
 	res := wfCall(t, c, "PlanMode", map[string]any{"action": "status"}, false, "Plan mode: INACTIVE")
 	if _, ok := res["structuredContent"]; ok {
@@ -4477,7 +4476,7 @@ func TestWorkflowSkillSearchOrder(t *testing.T) {
 	wfSkill(t, filepath.Join(home, ".telson", "skills"), "dup", skill("user-telson"))
 	wfSkill(t, extra, "dup", skill("extra"))
 	wfSkill(t, extra, "only-extra", "---\ndescription: extra only\n---\nx\n")
-	c := startServer(t, "-state-dir", t.TempDir(), "-additional-skills", extra)
+	c := startServer(t, "STATE_DIR="+t.TempDir(), "ADDITIONAL_SKILLS="+extra)
 	c.initialize("2025-06-18")
 	os.MkdirAll(filepath.Join(proj, "src", "deep"), 0o755)
 	wfCall(t, c, "Bash", map[string]any{"command": "cd " + filepath.Join(proj, "src", "deep")}, false)
@@ -4508,7 +4507,7 @@ func TestWorkflowSkillsListingPromptsAndChanges(t *testing.T) {
 	wfSkill(t, root, "broken", "---\ndescription: no end\n")
 	wfSkill(t, root, "nodesc", "---\nname: nodesc\n---\nx\n")
 	wfSkill(t, root, "block", "---\ndescription: >\n  folded\n---\nx\n")
-	c := startServer(t, "-state-dir", t.TempDir())
+	c := startServer(t, "STATE_DIR="+t.TempDir())
 	init := c.initialize("2025-06-18")
 	if caps := init["result"].(map[string]any)["capabilities"].(map[string]any); caps["prompts"] == nil {
 		t.Fatalf("no prompts capability: %v", caps)
@@ -4720,7 +4719,7 @@ func BenchmarkWorkflowSkillCatalog(b *testing.B) {
 		os.MkdirAll(filepath.Dir(p), 0o755)
 		os.WriteFile(p, []byte(fmt.Sprintf("---\nname: skill-%02d\ndescription: does thing %d\n---\nbody $ARGUMENTS\n", i, i)), 0o644)
 	}
-	srv := newServer(loadConfig(map[string]string{"ADDITIONAL_SKILLS": root}), io.Discard)
+	srv := newServer(testSettings(t, "ADDITIONAL_SKILLS="+root), io.Discard)
 	srv.skills.refresh(srv, root)
 	b.Run("unchanged", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
@@ -4742,7 +4741,7 @@ func BenchmarkWorkflowSkillCatalog(b *testing.B) {
 // plain os.WriteFile of the same 51-step file.
 func BenchmarkWorkflowTaskFile(b *testing.B) {
 	dir := b.TempDir()
-	srv := newServer(loadConfig(map[string]string{"STATE_DIR": dir}), io.Discard)
+	srv := newServer(testSettings(t, "STATE_DIR="+dir), io.Discard)
 	s := newSession(srv, io.Discard)
 	defer s.stopWorkflow()
 	ctx := context.Background()
@@ -4776,7 +4775,7 @@ func BenchmarkWorkflowTaskFile(b *testing.B) {
 func TestWorkflowTaskManagerLockHeld(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	c := startServer(t, "-state-dir", dir)
+	c := startServer(t, "STATE_DIR="+dir)
 	c.initialize("2025-06-18")
 	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "x"}, false)
 	f, err := os.OpenFile(filepath.Join(dir, "tasks.json.lock"), os.O_RDWR, 0)
@@ -5098,7 +5097,7 @@ func TestHTMLToMarkdownGolden(t *testing.T) {
 // TELSON_REQUIRE_BROWSER is set.
 func readdocsNeedBrowser(t *testing.T) {
 	t.Helper()
-	if findChrome(loadConfig(map[string]string{})) == "" {
+	if findChrome(testSettings(t)) == "" {
 		if os.Getenv("TELSON_REQUIRE_BROWSER") != "" {
 			t.Fatal("no Chromium found and TELSON_REQUIRE_BROWSER is set")
 		}
@@ -5191,7 +5190,7 @@ func TestReadDocsChromium(t *testing.T) {
 	readdocsNeedBrowser(t)
 	// Not parallel: browser timing (the quiet-network wait) is measured on an idle machine.
 	site := readdocsSite(t)
-	c := startServer(t, "-readdocs-timeout-ms", "4000")
+	c := startServer(t, "READDOCS_TIMEOUT_MS=4000")
 	c.initialize("2025-06-18")
 	check := func(name string, args map[string]any, wantErr bool, want ...string) map[string]any {
 		t.Helper()
@@ -5361,7 +5360,7 @@ func TestReadDocsWithoutBrowser(t *testing.T) {
 // net/http GET of the page as the baseline.
 // go test -run XXX -bench ReadDocsWarm -benchtime 20x
 func BenchmarkReadDocsWarm(b *testing.B) {
-	if findChrome(loadConfig(map[string]string{})) == "" {
+	if findChrome(testSettings(t)) == "" {
 		b.Skip("no Chromium found")
 	}
 	page := "<html><head><title>Bench</title></head><body><main><h1>Doc</h1>" + strings.Repeat("<p>Some <a href='/x'>documentation</a> text.</p>", 200) + "</main></body></html>"
@@ -5373,7 +5372,7 @@ func BenchmarkReadDocsWarm(b *testing.B) {
 		}
 	}))
 	defer site.Close()
-	srv := newServer(loadConfig(map[string]string{}), io.Discard)
+	srv := newServer(testSettings(t), io.Discard)
 	defer srv.close()
 	ctx := context.Background()
 	median := func(url string, n int) float64 {
@@ -5555,7 +5554,7 @@ func subscriptionOf(m map[string]any) any {
 func TestListenStdio(t *testing.T) {
 	t.Parallel()
 	extra := t.TempDir()
-	c := startServer(t, "-state-dir", t.TempDir(), "-additional-skills", extra)
+	c := startServer(t, "STATE_DIR="+t.TempDir(), "ADDITIONAL_SKILLS="+extra)
 	c.send(modernMessage(5, methodListen, map[string]any{"notifications": map[string]any{"toolsListChanged": true, "promptsListChanged": true}}))
 	ack := c.recv()
 	granted := ack["params"].(map[string]any)["notifications"].(map[string]any)
@@ -5626,7 +5625,7 @@ func hasAll(set map[string]bool, keys []string) bool {
 func TestListenHTTP(t *testing.T) {
 	t.Parallel()
 	extra := t.TempDir()
-	srv := newServer(loadConfig(map[string]string{"ADDITIONAL_SKILLS": extra}), io.Discard)
+	srv := newServer(testSettings(t, "ADDITIONAL_SKILLS="+extra), io.Discard)
 	h := newHTTPHandler(srv, "127.0.0.1")
 	ts := httptest.NewServer(h)
 	defer srv.close()
@@ -5689,7 +5688,7 @@ func TestListenHTTP(t *testing.T) {
 // requests and reads nothing makes the session stop reading at maxInflight, with
 // memory bounded, and every request is still answered once the client reads.
 func TestRequestLimits(t *testing.T) {
-	srv := newServer(loadConfig(nil), io.Discard)
+	srv := newServer(testSettings(t), io.Discard)
 	defer srv.close()
 	outR, outW := io.Pipe()
 	inR, inW := io.Pipe()
@@ -6069,8 +6068,7 @@ func TestWebSearchPartialFailure(t *testing.T) {
 		w.WriteHeader(http.StatusTooManyRequests)
 	})
 	broken := searchServe(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(500) })
-	c := startServer(t, "-set", "SEARCH_URL_DUCKDUCKGO="+ddg.URL, "-set", "SEARCH_URL_BRAVE="+limited.URL,
-		"-set", "SEARCH_URL_GITHUB="+broken.URL, "-set", "SEARCH_BACKOFF_MS=0")
+	c := startServer(t, "SEARCH_URL_DUCKDUCKGO="+ddg.URL, "SEARCH_URL_BRAVE="+limited.URL, "SEARCH_URL_GITHUB="+broken.URL, "SEARCH_BACKOFF_MS=0")
 	c.initialize("2025-06-18")
 	engines := []string{"duckduckgo", "brave", "github"}
 	res := c.callTool("WebSearch", map[string]any{"query": "golang", "engines": engines})
@@ -6106,8 +6104,7 @@ func TestWebSearchNoResults(t *testing.T) {
 	t.Parallel()
 	empty := searchServe(t, searchFilePage(t, "testdata/websearch/duckduckgo_empty.html", 200, false))
 	broken := searchServe(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(500) })
-	c := startServer(t, "-set", "SEARCH_URL_DUCKDUCKGO="+empty.URL,
-		"-set", "SEARCH_URL_GITHUB="+broken.URL, "-set", "SEARCH_BACKOFF_MS=0")
+	c := startServer(t, "SEARCH_URL_DUCKDUCKGO="+empty.URL, "SEARCH_URL_GITHUB="+broken.URL, "SEARCH_BACKOFF_MS=0")
 	c.initialize("2025-06-18")
 	both := []string{"duckduckgo", "github"}
 	res := c.callTool("WebSearch", map[string]any{"query": "zzqx", "engines": both})
@@ -6154,8 +6151,7 @@ func TestStructuredContentAlone(t *testing.T) {
 			strings.Repeat("word ", 400)+"</p></main></body></html>")
 	}))
 	defer site.Close()
-	c := startServer(t, "-set", "READDOCS_BROWSER=0", "-set", "SEARCH_URL_WIKIPEDIA="+site.URL,
-		"-set", "STATE_DIR="+t.TempDir())
+	c := startServer(t, "READDOCS_BROWSER=0", "SEARCH_URL_WIKIPEDIA="+site.URL, "STATE_DIR="+t.TempDir())
 	c.initialize("2025-11-25")
 
 	// waitNotice waits for the log message that comes with a queued notice.
@@ -6319,7 +6315,7 @@ func browserRead(t *testing.T, c *testClient, args map[string]any, wantErr bool)
 func TestBrowserReadsWhenContentIsThere(t *testing.T) {
 	readdocsNeedBrowser(t)
 	site, other := browserSites(t)
-	c := startServer(t, "-readdocs-timeout-ms", "8000")
+	c := startServer(t, "READDOCS_TIMEOUT_MS=8000")
 	c.initialize("2025-06-18")
 	browserRead(t, c, map[string]any{"url": site.URL + "/rewrites"}, false) // starts the browser
 	for _, format := range []string{"markdown", "text"} {
@@ -6350,7 +6346,7 @@ func TestBrowserReadsWhenContentIsThere(t *testing.T) {
 func TestBrowserSource(t *testing.T) {
 	readdocsNeedBrowser(t)
 	site, _ := browserSites(t)
-	srv := newServer(loadConfig(map[string]string{}), io.Discard)
+	srv := newServer(testSettings(t), io.Discard)
 	defer srv.close()
 	pg, err := srv.readPage(context.Background(), readDocsArgs{URL: site.URL + "/rewrites", Format: "markdown"})
 	if err != nil {
@@ -6407,7 +6403,7 @@ func TestBrowserWritesNothing(t *testing.T) {
 
 func TestBrowserChromePathMissing(t *testing.T) {
 	t.Parallel()
-	c := startServer(t, "-chrome-path", "/nonexistent/chromium")
+	c := startServer(t, "CHROME_PATH=/nonexistent/chromium")
 	c.initialize("2025-06-18")
 	text, _, _ := browserRead(t, c, map[string]any{"url": "http://127.0.0.1:1/"}, true)
 	if !strings.Contains(text, "CHROME_PATH /nonexistent/chromium") {
@@ -6438,7 +6434,7 @@ func TestPlanModeCommandsAreReadOnly(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("the sandbox needs Linux namespaces")
 	}
-	c := startServer(t, "-state-dir", t.TempDir())
+	c := startServer(t, "STATE_DIR="+t.TempDir())
 	c.initialize("2025-06-18")
 	dir := procOutsideTmp(t)
 	file := filepath.Join(dir, "file")
@@ -6543,7 +6539,7 @@ func TestEscapedProcessesDieWithTheSession(t *testing.T) {
 
 func TestBashCutKeepsLinesAndTheWholeOutput(t *testing.T) {
 	t.Parallel()
-	c := startServer(t, "-output-limit", "1000")
+	c := startServer(t, "OUTPUT_LIMIT=1000")
 	c.initialize("2025-06-18")
 	res := c.callTool("Bash", map[string]any{"command": "seq 1 100000"})
 	sc := bgStructured(t, res)
@@ -6617,7 +6613,7 @@ func procWaitFile(t *testing.T, path, suffix string) {
 
 func TestBgTailLogAndBriefKill(t *testing.T) {
 	t.Parallel()
-	c := bgServer(t, "-bg-buffer-bytes", "1000")
+	c := bgServer(t, "BG_BUFFER_BYTES=1000")
 	res := c.callTool("BackgroundBash", map[string]any{"command": "seq 1 5000; sleep 1000"})
 	logFile, _ := bgStructured(t, res)["log_file"].(string)
 	if logFile == "" || !strings.Contains(resultText(res), logFile) {
@@ -7102,7 +7098,7 @@ func TestReadDocsEmptyHeadingsCode(t *testing.T) {
 func TestWorkflowPlanModeInlinePlan(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	c := startServer(t, "-state-dir", dir)
+	c := startServer(t, "STATE_DIR="+dir)
 	c.initialize("2025-06-18")
 	res := wfCall(t, c, "PlanMode", map[string]any{"action": "enter", "goal": "g"}, false, "read-only", `"plan":"..."`)
 	planFile := wfStructured(t, res)["plan_file"].(string)
@@ -7125,7 +7121,7 @@ func TestWorkflowPlanModeInlinePlan(t *testing.T) {
 
 func TestWorkflowPlanModeApproval(t *testing.T) {
 	t.Parallel()
-	c := startServer(t, "-state-dir", t.TempDir())
+	c := startServer(t, "STATE_DIR="+t.TempDir())
 	uiInitialize(c, "2025-06-18", map[string]any{"elicitation": map[string]any{}})
 	uiResult(t, c.waitResponse(uiStartCall(c, "PlanMode", map[string]any{"action": "enter", "goal": "g"})))
 
@@ -7163,7 +7159,7 @@ func TestWorkflowPlanModeApproval(t *testing.T) {
 func TestWorkflowPlanModeFileNotRegular(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	c := startServer(t, "-state-dir", dir)
+	c := startServer(t, "STATE_DIR="+dir)
 	c.initialize("2025-06-18")
 	fifo := filepath.Join(dir, "fifo.md")
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
@@ -7211,7 +7207,7 @@ func wfProject(t *testing.T) string {
 
 func TestWorkflowTaskManagerProjectsAndIDs(t *testing.T) {
 	t.Parallel()
-	c := startServer(t, "-state-dir", t.TempDir())
+	c := startServer(t, "STATE_DIR="+t.TempDir())
 	c.initialize("2025-06-18")
 	tm := func(wantErr bool, args map[string]any, want ...string) map[string]any {
 		t.Helper()
@@ -7268,7 +7264,7 @@ func TestWorkflowTaskManagerFileNotRegular(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "tasks.json")
-	c := startServer(t, "-state-dir", dir)
+	c := startServer(t, "STATE_DIR="+dir)
 	c.initialize("2025-06-18")
 	if err := syscall.Mkfifo(path, 0o600); err != nil {
 		t.Fatal(err)
@@ -7310,7 +7306,7 @@ func TestWorkflowSkillsFollowTheShell(t *testing.T) {
 	t.Setenv("HOME", t.TempDir())
 	proj := wfProject(t)
 	wfSkill(t, filepath.Join(proj, ".claude", "skills"), "deploy", "---\ndescription: Deploy it.\n---\nGo.\n")
-	c := startServer(t, "-state-dir", t.TempDir())
+	c := startServer(t, "STATE_DIR="+t.TempDir())
 	c.initialize("2025-06-18")
 	prompts := func() string {
 		b, _ := json.Marshal(c.request("prompts/list", nil)["result"])
@@ -7364,7 +7360,7 @@ func TestWorkflowSkillFilesNotRegular(t *testing.T) {
 	case <-time.After(watchdog):
 		t.Fatal("telson tools did not finish")
 	}
-	c := startServer(t, "-state-dir", t.TempDir(), "-additional-skills", extra)
+	c := startServer(t, "STATE_DIR="+t.TempDir(), "ADDITIONAL_SKILLS="+extra)
 	c.initialize("2025-06-18")
 	b, _ := json.Marshal(c.request("tools/list", nil)["result"])
 	if !strings.Contains(string(b), "- linked: through a link\\n- ok: fine") || strings.Contains(string(b), "- huge") {
@@ -7381,7 +7377,7 @@ func TestWorkflowSkillArgumentsCapped(t *testing.T) {
 	t.Setenv("HOME", t.TempDir())
 	extra := t.TempDir()
 	wfSkill(t, extra, "bomb", "---\ndescription: placeholders\n---\n"+strings.Repeat("$ARGUMENTS", 23000))
-	c := startServer(t, "-state-dir", t.TempDir(), "-additional-skills", extra)
+	c := startServer(t, "STATE_DIR="+t.TempDir(), "ADDITIONAL_SKILLS="+extra)
 	c.initialize("2025-06-18")
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
@@ -7418,7 +7414,7 @@ func TestWorkflowCallbackDefaultsOnce(t *testing.T) {
 // result, and the retried call carries the answer.
 func TestWorkflowPlanModeApprovalModern(t *testing.T) {
 	t.Parallel()
-	c := startServer(t, "-state-dir", t.TempDir())
+	c := startServer(t, "STATE_DIR="+t.TempDir())
 	call := func(args map[string]any, extra map[string]any) map[string]any {
 		t.Helper()
 		p := map[string]any{"name": "PlanMode", "arguments": args, "_meta": map[string]any{
