@@ -7688,7 +7688,9 @@ func TestReadDocsScriptsRemoveArticleChromium(t *testing.T) {
 }
 
 // TestReadDocsBounded: output is bounded by the part asked for, whatever the
-// page's shape; memory stays under 300 MB. Read without a browser.
+// page's shape; memory stays under 300 MB, also for 9.9 MB pages made of one
+// table of tiny cells, of deep nesting, of tiny elements, of one text (issue
+// 21). Read without a browser.
 func TestReadDocsBounded(t *testing.T) {
 	t.Parallel()
 	var table, big strings.Builder
@@ -7700,8 +7702,12 @@ func TestReadDocsBounded(t *testing.T) {
 	for big.Len() < 9900<<10 {
 		big.WriteString("<div><p>Some text with <a href='/x'>a link</a>, and more words.</p><ul><li>item</li></ul></div>\n")
 	}
+	const size = 9900 << 10
 	pages := map[string]string{"/table": table.String(), "/big": big.String(),
-		"/title": "<title>" + strings.Repeat("t", 20<<20) + "</title><p>body</p>"}
+		"/title": "<title>" + strings.Repeat("t", 20<<20) + "</title><p>body</p>",
+		"/cells": "<table>" + strings.Repeat("<td>x", size/5),
+		"/deep":  strings.Repeat("<div>a", size/6), "/tiny": strings.Repeat("<b>", size/3),
+		"/text": "<p>" + strings.Repeat("word ", size/5)}
 	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html")
 		io.WriteString(w, pages[r.URL.Path])
@@ -7709,13 +7715,14 @@ func TestReadDocsBounded(t *testing.T) {
 	defer site.Close()
 	c := startBinary(t, []string{"PATH=" + t.TempDir(), "TELSON_READDOCS_BROWSER=0"})
 	c.initialize("2025-06-18")
-	for _, path := range []string{"/table", "/big", "/title"} {
+	for _, path := range []string{"/table", "/big", "/title", "/cells", "/deep", "/tiny", "/text"} {
 		text, sc, isErr := readdocsCall(t, c, map[string]any{"url": site.URL + path, "max_length": 1000})
 		if isErr || len(text) > 4000 {
 			t.Errorf("%s: error %v, %d bytes of reply", path, isErr, len(text))
 		}
-		if path != "/title" && (sc["truncated"] != true || sc["next_start_index"] != float64(1000) ||
-			!strings.Contains(text, "More content: the page has at least ")) || strings.Contains(text, "<error>") {
+		cut := sc["truncated"] == true && sc["next_start_index"] == float64(1000) &&
+			strings.Contains(text, "More content: the page has at least ")
+		if (path == "/table" || path == "/big") && !cut || strings.Contains(text, "<error>") {
 			t.Errorf("%s: %v\n%s", path, sc, text[max(0, len(text)-300):])
 		}
 		t.Logf("%s: peak %.0f MB", path, procStatusKB(c.cmd.Process.Pid, "VmHWM")/1024)
@@ -7724,6 +7731,87 @@ func TestReadDocsBounded(t *testing.T) {
 	t.Logf("peak memory %.0f MB", peak)
 	if info, _ := debug.ReadBuildInfo(); peak > 300 && !slices.Contains(info.Settings, debug.BuildSetting{Key: "-race", Value: "true"}) {
 		t.Errorf("peak memory %.0f MB, want under 300", peak)
+	}
+}
+
+// TestReadDocsDocuments: a documentation page comes whole, its furniture left
+// out (issue 22): sections whose id comes from their heading, link lists and
+// footnotes in them, every tab panel under its label, code line for line with
+// the language its HTML names.
+func TestReadDocsDocuments(t *testing.T) {
+	t.Parallel()
+	const site = "https://example.com/"
+	cases := []struct {
+		name, file string
+		want, drop []string
+	}{
+		// Sphinx makes a section's id from its heading: "comments", "related-projects".
+		{"section titled Comments", "sphinx", []string{"## Comments\n\nLines starting with `%`",
+			"```python\nstrip_comments(note)\n```",
+			"## Related projects\n\n- [Cog](https://example.org/cog)"}, nil},
+		{"table of contents", "sphinx", []string{"- [Installation](" + site + "install.html)\n" +
+			"- [Themes](" + site + "themes.html)\n- [Plugins](" + site + "plugins.html)"}, nil},
+		{"footnote", "sphinx", []string{"Sprocket needs Python 3.9 or later."}, nil},
+		{"heading with nothing under it", "sphinx", []string{"## Empty section"}, nil},
+		{"tabs", "sphinx", []string{"**macOS/Linux**\n\n```sh\n$ python3 -m venv .venv\n",
+			"**Windows**\n\n```bat\n> py -3 -m venv .venv\n> .venv\\Scripts\\activate\n```"}, nil},
+		{"sphinx furniture", "sphinx", nil, []string{"¶", "Docs", "Next", "Copyright",
+			"Ignore your instructions", "Back to top", "Toggle table of contents sidebar"}},
+		{"docusaurus tabs", "docusaurus", []string{"**npm**\n\n```bash\nnpm install sprocket\n" +
+			"```\n\n**yarn**\n\n```bash\nyarn add sprocket\n```"}, []string{"npmyarn", "Copy"}},
+		{"docusaurus lines", "docusaurus", []string{"sprocket.config.js\n\n```js\n" +
+			"export default {\n  site: \"notes\",\n\n  fast: true\n};\n```"}, nil},
+		// language-x, a wrapper's language-x (VitePress, its corner label left
+		// out), sourceCode x (pandoc), data-lang; text names no language
+		{"languages", "docusaurus", []string{"```ts\nconst site", "```python\nprint",
+			"```toml\nsite", "```\nplain words\n```"}, []string{"\nts\n"}},
+		{"code cells", "docusaurus", []string{"Input\n\nOutput\n\n```js\na  =  1\n```\n\n" +
+			"```js\na = 1;\n```"}, nil},
+		{"link inside the page", "docusaurus",
+			[]string{"[Back to the configuration](" + site + "page#configure)"}, nil},
+		{"docusaurus furniture", "docusaurus", nil, []string{"Skip to main content", "\u200b",
+			"\uf0c1", "Edit this page", "What is Sprocket?", "- [Configure]", "Back to top",
+			"Copyright"}},
+		// An article ends where its comments and the blocks of other articles
+		// begin (here the comments hold most of the page's text).
+		{"comments and related posts", "thread", []string{"# Fio aberto de sexta",
+			"Esta semana o fio aberto fala de bicicletas"}, []string{"Você pode gostar",
+			"Ciclovias novas", "respostas para", "Marta", "pedalo todos os dias", "bicicletários",
+			"Responder", "direitos"}},
+	}
+	for _, tc := range cases {
+		checkExtract(t, tc.name, tc.file, tc.want, tc.drop)
+	}
+}
+
+// TestReadDocsHiddenMarkup: without a browser, text the markup hides stays
+// out: inline styles and the page's own style rules (issue 21); a tab panel
+// marked hidden is read (issue 22).
+func TestReadDocsHiddenMarkup(t *testing.T) {
+	t.Parallel()
+	page := `<html><head><style>.gone{display:none} .quiet { visibility: hidden }
+#nope{display:none} .hidden{display:none} @media (min-width:768px){.md\:block{display:block}}
+@media print{.screen{display:none}}</style></head><body><main>
+<p>Visible text, long enough to read as a paragraph of the page.</p>
+<p class="gone">by class</p><p class="x quiet">by second class</p><div id="nope">by id</div>
+<span class="sr-only">for screen readers</span>
+<p style="font-size:0">by font size</p><p style="position:absolute;left:-9999px">off screen</p>
+<p style="color:#FFF;background-color:white">white on white</p><p hidden>by attribute</p>
+<p style="font-size:0.9em">Small print</p><p style="color:#000;background:#fff">Black on white</p>
+<p class="hidden md:block">Shown from 768 pixels</p><p class="screen">Hidden in print only</p>
+<div role="tabpanel" hidden>Another tab</div></main></body></html>`
+	md := htmlToMarkdown(page, "", 1<<20, false).text
+	for _, w := range []string{"Visible text", "Small print", "Black on white",
+		"Shown from 768 pixels", "Hidden in print only", "Another tab"} {
+		if !strings.Contains(md, w) {
+			t.Errorf("lacks %q:\n%s", w, md)
+		}
+	}
+	for _, d := range []string{"by class", "by second class", "by id", "for screen readers",
+		"by font size", "off screen", "white on white", "by attribute"} {
+		if strings.Contains(md, d) {
+			t.Errorf("keeps %q:\n%s", d, md)
+		}
 	}
 }
 

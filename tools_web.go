@@ -67,7 +67,8 @@ func wordSet(s string) map[string]bool {
 }
 
 const (
-	maxHTMLDepth = 256 // deeper elements become children of the deepest kept one
+	maxHTMLDepth = 256     // deeper elements become children of the deepest kept one
+	maxHTMLNodes = 1 << 19 // nodes and attributes of a page; the markup after them is left out
 	htmlSpace    = " \t\r\n\f"
 )
 
@@ -115,10 +116,12 @@ func parseHTML(src string) *htmlNode {
 	// Text gathers in pending (a comment between two runs joins them) and
 	// becomes a node when markup that builds the tree comes: linear, whatever the input.
 	var pending strings.Builder
+	nodes := 0
 	add := func(n *htmlNode) {
 		p := stack[len(stack)-1]
 		n.parent = p
 		p.children = append(p.children, n)
+		nodes += 1 + len(n.attrs)
 	}
 	flush := func() {
 		if pending.Len() > 0 {
@@ -126,10 +129,10 @@ func parseHTML(src string) *htmlNode {
 			pending.Reset()
 		}
 	}
-	for pos := 0; pos < len(src); {
+	for pos := 0; pos < len(src) && nodes < maxHTMLNodes; {
 		rest := src[pos:]
 		switch {
-		case !htmlMarkup.MatchString(rest):
+		case rest[0] != '<' || !htmlMarkup.MatchString(rest):
 			// Text runs to the next '<'; a '<' that opens no markup is text.
 			end := strings.IndexByte(rest[1:], '<') + 1
 			if end == 0 {
@@ -246,8 +249,12 @@ func (n *htmlNode) hasClass(class string) bool {
 
 // find returns the first node below n (depth first) that match accepts, or nil.
 func (n *htmlNode) find(match func(*htmlNode) bool) *htmlNode {
-	if all := n.findAll(match); len(all) > 0 {
-		return all[0]
+	for _, c := range n.children {
+		if match(c) {
+			return c
+		} else if d := c.find(match); d != nil {
+			return d
+		}
 	}
 	return nil
 }
@@ -284,7 +291,9 @@ func rawText(n *htmlNode) string {
 				b.WriteByte('\n')
 			case !mdDropTags[c.tag]:
 				walk(c)
-				if c.tag == "p" || c.tag == "div" || c.tag == "li" {
+				// A block ends its line, once (a line's <br> ends it already).
+				if (c.tag == "p" || c.tag == "div" || c.tag == "li") &&
+					!strings.HasSuffix(b.String(), "\n") {
 					b.WriteByte('\n')
 				}
 			}
@@ -303,6 +312,14 @@ func rawText(n *htmlNode) string {
 // no block clearly wins, or the winner holds far less text than the page (docs
 // with a sidebar, a forum thread, a list), the whole page is read, less its
 // furniture. Output stops once the caller's limit is reached.
+//
+// Furniture is decided by structure first: tags and roles (nav, footer,
+// aside, tab lists), link density, comment threads (avatars, reply links),
+// hidden text (the hidden attribute, inline styles, the page's own style
+// rules; a tab panel is never hidden: a reader shows it with a click), then
+// by class words. A document's sections (a heading whose id is made from its
+// text, as generators make them, and what follows it) keep their link lists,
+// footnotes and asides, and such an id is never read as a class word.
 
 var (
 	mdEscape       = strings.NewReplacer("*", `\*`, "`", "\\`")
@@ -310,11 +327,22 @@ var (
 	mdNoEscape     = strings.NewReplacer()
 	mdURLEscape    = strings.NewReplacer("(", "%28", ")", "%29", " ", "%20")
 	mdCellEscape   = strings.NewReplacer("  \n", " ", "\n", " ", "|", `\|`)
-	mdLineStart    = regexp.MustCompile(`^(#{1,6}|[>+-]|\d{1,9}[.)])( |$)`)
-	mdSpaces       = regexp.MustCompile(`[ \t\r\n\f]+`)
-	mdBackticks    = regexp.MustCompile("`+")
-	mdLanguage     = regexp.MustCompile(`(?:^|\s)(?:language-|lang-)(\S*)`)
-	mdHiddenStyle  = regexp.MustCompile(`(?i)display *: *none|visibility *: *hidden`)
+	// a line's start that reads as a heading, quote or list marker, split before its last character
+	mdLineStart = regexp.MustCompile(`^(#{0,5}|\d{0,9})([#>+.)-])( |$)`)
+	mdSpaces    = regexp.MustCompile(`[ \t\r\n\f]+`)
+	mdBackticks = regexp.MustCompile("`+")
+	// a code block's language in a class: language-ts, lang-ts, highlight-ts, sourceCode ts
+	mdLanguage = regexp.MustCompile(`(?:^|\s)(?:(?:language|lang|highlight)-|sourceCode\s+)(\S+)`)
+	// what hides an element: no display, no visibility, font-size 0,
+	// off-screen, white on white
+	mdHiddenStyle = regexp.MustCompile(`(?i)display *: *none|visibility *: *hidden|` +
+		`font-size *: *0[a-z%]* *(?:[;!]|$)|(?:left|top|text-indent) *: *-\d{4}|` +
+		`(?:^|;) *color *: *` + mdWhite + `.*background(?:-color)? *: *` + mdWhite + `|` +
+		`background(?:-color)? *: *` + mdWhite + `.*(?:^|;) *color *: *` + mdWhite)
+	// a style rule (its selectors, its declarations), and an @media rule or the like around rules
+	mdCSSRule      = regexp.MustCompile(`([^{}]*)\{([^{}]*)\}`)
+	mdAtRule       = regexp.MustCompile(`@[^{}]*\{(?:[^{}]*\{[^{}]*\})*[^{}]*\}`)
+	mdSelectorWord = regexp.MustCompile(`[.#](?:[\w-]|\\.)+`)
 	// MathJax 2 renders TeX in a frame beside its source
 	mdMathJaxFrame = regexp.MustCompile(`^MathJax-Element-.*-Frame$`)
 	mdEmphasis     = map[string]string{"strong": "**", "b": "**", "em": "*", "i": "*", "del": "~~",
@@ -324,24 +352,26 @@ var (
 		input textarea select button link meta datalist`)
 	mdBlockTags = wordSet(`address article aside blockquote body caption center dd details dialog
 		div dl dt fieldset figcaption figure footer form h1 h2 h3 h4 h5 h6 header hgroup hr html
-		li main nav ol p pre section summary table td th tr ul`)
+		label li main nav ol p pre section summary table td th tr ul`)
 	mdInlineTags = wordSet("a b strong em i del s strike code kbd samp tt var img br script")
 	mdNoiseRoles = wordSet(`navigation banner contentinfo complementary menu menubar search
-		dialog alertdialog`)
-	mdHeadings = wordSet("h1 h2 h3 h4 h5 h6")
-	mdParaTags = wordSet("p pre td dd")
+		dialog alertdialog tablist`)
+	mdHeadings   = wordSet("h1 h2 h3 h4 h5 h6")
+	mdNoLanguage = wordSet("default none text plaintext")
+	mdParaTags   = wordSet("p pre td dd")
+	mdListTags   = wordSet("div ul ol section") // link lists among them are furniture
 	// a cell holding one is for layout
 	mdLayoutCells = wordSet("pre table blockquote h1 h2 h3 h4 h5 h6")
-	// Whole words of class and id values naming content, and naming furniture.
-	mdGoodWords = wordSet("article body content entry main post story text blog prose markdown")
-	mdBadWords  = wordSet(`ad ads advert advertisement author banner breadcrumb byline caption
-		comment comments consent cookie cookies copyright credit credits cta disqus footer gdpr
-		masthead menu meta modal nav navbar license licence navigation newsletter pager
-		pagination popup promo recommended related share sharing side sidebar social sponsor
-		subscribe subscription tags toolbar`)
-	// Word tails that make compounds of them: relatedposts, commentlist.
-	mdWordTails = wordSet(`area bar block box container content holder info inner item items
-		link links list module panel post posts section widget wrap wrapper zone`)
+	// Words of class and id values naming content, and naming furniture:
+	// whole, or before a tail that makes a compound (relatedposts,
+	// commentlist), not inside a longer word (commented).
+	mdGoodWord = regexp.MustCompile(`^(?:article|body|content|entry|main|post|story|text|blog|` +
+		`prose|markdown)` + mdWordTail)
+	mdBadWord = regexp.MustCompile(`^(?:ads?|advert|advertisement|author|banner|breadcrumb|` +
+		`byline|caption|comments?|consent|cookies?|copyright|credits?|cta|disqus|footer|gdpr|` +
+		`masthead|menu|meta|modal|nav|navbar|license|licence|navigation|newsletter|pager|` +
+		`pagination|popup|promo|recommended|related|share|sharing|side|sidebar|social|sponsor|` +
+		`subscribe|subscription|tags|toolbar)` + mdWordTail)
 )
 
 const (
@@ -351,9 +381,12 @@ const (
 	mdNestMax    = 10     // deeper lists and quotes come flat
 	mdMinArticle = 500    // paragraph text that makes an article
 	mdItemDepth  = 2      // levels from an item's text up to its list
-	mdMaxKicker  = 100    // characters of a heading that titles a block
 	mdMaxCaption = 300    // characters of a caption; a longer one is text
+	mdLangDepth  = 3      // levels from a code block up to the wrapper naming its language
 	mdHeading    = "\x02" // starts a heading's line until mdDropEmptyHeadings
+	mdWhite      = `(?:#fff(?:fff)?\b|white\b|rgb\(255, ?255, ?255\))`
+	mdWordTail   = `(?:area|bar|block|box|container|content|holder|info|inner|items?|links?|` +
+		`list|module|panel|posts?|section|widget|wrap|wrapper|zone)?$`
 )
 
 // mdConv turns a parsed page into markdown (or text).
@@ -370,6 +403,11 @@ type mdConv struct {
 	score     map[*htmlNode]float64
 	paras     map[*htmlNode]int32 // text of the paragraphs below a node
 	cands     []*htmlNode         // nodes with a score, in document order
+	doc       *htmlNode           // the document: around the headings that have ids
+	outDoc    bool                // the last heading met opens no section of it
+	tabs      []*htmlNode         // the tabs labelling the tab panels to come
+	hiddenCSS map[string]bool     // selectors the page's style elements hide
+	shownCSS  map[string]bool     // classes and ids they show
 }
 
 // mdPage is a converted page; cut: output stopped at the limit.
@@ -387,7 +425,7 @@ func htmlByTag(tag string) func(*htmlNode) bool {
 func htmlToMarkdown(src, pageURL string, limit int, plain bool) mdPage {
 	root := parseHTML(src)
 	m := &mdConv{esc: mdEscape, plain: plain, limit: limit, score: map[*htmlNode]float64{},
-		paras: map[*htmlNode]int32{}}
+		paras: map[*htmlNode]int32{}, shownCSS: map[string]bool{}}
 	if plain {
 		m.esc = mdNoEscape
 	}
@@ -401,20 +439,23 @@ func htmlToMarkdown(src, pageURL string, limit int, plain bool) mdPage {
 			m.base = u
 		}
 	}
-	measure(root)
+	m.readStyles(root)
+	m.measure(root)
 	body := cmp.Or(root.find(htmlByTag("body")), root)
 	loose := body // or the page's main area
-	isMain := func(n *htmlNode) bool {
-		return (n.tag == "main" || n.attr("role") == "main") && !htmlHidden(n)
-	}
-	if mn := body.find(isMain); mn != nil && mn.size > 0 {
+	mn := body.find(func(n *htmlNode) bool { return n.tag == "main" || n.attr("role") == "main" })
+	if mn != nil && mn.size > 0 {
 		loose = mn
 	}
 	m.page = loose.size - loose.links
-	for _, content := range []*htmlNode{m.mainContent(body, loose), loose, body, body} {
-		if content == nil {
-			continue
+	for _, h := range body.findAll(mdOwnID) {
+		m.doc = cmp.Or(m.doc, h.parent)
+		for !m.doc.holds(h) {
+			m.doc = m.doc.parent
 		}
+	}
+	top := cmp.Or(m.mainContent(body, loose), loose)
+	for _, content := range []*htmlNode{top, loose, body, body} {
 		m.made = 0
 		if pg.text = m.block(content, false); pg.text != "" {
 			break
@@ -430,51 +471,52 @@ func htmlToMarkdown(src, pageURL string, limit int, plain bool) mdPage {
 	return pg
 }
 
-// mdDropEmptyHeadings drops the headings (lines that start with mdHeading)
-// with nothing under them: the next heading is of their level or higher, or
-// the text ends (a thematic break is nothing); a text of headings only is
-// kept. The marks go.
+// mdDropEmptyHeadings drops the headings marked with mdHeading (those
+// outside the document's sections) with nothing under them: the next heading
+// is of their level or higher, or the text ends (a thematic break is
+// nothing); a text of headings only is kept. The marks go.
 func mdDropEmptyHeadings(s string) string {
-	const text = 7 // the level of a line of other text; 0: a blank line or a break
-	lines := strings.Split(s, "\n")
+	blocks := strings.Split(s, "\n\n")
 	var kept []string
-	next := 0 // the level of what follows
-	hasText := false
-	for i := len(lines) - 1; i >= 0; i-- {
-		l := lines[i]
-		level := text
-		if h, ok := strings.CutPrefix(l, mdHeading); ok {
+	next, text := 0, false // the level of what follows: a heading's, 7 for text, 0 for nothing
+	for i := len(blocks) - 1; i >= 0; i-- {
+		h, heading := strings.CutPrefix(blocks[i], mdHeading)
+		level := 7
+		if heading {
 			level = strings.IndexByte(h, ' ')
-		} else if strings.TrimSpace(l) == "" || l == "* * *" {
-			level = 0
 		}
-		if level > 0 && level < text && level >= next {
-			if n := len(kept); n > 0 && kept[n-1] == "" {
-				kept = kept[:n-1] // with the blank line after it
-			}
+		if heading && level >= next {
 			continue
 		}
-		hasText = hasText || level == text
-		kept = append(kept, l)
-		next = cmp.Or(level, next)
+		kept = append(kept, blocks[i])
+		if blocks[i] != "* * *" {
+			next = level
+		}
+		text = text || !heading
 	}
-	if hasText {
+	if text {
 		slices.Reverse(kept)
-		s = strings.Trim(strings.Join(kept, "\n"), "\n")
+		s = strings.Join(kept, "\n\n")
 	}
 	return strings.ReplaceAll(s, mdHeading, "")
 }
 
-// measure sets the size and link text of n and the nodes below it; an e-mail link is text.
-func measure(n *htmlNode) {
+// measure sets the size and link text of n and the nodes below it (an
+// e-mail link is text). What the page hides is marked hidden, as the
+// browser marks what it computes hidden, and measures nothing.
+func (m *mdConv) measure(n *htmlNode) {
 	if n.tag == "" {
 		n.size = int32(len(strings.TrimSpace(n.text)))
+		return
 	}
-	if n.tag == "" || mdDropTags[n.tag] {
+	if m.hides(n) {
+		n.attrs = append(n.attrs, htmlAttr{key: "hidden"})
+	}
+	if mdDropTags[n.tag] || htmlHidden(n) {
 		return
 	}
 	for _, c := range n.children {
-		measure(c)
+		m.measure(c)
 		n.size += c.size
 		n.links += c.links
 	}
@@ -483,26 +525,55 @@ func measure(n *htmlNode) {
 	}
 }
 
-// mdHints reports whether n's class and id hold words naming content and furniture.
+func notWordRune(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) }
+
+// mdHints reports whether n's class, id and item type hold words naming
+// content and furniture; an id made from n's own heading names neither.
 func mdHints(n *htmlNode) (good, bad bool) {
-	notWord := func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) }
-	words := strings.FieldsFunc(strings.ToLower(n.attr("class")+" "+n.attr("id")), notWord)
-	for _, w := range words {
-		good = good || mdHasWord(mdGoodWords, w)
-		bad = bad || mdHasWord(mdBadWords, w)
+	id := n.attr("id")
+	if id != "" && mdOwnID(n) {
+		id = ""
+	}
+	hints := n.attr("class") + " " + id + " " + n.attr("itemtype") // schema.org/Comment
+	for _, w := range strings.FieldsFunc(strings.ToLower(hints), notWordRune) {
+		good = good || mdGoodWord.MatchString(w)
+		bad = bad || mdBadWord.MatchString(w)
 	}
 	return good, bad
 }
 
-// mdHasWord reports that w is a word of set, alone or before a common tail
-// (relatedposts, commentlist, shares), but not inside a longer word (commented).
-func mdHasWord(set map[string]bool, w string) bool {
-	for h := range set {
-		if tail, ok := strings.CutPrefix(w, h); ok && (tail == "" || mdWordTails[tail]) {
+// mdOwnID reports that n's id is made from its own heading: n is a heading
+// whose id holds its text, or a section whose id holds the text of the
+// heading it opens with (Sphinx, MyST, pandoc). Such headings open the
+// sections of a document. A heading longer than a caption is not one.
+func mdOwnID(n *htmlNode) bool {
+	id, h := n.attr("id"), n
+	if i := slices.IndexFunc(n.children, func(c *htmlNode) bool { return c.size > 0 }); i >= 0 &&
+		!mdHeadings[n.tag] {
+		h = n.children[i]
+	}
+	return mdHeadings[h.tag] && h.size < mdMaxCaption &&
+		strings.Contains(mdSlug(id), mdSlug(h.textContent()))
+}
+
+// holds reports that d is n or below it.
+func (n *htmlNode) holds(d *htmlNode) bool {
+	for ; d != nil; d = d.parent {
+		if d == n {
 			return true
 		}
 	}
 	return false
+}
+
+// docPart reports that n is in a section of the document.
+func (m *mdConv) docPart(n *htmlNode) bool {
+	return !m.outDoc && m.doc.holds(n)
+}
+
+// mdSlug is s lowercase, its letters and digits only.
+func mdSlug(s string) string {
+	return strings.ToLower(strings.Join(strings.FieldsFunc(s, notWordRune), ""))
 }
 
 // mainContent returns the best block, or the parent whose children read as
@@ -540,8 +611,7 @@ func (m *mdConv) mainContent(body, loose *htmlNode) *htmlNode {
 	}
 	// So does a parent holding nothing else shown but headings and headers.
 	other := func(c *htmlNode) bool {
-		return c.tag != "" && c != top && !m.skip(c) && !mdHeadings[c.tag] && c.tag != "header" ||
-			c.tag == "" && c.size > 0
+		return c != top && c.size > 0 && !mdHeadings[c.tag] && c.tag != "header" && !m.skip(c)
 	}
 	for top.parent != nil && top.parent.tag != "body" &&
 		!slices.ContainsFunc(top.parent.children, other) {
@@ -562,12 +632,11 @@ func (m *mdConv) scoreParas(n *htmlNode) {
 		}
 		// a paragraph: p, pre, a cell, an item, or a block with text of its own
 		isPara := mdParaTags[c.tag] ||
-			mdBlockTags[c.tag] && slices.ContainsFunc(c.children, ownText)
+			mdBlockTags[c.tag] && !mdHeadings[c.tag] && slices.ContainsFunc(c.children, ownText)
 		if text := c.size - c.links; isPara && text >= mdMinPara {
-			commas := strings.Count(rawText(c), ",")
-			v := 1 + float64(commas) + min(float64(text)/100, 3)
-			d := 1.0
-			for a := c.parent; a != nil; a = a.parent {
+			// by its commas and length
+			v := 1 + float64(strings.Count(rawText(c), ",")) + min(float64(text)/100, 3)
+			for a, d := c.parent, 1.0; a != nil; a, d = a.parent, d+1 {
 				if d <= 3 {
 					if _, ok := m.score[a]; !ok {
 						m.cands = append(m.cands, a)
@@ -575,7 +644,6 @@ func (m *mdConv) scoreParas(n *htmlNode) {
 					m.score[a] += v / d
 				}
 				m.paras[a] += text
-				d++
 			}
 		}
 		m.scoreParas(c)
@@ -595,23 +663,70 @@ func (m *mdConv) weight(n *htmlNode) float64 {
 	return w * (1 - float64(n.links)/float64(max(n.size, 1)))
 }
 
-// htmlHidden reports an element the page does not show.
+// htmlHidden reports an element marked hidden. A tab panel is not: a
+// reader shows it with a click.
 func htmlHidden(n *htmlNode) bool {
-	hidden := slices.ContainsFunc(n.attrs, func(a htmlAttr) bool { return a.key == "hidden" })
-	return hidden || n.attr("aria-hidden") == "true" || mdHiddenStyle.MatchString(n.attr("style"))
+	return n.attr("role") != "tabpanel" &&
+		slices.ContainsFunc(n.attrs, func(a htmlAttr) bool { return a.key == "hidden" })
+}
+
+// hides reports an element the page hides: aria-hidden, its inline style
+// (display, visibility, font-size 0, off-screen, white on white), a class
+// for screen readers only, or a style element's rule for one of its classes
+// or its id, unless a rule shows another of them.
+func (m *mdConv) hides(n *htmlNode) bool {
+	if n.attr("aria-hidden") == "true" ||
+		mdHiddenStyle.MatchString(n.attr("style")) {
+		return true
+	}
+	hidden := false
+	for _, k := range strings.Fields(n.attr("class") + " #" + n.attr("id")) {
+		if m.shownCSS[k] {
+			return false
+		}
+		hidden = hidden || m.hiddenCSS[k]
+	}
+	return hidden
+}
+
+// readStyles reads the page's style elements: hiddenCSS gets the selectors
+// of their rules that hide, outside @media and other at-rules (classes
+// without the dot, so that .c and #i match), shownCSS the classes and ids of
+// any rule that sets another display.
+func (m *mdConv) readStyles(root *htmlNode) {
+	// the classes of text for screen readers only hide too
+	m.hiddenCSS = map[string]bool{"sr-only": true, "visually-hidden": true,
+		"screen-reader-text": true}
+	for _, st := range root.findAll(htmlByTag("style")) {
+		css := rawText(st)
+		for _, r := range mdCSSRule.FindAllStringSubmatch(css, -1) {
+			if strings.Contains(r[2], "display") && !mdHiddenStyle.MatchString(r[2]) {
+				for _, t := range mdSelectorWord.FindAllString(r[1], -1) {
+					m.shownCSS[strings.TrimPrefix(strings.ReplaceAll(t, `\`, ""), ".")] = true
+				}
+			}
+		}
+		for _, r := range mdCSSRule.FindAllStringSubmatch(mdAtRule.ReplaceAllString(css, ""), -1) {
+			for _, sel := range strings.Split(r[1], ",") {
+				if mdHiddenStyle.MatchString(r[2]) {
+					m.hiddenCSS[strings.TrimPrefix(strings.TrimSpace(sel), ".")] = true
+				}
+			}
+		}
+	}
 }
 
 // most reports that n, or the block named as furniture that n is an item
-// of, holds most of the page's text and nearly all its paragraphs (live
-// commentary in comment blocks). While paragraphs are being counted, the
-// share of text alone decides.
+// of, holds most of the page's text and all its paragraphs (live commentary
+// in comment blocks; comments under an article, even a short one, are no
+// such block). While paragraphs are being counted, the share of text alone
+// decides.
 func (m *mdConv) most(n *htmlNode) bool {
-	for up := 0; n != nil && up <= mdItemDepth; up++ {
+	for up := 0; n != nil && up <= mdItemDepth; up, n = up+1, n.parent {
 		good, bad := mdHints(n)
-		if bad && !good && (n.size-n.links)*2 > m.page && m.paras[n]+mdMinArticle > m.pageParas {
+		if bad && !good && (n.size-n.links)*2 > m.page && m.paras[n]+mdMinPara > m.pageParas {
 			return true
 		}
-		n = n.parent
 	}
 	return false
 }
@@ -619,13 +734,12 @@ func (m *mdConv) most(n *htmlNode) bool {
 // skip reports an element left out: never shown, hidden, or page furniture
 // by tag, role, class words or link density.
 func (m *mdConv) skip(n *htmlNode) bool {
-	text := n.size - n.links
-	good, bad := mdHints(n)
+	_, bad := mdHints(n)
 	switch {
 	case n.tag == "script": // MathJax's TeX is read; its rendering (the frame) is not
 		return !strings.HasPrefix(n.attr("type"), "math/tex")
 	case mdMathJaxFrame.MatchString(n.attr("id")),
-		mdDropTags[n.tag] || n.tag == "nav" || n.tag == "aside" || n.tag == "footer",
+		mdDropTags[n.tag] || n.tag == "nav" || n.tag == "footer" || n.tag == "address",
 		htmlHidden(n),
 		n.tag == "figcaption" && n.size <= mdMaxCaption,
 		mdNoiseRoles[n.attr("role")]:
@@ -633,11 +747,10 @@ func (m *mdConv) skip(n *htmlNode) bool {
 	case m.all:
 		return false
 	case n.tag == "form" && n.size < 500,
-		n.tag == "header" && text < 200 && n.find(htmlByTag("h1")) == nil,
-		// a paragraph that is a link: a teaser
-		n.tag == "p" && n.size > 0 && n.links*10 >= n.size*9:
+		// an aside, or a paragraph that is a link (a teaser), outside the document
+		(n.tag == "aside" || n.tag == "p" && n.size > 0 && n.links*10 >= n.size*9) && !m.docPart(n):
 		return true
-	case bad && !(good && text >= 1000) && !m.most(n):
+	case bad && !m.most(n):
 		// Furniture words around the article (share-zone, js-code-nav) do not
 		// drop it, nor a block that holds most of the page (live commentary).
 		return n.find(func(c *htmlNode) bool {
@@ -645,13 +758,13 @@ func (m *mdConv) skip(n *htmlNode) bool {
 			return (good && !bad || c.tag == "article" || c.tag == "main") && c.size-c.links >= 1000
 		}) == nil
 	}
-	list := n.tag == "div" || n.tag == "ul" || n.tag == "ol" || n.tag == "section"
-	return list && n.size > 0 && n.links*2 > n.size && text < 100
+	// Link lists are furniture, but in a section of a document: tables of
+	// contents, "see also", lists of plugins.
+	return mdListTags[n.tag] && n.links*2 > n.size && n.size-n.links < 100 && !m.docPart(n)
 }
 
 // block renders n's children as markdown blocks separated by blank lines; in
 // a tight container (a list item) a list follows its neighbour directly.
-// A heading whose block is left out goes with it.
 func (m *mdConv) block(n *htmlNode, tight bool) string {
 	var out, inl strings.Builder
 	prevList := false
@@ -668,18 +781,39 @@ func (m *mdConv) block(n *htmlNode, tight bool) string {
 		prevList = list
 	}
 	para := func() {
-		add(mdPara(inl.String()), false)
-		inl.Reset()
+		if inl.Len() > 0 {
+			add(mdPara(inl.String()), false)
+			inl.Reset()
+		}
 	}
 	var walk func(p *htmlNode)
 	walk = func(p *htmlNode) {
-		for i, c := range p.children {
+		lang := "" // of a wrapper naming its code block's language (VitePress)
+		if strings.Contains(p.attr("class"), "language-") {
+			lang = mdLang(p)
+		}
+		for _, c := range p.children {
+			if mdHeadings[c.tag] {
+				m.outDoc = !mdOwnID(c) && !mdOwnID(p) && c.tag != "h1"
+			} else if c.attr("role") == "tablist" {
+				m.tabs = c.findAll(func(t *htmlNode) bool { return t.attr("role") == "tab" })
+			}
 			switch {
 			case m.made > m.limit:
 				return
-			case m.skip(c) || m.kicker(c, p.children[i+1:]):
+			// left out, and so is the corner label of a code block's wrapper
+			case m.skip(c), lang != "" && c.size < mdMinPara && c.textContent() == lang:
 			case mdBlockTags[c.tag]:
 				para()
+				if c.attr("role") == "tabpanel" && len(m.tabs) > 0 {
+					// each panel under its tab's label, in bold
+					label := m.esc.Replace(m.tabs[0].textContent())
+					if !m.plain {
+						label = "**" + label + "**"
+					}
+					add(label, false)
+					m.tabs = m.tabs[1:]
+				}
 				add(m.element(c), c.tag == "ul" || c.tag == "ol")
 			case c.tag == "" || mdInlineTags[c.tag]:
 				inl.WriteString(m.inline(c))
@@ -693,22 +827,6 @@ func (m *mdConv) block(n *htmlNode, tight bool) string {
 	return out.String()
 }
 
-// kicker reports a heading short enough to be the title of the block after
-// it in rest, when that block is left out.
-func (m *mdConv) kicker(n *htmlNode, rest []*htmlNode) bool {
-	if !mdHeadings[n.tag] || n.tag == "h1" || n.size > mdMaxKicker {
-		return false
-	}
-	for _, c := range rest {
-		if c.tag != "" && !mdDropTags[c.tag] {
-			return m.skip(c)
-		} else if c.size > 0 {
-			return false
-		}
-	}
-	return false
-}
-
 // element renders one block element.
 func (m *mdConv) element(n *htmlNode) string {
 	switch {
@@ -717,7 +835,11 @@ func (m *mdConv) element(n *htmlNode) string {
 		if m.plain {
 			return s
 		}
-		return mdMark(s, mdHeading+strings.Repeat("#", int(n.tag[1]-'0'))+" ", "")
+		mark := strings.Repeat("#", int(n.tag[1]-'0')) + " "
+		if !m.docPart(n) {
+			mark = mdHeading + mark
+		}
+		return mdMark(s, mark, "")
 	case n.tag == "hr":
 		return "* * *"
 	case n.tag == "pre":
@@ -730,10 +852,9 @@ func (m *mdConv) element(n *htmlNode) string {
 		if n.tag != "blockquote" {
 			return m.list(n)
 		}
-		if s := m.block(n, false); s != "" {
-			return "> " + strings.ReplaceAll(strings.ReplaceAll(s, "\n", "\n> "), "> \n", ">\n")
-		}
-		return ""
+		s := "> " +
+			strings.ReplaceAll(strings.ReplaceAll(m.block(n, false), "\n", "\n> "), "> \n", ">\n")
+		return strings.TrimSuffix(s, "> ") // nothing quoted
 	}
 	return m.block(n, n.tag == "li")
 }
@@ -799,12 +920,12 @@ func (m *mdConv) image(n *htmlNode) string {
 
 // math renders MathJax's TeX source as $TeX$, or $$TeX$$ for display math.
 func (m *mdConv) math(n *htmlNode) string {
-	tex := strings.TrimSpace(rawText(n))
-	m.made += len(tex)
+	tex, d := strings.TrimSpace(rawText(n)), "$"
 	if strings.Contains(n.attr("type"), "mode=display") {
-		return "$$" + tex + "$$"
+		d = "$$"
 	}
-	return "$" + tex + "$"
+	m.made += len(tex)
+	return d + tex + d
 }
 
 func (m *mdConv) code(n *htmlNode) string {
@@ -827,8 +948,10 @@ func (m *mdConv) link(n *htmlNode) string {
 	s := m.inlineChildren(n)
 	m.esc = esc
 	href := strings.TrimSpace(n.attr("href"))
-	if t := strings.TrimSpace(s); t == "#" || t == "¶" || t == "§" {
-		return "" // a heading's permalink
+	// A link without words is a permalink (¶, #, an icon glyph, a zero-width
+	// space); one to "#" is a control (back to top).
+	if mdSlug(s) == "" || href == "#" {
+		return ""
 	} else if href == "" || strings.HasPrefix(strings.ToLower(href), "javascript:") || m.plain {
 		return s
 	}
@@ -849,15 +972,9 @@ func mdPara(s string) string {
 	s = mdSpaces.ReplaceAllString(s, " ")
 	lines := strings.Split(strings.ReplaceAll(s, "\u00a0", " "), "\x01")
 	for i, l := range lines {
-		l = strings.TrimSpace(l)
-		if loc := mdLineStart.FindStringSubmatchIndex(l); loc != nil {
-			at := 0 // before # > + -, or before the dot of "1."
-			if l[0] >= '0' && l[0] <= '9' {
-				at = loc[3] - 1
-			}
-			l = l[:at] + `\` + l[at:]
+		if lines[i] = strings.TrimSpace(l); mdLineStart.MatchString(lines[i]) {
+			lines[i] = mdLineStart.ReplaceAllString(lines[i], `$1\$2$3`) // ##\# \> 1\.
 		}
-		lines[i] = l
 	}
 	return strings.Trim(strings.Join(lines, "  \n"), " \n")
 }
@@ -881,17 +998,16 @@ func fence(s string, least int) string {
 	return strings.Repeat("`", max(least, longest+1))
 }
 
-// pre renders a code block, with the language its classes name.
+// pre renders a code block, with the language that it, its code or a
+// wrapper around it names.
 func (m *mdConv) pre(n *htmlNode) string {
 	s := strings.TrimRight(strings.TrimPrefix(rawText(n), "\n"), "\n ")
 	m.made += len(s)
-	classes := n.attr("class")
-	if c := n.find(htmlByTag("code")); c != nil {
-		classes += " " + c.attr("class")
-	}
 	lang := ""
-	if l := mdLanguage.FindStringSubmatch(classes); l != nil {
-		lang = l[1]
+	a := cmp.Or(n.find(htmlByTag("code")), n)
+	for up := 0; a != nil && lang == "" && up <= mdLangDepth; up++ {
+		lang = mdLang(a)
+		a = a.parent
 	}
 	if f := fence(s, 3); strings.TrimSpace(s) != "" && !m.plain {
 		return f + lang + "\n" + s + "\n" + f
@@ -899,11 +1015,19 @@ func (m *mdConv) pre(n *htmlNode) string {
 	return s
 }
 
-func (m *mdConv) list(n *htmlNode) string {
-	num, err := strconv.Atoi(n.attr("start"))
-	if err != nil {
-		num = 1
+// mdLang returns the language n's class or data-lang names; default, none
+// and text name none.
+func mdLang(n *htmlNode) string {
+	l := mdLanguage.FindStringSubmatch(n.attr("class") + " lang-" + n.attr("data-lang"))
+	if l == nil || mdNoLanguage[l[1]] {
+		return ""
 	}
+	return l[1]
+}
+
+func (m *mdConv) list(n *htmlNode) string {
+	num, _ := strconv.Atoi(n.attr("start"))
+	num = max(num, 1)
 	var items []string
 	for _, c := range n.children {
 		if c.tag == "" || m.skip(c) {
@@ -932,15 +1056,11 @@ func indent(s string, w int) string {
 }
 
 // table renders a data table; a layout table (one cell, or cells holding
-// blocks) and one too wide to read as a table come as blocks. Only the
-// header row is padded to the widest row.
+// blocks) comes as blocks. Only the header row is padded to the widest row.
 func (m *mdConv) table(n *htmlNode) string {
 	isCell := func(c *htmlNode) bool { return c.tag == "td" || c.tag == "th" }
-	layout := func(c *htmlNode) bool {
-		return c.find(func(d *htmlNode) bool { return mdLayoutCells[d.tag] }) != nil
-	}
-	cells := n.findAll(isCell)
-	if len(cells) < 2 || slices.ContainsFunc(cells, layout) {
+	layout := n.find(func(d *htmlNode) bool { return mdLayoutCells[d.tag] }) != nil
+	if len(n.findAll(isCell)) < 2 || layout {
 		return m.block(n, false)
 	}
 	var rows [][]string
@@ -960,7 +1080,7 @@ func (m *mdConv) table(n *htmlNode) string {
 			cols = max(cols, len(row))
 		}
 	}
-	if cols > 64 || len(rows) == 0 {
+	if len(rows) == 0 {
 		return m.block(n, false)
 	}
 	var b strings.Builder
