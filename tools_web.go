@@ -2283,7 +2283,8 @@ func (b *browser) read(ctx context.Context, pageURL string,
 // box of a pixel that clips, placed left of or above the page), and wraps in
 // <span hidden> the text too small to read, hidden, or of its background's
 // colour. What a reader reveals with a click (tab panels, a closed
-// <details>) is left as it is. Style is all measured before anything changes.
+// <details>) is left as it is. Style is all measured before anything changes;
+// then the page's style elements and attributes are removed.
 const markHidden = `if (b) try {
 	// Left as they are: what a click shows, and what is never text.
 	const untouched = '[role=tabpanel], [class*=tab-pane], [class*=tabpanel], .tabbed-block, ' +
@@ -2338,6 +2339,9 @@ const markHidden = `if (b) try {
 		t.replaceWith(span);
 		span.append(t);
 	}
+	// Visibility is decided: the page's styles go, so the markup's hints cannot decide it again.
+	for (const e of document.querySelectorAll('style')) e.remove();
+	for (const e of document.querySelectorAll('[style]')) e.removeAttribute('style');
 } catch (e) {}`
 
 // evaluate reads the page's DOM (its text when it is not HTML), hidden
