@@ -5362,13 +5362,13 @@ func (f *readdocsFake) readFrame(t *testing.T) (wsFrameHeader, []byte) {
 	return h, p
 }
 
-func readdocsDial(t *testing.T, f *readdocsFake, maxMsg int64) *wsConn {
+func readdocsDial(t *testing.T, f *readdocsFake, maxMsg int) *wsConn {
 	t.Helper()
 	ws, err := wsDial(context.Background(), f.url, bytes.NewReader(bytes.Repeat([]byte{7, 1, 2, 3}, 1000)), maxMsg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { ws.conn.Close() })
+	t.Cleanup(func() { ws.Close() })
 	return ws
 }
 
@@ -5566,7 +5566,7 @@ func TestCDPPipe(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer theirs.Close()
-	p := &cdpPipe{f: ours, br: bufio.NewReaderSize(ours, 16), maxMsg: 100}
+	p := &cdpPipe{File: ours, br: bufio.NewReaderSize(ours, 16), maxMsg: 100}
 	defer p.Close()
 	long := strings.Repeat("a", 60)
 	go func() { // exits when the writes are done

@@ -1000,10 +1000,10 @@ var errWSClosed = errors.New("websocket: closed")
 
 // wsConn is a client websocket: one goroutine calls readMessage, any may write.
 type wsConn struct {
-	conn   net.Conn
+	net.Conn
 	br     *bufio.Reader
 	rand   io.Reader // masking keys
-	maxMsg int64
+	maxMsg int
 
 	closeSent atomic.Bool // no frame goes after a close frame
 }
@@ -1021,7 +1021,7 @@ type wsFrameHeader struct {
 // wsDial opens a websocket to a ws:// URL (the handshake: RFC 6455 section
 // 4.1). It sends no Origin header and offers no extensions: Chromium refuses
 // the first and would compress with the second.
-func wsDial(ctx context.Context, rawURL string, rnd io.Reader, maxMsg int64) (*wsConn, error) {
+func wsDial(ctx context.Context, rawURL string, rnd io.Reader, maxMsg int) (*wsConn, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil || u.Scheme != "ws" {
 		return nil, fmt.Errorf("websocket dial: bad url %q", rawURL)
@@ -1030,7 +1030,7 @@ func wsDial(ctx context.Context, rawURL string, rnd io.Reader, maxMsg int64) (*w
 	if err != nil {
 		return nil, fmt.Errorf("websocket dial: %w", err)
 	}
-	ws := &wsConn{conn: conn, br: bufio.NewReaderSize(conn, 64<<10), rand: rnd, maxMsg: maxMsg}
+	ws := &wsConn{Conn: conn, br: bufio.NewReaderSize(conn, 64<<10), rand: rnd, maxMsg: maxMsg}
 	nonce := make([]byte, 16)
 	io.ReadFull(rnd, nonce) // the key must differ, not be secret
 	key := base64.StdEncoding.EncodeToString(nonce)
@@ -1127,24 +1127,19 @@ func (ws *wsConn) writeFrame(op byte, p []byte) error {
 		ws.closeSent.Store(true)
 	}
 	// A browser that stops reading fails the write.
-	ws.conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
-	if _, err := ws.conn.Write(buf); err != nil {
+	ws.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	if _, err := ws.Write(buf); err != nil {
 		return fmt.Errorf("websocket write: %w", err)
 	}
 	return nil
 }
 
-// fail sends a close frame with code and returns the protocol error.
-func (ws *wsConn) fail(code uint16, format string, a ...any) error {
-	ws.writeFrame(wsOpClose, binary.BigEndian.AppendUint16(nil, code))
-	return fmt.Errorf("websocket: "+format, a...)
-}
-
-// check refuses a frame that may not come now; have is the length of the message so far.
+// check refuses a frame that may not come now, with a close frame that says
+// why; have is the length of the message so far.
 func (ws *wsConn) check(h wsFrameHeader, inMsg bool, have int) error {
 	isData := h.op == wsOpText || h.op == wsOpBinary
 	isControl := h.op >= wsOpClose && h.op <= wsOpPong
-	problem := ""
+	code, problem := uint16(wsCloseProtocol), ""
 	switch {
 	case h.rsv != 0:
 		problem = "reserved bits set (no extension was agreed)"
@@ -1158,13 +1153,14 @@ func (ws *wsConn) check(h wsFrameHeader, inMsg bool, have int) error {
 		problem = "new message inside a fragmented one"
 	case !isData && !isControl && h.op != wsOpContinuation:
 		problem = fmt.Sprintf("unknown opcode %d", h.op)
-	case !isControl && h.length > uint64(ws.maxMsg)-uint64(have):
-		return ws.fail(wsCloseTooBig, "message longer than %d bytes", ws.maxMsg)
+	case !isControl && h.length > uint64(ws.maxMsg-have):
+		code, problem = wsCloseTooBig, fmt.Sprintf("message longer than %d bytes", ws.maxMsg)
 	}
 	if problem == "" {
 		return nil
 	}
-	return ws.fail(wsCloseProtocol, "%s", problem)
+	ws.writeFrame(wsOpClose, binary.BigEndian.AppendUint16(nil, code))
+	return errors.New("websocket: " + problem)
 }
 
 // readMessage returns the next data message, reassembled, answering control frames.
@@ -1220,13 +1216,11 @@ type cdpConn interface {
 
 func (ws *wsConn) writeMessage(p []byte) error { return ws.writeFrame(wsOpText, p) }
 
-func (ws *wsConn) Close() error { return ws.conn.Close() }
-
 // cdpPipe is the socket Chromium has as its fds 3 and 4 (--remote-debugging-pipe):
 // each message is JSON ended by a NUL byte. A socket, not two pipes: another
 // process of the user's can open a pipe through /proc/PID/fd, not a socket.
 type cdpPipe struct {
-	f      *os.File
+	*os.File
 	br     *bufio.Reader
 	maxMsg int
 }
@@ -1251,14 +1245,12 @@ func (p *cdpPipe) readMessage() ([]byte, error) {
 // writeMessage sends m in one Write, which the file does whole before the next.
 func (p *cdpPipe) writeMessage(m []byte) error {
 	// A browser that stops reading fails the write.
-	p.f.SetWriteDeadline(time.Now().Add(10 * time.Second))
-	if _, err := p.f.Write(append(m, 0)); err != nil {
+	p.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	if _, err := p.Write(append(m, 0)); err != nil {
 		return fmt.Errorf("cdp pipe write: %w", err)
 	}
 	return nil
 }
-
-func (p *cdpPipe) Close() error { return p.f.Close() }
 
 // socketPair returns the two ends of a new socket, closed on exec; made under
 // ForkLock, as package net makes sockets, so no child started meanwhile gets them.
@@ -1319,7 +1311,7 @@ func (c *cdpClient) readLoop() {
 		ch, fn := c.pending[m.ID], c.subs[m.SessionID]
 		delete(c.pending, m.ID)
 		c.mu.Unlock()
-		if m.ID != 0 && ch != nil {
+		if ch != nil {
 			ch <- m
 		} else if m.ID == 0 && fn != nil {
 			fn(m.Method, m.Params) // subscribers only record and signal: they never block
@@ -1532,7 +1524,7 @@ func startBrowser(ctx context.Context, srv *server, path string) (b *browser, er
 	}
 	b = &browser{cmd: cmd, dir: dir, spare: make(chan browserTab, 1)}
 	maxMsg := srv.set.WSMaxMessage
-	err = b.connect(ctx, &cdpPipe{f: ours, br: bufio.NewReaderSize(ours, 64<<10), maxMsg: maxMsg})
+	err = b.connect(ctx, &cdpPipe{File: ours, br: bufio.NewReaderSize(ours, 64<<10), maxMsg: maxMsg})
 	if err != nil { // stopped: stderr is complete
 		return nil, fmt.Errorf("%s: %w; its last words: %q", path, err, *stderr)
 	}
@@ -1547,7 +1539,7 @@ func attachBrowser(ctx context.Context, set *settings) (*browser, error) {
 	var ws *wsConn
 	if err == nil {
 		maxMsg := set.WSMaxMessage
-		ws, err = wsDial(ctx, wsURL, crand.Reader, int64(maxMsg))
+		ws, err = wsDial(ctx, wsURL, crand.Reader, maxMsg)
 	}
 	b := &browser{}
 	if err == nil {
