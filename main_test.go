@@ -5364,7 +5364,7 @@ func (f *readdocsFake) readFrame(t *testing.T) (wsFrameHeader, []byte) {
 
 func readdocsDial(t *testing.T, f *readdocsFake, maxMsg int) *wsConn {
 	t.Helper()
-	ws, err := wsDial(context.Background(), f.url, bytes.NewReader(bytes.Repeat([]byte{7, 1, 2, 3}, 1000)), maxMsg)
+	ws, err := wsDial(context.Background(), f.url, maxMsg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -5395,12 +5395,12 @@ func TestWSHandshakeErrors(t *testing.T) {
 	}
 	for _, tc := range cases {
 		f := readdocsFakeServer(t, tc.respond)
-		_, err := wsDial(context.Background(), f.url, bytes.NewReader(make([]byte, 64)), 1<<20)
+		_, err := wsDial(context.Background(), f.url, 1<<20)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: got %v, want an error with %q", tc.name, err, tc.want)
 		}
 	}
-	if _, err := wsDial(context.Background(), "http://127.0.0.1:1/", bytes.NewReader(make([]byte, 64)), 1); err == nil {
+	if _, err := wsDial(context.Background(), "http://127.0.0.1:1/", 1); err == nil {
 		t.Error("dial of an http URL succeeded")
 	}
 }

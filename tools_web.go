@@ -1002,7 +1002,6 @@ var errWSClosed = errors.New("websocket: closed")
 type wsConn struct {
 	net.Conn
 	br     *bufio.Reader
-	rand   io.Reader // masking keys
 	maxMsg int
 
 	closeSent atomic.Bool // no frame goes after a close frame
@@ -1020,8 +1019,9 @@ type wsFrameHeader struct {
 
 // wsDial opens a websocket to a ws:// URL (the handshake: RFC 6455 section
 // 4.1). It sends no Origin header and offers no extensions: Chromium refuses
-// the first and would compress with the second.
-func wsDial(ctx context.Context, rawURL string, rnd io.Reader, maxMsg int) (*wsConn, error) {
+// the first and would compress with the second. Its key and masks come from
+// crypto/rand, which, unlike a test's reader, any goroutine may read.
+func wsDial(ctx context.Context, rawURL string, maxMsg int) (*wsConn, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil || u.Scheme != "ws" {
 		return nil, fmt.Errorf("websocket dial: bad url %q", rawURL)
@@ -1030,9 +1030,9 @@ func wsDial(ctx context.Context, rawURL string, rnd io.Reader, maxMsg int) (*wsC
 	if err != nil {
 		return nil, fmt.Errorf("websocket dial: %w", err)
 	}
-	ws := &wsConn{Conn: conn, br: bufio.NewReaderSize(conn, 64<<10), rand: rnd, maxMsg: maxMsg}
+	ws := &wsConn{Conn: conn, br: bufio.NewReaderSize(conn, 64<<10), maxMsg: maxMsg}
 	nonce := make([]byte, 16)
-	io.ReadFull(rnd, nonce) // the key must differ, not be secret
+	crand.Read(nonce) // the key must differ, not be secret
 	key := base64.StdEncoding.EncodeToString(nonce)
 	dl, _ := ctx.Deadline()
 	conn.SetDeadline(dl) // none when ctx has none
@@ -1118,7 +1118,7 @@ func (ws *wsConn) writeFrame(op byte, p []byte) error {
 	}
 	h := wsFrameHeader{fin: true, op: op, masked: true, length: uint64(len(p))}
 	// A mask need not be secret here: no page script shares the connection.
-	io.ReadFull(ws.rand, h.mask[:])
+	crand.Read(h.mask[:])
 	buf := wsAppendHeader(make([]byte, 0, 14+len(p)), h)
 	for i, c := range p {
 		buf = append(buf, c^h.mask[i&3])
@@ -1539,7 +1539,7 @@ func attachBrowser(ctx context.Context, set *settings) (*browser, error) {
 	var ws *wsConn
 	if err == nil {
 		maxMsg := set.WSMaxMessage
-		ws, err = wsDial(ctx, wsURL, crand.Reader, maxMsg)
+		ws, err = wsDial(ctx, wsURL, maxMsg)
 	}
 	b := &browser{}
 	if err == nil {
