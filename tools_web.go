@@ -1450,6 +1450,10 @@ func (h *browserHolder) get(ctx context.Context, srv *server) (*browser, error) 
 		err = fmt.Errorf("%w: no Chromium found; set CHROME_PATH", errNoBrowser)
 	default:
 		h.b, err = startBrowser(ctx, srv, path)
+		if err != nil {
+			srv.log.Warn("readdocs", "err", err)
+			err = fmt.Errorf("%w: browser start: %v", errNoBrowser, err)
+		}
 	}
 	return h.b, err
 }
@@ -1478,13 +1482,7 @@ const maxTempDir = 24
 // can reach it. Chromium writes nothing outside its profile (its home,
 // config, cache and temporary directory), which is removed when it stops,
 // and downloads nothing.
-func startBrowser(ctx context.Context, srv *server, path string) (b *browser, err error) {
-	defer func() {
-		if err != nil {
-			srv.log.Warn("readdocs", "err", err)
-			err = fmt.Errorf("%w: browser start: %v", errNoBrowser, err)
-		}
-	}()
+func startBrowser(ctx context.Context, srv *server, path string) (*browser, error) {
 	base := os.TempDir()
 	if len(base) > maxTempDir {
 		base = "/tmp"
@@ -1522,50 +1520,44 @@ func startBrowser(ctx context.Context, srv *server, path string) (b *browser, er
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	b = &browser{cmd: cmd, dir: dir, spare: make(chan browserTab, 1)}
-	maxMsg := srv.set.WSMaxMessage
-	err = b.connect(ctx, &cdpPipe{File: ours, br: bufio.NewReaderSize(ours, 64<<10), maxMsg: maxMsg})
-	if err != nil { // stopped: stderr is complete
+	b := &browser{cmd: cmd, dir: dir, spare: make(chan browserTab, 1)}
+	pipe := &cdpPipe{File: ours, br: bufio.NewReaderSize(ours, 64<<10), maxMsg: srv.set.WSMaxMessage}
+	if err := b.connect(ctx, pipe); err != nil { // stopped: stderr is complete
 		return nil, fmt.Errorf("%s: %w; its last words: %q", path, err, *stderr)
 	}
 	srv.log.Info(fmt.Sprintf("readdocs: started Chromium pid %d (%s)", cmd.Process.Pid, path))
 	return b, nil
 }
 
-// attachBrowser connects to the browser the user runs and named in CHROME_URL.
+// attachBrowser connects to the browser the user runs and named in CHROME_URL:
+// its ws:// URL, or http://host:port, whose /json/version gives that URL.
 func attachBrowser(ctx context.Context, set *settings) (*browser, error) {
-	chromeURL := set.ChromeURL
-	wsURL, err := devtoolsURL(ctx, chromeURL)
+	wsURL := set.ChromeURL
+	var err error
+	if strings.HasPrefix(wsURL, "http://") {
+		var v struct{ WebSocketDebuggerURL string }
+		var pg *readDocsOut
+		pg, err = fetchPlain(ctx, strings.TrimSuffix(wsURL, "/")+"/json/version")
+		if err == nil {
+			json.Unmarshal([]byte(pg.body), &v)
+		}
+		wsURL = v.WebSocketDebuggerURL
+		if err == nil && wsURL == "" {
+			err = errors.New("its /json/version has no webSocketDebuggerUrl")
+		}
+	}
 	var ws *wsConn
 	if err == nil {
-		maxMsg := set.WSMaxMessage
-		ws, err = wsDial(ctx, wsURL, maxMsg)
+		ws, err = wsDial(ctx, wsURL, set.WSMaxMessage)
 	}
 	b := &browser{}
 	if err == nil {
 		err = b.connect(ctx, ws)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("CHROME_URL %s: %w", chromeURL, err)
+		return nil, fmt.Errorf("CHROME_URL %s: %w", set.ChromeURL, err)
 	}
 	return b, nil
-}
-
-// devtoolsURL returns the ws:// URL of CHROME_URL's browser: CHROME_URL
-// itself, or, for http://host:port, what its /json/version says.
-func devtoolsURL(ctx context.Context, chromeURL string) (string, error) {
-	if !strings.HasPrefix(chromeURL, "http://") {
-		return chromeURL, nil
-	}
-	var v struct{ WebSocketDebuggerURL string }
-	pg, err := fetchPlain(ctx, strings.TrimSuffix(chromeURL, "/")+"/json/version")
-	if err == nil {
-		json.Unmarshal([]byte(pg.body), &v)
-	}
-	if err == nil && v.WebSocketDebuggerURL == "" {
-		err = errors.New("its /json/version has no webSocketDebuggerUrl")
-	}
-	return v.WebSocketDebuggerURL, err
 }
 
 // connect drives the browser over conn, refusing downloads for as long as
@@ -1712,13 +1704,12 @@ func runReadDocs(ctx context.Context, c *toolCall) toolResult {
 	content, cut := o.convert(a)
 	// What the page says may hold control characters (terminal escapes):
 	// page text never needs them but tab and newline.
-	content = stripControls(content)
+	runes := []rune(stripControls(content))
 	o.Title = stripControls(cutTitle(o.Title))
 	o.FinalURL = stripControls(o.FinalURL)
 	for i, n := range o.Notes {
 		o.Notes[i] = stripControls(n)
 	}
-	runes := []rune(content)
 	start := min(a.StartIndex, len(runes))
 	end := min(len(runes), start+a.MaxLength)
 	o.TotalLength = len(runes)
@@ -1825,11 +1816,12 @@ func (srv *server) readInBrowser(ctx context.Context, pageURL string, waitMS int
 // then, and what other hosts load (ads, trackers, widgets) never holds it.
 const readSettle = 70 * time.Millisecond
 
-// readBlockedHosts are ad, tracker and cookie-banner hosts: a reader never needs them.
-var readBlockedHosts = []string{"doubleclick.net", "googlesyndication.com", "googletagmanager.com",
-	"googletagservices.com", "google-analytics.com", "adservice.google.", "amazon-adsystem.com",
-	"facebook.net", "scorecardresearch.com", "hotjar.com", "taboola.com", "outbrain.com", "criteo.",
-	"adnxs.com", "chartbeat.", "quantserve.com", "cookielaw.org", "cookiebot.com"}
+// readBlockedHosts match ad, tracker and cookie-banner hosts: a reader never needs them.
+var readBlockedHosts = []string{"*doubleclick.net*", "*googlesyndication.com*",
+	"*googletagmanager.com*", "*googletagservices.com*", "*google-analytics.com*",
+	"*adservice.google.*", "*amazon-adsystem.com*", "*facebook.net*", "*scorecardresearch.com*",
+	"*hotjar.com*", "*taboola.com*", "*outbrain.com*", "*criteo.*", "*adnxs.com*", "*chartbeat.*",
+	"*quantserve.com*", "*cookielaw.org*", "*cookiebot.com*"}
 
 // siteOf returns a URL's origin and site (its host's last two labels): the
 // page may move only within its origin, and only its site holds the read.
@@ -2001,7 +1993,7 @@ func (b *browser) newTab(ctx context.Context) (browserTab, error) {
 		paused = append(paused, map[string]string{"resourceType": r})
 	}
 	for _, h := range readBlockedHosts {
-		paused = append(paused, map[string]string{"urlPattern": "*" + h + "*"})
+		paused = append(paused, map[string]string{"urlPattern": h})
 	}
 	setup := map[string]any{
 		"Page.enable":                    nil,
@@ -2054,6 +2046,7 @@ func (b *browser) closeTab(t browserTab) {
 func (b *browser) read(ctx context.Context, pageURL string,
 	idleCap, extra time.Duration) (*readDocsOut, error) {
 	t0 := time.Now()
+	took := func() time.Duration { return time.Since(t0).Round(time.Millisecond) }
 	var tab browserTab
 	var err error
 	select {
@@ -2088,8 +2081,7 @@ func (b *browser) read(ctx context.Context, pageURL string,
 	err = b.cdp.call(waitCtx, sid, "Page.navigate", map[string]any{"url": pageURL}, &nav)
 	switch {
 	case err != nil && waitCtx.Err() != nil:
-		took := time.Since(t0).Round(time.Millisecond)
-		return nil, fmt.Errorf("%s sent no response within %s", pageURL, took)
+		return nil, fmt.Errorf("%s sent no response within %s", pageURL, took())
 	case err != nil:
 		return nil, err
 	case nav.IsDownload:
@@ -2110,37 +2102,32 @@ func (b *browser) read(ctx context.Context, pageURL string,
 	case <-time.After(extra):
 	case <-ctx.Done():
 	}
-	pg := &readDocsOut{Via: "chromium"}
-	contentType, err := b.evaluate(ctx, sid, pg)
+	pg, err := b.evaluate(ctx, sid)
 	if err != nil && ctx.Err() != nil {
-		took := time.Since(t0).Round(time.Millisecond)
-		return nil, fmt.Errorf("%s did not answer within %s (a script may be busy)", pageURL, took)
+		return nil, fmt.Errorf("%s did not answer within %s (a script may be busy)", pageURL, took())
 	} else if err != nil {
 		return nil, err
-	} else if !readableType.MatchString(contentType) {
-		return nil, fmt.Errorf("%s is %s, not a page ReadDocs can read", pageURL, contentType)
 	}
 	ts.mu.Lock()
-	loading := ts.dcl.IsZero()
-	moved := ts.moved
-	docID := ts.docID
-	arriving := ts.inflight[docID]
-	ts.mu.Unlock()
-	if loading {
-		took := time.Since(t0).Round(time.Millisecond)
+	if ts.dcl.IsZero() {
 		pg.Notes = append(pg.Notes, fmt.Sprintf("The page had not finished loading after %s; "+
-			"this is what it showed then.", took))
+			"this is what it showed then.", took()))
 	}
-	if moved != "" {
-		note := "The page tried to go on to " + moved + "; this is the page itself."
+	if ts.moved != "" {
+		note := "The page tried to go on to " + ts.moved + "; this is the page itself."
 		pg.Notes = append(pg.Notes, note)
 	}
+	docID := ts.docID
+	if ts.inflight[docID] {
+		docID = "" // it has not all come
+	}
+	ts.mu.Unlock()
 	// The page's HTML as the server sent it, when it has all come ("" on an error).
 	var src struct {
 		Body          string
 		Base64Encoded bool
 	}
-	if docID != "" && !arriving {
+	if docID != "" {
 		params := map[string]any{"requestId": docID}
 		b.cdp.call(ctx, sid, "Network.getResponseBody", params, &src)
 	}
@@ -2213,8 +2200,8 @@ const markHidden = `if (b) try {
 } catch (e) {}`
 
 // evaluate reads the page's DOM (its text when it is not HTML), hidden
-// parts marked, into pg and returns the page's content type.
-func (b *browser) evaluate(ctx context.Context, sid string, pg *readDocsOut) (string, error) {
+// parts marked; a page of a type that does not read as text is an error.
+func (b *browser) evaluate(ctx context.Context, sid string) (*readDocsOut, error) {
 	expr := fmt.Sprintf(`(() => {
 		const h = document.documentElement, b = document.body, type = document.contentType;
 		const text = !type.includes('html');
@@ -2235,22 +2222,22 @@ func (b *browser) evaluate(ctx context.Context, sid string, pg *readDocsOut) (st
 	}
 	params := map[string]any{"expression": expr, "returnByValue": true}
 	err := b.cdp.call(ctx, sid, "Runtime.evaluate", params, &ev)
-	if err != nil {
-		return "", err
-	} else if ev.ExceptionDetails != nil {
-		return "", fmt.Errorf("reading the page: %s", ev.ExceptionDetails.Text)
-	}
 	v := ev.Result.Value
-	pg.body = v.Body
-	pg.Title = v.Title
-	pg.FinalURL = v.URL
-	pg.Status = v.Status
-	pg.isText = v.Text
+	switch {
+	case err != nil:
+		return nil, err
+	case ev.ExceptionDetails != nil:
+		return nil, fmt.Errorf("reading the page: %s", ev.ExceptionDetails.Text)
+	case !readableType.MatchString(v.Type):
+		return nil, fmt.Errorf("%s is %s, not a page ReadDocs can read", v.URL, v.Type)
+	}
+	pg := &readDocsOut{FinalURL: v.URL, Title: v.Title, Status: v.Status, Via: "chromium",
+		body: v.Body, isText: v.Text}
 	if v.Full > pageCap {
 		pg.Notes = append(pg.Notes, fmt.Sprintf("Only the first %d of %d characters of the page "+
 			"were read.", pageCap, v.Full))
 	}
-	return v.Type, nil
+	return pg, nil
 }
 
 // readableType matches a content type that reads as text.
