@@ -1433,19 +1433,19 @@ func (h *browserHolder) get(ctx context.Context, srv *server) (*browser, error) 
 		srv.log.Warn("readdocs: the browser is gone; opening another", "err", h.b.cdp.err)
 		h.b.stop()
 	}
-	chrome := srv.set.ChromePath
-	path := findChrome(srv.set)
+	set := srv.set
+	path := findChrome(set)
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	var err error
 	h.b = nil
 	switch {
-	case !srv.set.ReadDocsBrowser:
+	case !set.ReadDocsBrowser:
 		err = fmt.Errorf("%w: READDOCS_BROWSER is off", errNoBrowser)
-	case srv.set.ChromeURL != "":
-		h.b, err = attachBrowser(ctx, srv.set)
-	case path == "" && chrome != "":
-		err = fmt.Errorf("CHROME_PATH %s is not an executable file", chrome)
+	case set.ChromeURL != "":
+		h.b, err = attachBrowser(ctx, set)
+	case path == "" && set.ChromePath != "":
+		err = fmt.Errorf("CHROME_PATH %s is not an executable file", set.ChromePath)
 	case path == "":
 		err = fmt.Errorf("%w: no Chromium found; set CHROME_PATH", errNoBrowser)
 	default:
@@ -1710,10 +1710,10 @@ func runReadDocs(ctx context.Context, c *toolCall) toolResult {
 	for i, n := range o.Notes {
 		o.Notes[i] = stripControls(n)
 	}
-	start := min(a.StartIndex, len(runes))
-	end := min(len(runes), start+a.MaxLength)
 	o.TotalLength = len(runes)
-	o.Truncated = end < len(runes) || cut
+	start := min(a.StartIndex, o.TotalLength)
+	end := min(o.TotalLength, start+a.MaxLength)
+	o.Truncated = end < o.TotalLength || cut
 	o.Content = string(runes[start:end])
 	total := strconv.Itoa(o.TotalLength)
 	if cut {
@@ -1727,19 +1727,18 @@ func runReadDocs(ctx context.Context, c *toolCall) toolResult {
 		o.Message = fmt.Sprintf("More content: the page has %s characters; call ReadDocs with "+
 			"start_index %d for the next part.", total, end)
 	}
-	var b strings.Builder
-	b.WriteString(cmp.Or(o.Title, "(no title)") + "\n" + o.FinalURL + "\n")
+	text := cmp.Or(o.Title, "(no title)") + "\n" + o.FinalURL + "\n"
 	if o.Status >= 400 {
-		fmt.Fprintf(&b, "HTTP status %d\n", o.Status)
+		text += fmt.Sprintf("HTTP status %d\n", o.Status)
 	}
 	for _, n := range o.Notes {
-		b.WriteString("Note: " + n + "\n")
+		text += "Note: " + n + "\n"
 	}
-	b.WriteString("\n" + o.Content)
+	text += "\n" + o.Content
 	if o.Message != "" {
-		b.WriteString("\n\n" + o.Message)
+		text += "\n\n" + o.Message
 	}
-	return structuredResult(b.String(), o)
+	return structuredResult(text, o)
 }
 
 // convert returns the content in the format asked, stopping after the part
@@ -1770,11 +1769,12 @@ func (srv *server) readPage(ctx context.Context, a readDocsArgs) (*readDocsOut, 
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("only http and https URLs can be read, not %q", a.URL)
 	}
-	timeout := srv.set.ReadDocsTimeout + time.Duration(a.WaitMS)*time.Millisecond
-	pg, b, err := srv.readInBrowser(ctx, u.String(), a.WaitMS, timeout)
+	extra := time.Duration(a.WaitMS) * time.Millisecond
+	timeout := srv.set.ReadDocsTimeout + extra
+	pg, b, err := srv.readInBrowser(ctx, u.String(), extra, timeout)
 	// The browser died under us: once more with a new one.
 	if err != nil && b != nil && b.dead() && ctx.Err() == nil {
-		pg, _, err = srv.readInBrowser(ctx, u.String(), a.WaitMS, timeout)
+		pg, _, err = srv.readInBrowser(ctx, u.String(), extra, timeout)
 	}
 	if !errors.Is(err, errNoBrowser) {
 		return pg, err
@@ -1792,8 +1792,8 @@ func (srv *server) readPage(ctx context.Context, a readDocsArgs) (*readDocsOut, 
 
 // readInBrowser reads the page in a tab of the browser, started if need be
 // (not counted in the page's time), and returns the browser it used.
-func (srv *server) readInBrowser(ctx context.Context, pageURL string, waitMS int,
-	timeout time.Duration) (*readDocsOut, *browser, error) {
+func (srv *server) readInBrowser(ctx context.Context, pageURL string,
+	extra, timeout time.Duration) (*readDocsOut, *browser, error) {
 	b, err := srv.browser.get(ctx, srv)
 	if err != nil {
 		return nil, nil, err
@@ -1806,8 +1806,7 @@ func (srv *server) readInBrowser(ctx context.Context, pageURL string, waitMS int
 	case <-ctx.Done():
 		return nil, b, fmt.Errorf("no free browser tab within %s", timeout)
 	}
-	idle := srv.set.ReadDocsIdle
-	pg, err := b.read(ctx, pageURL, idle, time.Duration(waitMS)*time.Millisecond)
+	pg, err := b.read(ctx, pageURL, srv.set.ReadDocsIdle, extra)
 	return pg, b, err
 }
 
