@@ -1007,13 +1007,13 @@ type wsConn struct {
 	closeSent atomic.Bool // no frame goes after a close frame
 }
 
-// wsFrameHeader is a frame header (RFC 6455 section 5.2).
+// wsFrameHeader is a frame header (RFC 6455 section 5.2), without the mask a
+// client's frame carries next.
 type wsFrameHeader struct {
 	fin    bool
 	rsv    byte
 	op     byte
 	masked bool
-	mask   [4]byte
 	length uint64
 }
 
@@ -1062,30 +1062,6 @@ func wsDial(ctx context.Context, rawURL string, maxMsg int) (*wsConn, error) {
 	return ws, nil
 }
 
-// wsAppendHeader appends the frame header h to b (RFC 6455 section 5.2).
-func wsAppendHeader(b []byte, h wsFrameHeader) []byte {
-	b0 := h.op&0x0f | (h.rsv&7)<<4
-	if h.fin {
-		b0 |= 0x80
-	}
-	b1 := byte(0)
-	if h.masked {
-		b1 = 0x80
-	}
-	switch {
-	case h.length < 126:
-		b = append(b, b0, b1|byte(h.length))
-	case h.length <= 0xffff:
-		b = append(b, b0, b1|126, byte(h.length>>8), byte(h.length))
-	default:
-		b = binary.BigEndian.AppendUint64(append(b, b0, b1|127), h.length)
-	}
-	if h.masked {
-		b = append(b, h.mask[:]...)
-	}
-	return b
-}
-
 // wsReadHeader reads a frame header (RFC 6455 section 5.2).
 func wsReadHeader(r io.Reader) (h wsFrameHeader, err error) {
 	var p [8]byte
@@ -1104,9 +1080,6 @@ func wsReadHeader(r io.Reader) (h wsFrameHeader, err error) {
 		_, err = io.ReadFull(r, p[:8])
 		h.length = binary.BigEndian.Uint64(p[:8]) // a length over the cap is refused by the reader
 	}
-	if h.masked && err == nil {
-		_, err = io.ReadFull(r, h.mask[:])
-	}
 	return h, err
 }
 
@@ -1116,12 +1089,22 @@ func (ws *wsConn) writeFrame(op byte, p []byte) error {
 	if ws.closeSent.Load() {
 		return errWSClosed
 	}
-	h := wsFrameHeader{fin: true, op: op, masked: true, length: uint64(len(p))}
-	// A mask need not be secret here: no page script shares the connection.
-	crand.Read(h.mask[:])
-	buf := wsAppendHeader(make([]byte, 0, 14+len(p)), h)
+	// The header (RFC 6455 section 5.2): FIN and op, then the mask bit and the
+	// length in 7, 16 or 64 bits, then the mask.
+	buf := append(make([]byte, 0, 14+len(p)), 0x80|op)
+	switch n := len(p); {
+	case n < 126:
+		buf = append(buf, 0x80|byte(n))
+	case n <= 0xffff:
+		buf = binary.BigEndian.AppendUint16(append(buf, 0x80|126), uint16(n))
+	default:
+		buf = binary.BigEndian.AppendUint64(append(buf, 0x80|127), uint64(n))
+	}
+	var mask [4]byte
+	crand.Read(mask[:]) // a mask need not be secret here: no page script shares the connection
+	buf = append(buf, mask[:]...)
 	for i, c := range p {
-		buf = append(buf, c^h.mask[i&3])
+		buf = append(buf, c^mask[i&3])
 	}
 	if op == wsOpClose {
 		ws.closeSent.Store(true)
