@@ -1690,9 +1690,6 @@ func runReadDocs(ctx context.Context, c *toolCall) toolResult {
 	runes := []rune(stripControls(content))
 	o.Title = stripControls(cutTitle(o.Title))
 	o.FinalURL = stripControls(o.FinalURL)
-	for i, n := range o.Notes {
-		o.Notes[i] = stripControls(n)
-	}
 	o.TotalLength = len(runes)
 	start := min(a.StartIndex, o.TotalLength)
 	end := min(o.TotalLength, start+a.MaxLength)
@@ -1714,8 +1711,9 @@ func runReadDocs(ctx context.Context, c *toolCall) toolResult {
 	if o.Status >= 400 {
 		text += fmt.Sprintf("HTTP status %d\n", o.Status)
 	}
-	for _, n := range o.Notes {
-		text += "Note: " + n + "\n"
+	for i, n := range o.Notes {
+		o.Notes[i] = stripControls(n) // the moved-to URL is the page's
+		text += "Note: " + o.Notes[i] + "\n"
 	}
 	text += "\n" + o.Content
 	if o.Message != "" {
