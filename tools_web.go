@@ -1504,7 +1504,8 @@ func startBrowser(ctx context.Context, srv *server, path string) (*browser, erro
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	b := &browser{cmd: cmd, dir: dir, spare: make(chan browserTab, 1)}
-	pipe := &cdpPipe{File: ours, br: bufio.NewReaderSize(ours, 64<<10), maxMsg: srv.set.WSMaxMessage}
+	maxMsg := srv.set.WSMaxMessage
+	pipe := &cdpPipe{File: ours, br: bufio.NewReaderSize(ours, 64<<10), maxMsg: maxMsg}
 	if err := b.connect(ctx, pipe); err != nil { // stopped: stderr is complete
 		return nil, fmt.Errorf("%s: %w; its last words: %q", path, err, *stderr)
 	}
@@ -1751,16 +1752,21 @@ func (srv *server) readPage(ctx context.Context, a readDocsArgs) (*readDocsOut, 
 		return nil, fmt.Errorf("only http and https URLs can be read, not %q", a.URL)
 	}
 	extra := time.Duration(a.WaitMS) * time.Millisecond
-	timeout := srv.set.ReadDocsTimeout + extra
-	pg, b, err := srv.readInBrowser(ctx, u.String(), extra, timeout)
-	// The browser died under us: once more with a new one.
-	if err != nil && b != nil && b.dead() && ctx.Err() == nil {
-		pg, _, err = srv.readInBrowser(ctx, u.String(), extra, timeout)
+	var pg *readDocsOut
+	for try := 0; try < 2; try++ { // twice when the browser died under the first read
+		var b *browser
+		b, err = srv.browser.get(ctx, srv)
+		if err == nil {
+			pg, err = b.read(ctx, srv, u.String(), extra)
+		}
+		if err == nil || b == nil || !b.dead() || ctx.Err() != nil {
+			break
+		}
 	}
 	if !errors.Is(err, errNoBrowser) {
 		return pg, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel := context.WithTimeout(ctx, srv.set.ReadDocsTimeout+extra)
 	defer cancel()
 	why := strings.TrimPrefix(err.Error(), errNoBrowser.Error()+": ")
 	pg, err = fetchPlain(ctx, u.String())
@@ -1769,26 +1775,6 @@ func (srv *server) readPage(ctx context.Context, a readDocsArgs) (*readDocsOut, 
 		pg.Notes = append(pg.Notes, note)
 	}
 	return pg, err
-}
-
-// readInBrowser reads the page in a tab of the browser, started if need be
-// (not counted in the page's time), and returns the browser it used.
-func (srv *server) readInBrowser(ctx context.Context, pageURL string,
-	extra, timeout time.Duration) (*readDocsOut, *browser, error) {
-	b, err := srv.browser.get(ctx, srv)
-	if err != nil {
-		return nil, nil, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	select {
-	case srv.browser.tabs <- struct{}{}:
-		defer func() { <-srv.browser.tabs }()
-	case <-ctx.Done():
-		return nil, b, fmt.Errorf("no free browser tab within %s", timeout)
-	}
-	pg, err := b.read(ctx, pageURL, srv.set.ReadDocsIdle, extra)
-	return pg, b, err
 }
 
 // Reading waits for DOMContentLoaded, then for readSettle without requests
@@ -2021,10 +2007,22 @@ func (b *browser) closeTab(t browserTab) {
 	b.cdp.call(ctx, "", "Target.closeTarget", map[string]any{"targetId": t.targetID}, nil)
 }
 
-// read loads pageURL in a new tab and reads it once its content is there
-// (see readSettle), and extra later.
-func (b *browser) read(ctx context.Context, pageURL string,
-	idleCap, extra time.Duration) (*readDocsOut, error) {
+// read loads pageURL in a new tab, when one of srv's tab slots is free, and
+// reads it once its content is there (see readSettle), and extra later; the
+// slot's wait and the read take at most READDOCS_TIMEOUT_MS and extra (the
+// browser's start is not counted).
+func (b *browser) read(ctx context.Context, srv *server, pageURL string,
+	extra time.Duration) (*readDocsOut, error) {
+	timeout := srv.set.ReadDocsTimeout + extra
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	select {
+	case srv.browser.tabs <- struct{}{}:
+		defer func() { <-srv.browser.tabs }()
+	case <-ctx.Done():
+		return nil, fmt.Errorf("no free browser tab within %s", timeout)
+	}
+	idleCap := srv.set.ReadDocsIdle
 	t0 := time.Now()
 	took := func() time.Duration { return time.Since(t0).Round(time.Millisecond) }
 	var tab browserTab
@@ -2052,8 +2050,8 @@ func (b *browser) read(ctx context.Context, pageURL string,
 	b.cdp.subscribe(sid, ts.event)
 	// The waits end early enough to leave time to read what the page shows.
 	dl, _ := ctx.Deadline()
-	waitCtx, cancel := context.WithDeadline(ctx, dl.Add(-min(5*time.Second, time.Until(dl)/4)))
-	defer cancel()
+	waitCtx, cancelWait := context.WithDeadline(ctx, dl.Add(-min(5*time.Second, time.Until(dl)/4)))
+	defer cancelWait()
 	var nav struct {
 		ErrorText  string
 		IsDownload bool
@@ -2084,7 +2082,8 @@ func (b *browser) read(ctx context.Context, pageURL string,
 	}
 	pg, err := b.evaluate(ctx, sid)
 	if err != nil && ctx.Err() != nil {
-		return nil, fmt.Errorf("%s did not answer within %s (a script may be busy)", pageURL, took())
+		return nil, fmt.Errorf("%s did not answer within %s (a script may be busy)", pageURL,
+			took())
 	} else if err != nil {
 		return nil, err
 	}
