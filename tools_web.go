@@ -1410,9 +1410,10 @@ func (h *browserHolder) get(ctx context.Context, srv *server) (*browser, error) 
 	case <-ctx.Done():
 		return nil, fmt.Errorf("readdocs: waiting for the browser: %w", ctx.Err())
 	}
-	if h.b != nil && !h.b.dead() {
-		return h.b, nil
-	} else if h.b != nil {
+	if h.b != nil {
+		if !h.b.dead() {
+			return h.b, nil
+		}
 		srv.log.Warn("readdocs: the browser is gone; opening another", "err", h.b.cdp.err)
 		h.b.stop()
 	}
@@ -1504,8 +1505,8 @@ func startBrowser(ctx context.Context, srv *server, path string) (*browser, erro
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	b := &browser{cmd: cmd, dir: dir, spare: make(chan browserTab, 1)}
-	maxMsg := srv.set.WSMaxMessage
-	pipe := &cdpPipe{File: ours, br: bufio.NewReaderSize(ours, 64<<10), maxMsg: maxMsg}
+	pipe := &cdpPipe{File: ours, br: bufio.NewReaderSize(ours, 64<<10),
+		maxMsg: srv.set.WSMaxMessage}
 	if err := b.connect(ctx, pipe); err != nil { // stopped: stderr is complete
 		return nil, fmt.Errorf("%s: %w; its last words: %q", path, err, *stderr)
 	}
