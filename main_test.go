@@ -5436,14 +5436,19 @@ func TestWSMaskedWrites(t *testing.T) {
 	ws := readdocsDial(t, f, 1<<20)
 	f.server(t)
 	msg := bytes.Repeat([]byte("hello websocket "), 5000) // 80,000 bytes: a 64-bit length
+	masks := map[[4]byte]bool{}
 	for _, m := range [][]byte{[]byte("hi"), msg[:200], msg} {
 		if err := ws.writeFrame(1, m); err != nil {
 			t.Fatal(err)
 		}
 		h, got, mask := f.readFrame(t)
-		if !h.fin || h.op != 1 || !bytes.Equal(got, m) || mask == [4]byte{} {
+		masks[mask] = true
+		if !h.fin || h.op != 1 || !bytes.Equal(got, m) {
 			t.Errorf("frame %+v: payload %d bytes, equal %v", h, len(got), bytes.Equal(got, m))
 		}
+	}
+	if len(masks) < 2 { // random masks: three alike is a 2^-64 chance
+		t.Errorf("the same mask on every frame: %v", masks)
 	}
 }
 
