@@ -5337,13 +5337,34 @@ func (f *readdocsFake) server(t *testing.T) net.Conn {
 	return <-f.conn
 }
 
-// readdocsFrame is an unmasked server frame.
-func readdocsFrame(fin bool, op byte, payload []byte) []byte {
-	return append(wsAppendHeader(nil, wsFrameHeader{fin: fin, op: op, length: uint64(len(payload))}), payload...)
+// readdocsHeader encodes a frame header any way a server may (telson's own
+// writer only writes masked frames with FIN set); a masked frame's mask comes next.
+func readdocsHeader(h wsFrameHeader) []byte {
+	b0 := h.op&0x0f | (h.rsv&7)<<4
+	if h.fin {
+		b0 |= 0x80
+	}
+	b1 := byte(0)
+	if h.masked {
+		b1 = 0x80
+	}
+	switch {
+	case h.length < 126:
+		return []byte{b0, b1 | byte(h.length)}
+	case h.length <= 0xffff:
+		return binary.BigEndian.AppendUint16([]byte{b0, b1 | 126}, uint16(h.length))
+	default:
+		return binary.BigEndian.AppendUint64([]byte{b0, b1 | 127}, h.length)
+	}
 }
 
-// readFrame reads a client frame, checks it is masked and returns it unmasked.
-func (f *readdocsFake) readFrame(t *testing.T) (wsFrameHeader, []byte) {
+// readdocsFrame is an unmasked server frame.
+func readdocsFrame(fin bool, op byte, payload []byte) []byte {
+	return append(readdocsHeader(wsFrameHeader{fin: fin, op: op, length: uint64(len(payload))}), payload...)
+}
+
+// readFrame reads a client frame, checks it is masked and returns it unmasked, with its mask.
+func (f *readdocsFake) readFrame(t *testing.T) (wsFrameHeader, []byte, [4]byte) {
 	t.Helper()
 	h, err := wsReadHeader(f.br)
 	if err != nil {
@@ -5352,23 +5373,27 @@ func (f *readdocsFake) readFrame(t *testing.T) (wsFrameHeader, []byte) {
 	if !h.masked {
 		t.Fatalf("client frame not masked: %+v", h)
 	}
+	var mask [4]byte
 	p := make([]byte, h.length)
+	if _, err := io.ReadFull(f.br, mask[:]); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := io.ReadFull(f.br, p); err != nil {
 		t.Fatal(err)
 	}
 	for i := range p {
-		p[i] ^= h.mask[i&3]
+		p[i] ^= mask[i&3]
 	}
-	return h, p
+	return h, p, mask
 }
 
-func readdocsDial(t *testing.T, f *readdocsFake, maxMsg int64) *wsConn {
+func readdocsDial(t *testing.T, f *readdocsFake, maxMsg int) *wsConn {
 	t.Helper()
-	ws, err := wsDial(context.Background(), f.url, bytes.NewReader(bytes.Repeat([]byte{7, 1, 2, 3}, 1000)), maxMsg)
+	ws, err := wsDial(context.Background(), f.url, maxMsg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { ws.conn.Close() })
+	t.Cleanup(func() { ws.Close() })
 	return ws
 }
 
@@ -5395,12 +5420,12 @@ func TestWSHandshakeErrors(t *testing.T) {
 	}
 	for _, tc := range cases {
 		f := readdocsFakeServer(t, tc.respond)
-		_, err := wsDial(context.Background(), f.url, bytes.NewReader(make([]byte, 64)), 1<<20)
+		_, err := wsDial(context.Background(), f.url, 1<<20)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: got %v, want an error with %q", tc.name, err, tc.want)
 		}
 	}
-	if _, err := wsDial(context.Background(), "http://127.0.0.1:1/", bytes.NewReader(make([]byte, 64)), 1); err == nil {
+	if _, err := wsDial(context.Background(), "http://127.0.0.1:1/", 1); err == nil {
 		t.Error("dial of an http URL succeeded")
 	}
 }
@@ -5411,14 +5436,19 @@ func TestWSMaskedWrites(t *testing.T) {
 	ws := readdocsDial(t, f, 1<<20)
 	f.server(t)
 	msg := bytes.Repeat([]byte("hello websocket "), 5000) // 80,000 bytes: a 64-bit length
+	masks := map[[4]byte]bool{}
 	for _, m := range [][]byte{[]byte("hi"), msg[:200], msg} {
 		if err := ws.writeFrame(1, m); err != nil {
 			t.Fatal(err)
 		}
-		h, got := f.readFrame(t)
-		if !h.fin || h.op != 1 || !bytes.Equal(got, m) || h.mask == [4]byte{} {
+		h, got, mask := f.readFrame(t)
+		masks[mask] = true
+		if !h.fin || h.op != 1 || !bytes.Equal(got, m) {
 			t.Errorf("frame %+v: payload %d bytes, equal %v", h, len(got), bytes.Equal(got, m))
 		}
+	}
+	if len(masks) < 2 { // random masks: three alike is a 2^-64 chance
+		t.Errorf("the same mask on every frame: %v", masks)
 	}
 }
 
@@ -5444,7 +5474,7 @@ func TestWSReadLengthsFragmentsPing(t *testing.T) {
 	if want := "ab" + strings.Repeat("c", 300) + "d"; err != nil || string(got) != want {
 		t.Fatalf("fragmented: got %q, %v", got, err)
 	}
-	if h, p := f.readFrame(t); h.op != 10 || string(p) != "ping!" {
+	if h, p, _ := f.readFrame(t); h.op != 10 || string(p) != "ping!" {
 		t.Errorf("pong: got op %d %q", h.op, p)
 	}
 	// The server closes: the client answers with the same code and stops.
@@ -5452,7 +5482,7 @@ func TestWSReadLengthsFragmentsPing(t *testing.T) {
 	if _, err := ws.readMessage(); !errors.Is(err, errWSClosed) || !strings.Contains(err.Error(), "1001 bye") {
 		t.Errorf("close: got %v", err)
 	}
-	if h, p := f.readFrame(t); h.op != 8 || binary.BigEndian.Uint16(p) != 1001 {
+	if h, p, _ := f.readFrame(t); h.op != 8 || binary.BigEndian.Uint16(p) != 1001 {
 		t.Errorf("close echo: op %d %v", h.op, p)
 	}
 	if err := ws.writeFrame(1, []byte("late")); !errors.Is(err, errWSClosed) {
@@ -5462,7 +5492,7 @@ func TestWSReadLengthsFragmentsPing(t *testing.T) {
 
 func TestWSProtocolErrors(t *testing.T) {
 	t.Parallel()
-	masked := wsAppendHeader(nil, wsFrameHeader{fin: true, op: 1, masked: true, length: 1})
+	masked := readdocsHeader(wsFrameHeader{fin: true, op: 1, masked: true, length: 1})
 	cases := []struct {
 		name   string
 		frames [][]byte
@@ -5470,8 +5500,8 @@ func TestWSProtocolErrors(t *testing.T) {
 		code   uint16
 	}{
 		{"oversize", [][]byte{readdocsFrame(false, 1, make([]byte, 600)), readdocsFrame(true, 0, make([]byte, 600))}, "longer than 1000", 1009},
-		{"oversize header", [][]byte{wsAppendHeader(nil, wsFrameHeader{fin: true, op: 2, length: 1 << 40})}, "longer than 1000", 1009},
-		{"wrapping length", [][]byte{readdocsFrame(false, 1, make([]byte, 10)), wsAppendHeader(nil, wsFrameHeader{op: 0, length: 1<<64 - 5})}, "longer than 1000", 1009},
+		{"oversize header", [][]byte{readdocsHeader(wsFrameHeader{fin: true, op: 2, length: 1 << 40})}, "longer than 1000", 1009},
+		{"wrapping length", [][]byte{readdocsFrame(false, 1, make([]byte, 10)), readdocsHeader(wsFrameHeader{op: 0, length: 1<<64 - 5})}, "longer than 1000", 1009},
 		{"rsv", [][]byte{{0xc1, 0x00}}, "reserved bits", 1002},
 		{"masked", [][]byte{append(masked, 1, 2, 3, 4, 'x')}, "masked frame", 1002},
 		{"stray continuation", [][]byte{readdocsFrame(true, 0, []byte("x"))}, "continuation", 1002},
@@ -5488,22 +5518,19 @@ func TestWSProtocolErrors(t *testing.T) {
 		if _, err := ws.readMessage(); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: got %v, want %q", tc.name, err, tc.want)
 		}
-		if h, p := f.readFrame(t); h.op != 8 || len(p) < 2 || binary.BigEndian.Uint16(p) != tc.code {
+		if h, p, _ := f.readFrame(t); h.op != 8 || len(p) < 2 || binary.BigEndian.Uint16(p) != tc.code {
 			t.Errorf("%s: close frame op %d %v, want code %d", tc.name, h.op, p, tc.code)
 		}
 	}
 }
 
 func FuzzWSFrameHeader(f *testing.F) {
-	f.Add(true, byte(0), byte(1), false, uint32(0), uint64(5))
-	f.Add(false, byte(3), byte(9), true, uint32(0xdeadbeef), uint64(126))
-	f.Add(true, byte(0), byte(2), true, uint32(1), uint64(1<<40))
-	f.Fuzz(func(t *testing.T, fin bool, rsv, op byte, masked bool, mask uint32, length uint64) {
+	f.Add(true, byte(0), byte(1), false, uint64(5))
+	f.Add(false, byte(3), byte(9), true, uint64(126))
+	f.Add(true, byte(0), byte(2), true, uint64(1<<40))
+	f.Fuzz(func(t *testing.T, fin bool, rsv, op byte, masked bool, length uint64) {
 		h := wsFrameHeader{fin: fin, rsv: rsv & 7, op: op & 0x0f, masked: masked, length: length >> 1}
-		if masked {
-			binary.BigEndian.PutUint32(h.mask[:], mask)
-		}
-		b := wsAppendHeader(nil, h)
+		b := readdocsHeader(h)
 		r := bytes.NewReader(b)
 		got, err := wsReadHeader(r)
 		if err != nil || got != h || r.Len() != 0 {
@@ -5533,8 +5560,8 @@ func TestCDPClient(t *testing.T) {
 			done <- r
 		}()
 	}
-	_, p1 := f.readFrame(t)
-	_, p2 := f.readFrame(t)
+	_, p1, _ := f.readFrame(t)
+	_, p2, _ := f.readFrame(t)
 	if !bytes.Contains(p1, []byte(`"sessionId":"S1","method":"Test.echo","params":{"x":1}`)) {
 		t.Errorf("command: %s", p1)
 	}
@@ -5566,7 +5593,7 @@ func TestCDPPipe(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer theirs.Close()
-	p := &cdpPipe{f: ours, br: bufio.NewReaderSize(ours, 16), maxMsg: 100}
+	p := &cdpPipe{File: ours, br: bufio.NewReaderSize(ours, 16), maxMsg: 100}
 	defer p.Close()
 	long := strings.Repeat("a", 60)
 	go func() { // exits when the writes are done

@@ -1120,28 +1120,28 @@ var errWSClosed = errors.New("websocket: closed")
 
 // wsConn is a client websocket: one goroutine calls readMessage, any may write.
 type wsConn struct {
-	conn   net.Conn
+	net.Conn
 	br     *bufio.Reader
-	rand   io.Reader // masking keys
-	maxMsg int64
+	maxMsg int
 
 	closeSent atomic.Bool // no frame goes after a close frame
 }
 
-// wsFrameHeader is a frame header (RFC 6455 section 5.2).
+// wsFrameHeader is a frame header (RFC 6455 section 5.2), without the mask a
+// client's frame carries next.
 type wsFrameHeader struct {
 	fin    bool
 	rsv    byte
 	op     byte
 	masked bool
-	mask   [4]byte
 	length uint64
 }
 
 // wsDial opens a websocket to a ws:// URL (the handshake: RFC 6455 section
 // 4.1). It sends no Origin header and offers no extensions: Chromium refuses
-// the first and would compress with the second.
-func wsDial(ctx context.Context, rawURL string, rnd io.Reader, maxMsg int64) (*wsConn, error) {
+// the first and would compress with the second. Its key and masks come from
+// crypto/rand, which, unlike a test's reader, any goroutine may read.
+func wsDial(ctx context.Context, rawURL string, maxMsg int) (*wsConn, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil || u.Scheme != "ws" {
 		return nil, fmt.Errorf("websocket dial: bad url %q", rawURL)
@@ -1150,9 +1150,9 @@ func wsDial(ctx context.Context, rawURL string, rnd io.Reader, maxMsg int64) (*w
 	if err != nil {
 		return nil, fmt.Errorf("websocket dial: %w", err)
 	}
-	ws := &wsConn{conn: conn, br: bufio.NewReaderSize(conn, 64<<10), rand: rnd, maxMsg: maxMsg}
+	ws := &wsConn{Conn: conn, br: bufio.NewReaderSize(conn, 64<<10), maxMsg: maxMsg}
 	nonce := make([]byte, 16)
-	io.ReadFull(rnd, nonce) // the key must differ, not be secret
+	crand.Read(nonce) // the key must differ, not be secret
 	key := base64.StdEncoding.EncodeToString(nonce)
 	dl, _ := ctx.Deadline()
 	conn.SetDeadline(dl) // none when ctx has none
@@ -1182,30 +1182,6 @@ func wsDial(ctx context.Context, rawURL string, rnd io.Reader, maxMsg int64) (*w
 	return ws, nil
 }
 
-// wsAppendHeader appends the frame header h to b (RFC 6455 section 5.2).
-func wsAppendHeader(b []byte, h wsFrameHeader) []byte {
-	b0 := h.op&0x0f | (h.rsv&7)<<4
-	if h.fin {
-		b0 |= 0x80
-	}
-	b1 := byte(0)
-	if h.masked {
-		b1 = 0x80
-	}
-	switch {
-	case h.length < 126:
-		b = append(b, b0, b1|byte(h.length))
-	case h.length <= 0xffff:
-		b = append(b, b0, b1|126, byte(h.length>>8), byte(h.length))
-	default:
-		b = binary.BigEndian.AppendUint64(append(b, b0, b1|127), h.length)
-	}
-	if h.masked {
-		b = append(b, h.mask[:]...)
-	}
-	return b
-}
-
 // wsReadHeader reads a frame header (RFC 6455 section 5.2).
 func wsReadHeader(r io.Reader) (h wsFrameHeader, err error) {
 	var p [8]byte
@@ -1224,9 +1200,6 @@ func wsReadHeader(r io.Reader) (h wsFrameHeader, err error) {
 		_, err = io.ReadFull(r, p[:8])
 		h.length = binary.BigEndian.Uint64(p[:8]) // a length over the cap is refused by the reader
 	}
-	if h.masked && err == nil {
-		_, err = io.ReadFull(r, h.mask[:])
-	}
 	return h, err
 }
 
@@ -1236,35 +1209,40 @@ func (ws *wsConn) writeFrame(op byte, p []byte) error {
 	if ws.closeSent.Load() {
 		return errWSClosed
 	}
-	h := wsFrameHeader{fin: true, op: op, masked: true, length: uint64(len(p))}
-	// A mask need not be secret here: no page script shares the connection.
-	io.ReadFull(ws.rand, h.mask[:])
-	buf := wsAppendHeader(make([]byte, 0, 14+len(p)), h)
+	// The header (RFC 6455 section 5.2): FIN and op, then the mask bit and the
+	// length in 7, 16 or 64 bits, then the mask.
+	buf := append(make([]byte, 0, 14+len(p)), 0x80|op)
+	switch n := len(p); {
+	case n < 126:
+		buf = append(buf, 0x80|byte(n))
+	case n <= 0xffff:
+		buf = binary.BigEndian.AppendUint16(append(buf, 0x80|126), uint16(n))
+	default:
+		buf = binary.BigEndian.AppendUint64(append(buf, 0x80|127), uint64(n))
+	}
+	var mask [4]byte
+	crand.Read(mask[:]) // a mask need not be secret here: no page script shares the connection
+	buf = append(buf, mask[:]...)
 	for i, c := range p {
-		buf = append(buf, c^h.mask[i&3])
+		buf = append(buf, c^mask[i&3])
 	}
 	if op == wsOpClose {
 		ws.closeSent.Store(true)
 	}
 	// A browser that stops reading fails the write.
-	ws.conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
-	if _, err := ws.conn.Write(buf); err != nil {
+	ws.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	if _, err := ws.Write(buf); err != nil {
 		return fmt.Errorf("websocket write: %w", err)
 	}
 	return nil
 }
 
-// fail sends a close frame with code and returns the protocol error.
-func (ws *wsConn) fail(code uint16, format string, a ...any) error {
-	ws.writeFrame(wsOpClose, binary.BigEndian.AppendUint16(nil, code))
-	return fmt.Errorf("websocket: "+format, a...)
-}
-
-// check refuses a frame that may not come now; have is the length of the message so far.
+// check refuses a frame that may not come now, with a close frame that says
+// why; have is the length of the message so far.
 func (ws *wsConn) check(h wsFrameHeader, inMsg bool, have int) error {
 	isData := h.op == wsOpText || h.op == wsOpBinary
 	isControl := h.op >= wsOpClose && h.op <= wsOpPong
-	problem := ""
+	code, problem := uint16(wsCloseProtocol), ""
 	switch {
 	case h.rsv != 0:
 		problem = "reserved bits set (no extension was agreed)"
@@ -1278,13 +1256,14 @@ func (ws *wsConn) check(h wsFrameHeader, inMsg bool, have int) error {
 		problem = "new message inside a fragmented one"
 	case !isData && !isControl && h.op != wsOpContinuation:
 		problem = fmt.Sprintf("unknown opcode %d", h.op)
-	case !isControl && h.length > uint64(ws.maxMsg)-uint64(have):
-		return ws.fail(wsCloseTooBig, "message longer than %d bytes", ws.maxMsg)
+	case !isControl && h.length > uint64(ws.maxMsg-have):
+		code, problem = wsCloseTooBig, fmt.Sprintf("message longer than %d bytes", ws.maxMsg)
 	}
 	if problem == "" {
 		return nil
 	}
-	return ws.fail(wsCloseProtocol, "%s", problem)
+	ws.writeFrame(wsOpClose, binary.BigEndian.AppendUint16(nil, code))
+	return errors.New("websocket: " + problem)
 }
 
 // readMessage returns the next data message, reassembled, answering control frames.
@@ -1340,13 +1319,11 @@ type cdpConn interface {
 
 func (ws *wsConn) writeMessage(p []byte) error { return ws.writeFrame(wsOpText, p) }
 
-func (ws *wsConn) Close() error { return ws.conn.Close() }
-
 // cdpPipe is the socket Chromium has as its fds 3 and 4 (--remote-debugging-pipe):
 // each message is JSON ended by a NUL byte. A socket, not two pipes: another
 // process of the user's can open a pipe through /proc/PID/fd, not a socket.
 type cdpPipe struct {
-	f      *os.File
+	*os.File
 	br     *bufio.Reader
 	maxMsg int
 }
@@ -1371,14 +1348,12 @@ func (p *cdpPipe) readMessage() ([]byte, error) {
 // writeMessage sends m in one Write, which the file does whole before the next.
 func (p *cdpPipe) writeMessage(m []byte) error {
 	// A browser that stops reading fails the write.
-	p.f.SetWriteDeadline(time.Now().Add(10 * time.Second))
-	if _, err := p.f.Write(append(m, 0)); err != nil {
+	p.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	if _, err := p.Write(append(m, 0)); err != nil {
 		return fmt.Errorf("cdp pipe write: %w", err)
 	}
 	return nil
 }
-
-func (p *cdpPipe) Close() error { return p.f.Close() }
 
 // socketPair returns the two ends of a new socket, closed on exec; made under
 // ForkLock, as package net makes sockets, so no child started meanwhile gets them.
@@ -1439,7 +1414,7 @@ func (c *cdpClient) readLoop() {
 		ch, fn := c.pending[m.ID], c.subs[m.SessionID]
 		delete(c.pending, m.ID)
 		c.mu.Unlock()
-		if m.ID != 0 && ch != nil {
+		if ch != nil {
 			ch <- m
 		} else if m.ID == 0 && fn != nil {
 			fn(m.Method, m.Params) // subscribers only record and signal: they never block
@@ -1555,29 +1530,34 @@ func (h *browserHolder) get(ctx context.Context, srv *server) (*browser, error) 
 	case <-ctx.Done():
 		return nil, fmt.Errorf("readdocs: waiting for the browser: %w", ctx.Err())
 	}
-	if h.b != nil && !h.b.dead() {
-		return h.b, nil
-	} else if h.b != nil {
+	if h.b != nil {
+		if !h.b.dead() {
+			return h.b, nil
+		}
 		srv.log.Warn("readdocs: the browser is gone; opening another", "err", h.b.cdp.err)
 		h.b.stop()
 	}
-	chrome := srv.set.ChromePath
-	path := findChrome(srv.set)
+	set := srv.set
+	path := findChrome(set)
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	var err error
 	h.b = nil
 	switch {
-	case !srv.set.ReadDocsBrowser:
+	case !set.ReadDocsBrowser:
 		err = fmt.Errorf("%w: READDOCS_BROWSER is off", errNoBrowser)
-	case srv.set.ChromeURL != "":
-		h.b, err = attachBrowser(ctx, srv.set)
-	case path == "" && chrome != "":
-		err = fmt.Errorf("CHROME_PATH %s is not an executable file", chrome)
+	case set.ChromeURL != "":
+		h.b, err = attachBrowser(ctx, set)
+	case path == "" && set.ChromePath != "":
+		err = fmt.Errorf("CHROME_PATH %s is not an executable file", set.ChromePath)
 	case path == "":
 		err = fmt.Errorf("%w: no Chromium found; set CHROME_PATH", errNoBrowser)
 	default:
 		h.b, err = startBrowser(ctx, srv, path)
+		if err != nil {
+			srv.log.Warn("readdocs", "err", err)
+			err = fmt.Errorf("%w: browser start: %v", errNoBrowser, err)
+		}
 	}
 	return h.b, err
 }
@@ -1606,13 +1586,7 @@ const maxTempDir = 24
 // can reach it. Chromium writes nothing outside its profile (its home,
 // config, cache and temporary directory), which is removed when it stops,
 // and downloads nothing.
-func startBrowser(ctx context.Context, srv *server, path string) (b *browser, err error) {
-	defer func() {
-		if err != nil {
-			srv.log.Warn("readdocs", "err", err)
-			err = fmt.Errorf("%w: browser start: %v", errNoBrowser, err)
-		}
-	}()
+func startBrowser(ctx context.Context, srv *server, path string) (*browser, error) {
 	base := os.TempDir()
 	if len(base) > maxTempDir {
 		base = "/tmp"
@@ -1650,50 +1624,45 @@ func startBrowser(ctx context.Context, srv *server, path string) (b *browser, er
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	b = &browser{cmd: cmd, dir: dir, spare: make(chan browserTab, 1)}
-	maxMsg := srv.set.WSMaxMessage
-	err = b.connect(ctx, &cdpPipe{f: ours, br: bufio.NewReaderSize(ours, 64<<10), maxMsg: maxMsg})
-	if err != nil { // stopped: stderr is complete
+	b := &browser{cmd: cmd, dir: dir, spare: make(chan browserTab, 1)}
+	pipe := &cdpPipe{File: ours, br: bufio.NewReaderSize(ours, 64<<10),
+		maxMsg: srv.set.WSMaxMessage}
+	if err := b.connect(ctx, pipe); err != nil { // stopped: stderr is complete
 		return nil, fmt.Errorf("%s: %w; its last words: %q", path, err, *stderr)
 	}
 	srv.log.Info(fmt.Sprintf("readdocs: started Chromium pid %d (%s)", cmd.Process.Pid, path))
 	return b, nil
 }
 
-// attachBrowser connects to the browser the user runs and named in CHROME_URL.
+// attachBrowser connects to the browser the user runs and named in CHROME_URL:
+// its ws:// URL, or http://host:port, whose /json/version gives that URL.
 func attachBrowser(ctx context.Context, set *settings) (*browser, error) {
-	chromeURL := set.ChromeURL
-	wsURL, err := devtoolsURL(ctx, chromeURL)
+	wsURL := set.ChromeURL
+	var err error
+	if strings.HasPrefix(wsURL, "http://") {
+		var v struct{ WebSocketDebuggerURL string }
+		var pg *readDocsOut
+		pg, err = fetchPlain(ctx, strings.TrimSuffix(wsURL, "/")+"/json/version")
+		if err == nil {
+			json.Unmarshal([]byte(pg.body), &v)
+		}
+		wsURL = v.WebSocketDebuggerURL
+		if err == nil && wsURL == "" {
+			err = errors.New("its /json/version has no webSocketDebuggerUrl")
+		}
+	}
 	var ws *wsConn
 	if err == nil {
-		maxMsg := set.WSMaxMessage
-		ws, err = wsDial(ctx, wsURL, crand.Reader, int64(maxMsg))
+		ws, err = wsDial(ctx, wsURL, set.WSMaxMessage)
 	}
 	b := &browser{}
 	if err == nil {
 		err = b.connect(ctx, ws)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("CHROME_URL %s: %w", chromeURL, err)
+		return nil, fmt.Errorf("CHROME_URL %s: %w", set.ChromeURL, err)
 	}
 	return b, nil
-}
-
-// devtoolsURL returns the ws:// URL of CHROME_URL's browser: CHROME_URL
-// itself, or, for http://host:port, what its /json/version says.
-func devtoolsURL(ctx context.Context, chromeURL string) (string, error) {
-	if !strings.HasPrefix(chromeURL, "http://") {
-		return chromeURL, nil
-	}
-	var v struct{ WebSocketDebuggerURL string }
-	pg, err := fetchPlain(ctx, strings.TrimSuffix(chromeURL, "/")+"/json/version")
-	if err == nil {
-		json.Unmarshal([]byte(pg.body), &v)
-	}
-	if err == nil && v.WebSocketDebuggerURL == "" {
-		err = errors.New("its /json/version has no webSocketDebuggerUrl")
-	}
-	return v.WebSocketDebuggerURL, err
 }
 
 // connect drives the browser over conn, refusing downloads for as long as
@@ -1840,17 +1809,13 @@ func runReadDocs(ctx context.Context, c *toolCall) toolResult {
 	content, cut := o.convert(a)
 	// What the page says may hold control characters (terminal escapes):
 	// page text never needs them but tab and newline.
-	content = stripControls(content)
+	runes := []rune(stripControls(content))
 	o.Title = stripControls(cutTitle(o.Title))
 	o.FinalURL = stripControls(o.FinalURL)
-	for i, n := range o.Notes {
-		o.Notes[i] = stripControls(n)
-	}
-	runes := []rune(content)
-	start := min(a.StartIndex, len(runes))
-	end := min(len(runes), start+a.MaxLength)
 	o.TotalLength = len(runes)
-	o.Truncated = end < len(runes) || cut
+	start := min(a.StartIndex, o.TotalLength)
+	end := min(o.TotalLength, start+a.MaxLength)
+	o.Truncated = end < o.TotalLength || cut
 	o.Content = string(runes[start:end])
 	total := strconv.Itoa(o.TotalLength)
 	if cut {
@@ -1864,19 +1829,19 @@ func runReadDocs(ctx context.Context, c *toolCall) toolResult {
 		o.Message = fmt.Sprintf("More content: the page has %s characters; call ReadDocs with "+
 			"start_index %d for the next part.", total, end)
 	}
-	var b strings.Builder
-	b.WriteString(cmp.Or(o.Title, "(no title)") + "\n" + o.FinalURL + "\n")
+	text := cmp.Or(o.Title, "(no title)") + "\n" + o.FinalURL + "\n"
 	if o.Status >= 400 {
-		fmt.Fprintf(&b, "HTTP status %d\n", o.Status)
+		text += fmt.Sprintf("HTTP status %d\n", o.Status)
 	}
-	for _, n := range o.Notes {
-		b.WriteString("Note: " + n + "\n")
+	for i, n := range o.Notes {
+		o.Notes[i] = stripControls(n) // the moved-to URL is the page's
+		text += "Note: " + o.Notes[i] + "\n"
 	}
-	b.WriteString("\n" + o.Content)
+	text += "\n" + o.Content
 	if o.Message != "" {
-		b.WriteString("\n\n" + o.Message)
+		text += "\n\n" + o.Message
 	}
-	return structuredResult(b.String(), o)
+	return structuredResult(text, o)
 }
 
 // convert returns the content in the format asked, stopping after the part
@@ -1907,16 +1872,22 @@ func (srv *server) readPage(ctx context.Context, a readDocsArgs) (*readDocsOut, 
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("only http and https URLs can be read, not %q", a.URL)
 	}
-	timeout := srv.set.ReadDocsTimeout + time.Duration(a.WaitMS)*time.Millisecond
-	pg, b, err := srv.readInBrowser(ctx, u.String(), a.WaitMS, timeout)
-	// The browser died under us: once more with a new one.
-	if err != nil && b != nil && b.dead() && ctx.Err() == nil {
-		pg, _, err = srv.readInBrowser(ctx, u.String(), a.WaitMS, timeout)
+	extra := time.Duration(a.WaitMS) * time.Millisecond
+	var pg *readDocsOut
+	for try := 0; try < 2; try++ { // twice when the browser died under the first read
+		var b *browser
+		b, err = srv.browser.get(ctx, srv)
+		if err == nil {
+			pg, err = b.read(ctx, srv, u.String(), extra)
+		}
+		if err == nil || b == nil || !b.dead() || ctx.Err() != nil {
+			break
+		}
 	}
 	if !errors.Is(err, errNoBrowser) {
 		return pg, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel := context.WithTimeout(ctx, srv.set.ReadDocsTimeout+extra)
 	defer cancel()
 	why := strings.TrimPrefix(err.Error(), errNoBrowser.Error()+": ")
 	pg, err = fetchPlain(ctx, u.String())
@@ -1927,37 +1898,17 @@ func (srv *server) readPage(ctx context.Context, a readDocsArgs) (*readDocsOut, 
 	return pg, err
 }
 
-// readInBrowser reads the page in a tab of the browser, started if need be
-// (not counted in the page's time), and returns the browser it used.
-func (srv *server) readInBrowser(ctx context.Context, pageURL string, waitMS int,
-	timeout time.Duration) (*readDocsOut, *browser, error) {
-	b, err := srv.browser.get(ctx, srv)
-	if err != nil {
-		return nil, nil, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	select {
-	case srv.browser.tabs <- struct{}{}:
-		defer func() { <-srv.browser.tabs }()
-	case <-ctx.Done():
-		return nil, b, fmt.Errorf("no free browser tab within %s", timeout)
-	}
-	idle := srv.set.ReadDocsIdle
-	pg, err := b.read(ctx, pageURL, idle, time.Duration(waitMS)*time.Millisecond)
-	return pg, b, err
-}
-
 // Reading waits for DOMContentLoaded, then for readSettle without requests
 // to the page's own site (at most READDOCS_IDLE_MS): the content is there by
 // then, and what other hosts load (ads, trackers, widgets) never holds it.
 const readSettle = 70 * time.Millisecond
 
-// readBlockedHosts are ad, tracker and cookie-banner hosts: a reader never needs them.
-var readBlockedHosts = []string{"doubleclick.net", "googlesyndication.com", "googletagmanager.com",
-	"googletagservices.com", "google-analytics.com", "adservice.google.", "amazon-adsystem.com",
-	"facebook.net", "scorecardresearch.com", "hotjar.com", "taboola.com", "outbrain.com", "criteo.",
-	"adnxs.com", "chartbeat.", "quantserve.com", "cookielaw.org", "cookiebot.com"}
+// readBlockedHosts match ad, tracker and cookie-banner hosts: a reader never needs them.
+var readBlockedHosts = []string{"*doubleclick.net*", "*googlesyndication.com*",
+	"*googletagmanager.com*", "*googletagservices.com*", "*google-analytics.com*",
+	"*adservice.google.*", "*amazon-adsystem.com*", "*facebook.net*", "*scorecardresearch.com*",
+	"*hotjar.com*", "*taboola.com*", "*outbrain.com*", "*criteo.*", "*adnxs.com*", "*chartbeat.*",
+	"*quantserve.com*", "*cookielaw.org*", "*cookiebot.com*"}
 
 // siteOf returns a URL's origin and site (its host's last two labels): the
 // page may move only within its origin, and only its site holds the read.
@@ -2129,7 +2080,7 @@ func (b *browser) newTab(ctx context.Context) (browserTab, error) {
 		paused = append(paused, map[string]string{"resourceType": r})
 	}
 	for _, h := range readBlockedHosts {
-		paused = append(paused, map[string]string{"urlPattern": "*" + h + "*"})
+		paused = append(paused, map[string]string{"urlPattern": h})
 	}
 	setup := map[string]any{
 		"Page.enable":                    nil,
@@ -2177,11 +2128,24 @@ func (b *browser) closeTab(t browserTab) {
 	b.cdp.call(ctx, "", "Target.closeTarget", map[string]any{"targetId": t.targetID}, nil)
 }
 
-// read loads pageURL in a new tab and reads it once its content is there
-// (see readSettle), and extra later.
-func (b *browser) read(ctx context.Context, pageURL string,
-	idleCap, extra time.Duration) (*readDocsOut, error) {
+// read loads pageURL in a new tab, when one of srv's tab slots is free, and
+// reads it once its content is there (see readSettle), and extra later; the
+// slot's wait and the read take at most READDOCS_TIMEOUT_MS and extra (the
+// browser's start is not counted).
+func (b *browser) read(ctx context.Context, srv *server, pageURL string,
+	extra time.Duration) (*readDocsOut, error) {
+	timeout := srv.set.ReadDocsTimeout + extra
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	select {
+	case srv.browser.tabs <- struct{}{}:
+		defer func() { <-srv.browser.tabs }()
+	case <-ctx.Done():
+		return nil, fmt.Errorf("no free browser tab within %s", timeout)
+	}
+	idleCap := srv.set.ReadDocsIdle
 	t0 := time.Now()
+	took := func() time.Duration { return time.Since(t0).Round(time.Millisecond) }
 	var tab browserTab
 	var err error
 	select {
@@ -2207,8 +2171,8 @@ func (b *browser) read(ctx context.Context, pageURL string,
 	b.cdp.subscribe(sid, ts.event)
 	// The waits end early enough to leave time to read what the page shows.
 	dl, _ := ctx.Deadline()
-	waitCtx, cancel := context.WithDeadline(ctx, dl.Add(-min(5*time.Second, time.Until(dl)/4)))
-	defer cancel()
+	waitCtx, cancelWait := context.WithDeadline(ctx, dl.Add(-min(5*time.Second, time.Until(dl)/4)))
+	defer cancelWait()
 	var nav struct {
 		ErrorText  string
 		IsDownload bool
@@ -2216,8 +2180,7 @@ func (b *browser) read(ctx context.Context, pageURL string,
 	err = b.cdp.call(waitCtx, sid, "Page.navigate", map[string]any{"url": pageURL}, &nav)
 	switch {
 	case err != nil && waitCtx.Err() != nil:
-		took := time.Since(t0).Round(time.Millisecond)
-		return nil, fmt.Errorf("%s sent no response within %s", pageURL, took)
+		return nil, fmt.Errorf("%s sent no response within %s", pageURL, took())
 	case err != nil:
 		return nil, err
 	case nav.IsDownload:
@@ -2238,37 +2201,33 @@ func (b *browser) read(ctx context.Context, pageURL string,
 	case <-time.After(extra):
 	case <-ctx.Done():
 	}
-	pg := &readDocsOut{Via: "chromium"}
-	contentType, err := b.evaluate(ctx, sid, pg)
+	pg, err := b.evaluate(ctx, sid)
 	if err != nil && ctx.Err() != nil {
-		took := time.Since(t0).Round(time.Millisecond)
-		return nil, fmt.Errorf("%s did not answer within %s (a script may be busy)", pageURL, took)
+		return nil, fmt.Errorf("%s did not answer within %s (a script may be busy)", pageURL,
+			took())
 	} else if err != nil {
 		return nil, err
-	} else if !readableType.MatchString(contentType) {
-		return nil, fmt.Errorf("%s is %s, not a page ReadDocs can read", pageURL, contentType)
 	}
 	ts.mu.Lock()
-	loading := ts.dcl.IsZero()
-	moved := ts.moved
-	docID := ts.docID
-	arriving := ts.inflight[docID]
-	ts.mu.Unlock()
-	if loading {
-		took := time.Since(t0).Round(time.Millisecond)
+	if ts.dcl.IsZero() {
 		pg.Notes = append(pg.Notes, fmt.Sprintf("The page had not finished loading after %s; "+
-			"this is what it showed then.", took))
+			"this is what it showed then.", took()))
 	}
-	if moved != "" {
-		note := "The page tried to go on to " + moved + "; this is the page itself."
+	if ts.moved != "" {
+		note := "The page tried to go on to " + ts.moved + "; this is the page itself."
 		pg.Notes = append(pg.Notes, note)
 	}
+	docID := ts.docID
+	if ts.inflight[docID] {
+		docID = "" // it has not all come
+	}
+	ts.mu.Unlock()
 	// The page's HTML as the server sent it, when it has all come ("" on an error).
 	var src struct {
 		Body          string
 		Base64Encoded bool
 	}
-	if docID != "" && !arriving {
+	if docID != "" {
 		params := map[string]any{"requestId": docID}
 		b.cdp.call(ctx, sid, "Network.getResponseBody", params, &src)
 	}
@@ -2345,8 +2304,8 @@ const markHidden = `if (b) try {
 } catch (e) {}`
 
 // evaluate reads the page's DOM (its text when it is not HTML), hidden
-// parts marked, into pg and returns the page's content type.
-func (b *browser) evaluate(ctx context.Context, sid string, pg *readDocsOut) (string, error) {
+// parts marked; a page of a type that does not read as text is an error.
+func (b *browser) evaluate(ctx context.Context, sid string) (*readDocsOut, error) {
 	expr := fmt.Sprintf(`(() => {
 		const h = document.documentElement, b = document.body, type = document.contentType;
 		const text = !type.includes('html');
@@ -2367,22 +2326,22 @@ func (b *browser) evaluate(ctx context.Context, sid string, pg *readDocsOut) (st
 	}
 	params := map[string]any{"expression": expr, "returnByValue": true}
 	err := b.cdp.call(ctx, sid, "Runtime.evaluate", params, &ev)
-	if err != nil {
-		return "", err
-	} else if ev.ExceptionDetails != nil {
-		return "", fmt.Errorf("reading the page: %s", ev.ExceptionDetails.Text)
-	}
 	v := ev.Result.Value
-	pg.body = v.Body
-	pg.Title = v.Title
-	pg.FinalURL = v.URL
-	pg.Status = v.Status
-	pg.isText = v.Text
+	switch {
+	case err != nil:
+		return nil, err
+	case ev.ExceptionDetails != nil:
+		return nil, fmt.Errorf("reading the page: %s", ev.ExceptionDetails.Text)
+	case !readableType.MatchString(v.Type):
+		return nil, fmt.Errorf("%s is %s, not a page ReadDocs can read", v.URL, v.Type)
+	}
+	pg := &readDocsOut{FinalURL: v.URL, Title: v.Title, Status: v.Status, Via: "chromium",
+		body: v.Body, isText: v.Text}
 	if v.Full > pageCap {
 		pg.Notes = append(pg.Notes, fmt.Sprintf("Only the first %d of %d characters of the page "+
 			"were read.", pageCap, v.Full))
 	}
-	return v.Type, nil
+	return pg, nil
 }
 
 // readableType matches a content type that reads as text.
