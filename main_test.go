@@ -50,18 +50,7 @@ import (
 	"unsafe"
 )
 
-func TestMain(m *testing.M) {
-	if os.Getenv(reaperEnv) == "1" || os.Getenv(sandboxEnv) == "1" || os.Getenv("TELSON_RUN_MAIN") == "1" {
-		main()
-		os.Exit(0)
-	}
-	// Child processes (the reaper, telson as a binary) are this test binary;
-	// under -race each would sleep a second at exit without this.
-	if os.Getenv("GORACE") == "" {
-		os.Setenv("GORACE", "atexit_sleep_ms=0")
-	}
-	os.Exit(m.Run())
-}
+// ---- the harness: telson in-process and as a binary, clients, waits ----------------------------
 
 const watchdog = 20 * time.Second
 
@@ -299,19 +288,6 @@ func errCode(resp map[string]any) int {
 	return int(e["code"].(float64))
 }
 
-// processAlive reports whether pid exists and is not a zombie.
-func processAlive(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
-		return s[i+2] != 'Z'
-	}
-	return true
-}
-
 // waitGone waits until pid is gone, failing the test at the watchdog.
 func waitGone(t *testing.T, pid int) {
 	t.Helper()
@@ -341,6 +317,50 @@ func readPidFile(t *testing.T, path string) int {
 		}
 		time.Sleep(wait) // polling a file another process writes, bounded by the watchdog
 	}
+}
+
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// readPidFileExists waits for a file a command under test creates.
+func readPidFileExists(t *testing.T, path string) {
+	t.Helper()
+	deadline := time.Now().Add(watchdog)
+	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s", path)
+		}
+		time.Sleep(wait) // polling a file another process writes, bounded by the watchdog
+	}
+}
+
+// waitParent waits until pid, orphaned, has been re-parented to parent.
+func waitParent(t *testing.T, pid, parent int) {
+	t.Helper()
+	deadline := time.Now().Add(watchdog)
+	for wait := time.Millisecond; proc2Parent(t, pid) != parent; wait = min(2*wait, 100*time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d has parent %d, not telson %d", pid, proc2Parent(t, pid), parent)
+		}
+		time.Sleep(wait) // polling an external process, bounded by the watchdog
+	}
+}
+
+// ---- the protocol: framing, dispatch, both eras, tools/list and tools/call, settings, the command line ----
+
+func TestMain(m *testing.M) {
+	if os.Getenv(reaperEnv) == "1" || os.Getenv(sandboxEnv) == "1" || os.Getenv("TELSON_RUN_MAIN") == "1" {
+		main()
+		os.Exit(0)
+	}
+	// Child processes (the reaper, telson as a binary) are this test binary;
+	// under -race each would sleep a second at exit without this.
+	if os.Getenv("GORACE") == "" {
+		os.Setenv("GORACE", "atexit_sleep_ms=0")
+	}
+	os.Exit(m.Run())
 }
 
 var update = flag.Bool("update", false, "rewrite golden files in testdata/")
@@ -511,165 +531,6 @@ func TestEOFLetsRunningRequestsAnswer(t *testing.T) {
 		t.Errorf("exit after EOF: %v; stderr:\n%s", err, c.stderr.String())
 	}
 	c.done <- nil // for the cleanup
-}
-
-// TestNoOrphans starts a grandchild that would outlive its shell, then ends
-// telson three ways; the grandchild must die each time.
-func TestNoOrphans(t *testing.T) {
-	for _, how := range []string{"eof", "sigterm", "sigkill"} {
-		how := how
-		t.Run(how, func(t *testing.T) {
-			t.Parallel()
-			c := startBinary(t, nil)
-			c.initialize("2025-11-25")
-			pidFile := filepath.Join(t.TempDir(), "pid")
-			cmd := `sleep 1000 & echo $! > ` + pidFile
-			if how != "eof" {
-				cmd += "; wait"
-			}
-			c.send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"Bash","arguments":{"command":"` + cmd + `"}}}`)
-			pid := readPidFile(t, pidFile)
-			switch how {
-			case "eof":
-				c.waitResponse(float64(1))
-				c.in.Close()
-			case "sigterm":
-				c.cmd.Process.Signal(syscall.SIGTERM)
-			case "sigkill":
-				c.cmd.Process.Kill()
-			}
-			waitGone(t, pid)
-		})
-	}
-}
-
-func TestBashOutputIsBoundedHeadAndTail(t *testing.T) {
-	t.Parallel()
-	c := startServer(t, "OUTPUT_LIMIT=1000")
-	c.initialize("2025-06-18")
-	res := c.callTool("Bash", map[string]any{"command": "seq 1 100000"})
-	text := resultText(res)
-	sc := res["structuredContent"].(map[string]any)
-	if !strings.HasPrefix(text, "1\n2\n3\n") || !strings.Contains(text, "99999\n100000\n") || !strings.Contains(text, "lines (") {
-		t.Errorf("head/tail not kept: %q", text)
-	}
-	if len(text) > 1300 || sc["truncated"] != true || isError(res) {
-		t.Errorf("len %d, structured %v", len(text), sc)
-	}
-}
-
-func TestBashTimeoutStopsTheGroup(t *testing.T) {
-	t.Parallel()
-	c := startServer(t)
-	c.initialize("2025-06-18")
-	pidFile := filepath.Join(t.TempDir(), "pid")
-	// The child ignores TERM, so the group needs the KILL after the grace.
-	res := c.callTool("Bash", map[string]any{"timeout": 300,
-		"command": "echo started; (trap '' TERM; sleep 300) & echo $! > " + pidFile + "; wait"})
-	text := resultText(res)
-	if !isError(res) || !strings.Contains(text, "started") || !strings.Contains(text, "timed out") {
-		t.Errorf("got %q", text)
-	}
-	if sc := res["structuredContent"].(map[string]any); sc["timed_out"] != true || sc["exit_code"] != float64(-1) {
-		t.Errorf("structured %v", sc)
-	}
-	waitGone(t, readPidFile(t, pidFile))
-}
-
-func TestBashWorkingDirectoryPersistsEnvironmentDoesNot(t *testing.T) {
-	t.Parallel()
-	c := startServer(t)
-	c.initialize("2025-11-25")
-	dir, _ := filepath.EvalSymlinks(t.TempDir())
-	c.callTool("Bash", map[string]any{"command": "cd " + dir + " && export TELSON_TEST_VAR=1"})
-	res := c.callTool("Bash", map[string]any{"command": "pwd; echo ${TELSON_TEST_VAR:-unset}"})
-	if got, want := resultText(res), dir+"\nunset\n"; got != want {
-		t.Errorf("got %q, want %q", got, want)
-	}
-	if sc := res["structuredContent"].(map[string]any); sc["cwd"] != dir {
-		t.Errorf("cwd %v, want %s", sc["cwd"], dir)
-	}
-}
-
-func TestBashExitStatusAndInvalidUTF8(t *testing.T) {
-	t.Parallel()
-	c := startServer(t)
-	c.initialize("2025-11-25")
-	res := c.callTool("Bash", map[string]any{"command": `printf 'a\377b'; exit 3`})
-	if text := resultText(res); !isError(res) || text != "a\uFFFDb\n[exit status 3]" {
-		t.Errorf("got %q", text)
-	}
-	res = c.callTool("Bash", map[string]any{"command": `kill -SEGV $$`})
-	if text := resultText(res); !isError(res) || !strings.Contains(text, "killed by signal SEGV") {
-		t.Errorf("got %q", text)
-	}
-	res = c.callTool("Bash", map[string]any{"command": "   "})
-	if !isError(res) || !strings.Contains(resultText(res), "empty") {
-		t.Errorf("blank command: %v", res)
-	}
-	res = c.callTool("Bash", map[string]any{"command": "true", "timeout_ms": 5})
-	if isError(res) {
-		t.Errorf("unknown argument: %v", res)
-	}
-	res = c.callTool("Bash", map[string]any{"command": "true", "timeout": 700000})
-	if !isError(res) || !strings.Contains(resultText(res), `"timeout" must be at most 600000`) {
-		t.Errorf("timeout range: %v", res)
-	}
-}
-
-// What a model reads of command output is what a person would read on a terminal: escape
-// sequences gone, a progress bar's last state; the output file keeps the raw bytes.
-func TestBashRendersTerminalOutput(t *testing.T) {
-	t.Parallel()
-	c := startServer(t, "OUTPUT_LIMIT=1000")
-	c.initialize("2025-11-25")
-	noise := `printf '\033[1;31mred\033[0m \033]0;title\007done\r\n'; ` +
-		`printf 'progress 20%%\rprogress 40%%\rprogress 100%%\n'; printf '\033[2Kclean\033[K\n'`
-	res := c.callTool("Bash", map[string]any{"command": noise})
-	want := "red done\nprogress 100%\nclean\n"
-	if text := resultText(res); text != want || bgStructured(t, res)["output"] != want {
-		t.Errorf("got %q, want %q", text, want)
-	}
-	// cut output: the preview is rendered, the file is raw
-	res = c.callTool("Bash", map[string]any{"command": "for i in $(seq 300); do printf '\033[32m%04d\033[0m\r%04d ok\n' $i $i; done"})
-	sc := bgStructured(t, res)
-	text := sc["output"].(string)
-	if !strings.HasPrefix(text, "0001 ok\n0002 ok\n") || strings.Contains(text, "\033") || !strings.HasSuffix(text, "0300 ok\n") {
-		t.Errorf("cut output not rendered: %q", text)
-	}
-	raw, err := os.ReadFile(sc["output_file"].(string))
-	if err != nil || !bytes.HasPrefix(raw, []byte("\033[32m0001\033[0m\r0001 ok\n")) {
-		t.Errorf("the output file is not the raw output: %q %v", raw[:min(len(raw), 40)], err)
-	}
-}
-
-func TestBashStreamsProgress(t *testing.T) {
-	t.Parallel()
-	c := startServer(t)
-	c.initialize("2025-11-25")
-	resp := c.request("tools/call", map[string]any{"name": "Bash", "_meta": map[string]any{"progressToken": "tok"},
-		"arguments": map[string]any{"command": "for i in 1 2 3 4; do echo line$i; sleep 0.15; done"}})
-	if resp["result"] == nil {
-		t.Fatalf("%v", resp)
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var last float64
-	seen := 0
-	for _, n := range c.notes {
-		if n["method"] != "notifications/progress" {
-			continue
-		}
-		p := n["params"].(map[string]any)
-		if p["progressToken"] != "tok" || p["progress"].(float64) <= last || !strings.Contains(p["message"].(string), "line") {
-			t.Errorf("bad progress %v", p)
-		}
-		last = p["progress"].(float64)
-		seen++
-	}
-	if seen == 0 {
-		t.Errorf("no progress notifications; notes %v", c.notes)
-	}
 }
 
 func TestToolTableIsWellFormed(t *testing.T) {
@@ -1066,6 +927,1612 @@ func BenchmarkToolsList(b *testing.B) {
 	}
 }
 
+// TestREADMEIsComplete keeps the README true: every tool and every
+// configuration key is documented there.
+func TestREADMEIsComplete(t *testing.T) {
+	b, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(b)
+	for _, d := range toolTable {
+		if !strings.Contains(readme, "| "+d.name+" |") {
+			t.Errorf("README: no row for tool %s", d.name)
+		}
+	}
+	for _, f := range defaultSettings().fields() {
+		if !strings.Contains(readme, "| "+f.Tag.Get("key")+" |") {
+			t.Errorf("README: no row for setting %s", f.Tag.Get("key"))
+		}
+	}
+	for _, k := range searchCredentials {
+		if !strings.Contains(readme, "| "+k+" |") {
+			t.Errorf("README: no row for setting %s", k)
+		}
+	}
+}
+
+// TestArgumentsNormalized: unknown arguments are ignored, lossless conversions
+// reach the handler converted, and what does not convert still fails naming the field.
+func TestArgumentsNormalized(t *testing.T) {
+	t.Parallel()
+	schema, err := parseSchema(`{"type":"object","required":["n"],"properties":{
+		"n":{"type":"integer","minimum":1,"maximum":9000},"f":{"type":"number"},"s":{"type":"string"},
+		"b":{"type":"boolean"},"list":{"type":"array","items":{"type":"object","properties":{"id":{"type":"string"}}}},
+		"mode":{"type":"string","enum":["a","b"]}}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := map[string]string{
+		`{"n":"5000"}`:                                  `{"n":5000}`,
+		`{"n":5,"f":"2.5","s":7,"b":"false"}`:           `{"b":false,"f":2.5,"n":5,"s":"7"}`,
+		`{"n":1,"wait_for_previous":true,"x":{"y":1}}`:  `{"n":1}`,
+		`{"n":1,"list":[{"id":3,"extra":1}],"s":"-12"}`: `{"list":[{"id":"3"}],"n":1,"s":"-12"}`,
+		`{"n":1,"s":-40}`:                               `{"n":1,"s":"-40"}`,
+	}
+	for in, want := range ok {
+		got, problem := schema.check(decodeArgs(t, in))
+		if problem != "" || string(got) != want {
+			t.Errorf("%s: got %s %q, want %s", in, got, problem, want)
+		}
+	}
+	bad := map[string]string{
+		`{}`:                           `"n" is required`,
+		`{"n":"five"}`:                 `"n" must be an integer, got a string`,
+		`{"n":"5.5"}`:                  `"n" must be an integer, got 5.5`,
+		`{"n":"9001"}`:                 `"n" must be at most 9000`,
+		`{"n":1,"s":1.5}`:              `"s" must be a string, got a number (1.5)`,
+		`{"n":1,"s":1e3}`:              `"s" must be a string`,
+		`{"n":1,"b":"yes"}`:            `"b" must be a boolean, got a string`,
+		`{"n":1,"f":"0x10"}`:           `"f" must be a number, got a string`,
+		`{"n":1,"mode":"c"}`:           `"mode" must be one of a, b`,
+		`{"n":1,"list":[{"id":true}]}`: `"id" must be a string, got a boolean`,
+	}
+	for in, want := range bad {
+		if _, problem := schema.check(decodeArgs(t, in)); !strings.Contains(problem, want) {
+			t.Errorf("%s: got %q, want %q", in, problem, want)
+		}
+	}
+}
+
+// TestToolCallExtraArguments: a real call with arguments telson does not know,
+// and a timeout written as a string, succeeds.
+func TestToolCallExtraArguments(t *testing.T) {
+	t.Parallel()
+	c := startServer(t)
+	c.initialize("2025-11-25")
+	res := c.callTool("Bash", map[string]any{"command": "echo ok", "timeout": "5000",
+		"description": "say ok", "wait_for_previous": true})
+	if isError(res) || resultText(res) != "ok\n" {
+		t.Errorf("got %v", res)
+	}
+	res = c.callTool("Bash", map[string]any{"command": "echo ok", "timeout": "soon"})
+	if !isError(res) || !strings.Contains(resultText(res), `"timeout" must be an integer`) {
+		t.Errorf("got %v", res)
+	}
+}
+
+// modernMessage is a 2026-07-28 request line with the _meta every request carries.
+func modernMessage(id any, method string, params map[string]any) string {
+	if params == nil {
+		params = map[string]any{}
+	}
+	params["_meta"] = map[string]any{metaProtocolVersion: versionModern, metaClientCaps: map[string]any{}}
+	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+	return string(b)
+}
+
+// subscriptionOf is the subscription id a notification carries, or nil.
+func subscriptionOf(m map[string]any) any {
+	p, _ := m["params"].(map[string]any)
+	meta, _ := p["_meta"].(map[string]any)
+	return meta[metaSubscriptionID]
+}
+
+// A 2026-07-28 client over stdio: subscriptions/listen is acknowledged with what
+// it will deliver, then carries the list changes it asked for, until cancelled
+// (by an id equal in value) or until stdin ends, which answers it.
+func TestListenStdio(t *testing.T) {
+	t.Parallel()
+	extra := t.TempDir()
+	c := startServer(t, "ADDITIONAL_SKILLS="+extra)
+	c.send(modernMessage(5, methodListen, map[string]any{"notifications": map[string]any{"toolsListChanged": true, "promptsListChanged": true}}))
+	ack := c.recv()
+	granted := ack["params"].(map[string]any)["notifications"].(map[string]any)
+	if ack["method"] != "notifications/subscriptions/acknowledged" || subscriptionOf(ack) != 5.0 || len(granted) != 1 || granted["toolsListChanged"] != true {
+		t.Fatalf("first message: %v", ack)
+	}
+	c.send(modernMessage("p", methodListen, map[string]any{"notifications": map[string]any{"toolsListChanged": true, "resourcesListChanged": true}}))
+	ack = c.recv()
+	if granted = ack["params"].(map[string]any)["notifications"].(map[string]any); len(granted) != 1 || granted["toolsListChanged"] != true {
+		t.Fatalf("ack of a tools-and-resources listen: %v", ack)
+	}
+
+	// seen collects list changes by subscription until it has what want names and id's response.
+	seen := map[string]bool{}
+	readUntil := func(id any, want ...string) {
+		t.Helper()
+		for gotReply := false; !gotReply || !hasAll(seen, want); {
+			m := c.recv()
+			if m["id"] == id {
+				gotReply = true
+			} else if m["method"] != nil {
+				seen[fmt.Sprint(m["method"], " ", subscriptionOf(m))] = true
+			} else {
+				t.Fatalf("unexpected %v", m)
+			}
+		}
+	}
+	invoke := func(id any, skill string) string { // InvokeSkill reads the skills again
+		return modernMessage(id, "tools/call", map[string]any{"name": "InvokeSkill", "arguments": map[string]any{"skill_name": skill}})
+	}
+	wfSkill(t, extra, "fresh", "---\ndescription: d\n---\nx\n")
+	c.send(invoke(2, "fresh"))
+	readUntil(2.0, "notifications/tools/list_changed 5", "notifications/tools/list_changed p")
+
+	c.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5.0}}`)
+	clear(seen)
+	wfSkill(t, extra, "fresher", "---\ndescription: d\n---\nx\n")
+	c.send(invoke(3, "fresher"))
+	readUntil(3.0, "notifications/tools/list_changed p")
+	if seen["notifications/tools/list_changed 5"] {
+		t.Fatal("a cancelled listen still delivers")
+	}
+
+	c.in.Close()
+	var replies []map[string]any
+	for line := range c.lines {
+		var m map[string]any
+		json.Unmarshal(line, &m)
+		if m["method"] == nil {
+			replies = append(replies, m)
+		}
+	}
+	if len(replies) != 1 || replies[0]["id"] != "p" || subscriptionOf(map[string]any{"params": replies[0]["result"]}) != "p" {
+		t.Fatalf("at EOF want only the open listen answered, got %v", replies)
+	}
+}
+
+func hasAll(set map[string]bool, keys []string) bool {
+	for _, k := range keys {
+		if !set[k] {
+			return false
+		}
+	}
+	return true
+}
+
+// Limits: a batch over maxBatch is refused whole; a client that pipelines 20,000
+// requests and reads nothing makes the session stop reading at maxInflight, with
+// memory bounded, and every request is still answered once the client reads.
+func TestRequestLimits(t *testing.T) {
+	srv := newServer(testSettings(t), io.Discard)
+	defer srv.close()
+	outR, outW := io.Pipe()
+	inR, inW := io.Pipe()
+	s, served := startSession(srv, inR, outW)
+
+	var batch bytes.Buffer
+	batch.WriteString(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-03-26"}}` + "\n[")
+	for i := range 20000 {
+		if i > 0 {
+			batch.WriteByte(',')
+		}
+		fmt.Fprintf(&batch, `{"jsonrpc":"2.0","id":%d,"method":"tools/list"}`, i+1)
+	}
+	batch.WriteString("]\n")
+	go inW.Write(batch.Bytes()) // exits when read
+	out := bufio.NewReader(outR)
+	if line, _ := out.ReadString('\n'); !strings.Contains(line, `"id":0,"result"`) {
+		t.Fatalf("initialize: %.300s", line)
+	}
+	if line, _ := out.ReadString('\n'); !strings.Contains(line, `"code":-32600`) || !strings.Contains(line, "at most 100") {
+		t.Fatalf("batch of 20,000: %.300s", line)
+	}
+
+	const n = 20000
+	var written atomic.Int64
+	go func() { // exits when every request is written or the input closes
+		for i := range n {
+			if _, err := fmt.Fprintf(inW, `{"jsonrpc":"2.0","id":%d,"method":"tools/list"}`+"\n", i+1); err != nil {
+				return
+			}
+			written.Add(1)
+		}
+	}()
+	deadline := time.Now().Add(watchdog)
+	for len(s.slots) < maxInflight {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d requests running, want %d", len(s.slots), maxInflight)
+		}
+		runtime.Gosched()
+	}
+	var mem runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&mem)
+	if written.Load() == n {
+		t.Error("the session read every request while its client read nothing")
+	}
+	if mem.HeapInuse > 300<<20 {
+		t.Errorf("heap %d MB with a client that reads nothing", mem.HeapInuse>>20)
+	}
+	t.Logf("stalled after %d requests written, heap %d MB", written.Load(), mem.HeapInuse>>20)
+	for i := range n {
+		line, err := out.ReadString('\n')
+		if err != nil || !strings.Contains(line, `"tools":[`) {
+			t.Fatalf("reply %d: %v %.200s", i, err, line)
+		}
+	}
+	inW.Close()
+	if err := <-served; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// startSession serves one stdio session on in and out, as serveStdio does, and returns it;
+// served gets serve's result at EOF.
+func startSession(srv *server, in io.Reader, w io.Writer) (s *session, served chan error) {
+	out := newOutbox(true)
+	go out.writeLines(w, nil) // exits at a write error
+	s = newSession(srv, out)
+	served = make(chan error, 1)
+	go func() { served <- s.serve(context.Background(), in) }() // exits at EOF
+	return s, served
+}
+
+// A client that stops reading its output holds its own replies, and its reader once the
+// bounded queue and the request slots are full; another session on the same server, its tasks
+// and kills, and the stuck session's background task go on.
+func TestStuckClientHoldsOnlyItself(t *testing.T) {
+	srv := newServer(testSettings(t), io.Discard)
+	defer srv.close()
+	stuckIn, stuckInW := io.Pipe()
+	stuckOut, stuckOutW := io.Pipe()
+	stuck, _ := startSession(srv, stuckIn, stuckOutW)
+	defer stuck.close()
+	fmt.Fprintln(stuckInW, `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25"}}`)
+	fmt.Fprintln(stuckInW, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"BackgroundBash","arguments":{"command":"yes flood"}}}`)
+	wrote := make(chan int, 100000)
+	writerDone := make(chan struct{})
+	go func() { // exits when the input is closed
+		defer close(writerDone)
+		for i := 2; ; i++ {
+			if _, err := fmt.Fprintf(stuckInW, `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"ReadBgOutput","arguments":{"task_id":1}}}`+"\n", i); err != nil {
+				return
+			}
+			wrote <- i
+		}
+	}()
+	last := 1
+	for range outboxSize { // the reader reads at least as far as the queue holds
+		select {
+		case last = <-wrote:
+		case <-time.After(watchdog):
+			t.Fatal("the stuck session's reader stopped before its queue was full")
+		}
+	}
+	c := startServer(t)
+	c.initialize("2025-11-25")
+	if m := c.request("ping", nil); m["result"] == nil {
+		t.Fatalf("ping beside a stuck session: %v", m)
+	}
+	id := bgStart(t, c, "sleep 300")
+	res := c.callTool("KillBgTask", map[string]any{"task_id": id})
+	if isError(res) || !strings.Contains(resultText(res), "killed by signal") {
+		t.Errorf("KillBgTask beside a stuck session: %v", res)
+	}
+	// the stuck client reads again: every reply it was owed arrives
+	stuckInW.Close()
+	<-writerDone
+	for len(wrote) > 0 {
+		last = <-wrote
+	}
+	br := bufio.NewReader(stuckOut)
+	seen := map[any]bool{}
+	for id := 0; id <= last; id++ {
+		for !seen[float64(id)] {
+			line, err := br.ReadBytes('\n')
+			if err != nil {
+				t.Fatalf("reply %d of %d: %v", id, last, err)
+			}
+			var m map[string]any
+			json.Unmarshal(line, &m)
+			seen[m["id"]] = true
+		}
+	}
+}
+
+// Linux's pseudo-terminal ioctls (the syscall package has them on Linux only).
+const (
+	linuxTIOCSPTLCK = 0x40045431
+	linuxTIOCGPTN   = 0x80045430
+)
+
+// openPTY opens a pseudo-terminal pair: what is written to tty is read from master.
+func openPTY(t *testing.T) (master, tty *os.File) {
+	t.Helper()
+	if runtime.GOOS != "linux" {
+		t.Skip("the pseudo-terminal is opened the Linux way")
+	}
+	master, err := os.OpenFile("/dev/ptmx", os.O_RDWR, 0)
+	if err != nil {
+		t.Skipf("no pseudo-terminal: %v", err)
+	}
+	t.Cleanup(func() { master.Close() })
+	var unlock int32
+	var n uint32
+	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, master.Fd(), linuxTIOCSPTLCK, uintptr(unsafe.Pointer(&unlock))); e != 0 {
+		t.Skipf("unlock pseudo-terminal: %v", e)
+	}
+	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, master.Fd(), linuxTIOCGPTN, uintptr(unsafe.Pointer(&n))); e != 0 {
+		t.Skipf("pseudo-terminal number: %v", e)
+	}
+	tty, err = os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Skipf("open pseudo-terminal: %v", err)
+	}
+	t.Cleanup(func() { tty.Close() })
+	return master, tty
+}
+
+// telson call prints a tool's text as it is to a pipe, and without control characters to a
+// terminal, where they would drive it; Bash's output is already rendered as a terminal shows it.
+func TestCallStripsControlCharactersOnATerminal(t *testing.T) {
+	t.Setenv("TELSON_STATE_DIR", t.TempDir())
+	bash := []string{"call", "Bash", `{"command":"printf 'a\\033]0;pwned\\007b\\tc\\rd\\033[2Je\\n'"}`}
+	image := []string{"call", "ReadImage", `{"file_path":"/nonexistent/\u001b]0;pwned\u0007x"}`}
+	var piped bytes.Buffer
+	if err := run(context.Background(), strings.NewReader(""), &piped, io.Discard, bash); err != nil {
+		t.Fatal(err)
+	}
+	run(context.Background(), strings.NewReader(""), &piped, io.Discard, image)
+	if want := "de\nReadImage: "; !strings.HasPrefix(piped.String(), want) || !strings.Contains(piped.String(), "\033]0;pwned\007x") {
+		t.Errorf("piped: %q, want it to start with %q and keep the path's bytes", piped.String(), want)
+	}
+	master, tty := openPTY(t)
+	run(context.Background(), strings.NewReader(""), tty, io.Discard, image)
+	tty.Close()
+	master.SetReadDeadline(time.Now().Add(watchdog))
+	got, _ := io.ReadAll(master) // ends with EIO once the terminal side is closed
+	if !strings.Contains(string(got), "/nonexistent/]0;pwnedx") {
+		t.Errorf("on a terminal: %q, want the path without its control characters", got)
+	}
+}
+
+// A person who runs telson in a terminal reads one line saying what it is and how to use it;
+// then telson serves as usual.
+func TestTerminalHint(t *testing.T) {
+	t.Setenv("TELSON_STATE_DIR", t.TempDir())
+	master, tty := openPTY(t)
+	stderr := &syncBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	result := make(chan error, 1)
+	go func() { result <- run(ctx, tty, io.Discard, stderr, nil) }() // exits when ctx ends
+	deadline := time.Now().Add(watchdog)
+	for !strings.Contains(stderr.String(), "telson speaks MCP on stdin/stdout") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no hint on stderr: %q", stderr.String())
+		}
+		time.Sleep(5 * time.Millisecond) // polling the line, bounded by the watchdog
+	}
+	if !strings.Contains(stderr.String(), `telson call Bash '{"command":"ls"}'`) {
+		t.Errorf("the hint does not say how to try a tool: %q", stderr.String())
+	}
+	cancel()
+	master.Close()
+	tty.Close()
+	<-result
+	var out bytes.Buffer
+	run(context.Background(), strings.NewReader(""), &out, stderr, nil)
+	if strings.Count(stderr.String(), "speaks MCP") != 1 {
+		t.Errorf("the hint was printed for a pipe too: %q", stderr.String())
+	}
+}
+
+// TestStructuredContentAlone: with a notice pending, each tool that has an
+// output schema carries the notice, and its guidance, in structuredContent:
+// a client that hands the model only structuredContent (Claude Code, Codex)
+// loses nothing.
+func TestStructuredContentAlone(t *testing.T) {
+	t.Parallel()
+	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/w/api.php" {
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, `{"query":{"search":[{"title":"Go","snippet":"a language"}]}}`)
+			return
+		}
+		w.Header().Set("Content-Type", "text/html")
+		io.WriteString(w, "<html><head><title>T</title></head><body><main><h1>Hello</h1><p>"+
+			strings.Repeat("word ", 400)+"</p></main></body></html>")
+	}))
+	defer site.Close()
+	c, sess := sessionClient(t, "READDOCS_BROWSER=0", "SEARCH_URL_WIKIPEDIA="+site.URL)
+	c.initialize("2025-11-25")
+	// endedTask queues a notice, as a background task's end does.
+	endedTask := func() string {
+		line := fmt.Sprintf("background task %d exited with status 0 after 1s", time.Now().UnixNano())
+		sess.notices.push(line)
+		return line
+	}
+	// callWithNotice calls a tool with a notice pending and returns its
+	// structured content, having checked the notice is in it.
+	callWithNotice := func(name string, args map[string]any, pending string) map[string]any {
+		t.Helper()
+		res := c.callTool(name, args)
+		sc, ok := res["structuredContent"].(map[string]any)
+		if !ok {
+			t.Fatalf("%s: no structuredContent: %v", name, res)
+		}
+		notices, _ := sc["notices"].([]any)
+		if !strings.Contains(fmt.Sprint(notices), pending) {
+			t.Errorf("%s: structuredContent lacks the notice %q: %v", name, pending, sc)
+		}
+		return sc
+	}
+
+	sc := callWithNotice("Bash", map[string]any{"command": "sleep 5", "timeout": 50}, endedTask())
+	if hint, _ := sc["hint"].(string); !strings.Contains(hint, "BackgroundBash") || !strings.Contains(hint, "600000") {
+		t.Errorf("Bash timeout: the ways on are not in structuredContent: %v", sc)
+	}
+	callWithNotice("BackgroundBash", map[string]any{"command": "sleep 60"}, endedTask())
+	sc = callWithNotice("ReadDocs", map[string]any{"url": site.URL + "/", "max_length": 100}, endedTask())
+	if msg, _ := sc["message"].(string); !strings.Contains(msg, "start_index") || sc["next_start_index"] == nil {
+		t.Errorf("ReadDocs: the next part is not in structuredContent: %v", sc)
+	}
+	sc = callWithNotice("WebSearch", map[string]any{"query": "go", "engines": []string{"wikipedia"}}, endedTask())
+	if results, _ := sc["results"].([]any); len(results) != 1 {
+		t.Errorf("WebSearch: %v", sc)
+	}
+	callWithNotice("TaskManager", map[string]any{"action": "create", "text": "a task"}, endedTask())
+	callWithNotice("PlanMode", map[string]any{"action": "status"}, endedTask())
+	sc = callWithNotice("AskUserQuestion", map[string]any{"questions": []any{map[string]any{
+		"question": "Which?", "header": "Pick", "multiSelect": false,
+		"options": []any{map[string]any{"label": "A", "description": "a"}, map[string]any{"label": "B", "description": "b"}}}}},
+		endedTask())
+	if msg, _ := sc["message"].(string); sc["status"] != "ask_in_chat" || !strings.Contains(msg, "Do not assume") {
+		t.Errorf("AskUserQuestion: the guidance is not in structuredContent: %v", sc)
+	}
+
+	// The tools that report tasks' ends carry a reminder as their pending notice.
+	for _, call := range []struct {
+		name string
+		args map[string]any
+	}{
+		{"ListBgTasks", map[string]any{}},
+		{"ReadBgOutput", map[string]any{"task_id": 1}},
+		{"KillBgTask", map[string]any{"task_id": 1}},
+	} {
+		sess.notices.push("[callback 0] tick")
+		callWithNotice(call.name, call.args, "tick")
+	}
+}
+
+// sessionClient is startServer for tests that reach into the session: one stdio session on
+// testSettings(kv), served until the test ends.
+func sessionClient(t *testing.T, kv ...string) (*testClient, *session) {
+	t.Helper()
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	c := &testClient{t: t, in: inW, lines: make(chan []byte, 1024), done: make(chan error, 1), stderr: &syncBuffer{}}
+	srv := newServer(testSettings(t, kv...), c.stderr)
+	s, served := startSession(srv, inR, outW)
+	go c.readLines(outR)
+	t.Cleanup(func() {
+		c.in.Close()
+		<-served
+		s.wg.Wait()
+		s.close()
+		srv.close()
+		outW.Close()
+	})
+	return c, s
+}
+
+// decodeArgs decodes a tool call's arguments as tools/call does: numbers stay json.Number.
+func decodeArgs(t *testing.T, in string) any {
+	t.Helper()
+	dec := json.NewDecoder(strings.NewReader(in))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		t.Fatalf("%s: %v", in, err)
+	}
+	return v
+}
+
+// ---- Streamable HTTP ---------------------------------------------------------------------------
+
+// httpTestServer is serveHTTP running in-process.
+type httpTestServer struct {
+	url    string
+	srv    *server
+	stderr *syncBuffer
+}
+
+// httpStart serves testSettings(kv) over HTTP on a loopback port until the test ends; setup
+// runs on the server before it serves.
+func httpStart(t testing.TB, kv []string, setup ...func(srv *server)) *httpTestServer {
+	t.Helper()
+	ts := &httpTestServer{srv: newServer(testSettings(t, kv...), io.Discard), stderr: &syncBuffer{}}
+	for _, f := range setup {
+		f(ts.srv)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	result := make(chan error, 1)
+	go func() { // exits when serveHTTP returns
+		result <- serveHTTP(ctx, ts.srv, "127.0.0.1:0", ts.stderr)
+		ts.srv.close()
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-result
+	})
+	ts.url = httpWaitURL(t, ts.stderr)
+	return ts
+}
+
+// httpWaitURL waits for the line on stderr that says where telson serves.
+func httpWaitURL(t testing.TB, stderr *syncBuffer) string {
+	t.Helper()
+	re := regexp.MustCompile(`serving MCP on (http://\S+)`)
+	deadline := time.Now().Add(watchdog)
+	for {
+		if m := re.FindStringSubmatch(stderr.String()); m != nil {
+			return m[1]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("telson -http did not start: %s", stderr.String())
+		}
+		time.Sleep(5 * time.Millisecond) // polling the log line, bounded by the watchdog
+	}
+}
+
+// httpTestClient talks to one /mcp endpoint.
+type httpTestClient struct {
+	t       testing.TB
+	hc      *http.Client
+	url     string
+	version string // MCP-Protocol-Version to send
+	token   string
+	nextID  int
+}
+
+func httpClientFor(t testing.TB, url string) *httpTestClient {
+	return &httpTestClient{t: t, hc: &http.Client{}, url: url}
+}
+
+// do sends one HTTP request; hdr adds or (with "") removes headers.
+func (c *httpTestClient) do(method, body string, hdr map[string]string) (*http.Response, []byte) {
+	c.t.Helper()
+	req, err := http.NewRequest(method, c.url, strings.NewReader(body))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Content-Type", "application/json")
+	if c.version != "" {
+		req.Header.Set("MCP-Protocol-Version", c.version)
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	for k, v := range hdr {
+		switch {
+		case k == "Host":
+			req.Host = v
+		case v == "":
+			req.Header.Del(k)
+		default:
+			req.Header.Set(k, v)
+		}
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		c.t.Fatalf("%s %s: %v", method, c.url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		c.t.Fatalf("%s %s: read: %v", method, c.url, err)
+	}
+	return resp, b
+}
+
+// httpMessages decodes a reply body: one JSON message, or the data of every SSE event.
+func httpMessages(t testing.TB, resp *http.Response, body []byte) []map[string]any {
+	t.Helper()
+	var datas []string
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		br := bufio.NewReader(bytes.NewReader(body))
+		for {
+			ev, err := httpReadEvent(br)
+			if err != nil {
+				break
+			}
+			if ev.name != "message" {
+				t.Fatalf("SSE event %q, want message", ev.name)
+			}
+			datas = append(datas, ev.data)
+		}
+	} else {
+		datas = []string{string(body)}
+	}
+	var out []map[string]any
+	for _, d := range datas {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(d), &m); err != nil {
+			t.Fatalf("reply %q: %v", d, err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// httpEvent is one server-sent event.
+type httpEvent struct{ name, data string }
+
+// httpReadEvent reads the next event, skipping comments and blank lines.
+func httpReadEvent(br *bufio.Reader) (httpEvent, error) {
+	var ev httpEvent
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			return ev, err
+		}
+		line = strings.TrimRight(line, "\r\n")
+		switch {
+		case line == "":
+			if ev.name != "" || ev.data != "" {
+				return ev, nil
+			}
+		case strings.HasPrefix(line, ":"):
+		case strings.HasPrefix(line, "event: "):
+			ev.name = line[len("event: "):]
+		case strings.HasPrefix(line, "data: "):
+			if ev.data != "" {
+				ev.data += "\n"
+			}
+			ev.data += line[len("data: "):]
+		}
+	}
+}
+
+// rpc sends a request and returns every message of the reply, the response last.
+func (c *httpTestClient) rpc(method string, params any, hdr map[string]string) (*http.Response, []map[string]any) {
+	c.t.Helper()
+	c.nextID++
+	msg := map[string]any{"jsonrpc": "2.0", "id": c.nextID, "method": method}
+	if params != nil {
+		msg["params"] = params
+	}
+	b, _ := json.Marshal(msg)
+	resp, body := c.do("POST", string(b), hdr)
+	if resp.StatusCode != http.StatusOK {
+		return resp, []map[string]any{httpDecode(c.t, body)}
+	}
+	msgs := httpMessages(c.t, resp, body)
+	if len(msgs) == 0 || msgs[len(msgs)-1]["id"] != float64(c.nextID) {
+		c.t.Fatalf("%s: reply does not end with response %d: %s", method, c.nextID, body)
+	}
+	return resp, msgs
+}
+
+// result sends a request that must succeed and returns its result.
+func (c *httpTestClient) result(method string, params any) map[string]any {
+	c.t.Helper()
+	resp, msgs := c.rpc(method, params, nil)
+	res, ok := msgs[len(msgs)-1]["result"].(map[string]any)
+	if resp.StatusCode != http.StatusOK || !ok {
+		c.t.Fatalf("%s: HTTP %d %v", method, resp.StatusCode, msgs)
+	}
+	return res
+}
+
+func httpDecode(t testing.TB, body []byte) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(body, &m); err != nil {
+		t.Fatalf("body %q: %v", body, err)
+	}
+	return m
+}
+
+// initialize negotiates version; no session id comes back.
+func (c *httpTestClient) initialize(version string) {
+	c.t.Helper()
+	c.version = ""
+	resp, msgs := c.rpc("initialize", map[string]any{"protocolVersion": version, "capabilities": map[string]any{},
+		"clientInfo": map[string]any{"name": "test", "version": "1"}}, nil)
+	if resp.StatusCode != 200 || msgs[0]["result"] == nil {
+		c.t.Fatalf("initialize: HTTP %d %v", resp.StatusCode, msgs)
+	}
+	if sid := resp.Header.Get("Mcp-Session-Id"); sid != "" {
+		c.t.Fatalf("initialize: a session id %q; telson has no HTTP sessions", sid)
+	}
+	c.version = version
+	resp, body := c.do("POST", `{"jsonrpc":"2.0","method":"notifications/initialized"}`, nil)
+	if resp.StatusCode != http.StatusAccepted || len(body) != 0 {
+		c.t.Fatalf("notifications/initialized: HTTP %d %q, want 202 and no body", resp.StatusCode, body)
+	}
+}
+
+// httpStatus asserts an HTTP status and, when code is not 0, the JSON-RPC error code of the body.
+func httpStatus(t *testing.T, what string, resp *http.Response, body []byte, status, code int) {
+	t.Helper()
+	if resp.StatusCode != status {
+		t.Errorf("%s: HTTP %d, want %d: %s", what, resp.StatusCode, status, body)
+		return
+	}
+	if code != 0 {
+		if got := errCode(httpDecode(t, body)); got != code {
+			t.Errorf("%s: error code %d, want %d: %s", what, got, code, body)
+		}
+	}
+}
+
+// One HTTP server is one agent's state: no session ids, POST only, the shell's directory and
+// the negotiated version shared by every POST.
+func TestHTTPOneAgentNoSessions(t *testing.T) {
+	t.Parallel()
+	ts := httpStart(t, nil)
+	c := httpClientFor(t, ts.url)
+	c.initialize("2025-06-18")
+	res := c.result("tools/list", nil)
+	if tools := res["tools"].([]any); len(tools) == 0 || tools[0].(map[string]any)["name"] != "Bash" {
+		t.Errorf("tools/list: %v", res)
+	}
+	c.result("tools/call", map[string]any{"name": "Bash", "arguments": map[string]any{"command": "cd /"}})
+	other := httpClientFor(t, ts.url)
+	res = other.result("tools/call", map[string]any{"name": "Bash", "arguments": map[string]any{"command": "pwd"}})
+	if resultText(res) != "/\n" {
+		t.Errorf("a second client does not share the agent's shell: %q", resultText(res))
+	}
+	resp, body := c.do("POST", `{"jsonrpc":"2.0","id":9,"method":"ping"}`, map[string]string{"Mcp-Session-Id": "0123456789abcdef"})
+	httpStatus(t, "a session id is ignored", resp, body, 200, 0)
+	for _, m := range []string{"GET", "DELETE"} {
+		resp, body = c.do(m, "", nil)
+		httpStatus(t, m, resp, body, 405, codeInvalidRequest)
+		if resp.Header.Get("Allow") != "POST" {
+			t.Errorf("%s: Allow %q, want POST", m, resp.Header.Get("Allow"))
+		}
+	}
+	// the old HTTP+SSE endpoint names the right setting (Gemini CLI's "url" means SSE)
+	c.url = ts.url[:len(ts.url)-len("/mcp")] + "/sse"
+	resp, body = c.do("GET", "", nil)
+	httpStatus(t, "/sse", resp, body, 404, codeInvalidRequest)
+	if !strings.Contains(string(body), `httpUrl`) || !strings.Contains(string(body), "--transport http") {
+		t.Errorf("/sse does not say what to set: %s", body)
+	}
+}
+
+// A background task's end rides on the next tool result over HTTP, as over stdio.
+func TestHTTPNoticeRidesOnTheNextResult(t *testing.T) {
+	t.Parallel()
+	ts := httpStart(t, nil)
+	c := httpClientFor(t, ts.url)
+	c.initialize("2025-11-25")
+	res := c.result("tools/call", map[string]any{"name": "BackgroundBash", "arguments": map[string]any{"command": "true"}})
+	id := res["structuredContent"].(map[string]any)["task_id"]
+	c.result("tools/call", map[string]any{"name": "ReadBgOutput", "arguments": map[string]any{"task_id": id, "wait_ms": 10000}})
+	res = c.result("tools/call", map[string]any{"name": "BackgroundBash", "arguments": map[string]any{"command": "exit 3"}})
+	id = res["structuredContent"].(map[string]any)["task_id"]
+	deadline := time.Now().Add(watchdog)
+	for {
+		res = c.result("tools/call", map[string]any{"name": "Bash", "arguments": map[string]any{"command": "true"}})
+		if strings.Contains(resultText(res), fmt.Sprintf("background task %v exited with status 3", id)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no notice of the task's end: %v", res)
+		}
+	}
+}
+
+// Two legacy clients on one HTTP server: one's handshake does not take away the other's
+// forms, and a cancel naming an id both use cancels neither.
+func TestHTTPTwoClients(t *testing.T) {
+	t.Parallel()
+	ts := httpStart(t, []string{"ASK_TIMEOUT_MS=60000"})
+	a, b := httpClientFor(t, ts.url), httpClientFor(t, ts.url)
+	a.rpc("initialize", map[string]any{"protocolVersion": "2025-11-25", "capabilities": map[string]any{"elicitation": map[string]any{}}}, nil)
+	b.initialize("2025-11-25") // declares no elicitation
+	resp, msgs := a.rpc("tools/call", map[string]any{"name": "AskUserQuestion", "arguments": map[string]any{"questions_json": `[{"question":"Pick one?","options":["A","B"]}]`}}, map[string]string{"Accept": "application/json"})
+	if res := msgs[len(msgs)-1]["result"].(map[string]any); resp.StatusCode != 200 || !strings.Contains(resultText(res), "could not show the questions") {
+		t.Errorf("A's form was taken away by B's handshake: %v", res)
+	}
+	dir := t.TempDir()
+	call := func(c *httpTestClient, file string) chan string {
+		done := make(chan string, 1)
+		go func() { // exits when the call answers
+			cmd := fmt.Sprintf("touch %s/%s; sleep 0.5; echo %s", dir, file, file)
+			res := c.result("tools/call", map[string]any{"name": "Bash", "arguments": map[string]any{"command": cmd}})
+			done <- resultText(res)
+		}()
+		return done
+	}
+	a.nextID, b.nextID = 10, 10 // both send request 11
+	doneA, doneB := call(a, "a"), call(b, "b")
+	readPidFileExists(t, dir+"/a")
+	readPidFileExists(t, dir+"/b")
+	a.do("POST", `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":11}}`, nil)
+	if got := <-doneA + <-doneB; got != "a\nb\n" {
+		t.Errorf("an ambiguous cancel stopped a call: %q", got)
+	}
+}
+
+func TestHTTPProtocolVersionHeader(t *testing.T) {
+	t.Parallel()
+	ts := httpStart(t, nil)
+	c := httpClientFor(t, ts.url)
+	c.initialize("2025-06-18")
+	// Claude Code sends a supported version other than the negotiated one: tolerated
+	resp, msgs := c.rpc("tools/list", nil, map[string]string{"MCP-Protocol-Version": "2025-03-26"})
+	if resp.StatusCode != 200 || msgs[0]["result"] == nil {
+		t.Errorf("other supported version: HTTP %d %v", resp.StatusCode, msgs)
+	}
+	resp, _ = c.rpc("tools/list", nil, map[string]string{"MCP-Protocol-Version": ""})
+	if resp.StatusCode != 200 {
+		t.Errorf("no version header: HTTP %d", resp.StatusCode)
+	}
+	resp, body := c.do("POST", `{"jsonrpc":"2.0","id":5,"method":"tools/list"}`, map[string]string{"MCP-Protocol-Version": "1999-01-01"})
+	httpStatus(t, "unsupported version header", resp, body, 400, codeUnsupportedVersion)
+}
+
+func TestHTTPBashCall(t *testing.T) {
+	t.Parallel()
+	ts := httpStart(t, nil)
+	c := httpClientFor(t, ts.url)
+	c.initialize("2025-11-25")
+	resp, msgs := c.rpc("tools/call", map[string]any{"name": "Bash", "arguments": map[string]any{"command": "cd / && echo over http"}}, nil)
+	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+		t.Errorf("Content-Type %q, want application/json for a call with nothing before its response", ct)
+	}
+	res := msgs[0]["result"].(map[string]any)
+	if resultText(res) != "over http\n" || isError(res) || res["structuredContent"] == nil {
+		t.Errorf("Bash over HTTP: %v", res)
+	}
+	// the agent keeps its shell state between POSTs
+	res = c.result("tools/call", map[string]any{"name": "Bash", "arguments": map[string]any{"command": "pwd"}})
+	if resultText(res) != "/\n" {
+		t.Errorf("cwd not kept across POSTs: %q", resultText(res))
+	}
+}
+
+func TestHTTPProgressIsSSE(t *testing.T) {
+	t.Parallel()
+	ts := httpStart(t, nil)
+	c := httpClientFor(t, ts.url)
+	c.initialize("2025-06-18")
+	params := map[string]any{"name": "Bash", "_meta": map[string]any{"progressToken": "p1"},
+		"arguments": map[string]any{"command": "for i in 1 2 3 4; do echo line$i; sleep 0.15; done"}}
+	resp, msgs := c.rpc("tools/call", params, nil)
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+		t.Fatalf("Content-Type %q, want text/event-stream when progress comes first", ct)
+	}
+	if len(msgs) < 2 {
+		t.Fatalf("want progress events before the response, got %v", msgs)
+	}
+	for _, m := range msgs[:len(msgs)-1] {
+		if m["method"] != "notifications/progress" || m["params"].(map[string]any)["progressToken"] != "p1" {
+			t.Errorf("event before the response: %v", m)
+		}
+	}
+	if res := msgs[len(msgs)-1]["result"].(map[string]any); !strings.Contains(resultText(res), "line4") {
+		t.Errorf("response: %v", res)
+	}
+
+	// a client that takes only JSON gets plain JSON; the progress goes nowhere
+	resp, msgs = c.rpc("tools/call", params, map[string]string{"Accept": "application/json"})
+	if ct := resp.Header.Get("Content-Type"); ct != "application/json" || len(msgs) != 1 {
+		t.Errorf("JSON-only client: %q %v", ct, msgs)
+	}
+}
+
+// httpModernPost sends a 2026-07-28 request with matching headers, then hdr's changes.
+func httpModernPost(c *httpTestClient, method string, params map[string]any, hdr map[string]string) (*http.Response, []byte) {
+	c.t.Helper()
+	if params == nil {
+		params = map[string]any{}
+	}
+	if _, ok := params["_meta"]; !ok {
+		params["_meta"] = map[string]any{metaProtocolVersion: versionModern, metaClientCaps: map[string]any{}}
+	}
+	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+	all := map[string]string{"Mcp-Method": method, "MCP-Protocol-Version": versionModern}
+	if n, ok := params["name"].(string); ok {
+		all["Mcp-Name"] = n
+	}
+	for k, v := range hdr {
+		all[k] = v
+	}
+	return c.do("POST", string(b), all)
+}
+
+func TestHTTPModernEra(t *testing.T) {
+	t.Parallel()
+	ts := httpStart(t, nil)
+	c := httpClientFor(t, ts.url)
+
+	resp, body := httpModernPost(c, "tools/list", nil, nil)
+	httpStatus(t, "tools/list", resp, body, 200, 0)
+	res := httpDecode(t, body)["result"].(map[string]any)
+	if res["resultType"] != "complete" || res["ttlMs"] == nil || resp.Header.Get("Mcp-Session-Id") != "" {
+		t.Errorf("modern tools/list: %s (session %q)", body, resp.Header.Get("Mcp-Session-Id"))
+	}
+	resp, body = httpModernPost(c, "tools/call", map[string]any{"name": "Bash", "arguments": map[string]any{"command": "echo stateless"}}, nil)
+	httpStatus(t, "tools/call", resp, body, 200, 0)
+	if got := resultText(httpDecode(t, body)["result"].(map[string]any)); got != "stateless\n" {
+		t.Errorf("modern Bash: %q", got)
+	}
+	resp, body = c.do("POST", `{"jsonrpc":"2.0","id":1,"method":"server/discover"}`, map[string]string{"Mcp-Method": "server/discover"})
+	httpStatus(t, "server/discover probe", resp, body, 200, 0)
+
+	cases := []struct {
+		name         string
+		method       string
+		params       map[string]any
+		hdr          map[string]string
+		status, code int
+	}{
+		{"Mcp-Method mismatch", "tools/list", nil, map[string]string{"Mcp-Method": "tools/call"}, 400, codeHeaderMismatch},
+		{"Mcp-Method missing", "tools/list", nil, map[string]string{"Mcp-Method": ""}, 400, codeHeaderMismatch},
+		{"Mcp-Name mismatch", "tools/call", map[string]any{"name": "Bash", "arguments": map[string]any{"command": "true"}}, map[string]string{"Mcp-Name": "Other"}, 400, codeHeaderMismatch},
+		{"version header differs from _meta", "tools/list", nil, map[string]string{"MCP-Protocol-Version": "2025-11-25"}, 400, codeHeaderMismatch},
+		{"unsupported version header", "tools/list", nil, map[string]string{"MCP-Protocol-Version": "2099-01-01"}, 400, codeUnsupportedVersion},
+		{"version header missing", "tools/list", nil, map[string]string{"MCP-Protocol-Version": ""}, 400, codeHeaderMismatch},
+		{"unsupported version", "tools/list", map[string]any{"_meta": map[string]any{metaProtocolVersion: "2099-01-01", metaClientCaps: map[string]any{}}},
+			map[string]string{"MCP-Protocol-Version": "2099-01-01"}, 400, codeUnsupportedVersion},
+		{"missing clientCapabilities", "tools/list", map[string]any{"_meta": map[string]any{metaProtocolVersion: versionModern}}, nil, 400, codeInvalidParams},
+		{"unknown method", "resources/frobnicate", nil, nil, 404, codeMethodNotFound},
+	}
+	for _, tc := range cases {
+		resp, body := httpModernPost(c, tc.method, tc.params, tc.hdr)
+		httpStatus(t, tc.name, resp, body, tc.status, tc.code)
+	}
+	resp, body = c.do("POST", `[{"jsonrpc":"2.0","id":1,"method":"tools/list"}]`, map[string]string{"MCP-Protocol-Version": versionModern})
+	httpStatus(t, "batch", resp, body, 400, codeInvalidRequest)
+	resp, body = c.do("POST", `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":3,"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}`,
+		map[string]string{"MCP-Protocol-Version": versionModern, "Mcp-Method": "notifications/cancelled"})
+	httpStatus(t, "modern notification", resp, body, 202, 0)
+}
+
+func TestHTTPSecurityChecks(t *testing.T) {
+	t.Parallel()
+	ts := httpStart(t, []string{"HTTP_ORIGINS=https://app.example.com", "HTTP_HOSTS=mybox.lan", "HTTP_MAX_BODY_BYTES=2000"})
+	c := httpClientFor(t, ts.url)
+	init := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
+	for _, tc := range []struct {
+		name   string
+		hdr    map[string]string
+		status int
+	}{
+		{"Host evil.example.com", map[string]string{"Host": "evil.example.com"}, 403},
+		{"Host evil with loopback port", map[string]string{"Host": "evil.example.com:" + strings.Split(ts.url, ":")[2]}, 403},
+		{"Origin evil", map[string]string{"Origin": "http://evil.example.com"}, 403},
+		{"Origin null", map[string]string{"Origin": "null"}, 403},
+		{"Origin localhost", map[string]string{"Origin": "http://localhost:5173"}, 200},
+		{"Origin [::1]", map[string]string{"Origin": "https://[::1]:8443"}, 200},
+		{"Origin configured", map[string]string{"Origin": "https://app.example.com"}, 200},
+		{"Host localhost", map[string]string{"Host": "localhost:1234"}, 200},
+		{"Host [::1]", map[string]string{"Host": "[::1]:80"}, 200},
+		{"Host configured", map[string]string{"Host": "mybox.lan:65510"}, 200},
+	} {
+		resp, body := c.do("POST", init, tc.hdr)
+		httpStatus(t, tc.name, resp, body, tc.status, 0)
+	}
+	resp, body := c.do("POST", `{"jsonrpc":"2.0","id":1,"method":"ping","params":{"pad":"`+strings.Repeat("x", 3000)+`"}}`, nil)
+	httpStatus(t, "body over HTTP_MAX_BODY_BYTES", resp, body, 413, codeInvalidRequest)
+	resp, body = c.do("PUT", init, nil)
+	httpStatus(t, "PUT /mcp", resp, body, 405, 0)
+	c.url = strings.TrimSuffix(ts.url, "/mcp") + "/other"
+	resp, body = c.do("POST", init, nil)
+	httpStatus(t, "unknown path", resp, body, 404, 0)
+	c.url = ts.url
+	resp, body = c.do("POST", "{not json", nil)
+	httpStatus(t, "bad JSON", resp, body, 400, codeParseError)
+
+	tokTS := httpStart(t, []string{"HTTP_TOKEN=s3cret"})
+	tc := httpClientFor(t, tokTS.url)
+	resp, body = tc.do("POST", init, nil)
+	httpStatus(t, "no token", resp, body, 401, 0)
+	if resp.Header.Get("WWW-Authenticate") == "" {
+		t.Error("401 without WWW-Authenticate")
+	}
+	tc.token = "wrong"
+	resp, body = tc.do("POST", init, nil)
+	httpStatus(t, "wrong token", resp, body, 401, 0)
+	tc.token = "s3cret"
+	tc.initialize("2025-11-25")
+	if tc.result("ping", nil) == nil {
+		t.Error("ping with the token failed")
+	}
+}
+
+func TestHTTPBatchPerVersion(t *testing.T) {
+	t.Parallel()
+	ts := httpStart(t, nil)
+	c := httpClientFor(t, ts.url)
+	c.initialize("2025-03-26")
+	resp, body := c.do("POST", `[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"tools/list"},{"jsonrpc":"2.0","method":"notifications/x"}]`, nil)
+	var arr []map[string]any
+	if resp.StatusCode != 200 || json.Unmarshal(body, &arr) != nil || len(arr) != 2 {
+		t.Errorf("batch in 2025-03-26: HTTP %d %s", resp.StatusCode, body)
+	}
+	resp, body = c.do("POST", `[{"jsonrpc":"2.0","method":"notifications/x"}]`, nil)
+	httpStatus(t, "notification-only batch", resp, body, 202, 0)
+	c.initialize("2025-06-18")
+	resp, body = c.do("POST", `[{"jsonrpc":"2.0","id":1,"method":"ping"}]`, nil)
+	httpStatus(t, "batch in 2025-06-18", resp, body, 400, codeInvalidRequest)
+}
+
+// httpRun runs telson's run with args (-http) in-process and returns its URL, cancel and result.
+func httpRun(t *testing.T, args ...string) (url string, stderr *syncBuffer, cancel context.CancelFunc, result chan error) {
+	t.Helper()
+	stderr = &syncBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	result = make(chan error, 1)
+	go func() { result <- run(ctx, strings.NewReader(""), io.Discard, stderr, args) }() // exits when run returns
+	t.Cleanup(cancel)
+	return httpWaitURL(t, stderr), stderr, cancel, result
+}
+
+func TestHTTPGracefulShutdown(t *testing.T) {
+	t.Setenv("TELSON_STATE_DIR", t.TempDir())
+	url, stderr, cancel, result := httpRun(t, "-http", ":0")
+	if !strings.HasPrefix(url, "http://127.0.0.1:") {
+		t.Errorf("-http :0 listens on %s, want loopback", url)
+	}
+	c := httpClientFor(t, url)
+	c.initialize("2025-11-25")
+	dir := t.TempDir()
+	finished, killed := make(chan map[string]any, 1), make(chan struct{})
+	go func() { // exits when the call answers
+		_, msgs := c.rpc("tools/call", map[string]any{"name": "Bash", "arguments": map[string]any{"command": "echo $$ > " + dir + "/a; sleep 0.5; echo finished"}}, nil)
+		finished <- msgs[len(msgs)-1]
+	}()
+	go func() { // exits when the call's connection ends
+		defer close(killed)
+		b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 99, "method": "tools/call", "params": map[string]any{"name": "Bash", "arguments": map[string]any{"command": "sleep 300 & echo $! > " + dir + "/b; wait"}}})
+		if resp, err := http.Post(url, "application/json", bytes.NewReader(b)); err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	}()
+	readPidFile(t, dir+"/a")
+	long := readPidFile(t, dir+"/b")
+	cancel()
+	select {
+	case m := <-finished:
+		if res, _ := m["result"].(map[string]any); res == nil || !strings.Contains(resultText(res), "finished") {
+			t.Errorf("in-flight call during shutdown: %v", m)
+		}
+	case <-time.After(watchdog):
+		t.Fatal("the in-flight call never answered")
+	}
+	select {
+	case err := <-result:
+		if err != nil {
+			t.Errorf("run: %v", err)
+		}
+	case <-time.After(watchdog):
+		t.Fatalf("run did not return; stderr:\n%s", stderr.String())
+	}
+	waitGone(t, long)
+	<-killed
+	if _, err := http.Post(url, "application/json", strings.NewReader("{}")); err == nil {
+		t.Error("still accepting connections after shutdown")
+	}
+}
+
+func TestHTTPBeyondLoopbackNeedsToken(t *testing.T) {
+	t.Setenv("TELSON_STATE_DIR", t.TempDir())
+	url, stderr, cancel, result := httpRun(t, "-http", "0.0.0.0:0")
+	defer func() { cancel(); <-result }()
+	m := regexp.MustCompile(`Authorization: Bearer ([0-9a-f]{48})`).FindStringSubmatch(stderr.String())
+	if m == nil {
+		t.Fatalf("no generated token on stderr: %s", stderr.String())
+	}
+	url = "http://127.0.0.1:" + regexp.MustCompile(`:(\d+)/mcp$`).FindStringSubmatch(url)[1] + "/mcp"
+	c := httpClientFor(t, url)
+	resp, body := c.do("POST", `{"jsonrpc":"2.0","id":1,"method":"ping"}`, nil)
+	httpStatus(t, "no token beyond loopback", resp, body, 401, 0)
+	c.token = m[1]
+	c.initialize("2025-11-25")
+	resp, body = c.do("POST", `{"jsonrpc":"2.0","id":2,"method":"ping"}`, map[string]string{"Host": "192.0.2.7:65510"})
+	httpStatus(t, "IP-literal Host when listening on every interface", resp, body, 200, 0)
+	resp, body = c.do("POST", `{"jsonrpc":"2.0","id":3,"method":"ping"}`, map[string]string{"Host": "evil.example.com"})
+	httpStatus(t, "DNS name Host when listening on every interface", resp, body, 403, 0)
+}
+
+// BenchmarkHTTPToolsList: tools/list over keep-alive from 8 concurrent clients.
+func BenchmarkHTTPToolsList(b *testing.B) {
+	ts := httpStart(b, nil)
+	c := httpClientFor(b, ts.url)
+	c.hc = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
+	c.initialize("2025-11-25")
+	body := []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`)
+	var n atomic.Int64
+	var wg sync.WaitGroup
+	var failed atomic.Value
+	b.ResetTimer()
+	start := time.Now()
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() { // exits when b.N requests are done
+			defer wg.Done()
+			for n.Add(1) <= int64(b.N) {
+				req, _ := http.NewRequest("POST", c.url, bytes.NewReader(body))
+				req.Header.Set("Accept", "application/json, text/event-stream")
+				resp, err := c.hc.Do(req)
+				if err != nil {
+					failed.Store(err.Error())
+					return
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					failed.Store(resp.Status)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "req/s")
+	if f := failed.Load(); f != nil {
+		b.Fatal(f)
+	}
+}
+
+// BenchmarkHTTPBashTrue: one Bash `true` call over HTTP (compare with BenchmarkStdioBashTrue).
+func BenchmarkHTTPBashTrue(b *testing.B) {
+	ts := httpStart(b, nil)
+	c := httpClientFor(b, ts.url)
+	c.initialize("2025-11-25")
+	params := map[string]any{"name": "Bash", "arguments": map[string]any{"command": "true"}}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		c.result("tools/call", params)
+	}
+}
+
+// httpAskTool is a test-only tool (added to one test server, never to toolTable) that reports
+// progress, asks the client with a server-to-client request and returns the answer.
+var httpAskTool = toolDef{name: "HTTPAsk", title: "t", description: "t", input: `{"type":"object","properties":{}}`,
+	run: func(ctx context.Context, c *toolCall) toolResult {
+		c.req.progress(1, "asking")
+		res, err := c.req.request(ctx, "elicitation/create", map[string]any{"message": "ok?"})
+		if err != nil {
+			return errorResult("%v", err)
+		}
+		return textResult(string(res))
+	}}
+
+// A question for the user goes out on the POST's event stream; the client answers it with a
+// new POST, which finds the waiting request by id.
+func TestHTTPServerRequestOnPOSTStream(t *testing.T) {
+	t.Parallel()
+	ts := httpStart(t, nil, func(srv *server) {
+		srv.tools = append(srv.tools, newToolEntry(&httpAskTool))
+	})
+	c := httpClientFor(t, ts.url)
+	c.initialize("2025-06-18")
+	req, _ := http.NewRequest("POST", c.url, strings.NewReader(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"HTTPAsk","_meta":{"progressToken":1}}}`))
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("Content-Type %q, want an event stream", resp.Header.Get("Content-Type"))
+	}
+	br := bufio.NewReader(resp.Body)
+	next := func() map[string]any {
+		t.Helper()
+		ev, err := httpReadEvent(br)
+		if err != nil || ev.name != "message" {
+			t.Fatalf("event %+v: %v", ev, err)
+		}
+		return httpDecode(t, []byte(ev.data))
+	}
+	if m := next(); m["method"] != "notifications/progress" || m["params"].(map[string]any)["message"] != "asking" {
+		t.Fatalf("want the request's progress first, got %v", m)
+	}
+	ask := next()
+	if ask["method"] != "elicitation/create" {
+		t.Fatalf("want the server request on the POST's stream, got %v", ask)
+	}
+	id, _ := json.Marshal(ask["id"])
+	r2, b2 := c.do("POST", fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"result":{"action":"accept"}}`, id), nil)
+	httpStatus(t, "the client's answer", r2, b2, 202, 0)
+	if m := next(); m["id"] != float64(7) || resultText(m["result"].(map[string]any)) != `{"action":"accept"}` {
+		t.Fatalf("response: %v", m)
+	}
+	if _, err := httpReadEvent(br); err != io.EOF {
+		t.Errorf("the stream did not end after the response: %v", err)
+	}
+}
+
+// Over HTTP the listen's POST reply is an event stream that stays open; closing it cancels.
+func TestListenHTTP(t *testing.T) {
+	t.Parallel()
+	extra := t.TempDir()
+	ts := httpStart(t, []string{"ADDITIONAL_SKILLS=" + extra})
+	c := httpClientFor(t, ts.url)
+	body := modernMessage("h1", methodListen, map[string]any{"notifications": map[string]any{"toolsListChanged": true}})
+	req, _ := http.NewRequest("POST", c.url, strings.NewReader(body))
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("MCP-Protocol-Version", versionModern)
+	req.Header.Set("Mcp-Method", methodListen)
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(resp.Body)
+	next := func() map[string]any {
+		t.Helper()
+		ev, err := httpReadEvent(br)
+		if err != nil {
+			t.Fatalf("listen stream: %v", err)
+		}
+		return httpDecode(t, []byte(ev.data))
+	}
+	if ack := next(); ack["method"] != "notifications/subscriptions/acknowledged" || subscriptionOf(ack) != "h1" {
+		t.Fatalf("first event: %v", ack)
+	}
+	r, b := httpModernPost(c, "tools/list", nil, nil)
+	httpStatus(t, "tools/list", r, b, 200, 0)
+	if res := httpDecode(t, b)["result"].(map[string]any); res["ttlMs"] == nil || res["cacheScope"] != "public" {
+		t.Errorf("a modern list result needs ttlMs and cacheScope: %s", b)
+	}
+	wfSkill(t, extra, "fresh", "---\ndescription: d\n---\nx\n")
+	r, b = httpModernPost(c, "tools/call", map[string]any{"name": "InvokeSkill", "arguments": map[string]any{"skill_name": "fresh"}}, nil)
+	httpStatus(t, "tools/call", r, b, 200, 0)
+	seen := map[string]bool{}
+	for !seen["notifications/tools/list_changed"] {
+		m := next()
+		if subscriptionOf(m) != "h1" {
+			t.Fatalf("event without the subscription id: %v", m)
+		}
+		seen[m["method"].(string)] = true
+	}
+	resp.Body.Close()
+	deadline := time.Now().Add(watchdog)
+	for {
+		ts.srv.listens.mu.Lock()
+		n := len(ts.srv.listens.open)
+		ts.srv.listens.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("closing the stream did not end the listen")
+		}
+		runtime.Gosched()
+	}
+}
+
+// httpDialRaw opens a TCP connection to the host of url, closed at the test's end; reads on it
+// give up at the watchdog.
+func httpDialRaw(t *testing.T, url string) net.Conn {
+	t.Helper()
+	host := strings.TrimSuffix(strings.TrimPrefix(url, "http://"), "/mcp")
+	conn, err := net.Dial("tcp", host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	conn.SetReadDeadline(time.Now().Add(watchdog))
+	return conn
+}
+
+// httpClosedByServer reads conn to its end and fails unless the server closed it.
+func httpClosedByServer(t *testing.T, conn net.Conn, what string) []byte {
+	t.Helper()
+	b, err := io.ReadAll(conn)
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatalf("%s: the connection was still open at the watchdog", what)
+	}
+	return b
+}
+
+func TestHTTPSlowBodyIsCutOff(t *testing.T) {
+	t.Parallel()
+	url := httpStart(t, []string{"HTTP_TIMEOUT_MS=300"}).url
+	conn := httpDialRaw(t, url)
+	fmt.Fprintf(conn, "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000\r\n\r\n")
+	go func() { // trickles the body, a byte every 50 ms, until the server has closed the connection
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for range tick.C {
+			if _, err := conn.Write([]byte(" ")); err != nil {
+				return
+			}
+		}
+	}()
+	reply := httpClosedByServer(t, conn, "slow body")
+	if len(reply) > 0 && !bytes.HasPrefix(reply, []byte("HTTP/1.1 400")) {
+		t.Errorf("slow body answered %q", reply)
+	}
+	headers := httpDialRaw(t, url)
+	fmt.Fprintf(headers, "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n") // headers that never end
+	httpClosedByServer(t, headers, "slow headers")
+}
+
+func TestHTTPIdleConnectionIsClosed(t *testing.T) {
+	t.Parallel()
+	url := httpStart(t, []string{"HTTP_TIMEOUT_MS=300"}).url
+	conn := httpDialRaw(t, url)
+	fmt.Fprintf(conn, "GET /other HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != 404 || resp.Close {
+		t.Fatalf("HTTP %d, close %v: want 404 on a kept-alive connection", resp.StatusCode, resp.Close)
+	}
+	if rest, err := io.ReadAll(br); len(rest) > 0 || err != nil {
+		t.Errorf("the idle connection was not closed: %q %v", rest, err)
+	}
+}
+
+// Slow clients cost only themselves: with every connection taken by clients that send half a
+// header, or a whole header and then a body a byte at a time, a new client is served at once
+// (the oldest slow one makes room); a connection whose request is being answered is never shed,
+// and when all are, a newcomer is closed at once so it can retry.
+func TestHTTPSlowClientsDoNotLockOthersOut(t *testing.T) {
+	t.Parallel()
+	url := httpStart(t, []string{"HTTP_TIMEOUT_MS=60000", "HTTP_MAX_CONNECTIONS=4"}).url
+	var slow []net.Conn
+	for i := range 12 {
+		conn := httpDialRaw(t, url)
+		if i%2 == 0 {
+			fmt.Fprintf(conn, "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n") // half a header
+		} else {
+			fmt.Fprintf(conn, "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n{") // a body a byte at a time
+		}
+		slow = append(slow, conn)
+	}
+	for i := range 3 {
+		c := httpClientFor(t, url)
+		if res := c.result("ping", nil); res == nil {
+			t.Fatalf("client %d after the slow ones: no result", i)
+		}
+	}
+	for _, conn := range slow[:8] { // the oldest gave way (the newest may still wait)
+		httpClosedByServer(t, conn, "a slow connection at the cap")
+	}
+
+	// requests being answered hold their connections; the newcomer is closed at once
+	c := httpClientFor(t, url)
+	results := make(chan map[string]any, 4)
+	dir := t.TempDir()
+	for i := range 4 {
+		go func() { // exits when the call answers
+			cmd := fmt.Sprintf("touch %s/%d; while [ ! -e %s/go ]; do sleep 0.05; done; echo held", dir, i, dir)
+			b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": i, "method": "tools/call",
+				"params": map[string]any{"name": "Bash", "arguments": map[string]any{"command": cmd}}})
+			resp, err := c.hc.Post(url, "application/json", bytes.NewReader(b))
+			if err != nil {
+				results <- map[string]any{"error": err.Error()}
+				return
+			}
+			defer resp.Body.Close()
+			var m map[string]any
+			json.NewDecoder(resp.Body).Decode(&m)
+			results <- m
+		}()
+	}
+	for i := range 4 {
+		readPidFileExists(t, fmt.Sprintf("%s/%d", dir, i))
+	}
+	refused := httpDialRaw(t, url)
+	fmt.Fprintf(refused, "GET /other HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+	if b := httpClosedByServer(t, refused, "a connection over the cap"); len(b) > 0 {
+		t.Fatalf("a connection over the cap was served: %q", b)
+	}
+	os.WriteFile(dir+"/go", nil, 0o644)
+	for range 4 {
+		if m := <-results; m["result"] == nil || resultText(m["result"].(map[string]any)) != "held\n" {
+			t.Errorf("a request being answered was shed: %v", m)
+		}
+	}
+}
+
+// The read timeout is for sending a request: a request running longer is not cut by it.
+func TestHTTPLongRequestsOutliveTheReadTimeout(t *testing.T) {
+	t.Parallel()
+	url := httpStart(t, []string{"HTTP_TIMEOUT_MS=200"}).url
+	c := httpClientFor(t, url)
+	c.initialize("2025-11-25")
+	long := map[string]any{"name": "Bash", "arguments": map[string]any{"command": "sleep 0.6; echo done"}}
+	if got := resultText(c.result("tools/call", long)); got != "done\n" {
+		t.Errorf("legacy call longer than the read timeout: %q", got)
+	}
+	resp, body := httpModernPost(c, "tools/call", long, nil)
+	httpStatus(t, "modern call longer than the read timeout", resp, body, 200, 0)
+	if got := resultText(httpDecode(t, body)["result"].(map[string]any)); got != "done\n" {
+		t.Errorf("modern call longer than the read timeout: %q", got)
+	}
+}
+
+// ---- Bash --------------------------------------------------------------------------------------
+
+// processAlive reports whether pid exists and is not a zombie.
+func processAlive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
+		return s[i+2] != 'Z'
+	}
+	return true
+}
+
+// TestNoOrphans starts a grandchild that would outlive its shell, then ends
+// telson three ways; the grandchild must die each time.
+func TestNoOrphans(t *testing.T) {
+	for _, how := range []string{"eof", "sigterm", "sigkill"} {
+		how := how
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			c := startBinary(t, nil)
+			c.initialize("2025-11-25")
+			pidFile := filepath.Join(t.TempDir(), "pid")
+			cmd := `sleep 1000 & echo $! > ` + pidFile
+			if how != "eof" {
+				cmd += "; wait"
+			}
+			c.send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"Bash","arguments":{"command":"` + cmd + `"}}}`)
+			pid := readPidFile(t, pidFile)
+			switch how {
+			case "eof":
+				c.waitResponse(float64(1))
+				c.in.Close()
+			case "sigterm":
+				c.cmd.Process.Signal(syscall.SIGTERM)
+			case "sigkill":
+				c.cmd.Process.Kill()
+			}
+			waitGone(t, pid)
+		})
+	}
+}
+
+func TestBashOutputIsBoundedHeadAndTail(t *testing.T) {
+	t.Parallel()
+	c := startServer(t, "OUTPUT_LIMIT=1000")
+	c.initialize("2025-06-18")
+	res := c.callTool("Bash", map[string]any{"command": "seq 1 100000"})
+	text := resultText(res)
+	sc := res["structuredContent"].(map[string]any)
+	if !strings.HasPrefix(text, "1\n2\n3\n") || !strings.Contains(text, "99999\n100000\n") || !strings.Contains(text, "lines (") {
+		t.Errorf("head/tail not kept: %q", text)
+	}
+	if len(text) > 1300 || sc["truncated"] != true || isError(res) {
+		t.Errorf("len %d, structured %v", len(text), sc)
+	}
+}
+
+func TestBashTimeoutStopsTheGroup(t *testing.T) {
+	t.Parallel()
+	c := startServer(t)
+	c.initialize("2025-06-18")
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	// The child ignores TERM, so the group needs the KILL after the grace.
+	res := c.callTool("Bash", map[string]any{"timeout": 300,
+		"command": "echo started; (trap '' TERM; sleep 300) & echo $! > " + pidFile + "; wait"})
+	text := resultText(res)
+	if !isError(res) || !strings.Contains(text, "started") || !strings.Contains(text, "timed out") {
+		t.Errorf("got %q", text)
+	}
+	if sc := res["structuredContent"].(map[string]any); sc["timed_out"] != true || sc["exit_code"] != float64(-1) {
+		t.Errorf("structured %v", sc)
+	}
+	waitGone(t, readPidFile(t, pidFile))
+}
+
+func TestBashWorkingDirectoryPersistsEnvironmentDoesNot(t *testing.T) {
+	t.Parallel()
+	c := startServer(t)
+	c.initialize("2025-11-25")
+	dir, _ := filepath.EvalSymlinks(t.TempDir())
+	c.callTool("Bash", map[string]any{"command": "cd " + dir + " && export TELSON_TEST_VAR=1"})
+	res := c.callTool("Bash", map[string]any{"command": "pwd; echo ${TELSON_TEST_VAR:-unset}"})
+	if got, want := resultText(res), dir+"\nunset\n"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	if sc := res["structuredContent"].(map[string]any); sc["cwd"] != dir {
+		t.Errorf("cwd %v, want %s", sc["cwd"], dir)
+	}
+}
+
+func TestBashExitStatusAndInvalidUTF8(t *testing.T) {
+	t.Parallel()
+	c := startServer(t)
+	c.initialize("2025-11-25")
+	res := c.callTool("Bash", map[string]any{"command": `printf 'a\377b'; exit 3`})
+	if text := resultText(res); !isError(res) || text != "a\uFFFDb\n[exit status 3]" {
+		t.Errorf("got %q", text)
+	}
+	res = c.callTool("Bash", map[string]any{"command": `kill -SEGV $$`})
+	if text := resultText(res); !isError(res) || !strings.Contains(text, "killed by signal SEGV") {
+		t.Errorf("got %q", text)
+	}
+	res = c.callTool("Bash", map[string]any{"command": "   "})
+	if !isError(res) || !strings.Contains(resultText(res), "empty") {
+		t.Errorf("blank command: %v", res)
+	}
+	res = c.callTool("Bash", map[string]any{"command": "true", "timeout_ms": 5})
+	if isError(res) {
+		t.Errorf("unknown argument: %v", res)
+	}
+	res = c.callTool("Bash", map[string]any{"command": "true", "timeout": 700000})
+	if !isError(res) || !strings.Contains(resultText(res), `"timeout" must be at most 600000`) {
+		t.Errorf("timeout range: %v", res)
+	}
+}
+
+// What a model reads of command output is what a person would read on a terminal: escape
+// sequences gone, a progress bar's last state; the output file keeps the raw bytes.
+func TestBashRendersTerminalOutput(t *testing.T) {
+	t.Parallel()
+	c := startServer(t, "OUTPUT_LIMIT=1000")
+	c.initialize("2025-11-25")
+	noise := `printf '\033[1;31mred\033[0m \033]0;title\007done\r\n'; ` +
+		`printf 'progress 20%%\rprogress 40%%\rprogress 100%%\n'; printf '\033[2Kclean\033[K\n'`
+	res := c.callTool("Bash", map[string]any{"command": noise})
+	want := "red done\nprogress 100%\nclean\n"
+	if text := resultText(res); text != want || bgStructured(t, res)["output"] != want {
+		t.Errorf("got %q, want %q", text, want)
+	}
+	// cut output: the preview is rendered, the file is raw
+	res = c.callTool("Bash", map[string]any{"command": "for i in $(seq 300); do printf '\033[32m%04d\033[0m\r%04d ok\n' $i $i; done"})
+	sc := bgStructured(t, res)
+	text := sc["output"].(string)
+	if !strings.HasPrefix(text, "0001 ok\n0002 ok\n") || strings.Contains(text, "\033") || !strings.HasSuffix(text, "0300 ok\n") {
+		t.Errorf("cut output not rendered: %q", text)
+	}
+	raw, err := os.ReadFile(sc["output_file"].(string))
+	if err != nil || !bytes.HasPrefix(raw, []byte("\033[32m0001\033[0m\r0001 ok\n")) {
+		t.Errorf("the output file is not the raw output: %q %v", raw[:min(len(raw), 40)], err)
+	}
+}
+
+func TestBashStreamsProgress(t *testing.T) {
+	t.Parallel()
+	c := startServer(t)
+	c.initialize("2025-11-25")
+	resp := c.request("tools/call", map[string]any{"name": "Bash", "_meta": map[string]any{"progressToken": "tok"},
+		"arguments": map[string]any{"command": "for i in 1 2 3 4; do echo line$i; sleep 0.15; done"}})
+	if resp["result"] == nil {
+		t.Fatalf("%v", resp)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var last float64
+	seen := 0
+	for _, n := range c.notes {
+		if n["method"] != "notifications/progress" {
+			continue
+		}
+		p := n["params"].(map[string]any)
+		if p["progressToken"] != "tok" || p["progress"].(float64) <= last || !strings.Contains(p["message"].(string), "line") {
+			t.Errorf("bad progress %v", p)
+		}
+		last = p["progress"].(float64)
+		seen++
+	}
+	if seen == 0 {
+		t.Errorf("no progress notifications; notes %v", c.notes)
+	}
+}
+
 func BenchmarkBashTrue(b *testing.B) {
 	p := startBenchProc(b)
 	p.roundTrip(b, benchInit)
@@ -1161,39 +2628,278 @@ func BenchmarkBashBigOutput(b *testing.B) {
 	}
 }
 
-// TestREADMEIsComplete keeps the README true: every tool and every
-// configuration key is documented there.
-func TestREADMEIsComplete(t *testing.T) {
-	b, err := os.ReadFile("README.md")
+// BenchmarkStdioBashTrue: one Bash `true` call over stdio, the baseline for BenchmarkHTTPBashTrue.
+func BenchmarkStdioBashTrue(b *testing.B) {
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	srv := newServer(testSettings(b), io.Discard)
+	go func() { // exits when serveStdio returns
+		serveStdio(ctx, srv, inR, outW)
+		srv.close()
+		outW.Close()
+		close(done)
+	}()
+	br := bufio.NewReader(outR)
+	call := func(id int, msg string) {
+		fmt.Fprintf(inW, msg+"\n", id)
+		want := fmt.Sprintf(`"id":%d,`, id)
+		for {
+			line, err := br.ReadString('\n')
+			if err != nil {
+				b.Fatal(err)
+			}
+			if strings.Contains(line, want) {
+				return
+			}
+		}
+	}
+	call(0, `{"jsonrpc":"2.0","id":%d,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{}}}`)
+	b.ResetTimer()
+	for i := 1; i <= b.N; i++ {
+		call(i, `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"Bash","arguments":{"command":"true"}}}`)
+	}
+	b.StopTimer()
+	cancel()
+	inW.Close()
+	<-done
+}
+
+// procOutsideTmp is a directory outside /tmp, which the sandbox replaces.
+func procOutsideTmp(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp(".", "proc-test-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme := string(b)
-	for _, d := range toolTable {
-		if !strings.Contains(readme, "| "+d.name+" |") {
-			t.Errorf("README: no row for tool %s", d.name)
-		}
+	dir, _ = filepath.Abs(dir)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// procEscapes are the ways a command leaves its process group: each writes the escaped pid to $1.
+var procEscapes = map[string]string{
+	"setsid":      `setsid sleep 1000 >/dev/null 2>&1 & echo $! > "$F"`,
+	"set -m":      `set -m; sleep 1000 >/dev/null 2>&1 & echo $! > "$F"`,
+	"double fork": `(sleep 1000 >/dev/null 2>&1 & echo $! > "$F") &`,
+}
+
+func TestEscapedProcessesDieWithTheirTask(t *testing.T) {
+	t.Parallel()
+	for name, escape := range procEscapes {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			c := bgServer(t)
+			pidFile := filepath.Join(t.TempDir(), "pid")
+			id := bgStart(t, c, "F="+shellQuote(pidFile)+"\n"+escape+"\necho started; sleep 1000")
+			pid := readPidFile(t, pidFile)
+			if res := c.callTool("KillBgTask", map[string]any{"task_id": id}); isError(res) {
+				t.Fatalf("kill: %s", resultText(res))
+			}
+			waitGone(t, pid)
+		})
 	}
-	for _, f := range defaultSettings().fields() {
-		if !strings.Contains(readme, "| "+f.Tag.Get("key")+" |") {
-			t.Errorf("README: no row for setting %s", f.Tag.Get("key"))
-		}
-	}
-	for _, k := range searchCredentials {
-		if !strings.Contains(readme, "| "+k+" |") {
-			t.Errorf("README: no row for setting %s", k)
+}
+
+func TestEscapedProcessesDieWithTheServer(t *testing.T) {
+	t.Parallel()
+	for name, escape := range procEscapes {
+		for _, how := range []string{"eof", "sigkill"} {
+			t.Run(name+"/"+how, func(t *testing.T) {
+				t.Parallel()
+				c := startBinary(t, nil)
+				c.initialize("2025-11-25")
+				dir := t.TempDir()
+				bgStart(t, c, "F="+shellQuote(filepath.Join(dir, "bg"))+"\n"+escape)
+				c.callTool("Bash", map[string]any{"command": "F=" + shellQuote(filepath.Join(dir, "bash")) + "\n" + escape})
+				bgPid := readPidFile(t, filepath.Join(dir, "bg"))
+				bashPid := readPidFile(t, filepath.Join(dir, "bash"))
+				if how == "eof" {
+					c.in.Close()
+				} else {
+					c.cmd.Process.Signal(syscall.SIGKILL) // the reaper kills them
+				}
+				waitGone(t, bgPid)
+				waitGone(t, bashPid)
+			})
 		}
 	}
 }
 
-func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+func TestEscapedProcessesDieWithTheSession(t *testing.T) {
+	t.Parallel()
+	c := bgServer(t)
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	c.callTool("Bash", map[string]any{"command": "F=" + shellQuote(pidFile) + "\n" + procEscapes["setsid"]})
+	pid := readPidFile(t, pidFile)
+	c.in.Close()
+	waitGone(t, pid)
+}
 
-// ---- bg ----
+func TestBashCutKeepsLinesAndTheWholeOutput(t *testing.T) {
+	t.Parallel()
+	c := startServer(t, "OUTPUT_LIMIT=1000")
+	c.initialize("2025-06-18")
+	res := c.callTool("Bash", map[string]any{"command": "seq 1 100000"})
+	sc := bgStructured(t, res)
+	text := resultText(res)
+	file, _ := sc["output_file"].(string)
+	whole, err := os.ReadFile(file)
+	if err != nil || !strings.HasPrefix(string(whole), "1\n2\n") || !strings.HasSuffix(string(whole), "\n99999\n100000\n") {
+		t.Fatalf("output file %q: %v, %d bytes", file, err, len(whole))
+	}
+	if !strings.Contains(text, file) {
+		t.Errorf("the reply does not name the file: %q", text)
+	}
+	out := sc["output"].(string)
+	head, tail, ok := strings.Cut(out, "\n[... ")
+	if !ok || !strings.HasSuffix(head, "\n") {
+		t.Fatalf("head does not end a line: %q", out)
+	}
+	tail = tail[strings.Index(tail, "...]\n\n")+6:]
+	if !strings.HasPrefix(string(whole), head) || !strings.HasSuffix(string(whole), tail) || strings.HasPrefix(tail, "0") {
+		t.Errorf("tail does not start a line: %q", tail[:20])
+	}
+	lines := strings.Count(string(whole), "\n") - strings.Count(head, "\n") - strings.Count(tail, "\n")
+	bytesLeft := len(whole) - len(head) - len(tail)
+	if sc["omitted_lines"] != float64(lines) || sc["omitted_bytes"] != float64(bytesLeft) {
+		t.Errorf("omitted %v lines %v bytes, want %d and %d", sc["omitted_lines"], sc["omitted_bytes"], lines, bytesLeft)
+	}
+	if want := fmt.Sprintf("[... %d lines (%d bytes) left out", lines, bytesLeft); !strings.Contains(text, want) {
+		t.Errorf("the cut does not say %q: %q", want, text)
+	}
+}
 
-// bg_test.go tests the background task tools against real processes: output
-// order, incremental and waiting reads, the bounded buffer, kills that leave
-// nothing behind, limits, notices and concurrent reads; and benchmarks the
-// server's memory under a flood and the latency of a read.
+func TestBashTimeoutSaysWhatToDo(t *testing.T) {
+	t.Parallel()
+	c := bgServer(t)
+	res := c.callTool("Bash", map[string]any{"command": "sleep 10", "timeout": 100})
+	hint, _ := bgStructured(t, res)["hint"].(string)
+	for _, want := range []string{"600000", "BackgroundBash"} {
+		if !strings.Contains(hint, want) || !strings.Contains(resultText(res), want) {
+			t.Errorf("timeout reply lacks %q: %q / %q", want, hint, resultText(res))
+		}
+	}
+}
+
+func TestBashRunInBackground(t *testing.T) {
+	t.Parallel()
+	c := bgServer(t)
+	res := c.callTool("Bash", map[string]any{"command": "echo bg", "run_in_background": true, "description": "say bg"})
+	sc := bgStructured(t, res)
+	if isError(res) || sc["task_id"] != 1.0 || !strings.Contains(resultText(res), "Started background task 1") {
+		t.Fatalf("run_in_background: %v", res)
+	}
+	if out, _ := bgReadToEnd(t, c, 1); out != "bg\n" {
+		t.Errorf("output %q", out)
+	}
+}
+
+// procWaitFile waits until the file another process writes ends with suffix.
+func procWaitFile(t *testing.T, path, suffix string) {
+	t.Helper()
+	deadline := time.Now().Add(watchdog)
+	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
+		if b, _ := os.ReadFile(path); strings.HasSuffix(string(b), suffix) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never ended with %q", path, suffix)
+		}
+		time.Sleep(wait) // polling a file another process writes, bounded by the watchdog
+	}
+}
+
+// BenchmarkBashTrueVsDirect alternates a Bash `true` call to the real binary
+// with a direct `bash -c true` spawn, so both see the same machine load, and
+// reports the median of each and their ratio.
+func BenchmarkBashTrueVsDirect(b *testing.B) {
+	p := startBenchProc(b)
+	p.roundTrip(b, benchInit)
+	call := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"Bash","arguments":{"command":"true"}}}` + "\n"
+	var viaTelson, direct []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		p.roundTrip(b, call)
+		viaTelson = append(viaTelson, time.Since(start))
+		start = time.Now()
+		if err := exec.Command("bash", "-c", "true").Run(); err != nil {
+			b.Fatal(err)
+		}
+		direct = append(direct, time.Since(start))
+	}
+	b.StopTimer()
+	median := func(d []time.Duration) float64 {
+		slices.Sort(d)
+		return float64(d[len(d)/2])
+	}
+	b.ReportMetric(median(viaTelson), "bash-ns")
+	b.ReportMetric(median(direct), "direct-ns")
+	b.ReportMetric(median(viaTelson)/median(direct), "ratio")
+}
+
+func TestBashWorkingDirectoryAfterEveryFormOfCd(t *testing.T) {
+	t.Parallel()
+	dir, _ := filepath.EvalSymlinks(t.TempDir())
+	script := filepath.Join(dir, "go-there.sh")
+	os.WriteFile(script, []byte("cd "+shellQuote(dir)+"\n"), 0o600)
+	forms := map[string]string{
+		"cd":        "cd " + dir,
+		"quoted":    "c''d " + dir,
+		"escaped":   `c\d ` + dir,
+		"expansion": "x=c; ${x}d " + dir,
+		"eval":      "eval cd " + dir,
+		"source":    "source " + script,
+		"dot":       ". " + script,
+		"pushd":     "pushd " + dir,
+		"braces":    "{ cd " + dir + "; }",
+		"exit":      "cd " + dir + "; exit 3",
+	}
+	for name, command := range forms {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			c := startServer(t)
+			c.initialize("2025-11-25")
+			res := c.callTool("Bash", map[string]any{"command": command})
+			if cwd := bgStructured(t, res)["cwd"]; cwd != dir {
+				t.Errorf("%s: cwd %v, want %s", command, cwd, dir)
+			}
+			if text := resultText(c.callTool("Bash", map[string]any{"command": "pwd"})); text != dir+"\n" {
+				t.Errorf("%s: next command runs in %q", command, text)
+			}
+		})
+	}
+}
+
+func TestMayChangeDir(t *testing.T) {
+	for command, want := range map[string]bool{
+		"true": false, "ls -la /tmp": false, "go test ./...": false, "git status && make": false,
+		"cd /tmp": true, "X=1 cd /tmp": true, "echo a;cd /": true, "(pushd x)": true,
+		"popd": true, ". env.sh": true, "source env.sh": true, "eval x": true,
+		"c''d /": true, `c\d /`: true, "$X /": true, "`echo cd` /": true, "c? /": true, "c{d,} /": true,
+		"./cd /": false, "/bin/cd": false, "abcd /": false,
+	} {
+		if got := mayChangeDir(command); got != want {
+			t.Errorf("mayChangeDir(%q) = %v, want %v", command, got, want)
+		}
+	}
+}
+
+// proc2Parent is pid's parent, from /proc.
+func proc2Parent(t *testing.T, pid int) int {
+	t.Helper()
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	parent, _ := strconv.Atoi(fields[1])
+	return parent
+}
+
+// ---- BackgroundBash, ReadBgOutput, ListBgTasks, KillBgTask -------------------------------------
 
 // bgServer starts an in-process telson on protocol 2025-06-18 (structured content on).
 func bgServer(t *testing.T, args ...string) *testClient {
@@ -1932,767 +3638,53 @@ func BenchmarkReadBgOutput(b *testing.B) {
 	b.ReportMetric(float64(m)/float64(mp), "median/ping")
 }
 
-// ---- http ----
-
-// The HTTP tests run the real Streamable HTTP server (serveHTTP on a loopback port, in-process)
-// the way HTTP clients use it, in both eras: every 4xx rule, one agent's state across POSTs,
-// replies as JSON or event streams, slow clients, and a graceful shutdown of `run -http`.
-// Benchmarks compare HTTP with stdio.
-
-// httpTestServer is serveHTTP running in-process.
-type httpTestServer struct {
-	url    string
-	srv    *server
-	stderr *syncBuffer
-}
-
-// httpStart serves testSettings(kv) over HTTP on a loopback port until the test ends; setup
-// runs on the server before it serves.
-func httpStart(t testing.TB, kv []string, setup ...func(srv *server)) *httpTestServer {
-	t.Helper()
-	ts := &httpTestServer{srv: newServer(testSettings(t, kv...), io.Discard), stderr: &syncBuffer{}}
-	for _, f := range setup {
-		f(ts.srv)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	result := make(chan error, 1)
-	go func() { // exits when serveHTTP returns
-		result <- serveHTTP(ctx, ts.srv, "127.0.0.1:0", ts.stderr)
-		ts.srv.close()
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-result
-	})
-	ts.url = httpWaitURL(t, ts.stderr)
-	return ts
-}
-
-// httpWaitURL waits for the line on stderr that says where telson serves.
-func httpWaitURL(t testing.TB, stderr *syncBuffer) string {
-	t.Helper()
-	re := regexp.MustCompile(`serving MCP on (http://\S+)`)
-	deadline := time.Now().Add(watchdog)
-	for {
-		if m := re.FindStringSubmatch(stderr.String()); m != nil {
-			return m[1]
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("telson -http did not start: %s", stderr.String())
-		}
-		time.Sleep(5 * time.Millisecond) // polling the log line, bounded by the watchdog
-	}
-}
-
-// httpTestClient talks to one /mcp endpoint.
-type httpTestClient struct {
-	t       testing.TB
-	hc      *http.Client
-	url     string
-	version string // MCP-Protocol-Version to send
-	token   string
-	nextID  int
-}
-
-func httpClientFor(t testing.TB, url string) *httpTestClient {
-	return &httpTestClient{t: t, hc: &http.Client{}, url: url}
-}
-
-// do sends one HTTP request; hdr adds or (with "") removes headers.
-func (c *httpTestClient) do(method, body string, hdr map[string]string) (*http.Response, []byte) {
-	c.t.Helper()
-	req, err := http.NewRequest(method, c.url, strings.NewReader(body))
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	req.Header.Set("Content-Type", "application/json")
-	if c.version != "" {
-		req.Header.Set("MCP-Protocol-Version", c.version)
-	}
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
-	for k, v := range hdr {
-		switch {
-		case k == "Host":
-			req.Host = v
-		case v == "":
-			req.Header.Del(k)
-		default:
-			req.Header.Set(k, v)
-		}
-	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		c.t.Fatalf("%s %s: %v", method, c.url, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		c.t.Fatalf("%s %s: read: %v", method, c.url, err)
-	}
-	return resp, b
-}
-
-// httpMessages decodes a reply body: one JSON message, or the data of every SSE event.
-func httpMessages(t testing.TB, resp *http.Response, body []byte) []map[string]any {
-	t.Helper()
-	var datas []string
-	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		br := bufio.NewReader(bytes.NewReader(body))
-		for {
-			ev, err := httpReadEvent(br)
-			if err != nil {
-				break
-			}
-			if ev.name != "message" {
-				t.Fatalf("SSE event %q, want message", ev.name)
-			}
-			datas = append(datas, ev.data)
-		}
-	} else {
-		datas = []string{string(body)}
-	}
-	var out []map[string]any
-	for _, d := range datas {
-		var m map[string]any
-		if err := json.Unmarshal([]byte(d), &m); err != nil {
-			t.Fatalf("reply %q: %v", d, err)
-		}
-		out = append(out, m)
-	}
-	return out
-}
-
-// httpEvent is one server-sent event.
-type httpEvent struct{ name, data string }
-
-// httpReadEvent reads the next event, skipping comments and blank lines.
-func httpReadEvent(br *bufio.Reader) (httpEvent, error) {
-	var ev httpEvent
-	for {
-		line, err := br.ReadString('\n')
-		if err != nil {
-			return ev, err
-		}
-		line = strings.TrimRight(line, "\r\n")
-		switch {
-		case line == "":
-			if ev.name != "" || ev.data != "" {
-				return ev, nil
-			}
-		case strings.HasPrefix(line, ":"):
-		case strings.HasPrefix(line, "event: "):
-			ev.name = line[len("event: "):]
-		case strings.HasPrefix(line, "data: "):
-			if ev.data != "" {
-				ev.data += "\n"
-			}
-			ev.data += line[len("data: "):]
-		}
-	}
-}
-
-// rpc sends a request and returns every message of the reply, the response last.
-func (c *httpTestClient) rpc(method string, params any, hdr map[string]string) (*http.Response, []map[string]any) {
-	c.t.Helper()
-	c.nextID++
-	msg := map[string]any{"jsonrpc": "2.0", "id": c.nextID, "method": method}
-	if params != nil {
-		msg["params"] = params
-	}
-	b, _ := json.Marshal(msg)
-	resp, body := c.do("POST", string(b), hdr)
-	if resp.StatusCode != http.StatusOK {
-		return resp, []map[string]any{httpDecode(c.t, body)}
-	}
-	msgs := httpMessages(c.t, resp, body)
-	if len(msgs) == 0 || msgs[len(msgs)-1]["id"] != float64(c.nextID) {
-		c.t.Fatalf("%s: reply does not end with response %d: %s", method, c.nextID, body)
-	}
-	return resp, msgs
-}
-
-// result sends a request that must succeed and returns its result.
-func (c *httpTestClient) result(method string, params any) map[string]any {
-	c.t.Helper()
-	resp, msgs := c.rpc(method, params, nil)
-	res, ok := msgs[len(msgs)-1]["result"].(map[string]any)
-	if resp.StatusCode != http.StatusOK || !ok {
-		c.t.Fatalf("%s: HTTP %d %v", method, resp.StatusCode, msgs)
-	}
-	return res
-}
-
-func httpDecode(t testing.TB, body []byte) map[string]any {
-	t.Helper()
-	var m map[string]any
-	if err := json.Unmarshal(body, &m); err != nil {
-		t.Fatalf("body %q: %v", body, err)
-	}
-	return m
-}
-
-// initialize negotiates version; no session id comes back.
-func (c *httpTestClient) initialize(version string) {
-	c.t.Helper()
-	c.version = ""
-	resp, msgs := c.rpc("initialize", map[string]any{"protocolVersion": version, "capabilities": map[string]any{},
-		"clientInfo": map[string]any{"name": "test", "version": "1"}}, nil)
-	if resp.StatusCode != 200 || msgs[0]["result"] == nil {
-		c.t.Fatalf("initialize: HTTP %d %v", resp.StatusCode, msgs)
-	}
-	if sid := resp.Header.Get("Mcp-Session-Id"); sid != "" {
-		c.t.Fatalf("initialize: a session id %q; telson has no HTTP sessions", sid)
-	}
-	c.version = version
-	resp, body := c.do("POST", `{"jsonrpc":"2.0","method":"notifications/initialized"}`, nil)
-	if resp.StatusCode != http.StatusAccepted || len(body) != 0 {
-		c.t.Fatalf("notifications/initialized: HTTP %d %q, want 202 and no body", resp.StatusCode, body)
-	}
-}
-
-// httpStatus asserts an HTTP status and, when code is not 0, the JSON-RPC error code of the body.
-func httpStatus(t *testing.T, what string, resp *http.Response, body []byte, status, code int) {
-	t.Helper()
-	if resp.StatusCode != status {
-		t.Errorf("%s: HTTP %d, want %d: %s", what, resp.StatusCode, status, body)
-		return
-	}
-	if code != 0 {
-		if got := errCode(httpDecode(t, body)); got != code {
-			t.Errorf("%s: error code %d, want %d: %s", what, got, code, body)
-		}
-	}
-}
-
-// One HTTP server is one agent's state: no session ids, POST only, the shell's directory and
-// the negotiated version shared by every POST.
-func TestHTTPOneAgentNoSessions(t *testing.T) {
+func TestBgTailLogAndBriefKill(t *testing.T) {
 	t.Parallel()
-	ts := httpStart(t, nil)
-	c := httpClientFor(t, ts.url)
-	c.initialize("2025-06-18")
-	res := c.result("tools/list", nil)
-	if tools := res["tools"].([]any); len(tools) == 0 || tools[0].(map[string]any)["name"] != "Bash" {
-		t.Errorf("tools/list: %v", res)
+	c := bgServer(t, "BG_BUFFER_BYTES=1000")
+	res := c.callTool("BackgroundBash", map[string]any{"command": "seq 1 5000; sleep 1000"})
+	logFile, _ := bgStructured(t, res)["log_file"].(string)
+	if logFile == "" || !strings.Contains(resultText(res), logFile) {
+		t.Fatalf("no log file named: %v", res)
 	}
-	c.result("tools/call", map[string]any{"name": "Bash", "arguments": map[string]any{"command": "cd /"}})
-	other := httpClientFor(t, ts.url)
-	res = other.result("tools/call", map[string]any{"name": "Bash", "arguments": map[string]any{"command": "pwd"}})
-	if resultText(res) != "/\n" {
-		t.Errorf("a second client does not share the agent's shell: %q", resultText(res))
+	if list := c.callTool("ListBgTasks", map[string]any{}); !strings.Contains(resultText(list), logFile) {
+		t.Errorf("the list does not name the log: %q", resultText(list))
 	}
-	resp, body := c.do("POST", `{"jsonrpc":"2.0","id":9,"method":"ping"}`, map[string]string{"Mcp-Session-Id": "0123456789abcdef"})
-	httpStatus(t, "a session id is ignored", resp, body, 200, 0)
-	for _, m := range []string{"GET", "DELETE"} {
-		resp, body = c.do(m, "", nil)
-		httpStatus(t, m, resp, body, 405, codeInvalidRequest)
-		if resp.Header.Get("Allow") != "POST" {
-			t.Errorf("%s: Allow %q, want POST", m, resp.Header.Get("Allow"))
-		}
+	procWaitFile(t, logFile, "\n5000\n")
+	sc := bgStructured(t, c.callTool("ReadBgOutput", map[string]any{"task_id": 1, "tail": 3}))
+	if sc["output"] != "4998\n4999\n5000\n" || sc["dropped_bytes"].(float64) == 0 {
+		t.Errorf("tail 3: %v", sc)
 	}
-	// the old HTTP+SSE endpoint names the right setting (Gemini CLI's "url" means SSE)
-	c.url = ts.url[:len(ts.url)-len("/mcp")] + "/sse"
-	resp, body = c.do("GET", "", nil)
-	httpStatus(t, "/sse", resp, body, 404, codeInvalidRequest)
-	if !strings.Contains(string(body), `httpUrl`) || !strings.Contains(string(body), "--transport http") {
-		t.Errorf("/sse does not say what to set: %s", body)
+	if b, _ := os.ReadFile(logFile); !strings.HasPrefix(string(b), "1\n2\n3\n") {
+		t.Errorf("log does not hold the whole output: %.20q", b)
+	}
+	res = c.callTool("BackgroundBash", map[string]any{"command": "seq 1 3000; echo last; sleep 1000"})
+	procWaitFile(t, bgStructured(t, res)["log_file"].(string), "\nlast\n")
+	res = c.callTool("KillBgTask", map[string]any{"task_id": 2})
+	text := resultText(res)
+	if !strings.Contains(text, "\nlast\n") || len(text) > 600 || strings.Contains(text, "\n2990\n") {
+		t.Errorf("kill reply is not brief: %q", text)
+	}
+	if !strings.Contains(text, "dropped") || !strings.Contains(text, "complete output is in") {
+		t.Errorf("overflow does not name the log: %q", text)
 	}
 }
 
-// A background task's end rides on the next tool result over HTTP, as over stdio.
-func TestHTTPNoticeRidesOnTheNextResult(t *testing.T) {
+func TestBgEndSaidOncePerReply(t *testing.T) {
 	t.Parallel()
-	ts := httpStart(t, nil)
-	c := httpClientFor(t, ts.url)
-	c.initialize("2025-11-25")
-	res := c.result("tools/call", map[string]any{"name": "BackgroundBash", "arguments": map[string]any{"command": "true"}})
-	id := res["structuredContent"].(map[string]any)["task_id"]
-	c.result("tools/call", map[string]any{"name": "ReadBgOutput", "arguments": map[string]any{"task_id": id, "wait_ms": 10000}})
-	res = c.result("tools/call", map[string]any{"name": "BackgroundBash", "arguments": map[string]any{"command": "exit 3"}})
-	id = res["structuredContent"].(map[string]any)["task_id"]
-	deadline := time.Now().Add(watchdog)
-	for {
-		res = c.result("tools/call", map[string]any{"name": "Bash", "arguments": map[string]any{"command": "true"}})
-		if strings.Contains(resultText(res), fmt.Sprintf("background task %v exited with status 3", id)) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no notice of the task's end: %v", res)
-		}
+	c := bgServer(t)
+	fifo, release := bgFifo(t) // the task ends after BackgroundBash has answered
+	id := bgStart(t, c, "read x < "+shellQuote(fifo)+"; exit 4")
+	release()
+	res := bgRead(t, c, id, int(watchdog.Milliseconds()))
+	if n := strings.Count(resultText(res), "exited with status 4"); n != 1 {
+		t.Errorf("the end is said %d times: %q", n, resultText(res))
+	}
+	if _, ok := bgStructured(t, res)["notices"]; ok {
+		t.Errorf("the notice rides along: %v", res)
 	}
 }
 
-// Two legacy clients on one HTTP server: one's handshake does not take away the other's
-// forms, and a cancel naming an id both use cancels neither.
-func TestHTTPTwoClients(t *testing.T) {
-	t.Parallel()
-	ts := httpStart(t, []string{"ASK_TIMEOUT_MS=60000"})
-	a, b := httpClientFor(t, ts.url), httpClientFor(t, ts.url)
-	a.rpc("initialize", map[string]any{"protocolVersion": "2025-11-25", "capabilities": map[string]any{"elicitation": map[string]any{}}}, nil)
-	b.initialize("2025-11-25") // declares no elicitation
-	resp, msgs := a.rpc("tools/call", map[string]any{"name": "AskUserQuestion", "arguments": map[string]any{"questions_json": `[{"question":"Pick one?","options":["A","B"]}]`}}, map[string]string{"Accept": "application/json"})
-	if res := msgs[len(msgs)-1]["result"].(map[string]any); resp.StatusCode != 200 || !strings.Contains(resultText(res), "could not show the questions") {
-		t.Errorf("A's form was taken away by B's handshake: %v", res)
-	}
-	dir := t.TempDir()
-	call := func(c *httpTestClient, file string) chan string {
-		done := make(chan string, 1)
-		go func() { // exits when the call answers
-			cmd := fmt.Sprintf("touch %s/%s; sleep 0.5; echo %s", dir, file, file)
-			res := c.result("tools/call", map[string]any{"name": "Bash", "arguments": map[string]any{"command": cmd}})
-			done <- resultText(res)
-		}()
-		return done
-	}
-	a.nextID, b.nextID = 10, 10 // both send request 11
-	doneA, doneB := call(a, "a"), call(b, "b")
-	readPidFileExists(t, dir+"/a")
-	readPidFileExists(t, dir+"/b")
-	a.do("POST", `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":11}}`, nil)
-	if got := <-doneA + <-doneB; got != "a\nb\n" {
-		t.Errorf("an ambiguous cancel stopped a call: %q", got)
-	}
-}
-
-func TestHTTPProtocolVersionHeader(t *testing.T) {
-	t.Parallel()
-	ts := httpStart(t, nil)
-	c := httpClientFor(t, ts.url)
-	c.initialize("2025-06-18")
-	// Claude Code sends a supported version other than the negotiated one: tolerated
-	resp, msgs := c.rpc("tools/list", nil, map[string]string{"MCP-Protocol-Version": "2025-03-26"})
-	if resp.StatusCode != 200 || msgs[0]["result"] == nil {
-		t.Errorf("other supported version: HTTP %d %v", resp.StatusCode, msgs)
-	}
-	resp, _ = c.rpc("tools/list", nil, map[string]string{"MCP-Protocol-Version": ""})
-	if resp.StatusCode != 200 {
-		t.Errorf("no version header: HTTP %d", resp.StatusCode)
-	}
-	resp, body := c.do("POST", `{"jsonrpc":"2.0","id":5,"method":"tools/list"}`, map[string]string{"MCP-Protocol-Version": "1999-01-01"})
-	httpStatus(t, "unsupported version header", resp, body, 400, codeUnsupportedVersion)
-}
-
-func TestHTTPBashCall(t *testing.T) {
-	t.Parallel()
-	ts := httpStart(t, nil)
-	c := httpClientFor(t, ts.url)
-	c.initialize("2025-11-25")
-	resp, msgs := c.rpc("tools/call", map[string]any{"name": "Bash", "arguments": map[string]any{"command": "cd / && echo over http"}}, nil)
-	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
-		t.Errorf("Content-Type %q, want application/json for a call with nothing before its response", ct)
-	}
-	res := msgs[0]["result"].(map[string]any)
-	if resultText(res) != "over http\n" || isError(res) || res["structuredContent"] == nil {
-		t.Errorf("Bash over HTTP: %v", res)
-	}
-	// the agent keeps its shell state between POSTs
-	res = c.result("tools/call", map[string]any{"name": "Bash", "arguments": map[string]any{"command": "pwd"}})
-	if resultText(res) != "/\n" {
-		t.Errorf("cwd not kept across POSTs: %q", resultText(res))
-	}
-}
-
-func TestHTTPProgressIsSSE(t *testing.T) {
-	t.Parallel()
-	ts := httpStart(t, nil)
-	c := httpClientFor(t, ts.url)
-	c.initialize("2025-06-18")
-	params := map[string]any{"name": "Bash", "_meta": map[string]any{"progressToken": "p1"},
-		"arguments": map[string]any{"command": "for i in 1 2 3 4; do echo line$i; sleep 0.15; done"}}
-	resp, msgs := c.rpc("tools/call", params, nil)
-	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
-		t.Fatalf("Content-Type %q, want text/event-stream when progress comes first", ct)
-	}
-	if len(msgs) < 2 {
-		t.Fatalf("want progress events before the response, got %v", msgs)
-	}
-	for _, m := range msgs[:len(msgs)-1] {
-		if m["method"] != "notifications/progress" || m["params"].(map[string]any)["progressToken"] != "p1" {
-			t.Errorf("event before the response: %v", m)
-		}
-	}
-	if res := msgs[len(msgs)-1]["result"].(map[string]any); !strings.Contains(resultText(res), "line4") {
-		t.Errorf("response: %v", res)
-	}
-
-	// a client that takes only JSON gets plain JSON; the progress goes nowhere
-	resp, msgs = c.rpc("tools/call", params, map[string]string{"Accept": "application/json"})
-	if ct := resp.Header.Get("Content-Type"); ct != "application/json" || len(msgs) != 1 {
-		t.Errorf("JSON-only client: %q %v", ct, msgs)
-	}
-}
-
-// httpModernPost sends a 2026-07-28 request with matching headers, then hdr's changes.
-func httpModernPost(c *httpTestClient, method string, params map[string]any, hdr map[string]string) (*http.Response, []byte) {
-	c.t.Helper()
-	if params == nil {
-		params = map[string]any{}
-	}
-	if _, ok := params["_meta"]; !ok {
-		params["_meta"] = map[string]any{metaProtocolVersion: versionModern, metaClientCaps: map[string]any{}}
-	}
-	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
-	all := map[string]string{"Mcp-Method": method, "MCP-Protocol-Version": versionModern}
-	if n, ok := params["name"].(string); ok {
-		all["Mcp-Name"] = n
-	}
-	for k, v := range hdr {
-		all[k] = v
-	}
-	return c.do("POST", string(b), all)
-}
-
-func TestHTTPModernEra(t *testing.T) {
-	t.Parallel()
-	ts := httpStart(t, nil)
-	c := httpClientFor(t, ts.url)
-
-	resp, body := httpModernPost(c, "tools/list", nil, nil)
-	httpStatus(t, "tools/list", resp, body, 200, 0)
-	res := httpDecode(t, body)["result"].(map[string]any)
-	if res["resultType"] != "complete" || res["ttlMs"] == nil || resp.Header.Get("Mcp-Session-Id") != "" {
-		t.Errorf("modern tools/list: %s (session %q)", body, resp.Header.Get("Mcp-Session-Id"))
-	}
-	resp, body = httpModernPost(c, "tools/call", map[string]any{"name": "Bash", "arguments": map[string]any{"command": "echo stateless"}}, nil)
-	httpStatus(t, "tools/call", resp, body, 200, 0)
-	if got := resultText(httpDecode(t, body)["result"].(map[string]any)); got != "stateless\n" {
-		t.Errorf("modern Bash: %q", got)
-	}
-	resp, body = c.do("POST", `{"jsonrpc":"2.0","id":1,"method":"server/discover"}`, map[string]string{"Mcp-Method": "server/discover"})
-	httpStatus(t, "server/discover probe", resp, body, 200, 0)
-
-	cases := []struct {
-		name         string
-		method       string
-		params       map[string]any
-		hdr          map[string]string
-		status, code int
-	}{
-		{"Mcp-Method mismatch", "tools/list", nil, map[string]string{"Mcp-Method": "tools/call"}, 400, codeHeaderMismatch},
-		{"Mcp-Method missing", "tools/list", nil, map[string]string{"Mcp-Method": ""}, 400, codeHeaderMismatch},
-		{"Mcp-Name mismatch", "tools/call", map[string]any{"name": "Bash", "arguments": map[string]any{"command": "true"}}, map[string]string{"Mcp-Name": "Other"}, 400, codeHeaderMismatch},
-		{"version header differs from _meta", "tools/list", nil, map[string]string{"MCP-Protocol-Version": "2025-11-25"}, 400, codeHeaderMismatch},
-		{"unsupported version header", "tools/list", nil, map[string]string{"MCP-Protocol-Version": "2099-01-01"}, 400, codeUnsupportedVersion},
-		{"version header missing", "tools/list", nil, map[string]string{"MCP-Protocol-Version": ""}, 400, codeHeaderMismatch},
-		{"unsupported version", "tools/list", map[string]any{"_meta": map[string]any{metaProtocolVersion: "2099-01-01", metaClientCaps: map[string]any{}}},
-			map[string]string{"MCP-Protocol-Version": "2099-01-01"}, 400, codeUnsupportedVersion},
-		{"missing clientCapabilities", "tools/list", map[string]any{"_meta": map[string]any{metaProtocolVersion: versionModern}}, nil, 400, codeInvalidParams},
-		{"unknown method", "resources/frobnicate", nil, nil, 404, codeMethodNotFound},
-	}
-	for _, tc := range cases {
-		resp, body := httpModernPost(c, tc.method, tc.params, tc.hdr)
-		httpStatus(t, tc.name, resp, body, tc.status, tc.code)
-	}
-	resp, body = c.do("POST", `[{"jsonrpc":"2.0","id":1,"method":"tools/list"}]`, map[string]string{"MCP-Protocol-Version": versionModern})
-	httpStatus(t, "batch", resp, body, 400, codeInvalidRequest)
-	resp, body = c.do("POST", `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":3,"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}`,
-		map[string]string{"MCP-Protocol-Version": versionModern, "Mcp-Method": "notifications/cancelled"})
-	httpStatus(t, "modern notification", resp, body, 202, 0)
-}
-
-func TestHTTPSecurityChecks(t *testing.T) {
-	t.Parallel()
-	ts := httpStart(t, []string{"HTTP_ORIGINS=https://app.example.com", "HTTP_HOSTS=mybox.lan", "HTTP_MAX_BODY_BYTES=2000"})
-	c := httpClientFor(t, ts.url)
-	init := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
-	for _, tc := range []struct {
-		name   string
-		hdr    map[string]string
-		status int
-	}{
-		{"Host evil.example.com", map[string]string{"Host": "evil.example.com"}, 403},
-		{"Host evil with loopback port", map[string]string{"Host": "evil.example.com:" + strings.Split(ts.url, ":")[2]}, 403},
-		{"Origin evil", map[string]string{"Origin": "http://evil.example.com"}, 403},
-		{"Origin null", map[string]string{"Origin": "null"}, 403},
-		{"Origin localhost", map[string]string{"Origin": "http://localhost:5173"}, 200},
-		{"Origin [::1]", map[string]string{"Origin": "https://[::1]:8443"}, 200},
-		{"Origin configured", map[string]string{"Origin": "https://app.example.com"}, 200},
-		{"Host localhost", map[string]string{"Host": "localhost:1234"}, 200},
-		{"Host [::1]", map[string]string{"Host": "[::1]:80"}, 200},
-		{"Host configured", map[string]string{"Host": "mybox.lan:65510"}, 200},
-	} {
-		resp, body := c.do("POST", init, tc.hdr)
-		httpStatus(t, tc.name, resp, body, tc.status, 0)
-	}
-	resp, body := c.do("POST", `{"jsonrpc":"2.0","id":1,"method":"ping","params":{"pad":"`+strings.Repeat("x", 3000)+`"}}`, nil)
-	httpStatus(t, "body over HTTP_MAX_BODY_BYTES", resp, body, 413, codeInvalidRequest)
-	resp, body = c.do("PUT", init, nil)
-	httpStatus(t, "PUT /mcp", resp, body, 405, 0)
-	c.url = strings.TrimSuffix(ts.url, "/mcp") + "/other"
-	resp, body = c.do("POST", init, nil)
-	httpStatus(t, "unknown path", resp, body, 404, 0)
-	c.url = ts.url
-	resp, body = c.do("POST", "{not json", nil)
-	httpStatus(t, "bad JSON", resp, body, 400, codeParseError)
-
-	tokTS := httpStart(t, []string{"HTTP_TOKEN=s3cret"})
-	tc := httpClientFor(t, tokTS.url)
-	resp, body = tc.do("POST", init, nil)
-	httpStatus(t, "no token", resp, body, 401, 0)
-	if resp.Header.Get("WWW-Authenticate") == "" {
-		t.Error("401 without WWW-Authenticate")
-	}
-	tc.token = "wrong"
-	resp, body = tc.do("POST", init, nil)
-	httpStatus(t, "wrong token", resp, body, 401, 0)
-	tc.token = "s3cret"
-	tc.initialize("2025-11-25")
-	if tc.result("ping", nil) == nil {
-		t.Error("ping with the token failed")
-	}
-}
-
-func TestHTTPBatchPerVersion(t *testing.T) {
-	t.Parallel()
-	ts := httpStart(t, nil)
-	c := httpClientFor(t, ts.url)
-	c.initialize("2025-03-26")
-	resp, body := c.do("POST", `[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"tools/list"},{"jsonrpc":"2.0","method":"notifications/x"}]`, nil)
-	var arr []map[string]any
-	if resp.StatusCode != 200 || json.Unmarshal(body, &arr) != nil || len(arr) != 2 {
-		t.Errorf("batch in 2025-03-26: HTTP %d %s", resp.StatusCode, body)
-	}
-	resp, body = c.do("POST", `[{"jsonrpc":"2.0","method":"notifications/x"}]`, nil)
-	httpStatus(t, "notification-only batch", resp, body, 202, 0)
-	c.initialize("2025-06-18")
-	resp, body = c.do("POST", `[{"jsonrpc":"2.0","id":1,"method":"ping"}]`, nil)
-	httpStatus(t, "batch in 2025-06-18", resp, body, 400, codeInvalidRequest)
-}
-
-// httpRun runs telson's run with args (-http) in-process and returns its URL, cancel and result.
-func httpRun(t *testing.T, args ...string) (url string, stderr *syncBuffer, cancel context.CancelFunc, result chan error) {
-	t.Helper()
-	stderr = &syncBuffer{}
-	ctx, cancel := context.WithCancel(context.Background())
-	result = make(chan error, 1)
-	go func() { result <- run(ctx, strings.NewReader(""), io.Discard, stderr, args) }() // exits when run returns
-	t.Cleanup(cancel)
-	return httpWaitURL(t, stderr), stderr, cancel, result
-}
-
-func TestHTTPGracefulShutdown(t *testing.T) {
-	t.Setenv("TELSON_STATE_DIR", t.TempDir())
-	url, stderr, cancel, result := httpRun(t, "-http", ":0")
-	if !strings.HasPrefix(url, "http://127.0.0.1:") {
-		t.Errorf("-http :0 listens on %s, want loopback", url)
-	}
-	c := httpClientFor(t, url)
-	c.initialize("2025-11-25")
-	dir := t.TempDir()
-	finished, killed := make(chan map[string]any, 1), make(chan struct{})
-	go func() { // exits when the call answers
-		_, msgs := c.rpc("tools/call", map[string]any{"name": "Bash", "arguments": map[string]any{"command": "echo $$ > " + dir + "/a; sleep 0.5; echo finished"}}, nil)
-		finished <- msgs[len(msgs)-1]
-	}()
-	go func() { // exits when the call's connection ends
-		defer close(killed)
-		b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 99, "method": "tools/call", "params": map[string]any{"name": "Bash", "arguments": map[string]any{"command": "sleep 300 & echo $! > " + dir + "/b; wait"}}})
-		if resp, err := http.Post(url, "application/json", bytes.NewReader(b)); err == nil {
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-		}
-	}()
-	readPidFile(t, dir+"/a")
-	long := readPidFile(t, dir+"/b")
-	cancel()
-	select {
-	case m := <-finished:
-		if res, _ := m["result"].(map[string]any); res == nil || !strings.Contains(resultText(res), "finished") {
-			t.Errorf("in-flight call during shutdown: %v", m)
-		}
-	case <-time.After(watchdog):
-		t.Fatal("the in-flight call never answered")
-	}
-	select {
-	case err := <-result:
-		if err != nil {
-			t.Errorf("run: %v", err)
-		}
-	case <-time.After(watchdog):
-		t.Fatalf("run did not return; stderr:\n%s", stderr.String())
-	}
-	waitGone(t, long)
-	<-killed
-	if _, err := http.Post(url, "application/json", strings.NewReader("{}")); err == nil {
-		t.Error("still accepting connections after shutdown")
-	}
-}
-
-func TestHTTPBeyondLoopbackNeedsToken(t *testing.T) {
-	t.Setenv("TELSON_STATE_DIR", t.TempDir())
-	url, stderr, cancel, result := httpRun(t, "-http", "0.0.0.0:0")
-	defer func() { cancel(); <-result }()
-	m := regexp.MustCompile(`Authorization: Bearer ([0-9a-f]{48})`).FindStringSubmatch(stderr.String())
-	if m == nil {
-		t.Fatalf("no generated token on stderr: %s", stderr.String())
-	}
-	url = "http://127.0.0.1:" + regexp.MustCompile(`:(\d+)/mcp$`).FindStringSubmatch(url)[1] + "/mcp"
-	c := httpClientFor(t, url)
-	resp, body := c.do("POST", `{"jsonrpc":"2.0","id":1,"method":"ping"}`, nil)
-	httpStatus(t, "no token beyond loopback", resp, body, 401, 0)
-	c.token = m[1]
-	c.initialize("2025-11-25")
-	resp, body = c.do("POST", `{"jsonrpc":"2.0","id":2,"method":"ping"}`, map[string]string{"Host": "192.0.2.7:65510"})
-	httpStatus(t, "IP-literal Host when listening on every interface", resp, body, 200, 0)
-	resp, body = c.do("POST", `{"jsonrpc":"2.0","id":3,"method":"ping"}`, map[string]string{"Host": "evil.example.com"})
-	httpStatus(t, "DNS name Host when listening on every interface", resp, body, 403, 0)
-}
-
-// BenchmarkHTTPToolsList: tools/list over keep-alive from 8 concurrent clients.
-func BenchmarkHTTPToolsList(b *testing.B) {
-	ts := httpStart(b, nil)
-	c := httpClientFor(b, ts.url)
-	c.hc = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
-	c.initialize("2025-11-25")
-	body := []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`)
-	var n atomic.Int64
-	var wg sync.WaitGroup
-	var failed atomic.Value
-	b.ResetTimer()
-	start := time.Now()
-	for g := 0; g < 8; g++ {
-		wg.Add(1)
-		go func() { // exits when b.N requests are done
-			defer wg.Done()
-			for n.Add(1) <= int64(b.N) {
-				req, _ := http.NewRequest("POST", c.url, bytes.NewReader(body))
-				req.Header.Set("Accept", "application/json, text/event-stream")
-				resp, err := c.hc.Do(req)
-				if err != nil {
-					failed.Store(err.Error())
-					return
-				}
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != 200 {
-					failed.Store(resp.Status)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "req/s")
-	if f := failed.Load(); f != nil {
-		b.Fatal(f)
-	}
-}
-
-// BenchmarkHTTPBashTrue: one Bash `true` call over HTTP (compare with BenchmarkStdioBashTrue).
-func BenchmarkHTTPBashTrue(b *testing.B) {
-	ts := httpStart(b, nil)
-	c := httpClientFor(b, ts.url)
-	c.initialize("2025-11-25")
-	params := map[string]any{"name": "Bash", "arguments": map[string]any{"command": "true"}}
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		c.result("tools/call", params)
-	}
-}
-
-// BenchmarkStdioBashTrue: one Bash `true` call over stdio, the baseline for BenchmarkHTTPBashTrue.
-func BenchmarkStdioBashTrue(b *testing.B) {
-	inR, inW := io.Pipe()
-	outR, outW := io.Pipe()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	srv := newServer(testSettings(b), io.Discard)
-	go func() { // exits when serveStdio returns
-		serveStdio(ctx, srv, inR, outW)
-		srv.close()
-		outW.Close()
-		close(done)
-	}()
-	br := bufio.NewReader(outR)
-	call := func(id int, msg string) {
-		fmt.Fprintf(inW, msg+"\n", id)
-		want := fmt.Sprintf(`"id":%d,`, id)
-		for {
-			line, err := br.ReadString('\n')
-			if err != nil {
-				b.Fatal(err)
-			}
-			if strings.Contains(line, want) {
-				return
-			}
-		}
-	}
-	call(0, `{"jsonrpc":"2.0","id":%d,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{}}}`)
-	b.ResetTimer()
-	for i := 1; i <= b.N; i++ {
-		call(i, `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"Bash","arguments":{"command":"true"}}}`)
-	}
-	b.StopTimer()
-	cancel()
-	inW.Close()
-	<-done
-}
-
-// httpAskTool is a test-only tool (added to one test server, never to toolTable) that reports
-// progress, asks the client with a server-to-client request and returns the answer.
-var httpAskTool = toolDef{name: "HTTPAsk", title: "t", description: "t", input: `{"type":"object","properties":{}}`,
-	run: func(ctx context.Context, c *toolCall) toolResult {
-		c.req.progress(1, "asking")
-		res, err := c.req.request(ctx, "elicitation/create", map[string]any{"message": "ok?"})
-		if err != nil {
-			return errorResult("%v", err)
-		}
-		return textResult(string(res))
-	}}
-
-// A question for the user goes out on the POST's event stream; the client answers it with a
-// new POST, which finds the waiting request by id.
-func TestHTTPServerRequestOnPOSTStream(t *testing.T) {
-	t.Parallel()
-	ts := httpStart(t, nil, func(srv *server) {
-		srv.tools = append(srv.tools, newToolEntry(&httpAskTool))
-	})
-	c := httpClientFor(t, ts.url)
-	c.initialize("2025-06-18")
-	req, _ := http.NewRequest("POST", c.url, strings.NewReader(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"HTTPAsk","_meta":{"progressToken":1}}}`))
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.Header.Get("Content-Type") != "text/event-stream" {
-		t.Fatalf("Content-Type %q, want an event stream", resp.Header.Get("Content-Type"))
-	}
-	br := bufio.NewReader(resp.Body)
-	next := func() map[string]any {
-		t.Helper()
-		ev, err := httpReadEvent(br)
-		if err != nil || ev.name != "message" {
-			t.Fatalf("event %+v: %v", ev, err)
-		}
-		return httpDecode(t, []byte(ev.data))
-	}
-	if m := next(); m["method"] != "notifications/progress" || m["params"].(map[string]any)["message"] != "asking" {
-		t.Fatalf("want the request's progress first, got %v", m)
-	}
-	ask := next()
-	if ask["method"] != "elicitation/create" {
-		t.Fatalf("want the server request on the POST's stream, got %v", ask)
-	}
-	id, _ := json.Marshal(ask["id"])
-	r2, b2 := c.do("POST", fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"result":{"action":"accept"}}`, id), nil)
-	httpStatus(t, "the client's answer", r2, b2, 202, 0)
-	if m := next(); m["id"] != float64(7) || resultText(m["result"].(map[string]any)) != `{"action":"accept"}` {
-		t.Fatalf("response: %v", m)
-	}
-	if _, err := httpReadEvent(br); err != io.EOF {
-		t.Errorf("the stream did not end after the response: %v", err)
-	}
-}
-
-// ---- ui ----
-
-// ui_test.go tests ReadImage and AskUserQuestion: images made here with the
-// standard encoders (WebP and BMP built byte by byte), special files, and a
-// fake client that answers elicitation/create in every way it can.
+// ---- ReadImage ---------------------------------------------------------------------------------
 
 // uiWriteFile writes data to dir/name and returns the path.
 func uiWriteFile(t *testing.T, dir, name string, data []byte) string {
@@ -3212,423 +4204,6 @@ func FuzzReadImageHeader(f *testing.F) {
 	})
 }
 
-// --- AskUserQuestion ---
-
-const uiQuestions = `{"questions":[{"text":"Which database?","options":["PostgreSQL","SQLite"]}]}`
-
-const uiClaudeQuestions = `{"questions":[{"question":"Which database?","header":"DB","options":[{"label":"PostgreSQL","description":"a server"},{"label":"SQLite","description":"one file"}],"multiSelect":false},
-	{"question":"Which extras?","header":"Extras","options":[{"label":"Redis"},{"label":"Kafka"},{"label":"S3"}],"multiSelect":true}]}`
-
-// uiInitialize initializes with the given client capabilities.
-func uiInitialize(c *testClient, version string, caps map[string]any) {
-	c.t.Helper()
-	resp := c.request("initialize", map[string]any{"protocolVersion": version, "capabilities": caps,
-		"clientInfo": map[string]any{"name": "ui-test", "version": "1"}})
-	if resp["result"] == nil {
-		c.t.Fatalf("initialize: %v", resp)
-	}
-	c.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
-}
-
-// uiStartCall sends a tools/call without waiting and returns its id.
-func uiStartCall(c *testClient, name string, args any) float64 {
-	c.t.Helper()
-	c.nextID++
-	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": c.nextID, "method": "tools/call", "params": map[string]any{"name": name, "arguments": args}})
-	c.send(string(b))
-	return float64(c.nextID)
-}
-
-// uiNextRequest reads until telson sends a message with method, which it returns.
-func uiNextRequest(c *testClient, method string) map[string]any {
-	c.t.Helper()
-	for {
-		line := c.recvRaw()
-		var m map[string]any
-		if err := json.Unmarshal(line, &m); err != nil {
-			c.t.Fatalf("%v: %s", err, line)
-		}
-		if m["method"] == method {
-			m["_line"] = string(line)
-			return m
-		}
-		if _, isNote := m["method"]; !isNote {
-			c.t.Fatalf("waiting for %s, got %v", method, m)
-		}
-	}
-}
-
-// uiReply answers a server request with result.
-func uiReply(c *testClient, id any, result any) {
-	c.t.Helper()
-	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "result": result})
-	c.send(string(b))
-}
-
-func uiResult(t *testing.T, resp map[string]any) map[string]any {
-	t.Helper()
-	res, ok := resp["result"].(map[string]any)
-	if !ok {
-		t.Fatalf("no result: %v", resp)
-	}
-	return res
-}
-
-func TestAskUserQuestionElicitation(t *testing.T) {
-	t.Parallel()
-	c := startServer(t)
-	uiInitialize(c, "2025-11-25", map[string]any{"elicitation": map[string]any{}})
-	id := uiStartCall(c, "AskUserQuestion", map[string]any{"questions_json": uiClaudeQuestions})
-	req := uiNextRequest(c, "elicitation/create")
-	p := req["params"].(map[string]any)
-	if p["mode"] != "form" || !strings.Contains(p["message"].(string), "Which database?\nWhich extras?") {
-		t.Errorf("params: %v", p)
-	}
-	schema := req["_line"].(string) // as sent: the properties' order is the form's order
-	for _, want := range []string{
-		`"properties":{"q1":{"description":"DB","oneOf":[{"const":"PostgreSQL","title":"PostgreSQL — a server"},{"const":"SQLite","title":"SQLite — one file"}],"title":"Which database?","type":"string"},"q2":{"description":"Extras","items":{"anyOf":[{"const":"Redis","title":"Redis"}`,
-		`"minItems":1,"title":"Which extras?","type":"array"},"remark":{`, `"required":["q1","q2"]`,
-	} {
-		if !strings.Contains(string(schema), want) {
-			t.Errorf("schema %s\nlacks %s", schema, want)
-		}
-	}
-	// The read loop stays free while the question waits: a ping is answered.
-	if resp := c.request("ping", nil); resp["result"] == nil {
-		t.Fatalf("ping: %v", resp)
-	}
-	uiReply(c, req["id"], map[string]any{"action": "accept", "content": map[string]any{"q1": "SQLite", "q2": []string{"Redis", "S3"}, "remark": " keep it small "}})
-	res := uiResult(t, c.waitResponse(id))
-	want := `User has answered your questions: "Which database?"="SQLite", "Which extras?"="Redis, S3". The user added: "keep it small". You can now continue with the user's answers in mind.`
-	if isError(res) || resultText(res) != want {
-		t.Errorf("got %q", resultText(res))
-	}
-	sc, _ := json.Marshal(res["structuredContent"])
-	if string(sc) != `{"answers":[{"question":"Which database?","selected":"SQLite"},{"question":"Which extras?","selected":["Redis","S3"]}],"message":`+strconv.Quote(want)+`,"note":"keep it small","status":"answered"}` {
-		t.Errorf("structured: %s", sc)
-	}
-}
-
-func TestAskUserQuestionLegacyForm(t *testing.T) {
-	t.Parallel()
-	c := startServer(t)
-	uiInitialize(c, "2025-06-18", map[string]any{"elicitation": map[string]any{}})
-	id := uiStartCall(c, "AskUserQuestion", map[string]any{"questions_json": uiClaudeQuestions})
-	res := uiResult(t, c.waitResponse(id)) // a multiple choice has no 2025-06-18 form
-	if isError(res) || !strings.Contains(resultText(res), "cannot show these questions") || len(c.notes) != 0 {
-		t.Errorf("got %q", resultText(res))
-	}
-	single := `{"questions":[{"question":"Which database?","options":[{"label":"PostgreSQL","description":"a server"},"SQLite"]},{"text":"Tests?","options":["yes","no"]}]}`
-	id = uiStartCall(c, "AskUserQuestion", map[string]any{"questions_json": single})
-	req := uiNextRequest(c, "elicitation/create")
-	p := req["params"].(map[string]any)
-	schema, _ := json.Marshal(p["requestedSchema"])
-	if _, hasMode := p["mode"]; hasMode || !strings.Contains(string(schema), `"enum":["PostgreSQL","SQLite"],"enumNames":["PostgreSQL — a server","SQLite"]`) {
-		t.Errorf("2025-06-18 form: %v %s", p["mode"], schema)
-	}
-	uiReply(c, req["id"], map[string]any{"action": "accept", "content": map[string]any{"q1": "PostgreSQL"}})
-	res = uiResult(t, c.waitResponse(id))
-	if !strings.Contains(resultText(res), `"Which database?"="PostgreSQL", "Tests?"="(no answer)". You can`) {
-		t.Errorf("got %q", resultText(res))
-	}
-}
-
-func TestAskUserQuestionDeclineCancel(t *testing.T) {
-	t.Parallel()
-	c := startServer(t)
-	uiInitialize(c, "2025-11-25", map[string]any{"elicitation": map[string]any{"form": map[string]any{}}})
-	for action, want := range map[string]string{"decline": "declined", "cancel": "dismissed"} {
-		id := uiStartCall(c, "AskUserQuestion", map[string]any{"questions_json": uiQuestions})
-		req := uiNextRequest(c, "elicitation/create")
-		uiReply(c, req["id"], map[string]any{"action": action})
-		res := uiResult(t, c.waitResponse(id))
-		if isError(res) || !strings.HasPrefix(resultText(res), "User "+want+" the questions without answering.") {
-			t.Errorf("%s: %q", action, resultText(res))
-		}
-		if sc, _ := json.Marshal(res["structuredContent"]); string(sc) != `{"answers":[],"message":`+strconv.Quote(resultText(res))+`,"status":"`+want+`"}` {
-			t.Errorf("%s: structured %s", action, sc)
-		}
-	}
-}
-
-func TestAskUserQuestionMismatchedIDAndErrors(t *testing.T) {
-	t.Parallel()
-	c := startServer(t)
-	uiInitialize(c, "2025-11-25", map[string]any{"elicitation": map[string]any{}})
-	id := uiStartCall(c, "AskUserQuestion", map[string]any{"questions_json": uiQuestions})
-	req := uiNextRequest(c, "elicitation/create")
-	uiReply(c, "telson-999", map[string]any{"action": "accept", "content": map[string]any{"q1": "SQLite"}})
-	uiReply(c, 424242, map[string]any{"action": "decline"})
-	if resp := c.request("ping", nil); resp["result"] == nil { // the stray replies changed nothing
-		t.Fatalf("ping: %v", resp)
-	}
-	uiReply(c, req["id"], map[string]any{"action": "accept", "content": map[string]any{"q1": "PostgreSQL"}})
-	if res := uiResult(t, c.waitResponse(id)); !strings.Contains(resultText(res), `"Which database?"="PostgreSQL"`) {
-		t.Errorf("got %q", resultText(res))
-	}
-	// The client answers with an error: the questions come back for the chat.
-	id = uiStartCall(c, "AskUserQuestion", map[string]any{"questions_json": uiQuestions})
-	req = uiNextRequest(c, "elicitation/create")
-	c.send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%q,"error":{"code":-32602,"message":"form mode not supported"}}`, req["id"]))
-	res := uiResult(t, c.waitResponse(id))
-	if isError(res) || !strings.Contains(resultText(res), "could not show the questions") || !strings.Contains(resultText(res), "form mode not supported") ||
-		!strings.Contains(resultText(res), "1. Which database?\n   - PostgreSQL\n   - SQLite") {
-		t.Errorf("got %q", resultText(res))
-	}
-	// An answer that is no elicitation result, and an unknown action.
-	for _, bad := range []any{"yes", map[string]any{"action": "maybe"}} {
-		id = uiStartCall(c, "AskUserQuestion", map[string]any{"questions_json": uiQuestions})
-		req = uiNextRequest(c, "elicitation/create")
-		uiReply(c, req["id"], bad)
-		if res := uiResult(t, c.waitResponse(id)); !isError(res) {
-			t.Errorf("%v: got %q", bad, resultText(res))
-		}
-	}
-}
-
-func TestAskUserQuestionTimeoutAndCancel(t *testing.T) {
-	t.Parallel()
-	c := startServer(t, "ASK_TIMEOUT_MS=300")
-	uiInitialize(c, "2025-11-25", map[string]any{"elicitation": map[string]any{}})
-	id := uiStartCall(c, "AskUserQuestion", map[string]any{"questions_json": uiQuestions})
-	req := uiNextRequest(c, "elicitation/create")
-	cancel := uiNextRequest(c, "notifications/cancelled") // never answered: telson withdraws the request
-	if cancel["params"].(map[string]any)["requestId"] != req["id"] {
-		t.Errorf("cancelled %v, want %v", cancel, req["id"])
-	}
-	res := uiResult(t, c.waitResponse(id))
-	if isError(res) || !strings.Contains(resultText(res), "did not answer within 300ms") || !strings.Contains(resultText(res), "1. Which database?") {
-		t.Errorf("got %q", resultText(res))
-	}
-	uiReply(c, req["id"], map[string]any{"action": "accept", "content": map[string]any{"q1": "SQLite"}}) // too late: ignored
-	if resp := c.request("ping", nil); resp["result"] == nil {
-		t.Fatalf("ping after late answer: %v", resp)
-	}
-
-	// Cancelling the tool call cancels the question.
-	c2 := startServer(t)
-	uiInitialize(c2, "2025-11-25", map[string]any{"elicitation": map[string]any{}})
-	id = uiStartCall(c2, "AskUserQuestion", map[string]any{"questions_json": uiQuestions})
-	req = uiNextRequest(c2, "elicitation/create")
-	c2.send(fmt.Sprintf(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":%v}}`, id))
-	cancel = uiNextRequest(c2, "notifications/cancelled")
-	if cancel["params"].(map[string]any)["requestId"] != req["id"] {
-		t.Errorf("cancelled %v, want %v", cancel, req["id"])
-	}
-	if resp := c2.request("ping", nil); resp["result"] == nil { // and no reply to the cancelled call came first
-		t.Fatalf("ping: %v", resp)
-	}
-}
-
-// When the client's input ends, a question waiting for its answer ends at once, not at
-// ASK_TIMEOUT_MS: telson exits with its client.
-func TestAskUserQuestionEndsWithTheInput(t *testing.T) {
-	t.Parallel()
-	c := startBinary(t, nil)
-	uiInitialize(c, "2025-11-25", map[string]any{"elicitation": map[string]any{}})
-	id := uiStartCall(c, "AskUserQuestion", map[string]any{"questions_json": uiQuestions})
-	uiNextRequest(c, "elicitation/create")
-	c.in.Close()
-	res := uiResult(t, c.waitResponse(id))
-	if isError(res) || !strings.Contains(resultText(res), "input ended") {
-		t.Errorf("got %q", resultText(res))
-	}
-	select {
-	case err := <-c.done:
-		c.done <- err // for the cleanup
-	case <-time.After(watchdog):
-		t.Fatal("telson outlived its client's input")
-	}
-}
-
-// uiModernCall is a 2026-07-28 tools/call with extra params.
-func uiModernCall(c *testClient, caps map[string]any, args any, extra map[string]any) map[string]any {
-	c.t.Helper()
-	p := map[string]any{"name": "AskUserQuestion", "arguments": args, "_meta": map[string]any{
-		"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": caps}}
-	for k, v := range extra {
-		p[k] = v
-	}
-	return uiResult(c.t, c.request("tools/call", p))
-}
-
-func TestAskUserQuestionModernRoundTrip(t *testing.T) {
-	t.Parallel()
-	c := startServer(t)
-	elicit := map[string]any{"elicitation": map[string]any{}}
-	args := map[string]any{"questions_json": uiQuestions}
-	first := uiModernCall(c, elicit, args, nil)
-	state, _ := first["requestState"].(string)
-	ask, _ := first["inputRequests"].(map[string]any)["ask"].(map[string]any)
-	if first["resultType"] != "input_required" || state == "" || ask["method"] != "elicitation/create" || first["content"] != nil {
-		t.Fatalf("first: %v", first)
-	}
-	if p := ask["params"].(map[string]any); p["mode"] != "form" || p["requestedSchema"] == nil {
-		t.Errorf("params: %v", p)
-	}
-	answer := map[string]any{"ask": map[string]any{"action": "accept", "content": map[string]any{"q1": "PostgreSQL"}}}
-	res := uiModernCall(c, elicit, args, map[string]any{"inputResponses": answer, "requestState": state})
-	if res["resultType"] != "complete" || isError(res) || resultText(res) != `User has answered your questions: "Which database?"="PostgreSQL". You can now continue with the user's answers in mind.` {
-		t.Errorf("retry: %v", res)
-	}
-	// Retried without an answer: asked again.
-	if again := uiModernCall(c, elicit, args, map[string]any{"inputResponses": map[string]any{}, "requestState": state}); again["resultType"] != "input_required" {
-		t.Errorf("no answer: %v", again)
-	}
-	declined := uiModernCall(c, elicit, args, map[string]any{"inputResponses": map[string]any{"ask": map[string]any{"action": "decline"}}, "requestState": state})
-	if !strings.HasPrefix(resultText(declined), "User declined") {
-		t.Errorf("decline: %v", declined)
-	}
-	// A client without elicitation gets the questions for the chat.
-	if res := uiModernCall(c, map[string]any{}, args, nil); isError(res) || !strings.Contains(resultText(res), "cannot show these questions") {
-		t.Errorf("no elicitation: %v", res)
-	}
-}
-
-func TestAskUserQuestionValidation(t *testing.T) {
-	t.Parallel()
-	c := startServer(t)
-	uiInitialize(c, "2025-11-25", map[string]any{"elicitation": map[string]any{}})
-	opts := `["a","b"]`
-	q := func(s string) string { return `{"text":"` + s + `","options":` + opts + `}` }
-	qs := func(items ...string) string { return `{"questions":[` + strings.Join(items, ",") + `]}` }
-	eleven := `["1","2","3","4","5","6","7","8","9","10","11"]`
-	for input, want := range map[string]string{
-		`{"questions": [{"text": "x" "options": []}]}`: `invalid character '"' after object key:value pair`,
-		`{"questions":[`:      "unexpected end of JSON input",
-		`{"qs":[]}`:           `questions[0] has no "question"`, // read as one question
-		`{"questions":[]}`:    "0 questions; ask 1 to 4 at a time",
-		`[]`:                  "0 questions; ask 1 to 4 at a time",
-		`5`:                   "cannot unmarshal number",
-		strconv.Quote(`[`):    "unexpected end of JSON input",
-		strconv.Quote(`null`): `questions[0] has no "question"`, // unquoting stops at null
-		qs(q("x"), q("x"), q("x"), q("x"), q("y")):                 "5 questions; ask 1 to 4 at a time",
-		qs(`{"options":["a","b"]}`):                                `questions[0] has no "question"`,
-		qs(`{"question":"  ","options":["a","b"]}`):                `questions[0] has no "question"`,
-		qs(`{"text":"x","options":["a","b"],"multiSelect":"yes"}`): "cannot unmarshal string",
-		qs(`{"text":"x"}`):                                         "questions[0] has 0 options; give 2 to 10",
-		qs(`{"text":"x","options":["a"]}`):                         "questions[0] has 1 options; give 2 to 10",
-		qs(`{"text":"x","options":` + eleven + `}`):                "questions[0] has 11 options; give 2 to 10",
-		qs(`{"text":"x","options":["a",{"description":"d"}]}`):     "questions[0].options[1] has no label",
-		qs(`{"text":"x","options":["a"," "]}`):                     "questions[0].options[1] has no label",
-	} {
-		res := c.callTool("AskUserQuestion", map[string]any{"questions_json": input})
-		if !isError(res) || !strings.Contains(resultText(res), want) || !strings.Contains(resultText(res), "; for example: "+askShape) {
-			t.Errorf("%s:\n want %q and an example\n got  %q", input, want, resultText(res))
-		}
-	}
-	for _, args := range []map[string]any{{}, {"questions_json": ""}, {"questions_json": 5}, {"questions": "[]"},
-		{"questions": []any{}}, {"questions_json": strings.Repeat(" ", 100001)}} {
-		if res := c.callTool("AskUserQuestion", args); !isError(res) {
-			t.Errorf("%v: accepted", args)
-		}
-	}
-	if len(c.notes) != 0 {
-		t.Errorf("invalid input reached the client: %v", c.notes)
-	}
-}
-
-// TestAskUserQuestionShapes: every shape a model sends for the same question
-// (issue 20) reaches the user as that question. Without elicitation the
-// structured result shows the questions as telson read them.
-func TestAskUserQuestionShapes(t *testing.T) {
-	t.Parallel()
-	c := startServer(t)
-	c.initialize("2025-11-25")
-	one := `{"question":"Pick one?","options":["A","B"]}`
-	asJSON := map[string]string{
-		"object with questions":      `{"questions":[` + one + `]}`,
-		"bare array (issue 20)":      `[` + one + `]`,
-		"one question":               one,
-		"text, mixed options":        `[{"text":"Pick one?","options":[{"label":"A"},"B"]}]`,
-		"encoded twice":              strconv.Quote(`[` + one + `]`),
-		"spaces around":              "\n  [" + one + "]  \n",
-		"object options":             `{"questions":[{"question":"Pick one?","options":[{"label":"A"},{"label":"B"}],"multiSelect":false}]}`,
-		"multi_select, as JSON":      `[{"question":"Pick one?","options":["A","B"],"multi_select":true}]`,
-		"multiSelect, one alone":     `{"question":"Pick one?","options":["A","B"],"multiSelect":true}`,
-		"wrapped text, multi_select": `{"questions":[{"text":"Pick one?","options":["A","B"],"multi_select":true}]}`,
-	}
-	objects := []any{map[string]any{"label": "A"}, map[string]any{"label": "B"}}
-	asArray := map[string][]any{
-		"Claude Code's shape":  {map[string]any{"question": "Pick one?", "options": objects}},
-		"text and multiSelect": {map[string]any{"text": "Pick one?", "options": objects, "multiSelect": true}},
-		"multi_select":         {map[string]any{"question": "Pick one?", "options": objects, "multi_select": true}},
-	}
-	want := func(multi bool) string {
-		return fmt.Sprintf(`[{"multiSelect":%t,"options":[{"label":"A"},{"label":"B"}],"question":"Pick one?"}]`, multi)
-	}
-	check := func(name string, args map[string]any, multi bool) {
-		t.Helper()
-		res := c.callTool("AskUserQuestion", args)
-		sc, _ := res["structuredContent"].(map[string]any)
-		got, _ := json.Marshal(sc["questions"])
-		if isError(res) || sc["status"] != "ask_in_chat" || string(got) != want(multi) {
-			t.Errorf("%s: got %s %s", name, got, resultText(res))
-		}
-	}
-	for name, text := range asJSON {
-		check(name, map[string]any{"questions_json": text}, strings.Contains(name, "ulti"))
-	}
-	for name, qs := range asArray {
-		check(name, map[string]any{"questions": qs}, name != "Claude Code's shape")
-	}
-	// A client that parses JSON text arguments (the Inspector CLI) sends questions_json as JSON.
-	check("questions_json as JSON", decodeArgs(t, `{"questions_json":[`+one+`]}`).(map[string]any), false)
-	check("questions_json as a JSON object", decodeArgs(t, `{"questions_json":{"questions":[`+one+`]}}`).(map[string]any), false)
-	// questions is declared an array of objects: the argument check names what is wrong.
-	for args, want := range map[string]string{
-		`{"questions":{"question":"Pick one?","options":[{"label":"A"},{"label":"B"}]}}`: `"questions" must be an array, got an object`,
-		`{"questions":[{"question":"Pick one?","options":["A","B"]}]}`:                   `must be an object, got a string`,
-	} {
-		if res := c.callTool("AskUserQuestion", decodeArgs(t, args)); !isError(res) || !strings.Contains(resultText(res), want) {
-			t.Errorf("%s: want %q, got %q", args, want, resultText(res))
-		}
-	}
-	// The issue's call, through a client that shows the form.
-	c = startServer(t)
-	uiInitialize(c, "2025-11-25", map[string]any{"elicitation": map[string]any{}})
-	id := uiStartCall(c, "AskUserQuestion", map[string]any{"questions_json": `[{"question":"Pick one?","options":["A","B"]}]`})
-	req := uiNextRequest(c, "elicitation/create")
-	if !strings.Contains(req["_line"].(string), `"oneOf":[{"const":"A","title":"A"},{"const":"B","title":"B"}],"title":"Pick one?"`) {
-		t.Errorf("form: %s", req["_line"])
-	}
-	uiReply(c, req["id"], map[string]any{"action": "accept", "content": map[string]any{"q1": "B"}})
-	if res := uiResult(t, c.waitResponse(id)); isError(res) || !strings.HasPrefix(resultText(res), `User has answered your questions: "Pick one?"="B".`) {
-		t.Errorf("got %q", resultText(res))
-	}
-}
-
-func TestAskUserQuestionNoElicitation(t *testing.T) {
-	t.Parallel()
-	c := startServer(t)
-	c.initialize("2025-06-18")
-	res := c.callTool("AskUserQuestion", map[string]any{"questions_json": uiClaudeQuestions})
-	msg := "This client cannot show these questions to the user as a form. " +
-		"Do not assume an answer: ask the user these questions in chat and wait for the reply."
-	want := msg + `
-
-1. Which database?
-   - PostgreSQL — a server
-   - SQLite — one file
-2. Which extras? (several may be chosen)
-   - Redis
-   - Kafka
-   - S3`
-	if isError(res) || resultText(res) != want {
-		t.Errorf("got %q", resultText(res))
-	}
-	sc, _ := json.Marshal(res["structuredContent"])
-	if string(sc) != `{"answers":[],"message":"`+msg+`","questions":[{"header":"DB","multiSelect":false,"options":[{"description":"a server","label":"PostgreSQL"},{"description":"one file","label":"SQLite"}],"question":"Which database?"},{"header":"Extras","multiSelect":true,"options":[{"label":"Redis"},{"label":"Kafka"},{"label":"S3"}],"question":"Which extras?"}],"status":"ask_in_chat"}` {
-		t.Errorf("structured: %s", sc)
-	}
-	// Elicitation declared in a version without it: no form either.
-	c = startServer(t)
-	uiInitialize(c, "2025-03-26", map[string]any{"elicitation": map[string]any{}})
-	if res := c.callTool("AskUserQuestion", map[string]any{"questions_json": uiQuestions}); isError(res) || !strings.Contains(resultText(res), "cannot show these questions") {
-		t.Errorf("2025-03-26: %q", resultText(res))
-	}
-}
-
 func TestReadImageListed(t *testing.T) {
 	c := startServer(t, "IMAGE_MAX_EDGE=1234", "IMAGE_MAX_BYTES=6000000")
 	c.initialize("2025-06-18")
@@ -3692,1601 +4267,154 @@ func uiBenchPhoto(b *testing.B) []byte {
 	return buf.Bytes()
 }
 
-// ---- websearch ----
+// uiChunk writes one PNG chunk.
+func uiChunk(w *bufio.Writer, kind string, data []byte) {
+	binary.Write(w, binary.BigEndian, uint32(len(data)))
+	w.WriteString(kind)
+	w.Write(data)
+	binary.Write(w, binary.BigEndian, crc32.ChecksumIEEE(append([]byte(kind), data...)))
+}
 
-// websearch_test.go tests WebSearch against engines served by httptest on
-// 127.0.0.1: every engine's request and parser with our own pages
-// (testdata/websearch), the real pages in ../shared/fixtures/search when
-// present, classification, back-off, timeouts, cancellation, merging and the
-// reply. Nothing here reaches the internet: every test names its engines.
-
-// searchNewServer builds a server whose configuration is kv (KEY, VALUE, ...).
-func searchNewServer(t testing.TB, kv ...string) *server {
+// uiZeroPNG writes a valid w×h PNG of black pixels, compressing the rows as it
+// goes so that even a huge image costs the test little memory.
+func uiZeroPNG(t *testing.T, path string, w, h int, depth, colorType byte) {
 	t.Helper()
-	settings := []string{"SEARCH_BACKOFF_MS=0"}
-	for i := 0; i+1 < len(kv); i += 2 {
-		settings = append(settings, kv[i]+"="+kv[i+1])
-	}
-	srv := newServer(testSettings(t, settings...), io.Discard)
-	t.Cleanup(srv.close)
-	return srv
-}
-
-// searchCall runs the WebSearch handler directly.
-func searchCall(ctx context.Context, srv *server, args map[string]any) toolResult {
-	b, _ := json.Marshal(args)
-	return runWebSearch(ctx, &toolCall{s: newSession(srv, nil), req: &rpcRequest{}, args: b})
-}
-
-// searchServe starts an httptest server for h.
-func searchServe(t testing.TB, h http.HandlerFunc) *httptest.Server {
-	ts := httptest.NewServer(h)
-	t.Cleanup(ts.Close)
-	return ts
-}
-
-func searchReadFile(t testing.TB, path string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-// searchFilePage serves file with status, gzipped when gz (as Stack Exchange does).
-func searchFilePage(t testing.TB, file string, status int, gz bool) http.HandlerFunc {
-	body := searchReadFile(t, file)
-	return func(w http.ResponseWriter, r *http.Request) {
-		if gz {
-			var buf bytes.Buffer
-			zw := gzip.NewWriter(&buf)
-			zw.Write(body)
-			zw.Close()
-			w.Header().Set("Content-Encoding", "gzip")
-			body = buf.Bytes()
-		}
-		w.WriteHeader(status)
-		w.Write(body)
-	}
-}
-
-// searchAsk asks one engine at base and returns its outcome.
-func searchAsk(t testing.TB, engine, base string, kv ...string) searchOutcome {
-	t.Helper()
-	srv := searchNewServer(t, append(kv, "SEARCH_URL_"+strings.ToUpper(engine), base)...)
-	engines := searchSelect(srv.set, []string{engine})
-	return srv.search.search(context.Background(), srv.set, "golang", engines)[0]
-}
-
-var searchKeys = []string{"BRAVE_API_KEY", "bk", "TAVILY_API_KEY", "tk", "SERPER_API_KEY", "sk", "EXA_API_KEY", "ek",
-	"GOOGLE_API_KEY", "gk", "GOOGLE_CSE_ID", "cx1", "SEARXNG_URL", "http://127.0.0.1:1"}
-
-func TestWebSearchEngines(t *testing.T) {
-	t.Parallel()
-	type want struct {
-		n                   int
-		title, url, snippet string // of the first result; snippet: exact
-		url2                string // of the second result, when given
-	}
-	cases := []struct {
-		engine, file string
-		check        func(r *http.Request) string // "" when the request is right
-		want         want
-	}{
-		{"duckduckgo", "duckduckgo.html", func(r *http.Request) string {
-			if r.Method != "POST" || r.URL.Path != "/html/" || r.FormValue("q") != "golang" || r.FormValue("kl") != "wt-wt" {
-				return "want POST /html/ with q and kl"
-			}
-			if !strings.HasPrefix(r.UserAgent(), "Mozilla/5.0") || !strings.HasSuffix(r.Referer(), "/") ||
-				strings.Contains(r.Header.Get("Accept-Encoding"), "br") {
-				return "want a browser UA, a Referer and no brotli"
-			}
-			return ""
-		}, want{2, "The Go Programming Language", "https://go.dev/", "Go is an open source programming language & tools.",
-			"https://pkg.go.dev/context?utm_source=ddg"}},
-		{"brave", "brave.html", func(r *http.Request) string {
-			if r.URL.Path != "/search" || r.URL.Query().Get("q") != "golang" || r.URL.Query().Get("source") != "web" {
-				return "want GET /search?q=&source=web"
-			}
-			return ""
-		}, want{2, "The Go Programming Language", "https://go.dev/", "Go is an open source programming language that makes it simple to build secure, scalable systems.", "https://en.wikipedia.org/wiki/Go_(programming_language)"}},
-		{"mojeek", "mojeek.html", func(r *http.Request) string {
-			if r.URL.Path != "/search" || r.URL.Query().Get("q") != "golang" || r.URL.Query().Has("s") {
-				return "want GET /search?q= without s"
-			}
-			return ""
-		}, want{2, "The Go Programming Language", "https://go.dev/", "Go is an open source programming language supported by Google.", "https://gobyexample.com/"}},
-		{"bing", "bing.html", func(r *http.Request) string {
-			if r.URL.Path != "/search" || r.URL.Query().Get("q") != "golang" {
-				return "want GET /search?q="
-			}
-			return ""
-		}, want{2, "The Go Programming Language", "https://go.dev/", "Go is an open source programming language.", "https://en.wikipedia.org/wiki/Go_(programming_language)"}},
-		{"yahoo", "yahoo.html", func(r *http.Request) string {
-			if r.URL.Path != "/search" || r.URL.Query().Get("p") != "golang" {
-				return "want GET /search?p="
-			}
-			return ""
-		}, want{2, "The Go Programming Language", "https://go.dev/", "Go is an open source programming language that makes it simple to build secure, scalable systems.", "https://go.dev/doc/effective_go"}},
-		{"yandex", "yandex.html", func(r *http.Request) string {
-			if r.URL.Path != "/search/site/" || r.URL.Query().Get("text") != "golang" || !strings.HasPrefix(r.UserAgent(), "Mozilla/5.0") {
-				return "want GET /search/site/?text= from a browser UA"
-			}
-			return ""
-		}, want{2, "The Go Programming Language", "https://go.dev/", "Go is an open source programming language that makes it simple to build software.", "https://gobyexample.com/"}},
-		{"wikipedia", "wikipedia.json", func(r *http.Request) string {
-			q := r.URL.Query()
-			if r.URL.Path != "/w/api.php" || q.Get("srsearch") != "golang" || q.Get("list") != "search" || !strings.HasPrefix(r.UserAgent(), "telson") {
-				return "want /w/api.php?list=search&srsearch= from a telson UA"
-			}
-			return ""
-		}, want{2, "Go (programming language)", "/wiki/Go_(programming_language)", "Go is a high-level general purpose programming language & more", ""}},
-		{"hackernews", "hackernews.json", func(r *http.Request) string {
-			if r.URL.Path != "/api/v1/search" || r.URL.Query().Get("query") != "golang" || r.URL.Query().Get("tags") != "story" {
-				return "want /api/v1/search?query=&tags=story"
-			}
-			return ""
-		}, want{2, "Go 1.0 released", "https://news.ycombinator.com/item?id=8602", "512 points, 170 comments. https://go.dev/blog/go1",
-			"https://news.ycombinator.com/item?id=9001"}},
-		{"stackoverflow", "stackoverflow.json", func(r *http.Request) string {
-			if r.URL.Path != "/2.3/search/advanced" || r.URL.Query().Get("q") != "golang" || r.URL.Query().Get("site") != "stackoverflow" {
-				return "want /2.3/search/advanced?q=&site=stackoverflow"
-			}
-			return ""
-		}, want{2, `How to cancel a goroutine "nicely"?`, "https://stackoverflow.com/questions/1/how-to-cancel-a-goroutine", "3 answers, score 42; tags: [go concurrency]", ""}},
-		{"github", "github.json", func(r *http.Request) string {
-			if r.URL.Path != "/search/repositories" || r.URL.Query().Get("q") != "golang" || r.Header.Get("Accept") != "application/vnd.github+json" || !strings.HasPrefix(r.UserAgent(), "telson") {
-				return "want /search/repositories?q= with the GitHub Accept and a telson UA"
-			}
-			return ""
-		}, want{2, "golang/go", "https://github.com/golang/go", "The Go programming language (120000 stars)", "https://github.com/avelino/awesome-go"}},
-		{"arxiv", "arxiv.xml", func(r *http.Request) string {
-			if r.URL.Path != "/api/query" || r.URL.Query().Get("search_query") != "all:golang" {
-				return "want /api/query?search_query=all:golang"
-			}
-			return ""
-		}, want{2, "Understanding Real-World Concurrency Bugs in Go", "http://arxiv.org/abs/2101.00001v1", "Go is a statically-typed programming language that aims to provide a simple, efficient, and safe way to build multi-threaded software.", "http://arxiv.org/abs/2202.00002v2"}},
-		{"braveapi", "braveapi.json", func(r *http.Request) string {
-			if r.URL.Path != "/res/v1/web/search" || r.Header.Get("X-Subscription-Token") != "bk" {
-				return "want /res/v1/web/search with X-Subscription-Token"
-			}
-			return ""
-		}, want{1, "The Go Programming Language", "https://go.dev/", "Go is an open source programming language.", ""}},
-		{"tavily", "tavily.json", func(r *http.Request) string {
-			var body map[string]any
-			json.NewDecoder(r.Body).Decode(&body)
-			if r.Method != "POST" || r.URL.Path != "/search" || r.Header.Get("Authorization") != "Bearer tk" || body["query"] != "golang" {
-				return "want POST /search {query} with a bearer key"
-			}
-			return ""
-		}, want{1, "The Go Programming Language", "https://go.dev/", "Go is an open source programming language.", ""}},
-		{"serper", "serper.json", func(r *http.Request) string {
-			if r.Method != "POST" || r.Header.Get("X-API-KEY") != "sk" {
-				return "want POST with X-API-KEY"
-			}
-			return ""
-		}, want{1, "The Go Programming Language", "https://go.dev/", "Go is an open source programming language.", ""}},
-		{"exa", "exa.json", func(r *http.Request) string {
-			if r.Method != "POST" || r.Header.Get("x-api-key") != "ek" {
-				return "want POST with x-api-key"
-			}
-			return ""
-		}, want{1, "The Go Programming Language", "https://go.dev/", "Go is an open source programming language.", ""}},
-		{"google", "google.json", func(r *http.Request) string {
-			if q := r.URL.Query(); r.URL.Path != "/customsearch/v1" || q.Get("key") != "gk" || q.Get("cx") != "cx1" {
-				return "want /customsearch/v1 with key and cx"
-			}
-			return ""
-		}, want{1, "The Go Programming Language", "https://go.dev/", "Go is an open source programming language.", ""}},
-		{"searxng", "searxng.json", func(r *http.Request) string {
-			if r.URL.Path != "/search" || r.URL.Query().Get("format") != "json" {
-				return "want /search?format=json"
-			}
-			return ""
-		}, want{1, "The Go Programming Language", "https://go.dev/", "Go is an open source programming language.", ""}},
-	}
-	for _, tc := range cases {
-		tc := tc
-		t.Run(tc.engine, func(t *testing.T) {
-			t.Parallel()
-			var problem atomic.Value
-			page := searchFilePage(t, filepath.Join("testdata", "websearch", tc.file), 200, tc.engine == "stackoverflow")
-			ts := searchServe(t, func(w http.ResponseWriter, r *http.Request) {
-				if p := tc.check(r); p != "" {
-					problem.Store(p + "; got " + r.Method + " " + r.URL.String())
-				}
-				page(w, r)
-			})
-			o := searchAsk(t, tc.engine, ts.URL, searchKeys...)
-			if p, _ := problem.Load().(string); p != "" {
-				t.Errorf("request: %s", p)
-			}
-			if o.Status != "ok" || o.Count != tc.want.n || len(o.hits) != tc.want.n {
-				t.Fatalf("got %s (%s) with %d results, want ok with %d: %+v", o.Status, o.Detail, len(o.hits), tc.want.n, o.hits)
-			}
-			h := o.hits[0]
-			if h.title != tc.want.title || !strings.HasSuffix(h.url, tc.want.url) || h.snippet != tc.want.snippet {
-				t.Errorf("first result:\n got %q %q %q\nwant %q %q %q", h.title, h.url, h.snippet, tc.want.title, tc.want.url, tc.want.snippet)
-			}
-			if tc.want.url2 != "" && o.hits[1].url != tc.want.url2 {
-				t.Errorf("second url: got %q, want %q", o.hits[1].url, tc.want.url2)
-			}
-		})
-	}
-}
-
-// searchFixturesDir finds shared/fixtures/search above the working directory, or "".
-func searchFixturesDir() string {
-	dir, _ := os.Getwd()
-	for {
-		if fi, err := os.Stat(filepath.Join(dir, "shared", "fixtures", "search")); err == nil && fi.IsDir() {
-			return filepath.Join(dir, "shared", "fixtures", "search")
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return ""
-		}
-		dir = parent
-	}
-}
-
-// TestWebSearchRealPages parses the real engine pages in the shared fixtures,
-// with the expected values of their SOURCES.md.
-func TestWebSearchRealPages(t *testing.T) {
-	t.Parallel()
-	dir := searchFixturesDir()
-	if dir == "" {
-		t.Skip("no shared/fixtures/search above the working directory")
-	}
-	cases := []struct {
-		engine, file string
-		status       int
-		want         string // outcome status
-		n            int
-		first        [2]string // title, url
-		second       [2]string
-		snippet      string // prefix of the first snippet
-	}{
-		{"duckduckgo", "duckduckgo_html_2025_golang.html", 200, "ok", 10, [2]string{"The Go Programming Language", "https://go.dev/"},
-			[2]string{"Go (programming language) - Wikipedia", "https://en.wikipedia.org/wiki/Go_(programming_language)"}, "Go is an open source programming language"},
-		{"duckduckgo", "duckduckgo_html_2020_exit_vim.html", 200, "ok", 30, [2]string{"vi - How do I exit the Vim editor? - Stack Overflow", "https://stackoverflow.com/questions/11828270/how-do-i-exit-the-vim-editor"},
-			[2]string{}, ""},
-		{"duckduckgo", "duckduckgo_js_nojs_redirect_2020.html", 200, "blocked", 0, [2]string{}, [2]string{}, ""},
-		{"wikipedia", "wikipedia_api_list_search_2025.json", 200, "ok", 2, [2]string{"North America", "https://en.wikipedia.org/wiki/North_America"},
-			[2]string{"United States", "https://en.wikipedia.org/wiki/United_States"}, "North America is a continent"},
-		{"brave", "brave_html_2026_excerpt.html", 200, "ok", 1, [2]string{"GitHub - react/react: The library for web and native user interfaces. · GitHub", "https://github.com/react/react"},
-			[2]string{}, "The library for web and native user interfaces."},
-		{"brave", "brave_html_2023_full.html", 200, "ok", 19, [2]string{"What is a query? Explore database queries and more", "https://www.techtarget.com/searchdatamanagement/definition/query"},
-			[2]string{}, "Learn about database queries"},
-		{"yahoo", "yahoo_html_2026_excerpt.html", 200, "ok", 1, [2]string{"GitHub - react/react: The library for web and native user ...", "https://github.com/react/react"},
-			[2]string{}, "The library for web and native user interfaces."},
-		// SOURCES.md says 14 li.b_algo with very_good_result first; the page holds
-		// 10 li.b_algo (plus 5 div.b_algo inside answer cards, not results), and
-		// very_good_result is the second.
-		{"bing", "bing_html_2023_sr.html", 200, "ok", 10, [2]string{"322 Words and Phrases for Good Results - Power Thesaurus", "https://www.powerthesaurus.org/good_results/synonyms"},
-			[2]string{"", "https://www.powerthesaurus.org/very_good_result/synonyms"}, "Good Results synonyms"},
-		{"mojeek", "mojeek_403_blocked_2023.html", 403, "blocked", 0, [2]string{}, [2]string{}, ""},
-	}
-	for _, tc := range cases {
-		tc := tc
-		t.Run(tc.file, func(t *testing.T) {
-			t.Parallel()
-			ts := searchServe(t, searchFilePage(t, filepath.Join(dir, tc.file), tc.status, false))
-			o := searchAsk(t, tc.engine, ts.URL)
-			if o.Status != tc.want || len(o.hits) != tc.n {
-				t.Fatalf("got %s (%s) with %d results, want %s with %d", o.Status, o.Detail, len(o.hits), tc.want, tc.n)
-			}
-			if tc.n == 0 {
-				return
-			}
-			h := o.hits[0]
-			if h.title != tc.first[0] || h.url != tc.first[1] || !strings.HasPrefix(h.snippet, tc.snippet) {
-				t.Errorf("first: got %q %q %q", h.title, h.url, h.snippet)
-			}
-			if tc.second[1] != "" && (o.hits[1].url != tc.second[1] || tc.second[0] != "" && o.hits[1].title != tc.second[0]) {
-				t.Errorf("second: got %q %q", o.hits[1].title, o.hits[1].url)
-			}
-			for _, h := range o.hits {
-				if !strings.HasPrefix(h.url, "http") || strings.Contains(h.url, "duckduckgo.com/") || strings.Contains(h.url, "bing.com/") ||
-					h.title == "" || strings.Contains(h.title+h.snippet, "</") {
-					t.Errorf("bad result (not a web link, or not plain text) %+v", h)
-				}
-			}
-		})
-	}
-}
-
-func TestWebSearchClassify(t *testing.T) {
-	t.Parallel()
-	page := func(status int, ctype, body string) http.HandlerFunc {
-		return func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Content-Type", ctype)
-			w.WriteHeader(status)
-			io.WriteString(w, body)
+	channels := map[byte]int{0: 1, 2: 3, 3: 1, 4: 2, 6: 4}[colorType]
+	rowBytes := 1 + (w*channels*int(depth)+7)/8
+	var idat bytes.Buffer
+	zw, _ := zlib.NewWriterLevel(&idat, zlib.BestSpeed)
+	zero := make([]byte, 1<<20)
+	for y := 0; y < h; y++ {
+		for n := rowBytes; n > 0; n -= min(n, len(zero)) {
+			zw.Write(zero[:min(n, len(zero))])
 		}
 	}
-	file := func(name string) string {
-		return string(searchReadFile(t, filepath.Join("testdata", "websearch", name)))
-	}
-	cases := []struct {
-		name, engine string
-		h            http.HandlerFunc
-		status       string
-		detail       string // substring
-	}{
-		{"ddg 202", "duckduckgo", page(202, "text/html", "<html><body></body></html>"), "rate-limited", "HTTP 202"},
-		{"429", "brave", page(429, "text/html", "Too Many Requests"), "rate-limited", "HTTP 429"},
-		{"403", "bing", page(403, "text/html", "<html>Forbidden</html>"), "blocked", "HTTP 403"},
-		{"500", "mojeek", page(500, "text/html", "oops"), "error", "HTTP 500"},
-		{"503 json", "wikipedia", page(503, "application/json", `{"error":{"code":"maxlag","info":"lagged"}}`), "error", "HTTP 503"},
-		{"ddg anomaly page", "duckduckgo", page(200, "text/html", file("duckduckgo_challenge.html")), "captcha", "challenge page"},
-		{"mojeek altcha", "mojeek", page(200, "text/html", file("mojeek_captcha.html")), "captcha", ""},
-		{"cloudflare 403", "brave", page(403, "text/html", `<html><script src="/cdn-cgi/challenge-platform/h/b/orchestrate/jsch/v1"></script></html>`), "captcha", ""},
-		{"redirect to captcha", "bing", func(w http.ResponseWriter, r *http.Request) {
-			if r.URL.Path == "/search" {
-				http.Redirect(w, r, "/sp/captcha?x=1", http.StatusFound)
-				return
-			}
-			io.WriteString(w, "<html>solve this</html>")
-		}, "captcha", "/sp/captcha"},
-		{"consent wall", "yahoo", func(w http.ResponseWriter, r *http.Request) {
-			if r.URL.Path == "/search" {
-				http.Redirect(w, r, "/consent?sessionId=1", http.StatusFound)
-				return
-			}
-			io.WriteString(w, "<html><form>Accept all</form></html>")
-		}, "blocked", "consent"},
-		{"truncated json", "wikipedia", page(200, "application/json", `{"query":{"search":[{"title":"Go","snippet":"x"`), "error", "unexpected end of JSON input"},
-		{"github rate limit", "github", page(403, "application/json", `{"message":"API rate limit exceeded for 192.0.2.1.","documentation_url":"https://docs.github.com"}`), "rate-limited", "API rate limit exceeded"},
-		{"stack exchange throttle", "stackoverflow", page(400, "application/json", `{"error_id":502,"error_name":"throttle_violation","error_message":"too many requests from this IP, more requests available in 60 seconds"}`), "rate-limited", "too many requests"},
-		{"stack exchange error 200", "stackoverflow", page(200, "application/json", `{"error_id":400,"error_name":"bad_parameter","error_message":"site is required"}`), "error", "site is required"},
-		{"bad key", "braveapi", page(401, "application/json", `{"type":"ErrorResponse","error":{"code":"SUBSCRIPTION_TOKEN_INVALID","detail":"The provided subscription token is invalid."}}`), "error", "HTTP 401: {"},
-		{"html instead of json", "hackernews", page(200, "text/html", `<!DOCTYPE html><html><head><title>Captcha</title></head></html>`), "captcha", ""},
-		{"no results", "duckduckgo", page(200, "text/html", file("duckduckgo_empty.html")), "empty", ""},
-		{"json no results", "github", page(200, "application/json", `{"total_count":0,"items":[]}`), "empty", ""},
-		{"bot words", "bing", page(200, "text/html", "<html><body>Our systems have detected unusual traffic from your network.</body></html>"), "blocked", "bot check"},
-		{"not a result page", "bing", page(200, "text/html", "<html><body>hello</body></html>"), "error", "no result list"},
-		{"only ads", "duckduckgo", page(200, "text/html", `<div id="links"><div class="result result--ad"><a class="result__a" href="https://duckduckgo.com/y.js?ad_domain=x.com">Ad</a></div></div>`), "empty", ""},
-	}
-	for _, tc := range cases {
-		tc := tc
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			ts := searchServe(t, tc.h)
-			o := searchAsk(t, tc.engine, ts.URL, searchKeys...)
-			if o.Status != tc.status || !strings.Contains(o.Detail, tc.detail) {
-				t.Errorf("got %q (%s), want %q (…%s…)", o.Status, o.Detail, tc.status, tc.detail)
-			}
-		})
-	}
-	t.Run("not configured", func(t *testing.T) {
-		srv := searchNewServer(t)
-		res := searchCall(context.Background(), srv, map[string]any{"query": "golang", "engines": []string{"tavily"}})
-		if !res.isError || !strings.Contains(res.content[0].Text, "tavily: error (not configured: set TAVILY_API_KEY)") {
-			t.Errorf("got %+v", res)
-		}
-	})
-}
-
-func TestWebSearchBackoff(t *testing.T) {
-	t.Parallel()
-	var hits atomic.Int32
-	ts := searchServe(t, func(w http.ResponseWriter, r *http.Request) {
-		hits.Add(1)
-		w.WriteHeader(http.StatusTooManyRequests)
-	})
-	wiki := searchServe(t, searchFilePage(t, "testdata/websearch/wikipedia.json", 200, false))
-	srv := searchNewServer(t, "SEARCH_URL_BRAVE", ts.URL, "SEARCH_URL_WIKIPEDIA", wiki.URL, "SEARCH_BACKOFF_MS", "600000", "SEARCH_ENGINES", "brave,wikipedia")
-	first := searchCall(context.Background(), srv, map[string]any{"query": "golang"})
-	if first.isError || !strings.Contains(first.content[0].Text, "- brave: rate-limited (HTTP 429)") {
-		t.Fatalf("first call: %+v", first)
-	}
-	second := searchCall(context.Background(), srv, map[string]any{"query": "golang again"})
-	if !strings.Contains(second.content[0].Text, "- brave: resting (rate-limited 0s ago)") || !strings.Contains(second.content[0].Text, "- wikipedia: ok (2 results)") {
-		t.Errorf("second call: %s", second.content[0].Text)
-	}
-	if n := hits.Load(); n != 1 {
-		t.Errorf("a resting engine was asked: %d requests", n)
-	}
-	// Without back-off the engine is asked every time.
-	srv0 := searchNewServer(t, "SEARCH_URL_BRAVE", ts.URL, "SEARCH_BACKOFF_MS", "0")
-	for i := 0; i < 2; i++ {
-		searchCall(context.Background(), srv0, map[string]any{"query": "golang", "engines": []string{"brave"}})
-	}
-	if n := hits.Load(); n != 3 {
-		t.Errorf("with SEARCH_BACKOFF_MS=0: %d requests, want 3", n)
-	}
-}
-
-// TestWebSearchSlowEngine: a stalled engine costs its timeout, not the call.
-func TestWebSearchSlowEngine(t *testing.T) {
-	t.Parallel()
-	release := make(chan struct{})
-	var finished atomic.Bool
-	slow := searchServe(t, func(w http.ResponseWriter, r *http.Request) {
-		<-release // until the test ends, whatever the client does
-		finished.Store(true)
-	})
-	t.Cleanup(func() { close(release) }) // runs before slow.Close
-	wiki := searchServe(t, searchFilePage(t, "testdata/websearch/wikipedia.json", 200, false))
-	srv := searchNewServer(t, "SEARCH_URL_HACKERNEWS", slow.URL, "SEARCH_URL_WIKIPEDIA", wiki.URL, "SEARCH_TIMEOUT_MS", "300")
-	res := searchCall(context.Background(), srv, map[string]any{"query": "golang", "engines": []string{"hackernews", "wikipedia"}})
-	if finished.Load() {
-		t.Fatal("the slow handler finished before the call returned")
-	}
-	text := res.content[0].Text
-	if res.isError || !strings.Contains(text, "- hackernews: timed out (no answer within 300ms)") || !strings.Contains(text, "- wikipedia: ok (2 results)") {
-		t.Errorf("got %s", text)
-	}
-}
-
-// TestWebSearchCancel: cancelling the call stops every engine's request.
-func TestWebSearchCancel(t *testing.T) {
-	t.Parallel()
-	entered := make(chan struct{}, 2)
-	stopped := make(chan struct{}, 2)
-	h := func(w http.ResponseWriter, r *http.Request) {
-		entered <- struct{}{}
-		<-r.Context().Done()
-		stopped <- struct{}{}
-	}
-	a, b := searchServe(t, h), searchServe(t, h)
-	c := startServer(t, "SEARCH_URL_WIKIPEDIA="+a.URL, "search_url_github="+b.URL, "SEARCH_TIMEOUT_MS=60000")
-	c.initialize("2025-06-18")
-	c.send(`{"jsonrpc":"2.0","id":"s1","method":"tools/call","params":{"name":"WebSearch","arguments":{"query":"golang","engines":["wikipedia","github"]}}}`)
-	for i := 0; i < 2; i++ {
-		select {
-		case <-entered:
-		case <-time.After(watchdog):
-			t.Fatal("engines were not asked")
-		}
-	}
-	c.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"s1","reason":"test"}}`)
-	for i := 0; i < 2; i++ {
-		select {
-		case <-stopped:
-		case <-time.After(watchdog):
-			t.Fatal("an engine request outlived the cancelled call")
-		}
-	}
-}
-
-func TestWebSearchURLKey(t *testing.T) {
-	t.Parallel()
-	same := [][2]string{
-		{"http://www.Example.com:80/a/?b=2&a=1#top", "https://example.com/a?a=1&b=2"},
-		{"https://example.com:443/", "https://example.com"},
-		{"https://en.wikipedia.org/wiki/Go_%28programming_language%29", "https://en.wikipedia.org/wiki/Go_(programming_language)"},
-	}
-	for _, p := range same {
-		if searchURLKey(p[0]) != searchURLKey(p[1]) {
-			t.Errorf("%s and %s differ: %s vs %s", p[0], p[1], searchURLKey(p[0]), searchURLKey(p[1]))
-		}
-	}
-	differ := [][2]string{{"https://example.com/a", "https://example.com/b"}, {"https://example.com/?q=1", "https://example.com/?q=2"}, {"https://example.com:8080/", "https://example.com/"}}
-	for _, p := range differ {
-		if searchURLKey(p[0]) == searchURLKey(p[1]) {
-			t.Errorf("%s and %s should differ", p[0], p[1])
-		}
-	}
-	unwrap := map[string]string{
-		"//duckduckgo.com/l/?uddg=https%3A%2F%2Fgo.dev%2F&rut=x":                              "https://go.dev/",
-		"https://www.bing.com/ck/a?!&&p=1&u=a1aHR0cHM6Ly9nby5kZXYv&ntb=1":                     "https://go.dev/",
-		"https://r.search.yahoo.com/_ylt=A;_ylu=B/RV=2/RU=https%3a%2f%2fgo.dev%2f/RK=2/RS=x-": "https://go.dev/",
-		"https://go.dev/": "https://go.dev/",
-	}
-	for in, want := range unwrap {
-		if got := searchUnwrap(in); got != want {
-			t.Errorf("unwrap %s: got %s", in, got)
-		}
-	}
-	tidy := searchTidy([]searchHit{
-		{"A title", " https://x.org/a?id=2 ", "<b>kept</b> as text"},
-		{"", "https://x.org/b#section", ""},
-		{"ad", "https://duckduckgo.com/y.js?ad_domain=x.org", ""},
-		{"relative", "/search?q=x", ""},
-		{"js", "javascript:void(0)", ""},
-	})
-	if len(tidy) != 2 || tidy[0].url != "https://x.org/a?id=2" || tidy[0].title != "A title" || tidy[0].snippet != "<b>kept</b> as text" ||
-		tidy[1].url != "https://x.org/b#section" || tidy[1].title != "x.org/b" {
-		t.Errorf("tidy: %+v", tidy)
-	}
-}
-
-func TestWebSearchMerge(t *testing.T) {
-	t.Parallel()
-	outs := []searchOutcome{
-		{Name: "duckduckgo", hits: []searchHit{
-			{"Example page ...", "http://www.Example.com:80/page/#frag", "short"},
-			{"B", "https://b.org/", "b"},
-			{"C", "https://c.org/x", "c"},
-			{"Example again", "https://example.com/page", "same page twice in one list"},
-		}},
-		{Name: "bing", hits: []searchHit{
-			{"Example Page: the full title", "https://example.com/page", "a much longer snippet about the example page"},
-			{"C", "https://c.org/x", "https://c.org/x"},
-		}},
-		{Name: "brave", hits: []searchHit{
-			{"D", "https://d.org/", "d"},
-			{"Example", "https://www.example.com/page/", "mid"},
-		}},
-		{Name: "wikipedia", Status: "rate-limited"},
-	}
-	got := searchMerge(outs, 10)
-	var order []string
-	for _, r := range got {
-		order = append(order, r.Title)
-	}
-	if strings.Join(order, "|") != "Example Page: the full title|C|D|B" {
-		t.Fatalf("order: %v", order)
-	}
-	ex := got[0]
-	if ex.URL != "https://example.com/page" || ex.Snippet != "a much longer snippet about the example page" ||
-		strings.Join(ex.Engines, ",") != "duckduckgo,bing,brave" {
-		t.Errorf("merged: %+v", ex)
-	}
-	if got[1].Snippet != "c" || strings.Join(got[1].Engines, ",") != "duckduckgo,bing" {
-		t.Errorf("a bare URL is not a better snippet: %+v", got[1])
-	}
-	want := 1/61.0 + 1/61.0 + 1/62.0 + 2*searchAgreementBonus
-	if d := ex.Score - want; d > 1e-4 || d < -1e-4 {
-		t.Errorf("score %v, want %v", ex.Score, want)
-	}
-	if n := len(searchMerge(outs, 2)); n != 2 {
-		t.Errorf("max 2: got %d", n)
-	}
-	if r := searchMerge(nil, 10); r == nil || len(r) != 0 {
-		t.Errorf("no outcomes: %#v", r)
-	}
-}
-
-// TestWebSearchTool drives the tool through the protocol: the reply, its
-// structured content, bad input and every engine failing.
-func TestWebSearchTool(t *testing.T) {
-	t.Parallel()
-	ddg := searchServe(t, searchFilePage(t, "testdata/websearch/duckduckgo.html", 200, false))
-	bing := searchServe(t, searchFilePage(t, "testdata/websearch/bing.html", 200, false))
-	broken := searchServe(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(500) })
-	c := startServer(t, "SEARCH_URL_DUCKDUCKGO="+ddg.URL, "SEARCH_URL_BING="+bing.URL, "SEARCH_URL_HACKERNEWS="+broken.URL, "SEARCH_URL_GITHUB="+broken.URL, "SEARCH_ENGINES=duckduckgo,bing,hackernews", "SEARCH_BACKOFF_MS=0")
-	c.initialize("2025-06-18")
-	list := c.request("tools/list", nil)
-	found := false
-	for _, tl := range list["result"].(map[string]any)["tools"].([]any) {
-		m := tl.(map[string]any)
-		if m["name"] == "WebSearch" {
-			found = m["outputSchema"] != nil && strings.Contains(m["description"].(string), "Engines: duckduckgo, bing, hackernews.")
-		}
-	}
-	if !found {
-		t.Fatalf("WebSearch with outputSchema not listed: %v", list)
-	}
-	res := c.callTool("WebSearch", map[string]any{"query": "golang", "max_results": 3})
-	text := resultText(res)
-	wantText := `1. **The Go Programming Language**
-   https://go.dev/
-   Go is an open source programming language & tools.
-   found by: duckduckgo, bing
-
-2. **context package - context - Go Packages**
-   https://pkg.go.dev/context?utm_source=ddg
-   Package context defines the Context type.
-   found by: duckduckgo
-
-3. **Go (programming language) - Wikipedia**
-   https://en.wikipedia.org/wiki/Go_(programming_language)
-   Go is a statically typed, compiled high-level programming language designed at Google.
-   found by: bing
-
-Engines:
-- duckduckgo: ok (2 results)
-- bing: ok (2 results)
-- hackernews: error (HTTP 500)`
-	if isError(res) || text != wantText {
-		t.Errorf("reply:\n%s\nwant:\n%s", text, wantText)
-	}
-	sc, _ := res["structuredContent"].(map[string]any)
-	results, _ := sc["results"].([]any)
-	engines, _ := sc["engines"].([]any)
-	if len(results) != 3 || len(engines) != 3 {
-		t.Fatalf("structuredContent: %v", sc)
-	}
-	first := results[0].(map[string]any)
-	if first["url"] != "https://go.dev/" || first["score"].(float64) <= 0 || len(first["engines"].([]any)) != 2 || first["snippet"] == nil || first["title"] == nil {
-		t.Errorf("first structured result: %v", first)
-	}
-	if e := engines[2].(map[string]any); e["name"] != "hackernews" || e["status"] != "error" || e["count"].(float64) != 0 || e["detail"] != "HTTP 500" {
-		t.Errorf("engine status: %v", e)
-	}
-	for _, bad := range []map[string]any{{"query": "   "}, {"query": strings.Repeat("x", 2001)}, {"query": "go", "engines": []string{"altavista"}}, {"query": "go", "max_results": 51}} {
-		if res := c.callTool("WebSearch", bad); !isError(res) {
-			t.Errorf("%v: not an error: %s", bad, resultText(res))
-		}
-	}
-	res = c.callTool("WebSearch", map[string]any{"query": "golang", "engines": []string{"hackernews", "github"}})
-	if !isError(res) || resultText(res) != "WebSearch: every engine failed:\n- hackernews: error (HTTP 500)\n- github: error (HTTP 500)" {
-		t.Errorf("all failing: %s", resultText(res))
-	}
-}
-
-// TestWebSearchPartialFailure: with some engines down and results found the
-// call succeeds, and its structured content names each failed engine.
-func TestWebSearchPartialFailure(t *testing.T) {
-	t.Parallel()
-	ddg := searchServe(t, searchFilePage(t, "testdata/websearch/duckduckgo.html", 200, false))
-	limited := searchServe(t, func(w http.ResponseWriter, r *http.Request) {
-		w.WriteHeader(http.StatusTooManyRequests)
-	})
-	broken := searchServe(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(500) })
-	c := startServer(t, "SEARCH_URL_DUCKDUCKGO="+ddg.URL, "SEARCH_URL_BRAVE="+limited.URL, "SEARCH_URL_GITHUB="+broken.URL, "SEARCH_BACKOFF_MS=0")
-	c.initialize("2025-06-18")
-	engines := []string{"duckduckgo", "brave", "github"}
-	res := c.callTool("WebSearch", map[string]any{"query": "golang", "engines": engines})
-	if isError(res) {
-		t.Fatalf("partial failure is an error: %s", resultText(res))
-	}
-	sc, _ := res["structuredContent"].(map[string]any)
-	results, _ := sc["results"].([]any)
-	fates, _ := sc["engines"].([]any)
-	if len(results) != 2 || len(fates) != 3 || sc["message"] != nil {
-		t.Fatalf("structuredContent: %v", sc)
-	}
-	want := map[string][2]string{"duckduckgo": {"ok", "2 results"},
-		"brave": {"rate-limited", "HTTP 429"}, "github": {"error", "HTTP 500"}}
-	for _, e := range fates {
-		m := e.(map[string]any)
-		w := want[m["name"].(string)]
-		if m["status"] != w[0] || m["detail"] != w[1] {
-			t.Errorf("engine %v, want status %q detail %q", m, w[0], w[1])
-		}
-	}
-	text := resultText(res)
-	if !strings.Contains(text, "- brave: rate-limited (HTTP 429)") ||
-		!strings.Contains(text, "- github: error (HTTP 500)") {
-		t.Errorf("text does not name the failed engines:\n%s", text)
-	}
-}
-
-// TestWebSearchNoResults: engines that answer with nothing make a plain
-// success that says so, in the text and in the structured content; only
-// every engine failing is an error, and its structured content says why.
-func TestWebSearchNoResults(t *testing.T) {
-	t.Parallel()
-	empty := searchServe(t, searchFilePage(t, "testdata/websearch/duckduckgo_empty.html", 200, false))
-	broken := searchServe(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(500) })
-	c := startServer(t, "SEARCH_URL_DUCKDUCKGO="+empty.URL, "SEARCH_URL_GITHUB="+broken.URL, "SEARCH_BACKOFF_MS=0")
-	c.initialize("2025-06-18")
-	both := []string{"duckduckgo", "github"}
-	res := c.callTool("WebSearch", map[string]any{"query": "zzqx", "engines": both})
-	sc, _ := res["structuredContent"].(map[string]any)
-	msg, _ := sc["message"].(string)
-	if isError(res) || !strings.HasPrefix(msg, "No results") ||
-		!strings.Contains(resultText(res), msg) {
-		t.Errorf("no results: isError %v, structured %v, text %q", isError(res), sc, resultText(res))
-	}
-	res = c.callTool("WebSearch", map[string]any{"query": "zzqx", "engines": []string{"github"}})
-	sc, _ = res["structuredContent"].(map[string]any)
-	engines, _ := sc["engines"].([]any)
-	if !isError(res) || sc["message"] != "every engine failed" || len(engines) != 1 {
-		t.Errorf("every engine failed: isError %v, structured %v", isError(res), sc)
-	}
-}
-
-// TestWebSearchKeyNotShown: a failed request's detail leaves out the URL,
-// which holds the Google API key.
-func TestWebSearchKeyNotShown(t *testing.T) {
-	t.Parallel()
-	ts := searchServe(t, func(w http.ResponseWriter, r *http.Request) {})
-	ts.Close() // nothing listens there any more
-	o := searchAsk(t, "google", ts.URL, "GOOGLE_API_KEY", "secret-key", "GOOGLE_CSE_ID", "cx1")
-	if o.Status != "error" || o.Detail == "" || strings.Contains(o.Detail, "secret-key") {
-		t.Errorf("got %s (%s)", o.Status, o.Detail)
-	}
-}
-
-// BenchmarkWebSearchFanout: eleven local engines, one answering after 2 s,
-// the others after a 100 ms round trip each; a call takes about 2 s, not
-// the sum of the engines' times (reported as sum-of-engines-s/op).
-func BenchmarkWebSearchFanout(b *testing.B) {
-	files := map[string]string{"duckduckgo": "duckduckgo.html", "brave": "brave.html", "mojeek": "mojeek.html",
-		"bing": "bing.html", "yahoo": "yahoo.html", "yandex": "yandex.html", "wikipedia": "wikipedia.json", "hackernews": "hackernews.json",
-		"stackoverflow": "stackoverflow.json", "github": "github.json", "arxiv": "arxiv.xml"}
-	var busy atomic.Int64 // nanoseconds the engines spent answering
-	kv := []string{"SEARCH_TIMEOUT_MS", "5000", "SEARCH_ENGINES", "duckduckgo,brave,mojeek,bing,yahoo,yandex,wikipedia,hackernews,stackoverflow,github,arxiv"}
-	for name, file := range files {
-		h := searchFilePage(b, filepath.Join("testdata", "websearch", file), 200, false)
-		slow := name == "github"
-		ts := searchServe(b, func(w http.ResponseWriter, r *http.Request) {
-			start := time.Now()
-			if slow {
-				time.Sleep(2 * time.Second) // the slow engine under measurement
-			} else {
-				time.Sleep(100 * time.Millisecond) // a network round trip for the others
-			}
-			h(w, r)
-			busy.Add(int64(time.Since(start)))
-		})
-		kv = append(kv, "SEARCH_URL_"+strings.ToUpper(name), ts.URL)
-	}
-	srv := searchNewServer(b, kv...)
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		res := searchCall(context.Background(), srv, map[string]any{"query": "golang"})
-		if res.isError || strings.Count(res.content[0].Text, ": ok (") != len(files) {
-			b.Fatalf("not every engine answered: %s", res.content[0].Text)
-		}
-	}
-	b.StopTimer()
-	elapsed := b.Elapsed().Seconds() / float64(b.N)
-	sum := time.Duration(busy.Load()).Seconds() / float64(b.N)
-	b.ReportMetric(sum, "sum-of-engines-s/op")
-	b.ReportMetric(sum/elapsed, "sum/elapsed")
-}
-
-// BenchmarkMerge merges 11 lists of 50 overlapping results; the baseline,
-// measured in the same run, sorts the same 550 results by rank alone.
-func BenchmarkMerge(b *testing.B) {
-	var outs []searchOutcome
-	for e := 0; e < 11; e++ {
-		o := searchOutcome{Name: fmt.Sprintf("engine%d", e)}
-		for r := 0; r < 50; r++ {
-			u := fmt.Sprintf("https://www.site%d.example.com/path/%d/?utm_source=x&id=%d", (r+e*7)%90, r%5, r)
-			o.hits = append(o.hits, searchHit{fmt.Sprintf("Title %d", r), u, strings.Repeat("snippet words ", 10+r%7)})
-		}
-		outs = append(outs, o)
-	}
-	type ranked struct {
-		h    searchHit
-		rank int
-	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		if len(searchMerge(outs, 50)) != 50 {
-			b.Fatal("short merge")
-		}
-	}
-	b.StopTimer()
-	start := time.Now()
-	for i := 0; i < b.N; i++ {
-		all := make([]ranked, 0, 550)
-		for _, o := range outs {
-			for r, h := range o.hits {
-				all = append(all, ranked{h, r})
-			}
-		}
-		sort.Slice(all, func(i, j int) bool { return all[i].rank < all[j].rank })
-	}
-	base := float64(time.Since(start).Nanoseconds()) / float64(b.N)
-	b.ReportMetric(base, "baseline-ns/op")
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/base, "x-baseline")
-}
-
-// FuzzWebSearchRead gives every engine's reader any answer, seeded with every
-// page cut short at many points and with bytes flipped: no panic, and what
-// survives tidying is a web link with texts within their bound, merged.
-func FuzzWebSearchRead(f *testing.F) {
-	files, _ := filepath.Glob("testdata/websearch/*")
-	if dir := searchFixturesDir(); dir != "" {
-		more, _ := filepath.Glob(filepath.Join(dir, "*.html"))
-		files = append(files, more...)
-	}
-	for _, file := range files {
-		body := searchReadFile(f, file)
-		for cut := 0; cut < len(body); cut += max(len(body)/40, 1) {
-			page := append([]byte(nil), body[:cut]...)
-			for i := 7; i < len(page); i += 97 {
-				page[i] ^= "<\"'>{}[]"[i%8]
-			}
-			f.Add(string(page))
-		}
-	}
-	f.Fuzz(func(t *testing.T, page string) {
-		for _, e := range searchEngines {
-			hits, _, _ := e.read(page)
-			hits = searchTidy(hits)
-			for _, h := range hits {
-				scheme, _, _ := strings.Cut(h.url, ":")
-				long := len([]rune(h.title+h.snippet)) > 2*searchMaxText
-				if scheme != "http" && scheme != "https" || long {
-					t.Fatalf("%s: %+v", e.name, h)
-				}
-			}
-			merged := searchMerge([]searchOutcome{{Name: e.name, hits: hits}}, 50)
-			if len(merged) > min(len(hits), 50) {
-				t.Fatalf("%s: %d merged from %d", e.name, len(merged), len(hits))
-			}
-		}
-	})
-}
-
-// ---- workflow ----
-
-// workflow_test.go tests TaskManager, PlanMode, InvokeSkill and SetCallback
-// the way a client sees them. Callback timers fire when the test says so
-// (wfFire); nothing sleeps.
-
-// wfFire fires callback slot i at once, as its timer would, and stops that
-// timer. The tests' delays are long, so the timer never fires by itself.
-func wfFire(t *testing.T, s *session, i int) {
-	t.Helper()
-	cb := s.workflow.callbacks
-	cb.mu.Lock()
-	sl := cb.slots[i]
-	stopped := sl != nil && sl.timer.Stop()
-	cb.mu.Unlock()
-	if !stopped {
-		t.Fatalf("callback slot %d has no armed timer", i)
-	}
-	cb.fire(i, sl)
-}
-
-// wfTimers is the timers of the active callback slots.
-func wfTimers(s *session) []*time.Timer {
-	cb := s.workflow.callbacks
-	cb.mu.Lock()
-	defer cb.mu.Unlock()
-	var timers []*time.Timer
-	for _, sl := range cb.slots {
-		if sl != nil {
-			timers = append(timers, sl.timer)
-		}
-	}
-	return timers
-}
-
-// wfStopped fails unless every timer was stopped (Stop reports whether one still ran).
-func wfStopped(t *testing.T, timers []*time.Timer) {
-	t.Helper()
-	for i, timer := range timers {
-		if timer.Stop() {
-			t.Errorf("timer %d of %d was still armed", i, len(timers))
-		}
-	}
-}
-
-// wfStart serves one in-process session like serveStdio does, but hands the
-// test the session, so it can fire callbacks.
-func wfStart(t *testing.T, flags map[string]string) (*testClient, *session) {
-	t.Helper()
-	var kv []string
-	for k, v := range flags {
-		kv = append(kv, k+"="+v)
-	}
-	return sessionClient(t, kv...)
-}
-
-// wfCall calls a tool and checks whether it failed as expected and that its text holds want.
-func wfCall(t *testing.T, c *testClient, name string, args map[string]any, wantErr bool, want ...string) map[string]any {
-	t.Helper()
-	res := c.callTool(name, args)
-	text := resultText(res)
-	if isError(res) != wantErr {
-		t.Fatalf("%s %v: isError=%v, want %v: %s", name, args, isError(res), wantErr, text)
-	}
-	for _, w := range want {
-		if !strings.Contains(text, w) {
-			t.Fatalf("%s %v: text lacks %q:\n%s", name, args, w, text)
-		}
-	}
-	return res
-}
-
-func wfStructured(t *testing.T, res map[string]any) map[string]any {
-	t.Helper()
-	sc, ok := res["structuredContent"].(map[string]any)
-	if !ok {
-		t.Fatalf("no structuredContent: %v", res)
-	}
-	return sc
-}
-
-// wfNotes returns and forgets the notifications with method seen so far.
-func wfNotes(c *testClient, method string) []map[string]any {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var got, rest []map[string]any
-	for _, n := range c.notes {
-		if n["method"] == method {
-			got = append(got, n)
-		} else {
-			rest = append(rest, n)
-		}
-	}
-	c.notes = rest
-	return got
-}
-
-func TestWorkflowTaskManagerRoundTrip(t *testing.T) {
-	t.Parallel()
-	c := startServer(t, "STATE_DIR="+t.TempDir())
-	c.initialize("2025-06-18")
-	tm := func(wantErr bool, args map[string]any, want ...string) map[string]any {
-		t.Helper()
-		return wfCall(t, c, "TaskManager", args, wantErr, want...)
-	}
-	tm(false, map[string]any{"action": "list"}, "No tasks in")
-	res := tm(false, map[string]any{"action": "create", "text": "Ship v2"}, `Created task t1 "Ship v2"`, "current task")
-	if sc := wfStructured(t, res); sc["current"] != "t1" || len(sc["tasks"].([]any)) != 1 {
-		t.Fatalf("create structured: %v", sc)
-	}
-	tm(false, map[string]any{"action": "add", "text": "write tests"}, "Added step t1.1", "[0/1]")
-	tm(false, map[string]any{"action": "add", "text": "write docs"}, "Added step t1.2", "[0/2]")
-	tm(false, map[string]any{"action": "create", "text": "Fix login"}, "Created task t2")
-	tm(false, map[string]any{"action": "add", "task_id": "t1", "text": "tag release"}, "Added step t1.3 to task t1")
-	tm(false, map[string]any{"action": "add", "text": "reproduce"}, "Added step t2.1 to task t2")
-	tm(false, map[string]any{"action": "complete", "step_id": "t1.2"}, "Completed step t1.2", "[1/3]")
-	tm(false, map[string]any{"action": "complete", "step_id": "t1.2"}, "Completed step t1.2", "[1/3]")
-	res = tm(false, map[string]any{"action": "list"}, "* t2 \"Fix login\" [0/1]", "  t1 \"Ship v2\" [1/3]")
-	if sc := wfStructured(t, res); sc["current"] != "t2" || len(sc["tasks"].([]any)) != 2 {
-		t.Fatalf("list structured: %v", sc)
-	}
-	res = tm(false, map[string]any{"action": "pending", "task_id": "t1"}, "- t1.1 write tests", "- t1.3 tag release")
-	steps := wfStructured(t, res)["tasks"].([]any)[0].(map[string]any)["steps"].([]any)
-	if len(steps) != 3 {
-		t.Fatalf("pending structured steps: %v", steps)
-	}
-	tm(false, map[string]any{"action": "switch", "task_id": "t1"}, "Switched to task t1")
-	tm(false, map[string]any{"action": "complete", "step_id": "1"}, "Completed step t1.1", "[2/3]")
-	tm(true, map[string]any{"action": "complete"}, "t1 has open steps", "- t1.3 tag release", "force")
-	tm(false, map[string]any{"action": "complete", "force": true}, "Completed task t1", "No task is current now")
-	tm(false, map[string]any{"action": "complete", "task_id": "t1"}, "Completed task t1")
-	tm(false, map[string]any{"action": "pending", "task_id": "t1"}, ": none")
-	tm(false, map[string]any{"action": "list"}, "t1 \"Ship v2\" [3/3] done")
-	tm(false, map[string]any{"action": "add", "task_id": "t1", "text": "hotfix"}, "Added step t1.4", "[3/4]")
-
-	// Bad input, parameter by parameter.
-	tm(true, map[string]any{}, `"action" is required`)
-	tm(true, map[string]any{"action": "delete"}, "must be one of")
-	tm(true, map[string]any{"action": "create"}, "create needs text")
-	tm(true, map[string]any{"action": "create", "text": "   "}, "create needs text")
-	tm(true, map[string]any{"action": "create", "text": strings.Repeat("x", 501)}, "at most 500")
-	tm(true, map[string]any{"action": "add", "text": "x"}, "no current task")
-	tm(true, map[string]any{"action": "add", "task_id": "t9", "text": "x"}, `no task "t9"`)
-	tm(true, map[string]any{"action": "add", "task_id": true, "text": "x"}, "must be a string")
-	tm(true, map[string]any{"action": "add", "task_id": "t1"}, "add needs text")
-	tm(true, map[string]any{"action": "complete", "step_id": "t1.99"}, "no step")
-	tm(true, map[string]any{"action": "complete", "task_id": "t2", "step_id": "t1.1"}, "no step")
-	tm(true, map[string]any{"action": "switch"}, "no current task")
-	tm(true, map[string]any{"action": "switch", "task_id": "nope"}, `no task "tnope"`)
-	tm(true, map[string]any{"action": "list", "all": "x"}, "must be a boolean")
-}
-
-func TestWorkflowTaskManagerPersistsAcrossRestart(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
-	c := startServer(t, "STATE_DIR="+dir)
-	c.initialize("2025-11-25")
-	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "Persist me"}, false)
-	wfCall(t, c, "TaskManager", map[string]any{"action": "add", "text": "step one"}, false)
-	c.in.Close()
-	if err := <-c.done; err != nil {
-		t.Fatal(err)
-	}
-	c.done <- nil // let the cleanup find it stopped
-
-	c2 := startServer(t, "STATE_DIR="+dir)
-	c2.initialize("2025-11-25")
-	wfCall(t, c2, "TaskManager", map[string]any{"action": "list"}, false, `* t1 "Persist me" [0/1]`)
-	wfCall(t, c2, "TaskManager", map[string]any{"action": "create", "text": "Second"}, false, "Created task t2")
-	var tf taskFile
-	b, _ := os.ReadFile(filepath.Join(dir, "tasks.json"))
-	if err := json.Unmarshal(b, &tf); err != nil || len(tf.Tasks) != 2 || len(tf.Tasks[0].Steps) != 1 {
-		t.Fatalf("tasks.json: %d tasks, %v:\n%s", len(tf.Tasks), err, b)
-	}
-	if left, _ := filepath.Glob(filepath.Join(dir, "*.tmp-*")); len(left) > 0 {
-		t.Fatalf("temp files left: %v", left)
-	}
-}
-
-// Temporary files a killed telson left beside tasks.json (and beside the file
-// a symlinked tasks.json points to) are removed by the next write; files of
-// other names stay.
-func TestWorkflowTaskManagerRemovesStaleTemps(t *testing.T) {
-	t.Parallel()
-	dir, real := t.TempDir(), t.TempDir()
-	c := startServer(t, "STATE_DIR="+dir)
-	c.initialize("2025-06-18")
-	plant := func(names ...string) []string {
-		var paths []string
-		for _, name := range names {
-			if err := os.WriteFile(name, bytes.Repeat([]byte("x"), 1<<20), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			paths = append(paths, name)
-		}
-		return paths
-	}
-	stale := plant(filepath.Join(dir, "tasks.json.tmp-123"), filepath.Join(dir, "tasks.json.tmp-98765"))
-	kept := plant(filepath.Join(dir, "tasks.json.tmpx"), filepath.Join(dir, "notes.json.tmp-1"), filepath.Join(dir, "tmp-1"))
-	wfCall(t, c, "TaskManager", map[string]any{"action": "list"}, false) // reads only
-	for _, p := range stale {
-		if _, err := os.Stat(p); err != nil {
-			t.Fatalf("a read removed %s", p)
-		}
-	}
-	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "x"}, false, "Created task t1")
-	for _, p := range stale {
-		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("stale %s still there: %v", p, err)
-		}
-	}
-	for _, p := range kept {
-		if _, err := os.Stat(p); err != nil {
-			t.Errorf("%s was removed: %v", p, err)
-		}
-	}
-
-	// Through a symlink, the temporary files are beside the target.
-	os.Rename(filepath.Join(dir, "tasks.json"), filepath.Join(real, "tasks.json"))
-	os.Symlink(filepath.Join(real, "tasks.json"), filepath.Join(dir, "tasks.json"))
-	stale = plant(filepath.Join(real, "tasks.json.tmp-4"))
-	wfCall(t, c, "TaskManager", map[string]any{"action": "add", "text": "y"}, false, "Added step t1.1")
-	if _, err := os.Stat(stale[0]); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("stale %s still there: %v", stale[0], err)
-	}
-}
-
-// Two telson processes add steps to one task at once: none is lost.
-func TestWorkflowTaskManagerTwoProcesses(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
-	c := startServer(t, "STATE_DIR="+dir)
-	c.initialize("2025-11-25")
-	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "shared"}, false)
-	const perProcess = 25
-	t.Run("writers", func(t *testing.T) {
-		for _, name := range []string{"a", "b"} {
-			name := name
-			t.Run(name, func(t *testing.T) {
-				t.Parallel()
-				p := startBinary(t, []string{"TELSON_STATE_DIR=" + dir})
-				p.initialize("2025-11-25")
-				for i := 0; i < perProcess; i++ {
-					wfCall(t, p, "TaskManager", map[string]any{"action": "add", "task_id": "t1", "text": fmt.Sprintf("%s-%d", name, i)}, false, "Added step")
-				}
-			})
-		}
-	})
-	res := wfCall(t, c, "TaskManager", map[string]any{"action": "pending", "task_id": "t1"}, false)
-	steps := wfStructured(t, res)["tasks"].([]any)[0].(map[string]any)["steps"].([]any)
-	seen := map[string]bool{}
-	for _, s := range steps {
-		seen[s.(map[string]any)["id"].(string)] = true
-		seen[s.(map[string]any)["text"].(string)] = true
-	}
-	for i := 0; i < perProcess; i++ {
-		for _, name := range []string{"a", "b"} {
-			if !seen[fmt.Sprintf("%s-%d", name, i)] {
-				t.Errorf("step %s-%d lost", name, i)
-			}
-		}
-	}
-	if len(steps) != 2*perProcess || len(seen) != 4*perProcess {
-		t.Fatalf("%d steps, %d distinct ids+texts; want %d", len(steps), len(seen), 2*perProcess)
-	}
-}
-
-// A tasks.json that does not parse is kept under another name, its bytes
-// intact, whatever the action; the reply names the kept file, and a new list
-// starts.
-func TestWorkflowTaskManagerCorruptFile(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
-	path := filepath.Join(dir, "tasks.json")
-	c := startServer(t, "STATE_DIR="+dir)
-	c.initialize("2025-06-18")
-	for _, tc := range []struct {
-		data    string
-		args    map[string]any
-		wantErr bool
-	}{
-		{`{"tasks": [oops`, map[string]any{"action": "create", "text": "fresh"}, false},
-		{`{"tasks":[null]}`, map[string]any{"action": "list"}, false},
-		{`{"tasks":[{"id":"t1","steps":[null]}]}`, map[string]any{"action": "add", "text": "x"}, true}, // no current task in a new list
-		{"[1,2]", map[string]any{"action": "pending"}, true},
-	} {
-		if err := os.WriteFile(path, []byte(tc.data), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		res := wfCall(t, c, "TaskManager", tc.args, tc.wantErr, path+" was corrupt", "and a new list started")
-		m := regexp.MustCompile(`kept as (\S+), and`).FindStringSubmatch(resultText(res))
-		if m == nil || !strings.HasPrefix(m[1], path+".corrupt-") {
-			t.Fatalf("%s: no kept file named: %s", tc.data, resultText(res))
-		}
-		if b, err := os.ReadFile(m[1]); err != nil || string(b) != tc.data {
-			t.Fatalf("kept file %s holds %q, %v; want %q", m[1], b, err, tc.data)
-		}
-		if sc, ok := res["structuredContent"].(map[string]any); !tc.wantErr && (!ok || sc["message"] != resultText(res)) {
-			t.Fatalf("the note is not in structuredContent's message: %v", res)
-		}
-	}
-	if kept, _ := filepath.Glob(path + ".corrupt-*"); len(kept) != 4 {
-		t.Fatalf("kept files: %v", kept)
-	}
-	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "next"}, false, "Created task t1")
-	if text := resultText(wfCall(t, c, "TaskManager", map[string]any{"action": "list"}, false, `t1 "next"`)); strings.Contains(text, "corrupt") {
-		t.Fatalf("a sound file is reported corrupt: %s", text)
-	}
-
-	// Ids never repeat in a hand-edited file.
-	os.WriteFile(path, []byte(`{"tasks":[{"id":"t7","title":"hand","steps":[{"id":"t7.1","text":"s"}]}]}`), 0o600)
-	wfCall(t, c, "TaskManager", map[string]any{"action": "add", "task_id": 7, "text": "next"}, false, "Added step t7.2")
-	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "next"}, false, "Created task t8")
-}
-
-// FuzzTasksFile: no tasks.json makes its decoding and checks, or an action on
-// what they accept, panic; what they accept can be written again.
-func FuzzTasksFile(f *testing.F) {
-	f.Add([]byte(`{"current_by_project":{"/p":"t1"},"tasks":[{"id":"t1","title":"Ship v2","project":"/p","done":false,` +
-		`"created":"2026-01-01T00:00:00Z","steps":[{"id":"t1.1","text":"tests","done":true},` +
-		`{"id":"t1.2","text":"docs","done":false,"in_progress":true}]},{"id":"t2","title":"Fix","project":"/q","done":true,"steps":[]}]}`))
-	f.Add([]byte(`{"tasks": [oops`))
-	f.Add([]byte(`{"tasks":[null]}`))
-	f.Add([]byte(`{"tasks":[{"id":"t","steps":[null]}]}`))
-	f.Add([]byte(`{"current_by_project":{"/p":"t9"},"tasks":[{"id":"t1.2.3","steps":[{"id":"t1.2.3.1"}]}]}`))
-	f.Add([]byte(`null`))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		tf, err := parseTasks(data)
-		if err != nil {
-			return
-		}
-		for _, a := range []taskArgs{{Action: "list", All: true}, {Action: "pending"}, {Action: "start", StepID: "1"},
-			{Action: "complete", StepID: "1.2"}, {Action: "add", Text: "x"}, {Action: "complete", Force: true},
-			{Action: "switch", TaskID: "1"}, {Action: "create", Text: "y"}, {Action: "add", TaskID: "2", Text: "z"}} {
-			a.project = "/p"
-			tf.apply(a)
-		}
-		if _, err := json.Marshal(tf); err != nil {
-			t.Fatalf("the list cannot be written again: %v", err)
-		}
-	})
-}
-
-func TestWorkflowTaskManagerFullListDropsOldestDone(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
-	tf := taskFile{}
-	for i := 1; i <= maxTasks; i++ {
-		tf.Tasks = append(tf.Tasks, &taskEntry{ID: fmt.Sprintf("t%d", i), Title: "x", Done: i == 5 || i == 9})
-	}
-	b, _ := json.Marshal(tf)
-	os.WriteFile(filepath.Join(dir, "tasks.json"), b, 0o600)
-	c := startServer(t, "STATE_DIR="+dir)
-	c.initialize("2025-06-18")
-	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "new"}, false, "Created task t201")
-	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "new"}, false, "Created task t202")
-	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "new"}, true, "200 open tasks")
-	b, _ = os.ReadFile(filepath.Join(dir, "tasks.json"))
-	if strings.Contains(string(b), `"t5"`) || strings.Contains(string(b), `"t9"`) || !strings.Contains(string(b), `"t8"`) {
-		t.Fatalf("the oldest completed tasks were not the ones dropped:\n%.300s", b)
-	}
-}
-
-func TestWorkflowPlanMode(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
-	c := startServer(t, "STATE_DIR="+dir)
-	c.initialize("2025-06-18")
-	pm := func(wantErr bool, args map[string]any, want ...string) map[string]any {
-		t.Helper()
-		return wfCall(t, c, "PlanMode", args, wantErr, want...)
-	}
-	res := pm(false, map[string]any{"action": "status"}, "Plan mode: INACTIVE")
-	if sc := wfStructured(t, res); sc["active"] != false || sc["goal"] != nil || sc["plan_file"] != nil || sc["started_at"] != nil {
-		t.Fatalf("status structured: %v", sc)
-	}
-	pm(true, map[string]any{"action": "exit"}, "not active")
-	pm(true, map[string]any{"action": "enter"}, "enter needs goal")
-	pm(true, map[string]any{"action": "enter", "goal": strings.Repeat("g", 1001)}, "at most 1000")
-	pm(true, map[string]any{"action": "plan"}, "must be one of")
-	pm(true, map[string]any{"action": "enter", "goal": "x", "plan_file": dir}, "not a regular file")
-	res = pm(false, map[string]any{"action": "enter", "goal": "Move the Config loader!"}, "Plan mode activated. Write your plan as markdown.", "read-only")
-	sc := wfStructured(t, res)
-	planFile := sc["plan_file"].(string)
-	if filepath.Dir(planFile) != filepath.Join(dir, "plans") || sc["active"] != true || sc["goal"] != "Move the Config loader!" {
-		t.Fatalf("enter structured: %v", sc)
-	}
-	if _, err := time.Parse(time.RFC3339, sc["started_at"].(string)); err != nil {
-		t.Fatalf("started_at: %v", err)
-	}
-	pm(true, map[string]any{"action": "enter", "goal": "again"}, "already active")
-	pm(false, map[string]any{"action": "status"}, "Plan mode: ACTIVE", `Goal: "Move the Config loader!"`, "Duration: ", planFile)
-
-	// Commands run while planning, in a read-only sandbox (TestPlanModeCommandsAreReadOnly).
-	wfCall(t, c, "Bash", map[string]any{"command": "echo ran"}, false, "ran")
-	wfCall(t, c, "KillBgTask", map[string]any{"task_id": 1}, true, "no background task 1")
-	wfCall(t, c, "ListBgTasks", map[string]any{}, false)
-	pm(true, map[string]any{"action": "exit"}, "no such file", "reset")
-	os.WriteFile(planFile, []byte(""), 0o600)
-	pm(true, map[string]any{"action": "exit"}, "is empty")
-	os.WriteFile(planFile, []byte("# Plan\n1. move it\n"), 0o600)
-	res = pm(false, map[string]any{"action": "exit"}, "Plan saved to "+planFile, "Exiting plan mode. Returning to execution.", "1. move it")
-	if sc := wfStructured(t, res); sc["active"] != false || sc["plan"] != "# Plan\n1. move it\n" {
-		t.Fatalf("exit structured: %v", sc)
-	}
-	wfCall(t, c, "Bash", map[string]any{"command": "echo ran"}, false, "ran")
-
-	// Entering again with the same goal gets a new file, so an old plan is never taken as new.
-	res = pm(false, map[string]any{"action": "enter", "goal": "Move the Config loader!"})
-	if f := wfStructured(t, res)["plan_file"]; f == planFile {
-		t.Fatalf("second plan file: %v", f)
-	}
-	pm(false, map[string]any{"action": "reset"}, "Plan mode reset. No plan saved.")
-	pm(false, map[string]any{"action": "reset"}, "not active")
-
-	// A plan_file relative to the shell's directory is read as the plan
-	// (TestWorkflowPlanModeNeverReplaces has the rest).
-	wfCall(t, c, "Bash", map[string]any{"command": "cd " + dir}, false)
-	os.WriteFile(filepath.Join(dir, "mine.md"), []byte("old plan\n"), 0o600)
-	pm(false, map[string]any{"action": "enter", "goal": "g", "plan_file": "mine.md"}, filepath.Join(dir, "mine.md"))
-	pm(false, map[string]any{"action": "exit"}, "Plan saved to "+filepath.Join(dir, "mine.md"), "old plan")
-
-	// A new session starts outside plan mode.
-	pm(false, map[string]any{"action": "enter", "goal": "left active"})
-	c2 := startServer(t, "STATE_DIR="+dir)
-	c2.initialize("2025-06-18")
-	wfCall(t, c2, "PlanMode", map[string]any{"action": "status"}, false, "INACTIVE")
-	wfCall(t, c2, "Bash", map[string]any{"command": "echo ok"}, false, "ok")
-}
-
-func TestWorkflowPlanModeNotStrict(t *testing.T) {
-	t.Parallel()
-	c := startServer(t, "STATE_DIR="+t.TempDir(), "PLAN_MODE_STRICT=0")
-	c.initialize("2025-06-18")
-	wfCall(t, c, "PlanMode", map[string]any{"action": "enter", "goal": "g"}, false, "Do not change anything")
-	wfCall(t, c, "Bash", map[string]any{"command": "echo ran"}, false, "ran")
-}
-
-// wfSkill writes <root>/<name>/SKILL.md.
-func wfSkill(t *testing.T, root, name, text string) string {
-	t.Helper()
-	p := filepath.Join(root, name, "SKILL.md")
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
-// Not parallel: it sets HOME.
-func TestWorkflowSkillSearchOrder(t *testing.T) {
-	home, proj, extra := t.TempDir(), t.TempDir(), t.TempDir()
-	t.Setenv("HOME", home)
-	skill := func(where string) string {
-		return "---\nname: dup\ndescription: from " + where + "\n---\nbody from " + where + "\n"
-	}
-	wfSkill(t, filepath.Join(proj, ".claude", "skills"), "dup", skill("project"))
-	os.Mkdir(filepath.Join(proj, ".git"), 0o755) // the project is the git root
-	wfSkill(t, filepath.Join(home, ".claude", "skills"), "dup", skill("user-claude"))
-	wfSkill(t, filepath.Join(home, ".telson", "skills"), "dup", skill("user-telson"))
-	wfSkill(t, extra, "dup", skill("extra"))
-	wfSkill(t, extra, "only-extra", "---\ndescription: extra only\n---\nx\n")
-	c := startServer(t, "STATE_DIR="+t.TempDir(), "ADDITIONAL_SKILLS="+extra)
-	c.initialize("2025-06-18")
-	os.MkdirAll(filepath.Join(proj, "src", "deep"), 0o755)
-	wfCall(t, c, "Bash", map[string]any{"command": "cd " + filepath.Join(proj, "src", "deep")}, false)
-	for _, where := range []string{"project", "user-claude", "user-telson", "extra"} {
-		res := wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "dup"}, false, "body from "+where)
-		if where == "project" && !strings.HasPrefix(resultText(res), "[skill: dup | Project Skill | path: "+filepath.Join(proj, ".claude", "skills", "dup", "SKILL.md")+"]") {
-			t.Fatalf("header: %s", resultText(res))
-		}
-		switch where { // remove the winner; the next folder takes over
-		case "project":
-			os.RemoveAll(filepath.Join(proj, ".claude"))
-		case "user-claude":
-			os.RemoveAll(filepath.Join(home, ".claude"))
-		case "user-telson":
-			os.RemoveAll(filepath.Join(home, ".telson"))
-		}
-	}
-	wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "only-extra"}, false, "Additional Skill")
-}
-
-// Not parallel: it sets HOME.
-func TestWorkflowSkillsListingAndChanges(t *testing.T) {
-	home, proj := t.TempDir(), t.TempDir()
-	t.Setenv("HOME", home)
-	root := filepath.Join(proj, ".claude", "skills")
-	wfSkill(t, root, "release-notes", "---\nname: release-notes\ndescription: Write release notes for a version.\nargument-hint: \"<version> [audience]\"\n---\n\nNotes for $ARGUMENTS.\n")
-	wfSkill(t, root, "plain", "---\ndescription: \"It's plain\"\n---\nDo the plain thing.\n")
-	wfSkill(t, root, "broken", "---\ndescription: no end\n")
-	wfSkill(t, root, "nodesc", "---\nname: nodesc\n---\nx\n")
-	wfSkill(t, root, "block", "---\ndescription: >\n  folded\n---\nx\n")
-	c := startServer(t, "STATE_DIR="+t.TempDir())
-	init := c.initialize("2025-06-18")
-	if caps := init["result"].(map[string]any)["capabilities"].(map[string]any); caps["prompts"] != nil {
-		t.Fatalf("skills are not served as prompts: %v", caps)
-	}
-	wfCall(t, c, "Bash", map[string]any{"command": "cd " + proj}, false)
-	// The first call from the project directory finds its skills and says the list changed.
-	res := wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "release-notes", "arguments": `v2.3 "ops team"`}, false,
-		"[skill: release-notes | Project Skill | path: ", `Notes for v2.3 "ops team".`)
-	if strings.Contains(resultText(res), "name: release-notes") {
-		t.Fatalf("front matter in the reply: %s", resultText(res))
-	}
-	if n := len(wfNotes(c, "notifications/tools/list_changed")); n < 1 {
-		t.Fatalf("no tools/list_changed after the project's skills appeared")
-	}
-	wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "plain", "arguments": "extra words"}, false, "Do the plain thing.\n\nARGUMENTS: extra words")
-	wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "plain"}, false, "Do the plain thing.")
-	wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "relase-notes"}, true, `skill "relase-notes" not found`, "available: plain, release-notes")
-	wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "broken"}, true, "not found")
-	wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": ""}, true, "at least 1")
-	wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "plain", "arguments": []any{3}}, true, "must be a string")
-
-	list := c.request("tools/list", nil)["result"].(map[string]any)["tools"].([]any)
-	var desc string
-	for _, tl := range list {
-		if tl.(map[string]any)["name"] == "InvokeSkill" {
-			desc = tl.(map[string]any)["description"].(string)
-		}
-	}
-	for _, want := range []string{"- plain: It's plain\n- release-notes: Write release notes for a version."} {
-		if !strings.Contains(desc, want) {
-			t.Fatalf("description lacks %q:\n%s", want, desc)
-		}
-	}
-	for _, name := range []string{"broken", "nodesc", "block"} {
-		if !strings.Contains(c.stderr.String(), "skipping "+filepath.Join(root, name, "SKILL.md")) {
-			t.Fatalf("no warning on stderr for %s: %s", name, c.stderr.String())
-		}
-	}
-
-	for _, method := range []string{"prompts/list", "prompts/get"} {
-		if code := errCode(c.request(method, map[string]any{"name": "plain"})); code != codeMethodNotFound {
-			t.Fatalf("%s: code %d, want method not found", method, code)
-		}
-	}
-
-	// A new skill: the list changes, and the client hears it once.
-	wfNotes(c, "notifications/tools/list_changed")
-	wfSkill(t, root, "newer", "---\ndescription: a new one\n---\nnew\n")
-	wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "newer"}, false, "new")
-	if n := len(wfNotes(c, "notifications/tools/list_changed")); n != 1 {
-		t.Fatalf("%d tools/list_changed after adding a skill, want 1", n)
-	}
-	wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "newer"}, false, "new")
-	if n := len(wfNotes(c, "notifications/tools/list_changed")); n != 0 {
-		t.Fatalf("tools/list_changed without a change")
-	}
-	list = c.request("tools/list", nil)["result"].(map[string]any)["tools"].([]any)
-	if b, _ := json.Marshal(list); !strings.Contains(string(b), "- newer: a new one") {
-		t.Fatal("tools/list still shows the old skill list")
-	}
-}
-
-func TestWorkflowExpandSkill(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct{ body, args, want string }{
-		{"Fix $ARGUMENTS now", "issue 12", "Fix issue 12 now"},
-		{"$ARGUMENTS|$ARGUMENTS", `a "b c"`, `a "b c"|a "b c"`},
-		{"no placeholder\n", "some args", "no placeholder\n\nARGUMENTS: some args"},
-		{"no placeholder\n", "", "no placeholder\n"},
-		{"dir ${CLAUDE_SKILL_DIR}/x", "", "dir /skills/s/x"},
-		{"$ARGUMENTS", "", ""},
-	} {
-		if got, err := expandSkill(tc.body, tc.args, "/skills/s"); got != tc.want || err != nil {
-			t.Errorf("expandSkill(%q, %q) = %q, %v; want %q", tc.body, tc.args, got, err, tc.want)
-		}
-	}
-}
-
-func TestWorkflowParseSkill(t *testing.T) {
-	t.Parallel()
-	desc, body, err := parseSkill("\ufeff---\r\nname: a\r\ndescription: first\r\n  continued\r\nargument-hint: \"[x]\"\r\nallowed-tools:\r\n  - Bash\r\n---\r\n\r\nBody\r\n")
-	if err != nil || desc != "first" || body != "Body\n" {
-		t.Fatalf("parseSkill: %q %q %v", desc, body, err)
-	}
-	if desc, _, err := parseSkill("---\ndescription: \"It's \\\"quoted\\\"\"\n---\n"); err != nil || desc != `It's "quoted"` {
-		t.Fatalf("quoted description: %q %v", desc, err)
-	}
-	for _, bad := range []string{"", "no front matter", "---\nname: x\n", "---\nname: x\n---\nbody", "---\ndescription: |\n  block\n---\n"} {
-		if _, _, err := parseSkill(bad); err == nil {
-			t.Errorf("parseSkill(%q): no error", bad)
-		}
-	}
-}
-
-// FuzzParseSkill: no SKILL.md makes parseSkill or expandSkill panic, and an
-// expanded skill stays within its cap.
-func FuzzParseSkill(f *testing.F) {
-	f.Add("---\nname: release-notes\ndescription: Write release notes for a version.\nargument-hint: \"<version> [audience]\"\n---\n\nNotes for $ARGUMENTS, see ${CLAUDE_SKILL_DIR}/template.md.\n", "v2.3 ops")
-	f.Add("\ufeff---\r\nname: a\r\ndescription: \"It's \\\"quoted\\\"\"\r\nallowed-tools:\r\n  - Bash\r\n---\r\n\r\nBody\r\n", "")
-	f.Add("---\ndescription: >\n  folded\n---\nx\n", "args")
-	f.Add("---\ndescription: no end\n", "")
-	f.Add("---\ndescription: d\n---\n"+strings.Repeat("$ARGUMENTS", 100), strings.Repeat("x", 3000))
-	f.Fuzz(func(t *testing.T, text, args string) {
-		desc, body, err := parseSkill(text)
-		if err != nil {
-			return
-		}
-		if strings.Trim(desc, ">|+-") == "" || len(body) > len(text) {
-			t.Fatalf("parseSkill(%q) = %q, %q", text, desc, body)
-		}
-		out, err := expandSkill(body, args, "/home/me/.claude/skills/s")
-		if err == nil && len(out) > maxSkillBytes {
-			t.Fatalf("expanded to %d bytes", len(out))
-		}
-	})
-}
-
-func TestWorkflowCallbacks(t *testing.T) {
-	t.Parallel()
-	c, s := wfStart(t, map[string]string{"STATE_DIR": t.TempDir()})
-	c.initialize("2025-06-18")
-	cbk := func(wantErr bool, args map[string]any, want ...string) map[string]any {
-		t.Helper()
-		return wfCall(t, c, "SetCallback", args, wantErr, want...)
-	}
-	cbk(false, map[string]any{"action": "list"}, "No active callbacks.")
-	cbk(false, map[string]any{"message": "check the deploy", "delay_seconds": 30, "repeat_count": 3}, "Callback scheduled in slot 0: fires every 30s, 3 times.")
-	cbk(false, map[string]any{"action": "set", "message": strings.Repeat("long message ", 10), "delay_seconds": 3600, "repeat_count": -1}, "slot 1: fires every 3600s until cancelled.")
-	text := resultText(cbk(false, map[string]any{"action": "list"}, "Active callbacks (2/8):\n  [0] \"check the deploy\" - fires in ", "s (3 left)\n  [1] \"long message long message long message long message long message long message long message long message long message long message \" - fires in "))
-	if !regexp.MustCompile(`fires in (29|30)s \(3 left\)`).MatchString(text) || !regexp.MustCompile(`fires in (59m59s|1h0m0s) \(infinite\)`).MatchString(text) {
-		t.Fatalf("list: %s", text)
-	}
-
-	// A fire reaches the next tool result, once.
-	wfFire(t, s, 0)
-	res := cbk(false, map[string]any{"action": "list"}, "(2 left)")
-	if first := res["content"].([]any)[0].(map[string]any)["text"]; first != "[callback 0] check the deploy" {
-		t.Fatalf("notice: %v", res["content"])
-	}
-	if text := resultText(cbk(false, map[string]any{"action": "list"})); strings.Contains(text, "[callback") {
-		t.Fatalf("notice delivered twice: %s", text)
-	}
-	// Repeat count: two more fires, then the slot is free.
-	wfFire(t, s, 0)
-	wfFire(t, s, 0)
-	text = resultText(cbk(false, map[string]any{"action": "list"}, "Active callbacks (1/8):"))
-	if strings.Count(text, "[callback 0] check the deploy") != 2 || strings.Contains(text, "[0]") {
-		t.Fatalf("after three fires: %s", text)
-	}
-	// Forever: fires again and again.
-	for i := 0; i < 5; i++ {
-		wfFire(t, s, 1)
-	}
-	cbk(false, map[string]any{"action": "list"}, "[1] ", "(infinite)")
-
-	// The default, and 0, mean once.
-	cbk(false, map[string]any{"message": "once", "delay_seconds": 60, "repeat_count": 0}, "slot 0: fires once in 60s.")
-	wfFire(t, s, 0)
-	text = resultText(cbk(false, map[string]any{"action": "list"}))
-	if strings.Count(text, "[callback 0] once") != 1 || strings.Contains(text, "[0]") {
-		t.Fatalf("one-shot: %s", text)
-	}
-
-	// Slot exhaustion.
-	for i := 0; i < 7; i++ {
-		cbk(false, map[string]any{"message": fmt.Sprintf("m%d", i), "delay_seconds": 60})
-	}
-	cbk(true, map[string]any{"message": "ninth", "delay_seconds": 60}, "all callback slots full (max 8)")
-	cbk(false, map[string]any{"action": "list"}, "Active callbacks (8/8):")
-
-	// Cancel one, then all: their timers stop.
-	cbk(false, map[string]any{"action": "cancel", "callback_id": 3}, `Cancelled callback slot 3: "m2"`)
-	cbk(true, map[string]any{"action": "cancel", "callback_id": 3}, "callback slot 3 is not active")
-	cbk(true, map[string]any{"action": "cancel", "callback_id": 8}, "must be at most 7")
-	cbk(true, map[string]any{"action": "cancel", "callback_id": -1}, "must be at least 0")
-	cbk(false, map[string]any{"message": "reuses slot 3", "delay_seconds": 50}, "slot 3")
-	timers := wfTimers(s)
-	cbk(false, map[string]any{"action": "cancel"}, "Cancelled 8 callbacks.")
-	cbk(false, map[string]any{"action": "list"}, "No active callbacks.")
-	if len(timers) != 8 {
-		t.Fatalf("%d timers before the cancel, want 8", len(timers))
-	}
-	wfStopped(t, timers)
-
-	// Bad input, parameter by parameter.
-	cbk(true, map[string]any{"delay_seconds": 5}, "SetCallback: missing message parameter")
-	cbk(true, map[string]any{"message": "  ", "delay_seconds": 5}, "missing message parameter")
-	cbk(true, map[string]any{"message": strings.Repeat("x", 2049), "delay_seconds": 5}, "at most 2048")
-	cbk(true, map[string]any{"message": "m"}, "missing delay_seconds")
-	cbk(true, map[string]any{"message": "m", "delay_seconds": 7200}, `"delay_seconds" must be at most 3600, got 7200`)
-	cbk(true, map[string]any{"message": "m", "delay_seconds": 0}, "must be at least 1")
-	cbk(true, map[string]any{"message": "m", "delay_seconds": 1.5}, "must be an integer")
-	cbk(true, map[string]any{"message": "m", "delay_seconds": 5, "repeat_count": -2}, `"repeat_count" must be at least -1`)
-	cbk(true, map[string]any{"action": "snooze"}, "must be one of")
-	cbk(true, map[string]any{"action": "cancel", "callback_id": "two"}, "must be an integer")
-
-	// The session's end stops every timer.
-	cbk(false, map[string]any{"message": "m", "delay_seconds": 60})
-	timers = wfTimers(s)
-	s.stopWorkflow()
-	wfStopped(t, timers)
-	cbk(true, map[string]any{"message": "m", "delay_seconds": 5}, "callback slots not available")
-}
-
-// BenchmarkWorkflowSkillCatalog compares a refresh that finds nothing
-// changed (what every tool call and the two-second watch cost) with a full
-// re-read of 50 skills.
-func BenchmarkWorkflowSkillCatalog(b *testing.B) {
-	root := b.TempDir()
-	for i := 0; i < 50; i++ {
-		p := filepath.Join(root, fmt.Sprintf("skill-%02d", i), "SKILL.md")
-		os.MkdirAll(filepath.Dir(p), 0o755)
-		os.WriteFile(p, []byte(fmt.Sprintf("---\nname: skill-%02d\ndescription: does thing %d\n---\nbody $ARGUMENTS\n", i, i)), 0o644)
-	}
-	srv := newServer(testSettings(b, "ADDITIONAL_SKILLS="+root), io.Discard)
-	srv.skills.refresh(srv, root)
-	b.Run("unchanged", func(b *testing.B) {
-		for i := 0; i < b.N; i++ {
-			srv.skills.refresh(srv, root)
-		}
-	})
-	b.Run("rescan", func(b *testing.B) {
-		for i := 0; i < b.N; i++ {
-			srv.skills.mu.Lock()
-			srv.skills.sig = ""
-			srv.skills.mu.Unlock()
-			srv.skills.refresh(srv, root)
-		}
-	})
-}
-
-// BenchmarkWorkflowTaskFile measures TaskManager calls that write (lock,
-// read, fsync'd atomic replace) and that only read, against the baseline of a
-// plain os.WriteFile of the same 51-step file.
-func BenchmarkWorkflowTaskFile(b *testing.B) {
-	dir := b.TempDir()
-	srv := newServer(testSettings(b, "STATE_DIR="+dir), io.Discard)
-	s := newSession(srv, nil)
-	defer s.stopWorkflow()
-	ctx := context.Background()
-	runTaskManager(ctx, &toolCall{s: s, args: json.RawMessage(`{"action":"create","text":"bench"}`)})
-	for i := 0; i < 50; i++ {
-		runTaskManager(ctx, &toolCall{s: s, args: json.RawMessage(`{"action":"add","text":"a step of moderate length"}`)})
-	}
-	data, _ := os.ReadFile(filepath.Join(dir, "tasks.json"))
-	b.Run("baseline-writefile", func(b *testing.B) {
-		for i := 0; i < b.N; i++ {
-			os.WriteFile(filepath.Join(dir, "plain.json"), data, 0o600)
-		}
-	})
-	runTaskManager(ctx, &toolCall{s: s, args: json.RawMessage(`{"action":"create","text":"other"}`)})
-	b.Run("switch", func(b *testing.B) { // each switch changes the file: lock, read, fsync, rename
-		for i := 0; i < b.N; i++ {
-			res := runTaskManager(ctx, &toolCall{s: s, args: json.RawMessage(fmt.Sprintf(`{"action":"switch","task_id":"t%d"}`, 1+i%2))})
-			if res.isError {
-				b.Fatal(res.content[0].Text)
-			}
-		}
-	})
-	b.Run("list", func(b *testing.B) { // lock and read only
-		for i := 0; i < b.N; i++ {
-			runTaskManager(ctx, &toolCall{s: s, args: json.RawMessage(`{"action":"list"}`)})
-		}
-	})
-}
-
-// A lock another process holds makes a call fail after a while instead of hanging.
-func TestWorkflowTaskManagerLockHeld(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
-	c := startServer(t, "STATE_DIR="+dir)
-	c.initialize("2025-06-18")
-	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "x"}, false)
-	f, err := os.OpenFile(filepath.Join(dir, "tasks.json.lock"), os.O_RDWR, 0)
+	zw.Close()
+	ihdr := binary.BigEndian.AppendUint32(nil, uint32(w))
+	ihdr = binary.BigEndian.AppendUint32(ihdr, uint32(h))
+	ihdr = append(ihdr, depth, colorType, 0, 0, 0)
+	f, err := os.Create(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+	bw := bufio.NewWriter(f)
+	bw.WriteString("\x89PNG\r\n\x1a\n")
+	uiChunk(bw, "IHDR", ihdr)
+	if colorType == 3 {
+		uiChunk(bw, "PLTE", []byte{0, 0, 0, 255, 255, 255})
+	}
+	uiChunk(bw, "IDAT", idat.Bytes())
+	uiChunk(bw, "IEND", nil)
+	if err := bw.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	wfCall(t, c, "TaskManager", map[string]any{"action": "list"}, true, "another process holds it")
-	syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-	wfCall(t, c, "TaskManager", map[string]any{"action": "list"}, false, `* t1 "x"`)
 }
 
-// ---- readdocs ----
+// uiProgressiveJPEG builds a progressive (SOF2) w×h JPEG, 4:4:4, of one grey:
+// a single DC scan whose every difference is the 1-bit code 0. With 4
+// components it is CMYK (an Adobe segment says so), Go's costliest image to
+// decode: 4 bytes of coefficients a pixel for each component, and a copy.
+func uiProgressiveJPEG(w, h, components int) []byte {
+	var b bytes.Buffer
+	seg := func(marker byte, data []byte) {
+		b.Write([]byte{0xff, marker, byte((len(data) + 2) >> 8), byte(len(data) + 2)})
+		b.Write(data)
+	}
+	b.Write([]byte{0xff, 0xd8})
+	if components == 4 {
+		seg(0xee, []byte("Adobe\x00\x64\x00\x00\x00\x00\x00")) // transform 0: CMYK
+	}
+	seg(0xdb, append([]byte{0}, bytes.Repeat([]byte{1}, 64)...))
+	sof := []byte{8, byte(h >> 8), byte(h), byte(w >> 8), byte(w), byte(components)}
+	sos := []byte{byte(components)}
+	for i := 1; i <= components; i++ {
+		sof = append(sof, byte(i), 0x11, 0)
+		sos = append(sos, byte(i), 0x00)
+	}
+	seg(0xc2, sof)
+	seg(0xc4, append([]byte{0x00, 1}, append(make([]byte, 15), 0)...)) // DC table 0: one 1-bit code, category 0
+	seg(0xda, append(sos, 0, 0, 0))
+	bits := components * ((w + 7) / 8) * ((h + 7) / 8)
+	b.Write(make([]byte, bits/8))
+	if bits%8 != 0 {
+		b.WriteByte(0xff >> (bits % 8)) // the last byte padded with ones
+	}
+	b.Write([]byte{0xff, 0xd9})
+	return b.Bytes()
+}
 
-// readdocs_test.go tests ReadDocs: the websocket client against a fake
-// server, the DevTools client, the HTML to markdown converter on golden
-// files, the tool with real Chromium, and the plain-HTTP fallback.
+// uiPeakCall runs "telson call ReadImage" on path as its own process and
+// returns its output, its peak resident memory in MB and its exit code.
+func uiPeakCall(t *testing.T, path string) (string, int64, int) {
+	t.Helper()
+	args, _ := json.Marshal(map[string]string{"file_path": path})
+	cmd := exec.Command(os.Args[0], "call", "ReadImage", string(args))
+	cmd.Env = append(os.Environ(), "TELSON_RUN_MAIN=1")
+	out, _ := cmd.CombinedOutput()
+	if cmd.ProcessState == nil {
+		t.Fatalf("%s did not run: %s", path, out)
+	}
+	peak := cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss / 1024
+	return string(out), peak, cmd.ProcessState.ExitCode()
+}
+
+// TestReadImagePeakMemory reads hostile images with the real binary. Those
+// over the pixel cap (they used to cost gigabytes) are refused before
+// decoding; Go's costliest images at the cap, in a file of imageMaxFile
+// bytes, are decoded and scaled. Each stays under 300 MB.
+func TestReadImagePeakMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes and reads images of up to 100 megapixels")
+	}
+	if bi, _ := debug.ReadBuildInfo(); slices.Contains(bi.Settings, debug.BuildSetting{Key: "-race", Value: "true"}) {
+		t.Skip("the race detector's shadow memory would be measured too")
+	}
+	dir := t.TempDir()
+	paths := map[string]string{
+		"wide grey PNG":         filepath.Join(dir, "wide-grey.png"),
+		"16-bit PNG":            filepath.Join(dir, "deep.png"),
+		"progressive JPEG":      filepath.Join(dir, "progressive.jpg"),
+		"CMYK JPEG at the cap":  filepath.Join(dir, "cmyk.jpg"),
+		"thin CMYK JPEG":        filepath.Join(dir, "thin-cmyk.jpg"),
+		"16-bit PNG at the cap": filepath.Join(dir, "deep-cap.png"),
+		"wide PNG at the cap":   filepath.Join(dir, "wide-cap.png"),
+	}
+	uiZeroPNG(t, paths["wide grey PNG"], 50_000_000, 1, 8, 0)
+	uiZeroPNG(t, paths["16-bit PNG"], 10000, 10000, 16, 2)
+	uiWriteFile(t, dir, "progressive.jpg", uiProgressiveJPEG(10000, 10000, 3))
+	// Zeros after the end of the image make them the largest file ReadImage reads.
+	uiWriteFile(t, dir, "cmyk.jpg", uiProgressiveJPEG(4096, 2048, 4))
+	uiWriteFile(t, dir, "thin-cmyk.jpg", uiProgressiveJPEG(65535, 128, 4)) // 8×8 blocks: no padding rows
+	for _, name := range []string{"CMYK JPEG at the cap", "thin CMYK JPEG"} {
+		if err := os.Truncate(paths[name], imageMaxFile); err != nil {
+			t.Fatal(err)
+		}
+	}
+	uiZeroPNG(t, paths["16-bit PNG at the cap"], 4096, 2048, 16, 6)
+	uiZeroPNG(t, paths["wide PNG at the cap"], imageMaxPixels, 1, 8, 3)
+	want := map[string]string{
+		"wide grey PNG":         "50000000×1 px is over the 8.4 megapixels telson decodes: shrink it in Bash first",
+		"16-bit PNG":            "10000×10000 px is over the 8.4 megapixels",
+		"progressive JPEG":      "10000×10000 px is over the 8.4 megapixels",
+		"CMYK JPEG at the cap":  "4096×2048 px, 40.0 MB; scaled to 2000×1000",
+		"thin CMYK JPEG":        "65535×128 px, 40.0 MB; scaled to 2000×4",
+		"16-bit PNG at the cap": "scaled to 2000×1000 and re-encoded as image/png",
+		"wide PNG at the cap":   "scaled to 2000×1",
+	}
+	for name, path := range paths {
+		out, peak, _ := uiPeakCall(t, path)
+		t.Logf("%s: peak %d MB: %s", name, peak, strings.TrimSpace(out))
+		if peak >= 300 {
+			t.Errorf("%s: peak %d MB, want under 300", name, peak)
+		}
+		if !strings.Contains(out, want[name]) {
+			t.Errorf("%s: got %q, want %q", name, out, want[name])
+		}
+	}
+}
+
+// ---- ReadDocs: the websocket and DevTools clients, the browser, the converter ------------------
 
 // readdocsFake is a websocket server for one client connection.
 type readdocsFake struct {
@@ -6097,703 +5225,6 @@ func BenchmarkHTMLToMarkdownHostile(b *testing.B) {
 	}
 }
 
-// TestArgumentsNormalized: unknown arguments are ignored, lossless conversions
-// reach the handler converted, and what does not convert still fails naming the field.
-func TestArgumentsNormalized(t *testing.T) {
-	t.Parallel()
-	schema, err := parseSchema(`{"type":"object","required":["n"],"properties":{
-		"n":{"type":"integer","minimum":1,"maximum":9000},"f":{"type":"number"},"s":{"type":"string"},
-		"b":{"type":"boolean"},"list":{"type":"array","items":{"type":"object","properties":{"id":{"type":"string"}}}},
-		"mode":{"type":"string","enum":["a","b"]}}}`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ok := map[string]string{
-		`{"n":"5000"}`:                                  `{"n":5000}`,
-		`{"n":5,"f":"2.5","s":7,"b":"false"}`:           `{"b":false,"f":2.5,"n":5,"s":"7"}`,
-		`{"n":1,"wait_for_previous":true,"x":{"y":1}}`:  `{"n":1}`,
-		`{"n":1,"list":[{"id":3,"extra":1}],"s":"-12"}`: `{"list":[{"id":"3"}],"n":1,"s":"-12"}`,
-		`{"n":1,"s":-40}`:                               `{"n":1,"s":"-40"}`,
-	}
-	for in, want := range ok {
-		got, problem := schema.check(decodeArgs(t, in))
-		if problem != "" || string(got) != want {
-			t.Errorf("%s: got %s %q, want %s", in, got, problem, want)
-		}
-	}
-	bad := map[string]string{
-		`{}`:                           `"n" is required`,
-		`{"n":"five"}`:                 `"n" must be an integer, got a string`,
-		`{"n":"5.5"}`:                  `"n" must be an integer, got 5.5`,
-		`{"n":"9001"}`:                 `"n" must be at most 9000`,
-		`{"n":1,"s":1.5}`:              `"s" must be a string, got a number (1.5)`,
-		`{"n":1,"s":1e3}`:              `"s" must be a string`,
-		`{"n":1,"b":"yes"}`:            `"b" must be a boolean, got a string`,
-		`{"n":1,"f":"0x10"}`:           `"f" must be a number, got a string`,
-		`{"n":1,"mode":"c"}`:           `"mode" must be one of a, b`,
-		`{"n":1,"list":[{"id":true}]}`: `"id" must be a string, got a boolean`,
-	}
-	for in, want := range bad {
-		if _, problem := schema.check(decodeArgs(t, in)); !strings.Contains(problem, want) {
-			t.Errorf("%s: got %q, want %q", in, problem, want)
-		}
-	}
-}
-
-// TestToolCallExtraArguments: a real call with arguments telson does not know,
-// and a timeout written as a string, succeeds.
-func TestToolCallExtraArguments(t *testing.T) {
-	t.Parallel()
-	c := startServer(t)
-	c.initialize("2025-11-25")
-	res := c.callTool("Bash", map[string]any{"command": "echo ok", "timeout": "5000",
-		"description": "say ok", "wait_for_previous": true})
-	if isError(res) || resultText(res) != "ok\n" {
-		t.Errorf("got %v", res)
-	}
-	res = c.callTool("Bash", map[string]any{"command": "echo ok", "timeout": "soon"})
-	if !isError(res) || !strings.Contains(resultText(res), `"timeout" must be an integer`) {
-		t.Errorf("got %v", res)
-	}
-}
-
-// modernMessage is a 2026-07-28 request line with the _meta every request carries.
-func modernMessage(id any, method string, params map[string]any) string {
-	if params == nil {
-		params = map[string]any{}
-	}
-	params["_meta"] = map[string]any{metaProtocolVersion: versionModern, metaClientCaps: map[string]any{}}
-	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "method": method, "params": params})
-	return string(b)
-}
-
-// subscriptionOf is the subscription id a notification carries, or nil.
-func subscriptionOf(m map[string]any) any {
-	p, _ := m["params"].(map[string]any)
-	meta, _ := p["_meta"].(map[string]any)
-	return meta[metaSubscriptionID]
-}
-
-// A 2026-07-28 client over stdio: subscriptions/listen is acknowledged with what
-// it will deliver, then carries the list changes it asked for, until cancelled
-// (by an id equal in value) or until stdin ends, which answers it.
-func TestListenStdio(t *testing.T) {
-	t.Parallel()
-	extra := t.TempDir()
-	c := startServer(t, "ADDITIONAL_SKILLS="+extra)
-	c.send(modernMessage(5, methodListen, map[string]any{"notifications": map[string]any{"toolsListChanged": true, "promptsListChanged": true}}))
-	ack := c.recv()
-	granted := ack["params"].(map[string]any)["notifications"].(map[string]any)
-	if ack["method"] != "notifications/subscriptions/acknowledged" || subscriptionOf(ack) != 5.0 || len(granted) != 1 || granted["toolsListChanged"] != true {
-		t.Fatalf("first message: %v", ack)
-	}
-	c.send(modernMessage("p", methodListen, map[string]any{"notifications": map[string]any{"toolsListChanged": true, "resourcesListChanged": true}}))
-	ack = c.recv()
-	if granted = ack["params"].(map[string]any)["notifications"].(map[string]any); len(granted) != 1 || granted["toolsListChanged"] != true {
-		t.Fatalf("ack of a tools-and-resources listen: %v", ack)
-	}
-
-	// seen collects list changes by subscription until it has what want names and id's response.
-	seen := map[string]bool{}
-	readUntil := func(id any, want ...string) {
-		t.Helper()
-		for gotReply := false; !gotReply || !hasAll(seen, want); {
-			m := c.recv()
-			if m["id"] == id {
-				gotReply = true
-			} else if m["method"] != nil {
-				seen[fmt.Sprint(m["method"], " ", subscriptionOf(m))] = true
-			} else {
-				t.Fatalf("unexpected %v", m)
-			}
-		}
-	}
-	invoke := func(id any, skill string) string { // InvokeSkill reads the skills again
-		return modernMessage(id, "tools/call", map[string]any{"name": "InvokeSkill", "arguments": map[string]any{"skill_name": skill}})
-	}
-	wfSkill(t, extra, "fresh", "---\ndescription: d\n---\nx\n")
-	c.send(invoke(2, "fresh"))
-	readUntil(2.0, "notifications/tools/list_changed 5", "notifications/tools/list_changed p")
-
-	c.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5.0}}`)
-	clear(seen)
-	wfSkill(t, extra, "fresher", "---\ndescription: d\n---\nx\n")
-	c.send(invoke(3, "fresher"))
-	readUntil(3.0, "notifications/tools/list_changed p")
-	if seen["notifications/tools/list_changed 5"] {
-		t.Fatal("a cancelled listen still delivers")
-	}
-
-	c.in.Close()
-	var replies []map[string]any
-	for line := range c.lines {
-		var m map[string]any
-		json.Unmarshal(line, &m)
-		if m["method"] == nil {
-			replies = append(replies, m)
-		}
-	}
-	if len(replies) != 1 || replies[0]["id"] != "p" || subscriptionOf(map[string]any{"params": replies[0]["result"]}) != "p" {
-		t.Fatalf("at EOF want only the open listen answered, got %v", replies)
-	}
-}
-
-func hasAll(set map[string]bool, keys []string) bool {
-	for _, k := range keys {
-		if !set[k] {
-			return false
-		}
-	}
-	return true
-}
-
-// Over HTTP the listen's POST reply is an event stream that stays open; closing it cancels.
-func TestListenHTTP(t *testing.T) {
-	t.Parallel()
-	extra := t.TempDir()
-	ts := httpStart(t, []string{"ADDITIONAL_SKILLS=" + extra})
-	c := httpClientFor(t, ts.url)
-	body := modernMessage("h1", methodListen, map[string]any{"notifications": map[string]any{"toolsListChanged": true}})
-	req, _ := http.NewRequest("POST", c.url, strings.NewReader(body))
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("MCP-Protocol-Version", versionModern)
-	req.Header.Set("Mcp-Method", methodListen)
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	br := bufio.NewReader(resp.Body)
-	next := func() map[string]any {
-		t.Helper()
-		ev, err := httpReadEvent(br)
-		if err != nil {
-			t.Fatalf("listen stream: %v", err)
-		}
-		return httpDecode(t, []byte(ev.data))
-	}
-	if ack := next(); ack["method"] != "notifications/subscriptions/acknowledged" || subscriptionOf(ack) != "h1" {
-		t.Fatalf("first event: %v", ack)
-	}
-	r, b := httpModernPost(c, "tools/list", nil, nil)
-	httpStatus(t, "tools/list", r, b, 200, 0)
-	if res := httpDecode(t, b)["result"].(map[string]any); res["ttlMs"] == nil || res["cacheScope"] != "public" {
-		t.Errorf("a modern list result needs ttlMs and cacheScope: %s", b)
-	}
-	wfSkill(t, extra, "fresh", "---\ndescription: d\n---\nx\n")
-	r, b = httpModernPost(c, "tools/call", map[string]any{"name": "InvokeSkill", "arguments": map[string]any{"skill_name": "fresh"}}, nil)
-	httpStatus(t, "tools/call", r, b, 200, 0)
-	seen := map[string]bool{}
-	for !seen["notifications/tools/list_changed"] {
-		m := next()
-		if subscriptionOf(m) != "h1" {
-			t.Fatalf("event without the subscription id: %v", m)
-		}
-		seen[m["method"].(string)] = true
-	}
-	resp.Body.Close()
-	deadline := time.Now().Add(watchdog)
-	for {
-		ts.srv.listens.mu.Lock()
-		n := len(ts.srv.listens.open)
-		ts.srv.listens.mu.Unlock()
-		if n == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("closing the stream did not end the listen")
-		}
-		runtime.Gosched()
-	}
-}
-
-// Limits: a batch over maxBatch is refused whole; a client that pipelines 20,000
-// requests and reads nothing makes the session stop reading at maxInflight, with
-// memory bounded, and every request is still answered once the client reads.
-func TestRequestLimits(t *testing.T) {
-	srv := newServer(testSettings(t), io.Discard)
-	defer srv.close()
-	outR, outW := io.Pipe()
-	inR, inW := io.Pipe()
-	s, served := startSession(srv, inR, outW)
-
-	var batch bytes.Buffer
-	batch.WriteString(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-03-26"}}` + "\n[")
-	for i := range 20000 {
-		if i > 0 {
-			batch.WriteByte(',')
-		}
-		fmt.Fprintf(&batch, `{"jsonrpc":"2.0","id":%d,"method":"tools/list"}`, i+1)
-	}
-	batch.WriteString("]\n")
-	go inW.Write(batch.Bytes()) // exits when read
-	out := bufio.NewReader(outR)
-	if line, _ := out.ReadString('\n'); !strings.Contains(line, `"id":0,"result"`) {
-		t.Fatalf("initialize: %.300s", line)
-	}
-	if line, _ := out.ReadString('\n'); !strings.Contains(line, `"code":-32600`) || !strings.Contains(line, "at most 100") {
-		t.Fatalf("batch of 20,000: %.300s", line)
-	}
-
-	const n = 20000
-	var written atomic.Int64
-	go func() { // exits when every request is written or the input closes
-		for i := range n {
-			if _, err := fmt.Fprintf(inW, `{"jsonrpc":"2.0","id":%d,"method":"tools/list"}`+"\n", i+1); err != nil {
-				return
-			}
-			written.Add(1)
-		}
-	}()
-	deadline := time.Now().Add(watchdog)
-	for len(s.slots) < maxInflight {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d requests running, want %d", len(s.slots), maxInflight)
-		}
-		runtime.Gosched()
-	}
-	var mem runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&mem)
-	if written.Load() == n {
-		t.Error("the session read every request while its client read nothing")
-	}
-	if mem.HeapInuse > 300<<20 {
-		t.Errorf("heap %d MB with a client that reads nothing", mem.HeapInuse>>20)
-	}
-	t.Logf("stalled after %d requests written, heap %d MB", written.Load(), mem.HeapInuse>>20)
-	for i := range n {
-		line, err := out.ReadString('\n')
-		if err != nil || !strings.Contains(line, `"tools":[`) {
-			t.Fatalf("reply %d: %v %.200s", i, err, line)
-		}
-	}
-	inW.Close()
-	if err := <-served; err != nil {
-		t.Fatal(err)
-	}
-}
-
-// startSession serves one stdio session on in and out, as serveStdio does, and returns it;
-// served gets serve's result at EOF.
-func startSession(srv *server, in io.Reader, w io.Writer) (s *session, served chan error) {
-	out := newOutbox(true)
-	go out.writeLines(w, nil) // exits at a write error
-	s = newSession(srv, out)
-	served = make(chan error, 1)
-	go func() { served <- s.serve(context.Background(), in) }() // exits at EOF
-	return s, served
-}
-
-// A client that stops reading its output holds its own replies, and its reader once the
-// bounded queue and the request slots are full; another session on the same server, its tasks
-// and kills, and the stuck session's background task go on.
-func TestStuckClientHoldsOnlyItself(t *testing.T) {
-	srv := newServer(testSettings(t), io.Discard)
-	defer srv.close()
-	stuckIn, stuckInW := io.Pipe()
-	stuckOut, stuckOutW := io.Pipe()
-	stuck, _ := startSession(srv, stuckIn, stuckOutW)
-	defer stuck.close()
-	fmt.Fprintln(stuckInW, `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25"}}`)
-	fmt.Fprintln(stuckInW, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"BackgroundBash","arguments":{"command":"yes flood"}}}`)
-	wrote := make(chan int, 100000)
-	writerDone := make(chan struct{})
-	go func() { // exits when the input is closed
-		defer close(writerDone)
-		for i := 2; ; i++ {
-			if _, err := fmt.Fprintf(stuckInW, `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"ReadBgOutput","arguments":{"task_id":1}}}`+"\n", i); err != nil {
-				return
-			}
-			wrote <- i
-		}
-	}()
-	last := 1
-	for range outboxSize { // the reader reads at least as far as the queue holds
-		select {
-		case last = <-wrote:
-		case <-time.After(watchdog):
-			t.Fatal("the stuck session's reader stopped before its queue was full")
-		}
-	}
-	c := startServer(t)
-	c.initialize("2025-11-25")
-	if m := c.request("ping", nil); m["result"] == nil {
-		t.Fatalf("ping beside a stuck session: %v", m)
-	}
-	id := bgStart(t, c, "sleep 300")
-	res := c.callTool("KillBgTask", map[string]any{"task_id": id})
-	if isError(res) || !strings.Contains(resultText(res), "killed by signal") {
-		t.Errorf("KillBgTask beside a stuck session: %v", res)
-	}
-	// the stuck client reads again: every reply it was owed arrives
-	stuckInW.Close()
-	<-writerDone
-	for len(wrote) > 0 {
-		last = <-wrote
-	}
-	br := bufio.NewReader(stuckOut)
-	seen := map[any]bool{}
-	for id := 0; id <= last; id++ {
-		for !seen[float64(id)] {
-			line, err := br.ReadBytes('\n')
-			if err != nil {
-				t.Fatalf("reply %d of %d: %v", id, last, err)
-			}
-			var m map[string]any
-			json.Unmarshal(line, &m)
-			seen[m["id"]] = true
-		}
-	}
-}
-
-// httpDialRaw opens a TCP connection to the host of url, closed at the test's end; reads on it
-// give up at the watchdog.
-func httpDialRaw(t *testing.T, url string) net.Conn {
-	t.Helper()
-	host := strings.TrimSuffix(strings.TrimPrefix(url, "http://"), "/mcp")
-	conn, err := net.Dial("tcp", host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	conn.SetReadDeadline(time.Now().Add(watchdog))
-	return conn
-}
-
-// httpClosedByServer reads conn to its end and fails unless the server closed it.
-func httpClosedByServer(t *testing.T, conn net.Conn, what string) []byte {
-	t.Helper()
-	b, err := io.ReadAll(conn)
-	if ne, ok := err.(net.Error); ok && ne.Timeout() {
-		t.Fatalf("%s: the connection was still open at the watchdog", what)
-	}
-	return b
-}
-
-func TestHTTPSlowBodyIsCutOff(t *testing.T) {
-	t.Parallel()
-	url := httpStart(t, []string{"HTTP_TIMEOUT_MS=300"}).url
-	conn := httpDialRaw(t, url)
-	fmt.Fprintf(conn, "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000\r\n\r\n")
-	go func() { // trickles the body, a byte every 50 ms, until the server has closed the connection
-		tick := time.NewTicker(50 * time.Millisecond)
-		defer tick.Stop()
-		for range tick.C {
-			if _, err := conn.Write([]byte(" ")); err != nil {
-				return
-			}
-		}
-	}()
-	reply := httpClosedByServer(t, conn, "slow body")
-	if len(reply) > 0 && !bytes.HasPrefix(reply, []byte("HTTP/1.1 400")) {
-		t.Errorf("slow body answered %q", reply)
-	}
-	headers := httpDialRaw(t, url)
-	fmt.Fprintf(headers, "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n") // headers that never end
-	httpClosedByServer(t, headers, "slow headers")
-}
-
-func TestHTTPIdleConnectionIsClosed(t *testing.T) {
-	t.Parallel()
-	url := httpStart(t, []string{"HTTP_TIMEOUT_MS=300"}).url
-	conn := httpDialRaw(t, url)
-	fmt.Fprintf(conn, "GET /other HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-	br := bufio.NewReader(conn)
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	io.Copy(io.Discard, resp.Body)
-	if resp.StatusCode != 404 || resp.Close {
-		t.Fatalf("HTTP %d, close %v: want 404 on a kept-alive connection", resp.StatusCode, resp.Close)
-	}
-	if rest, err := io.ReadAll(br); len(rest) > 0 || err != nil {
-		t.Errorf("the idle connection was not closed: %q %v", rest, err)
-	}
-}
-
-// Slow clients cost only themselves: with every connection taken by clients that send half a
-// header, or a whole header and then a body a byte at a time, a new client is served at once
-// (the oldest slow one makes room); a connection whose request is being answered is never shed,
-// and when all are, a newcomer is closed at once so it can retry.
-func TestHTTPSlowClientsDoNotLockOthersOut(t *testing.T) {
-	t.Parallel()
-	url := httpStart(t, []string{"HTTP_TIMEOUT_MS=60000", "HTTP_MAX_CONNECTIONS=4"}).url
-	var slow []net.Conn
-	for i := range 12 {
-		conn := httpDialRaw(t, url)
-		if i%2 == 0 {
-			fmt.Fprintf(conn, "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n") // half a header
-		} else {
-			fmt.Fprintf(conn, "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n{") // a body a byte at a time
-		}
-		slow = append(slow, conn)
-	}
-	for i := range 3 {
-		c := httpClientFor(t, url)
-		if res := c.result("ping", nil); res == nil {
-			t.Fatalf("client %d after the slow ones: no result", i)
-		}
-	}
-	for _, conn := range slow[:8] { // the oldest gave way (the newest may still wait)
-		httpClosedByServer(t, conn, "a slow connection at the cap")
-	}
-
-	// requests being answered hold their connections; the newcomer is closed at once
-	c := httpClientFor(t, url)
-	results := make(chan map[string]any, 4)
-	dir := t.TempDir()
-	for i := range 4 {
-		go func() { // exits when the call answers
-			cmd := fmt.Sprintf("touch %s/%d; while [ ! -e %s/go ]; do sleep 0.05; done; echo held", dir, i, dir)
-			b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": i, "method": "tools/call",
-				"params": map[string]any{"name": "Bash", "arguments": map[string]any{"command": cmd}}})
-			resp, err := c.hc.Post(url, "application/json", bytes.NewReader(b))
-			if err != nil {
-				results <- map[string]any{"error": err.Error()}
-				return
-			}
-			defer resp.Body.Close()
-			var m map[string]any
-			json.NewDecoder(resp.Body).Decode(&m)
-			results <- m
-		}()
-	}
-	for i := range 4 {
-		readPidFileExists(t, fmt.Sprintf("%s/%d", dir, i))
-	}
-	refused := httpDialRaw(t, url)
-	fmt.Fprintf(refused, "GET /other HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-	if b := httpClosedByServer(t, refused, "a connection over the cap"); len(b) > 0 {
-		t.Fatalf("a connection over the cap was served: %q", b)
-	}
-	os.WriteFile(dir+"/go", nil, 0o644)
-	for range 4 {
-		if m := <-results; m["result"] == nil || resultText(m["result"].(map[string]any)) != "held\n" {
-			t.Errorf("a request being answered was shed: %v", m)
-		}
-	}
-}
-
-// readPidFileExists waits for a file a command under test creates.
-func readPidFileExists(t *testing.T, path string) {
-	t.Helper()
-	deadline := time.Now().Add(watchdog)
-	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
-		if _, err := os.Stat(path); err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s", path)
-		}
-		time.Sleep(wait) // polling a file another process writes, bounded by the watchdog
-	}
-}
-
-// The read timeout is for sending a request: a request running longer is not cut by it.
-func TestHTTPLongRequestsOutliveTheReadTimeout(t *testing.T) {
-	t.Parallel()
-	url := httpStart(t, []string{"HTTP_TIMEOUT_MS=200"}).url
-	c := httpClientFor(t, url)
-	c.initialize("2025-11-25")
-	long := map[string]any{"name": "Bash", "arguments": map[string]any{"command": "sleep 0.6; echo done"}}
-	if got := resultText(c.result("tools/call", long)); got != "done\n" {
-		t.Errorf("legacy call longer than the read timeout: %q", got)
-	}
-	resp, body := httpModernPost(c, "tools/call", long, nil)
-	httpStatus(t, "modern call longer than the read timeout", resp, body, 200, 0)
-	if got := resultText(httpDecode(t, body)["result"].(map[string]any)); got != "done\n" {
-		t.Errorf("modern call longer than the read timeout: %q", got)
-	}
-}
-
-// Linux's pseudo-terminal ioctls (the syscall package has them on Linux only).
-const (
-	linuxTIOCSPTLCK = 0x40045431
-	linuxTIOCGPTN   = 0x80045430
-)
-
-// openPTY opens a pseudo-terminal pair: what is written to tty is read from master.
-func openPTY(t *testing.T) (master, tty *os.File) {
-	t.Helper()
-	if runtime.GOOS != "linux" {
-		t.Skip("the pseudo-terminal is opened the Linux way")
-	}
-	master, err := os.OpenFile("/dev/ptmx", os.O_RDWR, 0)
-	if err != nil {
-		t.Skipf("no pseudo-terminal: %v", err)
-	}
-	t.Cleanup(func() { master.Close() })
-	var unlock int32
-	var n uint32
-	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, master.Fd(), linuxTIOCSPTLCK, uintptr(unsafe.Pointer(&unlock))); e != 0 {
-		t.Skipf("unlock pseudo-terminal: %v", e)
-	}
-	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, master.Fd(), linuxTIOCGPTN, uintptr(unsafe.Pointer(&n))); e != 0 {
-		t.Skipf("pseudo-terminal number: %v", e)
-	}
-	tty, err = os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|syscall.O_NOCTTY, 0)
-	if err != nil {
-		t.Skipf("open pseudo-terminal: %v", err)
-	}
-	t.Cleanup(func() { tty.Close() })
-	return master, tty
-}
-
-// telson call prints a tool's text as it is to a pipe, and without control characters to a
-// terminal, where they would drive it; Bash's output is already rendered as a terminal shows it.
-func TestCallStripsControlCharactersOnATerminal(t *testing.T) {
-	t.Setenv("TELSON_STATE_DIR", t.TempDir())
-	bash := []string{"call", "Bash", `{"command":"printf 'a\\033]0;pwned\\007b\\tc\\rd\\033[2Je\\n'"}`}
-	image := []string{"call", "ReadImage", `{"file_path":"/nonexistent/\u001b]0;pwned\u0007x"}`}
-	var piped bytes.Buffer
-	if err := run(context.Background(), strings.NewReader(""), &piped, io.Discard, bash); err != nil {
-		t.Fatal(err)
-	}
-	run(context.Background(), strings.NewReader(""), &piped, io.Discard, image)
-	if want := "de\nReadImage: "; !strings.HasPrefix(piped.String(), want) || !strings.Contains(piped.String(), "\033]0;pwned\007x") {
-		t.Errorf("piped: %q, want it to start with %q and keep the path's bytes", piped.String(), want)
-	}
-	master, tty := openPTY(t)
-	run(context.Background(), strings.NewReader(""), tty, io.Discard, image)
-	tty.Close()
-	master.SetReadDeadline(time.Now().Add(watchdog))
-	got, _ := io.ReadAll(master) // ends with EIO once the terminal side is closed
-	if !strings.Contains(string(got), "/nonexistent/]0;pwnedx") {
-		t.Errorf("on a terminal: %q, want the path without its control characters", got)
-	}
-}
-
-// A person who runs telson in a terminal reads one line saying what it is and how to use it;
-// then telson serves as usual.
-func TestTerminalHint(t *testing.T) {
-	t.Setenv("TELSON_STATE_DIR", t.TempDir())
-	master, tty := openPTY(t)
-	stderr := &syncBuffer{}
-	ctx, cancel := context.WithCancel(context.Background())
-	result := make(chan error, 1)
-	go func() { result <- run(ctx, tty, io.Discard, stderr, nil) }() // exits when ctx ends
-	deadline := time.Now().Add(watchdog)
-	for !strings.Contains(stderr.String(), "telson speaks MCP on stdin/stdout") {
-		if time.Now().After(deadline) {
-			t.Fatalf("no hint on stderr: %q", stderr.String())
-		}
-		time.Sleep(5 * time.Millisecond) // polling the line, bounded by the watchdog
-	}
-	if !strings.Contains(stderr.String(), `telson call Bash '{"command":"ls"}'`) {
-		t.Errorf("the hint does not say how to try a tool: %q", stderr.String())
-	}
-	cancel()
-	master.Close()
-	tty.Close()
-	<-result
-	var out bytes.Buffer
-	run(context.Background(), strings.NewReader(""), &out, stderr, nil)
-	if strings.Count(stderr.String(), "speaks MCP") != 1 {
-		t.Errorf("the hint was printed for a pipe too: %q", stderr.String())
-	}
-}
-
-// TestStructuredContentAlone: with a notice pending, each tool that has an
-// output schema carries the notice, and its guidance, in structuredContent:
-// a client that hands the model only structuredContent (Claude Code, Codex)
-// loses nothing.
-func TestStructuredContentAlone(t *testing.T) {
-	t.Parallel()
-	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/w/api.php" {
-			w.Header().Set("Content-Type", "application/json")
-			io.WriteString(w, `{"query":{"search":[{"title":"Go","snippet":"a language"}]}}`)
-			return
-		}
-		w.Header().Set("Content-Type", "text/html")
-		io.WriteString(w, "<html><head><title>T</title></head><body><main><h1>Hello</h1><p>"+
-			strings.Repeat("word ", 400)+"</p></main></body></html>")
-	}))
-	defer site.Close()
-	c, sess := sessionClient(t, "READDOCS_BROWSER=0", "SEARCH_URL_WIKIPEDIA="+site.URL)
-	c.initialize("2025-11-25")
-	// endedTask queues a notice, as a background task's end does.
-	endedTask := func() string {
-		line := fmt.Sprintf("background task %d exited with status 0 after 1s", time.Now().UnixNano())
-		sess.notices.push(line)
-		return line
-	}
-	// callWithNotice calls a tool with a notice pending and returns its
-	// structured content, having checked the notice is in it.
-	callWithNotice := func(name string, args map[string]any, pending string) map[string]any {
-		t.Helper()
-		res := c.callTool(name, args)
-		sc, ok := res["structuredContent"].(map[string]any)
-		if !ok {
-			t.Fatalf("%s: no structuredContent: %v", name, res)
-		}
-		notices, _ := sc["notices"].([]any)
-		if !strings.Contains(fmt.Sprint(notices), pending) {
-			t.Errorf("%s: structuredContent lacks the notice %q: %v", name, pending, sc)
-		}
-		return sc
-	}
-
-	sc := callWithNotice("Bash", map[string]any{"command": "sleep 5", "timeout": 50}, endedTask())
-	if hint, _ := sc["hint"].(string); !strings.Contains(hint, "BackgroundBash") || !strings.Contains(hint, "600000") {
-		t.Errorf("Bash timeout: the ways on are not in structuredContent: %v", sc)
-	}
-	callWithNotice("BackgroundBash", map[string]any{"command": "sleep 60"}, endedTask())
-	sc = callWithNotice("ReadDocs", map[string]any{"url": site.URL + "/", "max_length": 100}, endedTask())
-	if msg, _ := sc["message"].(string); !strings.Contains(msg, "start_index") || sc["next_start_index"] == nil {
-		t.Errorf("ReadDocs: the next part is not in structuredContent: %v", sc)
-	}
-	sc = callWithNotice("WebSearch", map[string]any{"query": "go", "engines": []string{"wikipedia"}}, endedTask())
-	if results, _ := sc["results"].([]any); len(results) != 1 {
-		t.Errorf("WebSearch: %v", sc)
-	}
-	callWithNotice("TaskManager", map[string]any{"action": "create", "text": "a task"}, endedTask())
-	callWithNotice("PlanMode", map[string]any{"action": "status"}, endedTask())
-	sc = callWithNotice("AskUserQuestion", map[string]any{"questions": []any{map[string]any{
-		"question": "Which?", "header": "Pick", "multiSelect": false,
-		"options": []any{map[string]any{"label": "A", "description": "a"}, map[string]any{"label": "B", "description": "b"}}}}},
-		endedTask())
-	if msg, _ := sc["message"].(string); sc["status"] != "ask_in_chat" || !strings.Contains(msg, "Do not assume") {
-		t.Errorf("AskUserQuestion: the guidance is not in structuredContent: %v", sc)
-	}
-
-	// The tools that report tasks' ends carry a reminder as their pending notice.
-	for _, call := range []struct {
-		name string
-		args map[string]any
-	}{
-		{"ListBgTasks", map[string]any{}},
-		{"ReadBgOutput", map[string]any{"task_id": 1}},
-		{"KillBgTask", map[string]any{"task_id": 1}},
-	} {
-		sess.notices.push("[callback 0] tick")
-		callWithNotice(call.name, call.args, "tick")
-	}
-}
-
-// sessionClient is startServer for tests that reach into the session: one stdio session on
-// testSettings(kv), served until the test ends.
-func sessionClient(t *testing.T, kv ...string) (*testClient, *session) {
-	t.Helper()
-	inR, inW := io.Pipe()
-	outR, outW := io.Pipe()
-	c := &testClient{t: t, in: inW, lines: make(chan []byte, 1024), done: make(chan error, 1), stderr: &syncBuffer{}}
-	srv := newServer(testSettings(t, kv...), c.stderr)
-	s, served := startSession(srv, inR, outW)
-	go c.readLines(outR)
-	t.Cleanup(func() {
-		c.in.Close()
-		<-served
-		s.wg.Wait()
-		s.close()
-		srv.close()
-		outW.Close()
-	})
-	return c, s
-}
-
 // browserSites serves the test pages on 127.0.0.1 and a third-party host on
 // localhost whose resources never answer (but /elsewhere, a page).
 func browserSites(t *testing.T) (site, other *httptest.Server) {
@@ -7257,346 +5688,6 @@ func readdocsGone(path string) bool {
 	return os.IsNotExist(err)
 }
 
-// procOutsideTmp is a directory outside /tmp, which the sandbox replaces.
-func procOutsideTmp(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp(".", "proc-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir, _ = filepath.Abs(dir)
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
-
-func TestPlanModeCommandsAreReadOnly(t *testing.T) {
-	t.Parallel()
-	if runtime.GOOS != "linux" {
-		t.Skip("the sandbox needs Linux namespaces")
-	}
-	c := startServer(t, "STATE_DIR="+t.TempDir())
-	c.initialize("2025-06-18")
-	dir := procOutsideTmp(t)
-	file := filepath.Join(dir, "file")
-	os.WriteFile(file, []byte("orig\n"), 0o600)
-	wfCall(t, c, "PlanMode", map[string]any{"action": "enter", "goal": "look only"}, false)
-	if res := c.callTool("Bash", map[string]any{"command": "true"}); isError(res) {
-		t.Skipf("no sandbox here: %s", resultText(res))
-	}
-	for _, cmd := range []string{"echo x > file", "rm file", "touch new", "mkdir d"} {
-		res := c.callTool("Bash", map[string]any{"command": "cd " + shellQuote(dir) + " && " + cmd})
-		if !isError(res) {
-			t.Errorf("%s succeeded in plan mode: %s", cmd, resultText(res))
-		}
-	}
-	id := bgStart(t, c, "echo x > "+shellQuote(file)+"; echo tried")
-	if out, _ := bgReadToEnd(t, c, id); !strings.Contains(out, "tried") || !strings.Contains(out, "Read-only") {
-		t.Errorf("background write: %q", out)
-	}
-	if b, _ := os.ReadFile(file); string(b) != "orig\n" {
-		t.Errorf("file changed in plan mode: %q", b)
-	}
-	entries, _ := os.ReadDir(dir)
-	if len(entries) != 1 {
-		t.Errorf("plan mode created files: %v", entries)
-	}
-	res := c.callTool("Bash", map[string]any{"command": "cat file; echo y > /tmp/t && cat /tmp/t"})
-	if text := resultText(res); isError(res) || text != "orig\ny\n" {
-		t.Errorf("reads and /tmp: %q", text)
-	}
-	if sc := bgStructured(t, res); sc["cwd"] != dir {
-		t.Errorf("cwd in plan mode: %v, want %s", sc["cwd"], dir)
-	}
-	res = c.callTool("Bash", map[string]any{"command": "mount -o remount,rw / || mount -o remount,rw " + shellQuote(dir) +
-		"; echo x > file"})
-	if b, _ := os.ReadFile(file); !isError(res) || string(b) != "orig\n" {
-		t.Errorf("a remount opened the sandbox: %q, file %q", resultText(res), b)
-	}
-	wfCall(t, c, "PlanMode", map[string]any{"action": "reset"}, false)
-	if res := c.callTool("Bash", map[string]any{"command": "echo x > file"}); isError(res) {
-		t.Errorf("write after plan mode: %s", resultText(res))
-	}
-}
-
-// procEscapes are the ways a command leaves its process group: each writes the escaped pid to $1.
-var procEscapes = map[string]string{
-	"setsid":      `setsid sleep 1000 >/dev/null 2>&1 & echo $! > "$F"`,
-	"set -m":      `set -m; sleep 1000 >/dev/null 2>&1 & echo $! > "$F"`,
-	"double fork": `(sleep 1000 >/dev/null 2>&1 & echo $! > "$F") &`,
-}
-
-func TestEscapedProcessesDieWithTheirTask(t *testing.T) {
-	t.Parallel()
-	for name, escape := range procEscapes {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			c := bgServer(t)
-			pidFile := filepath.Join(t.TempDir(), "pid")
-			id := bgStart(t, c, "F="+shellQuote(pidFile)+"\n"+escape+"\necho started; sleep 1000")
-			pid := readPidFile(t, pidFile)
-			if res := c.callTool("KillBgTask", map[string]any{"task_id": id}); isError(res) {
-				t.Fatalf("kill: %s", resultText(res))
-			}
-			waitGone(t, pid)
-		})
-	}
-}
-
-func TestEscapedProcessesDieWithTheServer(t *testing.T) {
-	t.Parallel()
-	for name, escape := range procEscapes {
-		for _, how := range []string{"eof", "sigkill"} {
-			t.Run(name+"/"+how, func(t *testing.T) {
-				t.Parallel()
-				c := startBinary(t, nil)
-				c.initialize("2025-11-25")
-				dir := t.TempDir()
-				bgStart(t, c, "F="+shellQuote(filepath.Join(dir, "bg"))+"\n"+escape)
-				c.callTool("Bash", map[string]any{"command": "F=" + shellQuote(filepath.Join(dir, "bash")) + "\n" + escape})
-				bgPid := readPidFile(t, filepath.Join(dir, "bg"))
-				bashPid := readPidFile(t, filepath.Join(dir, "bash"))
-				if how == "eof" {
-					c.in.Close()
-				} else {
-					c.cmd.Process.Signal(syscall.SIGKILL) // the reaper kills them
-				}
-				waitGone(t, bgPid)
-				waitGone(t, bashPid)
-			})
-		}
-	}
-}
-
-func TestEscapedProcessesDieWithTheSession(t *testing.T) {
-	t.Parallel()
-	c := bgServer(t)
-	pidFile := filepath.Join(t.TempDir(), "pid")
-	c.callTool("Bash", map[string]any{"command": "F=" + shellQuote(pidFile) + "\n" + procEscapes["setsid"]})
-	pid := readPidFile(t, pidFile)
-	c.in.Close()
-	waitGone(t, pid)
-}
-
-func TestBashCutKeepsLinesAndTheWholeOutput(t *testing.T) {
-	t.Parallel()
-	c := startServer(t, "OUTPUT_LIMIT=1000")
-	c.initialize("2025-06-18")
-	res := c.callTool("Bash", map[string]any{"command": "seq 1 100000"})
-	sc := bgStructured(t, res)
-	text := resultText(res)
-	file, _ := sc["output_file"].(string)
-	whole, err := os.ReadFile(file)
-	if err != nil || !strings.HasPrefix(string(whole), "1\n2\n") || !strings.HasSuffix(string(whole), "\n99999\n100000\n") {
-		t.Fatalf("output file %q: %v, %d bytes", file, err, len(whole))
-	}
-	if !strings.Contains(text, file) {
-		t.Errorf("the reply does not name the file: %q", text)
-	}
-	out := sc["output"].(string)
-	head, tail, ok := strings.Cut(out, "\n[... ")
-	if !ok || !strings.HasSuffix(head, "\n") {
-		t.Fatalf("head does not end a line: %q", out)
-	}
-	tail = tail[strings.Index(tail, "...]\n\n")+6:]
-	if !strings.HasPrefix(string(whole), head) || !strings.HasSuffix(string(whole), tail) || strings.HasPrefix(tail, "0") {
-		t.Errorf("tail does not start a line: %q", tail[:20])
-	}
-	lines := strings.Count(string(whole), "\n") - strings.Count(head, "\n") - strings.Count(tail, "\n")
-	bytesLeft := len(whole) - len(head) - len(tail)
-	if sc["omitted_lines"] != float64(lines) || sc["omitted_bytes"] != float64(bytesLeft) {
-		t.Errorf("omitted %v lines %v bytes, want %d and %d", sc["omitted_lines"], sc["omitted_bytes"], lines, bytesLeft)
-	}
-	if want := fmt.Sprintf("[... %d lines (%d bytes) left out", lines, bytesLeft); !strings.Contains(text, want) {
-		t.Errorf("the cut does not say %q: %q", want, text)
-	}
-}
-
-func TestBashTimeoutSaysWhatToDo(t *testing.T) {
-	t.Parallel()
-	c := bgServer(t)
-	res := c.callTool("Bash", map[string]any{"command": "sleep 10", "timeout": 100})
-	hint, _ := bgStructured(t, res)["hint"].(string)
-	for _, want := range []string{"600000", "BackgroundBash"} {
-		if !strings.Contains(hint, want) || !strings.Contains(resultText(res), want) {
-			t.Errorf("timeout reply lacks %q: %q / %q", want, hint, resultText(res))
-		}
-	}
-}
-
-func TestBashRunInBackground(t *testing.T) {
-	t.Parallel()
-	c := bgServer(t)
-	res := c.callTool("Bash", map[string]any{"command": "echo bg", "run_in_background": true, "description": "say bg"})
-	sc := bgStructured(t, res)
-	if isError(res) || sc["task_id"] != 1.0 || !strings.Contains(resultText(res), "Started background task 1") {
-		t.Fatalf("run_in_background: %v", res)
-	}
-	if out, _ := bgReadToEnd(t, c, 1); out != "bg\n" {
-		t.Errorf("output %q", out)
-	}
-}
-
-// procWaitFile waits until the file another process writes ends with suffix.
-func procWaitFile(t *testing.T, path, suffix string) {
-	t.Helper()
-	deadline := time.Now().Add(watchdog)
-	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
-		if b, _ := os.ReadFile(path); strings.HasSuffix(string(b), suffix) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never ended with %q", path, suffix)
-		}
-		time.Sleep(wait) // polling a file another process writes, bounded by the watchdog
-	}
-}
-
-func TestBgTailLogAndBriefKill(t *testing.T) {
-	t.Parallel()
-	c := bgServer(t, "BG_BUFFER_BYTES=1000")
-	res := c.callTool("BackgroundBash", map[string]any{"command": "seq 1 5000; sleep 1000"})
-	logFile, _ := bgStructured(t, res)["log_file"].(string)
-	if logFile == "" || !strings.Contains(resultText(res), logFile) {
-		t.Fatalf("no log file named: %v", res)
-	}
-	if list := c.callTool("ListBgTasks", map[string]any{}); !strings.Contains(resultText(list), logFile) {
-		t.Errorf("the list does not name the log: %q", resultText(list))
-	}
-	procWaitFile(t, logFile, "\n5000\n")
-	sc := bgStructured(t, c.callTool("ReadBgOutput", map[string]any{"task_id": 1, "tail": 3}))
-	if sc["output"] != "4998\n4999\n5000\n" || sc["dropped_bytes"].(float64) == 0 {
-		t.Errorf("tail 3: %v", sc)
-	}
-	if b, _ := os.ReadFile(logFile); !strings.HasPrefix(string(b), "1\n2\n3\n") {
-		t.Errorf("log does not hold the whole output: %.20q", b)
-	}
-	res = c.callTool("BackgroundBash", map[string]any{"command": "seq 1 3000; echo last; sleep 1000"})
-	procWaitFile(t, bgStructured(t, res)["log_file"].(string), "\nlast\n")
-	res = c.callTool("KillBgTask", map[string]any{"task_id": 2})
-	text := resultText(res)
-	if !strings.Contains(text, "\nlast\n") || len(text) > 600 || strings.Contains(text, "\n2990\n") {
-		t.Errorf("kill reply is not brief: %q", text)
-	}
-	if !strings.Contains(text, "dropped") || !strings.Contains(text, "complete output is in") {
-		t.Errorf("overflow does not name the log: %q", text)
-	}
-}
-
-func TestBgEndSaidOncePerReply(t *testing.T) {
-	t.Parallel()
-	c := bgServer(t)
-	fifo, release := bgFifo(t) // the task ends after BackgroundBash has answered
-	id := bgStart(t, c, "read x < "+shellQuote(fifo)+"; exit 4")
-	release()
-	res := bgRead(t, c, id, int(watchdog.Milliseconds()))
-	if n := strings.Count(resultText(res), "exited with status 4"); n != 1 {
-		t.Errorf("the end is said %d times: %q", n, resultText(res))
-	}
-	if _, ok := bgStructured(t, res)["notices"]; ok {
-		t.Errorf("the notice rides along: %v", res)
-	}
-}
-
-// BenchmarkBashTrueVsDirect alternates a Bash `true` call to the real binary
-// with a direct `bash -c true` spawn, so both see the same machine load, and
-// reports the median of each and their ratio.
-func BenchmarkBashTrueVsDirect(b *testing.B) {
-	p := startBenchProc(b)
-	p.roundTrip(b, benchInit)
-	call := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"Bash","arguments":{"command":"true"}}}` + "\n"
-	var viaTelson, direct []time.Duration
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		start := time.Now()
-		p.roundTrip(b, call)
-		viaTelson = append(viaTelson, time.Since(start))
-		start = time.Now()
-		if err := exec.Command("bash", "-c", "true").Run(); err != nil {
-			b.Fatal(err)
-		}
-		direct = append(direct, time.Since(start))
-	}
-	b.StopTimer()
-	median := func(d []time.Duration) float64 {
-		slices.Sort(d)
-		return float64(d[len(d)/2])
-	}
-	b.ReportMetric(median(viaTelson), "bash-ns")
-	b.ReportMetric(median(direct), "direct-ns")
-	b.ReportMetric(median(viaTelson)/median(direct), "ratio")
-}
-
-func TestBashWorkingDirectoryAfterEveryFormOfCd(t *testing.T) {
-	t.Parallel()
-	dir, _ := filepath.EvalSymlinks(t.TempDir())
-	script := filepath.Join(dir, "go-there.sh")
-	os.WriteFile(script, []byte("cd "+shellQuote(dir)+"\n"), 0o600)
-	forms := map[string]string{
-		"cd":        "cd " + dir,
-		"quoted":    "c''d " + dir,
-		"escaped":   `c\d ` + dir,
-		"expansion": "x=c; ${x}d " + dir,
-		"eval":      "eval cd " + dir,
-		"source":    "source " + script,
-		"dot":       ". " + script,
-		"pushd":     "pushd " + dir,
-		"braces":    "{ cd " + dir + "; }",
-		"exit":      "cd " + dir + "; exit 3",
-	}
-	for name, command := range forms {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			c := startServer(t)
-			c.initialize("2025-11-25")
-			res := c.callTool("Bash", map[string]any{"command": command})
-			if cwd := bgStructured(t, res)["cwd"]; cwd != dir {
-				t.Errorf("%s: cwd %v, want %s", command, cwd, dir)
-			}
-			if text := resultText(c.callTool("Bash", map[string]any{"command": "pwd"})); text != dir+"\n" {
-				t.Errorf("%s: next command runs in %q", command, text)
-			}
-		})
-	}
-}
-
-func TestMayChangeDir(t *testing.T) {
-	for command, want := range map[string]bool{
-		"true": false, "ls -la /tmp": false, "go test ./...": false, "git status && make": false,
-		"cd /tmp": true, "X=1 cd /tmp": true, "echo a;cd /": true, "(pushd x)": true,
-		"popd": true, ". env.sh": true, "source env.sh": true, "eval x": true,
-		"c''d /": true, `c\d /`: true, "$X /": true, "`echo cd` /": true, "c? /": true, "c{d,} /": true,
-		"./cd /": false, "/bin/cd": false, "abcd /": false,
-	} {
-		if got := mayChangeDir(command); got != want {
-			t.Errorf("mayChangeDir(%q) = %v, want %v", command, got, want)
-		}
-	}
-}
-
-// proc2Parent is pid's parent, from /proc.
-func proc2Parent(t *testing.T, pid int) int {
-	t.Helper()
-	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-	parent, _ := strconv.Atoi(fields[1])
-	return parent
-}
-
-// waitParent waits until pid, orphaned, has been re-parented to parent.
-func waitParent(t *testing.T, pid, parent int) {
-	t.Helper()
-	deadline := time.Now().Add(watchdog)
-	for wait := time.Millisecond; proc2Parent(t, pid) != parent; wait = min(2*wait, 100*time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("process %d has parent %d, not telson %d", pid, proc2Parent(t, pid), parent)
-		}
-		time.Sleep(wait) // polling an external process, bounded by the watchdog
-	}
-}
-
 // TestReadDocsExtract: the converter keeps a page's main content and drops its furniture.
 func TestReadDocsExtract(t *testing.T) {
 	t.Parallel()
@@ -7908,6 +5999,1445 @@ func TestReadDocsEmptyHeadingsCode(t *testing.T) {
 	}
 }
 
+// ---- WebSearch ---------------------------------------------------------------------------------
+
+// searchNewServer builds a server whose configuration is kv (KEY, VALUE, ...).
+func searchNewServer(t testing.TB, kv ...string) *server {
+	t.Helper()
+	settings := []string{"SEARCH_BACKOFF_MS=0"}
+	for i := 0; i+1 < len(kv); i += 2 {
+		settings = append(settings, kv[i]+"="+kv[i+1])
+	}
+	srv := newServer(testSettings(t, settings...), io.Discard)
+	t.Cleanup(srv.close)
+	return srv
+}
+
+// searchCall runs the WebSearch handler directly.
+func searchCall(ctx context.Context, srv *server, args map[string]any) toolResult {
+	b, _ := json.Marshal(args)
+	return runWebSearch(ctx, &toolCall{s: newSession(srv, nil), req: &rpcRequest{}, args: b})
+}
+
+// searchServe starts an httptest server for h.
+func searchServe(t testing.TB, h http.HandlerFunc) *httptest.Server {
+	ts := httptest.NewServer(h)
+	t.Cleanup(ts.Close)
+	return ts
+}
+
+func searchReadFile(t testing.TB, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// searchFilePage serves file with status, gzipped when gz (as Stack Exchange does).
+func searchFilePage(t testing.TB, file string, status int, gz bool) http.HandlerFunc {
+	body := searchReadFile(t, file)
+	return func(w http.ResponseWriter, r *http.Request) {
+		if gz {
+			var buf bytes.Buffer
+			zw := gzip.NewWriter(&buf)
+			zw.Write(body)
+			zw.Close()
+			w.Header().Set("Content-Encoding", "gzip")
+			body = buf.Bytes()
+		}
+		w.WriteHeader(status)
+		w.Write(body)
+	}
+}
+
+// searchAsk asks one engine at base and returns its outcome.
+func searchAsk(t testing.TB, engine, base string, kv ...string) searchOutcome {
+	t.Helper()
+	srv := searchNewServer(t, append(kv, "SEARCH_URL_"+strings.ToUpper(engine), base)...)
+	engines := searchSelect(srv.set, []string{engine})
+	return srv.search.search(context.Background(), srv.set, "golang", engines)[0]
+}
+
+var searchKeys = []string{"BRAVE_API_KEY", "bk", "TAVILY_API_KEY", "tk", "SERPER_API_KEY", "sk", "EXA_API_KEY", "ek",
+	"GOOGLE_API_KEY", "gk", "GOOGLE_CSE_ID", "cx1", "SEARXNG_URL", "http://127.0.0.1:1"}
+
+func TestWebSearchEngines(t *testing.T) {
+	t.Parallel()
+	type want struct {
+		n                   int
+		title, url, snippet string // of the first result; snippet: exact
+		url2                string // of the second result, when given
+	}
+	cases := []struct {
+		engine, file string
+		check        func(r *http.Request) string // "" when the request is right
+		want         want
+	}{
+		{"duckduckgo", "duckduckgo.html", func(r *http.Request) string {
+			if r.Method != "POST" || r.URL.Path != "/html/" || r.FormValue("q") != "golang" || r.FormValue("kl") != "wt-wt" {
+				return "want POST /html/ with q and kl"
+			}
+			if !strings.HasPrefix(r.UserAgent(), "Mozilla/5.0") || !strings.HasSuffix(r.Referer(), "/") ||
+				strings.Contains(r.Header.Get("Accept-Encoding"), "br") {
+				return "want a browser UA, a Referer and no brotli"
+			}
+			return ""
+		}, want{2, "The Go Programming Language", "https://go.dev/", "Go is an open source programming language & tools.",
+			"https://pkg.go.dev/context?utm_source=ddg"}},
+		{"brave", "brave.html", func(r *http.Request) string {
+			if r.URL.Path != "/search" || r.URL.Query().Get("q") != "golang" || r.URL.Query().Get("source") != "web" {
+				return "want GET /search?q=&source=web"
+			}
+			return ""
+		}, want{2, "The Go Programming Language", "https://go.dev/", "Go is an open source programming language that makes it simple to build secure, scalable systems.", "https://en.wikipedia.org/wiki/Go_(programming_language)"}},
+		{"mojeek", "mojeek.html", func(r *http.Request) string {
+			if r.URL.Path != "/search" || r.URL.Query().Get("q") != "golang" || r.URL.Query().Has("s") {
+				return "want GET /search?q= without s"
+			}
+			return ""
+		}, want{2, "The Go Programming Language", "https://go.dev/", "Go is an open source programming language supported by Google.", "https://gobyexample.com/"}},
+		{"bing", "bing.html", func(r *http.Request) string {
+			if r.URL.Path != "/search" || r.URL.Query().Get("q") != "golang" {
+				return "want GET /search?q="
+			}
+			return ""
+		}, want{2, "The Go Programming Language", "https://go.dev/", "Go is an open source programming language.", "https://en.wikipedia.org/wiki/Go_(programming_language)"}},
+		{"yahoo", "yahoo.html", func(r *http.Request) string {
+			if r.URL.Path != "/search" || r.URL.Query().Get("p") != "golang" {
+				return "want GET /search?p="
+			}
+			return ""
+		}, want{2, "The Go Programming Language", "https://go.dev/", "Go is an open source programming language that makes it simple to build secure, scalable systems.", "https://go.dev/doc/effective_go"}},
+		{"yandex", "yandex.html", func(r *http.Request) string {
+			if r.URL.Path != "/search/site/" || r.URL.Query().Get("text") != "golang" || !strings.HasPrefix(r.UserAgent(), "Mozilla/5.0") {
+				return "want GET /search/site/?text= from a browser UA"
+			}
+			return ""
+		}, want{2, "The Go Programming Language", "https://go.dev/", "Go is an open source programming language that makes it simple to build software.", "https://gobyexample.com/"}},
+		{"wikipedia", "wikipedia.json", func(r *http.Request) string {
+			q := r.URL.Query()
+			if r.URL.Path != "/w/api.php" || q.Get("srsearch") != "golang" || q.Get("list") != "search" || !strings.HasPrefix(r.UserAgent(), "telson") {
+				return "want /w/api.php?list=search&srsearch= from a telson UA"
+			}
+			return ""
+		}, want{2, "Go (programming language)", "/wiki/Go_(programming_language)", "Go is a high-level general purpose programming language & more", ""}},
+		{"hackernews", "hackernews.json", func(r *http.Request) string {
+			if r.URL.Path != "/api/v1/search" || r.URL.Query().Get("query") != "golang" || r.URL.Query().Get("tags") != "story" {
+				return "want /api/v1/search?query=&tags=story"
+			}
+			return ""
+		}, want{2, "Go 1.0 released", "https://news.ycombinator.com/item?id=8602", "512 points, 170 comments. https://go.dev/blog/go1",
+			"https://news.ycombinator.com/item?id=9001"}},
+		{"stackoverflow", "stackoverflow.json", func(r *http.Request) string {
+			if r.URL.Path != "/2.3/search/advanced" || r.URL.Query().Get("q") != "golang" || r.URL.Query().Get("site") != "stackoverflow" {
+				return "want /2.3/search/advanced?q=&site=stackoverflow"
+			}
+			return ""
+		}, want{2, `How to cancel a goroutine "nicely"?`, "https://stackoverflow.com/questions/1/how-to-cancel-a-goroutine", "3 answers, score 42; tags: [go concurrency]", ""}},
+		{"github", "github.json", func(r *http.Request) string {
+			if r.URL.Path != "/search/repositories" || r.URL.Query().Get("q") != "golang" || r.Header.Get("Accept") != "application/vnd.github+json" || !strings.HasPrefix(r.UserAgent(), "telson") {
+				return "want /search/repositories?q= with the GitHub Accept and a telson UA"
+			}
+			return ""
+		}, want{2, "golang/go", "https://github.com/golang/go", "The Go programming language (120000 stars)", "https://github.com/avelino/awesome-go"}},
+		{"arxiv", "arxiv.xml", func(r *http.Request) string {
+			if r.URL.Path != "/api/query" || r.URL.Query().Get("search_query") != "all:golang" {
+				return "want /api/query?search_query=all:golang"
+			}
+			return ""
+		}, want{2, "Understanding Real-World Concurrency Bugs in Go", "http://arxiv.org/abs/2101.00001v1", "Go is a statically-typed programming language that aims to provide a simple, efficient, and safe way to build multi-threaded software.", "http://arxiv.org/abs/2202.00002v2"}},
+		{"braveapi", "braveapi.json", func(r *http.Request) string {
+			if r.URL.Path != "/res/v1/web/search" || r.Header.Get("X-Subscription-Token") != "bk" {
+				return "want /res/v1/web/search with X-Subscription-Token"
+			}
+			return ""
+		}, want{1, "The Go Programming Language", "https://go.dev/", "Go is an open source programming language.", ""}},
+		{"tavily", "tavily.json", func(r *http.Request) string {
+			var body map[string]any
+			json.NewDecoder(r.Body).Decode(&body)
+			if r.Method != "POST" || r.URL.Path != "/search" || r.Header.Get("Authorization") != "Bearer tk" || body["query"] != "golang" {
+				return "want POST /search {query} with a bearer key"
+			}
+			return ""
+		}, want{1, "The Go Programming Language", "https://go.dev/", "Go is an open source programming language.", ""}},
+		{"serper", "serper.json", func(r *http.Request) string {
+			if r.Method != "POST" || r.Header.Get("X-API-KEY") != "sk" {
+				return "want POST with X-API-KEY"
+			}
+			return ""
+		}, want{1, "The Go Programming Language", "https://go.dev/", "Go is an open source programming language.", ""}},
+		{"exa", "exa.json", func(r *http.Request) string {
+			if r.Method != "POST" || r.Header.Get("x-api-key") != "ek" {
+				return "want POST with x-api-key"
+			}
+			return ""
+		}, want{1, "The Go Programming Language", "https://go.dev/", "Go is an open source programming language.", ""}},
+		{"google", "google.json", func(r *http.Request) string {
+			if q := r.URL.Query(); r.URL.Path != "/customsearch/v1" || q.Get("key") != "gk" || q.Get("cx") != "cx1" {
+				return "want /customsearch/v1 with key and cx"
+			}
+			return ""
+		}, want{1, "The Go Programming Language", "https://go.dev/", "Go is an open source programming language.", ""}},
+		{"searxng", "searxng.json", func(r *http.Request) string {
+			if r.URL.Path != "/search" || r.URL.Query().Get("format") != "json" {
+				return "want /search?format=json"
+			}
+			return ""
+		}, want{1, "The Go Programming Language", "https://go.dev/", "Go is an open source programming language.", ""}},
+	}
+	for _, tc := range cases {
+		tc := tc
+		t.Run(tc.engine, func(t *testing.T) {
+			t.Parallel()
+			var problem atomic.Value
+			page := searchFilePage(t, filepath.Join("testdata", "websearch", tc.file), 200, tc.engine == "stackoverflow")
+			ts := searchServe(t, func(w http.ResponseWriter, r *http.Request) {
+				if p := tc.check(r); p != "" {
+					problem.Store(p + "; got " + r.Method + " " + r.URL.String())
+				}
+				page(w, r)
+			})
+			o := searchAsk(t, tc.engine, ts.URL, searchKeys...)
+			if p, _ := problem.Load().(string); p != "" {
+				t.Errorf("request: %s", p)
+			}
+			if o.Status != "ok" || o.Count != tc.want.n || len(o.hits) != tc.want.n {
+				t.Fatalf("got %s (%s) with %d results, want ok with %d: %+v", o.Status, o.Detail, len(o.hits), tc.want.n, o.hits)
+			}
+			h := o.hits[0]
+			if h.title != tc.want.title || !strings.HasSuffix(h.url, tc.want.url) || h.snippet != tc.want.snippet {
+				t.Errorf("first result:\n got %q %q %q\nwant %q %q %q", h.title, h.url, h.snippet, tc.want.title, tc.want.url, tc.want.snippet)
+			}
+			if tc.want.url2 != "" && o.hits[1].url != tc.want.url2 {
+				t.Errorf("second url: got %q, want %q", o.hits[1].url, tc.want.url2)
+			}
+		})
+	}
+}
+
+// searchFixturesDir finds shared/fixtures/search above the working directory, or "".
+func searchFixturesDir() string {
+	dir, _ := os.Getwd()
+	for {
+		if fi, err := os.Stat(filepath.Join(dir, "shared", "fixtures", "search")); err == nil && fi.IsDir() {
+			return filepath.Join(dir, "shared", "fixtures", "search")
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return ""
+		}
+		dir = parent
+	}
+}
+
+// TestWebSearchRealPages parses the real engine pages in the shared fixtures,
+// with the expected values of their SOURCES.md.
+func TestWebSearchRealPages(t *testing.T) {
+	t.Parallel()
+	dir := searchFixturesDir()
+	if dir == "" {
+		t.Skip("no shared/fixtures/search above the working directory")
+	}
+	cases := []struct {
+		engine, file string
+		status       int
+		want         string // outcome status
+		n            int
+		first        [2]string // title, url
+		second       [2]string
+		snippet      string // prefix of the first snippet
+	}{
+		{"duckduckgo", "duckduckgo_html_2025_golang.html", 200, "ok", 10, [2]string{"The Go Programming Language", "https://go.dev/"},
+			[2]string{"Go (programming language) - Wikipedia", "https://en.wikipedia.org/wiki/Go_(programming_language)"}, "Go is an open source programming language"},
+		{"duckduckgo", "duckduckgo_html_2020_exit_vim.html", 200, "ok", 30, [2]string{"vi - How do I exit the Vim editor? - Stack Overflow", "https://stackoverflow.com/questions/11828270/how-do-i-exit-the-vim-editor"},
+			[2]string{}, ""},
+		{"duckduckgo", "duckduckgo_js_nojs_redirect_2020.html", 200, "blocked", 0, [2]string{}, [2]string{}, ""},
+		{"wikipedia", "wikipedia_api_list_search_2025.json", 200, "ok", 2, [2]string{"North America", "https://en.wikipedia.org/wiki/North_America"},
+			[2]string{"United States", "https://en.wikipedia.org/wiki/United_States"}, "North America is a continent"},
+		{"brave", "brave_html_2026_excerpt.html", 200, "ok", 1, [2]string{"GitHub - react/react: The library for web and native user interfaces. · GitHub", "https://github.com/react/react"},
+			[2]string{}, "The library for web and native user interfaces."},
+		{"brave", "brave_html_2023_full.html", 200, "ok", 19, [2]string{"What is a query? Explore database queries and more", "https://www.techtarget.com/searchdatamanagement/definition/query"},
+			[2]string{}, "Learn about database queries"},
+		{"yahoo", "yahoo_html_2026_excerpt.html", 200, "ok", 1, [2]string{"GitHub - react/react: The library for web and native user ...", "https://github.com/react/react"},
+			[2]string{}, "The library for web and native user interfaces."},
+		// SOURCES.md says 14 li.b_algo with very_good_result first; the page holds
+		// 10 li.b_algo (plus 5 div.b_algo inside answer cards, not results), and
+		// very_good_result is the second.
+		{"bing", "bing_html_2023_sr.html", 200, "ok", 10, [2]string{"322 Words and Phrases for Good Results - Power Thesaurus", "https://www.powerthesaurus.org/good_results/synonyms"},
+			[2]string{"", "https://www.powerthesaurus.org/very_good_result/synonyms"}, "Good Results synonyms"},
+		{"mojeek", "mojeek_403_blocked_2023.html", 403, "blocked", 0, [2]string{}, [2]string{}, ""},
+	}
+	for _, tc := range cases {
+		tc := tc
+		t.Run(tc.file, func(t *testing.T) {
+			t.Parallel()
+			ts := searchServe(t, searchFilePage(t, filepath.Join(dir, tc.file), tc.status, false))
+			o := searchAsk(t, tc.engine, ts.URL)
+			if o.Status != tc.want || len(o.hits) != tc.n {
+				t.Fatalf("got %s (%s) with %d results, want %s with %d", o.Status, o.Detail, len(o.hits), tc.want, tc.n)
+			}
+			if tc.n == 0 {
+				return
+			}
+			h := o.hits[0]
+			if h.title != tc.first[0] || h.url != tc.first[1] || !strings.HasPrefix(h.snippet, tc.snippet) {
+				t.Errorf("first: got %q %q %q", h.title, h.url, h.snippet)
+			}
+			if tc.second[1] != "" && (o.hits[1].url != tc.second[1] || tc.second[0] != "" && o.hits[1].title != tc.second[0]) {
+				t.Errorf("second: got %q %q", o.hits[1].title, o.hits[1].url)
+			}
+			for _, h := range o.hits {
+				if !strings.HasPrefix(h.url, "http") || strings.Contains(h.url, "duckduckgo.com/") || strings.Contains(h.url, "bing.com/") ||
+					h.title == "" || strings.Contains(h.title+h.snippet, "</") {
+					t.Errorf("bad result (not a web link, or not plain text) %+v", h)
+				}
+			}
+		})
+	}
+}
+
+func TestWebSearchClassify(t *testing.T) {
+	t.Parallel()
+	page := func(status int, ctype, body string) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", ctype)
+			w.WriteHeader(status)
+			io.WriteString(w, body)
+		}
+	}
+	file := func(name string) string {
+		return string(searchReadFile(t, filepath.Join("testdata", "websearch", name)))
+	}
+	cases := []struct {
+		name, engine string
+		h            http.HandlerFunc
+		status       string
+		detail       string // substring
+	}{
+		{"ddg 202", "duckduckgo", page(202, "text/html", "<html><body></body></html>"), "rate-limited", "HTTP 202"},
+		{"429", "brave", page(429, "text/html", "Too Many Requests"), "rate-limited", "HTTP 429"},
+		{"403", "bing", page(403, "text/html", "<html>Forbidden</html>"), "blocked", "HTTP 403"},
+		{"500", "mojeek", page(500, "text/html", "oops"), "error", "HTTP 500"},
+		{"503 json", "wikipedia", page(503, "application/json", `{"error":{"code":"maxlag","info":"lagged"}}`), "error", "HTTP 503"},
+		{"ddg anomaly page", "duckduckgo", page(200, "text/html", file("duckduckgo_challenge.html")), "captcha", "challenge page"},
+		{"mojeek altcha", "mojeek", page(200, "text/html", file("mojeek_captcha.html")), "captcha", ""},
+		{"cloudflare 403", "brave", page(403, "text/html", `<html><script src="/cdn-cgi/challenge-platform/h/b/orchestrate/jsch/v1"></script></html>`), "captcha", ""},
+		{"redirect to captcha", "bing", func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/search" {
+				http.Redirect(w, r, "/sp/captcha?x=1", http.StatusFound)
+				return
+			}
+			io.WriteString(w, "<html>solve this</html>")
+		}, "captcha", "/sp/captcha"},
+		{"consent wall", "yahoo", func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/search" {
+				http.Redirect(w, r, "/consent?sessionId=1", http.StatusFound)
+				return
+			}
+			io.WriteString(w, "<html><form>Accept all</form></html>")
+		}, "blocked", "consent"},
+		{"truncated json", "wikipedia", page(200, "application/json", `{"query":{"search":[{"title":"Go","snippet":"x"`), "error", "unexpected end of JSON input"},
+		{"github rate limit", "github", page(403, "application/json", `{"message":"API rate limit exceeded for 192.0.2.1.","documentation_url":"https://docs.github.com"}`), "rate-limited", "API rate limit exceeded"},
+		{"stack exchange throttle", "stackoverflow", page(400, "application/json", `{"error_id":502,"error_name":"throttle_violation","error_message":"too many requests from this IP, more requests available in 60 seconds"}`), "rate-limited", "too many requests"},
+		{"stack exchange error 200", "stackoverflow", page(200, "application/json", `{"error_id":400,"error_name":"bad_parameter","error_message":"site is required"}`), "error", "site is required"},
+		{"bad key", "braveapi", page(401, "application/json", `{"type":"ErrorResponse","error":{"code":"SUBSCRIPTION_TOKEN_INVALID","detail":"The provided subscription token is invalid."}}`), "error", "HTTP 401: {"},
+		{"html instead of json", "hackernews", page(200, "text/html", `<!DOCTYPE html><html><head><title>Captcha</title></head></html>`), "captcha", ""},
+		{"no results", "duckduckgo", page(200, "text/html", file("duckduckgo_empty.html")), "empty", ""},
+		{"json no results", "github", page(200, "application/json", `{"total_count":0,"items":[]}`), "empty", ""},
+		{"bot words", "bing", page(200, "text/html", "<html><body>Our systems have detected unusual traffic from your network.</body></html>"), "blocked", "bot check"},
+		{"not a result page", "bing", page(200, "text/html", "<html><body>hello</body></html>"), "error", "no result list"},
+		{"only ads", "duckduckgo", page(200, "text/html", `<div id="links"><div class="result result--ad"><a class="result__a" href="https://duckduckgo.com/y.js?ad_domain=x.com">Ad</a></div></div>`), "empty", ""},
+	}
+	for _, tc := range cases {
+		tc := tc
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ts := searchServe(t, tc.h)
+			o := searchAsk(t, tc.engine, ts.URL, searchKeys...)
+			if o.Status != tc.status || !strings.Contains(o.Detail, tc.detail) {
+				t.Errorf("got %q (%s), want %q (…%s…)", o.Status, o.Detail, tc.status, tc.detail)
+			}
+		})
+	}
+	t.Run("not configured", func(t *testing.T) {
+		srv := searchNewServer(t)
+		res := searchCall(context.Background(), srv, map[string]any{"query": "golang", "engines": []string{"tavily"}})
+		if !res.isError || !strings.Contains(res.content[0].Text, "tavily: error (not configured: set TAVILY_API_KEY)") {
+			t.Errorf("got %+v", res)
+		}
+	})
+}
+
+func TestWebSearchBackoff(t *testing.T) {
+	t.Parallel()
+	var hits atomic.Int32
+	ts := searchServe(t, func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		w.WriteHeader(http.StatusTooManyRequests)
+	})
+	wiki := searchServe(t, searchFilePage(t, "testdata/websearch/wikipedia.json", 200, false))
+	srv := searchNewServer(t, "SEARCH_URL_BRAVE", ts.URL, "SEARCH_URL_WIKIPEDIA", wiki.URL, "SEARCH_BACKOFF_MS", "600000", "SEARCH_ENGINES", "brave,wikipedia")
+	first := searchCall(context.Background(), srv, map[string]any{"query": "golang"})
+	if first.isError || !strings.Contains(first.content[0].Text, "- brave: rate-limited (HTTP 429)") {
+		t.Fatalf("first call: %+v", first)
+	}
+	second := searchCall(context.Background(), srv, map[string]any{"query": "golang again"})
+	if !strings.Contains(second.content[0].Text, "- brave: resting (rate-limited 0s ago)") || !strings.Contains(second.content[0].Text, "- wikipedia: ok (2 results)") {
+		t.Errorf("second call: %s", second.content[0].Text)
+	}
+	if n := hits.Load(); n != 1 {
+		t.Errorf("a resting engine was asked: %d requests", n)
+	}
+	// Without back-off the engine is asked every time.
+	srv0 := searchNewServer(t, "SEARCH_URL_BRAVE", ts.URL, "SEARCH_BACKOFF_MS", "0")
+	for i := 0; i < 2; i++ {
+		searchCall(context.Background(), srv0, map[string]any{"query": "golang", "engines": []string{"brave"}})
+	}
+	if n := hits.Load(); n != 3 {
+		t.Errorf("with SEARCH_BACKOFF_MS=0: %d requests, want 3", n)
+	}
+}
+
+// TestWebSearchSlowEngine: a stalled engine costs its timeout, not the call.
+func TestWebSearchSlowEngine(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	var finished atomic.Bool
+	slow := searchServe(t, func(w http.ResponseWriter, r *http.Request) {
+		<-release // until the test ends, whatever the client does
+		finished.Store(true)
+	})
+	t.Cleanup(func() { close(release) }) // runs before slow.Close
+	wiki := searchServe(t, searchFilePage(t, "testdata/websearch/wikipedia.json", 200, false))
+	srv := searchNewServer(t, "SEARCH_URL_HACKERNEWS", slow.URL, "SEARCH_URL_WIKIPEDIA", wiki.URL, "SEARCH_TIMEOUT_MS", "300")
+	res := searchCall(context.Background(), srv, map[string]any{"query": "golang", "engines": []string{"hackernews", "wikipedia"}})
+	if finished.Load() {
+		t.Fatal("the slow handler finished before the call returned")
+	}
+	text := res.content[0].Text
+	if res.isError || !strings.Contains(text, "- hackernews: timed out (no answer within 300ms)") || !strings.Contains(text, "- wikipedia: ok (2 results)") {
+		t.Errorf("got %s", text)
+	}
+}
+
+// TestWebSearchCancel: cancelling the call stops every engine's request.
+func TestWebSearchCancel(t *testing.T) {
+	t.Parallel()
+	entered := make(chan struct{}, 2)
+	stopped := make(chan struct{}, 2)
+	h := func(w http.ResponseWriter, r *http.Request) {
+		entered <- struct{}{}
+		<-r.Context().Done()
+		stopped <- struct{}{}
+	}
+	a, b := searchServe(t, h), searchServe(t, h)
+	c := startServer(t, "SEARCH_URL_WIKIPEDIA="+a.URL, "search_url_github="+b.URL, "SEARCH_TIMEOUT_MS=60000")
+	c.initialize("2025-06-18")
+	c.send(`{"jsonrpc":"2.0","id":"s1","method":"tools/call","params":{"name":"WebSearch","arguments":{"query":"golang","engines":["wikipedia","github"]}}}`)
+	for i := 0; i < 2; i++ {
+		select {
+		case <-entered:
+		case <-time.After(watchdog):
+			t.Fatal("engines were not asked")
+		}
+	}
+	c.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"s1","reason":"test"}}`)
+	for i := 0; i < 2; i++ {
+		select {
+		case <-stopped:
+		case <-time.After(watchdog):
+			t.Fatal("an engine request outlived the cancelled call")
+		}
+	}
+}
+
+func TestWebSearchURLKey(t *testing.T) {
+	t.Parallel()
+	same := [][2]string{
+		{"http://www.Example.com:80/a/?b=2&a=1#top", "https://example.com/a?a=1&b=2"},
+		{"https://example.com:443/", "https://example.com"},
+		{"https://en.wikipedia.org/wiki/Go_%28programming_language%29", "https://en.wikipedia.org/wiki/Go_(programming_language)"},
+	}
+	for _, p := range same {
+		if searchURLKey(p[0]) != searchURLKey(p[1]) {
+			t.Errorf("%s and %s differ: %s vs %s", p[0], p[1], searchURLKey(p[0]), searchURLKey(p[1]))
+		}
+	}
+	differ := [][2]string{{"https://example.com/a", "https://example.com/b"}, {"https://example.com/?q=1", "https://example.com/?q=2"}, {"https://example.com:8080/", "https://example.com/"}}
+	for _, p := range differ {
+		if searchURLKey(p[0]) == searchURLKey(p[1]) {
+			t.Errorf("%s and %s should differ", p[0], p[1])
+		}
+	}
+	unwrap := map[string]string{
+		"//duckduckgo.com/l/?uddg=https%3A%2F%2Fgo.dev%2F&rut=x":                              "https://go.dev/",
+		"https://www.bing.com/ck/a?!&&p=1&u=a1aHR0cHM6Ly9nby5kZXYv&ntb=1":                     "https://go.dev/",
+		"https://r.search.yahoo.com/_ylt=A;_ylu=B/RV=2/RU=https%3a%2f%2fgo.dev%2f/RK=2/RS=x-": "https://go.dev/",
+		"https://go.dev/": "https://go.dev/",
+	}
+	for in, want := range unwrap {
+		if got := searchUnwrap(in); got != want {
+			t.Errorf("unwrap %s: got %s", in, got)
+		}
+	}
+	tidy := searchTidy([]searchHit{
+		{"A title", " https://x.org/a?id=2 ", "<b>kept</b> as text"},
+		{"", "https://x.org/b#section", ""},
+		{"ad", "https://duckduckgo.com/y.js?ad_domain=x.org", ""},
+		{"relative", "/search?q=x", ""},
+		{"js", "javascript:void(0)", ""},
+	})
+	if len(tidy) != 2 || tidy[0].url != "https://x.org/a?id=2" || tidy[0].title != "A title" || tidy[0].snippet != "<b>kept</b> as text" ||
+		tidy[1].url != "https://x.org/b#section" || tidy[1].title != "x.org/b" {
+		t.Errorf("tidy: %+v", tidy)
+	}
+}
+
+func TestWebSearchMerge(t *testing.T) {
+	t.Parallel()
+	outs := []searchOutcome{
+		{Name: "duckduckgo", hits: []searchHit{
+			{"Example page ...", "http://www.Example.com:80/page/#frag", "short"},
+			{"B", "https://b.org/", "b"},
+			{"C", "https://c.org/x", "c"},
+			{"Example again", "https://example.com/page", "same page twice in one list"},
+		}},
+		{Name: "bing", hits: []searchHit{
+			{"Example Page: the full title", "https://example.com/page", "a much longer snippet about the example page"},
+			{"C", "https://c.org/x", "https://c.org/x"},
+		}},
+		{Name: "brave", hits: []searchHit{
+			{"D", "https://d.org/", "d"},
+			{"Example", "https://www.example.com/page/", "mid"},
+		}},
+		{Name: "wikipedia", Status: "rate-limited"},
+	}
+	got := searchMerge(outs, 10)
+	var order []string
+	for _, r := range got {
+		order = append(order, r.Title)
+	}
+	if strings.Join(order, "|") != "Example Page: the full title|C|D|B" {
+		t.Fatalf("order: %v", order)
+	}
+	ex := got[0]
+	if ex.URL != "https://example.com/page" || ex.Snippet != "a much longer snippet about the example page" ||
+		strings.Join(ex.Engines, ",") != "duckduckgo,bing,brave" {
+		t.Errorf("merged: %+v", ex)
+	}
+	if got[1].Snippet != "c" || strings.Join(got[1].Engines, ",") != "duckduckgo,bing" {
+		t.Errorf("a bare URL is not a better snippet: %+v", got[1])
+	}
+	want := 1/61.0 + 1/61.0 + 1/62.0 + 2*searchAgreementBonus
+	if d := ex.Score - want; d > 1e-4 || d < -1e-4 {
+		t.Errorf("score %v, want %v", ex.Score, want)
+	}
+	if n := len(searchMerge(outs, 2)); n != 2 {
+		t.Errorf("max 2: got %d", n)
+	}
+	if r := searchMerge(nil, 10); r == nil || len(r) != 0 {
+		t.Errorf("no outcomes: %#v", r)
+	}
+}
+
+// TestWebSearchTool drives the tool through the protocol: the reply, its
+// structured content, bad input and every engine failing.
+func TestWebSearchTool(t *testing.T) {
+	t.Parallel()
+	ddg := searchServe(t, searchFilePage(t, "testdata/websearch/duckduckgo.html", 200, false))
+	bing := searchServe(t, searchFilePage(t, "testdata/websearch/bing.html", 200, false))
+	broken := searchServe(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(500) })
+	c := startServer(t, "SEARCH_URL_DUCKDUCKGO="+ddg.URL, "SEARCH_URL_BING="+bing.URL, "SEARCH_URL_HACKERNEWS="+broken.URL, "SEARCH_URL_GITHUB="+broken.URL, "SEARCH_ENGINES=duckduckgo,bing,hackernews", "SEARCH_BACKOFF_MS=0")
+	c.initialize("2025-06-18")
+	list := c.request("tools/list", nil)
+	found := false
+	for _, tl := range list["result"].(map[string]any)["tools"].([]any) {
+		m := tl.(map[string]any)
+		if m["name"] == "WebSearch" {
+			found = m["outputSchema"] != nil && strings.Contains(m["description"].(string), "Engines: duckduckgo, bing, hackernews.")
+		}
+	}
+	if !found {
+		t.Fatalf("WebSearch with outputSchema not listed: %v", list)
+	}
+	res := c.callTool("WebSearch", map[string]any{"query": "golang", "max_results": 3})
+	text := resultText(res)
+	wantText := `1. **The Go Programming Language**
+   https://go.dev/
+   Go is an open source programming language & tools.
+   found by: duckduckgo, bing
+
+2. **context package - context - Go Packages**
+   https://pkg.go.dev/context?utm_source=ddg
+   Package context defines the Context type.
+   found by: duckduckgo
+
+3. **Go (programming language) - Wikipedia**
+   https://en.wikipedia.org/wiki/Go_(programming_language)
+   Go is a statically typed, compiled high-level programming language designed at Google.
+   found by: bing
+
+Engines:
+- duckduckgo: ok (2 results)
+- bing: ok (2 results)
+- hackernews: error (HTTP 500)`
+	if isError(res) || text != wantText {
+		t.Errorf("reply:\n%s\nwant:\n%s", text, wantText)
+	}
+	sc, _ := res["structuredContent"].(map[string]any)
+	results, _ := sc["results"].([]any)
+	engines, _ := sc["engines"].([]any)
+	if len(results) != 3 || len(engines) != 3 {
+		t.Fatalf("structuredContent: %v", sc)
+	}
+	first := results[0].(map[string]any)
+	if first["url"] != "https://go.dev/" || first["score"].(float64) <= 0 || len(first["engines"].([]any)) != 2 || first["snippet"] == nil || first["title"] == nil {
+		t.Errorf("first structured result: %v", first)
+	}
+	if e := engines[2].(map[string]any); e["name"] != "hackernews" || e["status"] != "error" || e["count"].(float64) != 0 || e["detail"] != "HTTP 500" {
+		t.Errorf("engine status: %v", e)
+	}
+	for _, bad := range []map[string]any{{"query": "   "}, {"query": strings.Repeat("x", 2001)}, {"query": "go", "engines": []string{"altavista"}}, {"query": "go", "max_results": 51}} {
+		if res := c.callTool("WebSearch", bad); !isError(res) {
+			t.Errorf("%v: not an error: %s", bad, resultText(res))
+		}
+	}
+	res = c.callTool("WebSearch", map[string]any{"query": "golang", "engines": []string{"hackernews", "github"}})
+	if !isError(res) || resultText(res) != "WebSearch: every engine failed:\n- hackernews: error (HTTP 500)\n- github: error (HTTP 500)" {
+		t.Errorf("all failing: %s", resultText(res))
+	}
+}
+
+// TestWebSearchPartialFailure: with some engines down and results found the
+// call succeeds, and its structured content names each failed engine.
+func TestWebSearchPartialFailure(t *testing.T) {
+	t.Parallel()
+	ddg := searchServe(t, searchFilePage(t, "testdata/websearch/duckduckgo.html", 200, false))
+	limited := searchServe(t, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusTooManyRequests)
+	})
+	broken := searchServe(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(500) })
+	c := startServer(t, "SEARCH_URL_DUCKDUCKGO="+ddg.URL, "SEARCH_URL_BRAVE="+limited.URL, "SEARCH_URL_GITHUB="+broken.URL, "SEARCH_BACKOFF_MS=0")
+	c.initialize("2025-06-18")
+	engines := []string{"duckduckgo", "brave", "github"}
+	res := c.callTool("WebSearch", map[string]any{"query": "golang", "engines": engines})
+	if isError(res) {
+		t.Fatalf("partial failure is an error: %s", resultText(res))
+	}
+	sc, _ := res["structuredContent"].(map[string]any)
+	results, _ := sc["results"].([]any)
+	fates, _ := sc["engines"].([]any)
+	if len(results) != 2 || len(fates) != 3 || sc["message"] != nil {
+		t.Fatalf("structuredContent: %v", sc)
+	}
+	want := map[string][2]string{"duckduckgo": {"ok", "2 results"},
+		"brave": {"rate-limited", "HTTP 429"}, "github": {"error", "HTTP 500"}}
+	for _, e := range fates {
+		m := e.(map[string]any)
+		w := want[m["name"].(string)]
+		if m["status"] != w[0] || m["detail"] != w[1] {
+			t.Errorf("engine %v, want status %q detail %q", m, w[0], w[1])
+		}
+	}
+	text := resultText(res)
+	if !strings.Contains(text, "- brave: rate-limited (HTTP 429)") ||
+		!strings.Contains(text, "- github: error (HTTP 500)") {
+		t.Errorf("text does not name the failed engines:\n%s", text)
+	}
+}
+
+// TestWebSearchNoResults: engines that answer with nothing make a plain
+// success that says so, in the text and in the structured content; only
+// every engine failing is an error, and its structured content says why.
+func TestWebSearchNoResults(t *testing.T) {
+	t.Parallel()
+	empty := searchServe(t, searchFilePage(t, "testdata/websearch/duckduckgo_empty.html", 200, false))
+	broken := searchServe(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(500) })
+	c := startServer(t, "SEARCH_URL_DUCKDUCKGO="+empty.URL, "SEARCH_URL_GITHUB="+broken.URL, "SEARCH_BACKOFF_MS=0")
+	c.initialize("2025-06-18")
+	both := []string{"duckduckgo", "github"}
+	res := c.callTool("WebSearch", map[string]any{"query": "zzqx", "engines": both})
+	sc, _ := res["structuredContent"].(map[string]any)
+	msg, _ := sc["message"].(string)
+	if isError(res) || !strings.HasPrefix(msg, "No results") ||
+		!strings.Contains(resultText(res), msg) {
+		t.Errorf("no results: isError %v, structured %v, text %q", isError(res), sc, resultText(res))
+	}
+	res = c.callTool("WebSearch", map[string]any{"query": "zzqx", "engines": []string{"github"}})
+	sc, _ = res["structuredContent"].(map[string]any)
+	engines, _ := sc["engines"].([]any)
+	if !isError(res) || sc["message"] != "every engine failed" || len(engines) != 1 {
+		t.Errorf("every engine failed: isError %v, structured %v", isError(res), sc)
+	}
+}
+
+// TestWebSearchKeyNotShown: a failed request's detail leaves out the URL,
+// which holds the Google API key.
+func TestWebSearchKeyNotShown(t *testing.T) {
+	t.Parallel()
+	ts := searchServe(t, func(w http.ResponseWriter, r *http.Request) {})
+	ts.Close() // nothing listens there any more
+	o := searchAsk(t, "google", ts.URL, "GOOGLE_API_KEY", "secret-key", "GOOGLE_CSE_ID", "cx1")
+	if o.Status != "error" || o.Detail == "" || strings.Contains(o.Detail, "secret-key") {
+		t.Errorf("got %s (%s)", o.Status, o.Detail)
+	}
+}
+
+// BenchmarkWebSearchFanout: eleven local engines, one answering after 2 s,
+// the others after a 100 ms round trip each; a call takes about 2 s, not
+// the sum of the engines' times (reported as sum-of-engines-s/op).
+func BenchmarkWebSearchFanout(b *testing.B) {
+	files := map[string]string{"duckduckgo": "duckduckgo.html", "brave": "brave.html", "mojeek": "mojeek.html",
+		"bing": "bing.html", "yahoo": "yahoo.html", "yandex": "yandex.html", "wikipedia": "wikipedia.json", "hackernews": "hackernews.json",
+		"stackoverflow": "stackoverflow.json", "github": "github.json", "arxiv": "arxiv.xml"}
+	var busy atomic.Int64 // nanoseconds the engines spent answering
+	kv := []string{"SEARCH_TIMEOUT_MS", "5000", "SEARCH_ENGINES", "duckduckgo,brave,mojeek,bing,yahoo,yandex,wikipedia,hackernews,stackoverflow,github,arxiv"}
+	for name, file := range files {
+		h := searchFilePage(b, filepath.Join("testdata", "websearch", file), 200, false)
+		slow := name == "github"
+		ts := searchServe(b, func(w http.ResponseWriter, r *http.Request) {
+			start := time.Now()
+			if slow {
+				time.Sleep(2 * time.Second) // the slow engine under measurement
+			} else {
+				time.Sleep(100 * time.Millisecond) // a network round trip for the others
+			}
+			h(w, r)
+			busy.Add(int64(time.Since(start)))
+		})
+		kv = append(kv, "SEARCH_URL_"+strings.ToUpper(name), ts.URL)
+	}
+	srv := searchNewServer(b, kv...)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		res := searchCall(context.Background(), srv, map[string]any{"query": "golang"})
+		if res.isError || strings.Count(res.content[0].Text, ": ok (") != len(files) {
+			b.Fatalf("not every engine answered: %s", res.content[0].Text)
+		}
+	}
+	b.StopTimer()
+	elapsed := b.Elapsed().Seconds() / float64(b.N)
+	sum := time.Duration(busy.Load()).Seconds() / float64(b.N)
+	b.ReportMetric(sum, "sum-of-engines-s/op")
+	b.ReportMetric(sum/elapsed, "sum/elapsed")
+}
+
+// BenchmarkMerge merges 11 lists of 50 overlapping results; the baseline,
+// measured in the same run, sorts the same 550 results by rank alone.
+func BenchmarkMerge(b *testing.B) {
+	var outs []searchOutcome
+	for e := 0; e < 11; e++ {
+		o := searchOutcome{Name: fmt.Sprintf("engine%d", e)}
+		for r := 0; r < 50; r++ {
+			u := fmt.Sprintf("https://www.site%d.example.com/path/%d/?utm_source=x&id=%d", (r+e*7)%90, r%5, r)
+			o.hits = append(o.hits, searchHit{fmt.Sprintf("Title %d", r), u, strings.Repeat("snippet words ", 10+r%7)})
+		}
+		outs = append(outs, o)
+	}
+	type ranked struct {
+		h    searchHit
+		rank int
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if len(searchMerge(outs, 50)) != 50 {
+			b.Fatal("short merge")
+		}
+	}
+	b.StopTimer()
+	start := time.Now()
+	for i := 0; i < b.N; i++ {
+		all := make([]ranked, 0, 550)
+		for _, o := range outs {
+			for r, h := range o.hits {
+				all = append(all, ranked{h, r})
+			}
+		}
+		sort.Slice(all, func(i, j int) bool { return all[i].rank < all[j].rank })
+	}
+	base := float64(time.Since(start).Nanoseconds()) / float64(b.N)
+	b.ReportMetric(base, "baseline-ns/op")
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/base, "x-baseline")
+}
+
+// FuzzWebSearchRead gives every engine's reader any answer, seeded with every
+// page cut short at many points and with bytes flipped: no panic, and what
+// survives tidying is a web link with texts within their bound, merged.
+func FuzzWebSearchRead(f *testing.F) {
+	files, _ := filepath.Glob("testdata/websearch/*")
+	if dir := searchFixturesDir(); dir != "" {
+		more, _ := filepath.Glob(filepath.Join(dir, "*.html"))
+		files = append(files, more...)
+	}
+	for _, file := range files {
+		body := searchReadFile(f, file)
+		for cut := 0; cut < len(body); cut += max(len(body)/40, 1) {
+			page := append([]byte(nil), body[:cut]...)
+			for i := 7; i < len(page); i += 97 {
+				page[i] ^= "<\"'>{}[]"[i%8]
+			}
+			f.Add(string(page))
+		}
+	}
+	f.Fuzz(func(t *testing.T, page string) {
+		for _, e := range searchEngines {
+			hits, _, _ := e.read(page)
+			hits = searchTidy(hits)
+			for _, h := range hits {
+				scheme, _, _ := strings.Cut(h.url, ":")
+				long := len([]rune(h.title+h.snippet)) > 2*searchMaxText
+				if scheme != "http" && scheme != "https" || long {
+					t.Fatalf("%s: %+v", e.name, h)
+				}
+			}
+			merged := searchMerge([]searchOutcome{{Name: e.name, hits: hits}}, 50)
+			if len(merged) > min(len(hits), 50) {
+				t.Fatalf("%s: %d merged from %d", e.name, len(merged), len(hits))
+			}
+		}
+	})
+}
+
+// ---- TaskManager -------------------------------------------------------------------------------
+
+// BenchmarkWorkflowTaskFile measures TaskManager calls that write (lock,
+// read, fsync'd atomic replace) and that only read, against the baseline of a
+// plain os.WriteFile of the same 51-step file.
+func BenchmarkWorkflowTaskFile(b *testing.B) {
+	dir := b.TempDir()
+	srv := newServer(testSettings(b, "STATE_DIR="+dir), io.Discard)
+	s := newSession(srv, nil)
+	defer s.stopWorkflow()
+	ctx := context.Background()
+	runTaskManager(ctx, &toolCall{s: s, args: json.RawMessage(`{"action":"create","text":"bench"}`)})
+	for i := 0; i < 50; i++ {
+		runTaskManager(ctx, &toolCall{s: s, args: json.RawMessage(`{"action":"add","text":"a step of moderate length"}`)})
+	}
+	data, _ := os.ReadFile(filepath.Join(dir, "tasks.json"))
+	b.Run("baseline-writefile", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			os.WriteFile(filepath.Join(dir, "plain.json"), data, 0o600)
+		}
+	})
+	runTaskManager(ctx, &toolCall{s: s, args: json.RawMessage(`{"action":"create","text":"other"}`)})
+	b.Run("switch", func(b *testing.B) { // each switch changes the file: lock, read, fsync, rename
+		for i := 0; i < b.N; i++ {
+			res := runTaskManager(ctx, &toolCall{s: s, args: json.RawMessage(fmt.Sprintf(`{"action":"switch","task_id":"t%d"}`, 1+i%2))})
+			if res.isError {
+				b.Fatal(res.content[0].Text)
+			}
+		}
+	})
+	b.Run("list", func(b *testing.B) { // lock and read only
+		for i := 0; i < b.N; i++ {
+			runTaskManager(ctx, &toolCall{s: s, args: json.RawMessage(`{"action":"list"}`)})
+		}
+	})
+}
+
+// wfTimers is the timers of the active callback slots.
+func wfTimers(s *session) []*time.Timer {
+	cb := s.workflow.callbacks
+	cb.mu.Lock()
+	defer cb.mu.Unlock()
+	var timers []*time.Timer
+	for _, sl := range cb.slots {
+		if sl != nil {
+			timers = append(timers, sl.timer)
+		}
+	}
+	return timers
+}
+
+// wfStopped fails unless every timer was stopped (Stop reports whether one still ran).
+func wfStopped(t *testing.T, timers []*time.Timer) {
+	t.Helper()
+	for i, timer := range timers {
+		if timer.Stop() {
+			t.Errorf("timer %d of %d was still armed", i, len(timers))
+		}
+	}
+}
+
+// wfStart serves one in-process session like serveStdio does, but hands the
+// test the session, so it can fire callbacks.
+func wfStart(t *testing.T, flags map[string]string) (*testClient, *session) {
+	t.Helper()
+	var kv []string
+	for k, v := range flags {
+		kv = append(kv, k+"="+v)
+	}
+	return sessionClient(t, kv...)
+}
+
+// wfCall calls a tool and checks whether it failed as expected and that its text holds want.
+func wfCall(t *testing.T, c *testClient, name string, args map[string]any, wantErr bool, want ...string) map[string]any {
+	t.Helper()
+	res := c.callTool(name, args)
+	text := resultText(res)
+	if isError(res) != wantErr {
+		t.Fatalf("%s %v: isError=%v, want %v: %s", name, args, isError(res), wantErr, text)
+	}
+	for _, w := range want {
+		if !strings.Contains(text, w) {
+			t.Fatalf("%s %v: text lacks %q:\n%s", name, args, w, text)
+		}
+	}
+	return res
+}
+
+func wfStructured(t *testing.T, res map[string]any) map[string]any {
+	t.Helper()
+	sc, ok := res["structuredContent"].(map[string]any)
+	if !ok {
+		t.Fatalf("no structuredContent: %v", res)
+	}
+	return sc
+}
+
+// wfNotes returns and forgets the notifications with method seen so far.
+func wfNotes(c *testClient, method string) []map[string]any {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var got, rest []map[string]any
+	for _, n := range c.notes {
+		if n["method"] == method {
+			got = append(got, n)
+		} else {
+			rest = append(rest, n)
+		}
+	}
+	c.notes = rest
+	return got
+}
+
+func TestWorkflowTaskManagerRoundTrip(t *testing.T) {
+	t.Parallel()
+	c := startServer(t, "STATE_DIR="+t.TempDir())
+	c.initialize("2025-06-18")
+	tm := func(wantErr bool, args map[string]any, want ...string) map[string]any {
+		t.Helper()
+		return wfCall(t, c, "TaskManager", args, wantErr, want...)
+	}
+	tm(false, map[string]any{"action": "list"}, "No tasks in")
+	res := tm(false, map[string]any{"action": "create", "text": "Ship v2"}, `Created task t1 "Ship v2"`, "current task")
+	if sc := wfStructured(t, res); sc["current"] != "t1" || len(sc["tasks"].([]any)) != 1 {
+		t.Fatalf("create structured: %v", sc)
+	}
+	tm(false, map[string]any{"action": "add", "text": "write tests"}, "Added step t1.1", "[0/1]")
+	tm(false, map[string]any{"action": "add", "text": "write docs"}, "Added step t1.2", "[0/2]")
+	tm(false, map[string]any{"action": "create", "text": "Fix login"}, "Created task t2")
+	tm(false, map[string]any{"action": "add", "task_id": "t1", "text": "tag release"}, "Added step t1.3 to task t1")
+	tm(false, map[string]any{"action": "add", "text": "reproduce"}, "Added step t2.1 to task t2")
+	tm(false, map[string]any{"action": "complete", "step_id": "t1.2"}, "Completed step t1.2", "[1/3]")
+	tm(false, map[string]any{"action": "complete", "step_id": "t1.2"}, "Completed step t1.2", "[1/3]")
+	res = tm(false, map[string]any{"action": "list"}, "* t2 \"Fix login\" [0/1]", "  t1 \"Ship v2\" [1/3]")
+	if sc := wfStructured(t, res); sc["current"] != "t2" || len(sc["tasks"].([]any)) != 2 {
+		t.Fatalf("list structured: %v", sc)
+	}
+	res = tm(false, map[string]any{"action": "pending", "task_id": "t1"}, "- t1.1 write tests", "- t1.3 tag release")
+	steps := wfStructured(t, res)["tasks"].([]any)[0].(map[string]any)["steps"].([]any)
+	if len(steps) != 3 {
+		t.Fatalf("pending structured steps: %v", steps)
+	}
+	tm(false, map[string]any{"action": "switch", "task_id": "t1"}, "Switched to task t1")
+	tm(false, map[string]any{"action": "complete", "step_id": "1"}, "Completed step t1.1", "[2/3]")
+	tm(true, map[string]any{"action": "complete"}, "t1 has open steps", "- t1.3 tag release", "force")
+	tm(false, map[string]any{"action": "complete", "force": true}, "Completed task t1", "No task is current now")
+	tm(false, map[string]any{"action": "complete", "task_id": "t1"}, "Completed task t1")
+	tm(false, map[string]any{"action": "pending", "task_id": "t1"}, ": none")
+	tm(false, map[string]any{"action": "list"}, "t1 \"Ship v2\" [3/3] done")
+	tm(false, map[string]any{"action": "add", "task_id": "t1", "text": "hotfix"}, "Added step t1.4", "[3/4]")
+
+	// Bad input, parameter by parameter.
+	tm(true, map[string]any{}, `"action" is required`)
+	tm(true, map[string]any{"action": "delete"}, "must be one of")
+	tm(true, map[string]any{"action": "create"}, "create needs text")
+	tm(true, map[string]any{"action": "create", "text": "   "}, "create needs text")
+	tm(true, map[string]any{"action": "create", "text": strings.Repeat("x", 501)}, "at most 500")
+	tm(true, map[string]any{"action": "add", "text": "x"}, "no current task")
+	tm(true, map[string]any{"action": "add", "task_id": "t9", "text": "x"}, `no task "t9"`)
+	tm(true, map[string]any{"action": "add", "task_id": true, "text": "x"}, "must be a string")
+	tm(true, map[string]any{"action": "add", "task_id": "t1"}, "add needs text")
+	tm(true, map[string]any{"action": "complete", "step_id": "t1.99"}, "no step")
+	tm(true, map[string]any{"action": "complete", "task_id": "t2", "step_id": "t1.1"}, "no step")
+	tm(true, map[string]any{"action": "switch"}, "no current task")
+	tm(true, map[string]any{"action": "switch", "task_id": "nope"}, `no task "tnope"`)
+	tm(true, map[string]any{"action": "list", "all": "x"}, "must be a boolean")
+}
+
+func TestWorkflowTaskManagerPersistsAcrossRestart(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	c := startServer(t, "STATE_DIR="+dir)
+	c.initialize("2025-11-25")
+	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "Persist me"}, false)
+	wfCall(t, c, "TaskManager", map[string]any{"action": "add", "text": "step one"}, false)
+	c.in.Close()
+	if err := <-c.done; err != nil {
+		t.Fatal(err)
+	}
+	c.done <- nil // let the cleanup find it stopped
+
+	c2 := startServer(t, "STATE_DIR="+dir)
+	c2.initialize("2025-11-25")
+	wfCall(t, c2, "TaskManager", map[string]any{"action": "list"}, false, `* t1 "Persist me" [0/1]`)
+	wfCall(t, c2, "TaskManager", map[string]any{"action": "create", "text": "Second"}, false, "Created task t2")
+	var tf taskFile
+	b, _ := os.ReadFile(filepath.Join(dir, "tasks.json"))
+	if err := json.Unmarshal(b, &tf); err != nil || len(tf.Tasks) != 2 || len(tf.Tasks[0].Steps) != 1 {
+		t.Fatalf("tasks.json: %d tasks, %v:\n%s", len(tf.Tasks), err, b)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, "*.tmp-*")); len(left) > 0 {
+		t.Fatalf("temp files left: %v", left)
+	}
+}
+
+// Temporary files a killed telson left beside tasks.json (and beside the file
+// a symlinked tasks.json points to) are removed by the next write; files of
+// other names stay.
+func TestWorkflowTaskManagerRemovesStaleTemps(t *testing.T) {
+	t.Parallel()
+	dir, real := t.TempDir(), t.TempDir()
+	c := startServer(t, "STATE_DIR="+dir)
+	c.initialize("2025-06-18")
+	plant := func(names ...string) []string {
+		var paths []string
+		for _, name := range names {
+			if err := os.WriteFile(name, bytes.Repeat([]byte("x"), 1<<20), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			paths = append(paths, name)
+		}
+		return paths
+	}
+	stale := plant(filepath.Join(dir, "tasks.json.tmp-123"), filepath.Join(dir, "tasks.json.tmp-98765"))
+	kept := plant(filepath.Join(dir, "tasks.json.tmpx"), filepath.Join(dir, "notes.json.tmp-1"), filepath.Join(dir, "tmp-1"))
+	wfCall(t, c, "TaskManager", map[string]any{"action": "list"}, false) // reads only
+	for _, p := range stale {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("a read removed %s", p)
+		}
+	}
+	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "x"}, false, "Created task t1")
+	for _, p := range stale {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("stale %s still there: %v", p, err)
+		}
+	}
+	for _, p := range kept {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("%s was removed: %v", p, err)
+		}
+	}
+
+	// Through a symlink, the temporary files are beside the target.
+	os.Rename(filepath.Join(dir, "tasks.json"), filepath.Join(real, "tasks.json"))
+	os.Symlink(filepath.Join(real, "tasks.json"), filepath.Join(dir, "tasks.json"))
+	stale = plant(filepath.Join(real, "tasks.json.tmp-4"))
+	wfCall(t, c, "TaskManager", map[string]any{"action": "add", "text": "y"}, false, "Added step t1.1")
+	if _, err := os.Stat(stale[0]); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("stale %s still there: %v", stale[0], err)
+	}
+}
+
+// Two telson processes add steps to one task at once: none is lost.
+func TestWorkflowTaskManagerTwoProcesses(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	c := startServer(t, "STATE_DIR="+dir)
+	c.initialize("2025-11-25")
+	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "shared"}, false)
+	const perProcess = 25
+	t.Run("writers", func(t *testing.T) {
+		for _, name := range []string{"a", "b"} {
+			name := name
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				p := startBinary(t, []string{"TELSON_STATE_DIR=" + dir})
+				p.initialize("2025-11-25")
+				for i := 0; i < perProcess; i++ {
+					wfCall(t, p, "TaskManager", map[string]any{"action": "add", "task_id": "t1", "text": fmt.Sprintf("%s-%d", name, i)}, false, "Added step")
+				}
+			})
+		}
+	})
+	res := wfCall(t, c, "TaskManager", map[string]any{"action": "pending", "task_id": "t1"}, false)
+	steps := wfStructured(t, res)["tasks"].([]any)[0].(map[string]any)["steps"].([]any)
+	seen := map[string]bool{}
+	for _, s := range steps {
+		seen[s.(map[string]any)["id"].(string)] = true
+		seen[s.(map[string]any)["text"].(string)] = true
+	}
+	for i := 0; i < perProcess; i++ {
+		for _, name := range []string{"a", "b"} {
+			if !seen[fmt.Sprintf("%s-%d", name, i)] {
+				t.Errorf("step %s-%d lost", name, i)
+			}
+		}
+	}
+	if len(steps) != 2*perProcess || len(seen) != 4*perProcess {
+		t.Fatalf("%d steps, %d distinct ids+texts; want %d", len(steps), len(seen), 2*perProcess)
+	}
+}
+
+// A tasks.json that does not parse is kept under another name, its bytes
+// intact, whatever the action; the reply names the kept file, and a new list
+// starts.
+func TestWorkflowTaskManagerCorruptFile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "tasks.json")
+	c := startServer(t, "STATE_DIR="+dir)
+	c.initialize("2025-06-18")
+	for _, tc := range []struct {
+		data    string
+		args    map[string]any
+		wantErr bool
+	}{
+		{`{"tasks": [oops`, map[string]any{"action": "create", "text": "fresh"}, false},
+		{`{"tasks":[null]}`, map[string]any{"action": "list"}, false},
+		{`{"tasks":[{"id":"t1","steps":[null]}]}`, map[string]any{"action": "add", "text": "x"}, true}, // no current task in a new list
+		{"[1,2]", map[string]any{"action": "pending"}, true},
+	} {
+		if err := os.WriteFile(path, []byte(tc.data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		res := wfCall(t, c, "TaskManager", tc.args, tc.wantErr, path+" was corrupt", "and a new list started")
+		m := regexp.MustCompile(`kept as (\S+), and`).FindStringSubmatch(resultText(res))
+		if m == nil || !strings.HasPrefix(m[1], path+".corrupt-") {
+			t.Fatalf("%s: no kept file named: %s", tc.data, resultText(res))
+		}
+		if b, err := os.ReadFile(m[1]); err != nil || string(b) != tc.data {
+			t.Fatalf("kept file %s holds %q, %v; want %q", m[1], b, err, tc.data)
+		}
+		if sc, ok := res["structuredContent"].(map[string]any); !tc.wantErr && (!ok || sc["message"] != resultText(res)) {
+			t.Fatalf("the note is not in structuredContent's message: %v", res)
+		}
+	}
+	if kept, _ := filepath.Glob(path + ".corrupt-*"); len(kept) != 4 {
+		t.Fatalf("kept files: %v", kept)
+	}
+	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "next"}, false, "Created task t1")
+	if text := resultText(wfCall(t, c, "TaskManager", map[string]any{"action": "list"}, false, `t1 "next"`)); strings.Contains(text, "corrupt") {
+		t.Fatalf("a sound file is reported corrupt: %s", text)
+	}
+
+	// Ids never repeat in a hand-edited file.
+	os.WriteFile(path, []byte(`{"tasks":[{"id":"t7","title":"hand","steps":[{"id":"t7.1","text":"s"}]}]}`), 0o600)
+	wfCall(t, c, "TaskManager", map[string]any{"action": "add", "task_id": 7, "text": "next"}, false, "Added step t7.2")
+	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "next"}, false, "Created task t8")
+}
+
+// FuzzTasksFile: no tasks.json makes its decoding and checks, or an action on
+// what they accept, panic; what they accept can be written again.
+func FuzzTasksFile(f *testing.F) {
+	f.Add([]byte(`{"current_by_project":{"/p":"t1"},"tasks":[{"id":"t1","title":"Ship v2","project":"/p","done":false,` +
+		`"created":"2026-01-01T00:00:00Z","steps":[{"id":"t1.1","text":"tests","done":true},` +
+		`{"id":"t1.2","text":"docs","done":false,"in_progress":true}]},{"id":"t2","title":"Fix","project":"/q","done":true,"steps":[]}]}`))
+	f.Add([]byte(`{"tasks": [oops`))
+	f.Add([]byte(`{"tasks":[null]}`))
+	f.Add([]byte(`{"tasks":[{"id":"t","steps":[null]}]}`))
+	f.Add([]byte(`{"current_by_project":{"/p":"t9"},"tasks":[{"id":"t1.2.3","steps":[{"id":"t1.2.3.1"}]}]}`))
+	f.Add([]byte(`null`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		tf, err := parseTasks(data)
+		if err != nil {
+			return
+		}
+		for _, a := range []taskArgs{{Action: "list", All: true}, {Action: "pending"}, {Action: "start", StepID: "1"},
+			{Action: "complete", StepID: "1.2"}, {Action: "add", Text: "x"}, {Action: "complete", Force: true},
+			{Action: "switch", TaskID: "1"}, {Action: "create", Text: "y"}, {Action: "add", TaskID: "2", Text: "z"}} {
+			a.project = "/p"
+			tf.apply(a)
+		}
+		if _, err := json.Marshal(tf); err != nil {
+			t.Fatalf("the list cannot be written again: %v", err)
+		}
+	})
+}
+
+func TestWorkflowTaskManagerFullListDropsOldestDone(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	tf := taskFile{}
+	for i := 1; i <= maxTasks; i++ {
+		tf.Tasks = append(tf.Tasks, &taskEntry{ID: fmt.Sprintf("t%d", i), Title: "x", Done: i == 5 || i == 9})
+	}
+	b, _ := json.Marshal(tf)
+	os.WriteFile(filepath.Join(dir, "tasks.json"), b, 0o600)
+	c := startServer(t, "STATE_DIR="+dir)
+	c.initialize("2025-06-18")
+	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "new"}, false, "Created task t201")
+	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "new"}, false, "Created task t202")
+	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "new"}, true, "200 open tasks")
+	b, _ = os.ReadFile(filepath.Join(dir, "tasks.json"))
+	if strings.Contains(string(b), `"t5"`) || strings.Contains(string(b), `"t9"`) || !strings.Contains(string(b), `"t8"`) {
+		t.Fatalf("the oldest completed tasks were not the ones dropped:\n%.300s", b)
+	}
+}
+
+// A lock another process holds makes a call fail after a while instead of hanging.
+func TestWorkflowTaskManagerLockHeld(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	c := startServer(t, "STATE_DIR="+dir)
+	c.initialize("2025-06-18")
+	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "x"}, false)
+	f, err := os.OpenFile(filepath.Join(dir, "tasks.json.lock"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	wfCall(t, c, "TaskManager", map[string]any{"action": "list"}, true, "another process holds it")
+	syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	wfCall(t, c, "TaskManager", map[string]any{"action": "list"}, false, `* t1 "x"`)
+}
+
+// wfCd runs cd in the session's shell.
+func wfCd(t *testing.T, c *testClient, dir string) {
+	t.Helper()
+	wfCall(t, c, "Bash", map[string]any{"command": "cd " + dir}, false)
+}
+
+// wfProject makes a git project (a folder with .git) and returns it.
+func wfProject(t *testing.T) string {
+	t.Helper()
+	p := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(p, ".git"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestWorkflowTaskManagerProjectsAndIDs(t *testing.T) {
+	t.Parallel()
+	c := startServer(t, "STATE_DIR="+t.TempDir())
+	c.initialize("2025-06-18")
+	tm := func(wantErr bool, args map[string]any, want ...string) map[string]any {
+		t.Helper()
+		return wfCall(t, c, "TaskManager", args, wantErr, want...)
+	}
+	p1, p2 := wfProject(t), wfProject(t)
+	os.MkdirAll(filepath.Join(p1, "src", "deep"), 0o755)
+	wfCd(t, c, filepath.Join(p1, "src", "deep"))
+	res := tm(false, map[string]any{"action": "create", "text": "A"}, "Created task t1")
+	if sc := wfStructured(t, res); sc["project"] != p1 || sc["current"] != "t1" || sc["message"] != resultText(res) {
+		t.Fatalf("create structured: %v", sc)
+	}
+	tm(false, map[string]any{"action": "add", "text": "one"})
+	tm(false, map[string]any{"action": "add", "task_id": 1, "text": "two"}, "Added step t1.2")
+	tm(false, map[string]any{"action": "add", "task_id": "1", "text": "three"}, "Added step t1.3")
+
+	// Ids as bare numbers, integers or strings; a step in progress.
+	tm(false, map[string]any{"action": "complete", "step_id": 1}, "Completed step t1.1", "[1/3]")
+	tm(false, map[string]any{"action": "start", "task_id": 1, "step_id": "2"}, "Step t1.2", "in progress")
+	res = tm(false, map[string]any{"action": "pending"}, "- t1.2 two (in progress)", "- t1.3 three")
+	steps := wfStructured(t, res)["tasks"].([]any)[0].(map[string]any)["steps"].([]any)
+	if steps[1].(map[string]any)["in_progress"] != true || steps[0].(map[string]any)["done"] != true {
+		t.Fatalf("steps: %v", steps)
+	}
+	tm(false, map[string]any{"action": "start", "step_id": "t1.3"}, "Step t1.3")
+	if text := resultText(tm(false, map[string]any{"action": "pending"})); strings.Count(text, "in progress") != 1 {
+		t.Fatalf("two steps in progress: %s", text)
+	}
+	tm(true, map[string]any{"action": "start"}, "no step")
+
+	// complete without step_id refuses while steps are open.
+	tm(true, map[string]any{"action": "complete", "task_id": 1}, "open steps", "- t1.2 two", "- t1.3 three (in progress)", "force")
+	tm(false, map[string]any{"action": "list"}, `* t1 "A" [1/3]`)
+
+	// Another project has its own list and current task.
+	wfCd(t, c, p2)
+	tm(false, map[string]any{"action": "list"}, "No tasks in "+p2)
+	tm(true, map[string]any{"action": "add", "text": "x"}, "no current task")
+	tm(false, map[string]any{"action": "create", "text": "B"}, "Created task t2")
+	if text := resultText(tm(false, map[string]any{"action": "list"})); strings.Contains(text, `"A"`) {
+		t.Fatalf("another project's task listed: %s", text)
+	}
+	res = tm(false, map[string]any{"action": "list", "all": true}, `* t2 "B"`, `t1 "A" [1/3] in `+p1)
+	if n := len(wfStructured(t, res)["tasks"].([]any)); n != 2 {
+		t.Fatalf("all: %d tasks", n)
+	}
+	wfCd(t, c, p1)
+	tm(false, map[string]any{"action": "list"}, `* t1 "A"`)
+	tm(false, map[string]any{"action": "complete", "force": true}, "Completed task t1", "[3/3]")
+}
+
+// tasks.json must be a regular file read through a cap; a symlink is written through.
+func TestWorkflowTaskManagerFileNotRegular(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "tasks.json")
+	c := startServer(t, "STATE_DIR="+dir)
+	c.initialize("2025-06-18")
+	if err := syscall.Mkfifo(path, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	wfCall(t, c, "TaskManager", map[string]any{"action": "list"}, true, "not a regular file", "left untouched")
+	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "x"}, true, "not a regular file")
+	os.Remove(path)
+
+	os.Symlink("/dev/zero", path)
+	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "x"}, true, "not a regular file")
+	if target, err := os.Readlink(path); err != nil || target != "/dev/zero" {
+		t.Fatalf("link replaced: %q %v", target, err)
+	}
+	os.Remove(path)
+
+	// A dangling link is not replaced by a file.
+	os.Symlink(filepath.Join(dir, "nowhere", "tasks.json"), path)
+	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "x"}, true, "not a regular file")
+	if fi, err := os.Lstat(path); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Fatalf("dangling link replaced: %v %v", fi, err)
+	}
+	os.Remove(path)
+
+	// A link to a real file is followed and written through.
+	real := filepath.Join(t.TempDir(), "real-tasks.json")
+	os.WriteFile(real, []byte(`{"tasks":[]}`), 0o600)
+	os.Symlink(real, path)
+	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "through the link"}, false, "Created task t1")
+	if fi, err := os.Lstat(path); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Fatalf("link replaced: %v %v", fi, err)
+	}
+	if b, _ := os.ReadFile(real); !bytes.Contains(b, []byte("through the link")) {
+		t.Fatalf("target holds %s", b)
+	}
+}
+
+// ---- PlanMode ----------------------------------------------------------------------------------
+
+func TestWorkflowPlanMode(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	c := startServer(t, "STATE_DIR="+dir)
+	c.initialize("2025-06-18")
+	pm := func(wantErr bool, args map[string]any, want ...string) map[string]any {
+		t.Helper()
+		return wfCall(t, c, "PlanMode", args, wantErr, want...)
+	}
+	res := pm(false, map[string]any{"action": "status"}, "Plan mode: INACTIVE")
+	if sc := wfStructured(t, res); sc["active"] != false || sc["goal"] != nil || sc["plan_file"] != nil || sc["started_at"] != nil {
+		t.Fatalf("status structured: %v", sc)
+	}
+	pm(true, map[string]any{"action": "exit"}, "not active")
+	pm(true, map[string]any{"action": "enter"}, "enter needs goal")
+	pm(true, map[string]any{"action": "enter", "goal": strings.Repeat("g", 1001)}, "at most 1000")
+	pm(true, map[string]any{"action": "plan"}, "must be one of")
+	pm(true, map[string]any{"action": "enter", "goal": "x", "plan_file": dir}, "not a regular file")
+	res = pm(false, map[string]any{"action": "enter", "goal": "Move the Config loader!"}, "Plan mode activated. Write your plan as markdown.", "read-only")
+	sc := wfStructured(t, res)
+	planFile := sc["plan_file"].(string)
+	if filepath.Dir(planFile) != filepath.Join(dir, "plans") || sc["active"] != true || sc["goal"] != "Move the Config loader!" {
+		t.Fatalf("enter structured: %v", sc)
+	}
+	if _, err := time.Parse(time.RFC3339, sc["started_at"].(string)); err != nil {
+		t.Fatalf("started_at: %v", err)
+	}
+	pm(true, map[string]any{"action": "enter", "goal": "again"}, "already active")
+	pm(false, map[string]any{"action": "status"}, "Plan mode: ACTIVE", `Goal: "Move the Config loader!"`, "Duration: ", planFile)
+
+	// Commands run while planning, in a read-only sandbox (TestPlanModeCommandsAreReadOnly).
+	wfCall(t, c, "Bash", map[string]any{"command": "echo ran"}, false, "ran")
+	wfCall(t, c, "KillBgTask", map[string]any{"task_id": 1}, true, "no background task 1")
+	wfCall(t, c, "ListBgTasks", map[string]any{}, false)
+	pm(true, map[string]any{"action": "exit"}, "no such file", "reset")
+	os.WriteFile(planFile, []byte(""), 0o600)
+	pm(true, map[string]any{"action": "exit"}, "is empty")
+	os.WriteFile(planFile, []byte("# Plan\n1. move it\n"), 0o600)
+	res = pm(false, map[string]any{"action": "exit"}, "Plan saved to "+planFile, "Exiting plan mode. Returning to execution.", "1. move it")
+	if sc := wfStructured(t, res); sc["active"] != false || sc["plan"] != "# Plan\n1. move it\n" {
+		t.Fatalf("exit structured: %v", sc)
+	}
+	wfCall(t, c, "Bash", map[string]any{"command": "echo ran"}, false, "ran")
+
+	// Entering again with the same goal gets a new file, so an old plan is never taken as new.
+	res = pm(false, map[string]any{"action": "enter", "goal": "Move the Config loader!"})
+	if f := wfStructured(t, res)["plan_file"]; f == planFile {
+		t.Fatalf("second plan file: %v", f)
+	}
+	pm(false, map[string]any{"action": "reset"}, "Plan mode reset. No plan saved.")
+	pm(false, map[string]any{"action": "reset"}, "not active")
+
+	// A plan_file relative to the shell's directory is read as the plan
+	// (TestWorkflowPlanModeNeverReplaces has the rest).
+	wfCall(t, c, "Bash", map[string]any{"command": "cd " + dir}, false)
+	os.WriteFile(filepath.Join(dir, "mine.md"), []byte("old plan\n"), 0o600)
+	pm(false, map[string]any{"action": "enter", "goal": "g", "plan_file": "mine.md"}, filepath.Join(dir, "mine.md"))
+	pm(false, map[string]any{"action": "exit"}, "Plan saved to "+filepath.Join(dir, "mine.md"), "old plan")
+
+	// A new session starts outside plan mode.
+	pm(false, map[string]any{"action": "enter", "goal": "left active"})
+	c2 := startServer(t, "STATE_DIR="+dir)
+	c2.initialize("2025-06-18")
+	wfCall(t, c2, "PlanMode", map[string]any{"action": "status"}, false, "INACTIVE")
+	wfCall(t, c2, "Bash", map[string]any{"command": "echo ok"}, false, "ok")
+}
+
+func TestWorkflowPlanModeNotStrict(t *testing.T) {
+	t.Parallel()
+	c := startServer(t, "STATE_DIR="+t.TempDir(), "PLAN_MODE_STRICT=0")
+	c.initialize("2025-06-18")
+	wfCall(t, c, "PlanMode", map[string]any{"action": "enter", "goal": "g"}, false, "Do not change anything")
+	wfCall(t, c, "Bash", map[string]any{"command": "echo ran"}, false, "ran")
+}
+
+func TestPlanModeCommandsAreReadOnly(t *testing.T) {
+	t.Parallel()
+	if runtime.GOOS != "linux" {
+		t.Skip("the sandbox needs Linux namespaces")
+	}
+	c := startServer(t, "STATE_DIR="+t.TempDir())
+	c.initialize("2025-06-18")
+	dir := procOutsideTmp(t)
+	file := filepath.Join(dir, "file")
+	os.WriteFile(file, []byte("orig\n"), 0o600)
+	wfCall(t, c, "PlanMode", map[string]any{"action": "enter", "goal": "look only"}, false)
+	if res := c.callTool("Bash", map[string]any{"command": "true"}); isError(res) {
+		t.Skipf("no sandbox here: %s", resultText(res))
+	}
+	for _, cmd := range []string{"echo x > file", "rm file", "touch new", "mkdir d"} {
+		res := c.callTool("Bash", map[string]any{"command": "cd " + shellQuote(dir) + " && " + cmd})
+		if !isError(res) {
+			t.Errorf("%s succeeded in plan mode: %s", cmd, resultText(res))
+		}
+	}
+	id := bgStart(t, c, "echo x > "+shellQuote(file)+"; echo tried")
+	if out, _ := bgReadToEnd(t, c, id); !strings.Contains(out, "tried") || !strings.Contains(out, "Read-only") {
+		t.Errorf("background write: %q", out)
+	}
+	if b, _ := os.ReadFile(file); string(b) != "orig\n" {
+		t.Errorf("file changed in plan mode: %q", b)
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 1 {
+		t.Errorf("plan mode created files: %v", entries)
+	}
+	res := c.callTool("Bash", map[string]any{"command": "cat file; echo y > /tmp/t && cat /tmp/t"})
+	if text := resultText(res); isError(res) || text != "orig\ny\n" {
+		t.Errorf("reads and /tmp: %q", text)
+	}
+	if sc := bgStructured(t, res); sc["cwd"] != dir {
+		t.Errorf("cwd in plan mode: %v, want %s", sc["cwd"], dir)
+	}
+	res = c.callTool("Bash", map[string]any{"command": "mount -o remount,rw / || mount -o remount,rw " + shellQuote(dir) +
+		"; echo x > file"})
+	if b, _ := os.ReadFile(file); !isError(res) || string(b) != "orig\n" {
+		t.Errorf("a remount opened the sandbox: %q, file %q", resultText(res), b)
+	}
+	wfCall(t, c, "PlanMode", map[string]any{"action": "reset"}, false)
+	if res := c.callTool("Bash", map[string]any{"command": "echo x > file"}); isError(res) {
+		t.Errorf("write after plan mode: %s", resultText(res))
+	}
+}
+
 func TestWorkflowPlanModeInlinePlan(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -8085,116 +7615,712 @@ func TestWorkflowPlanModeNeverReplaces(t *testing.T) {
 	}
 }
 
-// wfCd runs cd in the session's shell.
-func wfCd(t *testing.T, c *testClient, dir string) {
-	t.Helper()
-	wfCall(t, c, "Bash", map[string]any{"command": "cd " + dir}, false)
+// In the 2026-07-28 era the approval form comes back as an input-required
+// result, and the retried call carries the answer.
+func TestWorkflowPlanModeApprovalModern(t *testing.T) {
+	t.Parallel()
+	c := startServer(t, "STATE_DIR="+t.TempDir())
+	call := func(args map[string]any, extra map[string]any) map[string]any {
+		t.Helper()
+		p := map[string]any{"name": "PlanMode", "arguments": args, "_meta": map[string]any{
+			"io.modelcontextprotocol/protocolVersion":    "2026-07-28",
+			"io.modelcontextprotocol/clientCapabilities": map[string]any{"elicitation": map[string]any{}}}}
+		for k, v := range extra {
+			p[k] = v
+		}
+		return uiResult(t, c.request("tools/call", p))
+	}
+	call(map[string]any{"action": "enter", "goal": "g"}, nil)
+	exit := map[string]any{"action": "exit", "plan": "the plan"}
+	first := call(exit, nil)
+	ask, _ := first["inputRequests"].(map[string]any)["approve"].(map[string]any)
+	if first["resultType"] != "input_required" || ask["method"] != "elicitation/create" ||
+		!strings.Contains(ask["params"].(map[string]any)["message"].(string), "the plan") {
+		t.Fatalf("first: %v", first)
+	}
+	answer := func(decision string) map[string]any {
+		return map[string]any{"requestState": first["requestState"], "inputResponses": map[string]any{
+			"approve": map[string]any{"action": "accept", "content": map[string]any{"decision": decision}}}}
+	}
+	if sc := wfStructured(t, call(exit, answer("keep planning"))); sc["active"] != true || sc["approval"] != "keep planning" {
+		t.Fatalf("keep planning: %v", sc)
+	}
+	if sc := wfStructured(t, call(exit, answer("approve"))); sc["active"] != false || sc["approval"] != "approved" {
+		t.Fatalf("approve: %v", sc)
+	}
 }
 
-// wfProject makes a git project (a folder with .git) and returns it.
-func wfProject(t *testing.T) string {
+// ---- AskUserQuestion ---------------------------------------------------------------------------
+
+const uiClaudeQuestions = `{"questions":[{"question":"Which database?","header":"DB","options":[{"label":"PostgreSQL","description":"a server"},{"label":"SQLite","description":"one file"}],"multiSelect":false},
+	{"question":"Which extras?","header":"Extras","options":[{"label":"Redis"},{"label":"Kafka"},{"label":"S3"}],"multiSelect":true}]}`
+
+const uiQuestions = `{"questions":[{"text":"Which database?","options":["PostgreSQL","SQLite"]}]}`
+
+// uiInitialize initializes with the given client capabilities.
+func uiInitialize(c *testClient, version string, caps map[string]any) {
+	c.t.Helper()
+	resp := c.request("initialize", map[string]any{"protocolVersion": version, "capabilities": caps,
+		"clientInfo": map[string]any{"name": "ui-test", "version": "1"}})
+	if resp["result"] == nil {
+		c.t.Fatalf("initialize: %v", resp)
+	}
+	c.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+}
+
+// uiStartCall sends a tools/call without waiting and returns its id.
+func uiStartCall(c *testClient, name string, args any) float64 {
+	c.t.Helper()
+	c.nextID++
+	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": c.nextID, "method": "tools/call", "params": map[string]any{"name": name, "arguments": args}})
+	c.send(string(b))
+	return float64(c.nextID)
+}
+
+// uiNextRequest reads until telson sends a message with method, which it returns.
+func uiNextRequest(c *testClient, method string) map[string]any {
+	c.t.Helper()
+	for {
+		line := c.recvRaw()
+		var m map[string]any
+		if err := json.Unmarshal(line, &m); err != nil {
+			c.t.Fatalf("%v: %s", err, line)
+		}
+		if m["method"] == method {
+			m["_line"] = string(line)
+			return m
+		}
+		if _, isNote := m["method"]; !isNote {
+			c.t.Fatalf("waiting for %s, got %v", method, m)
+		}
+	}
+}
+
+// uiReply answers a server request with result.
+func uiReply(c *testClient, id any, result any) {
+	c.t.Helper()
+	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "result": result})
+	c.send(string(b))
+}
+
+func uiResult(t *testing.T, resp map[string]any) map[string]any {
 	t.Helper()
-	p := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(p, ".git"), 0o755); err != nil {
+	res, ok := resp["result"].(map[string]any)
+	if !ok {
+		t.Fatalf("no result: %v", resp)
+	}
+	return res
+}
+
+func TestAskUserQuestionElicitation(t *testing.T) {
+	t.Parallel()
+	c := startServer(t)
+	uiInitialize(c, "2025-11-25", map[string]any{"elicitation": map[string]any{}})
+	id := uiStartCall(c, "AskUserQuestion", map[string]any{"questions_json": uiClaudeQuestions})
+	req := uiNextRequest(c, "elicitation/create")
+	p := req["params"].(map[string]any)
+	if p["mode"] != "form" || !strings.Contains(p["message"].(string), "Which database?\nWhich extras?") {
+		t.Errorf("params: %v", p)
+	}
+	schema := req["_line"].(string) // as sent: the properties' order is the form's order
+	for _, want := range []string{
+		`"properties":{"q1":{"description":"DB","oneOf":[{"const":"PostgreSQL","title":"PostgreSQL — a server"},{"const":"SQLite","title":"SQLite — one file"}],"title":"Which database?","type":"string"},"q2":{"description":"Extras","items":{"anyOf":[{"const":"Redis","title":"Redis"}`,
+		`"minItems":1,"title":"Which extras?","type":"array"},"remark":{`, `"required":["q1","q2"]`,
+	} {
+		if !strings.Contains(string(schema), want) {
+			t.Errorf("schema %s\nlacks %s", schema, want)
+		}
+	}
+	// The read loop stays free while the question waits: a ping is answered.
+	if resp := c.request("ping", nil); resp["result"] == nil {
+		t.Fatalf("ping: %v", resp)
+	}
+	uiReply(c, req["id"], map[string]any{"action": "accept", "content": map[string]any{"q1": "SQLite", "q2": []string{"Redis", "S3"}, "remark": " keep it small "}})
+	res := uiResult(t, c.waitResponse(id))
+	want := `User has answered your questions: "Which database?"="SQLite", "Which extras?"="Redis, S3". The user added: "keep it small". You can now continue with the user's answers in mind.`
+	if isError(res) || resultText(res) != want {
+		t.Errorf("got %q", resultText(res))
+	}
+	sc, _ := json.Marshal(res["structuredContent"])
+	if string(sc) != `{"answers":[{"question":"Which database?","selected":"SQLite"},{"question":"Which extras?","selected":["Redis","S3"]}],"message":`+strconv.Quote(want)+`,"note":"keep it small","status":"answered"}` {
+		t.Errorf("structured: %s", sc)
+	}
+}
+
+func TestAskUserQuestionLegacyForm(t *testing.T) {
+	t.Parallel()
+	c := startServer(t)
+	uiInitialize(c, "2025-06-18", map[string]any{"elicitation": map[string]any{}})
+	id := uiStartCall(c, "AskUserQuestion", map[string]any{"questions_json": uiClaudeQuestions})
+	res := uiResult(t, c.waitResponse(id)) // a multiple choice has no 2025-06-18 form
+	if isError(res) || !strings.Contains(resultText(res), "cannot show these questions") || len(c.notes) != 0 {
+		t.Errorf("got %q", resultText(res))
+	}
+	single := `{"questions":[{"question":"Which database?","options":[{"label":"PostgreSQL","description":"a server"},"SQLite"]},{"text":"Tests?","options":["yes","no"]}]}`
+	id = uiStartCall(c, "AskUserQuestion", map[string]any{"questions_json": single})
+	req := uiNextRequest(c, "elicitation/create")
+	p := req["params"].(map[string]any)
+	schema, _ := json.Marshal(p["requestedSchema"])
+	if _, hasMode := p["mode"]; hasMode || !strings.Contains(string(schema), `"enum":["PostgreSQL","SQLite"],"enumNames":["PostgreSQL — a server","SQLite"]`) {
+		t.Errorf("2025-06-18 form: %v %s", p["mode"], schema)
+	}
+	uiReply(c, req["id"], map[string]any{"action": "accept", "content": map[string]any{"q1": "PostgreSQL"}})
+	res = uiResult(t, c.waitResponse(id))
+	if !strings.Contains(resultText(res), `"Which database?"="PostgreSQL", "Tests?"="(no answer)". You can`) {
+		t.Errorf("got %q", resultText(res))
+	}
+}
+
+func TestAskUserQuestionDeclineCancel(t *testing.T) {
+	t.Parallel()
+	c := startServer(t)
+	uiInitialize(c, "2025-11-25", map[string]any{"elicitation": map[string]any{"form": map[string]any{}}})
+	for action, want := range map[string]string{"decline": "declined", "cancel": "dismissed"} {
+		id := uiStartCall(c, "AskUserQuestion", map[string]any{"questions_json": uiQuestions})
+		req := uiNextRequest(c, "elicitation/create")
+		uiReply(c, req["id"], map[string]any{"action": action})
+		res := uiResult(t, c.waitResponse(id))
+		if isError(res) || !strings.HasPrefix(resultText(res), "User "+want+" the questions without answering.") {
+			t.Errorf("%s: %q", action, resultText(res))
+		}
+		if sc, _ := json.Marshal(res["structuredContent"]); string(sc) != `{"answers":[],"message":`+strconv.Quote(resultText(res))+`,"status":"`+want+`"}` {
+			t.Errorf("%s: structured %s", action, sc)
+		}
+	}
+}
+
+func TestAskUserQuestionMismatchedIDAndErrors(t *testing.T) {
+	t.Parallel()
+	c := startServer(t)
+	uiInitialize(c, "2025-11-25", map[string]any{"elicitation": map[string]any{}})
+	id := uiStartCall(c, "AskUserQuestion", map[string]any{"questions_json": uiQuestions})
+	req := uiNextRequest(c, "elicitation/create")
+	uiReply(c, "telson-999", map[string]any{"action": "accept", "content": map[string]any{"q1": "SQLite"}})
+	uiReply(c, 424242, map[string]any{"action": "decline"})
+	if resp := c.request("ping", nil); resp["result"] == nil { // the stray replies changed nothing
+		t.Fatalf("ping: %v", resp)
+	}
+	uiReply(c, req["id"], map[string]any{"action": "accept", "content": map[string]any{"q1": "PostgreSQL"}})
+	if res := uiResult(t, c.waitResponse(id)); !strings.Contains(resultText(res), `"Which database?"="PostgreSQL"`) {
+		t.Errorf("got %q", resultText(res))
+	}
+	// The client answers with an error: the questions come back for the chat.
+	id = uiStartCall(c, "AskUserQuestion", map[string]any{"questions_json": uiQuestions})
+	req = uiNextRequest(c, "elicitation/create")
+	c.send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%q,"error":{"code":-32602,"message":"form mode not supported"}}`, req["id"]))
+	res := uiResult(t, c.waitResponse(id))
+	if isError(res) || !strings.Contains(resultText(res), "could not show the questions") || !strings.Contains(resultText(res), "form mode not supported") ||
+		!strings.Contains(resultText(res), "1. Which database?\n   - PostgreSQL\n   - SQLite") {
+		t.Errorf("got %q", resultText(res))
+	}
+	// An answer that is no elicitation result, and an unknown action.
+	for _, bad := range []any{"yes", map[string]any{"action": "maybe"}} {
+		id = uiStartCall(c, "AskUserQuestion", map[string]any{"questions_json": uiQuestions})
+		req = uiNextRequest(c, "elicitation/create")
+		uiReply(c, req["id"], bad)
+		if res := uiResult(t, c.waitResponse(id)); !isError(res) {
+			t.Errorf("%v: got %q", bad, resultText(res))
+		}
+	}
+}
+
+func TestAskUserQuestionTimeoutAndCancel(t *testing.T) {
+	t.Parallel()
+	c := startServer(t, "ASK_TIMEOUT_MS=300")
+	uiInitialize(c, "2025-11-25", map[string]any{"elicitation": map[string]any{}})
+	id := uiStartCall(c, "AskUserQuestion", map[string]any{"questions_json": uiQuestions})
+	req := uiNextRequest(c, "elicitation/create")
+	cancel := uiNextRequest(c, "notifications/cancelled") // never answered: telson withdraws the request
+	if cancel["params"].(map[string]any)["requestId"] != req["id"] {
+		t.Errorf("cancelled %v, want %v", cancel, req["id"])
+	}
+	res := uiResult(t, c.waitResponse(id))
+	if isError(res) || !strings.Contains(resultText(res), "did not answer within 300ms") || !strings.Contains(resultText(res), "1. Which database?") {
+		t.Errorf("got %q", resultText(res))
+	}
+	uiReply(c, req["id"], map[string]any{"action": "accept", "content": map[string]any{"q1": "SQLite"}}) // too late: ignored
+	if resp := c.request("ping", nil); resp["result"] == nil {
+		t.Fatalf("ping after late answer: %v", resp)
+	}
+
+	// Cancelling the tool call cancels the question.
+	c2 := startServer(t)
+	uiInitialize(c2, "2025-11-25", map[string]any{"elicitation": map[string]any{}})
+	id = uiStartCall(c2, "AskUserQuestion", map[string]any{"questions_json": uiQuestions})
+	req = uiNextRequest(c2, "elicitation/create")
+	c2.send(fmt.Sprintf(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":%v}}`, id))
+	cancel = uiNextRequest(c2, "notifications/cancelled")
+	if cancel["params"].(map[string]any)["requestId"] != req["id"] {
+		t.Errorf("cancelled %v, want %v", cancel, req["id"])
+	}
+	if resp := c2.request("ping", nil); resp["result"] == nil { // and no reply to the cancelled call came first
+		t.Fatalf("ping: %v", resp)
+	}
+}
+
+// When the client's input ends, a question waiting for its answer ends at once, not at
+// ASK_TIMEOUT_MS: telson exits with its client.
+func TestAskUserQuestionEndsWithTheInput(t *testing.T) {
+	t.Parallel()
+	c := startBinary(t, nil)
+	uiInitialize(c, "2025-11-25", map[string]any{"elicitation": map[string]any{}})
+	id := uiStartCall(c, "AskUserQuestion", map[string]any{"questions_json": uiQuestions})
+	uiNextRequest(c, "elicitation/create")
+	c.in.Close()
+	res := uiResult(t, c.waitResponse(id))
+	if isError(res) || !strings.Contains(resultText(res), "input ended") {
+		t.Errorf("got %q", resultText(res))
+	}
+	select {
+	case err := <-c.done:
+		c.done <- err // for the cleanup
+	case <-time.After(watchdog):
+		t.Fatal("telson outlived its client's input")
+	}
+}
+
+// uiModernCall is a 2026-07-28 tools/call with extra params.
+func uiModernCall(c *testClient, caps map[string]any, args any, extra map[string]any) map[string]any {
+	c.t.Helper()
+	p := map[string]any{"name": "AskUserQuestion", "arguments": args, "_meta": map[string]any{
+		"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": caps}}
+	for k, v := range extra {
+		p[k] = v
+	}
+	return uiResult(c.t, c.request("tools/call", p))
+}
+
+func TestAskUserQuestionModernRoundTrip(t *testing.T) {
+	t.Parallel()
+	c := startServer(t)
+	elicit := map[string]any{"elicitation": map[string]any{}}
+	args := map[string]any{"questions_json": uiQuestions}
+	first := uiModernCall(c, elicit, args, nil)
+	state, _ := first["requestState"].(string)
+	ask, _ := first["inputRequests"].(map[string]any)["ask"].(map[string]any)
+	if first["resultType"] != "input_required" || state == "" || ask["method"] != "elicitation/create" || first["content"] != nil {
+		t.Fatalf("first: %v", first)
+	}
+	if p := ask["params"].(map[string]any); p["mode"] != "form" || p["requestedSchema"] == nil {
+		t.Errorf("params: %v", p)
+	}
+	answer := map[string]any{"ask": map[string]any{"action": "accept", "content": map[string]any{"q1": "PostgreSQL"}}}
+	res := uiModernCall(c, elicit, args, map[string]any{"inputResponses": answer, "requestState": state})
+	if res["resultType"] != "complete" || isError(res) || resultText(res) != `User has answered your questions: "Which database?"="PostgreSQL". You can now continue with the user's answers in mind.` {
+		t.Errorf("retry: %v", res)
+	}
+	// Retried without an answer: asked again.
+	if again := uiModernCall(c, elicit, args, map[string]any{"inputResponses": map[string]any{}, "requestState": state}); again["resultType"] != "input_required" {
+		t.Errorf("no answer: %v", again)
+	}
+	declined := uiModernCall(c, elicit, args, map[string]any{"inputResponses": map[string]any{"ask": map[string]any{"action": "decline"}}, "requestState": state})
+	if !strings.HasPrefix(resultText(declined), "User declined") {
+		t.Errorf("decline: %v", declined)
+	}
+	// A client without elicitation gets the questions for the chat.
+	if res := uiModernCall(c, map[string]any{}, args, nil); isError(res) || !strings.Contains(resultText(res), "cannot show these questions") {
+		t.Errorf("no elicitation: %v", res)
+	}
+}
+
+func TestAskUserQuestionValidation(t *testing.T) {
+	t.Parallel()
+	c := startServer(t)
+	uiInitialize(c, "2025-11-25", map[string]any{"elicitation": map[string]any{}})
+	opts := `["a","b"]`
+	q := func(s string) string { return `{"text":"` + s + `","options":` + opts + `}` }
+	qs := func(items ...string) string { return `{"questions":[` + strings.Join(items, ",") + `]}` }
+	eleven := `["1","2","3","4","5","6","7","8","9","10","11"]`
+	for input, want := range map[string]string{
+		`{"questions": [{"text": "x" "options": []}]}`: `invalid character '"' after object key:value pair`,
+		`{"questions":[`:      "unexpected end of JSON input",
+		`{"qs":[]}`:           `questions[0] has no "question"`, // read as one question
+		`{"questions":[]}`:    "0 questions; ask 1 to 4 at a time",
+		`[]`:                  "0 questions; ask 1 to 4 at a time",
+		`5`:                   "cannot unmarshal number",
+		strconv.Quote(`[`):    "unexpected end of JSON input",
+		strconv.Quote(`null`): `questions[0] has no "question"`, // unquoting stops at null
+		qs(q("x"), q("x"), q("x"), q("x"), q("y")):                 "5 questions; ask 1 to 4 at a time",
+		qs(`{"options":["a","b"]}`):                                `questions[0] has no "question"`,
+		qs(`{"question":"  ","options":["a","b"]}`):                `questions[0] has no "question"`,
+		qs(`{"text":"x","options":["a","b"],"multiSelect":"yes"}`): "cannot unmarshal string",
+		qs(`{"text":"x"}`):                                         "questions[0] has 0 options; give 2 to 10",
+		qs(`{"text":"x","options":["a"]}`):                         "questions[0] has 1 options; give 2 to 10",
+		qs(`{"text":"x","options":` + eleven + `}`):                "questions[0] has 11 options; give 2 to 10",
+		qs(`{"text":"x","options":["a",{"description":"d"}]}`):     "questions[0].options[1] has no label",
+		qs(`{"text":"x","options":["a"," "]}`):                     "questions[0].options[1] has no label",
+	} {
+		res := c.callTool("AskUserQuestion", map[string]any{"questions_json": input})
+		if !isError(res) || !strings.Contains(resultText(res), want) || !strings.Contains(resultText(res), "; for example: "+askShape) {
+			t.Errorf("%s:\n want %q and an example\n got  %q", input, want, resultText(res))
+		}
+	}
+	for _, args := range []map[string]any{{}, {"questions_json": ""}, {"questions_json": 5}, {"questions": "[]"},
+		{"questions": []any{}}, {"questions_json": strings.Repeat(" ", 100001)}} {
+		if res := c.callTool("AskUserQuestion", args); !isError(res) {
+			t.Errorf("%v: accepted", args)
+		}
+	}
+	if len(c.notes) != 0 {
+		t.Errorf("invalid input reached the client: %v", c.notes)
+	}
+}
+
+// TestAskUserQuestionShapes: every shape a model sends for the same question
+// (issue 20) reaches the user as that question. Without elicitation the
+// structured result shows the questions as telson read them.
+func TestAskUserQuestionShapes(t *testing.T) {
+	t.Parallel()
+	c := startServer(t)
+	c.initialize("2025-11-25")
+	one := `{"question":"Pick one?","options":["A","B"]}`
+	asJSON := map[string]string{
+		"object with questions":      `{"questions":[` + one + `]}`,
+		"bare array (issue 20)":      `[` + one + `]`,
+		"one question":               one,
+		"text, mixed options":        `[{"text":"Pick one?","options":[{"label":"A"},"B"]}]`,
+		"encoded twice":              strconv.Quote(`[` + one + `]`),
+		"spaces around":              "\n  [" + one + "]  \n",
+		"object options":             `{"questions":[{"question":"Pick one?","options":[{"label":"A"},{"label":"B"}],"multiSelect":false}]}`,
+		"multi_select, as JSON":      `[{"question":"Pick one?","options":["A","B"],"multi_select":true}]`,
+		"multiSelect, one alone":     `{"question":"Pick one?","options":["A","B"],"multiSelect":true}`,
+		"wrapped text, multi_select": `{"questions":[{"text":"Pick one?","options":["A","B"],"multi_select":true}]}`,
+	}
+	objects := []any{map[string]any{"label": "A"}, map[string]any{"label": "B"}}
+	asArray := map[string][]any{
+		"Claude Code's shape":  {map[string]any{"question": "Pick one?", "options": objects}},
+		"text and multiSelect": {map[string]any{"text": "Pick one?", "options": objects, "multiSelect": true}},
+		"multi_select":         {map[string]any{"question": "Pick one?", "options": objects, "multi_select": true}},
+	}
+	want := func(multi bool) string {
+		return fmt.Sprintf(`[{"multiSelect":%t,"options":[{"label":"A"},{"label":"B"}],"question":"Pick one?"}]`, multi)
+	}
+	check := func(name string, args map[string]any, multi bool) {
+		t.Helper()
+		res := c.callTool("AskUserQuestion", args)
+		sc, _ := res["structuredContent"].(map[string]any)
+		got, _ := json.Marshal(sc["questions"])
+		if isError(res) || sc["status"] != "ask_in_chat" || string(got) != want(multi) {
+			t.Errorf("%s: got %s %s", name, got, resultText(res))
+		}
+	}
+	for name, text := range asJSON {
+		check(name, map[string]any{"questions_json": text}, strings.Contains(name, "ulti"))
+	}
+	for name, qs := range asArray {
+		check(name, map[string]any{"questions": qs}, name != "Claude Code's shape")
+	}
+	// A client that parses JSON text arguments (the Inspector CLI) sends questions_json as JSON.
+	check("questions_json as JSON", decodeArgs(t, `{"questions_json":[`+one+`]}`).(map[string]any), false)
+	check("questions_json as a JSON object", decodeArgs(t, `{"questions_json":{"questions":[`+one+`]}}`).(map[string]any), false)
+	// questions is declared an array of objects: the argument check names what is wrong.
+	for args, want := range map[string]string{
+		`{"questions":{"question":"Pick one?","options":[{"label":"A"},{"label":"B"}]}}`: `"questions" must be an array, got an object`,
+		`{"questions":[{"question":"Pick one?","options":["A","B"]}]}`:                   `must be an object, got a string`,
+	} {
+		if res := c.callTool("AskUserQuestion", decodeArgs(t, args)); !isError(res) || !strings.Contains(resultText(res), want) {
+			t.Errorf("%s: want %q, got %q", args, want, resultText(res))
+		}
+	}
+	// The issue's call, through a client that shows the form.
+	c = startServer(t)
+	uiInitialize(c, "2025-11-25", map[string]any{"elicitation": map[string]any{}})
+	id := uiStartCall(c, "AskUserQuestion", map[string]any{"questions_json": `[{"question":"Pick one?","options":["A","B"]}]`})
+	req := uiNextRequest(c, "elicitation/create")
+	if !strings.Contains(req["_line"].(string), `"oneOf":[{"const":"A","title":"A"},{"const":"B","title":"B"}],"title":"Pick one?"`) {
+		t.Errorf("form: %s", req["_line"])
+	}
+	uiReply(c, req["id"], map[string]any{"action": "accept", "content": map[string]any{"q1": "B"}})
+	if res := uiResult(t, c.waitResponse(id)); isError(res) || !strings.HasPrefix(resultText(res), `User has answered your questions: "Pick one?"="B".`) {
+		t.Errorf("got %q", resultText(res))
+	}
+}
+
+func TestAskUserQuestionNoElicitation(t *testing.T) {
+	t.Parallel()
+	c := startServer(t)
+	c.initialize("2025-06-18")
+	res := c.callTool("AskUserQuestion", map[string]any{"questions_json": uiClaudeQuestions})
+	msg := "This client cannot show these questions to the user as a form. " +
+		"Do not assume an answer: ask the user these questions in chat and wait for the reply."
+	want := msg + `
+
+1. Which database?
+   - PostgreSQL — a server
+   - SQLite — one file
+2. Which extras? (several may be chosen)
+   - Redis
+   - Kafka
+   - S3`
+	if isError(res) || resultText(res) != want {
+		t.Errorf("got %q", resultText(res))
+	}
+	sc, _ := json.Marshal(res["structuredContent"])
+	if string(sc) != `{"answers":[],"message":"`+msg+`","questions":[{"header":"DB","multiSelect":false,"options":[{"description":"a server","label":"PostgreSQL"},{"description":"one file","label":"SQLite"}],"question":"Which database?"},{"header":"Extras","multiSelect":true,"options":[{"label":"Redis"},{"label":"Kafka"},{"label":"S3"}],"question":"Which extras?"}],"status":"ask_in_chat"}` {
+		t.Errorf("structured: %s", sc)
+	}
+	// Elicitation declared in a version without it: no form either.
+	c = startServer(t)
+	uiInitialize(c, "2025-03-26", map[string]any{"elicitation": map[string]any{}})
+	if res := c.callTool("AskUserQuestion", map[string]any{"questions_json": uiQuestions}); isError(res) || !strings.Contains(resultText(res), "cannot show these questions") {
+		t.Errorf("2025-03-26: %q", resultText(res))
+	}
+}
+
+func TestAskUserQuestionArray(t *testing.T) {
+	t.Parallel()
+	c := startServer(t)
+	uiInitialize(c, "2025-11-25", map[string]any{"elicitation": map[string]any{}})
+	var questions any
+	json.Unmarshal([]byte(askShape), &questions)
+	id := uiStartCall(c, "AskUserQuestion", map[string]any{"questions": questions, "wait_for_previous": true})
+	req := uiNextRequest(c, "elicitation/create")
+	if !strings.Contains(req["_line"].(string), `"oneOf":[{"const":"PostgreSQL","title":"PostgreSQL — a server"}`) {
+		t.Errorf("form: %s", req["_line"])
+	}
+	uiReply(c, req["id"], map[string]any{"action": "accept", "content": map[string]any{"q1": "SQLite"}})
+	res := uiResult(t, c.waitResponse(id))
+	if isError(res) || !strings.HasPrefix(resultText(res), `User has answered your questions: "Which database?"="SQLite".`) {
+		t.Errorf("got %q", resultText(res))
+	}
+	// Neither argument: the error shows the shape.
+	res = c.callTool("AskUserQuestion", map[string]any{})
+	if !isError(res) || !strings.Contains(resultText(res), askShape) {
+		t.Errorf("no questions: %q", resultText(res))
+	}
+}
+
+// TestAskUserQuestionInChatStructured: without elicitation, the structured
+// content alone tells the model what to do and what to ask.
+func TestAskUserQuestionInChatStructured(t *testing.T) {
+	t.Parallel()
+	c := startServer(t)
+	c.initialize("2025-11-25")
+	res := c.callTool("AskUserQuestion", map[string]any{"questions_json": uiQuestions})
+	sc, _ := res["structuredContent"].(map[string]any)
+	msg, _ := sc["message"].(string)
+	qs, _ := sc["questions"].([]any)
+	if isError(res) || sc["status"] != "ask_in_chat" || !strings.Contains(msg, "Do not assume an answer: ask the user") || len(qs) != 1 {
+		t.Errorf("got %v", res)
+	}
+}
+
+// An accepted form with nothing picked says so rather than giving an empty answer.
+func TestAskUserQuestionNothingPicked(t *testing.T) {
+	t.Parallel()
+	c := startServer(t)
+	uiInitialize(c, "2025-11-25", map[string]any{"elicitation": map[string]any{}})
+	id := uiStartCall(c, "AskUserQuestion", map[string]any{"questions_json": uiClaudeQuestions})
+	req := uiNextRequest(c, "elicitation/create")
+	uiReply(c, req["id"], map[string]any{"action": "accept", "content": map[string]any{}})
+	res := uiResult(t, c.waitResponse(id))
+	if !strings.Contains(resultText(res), `"Which database?"="(no answer)", "Which extras?"="(none selected)"`) {
+		t.Errorf("got %q", resultText(res))
+	}
+}
+
+// ---- InvokeSkill -------------------------------------------------------------------------------
+
+// wfSkill writes <root>/<name>/SKILL.md.
+func wfSkill(t *testing.T, root, name, text string) string {
+	t.Helper()
+	p := filepath.Join(root, name, "SKILL.md")
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return p
 }
 
-func TestWorkflowTaskManagerProjectsAndIDs(t *testing.T) {
-	t.Parallel()
-	c := startServer(t, "STATE_DIR="+t.TempDir())
+// Not parallel: it sets HOME.
+func TestWorkflowSkillSearchOrder(t *testing.T) {
+	home, proj, extra := t.TempDir(), t.TempDir(), t.TempDir()
+	t.Setenv("HOME", home)
+	skill := func(where string) string {
+		return "---\nname: dup\ndescription: from " + where + "\n---\nbody from " + where + "\n"
+	}
+	wfSkill(t, filepath.Join(proj, ".claude", "skills"), "dup", skill("project"))
+	os.Mkdir(filepath.Join(proj, ".git"), 0o755) // the project is the git root
+	wfSkill(t, filepath.Join(home, ".claude", "skills"), "dup", skill("user-claude"))
+	wfSkill(t, filepath.Join(home, ".telson", "skills"), "dup", skill("user-telson"))
+	wfSkill(t, extra, "dup", skill("extra"))
+	wfSkill(t, extra, "only-extra", "---\ndescription: extra only\n---\nx\n")
+	c := startServer(t, "STATE_DIR="+t.TempDir(), "ADDITIONAL_SKILLS="+extra)
 	c.initialize("2025-06-18")
-	tm := func(wantErr bool, args map[string]any, want ...string) map[string]any {
-		t.Helper()
-		return wfCall(t, c, "TaskManager", args, wantErr, want...)
+	os.MkdirAll(filepath.Join(proj, "src", "deep"), 0o755)
+	wfCall(t, c, "Bash", map[string]any{"command": "cd " + filepath.Join(proj, "src", "deep")}, false)
+	for _, where := range []string{"project", "user-claude", "user-telson", "extra"} {
+		res := wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "dup"}, false, "body from "+where)
+		if where == "project" && !strings.HasPrefix(resultText(res), "[skill: dup | Project Skill | path: "+filepath.Join(proj, ".claude", "skills", "dup", "SKILL.md")+"]") {
+			t.Fatalf("header: %s", resultText(res))
+		}
+		switch where { // remove the winner; the next folder takes over
+		case "project":
+			os.RemoveAll(filepath.Join(proj, ".claude"))
+		case "user-claude":
+			os.RemoveAll(filepath.Join(home, ".claude"))
+		case "user-telson":
+			os.RemoveAll(filepath.Join(home, ".telson"))
+		}
 	}
-	p1, p2 := wfProject(t), wfProject(t)
-	os.MkdirAll(filepath.Join(p1, "src", "deep"), 0o755)
-	wfCd(t, c, filepath.Join(p1, "src", "deep"))
-	res := tm(false, map[string]any{"action": "create", "text": "A"}, "Created task t1")
-	if sc := wfStructured(t, res); sc["project"] != p1 || sc["current"] != "t1" || sc["message"] != resultText(res) {
-		t.Fatalf("create structured: %v", sc)
-	}
-	tm(false, map[string]any{"action": "add", "text": "one"})
-	tm(false, map[string]any{"action": "add", "task_id": 1, "text": "two"}, "Added step t1.2")
-	tm(false, map[string]any{"action": "add", "task_id": "1", "text": "three"}, "Added step t1.3")
-
-	// Ids as bare numbers, integers or strings; a step in progress.
-	tm(false, map[string]any{"action": "complete", "step_id": 1}, "Completed step t1.1", "[1/3]")
-	tm(false, map[string]any{"action": "start", "task_id": 1, "step_id": "2"}, "Step t1.2", "in progress")
-	res = tm(false, map[string]any{"action": "pending"}, "- t1.2 two (in progress)", "- t1.3 three")
-	steps := wfStructured(t, res)["tasks"].([]any)[0].(map[string]any)["steps"].([]any)
-	if steps[1].(map[string]any)["in_progress"] != true || steps[0].(map[string]any)["done"] != true {
-		t.Fatalf("steps: %v", steps)
-	}
-	tm(false, map[string]any{"action": "start", "step_id": "t1.3"}, "Step t1.3")
-	if text := resultText(tm(false, map[string]any{"action": "pending"})); strings.Count(text, "in progress") != 1 {
-		t.Fatalf("two steps in progress: %s", text)
-	}
-	tm(true, map[string]any{"action": "start"}, "no step")
-
-	// complete without step_id refuses while steps are open.
-	tm(true, map[string]any{"action": "complete", "task_id": 1}, "open steps", "- t1.2 two", "- t1.3 three (in progress)", "force")
-	tm(false, map[string]any{"action": "list"}, `* t1 "A" [1/3]`)
-
-	// Another project has its own list and current task.
-	wfCd(t, c, p2)
-	tm(false, map[string]any{"action": "list"}, "No tasks in "+p2)
-	tm(true, map[string]any{"action": "add", "text": "x"}, "no current task")
-	tm(false, map[string]any{"action": "create", "text": "B"}, "Created task t2")
-	if text := resultText(tm(false, map[string]any{"action": "list"})); strings.Contains(text, `"A"`) {
-		t.Fatalf("another project's task listed: %s", text)
-	}
-	res = tm(false, map[string]any{"action": "list", "all": true}, `* t2 "B"`, `t1 "A" [1/3] in `+p1)
-	if n := len(wfStructured(t, res)["tasks"].([]any)); n != 2 {
-		t.Fatalf("all: %d tasks", n)
-	}
-	wfCd(t, c, p1)
-	tm(false, map[string]any{"action": "list"}, `* t1 "A"`)
-	tm(false, map[string]any{"action": "complete", "force": true}, "Completed task t1", "[3/3]")
+	wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "only-extra"}, false, "Additional Skill")
 }
 
-// tasks.json must be a regular file read through a cap; a symlink is written through.
-func TestWorkflowTaskManagerFileNotRegular(t *testing.T) {
+// Not parallel: it sets HOME.
+func TestWorkflowSkillsListingAndChanges(t *testing.T) {
+	home, proj := t.TempDir(), t.TempDir()
+	t.Setenv("HOME", home)
+	root := filepath.Join(proj, ".claude", "skills")
+	wfSkill(t, root, "release-notes", "---\nname: release-notes\ndescription: Write release notes for a version.\nargument-hint: \"<version> [audience]\"\n---\n\nNotes for $ARGUMENTS.\n")
+	wfSkill(t, root, "plain", "---\ndescription: \"It's plain\"\n---\nDo the plain thing.\n")
+	wfSkill(t, root, "broken", "---\ndescription: no end\n")
+	wfSkill(t, root, "nodesc", "---\nname: nodesc\n---\nx\n")
+	wfSkill(t, root, "block", "---\ndescription: >\n  folded\n---\nx\n")
+	c := startServer(t, "STATE_DIR="+t.TempDir())
+	init := c.initialize("2025-06-18")
+	if caps := init["result"].(map[string]any)["capabilities"].(map[string]any); caps["prompts"] != nil {
+		t.Fatalf("skills are not served as prompts: %v", caps)
+	}
+	wfCall(t, c, "Bash", map[string]any{"command": "cd " + proj}, false)
+	// The first call from the project directory finds its skills and says the list changed.
+	res := wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "release-notes", "arguments": `v2.3 "ops team"`}, false,
+		"[skill: release-notes | Project Skill | path: ", `Notes for v2.3 "ops team".`)
+	if strings.Contains(resultText(res), "name: release-notes") {
+		t.Fatalf("front matter in the reply: %s", resultText(res))
+	}
+	if n := len(wfNotes(c, "notifications/tools/list_changed")); n < 1 {
+		t.Fatalf("no tools/list_changed after the project's skills appeared")
+	}
+	wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "plain", "arguments": "extra words"}, false, "Do the plain thing.\n\nARGUMENTS: extra words")
+	wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "plain"}, false, "Do the plain thing.")
+	wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "relase-notes"}, true, `skill "relase-notes" not found`, "available: plain, release-notes")
+	wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "broken"}, true, "not found")
+	wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": ""}, true, "at least 1")
+	wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "plain", "arguments": []any{3}}, true, "must be a string")
+
+	list := c.request("tools/list", nil)["result"].(map[string]any)["tools"].([]any)
+	var desc string
+	for _, tl := range list {
+		if tl.(map[string]any)["name"] == "InvokeSkill" {
+			desc = tl.(map[string]any)["description"].(string)
+		}
+	}
+	for _, want := range []string{"- plain: It's plain\n- release-notes: Write release notes for a version."} {
+		if !strings.Contains(desc, want) {
+			t.Fatalf("description lacks %q:\n%s", want, desc)
+		}
+	}
+	for _, name := range []string{"broken", "nodesc", "block"} {
+		if !strings.Contains(c.stderr.String(), "skipping "+filepath.Join(root, name, "SKILL.md")) {
+			t.Fatalf("no warning on stderr for %s: %s", name, c.stderr.String())
+		}
+	}
+
+	for _, method := range []string{"prompts/list", "prompts/get"} {
+		if code := errCode(c.request(method, map[string]any{"name": "plain"})); code != codeMethodNotFound {
+			t.Fatalf("%s: code %d, want method not found", method, code)
+		}
+	}
+
+	// A new skill: the list changes, and the client hears it once.
+	wfNotes(c, "notifications/tools/list_changed")
+	wfSkill(t, root, "newer", "---\ndescription: a new one\n---\nnew\n")
+	wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "newer"}, false, "new")
+	if n := len(wfNotes(c, "notifications/tools/list_changed")); n != 1 {
+		t.Fatalf("%d tools/list_changed after adding a skill, want 1", n)
+	}
+	wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "newer"}, false, "new")
+	if n := len(wfNotes(c, "notifications/tools/list_changed")); n != 0 {
+		t.Fatalf("tools/list_changed without a change")
+	}
+	list = c.request("tools/list", nil)["result"].(map[string]any)["tools"].([]any)
+	if b, _ := json.Marshal(list); !strings.Contains(string(b), "- newer: a new one") {
+		t.Fatal("tools/list still shows the old skill list")
+	}
+}
+
+func TestWorkflowExpandSkill(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	path := filepath.Join(dir, "tasks.json")
-	c := startServer(t, "STATE_DIR="+dir)
-	c.initialize("2025-06-18")
-	if err := syscall.Mkfifo(path, 0o600); err != nil {
-		t.Fatal(err)
+	for _, tc := range []struct{ body, args, want string }{
+		{"Fix $ARGUMENTS now", "issue 12", "Fix issue 12 now"},
+		{"$ARGUMENTS|$ARGUMENTS", `a "b c"`, `a "b c"|a "b c"`},
+		{"no placeholder\n", "some args", "no placeholder\n\nARGUMENTS: some args"},
+		{"no placeholder\n", "", "no placeholder\n"},
+		{"dir ${CLAUDE_SKILL_DIR}/x", "", "dir /skills/s/x"},
+		{"$ARGUMENTS", "", ""},
+	} {
+		if got, err := expandSkill(tc.body, tc.args, "/skills/s"); got != tc.want || err != nil {
+			t.Errorf("expandSkill(%q, %q) = %q, %v; want %q", tc.body, tc.args, got, err, tc.want)
+		}
 	}
-	wfCall(t, c, "TaskManager", map[string]any{"action": "list"}, true, "not a regular file", "left untouched")
-	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "x"}, true, "not a regular file")
-	os.Remove(path)
+}
 
-	os.Symlink("/dev/zero", path)
-	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "x"}, true, "not a regular file")
-	if target, err := os.Readlink(path); err != nil || target != "/dev/zero" {
-		t.Fatalf("link replaced: %q %v", target, err)
+func TestWorkflowParseSkill(t *testing.T) {
+	t.Parallel()
+	desc, body, err := parseSkill("\ufeff---\r\nname: a\r\ndescription: first\r\n  continued\r\nargument-hint: \"[x]\"\r\nallowed-tools:\r\n  - Bash\r\n---\r\n\r\nBody\r\n")
+	if err != nil || desc != "first" || body != "Body\n" {
+		t.Fatalf("parseSkill: %q %q %v", desc, body, err)
 	}
-	os.Remove(path)
+	if desc, _, err := parseSkill("---\ndescription: \"It's \\\"quoted\\\"\"\n---\n"); err != nil || desc != `It's "quoted"` {
+		t.Fatalf("quoted description: %q %v", desc, err)
+	}
+	for _, bad := range []string{"", "no front matter", "---\nname: x\n", "---\nname: x\n---\nbody", "---\ndescription: |\n  block\n---\n"} {
+		if _, _, err := parseSkill(bad); err == nil {
+			t.Errorf("parseSkill(%q): no error", bad)
+		}
+	}
+}
 
-	// A dangling link is not replaced by a file.
-	os.Symlink(filepath.Join(dir, "nowhere", "tasks.json"), path)
-	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "x"}, true, "not a regular file")
-	if fi, err := os.Lstat(path); err != nil || fi.Mode()&os.ModeSymlink == 0 {
-		t.Fatalf("dangling link replaced: %v %v", fi, err)
-	}
-	os.Remove(path)
+// FuzzParseSkill: no SKILL.md makes parseSkill or expandSkill panic, and an
+// expanded skill stays within its cap.
+func FuzzParseSkill(f *testing.F) {
+	f.Add("---\nname: release-notes\ndescription: Write release notes for a version.\nargument-hint: \"<version> [audience]\"\n---\n\nNotes for $ARGUMENTS, see ${CLAUDE_SKILL_DIR}/template.md.\n", "v2.3 ops")
+	f.Add("\ufeff---\r\nname: a\r\ndescription: \"It's \\\"quoted\\\"\"\r\nallowed-tools:\r\n  - Bash\r\n---\r\n\r\nBody\r\n", "")
+	f.Add("---\ndescription: >\n  folded\n---\nx\n", "args")
+	f.Add("---\ndescription: no end\n", "")
+	f.Add("---\ndescription: d\n---\n"+strings.Repeat("$ARGUMENTS", 100), strings.Repeat("x", 3000))
+	f.Fuzz(func(t *testing.T, text, args string) {
+		desc, body, err := parseSkill(text)
+		if err != nil {
+			return
+		}
+		if strings.Trim(desc, ">|+-") == "" || len(body) > len(text) {
+			t.Fatalf("parseSkill(%q) = %q, %q", text, desc, body)
+		}
+		out, err := expandSkill(body, args, "/home/me/.claude/skills/s")
+		if err == nil && len(out) > maxSkillBytes {
+			t.Fatalf("expanded to %d bytes", len(out))
+		}
+	})
+}
 
-	// A link to a real file is followed and written through.
-	real := filepath.Join(t.TempDir(), "real-tasks.json")
-	os.WriteFile(real, []byte(`{"tasks":[]}`), 0o600)
-	os.Symlink(real, path)
-	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "through the link"}, false, "Created task t1")
-	if fi, err := os.Lstat(path); err != nil || fi.Mode()&os.ModeSymlink == 0 {
-		t.Fatalf("link replaced: %v %v", fi, err)
+// BenchmarkWorkflowSkillCatalog compares a refresh that finds nothing
+// changed (what every tool call and the two-second watch cost) with a full
+// re-read of 50 skills.
+func BenchmarkWorkflowSkillCatalog(b *testing.B) {
+	root := b.TempDir()
+	for i := 0; i < 50; i++ {
+		p := filepath.Join(root, fmt.Sprintf("skill-%02d", i), "SKILL.md")
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		os.WriteFile(p, []byte(fmt.Sprintf("---\nname: skill-%02d\ndescription: does thing %d\n---\nbody $ARGUMENTS\n", i, i)), 0o644)
 	}
-	if b, _ := os.ReadFile(real); !bytes.Contains(b, []byte("through the link")) {
-		t.Fatalf("target holds %s", b)
-	}
+	srv := newServer(testSettings(b, "ADDITIONAL_SKILLS="+root), io.Discard)
+	srv.skills.refresh(srv, root)
+	b.Run("unchanged", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			srv.skills.refresh(srv, root)
+		}
+	})
+	b.Run("rescan", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			srv.skills.mu.Lock()
+			srv.skills.sig = ""
+			srv.skills.mu.Unlock()
+			srv.skills.refresh(srv, root)
+		}
+	})
 }
 
 // Not parallel: it sets HOME.
@@ -8328,6 +8454,110 @@ func TestWorkflowSkillArgumentsCapped(t *testing.T) {
 	}
 }
 
+// ---- SetCallback -------------------------------------------------------------------------------
+
+// wfFire fires callback slot i at once, as its timer would, and stops that
+// timer. The tests' delays are long, so the timer never fires by itself.
+func wfFire(t *testing.T, s *session, i int) {
+	t.Helper()
+	cb := s.workflow.callbacks
+	cb.mu.Lock()
+	sl := cb.slots[i]
+	stopped := sl != nil && sl.timer.Stop()
+	cb.mu.Unlock()
+	if !stopped {
+		t.Fatalf("callback slot %d has no armed timer", i)
+	}
+	cb.fire(i, sl)
+}
+
+func TestWorkflowCallbacks(t *testing.T) {
+	t.Parallel()
+	c, s := wfStart(t, map[string]string{"STATE_DIR": t.TempDir()})
+	c.initialize("2025-06-18")
+	cbk := func(wantErr bool, args map[string]any, want ...string) map[string]any {
+		t.Helper()
+		return wfCall(t, c, "SetCallback", args, wantErr, want...)
+	}
+	cbk(false, map[string]any{"action": "list"}, "No active callbacks.")
+	cbk(false, map[string]any{"message": "check the deploy", "delay_seconds": 30, "repeat_count": 3}, "Callback scheduled in slot 0: fires every 30s, 3 times.")
+	cbk(false, map[string]any{"action": "set", "message": strings.Repeat("long message ", 10), "delay_seconds": 3600, "repeat_count": -1}, "slot 1: fires every 3600s until cancelled.")
+	text := resultText(cbk(false, map[string]any{"action": "list"}, "Active callbacks (2/8):\n  [0] \"check the deploy\" - fires in ", "s (3 left)\n  [1] \"long message long message long message long message long message long message long message long message long message long message \" - fires in "))
+	if !regexp.MustCompile(`fires in (29|30)s \(3 left\)`).MatchString(text) || !regexp.MustCompile(`fires in (59m59s|1h0m0s) \(infinite\)`).MatchString(text) {
+		t.Fatalf("list: %s", text)
+	}
+
+	// A fire reaches the next tool result, once.
+	wfFire(t, s, 0)
+	res := cbk(false, map[string]any{"action": "list"}, "(2 left)")
+	if first := res["content"].([]any)[0].(map[string]any)["text"]; first != "[callback 0] check the deploy" {
+		t.Fatalf("notice: %v", res["content"])
+	}
+	if text := resultText(cbk(false, map[string]any{"action": "list"})); strings.Contains(text, "[callback") {
+		t.Fatalf("notice delivered twice: %s", text)
+	}
+	// Repeat count: two more fires, then the slot is free.
+	wfFire(t, s, 0)
+	wfFire(t, s, 0)
+	text = resultText(cbk(false, map[string]any{"action": "list"}, "Active callbacks (1/8):"))
+	if strings.Count(text, "[callback 0] check the deploy") != 2 || strings.Contains(text, "[0]") {
+		t.Fatalf("after three fires: %s", text)
+	}
+	// Forever: fires again and again.
+	for i := 0; i < 5; i++ {
+		wfFire(t, s, 1)
+	}
+	cbk(false, map[string]any{"action": "list"}, "[1] ", "(infinite)")
+
+	// The default, and 0, mean once.
+	cbk(false, map[string]any{"message": "once", "delay_seconds": 60, "repeat_count": 0}, "slot 0: fires once in 60s.")
+	wfFire(t, s, 0)
+	text = resultText(cbk(false, map[string]any{"action": "list"}))
+	if strings.Count(text, "[callback 0] once") != 1 || strings.Contains(text, "[0]") {
+		t.Fatalf("one-shot: %s", text)
+	}
+
+	// Slot exhaustion.
+	for i := 0; i < 7; i++ {
+		cbk(false, map[string]any{"message": fmt.Sprintf("m%d", i), "delay_seconds": 60})
+	}
+	cbk(true, map[string]any{"message": "ninth", "delay_seconds": 60}, "all callback slots full (max 8)")
+	cbk(false, map[string]any{"action": "list"}, "Active callbacks (8/8):")
+
+	// Cancel one, then all: their timers stop.
+	cbk(false, map[string]any{"action": "cancel", "callback_id": 3}, `Cancelled callback slot 3: "m2"`)
+	cbk(true, map[string]any{"action": "cancel", "callback_id": 3}, "callback slot 3 is not active")
+	cbk(true, map[string]any{"action": "cancel", "callback_id": 8}, "must be at most 7")
+	cbk(true, map[string]any{"action": "cancel", "callback_id": -1}, "must be at least 0")
+	cbk(false, map[string]any{"message": "reuses slot 3", "delay_seconds": 50}, "slot 3")
+	timers := wfTimers(s)
+	cbk(false, map[string]any{"action": "cancel"}, "Cancelled 8 callbacks.")
+	cbk(false, map[string]any{"action": "list"}, "No active callbacks.")
+	if len(timers) != 8 {
+		t.Fatalf("%d timers before the cancel, want 8", len(timers))
+	}
+	wfStopped(t, timers)
+
+	// Bad input, parameter by parameter.
+	cbk(true, map[string]any{"delay_seconds": 5}, "SetCallback: missing message parameter")
+	cbk(true, map[string]any{"message": "  ", "delay_seconds": 5}, "missing message parameter")
+	cbk(true, map[string]any{"message": strings.Repeat("x", 2049), "delay_seconds": 5}, "at most 2048")
+	cbk(true, map[string]any{"message": "m"}, "missing delay_seconds")
+	cbk(true, map[string]any{"message": "m", "delay_seconds": 7200}, `"delay_seconds" must be at most 3600, got 7200`)
+	cbk(true, map[string]any{"message": "m", "delay_seconds": 0}, "must be at least 1")
+	cbk(true, map[string]any{"message": "m", "delay_seconds": 1.5}, "must be an integer")
+	cbk(true, map[string]any{"message": "m", "delay_seconds": 5, "repeat_count": -2}, `"repeat_count" must be at least -1`)
+	cbk(true, map[string]any{"action": "snooze"}, "must be one of")
+	cbk(true, map[string]any{"action": "cancel", "callback_id": "two"}, "must be an integer")
+
+	// The session's end stops every timer.
+	cbk(false, map[string]any{"message": "m", "delay_seconds": 60})
+	timers = wfTimers(s)
+	s.stopWorkflow()
+	wfStopped(t, timers)
+	cbk(true, map[string]any{"message": "m", "delay_seconds": 5}, "callback slots not available")
+}
+
 func TestWorkflowCallbackDefaultsOnce(t *testing.T) {
 	t.Parallel()
 	c, s := wfStart(t, map[string]string{"STATE_DIR": t.TempDir()})
@@ -8340,250 +8570,4 @@ func TestWorkflowCallbackDefaultsOnce(t *testing.T) {
 	wfCall(t, c, "SetCallback", map[string]any{"message": "a", "delay_seconds": 60, "repeat_count": 2}, false, "fires every 60s, 2 times.")
 	wfCall(t, c, "SetCallback", map[string]any{"action": "cancel"}, false, "Cancelled 1 callback.")
 	wfCall(t, c, "SetCallback", map[string]any{"action": "cancel"}, false, "Cancelled 0 callbacks.")
-}
-
-// In the 2026-07-28 era the approval form comes back as an input-required
-// result, and the retried call carries the answer.
-func TestWorkflowPlanModeApprovalModern(t *testing.T) {
-	t.Parallel()
-	c := startServer(t, "STATE_DIR="+t.TempDir())
-	call := func(args map[string]any, extra map[string]any) map[string]any {
-		t.Helper()
-		p := map[string]any{"name": "PlanMode", "arguments": args, "_meta": map[string]any{
-			"io.modelcontextprotocol/protocolVersion":    "2026-07-28",
-			"io.modelcontextprotocol/clientCapabilities": map[string]any{"elicitation": map[string]any{}}}}
-		for k, v := range extra {
-			p[k] = v
-		}
-		return uiResult(t, c.request("tools/call", p))
-	}
-	call(map[string]any{"action": "enter", "goal": "g"}, nil)
-	exit := map[string]any{"action": "exit", "plan": "the plan"}
-	first := call(exit, nil)
-	ask, _ := first["inputRequests"].(map[string]any)["approve"].(map[string]any)
-	if first["resultType"] != "input_required" || ask["method"] != "elicitation/create" ||
-		!strings.Contains(ask["params"].(map[string]any)["message"].(string), "the plan") {
-		t.Fatalf("first: %v", first)
-	}
-	answer := func(decision string) map[string]any {
-		return map[string]any{"requestState": first["requestState"], "inputResponses": map[string]any{
-			"approve": map[string]any{"action": "accept", "content": map[string]any{"decision": decision}}}}
-	}
-	if sc := wfStructured(t, call(exit, answer("keep planning"))); sc["active"] != true || sc["approval"] != "keep planning" {
-		t.Fatalf("keep planning: %v", sc)
-	}
-	if sc := wfStructured(t, call(exit, answer("approve"))); sc["active"] != false || sc["approval"] != "approved" {
-		t.Fatalf("approve: %v", sc)
-	}
-}
-
-// uiChunk writes one PNG chunk.
-func uiChunk(w *bufio.Writer, kind string, data []byte) {
-	binary.Write(w, binary.BigEndian, uint32(len(data)))
-	w.WriteString(kind)
-	w.Write(data)
-	binary.Write(w, binary.BigEndian, crc32.ChecksumIEEE(append([]byte(kind), data...)))
-}
-
-// uiZeroPNG writes a valid w×h PNG of black pixels, compressing the rows as it
-// goes so that even a huge image costs the test little memory.
-func uiZeroPNG(t *testing.T, path string, w, h int, depth, colorType byte) {
-	t.Helper()
-	channels := map[byte]int{0: 1, 2: 3, 3: 1, 4: 2, 6: 4}[colorType]
-	rowBytes := 1 + (w*channels*int(depth)+7)/8
-	var idat bytes.Buffer
-	zw, _ := zlib.NewWriterLevel(&idat, zlib.BestSpeed)
-	zero := make([]byte, 1<<20)
-	for y := 0; y < h; y++ {
-		for n := rowBytes; n > 0; n -= min(n, len(zero)) {
-			zw.Write(zero[:min(n, len(zero))])
-		}
-	}
-	zw.Close()
-	ihdr := binary.BigEndian.AppendUint32(nil, uint32(w))
-	ihdr = binary.BigEndian.AppendUint32(ihdr, uint32(h))
-	ihdr = append(ihdr, depth, colorType, 0, 0, 0)
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	bw := bufio.NewWriter(f)
-	bw.WriteString("\x89PNG\r\n\x1a\n")
-	uiChunk(bw, "IHDR", ihdr)
-	if colorType == 3 {
-		uiChunk(bw, "PLTE", []byte{0, 0, 0, 255, 255, 255})
-	}
-	uiChunk(bw, "IDAT", idat.Bytes())
-	uiChunk(bw, "IEND", nil)
-	if err := bw.Flush(); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// uiProgressiveJPEG builds a progressive (SOF2) w×h JPEG, 4:4:4, of one grey:
-// a single DC scan whose every difference is the 1-bit code 0. With 4
-// components it is CMYK (an Adobe segment says so), Go's costliest image to
-// decode: 4 bytes of coefficients a pixel for each component, and a copy.
-func uiProgressiveJPEG(w, h, components int) []byte {
-	var b bytes.Buffer
-	seg := func(marker byte, data []byte) {
-		b.Write([]byte{0xff, marker, byte((len(data) + 2) >> 8), byte(len(data) + 2)})
-		b.Write(data)
-	}
-	b.Write([]byte{0xff, 0xd8})
-	if components == 4 {
-		seg(0xee, []byte("Adobe\x00\x64\x00\x00\x00\x00\x00")) // transform 0: CMYK
-	}
-	seg(0xdb, append([]byte{0}, bytes.Repeat([]byte{1}, 64)...))
-	sof := []byte{8, byte(h >> 8), byte(h), byte(w >> 8), byte(w), byte(components)}
-	sos := []byte{byte(components)}
-	for i := 1; i <= components; i++ {
-		sof = append(sof, byte(i), 0x11, 0)
-		sos = append(sos, byte(i), 0x00)
-	}
-	seg(0xc2, sof)
-	seg(0xc4, append([]byte{0x00, 1}, append(make([]byte, 15), 0)...)) // DC table 0: one 1-bit code, category 0
-	seg(0xda, append(sos, 0, 0, 0))
-	bits := components * ((w + 7) / 8) * ((h + 7) / 8)
-	b.Write(make([]byte, bits/8))
-	if bits%8 != 0 {
-		b.WriteByte(0xff >> (bits % 8)) // the last byte padded with ones
-	}
-	b.Write([]byte{0xff, 0xd9})
-	return b.Bytes()
-}
-
-// uiPeakCall runs "telson call ReadImage" on path as its own process and
-// returns its output, its peak resident memory in MB and its exit code.
-func uiPeakCall(t *testing.T, path string) (string, int64, int) {
-	t.Helper()
-	args, _ := json.Marshal(map[string]string{"file_path": path})
-	cmd := exec.Command(os.Args[0], "call", "ReadImage", string(args))
-	cmd.Env = append(os.Environ(), "TELSON_RUN_MAIN=1")
-	out, _ := cmd.CombinedOutput()
-	if cmd.ProcessState == nil {
-		t.Fatalf("%s did not run: %s", path, out)
-	}
-	peak := cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss / 1024
-	return string(out), peak, cmd.ProcessState.ExitCode()
-}
-
-// TestReadImagePeakMemory reads hostile images with the real binary. Those
-// over the pixel cap (they used to cost gigabytes) are refused before
-// decoding; Go's costliest images at the cap, in a file of imageMaxFile
-// bytes, are decoded and scaled. Each stays under 300 MB.
-func TestReadImagePeakMemory(t *testing.T) {
-	if testing.Short() {
-		t.Skip("writes and reads images of up to 100 megapixels")
-	}
-	if bi, _ := debug.ReadBuildInfo(); slices.Contains(bi.Settings, debug.BuildSetting{Key: "-race", Value: "true"}) {
-		t.Skip("the race detector's shadow memory would be measured too")
-	}
-	dir := t.TempDir()
-	paths := map[string]string{
-		"wide grey PNG":         filepath.Join(dir, "wide-grey.png"),
-		"16-bit PNG":            filepath.Join(dir, "deep.png"),
-		"progressive JPEG":      filepath.Join(dir, "progressive.jpg"),
-		"CMYK JPEG at the cap":  filepath.Join(dir, "cmyk.jpg"),
-		"thin CMYK JPEG":        filepath.Join(dir, "thin-cmyk.jpg"),
-		"16-bit PNG at the cap": filepath.Join(dir, "deep-cap.png"),
-		"wide PNG at the cap":   filepath.Join(dir, "wide-cap.png"),
-	}
-	uiZeroPNG(t, paths["wide grey PNG"], 50_000_000, 1, 8, 0)
-	uiZeroPNG(t, paths["16-bit PNG"], 10000, 10000, 16, 2)
-	uiWriteFile(t, dir, "progressive.jpg", uiProgressiveJPEG(10000, 10000, 3))
-	// Zeros after the end of the image make them the largest file ReadImage reads.
-	uiWriteFile(t, dir, "cmyk.jpg", uiProgressiveJPEG(4096, 2048, 4))
-	uiWriteFile(t, dir, "thin-cmyk.jpg", uiProgressiveJPEG(65535, 128, 4)) // 8×8 blocks: no padding rows
-	for _, name := range []string{"CMYK JPEG at the cap", "thin CMYK JPEG"} {
-		if err := os.Truncate(paths[name], imageMaxFile); err != nil {
-			t.Fatal(err)
-		}
-	}
-	uiZeroPNG(t, paths["16-bit PNG at the cap"], 4096, 2048, 16, 6)
-	uiZeroPNG(t, paths["wide PNG at the cap"], imageMaxPixels, 1, 8, 3)
-	want := map[string]string{
-		"wide grey PNG":         "50000000×1 px is over the 8.4 megapixels telson decodes: shrink it in Bash first",
-		"16-bit PNG":            "10000×10000 px is over the 8.4 megapixels",
-		"progressive JPEG":      "10000×10000 px is over the 8.4 megapixels",
-		"CMYK JPEG at the cap":  "4096×2048 px, 40.0 MB; scaled to 2000×1000",
-		"thin CMYK JPEG":        "65535×128 px, 40.0 MB; scaled to 2000×4",
-		"16-bit PNG at the cap": "scaled to 2000×1000 and re-encoded as image/png",
-		"wide PNG at the cap":   "scaled to 2000×1",
-	}
-	for name, path := range paths {
-		out, peak, _ := uiPeakCall(t, path)
-		t.Logf("%s: peak %d MB: %s", name, peak, strings.TrimSpace(out))
-		if peak >= 300 {
-			t.Errorf("%s: peak %d MB, want under 300", name, peak)
-		}
-		if !strings.Contains(out, want[name]) {
-			t.Errorf("%s: got %q, want %q", name, out, want[name])
-		}
-	}
-}
-
-func TestAskUserQuestionArray(t *testing.T) {
-	t.Parallel()
-	c := startServer(t)
-	uiInitialize(c, "2025-11-25", map[string]any{"elicitation": map[string]any{}})
-	var questions any
-	json.Unmarshal([]byte(askShape), &questions)
-	id := uiStartCall(c, "AskUserQuestion", map[string]any{"questions": questions, "wait_for_previous": true})
-	req := uiNextRequest(c, "elicitation/create")
-	if !strings.Contains(req["_line"].(string), `"oneOf":[{"const":"PostgreSQL","title":"PostgreSQL — a server"}`) {
-		t.Errorf("form: %s", req["_line"])
-	}
-	uiReply(c, req["id"], map[string]any{"action": "accept", "content": map[string]any{"q1": "SQLite"}})
-	res := uiResult(t, c.waitResponse(id))
-	if isError(res) || !strings.HasPrefix(resultText(res), `User has answered your questions: "Which database?"="SQLite".`) {
-		t.Errorf("got %q", resultText(res))
-	}
-	// Neither argument: the error shows the shape.
-	res = c.callTool("AskUserQuestion", map[string]any{})
-	if !isError(res) || !strings.Contains(resultText(res), askShape) {
-		t.Errorf("no questions: %q", resultText(res))
-	}
-}
-
-// TestAskUserQuestionInChatStructured: without elicitation, the structured
-// content alone tells the model what to do and what to ask.
-func TestAskUserQuestionInChatStructured(t *testing.T) {
-	t.Parallel()
-	c := startServer(t)
-	c.initialize("2025-11-25")
-	res := c.callTool("AskUserQuestion", map[string]any{"questions_json": uiQuestions})
-	sc, _ := res["structuredContent"].(map[string]any)
-	msg, _ := sc["message"].(string)
-	qs, _ := sc["questions"].([]any)
-	if isError(res) || sc["status"] != "ask_in_chat" || !strings.Contains(msg, "Do not assume an answer: ask the user") || len(qs) != 1 {
-		t.Errorf("got %v", res)
-	}
-}
-
-// An accepted form with nothing picked says so rather than giving an empty answer.
-func TestAskUserQuestionNothingPicked(t *testing.T) {
-	t.Parallel()
-	c := startServer(t)
-	uiInitialize(c, "2025-11-25", map[string]any{"elicitation": map[string]any{}})
-	id := uiStartCall(c, "AskUserQuestion", map[string]any{"questions_json": uiClaudeQuestions})
-	req := uiNextRequest(c, "elicitation/create")
-	uiReply(c, req["id"], map[string]any{"action": "accept", "content": map[string]any{}})
-	res := uiResult(t, c.waitResponse(id))
-	if !strings.Contains(resultText(res), `"Which database?"="(no answer)", "Which extras?"="(none selected)"`) {
-		t.Errorf("got %q", resultText(res))
-	}
-}
-
-// decodeArgs decodes a tool call's arguments as tools/call does: numbers stay json.Number.
-func decodeArgs(t *testing.T, in string) any {
-	t.Helper()
-	dec := json.NewDecoder(strings.NewReader(in))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		t.Fatalf("%s: %v", in, err)
-	}
-	return v
 }
