@@ -1016,7 +1016,7 @@ type jsonSchema struct {
 	MaxLength   *float64
 	MinItems    *float64
 	MaxItems    *float64
-	raw         json.RawMessage // the schema as text, compact
+	raw         json.RawMessage // the schema as written (encoding/json compacts it when sent)
 }
 
 func parseSchema(text string) (*jsonSchema, error) {
@@ -1027,7 +1027,7 @@ func parseSchema(text string) (*jsonSchema, error) {
 	if schema.Type != "object" {
 		return nil, fmt.Errorf("schema: type is %q, want object", schema.Type)
 	}
-	schema.raw = json.RawMessage(text) // encoding/json compacts it when it sends it
+	schema.raw = json.RawMessage(text)
 	return &schema, nil
 }
 

@@ -417,17 +417,20 @@ var terminalEscape = regexp.MustCompile(`\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*
 // invalid UTF-8 is replaced and other control characters but tab go.
 func terminalText(s string) string {
 	s = terminalEscape.ReplaceAllString(strings.ToValidUTF8(s, "\uFFFD"), "")
-	lines := strings.Split(s, "\n")
-	for i, line := range lines {
-		line = strings.TrimSuffix(line, "\r") // a CRLF line ending
-		lines[i] = line[strings.LastIndexByte(line, '\r')+1:]
+	if strings.Contains(s, "\r") { // most output has none: its lines are left whole
+		lines := strings.Split(s, "\n")
+		for i, line := range lines {
+			line = strings.TrimSuffix(line, "\r") // a CRLF line ending
+			lines[i] = line[strings.LastIndexByte(line, '\r')+1:]
+		}
+		s = strings.Join(lines, "\n")
 	}
 	return strings.Map(func(r rune) rune {
 		if unicode.IsControl(r) && r != '\n' && r != '\t' {
 			return -1
 		}
 		return r
-	}, strings.Join(lines, "\n"))
+	}, s)
 }
 
 // Kept output files: each holds up to keptFileBytes; the oldest beyond keptFiles are removed.
