@@ -5636,9 +5636,12 @@ func TestBrowserAttach(t *testing.T) {
 
 // With a browser, what the page's style hides is left out (stylesheets are
 // not loaded, but a <style> in the page applies); what a click reveals is not.
+// Text in the default ink is not judged by colour: here the stylesheet not
+// loaded gives the article a white box on the black around it.
 func TestBrowserHiddenText(t *testing.T) {
 	readdocsNeedBrowser(t)
-	page := `<html><head><title>Hidden</title><style>.gone { display: none }
+	page := `<html><head><title>Hidden</title><link rel="stylesheet" href="/theme.css">
+<style>.night { background: #000 } .gone { display: none }
 .sr { position: absolute; width: 1px; height: 1px; overflow: hidden;
   clip: rect(0 0 0 0) }</style></head>
 <body><main><h1>Visible heading</h1><p>Visible paragraph.</p>
@@ -5652,10 +5655,16 @@ func TestBrowserHiddenText(t *testing.T) {
 <p style="visibility:hidden">Invisible text.</p>
 <div style="font-size:0"><span style="font-size:16px">Shown inside a zero-size block.</span></div>
 <div style="background:#000; color:#fff"><p>White on black.</p></div>
+<div class="night"><article class="post"><p>Default ink on the page's black.</p></article></div>
 <div role="tabpanel" class="gone">Other tab's text.</div>
 <details><summary>More</summary><p>Folded text.</p></details>
 </main></body></html>`
 	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/theme.css" {
+			w.Header().Set("Content-Type", "text/css")
+			io.WriteString(w, ".post { background: #fff }")
+			return
+		}
 		io.WriteString(w, page)
 	}))
 	defer site.Close()
@@ -5665,6 +5674,7 @@ func TestBrowserHiddenText(t *testing.T) {
 		text, sc, _ := readdocsCall(t, c, map[string]any{"url": site.URL + "/", "format": format})
 		for _, want := range []string{"Visible heading", "Visible paragraph.",
 			"Visible after it.", "Shown inside a zero-size block.", "White on black.",
+			"Default ink on the page's black.",
 			"Other tab's text.", "Folded text."} {
 			if !strings.Contains(text, want) {
 				t.Errorf("%s: %q left out:\n%s", format, want, text)

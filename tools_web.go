@@ -2241,8 +2241,9 @@ func (b *browser) read(ctx context.Context, srv *server, pageURL string,
 // computed style hides them (none shown, transparent, clipped to nothing, a
 // box of a pixel that clips, placed left of or above the page), and wraps in
 // <span hidden> the text too small to read, hidden, or of its background's
-// colour. What a reader reveals with a click (tab panels, a closed
-// <details>) is left as it is. Style is all measured before anything changes;
+// colour (text in the default ink is not judged by colour: the stylesheet not
+// loaded would set its colour or the box behind it). What a reader reveals
+// with a click (tab panels, a closed <details>) is left as it is. Style is all measured before anything changes;
 // then the page's style elements and attributes are removed.
 const markHidden = `if (b) try {
 	// Left as they are: what a click shows, and what is never text.
@@ -2250,8 +2251,9 @@ const markHidden = `if (b) try {
 		'.sd-tab-content, details:not([open]) > :not(summary), script, style, template, noscript';
 	const probe = document.createElement('i');
 	probe.style.background = 'Canvas';
+	probe.style.color = 'CanvasText';
 	b.append(probe);
-	const canvas = getComputedStyle(probe).backgroundColor;
+	const canvas = getComputedStyle(probe).backgroundColor, ink = getComputedStyle(probe).color;
 	probe.remove();
 	// A hidden body is an A/B test's anti-flicker guard, waiting for a script not loaded.
 	const shown = getComputedStyle(b).visibility == 'visible';
@@ -2288,8 +2290,8 @@ const markHidden = `if (b) try {
 		const t = walk.currentNode, p = t.parentElement;
 		if (!judged.has(p) || !t.data.trim()) continue;
 		const s = style(p);
-		if (shown && s.visibility != 'visible' || parseFloat(s.fontSize) < 1 || clear(s.color) ||
-			s.color == back(p)) texts.push(t);
+		const unseen = clear(s.color) || s.color != ink && s.color == back(p);
+		if (shown && s.visibility != 'visible' || parseFloat(s.fontSize) < 1 || unseen) texts.push(t);
 	}
 	for (const e of hidden) e.setAttribute('hidden', '');
 	for (const t of texts) {
