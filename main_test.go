@@ -3710,7 +3710,8 @@ func uiNoise(w, h int) *image.RGBA {
 	return img
 }
 
-func uiEncode(t *testing.T, img image.Image, format string) []byte {
+// uiEncode encodes img for a test or a fuzz target's seeds.
+func uiEncode(t testing.TB, img image.Image, format string) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	var err error
@@ -4057,9 +4058,9 @@ func TestReadImageRelativeToBashCd(t *testing.T) {
 // where a header survives and where it does not; "whole" is the image itself.
 func uiCutImages(t testing.TB) map[string][]byte {
 	files := map[string][]byte{
-		"png":       uiEncodeTB(t, uiNoise(64, 48), "png"),
-		"jpeg":      uiEncodeTB(t, uiNoise(64, 48), "jpeg"),
-		"gif":       uiEncodeTB(t, uiNoise(64, 48), "gif"),
+		"png":       uiEncode(t, uiNoise(64, 48), "png"),
+		"jpeg":      uiEncode(t, uiNoise(64, 48), "jpeg"),
+		"gif":       uiEncode(t, uiNoise(64, 48), "gif"),
 		"vp8l.webp": uiWebP(33, 17),
 		"vp8x.webp": uiWebPX(100, 50),
 	}
@@ -4078,24 +4079,6 @@ func uiCutImages(t testing.TB) map[string][]byte {
 		}
 	}
 	return cut
-}
-
-// uiEncodeTB is uiEncode for a test or a fuzz target's seeds.
-func uiEncodeTB(t testing.TB, img image.Image, format string) []byte {
-	var buf bytes.Buffer
-	var err error
-	switch format {
-	case "png":
-		err = png.Encode(&buf, img)
-	case "jpeg":
-		err = jpeg.Encode(&buf, img, &jpeg.Options{Quality: 90})
-	case "gif":
-		err = gif.Encode(&buf, img, nil)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
 }
 
 // TestReadImageCut: a cut file of any format is refused, naming the file and
