@@ -500,7 +500,8 @@ func (s *session) start(ctx context.Context, m *rpcMessage, out *outbox, reply f
 		var msg any = s.call(ctx, r, handle)
 		cancel()
 		s.mu.Lock()
-		s.inflight[key] = slices.DeleteFunc(s.inflight[key], func(o *inflight) bool { return o == inf })
+		isThis := func(o *inflight) bool { return o == inf }
+		s.inflight[key] = slices.DeleteFunc(s.inflight[key], isThis)
 		if len(s.inflight[key]) == 0 {
 			delete(s.inflight, key)
 		}

@@ -182,7 +182,8 @@ func callOnce(ctx context.Context, srv *server, stdout io.Writer, args []string)
 	if len(args) != 2 {
 		return errors.New("usage: telson call NAME 'JSON'")
 	}
-	params, err := json.Marshal(map[string]any{"name": args[0], "arguments": json.RawMessage(args[1])})
+	call := map[string]any{"name": args[0], "arguments": json.RawMessage(args[1])}
+	params, err := json.Marshal(call)
 	if err != nil {
 		return fmt.Errorf("call: arguments are not valid JSON: %s", args[1])
 	}

@@ -2243,8 +2243,9 @@ func (b *browser) read(ctx context.Context, srv *server, pageURL string,
 // <span hidden> the text too small to read, hidden, or of its background's
 // colour (text in the default ink is not judged by colour: the stylesheet not
 // loaded would set its colour or the box behind it). What a reader reveals
-// with a click (tab panels, a closed <details>) is left as it is. Style is all measured before anything changes;
-// then the page's style elements and attributes are removed.
+// with a click (tab panels, a closed <details>) is left as it is. Style is
+// all measured before anything changes; then the page's style elements and
+// attributes are removed.
 const markHidden = `if (b) try {
 	// Left as they are: what a click shows, and what is never text.
 	const untouched = '[role=tabpanel], [class*=tab-pane], [class*=tabpanel], .tabbed-block, ' +
@@ -2291,7 +2292,8 @@ const markHidden = `if (b) try {
 		if (!judged.has(p) || !t.data.trim()) continue;
 		const s = style(p);
 		const unseen = clear(s.color) || s.color != ink && s.color == back(p);
-		if (shown && s.visibility != 'visible' || parseFloat(s.fontSize) < 1 || unseen) texts.push(t);
+		const small = parseFloat(s.fontSize) < 1;
+		if (shown && s.visibility != 'visible' || small || unseen) texts.push(t);
 	}
 	for (const e of hidden) e.setAttribute('hidden', '');
 	for (const t of texts) {
