@@ -336,18 +336,6 @@ func readPidFileExists(t *testing.T, path string) {
 	}
 }
 
-// waitParent waits until pid, orphaned, has been re-parented to parent.
-func waitParent(t *testing.T, pid, parent int) {
-	t.Helper()
-	deadline := time.Now().Add(watchdog)
-	for wait := time.Millisecond; proc2Parent(t, pid) != parent; wait = min(2*wait, 100*time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("process %d has parent %d, not telson %d", pid, proc2Parent(t, pid), parent)
-		}
-		time.Sleep(wait) // polling an external process, bounded by the watchdog
-	}
-}
-
 // ---- the protocol: framing, dispatch, both eras, tools/list and tools/call, settings, the command line ----
 
 func TestMain(m *testing.M) {
@@ -2885,18 +2873,6 @@ func TestMayChangeDir(t *testing.T) {
 			t.Errorf("mayChangeDir(%q) = %v, want %v", command, got, want)
 		}
 	}
-}
-
-// proc2Parent is pid's parent, from /proc.
-func proc2Parent(t *testing.T, pid int) int {
-	t.Helper()
-	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-	parent, _ := strconv.Atoi(fields[1])
-	return parent
 }
 
 // ---- BackgroundBash, ReadBgOutput, ListBgTasks, KillBgTask -------------------------------------

@@ -65,8 +65,12 @@ func readOnlyMounts() error {
 // makes it private (mount_setattr(2), which syscall lacks).
 func mountSetattr(path string, set, clear uint64) error {
 	attr := [4]uint64{set, clear, syscall.MS_PRIVATE, 0} // struct mount_attr
+	name, err := syscall.BytePtrFromString(path)
+	if err != nil {
+		return err
+	}
 	_, _, errno := syscall.Syscall6(sysMountSetattr, 0,
-		uintptr(unsafe.Pointer(syscall.StringBytePtr(path))), atRecursive,
+		uintptr(unsafe.Pointer(name)), atRecursive,
 		uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr), 0)
 	if errno != 0 {
 		return errno
