@@ -1034,7 +1034,9 @@ func parseSchema(text string) (*jsonSchema, error) {
 
 // check returns args (decoded with json.Number) normalized, or what is wrong, naming the
 // field. Arguments the schema does not know are dropped; values that convert without loss are
-// converted: "5" to 5 for numbers, 5 to "5" for strings, "true" to true for booleans.
+// converted: "5" to 5 for numbers, 5 to "5" for strings, "true" to true for booleans, JSON
+// text to the array or object it holds, "A" to {"label":"A"} for an object whose one
+// required property is a string.
 func (schema *jsonSchema) check(args any) (json.RawMessage, string) {
 	v, problem := schema.checkValue("arguments", args)
 	if problem != "" {
@@ -1057,6 +1059,19 @@ func (schema *jsonSchema) convert(v any) any {
 		return str == "true"
 	case isNumber && schema.Type == "string" && !strings.ContainsAny(num.String(), ".eE"):
 		return num.String() // an integer, which a string holds without loss
+	case isString && (schema.Type == "array" || schema.Type == "object"):
+		dec := json.NewDecoder(strings.NewReader(str))
+		dec.UseNumber()
+		var parsed any
+		if dec.Decode(&parsed) == nil && !dec.More() && jsonType(parsed) == schema.Type {
+			return parsed
+		}
+		if schema.Type == "object" && len(schema.Required) == 1 {
+			only := schema.Properties[schema.Required[0]]
+			if only != nil && only.Type == "string" {
+				return map[string]any{schema.Required[0]: str}
+			}
+		}
 	}
 	return v
 }

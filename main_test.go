@@ -947,7 +947,8 @@ func TestArgumentsNormalized(t *testing.T) {
 	schema, err := parseSchema(`{"type":"object","required":["n"],"properties":{
 		"n":{"type":"integer","minimum":1,"maximum":9000},"f":{"type":"number"},"s":{"type":"string"},
 		"b":{"type":"boolean"},"list":{"type":"array","items":{"type":"object","properties":{"id":{"type":"string"}}}},
-		"mode":{"type":"string","enum":["a","b"]}}}`)
+		"mode":{"type":"string","enum":["a","b"]},
+		"opts":{"type":"array","items":{"type":"object","required":["label"],"properties":{"label":{"type":"string"}}}}}}`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -957,6 +958,10 @@ func TestArgumentsNormalized(t *testing.T) {
 		`{"n":1,"wait_for_previous":true,"x":{"y":1}}`:  `{"n":1}`,
 		`{"n":1,"list":[{"id":3,"extra":1}],"s":"-12"}`: `{"list":[{"id":"3"}],"n":1,"s":"-12"}`,
 		`{"n":1,"s":-40}`:                               `{"n":1,"s":"-40"}`,
+		`{"n":1,"list":"[{\"id\":\"x\"}]"}`:             `{"list":[{"id":"x"}],"n":1}`,
+		`{"n":1,"opts":["A",{"label":"B"}]}`:            `{"n":1,"opts":[{"label":"A"},{"label":"B"}]}`,
+		`{"n":1,"opts":["{\"label\":\"C\"}"]}`:          `{"n":1,"opts":[{"label":"C"}]}`,
+		`"{\"n\":3}"`:                                   `{"n":3}`,
 	}
 	for in, want := range ok {
 		got, problem := schema.check(decodeArgs(t, in))
@@ -975,6 +980,9 @@ func TestArgumentsNormalized(t *testing.T) {
 		`{"n":1,"f":"0x10"}`:           `"f" must be a number, got a string`,
 		`{"n":1,"mode":"c"}`:           `"mode" must be one of a, b`,
 		`{"n":1,"list":[{"id":true}]}`: `"id" must be a string, got a boolean`,
+		`{"n":1,"list":"[1] [2]"}`:     `"list" must be an array, got a string`,
+		`{"n":1,"list":"{}"}`:          `"list" must be an array, got a string`,
+		`{"n":1,"list":["x"]}`:         `must be an object, got a string`,
 	}
 	for in, want := range bad {
 		if _, problem := schema.check(decodeArgs(t, in)); !strings.Contains(problem, want) {
@@ -7960,6 +7968,7 @@ func TestAskUserQuestionShapes(t *testing.T) {
 		"Claude Code's shape":  {map[string]any{"question": "Pick one?", "options": objects}},
 		"text and multiSelect": {map[string]any{"text": "Pick one?", "options": objects, "multiSelect": true}},
 		"multi_select":         {map[string]any{"question": "Pick one?", "options": objects, "multi_select": true}},
+		"string options":       {map[string]any{"question": "Pick one?", "options": []any{"A", "B"}}},
 	}
 	want := func(multi bool) string {
 		return fmt.Sprintf(`[{"multiSelect":%t,"options":[{"label":"A"},{"label":"B"}],"question":"Pick one?"}]`, multi)
@@ -7977,15 +7986,18 @@ func TestAskUserQuestionShapes(t *testing.T) {
 		check(name, map[string]any{"questions_json": text}, strings.Contains(name, "ulti"))
 	}
 	for name, qs := range asArray {
-		check(name, map[string]any{"questions": qs}, name != "Claude Code's shape")
+		check(name, map[string]any{"questions": qs}, strings.Contains(name, "ulti"))
 	}
 	// A client that parses JSON text arguments (the Inspector CLI) sends questions_json as JSON.
 	check("questions_json as JSON", decodeArgs(t, `{"questions_json":[`+one+`]}`).(map[string]any), false)
 	check("questions_json as a JSON object", decodeArgs(t, `{"questions_json":{"questions":[`+one+`]}}`).(map[string]any), false)
+	// questions as JSON text is the array it holds.
+	check("questions as JSON text", map[string]any{"questions": `[` + one + `]`}, false)
 	// questions is declared an array of objects: the argument check names what is wrong.
 	for args, want := range map[string]string{
 		`{"questions":{"question":"Pick one?","options":[{"label":"A"},{"label":"B"}]}}`: `"questions" must be an array, got an object`,
-		`{"questions":[{"question":"Pick one?","options":["A","B"]}]}`:                   `must be an object, got a string`,
+		`{"questions":[{"question":"Pick one?","options":[5,"B"]}]}`:                     `must be an object, got a number`,
+		`{"questions":"[{\"question\":\"Pick one?\"} x"}`:                                `"questions" must be an array, got a string`,
 	} {
 		if res := c.callTool("AskUserQuestion", decodeArgs(t, args)); !isError(res) || !strings.Contains(resultText(res), want) {
 			t.Errorf("%s: want %q, got %q", args, want, resultText(res))

@@ -260,8 +260,9 @@ var askUserQuestionTool = toolDef{
 	description: `Asks the user 1 to 4 multiple-choice questions and waits for the answers.
 
 - questions: ` + askShape + `
-- Or questions_json, the same as JSON text; it also takes {"questions": [...]}, one
-  question alone, and options as plain strings: [{"question":"Pick one?","options":["A","B"]}].
+  Options may be plain strings: "options":["A","B"].
+- Or questions_json, the same as JSON text; it also takes {"questions": [...]} and one
+  question alone.
 - 2 to 10 options per question; multiSelect lets the user pick several. The user can add
   a free-text note, so do not add an "Other" option.
 - The answer reads: User has answered your questions: "Which database?"="PostgreSQL".
