@@ -348,13 +348,14 @@ func (s *settings) set(key, value string) string {
 		s.SearchKeys[key] = value
 		return ""
 	}
-	i := slices.IndexFunc(s.fields(), func(f reflect.StructField) bool {
+	fields := s.fields()
+	i := slices.IndexFunc(fields, func(f reflect.StructField) bool {
 		return f.Tag.Get("key") == key
 	})
 	if i < 0 {
 		return "unknown key " + key
 	}
-	f := s.fields()[i]
+	f := fields[i]
 	wrong := ""
 	switch field := reflect.ValueOf(s).Elem().FieldByIndex(f.Index).Addr().Interface().(type) {
 	case *string:
@@ -394,8 +395,9 @@ func (s *settings) set(key, value string) string {
 // value is a setting's value as -config prints it: lists with commas, durations in
 // milliseconds, secrets as (set).
 func (s *settings) value(f reflect.StructField) string {
-	text := fmt.Sprint(reflect.ValueOf(*s).FieldByIndex(f.Index).Interface())
-	switch v := reflect.ValueOf(*s).FieldByIndex(f.Index).Interface().(type) {
+	field := reflect.ValueOf(*s).FieldByIndex(f.Index).Interface()
+	text := fmt.Sprint(field)
+	switch v := field.(type) {
 	case []string:
 		text = strings.Join(v, ",")
 	case time.Duration:

@@ -4853,6 +4853,23 @@ func readdocsCall(t *testing.T, c *testClient, args map[string]any) (string, map
 	return resultText(res), sc, isError(res)
 }
 
+// readdocsCheck calls ReadDocs and checks that the reply is an error or not,
+// as wanted, and holds every want; it returns the structured content.
+func readdocsCheck(t *testing.T, c *testClient, name string, args map[string]any, wantErr bool,
+	want ...string) map[string]any {
+	t.Helper()
+	text, sc, isErr := readdocsCall(t, c, args)
+	if isErr != wantErr {
+		t.Errorf("%s: isError %v, want %v: %s", name, isErr, wantErr, text)
+	}
+	for _, w := range want {
+		if !strings.Contains(text, w) {
+			t.Errorf("%s: reply lacks %q:\n%s", name, w, text)
+		}
+	}
+	return sc
+}
+
 func TestReadDocsChromium(t *testing.T) {
 	readdocsNeedBrowser(t)
 	// Not parallel: browser timing (the quiet-network wait) is measured on an idle machine.
@@ -4861,16 +4878,7 @@ func TestReadDocsChromium(t *testing.T) {
 	c.initialize("2025-06-18")
 	check := func(name string, args map[string]any, wantErr bool, want ...string) map[string]any {
 		t.Helper()
-		text, sc, isErr := readdocsCall(t, c, args)
-		if isErr != wantErr {
-			t.Errorf("%s: isError %v, want %v: %s", name, isErr, wantErr, text)
-		}
-		for _, w := range want {
-			if !strings.Contains(text, w) {
-				t.Errorf("%s: reply lacks %q:\n%s", name, w, text)
-			}
-		}
-		return sc
+		return readdocsCheck(t, c, name, args, wantErr, want...)
 	}
 	sc := check("js", map[string]any{"url": site.URL + "/js"}, false, "JS page\n"+site.URL+"/js\n", "# Static part", "Added by **script**.")
 	if sc["via"] != "chromium" || sc["status"] != float64(200) || sc["title"] != "JS page" {
@@ -4991,16 +4999,7 @@ func TestReadDocsWithoutBrowser(t *testing.T) {
 	c.initialize("2025-06-18")
 	check := func(name string, args map[string]any, wantErr bool, want ...string) map[string]any {
 		t.Helper()
-		text, sc, isErr := readdocsCall(t, c, args)
-		if isErr != wantErr {
-			t.Errorf("%s: isError %v, want %v: %s", name, isErr, wantErr, text)
-		}
-		for _, w := range want {
-			if !strings.Contains(text, w) {
-				t.Errorf("%s: reply lacks %q:\n%s", name, w, text)
-			}
-		}
-		return sc
+		return readdocsCheck(t, c, name, args, wantErr, want...)
 	}
 	sc := check("js", map[string]any{"url": site.URL + "/redirect"}, false, "JS page\n"+site.URL+"/js\n",
 		"Read without a browser (no Chromium found", "# Static part")

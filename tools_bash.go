@@ -574,8 +574,11 @@ func (pt *procTracker) removeAtExit(dir string) {
 // keepFile creates a kept output file named after what, removing the oldest beyond keptFiles.
 func (pt *procTracker) keepFile(what string) *keptFile {
 	pt.ensureReaper()
+	if pt.outDir == "" { // its making failed, and was logged
+		return &keptFile{}
+	}
 	f, err := os.CreateTemp(pt.outDir, what+"-*.log")
-	if pt.outDir == "" || err != nil {
+	if err != nil {
 		pt.log.Warn("output files", "err", err)
 		return &keptFile{}
 	}
