@@ -1520,19 +1520,20 @@ func writeJSON(w http.ResponseWriter, status int, msg any) {
 func (h *httpHandler) post(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(h.set.HTTPMaxBody)))
 	var tooBig *http.MaxBytesError
-	switch {
-	case errors.As(err, &tooBig):
+	if errors.As(err, &tooBig) {
 		httpError(w, http.StatusRequestEntityTooLarge,
 			"invalid request: body longer than %d bytes (HTTP_MAX_BODY_BYTES)", h.set.HTTPMaxBody)
 		return
-	case err != nil || !json.Valid(body):
+	}
+	var m httpPeek
+	peekErr := json.Unmarshal(body, &m) // a batch peeks as nothing
+	var syntax *json.SyntaxError
+	if err != nil || errors.As(peekErr, &syntax) {
 		writeJSON(w, http.StatusBadRequest, errorMessage(nil,
 			newRPCError(codeParseError, "parse error: the body is not one JSON value")))
 		return
 	}
 	h.limiter.serving(r.RemoteAddr)
-	var m httpPeek
-	json.Unmarshal(body, &m) // a batch peeks as nothing
 	if e := checkHeaders(r.Header, body, &m); e != nil {
 		writeJSON(w, http.StatusBadRequest, errorMessage(nil, e))
 		return
@@ -1553,13 +1554,16 @@ func (h *httpHandler) post(w http.ResponseWriter, r *http.Request) {
 	for {
 		select {
 		case b := <-out.queue:
-			sse = writeEvent(w, b, sse)
+			writeEvent(w, b, sse)
+			sse = true
 		case reply := <-replies:
 			for len(out.queue) > 0 { // what was sent before the reply goes first
-				sse = writeEvent(w, <-out.queue, sse)
+				writeEvent(w, <-out.queue, sse)
+				sse = true
 			}
-			switch b, _ := encode(reply); {
+			switch {
 			case sse && reply != nil:
+				b, _ := encode(reply)
 				writeEvent(w, b, sse)
 			case sse:
 			case reply == nil:
@@ -1593,8 +1597,8 @@ func replyStatus(reply any, modern bool) int {
 }
 
 // writeEvent writes one message as an event, starting the event stream when started is
-// false, and flushes it; it returns true, the stream being started.
-func writeEvent(w http.ResponseWriter, data []byte, started bool) bool {
+// false, and flushes it.
+func writeEvent(w http.ResponseWriter, data []byte, started bool) {
 	if !started {
 		w.Header().Set("Content-Type", "text/event-stream")
 		w.Header().Set("Cache-Control", "no-cache")
@@ -1602,7 +1606,6 @@ func writeEvent(w http.ResponseWriter, data []byte, started bool) bool {
 	}
 	fmt.Fprintf(w, "event: message\ndata: %s\n\n", bytes.TrimRight(data, "\n"))
 	http.NewResponseController(w).Flush()
-	return true
 }
 
 // connLimiter holds at most max connections. At the cap a new connection takes the place of
