@@ -76,7 +76,8 @@ import (
 const (
 	version20250326 = "2025-03-26"
 	version20250618 = "2025-06-18"
-	latestLegacy    = "2025-11-25"
+	version20251125 = "2025-11-25"
+	latestLegacy    = version20251125
 	versionModern   = "2026-07-28"
 )
 

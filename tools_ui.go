@@ -125,13 +125,16 @@ func decodeImage(mime string, data []byte) (w, h int, img image.Image, err error
 			"the formats the Anthropic API accepts (not BMP)")
 	}
 	cfg, _, err := image.DecodeConfig(bytes.NewReader(data))
-	scans := bytes.Count(data, []byte{0xff, 0xda}) // markers only: in JPEG data 0xff is escaped
+	scans := 0
+	if mime == "image/jpeg" {
+		scans = bytes.Count(data, []byte{0xff, 0xda}) // markers only: in JPEG data 0xff is escaped
+	}
 	switch {
 	case err != nil:
 	case cfg.Width*cfg.Height > imageMaxPixels:
 		return 0, 0, nil, fmt.Errorf("%d×%d px is over the %.1f megapixels telson decodes: "+
 			"shrink it in Bash first", cfg.Width, cfg.Height, imageMaxPixels/1e6)
-	case mime == "image/jpeg" && scans > jpegMaxScans:
+	case scans > jpegMaxScans:
 		return 0, 0, nil, fmt.Errorf("it has %d scans, over the %d telson decodes: "+
 			"re-encode it in Bash first", scans, jpegMaxScans)
 	default:
@@ -445,7 +448,7 @@ func elicitParams(qs []askQuestion, r *rpcRequest) map[string]any {
 	if !canElicit(r) {
 		return nil
 	}
-	newer := r.version >= latestLegacy
+	newer := r.version >= version20251125
 	msg := "The agent asks:"
 	var required []string
 	props := map[string]any{"remark": json.RawMessage(askRemark)}

@@ -1034,20 +1034,18 @@ func (cb *callbackSlots) set(a callbackArgs) toolResult {
 	case i < 0:
 		return errorResult("all callback slots full (max %d)", callbackSlotCount)
 	}
-	// %[1]d is the slot, %[2]d the delay, %[3]d the repeat count.
-	times := "fires every %[2]ds, %[3]d times."
+	times := fmt.Sprintf("fires every %ds, %d times.", a.DelaySeconds, a.RepeatCount)
 	switch a.RepeatCount {
 	case 0, 1: // both mean once
 		a.RepeatCount = 1
-		times = "fires once in %[2]ds."
+		times = fmt.Sprintf("fires once in %ds.", a.DelaySeconds)
 	case -1:
-		times = "fires every %[2]ds until cancelled."
+		times = fmt.Sprintf("fires every %ds until cancelled.", a.DelaySeconds)
 	}
 	cb.arm(i, &callbackSlot{message: a.Message, delay: time.Duration(a.DelaySeconds) * time.Second,
 		remaining: a.RepeatCount})
-	return textResult(fmt.Sprintf("Callback scheduled in slot %[1]d: "+times+
-		` Cancel it with {"action":"cancel","callback_id":%[1]d}.`,
-		i, a.DelaySeconds, a.RepeatCount))
+	return textResult(fmt.Sprintf("Callback scheduled in slot %d: %s "+
+		`Cancel it with {"action":"cancel","callback_id":%d}.`, i, times, i))
 }
 
 // ---- the session's workflow state ----
