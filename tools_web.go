@@ -379,7 +379,6 @@ const (
 	mdWordWeight = 25.0   // a class word's weight
 	mdMinWin     = 20.0   // a main block scores at least this
 	mdNestMax    = 10     // deeper lists and quotes come flat
-	mdMinArticle = 500    // paragraph text that makes an article
 	mdItemDepth  = 2      // levels from an item's text up to its list
 	mdMaxCaption = 300    // characters of a caption; a longer one is text
 	mdLangDepth  = 3      // levels from a code block up to the wrapper naming its language
@@ -425,7 +424,7 @@ func htmlByTag(tag string) func(*htmlNode) bool {
 func htmlToMarkdown(src, pageURL string, limit int, plain bool) mdPage {
 	root := parseHTML(src)
 	m := &mdConv{esc: mdEscape, plain: plain, limit: limit, score: map[*htmlNode]float64{},
-		paras: map[*htmlNode]int32{}, shownCSS: map[string]bool{}}
+		paras: map[*htmlNode]int32{}}
 	if plain {
 		m.esc = mdNoEscape
 	}
@@ -525,7 +524,9 @@ func (m *mdConv) measure(n *htmlNode) {
 	}
 }
 
-func notWordRune(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) }
+func isWordRune(r rune) bool { return unicode.IsLetter(r) || unicode.IsDigit(r) }
+
+func notWordRune(r rune) bool { return !isWordRune(r) }
 
 // mdHints reports whether n's class, id and item type hold words naming
 // content and furniture; an id made from n's own heading names neither.
@@ -542,6 +543,12 @@ func mdHints(n *htmlNode) (good, bad bool) {
 	return good, bad
 }
 
+// mdBad reports whether n's class, id or item type names furniture (see mdHints).
+func mdBad(n *htmlNode) bool {
+	_, bad := mdHints(n)
+	return bad
+}
+
 // mdOwnID reports that n's id is made from its own heading: n is a heading
 // whose id holds its text, or a section whose id holds the text of the
 // heading it opens with (Sphinx, MyST, pandoc). Such headings open the
@@ -553,7 +560,7 @@ func mdOwnID(n *htmlNode) bool {
 		h = n.children[i]
 	}
 	return mdHeadings[h.tag] && h.size < mdMaxCaption &&
-		strings.Contains(mdSlug(id), mdSlug(h.textContent()))
+		strings.Contains(mdSlug(id), mdSlug(rawText(h)))
 }
 
 // holds reports that d is n or below it.
@@ -697,6 +704,7 @@ func (m *mdConv) readStyles(root *htmlNode) {
 	// the classes of text for screen readers only hide too
 	m.hiddenCSS = map[string]bool{"sr-only": true, "visually-hidden": true,
 		"screen-reader-text": true}
+	m.shownCSS = map[string]bool{}
 	for _, st := range root.findAll(htmlByTag("style")) {
 		css := rawText(st)
 		for _, r := range mdCSSRule.FindAllStringSubmatch(css, -1) {
@@ -707,10 +715,11 @@ func (m *mdConv) readStyles(root *htmlNode) {
 			}
 		}
 		for _, r := range mdCSSRule.FindAllStringSubmatch(mdAtRule.ReplaceAllString(css, ""), -1) {
+			if !mdHiddenStyle.MatchString(r[2]) {
+				continue
+			}
 			for _, sel := range strings.Split(r[1], ",") {
-				if mdHiddenStyle.MatchString(r[2]) {
-					m.hiddenCSS[strings.TrimPrefix(strings.TrimSpace(sel), ".")] = true
-				}
+				m.hiddenCSS[strings.TrimPrefix(strings.TrimSpace(sel), ".")] = true
 			}
 		}
 	}
@@ -734,7 +743,6 @@ func (m *mdConv) most(n *htmlNode) bool {
 // skip reports an element left out: never shown, hidden, or page furniture
 // by tag, role, class words or link density.
 func (m *mdConv) skip(n *htmlNode) bool {
-	_, bad := mdHints(n)
 	switch {
 	case n.tag == "script": // MathJax's TeX is read; its rendering (the frame) is not
 		return !strings.HasPrefix(n.attr("type"), "math/tex")
@@ -750,7 +758,7 @@ func (m *mdConv) skip(n *htmlNode) bool {
 		// an aside, or a paragraph that is a link (a teaser), outside the document
 		(n.tag == "aside" || n.tag == "p" && n.size > 0 && n.links*10 >= n.size*9) && !m.docPart(n):
 		return true
-	case bad && !m.most(n):
+	case mdBad(n) && !m.most(n):
 		// Furniture words around the article (share-zone, js-code-nav) do not
 		// drop it, nor a block that holds most of the page (live commentary).
 		return n.find(func(c *htmlNode) bool {
@@ -950,7 +958,7 @@ func (m *mdConv) link(n *htmlNode) string {
 	href := strings.TrimSpace(n.attr("href"))
 	// A link without words is a permalink (¶, #, an icon glyph, a zero-width
 	// space); one to "#" is a control (back to top).
-	if mdSlug(s) == "" || href == "#" {
+	if !strings.ContainsFunc(s, isWordRune) || href == "#" {
 		return ""
 	} else if href == "" || strings.HasPrefix(strings.ToLower(href), "javascript:") || m.plain {
 		return s
