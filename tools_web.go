@@ -1546,16 +1546,18 @@ func (h *browserHolder) get(ctx context.Context, srv *server) (*browser, error) 
 		h.b.stop()
 	}
 	set := srv.set
-	path := findChrome(set)
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	var err error
 	h.b = nil
-	switch {
-	case !set.ReadDocsBrowser:
-		err = fmt.Errorf("%w: READDOCS_BROWSER is off", errNoBrowser)
-	case set.ChromeURL != "":
+	if !set.ReadDocsBrowser {
+		return nil, fmt.Errorf("%w: READDOCS_BROWSER is off", errNoBrowser)
+	}
+	if set.ChromeURL != "" {
 		h.b, err = attachBrowser(ctx, set)
+		return h.b, err
+	}
+	switch path := findChrome(set); {
 	case path == "" && set.ChromePath != "":
 		err = fmt.Errorf("CHROME_PATH %s is not an executable file", set.ChromePath)
 	case path == "":
@@ -2041,12 +2043,14 @@ func (ts *tabState) waitReady(ctx context.Context, idleCap time.Duration, parsed
 		}
 		// Parsed: readSettle without requests (at most idleCap). Not parsed: the
 		// HTML has all come but a script from another site holds the parser.
-		left := idleCap - time.Since(ts.dcl)
-		ok, again := quiet >= readSettle || left <= 0, min(readSettle-quiet, left)
+		var ok bool
+		var again time.Duration
 		if ts.dcl.IsZero() {
 			ok, again = ts.docID != "" && len(ts.inflight) == 0 && quiet >= idleCap, idleCap-quiet
+		} else {
+			left := idleCap - time.Since(ts.dcl)
+			ok, again = parsedEnough || quiet >= readSettle || left <= 0, min(readSettle-quiet, left)
 		}
-		ok = ok || parsedEnough && !ts.dcl.IsZero()
 		ts.mu.Unlock()
 		if ok {
 			return
@@ -2165,7 +2169,7 @@ func (b *browser) read(ctx context.Context, srv *server, pageURL string,
 		return nil, err
 	}
 	defer func() {
-		if b.spare == nil { // the user's browser: the tab goes before telson may disconnect
+		if b.cmd == nil { // the user's browser: the tab goes before telson may disconnect
 			b.closeTab(tab)
 			return
 		}
