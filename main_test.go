@@ -5878,6 +5878,22 @@ func TestReadDocsDocuments(t *testing.T) {
 	}
 }
 
+// TestReadDocsHeadingWithoutWords: a heading without letters or digits (an
+// icon, nothing) does not open a document's section, whose link lists stay:
+// a row of links after it goes, as after a heading with words.
+func TestReadDocsHeadingWithoutWords(t *testing.T) {
+	t.Parallel()
+	for _, h := range []string{"Star", "★", ""} {
+		page := `<html><body><h2>` + h + `</h2><p>Short text here.</p>
+<div class="x"><a href="/a">One</a> <a href="/b">Two</a> <a href="/c">Three</a></div>
+<p>Another short paragraph.</p></body></html>`
+		got := htmlToMarkdown(page, "https://example.com/", 1<<20, false).text
+		if strings.Contains(got, "[One]") || !strings.Contains(got, "Another short paragraph.") {
+			t.Errorf("heading %q:\n%s", h, got)
+		}
+	}
+}
+
 // TestReadDocsHiddenMarkup: without a browser, text the markup hides stays
 // out: inline styles and the page's own style rules (issue 21); a tab panel
 // marked hidden is read (issue 22).

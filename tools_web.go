@@ -559,8 +559,9 @@ func mdOwnID(n *htmlNode) bool {
 		!mdHeadings[n.tag] {
 		h = n.children[i]
 	}
-	return mdHeadings[h.tag] && h.size < mdMaxCaption &&
-		strings.Contains(mdSlug(id), mdSlug(rawText(h)))
+	slug := mdSlug(rawText(h))
+	return mdHeadings[h.tag] && h.size < mdMaxCaption && slug != "" &&
+		strings.Contains(mdSlug(id), slug)
 }
 
 // holds reports that d is n or below it.
