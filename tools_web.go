@@ -455,7 +455,7 @@ func htmlToMarkdown(src, pageURL string, limit int, plain bool) mdPage {
 	}
 	top := cmp.Or(m.mainContent(body, loose), loose)
 	for _, content := range []*htmlNode{top, loose, body, body} {
-		m.made = 0
+		m.made, m.outDoc, m.tabs = 0, false, nil // each attempt starts afresh
 		if pg.text = m.block(content, false); pg.text != "" {
 			break
 		}
@@ -1821,7 +1821,7 @@ func runReadDocs(ctx context.Context, c *toolCall) toolResult {
 	// What the page says may hold control characters (terminal escapes):
 	// page text never needs them but tab and newline.
 	runes := []rune(stripControls(content))
-	o.Title = stripControls(cutTitle(o.Title))
+	o.Title = cutTitle(stripControls(o.Title))
 	o.FinalURL = stripControls(o.FinalURL)
 	o.TotalLength = len(runes)
 	start := min(a.StartIndex, o.TotalLength)
