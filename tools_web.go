@@ -2050,7 +2050,8 @@ func (ts *tabState) waitReady(ctx context.Context, idleCap time.Duration, parsed
 			ok, again = ts.docID != "" && len(ts.inflight) == 0 && quiet >= idleCap, idleCap-quiet
 		} else {
 			left := idleCap - time.Since(ts.dcl)
-			ok, again = parsedEnough || quiet >= readSettle || left <= 0, min(readSettle-quiet, left)
+			ok = parsedEnough || quiet >= readSettle || left <= 0
+			again = min(readSettle-quiet, left)
 		}
 		ts.mu.Unlock()
 		if ok {
