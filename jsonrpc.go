@@ -46,6 +46,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
@@ -58,9 +59,12 @@ import (
 	"log/slog"
 	"maps"
 	"math"
+	"mime"
 	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -192,10 +196,21 @@ type outbox struct {
 	queue  chan []byte
 	done   chan struct{} // closed when the writer has stopped: sends fail from then on
 	stream bool          // it takes messages besides a reply
+	// version is the protocol version its transport names for the request (an HTTP POST's
+	// MCP-Protocol-Version header); "" for the one the session negotiated
+	version string
 }
 
 func newOutbox(stream bool) *outbox {
 	return &outbox{queue: make(chan []byte, outboxSize), done: make(chan struct{}), stream: stream}
+}
+
+// versionOf is the protocol version o's transport named; "" for none (a nil o too).
+func (o *outbox) versionOf() string {
+	if o == nil || !slices.Contains(legacyVersions, o.version) {
+		return ""
+	}
+	return o.version
 }
 
 // send queues one message (nil: nothing); a nil outbox, or one that takes only a reply,
@@ -274,7 +289,6 @@ type session struct {
 	// and a cancel naming it is then ignored
 	inflight map[string][]*inflight
 	pending  map[string]chan *rpcMessage // the server's requests awaiting a reply, by idKey
-	nextID   int
 }
 
 // inflight is a running request of the client's.
@@ -288,7 +302,7 @@ func newSession(srv *server, out *outbox) *session {
 	s := &session{
 		srv:      srv,
 		out:      out,
-		shell:    newShellState(),
+		shell:    &shellState{home: srv.set.env.home, cwd: srv.set.env.wd},
 		bg:       newBgTasks(srv.procs),
 		slots:    make(chan struct{}, maxInflight),
 		inflight: map[string][]*inflight{},
@@ -458,6 +472,7 @@ type rpcRequest struct {
 	modern        bool    // served in the 2026-07-28 era
 	caps          map[string]json.RawMessage
 	progressToken json.RawMessage
+	notices       []string // the notices its reply carries: back in the queue if it is not sent
 }
 
 // methodHandler handles one method's requests; its result is a JSON object's fields.
@@ -510,6 +525,7 @@ func (s *session) start(ctx context.Context, m *rpcMessage, out *outbox, reply f
 		s.mu.Unlock()
 		if cancelled {
 			msg = nil
+			s.notices.putBack(r.notices) // they ride on the next result
 		}
 		reply(msg) // holding the slot: a client that reads nothing stops the reader
 		<-s.slots
@@ -657,7 +673,7 @@ func (s *session) newRequest(m *rpcMessage, out *outbox) (*rpcRequest, *rpcError
 	r := &rpcRequest{s: s, id: m.ID, method: m.Method, params: m.Params, out: out,
 		progressToken: meta.ProgressToken}
 	s.mu.Lock()
-	r.version = s.version
+	r.version = cmp.Or(out.versionOf(), s.version)
 	r.caps = s.caps
 	s.mu.Unlock()
 	switch {
@@ -978,6 +994,7 @@ func handleToolsCall(ctx context.Context, r *rpcRequest) (map[string]any, error)
 		content[0].Text = t.def.name + ": " + content[0].Text
 	}
 	notices := r.s.notices.drain()
+	r.notices = notices
 	if len(notices) > 0 {
 		item := contentItem{Type: "text", Text: strings.Join(notices, "\n")}
 		content = append([]contentItem{item}, content...)
@@ -1211,9 +1228,9 @@ func (r *rpcRequest) request(ctx context.Context, method string, params any) (
 	json.RawMessage, error) {
 	s := r.s
 	ch := make(chan *rpcMessage, 1)
+	// An id nobody else can guess: another HTTP client could otherwise answer for this one.
+	id := json.RawMessage(`"telson-` + randomHex(12) + `"`)
 	s.mu.Lock()
-	s.nextID++
-	id := json.RawMessage(fmt.Sprintf(`"telson-%d"`, s.nextID))
 	s.pending[idKey(id)] = ch
 	s.mu.Unlock()
 	defer s.takePending(idKey(id))
@@ -1315,6 +1332,14 @@ func (q *noticeQueue) remove(line string) {
 	q.lines = slices.DeleteFunc(q.lines, func(l string) bool { return l == line })
 }
 
+// putBack queues lines, drained for a reply that was not sent, before the waiting ones.
+func (q *noticeQueue) putBack(lines []string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.lines = append(slices.Clone(lines), q.lines...)
+	q.lines = q.lines[max(0, len(q.lines)-maxNotices):]
+}
+
 // drain returns the waiting notices and forgets them.
 func (q *noticeQueue) drain() []string {
 	q.mu.Lock()
@@ -1380,33 +1405,32 @@ func serveStdio(ctx context.Context, srv *server, stdin io.Reader, stdout io.Wri
 // finds the waiting request by id. There are no Mcp-Session-Id sessions and no GET stream:
 // notices ride on the next tool result.
 
+// httpTokenFile holds, in STATE_DIR, the bearer token made when HTTP_TOKEN is not set.
+const httpTokenFile = "http-token"
+
+// minTokenLength is the shortest token a token file may hold.
+const minTokenLength = 16
+
 // serveHTTP serves MCP at addr until ctx ends, then gives requests shutdownGrace.
 func serveHTTP(ctx context.Context, srv *server, addr string, stderr io.Writer) error {
-	if !strings.Contains(addr, ":") || strings.HasPrefix(addr, ":") {
-		addr = "127.0.0.1:" + strings.TrimPrefix(addr, ":") // a bare port or :port
+	addr = httpAddr(addr)
+	token, err := httpToken(srv.set)
+	if err != nil {
+		return fmt.Errorf("http: token: %w", err)
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("http: %w", err)
 	}
-	host, _, _ := net.SplitHostPort(addr) // net.Listen took it
-	set := srv.set
-	limiter := &connLimiter{Listener: ln, max: set.HTTPMaxConns, conns: map[string]*trackedConn{}}
-	h := &httpHandler{s: newSession(srv, nil), set: set, host: host, token: set.HTTPToken,
-		limiter: limiter}
+	h := newHTTPHandler(srv, ln, addr, token)
 	defer h.s.close() // after the shutdown below
-	if h.token == "" && !isLoopbackHost(host) {
-		h.token = randomHex(24)
-		fmt.Fprintf(stderr, "telson: %s is reachable beyond this machine; clients must send the "+
-			"header \"Authorization: Bearer %s\" (set HTTP_TOKEN to choose it)\n", addr, h.token)
-	}
-	hs := &http.Server{Handler: h, ReadTimeout: set.HTTPTimeout, IdleTimeout: set.HTTPTimeout,
-		ConnState: limiter.track}
+	hs := &http.Server{Handler: h, ReadTimeout: srv.set.HTTPTimeout,
+		IdleTimeout: srv.set.HTTPTimeout, ConnState: h.limiter.track}
 	hs.RegisterOnShutdown(func() { h.s.cancelAll(true) }) // listens answer and end
-	fmt.Fprintf(stderr, "telson: serving MCP on http://%s/mcp\n", ln.Addr())
+	fmt.Fprint(stderr, httpBanner(srv.set, token, ln.Addr().String()))
 	served := make(chan error, 1)
 	go func() { // exits when the server is shut down or closed
-		served <- hs.Serve(limiter)
+		served <- hs.Serve(h.limiter)
 	}()
 	select {
 	case err := <-served:
@@ -1422,44 +1446,110 @@ func serveHTTP(ctx context.Context, srv *server, addr string, stderr io.Writer) 
 	return nil
 }
 
-// httpHandler serves /mcp. Every request first passes the gate, in ServeHTTP: Host (DNS
-// rebinding), Origin and the bearer token.
+// httpAddr is the address -http names: a bare port or :port is on 127.0.0.1.
+func httpAddr(addr string) string {
+	if !strings.Contains(addr, ":") || strings.HasPrefix(addr, ":") {
+		return "127.0.0.1:" + strings.TrimPrefix(addr, ":")
+	}
+	return addr
+}
+
+// newHTTPHandler is the handler of one HTTP server: one session, the gate's settings, the
+// connection limiter over ln.
+func newHTTPHandler(srv *server, ln net.Listener, addr, token string) *httpHandler {
+	host, _, _ := net.SplitHostPort(addr) // net.Listen took it
+	limiter := &connLimiter{Listener: ln, max: srv.set.HTTPMaxConns,
+		conns: map[string]*trackedConn{}}
+	return &httpHandler{s: newSession(srv, nil), set: srv.set, host: host, token: token,
+		limiter: limiter}
+}
+
+// httpBanner is what telson says on stderr when it serves HTTP: the header every request must
+// carry, and where.
+func httpBanner(set *settings, token, addr string) string {
+	return fmt.Sprintf("telson: every request must carry the header \"Authorization: Bearer %s\" "+
+		"(HTTP_TOKEN sets it; else it is kept in %s)\ntelson: serving MCP on http://%s/mcp\n",
+		token, filepath.Join(set.StateDir, httpTokenFile), addr)
+}
+
+// httpToken is the bearer token every HTTP request must carry: HTTP_TOKEN, else the one kept
+// in STATE_DIR/http-token, made (random, mode 0600) the first time.
+func httpToken(set *settings) (string, error) {
+	if set.HTTPToken != "" {
+		return set.HTTPToken, nil
+	}
+	path := filepath.Join(set.StateDir, httpTokenFile)
+	b, err := readCapped(path, 1024)
+	if errors.Is(err, os.ErrNotExist) {
+		err = writeState(set, httpTokenFile, []byte(randomHex(24)+"\n"), false)
+		if err == nil || errors.Is(err, os.ErrExist) { // made here, or by another telson
+			b, err = readCapped(path, 1024)
+		}
+	}
+	token := strings.TrimSpace(string(b))
+	if err == nil && len(token) < minTokenLength {
+		err = fmt.Errorf("%s holds no token of %d characters or more", path, minTokenLength)
+	}
+	return token, err
+}
+
+// httpHandler serves /mcp. Every request first passes the gate: Host (DNS rebinding), Origin,
+// the bearer token, the path, the method and the content type.
 type httpHandler struct {
 	s       *session
 	set     *settings
 	host    string // the listening address's host
-	token   string // the bearer token every request must carry; "" for none
+	token   string // the bearer token every request must carry
 	limiter *connLimiter
 }
 
-// ServeHTTP answers 403 or 401 unless r passes the gate, then serves POST /mcp.
+// ServeHTTP answers with an error unless r passes the gate, then serves it.
 func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	status, why := h.gate(r)
+	switch status {
+	case 0:
+		h.post(w, r)
+		return
+	case http.StatusUnauthorized:
+		w.Header().Set("WWW-Authenticate", `Bearer realm="telson"`)
+	case http.StatusMethodNotAllowed:
+		w.Header().Set("Allow", http.MethodPost)
+	}
+	httpError(w, status, "%s", why)
+}
+
+// gate says why r may not be served, as a status and a message; 0 when it may: a Host of
+// this machine's, no Origin but one allowed, the bearer token, a POST of JSON to /mcp.
+func (h *httpHandler) gate(r *http.Request) (int, string) {
 	origin := r.Header.Get("Origin")
+	got, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	mediaType, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	switch {
 	case !h.hostAllowed(r.Host):
-		httpError(w, http.StatusForbidden,
-			"forbidden: Host %q is not allowed (DNS rebinding protection; see HTTP_HOSTS)", r.Host)
+		return http.StatusForbidden, fmt.Sprintf("forbidden: Host %q is not allowed "+
+			"(DNS rebinding protection; see HTTP_HOSTS)", r.Host)
 	case origin != "" && !h.originAllowed(origin):
-		httpError(w, http.StatusForbidden, "forbidden: Origin %q is not allowed (see HTTP_ORIGINS)",
-			origin)
-	case !h.tokenValid(r):
-		w.Header().Set("WWW-Authenticate", `Bearer realm="telson"`)
-		httpError(w, http.StatusUnauthorized,
-			"unauthorized: send the header Authorization: Bearer <HTTP_TOKEN>")
+		return http.StatusForbidden, fmt.Sprintf("forbidden: Origin %q is not allowed "+
+			"(see HTTP_ORIGINS)", origin)
+	case subtle.ConstantTimeCompare([]byte(got), []byte(h.token)) != 1:
+		return http.StatusUnauthorized, "unauthorized: send the header Authorization: Bearer " +
+			"<token>, the token telson printed at start (HTTP_TOKEN, or STATE_DIR/http-token)"
 	case r.URL.Path == "/sse":
-		httpError(w, http.StatusNotFound, "not found: telson serves Streamable HTTP at /mcp, not "+
-			"the old HTTP+SSE transport at /sse; in Gemini CLI set \"httpUrl\" (not \"url\") to "+
-			"http://%s/mcp, or run: gemini mcp add --transport http telson http://%s/mcp",
-			r.Host, r.Host)
+		return http.StatusNotFound, fmt.Sprintf("not found: telson serves Streamable HTTP at "+
+			"/mcp, not the old HTTP+SSE transport at /sse; in Gemini CLI set \"httpUrl\" (not "+
+			"\"url\") to http://%s/mcp, or run: gemini mcp add --transport http telson "+
+			"http://%s/mcp", r.Host, r.Host)
 	case r.URL.Path != "/mcp":
-		httpError(w, http.StatusNotFound, "not found: %s (the MCP endpoint is /mcp)", r.URL.Path)
+		return http.StatusNotFound, fmt.Sprintf("not found: %s (the MCP endpoint is /mcp)",
+			r.URL.Path)
 	case r.Method != http.MethodPost:
-		w.Header().Set("Allow", http.MethodPost)
-		httpError(w, http.StatusMethodNotAllowed, "method %s is not allowed: telson takes POST "+
-			"only (it opens no GET stream; notices ride on tool results)", r.Method)
-	default:
-		h.post(w, r)
+		return http.StatusMethodNotAllowed, fmt.Sprintf("method %s is not allowed: telson "+
+			"takes POST only (it opens no GET stream; notices ride on tool results)", r.Method)
+	case mediaType != "application/json":
+		return http.StatusUnsupportedMediaType, "unsupported media type: a POST to /mcp " +
+			"carries Content-Type: application/json"
 	}
+	return 0, ""
 }
 
 // hostAllowed: a loopback name, the listening address, one in HTTP_HOSTS, or any IP literal
@@ -1483,11 +1573,6 @@ func (h *httpHandler) originAllowed(origin string) bool {
 	return slices.ContainsFunc(h.set.HTTPOrigins, func(o string) bool {
 		return o == "*" || strings.EqualFold(strings.TrimSuffix(o, "/"), origin)
 	})
-}
-
-func (h *httpHandler) tokenValid(r *http.Request) bool {
-	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	return h.token == "" || ok && subtle.ConstantTimeCompare([]byte(got), []byte(h.token)) == 1
 }
 
 func isLoopbackHost(host string) bool {
@@ -1515,11 +1600,19 @@ func writeJSON(w http.ResponseWriter, status int, msg any) {
 	w.Write(b)
 }
 
+// writeStatus answers status with no body.
+func writeStatus(w http.ResponseWriter, status int) { w.WriteHeader(status) }
+
+// readBody reads r's body, at most max bytes; a longer one fails with *http.MaxBytesError.
+func readBody(w http.ResponseWriter, r *http.Request, max int) ([]byte, error) {
+	return io.ReadAll(http.MaxBytesReader(w, r.Body, int64(max)))
+}
+
 // post serves POST /mcp: the body is handed to the session, and this handler writes what
 // comes back about it. A dropped connection cancels a 2026-07-28 request or a listen, not a
 // legacy request (notifications/cancelled does).
 func (h *httpHandler) post(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(h.set.HTTPMaxBody)))
+	body, err := readBody(w, r, h.set.HTTPMaxBody)
 	var tooBig *http.MaxBytesError
 	if errors.As(err, &tooBig) {
 		httpError(w, http.StatusRequestEntityTooLarge,
@@ -1545,6 +1638,7 @@ func (h *httpHandler) post(w http.ResponseWriter, r *http.Request) {
 		ctx = context.WithoutCancel(ctx)
 	}
 	out := newOutbox(strings.Contains(r.Header.Get("Accept"), "text/event-stream"))
+	out.version = r.Header.Get("MCP-Protocol-Version") // this client's, whatever another's is
 	defer close(out.done)
 	replies := make(chan any, 1)
 	h.s.handleLine(ctx, body, false, out, func(msg any) error {
@@ -1568,7 +1662,7 @@ func (h *httpHandler) post(w http.ResponseWriter, r *http.Request) {
 				writeEvent(w, b, sse)
 			case sse:
 			case reply == nil:
-				w.WriteHeader(http.StatusAccepted)
+				writeStatus(w, http.StatusAccepted)
 			default:
 				writeJSON(w, replyStatus(reply, modern), reply)
 			}
@@ -1610,9 +1704,10 @@ func writeEvent(w http.ResponseWriter, data []byte, started bool) {
 }
 
 // connLimiter holds at most max connections. At the cap a new connection takes the place of
-// the oldest one that is still sending its request or idles between requests, so a slow or
-// idle client costs only itself; a connection whose request arrived whole is never shed.
-// When every connection is being served, the newcomer is closed at once, so it can retry.
+// the oldest one that has been sending its request, or idling between requests, for
+// newcomerGrace or more, so a slow or idle client costs only itself, and a newcomer has time
+// to send its request; a connection whose request arrived whole is never shed. When there is
+// no such connection, the newcomer is closed at once, so it can retry.
 type connLimiter struct {
 	net.Listener
 	max int
@@ -1623,30 +1718,20 @@ type connLimiter struct {
 
 type trackedConn struct {
 	net.Conn
+	addr    string    // its remote address, as net/http names it
 	waiting time.Time // since when it has been sending a request, or idle
 	serving bool      // its request arrived whole and is being answered
 }
 
+// Accept returns the next connection admit takes, closing those it sheds or refuses.
 func (l *connLimiter) Accept() (net.Conn, error) {
 	for {
 		conn, err := l.Listener.Accept()
 		if err != nil {
 			return nil, err
 		}
-		tc := &trackedConn{Conn: conn, waiting: time.Now()}
-		var shed *trackedConn
-		l.mu.Lock()
-		if len(l.conns) >= l.max {
-			shed = l.oldestWaiting()
-		}
-		room := len(l.conns) < l.max || shed != nil
-		if shed != nil {
-			delete(l.conns, shed.RemoteAddr().String())
-		}
-		if room {
-			l.conns[conn.RemoteAddr().String()] = tc
-		}
-		l.mu.Unlock()
+		tc := &trackedConn{Conn: conn, addr: conn.RemoteAddr().String(), waiting: time.Now()}
+		shed, room := l.admit(tc)
 		if shed != nil {
 			shed.Close()
 		}
@@ -1657,30 +1742,55 @@ func (l *connLimiter) Accept() (net.Conn, error) {
 	}
 }
 
-// oldestWaiting is the connection not being served that has waited longest, or nil; l.mu
-// must be held.
-func (l *connLimiter) oldestWaiting() *trackedConn {
+// admit takes tc when there is room, or makes room by shedding the connection that has waited
+// longest, past newcomerGrace; shed is the one to close, nil for none.
+func (l *connLimiter) admit(tc *trackedConn) (shed *trackedConn, room bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.conns) >= l.max {
+		shed = l.oldestWaiting(tc.waiting.Add(-newcomerGrace))
+	}
+	if shed != nil {
+		delete(l.conns, shed.addr)
+	}
+	room = len(l.conns) < l.max
+	if room {
+		l.conns[tc.addr] = tc
+	}
+	return shed, room
+}
+
+// newcomerGrace is how long a connection has to send its request before a newcomer at the
+// cap may take its place.
+const newcomerGrace = time.Second
+
+// oldestWaiting is the connection not being served that has waited longest, since before
+// since, or nil; l.mu must be held.
+func (l *connLimiter) oldestWaiting(since time.Time) *trackedConn {
 	var oldest *trackedConn
 	for _, c := range l.conns {
-		if !c.serving && (oldest == nil || c.waiting.Before(oldest.waiting)) {
+		if !c.serving && c.waiting.Before(since) && (oldest == nil || c.waiting.Before(oldest.waiting)) {
 			oldest = c
 		}
 	}
 	return oldest
 }
 
-// track follows net/http's view of a connection: idle between requests, or gone.
+// track follows net/http's view of a connection Accept gave it: idle between requests, or gone.
 func (l *connLimiter) track(conn net.Conn, state http.ConnState) {
-	key := conn.RemoteAddr().String()
+	tc, ok := conn.(*trackedConn)
+	if !ok {
+		return
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	switch c := l.conns[key]; {
-	case c == nil:
+	switch c := l.conns[tc.addr]; {
+	case c != tc:
 	case state == http.StateIdle:
 		c.serving = false
 		c.waiting = time.Now()
 	case state == http.StateClosed || state == http.StateHijacked:
-		delete(l.conns, key)
+		delete(l.conns, tc.addr)
 	}
 }
 

@@ -25,7 +25,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -56,11 +55,12 @@ var toolTable = []*toolDef{
 	&setCallbackTool,
 }
 
+// main is telson, or telson re-executed as its reaper or its plan-mode sandbox (machine.go).
 func main() {
-	if os.Getenv(reaperEnv) == "1" {
+	switch {
+	case os.Getenv(reaperEnv) == "1":
 		os.Exit(runReaper(os.Stdin))
-	}
-	if os.Getenv(sandboxEnv) == "1" {
+	case os.Getenv(sandboxEnv) == "1":
 		os.Exit(runSandbox(os.Args[1:]))
 	}
 	signal.Ignore(syscall.SIGPIPE) // a vanished client shows up as a write error, handled
@@ -110,7 +110,8 @@ func run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, args []
 	if err != nil {
 		return fmt.Errorf("flags: %w", err)
 	}
-	set := loadSettings(os.Environ(), stderr)
+	env, file, fileErr := readEnvironment()
+	set := loadSettings(env, file, fileErr, stderr)
 	switch cmd := fs.Arg(0); {
 	case *showVersion:
 		fmt.Fprintln(stdout, "telson", buildVersion())
@@ -148,13 +149,12 @@ func buildVersion() string {
 // before any child can.
 func newServer(set *settings, stderr io.Writer) *server {
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: set.LogLevel}))
-	wd, _ := os.Getwd()
 	srv := &server{
 		set:     set,
 		log:     logger,
 		version: buildVersion(),
-		procs:   newProcTracker(logger),
-		skills:  &skillCatalog{dir: wd},
+		procs:   newProcTracker(set, logger),
+		skills:  &skillCatalog{dir: set.env.wd},
 		browser: &browserHolder{tabs: make(chan struct{}, 2), turn: make(chan struct{}, 1)},
 		search:  newSearchState(),
 	}
@@ -170,7 +170,6 @@ func newServer(set *settings, stderr io.Writer) *server {
 func (srv *server) close() {
 	srv.browser.close()
 	srv.procs.closeAll()
-	srv.search.client.CloseIdleConnections()
 }
 
 // callOnce runs one tool through the same dispatch a client uses and prints its text; on a
@@ -239,31 +238,59 @@ type settings struct {
 	StateDir         string            `key:"STATE_DIR" default:"~/.telson"`
 	Streaming        bool              `key:"STREAMING" default:"on"`
 	BashTimeout      time.Duration     `key:"BASH_TIMEOUT_MS" default:"30000" bounds:"1 600000"`
-	OutputLimit      int               `key:"OUTPUT_LIMIT" default:"30000" bounds:"200"`
-	MaxMessage       int               `key:"MAX_MESSAGE_BYTES" default:"67108864" bounds:"1024"`
-	BgBuffer         int               `key:"BG_BUFFER_BYTES" default:"1048576" bounds:"256"`
+	OutputLimit      int               `key:"OUTPUT_LIMIT" default:"30000" bounds:"200 1000000"`
+	MaxMessage       int               `key:"MAX_MESSAGE_BYTES" default:"67108864" bounds:"1024 268435456"`
+	BgBuffer         int               `key:"BG_BUFFER_BYTES" default:"1048576" bounds:"256 67108864"`
 	BgMaxTasks       int               `key:"BG_MAX_TASKS" default:"32" bounds:"1 10000"`
 	SearchEngines    []string          `key:"SEARCH_ENGINES"`
-	SearchTimeout    time.Duration     `key:"SEARCH_TIMEOUT_MS" default:"6000" bounds:"1"`
-	SearchBackoff    time.Duration     `key:"SEARCH_BACKOFF_MS" default:"300000" bounds:"0"`
+	SearchTimeout    time.Duration     `key:"SEARCH_TIMEOUT_MS" default:"6000" bounds:"1 600000"`
+	SearchBackoff    time.Duration     `key:"SEARCH_BACKOFF_MS" default:"300000" bounds:"0 86400000"`
 	ImageMaxEdge     int               `key:"IMAGE_MAX_EDGE" default:"2000" bounds:"16 100000"`
 	ImageMaxBytes    int               `key:"IMAGE_MAX_BYTES" default:"5000000" bounds:"1024 6000000"`
-	AskTimeout       time.Duration     `key:"ASK_TIMEOUT_MS" default:"600000" bounds:"1"`
+	AskTimeout       time.Duration     `key:"ASK_TIMEOUT_MS" default:"600000" bounds:"1 86400000"`
 	PlanModeStrict   bool              `key:"PLAN_MODE_STRICT" default:"on"`
 	AdditionalSkills []string          `key:"ADDITIONAL_SKILLS"`
 	HTTPToken        string            `key:"HTTP_TOKEN"`
 	HTTPOrigins      []string          `key:"HTTP_ORIGINS"`
 	HTTPHosts        []string          `key:"HTTP_HOSTS"`
-	HTTPMaxBody      int               `key:"HTTP_MAX_BODY_BYTES" default:"4194304" bounds:"1024"`
-	HTTPTimeout      time.Duration     `key:"HTTP_TIMEOUT_MS" default:"10000" bounds:"1"`
+	HTTPMaxBody      int               `key:"HTTP_MAX_BODY_BYTES" default:"4194304" bounds:"1024 268435456"`
+	HTTPTimeout      time.Duration     `key:"HTTP_TIMEOUT_MS" default:"10000" bounds:"1 3600000"`
 	HTTPMaxConns     int               `key:"HTTP_MAX_CONNECTIONS" default:"128" bounds:"1 100000"`
 	ChromePath       string            `key:"CHROME_PATH"`
 	ChromeURL        string            `key:"CHROME_URL"`
 	ReadDocsBrowser  bool              `key:"READDOCS_BROWSER" default:"on"`
-	ReadDocsTimeout  time.Duration     `key:"READDOCS_TIMEOUT_MS" default:"30000" bounds:"1"`
-	ReadDocsIdle     time.Duration     `key:"READDOCS_IDLE_MS" default:"500" bounds:"0"`
-	WSMaxMessage     int               `key:"WS_MAX_MESSAGE_BYTES" default:"134217728" bounds:"1048576"`
+	ReadDocsTimeout  time.Duration     `key:"READDOCS_TIMEOUT_MS" default:"30000" bounds:"1 600000"`
+	ReadDocsIdle     time.Duration     `key:"READDOCS_IDLE_MS" default:"500" bounds:"0 60000"`
+	WSMaxMessage     int               `key:"WS_MAX_MESSAGE_BYTES" default:"134217728" bounds:"1048576 1073741824"`
 	SearchKeys       map[string]string // searchCredentials and SEARCH_URL_<ENGINE>, by key
+	env              environment       // what telson read of its environment at start
+}
+
+// environment is what telson reads of the process's environment, once, at start.
+type environment struct {
+	vars []string // the variables, as os.Environ gives them
+	home string   // the user's home: where ~/ points
+	wd   string   // the working directory telson started in
+	exe  string   // telson's own executable: the reaper and the sandbox re-execute it
+	tmp  string   // the temporary directory (TMPDIR)
+	root bool     // telson runs as root
+}
+
+// settingsFile is the settings file, under the home directory.
+const settingsFile = ".telson/telson-env.txt"
+
+// readEnvironment reads what telson takes from its environment, once, at start: the
+// variables, the home, working and executable paths, and the settings file (err: why it could
+// not be read).
+func readEnvironment() (env environment, file []byte, err error) {
+	env.vars = os.Environ()
+	env.home, _ = os.UserHomeDir()
+	env.wd, _ = os.Getwd()
+	env.exe, _ = os.Executable()
+	env.tmp = os.TempDir()
+	env.root = os.Geteuid() == 0
+	file, err = readCapped(filepath.Join(env.home, settingsFile), 1<<20)
+	return env, file, err
 }
 
 // searchCredentials are the keyed search engines' settings; SEARCH_URL_<ENGINE> keys join
@@ -273,6 +300,12 @@ var searchCredentials = []string{"BRAVE_API_KEY", "TAVILY_API_KEY", "SERPER_API_
 
 // internalEnv are the TELSON_ variables that are not settings: markers and the test harness's.
 var internalEnv = []string{"RUN", "RUN_MAIN", "REAPER", "SANDBOX", "REQUIRE_BROWSER"}
+
+// secretSetting reports whether key holds a secret: -config does not show it, and no child's
+// environment gets it.
+func secretSetting(key string) bool {
+	return key == "HTTP_TOKEN" || slices.Contains(searchCredentials, key) && key != "SEARXNG_URL"
+}
 
 // defaultSettings are the settings the tags give.
 func defaultSettings() *settings {
@@ -294,20 +327,20 @@ func (s *settings) fields() []reflect.StructField {
 	return fields
 }
 
-// loadSettings reads the settings: defaults, then the env file, then the environment.
-// Warnings name the file and line, or the variable, and the value kept.
-func loadSettings(environ []string, stderr io.Writer) *settings {
+// loadSettings makes the settings: defaults, then the settings file's text, then the
+// environment's TELSON_<KEY> variables. Warnings name the file and line, or the variable, and
+// the value kept.
+func loadSettings(env environment, file []byte, fileErr error, stderr io.Writer) *settings {
 	s := defaultSettings()
+	s.env = env
 	warn := func(format string, a ...any) {
 		fmt.Fprintf(stderr, "telson: warning: "+format+"\n", a...)
 	}
-	home, _ := os.UserHomeDir()
-	path := filepath.Join(home, ".telson", "telson-env.txt")
-	b, err := os.ReadFile(path)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		warn("settings: %v", err)
+	path := filepath.Join(env.home, settingsFile)
+	if fileErr != nil && !errors.Is(fileErr, os.ErrNotExist) {
+		warn("settings: %v", fileErr)
 	}
-	for n, line := range strings.Split(string(b), "\n") {
+	for n, line := range strings.Split(string(file), "\n") {
 		line = strings.TrimSpace(line)
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
@@ -324,7 +357,7 @@ func loadSettings(environ []string, stderr io.Writer) *settings {
 			warn("%s: %s", where, problem)
 		}
 	}
-	for _, kv := range environ {
+	for _, kv := range env.vars {
 		k, v, _ := strings.Cut(kv, "=")
 		name, ok := strings.CutPrefix(k, "TELSON_")
 		if !ok || slices.Contains(internalEnv, name) {
@@ -334,10 +367,16 @@ func loadSettings(environ []string, stderr io.Writer) *settings {
 			warn("%s: %s", k, problem)
 		}
 	}
-	if dir, ok := strings.CutPrefix(s.StateDir, "~/"); ok {
-		s.StateDir = filepath.Join(home, dir)
-	}
+	s.StateDir = expandHome(s.StateDir, env.home)
 	return s
+}
+
+// expandHome replaces a leading ~/ in path by home.
+func expandHome(path, home string) string {
+	if rest, ok := strings.CutPrefix(path, "~/"); ok && home != "" {
+		return filepath.Join(home, rest)
+	}
+	return path
 }
 
 // set sets key (any case) to value; it says what is wrong instead when the key is unknown or
@@ -369,11 +408,11 @@ func (s *settings) set(key, value string) string {
 			wrong = "a boolean (1/0, true/false, yes/no, on/off)"
 		}
 	case *int, *time.Duration:
-		lo, hi := 0.0, math.Inf(1) // a bound left out does not apply
+		var lo, hi int // every number has both bounds: a duration's keep it from overflowing
 		fmt.Sscan(f.Tag.Get("bounds"), &lo, &hi)
 		n, err := strconv.Atoi(value)
-		if err != nil || float64(n) < lo || float64(n) > hi {
-			wrong = fmt.Sprintf("a whole number from %.0f to %.0f", lo, min(hi, math.MaxInt))
+		if err != nil || n < lo || n > hi {
+			wrong = fmt.Sprintf("a whole number from %d to %d", lo, hi)
 			break
 		}
 		if d, ok := field.(*time.Duration); ok {
@@ -403,7 +442,7 @@ func (s *settings) value(f reflect.StructField) string {
 	case time.Duration:
 		text = strconv.FormatInt(v.Milliseconds(), 10)
 	}
-	if strings.Contains(f.Tag.Get("key"), "TOKEN") && text != "" {
+	if secretSetting(f.Tag.Get("key")) && text != "" {
 		return "(set)"
 	}
 	return text
@@ -416,7 +455,7 @@ func (s *settings) print(w io.Writer) {
 	}
 	for _, k := range searchCredentials {
 		v := s.SearchKeys[k]
-		if strings.HasSuffix(k, "_KEY") && v != "" {
+		if secretSetting(k) && v != "" {
 			v = "(set)"
 		}
 		fmt.Fprintf(w, "%s=%s\n", k, v)

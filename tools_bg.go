@@ -21,9 +21,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -213,13 +211,12 @@ func runBackgroundBash(ctx context.Context, c *toolCall) toolResult {
 	t := &bgTask{id: id, command: a.Command, marker: b.procs.scope(b.scope), start: time.Now(),
 		limit: c.s.srv.set.BgBuffer, ended: make(chan struct{}), code: -1,
 		changed: make(chan struct{})}
-	cmd := bashCommand(a.Command)
-	out, err := c.s.startShell(cmd, t.marker)
+	ch, err := c.s.startCommand(a.Command, t.marker, false)
 	if err == nil {
-		t.leader = cmd.Process
+		t.leader = ch.cmd.Process
 		t.log = b.procs.keepFile(fmt.Sprintf("task-%d", id))
 		b.wg.Add(1)
-		go t.run(c.s, cmd, out) // exits once bash has exited and its output is read
+		go t.run(c.s, ch) // exits once bash has exited and leftWait has passed
 	}
 	b.mu.Lock()
 	b.starting--
@@ -234,7 +231,7 @@ func runBackgroundBash(ctx context.Context, c *toolCall) toolResult {
 	info.Hint = fmt.Sprintf(`Read its output with ReadBgOutput {"task_id": %[1]d, `+
 		`"wait_ms": 5000}; stop it with KillBgTask {"task_id": %[1]d}.`, id)
 	text := fmt.Sprintf("Started background task %d (pid %d) in %s; its complete output "+
-		"goes to %s.\n%s", id, info.Pid, cmd.Dir, info.LogFile, info.Hint)
+		"goes to %s.\n%s", id, info.Pid, ch.cmd.Dir, info.LogFile, info.Hint)
 	return structuredResult(text, info)
 }
 
@@ -280,30 +277,17 @@ func (b *bgTasks) closeAll() {
 	b.wg.Wait() // the leaders are dead: each run ends within leftWait
 }
 
-// run reads the task's output, out, until bash has exited, records how it ended and
-// announces it.
-func (t *bgTask) run(s *session, cmd *exec.Cmd, out *os.File) {
+// run copies the task's output to it until bash has exited (and leftWait more), records how it
+// ended and announces it. The copy goes on while a process bash left behind holds the output:
+// until it ends, which a kill brings about.
+func (t *bgTask) run(s *session, ch *child) {
 	defer s.bg.wg.Done()
-	readDone := make(chan struct{})
-	// The reader exits at EOF: once every process holding the pipe has ended. A kill ends them
-	// all but one that both left its group and cleared its environment (out of scope); at the
-	// session's end that one only delays its reader, never closeAll.
-	go func() {
-		defer close(readDone)
-		io.Copy(t, out)
-		out.Close()
-		t.log.f.Close()
-	}()
-	cmd.Wait()
-	select { // bash's output is in the pipe; a process it left behind may hold the pipe open
-	case <-readDone:
-	case <-time.After(leftWait):
-	}
+	ch.wait(t, true)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.done = true
 	t.runtime = time.Since(t.start)
-	t.code, t.signal = exitStatus(cmd)
+	t.code, t.signal = ch.status()
 	t.unread = bytes.Clone(t.unread) // a finished task holds its unread bytes only
 	t.buf = nil
 	close(t.ended) // output may still come from a process bash left behind
@@ -312,6 +296,12 @@ func (t *bgTask) run(s *session, cmd *exec.Cmd, out *os.File) {
 	if !t.quiet {
 		s.notices.push(t.notice) // under t.mu: a reply's state() then sees it
 	}
+}
+
+// Close ends the task's log: its output has ended.
+func (t *bgTask) Close() error {
+	t.log.close()
+	return nil
 }
 
 // Write adds output, dropping the oldest unread bytes beyond the limit, then logs it, after

@@ -1146,10 +1146,8 @@ type wsFrameHeader struct {
 	length uint64
 }
 
-// wsDial opens a websocket to a ws:// URL (the handshake: RFC 6455 section
-// 4.1). It sends no Origin header and offers no extensions: Chromium refuses
-// the first and would compress with the second. Its key and masks come from
-// crypto/rand, which, unlike a test's reader, any goroutine may read.
+// wsDial opens a websocket to a ws:// URL (the handshake: RFC 6455 section 4.1), at the
+// host the URL names.
 func wsDial(ctx context.Context, rawURL string, maxMsg int) (*wsConn, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil || u.Scheme != "ws" {
@@ -1160,35 +1158,58 @@ func wsDial(ctx context.Context, rawURL string, maxMsg int) (*wsConn, error) {
 		return nil, fmt.Errorf("websocket dial: %w", err)
 	}
 	ws := &wsConn{Conn: conn, br: bufio.NewReaderSize(conn, 64<<10), maxMsg: maxMsg}
-	nonce := make([]byte, 16)
-	crand.Read(nonce) // the key must differ, not be secret
-	key := base64.StdEncoding.EncodeToString(nonce)
+	key := wsKey()
 	dl, _ := ctx.Deadline()
 	conn.SetDeadline(dl) // none when ctx has none
-	fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\n"+
-		"Connection: Upgrade\r\nSec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n\r\n",
-		u.RequestURI(), u.Host, key)
-	resp, err := http.ReadResponse(ws.br, nil) // a failed write fails this read
-	conn.SetDeadline(time.Time{})
-	sum := sha1.Sum([]byte(key + wsGUID))
-	switch {
-	case err != nil:
-	case resp.StatusCode != http.StatusSwitchingProtocols:
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		err = fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(body)))
-	case !strings.EqualFold(resp.Header.Get("Upgrade"), "websocket"):
-		err = errors.New("no Upgrade: websocket header")
-	case resp.Header.Get("Sec-WebSocket-Accept") != base64.StdEncoding.EncodeToString(sum[:]):
-		err = errors.New("wrong Sec-WebSocket-Accept")
-	case resp.Header.Get("Sec-WebSocket-Extensions") != "":
-		err = fmt.Errorf("extensions not asked for: %s",
-			resp.Header.Get("Sec-WebSocket-Extensions"))
+	_, err = conn.Write(wsHandshake(u, key))
+	var resp *http.Response
+	if err == nil {
+		resp, err = http.ReadResponse(ws.br, nil)
 	}
+	if err == nil {
+		err = wsAccepted(resp, key)
+	}
+	conn.SetDeadline(time.Time{})
 	if err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("websocket handshake: %w", err)
 	}
 	return ws, nil
+}
+
+// wsKey is a new Sec-WebSocket-Key: 16 bytes from crypto/rand, which, unlike a test's reader,
+// any goroutine may read; the key must differ, not be secret.
+func wsKey() string {
+	nonce := make([]byte, 16)
+	crand.Read(nonce)
+	return base64.StdEncoding.EncodeToString(nonce)
+}
+
+// wsHandshake is the client's opening handshake. It sends no Origin header and offers no
+// extensions: Chromium refuses the first and would compress with the second.
+func wsHandshake(u *url.URL, key string) []byte {
+	return []byte(fmt.Sprintf("GET %s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\n"+
+		"Connection: Upgrade\r\nSec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n\r\n",
+		u.RequestURI(), u.Host, key))
+}
+
+// wsAccepted says what is wrong with the server's answer to the handshake with key; nil when
+// it accepted.
+func wsAccepted(resp *http.Response, key string) error {
+	sum := sha1.Sum([]byte(key + wsGUID))
+	switch {
+	case resp.StatusCode != http.StatusSwitchingProtocols:
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(body)))
+	case !strings.EqualFold(resp.Header.Get("Upgrade"), "websocket"):
+		return errors.New("no Upgrade: websocket header")
+	case resp.Header.Get("Sec-WebSocket-Accept") != base64.StdEncoding.EncodeToString(sum[:]):
+		return errors.New("wrong Sec-WebSocket-Accept")
+	case resp.Header.Get("Sec-WebSocket-Extensions") != "":
+		return fmt.Errorf("extensions not asked for: %s",
+			resp.Header.Get("Sec-WebSocket-Extensions"))
+	}
+	return nil
 }
 
 // wsReadHeader reads a frame header (RFC 6455 section 5.2).
@@ -1212,14 +1233,26 @@ func wsReadHeader(r io.Reader) (h wsFrameHeader, err error) {
 	return h, err
 }
 
-// writeFrame sends one masked frame with FIN set, in one Write: a net.Conn writes each call
-// whole, so frames written at once never interleave, and no lock is needed.
+// writeFrame sends one frame in one Write: a net.Conn writes each call whole, so frames
+// written at once never interleave, and no lock is needed. A browser that stops reading fails
+// the write.
 func (ws *wsConn) writeFrame(op byte, p []byte) error {
 	if ws.closeSent.Load() {
 		return errWSClosed
 	}
-	// The header (RFC 6455 section 5.2): FIN and op, then the mask bit and the
-	// length in 7, 16 or 64 bits, then the mask.
+	if op == wsOpClose {
+		ws.closeSent.Store(true)
+	}
+	ws.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	if _, err := ws.Write(wsFrame(op, p)); err != nil {
+		return fmt.Errorf("websocket write: %w", err)
+	}
+	return nil
+}
+
+// wsFrame is p as one masked frame with FIN set (RFC 6455 section 5.2): FIN and op, then the
+// mask bit and the length in 7, 16 or 64 bits, then the mask, then p masked.
+func wsFrame(op byte, p []byte) []byte {
 	buf := append(make([]byte, 0, 14+len(p)), 0x80|op)
 	switch n := len(p); {
 	case n < 126:
@@ -1235,15 +1268,7 @@ func (ws *wsConn) writeFrame(op byte, p []byte) error {
 	for i, c := range p {
 		buf = append(buf, c^mask[i&3])
 	}
-	if op == wsOpClose {
-		ws.closeSent.Store(true)
-	}
-	// A browser that stops reading fails the write.
-	ws.SetWriteDeadline(time.Now().Add(10 * time.Second))
-	if _, err := ws.Write(buf); err != nil {
-		return fmt.Errorf("websocket write: %w", err)
-	}
-	return nil
+	return buf
 }
 
 // check refuses a frame that may not come now, with a close frame that says
@@ -1490,23 +1515,28 @@ func (c *cdpClient) subscribe(session string, fn cdpHandler) {
 // errNoBrowser means ReadDocs has no browser to use and reads over plain HTTP.
 var errNoBrowser = errors.New("no browser")
 
-// browserHolder is the server's one browser, started (or attached to) on
-// first use and again when its connection ended.
+// browserHolder is the server's one browser, started (or attached to) on first use and again
+// when its connection ended.
 type browserHolder struct {
 	tabs chan struct{} // a slot per open tab: pages are heavy on two cores
 	// turn is taken, as a lock that waits with a deadline, while a call starts, attaches to or
-	// stops the browser: the calls that need it wait for it, and nothing else does
+	// stops the browser (at most browserStart): the calls that need it wait for it, and
+	// nothing else does
 	turn chan struct{}
 	b    *browser // guarded by turn
 }
 
-// browser is a Chromium telson started (cmd is set), or one the user runs
-// and named in CHROME_URL, of which telson closes only the tabs it opened.
+// browserStart bounds a browser's start or attach, and how long close waits for one.
+const browserStart = 15 * time.Second
+
+// browser is a Chromium telson started (proc is set), or one the user runs and named in
+// CHROME_URL, of which telson closes only the tabs it opened.
 type browser struct {
-	cmd   *exec.Cmd       // the leader of the browser's process group
-	dir   string          // the profile, also the browser's home and temporary directory
-	cdp   *cdpClient      // done when the browser died
-	spare chan browserTab // a tab opened ahead of the next read; nil in the user's browser
+	proc   *child          // the leader of the browser's process group
+	marker string          // its run marker
+	dir    string          // the profile, also the browser's home and temporary directory
+	cdp    *cdpClient      // done when the browser died
+	spare  chan browserTab // a tab opened ahead of the next read; nil in the user's browser
 }
 
 // chromeNames are the browsers looked for when CHROME_PATH is not set.
@@ -1547,7 +1577,7 @@ func (h *browserHolder) get(ctx context.Context, srv *server) (*browser, error) 
 		h.b.stop()
 	}
 	set := srv.set
-	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, browserStart)
 	defer cancel()
 	var err error
 	h.b = nil
@@ -1573,10 +1603,15 @@ func (h *browserHolder) get(ctx context.Context, srv *server) (*browser, error) 
 	return h.b, err
 }
 
-// close stops the browser; one started after it is killed with the server's processes.
+// close stops the browser. A start still under way after browserStart is left to the server's
+// end, which kills every process it started.
 func (h *browserHolder) close() {
-	h.turn <- struct{}{}
-	defer func() { <-h.turn }()
+	select {
+	case h.turn <- struct{}{}:
+		defer func() { <-h.turn }()
+	case <-time.After(browserStart):
+		return
+	}
 	if h.b != nil {
 		h.b.stop()
 		h.b = nil
@@ -1592,75 +1627,77 @@ func (h *browserHolder) close() {
 // profile 0700 under a name nobody can take first.
 const maxTempDir = 24
 
-// startBrowser runs Chromium with a fresh profile, driven over a socket it
-// inherits (--remote-debugging-pipe): it opens no port, so no other process
-// can reach it. Chromium writes nothing outside its profile (its home,
-// config, cache and temporary directory), which is removed when it stops,
-// and downloads nothing.
+// chromeFlags are the flags the browser telson starts gets, besides its profile's.
+var chromeFlags = []string{"--headless", "--disable-dev-shm-usage", "--no-first-run",
+	"--disable-background-networking", "--disable-component-update", "--disable-extensions",
+	"--mute-audio", "--disable-background-timer-throttling", "--disable-renderer-backgrounding",
+	"--disable-features=WebUIOmniboxPopup,WebUIOmniboxAimPopup,Translate,MediaRouter," +
+		"OptimizationHints,AutofillServerCommunication",
+	"--remote-debugging-pipe"}
+
+// startBrowser runs Chromium with a fresh profile, driven over a socket it inherits as its
+// descriptors 3 and 4 (--remote-debugging-pipe): it opens no port, so no other process can
+// reach it. Chromium writes nothing outside its profile (its home, config, cache and temporary
+// directory), which is removed when it stops, and downloads nothing (connect).
 func startBrowser(ctx context.Context, srv *server, path string) (*browser, error) {
-	base := os.TempDir()
-	if len(base) > maxTempDir {
-		base = "/tmp"
-	}
-	dir, err := os.MkdirTemp(base, "telson-chromium-")
+	dir, err := os.MkdirTemp(profileBase(srv.set.env.tmp), "telson-chromium-")
 	if err != nil {
 		return nil, err
 	}
 	srv.procs.removeAtExit(dir) // even when telson is killed
 	ours, theirs, err := socketPair()
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, err
-	}
-	args := []string{"--headless", "--disable-dev-shm-usage", "--no-first-run",
-		"--disable-background-networking", "--disable-component-update", "--disable-extensions",
-		"--mute-audio",
-		"--disable-background-timer-throttling", "--disable-renderer-backgrounding",
-		"--disable-features=WebUIOmniboxPopup,WebUIOmniboxAimPopup,Translate,MediaRouter," +
-			"OptimizationHints,AutofillServerCommunication",
-		"--user-data-dir=" + dir, "--remote-debugging-pipe"}
-	if os.Geteuid() == 0 {
-		args = append(args, "--no-sandbox") // Chromium refuses to run as root with its sandbox
-	}
-	cmd := exec.Command(path, append(args, "about:blank")...)
-	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_CONFIG_HOME="+dir, "XDG_CACHE_HOME="+dir,
-		"TMPDIR="+dir)
-	cmd.ExtraFiles = []*os.File{theirs, theirs} // fd 3 it reads commands from, fd 4 it answers on
+	b := &browser{dir: dir, marker: srv.procs.scope(srv.procs.id),
+		spare: make(chan browserTab, 1)}
 	stderr := new(tailWriter)
-	cmd.Stderr = stderr
-	err = srv.procs.start(cmd)
-	theirs.Close() // the browser's alone: when it dies, our reads end
+	if err == nil {
+		b.proc, err = srv.procs.start(chromeSpec(path, dir, b.marker, srv.set.env.root, theirs,
+			stderr))
+		theirs.Close() // the browser's alone: when it dies, our reads end
+	}
 	if err != nil {
 		ours.Close()
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	b := &browser{cmd: cmd, dir: dir, spare: make(chan browserTab, 1)}
 	pipe := &cdpPipe{File: ours, br: bufio.NewReaderSize(ours, 64<<10),
 		maxMsg: srv.set.WSMaxMessage}
 	if err := b.connect(ctx, pipe); err != nil { // stopped: stderr is complete
 		return nil, fmt.Errorf("%s: %w; its last words: %q", path, err, *stderr)
 	}
-	srv.log.Info(fmt.Sprintf("readdocs: started Chromium pid %d (%s)", cmd.Process.Pid, path))
+	srv.log.Info(fmt.Sprintf("readdocs: started Chromium pid %d (%s)", b.proc.cmd.Process.Pid,
+		path))
 	return b, nil
 }
 
-// attachBrowser connects to the browser the user runs and named in CHROME_URL:
-// its ws:// URL, or http://host:port, whose /json/version gives that URL.
+// profileBase is where the browser's profile is made: TMPDIR, unless it is longer than
+// maxTempDir, then /tmp.
+func profileBase(tmp string) string {
+	if tmp == "" || len(tmp) > maxTempDir {
+		return "/tmp"
+	}
+	return tmp
+}
+
+// chromeSpec is the browser to start: path with the profile dir as its user data, home,
+// config, cache and temporary directory, socket as its descriptors 3 and 4, stderr to stderr.
+func chromeSpec(path, dir, marker string, root bool, socket *os.File, stderr io.Writer) procSpec {
+	argv := append([]string{path, "--user-data-dir=" + dir}, chromeFlags...)
+	if root {
+		argv = append(argv, "--no-sandbox") // Chromium refuses to run as root with its sandbox
+	}
+	return procSpec{argv: append(argv, "about:blank"), marker: marker, stderr: stderr,
+		env:   []string{"HOME=" + dir, "XDG_CONFIG_HOME=" + dir, "XDG_CACHE_HOME=" + dir, "TMPDIR=" + dir},
+		files: []*os.File{socket, socket}}
+}
+
+// attachBrowser connects to the browser the user runs and named in CHROME_URL: its ws:// URL,
+// or http://host:port, whose /json/version names that URL (asked without following a
+// redirect; the URL must be at the host the user named).
 func attachBrowser(ctx context.Context, set *settings) (*browser, error) {
 	wsURL := set.ChromeURL
 	var err error
 	if strings.HasPrefix(wsURL, "http://") {
-		var v struct{ WebSocketDebuggerURL string }
-		var pg *readDocsOut
-		pg, err = fetchPlain(ctx, strings.TrimSuffix(wsURL, "/")+"/json/version")
-		if err == nil {
-			json.Unmarshal([]byte(pg.body), &v)
-		}
-		wsURL = v.WebSocketDebuggerURL
-		if err == nil && wsURL == "" {
-			err = errors.New("its /json/version has no webSocketDebuggerUrl")
-		}
+		wsURL, err = debuggerURL(ctx, strings.TrimSuffix(wsURL, "/"))
 	}
 	var ws *wsConn
 	if err == nil {
@@ -1674,6 +1711,31 @@ func attachBrowser(ctx context.Context, set *settings) (*browser, error) {
 		return nil, fmt.Errorf("CHROME_URL %s: %w", set.ChromeURL, err)
 	}
 	return b, nil
+}
+
+// debuggerURL asks a browser's DevTools HTTP endpoint, base, for its ws:// URL, which must be
+// at base's host: a redirect is not followed, and another host is refused.
+func debuggerURL(ctx context.Context, base string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, "GET", base+"/json/version", nil)
+	if err != nil {
+		return "", err
+	}
+	resp, body, err := fetch(noRedirects, req, 1<<20)
+	if err != nil {
+		return "", err
+	}
+	var v struct{ WebSocketDebuggerURL string }
+	json.Unmarshal(body, &v)
+	u, err := url.Parse(v.WebSocketDebuggerURL)
+	switch {
+	case resp.StatusCode != http.StatusOK:
+		return "", fmt.Errorf("its /json/version answered %s", resp.Status)
+	case err != nil || u.Scheme != "ws":
+		return "", errors.New("its /json/version has no ws:// webSocketDebuggerUrl")
+	case u.Host != req.URL.Host:
+		return "", fmt.Errorf("its /json/version names another host, %s", u.Host)
+	}
+	return v.WebSocketDebuggerURL, nil
 }
 
 // connect drives the browser over conn, refusing downloads for as long as
@@ -1706,15 +1768,15 @@ func (b *browser) dead() bool {
 	}
 }
 
-// stop kills the browser's process group and removes its profile, or, for
-// the user's browser, ends the connection.
+// stop ends the browser telson started through the one kill path and removes its profile; of
+// the user's browser, it ends the connection.
 func (b *browser) stop() {
-	if b.cmd == nil {
+	if b.proc == nil {
 		b.cdp.conn.Close()
 		return
 	}
-	syscall.Kill(-b.cmd.Process.Pid, syscall.SIGKILL) // nothing of it is worth a graceful close
-	b.cmd.Wait()
+	stopRun(b.marker, b.proc.cmd.Process)
+	b.proc.cmd.Wait()
 	os.RemoveAll(b.dir)
 }
 
@@ -2077,7 +2139,7 @@ type browserTab struct{ targetID, sid string }
 func (b *browser) newTab(ctx context.Context) (browserTab, error) {
 	var t struct{ TargetID, SessionID string }
 	// In the user's browser, the tab opens behind the one they look at.
-	create := map[string]any{"url": "about:blank", "background": b.cmd == nil}
+	create := map[string]any{"url": "about:blank", "background": b.proc == nil}
 	err := b.cdp.call(ctx, "", "Target.createTarget", create, &t)
 	if err != nil {
 		return browserTab{}, err
@@ -2171,7 +2233,7 @@ func (b *browser) read(ctx context.Context, srv *server, pageURL string,
 		return nil, err
 	}
 	defer func() {
-		if b.cmd == nil { // the user's browser: the tab goes before telson may disconnect
+		if b.proc == nil { // the user's browser: the tab goes before telson may disconnect
 			b.closeTab(tab)
 			return
 		}
@@ -2374,14 +2436,9 @@ func fetchPlain(ctx context.Context, pageURL string) (*readDocsOut, error) {
 	}
 	ua := "Mozilla/5.0 (compatible; telson; +https://github.com/telsonhq/telson)"
 	req.Header.Set("User-Agent", ua)
-	resp, err := http.DefaultClient.Do(req) // the default client stops after 10 redirects
+	resp, raw, err := fetch(http.DefaultClient, req, pageCap+1) // 10 redirects at most
 	if err != nil {
 		return nil, fmt.Errorf("fetch: %w", err)
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, pageCap+1))
-	if err != nil {
-		return nil, fmt.Errorf("fetch %s: reading the body: %w", pageURL, err)
 	}
 	pg := &readDocsOut{FinalURL: resp.Request.URL.String(), Status: resp.StatusCode, Via: "http"}
 	if len(raw) > pageCap {
@@ -2397,6 +2454,29 @@ func fetchPlain(ctx context.Context, pageURL string) (*readDocsOut, error) {
 	pg.isText = !strings.Contains(strings.ToLower(ct), "html")
 	pg.body = strings.ToValidUTF8(strings.TrimPrefix(string(raw), "\ufeff"), "\uFFFD")
 	return pg, nil
+}
+
+// ---- network fetches ------------------------------------------------------------------------
+
+// noRedirects is a client that follows no redirect: it answers with the redirect itself.
+var noRedirects = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error {
+	return http.ErrUseLastResponse
+}}
+
+// fetch sends req, an http or https request, with client (whose redirect rule applies: the
+// default client's follows 10, within http and https), and returns the response with at most
+// max bytes of its body.
+func fetch(client *http.Client, req *http.Request, max int64) (*http.Response, []byte, error) {
+	if req.URL.Scheme != "http" && req.URL.Scheme != "https" {
+		return nil, nil, fmt.Errorf("only http and https URLs are fetched, not %s", req.URL.Scheme)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, max))
+	return resp, body, err
 }
 
 // ---- WebSearch ------------------------------------------------------------
@@ -2615,12 +2695,10 @@ func (e *searchEngine) get(ctx context.Context, client *http.Client, set *settin
 			req.Header.Set(k, v)
 		}
 	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return nil, "", errors.Unwrap(err)
+	resp, answer, err := fetch(client, req, searchMaxBody)
+	if err != nil && resp == nil {
+		return nil, "", cmp.Or(errors.Unwrap(err), err)
 	}
-	defer resp.Body.Close()
-	answer, err := io.ReadAll(io.LimitReader(resp.Body, searchMaxBody))
 	return resp, string(answer), err
 }
 

@@ -5,18 +5,16 @@
 // queue).
 //
 // Rules:
-//   - every file read here goes through readCapped: a regular file, opened
-//     without blocking, read through a cap; no lock is held across a file
-//     read or write (the skill catalogue is scanned first, then swapped in);
-//   - files are written whole through a temporary file in the same folder;
-//   - tasks.json changes only under an flock on tasks.json.lock, is read again
-//     inside the lock and is replaced atomically, through a symlink if it is
-//     one; one that does not parse is kept under another name, and a new list
-//     started;
-//   - a plan is written only where nothing exists yet (a link, which never
-//     replaces anything) or over the file this plan mode created;
-//   - the skill catalogue is read again at each InvokeSkill call and when
-//     Bash's working directory changes.
+//   - files are read and written through machine.go only: readCapped, listDir and listTree;
+//     writeState, under STATE_DIR; no lock is held across a file read or write (the skill
+//     catalogue is scanned first, then swapped in);
+//   - tasks.json changes only under an flock on tasks.json.lock, is read again inside the lock
+//     and is replaced atomically, through a symlink if it is one; one that does not parse is
+//     kept under another name and a new list started, unless it is a symlink: then it is refused;
+//   - a plan is written only to a new file in STATE_DIR/plans; a plan file the agent names is
+//     read, never written;
+//   - the skill catalogue is read again at each InvokeSkill call and when Bash's working
+//     directory changes.
 package main
 
 import (
@@ -25,7 +23,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"os"
 	"path/filepath"
@@ -37,86 +34,6 @@ import (
 	"syscall"
 	"time"
 )
-
-// readCapped reads path, which must be a regular file of at most limit bytes.
-// The open does not block: a FIFO is refused, not waited on.
-func readCapped(path string, limit int64) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	switch {
-	case err != nil:
-		return nil, err
-	case !fi.Mode().IsRegular():
-		return nil, fmt.Errorf("read %s: not a regular file", path)
-	case fi.Size() > limit:
-		return nil, fmt.Errorf("read %s: larger than %d bytes", path, limit)
-	}
-	return io.ReadAll(io.LimitReader(f, limit))
-}
-
-// withStateLock runs fn holding an exclusive flock on path+".lock". It gives
-// up after 5 s, so a stuck process cannot hang a tool call.
-func withStateLock(ctx context.Context, path string, fn func() error) error {
-	os.MkdirAll(filepath.Dir(path), 0o700) // the open below reports a failure
-	f, err := os.OpenFile(path+".lock", os.O_CREATE|os.O_RDWR|syscall.O_NONBLOCK, 0o600)
-	if err != nil {
-		return err
-	}
-	defer f.Close() // closing releases the flock
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	// Holders keep the lock for milliseconds, so polling is cheap.
-	for syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
-		if ctx.Err() != nil {
-			return fmt.Errorf("lock %s.lock: another process holds it; try again", path)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	return fn()
-}
-
-// writeFile puts data at path whole: a temporary file in the same folder,
-// fsync, then a rename over path (replace: a regular file or nothing may be
-// there), else a link, which fails when anything is at path, a dangling
-// symlink too.
-func writeFile(path string, data []byte, replace bool) error {
-	if fi, err := os.Lstat(path); replace && err == nil && !fi.Mode().IsRegular() {
-		return fmt.Errorf("write %s: not a regular file", path)
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+tmpInfix+"*")
-	if err != nil {
-		return err // os's errors name the file
-	}
-	defer os.Remove(tmp.Name()) // after a rename it is gone; after a link, a second name
-	_, err = tmp.Write(data)
-	if err = errors.Join(err, tmp.Sync(), tmp.Close()); err != nil {
-		return err
-	}
-	commit := os.Rename
-	if !replace {
-		commit = os.Link
-	}
-	return commit(tmp.Name(), path)
-}
-
-// tmpInfix is in the name of writeFile's temporary files, then random digits.
-const tmpInfix = ".tmp-"
-
-// removeStaleTemps removes the temporary files writeFile left for path when
-// telson was killed mid-write. The caller holds path's lock: none is in use.
-func removeStaleTemps(path string) {
-	dir, base := filepath.Split(path)
-	entries, _ := os.ReadDir(dir)
-	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), base+tmpInfix) {
-			os.Remove(dir + e.Name())
-		}
-	}
-}
 
 // ---- TaskManager ----
 
@@ -159,6 +76,7 @@ const (
 	maxTasks     = 200 // when full, create drops the oldest completed task
 	maxTaskSteps = 100
 	maxTaskFile  = 16 << 20
+	tasksFile    = "tasks.json" // in STATE_DIR
 )
 
 // taskFile is STATE_DIR/tasks.json.
@@ -196,7 +114,7 @@ type taskArgs struct {
 // projectOf is dir's git root (the nearest folder holding .git), else dir.
 func projectOf(dir string) string {
 	for d := dir; d != filepath.Dir(d); d = filepath.Dir(d) {
-		if _, err := os.Lstat(d + "/.git"); err == nil {
+		if exists(d + "/.git") {
 			return d
 		}
 	}
@@ -210,13 +128,10 @@ func runTaskManager(ctx context.Context, c *toolCall) toolResult {
 	a.TaskID = strings.TrimPrefix(a.TaskID, "t")
 	a.StepID = strings.TrimPrefix(a.StepID, "t")
 	a.project = projectOf(c.s.shell.dir())
-	path := filepath.Join(c.s.srv.set.StateDir, "tasks.json")
+	set := c.s.srv.set
 	var res toolResult
-	err := withStateLock(ctx, path, func() error {
-		if target, err := filepath.EvalSymlinks(path); err == nil {
-			path = target // a symlinked tasks.json is written through; the lock is taken
-		}
-		tf, kept, err := loadTasks(path)
+	err := withStateLock(ctx, set, tasksFile, func() error {
+		tf, kept, err := loadTasks(set)
 		if err != nil {
 			return err
 		}
@@ -230,9 +145,9 @@ func runTaskManager(ctx context.Context, c *toolCall) toolResult {
 		if a.Action == "list" || a.Action == "pending" {
 			return nil // the list is unchanged
 		}
-		removeStaleTemps(path)
+		removeStaleTemps(set, tasksFile)
 		out, _ := json.MarshalIndent(tf, "", "  ")
-		return writeFile(path, out, true)
+		return writeState(set, tasksFile, out, true)
 	})
 	if err != nil {
 		return errorResult("%v", err)
@@ -240,10 +155,14 @@ func runTaskManager(ctx context.Context, c *toolCall) toolResult {
 	return res
 }
 
-// loadTasks reads path; a missing file is an empty list. A file that does not
-// parse is kept under another name and a new list started: kept says so.
-func loadTasks(path string) (tf *taskFile, kept string, err error) {
-	data, err := readCapped(path, maxTaskFile)
+// loadTasks reads tasks.json; a missing file is an empty list. A file that does not parse is
+// kept under another name and a new list started: kept says so.
+func loadTasks(set *settings) (tf *taskFile, kept string, err error) {
+	path, err := statePath(set, tasksFile)
+	var data []byte
+	if err == nil {
+		data, err = readCapped(path, maxTaskFile)
+	}
 	if errors.Is(err, os.ErrNotExist) {
 		data, err = []byte("{}"), nil
 	}
@@ -255,12 +174,12 @@ func loadTasks(path string) (tf *taskFile, kept string, err error) {
 	if err == nil {
 		return tf, "", nil
 	}
-	keep := path + ".corrupt-" + time.Now().Format("20060102-150405.000000000")
-	if err := os.Rename(path, keep); err != nil {
-		return nil, "", fmt.Errorf("keep the corrupt %s: %w", path, err)
+	aside, kerr := keepAside(set, tasksFile)
+	if kerr != nil {
+		return nil, "", fmt.Errorf("%s does not parse (%v), and %w", path, err, kerr)
 	}
 	kept = fmt.Sprintf("%s was corrupt (%v): it is kept as %s, and a new list started.\n",
-		path, err, keep)
+		path, err, aside)
 	return &taskFile{Current: map[string]string{}}, kept, nil
 }
 
@@ -473,8 +392,7 @@ var planModeTool = toolDef{
 - enter (goal required): plan mode starts. Until exit, Bash and BackgroundBash run read-only:
   you can read files, writes fail.
 - exit: pass the plan as markdown in plan, or write it to the plan file first. An inline plan
-  is saved to the plan file only if that does not exist yet (or this plan mode created it),
-  else to a new file in STATE_DIR/plans: an existing file is read as the plan, never written.
+  is saved to a new file in STATE_DIR/plans; a plan file you name is read, never written.
   If the client can ask, the user approves the plan or sends you back to planning with a note.
 - status: the state. reset: leave without a plan.
 Plan mode belongs to this connection.`,
@@ -483,7 +401,7 @@ Plan mode belongs to this connection.`,
 		"goal":{"type":"string","maxLength":1000,"description":"What the plan is for (enter)."},
 		"plan":{"type":"string","maxLength":1048576,"description":"The plan, markdown (exit)."},
 		"plan_file":{"type":"string","maxLength":4096,
-			"description":"Plan file (enter; default: new in STATE_DIR/plans); never overwritten."}
+			"description":"Plan file to read at exit (enter; default: new in STATE_DIR/plans)."}
 		},
 		"required":["action"]}`,
 	output: `{"type":"object","required":["active","goal","plan_file","started_at","message"],
@@ -510,8 +428,7 @@ const planApproval = `{"type":"object","required":["decision"],"properties":{
 // whole, never changed, so no lock is held across file I/O.
 type planInfo struct {
 	goal    string
-	file    string
-	owned   bool // this plan mode created file: a new plan may replace it
+	file    string // the plan file: read at exit without an inline plan
 	started time.Time
 }
 
@@ -567,7 +484,7 @@ func enterPlan(c *toolCall, goal, file string) toolResult {
 		return errorResult("enter needs goal, what the plan is for")
 	}
 	if file == "" {
-		file = newPlanFile(c.s.srv.set.StateDir)
+		file = filepath.Join(makeStateDir(c.s.srv.set, planDir), newPlanName())
 	}
 	file = c.s.shell.resolve(file)
 	_, err := readCapped(file, maxPlanBytes)
@@ -591,18 +508,18 @@ func enterPlan(c *toolCall, goal, file string) toolResult {
 	return planResult(in, text, nil)
 }
 
-// newPlanFile names a new file in STATE_DIR/plans.
-func newPlanFile(stateDir string) string {
-	dir := filepath.Join(stateDir, "plans")
-	os.MkdirAll(dir, 0o700) // writing the plan reports a failure
-	return filepath.Join(dir, time.Now().Format("20060102-150405.000000")+".md")
+// planDir is the folder in STATE_DIR that telson writes plans in.
+const planDir = "plans"
+
+// newPlanName names a new plan file in planDir.
+func newPlanName() string {
+	return time.Now().Format("20060102-150405.000000") + ".md"
 }
 
-// take returns the plan to exit with and in with the file holding it. An
-// inline plan is saved to in's file if this plan mode created it or nothing
-// is there, else to a new file in the plans folder; without one, the plan
-// file is read.
-func (in planInfo) take(stateDir, plan string) (*planInfo, string, error) {
+// take returns the plan to exit with, and in with the file holding it. An inline plan is
+// saved to in's file when that is a new one in STATE_DIR/plans, else to a new one there;
+// without one, the plan file is read.
+func (in planInfo) take(set *settings, plan string) (*planInfo, string, error) {
 	if strings.TrimSpace(plan) == "" {
 		b, err := readCapped(in.file, maxPlanBytes)
 		if err == nil && strings.TrimSpace(string(b)) == "" {
@@ -610,12 +527,17 @@ func (in planInfo) take(stateDir, plan string) (*planInfo, string, error) {
 		}
 		return &in, string(b), err
 	}
-	err := writeFile(in.file, []byte(plan), in.owned)
-	if errors.Is(err, os.ErrExist) {
-		in.file = newPlanFile(stateDir)
-		err = writeFile(in.file, []byte(plan), false)
+	dir := filepath.Join(set.StateDir, planDir)
+	name, err := filepath.Rel(dir, in.file)
+	if err != nil || !filepath.IsLocal(name) {
+		name = newPlanName()
 	}
-	in.owned = true
+	err = writeState(set, filepath.Join(planDir, name), []byte(plan), false)
+	if errors.Is(err, os.ErrExist) {
+		name = newPlanName()
+		err = writeState(set, filepath.Join(planDir, name), []byte(plan), false)
+	}
+	in.file = filepath.Join(dir, name)
 	return &in, plan, err
 }
 
@@ -625,17 +547,19 @@ func exitPlan(ctx context.Context, c *toolCall, in *planInfo, plan string) toolR
 	if in == nil {
 		return errorResult("plan mode is not active; nothing to exit")
 	}
-	next, plan, err := in.take(c.s.srv.set.StateDir, plan)
+	next, plan, err := in.take(c.s.srv.set, plan)
 	if err != nil {
 		return errorResult("%v. Pass the plan as plan (or reset to leave without one).", err)
 	}
 	saved := "Plan saved to " + next.file
 	if next.file != in.file {
-		saved += " (" + in.file + " exists: it is never written)"
+		saved += " (" + in.file + " is read, never written)"
 	}
 	// When the client can show a form, the user approves the plan or keeps planning.
 	approval, note := planNotAsked, ""
 	if canElicit(c.req) {
+		ctx, cancel := context.WithTimeout(ctx, c.s.srv.set.AskTimeout)
+		defer cancel()
 		raw, ask, err := elicit(ctx, c, "approve", map[string]any{
 			"message":         "Approve this plan?\n\n" + plan,
 			"requestedSchema": json.RawMessage(planApproval)})
@@ -753,18 +677,14 @@ var skillSources = []string{"Project Skill", "User Skill", "User Skill", "Additi
 // .claude/skills in project, ~/.claude/skills, ~/.telson/skills, then
 // ADDITIONAL_SKILLS; the first folder holding a name wins.
 func scanSkills(set *settings, project string) ([]skillInfo, []error) {
-	home, _ := os.UserHomeDir()
 	// ADDITIONAL_SKILLS is a comma list; an entry may also be a colon list, as PATH is
 	roots := append([]string{project + "/.claude/skills", "~/.claude/skills", "~/.telson/skills"},
 		filepath.SplitList(strings.Join(set.AdditionalSkills, ":"))...)
 	var skills []skillInfo
 	var broken []error
 	for i, root := range roots {
-		if rest, ok := strings.CutPrefix(root, "~/"); ok {
-			root = filepath.Join(home, rest)
-		}
-		entries, _ := os.ReadDir(root)
-		for _, e := range entries[:min(len(entries), maxSkillsRoot)] {
+		root = expandHome(root, set.env.home)
+		for _, e := range listDir(root, maxSkillsRoot) {
 			sk := skillInfo{name: e.Name(), source: skillSources[min(i, 3)],
 				path: filepath.Join(root, e.Name(), "SKILL.md")}
 			_, err := sk.load()
@@ -867,24 +787,29 @@ func runInvokeSkill(ctx context.Context, c *toolCall) toolResult {
 	return errorResult("skill %q not found; available: %s", name, strings.Join(names, ", "))
 }
 
-// skillFiles lists the files in a skill's folder dir, but SKILL.md, relative
-// to it: up to maxSkillFiles, maxSkillDepth folders deep. Symlinks are listed,
-// not followed; dir itself may be one.
+// skillFiles lists the files in a skill's folder dir (a symlink to one too) but SKILL.md,
+// relative to it: at most maxSkillFiles, maxSkillDepth folders deep; symlinks in it are
+// listed, not followed.
 func skillFiles(dir string) []string {
 	var files []string
-	filepath.WalkDir(dir+"/", func(p string, e os.DirEntry, err error) error {
-		rel := strings.TrimPrefix(p, dir+"/")
-		switch {
-		case len(files) == maxSkillFiles:
-			files = append(files, "(more not shown)")
-			return filepath.SkipAll
-		case err != nil || e.IsDir() && strings.Count(rel, "/") == maxSkillDepth:
-			return filepath.SkipDir
-		case !e.IsDir() && rel != "SKILL.md":
-			files = append(files, rel)
+	var walk func(rel string, depth int)
+	walk = func(rel string, depth int) {
+		for _, e := range listDir(filepath.Join(dir, rel), maxSkillsRoot) {
+			name := filepath.Join(rel, e.Name())
+			switch {
+			case len(files) > maxSkillFiles:
+				return
+			case e.IsDir() && depth < maxSkillDepth: // a symlink is not a folder here
+				walk(name, depth+1)
+			case !e.IsDir() && name != "SKILL.md":
+				files = append(files, name)
+			}
 		}
-		return nil
-	})
+	}
+	walk("", 0)
+	if len(files) > maxSkillFiles {
+		files = append(files[:maxSkillFiles], "(more not shown)")
+	}
 	return files
 }
 

@@ -1,0 +1,628 @@
+// machine.go holds the machinery the tools share, below them: the processes telson starts and
+// the one kill path that ends them, the files it writes, the files it reads. Its functions that
+// touch the machine are few and small, each in its boundary's section, and the README's "How to
+// audit telson in an afternoon" names every one; the rest of this file computes.
+//
+// Rules:
+//   - every process starts through procTracker.start: the leader of its own process group,
+//     carrying its run marker (TELSON_RUN), with telson's environment less telson's own secrets;
+//     an agent's command starts through session.startCommand, in the plan-mode sandbox
+//     (machine_linux.go) while plan mode is on;
+//   - one kill path, stopRun, ends every process telson started, the browser included: TERM to
+//     every marked process and its group, KILL after killGrace; if telson dies, even by SIGKILL,
+//     the reaper (telson re-executed before the first child) does the same;
+//   - telson writes only its state files, whole, under STATE_DIR (writeState), its kept output
+//     files in one temporary directory, and the browser's profile; what is temporary goes at the
+//     end, removed by telson or its reaper;
+//   - every file telson reads is a regular file, opened without blocking, read through a cap;
+//     every directory it lists is opened without blocking and listed to a cap;
+//   - procTracker's lock guards bookkeeping only: processes start and die, and files are made and
+//     removed, outside it.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// ---- processes and the kill path ------------------------------------------------------------
+
+const (
+	killGrace = 2 * time.Second // between TERM and KILL, whatever ends a process
+	// leftWait is how long output may go on once a command's leader has exited: a process it
+	// left behind may hold the pipe open.
+	leftWait = 100 * time.Millisecond
+	cwdFD    = 9 // the descriptor Bash's EXIT trap writes the final working directory to
+)
+
+// Variables telson puts in the environment of what it starts.
+const (
+	markerEnv  = "TELSON_RUN"     // a process's run marker
+	reaperEnv  = "TELSON_REAPER"  // telson re-executed as its reaper
+	sandboxEnv = "TELSON_SANDBOX" // telson re-executed as the plan-mode sandbox
+)
+
+// procSpec is a program to start. What every process gets is not in it: start adds that.
+type procSpec struct {
+	argv    []string // argv[0] is the program's path
+	dir     string
+	env     []string   // besides the environment telson passes on
+	marker  string     // its run marker (see procTracker.scope)
+	sandbox bool       // an agent's command in plan mode
+	output  bool       // its stdout and stderr to one pipe, child.out
+	cwd     bool       // its descriptor cwdFD to a pipe, child.cwd
+	files   []*os.File // its descriptors 3, 4, ...
+	stderr  io.Writer  // its stderr, when not to child.out
+}
+
+// child is a process start started, with the read ends of its pipes.
+type child struct {
+	cmd *exec.Cmd
+	out *os.File // its stdout and stderr; nil unless asked for
+	cwd *os.File // its descriptor cwdFD; nil unless asked for
+}
+
+// procTracker starts the server's children and ends them. Every child carries a marker: the
+// server's id, then one number per scope (a session, a run), each followed by a dot. The
+// reaper, started before the first child, is a child reading its stdin (the lifeline) until it
+// closes: telson has then ended; unless telson said it ended cleanly, the reaper kills the
+// server's marker and removes the directories telson wrote to the lifeline.
+type procTracker struct {
+	log      *slog.Logger
+	set      *settings
+	id       string         // the server's marker
+	once     sync.Once      // starts the reaper and makes outDir, before the first child
+	started  bool           // set by once: the reaper was tried
+	reaper   *exec.Cmd      // nil when it could not start
+	lifeline *os.File       // the reaper's stdin: each line is one write, whole, without a lock
+	outDir   string         // the kept output files; "" when it could not be made
+	starting sync.WaitGroup // starts under way: closeAll waits for them
+
+	mu     sync.Mutex // guards the fields below
+	scopes int
+	kept   []*keptFile // oldest first
+	closed bool
+}
+
+func newProcTracker(set *settings, log *slog.Logger) *procTracker {
+	return &procTracker{log: log, set: set, id: randomHex(8) + "."}
+}
+
+// scope returns a new marker under parent, a marker.
+func (pt *procTracker) scope(parent string) string {
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	pt.scopes++
+	return parent + strconv.Itoa(pt.scopes) + "."
+}
+
+// start starts spec as the leader of a new process group, carrying its marker, with telson's
+// environment less telson's secrets, and in the plan-mode sandbox when spec says so.
+func (pt *procTracker) start(spec procSpec) (*child, error) {
+	if !pt.begin() {
+		return nil, errors.New("start: the server is shutting down")
+	}
+	defer pt.starting.Done()
+	pt.once.Do(pt.startReaper)
+	c := &child{cmd: command(spec, pt.set.env)}
+	var err error
+	if spec.sandbox {
+		err = sandbox(c.cmd, pt.set.env.exe)
+	}
+	var outW, cwdW *os.File
+	if spec.output && err == nil {
+		c.out, outW, err = os.Pipe()
+		c.cmd.Stdout = outW
+		c.cmd.Stderr = outW
+	}
+	if spec.cwd && err == nil {
+		c.cwd, cwdW, err = os.Pipe()
+		c.cmd.ExtraFiles = make([]*os.File, cwdFD-2) // fds 3 to cwdFD, all closed but cwdFD
+		c.cmd.ExtraFiles[cwdFD-3] = cwdW
+	}
+	if err == nil {
+		err = c.cmd.Start()
+	}
+	outW.Close() // the child has its own copies (a nil file's Close fails, harmlessly)
+	cwdW.Close()
+	if err != nil {
+		c.out.Close()
+		c.cwd.Close()
+		return nil, fmt.Errorf("start: %w", err)
+	}
+	return c, nil
+}
+
+// begin counts a start under way, unless the server is closing.
+func (pt *procTracker) begin() bool {
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	if !pt.closed {
+		pt.starting.Add(1)
+	}
+	return !pt.closed
+}
+
+// command is spec as a command: the leader of its own process group, with its environment.
+func command(spec procSpec, env environment) *exec.Cmd {
+	return &exec.Cmd{Path: spec.argv[0], Args: spec.argv, Dir: spec.dir, Stderr: spec.stderr,
+		Env: childEnv(env.vars, spec), ExtraFiles: spec.files,
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true}}
+}
+
+// childEnv is the environment a child gets: telson's, less telson's secrets and internal
+// variables, then spec's, then its marker.
+func childEnv(vars []string, spec procSpec) []string {
+	env := slices.DeleteFunc(slices.Clone(vars), func(kv string) bool {
+		name, ok := strings.CutPrefix(kv, "TELSON_")
+		name, _, _ = strings.Cut(name, "=")
+		return ok && (secretSetting(name) || slices.Contains(internalEnv, name))
+	})
+	return append(append(env, spec.env...), markerEnv+"="+spec.marker)
+}
+
+// startCommand starts command, the agent's, with bash -c under marker in the shell's working
+// directory, its output (and with cwd its final directory) piped back. While plan mode is on it
+// runs in the read-only sandbox, or is refused where that cannot be made.
+func (s *session) startCommand(command, marker string, cwd bool) (*child, error) {
+	spec := procSpec{argv: []string{bashPath(), "-c", command, "bash"}, dir: s.shell.dir(),
+		marker: marker, sandbox: s.planActive(), output: true, cwd: cwd}
+	c, err := s.srv.procs.start(spec)
+	if err != nil && spec.sandbox {
+		return nil, fmt.Errorf("refused: in plan mode commands run in a read-only sandbox, "+
+			"which this system cannot make (%w); finish planning with PlanMode first", err)
+	}
+	return c, err
+}
+
+// bashPath is where bash is, looked up once; "bash" when it is not found, which fails to start
+// saying why.
+var bashPath = sync.OnceValue(func() string {
+	path, err := exec.LookPath("bash")
+	if err != nil {
+		return "bash"
+	}
+	return path
+})
+
+// wait copies c's output to w until every process holding the pipe has closed it, then closes
+// w; and it waits for the leader. Once the leader has exited, the output has leftWait more to
+// end; then wait returns, and the copy stops, or with follow goes on until the output ends.
+func (c *child) wait(w io.WriteCloser, follow bool) {
+	copied := make(chan struct{})
+	go func() { // exits at the output's end, or at the read deadline set below
+		io.Copy(w, c.out)
+		c.out.Close()
+		w.Close()
+		close(copied)
+	}()
+	c.cmd.Wait()
+	select {
+	case <-copied:
+	case <-time.After(leftWait):
+		if !follow {
+			c.out.SetReadDeadline(time.Now())
+			<-copied
+		}
+	}
+}
+
+// finalDir is the working directory Bash's EXIT trap wrote to cwdFD once the command ended; ""
+// when there is none.
+func (c *child) finalDir() string {
+	c.cwd.SetReadDeadline(time.Now().Add(leftWait)) // a process left behind may hold it
+	d, err := bufio.NewReader(c.cwd).ReadString('\n')
+	c.cwd.Close()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSuffix(d, "\n")
+}
+
+// signalNames are the names status gives signals; others are numbers.
+var signalNames = map[syscall.Signal]string{syscall.SIGTERM: "TERM", syscall.SIGKILL: "KILL",
+	syscall.SIGINT: "INT", syscall.SIGHUP: "HUP", syscall.SIGSEGV: "SEGV",
+	syscall.SIGABRT: "ABRT", syscall.SIGPIPE: "PIPE"}
+
+// status is how the leader ended, once waited for: its exit code, or -1 and a signal's name.
+func (c *child) status() (code int, signal string) {
+	ws, _ := c.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	if ws.Signaled() {
+		return -1, cmp.Or(signalNames[ws.Signal()], strconv.Itoa(int(ws.Signal())))
+	}
+	return c.cmd.ProcessState.ExitCode(), ""
+}
+
+// startReaper starts the reaper, telson re-executed with the lifeline as its stdin, and makes
+// the kept output files' directory, which the reaper removes if telson dies.
+func (pt *procTracker) startReaper() {
+	pt.started = true
+	exe := pt.set.env.exe
+	cmd := command(procSpec{argv: []string{exe}, env: []string{reaperEnv + "=1"}}, pt.set.env)
+	r, w, err := os.Pipe()
+	if err == nil {
+		cmd.Stdin = r
+		w.WriteString(pt.id + "\n") // the pipe holds it: the reaper always reads the marker
+		err = cmd.Start()
+		r.Close()
+	}
+	if err == nil {
+		pt.reaper = cmd
+		pt.lifeline = w
+	} else {
+		w.Close()
+		pt.log.Warn("reaper: children may outlive a killed telson", "err", err)
+	}
+	pt.outDir, err = os.MkdirTemp("", "telson-output-*")
+	if err != nil {
+		pt.log.Warn("output files", "err", err)
+	}
+	pt.tellReaper(pt.outDir)
+}
+
+// tellReaper writes a line to the lifeline: a directory to remove, or "." for a clean end.
+func (pt *procTracker) tellReaper(line string) {
+	if pt.lifeline != nil && line != "" && !strings.Contains(line, "\n") {
+		pt.lifeline.WriteString(line + "\n") // one short write to a pipe is never interleaved
+	}
+}
+
+// removeAtExit has the reaper remove dir once telson has ended, if telson did not.
+func (pt *procTracker) removeAtExit(dir string) {
+	pt.once.Do(pt.startReaper)
+	if filepath.IsAbs(dir) {
+		pt.tellReaper(dir)
+	}
+}
+
+// closeAll kills every process of the server, removes the kept files and lets the reaper go.
+func (pt *procTracker) closeAll() {
+	pt.mu.Lock()
+	pt.closed = true
+	pt.mu.Unlock()
+	pt.starting.Wait()
+	pt.once.Do(func() {}) // none starts from now on; one under way has ended
+	if !pt.started {
+		return // nothing was ever started
+	}
+	stopRun(pt.id)
+	if pt.outDir != "" {
+		os.RemoveAll(pt.outDir)
+	}
+	if pt.lifeline != nil {
+		pt.tellReaper(".") // everything is stopped and removed: the reaper has nothing to do
+		pt.lifeline.Close()
+		pt.reaper.Wait()
+	}
+}
+
+// runReaper is the reaper process: when its stdin closes, telson has ended. Unless telson said
+// it ended cleanly (a last line "."), it kills the marker on the first line and removes the
+// directories on the others.
+func runReaper(lifeline io.Reader) int {
+	b, _ := io.ReadAll(lifeline)
+	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	if lines[len(lines)-1] == "." {
+		return 0
+	}
+	stopRun(lines[0])
+	for _, dir := range lines[1:] {
+		removeWhenQuiet(dir)
+	}
+	return 0
+}
+
+// removeWhenQuiet removes dir until it has stayed gone for a second (at most ten): a killed
+// browser's helper processes die a little after it, and may write to its profile meanwhile
+// (Chromium rewrites their environment, so markers do not find them).
+func removeWhenQuiet(dir string) {
+	const step = 100 * time.Millisecond
+	gone := 0
+	for i := 0; i < 100 && gone < 10; i++ {
+		if _, err := os.Lstat(dir); err == nil {
+			os.RemoveAll(dir)
+			gone = 0
+		} else {
+			gone++
+		}
+		time.Sleep(step) // polling what other processes do, bounded
+	}
+}
+
+// stopRun is the one kill path. It sends TERM to every process whose marker starts with
+// marker and to its process group until they are gone, KILL after killGrace; then it kills
+// each leader through its os.Process: a scan misses a process in the middle of an exec (its
+// environment reads empty then), and the leader is the one its caller waits for.
+func stopRun(marker string, leaders ...*os.Process) {
+	deadline := time.Now().Add(killGrace)
+	signal := syscall.SIGTERM
+	for wait := time.Millisecond; wait < 10*time.Second; wait += min(wait, 50*time.Millisecond) {
+		pids := markedPids(marker)
+		if len(pids) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			signal = syscall.SIGKILL
+		}
+		for _, pid := range pids {
+			pgid, _ := syscall.Getpgid(pid)
+			syscall.Kill(pid, signal)
+			if pgid > 1 && pgid != syscall.Getpgrp() {
+				syscall.Kill(-pgid, signal)
+			}
+		}
+		time.Sleep(min(wait, 50*time.Millisecond)) // polling external processes, bounded
+	}
+	for _, p := range leaders {
+		p.Kill() // an ended leader is not signalled again (os.Process knows)
+	}
+}
+
+// markedPids lists the processes whose marker starts with marker (a zombie has none). Without
+// /proc (macOS) it asks ps, which shows environments.
+func markedPids(marker string) []int {
+	want := markerEnv + "=" + marker
+	var pids []int
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		out, _ := exec.Command("ps", "-axEww", "-o", "pid=,command=").Output()
+		for _, line := range strings.Split(string(out), "\n") {
+			pid, err := strconv.Atoi(strings.Fields(line + " x")[0])
+			if err == nil && strings.Contains(line, " "+want) {
+				pids = append(pids, pid)
+			}
+		}
+		return pids
+	}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		env, _ := os.ReadFile("/proc/" + e.Name() + "/environ")
+		if bytes.Contains(append([]byte{0}, env...), []byte("\x00"+want)) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// ---- files written --------------------------------------------------------------------------
+
+// Kept output files: each holds up to keptFileBytes; beyond keptFiles, the oldest finished ones
+// are removed.
+const (
+	keptFileBytes = 16 << 20
+	keptFiles     = 32
+)
+
+// keptFile is a command's complete output, up to keptFileBytes. One that could not be made
+// keeps nothing, as a nil one. Only its writer writes it.
+type keptFile struct {
+	f    *os.File
+	path string
+	left int64
+	done atomic.Bool // closed: it may be removed to make room
+}
+
+// keepFile makes a kept output file named after what, and removes the oldest finished ones
+// beyond keptFiles: a file still being written stays.
+func (pt *procTracker) keepFile(what string) *keptFile {
+	pt.once.Do(pt.startReaper)
+	if pt.outDir == "" { // its making failed, and was logged
+		return &keptFile{}
+	}
+	f, err := os.CreateTemp(pt.outDir, what+"-*.log")
+	if err != nil {
+		pt.log.Warn("output files", "err", err)
+		return &keptFile{}
+	}
+	k := &keptFile{f: f, path: f.Name(), left: keptFileBytes}
+	pt.mu.Lock()
+	pt.kept = append(pt.kept, k)
+	var drop []*keptFile
+	pt.kept, drop = pruneKept(pt.kept, keptFiles)
+	pt.mu.Unlock()
+	for _, old := range drop {
+		os.Remove(old.path)
+	}
+	return k
+}
+
+// pruneKept splits kept, oldest first, into those to keep, at most max unless more are still
+// written, and the oldest finished ones to remove.
+func pruneKept(kept []*keptFile, max int) (keep, drop []*keptFile) {
+	for _, k := range kept {
+		if len(kept)-len(drop) > max && k.done.Load() {
+			drop = append(drop, k)
+		} else {
+			keep = append(keep, k)
+		}
+	}
+	return keep, drop
+}
+
+func (k *keptFile) keep(p []byte) {
+	if k == nil || k.f == nil {
+		return
+	}
+	n := min(int64(len(p)), k.left)
+	k.f.Write(p[:n])
+	k.left -= n
+}
+
+func (k *keptFile) close() {
+	if k != nil && k.f != nil {
+		k.f.Close()
+		k.done.Store(true)
+	}
+}
+
+// tmpInfix is in the name of writeState's temporary files, then random digits.
+const tmpInfix = ".tmp-"
+
+// statePath is where STATE_DIR/name is, through a symlink there to its target (tasks.json may
+// be one, for the user's own reasons); name must stay inside STATE_DIR.
+func statePath(set *settings, name string) (string, error) {
+	if !filepath.IsLocal(name) {
+		return "", fmt.Errorf("state file %s: not a name inside STATE_DIR", name)
+	}
+	path := filepath.Join(set.StateDir, name)
+	if target, err := filepath.EvalSymlinks(path); err == nil {
+		return target, nil
+	}
+	return path, nil
+}
+
+// writeState puts data whole in STATE_DIR/name, mode 0600: a temporary file beside it, fsync,
+// then a rename over what is there (replace: a regular file, or nothing), else a link, which
+// fails when anything is there, a dangling symlink too. A symlink at name is written through
+// when replacing (see statePath), never otherwise.
+func writeState(set *settings, name string, data []byte, replace bool) error {
+	path, err := statePath(set, name)
+	if !replace {
+		path = filepath.Join(set.StateDir, name)
+	}
+	if fi, lerr := os.Lstat(path); err == nil && replace && lerr == nil && !fi.Mode().IsRegular() {
+		err = fmt.Errorf("write %s: not a regular file", path)
+	}
+	if err != nil {
+		return err
+	}
+	os.MkdirAll(filepath.Dir(path), 0o700) // the temporary file's making reports a failure
+	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+tmpInfix+"*")
+	if err != nil {
+		return err // os's errors name the file
+	}
+	defer os.Remove(tmp.Name()) // after a rename it is gone; after a link, a second name
+	_, err = tmp.Write(data)
+	if err = errors.Join(err, tmp.Sync(), tmp.Close()); err != nil {
+		return err
+	}
+	if replace {
+		return os.Rename(tmp.Name(), path)
+	}
+	return os.Link(tmp.Name(), path)
+}
+
+// makeStateDir makes STATE_DIR/name, a folder (mode 0700), where the agent's own tools may write
+// (a plan file), and returns its path.
+func makeStateDir(set *settings, name string) string {
+	dir := filepath.Join(set.StateDir, name)
+	os.MkdirAll(dir, 0o700) // a write there reports a failure
+	return dir
+}
+
+// withStateLock runs fn holding an exclusive flock on STATE_DIR/name.lock. It gives up after
+// 5 s, so a stuck process cannot hang a tool call.
+func withStateLock(ctx context.Context, set *settings, name string, fn func() error) error {
+	os.MkdirAll(set.StateDir, 0o700) // the open below reports a failure
+	path := filepath.Join(set.StateDir, name+".lock")
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR|syscall.O_NONBLOCK, 0o600)
+	if err != nil {
+		return err
+	}
+	defer f.Close() // closing releases the flock
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	// Holders keep the lock for milliseconds, so polling is cheap.
+	for syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("lock %s: another process holds it; try again", path)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return fn()
+}
+
+// removeStaleTemps removes the temporary files writeState left for name when telson was
+// killed mid-write. The caller holds name's lock: none is in use.
+func removeStaleTemps(set *settings, name string) {
+	path, err := statePath(set, name)
+	if err != nil {
+		return
+	}
+	dir, base := filepath.Split(path)
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), base+tmpInfix) {
+			os.Remove(dir + e.Name())
+		}
+	}
+}
+
+// keepAside renames STATE_DIR/name, which does not parse, to name.corrupt-<time> and returns
+// that path. A symlink is refused, naming it: what it points to is the user's.
+func keepAside(set *settings, name string) (string, error) {
+	path := filepath.Join(set.StateDir, name)
+	if fi, err := os.Lstat(path); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+		return "", fmt.Errorf("%s is a symlink: what it points to stays as it is; fix that, "+
+			"or remove the link", path)
+	}
+	aside := path + ".corrupt-" + time.Now().Format("20060102-150405.000000000")
+	return aside, os.Rename(path, aside)
+}
+
+// ---- files read -----------------------------------------------------------------------------
+
+// readCapped reads path, which must be a regular file of at most limit bytes. The open does
+// not block: a FIFO is refused, not waited on.
+func readCapped(path string, limit int64) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	switch {
+	case err != nil:
+		return nil, err
+	case !fi.Mode().IsRegular():
+		return nil, fmt.Errorf("read %s: not a regular file", path)
+	case fi.Size() > limit:
+		return nil, fmt.Errorf("read %s: larger than %d bytes", path, limit)
+	}
+	return io.ReadAll(io.LimitReader(f, limit))
+}
+
+// listDir returns max entries of the directory dir (a symlink to one too), opened without
+// blocking, sorted by name; none when it is not one.
+func listDir(dir string, max int) []fs.DirEntry {
+	f, err := os.OpenFile(dir, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_DIRECTORY, 0)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	entries, _ := f.ReadDir(max)
+	slices.SortFunc(entries, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
+	return entries
+}
+
+// isDir reports whether path is a directory (through symlinks).
+func isDir(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.IsDir()
+}
+
+// exists reports whether anything is at path, a dangling symlink too.
+func exists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
+}
