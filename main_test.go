@@ -700,7 +700,8 @@ func TestSettings(t *testing.T) {
 	var warnings bytes.Buffer
 	env, file, err := readEnvironment()
 	env.vars = []string{"TELSON_OUTPUT_LIMIT=2000", "TELSON_RUN=1.2.", "PATH=/bin",
-		"TELSON_IMAGE_MAX_BYTES=9000000"}
+		"TELSON_IMAGE_MAX_BYTES=9000000", "TELSON_BG_BUFFER_BYTES=4611686018427387904",
+		"TELSON_HTTP_TIMEOUT_MS=9223372036855"}
 	set := loadSettings(env, file, err, &warnings)
 	switch {
 	case set.OutputLimit != 2000:
@@ -718,9 +719,17 @@ func TestSettings(t *testing.T) {
 		"telson-env.txt:5: unknown key NOT_A_KEY", "telson-env.txt:6: not KEY=VALUE",
 		"telson-env.txt:10: BG_MAX_TASKS=\"0\" is not a whole number from 1 to 10000; keeping 32",
 		"PLAN_MODE_STRICT=\"maybe\" is not a boolean",
-		"TELSON_IMAGE_MAX_BYTES: IMAGE_MAX_BYTES=\"9000000\" is not a whole number from 1024 to 6000000"} {
+		"TELSON_IMAGE_MAX_BYTES: IMAGE_MAX_BYTES=\"9000000\" is not a whole number from 1024 to 6000000",
+		"BG_BUFFER_BYTES=\"4611686018427387904\" is not a whole number from 256 to 67108864; keeping 1048576",
+		"HTTP_TIMEOUT_MS=\"9223372036855\" is not a whole number from 1 to 3600000; keeping 10000"} {
 		if !strings.Contains(warnings.String(), want) {
 			t.Errorf("warnings lack %q:\n%s", want, warnings.String())
+		}
+	}
+	for _, f := range defaultSettings().fields() { // a number without both bounds could overflow
+		var lo, hi int
+		if n, _ := fmt.Sscan(f.Tag.Get("bounds"), &lo, &hi); f.Tag.Get("bounds") != "" && n != 2 {
+			t.Errorf("%s: bounds %q, want two", f.Tag.Get("key"), f.Tag.Get("bounds"))
 		}
 	}
 	if strings.Contains(warnings.String(), "RUN") {
@@ -1406,6 +1415,33 @@ func TestStructuredContentAlone(t *testing.T) {
 	}
 }
 
+// A notice taken for a reply that is then not sent (its call was cancelled) rides on the next
+// result, once.
+func TestNoticeOfACancelledCallIsNotLost(t *testing.T) {
+	t.Parallel()
+	c, s := sessionClient(t, "STATE_DIR="+t.TempDir())
+	c.initialize("2025-06-18")
+	dir := t.TempDir()
+	id := uiStartCall(c, "Bash", map[string]any{"command": "touch " + dir + "/started; sleep 60"})
+	readPidFileExists(t, dir+"/started")
+	s.notices.push("[callback 0] check the deploy") // fires while the call runs
+	c.send(fmt.Sprintf(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":%v}}`, id))
+	done := make(chan struct{})
+	go func() { // exits when the cancelled call has ended
+		s.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(watchdog):
+		t.Fatal("the cancelled call did not end")
+	}
+	text := resultText(c.callTool("ListBgTasks", map[string]any{}))
+	if strings.Count(text, "check the deploy") != 1 {
+		t.Errorf("the next result: %s", text)
+	}
+}
+
 // sessionClient is startServer for tests that reach into the session: one stdio session on
 // testSettings(kv), served until the test ends.
 func sessionClient(t *testing.T, kv ...string) (*testClient, *session) {
@@ -1753,10 +1789,11 @@ func TestHTTPTwoClients(t *testing.T) {
 	ts := httpStart(t, []string{"ASK_TIMEOUT_MS=60000"})
 	a, b := httpClientFor(t, ts.url), httpClientFor(t, ts.url)
 	a.rpc("initialize", map[string]any{"protocolVersion": "2025-11-25", "capabilities": map[string]any{"elicitation": map[string]any{}}}, nil)
-	b.initialize("2025-11-25") // declares no elicitation
+	a.version = "2025-11-25" // its requests name their version, whatever B's handshake says
+	b.initialize("2025-03-26") // an older version, and no elicitation
 	resp, msgs := a.rpc("tools/call", map[string]any{"name": "AskUserQuestion", "arguments": map[string]any{"questions_json": `[{"question":"Pick one?","options":["A","B"]}]`}}, map[string]string{"Accept": "application/json"})
 	if res := msgs[len(msgs)-1]["result"].(map[string]any); resp.StatusCode != 200 || !strings.Contains(resultText(res), "could not show the questions") {
-		t.Errorf("A's form was taken away by B's handshake: %v", res)
+		t.Errorf("A's form was taken away by B's handshake (capabilities or version): %v", res)
 	}
 	dir := t.TempDir()
 	call := func(c *httpTestClient, file string) chan string {
@@ -2043,24 +2080,147 @@ func TestHTTPGracefulShutdown(t *testing.T) {
 	}
 }
 
-func TestHTTPBeyondLoopbackNeedsToken(t *testing.T) {
-	t.Setenv("TELSON_STATE_DIR", t.TempDir())
-	url, stderr, cancel, result := httpRun(t, "-http", "0.0.0.0:0")
-	defer func() { cancel(); <-result }()
-	m := regexp.MustCompile(`Authorization: Bearer ([0-9a-f]{48})`).FindStringSubmatch(stderr.String())
-	if m == nil {
-		t.Fatalf("no generated token on stderr: %s", stderr.String())
+// Every request carries the bearer token, loopback included: one made at the first start,
+// kept in STATE_DIR/http-token (mode 0600), printed on stderr, and the same at the next start;
+// HTTP_TOKEN sets another. A POST that is not application/json (what a page can send without
+// a preflight) is refused; beyond loopback the Host rules hold too.
+func TestHTTPTokenAlways(t *testing.T) {
+	state := t.TempDir()
+	t.Setenv("TELSON_STATE_DIR", state)
+	start := func(addr string) (*httpTestClient, func()) {
+		printed, _, cancel, result := httpRun(t, "-http", addr)
+		c := httpClientFor(t, printed) // with the token printed for it
+		c.url = "http://127.0.0.1:" + regexp.MustCompile(`:(\d+)/mcp$`).FindStringSubmatch(printed)[1] + "/mcp"
+		if c.token == "" {
+			t.Fatalf("no token printed for %s", printed)
+		}
+		return c, func() { cancel(); <-result }
 	}
-	url = "http://127.0.0.1:" + regexp.MustCompile(`:(\d+)/mcp$`).FindStringSubmatch(url)[1] + "/mcp"
-	c := httpClientFor(t, url)
-	resp, body := c.do("POST", `{"jsonrpc":"2.0","id":1,"method":"ping"}`, nil)
-	httpStatus(t, "no token beyond loopback", resp, body, 401, 0)
-	c.token = m[1]
+	c, stop := start("127.0.0.1:0")
+	token := c.token
+	b, _ := os.ReadFile(filepath.Join(state, "http-token"))
+	fi, err := os.Stat(filepath.Join(state, "http-token"))
+	if err != nil || fi.Mode().Perm() != 0o600 || strings.TrimSpace(string(b)) != token || len(token) < 32 {
+		t.Fatalf("token file: %v %v %q; printed %q", fi, err, b, token)
+	}
+	ping := `{"jsonrpc":"2.0","id":1,"method":"ping"}`
+	for _, tc := range []struct {
+		what, token, contentType string
+		status                   int
+	}{
+		{"loopback without the token", "", "application/json", 401},
+		{"a wrong token", token + "x", "application/json", 401},
+		{"text/plain without the token", "", "text/plain", 401},
+		{"text/plain", token, "text/plain;charset=UTF-8", 415},
+		{"a form", token, "application/x-www-form-urlencoded", 415},
+		{"the token", token, "application/json; charset=utf-8", 200},
+	} {
+		c.token = tc.token
+		resp, body := c.do("POST", ping, map[string]string{"Content-Type": tc.contentType})
+		httpStatus(t, tc.what, resp, body, tc.status, 0)
+		if tc.status == 401 && resp.Header.Get("WWW-Authenticate") == "" {
+			t.Errorf("%s: 401 without WWW-Authenticate", tc.what)
+		}
+	}
+	stop()
+	if c, stop = start("127.0.0.1:0"); c.token != token {
+		t.Errorf("the next start's token %q, want the kept %q", c.token, token)
+	}
+	stop()
+	t.Setenv("TELSON_HTTP_TOKEN", "chosen-by-the-user-123")
+	c, stop = start("0.0.0.0:0")
+	defer stop()
+	if c.token != "chosen-by-the-user-123" {
+		t.Errorf("HTTP_TOKEN gave %q", c.token)
+	}
 	c.initialize("2025-11-25")
-	resp, body = c.do("POST", `{"jsonrpc":"2.0","id":2,"method":"ping"}`, map[string]string{"Host": "192.0.2.7:65510"})
+	resp, body := c.do("POST", `{"jsonrpc":"2.0","id":2,"method":"ping"}`, map[string]string{"Host": "192.0.2.7:65510"})
 	httpStatus(t, "IP-literal Host when listening on every interface", resp, body, 200, 0)
 	resp, body = c.do("POST", `{"jsonrpc":"2.0","id":3,"method":"ping"}`, map[string]string{"Host": "evil.example.com"})
 	httpStatus(t, "DNS name Host when listening on every interface", resp, body, 403, 0)
+}
+
+// A page served from a loopback origin cannot run tools through telson's port: its script's
+// POST needs no preflight as text/plain, but carries no token. Here telson's own ReadDocs reads
+// the page, whose script posts a Bash call and writes down what became of it.
+func TestHTTPLoopbackPageCannotRunTools(t *testing.T) {
+	readdocsNeedBrowser(t)
+	ts := httpStart(t, nil)
+	c := httpClientFor(t, ts.url)
+	c.initialize("2025-11-25")
+	marker := filepath.Join(t.TempDir(), "ran")
+	call := fmt.Sprintf(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"Bash",`+
+		`"arguments":{"command":"touch %s"}}}`, marker)
+	page := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, `<html><body><p id=p>posting</p><script>
+			fetch(%q, {method: "POST", headers: {"Content-Type": "text/plain"}, body: %q})
+				.then(r => r.text(), e => "refused: " + e)
+				.then(t => document.getElementById("p").textContent = "answered: " + t);
+			</script></body></html>`, ts.url, call)
+	}))
+	defer page.Close()
+	res := c.result("tools/call", map[string]any{"name": "ReadDocs", "arguments": map[string]any{"url": page.URL + "/", "wait_ms": 500}})
+	if text := resultText(res); !strings.Contains(text, "answered: ") || strings.Contains(text, "posting") {
+		t.Errorf("the page's POST did not end: %s", text)
+	}
+	if exists(marker) {
+		t.Error("a page on a loopback origin ran a Bash command through telson's port")
+	}
+}
+
+// A flood of idle connections at the cap does not shed a client that connected a moment ago
+// and has not sent its request yet: a newcomer has newcomerGrace; the flood's newcomers are the
+// ones closed.
+func TestHTTPNewcomerHasTimeToSendItsRequest(t *testing.T) {
+	t.Parallel()
+	url := httpStart(t, []string{"HTTP_TIMEOUT_MS=60000", "HTTP_MAX_CONNECTIONS=4"}).url
+	token, _ := httpTokens.Load(url)
+	client := httpDialRaw(t, url) // the oldest, yet within its grace
+	for range 3 {
+		httpDialRaw(t, url)
+	}
+	for range 8 { // each finds the cap full of connections still within their grace
+		httpClosedByServer(t, httpDialRaw(t, url), "a flood's newcomer")
+	}
+	body := `{"jsonrpc":"2.0","id":1,"method":"ping"}`
+	fmt.Fprintf(client, "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer %s\r\n"+
+		"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", token, len(body), body)
+	resp, err := http.ReadResponse(bufio.NewReader(client), nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("the client that connected first: %v %v", resp, err)
+	}
+}
+
+// Settings CHROME_URL=http://host:port asks /json/version there without following a redirect,
+// and dials only a ws:// URL at that host.
+func TestChromeURLGoesNowhereElse(t *testing.T) {
+	t.Parallel()
+	var dialed atomic.Bool
+	elsewhere := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		dialed.Store(true)
+	}))
+	defer elsewhere.Close()
+	other := strings.TrimPrefix(elsewhere.URL, "http://")
+	fake := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/moved/json/version":
+			http.Redirect(w, r, elsewhere.URL+"/json/version", http.StatusFound)
+		case "/other/json/version":
+			fmt.Fprintf(w, `{"webSocketDebuggerUrl":"ws://%s/devtools/browser/x"}`, other)
+		}
+	}))
+	defer fake.Close()
+	for path, want := range map[string]string{"/moved": "answered 302", "/other": "names another host, " + other} {
+		c := startServer(t, "STATE_DIR="+t.TempDir(), "CHROME_URL="+fake.URL+path)
+		c.initialize("2025-06-18")
+		text, _, isErr := readdocsCall(t, c, map[string]any{"url": fake.URL + "/page"})
+		if !isErr || !strings.Contains(text, want) {
+			t.Errorf("CHROME_URL=%s: %s", fake.URL+path, text)
+		}
+	}
+	if dialed.Load() {
+		t.Error("telson went where CHROME_URL does not point")
+	}
 }
 
 // BenchmarkHTTPToolsList: tools/list over keep-alive from 8 concurrent clients.
@@ -2158,6 +2318,10 @@ func TestHTTPServerRequestOnPOSTStream(t *testing.T) {
 	ask := next()
 	if ask["method"] != "elicitation/create" {
 		t.Fatalf("want the server request on the POST's stream, got %v", ask)
+	}
+	// An id nobody can guess: another client of the same server could answer in its place.
+	if id, _ := ask["id"].(string); !regexp.MustCompile(`^telson-[0-9a-f]{24}$`).MatchString(id) {
+		t.Errorf("server request id %v", ask["id"])
 	}
 	id, _ := json.Marshal(ask["id"])
 	r2, b2 := c.do("POST", fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"result":{"action":"accept"}}`, id), nil)
@@ -2792,6 +2956,46 @@ func TestBashCutKeepsLinesAndTheWholeOutput(t *testing.T) {
 	}
 	if want := fmt.Sprintf("[... %d lines (%d bytes) left out", lines, bytesLeft); !strings.Contains(text, want) {
 		t.Errorf("the cut does not say %q: %q", want, text)
+	}
+}
+
+// Kept output files beyond the newest 32 are removed, oldest first, but never one still being
+// written: a background task's live log stays whatever the Bash calls after it.
+func TestKeptFilesNeverTakeALiveLog(t *testing.T) {
+	t.Parallel()
+	c := startServer(t, "STATE_DIR="+t.TempDir(), "OUTPUT_LIMIT=200")
+	c.initialize("2025-06-18")
+	id := bgStart(t, c, "echo first; sleep 60")
+	log := bgStructured(t, c.callTool("ListBgTasks", map[string]any{}))["tasks"].([]any)[0].(map[string]any)["log_file"].(string)
+	var last string
+	for range keptFiles + 3 {
+		res := c.callTool("Bash", map[string]any{"command": "seq 1 300"})
+		last = bgStructured(t, res)["output_file"].(string)
+	}
+	if !exists(log) || !exists(last) {
+		t.Errorf("task %d's live log %s exists: %v; the newest output file: %v", id, log, exists(log), exists(last))
+	}
+	if files, _ := filepath.Glob(filepath.Join(filepath.Dir(last), "*.log")); len(files) != keptFiles {
+		t.Errorf("%d kept files, want %d", len(files), keptFiles)
+	}
+}
+
+// Telson's own secrets (HTTP_TOKEN, search API keys) never reach a child's environment; the
+// settings that are not secret, and the run marker, do.
+func TestChildrenGetNoSecrets(t *testing.T) {
+	t.Parallel()
+	c := startBinary(t, []string{"TELSON_STATE_DIR=" + t.TempDir(), "TELSON_HTTP_TOKEN=tok-s3cret",
+		"TELSON_BRAVE_API_KEY=key-s3cret", "TELSON_GOOGLE_API_KEY=g-s3cret", "TELSON_OUTPUT_LIMIT=5000"})
+	c.initialize("2025-06-18")
+	for _, tool := range []string{"Bash", "BackgroundBash"} {
+		text := resultText(c.callTool(tool, map[string]any{"command": "env | sort > env.txt; cat env.txt"}))
+		if tool == "BackgroundBash" {
+			text, _ = bgReadToEnd(t, c, 1)
+		}
+		if strings.Contains(text, "s3cret") || !strings.Contains(text, "TELSON_OUTPUT_LIMIT=5000") ||
+			!strings.Contains(text, "TELSON_RUN=") {
+			t.Errorf("%s's environment:\n%s", tool, text)
+		}
 	}
 }
 
@@ -7333,6 +7537,26 @@ func TestWorkflowTaskManagerFileNotRegular(t *testing.T) {
 	}
 }
 
+// A symlinked tasks.json whose target does not parse is refused, naming the link: the target,
+// the user's file, is neither moved aside nor replaced.
+func TestWorkflowTaskManagerCorruptLinkTarget(t *testing.T) {
+	t.Parallel()
+	dir, other := t.TempDir(), t.TempDir()
+	target := filepath.Join(other, "tasks.json")
+	os.WriteFile(target, []byte(`{"tasks": [oops`), 0o600)
+	link := filepath.Join(dir, "tasks.json")
+	os.Symlink(target, link)
+	c := startServer(t, "STATE_DIR="+dir)
+	c.initialize("2025-06-18")
+	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "fresh"}, true, link+" is a symlink")
+	if b, _ := os.ReadFile(target); string(b) != `{"tasks": [oops` {
+		t.Errorf("the link's target was replaced: %q", b)
+	}
+	if kept, _ := filepath.Glob(filepath.Join(other, "*corrupt*")); len(kept) > 0 {
+		t.Errorf("the link's target was moved aside: %v", kept)
+	}
+}
+
 // ---- PlanMode ----------------------------------------------------------------------------------
 
 func TestWorkflowPlanMode(t *testing.T) {
@@ -7456,6 +7680,44 @@ func TestPlanModeCommandsAreReadOnly(t *testing.T) {
 	wfCall(t, c, "PlanMode", map[string]any{"action": "reset"}, false)
 	if res := c.callTool("Bash", map[string]any{"command": "echo x > file"}); isError(res) {
 		t.Errorf("write after plan mode: %s", resultText(res))
+	}
+}
+
+// In plan mode a command has its own network, only loopback, and its own processes: it cannot
+// reach a server on the machine's loopback (telson's HTTP port among them), nor see or signal
+// telson, nor reach the daemons whose sockets live in /run. Out of plan mode the same command
+// reaches the server.
+func TestPlanModeHasNoNetworkNorOthersProcesses(t *testing.T) {
+	t.Parallel()
+	if runtime.GOOS != "linux" {
+		t.Skip("the sandbox needs Linux namespaces")
+	}
+	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer site.Close()
+	port := site.URL[strings.LastIndexByte(site.URL, ':')+1:]
+	c := startServer(t, "STATE_DIR="+t.TempDir())
+	c.initialize("2025-06-18")
+	probe := fmt.Sprintf(`try() { (exec 3<>/dev/tcp/127.0.0.1/$1) 2>&1 | sed 's/.*: //' | head -1; echo "."; }
+		echo "server: $(try %s)"; echo "own loopback: $(try 1)"
+		echo "signal telson: $(kill -0 %d 2>&1 | sed 's/.*: //')."
+		echo "processes: $(ls /proc | grep -c '^[0-9]')"; echo "run: $(ls -A /run | wc -l)"`, port, os.Getpid())
+	wfCall(t, c, "PlanMode", map[string]any{"action": "enter", "goal": "look only"}, false)
+	res := c.callTool("Bash", map[string]any{"command": probe})
+	if isError(res) && strings.Contains(resultText(res), "sandbox") {
+		t.Skipf("no sandbox here: %s", resultText(res))
+	}
+	text := resultText(res)
+	m := regexp.MustCompile(`processes: (\d+)`).FindStringSubmatch(text)
+	if !strings.Contains(text, "server: Connection refused") ||
+		!strings.Contains(text, "own loopback: Connection refused") ||
+		!strings.Contains(text, "No such process.") || m == nil || len(m[1]) > 1 ||
+		!strings.Contains(text, "run: 0") {
+		t.Errorf("plan mode:\n%s", text)
+	}
+	wfCall(t, c, "PlanMode", map[string]any{"action": "reset"}, false)
+	if text := resultText(c.callTool("Bash", map[string]any{"command": probe})); !strings.Contains(text, "server: .") ||
+		!strings.Contains(text, "signal telson: .") {
+		t.Errorf("out of plan mode:\n%s", text)
 	}
 }
 
@@ -7673,6 +7935,21 @@ func TestWorkflowPlanModeApprovalModern(t *testing.T) {
 	}
 	if sc := wfStructured(t, call(exit, answer("approve"))); sc["active"] != false || sc["approval"] != "approved" {
 		t.Fatalf("approve: %v", sc)
+	}
+}
+
+// A plan's approval waits for the person at most ASK_TIMEOUT_MS, then plan mode ends as without
+// a form.
+func TestWorkflowPlanModeApprovalDeadline(t *testing.T) {
+	t.Parallel()
+	c := startServer(t, "STATE_DIR="+t.TempDir(), "ASK_TIMEOUT_MS=200")
+	uiInitialize(c, "2025-06-18", map[string]any{"elicitation": map[string]any{}})
+	uiResult(t, c.waitResponse(uiStartCall(c, "PlanMode", map[string]any{"action": "enter", "goal": "g"})))
+	id := uiStartCall(c, "PlanMode", map[string]any{"action": "exit", "plan": "step one"})
+	uiNextRequest(c, "elicitation/create") // never answered
+	res := uiResult(t, c.waitResponse(id))
+	if sc := wfStructured(t, res); sc["active"] != false || sc["approval"] != "not asked" {
+		t.Errorf("an unanswered approval: %v", res)
 	}
 }
 
