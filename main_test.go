@@ -1789,7 +1789,7 @@ func TestHTTPTwoClients(t *testing.T) {
 	ts := httpStart(t, []string{"ASK_TIMEOUT_MS=60000"})
 	a, b := httpClientFor(t, ts.url), httpClientFor(t, ts.url)
 	a.rpc("initialize", map[string]any{"protocolVersion": "2025-11-25", "capabilities": map[string]any{"elicitation": map[string]any{}}}, nil)
-	a.version = "2025-11-25" // its requests name their version, whatever B's handshake says
+	a.version = "2025-11-25"   // its requests name their version, whatever B's handshake says
 	b.initialize("2025-03-26") // an older version, and no elicitation
 	resp, msgs := a.rpc("tools/call", map[string]any{"name": "AskUserQuestion", "arguments": map[string]any{"questions_json": `[{"question":"Pick one?","options":["A","B"]}]`}}, map[string]string{"Accept": "application/json"})
 	if res := msgs[len(msgs)-1]["result"].(map[string]any); resp.StatusCode != 200 || !strings.Contains(resultText(res), "could not show the questions") {
