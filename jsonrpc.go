@@ -285,6 +285,7 @@ type session struct {
 	mu      sync.Mutex                 // guards the fields below
 	version string                     // negotiated by initialize; "" before it
 	caps    map[string]json.RawMessage // every client's: one's handshake keeps another's
+	client  string                     // the clientInfo name of the last initialize
 	// the client's running requests, by idKey: two HTTP clients may both run a request 5,
 	// and a cancel naming it is then ignored
 	inflight map[string][]*inflight
@@ -472,7 +473,11 @@ type rpcRequest struct {
 	modern        bool    // served in the 2026-07-28 era
 	caps          map[string]json.RawMessage
 	progressToken json.RawMessage
+	client        string   // the client's clientInfo name: its own (2026-07-28), else the session's
 	notices       []string // the notices its reply carries: back in the queue if it is not sent
+
+	progressMu    sync.Mutex // guards progressCount, and the order of the progress queued
+	progressCount int
 }
 
 // methodHandler handles one method's requests; its result is a JSON object's fields.
@@ -513,7 +518,16 @@ func (s *session) start(ctx context.Context, m *rpcMessage, out *outbox, reply f
 	s.wg.Add(1)
 	run := func() {
 		defer s.wg.Done()
+		alive, stopped := make(chan struct{}), make(chan struct{})
+		go func() { // exits when the handler has returned: no progress follows the reply
+			defer close(stopped)
+			if len(r.progressToken) > 0 {
+				r.keepAlive(alive)
+			}
+		}()
 		var msg any = s.call(ctx, r, handle)
+		close(alive)
+		<-stopped
 		cancel()
 		s.mu.Lock()
 		isThis := func(o *inflight) bool { return o == inf }
@@ -595,6 +609,7 @@ func handleInitialize(ctx context.Context, r *rpcRequest) (map[string]any, error
 	var p struct {
 		ProtocolVersion string
 		Capabilities    map[string]json.RawMessage
+		ClientInfo      struct{ Name string }
 	}
 	if err := json.Unmarshal(r.params, &p); len(r.params) > 0 && err != nil {
 		return nil, invalidParams("%v", err)
@@ -605,6 +620,7 @@ func handleInitialize(ctx context.Context, r *rpcRequest) (map[string]any, error
 	}
 	r.s.mu.Lock()
 	r.s.version = v
+	r.s.client = p.ClientInfo.Name
 	caps := maps.Clone(r.s.caps) // a new map: running requests hold the old one
 	maps.Copy(caps, p.Capabilities)
 	r.s.caps = caps
@@ -656,6 +672,7 @@ type requestMeta struct {
 	ProgressToken json.RawMessage
 	Version       string                     `json:"io.modelcontextprotocol/protocolVersion"`
 	Caps          map[string]json.RawMessage `json:"io.modelcontextprotocol/clientCapabilities"`
+	Client        struct{ Name string }      `json:"io.modelcontextprotocol/clientInfo"`
 }
 
 // newRequest reads a request's _meta and settles the era and the version it is served under.
@@ -675,6 +692,7 @@ func (s *session) newRequest(m *rpcMessage, out *outbox) (*rpcRequest, *rpcError
 	s.mu.Lock()
 	r.version = cmp.Or(out.versionOf(), s.version)
 	r.caps = s.caps
+	r.client = cmp.Or(meta.Client.Name, s.client)
 	s.mu.Unlock()
 	switch {
 	case meta.Version == versionModern || meta.Version == "" && m.Method == "server/discover":
@@ -1004,10 +1022,87 @@ func handleToolsCall(ctx context.Context, r *rpcRequest) (map[string]any, error)
 	if res.isError {
 		m["isError"] = true
 	}
+	if res.structured != nil && t.output != nil && r.known().both {
+		res.structured = withoutRepeats(res.structured, res.content[len(res.content)-1].Text)
+	}
 	if res.structured != nil && t.output != nil {
 		m["structuredContent"] = res.structured
 	}
 	return m, nil
+}
+
+// knownClient is what telson knows of a client, by its clientInfo name: how long it waits for a
+// tool call by default, how much of a result it passes on to the model, and whether it shows
+// the model both the structured content and the text (others show one).
+type knownClient struct {
+	name    string        // how its clientInfo name starts
+	timeout time.Duration // its default; 0 when unknown or reset by progress
+	output  int           // the command output a reply may carry; 0: OUTPUT_LIMIT
+	both    bool
+}
+
+// knownClients are the clients telson adapts to; see the README's client tables.
+var knownClients = []knownClient{
+	{name: "claude-code", timeout: 120 * time.Second}, // moves a longer call to its background
+	{name: "claude-ai", timeout: 60 * time.Second},    // Claude Desktop
+	{name: "codex-mcp-client", timeout: 300 * time.Second, output: 10000},
+	{name: "gemini-cli-mcp-client", timeout: 600 * time.Second},
+	{name: "qwen-cli-mcp-client", timeout: 600 * time.Second, output: 24000, both: true},
+	{name: "Cline", timeout: 60 * time.Second},
+	{name: "Zed", timeout: 60 * time.Second},
+}
+
+// Bash's blocking limit, when BASH_BLOCK_MS is 0: blockDefault, or a known client's default
+// timeout less clientMargin when that is sooner.
+const (
+	blockDefault = 240 * time.Second
+	clientMargin = 10 * time.Second
+)
+
+// known is what telson knows of the request's client; nothing when it is not known.
+func (r *rpcRequest) known() knownClient {
+	for _, k := range knownClients {
+		if strings.HasPrefix(r.client, k.name) {
+			return k
+		}
+	}
+	return knownClient{}
+}
+
+// blockLimit is how long Bash waits for a command before handing it to the background.
+func (r *rpcRequest) blockLimit() time.Duration {
+	if set := r.s.srv.set; set.BashBlock > 0 {
+		return set.BashBlock
+	}
+	if k := r.known(); k.timeout > 0 {
+		return min(blockDefault, k.timeout-clientMargin)
+	}
+	return blockDefault
+}
+
+// outputLimit is how much command output a reply carries: OUTPUT_LIMIT, or less for a client
+// known to pass on less (else it would cut the reply itself, and what telson says of the cut).
+func (r *rpcRequest) outputLimit() int {
+	if k := r.known(); k.output > 0 {
+		return min(k.output, r.s.srv.set.OutputLimit)
+	}
+	return r.s.srv.set.OutputLimit
+}
+
+// withoutRepeats is structured content whose long strings that text carries too are replaced
+// by a pointer to it: for a client that shows the model both, so it reads them once.
+func withoutRepeats(structured any, text string) any {
+	b, _ := json.Marshal(structured) // on failure, Unmarshal below fails too
+	var m map[string]any
+	if json.Unmarshal(b, &m) != nil {
+		return structured
+	}
+	for k, v := range m {
+		if s, ok := v.(string); ok && len(s) > 200 && strings.Contains(text, s) {
+			m[k] = "(in the text)"
+		}
+	}
+	return m
 }
 
 // withNotices adds the notices to structured content, which becomes a JSON object.
@@ -1284,14 +1379,35 @@ func (r *rpcRequest) clientHas(name string) bool {
 	return ok
 }
 
-// progress sends notifications/progress when the request asked for it; progress grows with
-// every call.
-func (r *rpcRequest) progress(progress float64, message string) {
+// progress sends notifications/progress with message when the request asked for progress; the
+// count grows with every notification, in the order they are queued.
+func (r *rpcRequest) progress(message string) {
 	if len(r.progressToken) == 0 {
 		return
 	}
-	p := map[string]any{"progressToken": r.progressToken, "progress": progress, "message": message}
+	r.progressMu.Lock() // held across the queueing: that keeps the counts in order
+	defer r.progressMu.Unlock()
+	r.progressCount++
+	p := map[string]any{"progressToken": r.progressToken, "progress": r.progressCount,
+		"message": message}
 	r.out.send(notification("notifications/progress", p))
+}
+
+// keepAlive sends progress every PROGRESS_INTERVAL_MS until done closes, even when the request
+// has nothing new to say: a client that resets its timeout on progress then waits as long as
+// the request runs.
+func (r *rpcRequest) keepAlive(done <-chan struct{}) {
+	start := time.Now()
+	tick := time.NewTicker(r.s.srv.set.ProgressInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-tick.C:
+			r.progress(fmt.Sprintf("still working, %s so far", time.Since(start).Round(time.Second)))
+		}
+	}
 }
 
 // notify tells of a change to a list: a legacy client on the session's stream, and every open

@@ -227,6 +227,9 @@ func (c *child) wait(w io.WriteCloser, follow bool) {
 // finalDir is the working directory Bash's EXIT trap wrote to cwdFD once the command ended; ""
 // when there is none.
 func (c *child) finalDir() string {
+	if c.cwd == nil {
+		return ""
+	}
 	c.cwd.SetReadDeadline(time.Now().Add(leftWait)) // a process left behind may hold it
 	d, err := bufio.NewReader(c.cwd).ReadString('\n')
 	c.cwd.Close()
@@ -457,6 +460,17 @@ func pruneKept(kept []*keptFile, max int) (keep, drop []*keptFile) {
 		}
 	}
 	return keep, drop
+}
+
+// discard removes a kept file nobody needs (a Bash reply that was not cut). Its writer may go
+// on writing to it (a process the command left behind), under no name.
+func (pt *procTracker) discard(k *keptFile) {
+	pt.mu.Lock()
+	pt.kept = slices.DeleteFunc(pt.kept, func(x *keptFile) bool { return x == k })
+	pt.mu.Unlock()
+	if k.f != nil {
+		os.Remove(k.path)
+	}
 }
 
 func (k *keptFile) keep(p []byte) {

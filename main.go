@@ -238,6 +238,8 @@ type settings struct {
 	StateDir         string            `key:"STATE_DIR" default:"~/.telson"`
 	Streaming        bool              `key:"STREAMING" default:"on"`
 	BashTimeout      time.Duration     `key:"BASH_TIMEOUT_MS" default:"30000" bounds:"1 600000"`
+	BashBlock        time.Duration     `key:"BASH_BLOCK_MS" default:"0" bounds:"0 600000"`
+	ProgressInterval time.Duration     `key:"PROGRESS_INTERVAL_MS" default:"15000" bounds:"1000 60000"`
 	OutputLimit      int               `key:"OUTPUT_LIMIT" default:"30000" bounds:"200 1000000"`
 	MaxMessage       int               `key:"MAX_MESSAGE_BYTES" default:"67108864" bounds:"1024 268435456"`
 	BgBuffer         int               `key:"BG_BUFFER_BYTES" default:"1048576" bounds:"256 67108864"`

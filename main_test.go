@@ -2277,7 +2277,7 @@ func BenchmarkHTTPBashTrue(b *testing.B) {
 // progress, asks the client with a server-to-client request and returns the answer.
 var httpAskTool = toolDef{name: "HTTPAsk", title: "t", description: "t", input: `{"type":"object","properties":{}}`,
 	run: func(ctx context.Context, c *toolCall) toolResult {
-		c.req.progress(1, "asking")
+		c.req.progress("asking")
 		res, err := c.req.request(ctx, "elicitation/create", map[string]any{"message": "ok?"})
 		if err != nil {
 			return errorResult("%v", err)
@@ -2718,6 +2718,125 @@ func TestBashStreamsProgress(t *testing.T) {
 	}
 	if seen == 0 {
 		t.Errorf("no progress notifications; notes %v", c.notes)
+	}
+}
+
+// A Bash call still running at the blocking limit comes back with the output so far and a
+// background task, whose reads go on from there; its timeout still stops it.
+func TestBashHandsALongCommandToTheBackground(t *testing.T) {
+	t.Parallel()
+	c := startServer(t, "BASH_BLOCK_MS=300")
+	c.initialize("2025-06-18")
+	dir := t.TempDir()
+	cmd := "echo first; while [ ! -e " + dir + "/go ]; do sleep 0.05; done; echo second"
+	res := c.callTool("Bash", map[string]any{"command": cmd, "timeout": 60000})
+	sc := bgStructured(t, res)
+	if isError(res) || sc["task_id"] != float64(1) || sc["status"] != "running" ||
+		!strings.HasPrefix(resultText(res), "first\n[still running after ") ||
+		!strings.Contains(resultText(res), `ReadBgOutput {"task_id": 1`) {
+		t.Fatalf("handed off: %v", res)
+	}
+	os.WriteFile(dir+"/go", nil, 0o644)
+	if out, res := bgReadToEnd(t, c, 1); out != "second\n" || bgStructured(t, res)["status"] != "exited" {
+		t.Errorf("the task's reads after the hand-off: %q %v", out, res)
+	}
+	if text := resultText(c.callTool("ListBgTasks", map[string]any{})); !strings.Contains(text, "task 1: exited with status 0") {
+		t.Errorf("list: %s", text)
+	}
+
+	// The timeout goes on after the hand-off, and its end is a notice.
+	res = c.callTool("Bash", map[string]any{"command": "echo a; sleep 60", "timeout": 800})
+	if sc := bgStructured(t, res); sc["task_id"] != float64(2) {
+		t.Fatalf("second hand-off: %v", res)
+	}
+	if _, res := bgReadToEnd(t, c, 2); !strings.Contains(resultText(res), "stopped at its timeout") {
+		t.Errorf("a handed-off command past its timeout: %v", res)
+	}
+}
+
+// A Bash call the client cancels loses nothing it printed: the command is stopped, and the next
+// result carries a notice with the command, its last lines and the file with all its output.
+func TestBashCancelledCallLeavesANotice(t *testing.T) {
+	t.Parallel()
+	c := startServer(t)
+	c.initialize("2025-06-18")
+	dir := t.TempDir()
+	id := uiStartCall(c, "Bash", map[string]any{"command": "seq 1 20; touch " + dir + "/printed; sleep 60", "timeout": 600000})
+	readPidFileExists(t, dir+"/printed")
+	c.send(fmt.Sprintf(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":%v}}`, id))
+	var text string
+	deadline := time.Now().Add(watchdog)
+	for !strings.Contains(text, "[cancelled]") { // the notice comes once the command has ended
+		if time.Now().After(deadline) {
+			t.Fatalf("no notice of the cancelled call: %q", text)
+		}
+		text = resultText(c.callTool("ListBgTasks", map[string]any{}))
+	}
+	m := regexp.MustCompile(`complete output is in (\S+)\]`).FindStringSubmatch(text)
+	if !strings.Contains(text, `Bash call of "seq 1 20;`) || !strings.Contains(text, "16\n17\n18\n19\n20\n") || m == nil {
+		t.Fatalf("notice: %s", text)
+	}
+	if b, err := os.ReadFile(m[1]); err != nil || !strings.HasPrefix(string(b), "1\n2\n3\n") || !strings.HasSuffix(string(b), "20\n") {
+		t.Errorf("the output file %s: %q %v", m[1], b, err)
+	}
+}
+
+// While a request with a progress token runs, progress comes at least every
+// PROGRESS_INTERVAL_MS, even from a command that prints nothing, each with a larger count.
+func TestProgressKeepsALongCallAlive(t *testing.T) {
+	t.Parallel()
+	c := startServer(t, "PROGRESS_INTERVAL_MS=1000")
+	c.initialize("2025-06-18")
+	resp := c.request("tools/call", map[string]any{"name": "Bash", "_meta": map[string]any{"progressToken": 7},
+		"arguments": map[string]any{"command": "sleep 2.5; echo done"}})
+	if resultText(resp["result"].(map[string]any)) != "done\n" {
+		t.Fatalf("%v", resp)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var counts []float64
+	for _, n := range c.notes {
+		if p, _ := n["params"].(map[string]any); n["method"] == "notifications/progress" && p["progressToken"] == float64(7) {
+			counts = append(counts, p["progress"].(float64))
+		}
+	}
+	if len(counts) < 2 || !slices.IsSorted(counts) || counts[0] == counts[1] {
+		t.Errorf("progress of a silent 2.5 s command, every second: %v", counts)
+	}
+}
+
+// Clients are told apart by their clientInfo: one that shows the model both the structured
+// content and the text (Qwen Code) gets the output once, in the text; one that cuts long
+// results itself (Codex) gets telson's cut, which says where the rest is; the blocking limit is
+// below a client's known timeout.
+func TestClientsSeeTheOutputOnce(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		client     string
+		maxText    int
+		structured bool // the output is in the structured content too
+		blockLimit time.Duration
+	}{
+		{"qwen-cli-mcp-client-telson", 24200, false, 240 * time.Second},
+		{"codex-mcp-client", 10200, true, 240 * time.Second},
+		{"claude-code", 30200, true, 110 * time.Second},
+		{"someone-else", 30200, true, 240 * time.Second},
+	} {
+		cut := tc.maxText < 28893 // seq 1 6000 prints 28,893 characters
+		c := startServer(t)
+		c.request("initialize", map[string]any{"protocolVersion": "2025-06-18", "capabilities": map[string]any{},
+			"clientInfo": map[string]any{"name": tc.client, "version": "1"}})
+		res := c.callTool("Bash", map[string]any{"command": "seq 1 6000"})
+		text, sc := resultText(res), bgStructured(t, res)
+		output, _ := sc["output"].(string)
+		if len(text) > tc.maxText || !strings.Contains(text, "5999\n6000\n") || strings.Contains(text, "left out") != cut ||
+			strings.Contains(output, "5999") != tc.structured {
+			t.Errorf("%s: %d characters of text; structured output %.80q", tc.client, len(text), output)
+		}
+		r := &rpcRequest{s: &session{srv: &server{set: testSettings(t)}}, client: tc.client}
+		if got := r.blockLimit(); got != tc.blockLimit {
+			t.Errorf("%s: blocking limit %s, want %s", tc.client, got, tc.blockLimit)
+		}
 	}
 }
 

@@ -11,7 +11,6 @@
 package main
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -33,6 +32,8 @@ var bashTool = toolDef{
 
 - The working directory persists between calls; environment changes do not. stdin is /dev/null.
 - timeout: milliseconds (default 30000, max 600000); then the command and its children are stopped.
+- A command still running after 240 s (less for clients that give up sooner) comes back with its
+  output so far as a background task, which goes on: follow it with ReadBgOutput.
 - Output reads as a terminal shows it (colours and progress redraws removed).
 - Long output keeps its first and last lines; the whole raw output is saved to output_file.
 - run_in_background: true starts it as BackgroundBash does (for servers and watchers).
@@ -75,9 +76,16 @@ type bashOutcome struct {
 	OutputFile   string `json:"output_file,omitempty"`
 	DurationMS   int64  `json:"duration_ms"`
 	Cwd          string `json:"cwd"`
+	TaskID       int    `json:"task_id,omitempty"` // handed to the background as this task
+	Status       string `json:"status,omitempty"`
 	Hint         string `json:"hint,omitempty"`
 }
 
+// progressEvery is how often a command's new lines are sent as progress, at most.
+const progressEvery = 100 * time.Millisecond
+
+// runBash runs the command under a task (see startTask) and waits until it ends, is cancelled,
+// or reaches the blocking limit: then it goes on as a background task, and the reply says so.
 func runBash(ctx context.Context, c *toolCall) toolResult {
 	var a bashArgs
 	json.Unmarshal(c.args, &a) // checked against the input schema: it fits
@@ -89,40 +97,67 @@ func runBash(ctx context.Context, c *toolCall) toolResult {
 	}
 	s := c.s
 	set := s.srv.set
-	capture := &outputCapture{limit: set.OutputLimit, procs: s.srv.procs}
-	if set.Streaming && len(c.req.progressToken) > 0 {
-		capture.stream = c.req
-	}
-	command := a.Command
-	trackDir := mayChangeDir(command)
+	limit := c.req.outputLimit()
+	script := a.Command
+	trackDir := mayChangeDir(script)
 	if trackDir {
-		command = "trap 'builtin pwd -P >&" + strconv.Itoa(cwdFD) + "' EXIT\n" + command
+		script = "trap 'builtin pwd -P >&" + strconv.Itoa(cwdFD) + "' EXIT\n" + script
 	}
-	marker := s.srv.procs.scope(s.bg.scope)
-	ch, err := s.startCommand(command, marker, trackDir)
+	timeout := cmp.Or(time.Duration(a.Timeout)*time.Millisecond, set.BashTimeout)
+	t, ch, err := s.startTask(a.Command, script, trackDir, limit, timeout)
 	if err != nil {
 		return errorResult("%v", err)
 	}
-	timeout := cmp.Or(time.Duration(a.Timeout)*time.Millisecond, set.BashTimeout)
-	runCtx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	stopKill := context.AfterFunc(runCtx, func() { stopRun(marker, ch.cmd.Process) })
-	start := time.Now()
-	ch.wait(capture, false)
-	stopKill()
-	o := capture.outcome()
-	o.DurationMS = time.Since(start).Milliseconds()
-	o.ExitCode, o.Signal = ch.status()
-	if runCtx.Err() != nil && ctx.Err() == nil { // the timeout, not a cancellation
-		o.TimedOut = true
+	block := time.NewTimer(c.req.blockLimit())
+	defer block.Stop()
+	changed := t.changes()
+	var calm <-chan time.Time // new lines are sent at most every progressEvery
+	for {
+		select {
+		case <-t.ended:
+			return bashEnded(s, t, ch, limit, false)
+		case <-block.C:
+			return bashHandOff(s, t, limit, timeout)
+		case <-ctx.Done():
+			stopRun(t.marker, t.leader)
+			<-t.ended
+			s.notices.push(t.cancelNotice())
+			return bashEnded(s, t, ch, limit, true)
+		case <-changed:
+			changed = nil
+			calm = time.After(progressEvery)
+			if set.Streaming {
+				c.req.progress(t.newestLines())
+			}
+		case <-calm:
+			calm = nil
+			changed = t.changes()
+		}
+	}
+}
+
+// bashEnded is the reply once the command has ended: its output, status and directory. The
+// kept output file goes unless the reply is cut or keep says (a cancelled call's notice names
+// it).
+func bashEnded(s *session, t *bgTask, ch *child, limit int, keep bool) toolResult {
+	o := &bashOutcome{TimedOut: t.timedOut.Load()}
+	t.mu.Lock()
+	o.Output, o.Truncated, o.OmittedLines, o.OmittedBytes = t.shownLocked(limit)
+	o.ExitCode, o.Signal = t.code, t.signal
+	o.DurationMS = t.runtime.Milliseconds()
+	t.mu.Unlock()
+	if o.Truncated {
+		o.OutputFile = t.log.path
+	} else if !keep {
+		s.srv.procs.discard(t.log)
+	}
+	if o.TimedOut {
 		o.ExitCode = -1
 		o.Hint = "To let it finish, call Bash again with a larger timeout (up to 600000 ms), " +
 			"or use BackgroundBash."
 	}
-	if trackDir {
-		if d := ch.finalDir(); d != "" {
-			s.shell.setDir(d)
-		}
+	if d := ch.finalDir(); d != "" {
+		s.shell.setDir(d)
 	}
 	o.Cwd = s.shell.dir()
 	if o.Cwd != ch.cmd.Dir {
@@ -131,6 +166,27 @@ func runBash(ctx context.Context, c *toolCall) toolResult {
 	res := structuredResult(o.text(), o)
 	res.isError = o.ExitCode != 0 || o.TimedOut
 	return res
+}
+
+// bashHandOff makes the command, still running at the blocking limit, a background task, and
+// replies with its output so far, which the task's reads then go on from.
+func bashHandOff(s *session, t *bgTask, limit int, timeout time.Duration) toolResult {
+	s.bg.adopt(t)
+	o := &bashOutcome{TaskID: t.id, Status: "running", OutputFile: t.log.path, ExitCode: -1}
+	t.mu.Lock()
+	o.Output, o.Truncated, o.OmittedLines, o.OmittedBytes = t.shownLocked(limit)
+	t.unread = t.unread[:0] // shown: reads go on from here
+	t.dropped = 0
+	t.mu.Unlock()
+	o.DurationMS = time.Since(t.start).Milliseconds()
+	o.Cwd = s.shell.dir()
+	o.Hint = fmt.Sprintf(`It goes on as background task %[1]d: ReadBgOutput {"task_id": %[1]d, `+
+		`"wait_ms": 30000} reads what it prints next, KillBgTask {"task_id": %[1]d} stops it; `+
+		`it is stopped when it reaches its timeout, %[2]s after it started.`, t.id, timeout)
+	text := strings.TrimSuffix(cmp.Or(o.Output, "(no output yet)"), "\n") +
+		fmt.Sprintf("\n[still running after %s; its complete output goes to %s]\n%s",
+			time.Duration(o.DurationMS)*time.Millisecond, o.OutputFile, o.Hint)
+	return structuredResult(text, o)
 }
 
 // text is the reply the model reads: the output, then the status when it is not success.
@@ -215,75 +271,6 @@ func (sh *shellState) resolve(path string) string {
 		return filepath.Clean(path)
 	}
 	return filepath.Join(sh.dir(), path)
-}
-
-// outputCapture keeps the first limit bytes a command prints and its last
-// limit/2; once the output is longer than limit, all of it goes to a kept
-// file too, so memory stays bounded whatever a command prints. Only the
-// goroutine that copies the command's output writes it, and outcome reads it
-// once that is done: it has no lock.
-type outputCapture struct {
-	limit  int
-	procs  *procTracker
-	stream *rpcRequest // when set, new lines go to it as progress
-	head   []byte
-	tail   []byte // the last bytes, at most limit before trimming to limit/2
-	total  int64
-	lines  int // newlines printed
-	file   *keptFile
-	sent   time.Time // when progress was last sent
-}
-
-func (oc *outputCapture) Write(p []byte) (int, error) {
-	oc.total += int64(len(p))
-	oc.lines += bytes.Count(p, []byte{'\n'})
-	if oc.file == nil && oc.total > int64(oc.limit) { // a file once the output is cut
-		oc.file = oc.procs.keepFile("bash")
-		oc.file.keep(oc.head)
-	}
-	oc.file.keep(p)
-	// progress: the lines p ends, at most every 100 ms
-	if end := bytes.LastIndexByte(p, '\n'); oc.stream != nil && end >= 0 &&
-		time.Since(oc.sent) >= 100*time.Millisecond {
-		oc.stream.progress(float64(oc.total), terminalText(string(lastBytes(p[:end], 2000))))
-		oc.sent = time.Now()
-	}
-	take := min(oc.limit-len(oc.head), len(p))
-	oc.head = append(oc.head, p[:take]...)
-	oc.tail = append(oc.tail, p[take:]...)
-	if len(oc.tail) > oc.limit {
-		oc.tail = append(oc.tail[:0], lastBytes(oc.tail, oc.limit/2)...)
-	}
-	return len(p), nil
-}
-
-// Close ends the capture: the command's output has ended.
-func (oc *outputCapture) Close() error {
-	oc.file.close()
-	return nil
-}
-
-// outcome is the kept output, once the command is done; a cut falls on line
-// boundaries when there are any, and says how many lines and bytes it left out.
-func (oc *outputCapture) outcome() *bashOutcome {
-	if oc.total <= int64(oc.limit) {
-		return &bashOutcome{Output: terminalText(string(oc.head))}
-	}
-	head := oc.head[:oc.limit/2]
-	if i := bytes.LastIndexByte(head, '\n'); i >= 0 {
-		head = head[:i+1]
-	}
-	tail := lastBytes(oc.tail, oc.limit/2)
-	if i := bytes.IndexByte(tail, '\n'); i < len(tail)-1 {
-		tail = tail[i+1:]
-	}
-	o := &bashOutcome{Truncated: true, OutputFile: oc.file.path}
-	o.OmittedBytes = oc.total - int64(len(head)) - int64(len(tail))
-	o.OmittedLines = oc.lines - bytes.Count(head, []byte{'\n'}) - bytes.Count(tail, []byte{'\n'})
-	o.Output = fmt.Sprintf("%s\n[... %d lines (%d bytes) left out; "+
-		"the complete output is in %s ...]\n\n%s", terminalText(string(head)), o.OmittedLines,
-		o.OmittedBytes, o.OutputFile, terminalText(string(tail)))
-	return o
 }
 
 // terminalEscape matches an escape sequence: CSI (colours, cursor moves), OSC (titles,

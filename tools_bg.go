@@ -20,11 +20,13 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 )
@@ -140,18 +142,25 @@ func newBgTasks(procs *procTracker) *bgTasks {
 	return &bgTasks{procs: procs, scope: procs.scope(procs.id)}
 }
 
-// bgTask is one background command and its output nobody read yet.
+// bgTask is a command and its output nobody read yet: a background task, or a Bash call's
+// command, until it ends or is handed to the background (then it becomes one).
 type bgTask struct {
-	id      int
-	leader  *os.Process // bash, the group leader
-	command string
-	marker  string
-	start   time.Time
-	limit   int           // the most unread bytes kept
-	log     *keptFile     // the complete output; written by the reading goroutine only
-	ended   chan struct{} // closed when bash has exited and the status is final
+	id       int         // 0 until it is a background task
+	leader   *os.Process // bash, the group leader
+	command  string
+	marker   string
+	start    time.Time
+	limit    int           // the most unread bytes kept
+	headMax  int           // the first bytes kept for a Bash reply; 0 for a background task
+	log      *keptFile     // the complete output; written by the copying goroutine only
+	ended    chan struct{} // closed when bash has exited and the status is final
+	timer    *time.Timer   // a Bash call's timeout, which stops it; nil for a background task
+	timedOut atomic.Bool   // the timeout stopped it
 
 	mu      sync.Mutex    // guards the fields below
+	head    []byte        // the first headMax bytes
+	total   int64         // bytes written
+	lines   int           // newlines written
 	unread  []byte        // at most limit bytes, in buf while the task runs
 	buf     []byte        // the array unread lives in: twice the limit, so memory stays bounded
 	dropped int64         // unread bytes lost since the previous read
@@ -160,7 +169,7 @@ type bgTask struct {
 	runtime time.Duration // from the start to the end
 	code    int           // the exit status; -1 while running or after a signal
 	signal  string
-	quiet   bool   // no notice announces the end: KillBgTask's reply says it
+	quiet   bool   // no notice announces the end: a Bash reply or KillBgTask's says it
 	notice  string // what announces the end, once it came; "" before
 }
 
@@ -192,47 +201,82 @@ func runBackgroundBash(ctx context.Context, c *toolCall) toolResult {
 	most := c.s.srv.set.BgMaxTasks
 	b.mu.Lock()
 	running := b.pruneLocked() + b.starting
-	closed := b.closed
-	if !closed && running < most {
+	if running < most {
 		b.starting++
-		b.starts.Add(1)
-		b.nextID++
 	}
-	id := b.nextID
 	b.mu.Unlock()
-	switch {
-	case closed:
-		return errorResult("start: the session is ending")
-	case running >= most:
+	if running >= most {
 		return errorResult("%d tasks are already running, the most allowed (BG_MAX_TASKS=%d); "+
 			"stop one with KillBgTask first", running, most)
 	}
-	defer b.starts.Done()
-	t := &bgTask{id: id, command: a.Command, marker: b.procs.scope(b.scope), start: time.Now(),
-		limit: c.s.srv.set.BgBuffer, ended: make(chan struct{}), code: -1,
-		changed: make(chan struct{})}
-	ch, err := c.s.startCommand(a.Command, t.marker, false)
-	if err == nil {
-		t.leader = ch.cmd.Process
-		t.log = b.procs.keepFile(fmt.Sprintf("task-%d", id))
-		b.wg.Add(1)
-		go t.run(c.s, ch) // exits once bash has exited and leftWait has passed
-	}
+	t, ch, err := c.s.startTask(a.Command, a.Command, false, 0, 0)
 	b.mu.Lock()
 	b.starting--
-	if err == nil {
-		b.tasks = append(b.tasks, t)
-	}
 	b.mu.Unlock()
 	if err != nil {
 		return errorResult("%v", err)
 	}
+	b.adopt(t)
 	info, _ := t.state(c.s)
 	info.Hint = fmt.Sprintf(`Read its output with ReadBgOutput {"task_id": %[1]d, `+
-		`"wait_ms": 5000}; stop it with KillBgTask {"task_id": %[1]d}.`, id)
+		`"wait_ms": 5000}; stop it with KillBgTask {"task_id": %[1]d}.`, t.id)
 	text := fmt.Sprintf("Started background task %d (pid %d) in %s; its complete output "+
-		"goes to %s.\n%s", id, info.Pid, ch.cmd.Dir, info.LogFile, info.Hint)
+		"goes to %s.\n%s", t.id, info.Pid, ch.cmd.Dir, info.LogFile, info.Hint)
 	return structuredResult(text, info)
+}
+
+// startTask starts script (the agent's command, or it with Bash's directory trap) under a new
+// task, which is not listed until adopt; its output is copied to it. headMax keeps the first
+// output bytes, for a Bash reply; a timeout stops it. The start is counted in starts, which
+// closeAll waits for, unless the session is ending: then nothing starts.
+func (s *session) startTask(command, script string, trackDir bool, headMax int,
+	timeout time.Duration) (*bgTask, *child, error) {
+	b := s.bg
+	b.mu.Lock()
+	closed := b.closed
+	if !closed {
+		b.starts.Add(1)
+	}
+	b.mu.Unlock()
+	if closed {
+		return nil, nil, errors.New("start: the session is ending")
+	}
+	defer b.starts.Done()
+	t := &bgTask{command: command, marker: s.srv.procs.scope(b.scope), start: time.Now(),
+		limit: s.srv.set.BgBuffer, headMax: headMax, ended: make(chan struct{}), code: -1,
+		changed: make(chan struct{}), quiet: true}
+	ch, err := s.startCommand(script, t.marker, trackDir)
+	if err != nil {
+		return nil, nil, err
+	}
+	t.leader = ch.cmd.Process
+	what := "task"
+	if headMax > 0 {
+		what = "bash"
+	}
+	t.log = s.srv.procs.keepFile(what)
+	if timeout > 0 {
+		t.timer = time.AfterFunc(timeout, func() {
+			t.timedOut.Store(true)
+			stopRun(t.marker, t.leader)
+		})
+	}
+	b.wg.Add(1)
+	go t.run(s, ch) // exits once bash has exited and leftWait has passed
+	return t, ch, nil
+}
+
+// adopt lists t, started by startTask, as a background task with a new id: its end, if it
+// has not come yet, is announced from now on.
+func (b *bgTasks) adopt(t *bgTask) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.nextID++
+	t.mu.Lock()
+	t.id = b.nextID // set before t is listed: the list's readers read it without t.mu
+	t.quiet = false
+	t.mu.Unlock()
+	b.tasks = append(b.tasks, t)
 }
 
 // pruneLocked keeps the newest 100 finished tasks and returns how many run. b.mu must be held.
@@ -283,6 +327,9 @@ func (b *bgTasks) closeAll() {
 func (t *bgTask) run(s *session, ch *child) {
 	defer s.bg.wg.Done()
 	ch.wait(t, true)
+	if t.timer != nil {
+		t.timer.Stop()
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.done = true
@@ -310,6 +357,10 @@ func (t *bgTask) Close() error {
 // written.
 func (t *bgTask) Write(p []byte) (int, error) {
 	t.mu.Lock()
+	take := min(t.headMax-len(t.head), len(p))
+	t.head = append(t.head, p[:take]...)
+	t.total += int64(len(p))
+	t.lines += bytes.Count(p, []byte{'\n'})
 	kept := p
 	if over := len(t.unread) + len(p) - t.limit; over > 0 {
 		dropUnread := min(over, len(t.unread))
@@ -368,6 +419,58 @@ func (t *bgTask) take(lines, limit int) (string, int64) {
 	return out, dropped
 }
 
+// changes is the channel closed at the next output.
+func (t *bgTask) changes() <-chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.changed
+}
+
+// newestLines is the last complete lines of the unread output, at most 2000 bytes, as a
+// terminal shows them: what a progress notification says.
+func (t *bgTask) newestLines() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	end := bytes.LastIndexByte(t.unread, '\n')
+	return terminalText(string(lastBytes(t.unread[:max(end, 0)], 2000)))
+}
+
+// shown is what a Bash reply shows of the output so far: all of it when it fits in limit, else
+// its first and last lines, cut at line ends, saying what was left out and where it all is;
+// cut reports the latter. t.mu must be held.
+func (t *bgTask) shownLocked(limit int) (out string, cut bool, lines int, bytesLeft int64) {
+	if t.total <= int64(limit) {
+		return terminalText(string(t.head)), false, 0, 0
+	}
+	head := t.head[:min(len(t.head), limit/2)]
+	if i := bytes.LastIndexByte(head, '\n'); i >= 0 {
+		head = head[:i+1]
+	}
+	tail := lastBytes(t.unread, limit/2)
+	if i := bytes.IndexByte(tail, '\n'); i < len(tail)-1 {
+		tail = tail[i+1:]
+	}
+	bytesLeft = t.total - int64(len(head)) - int64(len(tail))
+	lines = t.lines - bytes.Count(head, []byte{'\n'}) - bytes.Count(tail, []byte{'\n'})
+	out = fmt.Sprintf("%s\n[... %d lines (%d bytes) left out; the complete output is in %s ...]"+
+		"\n\n%s", terminalText(string(head)), lines, bytesLeft, t.log.path,
+		terminalText(string(tail)))
+	return out, true, lines, bytesLeft
+}
+
+// cancelNotice tells the agent of its Bash call the client cancelled, once the command has
+// ended: the command, how long it ran, its last lines, the file with all of it.
+func (t *bgTask) cancelNotice() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	tail := strings.TrimSuffix(terminalText(string(lastBytes(t.unread, 2000))), "\n")
+	lines := strings.Split(tail, "\n")
+	return fmt.Sprintf("[cancelled] The client cancelled the Bash call of %q after %s, and the "+
+		"command was stopped. Its last lines:\n%s\n[its complete output is in %s]",
+		cutRunes(t.command, 200), t.runtime.Round(time.Millisecond),
+		strings.Join(lines[max(0, len(lines)-5):], "\n"), t.log.path)
+}
+
 // state describes the task, and says its status in words, for a reply: a
 // notice of the task's end still waiting would say it twice, so it is removed.
 func (t *bgTask) state(s *session) (bgInfo, string) {
@@ -395,6 +498,9 @@ func (t *bgTask) infoLocked() (bgInfo, string) {
 	}
 	status := "running for "
 	switch {
+	case t.done && t.timedOut.Load():
+		i.Status = "killed"
+		status = "stopped at its timeout, after "
 	case t.signal != "":
 		i.Status = "killed"
 		status = "killed by signal " + t.signal + " after "
