@@ -182,7 +182,7 @@ func childEnv(vars []string, spec procSpec) []string {
 // directory, its output (and with cwd its final directory) piped back. While plan mode is on it
 // runs in the read-only sandbox, or is refused where that cannot be made.
 func (s *session) startCommand(command, marker string, cwd bool) (*child, error) {
-	spec := procSpec{argv: []string{bashPath(), "-c", command, "bash"}, dir: s.shell.dir(),
+	spec := procSpec{argv: []string{s.srv.set.env.bash, "-c", command, "bash"}, dir: s.shell.dir(),
 		marker: marker, sandbox: s.planActive(), output: true, cwd: cwd}
 	c, err := s.srv.procs.start(spec)
 	if err != nil && spec.sandbox {
@@ -191,16 +191,6 @@ func (s *session) startCommand(command, marker string, cwd bool) (*child, error)
 	}
 	return c, err
 }
-
-// bashPath is where bash is, looked up once; "bash" when it is not found, which fails to start
-// saying why.
-var bashPath = sync.OnceValue(func() string {
-	path, err := exec.LookPath("bash")
-	if err != nil {
-		return "bash"
-	}
-	return path
-})
 
 // wait copies c's output to w until every process holding the pipe has closed it, then closes
 // w; and it waits for the leader. Once the leader has exited, the output has leftWait more to

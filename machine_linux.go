@@ -118,7 +118,7 @@ func mountSetattr(path string, set, clear uint64) error {
 func loopbackUp() error {
 	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_DGRAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return fmt.Errorf("loopback: %w", err)
+		return err
 	}
 	defer syscall.Close(fd)
 	var ifreq struct {
@@ -131,7 +131,7 @@ func loopbackUp() error {
 	_, _, errno := syscall.Syscall(syscall.SYS_IOCTL, uintptr(fd), syscall.SIOCSIFFLAGS,
 		uintptr(unsafe.Pointer(&ifreq)))
 	if errno != 0 {
-		return fmt.Errorf("loopback: %w", errno)
+		return errno
 	}
 	return nil
 }

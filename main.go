@@ -26,6 +26,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"reflect"
@@ -67,10 +68,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM,
 		syscall.SIGHUP)
 	defer stop()
-	if err := run(ctx, os.Stdin, os.Stdout, os.Stderr, os.Args[1:]); err != nil {
-		if !errors.Is(err, errToolFailed) {
-			fmt.Fprintln(os.Stderr, "telson:", err)
-		}
+	if run(ctx, os.Stdin, os.Stdout, os.Stderr, os.Args[1:]) != nil {
 		os.Exit(1)
 	}
 }
@@ -92,8 +90,14 @@ const terminalHint = `telson speaks MCP on stdin/stdout: add it to a client ` +
 var errToolFailed = errors.New("tool returned an error")
 
 // run is telson: it reads the flags and the settings, then serves until stdin ends or ctx
-// ends, or runs one command.
-func run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, args []string) error {
+// ends, or runs one command. What fails it says on stderr, and returns.
+func run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, args []string) (
+	err error) {
+	defer func() {
+		if err != nil && !errors.Is(err, errToolFailed) {
+			fmt.Fprintln(stderr, "telson:", err)
+		}
+	}()
 	fs := flag.NewFlagSet("telson", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	httpAddr := fs.String("http", "", "serve Streamable HTTP at `ADDR` (a bare port means 127.0.0.1)")
@@ -103,7 +107,7 @@ func run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, args []
 		fmt.Fprint(stderr, usage)
 		fs.PrintDefaults()
 	}
-	err := fs.Parse(args)
+	err = fs.Parse(args)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
 	}
@@ -276,6 +280,7 @@ type environment struct {
 	exe  string   // telson's own executable: the reaper and the sandbox re-execute it
 	tmp  string   // the temporary directory (TMPDIR)
 	root bool     // telson runs as root
+	bash string   // bash's path ("bash" when PATH has none: its start fails, saying so)
 }
 
 // settingsFile is the settings file, under the home directory.
@@ -291,6 +296,10 @@ func readEnvironment() (env environment, file []byte, err error) {
 	env.exe, _ = os.Executable()
 	env.tmp = os.TempDir()
 	env.root = os.Geteuid() == 0
+	env.bash, err = exec.LookPath("bash")
+	if err != nil {
+		env.bash = "bash"
+	}
 	file, err = readCapped(filepath.Join(env.home, settingsFile), 1<<20)
 	return env, file, err
 }
