@@ -5191,6 +5191,72 @@ func BenchmarkHTMLToMarkdownHostile(b *testing.B) {
 	}
 }
 
+// BenchmarkHTMLToMarkdownShapes converts 256 KB pages of adversarial shapes
+// (issue 27): each reports its MB/s, a flat page's of the same size converted
+// after each run (the same paragraphs side by side), and x-flat, the time a
+// byte takes over the flat page's (1: as fast; linear time keeps it small).
+func BenchmarkHTMLToMarkdownShapes(b *testing.B) {
+	const size = 256 << 10
+	para := "<p>Some words of a paragraph, with commas, and <a href=\"/x\">a link</a> in it.</p>\n"
+	// fill repeats unit until the page has size bytes, between head and tail
+	fill := func(head, unit, tail string) string {
+		n := max(1, (size-len(head)-len(tail))/len(unit))
+		return head + strings.Repeat(unit, n) + tail
+	}
+	deep := strings.Repeat("<div>", 250)
+	spans := strings.Repeat("<span>", 250)
+	var share, columns strings.Builder
+	for i := 0; i < 240; i++ {
+		fmt.Fprintf(&share, `<div class="share" id="share-%d">`, i)
+		fmt.Fprintf(&columns, `<div class="post__column" id="c%d">`, i)
+	}
+	// an article in each group of wrappers, which therefore stay
+	share.WriteString("<article>" + strings.Repeat(para, 16) + "</article>" + strings.Repeat(para+"</div>", 240))
+	long := strings.Repeat("word ", 2000)
+	shapes := []struct{ name, page string }{
+		{"flat", fill("<html><body><main>", para, "</main></body></html>")},
+		{"deep", fill(deep, para, "")},
+		{"deep-each", fill("", deep+para+strings.Repeat("</div>", 250), "")},
+		{"share-ids", fill("", share.String(), "")},
+		{"headings", fill("<main>", `<h2 id="section">Section</h2>`+para, "")},
+		{"headings-deep", fill(columns.String(), `<h2 id="section">Section</h2>`+para, "")},
+		{"long-attributes", fill("", `<p class="`+long+`" id="`+long+`" style="`+long+`">Words, words.</p>`, "")},
+		{"images", fill("<div>", `<img src="/i.png" alt="a picture">`, "</div>")},
+		{"stray-end-tags", fill(deep, "</span></b>"+para, "")},
+		{"p-in-spans", fill(spans, para, "")},
+		{"inline-deep", fill("", "<p>"+strings.Repeat("<b>word, ", 250)+"</p>", "")},
+		{"lists-deep", fill("", strings.Repeat("<ul><li>item, item", 125)+strings.Repeat("</li></ul>", 125), "")},
+		{"tables-deep", fill("", strings.Repeat("<table><tr><td>cell, cell", 80)+strings.Repeat("</td></tr></table>", 80), "")},
+		{"link-lists-deep", fill("", strings.Repeat(`<div><a href="/a">a</a> <a href="/b">b</a>`, 250)+strings.Repeat("</div>", 250), "")},
+		{"figures", fill("<figure>"+deep, `<img src="/i.png" alt="a picture"><figcaption>A caption.</figcaption>`, "")},
+		{"headings-nested", fill("", strings.Repeat(`<h2 id="section">Section, `, 250)+para, "")},
+		{"tabs", fill(`<div role="tablist">`+strings.Repeat(`<button role="tab">Tab</button>`, 2000)+"</div>", `<div role="tabpanel">`+para+"</div>", "")},
+		{"style-rules", fill("<style>"+strings.Repeat(".a{display:none} .b{display:block} @media print{.c{display:none}}\n", 1000)+"</style>", `<p class="x y z b">Words, words.</p>`, "")},
+		{"attributes", fill("", "<p"+strings.Repeat(` data-x="1"`, 1000)+">Words, words.</p>", "")},
+	}
+	convert := func(page string) time.Duration {
+		t0 := time.Now()
+		htmlToMarkdown(page, "https://example.com/", 1<<30, false)
+		return time.Since(t0)
+	}
+	for _, sh := range shapes[1:] {
+		b.Run(sh.name, func(b *testing.B) {
+			var flat time.Duration // the flat page, converted right after each run
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				flat += convert(shapes[0].page)
+				b.StartTimer()
+				htmlToMarkdown(sh.page, "https://example.com/", 1<<30, false)
+			}
+			b.SetBytes(int64(len(sh.page)))
+			perByte := float64(b.Elapsed()) / float64(len(sh.page))
+			flatPerByte := float64(flat) / float64(len(shapes[0].page))
+			b.ReportMetric(float64(len(shapes[0].page))*float64(b.N)/flat.Seconds()/1e6, "flat-MB/s")
+			b.ReportMetric(perByte/flatPerByte, "x-flat")
+		})
+	}
+}
+
 // browserSites serves the test pages on 127.0.0.1 and a third-party host on
 // localhost whose resources never answer (but /elsewhere, a page).
 func browserSites(t *testing.T) (site, other *httptest.Server) {
@@ -5961,16 +6027,23 @@ func TestReadDocsExtractRules(t *testing.T) {
 	}
 }
 
-// TestReadDocsHeadingEnd: a heading's end tag ends any open heading, as in browsers.
-func TestReadDocsHeadingEnd(t *testing.T) {
+// TestReadDocsImpliedEnds: as in browsers, a heading's end tag ends any open
+// heading, and a link does not nest in a link; nor, here, a heading in a heading.
+func TestReadDocsImpliedEnds(t *testing.T) {
 	t.Parallel()
-	src := `<h1>Title</h1><h2>The deck of the story, closed by the wrong end tag</h3>` +
-		`<p>The first paragraph of the story follows the deck.</p>`
-	md := htmlToMarkdown(src, "https://example.com/", 1<<20, false).text
-	want := "# Title\n\n## The deck of the story, closed by the wrong end tag\n\n" +
-		"The first paragraph of the story follows the deck."
-	if md != want {
-		t.Errorf("got:\n%s\nwant:\n%s", md, want)
+	cases := map[string]string{
+		`<h1>Title</h1><h2>The deck of the story, closed by the wrong end tag</h3>` +
+			`<p>The first paragraph of the story follows the deck.</p>`: "# Title\n\n" +
+			"## The deck of the story, closed by the wrong end tag\n\n" +
+			"The first paragraph of the story follows the deck.",
+		`<p>A great <a href="/a">TCLUG meeting, with <a href="/b">a book</a> and more.</a></p>`: "A great " +
+			"[TCLUG meeting, with](https://example.com/a) [a book](https://example.com/b) and more.",
+		`<h2>Outer <h3>Inner</h3></h2><p>Text.</p>`: "## Outer\n\n### Inner\n\nText.",
+	}
+	for src, want := range cases {
+		if md := htmlToMarkdown(src, "https://example.com/", 1<<20, false).text; md != want {
+			t.Errorf("%s:\ngot:\n%s\nwant:\n%s", src, md, want)
+		}
 	}
 }
 
