@@ -6021,6 +6021,11 @@ func TestReadDocsExtractRules(t *testing.T) {
 		// Furniture-named blocks beside an article still go.
 		{"comments beside an article", "article", []string{"For the first time in forty years"},
 			[]string{"wonderful news"}},
+		// Asides and teasers go, never the block that holds the page: an article
+		// in an aside, as its share icons are, of the same class (issue 27).
+		{"article in an aside", "columns", []string{"For three years our builds",
+			"## What we kept", "four hundred builds a day."},
+			[]string{"Share on", "Caches we stopped", "flaky test", "All rights reserved"}},
 	}
 	for _, tc := range cases {
 		checkExtract(t, tc.name, tc.file, tc.want, tc.drop)

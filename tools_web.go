@@ -340,7 +340,9 @@ func rawText(n *htmlNode) string {
 // aside, tab lists), link density, comment threads (avatars, reply links),
 // hidden text (the hidden attribute, inline styles, the page's own style
 // rules; a tab panel is never hidden: a reader shows it with a click), then
-// by class words. A document's sections (a heading whose id is made from its
+// by class words; but for tags and roles that are never content, neither
+// drops the block that holds most of the page's text and all its
+// paragraphs. A document's sections (a heading whose id is made from its
 // text, as generators make them, and what follows it) keep their link lists,
 // footnotes and asides, and such an id is never read as a class word.
 
@@ -753,14 +755,18 @@ func (m *mdConv) readStyles(root *htmlNode) {
 	}
 }
 
+// holdsPage reports that n holds most of the page's text and all its
+// paragraphs. While paragraphs are being counted, the share of text alone decides.
+func (m *mdConv) holdsPage(n *htmlNode) bool {
+	return (n.size-n.links)*2 > m.page && n.paras+mdMinPara > m.pageParas
+}
+
 // most reports that n, or the block named as furniture that n is an item
-// of, holds most of the page's text and all its paragraphs (live commentary
-// in comment blocks; comments under an article, even a short one, are no
-// such block). While paragraphs are being counted, the share of text alone
-// decides.
+// of, holds the page (live commentary in comment blocks; comments under an
+// article, even a short one, are no such block).
 func (m *mdConv) most(n *htmlNode) bool {
 	for up := 0; n != nil && up <= mdItemDepth; up, n = up+1, n.parent {
-		if n.bad && !n.good && (n.size-n.links)*2 > m.page && n.paras+mdMinPara > m.pageParas {
+		if n.bad && !n.good && m.holdsPage(n) {
 			return true
 		}
 	}
@@ -779,7 +785,9 @@ func (m *mdConv) skip(n *htmlNode) bool {
 		n.tag == "figcaption" && n.size <= mdMaxCaption,
 		mdNoiseRoles[n.attr("role")]:
 		return true
-	case m.all:
+	case m.all, m.holdsPage(n):
+		// Teasers, asides and furniture go, never the block that holds the
+		// page (an article in an aside, as its share icons are).
 		return false
 	case n.tag == "form" && n.size < 500,
 		// an aside, or a paragraph that is a link (a teaser), outside the document
