@@ -47,6 +47,7 @@ import (
 	"testing"
 	"time"
 	"unicode"
+	"unicode/utf8"
 	"unsafe"
 )
 
@@ -2481,9 +2482,11 @@ func TestBashRendersTerminalOutput(t *testing.T) {
 	c := startServer(t, "OUTPUT_LIMIT=1000")
 	c.initialize("2025-11-25")
 	noise := `printf '\033[1;31mred\033[0m \033]0;title\007done\r\n'; ` +
-		`printf 'progress 20%%\rprogress 40%%\rprogress 100%%\n'; printf '\033[2Kclean\033[K\n'`
+		`printf 'progress 20%%\rprogress 40%%\rprogress 100%%\n'; printf '\033[2Kclean\033[K\n'; ` +
+		// a zero-width space, a tag character, a right-to-left override; a joiner kept
+		`printf 'zero\342\200\213width \363\240\201\262bidi\342\200\256 👩\342\200\215💻\n'`
 	res := c.callTool("Bash", map[string]any{"command": noise})
-	want := "red done\nprogress 100%\nclean\n"
+	want := "red done\nprogress 100%\nclean\nzerowidth bidi 👩\u200d💻\n"
 	if text := resultText(res); text != want || bgStructured(t, res)["output"] != want {
 		t.Errorf("got %q, want %q", text, want)
 	}
@@ -5028,14 +5031,25 @@ func TestReadDocsWithoutBrowser(t *testing.T) {
 
 // readdocsControls is a page with control characters (terminal escapes, BEL,
 // backspace, C1) in its title, text, attributes and a script-built part.
-const readdocsControls = "<html><head><title>Ti\x1b]0;owned\x07tle</title></head><body><main>" +
+const readdocsControls = "<html><head><title>Ti\x1b]0;owned\x07t\u202ele</title></head><body><main>" +
 	"<h1>Con\x1b[2Jtrol</h1><p>Bell\x07 back\x08space \u009b31m c1\r\nend\tof line.</p>" +
+	"<p>Tags\U000E0072\U000E006D, bidi\u202e over\u2066ride\u2069\u202c, zero\u200bwidth\u2060" +
+	"\ufeff, soft\u00adhyphen; kept: 👩\u200d💻 می\u200cخواهم.</p>" +
 	"<a href=\"/x\x1b[1m\" title=\"t\x1b\">li\x7fnk</a> " +
 	"<img src=\"/i.png\" alt=\"al\x1bt\"></main><script>" +
 	"document.querySelector('main').append('Built\\x1b[31m by script.')</script></body></html>"
 
-// ReadDocs leaves out control characters but tab and newline, with and
-// without a browser, in every format and every field that comes from the page.
+// unseen reports a character that text from outside must not bring: a
+// control but tab and newline, an invisible one (tags, bidi controls,
+// zero-width characters, see stripControls) but a joiner.
+func unseen(r rune) bool {
+	return unicode.IsControl(r) && r != '\n' && r != '\t' ||
+		unicode.Is(invisible, r) && r != '\u200c' && r != '\u200d'
+}
+
+// ReadDocs leaves out control characters but tab and newline, and invisible
+// ones (issue 27), with and without a browser, in every format and every
+// field that comes from the page.
 func TestReadDocsControlCharacters(t *testing.T) {
 	site := readdocsSite(t)
 	noBrowser := startBinary(t, []string{"PATH=" + t.TempDir()})
@@ -5054,11 +5068,14 @@ func TestReadDocsControlCharacters(t *testing.T) {
 			var decoded map[string]any
 			json.Unmarshal(fields, &decoded)
 			all := text + fmt.Sprint(decoded)
-			control := func(r rune) bool { return unicode.IsControl(r) && r != '\n' && r != '\t' }
-			if i := strings.IndexFunc(all, control); i >= 0 || isErr {
-				t.Errorf("%s %s: a control character at %d: %q", via, format, i, all)
+			if i := strings.IndexFunc(all, unseen); i >= 0 || isErr {
+				t.Errorf("%s %s: a control or invisible character at %d: %q", via, format, i, all)
 			}
 			want := []string{"]0;owned", "Con[2Jtrol", "Bell backspace 31m c1", "of line."}
+			if format != "html" {
+				want = append(want, "Tags, bidi override, zerowidth, softhyphen; "+
+					"kept: 👩\u200d💻 می\u200cخواهم.")
+			}
 			if via == "chromium" {
 				want = append(want, "Built[31m by script.")
 			}
@@ -5070,6 +5087,31 @@ func TestReadDocsControlCharacters(t *testing.T) {
 			if sc["via"] != via {
 				t.Errorf("%s %s: via %v", via, format, sc["via"])
 			}
+		}
+	}
+}
+
+// TestStripControls: what a reader does not see goes from text that came
+// from outside; what a script needs to render stays (issue 27).
+func TestStripControls(t *testing.T) {
+	t.Parallel()
+	cases := map[string]string{
+		"a\x1b[31mb\x07c\td\r\ne\u009b\x7f":                              "a[31mbc\td\ne",
+		"Hi\U000E0072\U000E006D\U000E0020\U000E002D\U000E0072\U000E0066": "Hi",
+		"abc\u202eevil\u202c \u2066x\u2069 a\u200eb\u200f\u061c":         "abcevil x ab",
+		"in\u200bvis\u2060ible\ufeff soft\u00adhyphen \u2062":            "invisible softhyphen ",
+		"ig\u200dnore a\u200cb \u200d👩 👩\u200d\u200d💻 x\u200d":           "ignore ab 👩 👩💻 x",
+		"🏴\U000E0067\U000E0062\U000E0073\U000E0063\U000E0074\U000E007F":  "🏴",
+		"bad \xff\u200b bytes":                                           "bad \ufffd bytes",
+	}
+	kept := []string{"👩\u200d💻", "❤\ufe0f\u200d🔥", "👩🏽\u200d💻", "می\u200cخواهم", "क्\u200dष",
+		"plain text\tand\nlines", "bad \xff bytes"}
+	for _, k := range kept {
+		cases[k] = k
+	}
+	for in, want := range cases {
+		if got := stripControls(in); got != want {
+			t.Errorf("stripControls(%q) = %q, want %q", in, got, want)
 		}
 	}
 }
@@ -6743,6 +6785,35 @@ func TestWebSearchNoResults(t *testing.T) {
 	}
 }
 
+// TestWebSearchInvisibleText: titles, snippets and engine details come
+// without control or invisible characters (issue 27).
+func TestWebSearchInvisibleText(t *testing.T) {
+	t.Parallel()
+	hidden := `\u001b[31m` + "\u202e\u200b\U000E0072\U000E006D" // ESC as JSON writes it
+	hn := searchServe(t, func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, `{"hits":[{"objectID":"1","title":"Go%s language","points":3,`+
+			`"num_comments":1,"story_text":"A lan%sguage."}]}`, hidden, hidden)
+	})
+	broken := searchServe(t, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(500)
+		fmt.Fprintf(w, `{"message":"down%s for now"}`, hidden)
+	})
+	c := startServer(t, "SEARCH_URL_HACKERNEWS="+hn.URL, "SEARCH_URL_GITHUB="+broken.URL,
+		"SEARCH_BACKOFF_MS=0")
+	c.initialize("2025-06-18")
+	engines := []string{"hackernews", "github"}
+	res := c.callTool("WebSearch", map[string]any{"query": "go", "engines": engines})
+	all := resultText(res) + fmt.Sprint(res["structuredContent"])
+	if i := strings.IndexFunc(all, unseen); i >= 0 || isError(res) {
+		t.Errorf("a control or invisible character at %d: %q", i, all)
+	}
+	for _, want := range []string{"Go[31m language", "A lan[31mguage.", `down\u001b[31m for now`} {
+		if !strings.Contains(all, want) {
+			t.Errorf("lacks %q: %s", want, all)
+		}
+	}
+}
+
 // TestWebSearchKeyNotShown: a failed request's detail leaves out the URL,
 // which holds the Google API key.
 func TestWebSearchKeyNotShown(t *testing.T) {
@@ -8340,6 +8411,20 @@ func TestWorkflowParseSkill(t *testing.T) {
 	if desc, _, err := parseSkill("---\ndescription: \"It's \\\"quoted\\\"\"\n---\n"); err != nil || desc != `It's "quoted"` {
 		t.Fatalf("quoted description: %q %v", desc, err)
 	}
+	// It goes into InvokeSkill's description: what a reader cannot see goes,
+	// and it is capped (issue 27).
+	hidden := "---\ndescription: Formats\u200b code\U000E0072\U000E006D\u202e.\x1b[2J\n---\n"
+	if desc, _, err := parseSkill(hidden); err != nil || desc != "Formats code.[2J" {
+		t.Fatalf("invisible characters: %q %v", desc, err)
+	}
+	long := "---\ndescription: " + strings.Repeat("é", 5000) + "\n---\n"
+	desc, _, err = parseSkill(long)
+	if n := utf8.RuneCountInString(desc); err != nil || n != maxSkillDescription {
+		t.Fatalf("long description: %d runes, %v", n, err)
+	}
+	if _, _, err := parseSkill("---\ndescription: \u200b\u2060\n---\n"); err == nil {
+		t.Fatal("an invisible description is a description")
+	}
 	for _, bad := range []string{"", "no front matter", "---\nname: x\n", "---\nname: x\n---\nbody", "---\ndescription: |\n  block\n---\n"} {
 		if _, _, err := parseSkill(bad); err == nil {
 			t.Errorf("parseSkill(%q): no error", bad)
@@ -8347,8 +8432,9 @@ func TestWorkflowParseSkill(t *testing.T) {
 	}
 }
 
-// FuzzParseSkill: no SKILL.md makes parseSkill or expandSkill panic, and an
-// expanded skill stays within its cap.
+// FuzzParseSkill: no SKILL.md makes parseSkill or expandSkill panic, a
+// description has nothing a reader cannot see and stays within its cap, and
+// an expanded skill stays within its cap.
 func FuzzParseSkill(f *testing.F) {
 	f.Add("---\nname: release-notes\ndescription: Write release notes for a version.\nargument-hint: \"<version> [audience]\"\n---\n\nNotes for $ARGUMENTS, see ${CLAUDE_SKILL_DIR}/template.md.\n", "v2.3 ops")
 	f.Add("\ufeff---\r\nname: a\r\ndescription: \"It's \\\"quoted\\\"\"\r\nallowed-tools:\r\n  - Bash\r\n---\r\n\r\nBody\r\n", "")
@@ -8360,7 +8446,9 @@ func FuzzParseSkill(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if strings.Trim(desc, ">|+-") == "" || len(body) > len(text) {
+		if strings.Trim(desc, ">|+-") == "" || len(body) > len(text) ||
+			strings.ContainsFunc(desc, unseen) ||
+			utf8.RuneCountInString(desc) > maxSkillDescription {
 			t.Fatalf("parseSkill(%q) = %q, %q", text, desc, body)
 		}
 		out, err := expandSkill(body, args, "/home/me/.claude/skills/s")

@@ -414,7 +414,7 @@ var terminalEscape = regexp.MustCompile(`\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*
 
 // terminalText is command output as a terminal shows its final text: escape sequences are
 // dropped, each line keeps what its last carriage return left (a progress bar's last state),
-// invalid UTF-8 is replaced and other control characters but tab go.
+// invalid UTF-8 is replaced and what a reader does not see goes (stripControls).
 func terminalText(s string) string {
 	s = terminalEscape.ReplaceAllString(strings.ToValidUTF8(s, "\uFFFD"), "")
 	if strings.Contains(s, "\r") { // most output has none: its lines are left whole
@@ -425,12 +425,7 @@ func terminalText(s string) string {
 		}
 		s = strings.Join(lines, "\n")
 	}
-	return strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) && r != '\n' && r != '\t' {
-			return -1
-		}
-		return r
-	}, s)
+	return stripControls(s)
 }
 
 // Kept output files: each holds up to keptFileBytes; the oldest beyond keptFiles are removed.

@@ -2893,8 +2893,8 @@ func searchTidy(hits []searchHit) []searchHit {
 			continue
 		}
 		h.url = u.String()
-		h.title = cutRunes(cmp.Or(h.title, u.Host+u.Path), searchMaxText)
-		h.snippet = cutRunes(h.snippet, searchMaxText)
+		h.title = cutRunes(stripControls(cmp.Or(h.title, u.Host+u.Path)), searchMaxText)
+		h.snippet = cutRunes(stripControls(h.snippet), searchMaxText)
 		out = append(out, h)
 	}
 	return out
@@ -3027,6 +3027,9 @@ func (st *searchState) search(ctx context.Context, set *settings, query string,
 		}()
 	}
 	wg.Wait()
+	for i := range outs { // a detail may quote what an engine said
+		outs[i].Detail = stripControls(outs[i].Detail)
+	}
 	return outs
 }
 
