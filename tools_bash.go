@@ -372,7 +372,8 @@ func (oc *outputCapture) Write(p []byte) (int, error) {
 	// progress: the lines p ends, at most every 100 ms
 	if end := bytes.LastIndexByte(p, '\n'); oc.stream != nil && end >= 0 &&
 		time.Since(oc.sent) >= 100*time.Millisecond {
-		oc.stream.progress(float64(oc.total), terminalText(string(lastBytes(p[:end], 2000))))
+		text, _ := terminalText(string(lastBytes(p[:end], 2000)))
+		oc.stream.progress(float64(oc.total), text)
 		oc.sent = time.Now()
 	}
 	take := min(oc.limit-len(oc.head), len(p))
@@ -388,7 +389,8 @@ func (oc *outputCapture) Write(p []byte) (int, error) {
 // boundaries when there are any, and says how many lines and bytes it left out.
 func (oc *outputCapture) outcome() *bashOutcome {
 	if oc.total <= int64(oc.limit) {
-		return &bashOutcome{Output: terminalText(string(oc.head))}
+		text, hidden := terminalText(string(oc.head))
+		return &bashOutcome{Output: text + terminalNote(hidden, "")}
 	}
 	oc.file.f.Close()
 	head := oc.head[:oc.limit/2]
@@ -402,30 +404,87 @@ func (oc *outputCapture) outcome() *bashOutcome {
 	o := &bashOutcome{Truncated: true, OutputFile: oc.file.path}
 	o.OmittedBytes = oc.total - int64(len(head)) - int64(len(tail))
 	o.OmittedLines = oc.lines - bytes.Count(head, []byte{'\n'}) - bytes.Count(tail, []byte{'\n'})
+	headText, hiddenHead := terminalText(string(head))
+	tailText, hiddenTail := terminalText(string(tail))
 	o.Output = fmt.Sprintf("%s\n[... %d lines (%d bytes) left out; "+
-		"the complete output is in %s ...]\n\n%s", terminalText(string(head)), o.OmittedLines,
-		o.OmittedBytes, o.OutputFile, terminalText(string(tail)))
+		"the complete output is in %s ...]\n\n%s", headText, o.OmittedLines,
+		o.OmittedBytes, o.OutputFile, tailText) + terminalNote(hiddenHead+hiddenTail, o.OutputFile)
 	return o
 }
 
-// terminalEscape matches an escape sequence: CSI (colours, cursor moves), OSC (titles,
-// links; to BEL or ST, or the end) and the two-byte ones.
-var terminalEscape = regexp.MustCompile(`\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)?|[ -/]*[0-~])`)
+// terminalEscape matches what follows an ESC in a line: a CSI (colours, cursor moves), a
+// string to BEL, ST or the line's end (OSC: titles, links; DCS, SOS, PM, APC; its text the
+// submatch: a terminal shows none of it), or a short one.
+var terminalEscape = regexp.MustCompile(`^(?:\[[0-?]*[ -/]*[@-~]?|` +
+	`[\]PX^_]([^\x07\x1b]*)(?:\x07|\x1b\\)?|[ -/]*[0-~]?)`)
 
 // terminalText is command output as a terminal shows its final text: escape sequences are
-// dropped, each line keeps what its last carriage return left (a progress bar's last state),
-// invalid UTF-8 is replaced and what a reader does not see goes (stripControls).
-func terminalText(s string) string {
-	s = terminalEscape.ReplaceAllString(strings.ToValidUTF8(s, "\uFFFD"), "")
-	if strings.Contains(s, "\r") { // most output has none: its lines are left whole
-		lines := strings.Split(s, "\n")
-		for i, line := range lines {
-			line = strings.TrimSuffix(line, "\r") // a CRLF line ending
-			lines[i] = line[strings.LastIndexByte(line, '\r')+1:]
-		}
-		s = strings.Join(lines, "\n")
+// dropped and end with their line at the latest, a carriage return goes back to the line's
+// start and what follows overwrites it ("abcdef\rXY" shows "XYcdef"; a column is a rune),
+// invalid UTF-8 is replaced and what a reader does not see goes (stripControls). hidden
+// counts the printable characters a terminal would not show: overwritten, or the text of
+// an escape sequence.
+func terminalText(s string) (text string, hidden int) {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if !strings.ContainsAny(s, "\r\x1b") { // most output: nothing to render
+		return stripControls(s), 0
 	}
-	return stripControls(s)
+	hide := func(r rune) { // a printable character not shown
+		if unicode.IsGraphic(r) && !unicode.IsSpace(r) {
+			hidden++
+		}
+	}
+	lines := strings.Split(s, "\n")
+	for i, line := range lines {
+		var b strings.Builder // the line without its escape sequences
+		for j := strings.IndexByte(line, 0x1b); j >= 0; j = strings.IndexByte(line, 0x1b) {
+			seq := terminalEscape.FindStringSubmatch(line[j+1:])
+			for _, r := range seq[1] {
+				hide(r)
+			}
+			b.WriteString(line[:j])
+			line = line[j+1+len(seq[0]):]
+		}
+		b.WriteString(line)
+		lines[i] = b.String()
+		if !strings.ContainsRune(lines[i], '\r') {
+			continue
+		}
+		var cells []rune // the line as shown, a rune a column
+		col := 0
+		for _, r := range lines[i] {
+			switch {
+			case r == '\r':
+				col = 0
+			case unicode.IsControl(r) && r != '\t': // no column
+			case col < len(cells):
+				if cells[col] != r { // the same again hides nothing
+					hide(cells[col])
+				}
+				cells[col] = r
+				col++
+			default:
+				cells = append(cells, r)
+				col++
+			}
+		}
+		lines[i] = string(cells)
+	}
+	return stripControls(strings.Join(lines, "\n")), hidden
+}
+
+// terminalNote says that terminalText hid printable characters, and where the raw bytes
+// are: in file, or, when the output was short enough to keep none, through cat -v.
+func terminalNote(hidden int, file string) string {
+	if hidden == 0 {
+		return ""
+	}
+	where := "run the command again through `cat -v` to see them, if that is safe"
+	if file != "" {
+		where = "the raw bytes are in " + file
+	}
+	return fmt.Sprintf("\n[the terminal rendering above hid %d printable characters "+
+		"(overwritten after a carriage return, or inside escape sequences); %s]\n", hidden, where)
 }
 
 // Kept output files: each holds up to keptFileBytes; the oldest beyond keptFiles are removed.

@@ -419,7 +419,8 @@ func (t *bgTask) infoLocked() (bgInfo, string) {
 // (see take), the task's status.
 func (t *bgTask) report(s *session, note string, lines, limit int) toolResult {
 	out, dropped := t.take(lines, limit)
-	out = terminalText(out)
+	out, hidden := terminalText(out)
+	out += terminalNote(hidden, t.log.path)
 	info, status := t.state(s)
 	info.Output = &out
 	info.DroppedBytes = dropped
