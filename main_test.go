@@ -6878,7 +6878,7 @@ func TestWebSearchInvisibleText(t *testing.T) {
 	t.Parallel()
 	hidden := `\u001b[31m` + "\u202e\u200b\U000E0072\U000E006D" // ESC as JSON writes it
 	hn := searchServe(t, func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, `{"hits":[{"objectID":"1","title":"Go%s language","points":3,`+
+		fmt.Fprintf(w, `{"hits":[{"objectID":"1\u202e\u200b","title":"Go%s language","points":3,`+
 			`"num_comments":1,"story_text":"A lan%sguage."}]}`, hidden, hidden)
 	})
 	broken := searchServe(t, func(w http.ResponseWriter, r *http.Request) {
@@ -6894,7 +6894,8 @@ func TestWebSearchInvisibleText(t *testing.T) {
 	if i := strings.IndexFunc(all, unseen); i >= 0 || isError(res) {
 		t.Errorf("a control or invisible character at %d: %q", i, all)
 	}
-	for _, want := range []string{"Go[31m language", "A lan[31mguage.", `down\u001b[31m for now`} {
+	for _, want := range []string{"Go[31m language", "A lan[31mguage.", `down\u001b[31m for now`,
+		"https://news.ycombinator.com/item?id=1\n"} {
 		if !strings.Contains(all, want) {
 			t.Errorf("lacks %q: %s", want, all)
 		}

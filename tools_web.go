@@ -2892,7 +2892,7 @@ func searchTidy(hits []searchHit) []searchHit {
 			searchContains(strings.ToLower(u.Host+u.Path), searchAdLinks) {
 			continue
 		}
-		h.url = u.String()
+		h.url = stripControls(u.String()) // a query is not escaped
 		h.title = cutRunes(stripControls(cmp.Or(h.title, u.Host+u.Path)), searchMaxText)
 		h.snippet = cutRunes(stripControls(h.snippet), searchMaxText)
 		out = append(out, h)
