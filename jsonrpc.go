@@ -15,32 +15,51 @@
 //     isError results the model can act on.
 //
 // Concurrency map.
-// Long-lived goroutines, and when each ends:
+// Goroutines that can outlive the call that started them, and when each ends:
 //   - stdio reader (session.serve): at stdin EOF or a read error (at shutdown it stays blocked
-//     on stdin until the process exits);
+//     on stdin until the process exits); serveStdio's waiter for the running requests: when
+//     they have all answered (at shutdown serveStdio stops waiting after shutdownGrace);
 //   - stdio writer (outbox.writeLines): when serveStdio stops it and the queue is empty, or at
 //     a write error;
 //   - one per request (session.start): when its handler returns and the reply is handed on;
+//     with a progress token, its keep-alive (rpcRequest.keepAlive): before the reply;
 //   - a batch's collector: when every request of the batch has answered;
-//   - net/http's, one per connection: each answers its POST and is that reply's writer;
-//   - per background task, its reader and waiter (tools_bg.go); the DevTools reader
-//     (tools_web.go); callback timers (tools_workflow.go).
+//   - HTTP: serveHTTP's server, until shutdown; net/http's, one per connection, each the
+//     writer of its POST's reply;
+//   - per task (tools_bg.go): bgTask.run, once bash has exited and leftWait has passed; its
+//     output's copier (child.wait, machine.go), at the output's end, which a process the
+//     command left behind can hold off until it exits or the session's end kills it; a Bash
+//     call's timeout (time.AfterFunc), which stops the command, until it fires or the task ends;
+//   - the browser (tools_web.go): the DevTools reader, until the connection ends; a reply to a
+//     tab's event, a closed tab's and a spare tab's calls, each until Chrome answers or their
+//     deadline; WebSearch's engines, each until it answers or its timeout (the call waits for
+//     all);
+//   - callback timers (tools_workflow.go), until they fire or the session ends.
+//
+// WaitGroups and onces: session.wg counts running requests (serveStdio waits for them);
+// bgTasks.wg the tasks' goroutines and bgTasks.starts the starts under way (closeAll waits for
+// both); procTracker.starting the process starts under way (closeAll waits); procTracker.once
+// starts the reaper before the first child.
 //
 // Mutexes, each a leaf unless said (none is held across I/O, a process start or kill, or a
 // file read; what is found under one is acted on after it is released):
-//   - session.mu: the negotiated version, client capabilities, in-flight and pending requests;
+//   - session.mu: the negotiated version, client capabilities and name, in-flight and pending
+//     requests;
+//   - rpcRequest.progressMu: a request's progress count, held while a notification is queued
+//     (a bounded queue, not I/O) so that the counts go out in order;
 //   - listenerSet.mu: the open subscriptions/listen requests;
 //   - noticeQueue.mu: notices waiting for the next tool result;
 //   - connLimiter.mu: the HTTP connections;
-//   - shellState.mu, procTracker.mu (tools_bash.go); bgTasks.mu, then bgTask.mu, then
-//     noticeQueue.mu, in that order (tools_bg.go); skillCatalog.mu, callbackSlots.mu
+//   - procTracker.mu (machine.go); shellState.mu (tools_bash.go); bgTasks.mu, then bgTask.mu,
+//     then noticeQueue.mu, in that order (tools_bg.go); skillCatalog.mu, callbackSlots.mu
 //     (tools_workflow.go); cdpClient.mu, tabState.mu, searchState.mu (tools_web.go).
 //
 // Channels as locks: session.slots bounds the requests running at once (the reader waits for a
 // slot: backpressure); an outbox's queue bounds what waits for a slow client;
-// browserHolder.turn is held while a ReadDocs call starts or stops the browser, the one wait
-// across a process start (only ReadDocs calls take it, each with its deadline);
-// browserHolder.tabs bounds the tabs open at once.
+// browserHolder.turn is held while a ReadDocs call starts, attaches to or stops the browser,
+// at most browserStart (a process start, a DevTools round trip, a dial: each under that
+// deadline), and close waits for it at most as long; browserHolder.tabs bounds the tabs open
+// at once.
 package main
 
 import (

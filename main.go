@@ -37,6 +37,7 @@ import (
 	"syscall"
 	"time"
 	"unicode"
+	"unicode/utf8"
 )
 
 // toolTable is every tool telson has, in tools/list order.
@@ -221,15 +222,60 @@ func isTerminal(f any) bool {
 	return err == nil && info.Mode()&os.ModeCharDevice != 0
 }
 
-// stripControls drops control characters but \n and \t: printed on a terminal, a page's escape
-// sequences would drive it (retitle it, move the cursor, hide text).
+// invisible holds what stripControls drops beyond ASCII's controls: C1 controls (a
+// terminal's escape sequences would drive it), and what a reader never sees but a model
+// reads, so that words can be hidden in it: the tag characters (ASCII spelled unseen; a
+// subdivision flag keeps its black flag), bidi embeddings, overrides, isolates and marks
+// (LRM, RLM, ALM: they reorder what is shown, never what it means), zero-width spaces,
+// joiners and the BOM, soft hyphens, the invisible operators and the interlinear
+// annotation marks.
+var invisible = &unicode.RangeTable{
+	R16: []unicode.Range16{
+		{0x80, 0x9f, 1},     // C1 controls
+		{0xad, 0xad, 1},     // soft hyphen
+		{0x061c, 0x061c, 1}, // Arabic letter mark
+		{0x200b, 0x200f, 1}, // zero-width space, non-joiner, joiner; LRM, RLM
+		{0x202a, 0x202e, 1}, // bidi embeddings and overrides
+		{0x2060, 0x206f, 1}, // word joiner, invisible operators, bidi isolates
+		{0xfeff, 0xfeff, 1}, // zero-width no-break space, the BOM
+		{0xfff9, 0xfffb, 1}, // interlinear annotation marks
+	},
+	R32: []unicode.Range32{{0xe0000, 0xe007f, 1}}, // tags
+}
+
+// stripControls returns the text a reader sees of s, which came from outside (a page,
+// a search result, a skill's description, command output): it drops ASCII's controls
+// but tab and newline, and the runes in invisible, but a zero-width non-joiner or joiner
+// between two letters, marks or symbols beyond ASCII, which a script needs to render
+// right: in emoji sequences (👩‍💻, ❤️‍🔥), in Persian and Indic words
+// (می‌خواهم, क्‍ष).
 func stripControls(s string) string {
-	return strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) && r != '\n' && r != '\t' {
-			return -1
+	hidden := func(r rune) bool {
+		if r < utf8.RuneSelf {
+			return r < ' ' && r != '\t' && r != '\n' || r == 0x7f
 		}
-		return r
-	}, s)
+		return unicode.Is(invisible, r)
+	}
+	if !strings.ContainsFunc(s, hidden) { // most text
+		return s
+	}
+	joins := func(r rune) bool {
+		return r > unicode.MaxASCII && unicode.In(r, unicode.L, unicode.M, unicode.S)
+	}
+	var b strings.Builder
+	prev := ' '
+	for i, r := range s {
+		keep := !hidden(r)
+		if r == '\u200c' || r == '\u200d' { // three bytes long
+			next, _ := utf8.DecodeRuneInString(s[i+3:])
+			keep = joins(prev) && joins(next)
+		}
+		if keep {
+			b.WriteRune(r)
+		}
+		prev = r
+	}
+	return b.String()
 }
 
 // settings is telson's configuration. It is read once at start: the defaults its tags give,

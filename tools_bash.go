@@ -142,15 +142,16 @@ func runBash(ctx context.Context, c *toolCall) toolResult {
 func bashEnded(s *session, t *bgTask, ch *child, limit int, keep bool) toolResult {
 	o := &bashOutcome{TimedOut: t.timedOut.Load()}
 	t.mu.Lock()
-	o.Output, o.Truncated, o.OmittedLines, o.OmittedBytes = t.shownLocked(limit)
+	hidden := t.showLocked(o, limit)
 	o.ExitCode, o.Signal = t.code, t.signal
 	o.DurationMS = t.runtime.Milliseconds()
 	t.mu.Unlock()
-	if o.Truncated {
+	if o.Truncated || hidden > 0 {
 		o.OutputFile = t.log.path
 	} else if !keep {
 		s.srv.procs.discard(t.log)
 	}
+	o.Output += terminalNote(hidden, o.OutputFile)
 	if o.TimedOut {
 		o.ExitCode = -1
 		o.Hint = "To let it finish, call Bash again with a larger timeout (up to 600000 ms), " +
@@ -174,10 +175,11 @@ func bashHandOff(s *session, t *bgTask, limit int, timeout time.Duration) toolRe
 	s.bg.adopt(t)
 	o := &bashOutcome{TaskID: t.id, Status: "running", OutputFile: t.log.path, ExitCode: -1}
 	t.mu.Lock()
-	o.Output, o.Truncated, o.OmittedLines, o.OmittedBytes = t.shownLocked(limit)
+	hidden := t.showLocked(o, limit)
 	t.unread = t.unread[:0] // shown: reads go on from here
 	t.dropped = 0
 	t.mu.Unlock()
+	o.Output += terminalNote(hidden, o.OutputFile)
 	o.DurationMS = time.Since(t.start).Milliseconds()
 	o.Cwd = s.shell.dir()
 	o.Hint = fmt.Sprintf(`It goes on as background task %[1]d: ReadBgOutput {"task_id": %[1]d, `+
@@ -273,27 +275,77 @@ func (sh *shellState) resolve(path string) string {
 	return filepath.Join(sh.dir(), path)
 }
 
-// terminalEscape matches an escape sequence: CSI (colours, cursor moves), OSC (titles,
-// links; to BEL or ST, or the end) and the two-byte ones.
-var terminalEscape = regexp.MustCompile(`\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)?|[ -/]*[0-~])`)
+// terminalEscape matches what follows an ESC in a line: a CSI (colours, cursor moves), a
+// string to BEL, ST or the line's end (OSC: titles, links; DCS, SOS, PM, APC; its text the
+// submatch: a terminal shows none of it), or a short one.
+var terminalEscape = regexp.MustCompile(`^(?:\[[0-?]*[ -/]*[@-~]?|` +
+	`[\]PX^_]([^\x07\x1b]*)(?:\x07|\x1b\\)?|[ -/]*[0-~]?)`)
 
 // terminalText is command output as a terminal shows its final text: escape sequences are
-// dropped, each line keeps what its last carriage return left (a progress bar's last state),
-// invalid UTF-8 is replaced and other control characters but tab go.
-func terminalText(s string) string {
-	s = terminalEscape.ReplaceAllString(strings.ToValidUTF8(s, "\uFFFD"), "")
-	if strings.Contains(s, "\r") { // most output has none: its lines are left whole
-		lines := strings.Split(s, "\n")
-		for i, line := range lines {
-			line = strings.TrimSuffix(line, "\r") // a CRLF line ending
-			lines[i] = line[strings.LastIndexByte(line, '\r')+1:]
-		}
-		s = strings.Join(lines, "\n")
+// dropped and end with their line at the latest, a carriage return goes back to the line's
+// start and what follows overwrites it ("abcdef\rXY" shows "XYcdef"; a column is a rune),
+// invalid UTF-8 is replaced and what a reader does not see goes (stripControls). hidden
+// counts the printable characters a terminal would not show: overwritten, or the text of
+// an escape sequence.
+func terminalText(s string) (text string, hidden int) {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if !strings.ContainsAny(s, "\r\x1b") { // most output: nothing to render
+		return stripControls(s), 0
 	}
-	return strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) && r != '\n' && r != '\t' {
-			return -1
+	hide := func(r rune) { // a printable character not shown
+		if unicode.IsGraphic(r) && !unicode.IsSpace(r) {
+			hidden++
 		}
-		return r
-	}, s)
+	}
+	lines := strings.Split(s, "\n")
+	for i, line := range lines {
+		var b strings.Builder // the line without its escape sequences
+		for j := strings.IndexByte(line, 0x1b); j >= 0; j = strings.IndexByte(line, 0x1b) {
+			seq := terminalEscape.FindStringSubmatch(line[j+1:])
+			for _, r := range seq[1] {
+				hide(r)
+			}
+			b.WriteString(line[:j])
+			line = line[j+1+len(seq[0]):]
+		}
+		b.WriteString(line)
+		lines[i] = b.String()
+		if !strings.ContainsRune(lines[i], '\r') {
+			continue
+		}
+		var cells []rune // the line as shown, a rune a column
+		col := 0
+		for _, r := range lines[i] {
+			switch {
+			case r == '\r':
+				col = 0
+			case unicode.IsControl(r) && r != '\t': // no column
+			case col < len(cells):
+				if cells[col] != r { // the same again hides nothing
+					hide(cells[col])
+				}
+				cells[col] = r
+				col++
+			default:
+				cells = append(cells, r)
+				col++
+			}
+		}
+		lines[i] = string(cells)
+	}
+	return stripControls(strings.Join(lines, "\n")), hidden
+}
+
+// terminalNote says that terminalText hid printable characters, and where the raw bytes
+// are: in file, or, when the output was short enough to keep none, through cat -v.
+func terminalNote(hidden int, file string) string {
+	if hidden == 0 {
+		return ""
+	}
+	where := "run the command again through `cat -v` to see them, if that is safe"
+	if file != "" {
+		where = "the raw bytes are in " + file
+	}
+	return fmt.Sprintf("\n[the terminal rendering above hid %d printable characters "+
+		"(overwritten after a carriage return, or inside escape sequences); %s]\n", hidden, where)
 }

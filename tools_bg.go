@@ -432,15 +432,18 @@ func (t *bgTask) newestLines() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	end := bytes.LastIndexByte(t.unread, '\n')
-	return terminalText(string(lastBytes(t.unread[:max(end, 0)], 2000)))
+	text, _ := terminalText(string(lastBytes(t.unread[:max(end, 0)], 2000)))
+	return text
 }
 
-// shown is what a Bash reply shows of the output so far: all of it when it fits in limit, else
-// its first and last lines, cut at line ends, saying what was left out and where it all is;
-// cut reports the latter. t.mu must be held.
-func (t *bgTask) shownLocked(limit int) (out string, cut bool, lines int, bytesLeft int64) {
+// showLocked puts in o what a Bash reply shows of the output so far: all of it when it fits in
+// limit, else its first and last lines, cut at line ends, saying what was left out and where
+// it all is; and returns how many printable characters the terminal rendering hid. t.mu must
+// be held.
+func (t *bgTask) showLocked(o *bashOutcome, limit int) (hidden int) {
 	if t.total <= int64(limit) {
-		return terminalText(string(t.head)), false, 0, 0
+		o.Output, hidden = terminalText(string(t.head))
+		return hidden
 	}
 	head := t.head[:min(len(t.head), limit/2)]
 	if i := bytes.LastIndexByte(head, '\n'); i >= 0 {
@@ -450,12 +453,14 @@ func (t *bgTask) shownLocked(limit int) (out string, cut bool, lines int, bytesL
 	if i := bytes.IndexByte(tail, '\n'); i < len(tail)-1 {
 		tail = tail[i+1:]
 	}
-	bytesLeft = t.total - int64(len(head)) - int64(len(tail))
-	lines = t.lines - bytes.Count(head, []byte{'\n'}) - bytes.Count(tail, []byte{'\n'})
-	out = fmt.Sprintf("%s\n[... %d lines (%d bytes) left out; the complete output is in %s ...]"+
-		"\n\n%s", terminalText(string(head)), lines, bytesLeft, t.log.path,
-		terminalText(string(tail)))
-	return out, true, lines, bytesLeft
+	o.Truncated = true
+	o.OmittedBytes = t.total - int64(len(head)) - int64(len(tail))
+	o.OmittedLines = t.lines - bytes.Count(head, []byte{'\n'}) - bytes.Count(tail, []byte{'\n'})
+	headText, hiddenHead := terminalText(string(head))
+	tailText, hiddenTail := terminalText(string(tail))
+	o.Output = fmt.Sprintf("%s\n[... %d lines (%d bytes) left out; the complete output is in "+
+		"%s ...]\n\n%s", headText, o.OmittedLines, o.OmittedBytes, t.log.path, tailText)
+	return hiddenHead + hiddenTail
 }
 
 // cancelNotice tells the agent of its Bash call the client cancelled, once the command has
@@ -463,7 +468,8 @@ func (t *bgTask) shownLocked(limit int) (out string, cut bool, lines int, bytesL
 func (t *bgTask) cancelNotice() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	tail := strings.TrimSuffix(terminalText(string(lastBytes(t.unread, 2000))), "\n")
+	tail, _ := terminalText(string(lastBytes(t.unread, 2000)))
+	tail = strings.TrimSuffix(tail, "\n")
 	lines := strings.Split(tail, "\n")
 	return fmt.Sprintf("[cancelled] The client cancelled the Bash call of %q after %s, and the "+
 		"command was stopped. Its last lines:\n%s\n[its complete output is in %s]",
@@ -515,7 +521,8 @@ func (t *bgTask) infoLocked() (bgInfo, string) {
 // (see take), the task's status.
 func (t *bgTask) report(s *session, note string, lines, limit int) toolResult {
 	out, dropped := t.take(lines, limit)
-	out = terminalText(out)
+	out, hidden := terminalText(out)
+	out += terminalNote(hidden, t.log.path)
 	info, status := t.state(s)
 	info.Output = &out
 	info.DroppedBytes = dropped

@@ -6,7 +6,8 @@
 // Rules (WebSearch has its own, in its section):
 //   - ReadDocs reads http and https URLs only;
 //   - every page and every engine reply is untrusted: sizes are capped,
-//     nesting is bounded, nothing panics on malformed markup;
+//     nesting is bounded, reading takes time linear in its size, nothing
+//     panics on malformed markup;
 //   - the browser is one process group, started lazily, reused, and killed
 //     with the server; it has no port: telson drives it over a socket pair it
 //     inherits (--remote-debugging-pipe). Only a browser the user names
@@ -51,8 +52,14 @@ type htmlNode struct {
 	parent   *htmlNode
 	children []*htmlNode
 
-	// The converter's (measure): the length of the text below and of its part inside links.
-	size, links int32
+	// The converter's, set once (measure, scoreParas): the text below, its
+	// part in links, its commas, its paragraphs' text; n's place in document
+	// order and its subtree's end (holds); a block's score; its class words
+	// (mdHints); its id made from its heading; a content block of
+	// mdMinContent characters below it; in a figure or beside a caption.
+	size, links, commas, paras, pre, end int32
+	score                                float64
+	good, bad, own, content, captioned   bool
 }
 
 type htmlAttr struct{ key, val string }
@@ -92,25 +99,37 @@ var (
 		"tr": {wordSet("tr"), wordSet("table")},
 		"td": {wordSet("td th"), wordSet("tr table")},
 		"th": {wordSet("td th"), wordSet("tr table")},
+		"a":  {wordSet("a"), nil}, // links do not nest
 	}
 )
 
 // parseHTML builds a tree from src the forgiving way browsers do, in
-// simplified form: implied end tags for p, li, tr, td and th; a heading's
-// end tag ends any open heading; other stray end tags are ignored; unclosed
+// simplified form: implied end tags for p, li, tr, td, th and a; a heading's
+// start or end tag ends any open heading; other stray end tags are ignored; unclosed
 // elements end with their parent; comments, doctypes and processing
 // instructions are dropped.
 func parseHTML(src string) *htmlNode {
 	root := &htmlNode{tag: "#root"}
 	stack := []*htmlNode{root}
-	// closeTo pops the nearest open element named in names and those above
-	// it, unless one named in stop is nearer.
-	closeTo := func(names, stop map[string]bool) {
-		for i := len(stack) - 1; i > 0 && !stop[stack[i].tag]; i-- {
-			if names[stack[i].tag] {
-				stack = stack[:i]
-				return
+	open := map[string][]int{} // the places on the stack of the open elements, by tag
+	// nearest returns the place of the nearest open element named in names, 0 for none.
+	nearest := func(names map[string]bool) int {
+		at := 0
+		for name := range names {
+			if o := open[name]; len(o) > 0 {
+				at = max(at, o[len(o)-1])
 			}
+		}
+		return at
+	}
+	// closeTo pops the nearest open element named in names and those above
+	// it, unless one named in stop is nearer: in time linear in the page.
+	closeTo := func(names, stop map[string]bool) {
+		if i := nearest(names); i > nearest(stop) {
+			for _, n := range stack[i:] {
+				open[n.tag] = open[n.tag][:len(open[n.tag])-1]
+			}
+			stack = stack[:i]
 		}
 	}
 	// Text gathers in pending (a comment between two runs joins them) and
@@ -162,15 +181,19 @@ func parseHTML(src string) *htmlNode {
 			closeTo(names, nil)
 		default: // a start tag
 			flush()
-			n, open, next := htmlStartTag(src, pos)
+			n, takes, next := htmlStartTag(src, pos)
 			pos = next
 			if e, ok := htmlImpliedEnd[n.tag]; ok {
 				closeTo(e[0], e[1])
 			} else if htmlClosesP[n.tag] {
 				closeTo(htmlP, htmlPScope)
 			}
+			if mdHeadings[n.tag] {
+				closeTo(mdHeadings, nil) // headings do not nest
+			}
 			add(n)
-			if open && len(stack) < maxHTMLDepth {
+			if takes && len(stack) < maxHTMLDepth {
+				open[n.tag] = append(open[n.tag], len(stack))
 				stack = append(stack, n)
 			}
 		}
@@ -317,7 +340,9 @@ func rawText(n *htmlNode) string {
 // aside, tab lists), link density, comment threads (avatars, reply links),
 // hidden text (the hidden attribute, inline styles, the page's own style
 // rules; a tab panel is never hidden: a reader shows it with a click), then
-// by class words. A document's sections (a heading whose id is made from its
+// by class words; but for tags and roles that are never content, neither
+// drops the block that holds most of the page's text and all its
+// paragraphs. A document's sections (a heading whose id is made from its
 // text, as generators make them, and what follows it) keep their link lists,
 // footnotes and asides, and such an id is never read as a class word.
 
@@ -357,6 +382,7 @@ var (
 	mdNoiseRoles = wordSet(`navigation banner contentinfo complementary menu menubar search
 		dialog alertdialog tablist`)
 	mdHeadings   = wordSet("h1 h2 h3 h4 h5 h6")
+	mdSelfBlocks = wordSet("h1 h2 h3 h4 h5 h6 hr pre table li") // element renders them its own way
 	mdNoLanguage = wordSet("default none text plaintext")
 	mdParaTags   = wordSet("p pre td dd")
 	mdListTags   = wordSet("div ul ol section") // link lists among them are furniture
@@ -375,16 +401,18 @@ var (
 )
 
 const (
-	mdMinPara    = 25     // characters that make a paragraph
-	mdWordWeight = 25.0   // a class word's weight
-	mdMinWin     = 20.0   // a main block scores at least this
-	mdNestMax    = 10     // deeper lists and quotes come flat
-	mdItemDepth  = 2      // levels from an item's text up to its list
-	mdMaxCaption = 300    // characters of a caption; a longer one is text
-	mdLangDepth  = 3      // levels from a code block up to the wrapper naming its language
-	mdHeading    = "\x02" // starts a heading's line until mdDropEmptyHeadings
-	mdWhite      = `(?:#fff(?:fff)?\b|white\b|rgb\(255, ?255, ?255\))`
-	mdWordTail   = `(?:area|bar|block|box|container|content|holder|info|inner|items?|links?|` +
+	mdMinPara       = 25     // characters that make a paragraph
+	mdMinContent    = 1000   // characters of a block named as content that keep it
+	mdEmphasisDepth = 2      // emphasis in emphasis this deep is not marked
+	mdWordWeight    = 25.0   // a class word's weight
+	mdMinWin        = 20.0   // a main block scores at least this
+	mdNestMax       = 10     // deeper lists and quotes come flat
+	mdItemDepth     = 2      // levels from an item's text up to its list
+	mdMaxCaption    = 300    // characters of a caption; a longer one is text
+	mdLangDepth     = 3      // levels from a code block up to the wrapper naming its language
+	mdHeading       = "\x02" // starts a heading's line until mdDropEmptyHeadings
+	mdWhite         = `(?:#fff(?:fff)?\b|white\b|rgb\(255, ?255, ?255\))`
+	mdWordTail      = `(?:area|bar|block|box|container|content|holder|info|inner|items?|links?|` +
 		`list|module|panel|posts?|section|widget|wrap|wrapper|zone)?$`
 )
 
@@ -397,16 +425,16 @@ type mdConv struct {
 	page      int32             // text of the page's main area, less links
 	pageParas int32             // text of the paragraphs in the page
 	nest      int               // depth of lists and quotes being rendered
+	nodes     int32             // nodes measured
+	emphasis  int               // depth of emphasis being rendered
 	limit     int               // characters after which output stops
 	made      int               // characters of text rendered so far
-	score     map[*htmlNode]float64
-	paras     map[*htmlNode]int32 // text of the paragraphs below a node
-	cands     []*htmlNode         // nodes with a score, in document order
-	doc       *htmlNode           // the document: around the headings that have ids
-	outDoc    bool                // the last heading met opens no section of it
-	tabs      []*htmlNode         // the tabs labelling the tab panels to come
-	hiddenCSS map[string]bool     // selectors the page's style elements hide
-	shownCSS  map[string]bool     // classes and ids they show
+	cands     []*htmlNode       // nodes with a score, in document order
+	doc       *htmlNode         // the document: around the headings that have ids
+	outDoc    bool              // the last heading met opens no section of it
+	tabs      []*htmlNode       // the tabs labelling the tab panels to come
+	hiddenCSS map[string]bool   // selectors the page's style elements hide
+	shownCSS  map[string]bool   // classes and ids they show
 }
 
 // mdPage is a converted page; cut: output stopped at the limit.
@@ -419,20 +447,24 @@ func htmlByTag(tag string) func(*htmlNode) bool {
 	return func(n *htmlNode) bool { return n.tag == tag }
 }
 
+// htmlTitle returns the text of the page's title element.
+func htmlTitle(root *htmlNode) string {
+	if t := root.find(htmlByTag("title")); t != nil {
+		return t.textContent()
+	}
+	return ""
+}
+
 // htmlToMarkdown returns the page's title and main content as markdown (plain:
 // as text), links made absolute, stopping after about limit characters.
 func htmlToMarkdown(src, pageURL string, limit int, plain bool) mdPage {
 	root := parseHTML(src)
-	m := &mdConv{esc: mdEscape, plain: plain, limit: limit, score: map[*htmlNode]float64{},
-		paras: map[*htmlNode]int32{}}
+	m := &mdConv{esc: mdEscape, plain: plain, limit: limit}
 	if plain {
 		m.esc = mdNoEscape
 	}
 	m.base, _ = url.Parse(pageURL)
-	var pg mdPage
-	if t := root.find(htmlByTag("title")); t != nil {
-		pg.title = t.textContent()
-	}
+	pg := mdPage{title: htmlTitle(root)}
 	if b := root.find(htmlByTag("base")); b != nil && m.base != nil {
 		if u, err := m.base.Parse(b.attr("href")); err == nil {
 			m.base = u
@@ -447,7 +479,7 @@ func htmlToMarkdown(src, pageURL string, limit int, plain bool) mdPage {
 		loose = mn
 	}
 	m.page = loose.size - loose.links
-	for _, h := range body.findAll(mdOwnID) {
+	for _, h := range body.findAll(func(n *htmlNode) bool { return n.own }) {
 		m.doc = cmp.Or(m.doc, h.parent)
 		for !m.doc.holds(h) {
 			m.doc = m.doc.parent
@@ -500,12 +532,16 @@ func mdDropEmptyHeadings(s string) string {
 	return strings.ReplaceAll(s, mdHeading, "")
 }
 
-// measure sets the size and link text of n and the nodes below it (an
+// measure sets what the converter reads of n and the nodes below it (see
+// htmlNode), once, so that converting costs time linear in the page (an
 // e-mail link is text). What the page hides is marked hidden, as the
 // browser marks what it computes hidden, and measures nothing.
 func (m *mdConv) measure(n *htmlNode) {
+	m.nodes++
+	n.pre, n.end = m.nodes, m.nodes+1
 	if n.tag == "" {
 		n.size = int32(len(strings.TrimSpace(n.text)))
+		n.commas = int32(strings.Count(n.text, ","))
 		return
 	}
 	if m.hides(n) {
@@ -514,14 +550,34 @@ func (m *mdConv) measure(n *htmlNode) {
 	if mdDropTags[n.tag] || htmlHidden(n) {
 		return
 	}
+	n.captioned = n.parent != nil && n.parent.captioned || n.tag == "figure" ||
+		slices.ContainsFunc(n.children, htmlByTag("figcaption"))
 	for _, c := range n.children {
 		m.measure(c)
 		n.size += c.size
 		n.links += c.links
+		n.commas += c.commas
+		n.content = n.content || c.content ||
+			(c.good && !c.bad || c.tag == "article" || c.tag == "main") &&
+				c.size-c.links >= mdMinContent
 	}
+	n.end = m.nodes + 1
 	if n.tag == "a" && !strings.HasPrefix(n.attr("href"), "mailto:") {
 		n.links = n.size
 	}
+	// n's id is made from its heading: n is a heading whose id holds its
+	// text, or a section whose id holds the text of the heading it opens
+	// with (Sphinx, MyST, pandoc). A heading longer than a caption is not one.
+	h := n
+	if i := slices.IndexFunc(n.children, func(c *htmlNode) bool { return c.size > 0 }); i >= 0 &&
+		!mdHeadings[n.tag] {
+		h = n.children[i]
+	}
+	if id := n.attr("id"); id != "" && mdHeadings[h.tag] && h.size < mdMaxCaption {
+		slug := mdSlug(rawText(h))
+		n.own = slug != "" && strings.Contains(mdSlug(id), slug)
+	}
+	n.good, n.bad = mdHints(n)
 }
 
 func isWordRune(r rune) bool { return unicode.IsLetter(r) || unicode.IsDigit(r) }
@@ -532,7 +588,7 @@ func notWordRune(r rune) bool { return !isWordRune(r) }
 // content and furniture; an id made from n's own heading names neither.
 func mdHints(n *htmlNode) (good, bad bool) {
 	id := n.attr("id")
-	if id != "" && mdOwnID(n) {
+	if n.own {
 		id = ""
 	}
 	hints := n.attr("class") + " " + id + " " + n.attr("itemtype") // schema.org/Comment
@@ -543,35 +599,9 @@ func mdHints(n *htmlNode) (good, bad bool) {
 	return good, bad
 }
 
-// mdBad reports whether n's class, id or item type names furniture (see mdHints).
-func mdBad(n *htmlNode) bool {
-	_, bad := mdHints(n)
-	return bad
-}
-
-// mdOwnID reports that n's id is made from its own heading: n is a heading
-// whose id holds its text, or a section whose id holds the text of the
-// heading it opens with (Sphinx, MyST, pandoc). Such headings open the
-// sections of a document. A heading longer than a caption is not one.
-func mdOwnID(n *htmlNode) bool {
-	id, h := n.attr("id"), n
-	if i := slices.IndexFunc(n.children, func(c *htmlNode) bool { return c.size > 0 }); i >= 0 &&
-		!mdHeadings[n.tag] {
-		h = n.children[i]
-	}
-	slug := mdSlug(rawText(h))
-	return mdHeadings[h.tag] && h.size < mdMaxCaption && slug != "" &&
-		strings.Contains(mdSlug(id), slug)
-}
-
-// holds reports that d is n or below it.
+// holds reports that d is n or below it (both measured).
 func (n *htmlNode) holds(d *htmlNode) bool {
-	for ; d != nil; d = d.parent {
-		if d == n {
-			return true
-		}
-	}
-	return false
+	return n != nil && n.pre <= d.pre && d.pre < n.end
 }
 
 // docPart reports that n is in a section of the document.
@@ -587,8 +617,7 @@ func mdSlug(s string) string {
 // mainContent returns the best block, or the parent whose children read as
 // content, or nil when no block clearly wins or it holds far less text than loose.
 func (m *mdConv) mainContent(body, loose *htmlNode) *htmlNode {
-	m.scoreParas(body)
-	m.pageParas = m.paras[body]
+	m.pageParas = m.scoreParas(body)
 	var top *htmlNode
 	best := mdMinWin
 	for _, n := range m.cands {
@@ -604,7 +633,7 @@ func (m *mdConv) mainContent(body, loose *htmlNode) *htmlNode {
 	// children then read as content, and its furniture is skipped later.
 	for top.parent != nil && top.parent.tag != "body" {
 		p := top.parent
-		paras := m.paras[p] - m.paras[top]
+		paras := p.paras - top.paras
 		if other := p.size - top.size - paras; paras*2 <= other && p.size > top.size {
 			break
 		}
@@ -631,8 +660,9 @@ func (m *mdConv) mainContent(body, loose *htmlNode) *htmlNode {
 	return top
 }
 
-// scoreParas adds each paragraph's score to its parent, grandparent and great-grandparent.
-func (m *mdConv) scoreParas(n *htmlNode) {
+// scoreParas adds each paragraph's score to its parent, grandparent and
+// great-grandparent, and returns the text of the paragraphs below n.
+func (m *mdConv) scoreParas(n *htmlNode) (paras int32) {
 	ownText := func(c *htmlNode) bool { return c.tag == "" && c.size >= mdMinPara }
 	for _, c := range n.children {
 		if c.tag == "" || m.skip(c) {
@@ -643,29 +673,28 @@ func (m *mdConv) scoreParas(n *htmlNode) {
 			mdBlockTags[c.tag] && !mdHeadings[c.tag] && slices.ContainsFunc(c.children, ownText)
 		if text := c.size - c.links; isPara && text >= mdMinPara {
 			// by its commas and length
-			v := 1 + float64(strings.Count(rawText(c), ",")) + min(float64(text)/100, 3)
-			for a, d := c.parent, 1.0; a != nil; a, d = a.parent, d+1 {
-				if d <= 3 {
-					if _, ok := m.score[a]; !ok {
-						m.cands = append(m.cands, a)
-					}
-					m.score[a] += v / d
+			v := 1 + float64(c.commas) + min(float64(text)/100, 3)
+			for a, d := c.parent, 1.0; a != nil && d <= 3; a, d = a.parent, d+1 {
+				if a.score == 0 {
+					m.cands = append(m.cands, a)
 				}
-				m.paras[a] += text
+				a.score += v / d
 			}
+			paras += text
 		}
-		m.scoreParas(c)
+		paras += m.scoreParas(c)
 	}
+	n.paras = paras
+	return paras
 }
 
 // weight is a block's score with its class words and role, less its share of link text.
 func (m *mdConv) weight(n *htmlNode) float64 {
-	w := m.score[n]
-	good, bad := mdHints(n)
-	if good || n.tag == "article" || n.tag == "main" || n.attr("role") == "main" {
+	w := n.score
+	if n.good || n.tag == "article" || n.tag == "main" || n.attr("role") == "main" {
 		w += mdWordWeight
 	}
-	if bad {
+	if n.bad {
 		w -= mdWordWeight
 	}
 	return w * (1 - float64(n.links)/float64(max(n.size, 1)))
@@ -726,15 +755,18 @@ func (m *mdConv) readStyles(root *htmlNode) {
 	}
 }
 
+// holdsPage reports that n holds most of the page's text and all its
+// paragraphs. While paragraphs are being counted, the share of text alone decides.
+func (m *mdConv) holdsPage(n *htmlNode) bool {
+	return (n.size-n.links)*2 > m.page && n.paras+mdMinPara > m.pageParas
+}
+
 // most reports that n, or the block named as furniture that n is an item
-// of, holds most of the page's text and all its paragraphs (live commentary
-// in comment blocks; comments under an article, even a short one, are no
-// such block). While paragraphs are being counted, the share of text alone
-// decides.
+// of, holds the page (live commentary in comment blocks; comments under an
+// article, even a short one, are no such block).
 func (m *mdConv) most(n *htmlNode) bool {
 	for up := 0; n != nil && up <= mdItemDepth; up, n = up+1, n.parent {
-		good, bad := mdHints(n)
-		if bad && !good && (n.size-n.links)*2 > m.page && m.paras[n]+mdMinPara > m.pageParas {
+		if n.bad && !n.good && m.holdsPage(n) {
 			return true
 		}
 	}
@@ -753,19 +785,18 @@ func (m *mdConv) skip(n *htmlNode) bool {
 		n.tag == "figcaption" && n.size <= mdMaxCaption,
 		mdNoiseRoles[n.attr("role")]:
 		return true
-	case m.all:
+	case m.all, m.holdsPage(n):
+		// Teasers, asides and furniture go, never the block that holds the
+		// page (an article in an aside, as its share icons are).
 		return false
 	case n.tag == "form" && n.size < 500,
 		// an aside, or a paragraph that is a link (a teaser), outside the document
 		(n.tag == "aside" || n.tag == "p" && n.size > 0 && n.links*10 >= n.size*9) && !m.docPart(n):
 		return true
-	case mdBad(n) && !m.most(n):
+	case n.bad && !m.most(n):
 		// Furniture words around the article (share-zone, js-code-nav) do not
 		// drop it, nor a block that holds most of the page (live commentary).
-		return n.find(func(c *htmlNode) bool {
-			good, bad := mdHints(c)
-			return (good && !bad || c.tag == "article" || c.tag == "main") && c.size-c.links >= 1000
-		}) == nil
+		return !n.content
 	}
 	// Link lists are furniture, but in a section of a document: tables of
 	// contents, "see also", lists of plugins.
@@ -803,7 +834,7 @@ func (m *mdConv) block(n *htmlNode, tight bool) string {
 		}
 		for _, c := range p.children {
 			if mdHeadings[c.tag] {
-				m.outDoc = !mdOwnID(c) && !mdOwnID(p) && c.tag != "h1"
+				m.outDoc = !c.own && !p.own && c.tag != "h1"
 			} else if c.attr("role") == "tablist" {
 				m.tabs = c.findAll(func(t *htmlNode) bool { return t.attr("role") == "tab" })
 			}
@@ -823,9 +854,14 @@ func (m *mdConv) block(n *htmlNode, tight bool) string {
 					add(label, false)
 					m.tabs = m.tabs[1:]
 				}
-				add(m.element(c), c.tag == "ul" || c.tag == "ol")
+				if tight || !m.container(c) {
+					add(m.element(c), c.tag == "ul" || c.tag == "ol")
+				} else { // in place, not copied once per level of nesting
+					walk(c)
+					para()
+				}
 			case c.tag == "" || mdInlineTags[c.tag]:
-				inl.WriteString(m.inline(c))
+				m.inline(&inl, c)
 			default:
 				walk(c)
 			}
@@ -834,6 +870,14 @@ func (m *mdConv) block(n *htmlNode, tight bool) string {
 	walk(n)
 	para()
 	return out.String()
+}
+
+// container reports a block element rendered as its children are.
+func (m *mdConv) container(n *htmlNode) bool {
+	if n.tag == "ul" || n.tag == "ol" || n.tag == "blockquote" {
+		return m.nest >= mdNestMax
+	}
+	return !mdSelfBlocks[n.tag]
 }
 
 // element renders one block element.
@@ -878,34 +922,42 @@ func mdMark(s, before, after string) string {
 	return s[:i] + before + t + after + s[i+len(t):]
 }
 
-// inline renders an inline node: text, emphasis, links, images, code, breaks.
-func (m *mdConv) inline(n *htmlNode) string {
-	if n.tag == "" {
+// inline renders an inline node into b: text, emphasis, links, images,
+// code, breaks. What is rendered is copied once per link or emphasis around
+// it, so neither nests deep: links do not nest (see parseHTML), and
+// emphasis mdEmphasisDepth deep is not marked.
+func (m *mdConv) inline(b *strings.Builder, n *htmlNode) {
+	mk := mdEmphasis[n.tag]
+	switch {
+	case n.tag == "":
 		m.made += int(n.size)
-		return m.esc.Replace(n.text)
+		b.WriteString(m.esc.Replace(n.text))
+	case m.skip(n):
+	case n.tag == "br":
+		b.WriteString("\x01")
+	case n.tag == "img":
+		b.WriteString(m.image(n))
+	case n.tag == "code" || n.tag == "kbd" || n.tag == "samp" || n.tag == "tt" || n.tag == "var":
+		b.WriteString(m.code(n))
+	case n.tag == "a":
+		b.WriteString(m.link(n))
+	case n.tag == "script":
+		b.WriteString(m.math(n))
+	case mk != "" && !m.plain && m.emphasis < mdEmphasisDepth:
+		m.emphasis++
+		b.WriteString(mdMark(m.inlineChildren(n), mk, mk))
+		m.emphasis--
+	default:
+		space := "" // around a block
+		if mdBlockTags[n.tag] {
+			space = " "
+		}
+		b.WriteString(space)
+		for _, c := range n.children {
+			m.inline(b, c)
+		}
+		b.WriteString(space)
 	}
-	if m.skip(n) {
-		return ""
-	}
-	switch n.tag {
-	case "br":
-		return "\x01"
-	case "img":
-		return m.image(n)
-	case "code", "kbd", "samp", "tt", "var":
-		return m.code(n)
-	case "a":
-		return m.link(n)
-	case "script":
-		return m.math(n)
-	}
-	s := m.inlineChildren(n)
-	if mk := mdEmphasis[n.tag]; mk != "" && !m.plain {
-		return mdMark(s, mk, mk)
-	} else if mdBlockTags[n.tag] {
-		return " " + s + " "
-	}
-	return s
 }
 
 // image renders an image with its description; in a figure or beside a
@@ -913,10 +965,8 @@ func (m *mdConv) inline(n *htmlNode) string {
 // out, as the caption is.
 func (m *mdConv) image(n *htmlNode) string {
 	alt := strings.Join(strings.Fields(n.attr("alt")), " ")
-	for p := n.parent; p != nil; p = p.parent {
-		if p.tag == "figure" || slices.ContainsFunc(p.children, htmlByTag("figcaption")) {
-			alt = ""
-		}
+	if n.parent.captioned {
+		alt = ""
 	}
 	// data-src: a lazy image's real source
 	for _, src := range []string{n.attr("src"), n.attr("data-src")} {
@@ -970,7 +1020,7 @@ func (m *mdConv) link(n *htmlNode) string {
 func (m *mdConv) inlineChildren(n *htmlNode) string {
 	var b strings.Builder
 	for _, c := range n.children {
-		b.WriteString(m.inline(c))
+		m.inline(&b, c)
 	}
 	return b.String()
 }
@@ -1923,6 +1973,12 @@ func (o *readDocsOut) convert(a readDocsArgs) (content string, cut bool) {
 	if o.isText {
 		return o.body, false
 	}
+	if a.Format == "html" { // the page as it is: only its title is read
+		if o.Title == "" {
+			o.Title = htmlTitle(parseHTML(o.body))
+		}
+		return o.body, false
+	}
 	// Twice the part asked for: counting text as it is rendered may run ahead of the output.
 	limit := 2 * (a.StartIndex + a.MaxLength)
 	pg := htmlToMarkdown(o.body, o.FinalURL, limit, a.Format == "text")
@@ -1933,9 +1989,6 @@ func (o *readDocsOut) convert(a readDocsArgs) (content string, cut bool) {
 		}
 	}
 	o.Title = cmp.Or(o.Title, pg.title)
-	if a.Format == "html" {
-		return o.body, false
-	}
 	return pg.text, pg.cut
 }
 
@@ -2917,9 +2970,9 @@ func searchTidy(hits []searchHit) []searchHit {
 			searchContains(strings.ToLower(u.Host+u.Path), searchAdLinks) {
 			continue
 		}
-		h.url = u.String()
-		h.title = cutRunes(cmp.Or(h.title, u.Host+u.Path), searchMaxText)
-		h.snippet = cutRunes(h.snippet, searchMaxText)
+		h.url = stripControls(u.String()) // a query is not escaped
+		h.title = cutRunes(stripControls(cmp.Or(h.title, u.Host+u.Path)), searchMaxText)
+		h.snippet = cutRunes(stripControls(h.snippet), searchMaxText)
 		out = append(out, h)
 	}
 	return out
@@ -3052,6 +3105,9 @@ func (st *searchState) search(ctx context.Context, set *settings, query string,
 		}()
 	}
 	wg.Wait()
+	for i := range outs { // a detail may quote what an engine said
+		outs[i].Detail = stripControls(outs[i].Detail)
+	}
 	return outs
 }
 

@@ -624,11 +624,12 @@ Available skills (the first 200):` + cmp.Or(list, " none")
 }
 
 const (
-	maxSkillBytes = 256 << 10 // a SKILL.md, and a skill expanded with its arguments
-	maxSkillsRoot = 1000      // folders read in one skills folder
-	maxSkillsList = 200       // skills listed in the description
-	maxSkillFiles = 50        // other files listed from a skill's folder
-	maxSkillDepth = 2         // folder levels below the skill's they are listed from
+	maxSkillBytes       = 256 << 10 // a SKILL.md, and a skill expanded with its arguments
+	maxSkillsRoot       = 1000      // folders read in one skills folder
+	maxSkillsList       = 200       // skills listed in the description
+	maxSkillDescription = 1024      // characters of a skill's description kept
+	maxSkillFiles       = 50        // other files listed from a skill's folder
+	maxSkillDepth       = 2         // folder levels below the skill's they are listed from
 )
 
 type skillInfo struct{ name, description, source, path string } // path of SKILL.md
@@ -725,6 +726,8 @@ func parseSkill(text string) (description, body string, err error) {
 	if u, err := strconv.Unquote(description); err == nil {
 		description = u
 	}
+	// It goes into InvokeSkill's description: what a reader cannot see goes; it is capped.
+	description = cutRunes(stripControls(description), maxSkillDescription)
 	if strings.Trim(description, ">|+-") == "" { // none, or a YAML block scalar
 		return "", "", errors.New("no description on one line")
 	}
