@@ -7,7 +7,6 @@
 //	telson                        serve MCP on stdin/stdout (what clients spawn)
 //	telson -http 127.0.0.1:65510  serve Streamable HTTP at /mcp instead
 //	telson call NAME 'JSON'       run one tool once and print its text
-//	telson -config                print the settings
 //	telson -version               print the version
 //
 // main.go holds the settings, the tool table, start and shutdown.
@@ -77,8 +76,7 @@ func main() {
 const usage = `usage: telson [-http ADDR] [call NAME 'JSON']
 
 Serves MCP on stdin/stdout, or Streamable HTTP at /mcp with -http. Settings come from
-~/.telson/telson-env.txt (KEY=VALUE lines) and TELSON_<KEY> environment variables, which win;
--config prints them.
+~/.telson/telson-env.txt (KEY=VALUE lines) and TELSON_<KEY> environment variables, which win.
 
 flags:
 `
@@ -103,7 +101,6 @@ func run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, args []
 	fs.SetOutput(stderr)
 	httpAddr := fs.String("http", "", "serve Streamable HTTP at `ADDR` (a bare port means 127.0.0.1)")
 	showVersion := fs.Bool("version", false, "print the version")
-	showConfig := fs.Bool("config", false, "print the settings")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, usage)
 		fs.PrintDefaults()
@@ -120,9 +117,6 @@ func run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, args []
 	switch cmd := fs.Arg(0); {
 	case *showVersion:
 		fmt.Fprintln(stdout, "telson", buildVersion())
-		return nil
-	case *showConfig:
-		set.print(stdout)
 		return nil
 	case cmd != "" && cmd != "call":
 		return fmt.Errorf("unknown command %q (want call)", cmd)
@@ -358,8 +352,7 @@ var searchCredentials = []string{"BRAVE_API_KEY", "TAVILY_API_KEY", "SERPER_API_
 // internalEnv are the TELSON_ variables that are not settings: markers and the test harness's.
 var internalEnv = []string{"RUN", "RUN_MAIN", "REAPER", "SANDBOX", "REQUIRE_BROWSER"}
 
-// secretSetting reports whether key holds a secret: -config does not show it, and no child's
-// environment gets it.
+// secretSetting reports whether key holds a secret, which no child's environment gets.
 func secretSetting(key string) bool {
 	return key == "HTTP_TOKEN" || slices.Contains(searchCredentials, key) && key != "SEARXNG_URL"
 }
@@ -488,40 +481,13 @@ func (s *settings) set(key, value string) string {
 	return ""
 }
 
-// value is a setting's value as -config prints it: lists with commas, durations in
-// milliseconds, secrets as (set).
+// value is a setting's value as a warning says it: durations in milliseconds.
 func (s *settings) value(f reflect.StructField) string {
-	field := reflect.ValueOf(*s).FieldByIndex(f.Index).Interface()
-	text := fmt.Sprint(field)
-	switch v := field.(type) {
-	case []string:
-		text = strings.Join(v, ",")
-	case time.Duration:
-		text = strconv.FormatInt(v.Milliseconds(), 10)
+	v := reflect.ValueOf(*s).FieldByIndex(f.Index).Interface()
+	if d, ok := v.(time.Duration); ok {
+		return strconv.FormatInt(d.Milliseconds(), 10)
 	}
-	if secretSetting(f.Tag.Get("key")) && text != "" {
-		return "(set)"
-	}
-	return text
-}
-
-// print writes every setting as KEY=VALUE.
-func (s *settings) print(w io.Writer) {
-	for _, f := range s.fields() {
-		fmt.Fprintf(w, "%s=%s\n", f.Tag.Get("key"), s.value(f))
-	}
-	for _, k := range searchCredentials {
-		v := s.SearchKeys[k]
-		if secretSetting(k) && v != "" {
-			v = "(set)"
-		}
-		fmt.Fprintf(w, "%s=%s\n", k, v)
-	}
-	for _, k := range sortedKeys(s.SearchKeys) {
-		if strings.HasPrefix(k, "SEARCH_URL_") {
-			fmt.Fprintf(w, "%s=%s\n", k, s.SearchKeys[k])
-		}
-	}
+	return fmt.Sprint(v)
 }
 
 func parseBool(v string) (value, ok bool) {
@@ -539,14 +505,4 @@ func (s *settings) toolEnabled(name string) bool {
 	return slices.ContainsFunc(s.Tools, func(n string) bool {
 		return strings.EqualFold(n, name) || strings.EqualFold(n, "all")
 	})
-}
-
-// sortedKeys returns m's keys in order.
-func sortedKeys[V any](m map[string]V) []string {
-	var keys []string
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
