@@ -23,7 +23,6 @@
 //     a write error;
 //   - one per request (session.start): when its handler returns and the reply is handed on;
 //     with a progress token, its keep-alive (rpcRequest.keepAlive): before the reply;
-//   - a batch's collector: when every request of the batch has answered;
 //   - HTTP: serveHTTP's server, until shutdown; net/http's, one per connection, each the
 //     writer of its POST's reply;
 //   - per task (tools_bg.go): bgTask.run, once bash has exited and leftWait has passed; its
@@ -122,7 +121,6 @@ const (
 
 // Limits on what a client can make a session hold.
 const (
-	maxBatch    = 100 // messages in a batch
 	maxInflight = 64  // requests running at once, not counting those waiting on the client
 	outboxSize  = 64  // messages waiting for a client that is slow to read
 )
@@ -387,17 +385,16 @@ func (s *session) serve(ctx context.Context, r io.Reader) error {
 			s.out.send(invalidRequest(nil, "message longer than %d bytes skipped", max))
 		default:
 			line = bytes.TrimPrefix(line, []byte("\xef\xbb\xbf"))
-			s.handleLine(ctx, line, false, s.out, s.out.send)
+			s.handleLine(ctx, line, s.out, s.out.send)
 		}
 		line = nil
 		tooLong = false
 	}
 }
 
-// handleLine decodes one line, a message or (not inBatch) a batch, and handles it: messages
-// about its requests go to out, and reply gets the reply (a message, an array of them, or
-// nil), exactly once.
-func (s *session) handleLine(ctx context.Context, line []byte, inBatch bool, out *outbox,
+// handleLine decodes one line, a message, and handles it: messages about its request go to
+// out, and reply gets the reply (a message, or nil), exactly once.
+func (s *session) handleLine(ctx context.Context, line []byte, out *outbox,
 	reply func(any) error) {
 	line = bytes.TrimSpace(line)
 	var m rpcMessage
@@ -409,14 +406,12 @@ func (s *session) handleLine(ctx context.Context, line []byte, inBatch bool, out
 		reply(nil)
 	case errors.As(err, &syntax):
 		reply(errorMessage(nil, newRPCError(codeParseError, "parse error: %v", err)))
-	case line[0] == '[' && !inBatch:
-		s.handleBatch(ctx, line, out, reply)
+	case line[0] == '[':
+		reply(invalidRequest(nil, "batches are not supported: send each message on its own"))
 	case line[0] != '{':
 		reply(invalidRequest(nil, "a message must be a JSON object"))
 	case errors.As(err, &te):
 		reply(invalidRequest(m.ID, "%q must not be a %s", te.Field, te.Value))
-	case inBatch && m.Method == "initialize":
-		reply(invalidRequest(m.ID, "initialize cannot be part of a batch"))
 	case m.JSONRPC != "2.0":
 		reply(invalidRequest(m.ID, `"jsonrpc" must be "2.0"`))
 	case len(m.ID) > 0 && !validID(m.ID):
@@ -432,53 +427,6 @@ func (s *session) handleLine(ctx context.Context, line []byte, inBatch bool, out
 	default:
 		s.start(ctx, &m, out, reply)
 	}
-}
-
-// handleBatch answers a JSON array of messages with an array of replies (before 2025-06-18).
-func (s *session) handleBatch(ctx context.Context, line []byte, out *outbox,
-	reply func(any) error) {
-	s.mu.Lock()
-	v := s.version
-	s.mu.Unlock()
-	var items []json.RawMessage
-	json.Unmarshal(line, &items) // line is a valid JSON array
-	why := ""
-	switch {
-	case v == "":
-		why = "a batch cannot come before initialize"
-	case v >= version20250618:
-		why = "batches are not supported in protocol version " + v
-	case len(items) == 0:
-		why = "empty batch"
-	case len(items) > maxBatch:
-		why = fmt.Sprintf("a batch of %d messages; at most %d are allowed", len(items), maxBatch)
-	}
-	if why != "" {
-		reply(invalidRequest(nil, "%s", why))
-		return
-	}
-	answers := make(chan any, len(items))
-	for _, item := range items {
-		s.handleLine(ctx, item, true, out, func(m any) error {
-			answers <- m
-			return nil
-		})
-	}
-	s.wg.Add(1)
-	go func() { // exits once every message of the batch has answered
-		defer s.wg.Done()
-		var replies []any
-		for range items {
-			if m := <-answers; m != nil {
-				replies = append(replies, m)
-			}
-		}
-		if len(replies) == 0 {
-			reply(nil)
-		} else {
-			reply(replies)
-		}
-	}()
 }
 
 // rpcRequest is one request being handled, with what its _meta says.
@@ -830,14 +778,12 @@ type httpPeek struct {
 // checkHeaders says what is wrong with a POST's MCP-Protocol-Version, Mcp-Method and Mcp-Name
 // headers (a 2026-07-28 message's must match its body) or with such a message; nil when
 // nothing is.
-func checkHeaders(hdr http.Header, body []byte, m *httpPeek) *rpcError {
+func checkHeaders(hdr http.Header, m *httpPeek) *rpcError {
 	version := hdr.Get("MCP-Protocol-Version")
 	bodyVersion := m.Params.Meta.Version
 	switch {
 	case version != "" && !slices.Contains(supportedVersions, version):
 		return unsupportedVersion(version)
-	case version == versionModern && body[0] == '[':
-		return newRPCError(codeInvalidRequest, "invalid request: %s has no batches", versionModern)
 	case bodyVersion == versionModern && m.ID != nil && m.Params.Meta.Caps == nil:
 		return invalidParams("_meta %s is required in %s", metaClientCaps, versionModern)
 	}
@@ -1763,7 +1709,7 @@ func (h *httpHandler) post(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.limiter.serving(r.RemoteAddr)
-	if e := checkHeaders(r.Header, body, &m); e != nil {
+	if e := checkHeaders(r.Header, &m); e != nil {
 		writeJSON(w, http.StatusBadRequest, errorMessage(nil, e))
 		return
 	}
@@ -1776,7 +1722,7 @@ func (h *httpHandler) post(w http.ResponseWriter, r *http.Request) {
 	out.version = r.Header.Get("MCP-Protocol-Version") // this client's, whatever another's is
 	defer close(out.done)
 	replies := make(chan any, 1)
-	h.s.handleLine(ctx, body, false, out, func(msg any) error {
+	h.s.handleLine(ctx, body, out, func(msg any) error {
 		replies <- msg
 		return nil
 	})
