@@ -121,8 +121,8 @@ const (
 
 // Limits on what a client can make a session hold.
 const (
-	maxInflight = 64  // requests running at once, not counting those waiting on the client
-	outboxSize  = 64  // messages waiting for a client that is slow to read
+	maxInflight = 64 // requests running at once, not counting those waiting on the client
+	outboxSize  = 64 // messages waiting for a client that is slow to read
 )
 
 // rpcMessage is a JSON-RPC 2.0 message as it arrives: request, notification or response.
