@@ -2972,6 +2972,18 @@ func BenchmarkSpawnBaseline(b *testing.B) {
 	}
 }
 
+// BenchmarkCallBashTrue: `telson call Bash true` from spawn to exit, the reaper's clean end
+// included (it once took a second); compare BenchmarkSpawnBaseline.
+func BenchmarkCallBashTrue(b *testing.B) {
+	for i := 0; i < b.N; i++ {
+		cmd := exec.Command(os.Args[0], "call", "Bash", `{"command":"true"}`)
+		cmd.Env = append(os.Environ(), "TELSON_RUN_MAIN=1", "TELSON_STATE_DIR="+b.TempDir())
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.Fatalf("%v: %s", err, out)
+		}
+	}
+}
+
 func procStatusKB(pid int, field string) float64 {
 	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	for _, line := range strings.Split(string(b), "\n") {
