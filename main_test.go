@@ -5600,13 +5600,15 @@ func TestBrowserAttach(t *testing.T) {
 	}
 }
 
-// With a browser, what the page's style hides is left out (stylesheets are
-// not loaded, but a <style> in the page applies); what a click reveals is not.
-// Text in the default ink is not judged by colour: here the stylesheet not
-// loaded gives the article a white box on the black around it.
+// With a browser, what a person cannot see is left out, judged by rendering
+// with the page's own stylesheets (issue 27); what a click reveals is not,
+// nor anything a person sees. Text in the default ink is judged by colour
+// only when every stylesheet came: here the other site's stylesheet, refused,
+// gives the article a white box on the black around it.
 func TestBrowserHiddenText(t *testing.T) {
 	readdocsNeedBrowser(t)
 	page := `<html><head><title>Hidden</title><link rel="stylesheet" href="/theme.css">
+<link rel="stylesheet" href="CDN/cdn.css">
 <style>.night { background: #000 } .gone { display: none }
 .sr { position: absolute; width: 1px; height: 1px; overflow: hidden;
   clip: rect(0 0 0 0) }</style></head>
@@ -5624,11 +5626,31 @@ func TestBrowserHiddenText(t *testing.T) {
 <div class="night"><article class="post"><p>Default ink on the page's black.</p></article></div>
 <div role="tabpanel" class="gone">Other tab's text.</div>
 <details><summary>More</summary><p>Folded text.</p></details>
+<div style="height:0; overflow:hidden"><p>Zero-height text.</p></div>
+<p style="clip-path:inset(50%)">Clip-path text.</p>
+<p style="color:#fefefe">Near-white text.</p>
+<div style="opacity:.1"><p style="opacity:.5">Faint text.</p></div>
+<p style="font-size:1px">One-pixel text.</p>
+<p style="transform:scale(0)">Scaled-away text.</p>
+<p style="text-indent:-9999px">Indented-away text.</p>
+<p class="promo">Stylesheet-hidden text.</p>
+<p style="opacity:.6; color:#777">Grey text.</p>
+<p style="font-size:9px">Small print.</p>
+<p style="opacity:0; transition:opacity .5s">Fading-in text.</p>
+<pre style="height:40px; overflow:auto">Scrolled line 1
+Scrolled line 2
+Scrolled line 3
+Scrolled line 4</pre>
 </main></body></html>`
+	cdn := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, ".post { background: #fff }")
+	}))
+	defer cdn.Close()
+	page = strings.Replace(page, "CDN", strings.Replace(cdn.URL, "127.0.0.1", "localhost", 1), 1)
 	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/theme.css" {
 			w.Header().Set("Content-Type", "text/css")
-			io.WriteString(w, ".post { background: #fff }")
+			io.WriteString(w, ".promo { display: none }")
 			return
 		}
 		io.WriteString(w, page)
@@ -5640,14 +5662,16 @@ func TestBrowserHiddenText(t *testing.T) {
 		text, sc, _ := readdocsCall(t, c, map[string]any{"url": site.URL + "/", "format": format})
 		for _, want := range []string{"Visible heading", "Visible paragraph.",
 			"Visible after it.", "Shown inside a zero-size block.", "White on black.",
-			"Default ink on the page's black.",
-			"Other tab's text.", "Folded text."} {
+			"Default ink on the page's black.", "Other tab's text.", "Folded text.",
+			"Grey text.", "Small print.", "Fading-in text.", "Scrolled line 4"} {
 			if !strings.Contains(text, want) {
 				t.Errorf("%s: %q left out:\n%s", format, want, text)
 			}
 		}
 		for _, hidden := range []string{"Zero-size", "Off-screen", "Class-hidden",
-			"White on the page", "White on white", "Transparent", "Screen-reader", "Invisible"} {
+			"White on the page", "White on white", "Transparent", "Screen-reader", "Invisible",
+			"Zero-height", "Clip-path", "Near-white", "Faint", "One-pixel", "Scaled-away",
+			"Indented-away", "Stylesheet-hidden"} {
 			if strings.Contains(text, hidden) {
 				t.Errorf("%s: %q kept:\n%s", format, hidden, text)
 			}

@@ -1947,13 +1947,18 @@ type tabState struct {
 	docID     string          // request id of the page's own response
 	docOrigin string          // and its origin
 	moved     string          // where the page's scripts tried to go, refused
+	unstyled  bool            // a stylesheet was refused or failed
 }
 
 // tabEvent is the part of a tab's events that tabState reads.
 type tabEvent struct {
 	Name, LoaderID, RequestID, FrameID string
 	Type, ResourceType                 string
-	Request, Response                  struct{ URL string }
+	Request                            struct{ URL string }
+	Response                           struct {
+		URL    string
+		Status int
+	}
 }
 
 // event records what a tab's event says and answers it when it waits for
@@ -1983,11 +1988,13 @@ func (ts *tabState) event(method string, params json.RawMessage) {
 			ts.lastNet = time.Now()
 		}
 	case "Network.responseReceived":
+		ts.unstyled = ts.unstyled || e.Type == "Stylesheet" && e.Response.Status >= 400
 		if e.Type == "Document" && e.FrameID == ts.tab.targetID && ts.docID == "" {
 			ts.docID = e.RequestID
 			ts.docOrigin, _ = siteOf(e.Response.URL)
 		}
 	case "Network.loadingFinished", "Network.loadingFailed":
+		ts.unstyled = ts.unstyled || method == "Network.loadingFailed" && e.Type == "Stylesheet"
 		if ts.inflight[e.RequestID] {
 			delete(ts.inflight, e.RequestID)
 			ts.lastNet = time.Now()
@@ -2021,9 +2028,16 @@ func (ts *tabState) lifecycle(e tabEvent) {
 }
 
 // blocks says whether a request the browser paused is refused: all but the
-// page itself, and moves of the page to another origin once it has come.
+// page itself and its own site's stylesheets (how a person sees it), and
+// moves of the page to another origin once it has come. Another site's
+// stylesheet (a CDN's) is refused: it would hold the page's scripts and its
+// parsing, and the text it may set a colour to is then not judged by colour.
 func (ts *tabState) blocks(e tabEvent) bool {
+	_, site := siteOf(e.Request.URL)
 	switch {
+	case e.ResourceType == "Stylesheet":
+		ts.unstyled = ts.unstyled || site != ts.site
+		return site != ts.site
 	case e.ResourceType != "Document" || e.FrameID != ts.tab.targetID:
 		return true
 	case ts.docOrigin == "" || strings.HasPrefix(e.Request.URL, ts.docOrigin+"/"):
@@ -2033,8 +2047,8 @@ func (ts *tabState) blocks(e tabEvent) bool {
 	return true
 }
 
-// waitReady waits until the page can be read (once parsed, when parsed is
-// enough) or ctx ends.
+// waitReady waits until the page can be read (once parsed and its own
+// stylesheets come, when parsed is enough) or ctx ends.
 func (ts *tabState) waitReady(ctx context.Context, idleCap time.Duration, parsedEnough bool) {
 	for {
 		ts.mu.Lock()
@@ -2050,7 +2064,7 @@ func (ts *tabState) waitReady(ctx context.Context, idleCap time.Duration, parsed
 			ok, again = ts.docID != "" && len(ts.inflight) == 0 && quiet >= idleCap, idleCap-quiet
 		} else {
 			left := idleCap - time.Since(ts.dcl)
-			ok = parsedEnough || quiet >= readSettle || left <= 0
+			ok = parsedEnough && len(ts.inflight) == 0 || quiet >= readSettle || left <= 0
 			again = min(readSettle-quiet, left)
 		}
 		ts.mu.Unlock()
@@ -2071,9 +2085,9 @@ func (ts *tabState) waitReady(ctx context.Context, idleCap time.Duration, parsed
 // browserTab is an open tab and its DevTools session.
 type browserTab struct{ targetID, sid string }
 
-// newTab opens a tab that pauses every document (to let only the page's own
-// through) and what a reader never needs: images, fonts, media, stylesheets
-// (the extraction reads no layout) and known ad hosts. Nobody hears its events yet.
+// newTab opens a tab that pauses every document and stylesheet (to let only
+// the page's own through) and what a reader never needs: images, fonts, media
+// and known ad hosts. Nobody hears its events yet.
 func (b *browser) newTab(ctx context.Context) (browserTab, error) {
 	var t struct{ TargetID, SessionID string }
 	// In the user's browser, the tab opens behind the one they look at.
@@ -2215,7 +2229,10 @@ func (b *browser) read(ctx context.Context, srv *server, pageURL string,
 	case <-time.After(extra):
 	case <-ctx.Done():
 	}
-	pg, err := b.evaluate(ctx, sid)
+	ts.mu.Lock()
+	styled := !ts.unstyled
+	ts.mu.Unlock()
+	pg, err := b.evaluate(ctx, sid, styled)
 	if err != nil && ctx.Err() != nil {
 		return nil, fmt.Errorf("%s did not answer within %s (a script may be busy)", pageURL,
 			took())
@@ -2251,15 +2268,19 @@ func (b *browser) read(ctx context.Context, srv *server, pageURL string,
 	return pg, nil
 }
 
-// markHidden sets the hidden attribute on the elements of the page whose
-// computed style hides them (none shown, transparent, clipped to nothing, a
-// box of a pixel that clips, placed left of or above the page), and wraps in
-// <span hidden> the text too small to read, hidden, or of its background's
-// colour (text in the default ink is not judged by colour: the stylesheet not
-// loaded would set its colour or the box behind it). What a reader reveals
-// with a click (tab panels, a closed <details>) is left as it is. Style is
-// all measured before anything changes; then the page's style elements and
-// attributes are removed.
+// markHidden sets the hidden attribute on the elements of the page a person
+// cannot see, judged by rendering (the page's own stylesheets loaded): none
+// shown, faint (their opacity times their ancestors' under a tenth, unless it
+// changes: a script fades them in as they scroll into view), or clipped to
+// nothing by their own or their ancestors' boxes (overflow, clip-path, clip)
+// or the page's edge. It wraps in <span hidden> the text a person cannot read:
+// hidden, faint, without a box of 2×4 px left after clipping (too small,
+// scaled to nothing, pushed off the page), or of too little contrast with what
+// is behind it (text in the default ink only when every stylesheet came: one
+// that did not would set its colour or the box behind it). What a reader
+// reveals with a click (tab panels, a closed <details>) is left as it is.
+// Style is all measured before anything changes; then the page's style
+// elements and attributes are removed.
 const markHidden = `if (b) try {
 	// Left as they are: what a click shows, and what is never text.
 	const untouched = '[role=tabpanel], [class*=tab-pane], [class*=tabpanel], .tabbed-block, ' +
@@ -2272,42 +2293,99 @@ const markHidden = `if (b) try {
 	probe.remove();
 	// A hidden body is an A/B test's anti-flicker guard, waiting for a script not loaded.
 	const shown = getComputedStyle(b).visibility == 'visible';
-	const clear = c => /^rgba.*, 0\)$/.test(c), styles = new Map(), backs = new Map();
+	const styles = new Map(), colours = new Map(), pen = document.createElement('canvas')
+		.getContext('2d', {willReadFrequently: true});
 	const style = e => styles.get(e) || styles.set(e, getComputedStyle(e)).get(e);
-	const back = e => { // the colour behind e's text; '' when an image may be
-		if (!e) return canvas;
-		if (!backs.has(e)) {
-			const s = style(e);
-			backs.set(e, s.backgroundImage != 'none' ? '' :
-				clear(s.backgroundColor) ? back(e.parentElement) : s.backgroundColor);
+	const rgba = c => { // a colour as [r, g, b, a], each from 0 to 1
+		if (!colours.has(c)) {
+			pen.clearRect(0, 0, 1, 1);
+			pen.fillStyle = '#0000';
+			pen.fillStyle = c;
+			pen.fillRect(0, 0, 1, 1);
+			colours.set(c, [...pen.getImageData(0, 0, 1, 1).data].map(v => v / 255));
 		}
-		return backs.get(e);
+		return colours.get(c);
 	};
-	const hides = e => {
-		const s = style(e);
-		const clipped = s.clip == 'rect(0px, 0px, 0px, 0px)';
-		if (s.display == 'none' || s.opacity == '0' || clipped) return true;
-		const placed = s.position == 'absolute' || s.position == 'fixed';
-		if (!placed && s.overflow == 'visible') return false;
-		const r = e.getBoundingClientRect();
-		return placed && (r.right + scrollX < 0 || r.bottom + scrollY < 0) ||
-			s.overflow != 'visible' && r.width <= 1 && r.height <= 1;
+	const over = (f, a, g) => g.map((v, i) => f[i] * a + v * (1 - a)); // f at alpha a on g
+	const lum = c => [.2126, .7152, .0722].reduce((s, k, i) =>
+		s + k * (c[i] <= .04045 ? c[i] / 12.92 : ((c[i] + .055) / 1.055) ** 2.4), 0);
+	const contrast = (f, g) => (Math.max(lum(f), lum(g)) + .05) / (Math.min(lum(f), lum(g)) + .05);
+	// What is behind an element's text: its background on what is behind it; null: an image.
+	const behind = (e, under) => {
+		const s = style(e), c = rgba(s.backgroundColor);
+		return s.backgroundImage != 'none' || !under ? null : over(c, c[3], under);
 	};
-	// An element inside one left as it is, or hidden, is not judged.
-	const judged = new Set([b]), hidden = [], texts = [];
+	// Boxes are {l, t, r, b}; cut returns the part of c inside d.
+	const all = {l: -Infinity, t: -Infinity, r: Infinity, b: Infinity};
+	const cut = (c, d) => ({l: Math.max(c.l, d.l), t: Math.max(c.t, d.t),
+		r: Math.min(c.r, d.r), b: Math.min(c.b, d.b)});
+	const big = c => c.r - c.l >= 2 && c.b - c.t >= 4; // enough to read a letter
+	const words = s => s.replace(/[^\p{L}\p{N}]+/gu, ' ').trim();
+	// What a clip-path inset(t r b l) or a clip rect(t, r, b, l) leaves of box r.
+	const clipped = (v, r) => {
+		const m = /^(inset|rect)\(([^)]*)\)/.exec(v);
+		if (!m) return all;
+		const [t, rt = t, bo = t, l = rt] = m[2].split(' round ')[0].split(/[\s,]+/);
+		const px = (x, size, none) => {
+			const n = parseFloat(x) * (x.endsWith('%') ? size / 100 : 1);
+			return isNaN(n) ? none : n;
+		};
+		return m[1] == 'inset' ? {l: r.left + px(l, r.width, 0), t: r.top + px(t, r.height, 0),
+			r: r.right - px(rt, r.width, 0), b: r.bottom - px(bo, r.height, 0)} :
+			{l: r.left + px(l, 0, 0), t: r.top + px(t, 0, 0),
+				r: r.left + px(rt, 0, r.width), b: r.top + px(bo, 0, r.height)};
+	};
+	// The page: nothing before its start is seen, nor past the end of a right-to-left one.
+	const w = document.documentElement.clientWidth;
+	const page = style(document.documentElement).direction == 'rtl' ?
+		{...all, t: -scrollY, r: w + scrollX} : {...all, l: -scrollX, t: -scrollY};
+	// Per element judged: what clips its content, its opacity, the colour behind it.
+	const clips = new Map([[b, page]]), alphas = new Map([[b, 1]]);
+	const backs = new Map([[b, behind(b, behind(document.documentElement, rgba(canvas)))]]);
+	const hidden = [], texts = [];
 	for (const e of b.querySelectorAll('*')) {
-		if (!judged.has(e.parentElement) || e.matches(untouched)) continue;
-		if (hides(e)) hidden.push(e);
-		else judged.add(e);
+		const p = e.parentElement, s = style(e);
+		if (!clips.has(p) || e.matches(untouched)) continue;
+		const fades = /opacity|all/.test(s.transitionProperty) &&
+			parseFloat(s.transitionDuration) > 0;
+		const alpha = alphas.get(p) * (fades ? 1 : +s.opacity);
+		const r = e.getBoundingClientRect(), placed = /absolute|fixed/.test(s.position);
+		let c = s.position == 'fixed' ? page : placed ? clips.get(e.offsetParent) || page :
+			clips.get(p);
+		c = cut(cut(c, clipped(s.clipPath, r)), placed ? clipped(s.clip, r) : all);
+		// Overflow clips a box (not inline text): hidden to the box, scrolled unless it is none.
+		if (s.display != 'inline' && s.display != 'contents') {
+			const x = s.overflowX, y = s.overflowY;
+			const cx = /hidden|clip/.test(x) || x != 'visible' && r.width < 1;
+			const cy = /hidden|clip/.test(y) || y != 'visible' && r.height < 1;
+			c = cut(c, {l: cx ? r.left : -Infinity, r: cx ? r.right : Infinity,
+				t: cy ? r.top : -Infinity, b: cy ? r.bottom : Infinity});
+		}
+		const off = r.right < page.l || r.bottom < page.t || r.left > page.r; // before the page
+		if (s.display == 'none' || alpha < .1 || !big(c) || placed && off) {
+			// Not a heading the title holds too (hidden for a logo): the title is read anyway.
+			if (!/^H\d$/.test(e.tagName) || !words(document.title).includes(words(e.textContent)))
+				hidden.push(e);
+			continue;
+		}
+		clips.set(e, c);
+		alphas.set(e, alpha);
+		backs.set(e, behind(e, backs.get(p)));
 	}
-	const walk = document.createTreeWalker(b, NodeFilter.SHOW_TEXT);
+	const walk = document.createTreeWalker(b, NodeFilter.SHOW_TEXT), range = document.createRange();
 	while (walk.nextNode()) {
 		const t = walk.currentNode, p = t.parentElement;
-		if (!judged.has(p) || !t.data.trim()) continue;
-		const s = style(p);
-		const unseen = clear(s.color) || s.color != ink && s.color == back(p);
-		const small = parseFloat(s.fontSize) < 1;
-		if (shown && s.visibility != 'visible' || small || unseen) texts.push(t);
+		if (!clips.has(p) || !t.data.trim()) continue;
+		const s = style(p), fill = rgba(s.webkitTextFillColor), back = backs.get(p);
+		const c = clips.get(p);
+		const painted = s.backgroundClip == 'text'; // the text shows the background
+		const a = alphas.get(p) * (painted ? 1 : fill[3]);
+		const judge = back && !painted && (styled || s.color != ink);
+		range.selectNodeContents(t);
+		const seen = [...range.getClientRects()].some(q => big(cut(c, {
+			l: q.left, t: q.top, r: q.right, b: q.bottom})));
+		if (shown && s.visibility != 'visible' || a < .1 || !seen ||
+			judge && contrast(over(fill, a, back), back) < 1.25) texts.push(t);
 	}
 	for (const e of hidden) e.setAttribute('hidden', '');
 	for (const t of texts) {
@@ -2322,16 +2400,19 @@ const markHidden = `if (b) try {
 } catch (e) {}`
 
 // evaluate reads the page's DOM (its text when it is not HTML), hidden
-// parts marked; a page of a type that does not read as text is an error.
-func (b *browser) evaluate(ctx context.Context, sid string) (*readDocsOut, error) {
+// parts marked (styled: every stylesheet came); a page of a type that does
+// not read as text is an error.
+func (b *browser) evaluate(ctx context.Context, sid string, styled bool) (*readDocsOut, error) {
 	expr := fmt.Sprintf(`(() => {
 		const h = document.documentElement, b = document.body, type = document.contentType;
+		const styled = %t && [...document.querySelectorAll('link[rel~=stylesheet i]')]
+			.every(l => l.sheet); // none refused, and none still coming
 		const text = !type.includes('html');
 		if (!text) %s
 		const s = text ? (b ? b.innerText : '') : (h ? h.outerHTML : '');
 		const nav = performance.getEntriesByType('navigation')[0];
 		return {body: s.slice(0, %d), full: s.length, title: document.title, url: location.href,
-			type, text, status: nav ? nav.responseStatus : 0}; })()`, markHidden, pageCap)
+			type, text, status: nav ? nav.responseStatus : 0}; })()`, styled, markHidden, pageCap)
 	var ev struct {
 		Result struct {
 			Value struct {
