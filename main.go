@@ -262,7 +262,7 @@ type settings struct {
 	ReadDocsBrowser  bool              `key:"READDOCS_BROWSER" default:"on"`
 	ReadDocsTimeout  time.Duration     `key:"READDOCS_TIMEOUT_MS" default:"30000" bounds:"1"`
 	ReadDocsIdle     time.Duration     `key:"READDOCS_IDLE_MS" default:"500" bounds:"0"`
-	WSMaxMessage     int               `key:"WS_MAX_MESSAGE_BYTES" default:"134217728" bounds:"1048576"`
+	WSMaxMessage     int               `key:"WS_MAX_MESSAGE_BYTES" default:"33554432" bounds:"1048576"`
 	SearchKeys       map[string]string // searchCredentials and SEARCH_URL_<ENGINE>, by key
 }
 

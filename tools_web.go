@@ -1121,7 +1121,6 @@ const (
 
 	wsCloseProtocol = 1002
 	wsCloseNoCode   = 1005
-	wsCloseTooBig   = 1009
 )
 
 // errWSClosed is returned by readMessage once a close frame has arrived.
@@ -1246,12 +1245,11 @@ func (ws *wsConn) writeFrame(op byte, p []byte) error {
 	return nil
 }
 
-// check refuses a frame that may not come now, with a close frame that says
-// why; have is the length of the message so far.
-func (ws *wsConn) check(h wsFrameHeader, inMsg bool, have int) error {
+// check refuses a frame that may not come now, with a close frame that says why.
+func (ws *wsConn) check(h wsFrameHeader, inMsg bool) error {
 	isData := h.op == wsOpText || h.op == wsOpBinary
 	isControl := h.op >= wsOpClose && h.op <= wsOpPong
-	code, problem := uint16(wsCloseProtocol), ""
+	problem := ""
 	switch {
 	case h.rsv != 0:
 		problem = "reserved bits set (no extension was agreed)"
@@ -1265,31 +1263,43 @@ func (ws *wsConn) check(h wsFrameHeader, inMsg bool, have int) error {
 		problem = "new message inside a fragmented one"
 	case !isData && !isControl && h.op != wsOpContinuation:
 		problem = fmt.Sprintf("unknown opcode %d", h.op)
-	case !isControl && h.length > uint64(ws.maxMsg-have):
-		code, problem = wsCloseTooBig, fmt.Sprintf("message longer than %d bytes", ws.maxMsg)
+	case h.length >= 1<<63:
+		problem = "a length with its top bit set"
 	}
 	if problem == "" {
 		return nil
 	}
-	ws.writeFrame(wsOpClose, binary.BigEndian.AppendUint16(nil, code))
+	ws.writeFrame(wsOpClose, binary.BigEndian.AppendUint16(nil, wsCloseProtocol))
 	return errors.New("websocket: " + problem)
 }
 
-// readMessage returns the next data message, reassembled, answering control frames.
+// readMessage returns the next data message, reassembled, answering control
+// frames. One longer than maxMsg is skipped, not held, and read as an error
+// for the call it answers (cdpTooLong).
 func (ws *wsConn) readMessage() ([]byte, error) {
 	var msg []byte
-	inMsg := false
+	inMsg, long := false, false
 	for {
 		h, err := wsReadHeader(ws.br)
 		if err != nil {
 			return nil, fmt.Errorf("websocket read: %w", err)
 		}
-		if err := ws.check(h, inMsg, len(msg)); err != nil {
+		if err := ws.check(h, inMsg); err != nil {
 			return nil, err
 		}
 		n := len(msg)
-		msg = slices.Grow(msg, int(h.length))[:n+int(h.length)]
-		if _, err := io.ReadFull(ws.br, msg[n:]); err != nil {
+		isData := h.op < wsOpClose
+		long = long || isData && h.length > uint64(ws.maxMsg-n)
+		keep := h.length // of the payload: all, or of a message too long, what its start lacks
+		if long && isData {
+			keep = min(keep, uint64(max(cdpHead-n, 0)))
+		}
+		msg = slices.Grow(msg, int(keep))[:n+int(keep)]
+		_, err = io.ReadFull(ws.br, msg[n:])
+		if err == nil {
+			_, err = io.CopyN(io.Discard, ws.br, int64(h.length-keep))
+		}
+		if err != nil {
 			return nil, fmt.Errorf("websocket read: %w", err)
 		}
 		// A control frame, maybe between fragments, is not part of msg.
@@ -1309,7 +1319,9 @@ func (ws *wsConn) readMessage() ([]byte, error) {
 			continue
 		}
 		inMsg = true
-		if h.fin {
+		if h.fin && long {
+			return cdpTooLong(msg, ws.maxMsg), nil
+		} else if h.fin {
 			return msg, nil
 		}
 	}
@@ -1337,21 +1349,40 @@ type cdpPipe struct {
 	maxMsg int
 }
 
-// readMessage returns the next message, holding at most maxMsg bytes of it.
+// readMessage returns the next message. One longer than maxMsg bytes is
+// skipped, not held, and read as an error for the call it answers (cdpTooLong).
 func (p *cdpPipe) readMessage() ([]byte, error) {
 	var msg []byte
+	long := false
 	for {
 		part, err := p.br.ReadSlice(0)
-		if len(msg)+len(part) > p.maxMsg+1 {
-			return nil, fmt.Errorf("cdp pipe: message longer than %d bytes", p.maxMsg)
-		}
+		long = long || len(msg)+len(part) > p.maxMsg+1
 		msg = append(msg, part...)
-		if err == nil {
-			return msg[:len(msg)-1], nil
-		} else if err != bufio.ErrBufferFull {
+		if long {
+			msg = slices.Clone(msg[:min(len(msg), cdpHead)])
+		}
+		switch {
+		case err == bufio.ErrBufferFull:
+		case err != nil:
 			return nil, fmt.Errorf("cdp pipe read: %w", err)
+		case long:
+			return cdpTooLong(msg, p.maxMsg), nil
+		default:
+			return msg[:len(msg)-1], nil
 		}
 	}
+}
+
+// cdpHead is how much is kept of a message too long: its start names the call it answers.
+const cdpHead = 64
+
+// cdpTooLong is what a message longer than max bytes is read as: an error for
+// the call whose id starts it, as Chromium writes replies (an event has none,
+// and is dropped).
+func cdpTooLong(head []byte, max int) []byte {
+	var id int64
+	fmt.Sscanf(string(head), `{"id":%d`, &id)
+	return fmt.Appendf(nil, `{"id":%d,"error":{"message":"reply longer than %d bytes"}}`, id, max)
 }
 
 // writeMessage sends m in one Write, which the file does whole before the next.
@@ -1381,13 +1412,12 @@ func socketPair() (ours, theirs *os.File, err error) {
 	return os.NewFile(uintptr(fds[0]), "cdp"), os.NewFile(uintptr(fds[1]), "cdp-browser"), nil
 }
 
+// cdpMessage is a command or an event; a reply is decoded by the call it answers.
 type cdpMessage struct {
-	ID        int64                     `json:"id,omitempty"`
-	SessionID string                    `json:"sessionId,omitempty"`
-	Method    string                    `json:"method,omitempty"`
-	Params    json.RawMessage           `json:"params,omitempty"`
-	Result    json.RawMessage           `json:"result,omitempty"`
-	Error     *struct{ Message string } `json:"error,omitempty"`
+	ID        int64           `json:"id,omitempty"`
+	SessionID string          `json:"sessionId,omitempty"`
+	Method    string          `json:"method,omitempty"`
+	Params    json.RawMessage `json:"params,omitempty"`
 }
 
 // cdpClient sends DevTools commands; it routes replies by id and events by session.
@@ -1397,7 +1427,7 @@ type cdpClient struct {
 
 	mu      sync.Mutex // guards the fields below
 	nextID  int64
-	pending map[int64]chan cdpMessage
+	pending map[int64]chan []byte // the calls waiting for their replies
 	subs    map[string]cdpHandler
 	err     error
 }
@@ -1406,7 +1436,7 @@ type cdpClient struct {
 type cdpHandler func(method string, params json.RawMessage)
 
 func newCDPClient(conn cdpConn) *cdpClient {
-	c := &cdpClient{conn: conn, done: make(chan struct{}), pending: map[int64]chan cdpMessage{},
+	c := &cdpClient{conn: conn, done: make(chan struct{}), pending: map[int64]chan []byte{},
 		subs: map[string]cdpHandler{}}
 	go c.readLoop() // exits when the connection closes or fails
 	return c
@@ -1424,7 +1454,7 @@ func (c *cdpClient) readLoop() {
 		delete(c.pending, m.ID)
 		c.mu.Unlock()
 		if ch != nil {
-			ch <- m
+			ch <- data
 		} else if m.ID == 0 && fn != nil {
 			fn(m.Method, m.Params) // subscribers only record and signal: they never block
 		}
@@ -1442,7 +1472,7 @@ func (c *cdpClient) call(ctx context.Context, session, method string, params, re
 	if params != nil {
 		m.Params, _ = json.Marshal(params)
 	}
-	ch := make(chan cdpMessage, 1)
+	ch := make(chan []byte, 1)
 	c.mu.Lock()
 	err := c.err
 	c.nextID++
@@ -1462,13 +1492,16 @@ func (c *cdpClient) call(ctx context.Context, session, method string, params, re
 		return fmt.Errorf("cdp %s: %w", method, err)
 	}
 	select {
-	case r := <-ch:
+	case data := <-ch: // decoded once, into result: a reply may be tens of megabytes
+		r := struct {
+			Result any
+			Error  *struct{ Message string }
+		}{Result: result}
+		err := json.Unmarshal(data, &r)
 		if r.Error != nil {
 			return fmt.Errorf("cdp %s: %s", method, r.Error.Message)
-		} else if result != nil {
-			return json.Unmarshal(r.Result, result)
 		}
-		return nil
+		return err
 	case <-c.done:
 		return c.err // set before done was closed
 	case <-ctx.Done():
@@ -1796,6 +1829,11 @@ type readDocsOut struct {
 
 // pageCap bounds what is taken from a page: characters from the browser, bytes over HTTP.
 const pageCap = 10 << 20
+
+// pageJSON bounds the page as the browser sends it, so that telson holds
+// little of it at once: a message may be longer (WS_MAX_MESSAGE_BYTES) by
+// the URL (2 MB at most) and the title.
+const pageJSON = 24 << 20
 
 // maxTitle bounds the title in runes: a page may set any document.title.
 const maxTitle = 300
@@ -2232,7 +2270,7 @@ func (b *browser) read(ctx context.Context, srv *server, pageURL string,
 	ts.mu.Lock()
 	styled := !ts.unstyled
 	ts.mu.Unlock()
-	pg, err := b.evaluate(ctx, sid, styled)
+	pg, err := b.evaluate(ctx, tab, styled)
 	if err != nil && ctx.Err() != nil {
 		return nil, fmt.Errorf("%s did not answer within %s (a script may be busy)", pageURL,
 			took())
@@ -2346,23 +2384,24 @@ const markHidden = `if (b) try {
 	for (const e of b.querySelectorAll('*')) {
 		const p = e.parentElement, s = style(e);
 		if (!clips.has(p) || e.matches(untouched)) continue;
-		const fades = /opacity|all/.test(s.transitionProperty) &&
-			parseFloat(s.transitionDuration) > 0;
-		const alpha = alphas.get(p) * (fades ? 1 : +s.opacity);
-		const r = e.getBoundingClientRect(), placed = /absolute|fixed/.test(s.position);
-		let c = s.position == 'fixed' ? page : placed ? clips.get(e.offsetParent) || page :
-			clips.get(p);
-		c = cut(cut(c, clipped(s.clipPath, r)), placed ? clipped(s.clip, r) : all);
+		const opacity = +s.opacity, fades = opacity < 1 &&
+			/opacity|all/.test(s.transitionProperty) && parseFloat(s.transitionDuration) > 0;
+		const alpha = alphas.get(p) * (fades ? 1 : opacity);
+		const placed = /absolute|fixed/.test(s.position), path = s.clipPath;
 		// Overflow clips a box (not inline text): hidden to the box, scrolled unless it is none.
-		if (s.display != 'inline' && s.display != 'contents') {
-			const x = s.overflowX, y = s.overflowY;
-			const cx = /hidden|clip/.test(x) || x != 'visible' && r.width < 1;
-			const cy = /hidden|clip/.test(y) || y != 'visible' && r.height < 1;
+		const flows = s.overflow != 'visible' && s.display != 'inline' && s.display != 'contents';
+		let c = s.position == 'fixed' ? page : placed ? clips.get(e.offsetParent) || page :
+			clips.get(p), off = false;
+		if (placed || flows || path != 'none') { // the box is measured only when it may matter
+			const r = e.getBoundingClientRect(), x = s.overflowX, y = s.overflowY;
+			c = cut(cut(c, clipped(path, r)), placed ? clipped(s.clip, r) : all);
+			const cx = flows && (/hidden|clip/.test(x) || x != 'visible' && r.width < 1);
+			const cy = flows && (/hidden|clip/.test(y) || y != 'visible' && r.height < 1);
 			c = cut(c, {l: cx ? r.left : -Infinity, r: cx ? r.right : Infinity,
 				t: cy ? r.top : -Infinity, b: cy ? r.bottom : Infinity});
+			off = placed && (r.right < page.l || r.bottom < page.t || r.left > page.r);
 		}
-		const off = r.right < page.l || r.bottom < page.t || r.left > page.r; // before the page
-		if (s.display == 'none' || alpha < .1 || !big(c) || placed && off) {
+		if (s.display == 'none' || alpha < .1 || !big(c) || off) {
 			// Not a heading the title holds too (hidden for a logo): the title is read anyway.
 			if (!/^H\d$/.test(e.tagName) || !words(document.title).includes(words(e.textContent)))
 				hidden.push(e);
@@ -2376,16 +2415,15 @@ const markHidden = `if (b) try {
 	while (walk.nextNode()) {
 		const t = walk.currentNode, p = t.parentElement;
 		if (!clips.has(p) || !t.data.trim()) continue;
-		const s = style(p), fill = rgba(s.webkitTextFillColor), back = backs.get(p);
-		const c = clips.get(p);
-		const painted = s.backgroundClip == 'text'; // the text shows the background
-		const a = alphas.get(p) * (painted ? 1 : fill[3]);
-		const judge = back && !painted && (styled || s.color != ink);
+		const s = style(p), fill = s.webkitTextFillColor, back = backs.get(p), c = clips.get(p);
+		const f = rgba(fill), a = alphas.get(p) * f[3];
 		range.selectNodeContents(t);
-		const seen = [...range.getClientRects()].some(q => big(cut(c, {
-			l: q.left, t: q.top, r: q.right, b: q.bottom})));
-		if (shown && s.visibility != 'visible' || a < .1 || !seen ||
-			judge && contrast(over(fill, a, back), back) < 1.25) texts.push(t);
+		// Faint or without contrast, unless its fill is the background's (gradient text).
+		const unseen = shown && s.visibility != 'visible' || ![...range.getClientRects()].some(
+			q => big(cut(c, {l: q.left, t: q.top, r: q.right, b: q.bottom})));
+		const dim = a < .1 ||
+			back && (styled || fill != ink) && contrast(over(f, a, back), back) < 1.25;
+		if (unseen || dim && s.backgroundClip != 'text') texts.push(t);
 	}
 	for (const e of hidden) e.setAttribute('hidden', '');
 	for (const t of texts) {
@@ -2400,31 +2438,45 @@ const markHidden = `if (b) try {
 } catch (e) {}`
 
 // evaluate reads the page's DOM (its text when it is not HTML), hidden
-// parts marked (styled: every stylesheet came); a page of a type that does
-// not read as text is an error.
-func (b *browser) evaluate(ctx context.Context, sid string, styled bool) (*readDocsOut, error) {
+// parts marked (styled: every stylesheet came), in a world of its own, where
+// the page's scripts cannot replace the built-ins it uses (a slice that cuts
+// nothing); a page of a type that does not read as text is an error.
+func (b *browser) evaluate(ctx context.Context, t browserTab, styled bool) (*readDocsOut, error) {
 	expr := fmt.Sprintf(`(() => {
 		const h = document.documentElement, b = document.body, type = document.contentType;
 		const styled = %t && [...document.querySelectorAll('link[rel~=stylesheet i]')]
 			.every(l => l.sheet); // none refused, and none still coming
 		const text = !type.includes('html');
 		if (!text) %s
-		const s = text ? (b ? b.innerText : '') : (h ? h.outerHTML : '');
+		const page = text ? (b ? b.innerText : '') : (h ? h.outerHTML : '');
+		// Cut to %d bytes as sent: Chromium writes all but printable ASCII as \uXXXX.
+		const budget = %[3]d, bytes = s => s.length + 5 * s.replace(/[ -~]+/g, '').length;
+		let s = page.slice(0, %d);
+		for (let n; 6 * s.length > budget && (n = bytes(s)) > budget; ) {
+			s = s.slice(0, s.length * budget / n);
+		}
 		const nav = performance.getEntriesByType('navigation')[0];
-		return {body: s.slice(0, %d), full: s.length, title: document.title, url: location.href,
-			type, text, status: nav ? nav.responseStatus : 0}; })()`, styled, markHidden, pageCap)
+		return {body: s, read: s.length, full: page.length, title: document.title.slice(0, %d),
+			url: location.href, type, text, status: nav ? nav.responseStatus : 0}; })()`,
+		styled, markHidden, pageJSON, pageCap, 4*maxTitle)
 	var ev struct {
 		Result struct {
 			Value struct {
 				Body, Title, URL, Type string
-				Full, Status           int
+				Read, Full, Status     int
 				Text                   bool
 			}
 		}
 		ExceptionDetails *struct{ Text string }
 	}
-	params := map[string]any{"expression": expr, "returnByValue": true}
-	err := b.cdp.call(ctx, sid, "Runtime.evaluate", params, &ev)
+	var world struct{ ExecutionContextID int }
+	isolate := map[string]any{"frameId": t.targetID, "worldName": "telson"}
+	err := b.cdp.call(ctx, t.sid, "Page.createIsolatedWorld", isolate, &world)
+	params := map[string]any{"expression": expr, "returnByValue": true,
+		"contextId": world.ExecutionContextID}
+	if err == nil {
+		err = b.cdp.call(ctx, t.sid, "Runtime.evaluate", params, &ev)
+	}
 	v := ev.Result.Value
 	switch {
 	case err != nil:
@@ -2436,9 +2488,9 @@ func (b *browser) evaluate(ctx context.Context, sid string, styled bool) (*readD
 	}
 	pg := &readDocsOut{FinalURL: v.URL, Title: v.Title, Status: v.Status, Via: "chromium",
 		body: v.Body, isText: v.Text}
-	if v.Full > pageCap {
+	if v.Read < v.Full {
 		pg.Notes = append(pg.Notes, fmt.Sprintf("Only the first %d of %d characters of the page "+
-			"were read.", pageCap, v.Full))
+			"were read.", v.Read, v.Full))
 	}
 	return pg, nil
 }
