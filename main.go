@@ -307,7 +307,7 @@ type settings struct {
 	ReadDocsBrowser  bool              `key:"READDOCS_BROWSER" default:"on"`
 	ReadDocsTimeout  time.Duration     `key:"READDOCS_TIMEOUT_MS" default:"30000" bounds:"1 600000"`
 	ReadDocsIdle     time.Duration     `key:"READDOCS_IDLE_MS" default:"500" bounds:"0 60000"`
-	WSMaxMessage     int               `key:"WS_MAX_MESSAGE_BYTES" default:"134217728" bounds:"1048576 1073741824"`
+	WSMaxMessage     int               `key:"WS_MAX_MESSAGE_BYTES" default:"33554432" bounds:"1048576 1073741824"`
 	SearchKeys       map[string]string // searchCredentials and SEARCH_URL_<ENGINE>, by key
 	env              environment       // what telson read of its environment at start
 }

@@ -1171,7 +1171,6 @@ const (
 
 	wsCloseProtocol = 1002
 	wsCloseNoCode   = 1005
-	wsCloseTooBig   = 1009
 )
 
 // errWSClosed is returned by readMessage once a close frame has arrived.
@@ -1321,12 +1320,11 @@ func wsFrame(op byte, p []byte) []byte {
 	return buf
 }
 
-// check refuses a frame that may not come now, with a close frame that says
-// why; have is the length of the message so far.
-func (ws *wsConn) check(h wsFrameHeader, inMsg bool, have int) error {
+// check refuses a frame that may not come now, with a close frame that says why.
+func (ws *wsConn) check(h wsFrameHeader, inMsg bool) error {
 	isData := h.op == wsOpText || h.op == wsOpBinary
 	isControl := h.op >= wsOpClose && h.op <= wsOpPong
-	code, problem := uint16(wsCloseProtocol), ""
+	problem := ""
 	switch {
 	case h.rsv != 0:
 		problem = "reserved bits set (no extension was agreed)"
@@ -1340,31 +1338,43 @@ func (ws *wsConn) check(h wsFrameHeader, inMsg bool, have int) error {
 		problem = "new message inside a fragmented one"
 	case !isData && !isControl && h.op != wsOpContinuation:
 		problem = fmt.Sprintf("unknown opcode %d", h.op)
-	case !isControl && h.length > uint64(ws.maxMsg-have):
-		code, problem = wsCloseTooBig, fmt.Sprintf("message longer than %d bytes", ws.maxMsg)
+	case h.length >= 1<<63:
+		problem = "a length with its top bit set"
 	}
 	if problem == "" {
 		return nil
 	}
-	ws.writeFrame(wsOpClose, binary.BigEndian.AppendUint16(nil, code))
+	ws.writeFrame(wsOpClose, binary.BigEndian.AppendUint16(nil, wsCloseProtocol))
 	return errors.New("websocket: " + problem)
 }
 
-// readMessage returns the next data message, reassembled, answering control frames.
+// readMessage returns the next data message, reassembled, answering control
+// frames. One longer than maxMsg is skipped, not held, and read as an error
+// for the call it answers (cdpTooLong).
 func (ws *wsConn) readMessage() ([]byte, error) {
 	var msg []byte
-	inMsg := false
+	inMsg, long := false, false
 	for {
 		h, err := wsReadHeader(ws.br)
 		if err != nil {
 			return nil, fmt.Errorf("websocket read: %w", err)
 		}
-		if err := ws.check(h, inMsg, len(msg)); err != nil {
+		if err := ws.check(h, inMsg); err != nil {
 			return nil, err
 		}
 		n := len(msg)
-		msg = slices.Grow(msg, int(h.length))[:n+int(h.length)]
-		if _, err := io.ReadFull(ws.br, msg[n:]); err != nil {
+		isData := h.op < wsOpClose
+		long = long || isData && h.length > uint64(ws.maxMsg-n)
+		keep := h.length // of the payload: all, or of a message too long, what its start lacks
+		if long && isData {
+			keep = min(keep, uint64(max(cdpHead-n, 0)))
+		}
+		msg = slices.Grow(msg, int(keep))[:n+int(keep)]
+		_, err = io.ReadFull(ws.br, msg[n:])
+		if err == nil {
+			_, err = io.CopyN(io.Discard, ws.br, int64(h.length-keep))
+		}
+		if err != nil {
 			return nil, fmt.Errorf("websocket read: %w", err)
 		}
 		// A control frame, maybe between fragments, is not part of msg.
@@ -1384,7 +1394,9 @@ func (ws *wsConn) readMessage() ([]byte, error) {
 			continue
 		}
 		inMsg = true
-		if h.fin {
+		if h.fin && long {
+			return cdpTooLong(msg, ws.maxMsg), nil
+		} else if h.fin {
 			return msg, nil
 		}
 	}
@@ -1412,21 +1424,40 @@ type cdpPipe struct {
 	maxMsg int
 }
 
-// readMessage returns the next message, holding at most maxMsg bytes of it.
+// readMessage returns the next message. One longer than maxMsg bytes is
+// skipped, not held, and read as an error for the call it answers (cdpTooLong).
 func (p *cdpPipe) readMessage() ([]byte, error) {
 	var msg []byte
+	long := false
 	for {
 		part, err := p.br.ReadSlice(0)
-		if len(msg)+len(part) > p.maxMsg+1 {
-			return nil, fmt.Errorf("cdp pipe: message longer than %d bytes", p.maxMsg)
-		}
+		long = long || len(msg)+len(part) > p.maxMsg+1
 		msg = append(msg, part...)
-		if err == nil {
-			return msg[:len(msg)-1], nil
-		} else if err != bufio.ErrBufferFull {
+		if long {
+			msg = slices.Clone(msg[:min(len(msg), cdpHead)])
+		}
+		switch {
+		case err == bufio.ErrBufferFull:
+		case err != nil:
 			return nil, fmt.Errorf("cdp pipe read: %w", err)
+		case long:
+			return cdpTooLong(msg, p.maxMsg), nil
+		default:
+			return msg[:len(msg)-1], nil
 		}
 	}
+}
+
+// cdpHead is how much is kept of a message too long: its start names the call it answers.
+const cdpHead = 64
+
+// cdpTooLong is what a message longer than max bytes is read as: an error for
+// the call whose id starts it, as Chromium writes replies (an event has none,
+// and is dropped).
+func cdpTooLong(head []byte, max int) []byte {
+	var id int64
+	fmt.Sscanf(string(head), `{"id":%d`, &id)
+	return fmt.Appendf(nil, `{"id":%d,"error":{"message":"reply longer than %d bytes"}}`, id, max)
 }
 
 // writeMessage sends m in one Write, which the file does whole before the next.
@@ -1456,13 +1487,12 @@ func socketPair() (ours, theirs *os.File, err error) {
 	return os.NewFile(uintptr(fds[0]), "cdp"), os.NewFile(uintptr(fds[1]), "cdp-browser"), nil
 }
 
+// cdpMessage is a command or an event; a reply is decoded by the call it answers.
 type cdpMessage struct {
-	ID        int64                     `json:"id,omitempty"`
-	SessionID string                    `json:"sessionId,omitempty"`
-	Method    string                    `json:"method,omitempty"`
-	Params    json.RawMessage           `json:"params,omitempty"`
-	Result    json.RawMessage           `json:"result,omitempty"`
-	Error     *struct{ Message string } `json:"error,omitempty"`
+	ID        int64           `json:"id,omitempty"`
+	SessionID string          `json:"sessionId,omitempty"`
+	Method    string          `json:"method,omitempty"`
+	Params    json.RawMessage `json:"params,omitempty"`
 }
 
 // cdpClient sends DevTools commands; it routes replies by id and events by session.
@@ -1472,7 +1502,7 @@ type cdpClient struct {
 
 	mu      sync.Mutex // guards the fields below
 	nextID  int64
-	pending map[int64]chan cdpMessage
+	pending map[int64]chan []byte // the calls waiting for their replies
 	subs    map[string]cdpHandler
 	err     error
 }
@@ -1481,7 +1511,7 @@ type cdpClient struct {
 type cdpHandler func(method string, params json.RawMessage)
 
 func newCDPClient(conn cdpConn) *cdpClient {
-	c := &cdpClient{conn: conn, done: make(chan struct{}), pending: map[int64]chan cdpMessage{},
+	c := &cdpClient{conn: conn, done: make(chan struct{}), pending: map[int64]chan []byte{},
 		subs: map[string]cdpHandler{}}
 	go c.readLoop() // exits when the connection closes or fails
 	return c
@@ -1499,7 +1529,7 @@ func (c *cdpClient) readLoop() {
 		delete(c.pending, m.ID)
 		c.mu.Unlock()
 		if ch != nil {
-			ch <- m
+			ch <- data
 		} else if m.ID == 0 && fn != nil {
 			fn(m.Method, m.Params) // subscribers only record and signal: they never block
 		}
@@ -1517,7 +1547,7 @@ func (c *cdpClient) call(ctx context.Context, session, method string, params, re
 	if params != nil {
 		m.Params, _ = json.Marshal(params)
 	}
-	ch := make(chan cdpMessage, 1)
+	ch := make(chan []byte, 1)
 	c.mu.Lock()
 	err := c.err
 	c.nextID++
@@ -1537,13 +1567,16 @@ func (c *cdpClient) call(ctx context.Context, session, method string, params, re
 		return fmt.Errorf("cdp %s: %w", method, err)
 	}
 	select {
-	case r := <-ch:
+	case data := <-ch: // decoded once, into result: a reply may be tens of megabytes
+		r := struct {
+			Result any
+			Error  *struct{ Message string }
+		}{Result: result}
+		err := json.Unmarshal(data, &r)
 		if r.Error != nil {
 			return fmt.Errorf("cdp %s: %s", method, r.Error.Message)
-		} else if result != nil {
-			return json.Unmarshal(r.Result, result)
 		}
-		return nil
+		return err
 	case <-c.done:
 		return c.err // set before done was closed
 	case <-ctx.Done():
@@ -1909,6 +1942,11 @@ type readDocsOut struct {
 // pageCap bounds what is taken from a page: characters from the browser, bytes over HTTP.
 const pageCap = 10 << 20
 
+// pageJSON bounds the page as the browser sends it, so that telson holds
+// little of it at once: a message may be longer (WS_MAX_MESSAGE_BYTES) by
+// the URL (2 MB at most) and the title.
+const pageJSON = 24 << 20
+
 // maxTitle bounds the title in runes: a page may set any document.title.
 const maxTitle = 300
 
@@ -2062,13 +2100,18 @@ type tabState struct {
 	docID     string          // request id of the page's own response
 	docOrigin string          // and its origin
 	moved     string          // where the page's scripts tried to go, refused
+	unstyled  bool            // a stylesheet was refused or failed
 }
 
 // tabEvent is the part of a tab's events that tabState reads.
 type tabEvent struct {
 	Name, LoaderID, RequestID, FrameID string
 	Type, ResourceType                 string
-	Request, Response                  struct{ URL string }
+	Request                            struct{ URL string }
+	Response                           struct {
+		URL    string
+		Status int
+	}
 }
 
 // event records what a tab's event says and answers it when it waits for
@@ -2098,11 +2141,13 @@ func (ts *tabState) event(method string, params json.RawMessage) {
 			ts.lastNet = time.Now()
 		}
 	case "Network.responseReceived":
+		ts.unstyled = ts.unstyled || e.Type == "Stylesheet" && e.Response.Status >= 400
 		if e.Type == "Document" && e.FrameID == ts.tab.targetID && ts.docID == "" {
 			ts.docID = e.RequestID
 			ts.docOrigin, _ = siteOf(e.Response.URL)
 		}
 	case "Network.loadingFinished", "Network.loadingFailed":
+		ts.unstyled = ts.unstyled || method == "Network.loadingFailed" && e.Type == "Stylesheet"
 		if ts.inflight[e.RequestID] {
 			delete(ts.inflight, e.RequestID)
 			ts.lastNet = time.Now()
@@ -2136,9 +2181,16 @@ func (ts *tabState) lifecycle(e tabEvent) {
 }
 
 // blocks says whether a request the browser paused is refused: all but the
-// page itself, and moves of the page to another origin once it has come.
+// page itself and its own site's stylesheets (how a person sees it), and
+// moves of the page to another origin once it has come. Another site's
+// stylesheet (a CDN's) is refused: it would hold the page's scripts and its
+// parsing, and the text it may set a colour to is then not judged by colour.
 func (ts *tabState) blocks(e tabEvent) bool {
+	_, site := siteOf(e.Request.URL)
 	switch {
+	case e.ResourceType == "Stylesheet":
+		ts.unstyled = ts.unstyled || site != ts.site
+		return site != ts.site
 	case e.ResourceType != "Document" || e.FrameID != ts.tab.targetID:
 		return true
 	case ts.docOrigin == "" || strings.HasPrefix(e.Request.URL, ts.docOrigin+"/"):
@@ -2148,8 +2200,8 @@ func (ts *tabState) blocks(e tabEvent) bool {
 	return true
 }
 
-// waitReady waits until the page can be read (once parsed, when parsed is
-// enough) or ctx ends.
+// waitReady waits until the page can be read (once parsed and its own
+// stylesheets come, when parsed is enough) or ctx ends.
 func (ts *tabState) waitReady(ctx context.Context, idleCap time.Duration, parsedEnough bool) {
 	for {
 		ts.mu.Lock()
@@ -2165,7 +2217,7 @@ func (ts *tabState) waitReady(ctx context.Context, idleCap time.Duration, parsed
 			ok, again = ts.docID != "" && len(ts.inflight) == 0 && quiet >= idleCap, idleCap-quiet
 		} else {
 			left := idleCap - time.Since(ts.dcl)
-			ok = parsedEnough || quiet >= readSettle || left <= 0
+			ok = parsedEnough && len(ts.inflight) == 0 || quiet >= readSettle || left <= 0
 			again = min(readSettle-quiet, left)
 		}
 		ts.mu.Unlock()
@@ -2186,9 +2238,9 @@ func (ts *tabState) waitReady(ctx context.Context, idleCap time.Duration, parsed
 // browserTab is an open tab and its DevTools session.
 type browserTab struct{ targetID, sid string }
 
-// newTab opens a tab that pauses every document (to let only the page's own
-// through) and what a reader never needs: images, fonts, media, stylesheets
-// (the extraction reads no layout) and known ad hosts. Nobody hears its events yet.
+// newTab opens a tab that pauses every document and stylesheet (to let only
+// the page's own through) and what a reader never needs: images, fonts, media
+// and known ad hosts. Nobody hears its events yet.
 func (b *browser) newTab(ctx context.Context) (browserTab, error) {
 	var t struct{ TargetID, SessionID string }
 	// In the user's browser, the tab opens behind the one they look at.
@@ -2330,7 +2382,10 @@ func (b *browser) read(ctx context.Context, srv *server, pageURL string,
 	case <-time.After(extra):
 	case <-ctx.Done():
 	}
-	pg, err := b.evaluate(ctx, sid)
+	ts.mu.Lock()
+	styled := !ts.unstyled
+	ts.mu.Unlock()
+	pg, err := b.evaluate(ctx, tab, styled)
 	if err != nil && ctx.Err() != nil {
 		return nil, fmt.Errorf("%s did not answer within %s (a script may be busy)", pageURL,
 			took())
@@ -2366,15 +2421,19 @@ func (b *browser) read(ctx context.Context, srv *server, pageURL string,
 	return pg, nil
 }
 
-// markHidden sets the hidden attribute on the elements of the page whose
-// computed style hides them (none shown, transparent, clipped to nothing, a
-// box of a pixel that clips, placed left of or above the page), and wraps in
-// <span hidden> the text too small to read, hidden, or of its background's
-// colour (text in the default ink is not judged by colour: the stylesheet not
-// loaded would set its colour or the box behind it). What a reader reveals
-// with a click (tab panels, a closed <details>) is left as it is. Style is
-// all measured before anything changes; then the page's style elements and
-// attributes are removed.
+// markHidden sets the hidden attribute on the elements of the page a person
+// cannot see, judged by rendering (the page's own stylesheets loaded): none
+// shown, faint (their opacity times their ancestors' under a tenth, unless it
+// changes: a script fades them in as they scroll into view), or clipped to
+// nothing by their own or their ancestors' boxes (overflow, clip-path, clip)
+// or the page's edge. It wraps in <span hidden> the text a person cannot read:
+// hidden, faint, without a box of 2×4 px left after clipping (too small,
+// scaled to nothing, pushed off the page), or of too little contrast with what
+// is behind it (text in the default ink only when every stylesheet came: one
+// that did not would set its colour or the box behind it). What a reader
+// reveals with a click (tab panels, a closed <details>) is left as it is.
+// Style is all measured before anything changes; then the page's style
+// elements and attributes are removed.
 const markHidden = `if (b) try {
 	// Left as they are: what a click shows, and what is never text.
 	const untouched = '[role=tabpanel], [class*=tab-pane], [class*=tabpanel], .tabbed-block, ' +
@@ -2387,42 +2446,99 @@ const markHidden = `if (b) try {
 	probe.remove();
 	// A hidden body is an A/B test's anti-flicker guard, waiting for a script not loaded.
 	const shown = getComputedStyle(b).visibility == 'visible';
-	const clear = c => /^rgba.*, 0\)$/.test(c), styles = new Map(), backs = new Map();
+	const styles = new Map(), colours = new Map(), pen = document.createElement('canvas')
+		.getContext('2d', {willReadFrequently: true});
 	const style = e => styles.get(e) || styles.set(e, getComputedStyle(e)).get(e);
-	const back = e => { // the colour behind e's text; '' when an image may be
-		if (!e) return canvas;
-		if (!backs.has(e)) {
-			const s = style(e);
-			backs.set(e, s.backgroundImage != 'none' ? '' :
-				clear(s.backgroundColor) ? back(e.parentElement) : s.backgroundColor);
+	const rgba = c => { // a colour as [r, g, b, a], each from 0 to 1
+		if (!colours.has(c)) {
+			pen.clearRect(0, 0, 1, 1);
+			pen.fillStyle = '#0000';
+			pen.fillStyle = c;
+			pen.fillRect(0, 0, 1, 1);
+			colours.set(c, [...pen.getImageData(0, 0, 1, 1).data].map(v => v / 255));
 		}
-		return backs.get(e);
+		return colours.get(c);
 	};
-	const hides = e => {
-		const s = style(e);
-		const clipped = s.clip == 'rect(0px, 0px, 0px, 0px)';
-		if (s.display == 'none' || s.opacity == '0' || clipped) return true;
-		const placed = s.position == 'absolute' || s.position == 'fixed';
-		if (!placed && s.overflow == 'visible') return false;
-		const r = e.getBoundingClientRect();
-		return placed && (r.right + scrollX < 0 || r.bottom + scrollY < 0) ||
-			s.overflow != 'visible' && r.width <= 1 && r.height <= 1;
+	const over = (f, a, g) => g.map((v, i) => f[i] * a + v * (1 - a)); // f at alpha a on g
+	const lum = c => [.2126, .7152, .0722].reduce((s, k, i) =>
+		s + k * (c[i] <= .04045 ? c[i] / 12.92 : ((c[i] + .055) / 1.055) ** 2.4), 0);
+	const contrast = (f, g) => (Math.max(lum(f), lum(g)) + .05) / (Math.min(lum(f), lum(g)) + .05);
+	// What is behind an element's text: its background on what is behind it; null: an image.
+	const behind = (e, under) => {
+		const s = style(e), c = rgba(s.backgroundColor);
+		return s.backgroundImage != 'none' || !under ? null : over(c, c[3], under);
 	};
-	// An element inside one left as it is, or hidden, is not judged.
-	const judged = new Set([b]), hidden = [], texts = [];
+	// Boxes are {l, t, r, b}; cut returns the part of c inside d.
+	const all = {l: -Infinity, t: -Infinity, r: Infinity, b: Infinity};
+	const cut = (c, d) => ({l: Math.max(c.l, d.l), t: Math.max(c.t, d.t),
+		r: Math.min(c.r, d.r), b: Math.min(c.b, d.b)});
+	const big = c => c.r - c.l >= 2 && c.b - c.t >= 4; // enough to read a letter
+	const words = s => s.replace(/[^\p{L}\p{N}]+/gu, ' ').trim();
+	// What a clip-path inset(t r b l) or a clip rect(t, r, b, l) leaves of box r.
+	const clipped = (v, r) => {
+		const m = /^(inset|rect)\(([^)]*)\)/.exec(v);
+		if (!m) return all;
+		const [t, rt = t, bo = t, l = rt] = m[2].split(' round ')[0].split(/[\s,]+/);
+		const px = (x, size, none) => {
+			const n = parseFloat(x) * (x.endsWith('%') ? size / 100 : 1);
+			return isNaN(n) ? none : n;
+		};
+		return m[1] == 'inset' ? {l: r.left + px(l, r.width, 0), t: r.top + px(t, r.height, 0),
+			r: r.right - px(rt, r.width, 0), b: r.bottom - px(bo, r.height, 0)} :
+			{l: r.left + px(l, 0, 0), t: r.top + px(t, 0, 0),
+				r: r.left + px(rt, 0, r.width), b: r.top + px(bo, 0, r.height)};
+	};
+	// The page: nothing before its start is seen, nor past the end of a right-to-left one.
+	const w = document.documentElement.clientWidth;
+	const page = style(document.documentElement).direction == 'rtl' ?
+		{...all, t: -scrollY, r: w + scrollX} : {...all, l: -scrollX, t: -scrollY};
+	// Per element judged: what clips its content, its opacity, the colour behind it.
+	const clips = new Map([[b, page]]), alphas = new Map([[b, 1]]);
+	const backs = new Map([[b, behind(b, behind(document.documentElement, rgba(canvas)))]]);
+	const hidden = [], texts = [];
 	for (const e of b.querySelectorAll('*')) {
-		if (!judged.has(e.parentElement) || e.matches(untouched)) continue;
-		if (hides(e)) hidden.push(e);
-		else judged.add(e);
+		const p = e.parentElement, s = style(e);
+		if (!clips.has(p) || e.matches(untouched)) continue;
+		const opacity = +s.opacity, fades = opacity < 1 &&
+			/opacity|all/.test(s.transitionProperty) && parseFloat(s.transitionDuration) > 0;
+		const alpha = alphas.get(p) * (fades ? 1 : opacity);
+		const placed = /absolute|fixed/.test(s.position), path = s.clipPath;
+		// Overflow clips a box (not inline text): hidden to the box, scrolled unless it is none.
+		const flows = s.overflow != 'visible' && s.display != 'inline' && s.display != 'contents';
+		let c = s.position == 'fixed' ? page : placed ? clips.get(e.offsetParent) || page :
+			clips.get(p), off = false;
+		if (placed || flows || path != 'none') { // the box is measured only when it may matter
+			const r = e.getBoundingClientRect(), x = s.overflowX, y = s.overflowY;
+			c = cut(cut(c, clipped(path, r)), placed ? clipped(s.clip, r) : all);
+			const cx = flows && (/hidden|clip/.test(x) || x != 'visible' && r.width < 1);
+			const cy = flows && (/hidden|clip/.test(y) || y != 'visible' && r.height < 1);
+			c = cut(c, {l: cx ? r.left : -Infinity, r: cx ? r.right : Infinity,
+				t: cy ? r.top : -Infinity, b: cy ? r.bottom : Infinity});
+			off = placed && (r.right < page.l || r.bottom < page.t || r.left > page.r);
+		}
+		if (s.display == 'none' || alpha < .1 || !big(c) || off) {
+			// Not a heading the title holds too (hidden for a logo): the title is read anyway.
+			if (!/^H\d$/.test(e.tagName) || !words(document.title).includes(words(e.textContent)))
+				hidden.push(e);
+			continue;
+		}
+		clips.set(e, c);
+		alphas.set(e, alpha);
+		backs.set(e, behind(e, backs.get(p)));
 	}
-	const walk = document.createTreeWalker(b, NodeFilter.SHOW_TEXT);
+	const walk = document.createTreeWalker(b, NodeFilter.SHOW_TEXT), range = document.createRange();
 	while (walk.nextNode()) {
 		const t = walk.currentNode, p = t.parentElement;
-		if (!judged.has(p) || !t.data.trim()) continue;
-		const s = style(p);
-		const unseen = clear(s.color) || s.color != ink && s.color == back(p);
-		const small = parseFloat(s.fontSize) < 1;
-		if (shown && s.visibility != 'visible' || small || unseen) texts.push(t);
+		if (!clips.has(p) || !t.data.trim()) continue;
+		const s = style(p), fill = s.webkitTextFillColor, back = backs.get(p), c = clips.get(p);
+		const f = rgba(fill), a = alphas.get(p) * f[3];
+		range.selectNodeContents(t);
+		// Faint or without contrast, unless its fill is the background's (gradient text).
+		const unseen = shown && s.visibility != 'visible' || ![...range.getClientRects()].some(
+			q => big(cut(c, {l: q.left, t: q.top, r: q.right, b: q.bottom})));
+		const dim = a < .1 ||
+			back && (styled || fill != ink) && contrast(over(f, a, back), back) < 1.25;
+		if (unseen || dim && s.backgroundClip != 'text') texts.push(t);
 	}
 	for (const e of hidden) e.setAttribute('hidden', '');
 	for (const t of texts) {
@@ -2437,28 +2553,45 @@ const markHidden = `if (b) try {
 } catch (e) {}`
 
 // evaluate reads the page's DOM (its text when it is not HTML), hidden
-// parts marked; a page of a type that does not read as text is an error.
-func (b *browser) evaluate(ctx context.Context, sid string) (*readDocsOut, error) {
+// parts marked (styled: every stylesheet came), in a world of its own, where
+// the page's scripts cannot replace the built-ins it uses (a slice that cuts
+// nothing); a page of a type that does not read as text is an error.
+func (b *browser) evaluate(ctx context.Context, t browserTab, styled bool) (*readDocsOut, error) {
 	expr := fmt.Sprintf(`(() => {
 		const h = document.documentElement, b = document.body, type = document.contentType;
+		const styled = %t && [...document.querySelectorAll('link[rel~=stylesheet i]')]
+			.every(l => l.sheet); // none refused, and none still coming
 		const text = !type.includes('html');
 		if (!text) %s
-		const s = text ? (b ? b.innerText : '') : (h ? h.outerHTML : '');
+		const page = text ? (b ? b.innerText : '') : (h ? h.outerHTML : '');
+		// Cut to %d bytes as sent: Chromium writes all but printable ASCII as \uXXXX.
+		const budget = %[3]d, bytes = s => s.length + 5 * s.replace(/[ -~]+/g, '').length;
+		let s = page.slice(0, %d);
+		for (let n; 6 * s.length > budget && (n = bytes(s)) > budget; ) {
+			s = s.slice(0, s.length * budget / n);
+		}
 		const nav = performance.getEntriesByType('navigation')[0];
-		return {body: s.slice(0, %d), full: s.length, title: document.title, url: location.href,
-			type, text, status: nav ? nav.responseStatus : 0}; })()`, markHidden, pageCap)
+		return {body: s, read: s.length, full: page.length, title: document.title.slice(0, %d),
+			url: location.href, type, text, status: nav ? nav.responseStatus : 0}; })()`,
+		styled, markHidden, pageJSON, pageCap, 4*maxTitle)
 	var ev struct {
 		Result struct {
 			Value struct {
 				Body, Title, URL, Type string
-				Full, Status           int
+				Read, Full, Status     int
 				Text                   bool
 			}
 		}
 		ExceptionDetails *struct{ Text string }
 	}
-	params := map[string]any{"expression": expr, "returnByValue": true}
-	err := b.cdp.call(ctx, sid, "Runtime.evaluate", params, &ev)
+	var world struct{ ExecutionContextID int }
+	isolate := map[string]any{"frameId": t.targetID, "worldName": "telson"}
+	err := b.cdp.call(ctx, t.sid, "Page.createIsolatedWorld", isolate, &world)
+	params := map[string]any{"expression": expr, "returnByValue": true,
+		"contextId": world.ExecutionContextID}
+	if err == nil {
+		err = b.cdp.call(ctx, t.sid, "Runtime.evaluate", params, &ev)
+	}
 	v := ev.Result.Value
 	switch {
 	case err != nil:
@@ -2470,9 +2603,9 @@ func (b *browser) evaluate(ctx context.Context, sid string) (*readDocsOut, error
 	}
 	pg := &readDocsOut{FinalURL: v.URL, Title: v.Title, Status: v.Status, Via: "chromium",
 		body: v.Body, isText: v.Text}
-	if v.Full > pageCap {
+	if v.Read < v.Full {
 		pg.Notes = append(pg.Notes, fmt.Sprintf("Only the first %d of %d characters of the page "+
-			"were read.", pageCap, v.Full))
+			"were read.", v.Read, v.Full))
 	}
 	return pg, nil
 }
