@@ -78,7 +78,7 @@ var readBgOutputTool = toolDef{
 	title: "Read a background task's output",
 	describe: func(srv *server) string {
 		return fmt.Sprintf(`Returns a background task's output since the previous read,
-then its status.
+then its status; a Bash command handed to the background is read the same way.
 
 - wait_ms (max 60000): when nothing is waiting, wait for output or the end.
 - tail: return only the last N lines of the unread output (the newest), passing over the rest.
