@@ -5,14 +5,10 @@
 // Rules:
 //   - ReadImage reads a regular file of at most imageMaxFile through
 //     readCapped (never blocking on a fifo) and takes the type from the
-//     bytes: PNG, JPEG, GIF and WebP, the formats the Anthropic API accepts.
-//     No header field is read before its length is checked. A PNG, JPEG or
-//     GIF is decoded if its header gives at most imageMaxPixels (and a JPEG
-//     has at most jpegMaxScans scans), and sent only if it decodes: as it is
-//     within the limits, else shrunk with a box filter whose memory is the
-//     output's. A WebP (no decoder in the standard
-//     library) is sent as it is if its RIFF container is whole and it is
-//     within the limits; else it is an error.
+//     bytes: PNG, JPEG and GIF, which the standard library decodes. An image
+//     is decoded if its header gives at most imageMaxPixels (and a JPEG has at
+//     most jpegMaxScans scans), and sent only if it decodes: as it is within
+//     the limits, else shrunk with a box filter whose memory is the output's.
 //   - AskUserQuestion and PlanMode's approval ask through elicit: a server
 //     request in the legacy era, an input-required result in the 2026-07-28
 //     era. A client without elicitation gets the questions back to ask in
@@ -26,7 +22,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/base64"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -42,13 +37,13 @@ var readImageTool = toolDef{
 	name:  "ReadImage",
 	title: "Show an image file",
 	describe: func(srv *server) string {
-		return fmt.Sprintf(`Shows you an image file: PNG, JPEG, GIF or WebP (told by its bytes).
+		return fmt.Sprintf(`Shows you an image file: PNG, JPEG or GIF (told by its bytes).
 
 - Relative paths resolve against Bash's working directory.
 - Images larger than %d px on the long edge or %s are scaled down and re-encoded
   (JPEG, or PNG with transparency; a GIF keeps its first frame).
 - Refused, with the reason: a file cut short or that does not decode; an image over
-  %.1f megapixels, or a WebP over the limits (shrink or convert it in Bash first).
+  %.1f megapixels; other formats (WebP, BMP: convert them in Bash first).
 
 Example: {"file_path": "screenshots/home.png"}`,
 			srv.set.ImageMaxEdge, humanBytes(srv.set.ImageMaxBytes), imageMaxPixels/1e6)
@@ -96,10 +91,6 @@ func runReadImage(ctx context.Context, c *toolCall) toolResult {
 	text := info + ", sent as is."
 	if len(data) > maxBytes || max(w, h) > edge {
 		limits := fmt.Sprintf("(%d px long edge, %s)", edge, humanBytes(maxBytes))
-		if img == nil {
-			return errorResult("%s; that is over the limits %s, and telson cannot scale WebP: "+
-				"shrink or convert it in Bash first", info, limits)
-		}
 		var out image.Rectangle
 		data, mime, out = shrinkImage(img, edge, maxBytes)
 		text = fmt.Sprintf("%s; scaled to %d×%d and re-encoded as %s (%s) to fit the limits %s.",
@@ -111,18 +102,13 @@ func runReadImage(ctx context.Context, c *toolCall) toolResult {
 }
 
 // decodeImage reads an image's size from its header and, when it has at most
-// imageMaxPixels, decodes it: an image is sent only if it decodes. A WebP is
-// not decoded (img is nil; the standard library has no decoder): webpSize
-// checks that it is whole.
+// imageMaxPixels, decodes it: an image is sent only if it decodes.
 func decodeImage(mime string, data []byte) (w, h int, img image.Image, err error) {
 	switch mime {
-	case "image/webp":
-		w, h, err = webpSize(data)
-		return w, h, nil, err
 	case "image/png", "image/jpeg", "image/gif":
 	default:
-		return 0, 0, nil, errors.New("ReadImage shows PNG, JPEG, GIF and WebP, " +
-			"the formats the Anthropic API accepts (not BMP)")
+		return 0, 0, nil, errors.New("ReadImage shows PNG, JPEG and GIF; convert another " +
+			"format in Bash first (for a WebP: dwebp IN -o OUT.png, or ffmpeg -i IN OUT.png)")
 	}
 	cfg, _, err := image.DecodeConfig(bytes.NewReader(data))
 	scans := 0
@@ -147,47 +133,6 @@ func decodeImage(mime string, data []byte) (w, h int, img image.Image, err error
 		err = fmt.Errorf("the file is cut short or damaged: %w", err)
 	}
 	return cfg.Width, cfg.Height, img, err
-}
-
-// webpSize reads a WebP's size from its first chunk's header (VP8X, VP8L or
-// VP8) and checks that the file is whole: its chunks fill the size its RIFF
-// header gives, which is the file's, and one of them is an image (VP8, VP8L,
-// or ANMF when animated). data starts "RIFF", a size, "WEBPVP", as
-// http.DetectContentType saw.
-func webpSize(data []byte) (w, h int, err error) {
-	le := binary.LittleEndian
-	hasImage := false
-	i := 12 // after "RIFF", the size and "WEBP": chunks of a type, a size, data padded to even
-	for ; len(data)-i >= 8; i += 8 + (int(le.Uint32(data[i+4:]))+1)&^1 {
-		switch string(data[i : i+4]) {
-		case "VP8 ", "VP8L", "ANMF":
-			hasImage = true
-		}
-	}
-	switch {
-	case i != len(data) || int(le.Uint32(data[4:])) != len(data)-8:
-		return 0, 0, errors.New("the file is cut short or has bytes added: " +
-			"its chunks do not fill the size its RIFF header gives")
-	case !hasImage:
-		return 0, 0, errors.New("it holds no image")
-	}
-	fourcc := string(data[12:16])
-	b := data[20 : 20+le.Uint32(data[16:])] // the first chunk's data, whole
-	switch {
-	case fourcc == "VP8X" && len(b) >= 10:
-		w = int(le.Uint32(b[4:])&0xffffff) + 1
-		h = int(le.Uint32(b[6:])>>8) + 1
-	case fourcc == "VP8L" && len(b) >= 5 && b[0] == 0x2f && b[4]>>5 == 0: // version 0
-		w = int(le.Uint16(b[1:])&0x3fff) + 1
-		h = int(le.Uint32(b[1:])>>14&0x3fff) + 1
-	case fourcc == "VP8 " && len(b) >= 10 && string(b[3:6]) == "\x9d\x01\x2a":
-		w = int(le.Uint16(b[6:]) & 0x3fff)
-		h = int(le.Uint16(b[8:]) & 0x3fff)
-	}
-	if w < 1 || h < 1 {
-		return 0, 0, fmt.Errorf("its %q header is not valid", fourcc)
-	}
-	return w, h, nil
 }
 
 // shrinkImage fits img within edge px and maxBytes as JPEG (quality 85), or PNG
