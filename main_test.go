@@ -4219,10 +4219,10 @@ func TestReadImageFormats(t *testing.T) {
 	dir := t.TempDir()
 	pal := image.NewPaletted(image.Rect(0, 0, 40, 30), color.Palette{color.Transparent, color.RGBA{255, 0, 0, 255}})
 	files := map[string][]byte{
-		"photo.jpg":     uiEncode(t, uiNoise(64, 48), "jpeg"),
-		"shot.png":      uiEncode(t, uiNoise(64, 48), "png"),
-		"anim.gif":      uiEncode(t, pal, "gif"),
-		"misnamed.txt":  uiEncode(t, uiNoise(8, 8), "png"),
+		"photo.jpg":    uiEncode(t, uiNoise(64, 48), "jpeg"),
+		"shot.png":     uiEncode(t, uiNoise(64, 48), "png"),
+		"anim.gif":     uiEncode(t, pal, "gif"),
+		"misnamed.txt": uiEncode(t, uiNoise(8, 8), "png"),
 	}
 	want := map[string]struct{ mime, dims string }{
 		"photo.jpg": {"image/jpeg", "64×48"}, "shot.png": {"image/png", "64×48"}, "anim.gif": {"image/gif", "40×30"},
@@ -4407,9 +4407,9 @@ func TestReadImageRelativeToBashCd(t *testing.T) {
 // where a header survives and where it does not; "whole" is the image itself.
 func uiCutImages(t testing.TB) map[string][]byte {
 	files := map[string][]byte{
-		"png":       uiEncode(t, uiNoise(64, 48), "png"),
-		"jpeg":      uiEncode(t, uiNoise(64, 48), "jpeg"),
-		"gif":       uiEncode(t, uiNoise(64, 48), "gif"),
+		"png":  uiEncode(t, uiNoise(64, 48), "png"),
+		"jpeg": uiEncode(t, uiNoise(64, 48), "jpeg"),
+		"gif":  uiEncode(t, uiNoise(64, 48), "gif"),
 	}
 	cut := map[string][]byte{}
 	for name, data := range files {
@@ -4448,8 +4448,8 @@ func TestReadImageCut(t *testing.T) {
 		data []byte
 		want string
 	}{
-		"empty.gif":     {uiEmptyFrameGIF(), "the file is cut short or damaged: it has no pixels"},
-		"scans.jpg":     {uiManyScans(101), "it has 101 scans, over the 100 telson decodes"},
+		"empty.gif": {uiEmptyFrameGIF(), "the file is cut short or damaged: it has no pixels"},
+		"scans.jpg": {uiManyScans(101), "it has 101 scans, over the 100 telson decodes"},
 	} {
 		path := uiWriteFile(t, dir, name, tc.data)
 		res := c.callTool("ReadImage", map[string]any{"file_path": path})
