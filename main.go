@@ -76,7 +76,7 @@ func main() {
 const usage = `usage: telson [-http ADDR] [call NAME 'JSON']
 
 Serves MCP on stdin/stdout, or Streamable HTTP at /mcp with -http. Settings come from
-~/.telson/telson-env.txt (KEY=VALUE lines) and TELSON_<KEY> environment variables, which win.
+TELSON_<KEY> environment variables.
 
 flags:
 `
@@ -112,8 +112,7 @@ func run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, args []
 	if err != nil {
 		return fmt.Errorf("flags: %w", err)
 	}
-	env, file, fileErr := readEnvironment()
-	set := loadSettings(env, file, fileErr, stderr)
+	set := loadSettings(readEnvironment(), stderr)
 	switch cmd := fs.Arg(0); {
 	case *showVersion:
 		fmt.Fprintln(stdout, "telson", buildVersion())
@@ -273,8 +272,7 @@ func stripControls(s string) string {
 }
 
 // settings is telson's configuration. It is read once at start: the defaults its tags give,
-// then ~/.telson/telson-env.txt, then TELSON_<KEY> environment variables; nothing reads a key
-// by name after that. A tag names the key, its default and, for a number or a duration (in
+// then TELSON_<KEY> environment variables; nothing reads a key by name after that. A tag names the key, its default and, for a number or a duration (in
 // milliseconds), its bounds.
 type settings struct {
 	Tools            []string          `key:"TOOLS" default:"all"`
@@ -323,25 +321,21 @@ type environment struct {
 	bash string   // bash's path ("bash" when PATH has none: its start fails, saying so)
 }
 
-// settingsFile is the settings file, under the home directory.
-const settingsFile = ".telson/telson-env.txt"
-
 // readEnvironment reads what telson takes from its environment, once, at start: the
-// variables, the home, working and executable paths, and the settings file (err: why it could
-// not be read).
-func readEnvironment() (env environment, file []byte, err error) {
+// variables, and the home, working, executable, temporary and bash paths.
+func readEnvironment() (env environment) {
 	env.vars = os.Environ()
 	env.home, _ = os.UserHomeDir()
 	env.wd, _ = os.Getwd()
 	env.exe, _ = os.Executable()
 	env.tmp = os.TempDir()
 	env.root = os.Geteuid() == 0
+	var err error
 	env.bash, err = exec.LookPath("bash")
 	if err != nil {
 		env.bash = "bash"
 	}
-	file, err = readCapped(filepath.Join(env.home, settingsFile), 1<<20)
-	return env, file, err
+	return env
 }
 
 // searchCredentials are the keyed search engines' settings; SEARCH_URL_<ENGINE> keys join
@@ -377,36 +371,11 @@ func (s *settings) fields() []reflect.StructField {
 	return fields
 }
 
-// loadSettings makes the settings: defaults, then the settings file's text, then the
-// environment's TELSON_<KEY> variables. Warnings name the file and line, or the variable, and
-// the value kept.
-func loadSettings(env environment, file []byte, fileErr error, stderr io.Writer) *settings {
+// loadSettings makes the settings: defaults, then the environment's TELSON_<KEY> variables.
+// A warning names the variable and the value kept.
+func loadSettings(env environment, stderr io.Writer) *settings {
 	s := defaultSettings()
 	s.env = env
-	warn := func(format string, a ...any) {
-		fmt.Fprintf(stderr, "telson: warning: "+format+"\n", a...)
-	}
-	path := filepath.Join(env.home, settingsFile)
-	if fileErr != nil && !errors.Is(fileErr, os.ErrNotExist) {
-		warn("settings: %v", fileErr)
-	}
-	for n, line := range strings.Split(string(file), "\n") {
-		line = strings.TrimSpace(line)
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		k, v, ok := strings.Cut(strings.TrimPrefix(line, "export "), "=")
-		where := fmt.Sprintf("%s:%d", path, n+1)
-		if !ok {
-			warn("%s: not KEY=VALUE: %q", where, line)
-			continue
-		}
-		k = strings.TrimPrefix(strings.TrimSpace(k), "TELSON_")
-		v = strings.Trim(strings.TrimSpace(v), `"'`) // as a shell would read it
-		if problem := s.set(k, v); problem != "" {
-			warn("%s: %s", where, problem)
-		}
-	}
 	for _, kv := range env.vars {
 		k, v, _ := strings.Cut(kv, "=")
 		name, ok := strings.CutPrefix(k, "TELSON_")
@@ -414,7 +383,7 @@ func loadSettings(env environment, file []byte, fileErr error, stderr io.Writer)
 			continue
 		}
 		if problem := s.set(name, v); problem != "" {
-			warn("%s: %s", k, problem)
+			fmt.Fprintf(stderr, "telson: warning: %s: %s\n", k, problem)
 		}
 	}
 	s.StateDir = expandHome(s.StateDir, env.home)

@@ -92,7 +92,7 @@ type testClient struct {
 func testSettings(t testing.TB, kv ...string) *settings {
 	t.Helper()
 	set := defaultSettings()
-	set.env, _, _ = readEnvironment()
+	set.env = readEnvironment()
 	set.StateDir = t.TempDir()
 	for _, line := range kv {
 		k, v, _ := strings.Cut(line, "=")
@@ -693,22 +693,20 @@ func TestDisabledToolIsUnknown(t *testing.T) {
 func TestSettings(t *testing.T) {
 	home := t.TempDir()
 	t.Setenv("HOME", home)
-	os.MkdirAll(filepath.Join(home, ".telson"), 0o755)
-	os.WriteFile(filepath.Join(home, ".telson", "telson-env.txt"), []byte("# comment\n"+
-		"OUTPUT_LIMIT=1000\nSTREAMING=no\nBASH_TIMEOUT_MS=abc\nNOT_A_KEY=1\nthis line is wrong\n"+
-		"export TELSON_LOG_LEVEL=\"debug\"\ntools=Bash,ReadDocs\nstate_dir=~/state\n"+
-		"BG_MAX_TASKS=0\nsearch_url_github=http://127.0.0.1:1\nPLAN_MODE_STRICT=maybe\n"), 0o644)
 	var warnings bytes.Buffer
-	env, file, err := readEnvironment()
+	env := readEnvironment()
 	env.vars = []string{"TELSON_OUTPUT_LIMIT=2000", "TELSON_RUN=1.2.", "PATH=/bin",
-		"TELSON_IMAGE_MAX_BYTES=9000000", "TELSON_BG_BUFFER_BYTES=4611686018427387904",
-		"TELSON_HTTP_TIMEOUT_MS=9223372036855"}
-	set := loadSettings(env, file, err, &warnings)
+		"TELSON_STREAMING=no", "TELSON_BASH_TIMEOUT_MS=abc", "TELSON_NOT_A_KEY=1",
+		"TELSON_log_level=debug", "TELSON_TOOLS=Bash,ReadDocs", "TELSON_STATE_DIR=~/state",
+		"TELSON_BG_MAX_TASKS=0", "TELSON_SEARCH_URL_GITHUB=http://127.0.0.1:1",
+		"TELSON_PLAN_MODE_STRICT=maybe", "TELSON_IMAGE_MAX_BYTES=9000000",
+		"TELSON_BG_BUFFER_BYTES=4611686018427387904", "TELSON_HTTP_TIMEOUT_MS=9223372036855"}
+	set := loadSettings(env, &warnings)
 	switch {
 	case set.OutputLimit != 2000:
-		t.Errorf("the environment should beat the file: %d", set.OutputLimit)
+		t.Errorf("OUTPUT_LIMIT %d", set.OutputLimit)
 	case set.Streaming || set.BashTimeout != 30*time.Second || set.LogLevel != slog.LevelDebug:
-		t.Errorf("file values: %+v", set)
+		t.Errorf("values: %+v", set)
 	case !set.toolEnabled("ReadDocs") || set.toolEnabled("WebSearch"):
 		t.Errorf("tools: %v", set.Tools)
 	case set.StateDir != filepath.Join(home, "state") || set.BgMaxTasks != 32 || !set.PlanModeStrict:
@@ -716,9 +714,9 @@ func TestSettings(t *testing.T) {
 	case set.SearchKeys["SEARCH_URL_GITHUB"] != "http://127.0.0.1:1" || set.ImageMaxBytes != 5000000:
 		t.Errorf("search keys %v, image bytes %d", set.SearchKeys, set.ImageMaxBytes)
 	}
-	for _, want := range []string{"telson-env.txt:4: BASH_TIMEOUT_MS=\"abc\" is not a whole number",
-		"telson-env.txt:5: unknown key NOT_A_KEY", "telson-env.txt:6: not KEY=VALUE",
-		"telson-env.txt:10: BG_MAX_TASKS=\"0\" is not a whole number from 1 to 10000; keeping 32",
+	for _, want := range []string{"TELSON_BASH_TIMEOUT_MS: BASH_TIMEOUT_MS=\"abc\" is not a whole number",
+		"TELSON_NOT_A_KEY: unknown key NOT_A_KEY",
+		"TELSON_BG_MAX_TASKS: BG_MAX_TASKS=\"0\" is not a whole number from 1 to 10000; keeping 32",
 		"PLAN_MODE_STRICT=\"maybe\" is not a boolean",
 		"TELSON_IMAGE_MAX_BYTES: IMAGE_MAX_BYTES=\"9000000\" is not a whole number from 1024 to 6000000",
 		"BG_BUFFER_BYTES=\"4611686018427387904\" is not a whole number from 256 to 67108864; keeping 1048576",
