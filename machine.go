@@ -526,14 +526,6 @@ func writeState(set *settings, name string, data []byte, replace bool) error {
 	return os.Link(tmp.Name(), path)
 }
 
-// makeStateDir makes STATE_DIR/name, a folder (mode 0700), where the agent's own tools may write
-// (a plan file), and returns its path.
-func makeStateDir(set *settings, name string) string {
-	dir := filepath.Join(set.StateDir, name)
-	os.MkdirAll(dir, 0o700) // a write there reports a failure
-	return dir
-}
-
 // withStateLock runs fn holding an exclusive flock on STATE_DIR/name.lock. It gives up after
 // 5 s, so a stuck process cannot hang a tool call.
 func withStateLock(ctx context.Context, set *settings, name string, fn func() error) error {

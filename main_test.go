@@ -7942,6 +7942,7 @@ func TestWorkflowPlanMode(t *testing.T) {
 	wfCall(t, c, "KillBgTask", map[string]any{"task_id": 1}, true, "no background task 1")
 	wfCall(t, c, "ListBgTasks", map[string]any{}, false)
 	pm(true, map[string]any{"action": "exit"}, "no such file", "reset")
+	os.MkdirAll(filepath.Dir(planFile), 0o700) // as the agent's own file tools do
 	os.WriteFile(planFile, []byte(""), 0o600)
 	pm(true, map[string]any{"action": "exit"}, "is empty")
 	os.WriteFile(planFile, []byte("# Plan\n1. move it\n"), 0o600)

@@ -484,7 +484,7 @@ func enterPlan(c *toolCall, goal, file string) toolResult {
 		return errorResult("enter needs goal, what the plan is for")
 	}
 	if file == "" {
-		file = filepath.Join(makeStateDir(c.s.srv.set, planDir), newPlanName())
+		file = filepath.Join(c.s.srv.set.StateDir, planDir, newPlanName())
 	}
 	file = c.s.shell.resolve(file)
 	_, err := readCapped(file, maxPlanBytes)
