@@ -497,7 +497,7 @@ func htmlToMarkdown(src, pageURL string, limit int, plain bool) mdPage {
 	pg.text = mdDropEmptyHeadings(pg.text)
 	if pg.title != "" && !m.plain && !strings.Contains("\n"+pg.text, "\n# ") {
 		// A page without its own heading starts with its title.
-		pg.text = "# " + m.esc.Replace(cutTitle(pg.title)) + "\n\n" + pg.text
+		pg.text = "# " + m.esc.Replace(cutRunes(pg.title, maxTitle)) + "\n\n" + pg.text
 	}
 	return pg
 }
@@ -1950,14 +1950,6 @@ const pageJSON = 24 << 20
 // maxTitle bounds the title in runes: a page may set any document.title.
 const maxTitle = 300
 
-// cutTitle cuts a title to maxTitle runes.
-func cutTitle(s string) string {
-	if t := []rune(s[:min(len(s), 4*maxTitle)]); len(t) > maxTitle {
-		return string(t[:maxTitle]) + "…"
-	}
-	return s
-}
-
 func runReadDocs(ctx context.Context, c *toolCall) toolResult {
 	a := readDocsArgs{Format: "markdown", MaxLength: 30000}
 	json.Unmarshal(c.args, &a) // schema-checked
@@ -1971,7 +1963,7 @@ func runReadDocs(ctx context.Context, c *toolCall) toolResult {
 	// What the page says may hold control characters (terminal escapes):
 	// page text never needs them but tab and newline.
 	runes := []rune(stripControls(content))
-	o.Title = cutTitle(stripControls(o.Title))
+	o.Title = cutRunes(stripControls(o.Title), maxTitle)
 	o.FinalURL = stripControls(o.FinalURL)
 	o.TotalLength = len(runes)
 	start := min(a.StartIndex, o.TotalLength)
@@ -3111,10 +3103,11 @@ func searchTidy(hits []searchHit) []searchHit {
 	return out
 }
 
-// cutRunes cuts s to max runes, the last an ellipsis.
+// cutRunes cuts s to max runes, the last an ellipsis; it reads at most 4*max bytes of s (a
+// page's title may be megabytes long), which hold max runes at least.
 func cutRunes(s string, max int) string {
-	r := []rune(s)
-	if len(r) <= max {
+	r := []rune(s[:min(len(s), 4*max)])
+	if len(r) <= max && len(s) <= 4*max {
 		return s
 	}
 	return strings.TrimSpace(string(r[:max-1])) + "…"
