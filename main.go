@@ -306,7 +306,7 @@ type settings struct {
 	ReadDocsTimeout  time.Duration     `key:"READDOCS_TIMEOUT_MS" default:"30000" bounds:"1 600000"`
 	ReadDocsIdle     time.Duration     `key:"READDOCS_IDLE_MS" default:"500" bounds:"0 60000"`
 	WSMaxMessage     int               `key:"WS_MAX_MESSAGE_BYTES" default:"33554432" bounds:"1048576 1073741824"`
-	SearchKeys       map[string]string // searchCredentials and SEARCH_URL_<ENGINE>, by key
+	SearchURLs       map[string]string // SEARCH_URL_<ENGINE>, by key
 	env              environment       // what telson read of its environment at start
 }
 
@@ -338,22 +338,17 @@ func readEnvironment() (env environment) {
 	return env
 }
 
-// searchCredentials are the keyed search engines' settings; SEARCH_URL_<ENGINE> keys join
-// them in SearchKeys.
-var searchCredentials = []string{"BRAVE_API_KEY", "TAVILY_API_KEY", "SERPER_API_KEY", "EXA_API_KEY",
-	"GOOGLE_API_KEY", "GOOGLE_CSE_ID", "SEARXNG_URL"}
-
 // internalEnv are the TELSON_ variables that are not settings: markers and the test harness's.
 var internalEnv = []string{"RUN", "RUN_MAIN", "REAPER", "SANDBOX", "REQUIRE_BROWSER"}
 
 // secretSetting reports whether key holds a secret, which no child's environment gets.
 func secretSetting(key string) bool {
-	return key == "HTTP_TOKEN" || slices.Contains(searchCredentials, key) && key != "SEARXNG_URL"
+	return key == "HTTP_TOKEN"
 }
 
 // defaultSettings are the settings the tags give.
 func defaultSettings() *settings {
-	s := &settings{SearchKeys: map[string]string{}}
+	s := &settings{SearchURLs: map[string]string{}}
 	for _, f := range s.fields() {
 		s.set(f.Tag.Get("key"), f.Tag.Get("default"))
 	}
@@ -402,8 +397,8 @@ func expandHome(path, home string) string {
 // the value does not fit, and keeps the value it had.
 func (s *settings) set(key, value string) string {
 	key = strings.ToUpper(key)
-	if slices.Contains(searchCredentials, key) || strings.HasPrefix(key, "SEARCH_URL_") {
-		s.SearchKeys[key] = value
+	if strings.HasPrefix(key, "SEARCH_URL_") {
+		s.SearchURLs[key] = value
 		return ""
 	}
 	fields := s.fields()

@@ -711,8 +711,8 @@ func TestSettings(t *testing.T) {
 		t.Errorf("tools: %v", set.Tools)
 	case set.StateDir != filepath.Join(home, "state") || set.BgMaxTasks != 32 || !set.PlanModeStrict:
 		t.Errorf("state dir %s, bg max %d, strict %v", set.StateDir, set.BgMaxTasks, set.PlanModeStrict)
-	case set.SearchKeys["SEARCH_URL_GITHUB"] != "http://127.0.0.1:1" || set.ImageMaxBytes != 5000000:
-		t.Errorf("search keys %v, image bytes %d", set.SearchKeys, set.ImageMaxBytes)
+	case set.SearchURLs["SEARCH_URL_GITHUB"] != "http://127.0.0.1:1" || set.ImageMaxBytes != 5000000:
+		t.Errorf("search URLs %v, image bytes %d", set.SearchURLs, set.ImageMaxBytes)
 	}
 	for _, want := range []string{"TELSON_BASH_TIMEOUT_MS: BASH_TIMEOUT_MS=\"abc\" is not a whole number",
 		"TELSON_NOT_A_KEY: unknown key NOT_A_KEY",
@@ -936,11 +936,6 @@ func TestREADMEIsComplete(t *testing.T) {
 	for _, f := range defaultSettings().fields() {
 		if !strings.Contains(readme, "| "+f.Tag.Get("key")+" |") {
 			t.Errorf("README: no row for setting %s", f.Tag.Get("key"))
-		}
-	}
-	for _, k := range searchCredentials {
-		if !strings.Contains(readme, "| "+k+" |") {
-			t.Errorf("README: no row for setting %s", k)
 		}
 	}
 }
@@ -3185,7 +3180,7 @@ func TestKeptFilesNeverTakeALiveLog(t *testing.T) {
 func TestChildrenGetNoSecrets(t *testing.T) {
 	t.Parallel()
 	c := startBinary(t, []string{"TELSON_STATE_DIR=" + t.TempDir(), "TELSON_HTTP_TOKEN=tok-s3cret",
-		"TELSON_BRAVE_API_KEY=key-s3cret", "TELSON_GOOGLE_API_KEY=g-s3cret", "TELSON_OUTPUT_LIMIT=5000"})
+		"TELSON_OUTPUT_LIMIT=5000"})
 	c.initialize("2025-06-18")
 	for _, tool := range []string{"Bash", "BackgroundBash"} {
 		text := resultText(c.callTool(tool, map[string]any{"command": "env | sort > env.txt; cat env.txt"}))
@@ -6603,9 +6598,6 @@ func searchAsk(t testing.TB, engine, base string, kv ...string) searchOutcome {
 	return srv.search.search(context.Background(), srv.set, "golang", engines)[0]
 }
 
-var searchKeys = []string{"BRAVE_API_KEY", "bk", "TAVILY_API_KEY", "tk", "SERPER_API_KEY", "sk", "EXA_API_KEY", "ek",
-	"GOOGLE_API_KEY", "gk", "GOOGLE_CSE_ID", "cx1", "SEARXNG_URL", "http://127.0.0.1:1"}
-
 func TestWebSearchEngines(t *testing.T) {
 	t.Parallel()
 	type want struct {
@@ -6691,44 +6683,6 @@ func TestWebSearchEngines(t *testing.T) {
 			}
 			return ""
 		}, want{2, "Understanding Real-World Concurrency Bugs in Go", "http://arxiv.org/abs/2101.00001v1", "Go is a statically-typed programming language that aims to provide a simple, efficient, and safe way to build multi-threaded software.", "http://arxiv.org/abs/2202.00002v2"}},
-		{"braveapi", "braveapi.json", func(r *http.Request) string {
-			if r.URL.Path != "/res/v1/web/search" || r.Header.Get("X-Subscription-Token") != "bk" {
-				return "want /res/v1/web/search with X-Subscription-Token"
-			}
-			return ""
-		}, want{1, "The Go Programming Language", "https://go.dev/", "Go is an open source programming language.", ""}},
-		{"tavily", "tavily.json", func(r *http.Request) string {
-			var body map[string]any
-			json.NewDecoder(r.Body).Decode(&body)
-			if r.Method != "POST" || r.URL.Path != "/search" || r.Header.Get("Authorization") != "Bearer tk" || body["query"] != "golang" {
-				return "want POST /search {query} with a bearer key"
-			}
-			return ""
-		}, want{1, "The Go Programming Language", "https://go.dev/", "Go is an open source programming language.", ""}},
-		{"serper", "serper.json", func(r *http.Request) string {
-			if r.Method != "POST" || r.Header.Get("X-API-KEY") != "sk" {
-				return "want POST with X-API-KEY"
-			}
-			return ""
-		}, want{1, "The Go Programming Language", "https://go.dev/", "Go is an open source programming language.", ""}},
-		{"exa", "exa.json", func(r *http.Request) string {
-			if r.Method != "POST" || r.Header.Get("x-api-key") != "ek" {
-				return "want POST with x-api-key"
-			}
-			return ""
-		}, want{1, "The Go Programming Language", "https://go.dev/", "Go is an open source programming language.", ""}},
-		{"google", "google.json", func(r *http.Request) string {
-			if q := r.URL.Query(); r.URL.Path != "/customsearch/v1" || q.Get("key") != "gk" || q.Get("cx") != "cx1" {
-				return "want /customsearch/v1 with key and cx"
-			}
-			return ""
-		}, want{1, "The Go Programming Language", "https://go.dev/", "Go is an open source programming language.", ""}},
-		{"searxng", "searxng.json", func(r *http.Request) string {
-			if r.URL.Path != "/search" || r.URL.Query().Get("format") != "json" {
-				return "want /search?format=json"
-			}
-			return ""
-		}, want{1, "The Go Programming Language", "https://go.dev/", "Go is an open source programming language.", ""}},
 	}
 	for _, tc := range cases {
 		tc := tc
@@ -6742,7 +6696,7 @@ func TestWebSearchEngines(t *testing.T) {
 				}
 				page(w, r)
 			})
-			o := searchAsk(t, tc.engine, ts.URL, searchKeys...)
+			o := searchAsk(t, tc.engine, ts.URL)
 			if p, _ := problem.Load().(string); p != "" {
 				t.Errorf("request: %s", p)
 			}
@@ -6885,7 +6839,7 @@ func TestWebSearchClassify(t *testing.T) {
 		{"github rate limit", "github", page(403, "application/json", `{"message":"API rate limit exceeded for 192.0.2.1.","documentation_url":"https://docs.github.com"}`), "rate-limited", "API rate limit exceeded"},
 		{"stack exchange throttle", "stackoverflow", page(400, "application/json", `{"error_id":502,"error_name":"throttle_violation","error_message":"too many requests from this IP, more requests available in 60 seconds"}`), "rate-limited", "too many requests"},
 		{"stack exchange error 200", "stackoverflow", page(200, "application/json", `{"error_id":400,"error_name":"bad_parameter","error_message":"site is required"}`), "error", "site is required"},
-		{"bad key", "braveapi", page(401, "application/json", `{"type":"ErrorResponse","error":{"code":"SUBSCRIPTION_TOKEN_INVALID","detail":"The provided subscription token is invalid."}}`), "error", "HTTP 401: {"},
+		{"unauthorized", "github", page(401, "application/json", `{"message":"Bad credentials"}`), "error", "HTTP 401: {"},
 		{"html instead of json", "hackernews", page(200, "text/html", `<!DOCTYPE html><html><head><title>Captcha</title></head></html>`), "captcha", ""},
 		{"no results", "duckduckgo", page(200, "text/html", file("duckduckgo_empty.html")), "empty", ""},
 		{"json no results", "github", page(200, "application/json", `{"total_count":0,"items":[]}`), "empty", ""},
@@ -6898,19 +6852,12 @@ func TestWebSearchClassify(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			ts := searchServe(t, tc.h)
-			o := searchAsk(t, tc.engine, ts.URL, searchKeys...)
+			o := searchAsk(t, tc.engine, ts.URL)
 			if o.Status != tc.status || !strings.Contains(o.Detail, tc.detail) {
 				t.Errorf("got %q (%s), want %q (…%s…)", o.Status, o.Detail, tc.status, tc.detail)
 			}
 		})
 	}
-	t.Run("not configured", func(t *testing.T) {
-		srv := searchNewServer(t)
-		res := searchCall(context.Background(), srv, map[string]any{"query": "golang", "engines": []string{"tavily"}})
-		if !res.isError || !strings.Contains(res.content[0].Text, "tavily: error (not configured: set TAVILY_API_KEY)") {
-			t.Errorf("got %+v", res)
-		}
-	})
 }
 
 func TestWebSearchBackoff(t *testing.T) {
@@ -7248,15 +7195,6 @@ func TestWebSearchInvisibleText(t *testing.T) {
 
 // TestWebSearchKeyNotShown: a failed request's detail leaves out the URL,
 // which holds the Google API key.
-func TestWebSearchKeyNotShown(t *testing.T) {
-	t.Parallel()
-	ts := searchServe(t, func(w http.ResponseWriter, r *http.Request) {})
-	ts.Close() // nothing listens there any more
-	o := searchAsk(t, "google", ts.URL, "GOOGLE_API_KEY", "secret-key", "GOOGLE_CSE_ID", "cx1")
-	if o.Status != "error" || o.Detail == "" || strings.Contains(o.Detail, "secret-key") {
-		t.Errorf("got %s (%s)", o.Status, o.Detail)
-	}
-}
 
 // BenchmarkWebSearchFanout: eleven local engines, one answering after 2 s,
 // the others after a 100 ms round trip each; a call takes about 2 s, not

@@ -2692,8 +2692,7 @@ var webSearchTool = toolDef{
 		"engines":{"type":"array","maxItems":20,
 			"description":"Engines to ask (default: all enabled).",
 			"items":{"type":"string","enum":["duckduckgo","brave","mojeek","bing","yahoo","yandex",
-			"wikipedia","hackernews","stackoverflow","github","arxiv",
-			"braveapi","tavily","serper","exa","google","searxng"]}}},
+			"wikipedia","hackernews","stackoverflow","github","arxiv"]}}},
 		"required":["query"]}`,
 	output: `{"type":"object","properties":{
 		"results":{"type":"array","items":{"type":"object","properties":{
@@ -2727,9 +2726,8 @@ Engines: ` + strings.Join(names, ", ") + `. Pick a few with engines: ["wikipedia
 papers, ["stackoverflow","github","hackernews"] for code.`
 }
 
-// searchEngine is one engine. Its templates hold $q (the query, URL-escaped),
-// $json (the query as a JSON string) and $KEY, a configuration key: an engine
-// is off until the keys it uses are set. Field templates hold $field of a JSON result.
+// searchEngine is one engine. Its request templates hold $q, the query URL-escaped; field
+// templates hold $field of a JSON result.
 type searchEngine struct {
 	name   string
 	url    string // SEARCH_URL_<NAME> replaces its scheme and host
@@ -2746,7 +2744,7 @@ type searchEngine struct {
 	strip                string // markup: elements left out of the page (dates, icons)
 }
 
-// searchEngines is every engine; those without keys are the default set.
+// searchEngines is every engine.
 var searchEngines = []*searchEngine{
 	{name: "duckduckgo", url: "https://html.duckduckgo.com/html/", body: "q=$q&b=&kl=wt-wt",
 		header: searchBrowserHeader + `Referer: https://html.duckduckgo.com/
@@ -2790,25 +2788,6 @@ Content-Type: application/x-www-form-urlencoded`,
 	{name: "arxiv", url: "https://export.arxiv.org/api/query?search_query=all:$q&max_results=20",
 		header: "Accept: application/atom+xml", list: "feed", items: "entry",
 		link: "rel=alternate", title: "title", snippet: "summary"},
-	{name: "braveapi",
-		url:    "https://api.search.brave.com/res/v1/web/search?q=$q&text_decorations=false",
-		header: "X-Subscription-Token: $BRAVE_API_KEY",
-		items:  "web.results", snippet: "$description"},
-	{name: "tavily", url: "https://api.tavily.com/search", body: `{"query":$json,"max_results":20}`,
-		header: "Authorization: Bearer $TAVILY_API_KEY\nContent-Type: application/json",
-		items:  "results", snippet: "$content"},
-	{name: "serper", url: "https://google.serper.dev/search", body: `{"q":$json,"num":20}`,
-		header: "X-API-KEY: $SERPER_API_KEY\nContent-Type: application/json",
-		items:  "organic", link: "$link"},
-	{name: "exa", url: "https://api.exa.ai/search",
-		body:   `{"query":$json,"numResults":20,"contents":{"text":{"maxCharacters":500}}}`,
-		header: "x-api-key: $EXA_API_KEY\nContent-Type: application/json",
-		items:  "results", snippet: "$text"},
-	{name: "google",
-		url:  "https://www.googleapis.com/customsearch/v1?q=$q&key=$GOOGLE_API_KEY&cx=$GOOGLE_CSE_ID",
-		link: "$link", items: "items"},
-	{name: "searxng", url: "$SEARXNG_URL/search?q=$q&format=json",
-		items: "results", snippet: "$content"},
 }
 
 // Headers every request starts with: an API client's, and a browser's for
@@ -2828,31 +2807,12 @@ Sec-Fetch-User: ?1
 `
 )
 
-// searchMissing lists the configuration keys e's templates use that are not set.
-func searchMissing(set *settings, e *searchEngine) (missing []string) {
-	os.Expand(e.url+e.header, func(key string) string {
-		if key != "q" && set.SearchKeys[key] == "" { // every name but $q is a key
-			missing = append(missing, key)
-		}
-		return ""
-	})
-	return missing
-}
-
 // get fills e's templates, sends the request and reads the answer; net/http
-// asks for gzip and decodes it. Its errors leave out the URL, which may hold a key.
+// asks for gzip and decodes it.
 func (e *searchEngine) get(ctx context.Context, client *http.Client, set *settings,
 	query string) (*http.Response, string, error) {
-	fill := func(name string) string {
-		switch name {
-		case "q":
-			return url.QueryEscape(query)
-		case "json":
-			quoted, _ := json.Marshal(query)
-			return string(quoted)
-		}
-		return set.SearchKeys[name]
-	}
+	q := url.QueryEscape(query)
+	fill := func(string) string { return q } // $q is a request template's one name
 	method := http.MethodGet
 	if e.body != "" {
 		method = http.MethodPost
@@ -2862,7 +2822,7 @@ func (e *searchEngine) get(ctx context.Context, client *http.Client, set *settin
 	if err != nil {
 		return nil, "", errors.Unwrap(err)
 	}
-	base, err := url.Parse(set.SearchKeys["SEARCH_URL_"+strings.ToUpper(e.name)])
+	base, err := url.Parse(set.SearchURLs["SEARCH_URL_"+strings.ToUpper(e.name)])
 	if err == nil && base.Host != "" {
 		req.URL.Scheme = base.Scheme
 		req.URL.Host = base.Host
@@ -3002,23 +2962,18 @@ func searchContains(s string, words []string) bool {
 	return slices.ContainsFunc(words, func(w string) bool { return strings.Contains(s, w) })
 }
 
-// ask asks one engine under SEARCH_TIMEOUT_MS, unless it is resting or not
-// configured, and judges its answer into o, an error until then; an engine
+// ask asks one engine under SEARCH_TIMEOUT_MS, unless it is resting, and
+// judges its answer into o, an error until then; an engine
 // rate-limited, blocked or shown a captcha rests for SEARCH_BACKOFF_MS.
 func (st *searchState) ask(ctx context.Context, set *settings, e *searchEngine, query string,
 	o *searchOutcome) {
 	st.mu.Lock()
 	rest := st.resting[e.name]
 	st.mu.Unlock()
-	missing := searchMissing(set, e)
 	resting := time.Since(rest.since)
 	if resting < set.SearchBackoff {
 		o.Status = "resting"
 		o.Detail = fmt.Sprintf("%s %v ago", rest.why, resting.Round(time.Second))
-		return
-	}
-	if len(missing) > 0 {
-		o.Detail = "not configured: set " + strings.Join(missing, " and ")
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, set.SearchTimeout)
@@ -3197,14 +3152,14 @@ func searchMerge(outs []searchOutcome, max int) []*searchResult {
 }
 
 // searchSelect picks the engines a call names (the input schema lists the
-// names), else those SEARCH_ENGINES names, else every configured one.
+// names), else those SEARCH_ENGINES names, else every one.
 func searchSelect(set *settings, names []string) []*searchEngine {
 	if len(names) == 0 {
 		names = set.SearchEngines
 	}
 	var out []*searchEngine
 	for _, e := range searchEngines {
-		if slices.Contains(names, e.name) || len(names) == 0 && searchMissing(set, e) == nil {
+		if slices.Contains(names, e.name) || len(names) == 0 {
 			out = append(out, e)
 		}
 	}
