@@ -1,7 +1,7 @@
 // jsonrpc.go holds the protocol, in the order a request travels: the wire (framing, the one
 // encoder, outboxes), dispatch (sessions, requests, methods, both protocol eras), tools/list
 // and tools/call with the argument schema check, messages to the client (server requests,
-// progress, notices, subscriptions/listen), and the transports (stdio, Streamable HTTP).
+// progress, notices), and the transports (stdio, Streamable HTTP).
 //
 // Rules:
 //   - every outgoing message is encoded by encode and written by the one writer of its
@@ -46,11 +46,10 @@
 //     requests;
 //   - rpcRequest.progressMu: a request's progress count, held while a notification is queued
 //     (a bounded queue, not I/O) so that the counts go out in order;
-//   - listenerSet.mu: the open subscriptions/listen requests;
 //   - noticeQueue.mu: notices waiting for the next tool result;
 //   - connLimiter.mu: the HTTP connections;
 //   - procTracker.mu (machine.go); shellState.mu (tools_bash.go); bgTasks.mu, then bgTask.mu,
-//     then noticeQueue.mu, in that order (tools_bg.go); skillCatalog.mu, callbackSlots.mu
+//     then noticeQueue.mu, in that order (tools_bg.go); callbackSlots.mu
 //     (tools_workflow.go); cdpClient.mu, tabState.mu, searchState.mu (tools_web.go).
 //
 // Channels as locks: session.slots bounds the requests running at once (the reader waits for a
@@ -282,9 +281,7 @@ type server struct {
 	tools   []*toolEntry // the tool table's enabled rows, in table order
 	procs   *procTracker
 	search  *searchState
-	skills  *skillCatalog
 	browser *browserHolder
-	listens listenerSet
 }
 
 // session is one client's state: stdio has one, and so has an HTTP server (one agent's).
@@ -313,7 +310,6 @@ type session struct {
 type inflight struct {
 	cancel    context.CancelFunc
 	cancelled bool // by the client: the reply is not sent
-	listen    bool // a subscriptions/listen, which ends when the input does
 }
 
 func newSession(srv *server, out *outbox) *session {
@@ -334,21 +330,18 @@ func newSession(srv *server, out *outbox) *session {
 
 // close ends the session: its running requests are cancelled and what it owns is stopped.
 func (s *session) close() {
-	s.cancelAll(false)
+	s.cancelAll()
 	s.stopWorkflow()
 	s.bg.closeAll()
 }
 
-// cancelAll cancels every running request, or only the subscriptions/listen requests (a
-// graceful end); they still answer.
-func (s *session) cancelAll(onlyListens bool) {
+// cancelAll cancels every running request; they still answer.
+func (s *session) cancelAll() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, same := range s.inflight {
 		for _, r := range same {
-			if r.listen || !onlyListens {
-				r.cancel()
-			}
+			r.cancel()
 		}
 	}
 }
@@ -366,7 +359,6 @@ func (s *session) serve(ctx context.Context, r io.Reader) error {
 		chunk, more, err := br.ReadLine()
 		if err != nil {
 			close(s.inputEnd)
-			s.cancelAll(true)
 		}
 		switch {
 		case errors.Is(err, io.EOF):
@@ -456,7 +448,6 @@ var methods = map[string]methodHandler{
 	"server/discover": handleDiscover,
 	"tools/list":      handleToolsList,
 	"tools/call":      handleToolsCall,
-	methodListen:      handleListen,
 }
 
 // start runs one request in its own goroutine (initialize inline: later messages depend on
@@ -472,7 +463,7 @@ func (s *session) start(ctx context.Context, m *rpcMessage, out *outbox, reply f
 		return
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	inf := &inflight{cancel: cancel, listen: m.Method == methodListen}
+	inf := &inflight{cancel: cancel}
 	key := idKey(m.ID)
 	s.mu.Lock()
 	// A modern request over HTTP is cancelled by closing its stream, and its id is unique
@@ -600,7 +591,7 @@ func handleInitialize(ctx context.Context, r *rpcRequest) (map[string]any, error
 	}, nil
 }
 
-var serverCapabilities = map[string]any{"tools": map[string]any{"listChanged": true}}
+var serverCapabilities = map[string]any{"tools": map[string]any{}}
 
 const serverInstructions = "telson gives you a shell (Bash, and BackgroundBash for long-running " +
 	"processes), web access (ReadDocs reads a page through a real browser; WebSearch asks many " +
@@ -624,14 +615,13 @@ var telsonIcons = []map[string]any{{
 	"sizes":    []string{"any"},
 }}
 
-// ---- the 2026-07-28 era: per-request _meta, results, listen, HTTP headers ----
+// ---- the 2026-07-28 era: per-request _meta, results, HTTP headers ----
 
 // Keys of the modern era's request and result _meta.
 const (
 	metaProtocolVersion = "io.modelcontextprotocol/protocolVersion"
 	metaClientCaps      = "io.modelcontextprotocol/clientCapabilities"
 	metaServerInfo      = "io.modelcontextprotocol/serverInfo"
-	metaSubscriptionID  = "io.modelcontextprotocol/subscriptionId"
 )
 
 // requestMeta is what telson reads from a request's _meta.
@@ -688,7 +678,7 @@ func unsupportedVersion(requested string) *rpcError {
 }
 
 // completeModern adds what a 2026-07-28 result carries: its type, the serverInfo, and a
-// list's cache lifetime (a change is announced on subscriptions/listen).
+// list's cache lifetime (the list is asked again after it; no change is announced).
 func completeModern(r *rpcRequest, result map[string]any) {
 	if strings.HasSuffix(r.method, "/list") {
 		result["ttlMs"] = 60000
@@ -716,53 +706,6 @@ func handleDiscover(ctx context.Context, r *rpcRequest) (map[string]any, error) 
 		"cacheScope":        "public",
 		"_meta":             map[string]any{metaServerInfo: r.s.srv.serverInfo()},
 	}, nil
-}
-
-const methodListen = "subscriptions/listen"
-
-// listenerSet is the open subscriptions/listen requests of every session.
-type listenerSet struct {
-	mu   sync.Mutex // guards open
-	open []*rpcRequest
-}
-
-// deliver sends notification method (a list changed) to every open listen that asked for it.
-func (ls *listenerSet) deliver(method string) {
-	ls.mu.Lock()
-	open := slices.Clone(ls.open)
-	ls.mu.Unlock()
-	for _, r := range open {
-		meta := map[string]any{metaSubscriptionID: r.id}
-		r.out.send(notification(method, map[string]any{"_meta": meta}))
-	}
-}
-
-// handleListen acknowledges what it will deliver, then delivers it until the request is
-// cancelled; a graceful end (stdin closed, shutdown) answers it.
-func handleListen(ctx context.Context, r *rpcRequest) (map[string]any, error) {
-	var p struct {
-		Notifications map[string]any
-	}
-	json.Unmarshal(r.params, &p) // what is not asked for as it should be is not granted
-	granted := map[string]any{}
-	asked := p.Notifications["toolsListChanged"] == true
-	if asked {
-		granted["toolsListChanged"] = true
-	}
-	meta := map[string]any{metaSubscriptionID: r.id}
-	ack := map[string]any{"notifications": granted, "_meta": meta}
-	r.out.send(notification("notifications/subscriptions/acknowledged", ack))
-	ls := &r.s.srv.listens
-	if asked { // after the acknowledgement, which goes first
-		ls.mu.Lock()
-		ls.open = append(ls.open, r)
-		ls.mu.Unlock()
-	}
-	r.s.awaitClient(func() { <-ctx.Done() })
-	ls.mu.Lock()
-	ls.open = slices.DeleteFunc(ls.open, func(o *rpcRequest) bool { return o == r })
-	ls.mu.Unlock()
-	return map[string]any{"_meta": meta}, nil
 }
 
 // httpPeek is what the HTTP transport reads of a POST's body to check the 2026-07-28 headers.
@@ -813,7 +756,7 @@ func checkHeaders(hdr http.Header, m *httpPeek) *rpcError {
 type toolDef struct {
 	name, title string
 	description string
-	describe    func(srv *server) string // builds the description when it depends on settings
+	describe    func(s *session) string // builds the description when it depends on settings or state
 	input       string                   // JSON Schema of the arguments
 	output      string                   // JSON Schema of structuredContent; "" for none
 	hints       toolHints
@@ -851,9 +794,9 @@ func newToolEntry(d *toolDef) *toolEntry {
 }
 
 // desc is the tool's description as it stands now.
-func (d *toolDef) desc(srv *server) string {
+func (d *toolDef) desc(s *session) string {
 	if d.describe != nil {
-		return d.describe(srv)
+		return d.describe(s)
 	}
 	return d.description
 }
@@ -881,7 +824,7 @@ func handleToolsList(ctx context.Context, r *rpcRequest) (map[string]any, error)
 	for _, t := range r.s.srv.tools {
 		d := t.def
 		listing := map[string]any{"name": d.name, "title": d.title,
-			"description": d.desc(r.s.srv), "inputSchema": t.schema.raw, "icons": telsonIcons,
+			"description": d.desc(r.s), "inputSchema": t.schema.raw, "icons": telsonIcons,
 			"annotations": map[string]any{
 				"title":           d.title,
 				"readOnlyHint":    d.hints.readOnly,
@@ -1375,18 +1318,6 @@ func (r *rpcRequest) keepAlive(done <-chan struct{}) {
 	}
 }
 
-// notify tells of a change to a list: a legacy client on the session's stream, and every open
-// subscriptions/listen that asked (lists are server-wide).
-func (s *session) notify(method string) {
-	s.mu.Lock()
-	legacy := s.version != ""
-	s.mu.Unlock()
-	if legacy {
-		s.out.send(notification(method, nil))
-	}
-	s.srv.listens.deliver(method)
-}
-
 // noticeQueue holds one-line notices for the agent until the next tool result carries them,
 // each once.
 type noticeQueue struct {
@@ -1462,7 +1393,7 @@ func serveStdio(ctx context.Context, srv *server, stdin io.Reader, stdout io.Wri
 	select {
 	case <-answered:
 	case <-ctx.Done():
-		s.cancelAll(false)
+		s.cancelAll()
 		select {
 		case <-answered:
 		case <-time.After(shutdownGrace):
@@ -1507,7 +1438,6 @@ func serveHTTP(ctx context.Context, srv *server, addr string, stderr io.Writer) 
 	defer h.s.close() // after the shutdown below
 	hs := &http.Server{Handler: h, ReadTimeout: srv.set.HTTPTimeout,
 		IdleTimeout: srv.set.HTTPTimeout, ConnState: h.limiter.track}
-	hs.RegisterOnShutdown(func() { h.s.cancelAll(true) }) // listens answer and end
 	fmt.Fprint(stderr, httpBanner(srv.set, token, ln.Addr().String()))
 	served := make(chan error, 1)
 	go func() { // exits when the server is shut down or closed
@@ -1600,7 +1530,7 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // gate says why r may not be served, as a status and a message; 0 when it may: a Host of
-// this machine's, no Origin but one allowed, the bearer token, a POST of JSON to /mcp.
+// this machine's, no Origin but a loopback one, the bearer token, a POST of JSON to /mcp.
 func (h *httpHandler) gate(r *http.Request) (int, string) {
 	origin := r.Header.Get("Origin")
 	got, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
@@ -1609,9 +1539,9 @@ func (h *httpHandler) gate(r *http.Request) (int, string) {
 	case !h.hostAllowed(r.Host):
 		return http.StatusForbidden, fmt.Sprintf("forbidden: Host %q is not allowed "+
 			"(DNS rebinding protection; see HTTP_HOSTS)", r.Host)
-	case origin != "" && !h.originAllowed(origin):
-		return http.StatusForbidden, fmt.Sprintf("forbidden: Origin %q is not allowed "+
-			"(see HTTP_ORIGINS)", origin)
+	case origin != "" && !originLoopback(origin):
+		return http.StatusForbidden, fmt.Sprintf("forbidden: Origin %q is not a loopback one",
+			origin)
 	case subtle.ConstantTimeCompare([]byte(got), []byte(h.token)) != 1:
 		return http.StatusUnauthorized, "unauthorized: send the header Authorization: Bearer " +
 			"<token>, the token telson printed at start (HTTP_TOKEN, or STATE_DIR/http-token)"
@@ -1645,15 +1575,11 @@ func (h *httpHandler) hostAllowed(host string) bool {
 		net.ParseIP(h.host).IsUnspecified() && net.ParseIP(host) != nil
 }
 
-// originAllowed: a loopback http(s) Origin, or one in HTTP_ORIGINS ("*": any).
-func (h *httpHandler) originAllowed(origin string) bool {
+// originLoopback: an http(s) Origin on this machine. A page of another origin could not
+// send the token anyway: telson answers no CORS preflight.
+func originLoopback(origin string) bool {
 	u, err := url.Parse(origin)
-	if err == nil && (u.Scheme == "http" || u.Scheme == "https") && isLoopbackHost(u.Hostname()) {
-		return true
-	}
-	return slices.ContainsFunc(h.set.HTTPOrigins, func(o string) bool {
-		return o == "*" || strings.EqualFold(strings.TrimSuffix(o, "/"), origin)
-	})
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && isLoopbackHost(u.Hostname())
 }
 
 func isLoopbackHost(host string) bool {
@@ -1690,7 +1616,7 @@ func readBody(w http.ResponseWriter, r *http.Request, max int) ([]byte, error) {
 }
 
 // post serves POST /mcp: the body is handed to the session, and this handler writes what
-// comes back about it. A dropped connection cancels a 2026-07-28 request or a listen, not a
+// comes back about it. A dropped connection cancels a 2026-07-28 request, not a
 // legacy request (notifications/cancelled does).
 func (h *httpHandler) post(w http.ResponseWriter, r *http.Request) {
 	body, err := readBody(w, r, h.set.HTTPMaxBody)
@@ -1715,7 +1641,7 @@ func (h *httpHandler) post(w http.ResponseWriter, r *http.Request) {
 	}
 	modern := m.Params.Meta.Version == versionModern
 	ctx := r.Context()
-	if !modern && m.Method != methodListen {
+	if !modern {
 		ctx = context.WithoutCancel(ctx)
 	}
 	out := newOutbox(strings.Contains(r.Header.Get("Accept"), "text/event-stream"))

@@ -152,7 +152,6 @@ func newServer(set *settings, stderr io.Writer) *server {
 		log:     logger,
 		version: buildVersion(),
 		procs:   newProcTracker(set, logger),
-		skills:  &skillCatalog{dir: set.env.wd},
 		browser: &browserHolder{tabs: make(chan struct{}, 2), turn: make(chan struct{}, 1)},
 		search:  newSearchState(),
 	}
@@ -295,7 +294,6 @@ type settings struct {
 	PlanModeStrict   bool              `key:"PLAN_MODE_STRICT" default:"on"`
 	AdditionalSkills []string          `key:"ADDITIONAL_SKILLS"`
 	HTTPToken        string            `key:"HTTP_TOKEN"`
-	HTTPOrigins      []string          `key:"HTTP_ORIGINS"`
 	HTTPHosts        []string          `key:"HTTP_HOSTS"`
 	HTTPMaxBody      int               `key:"HTTP_MAX_BODY_BYTES" default:"4194304" bounds:"1024 268435456"`
 	HTTPTimeout      time.Duration     `key:"HTTP_TIMEOUT_MS" default:"10000" bounds:"1 3600000"`

@@ -527,11 +527,10 @@ func TestToolTableIsWellFormed(t *testing.T) {
 	seen := map[string]bool{}
 	srv := newServer(testSettings(t), io.Discard)
 	defer srv.close()
+	s := newSession(srv, newOutbox(false))
+	defer s.close()
 	for _, d := range toolTable {
-		desc := d.description
-		if d.describe != nil {
-			desc = d.describe(srv)
-		}
+		desc := d.desc(s)
 		if seen[d.name] || d.run == nil || d.title == "" || len(desc) < 80 {
 			t.Errorf("tool %q: duplicate, no handler, no title or a thin description", d.name)
 		}
@@ -1018,84 +1017,20 @@ func modernMessage(id any, method string, params map[string]any) string {
 	return string(b)
 }
 
-// subscriptionOf is the subscription id a notification carries, or nil.
-func subscriptionOf(m map[string]any) any {
-	p, _ := m["params"].(map[string]any)
-	meta, _ := p["_meta"].(map[string]any)
-	return meta[metaSubscriptionID]
-}
-
-// A 2026-07-28 client over stdio: subscriptions/listen is acknowledged with what
-// it will deliver, then carries the list changes it asked for, until cancelled
-// (by an id equal in value) or until stdin ends, which answers it.
-func TestListenStdio(t *testing.T) {
+// telson announces no list change: a 2026-07-28 list result carries a cache lifetime
+// instead, and subscriptions/listen is a method it does not have.
+func TestNoListChanges(t *testing.T) {
 	t.Parallel()
-	extra := t.TempDir()
-	c := startServer(t, "ADDITIONAL_SKILLS="+extra)
-	c.send(modernMessage(5, methodListen, map[string]any{"notifications": map[string]any{"toolsListChanged": true, "promptsListChanged": true}}))
-	ack := c.recv()
-	granted := ack["params"].(map[string]any)["notifications"].(map[string]any)
-	if ack["method"] != "notifications/subscriptions/acknowledged" || subscriptionOf(ack) != 5.0 || len(granted) != 1 || granted["toolsListChanged"] != true {
-		t.Fatalf("first message: %v", ack)
+	c := startServer(t)
+	c.send(modernMessage(5, "subscriptions/listen", map[string]any{"notifications": map[string]any{"toolsListChanged": true}}))
+	if m := c.recv(); m["id"] != 5.0 || m["error"].(map[string]any)["code"] != float64(codeMethodNotFound) {
+		t.Fatalf("subscriptions/listen: %v", m)
 	}
-	c.send(modernMessage("p", methodListen, map[string]any{"notifications": map[string]any{"toolsListChanged": true, "resourcesListChanged": true}}))
-	ack = c.recv()
-	if granted = ack["params"].(map[string]any)["notifications"].(map[string]any); len(granted) != 1 || granted["toolsListChanged"] != true {
-		t.Fatalf("ack of a tools-and-resources listen: %v", ack)
+	c.send(modernMessage(6, "server/discover", nil))
+	res := c.recv()["result"].(map[string]any)
+	if tools := res["capabilities"].(map[string]any)["tools"].(map[string]any); tools["listChanged"] != nil {
+		t.Errorf("capabilities announce list changes: %v", tools)
 	}
-
-	// seen collects list changes by subscription until it has what want names and id's response.
-	seen := map[string]bool{}
-	readUntil := func(id any, want ...string) {
-		t.Helper()
-		for gotReply := false; !gotReply || !hasAll(seen, want); {
-			m := c.recv()
-			if m["id"] == id {
-				gotReply = true
-			} else if m["method"] != nil {
-				seen[fmt.Sprint(m["method"], " ", subscriptionOf(m))] = true
-			} else {
-				t.Fatalf("unexpected %v", m)
-			}
-		}
-	}
-	invoke := func(id any, skill string) string { // InvokeSkill reads the skills again
-		return modernMessage(id, "tools/call", map[string]any{"name": "InvokeSkill", "arguments": map[string]any{"skill_name": skill}})
-	}
-	wfSkill(t, extra, "fresh", "---\ndescription: d\n---\nx\n")
-	c.send(invoke(2, "fresh"))
-	readUntil(2.0, "notifications/tools/list_changed 5", "notifications/tools/list_changed p")
-
-	c.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5.0}}`)
-	clear(seen)
-	wfSkill(t, extra, "fresher", "---\ndescription: d\n---\nx\n")
-	c.send(invoke(3, "fresher"))
-	readUntil(3.0, "notifications/tools/list_changed p")
-	if seen["notifications/tools/list_changed 5"] {
-		t.Fatal("a cancelled listen still delivers")
-	}
-
-	c.in.Close()
-	var replies []map[string]any
-	for line := range c.lines {
-		var m map[string]any
-		json.Unmarshal(line, &m)
-		if m["method"] == nil {
-			replies = append(replies, m)
-		}
-	}
-	if len(replies) != 1 || replies[0]["id"] != "p" || subscriptionOf(map[string]any{"params": replies[0]["result"]}) != "p" {
-		t.Fatalf("at EOF want only the open listen answered, got %v", replies)
-	}
-}
-
-func hasAll(set map[string]bool, keys []string) bool {
-	for _, k := range keys {
-		if !set[k] {
-			return false
-		}
-	}
-	return true
 }
 
 // Limits: a client that pipelines 20,000
@@ -1930,7 +1865,7 @@ func TestHTTPModernEra(t *testing.T) {
 
 func TestHTTPSecurityChecks(t *testing.T) {
 	t.Parallel()
-	ts := httpStart(t, []string{"HTTP_ORIGINS=https://app.example.com", "HTTP_HOSTS=mybox.lan", "HTTP_MAX_BODY_BYTES=2000"})
+	ts := httpStart(t, []string{"HTTP_HOSTS=mybox.lan", "HTTP_MAX_BODY_BYTES=2000"})
 	c := httpClientFor(t, ts.url)
 	init := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
 	for _, tc := range []struct {
@@ -1944,7 +1879,7 @@ func TestHTTPSecurityChecks(t *testing.T) {
 		{"Origin null", map[string]string{"Origin": "null"}, 403},
 		{"Origin localhost", map[string]string{"Origin": "http://localhost:5173"}, 200},
 		{"Origin [::1]", map[string]string{"Origin": "https://[::1]:8443"}, 200},
-		{"Origin configured", map[string]string{"Origin": "https://app.example.com"}, 200},
+		{"Origin another site", map[string]string{"Origin": "https://app.example.com"}, 403},
 		{"Host localhost", map[string]string{"Host": "localhost:1234"}, 200},
 		{"Host [::1]", map[string]string{"Host": "[::1]:80"}, 200},
 		{"Host configured", map[string]string{"Host": "mybox.lan:65510"}, 200},
@@ -2303,61 +2238,23 @@ func TestHTTPServerRequestOnPOSTStream(t *testing.T) {
 	}
 }
 
-// Over HTTP the listen's POST reply is an event stream that stays open; closing it cancels.
-func TestListenHTTP(t *testing.T) {
+// Over HTTP a modern list result has its cache lifetime, and a skill written after the list
+// was read is found when invoked.
+func TestHTTPModernListAndNewSkill(t *testing.T) {
 	t.Parallel()
 	extra := t.TempDir()
 	ts := httpStart(t, []string{"ADDITIONAL_SKILLS=" + extra})
 	c := httpClientFor(t, ts.url)
-	body := modernMessage("h1", methodListen, map[string]any{"notifications": map[string]any{"toolsListChanged": true}})
-	req := c.newRequest("POST", body)
-	req.Header.Set("MCP-Protocol-Version", versionModern)
-	req.Header.Set("Mcp-Method", methodListen)
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	br := bufio.NewReader(resp.Body)
-	next := func() map[string]any {
-		t.Helper()
-		ev, err := httpReadEvent(br)
-		if err != nil {
-			t.Fatalf("listen stream: %v", err)
-		}
-		return httpDecode(t, []byte(ev.data))
-	}
-	if ack := next(); ack["method"] != "notifications/subscriptions/acknowledged" || subscriptionOf(ack) != "h1" {
-		t.Fatalf("first event: %v", ack)
-	}
 	r, b := httpModernPost(c, "tools/list", nil, nil)
 	httpStatus(t, "tools/list", r, b, 200, 0)
 	if res := httpDecode(t, b)["result"].(map[string]any); res["ttlMs"] == nil || res["cacheScope"] != "public" {
 		t.Errorf("a modern list result needs ttlMs and cacheScope: %s", b)
 	}
-	wfSkill(t, extra, "fresh", "---\ndescription: d\n---\nx\n")
+	wfSkill(t, extra, "fresh", "---\ndescription: d\n---\nfresh body\n")
 	r, b = httpModernPost(c, "tools/call", map[string]any{"name": "InvokeSkill", "arguments": map[string]any{"skill_name": "fresh"}}, nil)
 	httpStatus(t, "tools/call", r, b, 200, 0)
-	seen := map[string]bool{}
-	for !seen["notifications/tools/list_changed"] {
-		m := next()
-		if subscriptionOf(m) != "h1" {
-			t.Fatalf("event without the subscription id: %v", m)
-		}
-		seen[m["method"].(string)] = true
-	}
-	resp.Body.Close()
-	deadline := time.Now().Add(watchdog)
-	for {
-		ts.srv.listens.mu.Lock()
-		n := len(ts.srv.listens.open)
-		ts.srv.listens.mu.Unlock()
-		if n == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("closing the stream did not end the listen")
-		}
-		runtime.Gosched()
+	if res := httpDecode(t, b)["result"].(map[string]any); !strings.Contains(resultText(res), "fresh body") {
+		t.Errorf("the new skill: %s", b)
 	}
 }
 
@@ -7409,22 +7306,6 @@ func wfStructured(t *testing.T, res map[string]any) map[string]any {
 	return sc
 }
 
-// wfNotes returns and forgets the notifications with method seen so far.
-func wfNotes(c *testClient, method string) []map[string]any {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var got, rest []map[string]any
-	for _, n := range c.notes {
-		if n["method"] == method {
-			got = append(got, n)
-		} else {
-			rest = append(rest, n)
-		}
-	}
-	c.notes = rest
-	return got
-}
-
 func TestWorkflowTaskManagerRoundTrip(t *testing.T) {
 	t.Parallel()
 	c := startServer(t, "STATE_DIR="+t.TempDir())
@@ -8784,9 +8665,6 @@ func TestWorkflowSkillsListingAndChanges(t *testing.T) {
 	if strings.Contains(resultText(res), "name: release-notes") {
 		t.Fatalf("front matter in the reply: %s", resultText(res))
 	}
-	if n := len(wfNotes(c, "notifications/tools/list_changed")); n < 1 {
-		t.Fatalf("no tools/list_changed after the project's skills appeared")
-	}
 	wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "plain", "arguments": "extra words"}, false, "Do the plain thing.\n\nARGUMENTS: extra words")
 	wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "plain"}, false, "Do the plain thing.")
 	wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "relase-notes"}, true, `skill "relase-notes" not found`, "available: plain, release-notes")
@@ -8818,17 +8696,9 @@ func TestWorkflowSkillsListingAndChanges(t *testing.T) {
 		}
 	}
 
-	// A new skill: the list changes, and the client hears it once.
-	wfNotes(c, "notifications/tools/list_changed")
+	// A new skill: invoked at once, and listed at the next tools/list.
 	wfSkill(t, root, "newer", "---\ndescription: a new one\n---\nnew\n")
 	wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "newer"}, false, "new")
-	if n := len(wfNotes(c, "notifications/tools/list_changed")); n != 1 {
-		t.Fatalf("%d tools/list_changed after adding a skill, want 1", n)
-	}
-	wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "newer"}, false, "new")
-	if n := len(wfNotes(c, "notifications/tools/list_changed")); n != 0 {
-		t.Fatalf("tools/list_changed without a change")
-	}
 	list = c.request("tools/list", nil)["result"].(map[string]any)["tools"].([]any)
 	if b, _ := json.Marshal(list); !strings.Contains(string(b), "- newer: a new one") {
 		t.Fatal("tools/list still shows the old skill list")
@@ -8907,33 +8777,6 @@ func FuzzParseSkill(f *testing.F) {
 	})
 }
 
-// BenchmarkWorkflowSkillCatalog compares a refresh that finds nothing
-// changed (what every tool call and the two-second watch cost) with a full
-// re-read of 50 skills.
-func BenchmarkWorkflowSkillCatalog(b *testing.B) {
-	root := b.TempDir()
-	for i := 0; i < 50; i++ {
-		p := filepath.Join(root, fmt.Sprintf("skill-%02d", i), "SKILL.md")
-		os.MkdirAll(filepath.Dir(p), 0o755)
-		os.WriteFile(p, []byte(fmt.Sprintf("---\nname: skill-%02d\ndescription: does thing %d\n---\nbody $ARGUMENTS\n", i, i)), 0o644)
-	}
-	srv := newServer(testSettings(b, "ADDITIONAL_SKILLS="+root), io.Discard)
-	srv.skills.refresh(srv, root)
-	b.Run("unchanged", func(b *testing.B) {
-		for i := 0; i < b.N; i++ {
-			srv.skills.refresh(srv, root)
-		}
-	})
-	b.Run("rescan", func(b *testing.B) {
-		for i := 0; i < b.N; i++ {
-			srv.skills.mu.Lock()
-			srv.skills.sig = ""
-			srv.skills.mu.Unlock()
-			srv.skills.refresh(srv, root)
-		}
-	})
-}
-
 // Not parallel: it sets HOME.
 func TestWorkflowSkillsFollowTheShell(t *testing.T) {
 	t.Setenv("HOME", t.TempDir())
@@ -8948,11 +8791,7 @@ func TestWorkflowSkillsFollowTheShell(t *testing.T) {
 	if p := tools(); strings.Contains(p, "- deploy: ") {
 		t.Fatalf("deploy listed before the cd: %s", p)
 	}
-	wfNotes(c, "notifications/tools/list_changed")
 	wfCd(t, c, filepath.Join(proj))
-	if n := len(wfNotes(c, "notifications/tools/list_changed")); n != 1 {
-		t.Fatalf("%d tools/list_changed after the cd, want 1", n)
-	}
 	if p := tools(); !strings.Contains(p, "- deploy: Deploy it.") {
 		t.Fatalf("InvokeSkill's description does not follow the shell: %s", p)
 	}

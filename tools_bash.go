@@ -161,9 +161,6 @@ func bashEnded(s *session, t *bgTask, ch *child, limit int, keep bool) toolResul
 		s.shell.setDir(d)
 	}
 	o.Cwd = s.shell.dir()
-	if o.Cwd != ch.cmd.Dir {
-		s.checkSkills()
-	}
 	res := structuredResult(o.text(), o)
 	res.isError = o.ExitCode != 0 || o.TimedOut
 	return res

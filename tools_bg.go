@@ -54,7 +54,7 @@ const (
 var backgroundBashTool = toolDef{
 	name:  "BackgroundBash",
 	title: "Start a background command",
-	describe: func(srv *server) string {
+	describe: func(s *session) string {
 		return fmt.Sprintf(`Starts a command with bash -c in the background and returns its task id
 at once: for servers, watchers, long builds.
 
@@ -64,7 +64,7 @@ at once: for servers, watchers, long builds.
   ListBgTasks lists tasks.
 - Up to %d bytes of unread output are kept; up to %d tasks run at once.
   The next tool result says when a task ends.`,
-			srv.set.BgBuffer, srv.set.BgMaxTasks)
+			s.srv.set.BgBuffer, s.srv.set.BgMaxTasks)
 	},
 	input: `{"type":"object","properties":{"command":{"type":"string","minLength":1}},
 		"required":["command"]}`,
@@ -76,7 +76,7 @@ at once: for servers, watchers, long builds.
 var readBgOutputTool = toolDef{
 	name:  "ReadBgOutput",
 	title: "Read a background task's output",
-	describe: func(srv *server) string {
+	describe: func(s *session) string {
 		return fmt.Sprintf(`Returns a background task's output since the previous read,
 then its status; a Bash command handed to the background is read the same way.
 
@@ -84,7 +84,7 @@ then its status; a Bash command handed to the background is read the same way.
 - tail: return only the last N lines of the unread output (the newest), passing over the rest.
 - At most %d bytes per reply (OUTPUT_LIMIT); the rest waits for the next read.
 - Output reads as a terminal shows it (colours and progress redraws removed); log_file
-  keeps the raw bytes.`, srv.set.OutputLimit)
+  keeps the raw bytes.`, s.srv.set.OutputLimit)
 	},
 	input: `{"type":"object","properties":{` + bgIDInput + `,
 		"wait_ms":{"type":"integer","minimum":0,"maximum":60000},

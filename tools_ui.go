@@ -36,7 +36,7 @@ import (
 var readImageTool = toolDef{
 	name:  "ReadImage",
 	title: "Show an image file",
-	describe: func(srv *server) string {
+	describe: func(s *session) string {
 		return fmt.Sprintf(`Shows you an image file: PNG, JPEG or GIF (told by its bytes).
 
 - Relative paths resolve against Bash's working directory.
@@ -46,7 +46,7 @@ var readImageTool = toolDef{
   %.1f megapixels; other formats (WebP, BMP: convert them in Bash first).
 
 Example: {"file_path": "screenshots/home.png"}`,
-			srv.set.ImageMaxEdge, humanBytes(srv.set.ImageMaxBytes), imageMaxPixels/1e6)
+			s.srv.set.ImageMaxEdge, humanBytes(s.srv.set.ImageMaxBytes), imageMaxPixels/1e6)
 	},
 	input: `{"type":"object","required":["file_path"],"properties":{"file_path":{
 		"type":"string","minLength":1,

@@ -2712,9 +2712,9 @@ var webSearchTool = toolDef{
 }
 
 // describeWebSearch names the engines a call asks by default.
-func describeWebSearch(srv *server) string {
+func describeWebSearch(s *session) string {
 	var names []string
-	for _, e := range searchSelect(srv.set, nil) {
+	for _, e := range searchSelect(s.srv.set, nil) {
 		names = append(names, e.name)
 	}
 	return `Searches the web with many engines at once. Returns one merged list (title, URL,

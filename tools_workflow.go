@@ -599,8 +599,8 @@ func exitPlan(ctx context.Context, c *toolCall, in *planInfo, plan string) toolR
 var invokeSkillTool = toolDef{
 	name:  "InvokeSkill",
 	title: "Load a skill",
-	describe: func(srv *server) string {
-		skills, _ := srv.skills.refresh(srv, "")
+	describe: func(s *session) string {
+		skills := s.srv.scanSkills(s.shell.dir())
 		list := ""
 		for _, sk := range skills[:min(len(skills), maxSkillsList)] {
 			list += "\n- " + sk.name + ": " + cutRunes(sk.description, 250)
@@ -634,41 +634,14 @@ const (
 
 type skillInfo struct{ name, description, source, path string } // path of SKILL.md
 
-// skillCatalog is the skills found on disk, re-read at each refresh.
-type skillCatalog struct {
-	dir string // where telson started: the project scanned before a shell asks
-
-	mu     sync.Mutex // guards the fields below
-	sig    string     // the last scan's skills and broken skills, as text; "" before one
-	skills []skillInfo
-}
-
-// refresh re-reads the skills of the project of dir and returns them, in
-// search order, and whether they changed since the last scan; broken skills
-// are logged then. With dir "" it returns the last scan's skills, scanning
-// once when none was made: so tools/list stays cheap. A server has one
-// session (stdio, HTTP or telson call), so the last scan is what its client
-// knows: checkSkills tells it of a change.
-func (sc *skillCatalog) refresh(srv *server, dir string) ([]skillInfo, bool) {
-	sc.mu.Lock()
-	sig, skills := sc.sig, sc.skills
-	sc.mu.Unlock()
-	if dir == "" && sig != "" {
-		return skills, false
+// scanSkills returns the skills of the project of dir, in search order, and logs the broken
+// ones.
+func (srv *server) scanSkills(dir string) []skillInfo {
+	skills, broken := scanSkills(srv.set, projectOf(dir))
+	for _, err := range broken {
+		srv.log.Warn("skills", "err", err)
 	}
-	skills, broken := scanSkills(srv.set, projectOf(cmp.Or(dir, sc.dir)))
-	sig = fmt.Sprint(skills, broken)
-	sc.mu.Lock()
-	changed := sig != sc.sig
-	sc.sig = sig
-	sc.skills = skills
-	sc.mu.Unlock()
-	if changed {
-		for _, err := range broken {
-			srv.log.Warn("skills", "err", err)
-		}
-	}
-	return skills, changed
+	return skills
 }
 
 // skillSources names a skill's origin by its folder's place in the search order.
@@ -749,16 +722,6 @@ func expandSkill(body, args, dir string) (string, error) {
 	return strings.NewReplacer("$ARGUMENTS", args, "${CLAUDE_SKILL_DIR}", dir).Replace(body), nil
 }
 
-// checkSkills re-reads the catalogue for the shell's directory, tells the
-// client when it changed, and returns the skills.
-func (s *session) checkSkills() []skillInfo {
-	skills, changed := s.srv.skills.refresh(s.srv, s.shell.dir())
-	if changed {
-		s.notify("notifications/tools/list_changed")
-	}
-	return skills
-}
-
 func runInvokeSkill(ctx context.Context, c *toolCall) toolResult {
 	var a struct {
 		SkillName string `json:"skill_name"`
@@ -767,7 +730,7 @@ func runInvokeSkill(ctx context.Context, c *toolCall) toolResult {
 	json.Unmarshal(c.args, &a) // schema-checked
 	name := strings.TrimSpace(a.SkillName)
 	var names []string
-	for _, sk := range c.s.checkSkills() {
+	for _, sk := range c.s.srv.scanSkills(c.s.shell.dir()) {
 		if sk.name != name {
 			names = append(names, sk.name)
 			continue
