@@ -757,8 +757,8 @@ type toolDef struct {
 	name, title string
 	description string
 	describe    func(s *session) string // builds the description when it depends on settings or state
-	input       string                   // JSON Schema of the arguments
-	output      string                   // JSON Schema of structuredContent; "" for none
+	input       string                  // JSON Schema of the arguments
+	output      string                  // JSON Schema of structuredContent; "" for none
 	hints       toolHints
 	run         func(ctx context.Context, call *toolCall) toolResult
 }
