@@ -8840,48 +8840,19 @@ func TestWorkflowSkillFilesNotRegular(t *testing.T) {
 	wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "huge"}, true, "not found")
 }
 
-// InvokeSkill lists the other files of the skill's folder, whether the
-// folder is real or a symlink: two folders deep, at most 50, symlinks inside
-// listed but not followed.
+// A skill folder that is a symlink is invoked through its link: ${CLAUDE_SKILL_DIR} and the
+// path name the folder where the skill is listed.
 // Not parallel: it sets HOME.
-func TestWorkflowSkillFiles(t *testing.T) {
+func TestWorkflowSkillFolderLinked(t *testing.T) {
 	t.Setenv("HOME", t.TempDir())
-	extra, elsewhere, outside := t.TempDir(), t.TempDir(), t.TempDir()
-	body := "---\ndescription: d\n---\nRun ${CLAUDE_SKILL_DIR}/scripts/run.sh\n"
-	for _, root := range []string{extra, elsewhere} {
-		for _, f := range []string{"SKILL.md", "scripts/run.sh", "references/api.md", "references/deep/more.md", "references/deep/deeper/no.md"} {
-			p := filepath.Join(root, "tool", f)
-			os.MkdirAll(filepath.Dir(p), 0o755)
-			os.WriteFile(p, []byte(body), 0o644)
-		}
-		os.WriteFile(filepath.Join(outside, "secret.md"), nil, 0o644)
-		os.Symlink(outside, filepath.Join(root, "tool", "escape"))
-	}
-	os.Rename(filepath.Join(elsewhere, "tool"), filepath.Join(elsewhere, "linked-target"))
-	os.Symlink(filepath.Join(elsewhere, "linked-target"), filepath.Join(extra, "linked"))
-	wfSkill(t, extra, "bare", "---\ndescription: nothing else\n---\nx\n")
-	many := filepath.Dir(wfSkill(t, extra, "many", "---\ndescription: many files\n---\nx\n"))
-	for i := 0; i < 60; i++ {
-		os.WriteFile(filepath.Join(many, fmt.Sprintf("f%02d.txt", i)), nil, 0o644)
-	}
+	extra, elsewhere := t.TempDir(), t.TempDir()
+	wfSkill(t, elsewhere, "target", "---\ndescription: d\n---\nRun ${CLAUDE_SKILL_DIR}/scripts/run.sh\n")
+	os.Symlink(filepath.Join(elsewhere, "target"), filepath.Join(extra, "linked"))
 	c := startServer(t, "STATE_DIR="+t.TempDir(), "ADDITIONAL_SKILLS="+extra)
 	c.initialize("2025-06-18")
-	for _, name := range []string{"tool", "linked"} {
-		dir := filepath.Join(extra, name)
-		text := resultText(wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": name}, false))
-		want := "Run " + dir + "/scripts/run.sh\n\nOther files in the skill's folder, " + dir + ":\n" +
-			"- escape\n- references/api.md\n- references/deep/more.md\n- scripts/run.sh"
-		if !strings.HasSuffix(text, want) {
-			t.Errorf("%s:\n%s\nwant it to end with:\n%s", name, text, want)
-		}
-	}
-	if text := resultText(wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "bare"}, false)); strings.Contains(text, "Other files") {
-		t.Errorf("bare: %s", text)
-	}
-	text := resultText(wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "many"}, false, "- f00.txt\n", "- f49.txt\n- (more not shown)"))
-	if strings.Contains(text, "f50.txt") {
-		t.Errorf("more than 50 files listed: %s", text)
-	}
+	dir := filepath.Join(extra, "linked")
+	wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "linked"}, false,
+		"path: "+dir+"/SKILL.md]", "Run "+dir+"/scripts/run.sh\n")
 }
 
 // $ARGUMENTS expansion is capped: a 230 KB skill of placeholders with

@@ -607,8 +607,8 @@ var invokeSkillTool = toolDef{
 		}
 		return `Invoke or load a skill by name.
 Returns the skill content for you to follow or use as context: a header (skill, source, path),
-its text with $ARGUMENTS replaced by arguments (appended when it has no $ARGUMENTS), and the
-other files in its folder (scripts, references: up to 50, two folders deep).
+and its text with $ARGUMENTS replaced by arguments (appended when it has no $ARGUMENTS);
+the other files of its folder (scripts, references) are beside its path.
 Skill folders, in search order: .claude/skills in the shell's project (its git root),
 ~/.claude/skills, ~/.telson/skills, ADDITIONAL_SKILLS.
 
@@ -628,8 +628,6 @@ const (
 	maxSkillsRoot       = 1000      // folders read in one skills folder
 	maxSkillsList       = 200       // skills listed in the description
 	maxSkillDescription = 1024      // characters of a skill's description kept
-	maxSkillFiles       = 50        // other files listed from a skill's folder
-	maxSkillDepth       = 2         // folder levels below the skill's they are listed from
 )
 
 type skillInfo struct{ name, description, source, path string } // path of SKILL.md
@@ -743,40 +741,9 @@ func runInvokeSkill(ctx context.Context, c *toolCall) toolResult {
 		if err != nil {
 			return errorResult("%v", err)
 		}
-		text := fmt.Sprintf("[skill: %s | %s | path: %s]\n\n%s", sk.name, sk.source, sk.path, body)
-		if files := skillFiles(dir); len(files) > 0 {
-			text = strings.TrimRight(text, "\n") + "\n\nOther files in the skill's folder, " +
-				dir + ":\n- " + strings.Join(files, "\n- ")
-		}
-		return textResult(text)
+		return textResult(fmt.Sprintf("[skill: %s | %s | path: %s]\n\n%s", sk.name, sk.source, sk.path, body))
 	}
 	return errorResult("skill %q not found; available: %s", name, strings.Join(names, ", "))
-}
-
-// skillFiles lists the files in a skill's folder dir (a symlink to one too) but SKILL.md,
-// relative to it: at most maxSkillFiles, maxSkillDepth folders deep; symlinks in it are
-// listed, not followed.
-func skillFiles(dir string) []string {
-	var files []string
-	var walk func(rel string, depth int)
-	walk = func(rel string, depth int) {
-		for _, e := range listDir(filepath.Join(dir, rel), maxSkillsRoot) {
-			name := filepath.Join(rel, e.Name())
-			switch {
-			case len(files) > maxSkillFiles:
-				return
-			case e.IsDir() && depth < maxSkillDepth: // a symlink is not a folder here
-				walk(name, depth+1)
-			case !e.IsDir() && name != "SKILL.md":
-				files = append(files, name)
-			}
-		}
-	}
-	walk("", 0)
-	if len(files) > maxSkillFiles {
-		files = append(files[:maxSkillFiles], "(more not shown)")
-	}
-	return files
 }
 
 // ---- SetCallback ----
