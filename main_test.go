@@ -8901,41 +8901,21 @@ func TestWorkflowCallbacks(t *testing.T) {
 		return wfCall(t, c, "SetCallback", args, wantErr, want...)
 	}
 	cbk(false, map[string]any{"action": "list"}, "No active callbacks.")
-	cbk(false, map[string]any{"message": "check the deploy", "delay_seconds": 30, "repeat_count": 3}, "Callback scheduled in slot 0: fires every 30s, 3 times.")
-	cbk(false, map[string]any{"action": "set", "message": strings.Repeat("long message ", 10), "delay_seconds": 3600, "repeat_count": -1}, "slot 1: fires every 3600s until cancelled.")
-	text := resultText(cbk(false, map[string]any{"action": "list"}, "Active callbacks (2/8):\n  [0] \"check the deploy\" - fires in ", "s (3 left)\n  [1] \"long message long message long message long message long message long message long message long message long message long message \" - fires in "))
-	if !regexp.MustCompile(`fires in (29|30)s \(3 left\)`).MatchString(text) || !regexp.MustCompile(`fires in (59m59s|1h0m0s) \(infinite\)`).MatchString(text) {
+	cbk(false, map[string]any{"message": "check the deploy", "delay_seconds": 30}, "Callback scheduled in slot 0: fires in 30s.")
+	cbk(false, map[string]any{"action": "set", "message": strings.Repeat("long message ", 10), "delay_seconds": 3600}, "slot 1: fires in 3600s.")
+	text := resultText(cbk(false, map[string]any{"action": "list"}, "Active callbacks (2/8):\n  [0] \"check the deploy\" - fires in ", "\n  [1] \"long message long message long message long message long message long message long message long message long message long message \" - fires in "))
+	if !regexp.MustCompile(`fires in (29|30)s\n`).MatchString(text) || !regexp.MustCompile(`fires in (59m59s|1h0m0s)$`).MatchString(text) {
 		t.Fatalf("list: %s", text)
 	}
 
-	// A fire reaches the next tool result, once.
+	// A fire reaches the next tool result, once, and frees its slot.
 	wfFire(t, s, 0)
-	res := cbk(false, map[string]any{"action": "list"}, "(2 left)")
+	res := cbk(false, map[string]any{"action": "list"}, "Active callbacks (1/8):")
 	if first := res["content"].([]any)[0].(map[string]any)["text"]; first != "[callback 0] check the deploy" {
 		t.Fatalf("notice: %v", res["content"])
 	}
-	if text := resultText(cbk(false, map[string]any{"action": "list"})); strings.Contains(text, "[callback") {
-		t.Fatalf("notice delivered twice: %s", text)
-	}
-	// Repeat count: two more fires, then the slot is free.
-	wfFire(t, s, 0)
-	wfFire(t, s, 0)
-	text = resultText(cbk(false, map[string]any{"action": "list"}, "Active callbacks (1/8):"))
-	if strings.Count(text, "[callback 0] check the deploy") != 2 || strings.Contains(text, "[0]") {
-		t.Fatalf("after three fires: %s", text)
-	}
-	// Forever: fires again and again.
-	for i := 0; i < 5; i++ {
-		wfFire(t, s, 1)
-	}
-	cbk(false, map[string]any{"action": "list"}, "[1] ", "(infinite)")
-
-	// The default, and 0, mean once.
-	cbk(false, map[string]any{"message": "once", "delay_seconds": 60, "repeat_count": 0}, "slot 0: fires once in 60s.")
-	wfFire(t, s, 0)
-	text = resultText(cbk(false, map[string]any{"action": "list"}))
-	if strings.Count(text, "[callback 0] once") != 1 || strings.Contains(text, "[0]") {
-		t.Fatalf("one-shot: %s", text)
+	if text := resultText(cbk(false, map[string]any{"action": "list"})); strings.Contains(text, "[callback") || strings.Contains(text, "[0]") {
+		t.Fatalf("notice delivered twice, or the slot kept: %s", text)
 	}
 
 	// Slot exhaustion.
@@ -8967,7 +8947,6 @@ func TestWorkflowCallbacks(t *testing.T) {
 	cbk(true, map[string]any{"message": "m", "delay_seconds": 7200}, `"delay_seconds" must be at most 3600, got 7200`)
 	cbk(true, map[string]any{"message": "m", "delay_seconds": 0}, "must be at least 1")
 	cbk(true, map[string]any{"message": "m", "delay_seconds": 1.5}, "must be an integer")
-	cbk(true, map[string]any{"message": "m", "delay_seconds": 5, "repeat_count": -2}, `"repeat_count" must be at least -1`)
 	cbk(true, map[string]any{"action": "snooze"}, "must be one of")
 	cbk(true, map[string]any{"action": "cancel", "callback_id": "two"}, "must be an integer")
 
@@ -8983,12 +8962,12 @@ func TestWorkflowCallbackDefaultsOnce(t *testing.T) {
 	t.Parallel()
 	c, s := wfStart(t, map[string]string{"STATE_DIR": t.TempDir()})
 	c.initialize("2025-06-18")
-	wfCall(t, c, "SetCallback", map[string]any{"message": "look", "delay_seconds": 60}, false, "slot 0: fires once in 60s.")
+	wfCall(t, c, "SetCallback", map[string]any{"message": "look", "delay_seconds": 60}, false, "slot 0: fires in 60s.")
 	wfFire(t, s, 0)
 	if text := resultText(wfCall(t, c, "SetCallback", map[string]any{"action": "list"}, false, "No active callbacks.")); strings.Count(text, "[callback 0] look") != 1 {
-		t.Fatalf("default repeat: %s", text)
+		t.Fatalf("fired once: %s", text)
 	}
-	wfCall(t, c, "SetCallback", map[string]any{"message": "a", "delay_seconds": 60, "repeat_count": 2}, false, "fires every 60s, 2 times.")
+	wfCall(t, c, "SetCallback", map[string]any{"message": "a", "delay_seconds": 60}, false, "fires in 60s.")
 	wfCall(t, c, "SetCallback", map[string]any{"action": "cancel"}, false, "Cancelled 1 callback.")
 	wfCall(t, c, "SetCallback", map[string]any{"action": "cancel"}, false, "Cancelled 0 callbacks.")
 }

@@ -752,8 +752,7 @@ var setCallbackTool = toolDef{
 	name:  "SetCallback",
 	title: "Set a reminder for yourself",
 	description: `Reminds you of message after delay_seconds.
-Use it to check on a deploy, a build or a background task later. It fires once unless
-repeat_count says more; repeats re-arm from each fire.
+Use it to check on a deploy, a build or a background task later. It fires once.
 A fired reminder reaches you as "[callback N] <message>" at the top of your next telson tool
 result: it cannot wake you while you are idle.
 - set (the default): message and delay_seconds are required.
@@ -763,9 +762,7 @@ result: it cannot wake you while you are idle.
 		"message":{"type":"string","maxLength":2048,
 			"description":"What you are told when it fires."},
 		"delay_seconds":{"type":"integer","minimum":1,"maximum":3600,
-			"description":"Seconds until it fires, and between repeats."},
-		"repeat_count":{"type":"integer","minimum":-1,"maximum":10000,
-			"description":"How many times it fires: default 1, -1 forever."},
+			"description":"Seconds until it fires."},
 		"callback_id":{"type":"integer","minimum":0,"maximum":7,
 			"description":"Slot to cancel (default: all)."}}}`,
 	run: runSetCallback,
@@ -783,42 +780,28 @@ type callbackSlots struct {
 }
 
 type callbackSlot struct {
-	message   string
-	delay     time.Duration
-	remaining int64 // fires left; negative forever
-	fireAt    time.Time
-	timer     *time.Timer
+	message string
+	fireAt  time.Time
+	timer   *time.Timer
 }
 
 type callbackArgs struct {
 	Action       string
 	Message      string
 	DelaySeconds int64 `json:"delay_seconds"` // 0: not given (the schema's minimum is 1)
-	RepeatCount  int64 `json:"repeat_count"`  // 0 or 1: once
 	CallbackID   int64 `json:"callback_id"`   // -1: not given (the schema's minimum is 0)
-}
-
-// arm puts sl in slot i and starts its timer; the caller holds cb.mu.
-func (cb *callbackSlots) arm(i int, sl *callbackSlot) {
-	cb.slots[i] = sl
-	sl.fireAt = time.Now().Add(sl.delay)
-	sl.timer = time.AfterFunc(sl.delay, func() { cb.fire(i, sl) })
 }
 
 func (cb *callbackSlots) fire(i int, sl *callbackSlot) {
 	cb.mu.Lock()
-	if cb.slots[i] != sl { // cancelled, or the session ended
-		cb.mu.Unlock()
-		return
-	}
-	sl.remaining--
-	if sl.remaining == 0 {
+	mine := cb.slots[i] == sl // not cancelled, and the session goes on
+	if mine {
 		cb.slots[i] = nil
-	} else {
-		cb.arm(i, sl)
 	}
 	cb.mu.Unlock()
-	cb.announce(fmt.Sprintf("[callback %d] %s", i, sl.message))
+	if mine {
+		cb.announce(fmt.Sprintf("[callback %d] %s", i, sl.message))
+	}
 }
 
 func runSetCallback(ctx context.Context, c *toolCall) toolResult {
@@ -846,11 +829,7 @@ func (cb *callbackSlots) list() toolResult {
 			continue
 		}
 		left := max(time.Until(sl.fireAt), 0).Round(time.Second)
-		count := "infinite"
-		if sl.remaining >= 0 {
-			count = fmt.Sprintf("%d left", sl.remaining)
-		}
-		text += fmt.Sprintf("\n  [%d] %q - fires in %s (%s)", i, sl.message, left, count)
+		text += fmt.Sprintf("\n  [%d] %q - fires in %s", i, sl.message, left)
 		n++
 	}
 	if n == 0 {
@@ -892,18 +871,12 @@ func (cb *callbackSlots) set(a callbackArgs) toolResult {
 	case i < 0:
 		return errorResult("all callback slots full (max %d)", callbackSlotCount)
 	}
-	times := fmt.Sprintf("fires every %ds, %d times.", a.DelaySeconds, a.RepeatCount)
-	switch a.RepeatCount {
-	case 0, 1: // both mean once
-		a.RepeatCount = 1
-		times = fmt.Sprintf("fires once in %ds.", a.DelaySeconds)
-	case -1:
-		times = fmt.Sprintf("fires every %ds until cancelled.", a.DelaySeconds)
-	}
-	cb.arm(i, &callbackSlot{message: a.Message, delay: time.Duration(a.DelaySeconds) * time.Second,
-		remaining: a.RepeatCount})
-	return textResult(fmt.Sprintf("Callback scheduled in slot %d: %s "+
-		`Cancel it with {"action":"cancel","callback_id":%d}.`, i, times, i))
+	delay := time.Duration(a.DelaySeconds) * time.Second
+	sl := &callbackSlot{message: a.Message, fireAt: time.Now().Add(delay)}
+	sl.timer = time.AfterFunc(delay, func() { cb.fire(i, sl) })
+	cb.slots[i] = sl
+	return textResult(fmt.Sprintf("Callback scheduled in slot %d: fires in %ds. "+
+		`Cancel it with {"action":"cancel","callback_id":%d}.`, i, a.DelaySeconds, i))
 }
 
 // ---- the session's workflow state ----
