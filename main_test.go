@@ -5001,7 +5001,7 @@ func TestHTMLToMarkdownGolden(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		pg := htmlToMarkdown(string(src), "https://example.com/docs/guide/page.html", 1<<20, false)
+		pg := htmlToMarkdown(string(src), "https://example.com/docs/guide/page.html", 1<<20)
 		got := "title: " + pg.title + "\n\n" + pg.text + "\n"
 		golden := strings.TrimSuffix(in, ".html") + ".md"
 		if *update {
@@ -5140,8 +5140,8 @@ func TestReadDocsChromium(t *testing.T) {
 		t.Errorf("js: structured %v", sc)
 	}
 	check("spa", map[string]any{"url": site.URL + "/spa", "wait_ms": 0}, false, "Fetched article\n", "# Fetched article", "First fetched paragraph.", "Last fetched paragraph.")
-	check("text", map[string]any{"url": site.URL + "/js", "format": "text"}, false, "Static part\n\nAdded by script.")
-	check("html", map[string]any{"url": site.URL + "/js", "format": "html"}, false, "<b>script</b>")
+	// format, an argument of other servers' fetch tools, is not one telson knows: markdown still.
+	check("format html", map[string]any{"url": site.URL + "/js", "format": "html"}, false, "Added by **script**.")
 	sc = check("404", map[string]any{"url": site.URL + "/missing"}, false, "HTTP status 404", "# No such page")
 	if sc["status"] != float64(404) {
 		t.Errorf("404: status %v", sc["status"])
@@ -5267,10 +5267,6 @@ func TestReadDocsWithoutBrowser(t *testing.T) {
 	if len(sc["notes"].([]any)) != 1 {
 		t.Errorf("latin1: notes %v", sc["notes"])
 	}
-	check("text", map[string]any{"url": site.URL + "/js", "format": "text"}, false,
-		"\n\nStatic part")
-	check("html", map[string]any{"url": site.URL + "/js", "format": "html"}, false,
-		"<h1>Static part</h1>")
 	check("404", map[string]any{"url": site.URL + "/missing"}, false, "HTTP status 404", "# No such page")
 	check("binary", map[string]any{"url": site.URL + "/file.bin"}, true, "application/octet-stream")
 	check("download", map[string]any{"url": site.URL + "/download"}, true, "is a download")
@@ -5313,32 +5309,27 @@ func TestReadDocsControlCharacters(t *testing.T) {
 		clients["chromium"].initialize("2025-06-18")
 	}
 	for via, c := range clients {
-		for _, format := range []string{"markdown", "text", "html"} {
-			args := map[string]any{"url": site.URL + "/controls", "format": format}
-			text, sc, isErr := readdocsCall(t, c, args)
-			fields, _ := json.Marshal(sc)
-			var decoded map[string]any
-			json.Unmarshal(fields, &decoded)
-			all := text + fmt.Sprint(decoded)
-			if i := strings.IndexFunc(all, unseen); i >= 0 || isErr {
-				t.Errorf("%s %s: a control or invisible character at %d: %q", via, format, i, all)
+		args := map[string]any{"url": site.URL + "/controls"}
+		text, sc, isErr := readdocsCall(t, c, args)
+		fields, _ := json.Marshal(sc)
+		var decoded map[string]any
+		json.Unmarshal(fields, &decoded)
+		all := text + fmt.Sprint(decoded)
+		if i := strings.IndexFunc(all, unseen); i >= 0 || isErr {
+			t.Errorf("%s: a control or invisible character at %d: %q", via, i, all)
+		}
+		want := []string{"]0;owned", "Con[2Jtrol", "Bell backspace 31m c1", "of line.",
+			"Tags, bidi override, zerowidth, softhyphen; kept: 👩\u200d💻 می\u200cخواهم."}
+		if via == "chromium" {
+			want = append(want, "Built[31m by script.")
+		}
+		for _, want := range want {
+			if !strings.Contains(text, want) {
+				t.Errorf("%s: %q missing:\n%s", via, want, text)
 			}
-			want := []string{"]0;owned", "Con[2Jtrol", "Bell backspace 31m c1", "of line."}
-			if format != "html" {
-				want = append(want, "Tags, bidi override, zerowidth, softhyphen; "+
-					"kept: 👩\u200d💻 می\u200cخواهم.")
-			}
-			if via == "chromium" {
-				want = append(want, "Built[31m by script.")
-			}
-			for _, want := range want {
-				if !strings.Contains(text, want) {
-					t.Errorf("%s %s: %q missing:\n%s", via, format, want, text)
-				}
-			}
-			if sc["via"] != via {
-				t.Errorf("%s %s: via %v", via, format, sc["via"])
-			}
+		}
+		if sc["via"] != via {
+			t.Errorf("%s: via %v", via, sc["via"])
 		}
 	}
 }
@@ -5393,7 +5384,7 @@ func BenchmarkReadDocsWarm(b *testing.B) {
 		var d []time.Duration
 		for i := 0; i < n; i++ {
 			t0 := time.Now()
-			if _, err := srv.readPage(ctx, readDocsArgs{URL: url, Format: "markdown"}); err != nil {
+			if _, err := srv.readPage(ctx, readDocsArgs{URL: url}); err != nil {
 				b.Fatal(err)
 			}
 			d = append(d, time.Since(t0))
@@ -5448,7 +5439,7 @@ func BenchmarkHTMLToMarkdown(b *testing.B) {
 	b.SetBytes(int64(len(src)))
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		htmlToMarkdown(src, "https://example.com/docs/", 1<<30, false)
+		htmlToMarkdown(src, "https://example.com/docs/", 1<<30)
 	}
 	b.ReportMetric(float64(b.Elapsed())/float64(b.N)/float64(parse), "x-parse-only")
 }
@@ -5459,15 +5450,14 @@ func FuzzHTMLToMarkdown(f *testing.F) {
 		f.Add(in)
 	}
 	f.Fuzz(func(t *testing.T, src string) {
-		htmlToMarkdown(src, "https://example.com/a/", 1<<20, false)
-		htmlToMarkdown(src, "", 1<<20, true)
+		htmlToMarkdown(src, "https://example.com/a/", 1<<20)
 	})
 }
 
 // TestHTMLStrayLessThanIsText: a '<' that opens no markup is text, kept as is.
 func TestHTMLStrayLessThanIsText(t *testing.T) {
 	t.Parallel()
-	md := htmlToMarkdown("<p>a < b </ c <3 and <!-- x --> d</p>", "http://x/", 1000, false).text
+	md := htmlToMarkdown("<p>a < b </ c <3 and <!-- x --> d</p>", "http://x/", 1000).text
 	if !strings.Contains(md, "a < b </ c <3 and  d") && !strings.Contains(md, "a < b </ c <3 and d") {
 		t.Errorf("got %q", md)
 	}
@@ -5480,7 +5470,7 @@ func BenchmarkHTMLToMarkdownHostile(b *testing.B) {
 	for _, in := range []string{strings.Repeat("<", 1<<20), strings.Repeat("a<!---->", 1<<17), strings.Repeat("<div>", 200000)} {
 		b.SetBytes(int64(len(in)))
 		for i := 0; i < b.N; i++ {
-			htmlToMarkdown(in, "http://x/", 1<<20, false)
+			htmlToMarkdown(in, "http://x/", 1<<20)
 		}
 	}
 }
@@ -5530,7 +5520,7 @@ func BenchmarkHTMLToMarkdownShapes(b *testing.B) {
 	}
 	convert := func(page string) time.Duration {
 		t0 := time.Now()
-		htmlToMarkdown(page, "https://example.com/", 1<<30, false)
+		htmlToMarkdown(page, "https://example.com/", 1<<30)
 		return time.Since(t0)
 	}
 	for _, sh := range shapes[1:] {
@@ -5540,7 +5530,7 @@ func BenchmarkHTMLToMarkdownShapes(b *testing.B) {
 				b.StopTimer()
 				flat += convert(shapes[0].page)
 				b.StartTimer()
-				htmlToMarkdown(sh.page, "https://example.com/", 1<<30, false)
+				htmlToMarkdown(sh.page, "https://example.com/", 1<<30)
 			}
 			b.SetBytes(int64(len(sh.page)))
 			perByte := float64(b.Elapsed()) / float64(len(sh.page))
@@ -5625,14 +5615,12 @@ func TestBrowserReadsWhenContentIsThere(t *testing.T) {
 	c := startServer(t, "READDOCS_TIMEOUT_MS=8000")
 	c.initialize("2025-06-18")
 	browserRead(t, c, map[string]any{"url": site.URL + "/rewrites"}, false) // starts the browser
-	for _, format := range []string{"markdown", "text"} {
-		text, _, took := browserRead(t, c, map[string]any{"url": site.URL + "/stalls", "format": format}, false)
-		if !strings.Contains(text, "Article text.") || strings.Contains(text, "Note:") || took > 3*time.Second {
-			t.Errorf("stalled subresources (%s): read in %s:\n%s", format, took, text)
-		}
+	text, _, took := browserRead(t, c, map[string]any{"url": site.URL + "/stalls"}, false)
+	if !strings.Contains(text, "Article text.") || strings.Contains(text, "Note:") || took > 3*time.Second {
+		t.Errorf("stalled subresources: read in %s:\n%s", took, text)
 	}
 	// A page that never ends is read at the deadline (8 s less a quarter).
-	text, _, took := browserRead(t, c, map[string]any{"url": site.URL + "/endless"}, false)
+	text, _, took = browserRead(t, c, map[string]any{"url": site.URL + "/endless"}, false)
 	if !strings.Contains(text, "First part.") || !strings.Contains(text, "had not finished loading") || took < 5*time.Second {
 		t.Errorf("endless page: read in %s:\n%s", took, text)
 	}
@@ -5655,7 +5643,7 @@ func TestBrowserSource(t *testing.T) {
 	site, _ := browserSites(t)
 	srv := newServer(testSettings(t), io.Discard)
 	defer srv.close()
-	pg, err := srv.readPage(context.Background(), readDocsArgs{URL: site.URL + "/rewrites", Format: "markdown"})
+	pg, err := srv.readPage(context.Background(), readDocsArgs{URL: site.URL + "/rewrites"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -6019,27 +6007,25 @@ Scrolled line 4</pre>
 	defer site.Close()
 	c := startServer(t)
 	c.initialize("2025-06-18")
-	for _, format := range []string{"markdown", "text"} {
-		text, sc, _ := readdocsCall(t, c, map[string]any{"url": site.URL + "/", "format": format})
-		for _, want := range []string{"Visible heading", "Visible paragraph.",
-			"Visible after it.", "Shown inside a zero-size block.", "White on black.",
-			"Default ink on the page's black.", "Other tab's text.", "Folded text.",
-			"Grey text.", "Small print.", "Fading-in text.", "Scrolled line 4"} {
-			if !strings.Contains(text, want) {
-				t.Errorf("%s: %q left out:\n%s", format, want, text)
-			}
+	text, sc, _ := readdocsCall(t, c, map[string]any{"url": site.URL + "/"})
+	for _, want := range []string{"Visible heading", "Visible paragraph.",
+		"Visible after it.", "Shown inside a zero-size block.", "White on black.",
+		"Default ink on the page's black.", "Other tab's text.", "Folded text.",
+		"Grey text.", "Small print.", "Fading-in text.", "Scrolled line 4"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("%q left out:\n%s", want, text)
 		}
-		for _, hidden := range []string{"Zero-size", "Off-screen", "Class-hidden",
-			"White on the page", "White on white", "Transparent", "Screen-reader", "Invisible",
-			"Zero-height", "Clip-path", "Near-white", "Faint", "One-pixel", "Scaled-away",
-			"Indented-away", "Stylesheet-hidden"} {
-			if strings.Contains(text, hidden) {
-				t.Errorf("%s: %q kept:\n%s", format, hidden, text)
-			}
+	}
+	for _, hidden := range []string{"Zero-size", "Off-screen", "Class-hidden",
+		"White on the page", "White on white", "Transparent", "Screen-reader", "Invisible",
+		"Zero-height", "Clip-path", "Near-white", "Faint", "One-pixel", "Scaled-away",
+		"Indented-away", "Stylesheet-hidden"} {
+		if strings.Contains(text, hidden) {
+			t.Errorf("%q kept:\n%s", hidden, text)
 		}
-		if sc["via"] != "chromium" {
-			t.Errorf("%s: via %v", format, sc["via"])
-		}
+	}
+	if sc["via"] != "chromium" {
+		t.Errorf("via %v", sc["via"])
 	}
 }
 
@@ -6130,7 +6116,7 @@ func checkExtract(t *testing.T, name, file string, want, drop []string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	md := htmlToMarkdown(string(src), "https://example.com/page", 1<<20, false).text
+	md := htmlToMarkdown(string(src), "https://example.com/page", 1<<20).text
 	for _, w := range want {
 		if !strings.Contains(md, w) {
 			t.Errorf("%s: lacks %q:\n%s", name, w, md)
@@ -6153,7 +6139,7 @@ func TestReadDocsMath(t *testing.T) {
 		`</mjx-math><mjx-assistive-mml><math><mi>x</mi><mo>=</mo><mn>2</mn></math></mjx-assistive-mml>` +
 		`</mjx-container> be given.</p>`
 	for src, want := range map[string]string{v2: "Energy $E=mc^2$ holds.\n\n$$a+b$$", v3: "Let x=2 be given."} {
-		if md := htmlToMarkdown(src, "", 1000, false).text; md != want {
+		if md := htmlToMarkdown(src, "", 1000).text; md != want {
 			t.Errorf("%s: got %q, want %q", src, md, want)
 		}
 	}
@@ -6162,7 +6148,7 @@ func TestReadDocsMath(t *testing.T) {
 // TestReadDocsNeverEmpty: a page that is all furniture still gives its text.
 func TestReadDocsNeverEmpty(t *testing.T) {
 	t.Parallel()
-	md := htmlToMarkdown(`<body><div class="sidebar"><p>Only <a href="/x">text</a> of the page.</p></div></body>`, "", 1000, false).text
+	md := htmlToMarkdown(`<body><div class="sidebar"><p>Only <a href="/x">text</a> of the page.</p></div></body>`, "", 1000).text
 	if md != "Only [text](/x) of the page." {
 		t.Errorf("got %q", md)
 	}
@@ -6179,13 +6165,13 @@ func TestReadDocsSourceWins(t *testing.T) {
 	dom := `<html><head><title>Harbour seals</title></head><body><nav><a href="/">Home</a></nav>
 <p>Please enable JavaScript to read this article.</p></body></html>`
 	o := &readDocsOut{body: dom, source: string(src)}
-	md, _ := o.convert(readDocsArgs{Format: "markdown", MaxLength: 30000})
+	md, _ := o.convert(readDocsArgs{MaxLength: 30000})
 	if !strings.Contains(md, "For the first time in forty years") {
 		t.Errorf("got %q", md)
 	}
 	o = &readDocsOut{body: string(src), source: dom} // the page as shown is better: it stays
-	if md, _ := o.convert(readDocsArgs{Format: "text", MaxLength: 30000}); !strings.Contains(md, "Volunteers") {
-		t.Errorf("text: got %q", md)
+	if md, _ := o.convert(readDocsArgs{MaxLength: 30000}); !strings.Contains(md, "Volunteers") {
+		t.Errorf("the page as shown: got %q", md)
 	}
 }
 
@@ -6318,7 +6304,7 @@ func TestReadDocsHeadingWithoutWords(t *testing.T) {
 		page := `<html><body><h2>` + h + `</h2><p>Short text here.</p>
 <div class="x"><a href="/a">One</a> <a href="/b">Two</a> <a href="/c">Three</a></div>
 <p>Another short paragraph.</p></body></html>`
-		got := htmlToMarkdown(page, "https://example.com/", 1<<20, false).text
+		got := htmlToMarkdown(page, "https://example.com/", 1<<20).text
 		if strings.Contains(got, "[One]") || !strings.Contains(got, "Another short paragraph.") {
 			t.Errorf("heading %q:\n%s", h, got)
 		}
@@ -6341,7 +6327,7 @@ func TestReadDocsHiddenMarkup(t *testing.T) {
 <p style="font-size:0.9em">Small print</p><p style="color:#000;background:#fff">Black on white</p>
 <p class="hidden md:block">Shown from 768 pixels</p><p class="screen">Hidden in print only</p>
 <div role="tabpanel" hidden>Another tab</div></main></body></html>`
-	md := htmlToMarkdown(page, "", 1<<20, false).text
+	md := htmlToMarkdown(page, "", 1<<20).text
 	for _, w := range []string{"Visible text", "Small print", "Black on white",
 		"Shown from 768 pixels", "Hidden in print only", "Another tab"} {
 		if !strings.Contains(md, w) {
@@ -6411,7 +6397,7 @@ func TestReadDocsImpliedEnds(t *testing.T) {
 		`<h2>Outer <h3>Inner</h3></h2><p>Text.</p>`: "## Outer\n\n### Inner\n\nText.",
 	}
 	for src, want := range cases {
-		if md := htmlToMarkdown(src, "https://example.com/", 1<<20, false).text; md != want {
+		if md := htmlToMarkdown(src, "https://example.com/", 1<<20).text; md != want {
 			t.Errorf("%s:\ngot:\n%s\nwant:\n%s", src, md, want)
 		}
 	}
@@ -6421,7 +6407,7 @@ func TestReadDocsImpliedEnds(t *testing.T) {
 // page of headings only keeps them.
 func TestReadDocsEmptyHeadingsCode(t *testing.T) {
 	t.Parallel()
-	md := func(src string) string { return htmlToMarkdown(src, "", 1000, false).text }
+	md := func(src string) string { return htmlToMarkdown(src, "", 1000).text }
 	code := "## Setup\n\n```sh\n# install\n\n## done\n```"
 	if got := md("<h2>Setup</h2><pre class=lang-sh># install\n\n## done</pre>"); got != code {
 		t.Errorf("code block changed:\n%s", got)

@@ -349,7 +349,6 @@ func rawText(n *htmlNode) string {
 var (
 	mdEscape       = strings.NewReplacer("*", `\*`, "`", "\\`")
 	mdEscapeInLink = strings.NewReplacer("*", `\*`, "`", "\\`", "[", `\[`, "]", `\]`)
-	mdNoEscape     = strings.NewReplacer()
 	mdURLEscape    = strings.NewReplacer("(", "%28", ")", "%29", " ", "%20")
 	mdCellEscape   = strings.NewReplacer("  \n", " ", "\n", " ", "|", `\|`)
 	// a line's start that reads as a heading, quote or list marker, split before its last character
@@ -416,11 +415,10 @@ const (
 		`list|module|panel|posts?|section|widget|wrap|wrapper|zone)?$`
 )
 
-// mdConv turns a parsed page into markdown (or text).
+// mdConv turns a parsed page into markdown.
 type mdConv struct {
 	base      *url.URL
 	esc       *strings.Replacer // escapes text (more inside links)
-	plain     bool              // text: no link targets, emphasis or escapes
 	all       bool              // keep furniture: it is all the page has
 	page      int32             // text of the page's main area, less links
 	pageParas int32             // text of the paragraphs in the page
@@ -447,24 +445,16 @@ func htmlByTag(tag string) func(*htmlNode) bool {
 	return func(n *htmlNode) bool { return n.tag == tag }
 }
 
-// htmlTitle returns the text of the page's title element.
-func htmlTitle(root *htmlNode) string {
-	if t := root.find(htmlByTag("title")); t != nil {
-		return t.textContent()
-	}
-	return ""
-}
-
-// htmlToMarkdown returns the page's title and main content as markdown (plain:
-// as text), links made absolute, stopping after about limit characters.
-func htmlToMarkdown(src, pageURL string, limit int, plain bool) mdPage {
+// htmlToMarkdown returns the page's title and main content as markdown, links made absolute,
+// stopping after about limit characters.
+func htmlToMarkdown(src, pageURL string, limit int) mdPage {
 	root := parseHTML(src)
-	m := &mdConv{esc: mdEscape, plain: plain, limit: limit}
-	if plain {
-		m.esc = mdNoEscape
-	}
+	m := &mdConv{esc: mdEscape, limit: limit}
 	m.base, _ = url.Parse(pageURL)
-	pg := mdPage{title: htmlTitle(root)}
+	pg := mdPage{}
+	if t := root.find(htmlByTag("title")); t != nil {
+		pg.title = t.textContent()
+	}
 	if b := root.find(htmlByTag("base")); b != nil && m.base != nil {
 		if u, err := m.base.Parse(b.attr("href")); err == nil {
 			m.base = u
@@ -495,7 +485,7 @@ func htmlToMarkdown(src, pageURL string, limit int, plain bool) mdPage {
 	}
 	pg.cut = m.made > m.limit
 	pg.text = mdDropEmptyHeadings(pg.text)
-	if pg.title != "" && !m.plain && !strings.Contains("\n"+pg.text, "\n# ") {
+	if pg.title != "" && !strings.Contains("\n"+pg.text, "\n# ") {
 		// A page without its own heading starts with its title.
 		pg.text = "# " + m.esc.Replace(cutRunes(pg.title, maxTitle)) + "\n\n" + pg.text
 	}
@@ -847,11 +837,7 @@ func (m *mdConv) block(n *htmlNode, tight bool) string {
 				para()
 				if c.attr("role") == "tabpanel" && len(m.tabs) > 0 {
 					// each panel under its tab's label, in bold
-					label := m.esc.Replace(m.tabs[0].textContent())
-					if !m.plain {
-						label = "**" + label + "**"
-					}
-					add(label, false)
+					add("**"+m.esc.Replace(m.tabs[0].textContent())+"**", false)
 					m.tabs = m.tabs[1:]
 				}
 				if tight || !m.container(c) {
@@ -885,9 +871,6 @@ func (m *mdConv) element(n *htmlNode) string {
 	switch {
 	case mdHeadings[n.tag]:
 		s := strings.ReplaceAll(mdPara(m.inlineChildren(n)), "  \n", " ")
-		if m.plain {
-			return s
-		}
 		mark := strings.Repeat("#", int(n.tag[1]-'0')) + " "
 		if !m.docPart(n) {
 			mark = mdHeading + mark
@@ -943,7 +926,7 @@ func (m *mdConv) inline(b *strings.Builder, n *htmlNode) {
 		b.WriteString(m.link(n))
 	case n.tag == "script":
 		b.WriteString(m.math(n))
-	case mk != "" && !m.plain && m.emphasis < mdEmphasisDepth:
+	case mk != "" && m.emphasis < mdEmphasisDepth:
 		m.emphasis++
 		b.WriteString(mdMark(m.inlineChildren(n), mk, mk))
 		m.emphasis--
@@ -970,7 +953,7 @@ func (m *mdConv) image(n *htmlNode) string {
 	}
 	// data-src: a lazy image's real source
 	for _, src := range []string{n.attr("src"), n.attr("data-src")} {
-		if src != "" && !strings.HasPrefix(src, "data:") && !m.plain {
+		if src != "" && !strings.HasPrefix(src, "data:") {
 			return "![" + mdEscapeInLink.Replace(alt) + "](" + m.abs(src) + ")"
 		}
 	}
@@ -990,7 +973,7 @@ func (m *mdConv) math(n *htmlNode) string {
 func (m *mdConv) code(n *htmlNode) string {
 	s := strings.ReplaceAll(rawText(n), "\n", " ")
 	m.made += len(s)
-	if strings.TrimSpace(s) == "" || m.plain {
+	if strings.TrimSpace(s) == "" {
 		return s
 	} else if strings.HasPrefix(s, "`") || strings.HasSuffix(s, "`") {
 		s = " " + s + " "
@@ -1001,9 +984,7 @@ func (m *mdConv) code(n *htmlNode) string {
 
 func (m *mdConv) link(n *htmlNode) string {
 	esc := m.esc
-	if !m.plain {
-		m.esc = mdEscapeInLink
-	}
+	m.esc = mdEscapeInLink
 	s := m.inlineChildren(n)
 	m.esc = esc
 	href := strings.TrimSpace(n.attr("href"))
@@ -1011,7 +992,7 @@ func (m *mdConv) link(n *htmlNode) string {
 	// space); one to "#" is a control (back to top).
 	if !strings.ContainsFunc(s, isWordRune) || href == "#" {
 		return ""
-	} else if href == "" || strings.HasPrefix(strings.ToLower(href), "javascript:") || m.plain {
+	} else if href == "" || strings.HasPrefix(strings.ToLower(href), "javascript:") {
 		return s
 	}
 	return mdMark(s, "[", "]("+m.abs(href)+")")
@@ -1068,7 +1049,7 @@ func (m *mdConv) pre(n *htmlNode) string {
 		lang = mdLang(a)
 		a = a.parent
 	}
-	if f := fence(s, 3); strings.TrimSpace(s) != "" && !m.plain {
+	if f := fence(s, 3); strings.TrimSpace(s) != "" {
 		return f + lang + "\n" + s + "\n" + f
 	}
 	return s
@@ -1869,11 +1850,10 @@ var readDocsTool = toolDef{
 	name:  "ReadDocs",
 	title: "Read a web page",
 	description: `Reads a web page (documentation, an article, any http or https URL) in headless
-Chromium and returns its main content, as markdown by default: menus, sidebars, related links,
+Chromium and returns its main content as markdown: menus, sidebars, related links,
 comments, share and cookie blocks are left out; tables and code blocks are kept; links are
 absolute. Content that JavaScript builds is included.
 
-- format: "markdown", "text" (the same content without markup) or "html" (the whole page's DOM).
 - wait_ms: extra time for pages that keep changing (default 0, max 30000).
 - Long pages come in parts of max_length characters (default 30000); the reply ends with the
   start_index of the next part.
@@ -1883,8 +1863,6 @@ absolute. Content that JavaScript builds is included.
 Example: {"url": "https://go.dev/doc/effective_go", "max_length": 20000}`,
 	input: `{"type":"object","properties":{
 		"url":{"type":"string","minLength":1,"description":"The http or https URL to read."},
-		"format":{"type":"string","enum":["markdown","text","html"],
-			"description":"markdown (default), text or html."},
 		"wait_ms":{"type":"integer","minimum":0,"maximum":30000,
 			"description":"Extra milliseconds to wait before reading (default 0)."},
 		"max_length":{"type":"integer","minimum":1,"maximum":1000000,
@@ -1897,7 +1875,6 @@ Example: {"url": "https://go.dev/doc/effective_go", "max_length": 20000}`,
 		"final_url":{"type":"string","description":"the URL after redirects"},
 		"title":{"type":"string"},
 		"status":{"type":"integer","description":"HTTP status of the page; 0 when unknown"},
-		"format":{"type":"string","enum":["markdown","text","html"]},
 		"content":{"type":"string","description":"this part of the content"},
 		"truncated":{"type":"boolean","description":"more content follows this part"},
 		"next_start_index":{"type":"integer","description":"start_index of the next part"},
@@ -1906,7 +1883,7 @@ Example: {"url": "https://go.dev/doc/effective_go", "max_length": 20000}`,
 		"message":{"type":"string","description":"where the next part starts, or that none is"},
 		"via":{"type":"string","enum":["chromium","http"]},
 		"notes":{"type":"array","items":{"type":"string"}}},
-		"required":["url","final_url","title","status","format","content","truncated",
+		"required":["url","final_url","title","status","content","truncated",
 			"total_length","via"]}`,
 	hints: toolHints{readOnly: true, idempotent: true, openWorld: true},
 	run:   runReadDocs,
@@ -1914,7 +1891,6 @@ Example: {"url": "https://go.dev/doc/effective_go", "max_length": 20000}`,
 
 type readDocsArgs struct {
 	URL        string `json:"url"`
-	Format     string `json:"format"`
 	WaitMS     int    `json:"wait_ms"`
 	MaxLength  int    `json:"max_length"`
 	StartIndex int    `json:"start_index"`
@@ -1925,7 +1901,6 @@ type readDocsOut struct {
 	FinalURL       string   `json:"final_url"`
 	Title          string   `json:"title"`
 	Status         int      `json:"status"`
-	Format         string   `json:"format"`
 	Content        string   `json:"content"`
 	Truncated      bool     `json:"truncated"`
 	NextStartIndex int      `json:"next_start_index,omitempty"`
@@ -1951,14 +1926,13 @@ const pageJSON = 24 << 20
 const maxTitle = 300
 
 func runReadDocs(ctx context.Context, c *toolCall) toolResult {
-	a := readDocsArgs{Format: "markdown", MaxLength: 30000}
+	a := readDocsArgs{MaxLength: 30000}
 	json.Unmarshal(c.args, &a) // schema-checked
 	o, err := c.s.srv.readPage(ctx, a)
 	if err != nil {
 		return errorResult("%s", stripControls(err.Error()))
 	}
 	o.URL = a.URL
-	o.Format = a.Format
 	content, cut := o.convert(a)
 	// What the page says may hold control characters (terminal escapes):
 	// page text never needs them but tab and newline.
@@ -1997,23 +1971,17 @@ func runReadDocs(ctx context.Context, c *toolCall) toolResult {
 	return structuredResult(text, o)
 }
 
-// convert returns the content in the format asked, stopping after the part
-// asked for (cut: it stopped there), and sets the title from the page.
+// convert returns the content as markdown, stopping after the part asked for (cut: it stopped
+// there), and sets the title from the page.
 func (o *readDocsOut) convert(a readDocsArgs) (content string, cut bool) {
 	if o.isText {
 		return o.body, false
 	}
-	if a.Format == "html" { // the page as it is: only its title is read
-		if o.Title == "" {
-			o.Title = htmlTitle(parseHTML(o.body))
-		}
-		return o.body, false
-	}
 	// Twice the part asked for: counting text as it is rendered may run ahead of the output.
 	limit := 2 * (a.StartIndex + a.MaxLength)
-	pg := htmlToMarkdown(o.body, o.FinalURL, limit, a.Format == "text")
+	pg := htmlToMarkdown(o.body, o.FinalURL, limit)
 	if o.source != "" && !pg.cut { // scripts that removed the article lose to the HTML as sent
-		src := htmlToMarkdown(o.source, o.FinalURL, limit, a.Format == "text")
+		src := htmlToMarkdown(o.source, o.FinalURL, limit)
 		if len(src.text) > 2*len(pg.text) {
 			pg = src
 		}
