@@ -1181,7 +1181,7 @@ type wsFrameHeader struct {
 func wsDial(ctx context.Context, rawURL string, maxMsg int) (*wsConn, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil || u.Scheme != "ws" {
-		return nil, fmt.Errorf("websocket dial: bad url %q", rawURL)
+		return nil, fmt.Errorf("websocket dial: %q is not a ws:// URL", rawURL)
 	}
 	conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", u.Host)
 	if err != nil {
@@ -1754,19 +1754,9 @@ func chromeSpec(path, dir, marker string, root bool, socket *os.File, stderr io.
 		files: []*os.File{socket, socket}}
 }
 
-// attachBrowser connects to the browser the user runs and named in CHROME_URL: its ws:// URL,
-// or http://host:port, whose /json/version names that URL (asked without following a
-// redirect; the URL must be at the host the user named).
+// attachBrowser connects to the browser the user runs and named in CHROME_URL, its ws:// URL.
 func attachBrowser(ctx context.Context, set *settings) (*browser, error) {
-	wsURL := set.ChromeURL
-	var err error
-	if strings.HasPrefix(wsURL, "http://") {
-		wsURL, err = debuggerURL(ctx, strings.TrimSuffix(wsURL, "/"))
-	}
-	var ws *wsConn
-	if err == nil {
-		ws, err = wsDial(ctx, wsURL, set.WSMaxMessage)
-	}
+	ws, err := wsDial(ctx, set.ChromeURL, set.WSMaxMessage)
 	b := &browser{}
 	if err == nil {
 		err = b.connect(ctx, ws)
@@ -1775,31 +1765,6 @@ func attachBrowser(ctx context.Context, set *settings) (*browser, error) {
 		return nil, fmt.Errorf("CHROME_URL %s: %w", set.ChromeURL, err)
 	}
 	return b, nil
-}
-
-// debuggerURL asks a browser's DevTools HTTP endpoint, base, for its ws:// URL, which must be
-// at base's host: a redirect is not followed, and another host is refused.
-func debuggerURL(ctx context.Context, base string) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, "GET", base+"/json/version", nil)
-	if err != nil {
-		return "", err
-	}
-	resp, body, err := fetch(noRedirects, req, 1<<20)
-	if err != nil {
-		return "", err
-	}
-	var v struct{ WebSocketDebuggerURL string }
-	json.Unmarshal(body, &v)
-	u, err := url.Parse(v.WebSocketDebuggerURL)
-	switch {
-	case resp.StatusCode != http.StatusOK:
-		return "", fmt.Errorf("its /json/version answered %s", resp.Status)
-	case err != nil || u.Scheme != "ws":
-		return "", errors.New("its /json/version has no ws:// webSocketDebuggerUrl")
-	case u.Host != req.URL.Host:
-		return "", fmt.Errorf("its /json/version names another host, %s", u.Host)
-	}
-	return v.WebSocketDebuggerURL, nil
 }
 
 // connect drives the browser over conn, refusing downloads for as long as
@@ -2603,11 +2568,6 @@ func fetchPlain(ctx context.Context, pageURL string) (*readDocsOut, error) {
 }
 
 // ---- network fetches ------------------------------------------------------------------------
-
-// noRedirects is a client that follows no redirect: it answers with the redirect itself.
-var noRedirects = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error {
-	return http.ErrUseLastResponse
-}}
 
 // fetch sends req, an http or https request, with client (whose redirect rule applies: the
 // default client's follows 10, within http and https), and returns the response with at most
