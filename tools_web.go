@@ -55,11 +55,13 @@ type htmlNode struct {
 	// The converter's, set once (measure, scoreParas): the text below, its
 	// part in links, its commas, its paragraphs' text; n's place in document
 	// order and its subtree's end (holds); a block's score; its class words
-	// (mdHints); its id made from its heading; a content block of
-	// mdMinContent characters below it; in a figure or beside a caption.
-	size, links, commas, paras, pre, end int32
-	score                                float64
-	good, bad, own, content, captioned   bool
+	// naming content and furniture; its id made from its heading; a content
+	// block of mdMinContent characters below it; in a figure or beside a
+	// caption; hidden by the page (a tab panel never is: a reader shows it
+	// with a click).
+	size, links, commas, paras, pre, end       int32
+	score                                      float64
+	good, bad, own, content, captioned, hidden bool
 }
 
 type htmlAttr struct{ key, val string }
@@ -379,6 +381,9 @@ var (
 		div dl dt fieldset figcaption figure footer form h1 h2 h3 h4 h5 h6 header hgroup hr html
 		label li main nav ol p pre section summary table td th tr ul`)
 	mdInlineTags = wordSet("a b strong em i del s strike code kbd samp tt var img br script")
+	mdCodeTags   = wordSet("code kbd samp tt var")
+	mdMainTags   = wordSet("article main")     // they hold a page's article
+	mdNestTags   = wordSet("ul ol blockquote") // lists and quotes nest up to mdNestMax deep
 	mdNoiseRoles = wordSet(`navigation banner contentinfo complementary menu menubar search
 		dialog alertdialog tablist`)
 	mdHeadings   = wordSet("h1 h2 h3 h4 h5 h6")
@@ -449,10 +454,7 @@ func htmlByTag(tag string) func(*htmlNode) bool {
 
 // htmlTitle returns the text of the page's title element.
 func htmlTitle(root *htmlNode) string {
-	if t := root.find(htmlByTag("title")); t != nil {
-		return t.textContent()
-	}
-	return ""
+	return cmp.Or(root.find(htmlByTag("title")), &htmlNode{}).textContent()
 }
 
 // htmlToMarkdown returns the page's title and main content as markdown (plain:
@@ -544,10 +546,9 @@ func (m *mdConv) measure(n *htmlNode) {
 		n.commas = int32(strings.Count(n.text, ","))
 		return
 	}
-	if m.hides(n) {
-		n.attrs = append(n.attrs, htmlAttr{key: "hidden"})
-	}
-	if mdDropTags[n.tag] || htmlHidden(n) {
+	n.hidden = n.attr("role") != "tabpanel" && (m.hides(n) ||
+		slices.ContainsFunc(n.attrs, func(a htmlAttr) bool { return a.key == "hidden" }))
+	if mdDropTags[n.tag] || n.hidden {
 		return
 	}
 	n.captioned = n.parent != nil && n.parent.captioned || n.tag == "figure" ||
@@ -558,7 +559,7 @@ func (m *mdConv) measure(n *htmlNode) {
 		n.links += c.links
 		n.commas += c.commas
 		n.content = n.content || c.content ||
-			(c.good && !c.bad || c.tag == "article" || c.tag == "main") &&
+			(c.good && !c.bad || mdMainTags[c.tag]) &&
 				c.size-c.links >= mdMinContent
 	}
 	n.end = m.nodes + 1
@@ -573,31 +574,26 @@ func (m *mdConv) measure(n *htmlNode) {
 		!mdHeadings[n.tag] {
 		h = n.children[i]
 	}
-	if id := n.attr("id"); id != "" && mdHeadings[h.tag] && h.size < mdMaxCaption {
+	id := n.attr("id")
+	if id != "" && mdHeadings[h.tag] && h.size < mdMaxCaption {
 		slug := mdSlug(rawText(h))
 		n.own = slug != "" && strings.Contains(mdSlug(id), slug)
 	}
-	n.good, n.bad = mdHints(n)
+	// Words of its class, id and item type (schema.org/Comment) name content
+	// and furniture; an id made from n's own heading names neither.
+	if n.own {
+		id = ""
+	}
+	hints := n.attr("class") + " " + id + " " + n.attr("itemtype")
+	for _, w := range strings.FieldsFunc(strings.ToLower(hints), notWordRune) {
+		n.good = n.good || mdGoodWord.MatchString(w)
+		n.bad = n.bad || mdBadWord.MatchString(w)
+	}
 }
 
 func isWordRune(r rune) bool { return unicode.IsLetter(r) || unicode.IsDigit(r) }
 
 func notWordRune(r rune) bool { return !isWordRune(r) }
-
-// mdHints reports whether n's class, id and item type hold words naming
-// content and furniture; an id made from n's own heading names neither.
-func mdHints(n *htmlNode) (good, bad bool) {
-	id := n.attr("id")
-	if n.own {
-		id = ""
-	}
-	hints := n.attr("class") + " " + id + " " + n.attr("itemtype") // schema.org/Comment
-	for _, w := range strings.FieldsFunc(strings.ToLower(hints), notWordRune) {
-		good = good || mdGoodWord.MatchString(w)
-		bad = bad || mdBadWord.MatchString(w)
-	}
-	return good, bad
-}
 
 // holds reports that d is n or below it (both measured).
 func (n *htmlNode) holds(d *htmlNode) bool {
@@ -641,7 +637,7 @@ func (m *mdConv) mainContent(body, loose *htmlNode) *htmlNode {
 	}
 	// The article around the text holds its headline, deck and lead photo.
 	for a := top.parent; a != nil; a = a.parent {
-		if a.tag == "article" || a.tag == "main" {
+		if mdMainTags[a.tag] {
 			top = a
 			break
 		}
@@ -691,20 +687,13 @@ func (m *mdConv) scoreParas(n *htmlNode) (paras int32) {
 // weight is a block's score with its class words and role, less its share of link text.
 func (m *mdConv) weight(n *htmlNode) float64 {
 	w := n.score
-	if n.good || n.tag == "article" || n.tag == "main" || n.attr("role") == "main" {
+	if n.good || mdMainTags[n.tag] || n.attr("role") == "main" {
 		w += mdWordWeight
 	}
 	if n.bad {
 		w -= mdWordWeight
 	}
 	return w * (1 - float64(n.links)/float64(max(n.size, 1)))
-}
-
-// htmlHidden reports an element marked hidden. A tab panel is not: a
-// reader shows it with a click.
-func htmlHidden(n *htmlNode) bool {
-	return n.attr("role") != "tabpanel" &&
-		slices.ContainsFunc(n.attrs, func(a htmlAttr) bool { return a.key == "hidden" })
 }
 
 // hides reports an element the page hides: aria-hidden, its inline style
@@ -732,8 +721,7 @@ func (m *mdConv) hides(n *htmlNode) bool {
 // any rule that sets another display.
 func (m *mdConv) readStyles(root *htmlNode) {
 	// the classes of text for screen readers only hide too
-	m.hiddenCSS = map[string]bool{"sr-only": true, "visually-hidden": true,
-		"screen-reader-text": true}
+	m.hiddenCSS = wordSet("sr-only visually-hidden screen-reader-text")
 	m.shownCSS = map[string]bool{}
 	for _, st := range root.findAll(htmlByTag("style")) {
 		css := rawText(st)
@@ -781,7 +769,7 @@ func (m *mdConv) skip(n *htmlNode) bool {
 		return !strings.HasPrefix(n.attr("type"), "math/tex")
 	case mdMathJaxFrame.MatchString(n.attr("id")),
 		mdDropTags[n.tag] || n.tag == "nav" || n.tag == "footer" || n.tag == "address",
-		htmlHidden(n),
+		n.hidden,
 		n.tag == "figcaption" && n.size <= mdMaxCaption,
 		mdNoiseRoles[n.attr("role")]:
 		return true
@@ -874,7 +862,7 @@ func (m *mdConv) block(n *htmlNode, tight bool) string {
 
 // container reports a block element rendered as its children are.
 func (m *mdConv) container(n *htmlNode) bool {
-	if n.tag == "ul" || n.tag == "ol" || n.tag == "blockquote" {
+	if mdNestTags[n.tag] {
 		return m.nest >= mdNestMax
 	}
 	return !mdSelfBlocks[n.tag]
@@ -899,7 +887,7 @@ func (m *mdConv) element(n *htmlNode) string {
 		return m.pre(n)
 	case n.tag == "table":
 		return m.table(n)
-	case (n.tag == "ul" || n.tag == "ol" || n.tag == "blockquote") && m.nest < mdNestMax:
+	case mdNestTags[n.tag] && m.nest < mdNestMax:
 		m.nest++
 		defer func() { m.nest-- }()
 		if n.tag != "blockquote" {
@@ -937,7 +925,7 @@ func (m *mdConv) inline(b *strings.Builder, n *htmlNode) {
 		b.WriteString("\x01")
 	case n.tag == "img":
 		b.WriteString(m.image(n))
-	case n.tag == "code" || n.tag == "kbd" || n.tag == "samp" || n.tag == "tt" || n.tag == "var":
+	case mdCodeTags[n.tag]:
 		b.WriteString(m.code(n))
 	case n.tag == "a":
 		b.WriteString(m.link(n))
