@@ -41,7 +41,6 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-	"unicode"
 )
 
 // htmlNode is an element or a text node of a parsed page. The root has tag "#root".
@@ -357,6 +356,7 @@ var (
 	// a line's start that reads as a heading, quote or list marker, split before its last character
 	mdLineStart = regexp.MustCompile(`^(#{0,5}|\d{0,9})([#>+.)-])( |$)`)
 	mdSpaces    = regexp.MustCompile(`[ \t\r\n\f]+`)
+	mdWordRunes = regexp.MustCompile(`[\pL\p{Nd}]+`) // letters and digits
 	mdBackticks = regexp.MustCompile("`+")
 	// a code block's language in a class: language-ts, lang-ts, highlight-ts, sourceCode ts
 	mdLanguage = regexp.MustCompile(`(?:^|\s)(?:(?:language|lang|highlight)-|sourceCode\s+)(\S+)`)
@@ -396,10 +396,11 @@ var (
 	// Words of class and id values naming content, and naming furniture:
 	// whole, or before a tail that makes a compound (relatedposts,
 	// commentlist), not inside a longer word (commented).
-	mdGoodWord = regexp.MustCompile(`^(?:article|body|content|entry|main|post|story|text|blog|` +
-		`prose|markdown)` + mdWordTail)
-	mdBadWord = regexp.MustCompile(`^(?:ads?|advert|advertisement|author|banner|breadcrumb|` +
-		`byline|caption|comments?|consent|cookies?|copyright|credits?|cta|disqus|footer|gdpr|` +
+	mdGoodWord = regexp.MustCompile(mdWordHead +
+		`(?:article|body|content|entry|main|post|story|text|blog|prose|markdown)` + mdWordTail)
+	mdBadWord = regexp.MustCompile(mdWordHead +
+		`(?:ads?|advert|advertisement|author|banner|breadcrumb|byline|caption|comments?|` +
+		`consent|cookies?|copyright|credits?|cta|disqus|footer|gdpr|` +
 		`masthead|menu|meta|modal|nav|navbar|license|licence|navigation|newsletter|pager|` +
 		`pagination|popup|promo|recommended|related|share|sharing|side|sidebar|social|sponsor|` +
 		`subscribe|subscription|tags|toolbar)` + mdWordTail)
@@ -417,8 +418,10 @@ const (
 	mdLangDepth     = 3      // levels from a code block up to the wrapper naming its language
 	mdHeading       = "\x02" // starts a heading's line until mdDropEmptyHeadings
 	mdWhite         = `(?:#fff(?:fff)?\b|white\b|rgb\(255, ?255, ?255\))`
-	mdWordTail      = `(?:area|bar|block|box|container|content|holder|info|inner|items?|links?|` +
-		`list|module|panel|posts?|section|widget|wrap|wrapper|zone)?$`
+	// a word starts after a character that is no letter or digit, and ends before one
+	mdWordHead = `(?:^|[^\pL\p{Nd}])`
+	mdWordTail = `(?:area|bar|block|box|container|content|holder|info|inner|items?|links?|` +
+		`list|module|panel|posts?|section|widget|wrap|wrapper|zone)?(?:$|[^\pL\p{Nd}])`
 )
 
 // mdConv turns a parsed page into markdown (or text).
@@ -475,10 +478,10 @@ func htmlToMarkdown(src, pageURL string, limit int, plain bool) mdPage {
 	m.readStyles(root)
 	m.measure(root)
 	body := cmp.Or(root.find(htmlByTag("body")), root)
-	loose := body // or the page's main area
-	mn := body.find(func(n *htmlNode) bool { return n.tag == "main" || n.attr("role") == "main" })
-	if mn != nil && mn.size > 0 {
-		loose = mn
+	isMain := func(n *htmlNode) bool { return n.tag == "main" || n.attr("role") == "main" }
+	loose := cmp.Or(body.find(isMain), body) // the page's main area, or its body
+	if loose.size == 0 {
+		loose = body
 	}
 	m.page = loose.size - loose.links
 	for _, h := range body.findAll(func(n *htmlNode) bool { return n.own }) {
@@ -584,16 +587,10 @@ func (m *mdConv) measure(n *htmlNode) {
 	if n.own {
 		id = ""
 	}
-	hints := n.attr("class") + " " + id + " " + n.attr("itemtype")
-	for _, w := range strings.FieldsFunc(strings.ToLower(hints), notWordRune) {
-		n.good = n.good || mdGoodWord.MatchString(w)
-		n.bad = n.bad || mdBadWord.MatchString(w)
-	}
+	hints := strings.ToLower(n.attr("class") + " " + id + " " + n.attr("itemtype"))
+	n.good = mdGoodWord.MatchString(hints)
+	n.bad = mdBadWord.MatchString(hints)
 }
-
-func isWordRune(r rune) bool { return unicode.IsLetter(r) || unicode.IsDigit(r) }
-
-func notWordRune(r rune) bool { return !isWordRune(r) }
 
 // holds reports that d is n or below it (both measured).
 func (n *htmlNode) holds(d *htmlNode) bool {
@@ -607,7 +604,7 @@ func (m *mdConv) docPart(n *htmlNode) bool {
 
 // mdSlug is s lowercase, its letters and digits only.
 func mdSlug(s string) string {
-	return strings.ToLower(strings.Join(strings.FieldsFunc(s, notWordRune), ""))
+	return strings.ToLower(strings.Join(mdWordRunes.FindAllString(s, -1), ""))
 }
 
 // mainContent returns the best block, or the parent whose children read as
@@ -800,10 +797,12 @@ func (m *mdConv) block(n *htmlNode, tight bool) string {
 		if s == "" {
 			return
 		}
-		if out.Len() > 0 && tight && (list || prevList) {
-			out.WriteString("\n")
-		} else if out.Len() > 0 {
-			out.WriteString("\n\n")
+		sep := "\n\n"
+		if tight && (list || prevList) {
+			sep = "\n"
+		}
+		if out.Len() > 0 {
+			out.WriteString(sep)
 		}
 		out.WriteString(s)
 		prevList = list
@@ -997,7 +996,7 @@ func (m *mdConv) link(n *htmlNode) string {
 	href := strings.TrimSpace(n.attr("href"))
 	// A link without words is a permalink (¶, #, an icon glyph, a zero-width
 	// space); one to "#" is a control (back to top).
-	if !strings.ContainsFunc(s, isWordRune) || href == "#" {
+	if !mdWordRunes.MatchString(s) || href == "#" {
 		return ""
 	} else if href == "" || strings.HasPrefix(strings.ToLower(href), "javascript:") || m.plain {
 		return s
@@ -1019,9 +1018,7 @@ func mdPara(s string) string {
 	s = mdSpaces.ReplaceAllString(s, " ")
 	lines := strings.Split(strings.ReplaceAll(s, "\u00a0", " "), "\x01")
 	for i, l := range lines {
-		if lines[i] = strings.TrimSpace(l); mdLineStart.MatchString(lines[i]) {
-			lines[i] = mdLineStart.ReplaceAllString(lines[i], `$1\$2$3`) // ##\# \> 1\.
-		}
+		lines[i] = mdLineStart.ReplaceAllString(strings.TrimSpace(l), `$1\$2$3`) // ##\# \> 1\.
 	}
 	return strings.Trim(strings.Join(lines, "  \n"), " \n")
 }
