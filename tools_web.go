@@ -267,10 +267,6 @@ func (n *htmlNode) attr(key string) string {
 	return ""
 }
 
-func (n *htmlNode) hasClass(class string) bool {
-	return slices.Contains(strings.Fields(n.attr("class")), class)
-}
-
 // find returns the first node below n (depth first) that match accepts, or nil.
 func (n *htmlNode) find(match func(*htmlNode) bool) *htmlNode {
 	for _, c := range n.children {
@@ -2799,6 +2795,7 @@ func (e *searchEngine) readMarkup(body string) ([]searchHit, bool, error) {
 // attr=value, tag.class, a tag or a class.
 func searchSelector(sel string) func(*htmlNode) bool {
 	return func(n *htmlNode) bool {
+		classes := strings.Fields(n.attr("class"))
 		return slices.ContainsFunc(strings.Fields(sel), func(word string) bool {
 			key, value, isAttr := strings.Cut(word, "=")
 			tag, class, isTagged := strings.Cut(word, ".")
@@ -2806,9 +2803,9 @@ func searchSelector(sel string) func(*htmlNode) bool {
 			case isAttr:
 				return n.attr(key) == value
 			case isTagged:
-				return n.tag == tag && n.hasClass(class)
+				return n.tag == tag && slices.Contains(classes, class)
 			}
-			return n.tag == word || n.hasClass(word)
+			return n.tag == word || slices.Contains(classes, word)
 		})
 	}
 }
