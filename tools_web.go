@@ -52,13 +52,13 @@ type htmlNode struct {
 	children []*htmlNode
 
 	// The converter's, set once (measure, scoreParas): the text below, its
-	// part in links, its commas, its paragraphs' text; n's place in document
+	// part outside links, its commas, its paragraphs' text; n's place in document
 	// order and its subtree's end (holds); a block's score; its class words
 	// naming content and furniture; its id made from its heading; a content
 	// block of mdMinContent characters below it; in a figure or beside a
 	// caption; hidden by the page (a tab panel never is: a reader shows it
 	// with a click).
-	size, links, commas, paras, pre, end       int32
+	size, prose, commas, paras, pre, end       int32
 	score                                      float64
 	good, bad, own, content, captioned, hidden bool
 }
@@ -479,7 +479,7 @@ func htmlToMarkdown(src, pageURL string, limit int, plain bool) mdPage {
 	if loose.size == 0 {
 		loose = body
 	}
-	m.page = loose.size - loose.links
+	m.page = loose.prose
 	for _, h := range body.findAll(func(n *htmlNode) bool { return n.own }) {
 		m.doc = cmp.Or(m.doc, h.parent)
 		for !m.doc.holds(h) {
@@ -542,6 +542,7 @@ func (m *mdConv) measure(n *htmlNode) {
 	n.pre, n.end = m.nodes, m.nodes+1
 	if n.tag == "" {
 		n.size = int32(len(strings.TrimSpace(n.text)))
+		n.prose = n.size
 		n.commas = int32(strings.Count(n.text, ","))
 		return
 	}
@@ -555,15 +556,14 @@ func (m *mdConv) measure(n *htmlNode) {
 	for _, c := range n.children {
 		m.measure(c)
 		n.size += c.size
-		n.links += c.links
+		n.prose += c.prose
 		n.commas += c.commas
 		n.content = n.content || c.content ||
-			(c.good && !c.bad || mdMainTags[c.tag]) &&
-				c.size-c.links >= mdMinContent
+			(c.good && !c.bad || mdMainTags[c.tag]) && c.prose >= mdMinContent
 	}
 	n.end = m.nodes + 1
 	if n.tag == "a" && !strings.HasPrefix(n.attr("href"), "mailto:") {
-		n.links = n.size
+		n.prose = 0
 	}
 	// n's id is made from its heading: n is a heading whose id holds its
 	// text, or a section whose id holds the text of the heading it opens
@@ -643,7 +643,7 @@ func (m *mdConv) mainContent(body, loose *htmlNode) *htmlNode {
 		!slices.ContainsFunc(top.parent.children, other) {
 		top = top.parent
 	}
-	if (top.size-top.links)*3 < loose.size-loose.links {
+	if top.prose*3 < loose.prose {
 		return nil
 	}
 	return top
@@ -660,16 +660,16 @@ func (m *mdConv) scoreParas(n *htmlNode) (paras int32) {
 		// a paragraph: p, pre, a cell, an item, or a block with text of its own
 		isPara := mdParaTags[c.tag] ||
 			mdBlockTags[c.tag] && !mdHeadings[c.tag] && slices.ContainsFunc(c.children, ownText)
-		if text := c.size - c.links; isPara && text >= mdMinPara {
+		if isPara && c.prose >= mdMinPara {
 			// by its commas and length
-			v := 1 + float64(c.commas) + min(float64(text)/100, 3)
+			v := 1 + float64(c.commas) + min(float64(c.prose)/100, 3)
 			for a, d := c.parent, 1.0; a != nil && d <= 3; a, d = a.parent, d+1 {
 				if a.score == 0 {
 					m.cands = append(m.cands, a)
 				}
 				a.score += v / d
 			}
-			paras += text
+			paras += c.prose
 		}
 		paras += m.scoreParas(c)
 	}
@@ -686,7 +686,7 @@ func (m *mdConv) weight(n *htmlNode) float64 {
 	if n.bad {
 		w -= mdWordWeight
 	}
-	return w * (1 - float64(n.links)/float64(max(n.size, 1)))
+	return w * (1 - float64(n.size-n.prose)/float64(max(n.size, 1)))
 }
 
 // hides reports an element the page hides: aria-hidden, its inline style
@@ -739,7 +739,7 @@ func (m *mdConv) readStyles(root *htmlNode) {
 // holdsPage reports that n holds most of the page's text and all its
 // paragraphs. While paragraphs are being counted, the share of text alone decides.
 func (m *mdConv) holdsPage(n *htmlNode) bool {
-	return (n.size-n.links)*2 > m.page && n.paras+mdMinPara > m.pageParas
+	return n.prose*2 > m.page && n.paras+mdMinPara > m.pageParas
 }
 
 // most reports that n, or the block named as furniture that n is an item
@@ -772,7 +772,7 @@ func (m *mdConv) skip(n *htmlNode) bool {
 		return false
 	case n.tag == "form" && n.size < 500,
 		// an aside, or a paragraph that is a link (a teaser), outside the document
-		(n.tag == "aside" || n.tag == "p" && n.size > 0 && n.links*10 >= n.size*9) && !m.docPart(n):
+		(n.tag == "aside" || n.tag == "p" && n.size > 0 && n.prose*10 <= n.size) && !m.docPart(n):
 		return true
 	case n.bad && !m.most(n):
 		// Furniture words around the article (share-zone, js-code-nav) do not
@@ -781,7 +781,7 @@ func (m *mdConv) skip(n *htmlNode) bool {
 	}
 	// Link lists are furniture, but in a section of a document: tables of
 	// contents, "see also", lists of plugins.
-	return mdListTags[n.tag] && n.links*2 > n.size && n.size-n.links < 100 && !m.docPart(n)
+	return mdListTags[n.tag] && n.prose*2 < n.size && n.prose < 100 && !m.docPart(n)
 }
 
 // block renders n's children as markdown blocks separated by blank lines; in
