@@ -219,11 +219,7 @@ func htmlStartTag(s string, i int) (n *htmlNode, open bool, end int) {
 	// Attributes are apart by white space or '/'; a '/' just before the '>' closes the element.
 	sep := span(htmlSpace+"/", true)
 	for ; i < len(s) && s[i] != '>'; sep = span(htmlSpace+"/", true) {
-		key := span(htmlSpace+"/>=", false)
-		if key == "" { // a stray '='
-			key = "="
-			i++
-		}
+		key := span(htmlSpace+"/>=", false) // "" before a stray '='
 		span(htmlSpace, true)
 		val := ""
 		if i < len(s) && s[i] == '=' {
@@ -465,7 +461,6 @@ func htmlToMarkdown(src, pageURL string, limit int, plain bool) mdPage {
 		m.esc = mdNoEscape
 	}
 	m.base, _ = url.Parse(pageURL)
-	pg := mdPage{title: htmlTitle(root)}
 	if b := root.find(htmlByTag("base")); b != nil && m.base != nil {
 		if u, err := m.base.Parse(b.attr("href")); err == nil {
 			m.base = u
@@ -487,20 +482,21 @@ func htmlToMarkdown(src, pageURL string, limit int, plain bool) mdPage {
 		}
 	}
 	top := cmp.Or(m.mainContent(body, loose), loose)
+	text := ""
 	for _, content := range []*htmlNode{top, loose, body, body} {
 		m.made, m.outDoc, m.tabs = 0, false, nil // each attempt starts afresh
-		if pg.text = m.block(content, false); pg.text != "" {
+		if text = m.block(content, false); text != "" {
 			break
 		}
 		m.all = content == body // everything looked like furniture: read it whole
 	}
-	pg.cut = m.made > m.limit
-	pg.text = mdDropEmptyHeadings(pg.text)
-	if pg.title != "" && !m.plain && !strings.Contains("\n"+pg.text, "\n# ") {
+	text = mdDropEmptyHeadings(text)
+	title := htmlTitle(root)
+	if title != "" && !m.plain && !strings.Contains("\n"+text, "\n# ") {
 		// A page without its own heading starts with its title.
-		pg.text = "# " + m.esc.Replace(cutTitle(pg.title)) + "\n\n" + pg.text
+		text = "# " + m.esc.Replace(cutTitle(title)) + "\n\n" + text
 	}
-	return pg
+	return mdPage{title, text, m.made > m.limit}
 }
 
 // mdDropEmptyHeadings drops the headings marked with mdHeading (those
