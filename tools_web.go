@@ -41,6 +41,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unicode"
 )
 
 // htmlNode is an element or a text node of a parsed page. The root has tag "#root".
@@ -388,11 +389,10 @@ var (
 	// Words of class and id values naming content, and naming furniture:
 	// whole, or before a tail that makes a compound (relatedposts,
 	// commentlist), not inside a longer word (commented).
-	mdGoodWord = regexp.MustCompile(mdWordHead +
-		`(?:article|body|content|entry|main|post|story|text|blog|prose|markdown)` + mdWordTail)
-	mdBadWord = regexp.MustCompile(mdWordHead +
-		`(?:ads?|advert|advertisement|author|banner|breadcrumb|byline|caption|comments?|` +
-		`consent|cookies?|copyright|credits?|cta|disqus|footer|gdpr|` +
+	mdGoodWord = regexp.MustCompile(`^(?:article|body|content|entry|main|post|story|text|blog|` +
+		`prose|markdown)` + mdWordTail)
+	mdBadWord = regexp.MustCompile(`^(?:ads?|advert|advertisement|author|banner|breadcrumb|` +
+		`byline|caption|comments?|consent|cookies?|copyright|credits?|cta|disqus|footer|gdpr|` +
 		`masthead|menu|meta|modal|nav|navbar|license|licence|navigation|newsletter|pager|` +
 		`pagination|popup|promo|recommended|related|share|sharing|side|sidebar|social|sponsor|` +
 		`subscribe|subscription|tags|toolbar)` + mdWordTail)
@@ -410,10 +410,8 @@ const (
 	mdLangDepth     = 3      // levels from a code block up to the wrapper naming its language
 	mdHeading       = "\x02" // starts a heading's line until mdDropEmptyHeadings
 	mdWhite         = `(?:#fff(?:fff)?\b|white\b|rgb\(255, ?255, ?255\))`
-	// a word starts after a character that is no letter or digit, and ends before one
-	mdWordHead = `(?:^|[^\pL\p{Nd}])`
-	mdWordTail = `(?:area|bar|block|box|container|content|holder|info|inner|items?|links?|` +
-		`list|module|panel|posts?|section|widget|wrap|wrapper|zone)?(?:$|[^\pL\p{Nd}])`
+	mdWordTail      = `(?:area|bar|block|box|container|content|holder|info|inner|items?|links?|` +
+		`list|module|panel|posts?|section|widget|wrap|wrapper|zone)?$`
 )
 
 // mdConv turns a parsed page into markdown (or text).
@@ -443,6 +441,7 @@ type mdPage struct {
 	cut         bool
 }
 
+// htmlByTag returns a matcher of the elements named tag.
 func htmlByTag(tag string) func(*htmlNode) bool {
 	return func(n *htmlNode) bool { return n.tag == tag }
 }
@@ -580,8 +579,11 @@ func (m *mdConv) measure(n *htmlNode) {
 		id = ""
 	}
 	hints := strings.ToLower(n.attr("class") + " " + id + " " + n.attr("itemtype"))
-	n.good = mdGoodWord.MatchString(hints)
-	n.bad = mdBadWord.MatchString(hints)
+	notWord := func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) }
+	for _, w := range strings.FieldsFunc(hints, notWord) {
+		n.good = n.good || mdGoodWord.MatchString(w)
+		n.bad = n.bad || mdBadWord.MatchString(w)
+	}
 }
 
 // holds reports that d is n or below it (both measured).
@@ -799,11 +801,9 @@ func (m *mdConv) block(n *htmlNode, tight bool) string {
 		out.WriteString(s)
 		prevList = list
 	}
-	para := func() {
-		if inl.Len() > 0 {
-			add(mdPara(inl.String()), false)
-			inl.Reset()
-		}
+	para := func() { // the inline text so far, a paragraph unless blank
+		add(mdPara(inl.String()), false)
+		inl.Reset()
 	}
 	var walk func(p *htmlNode)
 	walk = func(p *htmlNode) {
