@@ -579,8 +579,7 @@ func (m *mdConv) measure(n *htmlNode) {
 		id = ""
 	}
 	hints := strings.ToLower(n.attr("class") + " " + id + " " + n.attr("itemtype"))
-	notWord := func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) }
-	for _, w := range strings.FieldsFunc(hints, notWord) {
+	for _, w := range strings.FieldsFunc(hints, notWordRune) {
 		n.good = n.good || mdGoodWord.MatchString(w)
 		n.bad = n.bad || mdBadWord.MatchString(w)
 	}
@@ -598,8 +597,11 @@ func (m *mdConv) docPart(n *htmlNode) bool {
 
 // mdSlug is s lowercase, its letters and digits only.
 func mdSlug(s string) string {
-	return strings.ToLower(strings.Join(mdWordRunes.FindAllString(s, -1), ""))
+	return strings.ToLower(strings.Join(strings.FieldsFunc(s, notWordRune), ""))
 }
+
+// notWordRune reports a rune that is no letter or digit.
+func notWordRune(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) }
 
 // mainContent returns the best block, or the parent whose children read as
 // content, or nil when no block clearly wins or it holds far less text than loose.
