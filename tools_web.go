@@ -53,13 +53,15 @@ type htmlNode struct {
 	children []*htmlNode
 
 	// The converter's, set once (measure, scoreParas): the text below, its
-	// part in links, its commas, its paragraphs' text; n's place in document
+	// part outside links, its commas, its paragraphs' text; n's place in document
 	// order and its subtree's end (holds); a block's score; its class words
-	// (mdHints); its id made from its heading; a content block of
-	// mdMinContent characters below it; in a figure or beside a caption.
-	size, links, commas, paras, pre, end int32
-	score                                float64
-	good, bad, own, content, captioned   bool
+	// naming content and furniture; its id made from its heading; a content
+	// block of mdMinContent characters below it; in a figure or beside a
+	// caption; hidden by the page (a tab panel never is: a reader shows it
+	// with a click).
+	size, prose, commas, paras, pre, end       int32
+	score                                      float64
+	good, bad, own, content, captioned, hidden bool
 }
 
 type htmlAttr struct{ key, val string }
@@ -218,11 +220,7 @@ func htmlStartTag(s string, i int) (n *htmlNode, open bool, end int) {
 	// Attributes are apart by white space or '/'; a '/' just before the '>' closes the element.
 	sep := span(htmlSpace+"/", true)
 	for ; i < len(s) && s[i] != '>'; sep = span(htmlSpace+"/", true) {
-		key := span(htmlSpace+"/>=", false)
-		if key == "" { // a stray '='
-			key = "="
-			i++
-		}
+		key := span(htmlSpace+"/>=", false) // "" before a stray '='
 		span(htmlSpace, true)
 		val := ""
 		if i < len(s) && s[i] == '=' {
@@ -264,10 +262,6 @@ func (n *htmlNode) attr(key string) string {
 		}
 	}
 	return ""
-}
-
-func (n *htmlNode) hasClass(class string) bool {
-	return slices.Contains(strings.Fields(n.attr("class")), class)
 }
 
 // find returns the first node below n (depth first) that match accepts, or nil.
@@ -354,6 +348,7 @@ var (
 	// a line's start that reads as a heading, quote or list marker, split before its last character
 	mdLineStart = regexp.MustCompile(`^(#{0,5}|\d{0,9})([#>+.)-])( |$)`)
 	mdSpaces    = regexp.MustCompile(`[ \t\r\n\f]+`)
+	mdWordRunes = regexp.MustCompile(`[\pL\p{Nd}]+`) // letters and digits
 	mdBackticks = regexp.MustCompile("`+")
 	// a code block's language in a class: language-ts, lang-ts, highlight-ts, sourceCode ts
 	mdLanguage = regexp.MustCompile(`(?:^|\s)(?:(?:language|lang|highlight)-|sourceCode\s+)(\S+)`)
@@ -378,6 +373,9 @@ var (
 		div dl dt fieldset figcaption figure footer form h1 h2 h3 h4 h5 h6 header hgroup hr html
 		label li main nav ol p pre section summary table td th tr ul`)
 	mdInlineTags = wordSet("a b strong em i del s strike code kbd samp tt var img br script")
+	mdCodeTags   = wordSet("code kbd samp tt var")
+	mdMainTags   = wordSet("article main")     // they hold a page's article
+	mdNestTags   = wordSet("ul ol blockquote") // lists and quotes nest up to mdNestMax deep
 	mdNoiseRoles = wordSet(`navigation banner contentinfo complementary menu menubar search
 		dialog alertdialog tablist`)
 	mdHeadings   = wordSet("h1 h2 h3 h4 h5 h6")
@@ -441,6 +439,7 @@ type mdPage struct {
 	cut         bool
 }
 
+// htmlByTag returns a matcher of the elements named tag.
 func htmlByTag(tag string) func(*htmlNode) bool {
 	return func(n *htmlNode) bool { return n.tag == tag }
 }
@@ -451,10 +450,6 @@ func htmlToMarkdown(src, pageURL string, limit int) mdPage {
 	root := parseHTML(src)
 	m := &mdConv{esc: mdEscape, limit: limit}
 	m.base, _ = url.Parse(pageURL)
-	pg := mdPage{}
-	if t := root.find(htmlByTag("title")); t != nil {
-		pg.title = t.textContent()
-	}
 	if b := root.find(htmlByTag("base")); b != nil && m.base != nil {
 		if u, err := m.base.Parse(b.attr("href")); err == nil {
 			m.base = u
@@ -463,12 +458,12 @@ func htmlToMarkdown(src, pageURL string, limit int) mdPage {
 	m.readStyles(root)
 	m.measure(root)
 	body := cmp.Or(root.find(htmlByTag("body")), root)
-	loose := body // or the page's main area
-	mn := body.find(func(n *htmlNode) bool { return n.tag == "main" || n.attr("role") == "main" })
-	if mn != nil && mn.size > 0 {
-		loose = mn
+	isMain := func(n *htmlNode) bool { return n.tag == "main" || n.attr("role") == "main" }
+	loose := cmp.Or(body.find(isMain), body) // the page's main area, or its body
+	if loose.size == 0 {
+		loose = body
 	}
-	m.page = loose.size - loose.links
+	m.page = loose.prose
 	for _, h := range body.findAll(func(n *htmlNode) bool { return n.own }) {
 		m.doc = cmp.Or(m.doc, h.parent)
 		for !m.doc.holds(h) {
@@ -476,20 +471,21 @@ func htmlToMarkdown(src, pageURL string, limit int) mdPage {
 		}
 	}
 	top := cmp.Or(m.mainContent(body, loose), loose)
+	text := ""
 	for _, content := range []*htmlNode{top, loose, body, body} {
 		m.made, m.outDoc, m.tabs = 0, false, nil // each attempt starts afresh
-		if pg.text = m.block(content, false); pg.text != "" {
+		if text = m.block(content, false); text != "" {
 			break
 		}
 		m.all = content == body // everything looked like furniture: read it whole
 	}
-	pg.cut = m.made > m.limit
-	pg.text = mdDropEmptyHeadings(pg.text)
-	if pg.title != "" && !strings.Contains("\n"+pg.text, "\n# ") {
+	text = mdDropEmptyHeadings(text)
+	title := cmp.Or(root.find(htmlByTag("title")), &htmlNode{}).textContent()
+	if title != "" && !strings.Contains("\n"+text, "\n# ") {
 		// A page without its own heading starts with its title.
-		pg.text = "# " + m.esc.Replace(cutRunes(pg.title, maxTitle)) + "\n\n" + pg.text
+		text = "# " + m.esc.Replace(cutRunes(title, maxTitle)) + "\n\n" + text
 	}
-	return pg
+	return mdPage{title, text, m.made > m.limit}
 }
 
 // mdDropEmptyHeadings drops the headings marked with mdHeading (those
@@ -531,13 +527,13 @@ func (m *mdConv) measure(n *htmlNode) {
 	n.pre, n.end = m.nodes, m.nodes+1
 	if n.tag == "" {
 		n.size = int32(len(strings.TrimSpace(n.text)))
+		n.prose = n.size
 		n.commas = int32(strings.Count(n.text, ","))
 		return
 	}
-	if m.hides(n) {
-		n.attrs = append(n.attrs, htmlAttr{key: "hidden"})
-	}
-	if mdDropTags[n.tag] || htmlHidden(n) {
+	n.hidden = n.attr("role") != "tabpanel" && (m.hides(n) ||
+		slices.ContainsFunc(n.attrs, func(a htmlAttr) bool { return a.key == "hidden" }))
+	if mdDropTags[n.tag] || n.hidden {
 		return
 	}
 	n.captioned = n.parent != nil && n.parent.captioned || n.tag == "figure" ||
@@ -545,15 +541,14 @@ func (m *mdConv) measure(n *htmlNode) {
 	for _, c := range n.children {
 		m.measure(c)
 		n.size += c.size
-		n.links += c.links
+		n.prose += c.prose
 		n.commas += c.commas
 		n.content = n.content || c.content ||
-			(c.good && !c.bad || c.tag == "article" || c.tag == "main") &&
-				c.size-c.links >= mdMinContent
+			(c.good && !c.bad || mdMainTags[c.tag]) && c.prose >= mdMinContent
 	}
 	n.end = m.nodes + 1
 	if n.tag == "a" && !strings.HasPrefix(n.attr("href"), "mailto:") {
-		n.links = n.size
+		n.prose = 0
 	}
 	// n's id is made from its heading: n is a heading whose id holds its
 	// text, or a section whose id holds the text of the heading it opens
@@ -563,30 +558,21 @@ func (m *mdConv) measure(n *htmlNode) {
 		!mdHeadings[n.tag] {
 		h = n.children[i]
 	}
-	if id := n.attr("id"); id != "" && mdHeadings[h.tag] && h.size < mdMaxCaption {
+	id := n.attr("id")
+	if id != "" && mdHeadings[h.tag] && h.size < mdMaxCaption {
 		slug := mdSlug(rawText(h))
 		n.own = slug != "" && strings.Contains(mdSlug(id), slug)
 	}
-	n.good, n.bad = mdHints(n)
-}
-
-func isWordRune(r rune) bool { return unicode.IsLetter(r) || unicode.IsDigit(r) }
-
-func notWordRune(r rune) bool { return !isWordRune(r) }
-
-// mdHints reports whether n's class, id and item type hold words naming
-// content and furniture; an id made from n's own heading names neither.
-func mdHints(n *htmlNode) (good, bad bool) {
-	id := n.attr("id")
+	// Words of its class, id and item type (schema.org/Comment) name content
+	// and furniture; an id made from n's own heading names neither.
 	if n.own {
 		id = ""
 	}
-	hints := n.attr("class") + " " + id + " " + n.attr("itemtype") // schema.org/Comment
-	for _, w := range strings.FieldsFunc(strings.ToLower(hints), notWordRune) {
-		good = good || mdGoodWord.MatchString(w)
-		bad = bad || mdBadWord.MatchString(w)
+	hints := strings.ToLower(n.attr("class") + " " + id + " " + n.attr("itemtype"))
+	for _, w := range strings.FieldsFunc(hints, notWordRune) {
+		n.good = n.good || mdGoodWord.MatchString(w)
+		n.bad = n.bad || mdBadWord.MatchString(w)
 	}
-	return good, bad
 }
 
 // holds reports that d is n or below it (both measured).
@@ -603,6 +589,9 @@ func (m *mdConv) docPart(n *htmlNode) bool {
 func mdSlug(s string) string {
 	return strings.ToLower(strings.Join(strings.FieldsFunc(s, notWordRune), ""))
 }
+
+// notWordRune reports a rune that is no letter or digit.
+func notWordRune(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) }
 
 // mainContent returns the best block, or the parent whose children read as
 // content, or nil when no block clearly wins or it holds far less text than loose.
@@ -631,7 +620,7 @@ func (m *mdConv) mainContent(body, loose *htmlNode) *htmlNode {
 	}
 	// The article around the text holds its headline, deck and lead photo.
 	for a := top.parent; a != nil; a = a.parent {
-		if a.tag == "article" || a.tag == "main" {
+		if mdMainTags[a.tag] {
 			top = a
 			break
 		}
@@ -644,7 +633,7 @@ func (m *mdConv) mainContent(body, loose *htmlNode) *htmlNode {
 		!slices.ContainsFunc(top.parent.children, other) {
 		top = top.parent
 	}
-	if (top.size-top.links)*3 < loose.size-loose.links {
+	if top.prose*3 < loose.prose {
 		return nil
 	}
 	return top
@@ -661,16 +650,16 @@ func (m *mdConv) scoreParas(n *htmlNode) (paras int32) {
 		// a paragraph: p, pre, a cell, an item, or a block with text of its own
 		isPara := mdParaTags[c.tag] ||
 			mdBlockTags[c.tag] && !mdHeadings[c.tag] && slices.ContainsFunc(c.children, ownText)
-		if text := c.size - c.links; isPara && text >= mdMinPara {
+		if isPara && c.prose >= mdMinPara {
 			// by its commas and length
-			v := 1 + float64(c.commas) + min(float64(text)/100, 3)
+			v := 1 + float64(c.commas) + min(float64(c.prose)/100, 3)
 			for a, d := c.parent, 1.0; a != nil && d <= 3; a, d = a.parent, d+1 {
 				if a.score == 0 {
 					m.cands = append(m.cands, a)
 				}
 				a.score += v / d
 			}
-			paras += text
+			paras += c.prose
 		}
 		paras += m.scoreParas(c)
 	}
@@ -681,20 +670,13 @@ func (m *mdConv) scoreParas(n *htmlNode) (paras int32) {
 // weight is a block's score with its class words and role, less its share of link text.
 func (m *mdConv) weight(n *htmlNode) float64 {
 	w := n.score
-	if n.good || n.tag == "article" || n.tag == "main" || n.attr("role") == "main" {
+	if n.good || mdMainTags[n.tag] || n.attr("role") == "main" {
 		w += mdWordWeight
 	}
 	if n.bad {
 		w -= mdWordWeight
 	}
-	return w * (1 - float64(n.links)/float64(max(n.size, 1)))
-}
-
-// htmlHidden reports an element marked hidden. A tab panel is not: a
-// reader shows it with a click.
-func htmlHidden(n *htmlNode) bool {
-	return n.attr("role") != "tabpanel" &&
-		slices.ContainsFunc(n.attrs, func(a htmlAttr) bool { return a.key == "hidden" })
+	return w * (1 - float64(n.size-n.prose)/float64(max(n.size, 1)))
 }
 
 // hides reports an element the page hides: aria-hidden, its inline style
@@ -722,8 +704,7 @@ func (m *mdConv) hides(n *htmlNode) bool {
 // any rule that sets another display.
 func (m *mdConv) readStyles(root *htmlNode) {
 	// the classes of text for screen readers only hide too
-	m.hiddenCSS = map[string]bool{"sr-only": true, "visually-hidden": true,
-		"screen-reader-text": true}
+	m.hiddenCSS = wordSet("sr-only visually-hidden screen-reader-text")
 	m.shownCSS = map[string]bool{}
 	for _, st := range root.findAll(htmlByTag("style")) {
 		css := rawText(st)
@@ -748,7 +729,7 @@ func (m *mdConv) readStyles(root *htmlNode) {
 // holdsPage reports that n holds most of the page's text and all its
 // paragraphs. While paragraphs are being counted, the share of text alone decides.
 func (m *mdConv) holdsPage(n *htmlNode) bool {
-	return (n.size-n.links)*2 > m.page && n.paras+mdMinPara > m.pageParas
+	return n.prose*2 > m.page && n.paras+mdMinPara > m.pageParas
 }
 
 // most reports that n, or the block named as furniture that n is an item
@@ -771,7 +752,7 @@ func (m *mdConv) skip(n *htmlNode) bool {
 		return !strings.HasPrefix(n.attr("type"), "math/tex")
 	case mdMathJaxFrame.MatchString(n.attr("id")),
 		mdDropTags[n.tag] || n.tag == "nav" || n.tag == "footer" || n.tag == "address",
-		htmlHidden(n),
+		n.hidden,
 		n.tag == "figcaption" && n.size <= mdMaxCaption,
 		mdNoiseRoles[n.attr("role")]:
 		return true
@@ -781,7 +762,7 @@ func (m *mdConv) skip(n *htmlNode) bool {
 		return false
 	case n.tag == "form" && n.size < 500,
 		// an aside, or a paragraph that is a link (a teaser), outside the document
-		(n.tag == "aside" || n.tag == "p" && n.size > 0 && n.links*10 >= n.size*9) && !m.docPart(n):
+		(n.tag == "aside" || n.tag == "p" && n.size > 0 && n.prose*10 <= n.size) && !m.docPart(n):
 		return true
 	case n.bad && !m.most(n):
 		// Furniture words around the article (share-zone, js-code-nav) do not
@@ -790,7 +771,7 @@ func (m *mdConv) skip(n *htmlNode) bool {
 	}
 	// Link lists are furniture, but in a section of a document: tables of
 	// contents, "see also", lists of plugins.
-	return mdListTags[n.tag] && n.links*2 > n.size && n.size-n.links < 100 && !m.docPart(n)
+	return mdListTags[n.tag] && n.prose*2 < n.size && n.prose < 100 && !m.docPart(n)
 }
 
 // block renders n's children as markdown blocks separated by blank lines; in
@@ -802,19 +783,19 @@ func (m *mdConv) block(n *htmlNode, tight bool) string {
 		if s == "" {
 			return
 		}
-		if out.Len() > 0 && tight && (list || prevList) {
-			out.WriteString("\n")
-		} else if out.Len() > 0 {
-			out.WriteString("\n\n")
+		sep := "\n\n"
+		if tight && (list || prevList) {
+			sep = "\n"
+		}
+		if out.Len() > 0 {
+			out.WriteString(sep)
 		}
 		out.WriteString(s)
 		prevList = list
 	}
-	para := func() {
-		if inl.Len() > 0 {
-			add(mdPara(inl.String()), false)
-			inl.Reset()
-		}
+	para := func() { // the inline text so far, a paragraph unless blank
+		add(mdPara(inl.String()), false)
+		inl.Reset()
 	}
 	var walk func(p *htmlNode)
 	walk = func(p *htmlNode) {
@@ -860,7 +841,7 @@ func (m *mdConv) block(n *htmlNode, tight bool) string {
 
 // container reports a block element rendered as its children are.
 func (m *mdConv) container(n *htmlNode) bool {
-	if n.tag == "ul" || n.tag == "ol" || n.tag == "blockquote" {
+	if mdNestTags[n.tag] {
 		return m.nest >= mdNestMax
 	}
 	return !mdSelfBlocks[n.tag]
@@ -882,7 +863,7 @@ func (m *mdConv) element(n *htmlNode) string {
 		return m.pre(n)
 	case n.tag == "table":
 		return m.table(n)
-	case (n.tag == "ul" || n.tag == "ol" || n.tag == "blockquote") && m.nest < mdNestMax:
+	case mdNestTags[n.tag] && m.nest < mdNestMax:
 		m.nest++
 		defer func() { m.nest-- }()
 		if n.tag != "blockquote" {
@@ -920,7 +901,7 @@ func (m *mdConv) inline(b *strings.Builder, n *htmlNode) {
 		b.WriteString("\x01")
 	case n.tag == "img":
 		b.WriteString(m.image(n))
-	case n.tag == "code" || n.tag == "kbd" || n.tag == "samp" || n.tag == "tt" || n.tag == "var":
+	case mdCodeTags[n.tag]:
 		b.WriteString(m.code(n))
 	case n.tag == "a":
 		b.WriteString(m.link(n))
@@ -990,7 +971,7 @@ func (m *mdConv) link(n *htmlNode) string {
 	href := strings.TrimSpace(n.attr("href"))
 	// A link without words is a permalink (¶, #, an icon glyph, a zero-width
 	// space); one to "#" is a control (back to top).
-	if !strings.ContainsFunc(s, isWordRune) || href == "#" {
+	if !mdWordRunes.MatchString(s) || href == "#" {
 		return ""
 	} else if href == "" || strings.HasPrefix(strings.ToLower(href), "javascript:") {
 		return s
@@ -1012,9 +993,7 @@ func mdPara(s string) string {
 	s = mdSpaces.ReplaceAllString(s, " ")
 	lines := strings.Split(strings.ReplaceAll(s, "\u00a0", " "), "\x01")
 	for i, l := range lines {
-		if lines[i] = strings.TrimSpace(l); mdLineStart.MatchString(lines[i]) {
-			lines[i] = mdLineStart.ReplaceAllString(lines[i], `$1\$2$3`) // ##\# \> 1\.
-		}
+		lines[i] = mdLineStart.ReplaceAllString(strings.TrimSpace(l), `$1\$2$3`) // ##\# \> 1\.
 	}
 	return strings.Trim(strings.Join(lines, "  \n"), " \n")
 }
@@ -2827,6 +2806,7 @@ func (e *searchEngine) readMarkup(body string) ([]searchHit, bool, error) {
 // attr=value, tag.class, a tag or a class.
 func searchSelector(sel string) func(*htmlNode) bool {
 	return func(n *htmlNode) bool {
+		classes := strings.Fields(n.attr("class"))
 		return slices.ContainsFunc(strings.Fields(sel), func(word string) bool {
 			key, value, isAttr := strings.Cut(word, "=")
 			tag, class, isTagged := strings.Cut(word, ".")
@@ -2834,9 +2814,9 @@ func searchSelector(sel string) func(*htmlNode) bool {
 			case isAttr:
 				return n.attr(key) == value
 			case isTagged:
-				return n.tag == tag && n.hasClass(class)
+				return n.tag == tag && slices.Contains(classes, class)
 			}
-			return n.tag == word || n.hasClass(word)
+			return n.tag == word || slices.Contains(classes, word)
 		})
 	}
 }
