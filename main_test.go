@@ -5236,7 +5236,8 @@ func browserSites(t *testing.T) (site, other *httptest.Server) {
 	mux.HandleFunc("/never", hang)
 	mux.HandleFunc("/stalls", page("Stalls", `<p>Article text.</p><img src="/never"><img src="`+other.URL+`/ad.png">
 <script async src="`+other.URL+`/tracker.js"></script><iframe src="`+other.URL+`/frame"></iframe>
-<script>fetch('`+other.URL+`/beacon'); new Image().src = '/never?pixel'</script>`))
+<script>fetch('`+other.URL+`/beacon'); new Image().src = '/never?pixel'; new Worker('/never?worker')</script>
+<link rel="manifest" href="/never?manifest">`))
 	mux.HandleFunc("/endless", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		io.WriteString(w, "<html><head><title>Endless</title></head><body><p>First part.</p>"+strings.Repeat(" ", 2048))
@@ -5279,7 +5280,8 @@ func browserRead(t *testing.T, c *testClient, args map[string]any, wantErr bool)
 func TestBrowserReadsWhenContentIsThere(t *testing.T) {
 	readdocsNeedBrowser(t)
 	site, other := browserSites(t)
-	c := startServer(t, "READDOCS_TIMEOUT_MS=8000")
+	// What never ends and does not hold the read would hold it for 5 s.
+	c := startServer(t, "READDOCS_TIMEOUT_MS=8000", "READDOCS_IDLE_MS=5000")
 	c.initialize("2025-06-18")
 	browserRead(t, c, map[string]any{"url": site.URL + "/rewrites"}, false) // starts the browser
 	for _, format := range []string{"markdown", "text"} {

@@ -1948,8 +1948,9 @@ func (srv *server) readPage(ctx context.Context, a readDocsArgs) (*readDocsOut, 
 }
 
 // Reading waits for DOMContentLoaded, then for readSettle without requests
-// to the page's own site (at most READDOCS_IDLE_MS): the content is there by
-// then, and what other hosts load (ads, trackers, widgets) never holds it.
+// to the page's own site (at most READDOCS_IDLE_MS; see holds): the content
+// is there by then, and what other hosts load (ads, trackers, widgets) never
+// holds it.
 const readSettle = 70 * time.Millisecond
 
 // readBlockedHosts match ad, tracker and cookie-banner hosts: a reader never needs them.
@@ -1992,7 +1993,7 @@ type tabState struct {
 type tabEvent struct {
 	Name, LoaderID, RequestID, FrameID string
 	Type, ResourceType                 string
-	Request                            struct{ URL string }
+	Request, Initiator                 struct{ URL, Type string }
 	Response                           struct {
 		URL    string
 		Status int
@@ -2020,8 +2021,7 @@ func (ts *tabState) event(method string, params json.RawMessage) {
 	case "Page.lifecycleEvent":
 		ts.lifecycle(e)
 	case "Network.requestWillBeSent":
-		_, site := siteOf(e.Request.URL)
-		if e.Type != "EventSource" && e.Type != "WebSocket" && site == ts.site {
+		if ts.holds(e) {
 			ts.inflight[e.RequestID] = true
 			ts.lastNet = time.Now()
 		}
@@ -2063,6 +2063,22 @@ func (ts *tabState) lifecycle(e tabEvent) {
 	case e.Name == "load":
 		ts.lastNet = time.Now() // scripts often fetch content on load: a settle from it too
 	}
+}
+
+// holds says whether a request keeps the read waiting: one the page makes to
+// its own site, that the tab lets through and that ends. Not what the
+// browser asks for by itself (a favicon, a manifest, a worker's script, whose
+// end the tab may never hear), nor what the tab refuses (images, fonts,
+// media, frames), nor streams.
+func (ts *tabState) holds(e tabEvent) bool {
+	_, site := siteOf(e.Request.URL)
+	switch e.Type {
+	case "Image", "Font", "Media", "EventSource", "WebSocket":
+		return false
+	case "Document":
+		return e.FrameID == ts.tab.targetID && site == ts.site
+	}
+	return e.Initiator.Type != "other" && site == ts.site
 }
 
 // blocks says whether a request the browser paused is refused: all but the
