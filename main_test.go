@@ -4816,6 +4816,21 @@ func readdocsSite(t *testing.T) *httptest.Server {
 		w.Header().Set("Content-Type", "application/json")
 		io.WriteString(w, `{"title":"Fetched article","paras":["First fetched paragraph.","Last fetched paragraph."]}`)
 	})
+	// Text that comes after the page is parsed: from its own site 300 ms later, and from a timer.
+	mux.HandleFunc("/late", page(`<html><head><title>Late</title></head><body><p>Parsed text.</p>
+<script>addEventListener('DOMContentLoaded', () => fetch('/api/late').then(r => r.text())
+  .then(t => document.body.insertAdjacentHTML('beforeend', '<p>' + t + '</p>')))</script></body></html>`))
+	mux.HandleFunc("/api/late", func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-stop:
+		case <-r.Context().Done():
+		case <-time.After(300 * time.Millisecond):
+		}
+		io.WriteString(w, "Fetched 300 ms later.")
+	})
+	mux.HandleFunc("/timer", page(`<html><head><title>Timer</title></head><body><p>Parsed text.</p>
+<script>addEventListener('DOMContentLoaded', () => setTimeout(() =>
+  document.body.insertAdjacentHTML('beforeend', '<p>Added by a timer.</p>'), 25))</script></body></html>`))
 	mux.HandleFunc("/missing", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html")
 		w.WriteHeader(404)
@@ -4902,6 +4917,8 @@ func TestReadDocsChromium(t *testing.T) {
 		t.Errorf("js: structured %v", sc)
 	}
 	check("spa", map[string]any{"url": site.URL + "/spa", "wait_ms": 0}, false, "Fetched article\n", "# Fetched article", "First fetched paragraph.", "Last fetched paragraph.")
+	check("late", map[string]any{"url": site.URL + "/late"}, false, "Parsed text.", "Fetched 300 ms later.")
+	check("timer", map[string]any{"url": site.URL + "/timer"}, false, "Parsed text.", "Added by a timer.")
 	check("text", map[string]any{"url": site.URL + "/js", "format": "text"}, false, "Static part\n\nAdded by script.")
 	check("html", map[string]any{"url": site.URL + "/js", "format": "html"}, false, "<b>script</b>")
 	sc = check("404", map[string]any{"url": site.URL + "/missing"}, false, "HTTP status 404", "# No such page")

@@ -1948,10 +1948,10 @@ func (srv *server) readPage(ctx context.Context, a readDocsArgs) (*readDocsOut, 
 }
 
 // Reading waits for DOMContentLoaded, then for readSettle without requests
-// to the page's own site (at most READDOCS_IDLE_MS; see holds): the content
-// is there by then, and what other hosts load (ads, trackers, widgets) never
-// holds it.
-const readSettle = 70 * time.Millisecond
+// to the page's own site (at most READDOCS_IDLE_MS; see holds and settle):
+// the content is there by then, and what other hosts load (ads, trackers,
+// widgets) never holds it.
+const readSettle = 40 * time.Millisecond
 
 // readBlockedHosts match ad, tracker and cookie-banner hosts: a reader never needs them.
 var readBlockedHosts = []string{"*doubleclick.net*", "*googlesyndication.com*",
@@ -2101,25 +2101,24 @@ func (ts *tabState) blocks(e tabEvent) bool {
 	return true
 }
 
-// waitReady waits until the page can be read (once parsed and its own
-// stylesheets come, when parsed is enough) or ctx ends.
-func (ts *tabState) waitReady(ctx context.Context, idleCap time.Duration, parsedEnough bool) {
+// waitReady waits until the page is parsed and nothing it asked of its own
+// site is still coming (at most idleCap after it was parsed), or ctx ends.
+// Not parsed, it is ready once its HTML has all come and idleCap passed
+// without requests: a script from another site holds the parser.
+func (ts *tabState) waitReady(ctx context.Context, idleCap time.Duration) {
 	for {
 		ts.mu.Lock()
 		quiet := time.Since(ts.lastNet)
 		if len(ts.inflight) > 0 {
 			quiet = 0
 		}
-		// Parsed: readSettle without requests (at most idleCap). Not parsed: the
-		// HTML has all come but a script from another site holds the parser.
 		var ok bool
 		var again time.Duration
 		if ts.dcl.IsZero() {
 			ok, again = ts.docID != "" && len(ts.inflight) == 0 && quiet >= idleCap, idleCap-quiet
 		} else {
-			left := idleCap - time.Since(ts.dcl)
-			ok = parsedEnough && len(ts.inflight) == 0 || quiet >= readSettle || left <= 0
-			again = min(readSettle-quiet, left)
+			again = idleCap - time.Since(ts.dcl)
+			ok = len(ts.inflight) == 0 || again <= 0
 		}
 		ts.mu.Unlock()
 		if ok {
@@ -2134,6 +2133,40 @@ func (ts *tabState) waitReady(ctx context.Context, idleCap time.Duration, parsed
 		}
 		t.Stop()
 	}
+}
+
+// settle waits until the page is ready (waitReady) and stays so for
+// readSettle by the page's own clock: a timer of its own, in a world of its
+// own, fires after the page's timers due before it, however busy the machine
+// is. At most idleCap after the page was parsed.
+func (b *browser) settle(ctx context.Context, ts *tabState, idleCap time.Duration) {
+	sleep := fmt.Sprintf("new Promise(r => setTimeout(r, %d))", readSettle.Milliseconds())
+	for ctx.Err() == nil {
+		ts.waitReady(ctx, idleCap)
+		start := time.Now()
+		params, err := b.world(ctx, ts.tab)
+		params["expression"], params["awaitPromise"] = sleep, true
+		if err == nil { // a new document ends the world, and the call
+			err = b.cdp.call(ctx, ts.tab.sid, "Runtime.evaluate", params, nil)
+		}
+		ts.mu.Lock()
+		quiet := err == nil && ts.lastNet.Before(start) && len(ts.inflight) == 0
+		capped := !ts.dcl.IsZero() && time.Since(ts.dcl) >= idleCap
+		ts.mu.Unlock()
+		if quiet || capped {
+			return
+		}
+	}
+}
+
+// world makes a world of telson's own in the tab's page, where the page's
+// scripts cannot replace the built-ins a script uses; it returns the
+// parameters of Runtime.evaluate in it. A new document ends the world.
+func (b *browser) world(ctx context.Context, t browserTab) (map[string]any, error) {
+	var w struct{ ExecutionContextID int }
+	isolate := map[string]any{"frameId": t.targetID, "worldName": "telson"}
+	err := b.cdp.call(ctx, t.sid, "Page.createIsolatedWorld", isolate, &w)
+	return map[string]any{"contextId": w.ExecutionContextID, "returnByValue": true}, err
 }
 
 // browserTab is an open tab and its DevTools session.
@@ -2271,13 +2304,13 @@ func (b *browser) read(ctx context.Context, srv *server, pageURL string,
 		return nil, fmt.Errorf("loading %s failed: %s", pageURL, nav.ErrorText)
 	}
 	// A page without scripts (or a refresh) is read as soon as it is parsed.
-	ts.waitReady(waitCtx, idleCap, true)
+	ts.waitReady(waitCtx, idleCap)
 	var scripts struct{ Result struct{ Value int } }
 	count := `document.querySelectorAll('script, meta[http-equiv="refresh" i]').length`
 	params := map[string]any{"expression": count, "returnByValue": true}
 	b.cdp.call(waitCtx, sid, "Runtime.evaluate", params, &scripts)
 	if scripts.Result.Value > 0 {
-		ts.waitReady(waitCtx, idleCap, false)
+		b.settle(waitCtx, ts, idleCap)
 	}
 	select {
 	case <-time.After(extra):
@@ -2485,11 +2518,8 @@ func (b *browser) evaluate(ctx context.Context, t browserTab, styled bool) (*rea
 		}
 		ExceptionDetails *struct{ Text string }
 	}
-	var world struct{ ExecutionContextID int }
-	isolate := map[string]any{"frameId": t.targetID, "worldName": "telson"}
-	err := b.cdp.call(ctx, t.sid, "Page.createIsolatedWorld", isolate, &world)
-	params := map[string]any{"expression": expr, "returnByValue": true,
-		"contextId": world.ExecutionContextID}
+	params, err := b.world(ctx, t)
+	params["expression"] = expr
 	if err == nil {
 		err = b.cdp.call(ctx, t.sid, "Runtime.evaluate", params, &ev)
 	}
