@@ -4916,6 +4916,11 @@ func TestReadDocsChromium(t *testing.T) {
 	if sc["via"] != "chromium" || sc["status"] != float64(200) || sc["title"] != "JS page" {
 		t.Errorf("js: structured %v", sc)
 	}
+	// The tab is reused: the same page at another fragment is a navigation without a new document.
+	if text, _, _ := readdocsCall(t, c, map[string]any{"url": site.URL + "/js#part"}); !strings.Contains(text, "Added by **script**.") ||
+		strings.Contains(text, "Note:") { // read at once, not at the deadline
+		t.Errorf("fragment: %s", text)
+	}
 	check("spa", map[string]any{"url": site.URL + "/spa", "wait_ms": 0}, false, "Fetched article\n", "# Fetched article", "First fetched paragraph.", "Last fetched paragraph.")
 	check("late", map[string]any{"url": site.URL + "/late"}, false, "Parsed text.", "Fetched 300 ms later.")
 	check("timer", map[string]any{"url": site.URL + "/timer"}, false, "Parsed text.", "Added by a timer.")
@@ -5111,7 +5116,8 @@ func TestReadDocsControlCharacters(t *testing.T) {
 // BenchmarkReadDocsWarm reads a local page with the browser reused; it
 // reports the median, the first call (with browser start), the median for the
 // same page with a script (which waits for a quiet network) and a plain
-// net/http GET of the page as the baseline.
+// net/http GET of the page as the baseline, and the warm and first reads
+// against it.
 // go test -run XXX -bench ReadDocsWarm -benchtime 20x
 func BenchmarkReadDocsWarm(b *testing.B) {
 	if findChrome(testSettings(b)) == "" {
@@ -5163,6 +5169,7 @@ func BenchmarkReadDocsWarm(b *testing.B) {
 	get := float64(plain[len(plain)/2].Microseconds()) / 1000
 	b.ReportMetric(get, "http-get-median-ms")
 	b.ReportMetric(warm/get, "x-http-get")
+	b.ReportMetric(first/get, "first-x-http-get")
 }
 
 // BenchmarkHTMLToMarkdown converts a 1 MB documentation page (MB/s); parsing

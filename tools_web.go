@@ -1539,7 +1539,7 @@ type browser struct {
 	cmd   *exec.Cmd       // the leader of the browser's process group
 	dir   string          // the profile, also the browser's home and temporary directory
 	cdp   *cdpClient      // done when the browser died
-	spare chan browserTab // a tab opened ahead of the next read; nil in the user's browser
+	spare chan browserTab // a tab for the next read (the last one's); nil in the user's browser
 }
 
 // chromeNames are the browsers looked for when CHROME_PATH is not set.
@@ -2243,7 +2243,7 @@ func (b *browser) closeTab(t browserTab) {
 	b.cdp.call(ctx, "", "Target.closeTarget", map[string]any{"targetId": t.targetID}, nil)
 }
 
-// read loads pageURL in a new tab, when one of srv's tab slots is free, and
+// read loads pageURL in a tab, when one of srv's tab slots is free, and
 // reads it once its content is there (see readSettle), and extra later; the
 // slot's wait and the read take at most READDOCS_TIMEOUT_MS and extra (the
 // browser's start is not counted).
@@ -2271,13 +2271,21 @@ func (b *browser) read(ctx context.Context, srv *server, pageURL string,
 	if err != nil {
 		return nil, err
 	}
+	reuse := false // the read went well: the next one navigates the tab (a new one costs)
 	defer func() {
-		if b.cmd == nil { // the user's browser: the tab goes before telson may disconnect
+		switch {
+		case b.cmd == nil: // the user's browser: the tab goes before telson may disconnect
 			b.closeTab(tab)
-			return
+		case reuse:
+			select {
+			case b.spare <- tab:
+			default:
+				go b.closeTab(tab) // another read left one
+			}
+		default:
+			go b.closeTab(tab) // exits when Chrome answers or after two seconds
+			go b.openSpare()   // exits when the tab is open or failed
 		}
-		go b.closeTab(tab) // exits when Chrome answers or after two seconds
-		go b.openSpare()   // exits when the tab is open or failed
 	}()
 	sid := tab.sid
 	_, site := siteOf(pageURL)
@@ -2289,8 +2297,8 @@ func (b *browser) read(ctx context.Context, srv *server, pageURL string,
 	waitCtx, cancelWait := context.WithDeadline(ctx, dl.Add(-min(5*time.Second, time.Until(dl)/4)))
 	defer cancelWait()
 	var nav struct {
-		ErrorText  string
-		IsDownload bool
+		LoaderID, ErrorText string
+		IsDownload          bool
 	}
 	err = b.cdp.call(waitCtx, sid, "Page.navigate", map[string]any{"url": pageURL}, &nav)
 	switch {
@@ -2302,6 +2310,10 @@ func (b *browser) read(ctx context.Context, srv *server, pageURL string,
 		return nil, fmt.Errorf("%s is a download, not a page", pageURL)
 	case nav.ErrorText != "":
 		return nil, fmt.Errorf("loading %s failed: %s", pageURL, nav.ErrorText)
+	case nav.LoaderID == "": // the page the tab shows, at another fragment
+		ts.mu.Lock()
+		ts.dcl = time.Now()
+		ts.mu.Unlock()
 	}
 	// A page without scripts (or a refresh) is read as soon as it is parsed.
 	ts.waitReady(waitCtx, idleCap)
@@ -2326,6 +2338,7 @@ func (b *browser) read(ctx context.Context, srv *server, pageURL string,
 	} else if err != nil {
 		return nil, err
 	}
+	reuse = true
 	ts.mu.Lock()
 	if ts.dcl.IsZero() {
 		pg.Notes = append(pg.Notes, fmt.Sprintf("The page had not finished loading after %s; "+
