@@ -1902,7 +1902,9 @@ func (o *readDocsOut) convert(a readDocsArgs) (content string, cut bool) {
 	// Twice the part asked for: counting text as it is rendered may run ahead of the output.
 	limit := 2 * (a.StartIndex + a.MaxLength)
 	pg := htmlToMarkdown(o.body, o.FinalURL, limit, a.Format == "text")
-	if o.source != "" && !pg.cut { // scripts that removed the article lose to the HTML as sent
+	// Scripts that removed the article lose to the HTML as sent, whose text is
+	// shorter than it: one not twice as long as the text read cannot win.
+	if o.source != "" && !pg.cut && len(o.source) > 2*len(pg.text) {
 		src := htmlToMarkdown(o.source, o.FinalURL, limit, a.Format == "text")
 		if len(src.text) > 2*len(pg.text) {
 			pg = src
