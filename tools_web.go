@@ -2331,9 +2331,27 @@ func (b *browser) read(ctx context.Context, srv *server, pageURL string,
 	case <-ctx.Done():
 	}
 	ts.mu.Lock()
-	styled := !ts.unstyled
+	styled, docID := !ts.unstyled, ts.docID
+	if ts.inflight[docID] {
+		docID = "" // it has not all come
+	}
 	ts.mu.Unlock()
+	// The page's HTML as the server sent it, when it has all come ("" on an
+	// error), asked for while the page is read.
+	var src struct {
+		Body          string
+		Base64Encoded bool
+	}
+	sent := make(chan struct{})
+	go func() { // exits when Chrome answers or ctx ends
+		if docID != "" {
+			params := map[string]any{"requestId": docID}
+			b.cdp.call(ctx, sid, "Network.getResponseBody", params, &src)
+		}
+		close(sent)
+	}()
 	pg, err := b.evaluate(ctx, tab, styled)
+	<-sent
 	if err != nil && ctx.Err() != nil {
 		return nil, fmt.Errorf("%s did not answer within %s (a script may be busy)", pageURL,
 			took())
@@ -2350,20 +2368,7 @@ func (b *browser) read(ctx context.Context, srv *server, pageURL string,
 		note := "The page tried to go on to " + ts.moved + "; this is the page itself."
 		pg.Notes = append(pg.Notes, note)
 	}
-	docID := ts.docID
-	if ts.inflight[docID] {
-		docID = "" // it has not all come
-	}
 	ts.mu.Unlock()
-	// The page's HTML as the server sent it, when it has all come ("" on an error).
-	var src struct {
-		Body          string
-		Base64Encoded bool
-	}
-	if docID != "" {
-		params := map[string]any{"requestId": docID}
-		b.cdp.call(ctx, sid, "Network.getResponseBody", params, &src)
-	}
 	if !src.Base64Encoded {
 		pg.source = src.Body[:min(len(src.Body), pageCap)]
 	}
