@@ -2140,7 +2140,8 @@ func (ts *tabState) waitReady(ctx context.Context, idleCap time.Duration) {
 // settle waits until the page is ready (waitReady) and stays so for
 // readSettle by the page's own clock: a timer of its own, in a world of its
 // own, fires after the page's timers due before it, however busy the machine
-// is. At most idleCap after the page was parsed.
+// is. At most idleCap after the page was parsed; a page not parsed is not
+// waited for longer than waitReady does.
 func (b *browser) settle(ctx context.Context, ts *tabState, idleCap time.Duration) {
 	sleep := fmt.Sprintf("new Promise(r => setTimeout(r, %d))", readSettle.Milliseconds())
 	for ctx.Err() == nil {
@@ -2148,14 +2149,19 @@ func (b *browser) settle(ctx context.Context, ts *tabState, idleCap time.Duratio
 		start := time.Now()
 		params, err := b.world(ctx, ts.tab)
 		params["expression"], params["awaitPromise"] = sleep, true
+		// The user's browser may hold a background tab's timers for a second:
+		// idleCap of the page's clock held is the end.
+		sleepCtx, cancel := context.WithTimeout(ctx, idleCap)
 		if err == nil { // a new document ends the world, and the call
-			err = b.cdp.call(ctx, ts.tab.sid, "Runtime.evaluate", params, nil)
+			err = b.cdp.call(sleepCtx, ts.tab.sid, "Runtime.evaluate", params, nil)
 		}
+		held := sleepCtx.Err() != nil
+		cancel()
 		ts.mu.Lock()
 		quiet := err == nil && ts.lastNet.Before(start) && len(ts.inflight) == 0
-		capped := !ts.dcl.IsZero() && time.Since(ts.dcl) >= idleCap
+		capped := ts.dcl.IsZero() || time.Since(ts.dcl) >= idleCap // not parsed: waited already
 		ts.mu.Unlock()
-		if quiet || capped {
+		if quiet || capped || held {
 			return
 		}
 	}
@@ -2179,8 +2185,9 @@ type browserTab struct{ targetID, sid string }
 // and known ad hosts. Nobody hears its events yet.
 func (b *browser) newTab(ctx context.Context) (browserTab, error) {
 	var t struct{ TargetID, SessionID string }
-	// In the user's browser, the tab opens behind the one they look at.
-	create := map[string]any{"url": "about:blank", "background": b.cmd == nil}
+	// In the background: it paints nothing (a read needs the layout, not the
+	// pixels), and in the user's browser it opens behind the one they look at.
+	create := map[string]any{"url": "about:blank", "background": true}
 	err := b.cdp.call(ctx, "", "Target.createTarget", create, &t)
 	if err != nil {
 		return browserTab{}, err
