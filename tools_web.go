@@ -1579,7 +1579,7 @@ type browser struct {
 	marker string          // its run marker
 	dir    string          // the profile, also the browser's home and temporary directory
 	cdp    *cdpClient      // done when the browser died
-	spare  chan browserTab // a tab opened ahead of the next read; nil in the user's browser
+	spare  chan browserTab // a tab for the next read (the last one's); nil in the user's browser
 }
 
 // chromeNames are the browsers looked for when CHROME_PATH is not set.
@@ -1924,7 +1924,9 @@ func (o *readDocsOut) convert(a readDocsArgs) (content string, cut bool) {
 	// Twice the part asked for: counting text as it is rendered may run ahead of the output.
 	limit := 2 * (a.StartIndex + a.MaxLength)
 	pg := htmlToMarkdown(o.body, o.FinalURL, limit)
-	if o.source != "" && !pg.cut { // scripts that removed the article lose to the HTML as sent
+	// Scripts that removed the article lose to the HTML as sent, whose text is
+	// shorter than it: one not twice as long as the text read cannot win.
+	if o.source != "" && !pg.cut && len(o.source) > 2*len(pg.text) {
 		src := htmlToMarkdown(o.source, o.FinalURL, limit)
 		if len(src.text) > 2*len(pg.text) {
 			pg = src
@@ -1967,9 +1969,10 @@ func (srv *server) readPage(ctx context.Context, a readDocsArgs) (*readDocsOut, 
 }
 
 // Reading waits for DOMContentLoaded, then for readSettle without requests
-// to the page's own site (at most READDOCS_IDLE_MS): the content is there by
-// then, and what other hosts load (ads, trackers, widgets) never holds it.
-const readSettle = 70 * time.Millisecond
+// to the page's own site (at most READDOCS_IDLE_MS; see holds and settle):
+// the content is there by then, and what other hosts load (ads, trackers,
+// widgets) never holds it.
+const readSettle = 40 * time.Millisecond
 
 // readBlockedHosts match ad, tracker and cookie-banner hosts: a reader never needs them.
 var readBlockedHosts = []string{"*doubleclick.net*", "*googlesyndication.com*",
@@ -1991,6 +1994,7 @@ func siteOf(rawURL string) (origin, site string) {
 
 // tabState is what a tab's events have said; the reader goroutine writes it.
 type tabState struct {
+	ctx     context.Context // the read's: the answer to an event is waited for until it ends
 	cdp     *cdpClient
 	tab     browserTab
 	changed chan struct{} // a token after every change
@@ -2011,7 +2015,7 @@ type tabState struct {
 type tabEvent struct {
 	Name, LoaderID, RequestID, FrameID string
 	Type, ResourceType                 string
-	Request                            struct{ URL string }
+	Request, Initiator                 struct{ URL, Type string }
 	Response                           struct {
 		URL    string
 		Status int
@@ -2039,8 +2043,7 @@ func (ts *tabState) event(method string, params json.RawMessage) {
 	case "Page.lifecycleEvent":
 		ts.lifecycle(e)
 	case "Network.requestWillBeSent":
-		_, site := siteOf(e.Request.URL)
-		if e.Type != "EventSource" && e.Type != "WebSocket" && site == ts.site {
+		if ts.holds(e) {
 			ts.inflight[e.RequestID] = true
 			ts.lastNet = time.Now()
 		}
@@ -2063,8 +2066,8 @@ func (ts *tabState) event(method string, params json.RawMessage) {
 	default:
 	}
 	if reply != "" {
-		// The goroutine exits when Chrome answers or the connection drops.
-		go ts.cdp.call(context.Background(), ts.tab.sid, reply, args, nil)
+		// The goroutine exits when Chrome answers, the connection drops or the read ends.
+		go ts.cdp.call(ts.ctx, ts.tab.sid, reply, args, nil)
 	}
 }
 
@@ -2082,6 +2085,22 @@ func (ts *tabState) lifecycle(e tabEvent) {
 	case e.Name == "load":
 		ts.lastNet = time.Now() // scripts often fetch content on load: a settle from it too
 	}
+}
+
+// holds says whether a request keeps the read waiting: one the page makes to
+// its own site, that the tab lets through and that ends. Not what the
+// browser asks for by itself (a favicon, a manifest, a worker's script, whose
+// end the tab may never hear), nor what the tab refuses (images, fonts,
+// media, frames), nor streams.
+func (ts *tabState) holds(e tabEvent) bool {
+	_, site := siteOf(e.Request.URL)
+	switch e.Type {
+	case "Image", "Font", "Media", "EventSource", "WebSocket":
+		return false
+	case "Document":
+		return e.FrameID == ts.tab.targetID && site == ts.site
+	}
+	return e.Initiator.Type != "other" && site == ts.site
 }
 
 // blocks says whether a request the browser paused is refused: all but the
@@ -2104,25 +2123,24 @@ func (ts *tabState) blocks(e tabEvent) bool {
 	return true
 }
 
-// waitReady waits until the page can be read (once parsed and its own
-// stylesheets come, when parsed is enough) or ctx ends.
-func (ts *tabState) waitReady(ctx context.Context, idleCap time.Duration, parsedEnough bool) {
+// waitReady waits until the page is parsed and nothing it asked of its own
+// site is still coming (at most idleCap after it was parsed), or ctx ends.
+// Not parsed, it is ready once its HTML has all come and idleCap passed
+// without requests: a script from another site holds the parser.
+func (ts *tabState) waitReady(ctx context.Context, idleCap time.Duration) {
 	for {
 		ts.mu.Lock()
 		quiet := time.Since(ts.lastNet)
 		if len(ts.inflight) > 0 {
 			quiet = 0
 		}
-		// Parsed: readSettle without requests (at most idleCap). Not parsed: the
-		// HTML has all come but a script from another site holds the parser.
 		var ok bool
 		var again time.Duration
 		if ts.dcl.IsZero() {
 			ok, again = ts.docID != "" && len(ts.inflight) == 0 && quiet >= idleCap, idleCap-quiet
 		} else {
-			left := idleCap - time.Since(ts.dcl)
-			ok = parsedEnough && len(ts.inflight) == 0 || quiet >= readSettle || left <= 0
-			again = min(readSettle-quiet, left)
+			again = idleCap - time.Since(ts.dcl)
+			ok = len(ts.inflight) == 0 || again <= 0
 		}
 		ts.mu.Unlock()
 		if ok {
@@ -2139,6 +2157,46 @@ func (ts *tabState) waitReady(ctx context.Context, idleCap time.Duration, parsed
 	}
 }
 
+// settle waits until the page is ready (waitReady) and stays so for
+// readSettle by the page's own clock: a timer of its own, in a world of its
+// own, fires after the page's timers due before it, however busy the machine
+// is. At most idleCap after the page was parsed; a page not parsed is not
+// waited for longer than waitReady does.
+func (b *browser) settle(ctx context.Context, ts *tabState, idleCap time.Duration) {
+	sleep := fmt.Sprintf("new Promise(r => setTimeout(r, %d))", readSettle.Milliseconds())
+	for ctx.Err() == nil {
+		ts.waitReady(ctx, idleCap)
+		start := time.Now()
+		params, err := b.world(ctx, ts.tab)
+		params["expression"], params["awaitPromise"] = sleep, true
+		// The user's browser may hold a background tab's timers for a second:
+		// idleCap of the page's clock held is the end.
+		sleepCtx, cancel := context.WithTimeout(ctx, idleCap)
+		if err == nil { // a new document ends the world, and the call
+			err = b.cdp.call(sleepCtx, ts.tab.sid, "Runtime.evaluate", params, nil)
+		}
+		held := sleepCtx.Err() != nil
+		cancel()
+		ts.mu.Lock()
+		quiet := err == nil && ts.lastNet.Before(start) && len(ts.inflight) == 0
+		capped := ts.dcl.IsZero() || time.Since(ts.dcl) >= idleCap // not parsed: waited already
+		ts.mu.Unlock()
+		if quiet || capped || held {
+			return
+		}
+	}
+}
+
+// world makes a world of telson's own in the tab's page, where the page's
+// scripts cannot replace the built-ins a script uses; it returns the
+// parameters of Runtime.evaluate in it. A new document ends the world.
+func (b *browser) world(ctx context.Context, t browserTab) (map[string]any, error) {
+	var w struct{ ExecutionContextID int }
+	isolate := map[string]any{"frameId": t.targetID, "worldName": "telson"}
+	err := b.cdp.call(ctx, t.sid, "Page.createIsolatedWorld", isolate, &w)
+	return map[string]any{"contextId": w.ExecutionContextID, "returnByValue": true}, err
+}
+
 // browserTab is an open tab and its DevTools session.
 type browserTab struct{ targetID, sid string }
 
@@ -2147,8 +2205,9 @@ type browserTab struct{ targetID, sid string }
 // and known ad hosts. Nobody hears its events yet.
 func (b *browser) newTab(ctx context.Context) (browserTab, error) {
 	var t struct{ TargetID, SessionID string }
-	// In the user's browser, the tab opens behind the one they look at.
-	create := map[string]any{"url": "about:blank", "background": b.proc == nil}
+	// In the background: it paints nothing (a read needs the layout, not the
+	// pixels), and in the user's browser it opens behind the one they look at.
+	create := map[string]any{"url": "about:blank", "background": true}
 	err := b.cdp.call(ctx, "", "Target.createTarget", create, &t)
 	if err != nil {
 		return browserTab{}, err
@@ -2213,7 +2272,7 @@ func (b *browser) closeTab(t browserTab) {
 	b.cdp.call(ctx, "", "Target.closeTarget", map[string]any{"targetId": t.targetID}, nil)
 }
 
-// read loads pageURL in a new tab, when one of srv's tab slots is free, and
+// read loads pageURL in a tab, when one of srv's tab slots is free, and
 // reads it once its content is there (see readSettle), and extra later; the
 // slot's wait and the read take at most READDOCS_TIMEOUT_MS and extra (the
 // browser's start is not counted).
@@ -2241,17 +2300,25 @@ func (b *browser) read(ctx context.Context, srv *server, pageURL string,
 	if err != nil {
 		return nil, err
 	}
+	reuse := false // the read went well: the next one navigates the tab (a new one costs)
 	defer func() {
-		if b.proc == nil { // the user's browser: the tab goes before telson may disconnect
+		switch {
+		case b.proc == nil: // the user's browser: the tab goes before telson may disconnect
 			b.closeTab(tab)
-			return
+		case reuse:
+			select {
+			case b.spare <- tab:
+			default:
+				go b.closeTab(tab) // another read left one
+			}
+		default:
+			go b.closeTab(tab) // exits when Chrome answers or after two seconds
+			go b.openSpare()   // exits when the tab is open or failed
 		}
-		go b.closeTab(tab) // exits when Chrome answers or after two seconds
-		go b.openSpare()   // exits when the tab is open or failed
 	}()
 	sid := tab.sid
 	_, site := siteOf(pageURL)
-	ts := &tabState{cdp: b.cdp, tab: tab, changed: make(chan struct{}, 1), site: site,
+	ts := &tabState{ctx: ctx, cdp: b.cdp, tab: tab, changed: make(chan struct{}, 1), site: site,
 		inflight: map[string]bool{}}
 	b.cdp.subscribe(sid, ts.event)
 	// The waits end early enough to leave time to read what the page shows.
@@ -2259,8 +2326,8 @@ func (b *browser) read(ctx context.Context, srv *server, pageURL string,
 	waitCtx, cancelWait := context.WithDeadline(ctx, dl.Add(-min(5*time.Second, time.Until(dl)/4)))
 	defer cancelWait()
 	var nav struct {
-		ErrorText  string
-		IsDownload bool
+		LoaderID, ErrorText string
+		IsDownload          bool
 	}
 	err = b.cdp.call(waitCtx, sid, "Page.navigate", map[string]any{"url": pageURL}, &nav)
 	switch {
@@ -2272,30 +2339,53 @@ func (b *browser) read(ctx context.Context, srv *server, pageURL string,
 		return nil, fmt.Errorf("%s is a download, not a page", pageURL)
 	case nav.ErrorText != "":
 		return nil, fmt.Errorf("loading %s failed: %s", pageURL, nav.ErrorText)
+	case nav.LoaderID == "": // the page the tab shows, at another fragment
+		ts.mu.Lock()
+		ts.dcl = time.Now()
+		ts.mu.Unlock()
 	}
 	// A page without scripts (or a refresh) is read as soon as it is parsed.
-	ts.waitReady(waitCtx, idleCap, true)
+	ts.waitReady(waitCtx, idleCap)
 	var scripts struct{ Result struct{ Value int } }
 	count := `document.querySelectorAll('script, meta[http-equiv="refresh" i]').length`
 	params := map[string]any{"expression": count, "returnByValue": true}
 	b.cdp.call(waitCtx, sid, "Runtime.evaluate", params, &scripts)
 	if scripts.Result.Value > 0 {
-		ts.waitReady(waitCtx, idleCap, false)
+		b.settle(waitCtx, ts, idleCap)
 	}
 	select {
 	case <-time.After(extra):
 	case <-ctx.Done():
 	}
 	ts.mu.Lock()
-	styled := !ts.unstyled
+	styled, docID := !ts.unstyled, ts.docID
+	if ts.inflight[docID] {
+		docID = "" // it has not all come
+	}
 	ts.mu.Unlock()
+	// The page's HTML as the server sent it, when it has all come ("" on an
+	// error), asked for while the page is read.
+	var src struct {
+		Body          string
+		Base64Encoded bool
+	}
+	sent := make(chan struct{})
+	go func() { // exits when Chrome answers or ctx ends
+		if docID != "" {
+			params := map[string]any{"requestId": docID}
+			b.cdp.call(ctx, sid, "Network.getResponseBody", params, &src)
+		}
+		close(sent)
+	}()
 	pg, err := b.evaluate(ctx, tab, styled)
+	<-sent
 	if err != nil && ctx.Err() != nil {
 		return nil, fmt.Errorf("%s did not answer within %s (a script may be busy)", pageURL,
 			took())
 	} else if err != nil {
 		return nil, err
 	}
+	reuse = true
 	ts.mu.Lock()
 	if ts.dcl.IsZero() {
 		pg.Notes = append(pg.Notes, fmt.Sprintf("The page had not finished loading after %s; "+
@@ -2305,20 +2395,7 @@ func (b *browser) read(ctx context.Context, srv *server, pageURL string,
 		note := "The page tried to go on to " + ts.moved + "; this is the page itself."
 		pg.Notes = append(pg.Notes, note)
 	}
-	docID := ts.docID
-	if ts.inflight[docID] {
-		docID = "" // it has not all come
-	}
 	ts.mu.Unlock()
-	// The page's HTML as the server sent it, when it has all come ("" on an error).
-	var src struct {
-		Body          string
-		Base64Encoded bool
-	}
-	if docID != "" {
-		params := map[string]any{"requestId": docID}
-		b.cdp.call(ctx, sid, "Network.getResponseBody", params, &src)
-	}
 	if !src.Base64Encoded {
 		pg.source = src.Body[:min(len(src.Body), pageCap)]
 	}
@@ -2488,11 +2565,8 @@ func (b *browser) evaluate(ctx context.Context, t browserTab, styled bool) (*rea
 		}
 		ExceptionDetails *struct{ Text string }
 	}
-	var world struct{ ExecutionContextID int }
-	isolate := map[string]any{"frameId": t.targetID, "worldName": "telson"}
-	err := b.cdp.call(ctx, t.sid, "Page.createIsolatedWorld", isolate, &world)
-	params := map[string]any{"expression": expr, "returnByValue": true,
-		"contextId": world.ExecutionContextID}
+	params, err := b.world(ctx, t)
+	params["expression"] = expr
 	if err == nil {
 		err = b.cdp.call(ctx, t.sid, "Runtime.evaluate", params, &ev)
 	}
