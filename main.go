@@ -6,7 +6,6 @@
 //
 //	telson                        serve MCP on stdin/stdout (what clients spawn)
 //	telson -http 127.0.0.1:65510  serve Streamable HTTP at /mcp instead
-//	telson call NAME 'JSON'       run one tool once and print its text
 //	telson -version               print the version
 //
 // main.go holds the settings, the tool table, start and shutdown.
@@ -18,7 +17,6 @@ package main
 import (
 	"context"
 	"encoding"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -73,7 +71,7 @@ func main() {
 	}
 }
 
-const usage = `usage: telson [-http ADDR] [call NAME 'JSON']
+const usage = `usage: telson [-http ADDR]
 
 Serves MCP on stdin/stdout, or Streamable HTTP at /mcp with -http. Settings come from
 TELSON_<KEY> environment variables.
@@ -83,17 +81,14 @@ flags:
 
 // terminalHint is what a person who runs telson in a terminal reads.
 const terminalHint = `telson speaks MCP on stdin/stdout: add it to a client ` +
-	`(claude mcp add telson -- telson), or try a tool: telson call Bash '{"command":"ls"}'`
-
-// errToolFailed makes `telson call` exit 1 when the tool's result is an error.
-var errToolFailed = errors.New("tool returned an error")
+	`(claude mcp add telson -- telson)`
 
 // run is telson: it reads the flags and the settings, then serves until stdin ends or ctx
-// ends, or runs one command. What fails it says on stderr, and returns.
+// ends. What fails it says on stderr, and returns.
 func run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, args []string) (
 	err error) {
 	defer func() {
-		if err != nil && !errors.Is(err, errToolFailed) {
+		if err != nil {
 			fmt.Fprintln(stderr, "telson:", err)
 		}
 	}()
@@ -117,15 +112,12 @@ func run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, args []
 	case *showVersion:
 		fmt.Fprintln(stdout, "telson", buildVersion())
 		return nil
-	case cmd != "" && cmd != "call":
-		return fmt.Errorf("unknown command %q (want call)", cmd)
+	case cmd != "":
+		return fmt.Errorf("unknown command %q", cmd)
 	}
 	srv := newServer(set, stderr)
 	defer srv.close()
-	switch {
-	case fs.Arg(0) == "call":
-		return callOnce(ctx, srv, stdout, fs.Args()[1:])
-	case *httpAddr != "":
+	if *httpAddr != "" {
 		return serveHTTP(ctx, srv, *httpAddr, stderr)
 	}
 	if isTerminal(stdin) {
@@ -167,44 +159,6 @@ func newServer(set *settings, stderr io.Writer) *server {
 func (srv *server) close() {
 	srv.browser.close()
 	srv.procs.closeAll()
-}
-
-// callOnce runs one tool through the same dispatch a client uses and prints its text; on a
-// terminal without control characters.
-func callOnce(ctx context.Context, srv *server, stdout io.Writer, args []string) error {
-	if len(args) == 1 {
-		args = append(args, "{}") // what no arguments mean
-	}
-	if len(args) != 2 {
-		return errors.New("usage: telson call NAME 'JSON'")
-	}
-	call := map[string]any{"name": args[0], "arguments": json.RawMessage(args[1])}
-	params, err := json.Marshal(call)
-	if err != nil {
-		return fmt.Errorf("call: arguments are not valid JSON: %s", args[1])
-	}
-	s := newSession(srv, nil)
-	defer s.close()
-	req := &rpcRequest{s: s, id: json.RawMessage("1"), method: "tools/call", params: params,
-		version: latestLegacy}
-	res, err := handleToolsCall(ctx, req)
-	if err != nil {
-		return fmt.Errorf("call: %w", err)
-	}
-	for _, c := range res["content"].([]contentItem) {
-		text := c.Text
-		if c.Type != "text" {
-			text = fmt.Sprintf("[%s content, %s, %d bytes base64]", c.Type, c.MimeType, len(c.Data))
-		}
-		if isTerminal(stdout) {
-			text = stripControls(text)
-		}
-		fmt.Fprintln(stdout, strings.TrimSuffix(text, "\n"))
-	}
-	if res["isError"] == true {
-		return errToolFailed
-	}
-	return nil
 }
 
 // isTerminal reports whether f is a terminal (a character device).

@@ -746,13 +746,7 @@ func TestCommandLine(t *testing.T) {
 	if out, err := runCLI("-version"); err != nil || !strings.HasPrefix(out, "telson ") {
 		t.Errorf("-version: %q %v", out, err)
 	}
-	if out, err := runCLI("call", "Bash", `{"command":"echo from-cli"}`); err != nil || out != "from-cli\n" {
-		t.Errorf("call: %q %v", out, err)
-	}
-	if out, err := runCLI("call", "Bash", `{"command":"exit 4"}`); err != errToolFailed || !strings.Contains(out, "exit status 4") {
-		t.Errorf("failing call: %q %v", out, err)
-	}
-	for _, args := range [][]string{{"frobnicate"}, {"tools"}, {"-output-limit", "5"}, {"-config"}} {
+	for _, args := range [][]string{{"frobnicate"}, {"tools"}, {"call", "Bash", "{}"}, {"-output-limit", "5"}, {"-config"}} {
 		if _, err := runCLI(args...); err == nil {
 			t.Errorf("%v accepted", args)
 		}
@@ -1194,31 +1188,6 @@ func openPTY(t *testing.T) (master, tty *os.File) {
 	return master, tty
 }
 
-// telson call prints a tool's text as it is to a pipe, and without control characters to a
-// terminal, where they would drive it; Bash's output is already rendered as a terminal shows it.
-func TestCallStripsControlCharactersOnATerminal(t *testing.T) {
-	t.Setenv("TELSON_STATE_DIR", t.TempDir())
-	bash := []string{"call", "Bash", `{"command":"printf 'a\\033]0;pwned\\007b\\tc\\rd\\033[2Je\\n'"}`}
-	image := []string{"call", "ReadImage", `{"file_path":"/nonexistent/\u001b]0;pwned\u0007x"}`}
-	var piped bytes.Buffer
-	if err := run(context.Background(), strings.NewReader(""), &piped, io.Discard, bash); err != nil {
-		t.Fatal(err)
-	}
-	run(context.Background(), strings.NewReader(""), &piped, io.Discard, image)
-	if want := "de\tc\n\n[the terminal rendering above hid 9 "; !strings.HasPrefix(piped.String(), want) ||
-		!strings.Contains(piped.String(), "\033]0;pwned\007x") {
-		t.Errorf("piped: %q, want it to start with %q and keep the path's bytes", piped.String(), want)
-	}
-	master, tty := openPTY(t)
-	run(context.Background(), strings.NewReader(""), tty, io.Discard, image)
-	tty.Close()
-	master.SetReadDeadline(time.Now().Add(watchdog))
-	got, _ := io.ReadAll(master) // ends with EIO once the terminal side is closed
-	if !strings.Contains(string(got), "/nonexistent/]0;pwnedx") {
-		t.Errorf("on a terminal: %q, want the path without its control characters", got)
-	}
-}
-
 // A person who runs telson in a terminal reads one line saying what it is and how to use it;
 // then telson serves as usual.
 func TestTerminalHint(t *testing.T) {
@@ -1235,8 +1204,8 @@ func TestTerminalHint(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond) // polling the line, bounded by the watchdog
 	}
-	if !strings.Contains(stderr.String(), `telson call Bash '{"command":"ls"}'`) {
-		t.Errorf("the hint does not say how to try a tool: %q", stderr.String())
+	if !strings.Contains(stderr.String(), `claude mcp add telson -- telson`) {
+		t.Errorf("the hint does not say how to add telson to a client: %q", stderr.String())
 	}
 	cancel()
 	master.Close()
@@ -2850,16 +2819,32 @@ func BenchmarkSpawnBaseline(b *testing.B) {
 	}
 }
 
-// BenchmarkCallBashTrue: `telson call Bash true` from spawn to exit, the reaper's clean end
-// included (it once took a second); compare BenchmarkSpawnBaseline.
+// BenchmarkCallBashTrue: a session of one Bash `true` from spawn to exit (initialize, the
+// call, stdin's end), the reaper's clean end included (it once took a second); compare
+// BenchmarkSpawnBaseline.
 func BenchmarkCallBashTrue(b *testing.B) {
 	for i := 0; i < b.N; i++ {
-		cmd := exec.Command(os.Args[0], "call", "Bash", `{"command":"true"}`)
-		cmd.Env = append(os.Environ(), "TELSON_RUN_MAIN=1", "TELSON_STATE_DIR="+b.TempDir())
-		if out, err := cmd.CombinedOutput(); err != nil {
-			b.Fatalf("%v: %s", err, out)
+		out, _ := binaryCall(b, "Bash", map[string]any{"command": "true"})
+		if !strings.Contains(out, `"id":1`) {
+			b.Fatal(out)
 		}
 	}
+}
+
+// binaryCall runs telson as its own process for one tools/call on stdin, then stdin's end,
+// and returns what it wrote on stdout and stderr and its peak resident memory in MB.
+func binaryCall(tb testing.TB, tool string, args any) (string, int64) {
+	tb.Helper()
+	call, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+		"params": map[string]any{"name": tool, "arguments": args}})
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), "TELSON_RUN_MAIN=1", "TELSON_STATE_DIR="+tb.TempDir())
+	cmd.Stdin = strings.NewReader(benchInit + string(call) + "\n")
+	out, err := cmd.CombinedOutput()
+	if cmd.ProcessState == nil || err != nil {
+		tb.Fatalf("telson: %v: %s", err, out)
+	}
+	return string(out), cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss / 1024
 }
 
 func procStatusKB(pid int, field string) float64 {
@@ -4358,8 +4343,8 @@ func uiEmptyFrameGIF() []byte {
 	return append(b, ';')
 }
 
-// TestReadImageCutBinary: the 30-byte WebP of issue 21 through "telson call"
-// as a process: a tool error (exit 1) naming the file, no panic (exit 2).
+// TestReadImageCutBinary: the 30-byte WebP of issue 21 read by telson as a process: a tool
+// error naming the file, no panic.
 func TestReadImageCutBinary(t *testing.T) {
 	t.Parallel()
 	lossy, err := os.ReadFile(filepath.Join("testdata", "ui", "lossy.webp"))
@@ -4367,9 +4352,9 @@ func TestReadImageCutBinary(t *testing.T) {
 		t.Fatal(err)
 	}
 	path := uiWriteFile(t, t.TempDir(), "cut.webp", lossy[:30]) // a VP8 header read past the end
-	out, _, code := uiPeakCall(t, path)
-	if code != 1 || !strings.Contains(out, path+": image/webp; ReadImage shows PNG, JPEG and GIF") || strings.Contains(out, "goroutine") {
-		t.Errorf("exit %d: %s", code, out)
+	out, _ := binaryCall(t, "ReadImage", map[string]string{"file_path": path})
+	if !strings.Contains(out, `"isError":true`) || !strings.Contains(out, path+": image/webp; ReadImage shows PNG, JPEG and GIF") || strings.Contains(out, "goroutine") {
+		t.Errorf("%s", out)
 	}
 }
 
@@ -4537,20 +4522,6 @@ func uiProgressiveJPEG(w, h, components int) []byte {
 	return b.Bytes()
 }
 
-// uiPeakCall runs "telson call ReadImage" on path as its own process and
-// returns its output, its peak resident memory in MB and its exit code.
-func uiPeakCall(t *testing.T, path string) (string, int64, int) {
-	t.Helper()
-	args, _ := json.Marshal(map[string]string{"file_path": path})
-	cmd := exec.Command(os.Args[0], "call", "ReadImage", string(args))
-	cmd.Env = append(os.Environ(), "TELSON_RUN_MAIN=1")
-	out, _ := cmd.CombinedOutput()
-	if cmd.ProcessState == nil {
-		t.Fatalf("%s did not run: %s", path, out)
-	}
-	peak := cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss / 1024
-	return string(out), peak, cmd.ProcessState.ExitCode()
-}
 
 // TestReadImagePeakMemory reads hostile images with the real binary. Those
 // over the pixel cap (they used to cost gigabytes) are refused before
@@ -4596,8 +4567,8 @@ func TestReadImagePeakMemory(t *testing.T) {
 		"wide PNG at the cap":   "scaled to 2000×1",
 	}
 	for name, path := range paths {
-		out, peak, _ := uiPeakCall(t, path)
-		t.Logf("%s: peak %d MB: %s", name, peak, strings.TrimSpace(out))
+		out, peak := binaryCall(t, "ReadImage", map[string]string{"file_path": path})
+		t.Logf("%s: peak %d MB: %.400s", name, peak, out)
 		if peak >= 300 {
 			t.Errorf("%s: peak %d MB, want under 300", name, peak)
 		}
@@ -8797,8 +8768,8 @@ func TestWorkflowSkillsFollowTheShell(t *testing.T) {
 	}
 }
 
-// A SKILL.md that is a FIFO or a sparse 200 GB file costs nothing at
-// start-up or in `telson tools`; a skill folder that is a symlink works.
+// A SKILL.md that is a FIFO or a sparse 200 GB file costs nothing in a call or in
+// tools/list; a skill folder that is a symlink works.
 // Not parallel: it sets HOME.
 func TestWorkflowSkillFilesNotRegular(t *testing.T) {
 	t.Setenv("HOME", t.TempDir())
@@ -8814,24 +8785,13 @@ func TestWorkflowSkillFilesNotRegular(t *testing.T) {
 	wfSkill(t, elsewhere, "linked", "---\ndescription: through a link\n---\nx\n")
 	os.Symlink(filepath.Join(elsewhere, "linked"), filepath.Join(extra, "linked"))
 
-	t.Setenv("TELSON_ADDITIONAL_SKILLS", extra)
-	t.Setenv("TELSON_STATE_DIR", t.TempDir())
-	done := make(chan string, 1)
-	go func() { // exits when run returns
-		var out bytes.Buffer
-		run(context.Background(), strings.NewReader(""), &out, &out, []string{"call", "InvokeSkill", `{"skill_name":"ok"}`})
-		done <- out.String()
-	}()
-	select {
-	case out := <-done:
-		if !strings.Contains(out, "[skill: ok") || !strings.Contains(out, "huge/SKILL.md: read") || !strings.Contains(out, "larger than 262144 bytes") {
-			t.Errorf("telson call InvokeSkill:\n%s", out)
-		}
-	case <-time.After(watchdog):
-		t.Fatal("telson call InvokeSkill did not finish: the FIFO held it")
-	}
 	c := startServer(t, "STATE_DIR="+t.TempDir(), "ADDITIONAL_SKILLS="+extra)
 	c.initialize("2025-06-18")
+	// The FIFO would hold the call; recv's watchdog fails it then.
+	wfCall(t, c, "InvokeSkill", map[string]any{"skill_name": "ok"}, false, "[skill: ok")
+	if log := c.stderr.String(); !strings.Contains(log, "huge/SKILL.md: read") || !strings.Contains(log, "larger than 262144 bytes") {
+		t.Errorf("the huge skill is not named on stderr:\n%s", log)
+	}
 	b, _ := json.Marshal(c.request("tools/list", nil)["result"])
 	if !strings.Contains(string(b), "- linked: through a link\\n- ok: fine") || strings.Contains(string(b), "- huge") {
 		t.Errorf("skills listed: %s", b)
