@@ -362,8 +362,6 @@ var (
 	mdCSSRule      = regexp.MustCompile(`([^{}]*)\{([^{}]*)\}`)
 	mdAtRule       = regexp.MustCompile(`@[^{}]*\{(?:[^{}]*\{[^{}]*\})*[^{}]*\}`)
 	mdSelectorWord = regexp.MustCompile(`[.#](?:[\w-]|\\.)+`)
-	// MathJax 2 renders TeX in a frame beside its source
-	mdMathJaxFrame = regexp.MustCompile(`^MathJax-Element-.*-Frame$`)
 	mdEmphasis     = map[string]string{"strong": "**", "b": "**", "em": "*", "i": "*", "del": "~~",
 		"s": "~~", "strike": "~~"}
 
@@ -748,10 +746,7 @@ func (m *mdConv) most(n *htmlNode) bool {
 // by tag, role, class words or link density.
 func (m *mdConv) skip(n *htmlNode) bool {
 	switch {
-	case n.tag == "script": // MathJax's TeX is read; its rendering (the frame) is not
-		return !strings.HasPrefix(n.attr("type"), "math/tex")
-	case mdMathJaxFrame.MatchString(n.attr("id")),
-		mdDropTags[n.tag] || n.tag == "nav" || n.tag == "footer" || n.tag == "address",
+	case mdDropTags[n.tag] || n.tag == "nav" || n.tag == "footer" || n.tag == "address",
 		n.hidden,
 		n.tag == "figcaption" && n.size <= mdMaxCaption,
 		mdNoiseRoles[n.attr("role")]:
@@ -905,8 +900,6 @@ func (m *mdConv) inline(b *strings.Builder, n *htmlNode) {
 		b.WriteString(m.code(n))
 	case n.tag == "a":
 		b.WriteString(m.link(n))
-	case n.tag == "script":
-		b.WriteString(m.math(n))
 	case mk != "" && m.emphasis < mdEmphasisDepth:
 		m.emphasis++
 		b.WriteString(mdMark(m.inlineChildren(n), mk, mk))
@@ -939,16 +932,6 @@ func (m *mdConv) image(n *htmlNode) string {
 		}
 	}
 	return alt
-}
-
-// math renders MathJax's TeX source as $TeX$, or $$TeX$$ for display math.
-func (m *mdConv) math(n *htmlNode) string {
-	tex, d := strings.TrimSpace(rawText(n)), "$"
-	if strings.Contains(n.attr("type"), "mode=display") {
-		d = "$$"
-	}
-	m.made += len(tex)
-	return d + tex + d
 }
 
 func (m *mdConv) code(n *htmlNode) string {
