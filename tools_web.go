@@ -2166,8 +2166,8 @@ func (b *browser) settle(ctx context.Context, ts *tabState, idleCap time.Duratio
 	sleep := fmt.Sprintf("new Promise(r => setTimeout(r, %d))", readSettle.Milliseconds())
 	for ctx.Err() == nil {
 		ts.waitReady(ctx, idleCap)
-		start := time.Now()
 		params, err := b.world(ctx, ts.tab)
+		start := time.Now() // what came while it was made came before the timer
 		params["expression"], params["awaitPromise"] = sleep, true
 		// The user's browser may hold a background tab's timers for a second:
 		// idleCap of the page's clock held is the end.
