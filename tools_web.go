@@ -1951,8 +1951,9 @@ func (srv *server) readPage(ctx context.Context, a readDocsArgs) (*readDocsOut, 
 	return pg, err
 }
 
-// Reading waits for DOMContentLoaded, then for readSettle without requests
-// to the page's own site (at most READDOCS_IDLE_MS; see holds and settle):
+// Reading waits for DOMContentLoaded (and briefly for load), then for
+// readSettle without requests to the page's own site (at most
+// READDOCS_IDLE_MS; see holds and settle):
 // the content is there by then, and what other hosts load (ads, trackers,
 // widgets) never holds it.
 const readSettle = 40 * time.Millisecond
@@ -1986,6 +1987,7 @@ type tabState struct {
 	mu        sync.Mutex      // guards the fields below
 	loader    string          // the main frame's current document
 	dcl       time.Time       // when it fired DOMContentLoaded; zero until then
+	loaded    bool            // it fired load
 	inflight  map[string]bool // request ids that hold the read
 	lastNet   time.Time       // when one of them last started or ended
 	docID     string          // request id of the page's own response
@@ -2060,13 +2062,13 @@ func (ts *tabState) lifecycle(e tabEvent) {
 	switch {
 	case e.FrameID != ts.tab.targetID:
 	case e.Name == "init":
-		ts.loader = e.LoaderID
-		ts.dcl = time.Time{}
+		ts.loader, ts.dcl, ts.loaded = e.LoaderID, time.Time{}, false
 	case e.Name == "DOMContentLoaded" && e.LoaderID == ts.loader:
 		ts.dcl = time.Now()
 		ts.lastNet = ts.dcl // the settle counts from here at the earliest
 	case e.Name == "load":
-		ts.lastNet = time.Now() // scripts often fetch content on load: a settle from it too
+		// Scripts often fetch content on load: a settle from it too.
+		ts.loaded, ts.lastNet = true, time.Now()
 	}
 }
 
@@ -2106,8 +2108,9 @@ func (ts *tabState) blocks(e tabEvent) bool {
 	return true
 }
 
-// waitReady waits until the page is parsed and nothing it asked of its own
-// site is still coming (at most idleCap after it was parsed), or ctx ends.
+// waitReady waits until the page is parsed, loaded (at most twice readSettle
+// after it was parsed: a settle from load costs one) and nothing it asked of
+// its own site is still coming (at most idleCap after it was parsed), or ctx ends.
 // Not parsed, it is ready once its HTML has all come and idleCap passed
 // without requests: a script from another site holds the parser.
 func (ts *tabState) waitReady(ctx context.Context, idleCap time.Duration) {
@@ -2122,8 +2125,14 @@ func (ts *tabState) waitReady(ctx context.Context, idleCap time.Duration) {
 		if ts.dcl.IsZero() {
 			ok, again = ts.docID != "" && len(ts.inflight) == 0 && quiet >= idleCap, idleCap-quiet
 		} else {
-			again = idleCap - time.Since(ts.dcl)
-			ok = len(ts.inflight) == 0 || again <= 0
+			since := time.Since(ts.dcl)
+			again = idleCap - since
+			if !ts.loaded && since < 2*readSettle {
+				again = min(again, 2*readSettle-since)
+			} else {
+				ok = len(ts.inflight) == 0
+			}
+			ok = ok || again <= 0
 		}
 		ts.mu.Unlock()
 		if ok {
@@ -2149,8 +2158,8 @@ func (b *browser) settle(ctx context.Context, ts *tabState, idleCap time.Duratio
 	sleep := fmt.Sprintf("new Promise(r => setTimeout(r, %d))", readSettle.Milliseconds())
 	for ctx.Err() == nil {
 		ts.waitReady(ctx, idleCap)
-		start := time.Now()
 		params, err := b.world(ctx, ts.tab)
+		start := time.Now() // what came while it was made came before the timer
 		params["expression"], params["awaitPromise"] = sleep, true
 		// The user's browser may hold a background tab's timers for a second:
 		// idleCap of the page's clock held is the end.
@@ -2324,7 +2333,7 @@ func (b *browser) read(ctx context.Context, srv *server, pageURL string,
 		return nil, fmt.Errorf("loading %s failed: %s", pageURL, nav.ErrorText)
 	case nav.LoaderID == "": // the page the tab shows, at another fragment
 		ts.mu.Lock()
-		ts.dcl = time.Now()
+		ts.dcl, ts.loaded = time.Now(), true
 		ts.mu.Unlock()
 	}
 	// A page without scripts (or a refresh) is read as soon as it is parsed.
