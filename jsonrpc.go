@@ -30,9 +30,9 @@
 //     command left behind can hold off until it exits or the session's end kills it; a Bash
 //     call's timeout (time.AfterFunc), which stops the command, until it fires or the task ends;
 //   - the browser (tools_web.go): the DevTools reader, until the connection ends; a reply to a
-//     tab's event, until Chrome answers or the read ends; a closed tab's and a spare tab's
-//     calls, each until Chrome answers or their deadline; WebSearch's engines, each until it answers or its timeout (the call waits for
-//     all);
+//     tab's event, until Chrome answers or the read ends; a closed tab's call, until Chrome
+//     answers or its deadline; WebSearch's engines, each until it answers or its timeout (the
+//     call waits for all);
 //   - callback timers (tools_workflow.go), until they fire or the session ends.
 //
 // WaitGroups and onces: session.wg counts running requests (serveStdio waits for them);

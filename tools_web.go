@@ -2240,22 +2240,6 @@ func (b *browser) newTab(ctx context.Context) (browserTab, error) {
 	return tab, nil
 }
 
-// openSpare opens a tab for the next read (it saves a read tens of
-// milliseconds); it returns when the tab is open or failed.
-func (b *browser) openSpare() {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	t, err := b.newTab(ctx)
-	if err != nil {
-		return
-	}
-	select {
-	case b.spare <- t:
-	default:
-		b.closeTab(t) // another read opened one first
-	}
-}
-
 // closeTab closes a tab, waiting for Chrome's answer at most two seconds.
 func (b *browser) closeTab(t browserTab) {
 	b.cdp.subscribe(t.sid, nil)
@@ -2303,9 +2287,8 @@ func (b *browser) read(ctx context.Context, srv *server, pageURL string,
 			default:
 				go b.closeTab(tab) // another read left one
 			}
-		default:
+		default: // the next read opens a new one
 			go b.closeTab(tab) // exits when Chrome answers or after two seconds
-			go b.openSpare()   // exits when the tab is open or failed
 		}
 	}()
 	sid := tab.sid
@@ -2336,15 +2319,7 @@ func (b *browser) read(ctx context.Context, srv *server, pageURL string,
 		ts.dcl, ts.loaded = time.Now(), true
 		ts.mu.Unlock()
 	}
-	// A page without scripts (or a refresh) is read as soon as it is parsed.
-	ts.waitReady(waitCtx, idleCap)
-	var scripts struct{ Result struct{ Value int } }
-	count := `document.querySelectorAll('script, meta[http-equiv="refresh" i]').length`
-	params := map[string]any{"expression": count, "returnByValue": true}
-	b.cdp.call(waitCtx, sid, "Runtime.evaluate", params, &scripts)
-	if scripts.Result.Value > 0 {
-		b.settle(waitCtx, ts, idleCap)
-	}
+	b.settle(waitCtx, ts, idleCap)
 	select {
 	case <-time.After(extra):
 	case <-ctx.Done():
