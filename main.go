@@ -231,7 +231,7 @@ type settings struct {
 	Tools            []string          `key:"TOOLS" default:"all"`
 	LogLevel         slog.Level        `key:"LOG_LEVEL" default:"info"`
 	StateDir         string            `key:"STATE_DIR" default:"~/.telson"`
-	Streaming        bool              `key:"STREAMING" default:"on"`
+	Streaming        bool              `key:"STREAMING" default:"true"`
 	BashTimeout      time.Duration     `key:"BASH_TIMEOUT_MS" default:"30000" bounds:"1 600000"`
 	BashBlock        time.Duration     `key:"BASH_BLOCK_MS" default:"0" bounds:"0 600000"`
 	ProgressInterval time.Duration     `key:"PROGRESS_INTERVAL_MS" default:"15000" bounds:"1000 60000"`
@@ -245,7 +245,7 @@ type settings struct {
 	ImageMaxEdge     int               `key:"IMAGE_MAX_EDGE" default:"2000" bounds:"16 100000"`
 	ImageMaxBytes    int               `key:"IMAGE_MAX_BYTES" default:"5000000" bounds:"1024 6000000"`
 	AskTimeout       time.Duration     `key:"ASK_TIMEOUT_MS" default:"600000" bounds:"1 86400000"`
-	PlanModeStrict   bool              `key:"PLAN_MODE_STRICT" default:"on"`
+	PlanModeStrict   bool              `key:"PLAN_MODE_STRICT" default:"true"`
 	AdditionalSkills []string          `key:"ADDITIONAL_SKILLS"`
 	HTTPToken        string            `key:"HTTP_TOKEN"`
 	HTTPHosts        []string          `key:"HTTP_HOSTS"`
@@ -254,7 +254,7 @@ type settings struct {
 	HTTPMaxConns     int               `key:"HTTP_MAX_CONNECTIONS" default:"128" bounds:"1 100000"`
 	ChromePath       string            `key:"CHROME_PATH"`
 	ChromeURL        string            `key:"CHROME_URL"`
-	ReadDocsBrowser  bool              `key:"READDOCS_BROWSER" default:"on"`
+	ReadDocsBrowser  bool              `key:"READDOCS_BROWSER" default:"true"`
 	ReadDocsTimeout  time.Duration     `key:"READDOCS_TIMEOUT_MS" default:"30000" bounds:"1 600000"`
 	ReadDocsIdle     time.Duration     `key:"READDOCS_IDLE_MS" default:"500" bounds:"0 60000"`
 	WSMaxMessage     int               `key:"WS_MAX_MESSAGE_BYTES" default:"33554432" bounds:"1048576 1073741824"`
@@ -368,10 +368,10 @@ func (s *settings) set(key, value string) string {
 	case *[]string:
 		*field = strings.FieldsFunc(value, func(r rune) bool { return r == ',' || r == ' ' })
 	case *bool:
-		on, ok := parseBool(value)
-		*field = on || !ok && *field
-		if !ok {
-			wrong = "a boolean (1/0, true/false, yes/no, on/off)"
+		on, err := strconv.ParseBool(strings.TrimSpace(value))
+		*field = on || err != nil && *field
+		if err != nil {
+			wrong = "a boolean (1/0, true/false)"
 		}
 	case *int, *time.Duration:
 		var lo, hi int // every number has both bounds: a duration's keep it from overflowing
@@ -404,16 +404,6 @@ func (s *settings) value(f reflect.StructField) string {
 		return strconv.FormatInt(d.Milliseconds(), 10)
 	}
 	return fmt.Sprint(v)
-}
-
-func parseBool(v string) (value, ok bool) {
-	switch strings.ToLower(strings.TrimSpace(v)) {
-	case "1", "true", "yes", "on":
-		return true, true
-	case "0", "false", "no", "off", "":
-		return false, true
-	}
-	return false, false
 }
 
 // toolEnabled applies TOOLS: all, none, or a comma list of names.

@@ -695,7 +695,7 @@ func TestSettings(t *testing.T) {
 	var warnings bytes.Buffer
 	env := readEnvironment()
 	env.vars = []string{"TELSON_OUTPUT_LIMIT=2000", "TELSON_RUN=1.2.", "PATH=/bin",
-		"TELSON_STREAMING=no", "TELSON_BASH_TIMEOUT_MS=abc", "TELSON_NOT_A_KEY=1",
+		"TELSON_STREAMING=false", "TELSON_BASH_TIMEOUT_MS=abc", "TELSON_NOT_A_KEY=1",
 		"TELSON_log_level=debug", "TELSON_TOOLS=Bash,ReadDocs", "TELSON_STATE_DIR=~/state",
 		"TELSON_BG_MAX_TASKS=0", "TELSON_SEARCH_URL_GITHUB=http://127.0.0.1:1",
 		"TELSON_PLAN_MODE_STRICT=maybe", "TELSON_IMAGE_MAX_BYTES=9000000",
@@ -1649,8 +1649,11 @@ func TestHTTPNoticeRidesOnTheNextResult(t *testing.T) {
 	res := c.result("tools/call", map[string]any{"name": "BackgroundBash", "arguments": map[string]any{"command": "true"}})
 	id := res["structuredContent"].(map[string]any)["task_id"]
 	c.result("tools/call", map[string]any{"name": "ReadBgOutput", "arguments": map[string]any{"task_id": id, "wait_ms": 10000}})
-	res = c.result("tools/call", map[string]any{"name": "BackgroundBash", "arguments": map[string]any{"command": "exit 3"}})
+	res = c.result("tools/call", map[string]any{"name": "BackgroundBash", "arguments": map[string]any{"command": "sleep 0.3; exit 3"}})
 	id = res["structuredContent"].(map[string]any)["task_id"]
+	if strings.Contains(resultText(res), "exited with status 3") {
+		return // it ended before the reply, which says so
+	}
 	deadline := time.Now().Add(watchdog)
 	for {
 		res = c.result("tools/call", map[string]any{"name": "Bash", "arguments": map[string]any{"command": "true"}})

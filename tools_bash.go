@@ -169,7 +169,7 @@ func bashEnded(s *session, t *bgTask, ch *child, limit int, keep bool) toolResul
 // bashHandOff makes the command, still running at the blocking limit, a background task, and
 // replies with its output so far, which the task's reads then go on from.
 func bashHandOff(s *session, t *bgTask, limit int, timeout time.Duration) toolResult {
-	s.bg.adopt(t)
+	s.adopt(t)
 	o := &bashOutcome{TaskID: t.id, Status: "running", OutputFile: t.log.path, ExitCode: -1}
 	t.mu.Lock()
 	hidden := t.showLocked(o, limit)

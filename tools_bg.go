@@ -216,12 +216,12 @@ func runBackgroundBash(ctx context.Context, c *toolCall) toolResult {
 	if err != nil {
 		return errorResult("%v", err)
 	}
-	b.adopt(t)
-	info, _ := t.state(c.s)
+	c.s.adopt(t)
+	info, status := t.state(c.s) // it may have ended already
 	info.Hint = fmt.Sprintf(`Read its output with ReadBgOutput {"task_id": %[1]d, `+
 		`"wait_ms": 5000}; stop it with KillBgTask {"task_id": %[1]d}.`, t.id)
-	text := fmt.Sprintf("Started background task %d (pid %d) in %s; its complete output "+
-		"goes to %s.\n%s", t.id, info.Pid, ch.cmd.Dir, info.LogFile, info.Hint)
+	text := fmt.Sprintf("Started background task %d (pid %d) in %s, %s; its complete output "+
+		"goes to %s.\n%s", t.id, info.Pid, ch.cmd.Dir, status, info.LogFile, info.Hint)
 	return structuredResult(text, info)
 }
 
@@ -266,15 +266,19 @@ func (s *session) startTask(command, script string, trackDir bool, headMax int,
 	return t, ch, nil
 }
 
-// adopt lists t, started by startTask, as a background task with a new id: its end, if it
-// has not come yet, is announced from now on.
-func (b *bgTasks) adopt(t *bgTask) {
+// adopt lists t, started by startTask, as a background task with a new id: its end is
+// announced, now if it came before.
+func (s *session) adopt(t *bgTask) {
+	b := s.bg
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.nextID++
 	t.mu.Lock()
 	t.id = b.nextID // set before t is listed: the list's readers read it without t.mu
 	t.quiet = false
+	if t.done {
+		t.announceLocked(s)
+	}
 	t.mu.Unlock()
 	b.tasks = append(b.tasks, t)
 }
@@ -338,10 +342,16 @@ func (t *bgTask) run(s *session, ch *child) {
 	t.unread = bytes.Clone(t.unread) // a finished task holds its unread bytes only
 	t.buf = nil
 	close(t.ended) // output may still come from a process bash left behind
+	t.announceLocked(s)
+}
+
+// announceLocked words t's end and queues it, unless a reply says it; t.mu must be held (a
+// reply's state() then sees it).
+func (t *bgTask) announceLocked(s *session) {
 	_, status := t.infoLocked()
 	t.notice = fmt.Sprintf("background task %d %s", t.id, status)
 	if !t.quiet {
-		s.notices.push(t.notice) // under t.mu: a reply's state() then sees it
+		s.notices.push(t.notice)
 	}
 }
 
