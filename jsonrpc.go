@@ -930,10 +930,10 @@ func handleToolsCall(ctx context.Context, r *rpcRequest) (map[string]any, error)
 	if res.isError {
 		m["isError"] = true
 	}
-	if res.structured != nil && t.output != nil && r.known().both {
-		res.structured = withoutRepeats(res.structured, res.content[len(res.content)-1].Text)
-	}
 	if res.structured != nil && t.output != nil {
+		if r.known().both {
+			res.structured = withoutRepeats(res.structured, res.content[len(res.content)-1].Text)
+		}
 		m["structuredContent"] = res.structured
 	}
 	return m, nil

@@ -169,13 +169,16 @@ func bashEnded(s *session, t *bgTask, ch *child, limit int, keep bool) toolResul
 // bashHandOff makes the command, still running at the blocking limit, a background task, and
 // replies with its output so far, which the task's reads then go on from.
 func bashHandOff(s *session, t *bgTask, limit int, timeout time.Duration) toolResult {
-	s.adopt(t)
-	o := &bashOutcome{TaskID: t.id, Status: "running", OutputFile: t.log.path, ExitCode: -1}
+	o := &bashOutcome{Status: "running", OutputFile: t.log.path, ExitCode: -1}
 	t.mu.Lock()
 	hidden := t.showLocked(o, limit)
 	t.unread = t.unread[:0] // shown: reads go on from here
 	t.dropped = 0
+	t.limit = s.srv.set.BgBuffer // a background task's; in a new array once this one is full
+	t.buf = nil
 	t.mu.Unlock()
+	s.adopt(t)
+	o.TaskID = t.id
 	o.Output += terminalNote(hidden, o.OutputFile)
 	o.DurationMS = time.Since(t.start).Milliseconds()
 	o.Cwd = s.shell.dir()
