@@ -150,7 +150,7 @@ type bgTask struct {
 	command  string
 	marker   string
 	start    time.Time
-	limit    int           // the most unread bytes kept: a Bash reply's, BG_BUFFER_BYTES once listed
+	limit    int           // the most unread bytes kept: BG_BUFFER_BYTES once listed
 	headMax  int           // the first bytes kept for a Bash reply; 0 for a background task
 	log      *keptFile     // the complete output; written by the copying goroutine only
 	ended    chan struct{} // closed when bash has exited and the status is final
@@ -245,8 +245,8 @@ func (s *session) startTask(command, script string, trackDir bool, headMax int,
 	// A Bash call's reply shows at most the last headMax/2 bytes, a cancel's notice 2000.
 	most := s.srv.set.BgBuffer
 	t := &bgTask{command: command, marker: s.srv.procs.scope(b.scope), start: time.Now(),
-		limit: min(most, cmp.Or(headMax, most)+2000), headMax: headMax, ended: make(chan struct{}), code: -1,
-		changed: make(chan struct{}), quiet: true}
+		limit: min(most, cmp.Or(headMax, most)+2000), headMax: headMax,
+		ended: make(chan struct{}), code: -1, changed: make(chan struct{}), quiet: true}
 	ch, err := s.startCommand(script, t.marker, trackDir)
 	if err != nil {
 		return nil, nil, err
