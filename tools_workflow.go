@@ -5,16 +5,15 @@
 // queue).
 //
 // Rules:
-//   - files are read and written through machine.go only: readCapped, listDir and listTree;
-//     writeState, under STATE_DIR; no lock is held across a file read or write (the skill
-//     catalogue is scanned first, then swapped in);
+//   - files are read and written through machine.go only: readCapped and listDir; writeState,
+//     under STATE_DIR; no lock is held across a file read or write;
 //   - tasks.json changes only under an flock on tasks.json.lock, is read again inside the lock
 //     and is replaced atomically, through a symlink if it is one; one that does not parse is
 //     kept under another name and a new list started, unless it is a symlink: then it is refused;
 //   - a plan is written only to a new file in STATE_DIR/plans; a plan file the agent names is
 //     read, never written;
-//   - the skill catalogue is read again at each InvokeSkill call and when Bash's working
-//     directory changes.
+//   - the skills are read at each InvokeSkill call and at each tools/list, from Bash's working
+//     directory's project: nothing is cached.
 package main
 
 import (
