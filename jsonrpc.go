@@ -179,7 +179,7 @@ func notification(method string, params any) *outMessage {
 
 // validID reports whether id is a string or a number, the only ids JSON-RPC allows (not null).
 func validID(id json.RawMessage) bool {
-	return len(id) > 0 && (id[0] == '"' || id[0] == '-' || (id[0] >= '0' && id[0] <= '9'))
+	return len(id) > 0 && strings.ContainsRune(`"-0123456789`, rune(id[0])) // a string or a number
 }
 
 // idKey is id's value as a key: numbers by numeric value (5.0 is 5), strings as strings.

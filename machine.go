@@ -341,15 +341,16 @@ func removeWhenQuiet(dir string) {
 
 // stopRun is the one kill path. It sends TERM to every process whose marker starts with
 // marker and to its process group until they are gone, KILL after killGrace; then it kills
-// each leader through its os.Process: a scan misses a process in the middle of an exec (its
-// environment reads empty then), and the leader is the one its caller waits for.
+// each leader through its os.Process, the one its caller waits for. A scan misses a process in
+// the middle of an exec (its environment reads empty then), such as a leader's leftover
+// started as the leader ended: with leaders, it stops at the third scan at the soonest.
 func stopRun(marker string, leaders ...*os.Process) {
 	deadline := time.Now().Add(killGrace)
 	signal := syscall.SIGTERM
 	for wait := time.Millisecond; wait < 10*time.Second; wait += min(wait, 50*time.Millisecond) {
 		pids := markedPids(marker)
-		if len(pids) == 0 {
-			break
+		if len(pids) == 0 && (leaders == nil || wait > 2*time.Millisecond) {
+			break // with leaders, the third scan at the soonest
 		}
 		if time.Now().After(deadline) {
 			signal = syscall.SIGKILL
