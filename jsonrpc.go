@@ -593,10 +593,10 @@ func handleInitialize(ctx context.Context, r *rpcRequest) (map[string]any, error
 
 var serverCapabilities = map[string]any{"tools": map[string]any{}}
 
-const serverInstructions = "telson gives you a shell (Bash, and BackgroundBash for long-running " +
-	"processes), web access (ReadDocs reads a page through a real browser; WebSearch asks many " +
-	"search engines at once) and workflow tools. Tool results may start with notices about " +
-	"background tasks or reminders; act on them."
+const serverInstructions = `telson gives you a shell (Bash, and BackgroundBash for long-running
+processes), web access (ReadDocs reads a page through a real browser; WebSearch asks many
+search engines at once) and workflow tools. Tool results may start with notices about
+background tasks or reminders; act on them.`
 
 // serverInfo is the Implementation object; clients ignore the fields their version lacks.
 func (srv *server) serverInfo() map[string]any {
@@ -605,9 +605,9 @@ func (srv *server) serverInfo() map[string]any {
 		"icons":       telsonIcons}
 }
 
-var telsonIcon = []byte(`<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16">` +
-	`<rect width="16" height="16" rx="3" fill="#1f6feb"/>` +
-	`<path d="M4 5h8M8 5v7" stroke="#fff" stroke-width="2" fill="none"/></svg>`)
+var telsonIcon = []byte(`<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16">
+<rect width="16" height="16" rx="3" fill="#1f6feb"/>
+<path d="M4 5h8M8 5v7" stroke="#fff" stroke-width="2" fill="none"/></svg>`)
 
 var telsonIcons = []map[string]any{{
 	"src":      "data:image/svg+xml;base64," + base64.StdEncoding.EncodeToString(telsonIcon),
@@ -882,8 +882,8 @@ func errorResult(format string, a ...any) toolResult {
 }
 
 // noticesSchema is the output-schema property every tool's structured content may carry.
-const noticesSchema = `{"type":"array","items":{"type":"string"},"description":` +
-	`"notices for you: background tasks that ended, reminders that fired; act on them"}`
+const noticesSchema = `{"type":"array","items":{"type":"string"},"description":
+	"notices for you: background tasks that ended, reminders that fired; act on them"}`
 
 // handleToolsCall checks the arguments, runs the tool and answers its CallToolResult, with
 // the waiting notices first.

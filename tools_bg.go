@@ -98,8 +98,8 @@ then its status; a Bash command handed to the background is read the same way.
 var listBgTasksTool = toolDef{
 	name:  "ListBgTasks",
 	title: "List background tasks",
-	description: "Lists this session's background tasks, newest first " +
-		"(the last 100 finished are kept); running_only: true leaves out those that ended.",
+	description: `Lists this session's background tasks, newest first
+(the last 100 finished are kept); running_only: true leaves out those that ended.`,
 	input: `{"type":"object","properties":{"running_only":{"type":"boolean",
 		"description":"Only the tasks still running (default false)."}}}`,
 	output: `{"type":"object","properties":{"tasks":{"type":"array","items":` + bgTaskSchema + `}},
@@ -111,9 +111,8 @@ var listBgTasksTool = toolDef{
 var killBgTaskTool = toolDef{
 	name:  "KillBgTask",
 	title: "Stop a background task",
-	description: "Stops a background task and every process it started (TERM, then KILL " +
-		"after 2 s); answers how it ended and its last lines. " +
-		"A task that already ended is not an error.",
+	description: `Stops a background task and every process it started (TERM, then KILL
+after 2 s); answers how it ended and its last lines. A task that already ended is not an error.`,
 	input:  `{"type":"object","properties":{` + bgIDInput + `},"required":["task_id"]}`,
 	output: bgReadSchema,
 	hints:  toolHints{destructive: true, idempotent: true},

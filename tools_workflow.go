@@ -25,6 +25,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -671,8 +672,15 @@ func scanSkills(set *settings, project string) ([]skillInfo, []error) {
 	return skills, broken
 }
 
+// skillName is a name InvokeSkill's description may list: a folder's name can hold anything
+// (a newline, invisible characters) but a slash.
+var skillName = regexp.MustCompile(`^[\p{L}\p{N}._-]{1,64}$`)
+
 // load reads sk's SKILL.md: it sets the description and returns the body.
 func (sk *skillInfo) load() (body string, err error) {
+	if !skillName.MatchString(sk.name) {
+		return "", errors.New("a skill's name (its folder's) is at most 64 letters, digits, '.', '_', '-'")
+	}
 	b, err := readCapped(sk.path, maxSkillBytes)
 	if err == nil {
 		sk.description, body, err = parseSkill(string(b))
@@ -732,10 +740,9 @@ func runInvokeSkill(ctx context.Context, c *toolCall) toolResult {
 			names = append(names, sk.name)
 			continue
 		}
-		dir := filepath.Dir(sk.path)
 		body, err := sk.load()
 		if err == nil {
-			body, err = expandSkill(body, a.Arguments, dir)
+			body, err = expandSkill(body, a.Arguments, filepath.Dir(sk.path))
 		}
 		if err != nil {
 			return errorResult("%v", err)
