@@ -797,8 +797,26 @@ func FuzzServe(f *testing.F) {
 		for _, line := range bytes.Split(in, []byte("\n")) {
 			line = bytes.TrimPrefix(bytes.TrimRight(line, "\r"), []byte("\xef\xbb\xbf"))
 			line = bytes.TrimSpace(line)
-			var m map[string]json.RawMessage
-			if len(line) > 4096 || json.Unmarshal(line, &m) != nil || m == nil {
+			var raw map[string]json.RawMessage
+			if len(line) > 4096 || json.Unmarshal(line, &raw) != nil || raw == nil {
+				continue
+			}
+			// encoding/json, which the server reads with, matches a key to a member whatever
+			// its case ("resUlt" is the result); a member given twice is not compared.
+			m := map[string]json.RawMessage{}
+			for k, v := range raw {
+				for _, name := range []string{"id", "method", "result", "error"} {
+					if strings.EqualFold(k, name) {
+						k = name
+					}
+				}
+				if _, twice := m[k]; twice {
+					m = nil
+					break
+				}
+				m[k] = v
+			}
+			if m == nil {
 				continue
 			}
 			id := string(m["id"])
