@@ -119,8 +119,12 @@ after 2 s); answers how it ended and its last lines. A task that already ended i
 	run:    runKillBgTask,
 }
 
-// killTailLines is how many last lines of unread output KillBgTask shows.
-const killTailLines = 10
+// killTailLines is how many last lines of unread output KillBgTask shows, and tailBytes the
+// most bytes of a command's newest output it, a progress message or a cancel notice shows.
+const (
+	killTailLines = 10
+	tailBytes     = 2000
+)
 
 // bgTasks is one session's background tasks.
 type bgTasks struct {
@@ -241,10 +245,10 @@ func (s *session) startTask(command, script string, trackDir bool, headMax int,
 		return nil, nil, errors.New("start: the session is ending")
 	}
 	defer b.starts.Done()
-	// A Bash call's reply shows at most the last headMax/2 bytes, a cancel's notice 2000.
+	// A Bash call's reply shows at most the last headMax/2 bytes, a cancel's notice tailBytes.
 	most := s.srv.set.BgBuffer
 	t := &bgTask{command: command, marker: s.srv.procs.scope(b.scope), start: time.Now(),
-		limit: min(most, cmp.Or(headMax, most)+2000), headMax: headMax,
+		limit: min(most, cmp.Or(headMax, most)+tailBytes), headMax: headMax,
 		ended: make(chan struct{}), code: -1, changed: make(chan struct{}), quiet: true}
 	ch, err := s.startCommand(script, t.marker, trackDir)
 	if err != nil {
@@ -437,13 +441,13 @@ func (t *bgTask) changes() <-chan struct{} {
 	return t.changed
 }
 
-// newestLines is the last complete lines of the unread output, at most 2000 bytes, as a
+// newestLines is the last complete lines of the unread output, at most tailBytes, as a
 // terminal shows them: what a progress notification says.
 func (t *bgTask) newestLines() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	end := bytes.LastIndexByte(t.unread, '\n')
-	text, _ := terminalText(string(lastBytes(t.unread[:max(end, 0)], 2000)))
+	text, _ := terminalText(string(lastBytes(t.unread[:max(end, 0)], tailBytes)))
 	return text
 }
 
@@ -479,7 +483,7 @@ func (t *bgTask) showLocked(o *bashOutcome, limit int) (hidden int) {
 func (t *bgTask) cancelNotice() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	tail, _ := terminalText(string(lastBytes(t.unread, 2000)))
+	tail, _ := terminalText(string(lastBytes(t.unread, tailBytes)))
 	tail = strings.TrimSuffix(tail, "\n")
 	lines := strings.Split(tail, "\n")
 	return fmt.Sprintf("[cancelled] The client cancelled the Bash call of %q after %s, and the "+
@@ -606,7 +610,7 @@ func runKillBgTask(ctx context.Context, c *toolCall) toolResult {
 	t.mu.Unlock()
 	stopRun(t.marker, t.leader)
 	<-t.ended // stopRun killed bash last: the status is final within leftWait
-	return t.report(c.s, note, killTailLines, 2000)
+	return t.report(c.s, note, killTailLines, tailBytes)
 }
 
 func runListBgTasks(ctx context.Context, c *toolCall) toolResult {

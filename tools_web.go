@@ -348,7 +348,6 @@ var (
 	// a line's start that reads as a heading, quote or list marker, split before its last character
 	mdLineStart = regexp.MustCompile(`^(#{0,5}|\d{0,9})([#>+.)-])( |$)`)
 	mdSpaces    = regexp.MustCompile(`[ \t\r\n\f]+`)
-	mdWordRunes = regexp.MustCompile(`[\pL\p{Nd}]+`) // letters and digits
 	mdBackticks = regexp.MustCompile("`+")
 	// a code block's language in a class: language-ts, lang-ts, highlight-ts, sourceCode ts
 	mdLanguage = regexp.MustCompile(`(?:^|\s)(?:(?:language|lang|highlight)-|sourceCode\s+)(\S+)`)
@@ -954,7 +953,7 @@ func (m *mdConv) link(n *htmlNode) string {
 	href := strings.TrimSpace(n.attr("href"))
 	// A link without words is a permalink (¶, #, an icon glyph, a zero-width
 	// space); one to "#" is a control (back to top).
-	if !mdWordRunes.MatchString(s) || href == "#" {
+	if strings.TrimFunc(s, notWordRune) == "" || href == "#" {
 		return ""
 	} else if href == "" || strings.HasPrefix(strings.ToLower(href), "javascript:") {
 		return s
