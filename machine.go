@@ -49,7 +49,6 @@ const (
 	// leftWait is how long output may go on once a command's leader has exited: a process it
 	// left behind may hold the pipe open.
 	leftWait = 100 * time.Millisecond
-	cwdFD    = 9 // the descriptor Bash's EXIT trap writes the final working directory to
 )
 
 // Variables telson puts in the environment of what it starts.
@@ -67,16 +66,18 @@ type procSpec struct {
 	marker  string     // its run marker (see procTracker.scope)
 	sandbox bool       // an agent's command in plan mode
 	output  bool       // its stdout and stderr to one pipe, child.out
-	cwd     bool       // its descriptor cwdFD to a pipe, child.cwd
+	cwd     bool       // report its final working directory (child.finalDir)
 	files   []*os.File // its descriptors 3, 4, ...
 	stderr  io.Writer  // its stderr, when not to child.out
 }
 
 // child is a process start started, with the read ends of its pipes.
 type child struct {
-	cmd *exec.Cmd
-	out *os.File // its stdout and stderr; nil unless asked for
-	cwd *os.File // its descriptor cwdFD; nil unless asked for
+	cmd   *exec.Cmd
+	out   *os.File // its stdout and stderr; nil unless asked for
+	cwd   *os.File // its descriptor dirFD, where its final directory comes; nil unless asked for
+	watch bool     // wait reads its final directory from the kernel (watchDir) into dir
+	dir   string
 }
 
 // procTracker starts the server's children and ends them. Every child carries a marker: the
@@ -132,10 +133,11 @@ func (pt *procTracker) start(spec procSpec) (*child, error) {
 		c.cmd.Stdout = outW
 		c.cmd.Stderr = outW
 	}
-	if spec.cwd && err == nil {
+	c.watch = spec.cwd && !spec.sandbox && dirFromKernel
+	if (spec.cwd || spec.sandbox) && !c.watch && err == nil {
 		c.cwd, cwdW, err = os.Pipe()
-		c.cmd.ExtraFiles = make([]*os.File, cwdFD-2) // fds 3 to cwdFD, all closed but cwdFD
-		c.cmd.ExtraFiles[cwdFD-3] = cwdW
+		c.cmd.ExtraFiles = make([]*os.File, dirFD-2) // fds 3 to dirFD, all closed but dirFD
+		c.cmd.ExtraFiles[dirFD-3] = cwdW
 	}
 	if err == nil {
 		err = c.cmd.Start()
@@ -203,6 +205,9 @@ func (c *child) wait(w io.WriteCloser, follow bool) {
 		w.Close()
 		close(copied)
 	}()
+	if c.watch {
+		c.dir = watchDir(c.cmd.Process.Pid)
+	}
 	c.cmd.Wait()
 	select {
 	case <-copied:
@@ -214,11 +219,12 @@ func (c *child) wait(w io.WriteCloser, follow bool) {
 	}
 }
 
-// finalDir is the working directory Bash's EXIT trap wrote to cwdFD once the command ended; ""
-// when there is none.
+// finalDir is the working directory the command ended in, once waited for: read from the
+// kernel when Bash's EXIT trap stopped it (watchDir), or what came on dirFD; "" when there is
+// none.
 func (c *child) finalDir() string {
 	if c.cwd == nil {
-		return ""
+		return c.dir
 	}
 	c.cwd.SetReadDeadline(time.Now().Add(leftWait)) // a process left behind may hold it
 	d, err := bufio.NewReader(c.cwd).ReadString('\n')
@@ -616,6 +622,13 @@ func listDir(dir string, max int) []fs.DirEntry {
 func isDir(path string) bool {
 	fi, err := os.Stat(path)
 	return err == nil && fi.IsDir()
+}
+
+// sameDir reports whether a and b are the same directory, whatever the links to them.
+func sameDir(a, b string) bool {
+	fa, errA := os.Stat(a)
+	fb, errB := os.Stat(b)
+	return errA == nil && errB == nil && os.SameFile(fa, fb)
 }
 
 // exists reports whether anything is at path, a dangling symlink too.

@@ -10,9 +10,20 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"unsafe"
+)
+
+// Bash's directory comes from the kernel: its EXIT trap stops it, and its parent (telson, or the
+// sandbox in plan mode) reads its working directory from /proc and continues it. Nothing the
+// command writes can set it. The sandbox, bash's parent in plan mode, sends it to telson on
+// descriptor dirFD, which bash does not inherit.
+const (
+	dirTrap       = "trap 'builtin kill -STOP $$' EXIT\n"
+	dirFromKernel = true
+	dirFD         = 3
 )
 
 const (
@@ -41,8 +52,9 @@ func sandbox(cmd *exec.Cmd, exe string) error {
 // PID namespace is killed.
 func runSandbox(args []string) int {
 	os.Unsetenv(sandboxEnv)
+	syscall.CloseOnExec(dirFD) // the command does not inherit it
 	cmd := exec.Command(args[0], args[1:]...)
-	// stdin stays /dev/null; cwdFD, inherited without close-on-exec, stays open
+	// stdin stays /dev/null
 	cmd.Stdout = os.Stdout
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS,
@@ -52,7 +64,12 @@ func runSandbox(args []string) int {
 		err = loopbackUp()
 	}
 	if err == nil {
-		err = cmd.Run()
+		err = cmd.Start()
+	}
+	if err == nil {
+		dir := watchDir(cmd.Process.Pid)
+		err = cmd.Wait()
+		reportDir(dir)
 	}
 	if cmd.ProcessState == nil {
 		fmt.Fprintln(os.Stderr, "telson: plan-mode sandbox:", err)
@@ -134,4 +151,43 @@ func loopbackUp() error {
 		return errno
 	}
 	return nil
+}
+
+// Constants of waitid(2), which syscall lacks.
+const (
+	pPID       = 1         // idtype P_PID
+	wNoWait    = 0x1000000 // WNOWAIT: leave the child waitable
+	cldStopped = 5         // si_code CLD_STOPPED
+	siCodeAt   = 8         // si_code's offset in siginfo_t, on every architecture
+)
+
+// watchDir waits until the child pid has exited, leaving it to be reaped, and returns the
+// working directory it had when it last stopped itself (Bash's EXIT trap), read from
+// /proc/PID/cwd; each stop is continued at once. "" when it never stopped.
+func watchDir(pid int) string {
+	dir := ""
+	var info [128]byte // siginfo_t
+	for {
+		_, _, errno := syscall.Syscall6(syscall.SYS_WAITID, pPID, uintptr(pid),
+			uintptr(unsafe.Pointer(&info)), syscall.WEXITED|syscall.WSTOPPED|wNoWait, 0, 0)
+		if errno == syscall.EINTR {
+			continue
+		}
+		if errno != 0 || info[siCodeAt] != cldStopped {
+			return dir
+		}
+		syscall.Syscall6(syscall.SYS_WAITID, pPID, uintptr(pid), // the stop, taken
+			uintptr(unsafe.Pointer(&info)), syscall.WSTOPPED|syscall.WNOHANG, 0, 0)
+		if d, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/cwd"); err == nil {
+			dir = strings.TrimSuffix(d, " (deleted)")
+		}
+		syscall.Kill(pid, syscall.SIGCONT)
+	}
+}
+
+// reportDir sends dir, the command's final directory, to telson on dirFD.
+func reportDir(dir string) {
+	if dir != "" {
+		syscall.Write(dirFD, []byte(dir+"\n"))
+	}
 }

@@ -10,6 +10,17 @@ import (
 	"runtime"
 )
 
+// Elsewhere Bash's EXIT trap writes its directory to descriptor dirFD, which the command could
+// write to as well (Linux reads it from the kernel: see machine_linux.go).
+const (
+	dirTrap       = "trap 'builtin pwd -P >&9' EXIT\n"
+	dirFromKernel = false
+	dirFD         = 9
+)
+
+// watchDir is Linux's only.
+func watchDir(int) string { return "" }
+
 func sandbox(*exec.Cmd, string) error {
 	return fmt.Errorf("%s has no user namespaces", runtime.GOOS)
 }

@@ -3187,6 +3187,79 @@ func TestBashWorkingDirectoryAfterEveryFormOfCd(t *testing.T) {
 	}
 }
 
+// A call moves the session only if it moved itself: a quoted grep that started before a cd
+// beside it and ends after it does not take the session back (issue 35).
+func TestBashParallelCallsKeepACd(t *testing.T) {
+	t.Parallel()
+	dir, _ := filepath.EvalSymlinks(t.TempDir())
+	sub := filepath.Join(dir, "services", "api")
+	os.MkdirAll(sub, 0o700)
+	started := filepath.Join(dir, "started")
+	release := filepath.Join(dir, "release")
+	for _, fifo := range []string{started, release} {
+		if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := startServer(t)
+	c.initialize("2025-11-25")
+	c.callTool("Bash", map[string]any{"command": "cd " + shellQuote(dir)})
+	grep := `echo up > started; read -r x < release; grep -c "id" /dev/null`
+	c.send(`{"jsonrpc":"2.0","id":"grep","method":"tools/call","params":{"name":"Bash",` +
+		`"arguments":{"command":` + strconv.Quote(grep) + `}}}`)
+	if _, err := os.ReadFile(started); err != nil { // the grep runs, from dir
+		t.Fatal(err)
+	}
+	res := c.callTool("Bash", map[string]any{"command": "cd services/api && pwd"})
+	if text := resultText(res); text != sub+"\n" {
+		t.Fatalf("cd: %q", text)
+	}
+	if err := os.WriteFile(release, []byte("go\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c.waitResponse("grep")
+	if text := resultText(c.callTool("Bash", map[string]any{"command": "pwd"})); text != sub+"\n" {
+		t.Errorf("after the grep ended: pwd %q, want %s", text, sub)
+	}
+}
+
+// The directory comes back from the kernel, not on a descriptor the command holds: a command's
+// fd 9 is its own, as in plain bash, and a path written to any descriptor moves nothing, in plan
+// mode too, where a cd still sticks (issue 35; the real binary).
+func TestBashDirectoryIsNotWrittenByTheCommand(t *testing.T) {
+	t.Parallel()
+	dir, _ := filepath.EvalSymlinks(t.TempDir())
+	os.Mkdir(filepath.Join(dir, "sub"), 0o700)
+	c := startBinary(t, []string{"TELSON_STATE_DIR=" + t.TempDir()})
+	c.initialize("2025-11-25")
+	c.callTool("Bash", map[string]any{"command": "cd " + shellQuote(dir) +
+		` && exec 9>result.csv; echo "id,name" >&9`})
+	if b, _ := os.ReadFile(filepath.Join(dir, "result.csv")); string(b) != "id,name\n" {
+		t.Errorf("result.csv: %q", b)
+	}
+	res := c.callTool("Bash", map[string]any{"command": "echo /etc >&9"})
+	if text := resultText(res); !isError(res) || !strings.Contains(text, "Bad file descriptor") {
+		t.Errorf("fd 9 is open in a command: %q", text)
+	}
+	forge := `for fd in 3 4 5 6 7 8 9 10; do echo /etc >&$fd; done 2>/dev/null; true`
+	for _, planning := range []bool{false, true} {
+		if planning {
+			wfCall(t, c, "PlanMode", map[string]any{"action": "enter", "goal": "look"}, false)
+			if res := c.callTool("Bash", map[string]any{"command": "true"}); isError(res) {
+				t.Skipf("no sandbox here: %s", resultText(res))
+			}
+		}
+		c.callTool("Bash", map[string]any{"command": forge})
+		if text := resultText(c.callTool("Bash", map[string]any{"command": "pwd"})); text != dir+"\n" {
+			t.Errorf("a written path moved the session (plan mode %v): pwd %q", planning, text)
+		}
+	}
+	c.callTool("Bash", map[string]any{"command": "cd sub"})
+	if text := resultText(c.callTool("Bash", map[string]any{"command": "pwd"})); text != dir+"/sub\n" {
+		t.Errorf("a cd in plan mode: pwd %q", text)
+	}
+}
+
 func TestMayChangeDir(t *testing.T) {
 	for command, want := range map[string]bool{
 		"true": false, "ls -la /tmp": false, "go test ./...": false, "git status && make": false,

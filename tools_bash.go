@@ -101,7 +101,7 @@ func runBash(ctx context.Context, c *toolCall) toolResult {
 	script := a.Command
 	trackDir := mayChangeDir(script)
 	if trackDir {
-		script = "trap 'builtin pwd -P >&" + strconv.Itoa(cwdFD) + "' EXIT\n" + script
+		script = dirTrap + script
 	}
 	timeout := cmp.Or(time.Duration(a.Timeout)*time.Millisecond, set.BashTimeout)
 	t, ch, err := s.startTask(a.Command, script, trackDir, limit, timeout)
@@ -157,7 +157,7 @@ func bashEnded(s *session, t *bgTask, ch *child, limit int, keep bool) toolResul
 		o.Hint = "To let it finish, call Bash again with a larger timeout (up to 600000 ms), " +
 			"or use BackgroundBash."
 	}
-	if d := ch.finalDir(); d != "" {
+	if d := ch.finalDir(); d != "" && !sameDir(d, ch.cmd.Dir) { // only a call that moved
 		s.shell.setDir(d)
 	}
 	o.Cwd = s.shell.dir()
