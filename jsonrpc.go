@@ -33,7 +33,8 @@
 //     tab's event, until Chrome answers or the read ends; a closed tab's call, until Chrome
 //     answers or its deadline; WebSearch's engines, each until it answers or its timeout (the
 //     call waits for all);
-//   - callback timers (tools_workflow.go), until they fire or the session ends.
+//   - callback timers (tools_workflow.go), until they fire (a repeating one arms the next,
+//     under callbackSlots.mu) or the session ends.
 //
 // WaitGroups and onces: session.wg counts running requests (serveStdio waits for them);
 // bgTasks.wg the tasks' goroutines and bgTasks.starts the starts under way (closeAll waits for
@@ -761,6 +762,9 @@ type toolDef struct {
 	output      string                  // JSON Schema of structuredContent; "" for none
 	hints       toolHints
 	run         func(ctx context.Context, call *toolCall) toolResult
+
+	// aliases, if set, puts what agents send beside the schema in its terms, before the check.
+	aliases func(args map[string]any)
 }
 
 // toolHints are the tool annotations.
@@ -903,6 +907,10 @@ func handleToolsCall(ctx context.Context, r *rpcRequest) (map[string]any, error)
 	}
 	if p.Arguments == nil {
 		p.Arguments = map[string]any{}
+	}
+	if m, ok := t.schema.convert(p.Arguments).(map[string]any); ok && t.def.aliases != nil {
+		t.def.aliases(m) // on the object, also when sent as JSON text
+		p.Arguments = m
 	}
 	var res toolResult
 	args, problem := t.schema.check(p.Arguments)

@@ -7379,34 +7379,34 @@ func TestWorkflowTaskManagerRoundTrip(t *testing.T) {
 		return wfCall(t, c, "TaskManager", args, wantErr, want...)
 	}
 	tm(false, map[string]any{"action": "list"}, "No tasks in")
-	res := tm(false, map[string]any{"action": "create", "text": "Ship v2"}, `Created task t1 "Ship v2"`, "current task")
-	if sc := wfStructured(t, res); sc["current"] != "t1" || len(sc["tasks"].([]any)) != 1 {
+	res := tm(false, map[string]any{"action": "create", "text": "Ship v2"}, `Created task 1 "Ship v2"`, "current task")
+	if sc := wfStructured(t, res); sc["current"] != 1.0 || len(sc["tasks"].([]any)) != 1 {
 		t.Fatalf("create structured: %v", sc)
 	}
-	tm(false, map[string]any{"action": "add", "text": "write tests"}, "Added step t1.1", "[0/1]")
-	tm(false, map[string]any{"action": "add", "text": "write docs"}, "Added step t1.2", "[0/2]")
-	tm(false, map[string]any{"action": "create", "text": "Fix login"}, "Created task t2")
-	tm(false, map[string]any{"action": "add", "task_id": "t1", "text": "tag release"}, "Added step t1.3 to task t1")
-	tm(false, map[string]any{"action": "add", "text": "reproduce"}, "Added step t2.1 to task t2")
-	tm(false, map[string]any{"action": "complete", "step_id": "t1.2"}, "Completed step t1.2", "[1/3]")
-	tm(false, map[string]any{"action": "complete", "step_id": "t1.2"}, "Completed step t1.2", "[1/3]")
-	res = tm(false, map[string]any{"action": "list"}, "* t2 \"Fix login\" [0/1]", "  t1 \"Ship v2\" [1/3]")
-	if sc := wfStructured(t, res); sc["current"] != "t2" || len(sc["tasks"].([]any)) != 2 {
+	tm(false, map[string]any{"action": "add", "text": "write tests"}, "Added step 1 to task 1", "[0/1]")
+	tm(false, map[string]any{"action": "add", "text": "write docs"}, "Added step 2 to task 1", "[0/2]")
+	tm(false, map[string]any{"action": "create", "text": "Fix login"}, "Created task 2")
+	tm(false, map[string]any{"action": "add", "task_id": "t1", "text": "tag release"}, "Added step 3 to task 1")
+	tm(false, map[string]any{"action": "add", "text": "reproduce"}, "Added step 1 to task 2")
+	tm(false, map[string]any{"action": "complete", "step_id": "t1.2"}, "Completed step 2 of task 1", "[1/3]")
+	tm(false, map[string]any{"action": "complete", "step_id": "t1.2"}, "Completed step 2 of task 1", "[1/3]")
+	res = tm(false, map[string]any{"action": "list"}, "* 2 \"Fix login\" [0/1]", "  1 \"Ship v2\" [1/3]")
+	if sc := wfStructured(t, res); sc["current"] != 2.0 || len(sc["tasks"].([]any)) != 2 {
 		t.Fatalf("list structured: %v", sc)
 	}
-	res = tm(false, map[string]any{"action": "pending", "task_id": "t1"}, "- t1.1 write tests", "- t1.3 tag release")
+	res = tm(false, map[string]any{"action": "pending", "task_id": "t1"}, "- step 1: write tests", "- step 3: tag release")
 	steps := wfStructured(t, res)["tasks"].([]any)[0].(map[string]any)["steps"].([]any)
 	if len(steps) != 3 {
 		t.Fatalf("pending structured steps: %v", steps)
 	}
-	tm(false, map[string]any{"action": "switch", "task_id": "t1"}, "Switched to task t1")
-	tm(false, map[string]any{"action": "complete", "step_id": "1"}, "Completed step t1.1", "[2/3]")
-	tm(true, map[string]any{"action": "complete"}, "t1 has open steps", "- t1.3 tag release", "force")
-	tm(false, map[string]any{"action": "complete", "force": true}, "Completed task t1", "No task is current now")
-	tm(false, map[string]any{"action": "complete", "task_id": "t1"}, "Completed task t1")
+	tm(false, map[string]any{"action": "switch", "task_id": "t1"}, "Switched to task 1")
+	tm(false, map[string]any{"action": "complete", "step_id": "1"}, "Completed step 1 of task 1", "[2/3]")
+	tm(true, map[string]any{"action": "complete"}, "task 1 has open steps", "- step 3: tag release", "force")
+	tm(false, map[string]any{"action": "complete", "force": true}, "Completed task 1", "No task is current now")
+	tm(false, map[string]any{"action": "complete", "task_id": "t1"}, "Completed task 1")
 	tm(false, map[string]any{"action": "pending", "task_id": "t1"}, ": none")
-	tm(false, map[string]any{"action": "list"}, "t1 \"Ship v2\" [3/3] done")
-	tm(false, map[string]any{"action": "add", "task_id": "t1", "text": "hotfix"}, "Added step t1.4", "[3/4]")
+	tm(false, map[string]any{"action": "list"}, "1 \"Ship v2\" [3/3] done")
+	tm(false, map[string]any{"action": "add", "task_id": "t1", "text": "hotfix"}, "Added step 4 to task 1", "[3/4]")
 
 	// Bad input, parameter by parameter.
 	tm(true, map[string]any{}, `"action" is required`)
@@ -7415,13 +7415,13 @@ func TestWorkflowTaskManagerRoundTrip(t *testing.T) {
 	tm(true, map[string]any{"action": "create", "text": "   "}, "create needs text")
 	tm(true, map[string]any{"action": "create", "text": strings.Repeat("x", 501)}, "at most 500")
 	tm(true, map[string]any{"action": "add", "text": "x"}, "no current task")
-	tm(true, map[string]any{"action": "add", "task_id": "t9", "text": "x"}, `no task "t9"`)
-	tm(true, map[string]any{"action": "add", "task_id": true, "text": "x"}, "must be a string")
+	tm(true, map[string]any{"action": "add", "task_id": "t9", "text": "x"}, "no task 9")
+	tm(true, map[string]any{"action": "add", "task_id": true, "text": "x"}, "must be an integer")
 	tm(true, map[string]any{"action": "add", "task_id": "t1"}, "add needs text")
 	tm(true, map[string]any{"action": "complete", "step_id": "t1.99"}, "no step")
-	tm(true, map[string]any{"action": "complete", "task_id": "t2", "step_id": "t1.1"}, "no step")
+	tm(true, map[string]any{"action": "complete", "task_id": "t2", "step_id": "t1.1"}, `"step_id" must be an integer`)
 	tm(true, map[string]any{"action": "switch"}, "no current task")
-	tm(true, map[string]any{"action": "switch", "task_id": "nope"}, `no task "tnope"`)
+	tm(true, map[string]any{"action": "switch", "task_id": "nope"}, `"task_id" must be an integer`)
 	tm(true, map[string]any{"action": "list", "all": "x"}, "must be a boolean")
 }
 
@@ -7440,8 +7440,8 @@ func TestWorkflowTaskManagerPersistsAcrossRestart(t *testing.T) {
 
 	c2 := startServer(t, "STATE_DIR="+dir)
 	c2.initialize("2025-11-25")
-	wfCall(t, c2, "TaskManager", map[string]any{"action": "list"}, false, `* t1 "Persist me" [0/1]`)
-	wfCall(t, c2, "TaskManager", map[string]any{"action": "create", "text": "Second"}, false, "Created task t2")
+	wfCall(t, c2, "TaskManager", map[string]any{"action": "list"}, false, `* 1 "Persist me" [0/1]`)
+	wfCall(t, c2, "TaskManager", map[string]any{"action": "create", "text": "Second"}, false, "Created task 2")
 	var tf taskFile
 	b, _ := os.ReadFile(filepath.Join(dir, "tasks.json"))
 	if err := json.Unmarshal(b, &tf); err != nil || len(tf.Tasks) != 2 || len(tf.Tasks[0].Steps) != 1 {
@@ -7478,7 +7478,7 @@ func TestWorkflowTaskManagerRemovesStaleTemps(t *testing.T) {
 			t.Fatalf("a read removed %s", p)
 		}
 	}
-	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "x"}, false, "Created task t1")
+	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "x"}, false, "Created task 1")
 	for _, p := range stale {
 		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("stale %s still there: %v", p, err)
@@ -7494,7 +7494,7 @@ func TestWorkflowTaskManagerRemovesStaleTemps(t *testing.T) {
 	os.Rename(filepath.Join(dir, "tasks.json"), filepath.Join(real, "tasks.json"))
 	os.Symlink(filepath.Join(real, "tasks.json"), filepath.Join(dir, "tasks.json"))
 	stale = plant(filepath.Join(real, "tasks.json.tmp-4"))
-	wfCall(t, c, "TaskManager", map[string]any{"action": "add", "text": "y"}, false, "Added step t1.1")
+	wfCall(t, c, "TaskManager", map[string]any{"action": "add", "text": "y"}, false, "Added step 1 to task 1")
 	if _, err := os.Stat(stale[0]); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("stale %s still there: %v", stale[0], err)
 	}
@@ -7525,7 +7525,7 @@ func TestWorkflowTaskManagerTwoProcesses(t *testing.T) {
 	steps := wfStructured(t, res)["tasks"].([]any)[0].(map[string]any)["steps"].([]any)
 	seen := map[string]bool{}
 	for _, s := range steps {
-		seen[s.(map[string]any)["id"].(string)] = true
+		seen[fmt.Sprint(s.(map[string]any)["id"])] = true
 		seen[s.(map[string]any)["text"].(string)] = true
 	}
 	for i := 0; i < perProcess; i++ {
@@ -7577,15 +7577,15 @@ func TestWorkflowTaskManagerCorruptFile(t *testing.T) {
 	if kept, _ := filepath.Glob(path + ".corrupt-*"); len(kept) != 4 {
 		t.Fatalf("kept files: %v", kept)
 	}
-	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "next"}, false, "Created task t1")
-	if text := resultText(wfCall(t, c, "TaskManager", map[string]any{"action": "list"}, false, `t1 "next"`)); strings.Contains(text, "corrupt") {
+	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "next"}, false, "Created task 1")
+	if text := resultText(wfCall(t, c, "TaskManager", map[string]any{"action": "list"}, false, `1 "next"`)); strings.Contains(text, "corrupt") {
 		t.Fatalf("a sound file is reported corrupt: %s", text)
 	}
 
 	// Ids never repeat in a hand-edited file.
 	os.WriteFile(path, []byte(`{"tasks":[{"id":"t7","title":"hand","steps":[{"id":"t7.1","text":"s"}]}]}`), 0o600)
-	wfCall(t, c, "TaskManager", map[string]any{"action": "add", "task_id": 7, "text": "next"}, false, "Added step t7.2")
-	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "next"}, false, "Created task t8")
+	wfCall(t, c, "TaskManager", map[string]any{"action": "add", "task_id": 7, "text": "next"}, false, "Added step 2 to task 7")
+	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "next"}, false, "Created task 8")
 }
 
 // FuzzTasksFile: no tasks.json makes its decoding and checks, or an action on
@@ -7604,9 +7604,10 @@ func FuzzTasksFile(f *testing.F) {
 		if err != nil {
 			return
 		}
-		for _, a := range []taskArgs{{Action: "list", All: true}, {Action: "pending"}, {Action: "start", StepID: "1"},
-			{Action: "complete", StepID: "1.2"}, {Action: "add", Text: "x"}, {Action: "complete", Force: true},
-			{Action: "switch", TaskID: "1"}, {Action: "create", Text: "y"}, {Action: "add", TaskID: "2", Text: "z"}} {
+		for _, a := range []taskArgs{{Action: "list", All: true, Query: "S"}, {Action: "pending", Query: "tests x"},
+			{Action: "start", StepID: 1}, {Action: "complete", TaskID: 1, StepID: 2}, {Action: "add", Text: "x"},
+			{Action: "complete", Force: true}, {Action: "switch", TaskID: 1}, {Action: "create", Text: "y"},
+			{Action: "add", TaskID: 2, Text: "z"}} {
 			a.project = "/p"
 			tf.apply(a)
 		}
@@ -7627,8 +7628,8 @@ func TestWorkflowTaskManagerFullListDropsOldestDone(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "tasks.json"), b, 0o600)
 	c := startServer(t, "STATE_DIR="+dir)
 	c.initialize("2025-06-18")
-	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "new"}, false, "Created task t201")
-	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "new"}, false, "Created task t202")
+	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "new"}, false, "Created task 201")
+	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "new"}, false, "Created task 202")
 	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "new"}, true, "200 open tasks")
 	b, _ = os.ReadFile(filepath.Join(dir, "tasks.json"))
 	if strings.Contains(string(b), `"t5"`) || strings.Contains(string(b), `"t9"`) || !strings.Contains(string(b), `"t8"`) {
@@ -7653,7 +7654,7 @@ func TestWorkflowTaskManagerLockHeld(t *testing.T) {
 	}
 	wfCall(t, c, "TaskManager", map[string]any{"action": "list"}, true, "another process holds it")
 	syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-	wfCall(t, c, "TaskManager", map[string]any{"action": "list"}, false, `* t1 "x"`)
+	wfCall(t, c, "TaskManager", map[string]any{"action": "list"}, false, `* 1 "x"`)
 }
 
 // wfCd runs cd in the session's shell.
@@ -7683,47 +7684,220 @@ func TestWorkflowTaskManagerProjectsAndIDs(t *testing.T) {
 	p1, p2 := wfProject(t), wfProject(t)
 	os.MkdirAll(filepath.Join(p1, "src", "deep"), 0o755)
 	wfCd(t, c, filepath.Join(p1, "src", "deep"))
-	res := tm(false, map[string]any{"action": "create", "text": "A"}, "Created task t1")
-	if sc := wfStructured(t, res); sc["project"] != p1 || sc["current"] != "t1" || sc["message"] != resultText(res) {
+	res := tm(false, map[string]any{"action": "create", "text": "A"}, "Created task 1")
+	if sc := wfStructured(t, res); sc["project"] != p1 || sc["current"] != 1.0 || sc["message"] != resultText(res) {
 		t.Fatalf("create structured: %v", sc)
 	}
 	tm(false, map[string]any{"action": "add", "text": "one"})
-	tm(false, map[string]any{"action": "add", "task_id": 1, "text": "two"}, "Added step t1.2")
-	tm(false, map[string]any{"action": "add", "task_id": "1", "text": "three"}, "Added step t1.3")
+	tm(false, map[string]any{"action": "add", "task_id": 1, "text": "two"}, "Added step 2 to task 1")
+	tm(false, map[string]any{"action": "add", "task_id": "1", "text": "three"}, "Added step 3 to task 1")
 
 	// Ids as bare numbers, integers or strings; a step in progress.
-	tm(false, map[string]any{"action": "complete", "step_id": 1}, "Completed step t1.1", "[1/3]")
-	tm(false, map[string]any{"action": "start", "task_id": 1, "step_id": "2"}, "Step t1.2", "in progress")
-	res = tm(false, map[string]any{"action": "pending"}, "- t1.2 two (in progress)", "- t1.3 three")
+	tm(false, map[string]any{"action": "complete", "step_id": 1}, "Completed step 1 of task 1", "[1/3]")
+	tm(false, map[string]any{"action": "start", "task_id": 1, "step_id": "2"}, "Step 2 of task 1", "in progress")
+	res = tm(false, map[string]any{"action": "pending"}, "- step 2: two (in progress)", "- step 3: three")
 	steps := wfStructured(t, res)["tasks"].([]any)[0].(map[string]any)["steps"].([]any)
 	if steps[1].(map[string]any)["in_progress"] != true || steps[0].(map[string]any)["done"] != true {
 		t.Fatalf("steps: %v", steps)
 	}
-	tm(false, map[string]any{"action": "start", "step_id": "t1.3"}, "Step t1.3")
+	tm(false, map[string]any{"action": "start", "step_id": "t1.3"}, "Step 3 of task 1")
 	if text := resultText(tm(false, map[string]any{"action": "pending"})); strings.Count(text, "in progress") != 1 {
 		t.Fatalf("two steps in progress: %s", text)
 	}
 	tm(true, map[string]any{"action": "start"}, "no step")
 
 	// complete without step_id refuses while steps are open.
-	tm(true, map[string]any{"action": "complete", "task_id": 1}, "open steps", "- t1.2 two", "- t1.3 three (in progress)", "force")
-	tm(false, map[string]any{"action": "list"}, `* t1 "A" [1/3]`)
+	tm(true, map[string]any{"action": "complete", "task_id": 1}, "open steps", "- step 2: two", "- step 3: three (in progress)", "force")
+	tm(false, map[string]any{"action": "list"}, `* 1 "A" [1/3]`)
 
 	// Another project has its own list and current task.
 	wfCd(t, c, p2)
 	tm(false, map[string]any{"action": "list"}, "No tasks in "+p2)
 	tm(true, map[string]any{"action": "add", "text": "x"}, "no current task")
-	tm(false, map[string]any{"action": "create", "text": "B"}, "Created task t2")
+	tm(false, map[string]any{"action": "create", "text": "B"}, "Created task 2")
 	if text := resultText(tm(false, map[string]any{"action": "list"})); strings.Contains(text, `"A"`) {
 		t.Fatalf("another project's task listed: %s", text)
 	}
-	res = tm(false, map[string]any{"action": "list", "all": true}, `* t2 "B"`, `t1 "A" [1/3] in `+p1)
+	res = tm(false, map[string]any{"action": "list", "all": true}, `* 2 "B"`, `1 "A" [1/3] in `+p1)
 	if n := len(wfStructured(t, res)["tasks"].([]any)); n != 2 {
 		t.Fatalf("all: %d tasks", n)
 	}
 	wfCd(t, c, p1)
-	tm(false, map[string]any{"action": "list"}, `* t1 "A"`)
-	tm(false, map[string]any{"action": "complete", "force": true}, "Completed task t1", "[3/3]")
+	tm(false, map[string]any{"action": "list"}, `* 1 "A"`)
+	tm(false, map[string]any{"action": "complete", "force": true}, "Completed task 1", "[3/3]")
+}
+
+// wfSchema is tool name's input schema property prop, as tools/list declares it, and the
+// schema's required list.
+func wfSchema(t *testing.T, c *testClient, name, prop string) (map[string]any, []any) {
+	t.Helper()
+	for _, tool := range c.request("tools/list", nil)["result"].(map[string]any)["tools"].([]any) {
+		if tool := tool.(map[string]any); tool["name"] == name {
+			schema := tool["inputSchema"].(map[string]any)
+			p, _ := schema["properties"].(map[string]any)[prop].(map[string]any)
+			required, _ := schema["required"].([]any)
+			return p, required
+		}
+	}
+	t.Fatalf("no tool %s", name)
+	return nil, nil
+}
+
+// TaskManager's query (the seed's "The search query", which it declares required) filters list
+// and pending by words, in any case; a call without it works. Through the real binary.
+func TestWorkflowTaskManagerQuery(t *testing.T) {
+	t.Parallel()
+	p := wfProject(t)
+	c := startBinary(t, []string{"TELSON_STATE_DIR=" + t.TempDir()})
+	c.initialize("2025-06-18")
+	if q, required := wfSchema(t, c, "TaskManager", "query"); q["type"] != "string" || !strings.HasPrefix(q["description"].(string), "The search query") || fmt.Sprint(required) != "[action query]" {
+		t.Fatalf("query declared as %v, required %v", q, required)
+	}
+	wfCd(t, c, p)
+	tm := func(wantErr bool, args map[string]any, want ...string) map[string]any {
+		t.Helper()
+		return wfCall(t, c, "TaskManager", args, wantErr, want...)
+	}
+	tm(false, map[string]any{"action": "create", "text": "Alpha release"})
+	tm(false, map[string]any{"action": "add", "text": "write the changelog", "query": ""})
+	tm(false, map[string]any{"action": "create", "text": "Beta rollout", "query": ""})
+	tm(false, map[string]any{"action": "add", "text": "Deploy to staging"})
+	tm(false, map[string]any{"action": "add", "text": "announce it"})
+	tm(false, map[string]any{"action": "list"}, `1 "Alpha release"`, `* 2 "Beta rollout"`)
+
+	res := tm(false, map[string]any{"action": "list", "query": "beta"}, `Tasks matching "beta" (* = current):`+"\n"+`* 2 "Beta rollout" [0/2]`)
+	tasks := wfStructured(t, res)["tasks"].([]any)
+	if strings.Contains(resultText(res), "Alpha") || len(tasks) != 1 || tasks[0].(map[string]any)["id"] != 2.0 {
+		t.Fatalf("list beta: %s\n%v", resultText(res), tasks)
+	}
+	// Every word, in the title or a step, in any case.
+	if text := resultText(tm(false, map[string]any{"action": "list", "query": "ROLLOUT  staging"}, `* 2 "Beta rollout"`)); strings.Contains(text, "Alpha") {
+		t.Fatalf("list rollout staging: %s", text)
+	}
+	if text := resultText(tm(false, map[string]any{"action": "list", "query": "Changelog"}, `1 "Alpha release"`)); strings.Contains(text, "Beta") {
+		t.Fatalf("list changelog: %s", text)
+	}
+	tm(false, map[string]any{"action": "list", "query": "beta changelog"}, `No tasks matching "beta changelog" in `+p)
+
+	// pending: the open steps each word is in, or in their task's title.
+	res = tm(false, map[string]any{"action": "pending", "query": "deploy"}, `Open steps of task 2 "Beta rollout" [0/2] matching "deploy":`+"\n- step 1: Deploy to staging")
+	steps := wfStructured(t, res)["tasks"].([]any)[0].(map[string]any)["steps"].([]any)
+	if strings.Contains(resultText(res), "announce") || len(steps) != 1 || steps[0].(map[string]any)["id"] != 1.0 {
+		t.Fatalf("pending deploy: %s\n%v", resultText(res), steps)
+	}
+	tm(false, map[string]any{"action": "pending", "query": "beta"}, "- step 1: Deploy to staging\n- step 2: announce it")
+	tm(false, map[string]any{"action": "pending", "task_id": 1, "query": "staging"}, `matching "staging": none`)
+
+	// A parameter the action does not use is named, not ignored.
+	tm(true, map[string]any{"action": "create", "text": "x", "query": "beta"}, `"query" does nothing with action create: leave it out (it is for list, pending)`)
+	tm(true, map[string]any{"action": "list", "task_id": 2}, `"task_id" does nothing with action list`)
+	tm(true, map[string]any{"action": "pending", "all": true}, `"all" does nothing with action pending`)
+	tm(true, map[string]any{"action": "switch", "task_id": 1, "text": "x"}, `"text" does nothing with action switch`)
+}
+
+// Ids are the integers the seed declares, shown as the numbers the agent sends back; "t3" and
+// "t3.2", which telson showed before, still work, and a tasks.json today's telson wrote loads
+// unchanged and is written back in its format, losing nothing. Through the real binary.
+func TestWorkflowTaskManagerIntegerIDs(t *testing.T) {
+	t.Parallel()
+	dir, p := t.TempDir(), wfProject(t)
+	// tasks.json as telson wrote it before ids were numbers.
+	old := `{
+  "current_by_project": {
+    "` + p + `": "t1"
+  },
+  "tasks": [
+    {
+      "id": "t1",
+      "title": "Ship v2",
+      "project": "` + p + `",
+      "done": false,
+      "created": "2026-01-02T03:04:05.123456789Z",
+      "steps": [
+        {
+          "id": "t1.1",
+          "text": "tests",
+          "done": true
+        },
+        {
+          "id": "t1.2",
+          "text": "docs",
+          "done": false,
+          "in_progress": true
+        }
+      ]
+    },
+    {
+      "id": "t2",
+      "title": "Fix",
+      "project": "/elsewhere",
+      "done": true,
+      "created": "2026-01-01T00:00:00Z",
+      "steps": []
+    }
+  ]
+}`
+	path := filepath.Join(dir, "tasks.json")
+	os.WriteFile(path, []byte(old), 0o600)
+	c := startBinary(t, []string{"TELSON_STATE_DIR=" + dir})
+	c.initialize("2025-06-18")
+	for _, prop := range []string{"task_id", "step_id"} {
+		if s, _ := wfSchema(t, c, "TaskManager", prop); s["type"] != "integer" {
+			t.Fatalf("%s declared as %v", prop, s)
+		}
+	}
+	wfCd(t, c, p)
+	tm := func(wantErr bool, args map[string]any, want ...string) map[string]any {
+		t.Helper()
+		return wfCall(t, c, "TaskManager", args, wantErr, want...)
+	}
+	res := tm(false, map[string]any{"action": "list", "all": true}, `* 1 "Ship v2" [1/2]`, `2 "Fix" [0/0] done in /elsewhere`)
+	sc := wfStructured(t, res)
+	task := sc["tasks"].([]any)[0].(map[string]any)
+	step := task["steps"].([]any)[1].(map[string]any)
+	if sc["current"] != 1.0 || task["id"] != 1.0 || task["created"] != "2026-01-02T03:04:05.123456789Z" || step["id"] != 2.0 || step["in_progress"] != true {
+		t.Fatalf("list structured: %v", sc)
+	}
+	tm(false, map[string]any{"action": "pending"}, "- step 2: docs (in progress)")
+	if b, _ := os.ReadFile(path); string(b) != old {
+		t.Fatalf("a read rewrote tasks.json:\n%s", b)
+	}
+
+	// The numbers, and the old strings, name tasks and steps.
+	tm(false, map[string]any{"action": "add", "task_id": "t1", "text": "tag"}, `Added step 3 to task 1 "Ship v2" [1/3].`)
+	tm(false, map[string]any{"action": "start", "step_id": "t1.3"}, "Step 3 of task 1")
+	tm(false, map[string]any{"action": "complete", "task_id": 1, "step_id": 2}, "Completed step 2 of task 1")
+	tm(false, map[string]any{"action": "complete", "task_id": "1", "step_id": "3"}, "Completed step 3 of task 1", "[3/3]")
+	tm(false, map[string]any{"action": "switch", "task_id": "t2", "step_id": ""}, `Switched to task 2 "Fix"`)
+	tm(true, map[string]any{"action": "complete", "task_id": 2, "step_id": "t1.1"}, `"step_id" must be an integer`)
+	tm(true, map[string]any{"action": "complete", "step_id": 9}, "task 2 has no step 9")
+	tm(true, map[string]any{"action": "switch", "task_id": 7}, "no task 7 (list shows them)")
+	tm(false, map[string]any{"action": "create", "text": "Next"}, `Created task 3 "Next"`)
+
+	// Written back in the format it was read in: every field kept, the new ones beside.
+	var before, after struct {
+		Current map[string]string            `json:"current_by_project"`
+		Tasks   []map[string]json.RawMessage `json:"tasks"`
+	}
+	json.Unmarshal([]byte(old), &before)
+	b, _ := os.ReadFile(path)
+	if err := json.Unmarshal(b, &after); err != nil || len(after.Tasks) != 3 {
+		t.Fatalf("tasks.json: %v\n%s", err, b)
+	}
+	for k, v := range before.Tasks[0] {
+		if k != "steps" && string(after.Tasks[0][k]) != string(v) {
+			t.Errorf("task 1's %s: %s, was %s", k, after.Tasks[0][k], v)
+		}
+	}
+	steps, _ := json.Marshal(after.Tasks[0]["steps"])
+	if want := `[{"id":"t1.1","text":"tests","done":true},{"id":"t1.2","text":"docs","done":true},{"id":"t1.3","text":"tag","done":true}]`; string(steps) != want {
+		t.Errorf("task 1's steps: %s", steps)
+	}
+	was, _ := json.Marshal(before.Tasks[1])
+	is, _ := json.Marshal(after.Tasks[1])
+	if string(is) != string(was) || string(after.Tasks[2]["id"]) != `"t3"` || after.Current[p] != "t3" {
+		t.Errorf("tasks.json:\n%s", b)
+	}
 }
 
 // tasks.json must be a regular file read through a cap; a symlink is written through.
@@ -7759,7 +7933,7 @@ func TestWorkflowTaskManagerFileNotRegular(t *testing.T) {
 	real := filepath.Join(t.TempDir(), "real-tasks.json")
 	os.WriteFile(real, []byte(`{"tasks":[]}`), 0o600)
 	os.Symlink(real, path)
-	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "through the link"}, false, "Created task t1")
+	wfCall(t, c, "TaskManager", map[string]any{"action": "create", "text": "through the link"}, false, "Created task 1")
 	if fi, err := os.Lstat(path); err != nil || fi.Mode()&os.ModeSymlink == 0 {
 		t.Fatalf("link replaced: %v %v", fi, err)
 	}
@@ -7849,6 +8023,18 @@ func TestWorkflowPlanMode(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "mine.md"), []byte("old plan\n"), 0o600)
 	pm(false, map[string]any{"action": "enter", "goal": "g", "plan_file": "mine.md"}, filepath.Join(dir, "mine.md"))
 	pm(false, map[string]any{"action": "exit"}, "Plan saved to "+filepath.Join(dir, "mine.md"), "old plan")
+	// It may be named at exit too, as the seed's exit takes it.
+	pm(false, map[string]any{"action": "enter", "goal": "g"})
+	os.WriteFile(filepath.Join(dir, "late.md"), []byte("late plan\n"), 0o600)
+	res = pm(false, map[string]any{"action": "exit", "plan_file": "late.md"}, "Plan saved to "+filepath.Join(dir, "late.md"), "Returning to execution", "late plan")
+	if sc := wfStructured(t, res); sc["plan_file"] != filepath.Join(dir, "late.md") || sc["plan"] != "late plan\n" {
+		t.Fatalf("exit with plan_file: %v", sc)
+	}
+	// A parameter the action does not use is named, not ignored.
+	pm(true, map[string]any{"action": "status", "goal": "g"}, `"goal" does nothing with action status: leave it out (it is for enter)`)
+	pm(true, map[string]any{"action": "enter", "goal": "g", "plan": "p"}, `"plan" does nothing with action enter`)
+	pm(true, map[string]any{"action": "reset", "plan_file": "x.md"}, `"plan_file" does nothing with action reset: leave it out (it is for enter, exit)`)
+	pm(false, map[string]any{"action": "status", "goal": "", "plan": ""}, "Plan mode: INACTIVE", "Last plan: "+filepath.Join(dir, "late.md"), "approval: not asked")
 
 	// A new session starts outside plan mode.
 	pm(false, map[string]any{"action": "enter", "goal": "left active"})
@@ -7992,7 +8178,7 @@ func TestWorkflowPlanModeApproval(t *testing.T) {
 	uiReply(c, req["id"], map[string]any{"action": "accept", "content": map[string]any{"decision": "keep planning", "note": "add tests"}})
 	res := uiResult(t, c.waitResponse(id))
 	sc := wfStructured(t, res)
-	if isError(res) || sc["active"] != true || sc["approval"] != "keep planning" || sc["note"] != "add tests" ||
+	if isError(res) || sc["active"] != true || sc["approval"] != "keep planning" || sc["note"] != "add tests" || sc["plan"] != "step one" || sc["approved"] != false ||
 		!strings.Contains(sc["message"].(string), "Note from the user: add tests") || !strings.Contains(resultText(res), "stays active") {
 		t.Fatalf("keep planning: %v", res)
 	}
@@ -8027,6 +8213,57 @@ func TestWorkflowPlanModeApproval(t *testing.T) {
 	if sc := wfStructured(t, res); sc["active"] != false || sc["approval"] != "approved" || !strings.Contains(resultText(res), "The user approved the plan") {
 		t.Fatalf("approve: %v", res)
 	}
+	// json says the plan was approved.
+	sc = wfStructured(t, uiResult(t, c.waitResponse(uiStartCall(c, "PlanMode", map[string]any{"action": "json"}))))
+	if sc["active"] != false || sc["approved"] != true || sc["plan"] != "step one, with tests" {
+		t.Fatalf("json after approval: %v", sc)
+	}
+}
+
+// PlanMode's json action (cut once, the seed's) gives plan mode's state as one JSON object, in
+// the text and as structuredContent: active, goal, plan_file, started_at, plan, approved; after
+// exit, of the plan left with; after reset, nothing. Through the real binary.
+func TestWorkflowPlanModeJSON(t *testing.T) {
+	t.Parallel()
+	c := startBinary(t, []string{"TELSON_STATE_DIR=" + t.TempDir()})
+	c.initialize("2025-06-18")
+	if action, _ := wfSchema(t, c, "PlanMode", "action"); !slices.Contains(action["enum"].([]any), "json") {
+		t.Fatalf("action: %v", action)
+	}
+	state := func(want string) map[string]any {
+		t.Helper()
+		res := wfCall(t, c, "PlanMode", map[string]any{"action": "json"}, false)
+		text := resultText(res)
+		var got map[string]any
+		err := json.Unmarshal([]byte(text), &got)
+		a, _ := json.Marshal(got)
+		b, _ := json.Marshal(wfStructured(t, res))
+		if err != nil || string(a) != string(b) {
+			t.Fatalf("json: %v: %s\nstructured: %v", err, text, res["structuredContent"])
+		}
+		if !regexp.MustCompile(want).MatchString(text) {
+			t.Fatalf("json: %s\nwant %s", text, want)
+		}
+		return got
+	}
+	none := `^\{"active":false,"goal":null,"plan_file":null,"started_at":null,"plan":null,"approved":false\}$`
+	state(none)
+	entered := time.Now().UTC().Truncate(time.Second)
+	res := wfCall(t, c, "PlanMode", map[string]any{"action": "enter", "goal": "Move the loader"}, false)
+	file := wfStructured(t, res)["plan_file"].(string)
+	got := state(`^\{"active":true,"goal":"Move the loader","plan_file":"` + regexp.QuoteMeta(file) + `","started_at":"[^"]+","plan":null,"approved":false\}$`)
+	started, err := time.Parse(time.RFC3339, got["started_at"].(string))
+	if err != nil || started.Before(entered) || started.After(time.Now()) {
+		t.Fatalf("started_at %v: %v", got["started_at"], err)
+	}
+	wfCall(t, c, "PlanMode", map[string]any{"action": "exit", "plan": "# Plan\n1. move it\n"}, false)
+	got = state(`^\{"active":false,"goal":"Move the loader","plan_file":"` + regexp.QuoteMeta(file) + `","started_at":"[^"]+","plan":"# Plan\\n1. move it\\n","approved":false\}$`)
+	if got["started_at"] != started.Format(time.RFC3339) {
+		t.Fatalf("started_at after exit: %v, want %v", got["started_at"], started)
+	}
+	wfCall(t, c, "PlanMode", map[string]any{"action": "reset"}, false, "not active")
+	state(none)
+	wfCall(t, c, "PlanMode", map[string]any{"action": "json", "goal": "g"}, true, `"goal" does nothing with action json`)
 }
 
 // A plan file that is a FIFO, a device or huge is refused before it is read,
@@ -8967,21 +9204,28 @@ func TestWorkflowCallbacks(t *testing.T) {
 		return wfCall(t, c, "SetCallback", args, wantErr, want...)
 	}
 	cbk(false, map[string]any{"action": "list"}, "No active callbacks.")
-	cbk(false, map[string]any{"message": "check the deploy", "delay_seconds": 30}, "Callback scheduled in slot 0: fires in 30s.")
+	cbk(false, map[string]any{"message": "check the deploy", "delay_seconds": 30, "repeat_count": 3}, "Callback scheduled in slot 0: fires every 30s, 3 times.")
 	cbk(false, map[string]any{"action": "set", "message": strings.Repeat("long message ", 10), "delay_seconds": 3600}, "slot 1: fires in 3600s.")
 	text := resultText(cbk(false, map[string]any{"action": "list"}, "Active callbacks (2/8):\n  [0] \"check the deploy\" - fires in ", "\n  [1] \"long message long message long message long message long message long message long message long message long message long message \" - fires in "))
-	if !regexp.MustCompile(`fires in (29|30)s\n`).MatchString(text) || !regexp.MustCompile(`fires in (59m59s|1h0m0s)$`).MatchString(text) {
+	if !regexp.MustCompile(`fires in (29|30)s \(3 left\)\n`).MatchString(text) || !regexp.MustCompile(`fires in (59m59s|1h0m0s) \(1 left\)$`).MatchString(text) {
 		t.Fatalf("list: %s", text)
 	}
 
-	// A fire reaches the next tool result, once, and frees its slot.
+	// A fire reaches the next tool result, once; a repeating reminder is armed again, delay_seconds on.
 	wfFire(t, s, 0)
-	res := cbk(false, map[string]any{"action": "list"}, "Active callbacks (1/8):")
-	if first := res["content"].([]any)[0].(map[string]any)["text"]; first != "[callback 0] check the deploy" {
-		t.Fatalf("notice: %v", res["content"])
+	text = resultText(cbk(false, map[string]any{"action": "list"}, "Active callbacks (2/8):", "(2 left)"))
+	if !strings.HasPrefix(text, "[callback 0] check the deploy (2 more to come; cancel with callback_id 0)\n") || !regexp.MustCompile(`\[0\] "check the deploy" - fires in (29|30)s \(2 left\)`).MatchString(text) {
+		t.Fatalf("after the first firing: %s", text)
 	}
-	if text := resultText(cbk(false, map[string]any{"action": "list"})); strings.Contains(text, "[callback") || strings.Contains(text, "[0]") {
-		t.Fatalf("notice delivered twice, or the slot kept: %s", text)
+	if text := resultText(cbk(false, map[string]any{"action": "list"})); strings.Contains(text, "[callback") {
+		t.Fatalf("notice delivered twice: %s", text)
+	}
+	// The last firing says nothing more is to come, and frees the slot.
+	wfFire(t, s, 0)
+	wfFire(t, s, 0)
+	text = resultText(cbk(false, map[string]any{"action": "list"}, "Active callbacks (1/8):"))
+	if !strings.Contains(text, "(1 more to come;") || !strings.Contains(text, "[callback 0] check the deploy\n") || strings.Contains(text, "[0]") {
+		t.Fatalf("after three firings: %s", text)
 	}
 
 	// Slot exhaustion.
@@ -9013,6 +9257,13 @@ func TestWorkflowCallbacks(t *testing.T) {
 	cbk(true, map[string]any{"message": "m", "delay_seconds": 7200}, `"delay_seconds" must be at most 3600, got 7200`)
 	cbk(true, map[string]any{"message": "m", "delay_seconds": 0}, "must be at least 1")
 	cbk(true, map[string]any{"message": "m", "delay_seconds": 1.5}, "must be an integer")
+	cbk(true, map[string]any{"message": "m", "delay_seconds": 5, "repeat_count": 0}, `"repeat_count" must be at least 1`)
+	cbk(true, map[string]any{"message": "m", "delay_seconds": 5, "repeat_count": 101}, `"repeat_count" must be at most 100`)
+	// A parameter the action does not use is named, not ignored; zero values agents fill in pass.
+	cbk(true, map[string]any{"action": "list", "repeat_count": 2}, `"repeat_count" does nothing with action list: leave it out (it is for set)`)
+	cbk(true, map[string]any{"action": "cancel", "message": "m"}, `"message" does nothing with action cancel`)
+	cbk(true, map[string]any{"message": "m", "delay_seconds": 5, "callback_id": 2}, `"callback_id" does nothing with action set: leave it out (it is for cancel)`)
+	cbk(false, map[string]any{"action": "list", "message": "", "callback_id": 0}, "No active callbacks.")
 	cbk(true, map[string]any{"action": "snooze"}, "must be one of")
 	cbk(true, map[string]any{"action": "cancel", "callback_id": "two"}, "must be an integer")
 
@@ -9036,4 +9287,41 @@ func TestWorkflowCallbackDefaultsOnce(t *testing.T) {
 	wfCall(t, c, "SetCallback", map[string]any{"message": "a", "delay_seconds": 60}, false, "fires in 60s.")
 	wfCall(t, c, "SetCallback", map[string]any{"action": "cancel"}, false, "Cancelled 1 callback.")
 	wfCall(t, c, "SetCallback", map[string]any{"action": "cancel"}, false, "Cancelled 0 callbacks.")
+
+	// cancel stops a repeating reminder between firings.
+	wfCall(t, c, "SetCallback", map[string]any{"message": "r", "delay_seconds": 60, "repeat_count": 100}, false, "fires every 60s, 100 times.")
+	wfFire(t, s, 0)
+	timers := wfTimers(s)
+	wfCall(t, c, "SetCallback", map[string]any{"action": "cancel", "callback_id": 0}, false, "[callback 0] r (99 more to come; cancel with callback_id 0)", `Cancelled callback slot 0: "r"`)
+	wfStopped(t, timers)
+	wfCall(t, c, "SetCallback", map[string]any{"action": "list"}, false, "No active callbacks.")
+}
+
+// repeat_count: 2 fires twice, delay_seconds apart, then frees the slot (the issue's case,
+// through the real binary, on real timers).
+func TestWorkflowCallbackRepeatBinary(t *testing.T) {
+	t.Parallel()
+	c := startBinary(t, []string{"TELSON_STATE_DIR=" + t.TempDir()})
+	c.initialize("2025-06-18")
+	if r, _ := wfSchema(t, c, "SetCallback", "repeat_count"); r["type"] != "integer" || r["minimum"] != 1.0 || r["maximum"] != 100.0 {
+		t.Fatalf("repeat_count declared as %v", r)
+	}
+	set := time.Now()
+	wfCall(t, c, "SetCallback", map[string]any{"message": "tick", "delay_seconds": 1, "repeat_count": 2}, false, "fires every 1s, 2 times.")
+	var seen []time.Duration
+	text := ""
+	for deadline := time.Now().Add(time.Minute); !strings.Contains(text, "No active callbacks."); {
+		if time.Now().After(deadline) {
+			t.Fatalf("after a minute: %s", text)
+		}
+		// The shell's pause paces the polling; a notice rides on the next result.
+		text = resultText(wfCall(t, c, "Bash", map[string]any{"command": "sleep 0.2"}, false))
+		text += resultText(wfCall(t, c, "SetCallback", map[string]any{"action": "list"}, false))
+		for n := strings.Count(text, "[callback 0] tick"); n > 0; n-- {
+			seen = append(seen, time.Since(set))
+		}
+	}
+	if len(seen) != 2 || seen[0] < time.Second || seen[1] < 2*time.Second {
+		t.Fatalf("fired at %v (want after 1s, then after 2s)", seen)
+	}
 }

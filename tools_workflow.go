@@ -22,7 +22,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -49,27 +48,34 @@ session. The project is the git root of the shell's directory, else that directo
 - start: mark step_id in progress. complete: mark step_id done; without step_id, the task
   (refused while steps are open, unless force).
 - list: this project's tasks (all: every project's). pending: a task's open steps.
+  query narrows both: every word of it, in any case, is in the task's title or steps
+  (pending: in the step or its task's title). Empty: no filter.
 - switch: make task_id the current task.
-Ids: task 3 or t3; step 2 (of the task) or t3.2.`,
+Ids are numbers: task 3; its step 2 is step_id 2 (of task_id, else of the current task).`,
 	input: `{"type":"object","properties":{
 		"action":{"type":"string",
 			"enum":["create","add","start","complete","list","pending","switch"]},
-		"task_id":{"type":"string",
-			"description":"Task id, 3 or \"t3\" (default: the current task)."},
-		"step_id":{"type":"string","description":"Step id, 2 or \"t3.2\"."},
+		"query":{"type":"string","maxLength":200,
+			"description":"The search query: words list and pending filter by (\"\": none)."},
+		"task_id":{"type":"integer","minimum":0,"maximum":1000000000,
+			"description":"Task id, e.g. 3 (default: the current task)."},
+		"step_id":{"type":"integer","minimum":0,"maximum":1000000000,
+			"description":"Step id within the task, e.g. 2."},
 		"text":{"type":"string","maxLength":500,"description":"Task title (create) or step (add)."},
 		"all":{"type":"boolean","description":"list: every project's tasks."},
 		"force":{"type":"boolean","description":"complete: close the open steps too."}},
-		"required":["action"]}`,
+		"required":["action","query"]}`,
 	output: `{"type":"object","required":["project","current","tasks","message"],"properties":{
-		"project":{"type":"string"},"current":{"type":"string"},"message":{"type":"string"},
+		"project":{"type":"string"},"current":{"type":["integer","null"]},
+		"message":{"type":"string"},
 		"tasks":{"type":"array","items":{"type":"object","properties":{
-			"id":{"type":"string"},"title":{"type":"string"},"project":{"type":"string"},
+			"id":{"type":"integer"},"title":{"type":"string"},"project":{"type":"string"},
 			"done":{"type":"boolean"},"created":{"type":"string"},
 			"steps":{"type":"array","items":{"type":"object","properties":{
-				"id":{"type":"string"},"text":{"type":"string"},
+				"id":{"type":"integer"},"text":{"type":"string"},
 				"done":{"type":"boolean"},"in_progress":{"type":"boolean"}}}}}}}}}`,
-	run: runTaskManager,
+	aliases: taskAliases,
+	run:     runTaskManager,
 }
 
 const (
@@ -79,7 +85,8 @@ const (
 	tasksFile    = "tasks.json" // in STATE_DIR
 )
 
-// taskFile is STATE_DIR/tasks.json.
+// taskFile is STATE_DIR/tasks.json. Its ids are strings, "t3" for task 3 and "t3.2" for its
+// step 2, as every telson wrote them: the agent sees and sends the numbers.
 type taskFile struct {
 	Current map[string]string `json:"current_by_project"` // project → task id
 	Tasks   []*taskEntry      `json:"tasks"`
@@ -103,12 +110,42 @@ type taskStep struct {
 
 type taskArgs struct {
 	Action  string
-	TaskID  string `json:"task_id"` // without its "t" (a bare number arrives as a string)
-	StepID  string `json:"step_id"`
+	Query   string
+	TaskID  int64 `json:"task_id"` // 0: not given
+	StepID  int64 `json:"step_id"` // 0: not given
 	Text    string
 	All     bool
 	Force   bool
 	project string
+}
+
+// taskParams is each parameter but action, with the actions it is for.
+var taskParams = []string{"query list pending", "task_id add start complete pending switch",
+	"step_id start complete", "text create add", "all list", "force complete"}
+
+// taskAliases puts in the schema's terms what agents send beside it: the ids telson showed
+// before they were numbers ("t3"; "t3.2", step 2 of task 3), "" for no id, and no query: the
+// seed declares query required, but only list and pending use it.
+func taskAliases(args map[string]any) {
+	if args["query"] == nil {
+		args["query"] = ""
+	}
+	if id, ok := args["task_id"].(string); ok {
+		args["task_id"] = strings.TrimPrefix(id, "t")
+	}
+	id, ok := args["step_id"].(string)
+	task, step, cut := strings.Cut(strings.TrimPrefix(id, "t"), ".")
+	switch {
+	case ok && !cut:
+		args["step_id"] = task
+	case ok && (args["task_id"] == nil || fmt.Sprint(args["task_id"]) == task):
+		args["task_id"], args["step_id"] = task, step
+	}
+	for _, name := range []string{"task_id", "step_id"} {
+		if args[name] == "" {
+			delete(args, name)
+		}
+	}
 }
 
 // projectOf is dir's git root (the nearest folder holding .git), else dir.
@@ -123,10 +160,11 @@ func projectOf(dir string) string {
 
 func runTaskManager(ctx context.Context, c *toolCall) toolResult {
 	var a taskArgs
-	json.Unmarshal(c.args, &a) // schema-checked
+	json.Unmarshal(c.args, &a) // schema-checked: every integer is bounded
+	if err := unusedParam(c.args, a.Action, taskParams); err != nil {
+		return errorResult("%v", err)
+	}
 	a.Text = strings.TrimSpace(a.Text)
-	a.TaskID = strings.TrimPrefix(a.TaskID, "t")
-	a.StepID = strings.TrimPrefix(a.StepID, "t")
 	a.project = projectOf(c.s.shell.dir())
 	set := c.s.srv.set
 	var res toolResult
@@ -140,8 +178,12 @@ func runTaskManager(ctx context.Context, c *toolCall) toolResult {
 			return fmt.Errorf("%s%w", kept, err)
 		}
 		text = kept + text
+		var current any
+		if id := tf.Current[a.project]; id != "" {
+			current = taskNum(id)
+		}
 		res = structuredResult(text, map[string]any{"project": a.project,
-			"current": tf.Current[a.project], "tasks": shown, "message": text})
+			"current": current, "tasks": shown, "message": text})
 		if a.Action == "list" || a.Action == "pending" {
 			return nil // the list is unchanged
 		}
@@ -189,7 +231,12 @@ func parseTasks(data []byte) (*taskFile, error) {
 	err := json.Unmarshal(data, tf)
 	for _, t := range tf.Tasks {
 		if t == nil || slices.Contains(t.Steps, nil) {
-			err = cmp.Or(err, errors.New("a task or step is null"))
+			return tf, cmp.Or(err, errors.New("a task or step is null"))
+		}
+		bad := func(s *taskStep) bool { return t.stepNum(s) == 0 }
+		if taskNum(t.ID) == 0 || slices.ContainsFunc(t.Steps, bad) {
+			err = cmp.Or(err, fmt.Errorf("task %q or a step of it has an id telson does not write",
+				t.ID))
 		}
 	}
 	if tf.Current == nil {
@@ -198,8 +245,47 @@ func parseTasks(data []byte) (*taskFile, error) {
 	return tf, err
 }
 
+// taskNum is the number of task id "t3", 3; 0 for an id telson does not write.
+func taskNum(id string) int {
+	n, err := strconv.Atoi(strings.TrimPrefix(id, "t"))
+	if err != nil || n < 1 || "t"+strconv.Itoa(n) != id {
+		return 0
+	}
+	return n
+}
+
+// stepNum is the number of s in t: 2 for "t3.2" in task "t3"; 0 for an id telson does not write.
+func (t *taskEntry) stepNum(s *taskStep) int {
+	return taskNum("t" + strings.TrimPrefix(s.ID, t.ID+"."))
+}
+
+// view is t as the agent sees it, ids as numbers, with the steps each word of query is in (or
+// in t's title).
+func (t *taskEntry) view(query string) map[string]any {
+	steps := []map[string]any{}
+	for _, s := range t.Steps {
+		if hasWords(query, t.Title, s.Text) {
+			steps = append(steps, map[string]any{"id": t.stepNum(s), "text": s.Text, "done": s.Done,
+				"in_progress": s.InProgress})
+		}
+	}
+	return map[string]any{"id": taskNum(t.ID), "title": t.Title, "project": t.Project,
+		"done": t.Done, "created": t.Created, "steps": steps}
+}
+
+// hasWords reports whether each word of query is in one of texts, in any case.
+func hasWords(query string, texts ...string) bool {
+	all := strings.ToLower(strings.Join(texts, "\n"))
+	for _, w := range strings.Fields(strings.ToLower(query)) {
+		if !strings.Contains(all, w) {
+			return false
+		}
+	}
+	return true
+}
+
 // apply performs one action and returns its reply and the tasks it shows.
-func (tf *taskFile) apply(a taskArgs) (string, []*taskEntry, error) {
+func (tf *taskFile) apply(a taskArgs) (string, []map[string]any, error) {
 	if a.Text == "" && (a.Action == "create" || a.Action == "add") {
 		return "", nil, fmt.Errorf("%s needs text: the task's title, or the step", a.Action)
 	}
@@ -222,24 +308,28 @@ func (tf *taskFile) apply(a taskArgs) (string, []*taskEntry, error) {
 	case "complete":
 		text, err = tf.complete(t, a)
 	case "pending":
-		text, _ = t.open()
-		text = "Open steps of task " + t.line() + ":" + text
+		open, _ := t.open(a.Query)
+		text = "Open steps of task " + t.line() + matching(a.Query) + ":" + open
 	case "switch":
 		tf.Current[a.project] = t.ID
 		text = "Switched to task " + t.line() + "."
 	}
-	return text, []*taskEntry{t}, err
+	return text, []map[string]any{t.view(a.Query)}, err
 }
 
-// find is the task task_id names, else step_id's task, else the current one.
+// matching says what query filters by, if anything.
+func matching(query string) string {
+	if strings.TrimSpace(query) == "" {
+		return ""
+	}
+	return fmt.Sprintf(" matching %q", query)
+}
+
+// find is the task task_id names, else the current one.
 func (tf *taskFile) find(a taskArgs) (*taskEntry, error) {
 	id := tf.Current[a.project]
-	task, _, ok := strings.Cut(a.StepID, ".")
-	if ok {
-		id = "t" + task
-	}
-	if a.TaskID != "" {
-		id = "t" + a.TaskID
+	if a.TaskID != 0 {
+		id = fmt.Sprintf("t%d", a.TaskID)
 	}
 	if id == "" {
 		return nil, fmt.Errorf("no current task in %s: create or switch to one (list shows them)",
@@ -247,12 +337,12 @@ func (tf *taskFile) find(a taskArgs) (*taskEntry, error) {
 	}
 	i := slices.IndexFunc(tf.Tasks, func(x *taskEntry) bool { return x.ID == id })
 	if i < 0 {
-		return nil, fmt.Errorf("no task %q (list shows them)", id)
+		return nil, fmt.Errorf("no task %d (list shows them)", taskNum(id))
 	}
 	return tf.Tasks[i], nil
 }
 
-func (tf *taskFile) create(a taskArgs) (string, []*taskEntry, error) {
+func (tf *taskFile) create(a taskArgs) (string, []map[string]any, error) {
 	if len(tf.Tasks) >= maxTasks {
 		i := slices.IndexFunc(tf.Tasks, func(x *taskEntry) bool { return x.Done })
 		if i < 0 {
@@ -262,38 +352,32 @@ func (tf *taskFile) create(a taskArgs) (string, []*taskEntry, error) {
 	}
 	next := 1
 	for _, x := range tf.Tasks {
-		n, _ := strconv.Atoi(strings.TrimPrefix(x.ID, "t"))
-		next = max(next, n+1)
+		next = max(next, taskNum(x.ID)+1)
 	}
 	t := &taskEntry{ID: "t" + strconv.Itoa(next), Title: a.Text, Project: a.project,
 		Created: time.Now().UTC(), Steps: []*taskStep{}}
 	tf.Tasks = append(tf.Tasks, t)
 	tf.Current[a.project] = t.ID
-	return fmt.Sprintf("Created task %s %q; it is now the current task.", t.ID, t.Title),
-		[]*taskEntry{t}, nil
+	return fmt.Sprintf("Created task %d %q; it is now the current task.", next, t.Title),
+		[]map[string]any{t.view("")}, nil
 }
 
 func (t *taskEntry) add(text string) (string, error) {
 	if len(t.Steps) >= maxTaskSteps {
-		return "", fmt.Errorf("task %s has %d steps, the most it keeps", t.ID, maxTaskSteps)
+		return "", fmt.Errorf("task %d has %d steps, the most it keeps", taskNum(t.ID), maxTaskSteps)
 	}
 	s := &taskStep{ID: fmt.Sprintf("%s.%d", t.ID, len(t.Steps)+1), Text: text}
 	t.Steps = append(t.Steps, s)
 	t.Done = false
-	return fmt.Sprintf("Added step %s to task %s.", s.ID, t.line()), nil
+	return fmt.Sprintf("Added step %d to task %s.", len(t.Steps), t.line()), nil
 }
 
-// mark sets step id (2 of t, or 1.2) done, or else in progress, the only
-// one of its task.
-func (t *taskEntry) mark(id string, done bool) (string, error) {
-	want := "t" + id
-	if !strings.Contains(want, ".") {
-		want = t.ID + "." + id
-	}
-	i := slices.IndexFunc(t.Steps, func(s *taskStep) bool { return s.ID == want })
+// mark sets step n of t done, or else in progress, the only one of its task.
+func (t *taskEntry) mark(n int64, done bool) (string, error) {
+	i := slices.IndexFunc(t.Steps, func(s *taskStep) bool { return int64(t.stepNum(s)) == n })
 	if i < 0 {
-		open, _ := t.open()
-		return "", fmt.Errorf("task %s has no step %q; its open steps:%s", t.ID, id, open)
+		open, _ := t.open("")
+		return "", fmt.Errorf("task %d has no step %d; its open steps:%s", taskNum(t.ID), n, open)
 	}
 	for _, s := range t.Steps {
 		s.InProgress = s.InProgress && done
@@ -302,22 +386,22 @@ func (t *taskEntry) mark(id string, done bool) (string, error) {
 	s.Done = done
 	s.InProgress = !done
 	if done {
-		return fmt.Sprintf("Completed step %s of task %s.", s.ID, t.line()), nil
+		return fmt.Sprintf("Completed step %d of task %s.", n, t.line()), nil
 	}
 	t.Done = false
-	return fmt.Sprintf("Step %s of task %s is in progress.", s.ID, t.line()), nil
+	return fmt.Sprintf("Step %d of task %s is in progress.", n, t.line()), nil
 }
 
 // complete marks step_id done, else t with its steps; with steps open only
 // if force.
 func (tf *taskFile) complete(t *taskEntry, a taskArgs) (string, error) {
-	if a.StepID != "" {
+	if a.StepID != 0 {
 		return t.mark(a.StepID, true)
 	}
-	open, n := t.open()
+	open, n := t.open("")
 	if n > 0 && !a.Force {
-		return "", fmt.Errorf("task %s has open steps; complete them, or pass force: true:%s",
-			t.ID, open)
+		return "", fmt.Errorf("task %d has open steps; complete them, or pass force: true:%s",
+			taskNum(t.ID), open)
 	}
 	for _, s := range t.Steps {
 		s.Done = true
@@ -332,11 +416,16 @@ func (tf *taskFile) complete(t *taskEntry, a taskArgs) (string, error) {
 	return text, nil
 }
 
-func (tf *taskFile) list(a taskArgs) (string, []*taskEntry, error) {
-	text := "Tasks (* = current):"
-	shown := []*taskEntry{}
+// list is the project's tasks (all: every project's) that each word of the query is in.
+func (tf *taskFile) list(a taskArgs) (string, []map[string]any, error) {
+	text := "Tasks" + matching(a.Query) + " (* = current):"
+	shown := []map[string]any{}
 	for _, t := range tf.Tasks {
-		if t.Project != a.project && !a.All {
+		texts := []string{t.Title}
+		for _, s := range t.Steps {
+			texts = append(texts, s.Text)
+		}
+		if t.Project != a.project && !a.All || !hasWords(a.Query, texts...) {
 			continue
 		}
 		mark := "\n  "
@@ -347,24 +436,26 @@ func (tf *taskFile) list(a taskArgs) (string, []*taskEntry, error) {
 		if t.Project != a.project {
 			text += " in " + t.Project
 		}
-		shown = append(shown, t)
+		shown = append(shown, t.view(""))
 	}
 	if len(shown) == 0 {
-		text = "No tasks in " + a.project + ". create starts one; all lists every project's."
+		text = "No tasks" + matching(a.Query) + " in " + a.project +
+			". create starts one; all lists every project's."
 	}
 	return text, shown, nil
 }
 
-// open is t's steps not done, a line each, and how many there are.
-func (t *taskEntry) open() (string, int) {
+// open is t's steps not done that each word of query is in (or t's title), a line each, and
+// how many there are.
+func (t *taskEntry) open(query string) (string, int) {
 	text := ""
 	n := 0
 	for _, s := range t.Steps {
-		if s.Done {
+		if s.Done || !hasWords(query, t.Title, s.Text) {
 			continue
 		}
 		n++
-		text += "\n- " + s.ID + " " + s.Text
+		text += fmt.Sprintf("\n- step %d: %s", t.stepNum(s), s.Text)
 		if s.InProgress {
 			text += " (in progress)"
 		}
@@ -374,8 +465,8 @@ func (t *taskEntry) open() (string, int) {
 
 // line is t on one line: id, title, progress.
 func (t *taskEntry) line() string {
-	_, open := t.open()
-	s := fmt.Sprintf("%s %q [%d/%d]", t.ID, t.Title, len(t.Steps)-open, len(t.Steps))
+	_, open := t.open("")
+	s := fmt.Sprintf("%d %q [%d/%d]", taskNum(t.ID), t.Title, len(t.Steps)-open, len(t.Steps))
 	if t.Done {
 		s += " done"
 	}
@@ -394,20 +485,22 @@ var planModeTool = toolDef{
 - exit: pass the plan as markdown in plan, or write it to the plan file first. An inline plan
   is saved to a new file in STATE_DIR/plans; a plan file you name is read, never written.
   If the client can ask, the user approves the plan or sends you back to planning with a note.
-- status: the state. reset: leave without a plan.
+- status: the state. json: the state as JSON (active, goal, plan_file, started_at, plan,
+  approved); after exit, of the plan you left with. reset: leave without a plan.
 Plan mode belongs to this connection.`,
 	input: `{"type":"object","properties":{
-		"action":{"type":"string","enum":["enter","exit","status","reset"]},
+		"action":{"type":"string","enum":["enter","exit","status","json","reset"]},
 		"goal":{"type":"string","maxLength":1000,"description":"What the plan is for (enter)."},
 		"plan":{"type":"string","maxLength":1048576,"description":"The plan, markdown (exit)."},
 		"plan_file":{"type":"string","maxLength":4096,
-			"description":"Plan file to read at exit (enter; default: new in STATE_DIR/plans)."}
+			"description":"Plan file to read at exit (enter, exit; default: new in STATE_DIR/plans)."}
 		},
 		"required":["action"]}`,
-	output: `{"type":"object","required":["active","goal","plan_file","started_at","message"],
+	output: `{"type":"object","required":["active","goal","plan_file","started_at","plan","approved"],
 		"properties":{"active":{"type":"boolean"},"goal":{"type":["string","null"]},
 		"plan_file":{"type":["string","null"]},"started_at":{"type":["string","null"]},
-		"plan":{"type":"string"},"message":{"type":"string"},"note":{"type":"string"},
+		"plan":{"type":["string","null"]},"approved":{"type":"boolean"},
+		"message":{"type":"string"},"note":{"type":"string"},
 		"approval":{"type":"string","enum":["approved","keep planning","not asked"]}}}`,
 	run: runPlanMode,
 }
@@ -424,13 +517,37 @@ const planApproval = `{"type":"object","required":["decision"],"properties":{
 	"decision":{"type":"string","title":"Decision","enum":["approve","keep planning"]},
 	"note":{"type":"string","title":"Note for the agent (optional)"}}}`
 
-// planInfo is a session's active plan mode; nil when none is. It is replaced
-// whole, never changed, so no lock is held across file I/O.
+// planInfo is a session's plan mode. It is replaced whole, never changed, so no lock is held
+// across file I/O.
 type planInfo struct {
-	goal    string
-	file    string // the plan file: read at exit without an inline plan
-	started time.Time
+	goal     string
+	file     string // the plan file: read at exit without an inline plan
+	started  time.Time
+	plan     string // the plan exit took, if any
+	approval string // how it left plan mode: planApproved or planNotAsked
 }
+
+// planState is plan mode's state, the json action's reply: the active plan mode, else the plan
+// it was last left with; null and false before either, and after reset.
+type planState struct {
+	Active    bool    `json:"active"`
+	Goal      *string `json:"goal"`
+	PlanFile  *string `json:"plan_file"`
+	StartedAt *string `json:"started_at"` // when that plan mode was entered
+	Plan      *string `json:"plan"`       // the plan exit took
+	Approved  bool    `json:"approved"`   // by the user, through the client's form
+}
+
+// planReply is every other action's structured content.
+type planReply struct {
+	planState
+	Message  string `json:"message"`
+	Approval string `json:"approval,omitempty"`
+	Note     string `json:"note,omitempty"`
+}
+
+// planParams is each parameter but action, with the actions it is for.
+var planParams = []string{"goal enter", "plan exit", "plan_file enter exit"}
 
 // planActive reports whether plan mode is active and PLAN_MODE_STRICT on:
 // then Bash runs read-only.
@@ -444,39 +561,60 @@ func runPlanMode(ctx context.Context, c *toolCall) toolResult {
 		PlanFile           string `json:"plan_file"`
 	}
 	json.Unmarshal(c.args, &a) // schema-checked
-	in := c.s.workflow.plan.Load()
+	if err := unusedParam(c.args, a.Action, planParams); err != nil {
+		return errorResult("%v", err)
+	}
+	w := c.s.workflow
+	in := w.plan.Load()
 	switch a.Action {
 	case "enter":
 		return enterPlan(c, strings.TrimSpace(a.Goal), strings.TrimSpace(a.PlanFile))
 	case "exit":
-		return exitPlan(ctx, c, in, a.Plan)
+		return exitPlan(ctx, c, in, a.Plan, strings.TrimSpace(a.PlanFile))
 	case "reset":
 		text := "Plan mode is not active. Nothing to reset."
-		if c.s.workflow.plan.Swap(nil) != nil {
+		if w.plan.Swap(nil) != nil {
 			text = "Plan mode reset. No plan saved."
 		}
-		return planResult(nil, text, nil)
+		w.planLeft.Store(nil)
+		return w.planResult(planReply{Message: text})
+	case "json":
+		state := w.planState()
+		b, _ := json.Marshal(state) // strings and booleans encode
+		return structuredResult(string(b), state)
 	}
 	text := "Plan mode: INACTIVE"
+	if left := w.planLeft.Load(); left != nil {
+		text += fmt.Sprintf("\nLast plan: %s (goal %q; approval: %s)", left.file, left.goal,
+			left.approval)
+	}
 	if in != nil {
 		text = fmt.Sprintf("Plan mode: ACTIVE\nGoal: %q\nDuration: %s\nPlan file: %s",
 			in.goal, time.Since(in.started).Round(time.Second), in.file)
 	}
-	return planResult(in, text, nil)
+	return w.planResult(planReply{Message: text})
 }
 
-// planResult is text with the state in (goal, plan_file and started_at null
-// when inactive), the text as message, and extra fields.
-func planResult(in *planInfo, text string, extra map[string]any) toolResult {
-	v := map[string]any{"active": in != nil, "goal": nil, "plan_file": nil, "started_at": nil,
-		"message": text}
+// planState is the state now.
+func (w *sessionWorkflow) planState() planState {
+	active := w.plan.Load()
+	in := cmp.Or(active, w.planLeft.Load())
+	state := planState{Active: active != nil}
 	if in != nil {
-		v["goal"] = in.goal
-		v["plan_file"] = in.file
-		v["started_at"] = in.started.UTC().Format(time.RFC3339)
+		started := in.started.UTC().Format(time.RFC3339)
+		state.Goal, state.PlanFile, state.StartedAt = &in.goal, &in.file, &started
+		state.Approved = in.approval == planApproved
 	}
-	maps.Copy(v, extra)
-	return structuredResult(text, v)
+	if in != nil && in.plan != "" {
+		state.Plan = &in.plan
+	}
+	return state
+}
+
+// planResult is r with the state now; its message is the text.
+func (w *sessionWorkflow) planResult(r planReply) toolResult {
+	r.planState = w.planState()
+	return structuredResult(r.Message, r)
 }
 
 func enterPlan(c *toolCall, goal, file string) toolResult {
@@ -505,7 +643,7 @@ func enterPlan(c *toolCall, goal, file string) toolResult {
 				old.goal)
 		}
 	}
-	return planResult(in, text, nil)
+	return c.s.workflow.planResult(planReply{Message: text})
 }
 
 // planDir is the folder in STATE_DIR that telson writes plans in.
@@ -541,19 +679,24 @@ func (in planInfo) take(set *settings, plan string) (*planInfo, string, error) {
 	return &in, plan, err
 }
 
-// exitPlan leaves plan mode with the plan, unless the user asked for more
-// planning; then in stays, holding the file the plan is in.
-func exitPlan(ctx context.Context, c *toolCall, in *planInfo, plan string) toolResult {
+// exitPlan leaves plan mode with the plan (file, when given, is the plan file), unless the user
+// asked for more planning; then in stays, holding the file the plan is in.
+func exitPlan(ctx context.Context, c *toolCall, in *planInfo, plan, file string) toolResult {
 	if in == nil {
 		return errorResult("plan mode is not active; nothing to exit")
 	}
-	next, plan, err := in.take(c.s.srv.set, plan)
+	from := *in
+	if file != "" {
+		from.file = c.s.shell.resolve(file)
+	}
+	next, plan, err := from.take(c.s.srv.set, plan)
 	if err != nil {
 		return errorResult("%v. Pass the plan as plan (or reset to leave without one).", err)
 	}
+	next.plan = plan
 	saved := "Plan saved to " + next.file
-	if next.file != in.file {
-		saved += " (" + in.file + " is read, never written)"
+	if next.file != from.file {
+		saved += " (" + from.file + " is read, never written)"
 	}
 	// When the client can show a form, the user approves the plan or keeps planning.
 	approval, note := planNotAsked, ""
@@ -579,19 +722,24 @@ func exitPlan(ctx context.Context, c *toolCall, in *planInfo, plan string) toolR
 		}
 	}
 	text := "The user wants more planning: plan mode stays active. Revise the plan, exit again."
+	left := next
 	if approval != planKeep {
 		next = nil
 		text = "Exiting plan mode. Returning to execution."
+		left.approval = approval
 	}
 	if approval == planApproved {
 		text = "The user approved the plan. " + text
 	}
-	c.s.workflow.plan.CompareAndSwap(in, next)
+	w := c.s.workflow
+	if w.plan.CompareAndSwap(in, next) && next == nil {
+		w.planLeft.Store(left)
+	}
 	if note != "" {
 		text += "\nNote from the user: " + note
 	}
 	text = saved + "\n" + text + "\n\n" + plan
-	return planResult(next, text, map[string]any{"plan": plan, "approval": approval, "note": note})
+	return w.planResult(planReply{Message: text, Approval: approval, Note: note})
 }
 
 // ---- InvokeSkill ----
@@ -757,18 +905,21 @@ func runInvokeSkill(ctx context.Context, c *toolCall) toolResult {
 var setCallbackTool = toolDef{
 	name:  "SetCallback",
 	title: "Set a reminder for yourself",
-	description: `Reminds you of message after delay_seconds.
-Use it to check on a deploy, a build or a background task later. It fires once.
+	description: `Reminds you of message after delay_seconds, repeat_count times (default 1),
+delay_seconds apart. Use it to check on a deploy, a build or a background task later.
 A fired reminder reaches you as "[callback N] <message>" at the top of your next telson tool
 result: it cannot wake you while you are idle.
 - set (the default): message and delay_seconds are required.
-- list: the active reminders (slots 0-7). cancel: slot callback_id, or all.`,
+- list: the active reminders (slots 0-7), with the firings left. cancel: slot callback_id,
+  or all.`,
 	input: `{"type":"object","properties":{
 		"action":{"type":"string","enum":["set","list","cancel"]},
 		"message":{"type":"string","maxLength":2048,
 			"description":"What you are told when it fires."},
 		"delay_seconds":{"type":"integer","minimum":1,"maximum":3600,
-			"description":"Seconds until it fires."},
+			"description":"Seconds until it fires, and between firings."},
+		"repeat_count":{"type":"integer","minimum":1,"maximum":100,
+			"description":"Times to fire before cancel: 1-100, default 1."},
 		"callback_id":{"type":"integer","minimum":0,"maximum":7,
 			"description":"Slot to cancel (default: all)."}}}`,
 	run: runSetCallback,
@@ -785,8 +936,11 @@ type callbackSlots struct {
 	stopped bool
 }
 
+// callbackSlot is a reminder; its fields change under callbackSlots.mu.
 type callbackSlot struct {
 	message string
+	delay   time.Duration
+	left    int64 // firings left, the next one included
 	fireAt  time.Time
 	timer   *time.Timer
 }
@@ -795,24 +949,46 @@ type callbackArgs struct {
 	Action       string
 	Message      string
 	DelaySeconds int64 `json:"delay_seconds"` // 0: not given (the schema's minimum is 1)
+	RepeatCount  int64 `json:"repeat_count"`  // 0: not given, once (the schema's minimum is 1)
 	CallbackID   int64 `json:"callback_id"`   // -1: not given (the schema's minimum is 0)
 }
 
+// callbackParams is each parameter but action, with the actions it is for.
+var callbackParams = []string{"message set", "delay_seconds set", "repeat_count set",
+	"callback_id cancel"}
+
+// arm puts sl in slot i and starts its timer; the caller holds cb.mu.
+func (cb *callbackSlots) arm(i int, sl *callbackSlot) {
+	cb.slots[i] = sl
+	sl.fireAt = time.Now().Add(sl.delay)
+	sl.timer = time.AfterFunc(sl.delay, func() { cb.fire(i, sl) })
+}
+
+// fire announces sl, and arms it again while it has firings left.
 func (cb *callbackSlots) fire(i int, sl *callbackSlot) {
 	cb.mu.Lock()
 	mine := cb.slots[i] == sl // not cancelled, and the session goes on
+	line := fmt.Sprintf("[callback %d] %s", i, sl.message)
 	if mine {
 		cb.slots[i] = nil
+		sl.left--
+	}
+	if mine && sl.left > 0 {
+		cb.arm(i, sl)
+		line += fmt.Sprintf(" (%d more to come; cancel with callback_id %d)", sl.left, i)
 	}
 	cb.mu.Unlock()
 	if mine {
-		cb.announce(fmt.Sprintf("[callback %d] %s", i, sl.message))
+		cb.announce(line)
 	}
 }
 
 func runSetCallback(ctx context.Context, c *toolCall) toolResult {
 	a := callbackArgs{CallbackID: -1}
 	json.Unmarshal(c.args, &a) // schema-checked: every integer is bounded
+	if err := unusedParam(c.args, cmp.Or(a.Action, "set"), callbackParams); err != nil {
+		return errorResult("%v", err)
+	}
 	cb := c.s.workflow.callbacks
 	cb.mu.Lock()
 	defer cb.mu.Unlock()
@@ -835,7 +1011,7 @@ func (cb *callbackSlots) list() toolResult {
 			continue
 		}
 		left := max(time.Until(sl.fireAt), 0).Round(time.Second)
-		text += fmt.Sprintf("\n  [%d] %q - fires in %s", i, sl.message, left)
+		text += fmt.Sprintf("\n  [%d] %q - fires in %s (%d left)", i, sl.message, left, sl.left)
 		n++
 	}
 	if n == 0 {
@@ -877,12 +1053,35 @@ func (cb *callbackSlots) set(a callbackArgs) toolResult {
 	case i < 0:
 		return errorResult("all callback slots full (max %d)", callbackSlotCount)
 	}
-	delay := time.Duration(a.DelaySeconds) * time.Second
-	sl := &callbackSlot{message: a.Message, fireAt: time.Now().Add(delay)}
-	sl.timer = time.AfterFunc(delay, func() { cb.fire(i, sl) })
-	cb.slots[i] = sl
-	return textResult(fmt.Sprintf("Callback scheduled in slot %d: fires in %ds. "+
-		`Cancel it with {"action":"cancel","callback_id":%d}.`, i, a.DelaySeconds, i))
+	sl := &callbackSlot{message: a.Message, delay: time.Duration(a.DelaySeconds) * time.Second,
+		left: max(a.RepeatCount, 1)}
+	cb.arm(i, sl)
+	times := fmt.Sprintf("fires in %ds.", a.DelaySeconds)
+	if sl.left > 1 {
+		times = fmt.Sprintf("fires every %ds, %d times.", a.DelaySeconds, sl.left)
+	}
+	return textResult(fmt.Sprintf("Callback scheduled in slot %d: %s "+
+		`Cancel it with {"action":"cancel","callback_id":%d}.`, i, times, i))
+}
+
+// ---- the parameters an action uses ----
+
+// unusedParam names the first parameter in args that action does not use, so none is
+// silently ignored: uses is each parameter with the actions using it. A zero value ("", 0,
+// false), which agents fill in, is not one.
+func unusedParam(args json.RawMessage, action string, uses []string) error {
+	var given map[string]any
+	json.Unmarshal(args, &given) // schema-checked
+	for _, u := range uses {
+		name, actions, _ := strings.Cut(u, " ")
+		v := given[name]
+		used := slices.Contains(strings.Fields(actions), action)
+		if v != nil && v != "" && v != false && v != 0.0 && !used {
+			return fmt.Errorf("%q does nothing with action %s: leave it out (it is for %s)", name,
+				action, strings.ReplaceAll(actions, " ", ", "))
+		}
+	}
+	return nil
 }
 
 // ---- the session's workflow state ----
@@ -890,6 +1089,7 @@ func (cb *callbackSlots) set(a callbackArgs) toolResult {
 // sessionWorkflow is a session's plan mode and callbacks.
 type sessionWorkflow struct {
 	plan      atomic.Pointer[planInfo] // nil: plan mode is not active
+	planLeft  atomic.Pointer[planInfo] // the plan mode last left with a plan; nil after reset
 	callbacks *callbackSlots
 }
 
