@@ -23,6 +23,7 @@
 //     a write error;
 //   - one per request (session.start): when its handler returns and the reply is handed on;
 //     with a progress token, its keep-alive (rpcRequest.keepAlive): before the reply;
+//   - a batch's collector (session.handleBatch): when every message of the batch has answered;
 //   - HTTP: serveHTTP's server, until shutdown; net/http's, one per connection, each the
 //     writer of its POST's reply;
 //   - per task (tools_bg.go): bgTask.run, once bash has exited and leftWait has passed; its
@@ -36,7 +37,8 @@
 //   - callback timers (tools_workflow.go), until they fire (a repeating one arms the next,
 //     under callbackSlots.mu) or the session ends.
 //
-// WaitGroups and onces: session.wg counts running requests (serveStdio waits for them);
+// WaitGroups and onces: session.wg counts running requests and batches (serveStdio waits for
+// them);
 // bgTasks.wg the tasks' goroutines and bgTasks.starts the starts under way (closeAll waits for
 // both); procTracker.starting the process starts under way (closeAll waits); procTracker.once
 // starts the reaper before the first child.
@@ -121,8 +123,9 @@ const (
 
 // Limits on what a client can make a session hold.
 const (
-	maxInflight = 64 // requests running at once, not counting those waiting on the client
-	outboxSize  = 64 // messages waiting for a client that is slow to read
+	maxInflight = 64  // requests running at once, not counting those waiting on the client
+	outboxSize  = 64  // messages waiting for a client that is slow to read
+	maxBatch    = 100 // messages in a batch
 )
 
 // rpcMessage is a JSON-RPC 2.0 message as it arrives: request, notification or response.
@@ -293,7 +296,7 @@ type session struct {
 	shell    *shellState
 	bg       *bgTasks
 	workflow *sessionWorkflow
-	wg       sync.WaitGroup // counts running requests
+	wg       sync.WaitGroup // counts running requests and batches
 	slots    chan struct{}  // one per running request; at maxInflight the reader waits
 	inputEnd chan struct{}  // closed at stdin's end: no answer from the client can come
 
@@ -378,16 +381,17 @@ func (s *session) serve(ctx context.Context, r io.Reader) error {
 			s.out.send(invalidRequest(nil, "message longer than %d bytes skipped", max))
 		default:
 			line = bytes.TrimPrefix(line, []byte("\xef\xbb\xbf"))
-			s.handleLine(ctx, line, s.out, s.out.send)
+			s.handleLine(ctx, line, false, s.out, s.out.send)
 		}
 		line = nil
 		tooLong = false
 	}
 }
 
-// handleLine decodes one line, a message, and handles it: messages about its request go to
-// out, and reply gets the reply (a message, or nil), exactly once.
-func (s *session) handleLine(ctx context.Context, line []byte, out *outbox,
+// handleLine decodes one line, a message or (not inBatch) a batch, and handles it: messages
+// about its requests go to out, and reply gets the reply (a message, an array of them, or
+// nil), exactly once.
+func (s *session) handleLine(ctx context.Context, line []byte, inBatch bool, out *outbox,
 	reply func(any) error) {
 	line = bytes.TrimSpace(line)
 	var m rpcMessage
@@ -399,8 +403,8 @@ func (s *session) handleLine(ctx context.Context, line []byte, out *outbox,
 		reply(nil)
 	case errors.As(err, &syntax):
 		reply(errorMessage(nil, newRPCError(codeParseError, "parse error: %v", err)))
-	case line[0] == '[':
-		reply(invalidRequest(nil, "batches are not supported: send each message on its own"))
+	case line[0] == '[' && !inBatch:
+		s.handleBatch(ctx, line, out, reply)
 	case line[0] != '{':
 		reply(invalidRequest(nil, "a message must be a JSON object"))
 	case errors.As(err, &te):
@@ -420,6 +424,54 @@ func (s *session) handleLine(ctx context.Context, line []byte, out *outbox,
 	default:
 		s.start(ctx, &m, out, reply)
 	}
+}
+
+// handleBatch answers a JSON array of messages with an array of replies, in protocol version
+// 2025-03-26 only (the one version whose spec has batches): the version its transport names
+// (an HTTP POST's header), else the session's.
+func (s *session) handleBatch(ctx context.Context, line []byte, out *outbox,
+	reply func(any) error) {
+	s.mu.Lock()
+	v := cmp.Or(out.versionOf(), s.version)
+	s.mu.Unlock()
+	var items []json.RawMessage
+	json.Unmarshal(line, &items) // line is a valid JSON array
+	why := ""
+	switch {
+	case v != version20250326:
+		why = "batches are taken in protocol version " + version20250326 +
+			" only: send each message on its own"
+	case len(items) == 0:
+		why = "empty batch"
+	case len(items) > maxBatch:
+		why = fmt.Sprintf("a batch of %d messages; at most %d are allowed", len(items), maxBatch)
+	}
+	if why != "" {
+		reply(invalidRequest(nil, "%s", why))
+		return
+	}
+	answers := make(chan any, len(items))
+	for _, item := range items {
+		s.handleLine(ctx, item, true, out, func(m any) error {
+			answers <- m
+			return nil
+		})
+	}
+	s.wg.Add(1)
+	go func() { // exits once every message of the batch has answered
+		defer s.wg.Done()
+		var replies []any
+		for range items {
+			if m := <-answers; m != nil {
+				replies = append(replies, m)
+			}
+		}
+		if len(replies) == 0 {
+			reply(nil) // notifications and responses only
+		} else {
+			reply(replies)
+		}
+	}()
 }
 
 // rpcRequest is one request being handled, with what its _meta says.
@@ -1124,7 +1176,7 @@ func (schema *jsonSchema) checkValue(path string, v any) (any, string) {
 		n := float64(len([]rune(v.(string))))
 		problem = checkRange(path, n, schema.MinLength, schema.MaxLength, " characters")
 	case "integer", "number":
-		problem = schema.checkNumber(path, v.(json.Number))
+		v, problem = schema.checkNumber(path, v.(json.Number))
 	case "array":
 		v, problem = schema.checkArray(path, v.([]any))
 	}
@@ -1168,15 +1220,20 @@ func (schema *jsonSchema) checkObject(obj map[string]any) (any, string) {
 	return known, ""
 }
 
-func (schema *jsonSchema) checkNumber(path string, num json.Number) string {
+// checkNumber returns num, an integer's written as one (300.0 and 3e2 are 300, which a Go int
+// takes), or what is wrong with it.
+func (schema *jsonSchema) checkNumber(path string, num json.Number) (json.Number, string) {
 	f, err := num.Float64()
+	isInteger := schema.Type == "integer"
 	switch {
-	case err != nil: // ±Inf: out of float64's range
-		return fmt.Sprintf("%s: %s is out of range", path, num)
-	case schema.Type == "integer" && f != math.Trunc(f):
-		return fmt.Sprintf("%s must be an integer, got %s", path, num)
+	case err != nil || isInteger && math.Abs(f) >= math.MaxInt64: // past float64's, int64's range
+		return num, fmt.Sprintf("%s: %s is out of range", path, num)
+	case isInteger && f != math.Trunc(f):
+		return num, fmt.Sprintf("%s must be an integer, got %s", path, num)
+	case isInteger && strings.ContainsAny(num.String(), ".eE"):
+		num = json.Number(strconv.FormatInt(int64(f), 10))
 	}
-	return checkRange(path, f, schema.Minimum, schema.Maximum, "")
+	return num, checkRange(path, f, schema.Minimum, schema.Maximum, "")
 }
 
 func (schema *jsonSchema) checkArray(path string, arr []any) (any, string) {
@@ -1656,7 +1713,7 @@ func (h *httpHandler) post(w http.ResponseWriter, r *http.Request) {
 	out.version = r.Header.Get("MCP-Protocol-Version") // this client's, whatever another's is
 	defer close(out.done)
 	replies := make(chan any, 1)
-	h.s.handleLine(ctx, body, out, func(msg any) error {
+	h.s.handleLine(ctx, body, false, out, func(msg any) error {
 		replies <- msg
 		return nil
 	})

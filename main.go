@@ -6,9 +6,11 @@
 //
 //	telson                        serve MCP on stdin/stdout (what clients spawn)
 //	telson -http 127.0.0.1:65510  serve Streamable HTTP at /mcp instead
+//	telson call NAME ['JSON']     run one tool once and print its text
 //	telson -version               print the version
 //
-// main.go holds the settings, the tool table, start and shutdown.
+// main.go holds the settings (the home's settings file, then the environment), the tool table,
+// start, `telson call` and shutdown.
 // Rules: main only calls run; settings are read once, into one typed struct,
 // and a bad setting is a warning on stderr, never fatal; run owns everything
 // it starts and stops it all before it returns.
@@ -17,6 +19,7 @@ package main
 import (
 	"context"
 	"encoding"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -71,24 +74,28 @@ func main() {
 	}
 }
 
-const usage = `usage: telson [-http ADDR]
+const usage = `usage: telson [-http ADDR] [call NAME ['JSON']]
 
-Serves MCP on stdin/stdout, or Streamable HTTP at /mcp with -http. Settings come from
-TELSON_<KEY> environment variables.
+Serves MCP on stdin/stdout, or Streamable HTTP at /mcp with -http; call runs one tool once.
+Settings come from ~/.telson/telson-env.txt (KEY=VALUE lines) and TELSON_<KEY> environment
+variables, which win.
 
 flags:
 `
 
 // terminalHint is what a person who runs telson in a terminal reads.
 const terminalHint = `telson speaks MCP on stdin/stdout: add it to a client ` +
-	`(claude mcp add telson -- telson)`
+	`(claude mcp add telson -- telson), or try a tool: telson call Bash '{"command":"ls"}'`
+
+// errToolFailed makes `telson call` exit 1 when the tool's result is an error.
+var errToolFailed = errors.New("call: the tool's result is an error")
 
 // run is telson: it reads the flags and the settings, then serves until stdin ends or ctx
-// ends. What fails it says on stderr, and returns.
+// ends, or runs one command. What fails it says on stderr, and returns.
 func run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, args []string) (
 	err error) {
 	defer func() {
-		if err != nil {
+		if err != nil && !errors.Is(err, errToolFailed) {
 			fmt.Fprintln(stderr, "telson:", err)
 		}
 	}()
@@ -112,12 +119,15 @@ func run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, args []
 	case *showVersion:
 		fmt.Fprintln(stdout, "telson", buildVersion())
 		return nil
-	case cmd != "":
-		return fmt.Errorf("unknown command %q", cmd)
+	case cmd != "" && cmd != "call":
+		return fmt.Errorf("unknown command %q (want call)", cmd)
 	}
 	srv := newServer(set, stderr)
 	defer srv.close()
-	if *httpAddr != "" {
+	switch {
+	case fs.Arg(0) == "call":
+		return callOnce(ctx, srv, stdout, fs.Args()[1:])
+	case *httpAddr != "":
 		return serveHTTP(ctx, srv, *httpAddr, stderr)
 	}
 	if isTerminal(stdin) {
@@ -159,6 +169,49 @@ func newServer(set *settings, stderr io.Writer) *server {
 func (srv *server) close() {
 	srv.browser.close()
 	srv.procs.closeAll()
+}
+
+// callOnce runs one tool through the dispatch a client's tools/call goes through, and prints
+// its text; on a terminal without control characters.
+func callOnce(ctx context.Context, srv *server, stdout io.Writer, args []string) error {
+	if len(args) == 1 {
+		args = append(args, "{}") // what no arguments mean
+	}
+	if len(args) != 2 {
+		return errors.New("usage: telson call NAME ['JSON']")
+	}
+	if !json.Valid([]byte(args[1])) {
+		return fmt.Errorf("call: the arguments are not valid JSON: %s", args[1])
+	}
+	call := map[string]any{"name": args[0], "arguments": json.RawMessage(args[1])}
+	params, _ := json.Marshal(call) // valid JSON encodes
+	s := newSession(srv, nil)
+	defer s.close()
+	replies := make(chan any, 1)
+	m := &rpcMessage{JSONRPC: "2.0", ID: json.RawMessage("1"), Method: "tools/call", Params: params}
+	s.start(ctx, m, nil, func(reply any) error {
+		replies <- reply
+		return nil
+	})
+	reply := (<-replies).(*outMessage)
+	if reply.Error != nil {
+		return fmt.Errorf("call: %s", reply.Error.Message)
+	}
+	res := reply.Result.(map[string]any)
+	for _, c := range res["content"].([]contentItem) {
+		text := c.Text
+		if c.Type != "text" {
+			text = fmt.Sprintf("[%s content, %s, %d bytes base64]", c.Type, c.MimeType, len(c.Data))
+		}
+		if isTerminal(stdout) {
+			text = stripControls(text)
+		}
+		fmt.Fprintln(stdout, strings.TrimSuffix(text, "\n"))
+	}
+	if res["isError"] == true {
+		return errToolFailed
+	}
+	return nil
 }
 
 // isTerminal reports whether f is a terminal (a character device).
@@ -225,7 +278,8 @@ func stripControls(s string) string {
 }
 
 // settings is telson's configuration. It is read once at start: the defaults its tags give,
-// then TELSON_<KEY> environment variables; nothing reads a key by name after that. A tag names the key, its default and, for a number or a duration (in
+// then the settings file, then TELSON_<KEY> environment variables; nothing reads a key by name
+// after that. A tag names the key, its default and, for a number or a duration (in
 // milliseconds), its bounds.
 type settings struct {
 	Tools            []string          `key:"TOOLS" default:"all"`
@@ -271,10 +325,21 @@ type environment struct {
 	tmp  string   // the temporary directory (TMPDIR)
 	root bool     // telson runs as root
 	bash string   // bash's path ("bash" when PATH has none: its start fails, saying so)
+	file []byte   // the settings file, ~/.telson/telson-env.txt
+	// why the settings file could not be read; nil when it was (or there is no home)
+	fileErr error
 }
 
+// The settings file, under the user's home (only there: a repository never configures
+// telson), and the most of it read.
+const (
+	settingsFile    = ".telson/telson-env.txt"
+	settingsFileMax = 1 << 20
+)
+
 // readEnvironment reads what telson takes from its environment, once, at start: the
-// variables, and the home, working, executable, temporary and bash paths.
+// variables, the home, working, executable, temporary and bash paths, and the settings file
+// under the home (a home that is not an absolute path has none: never the working directory's).
 func readEnvironment() (env environment) {
 	env.vars = os.Environ()
 	env.home, _ = os.UserHomeDir()
@@ -286,6 +351,9 @@ func readEnvironment() (env environment) {
 	env.bash, err = exec.LookPath("bash")
 	if err != nil {
 		env.bash = "bash"
+	}
+	if filepath.IsAbs(env.home) {
+		env.file, env.fileErr = readCapped(filepath.Join(env.home, settingsFile), settingsFileMax)
 	}
 	return env
 }
@@ -318,19 +386,40 @@ func (s *settings) fields() []reflect.StructField {
 	return fields
 }
 
-// loadSettings makes the settings: defaults, then the environment's TELSON_<KEY> variables.
-// A warning names the variable and the value kept.
+// loadSettings makes the settings: defaults, then the settings file's KEY=VALUE lines, then
+// the environment's TELSON_<KEY> variables. A warning names the file and line, or the
+// variable, and the value kept.
 func loadSettings(env environment, stderr io.Writer) *settings {
 	s := defaultSettings()
 	s.env = env
+	warn := func(where, problem string) {
+		if problem != "" {
+			fmt.Fprintf(stderr, "telson: warning: %s: %s\n", where, problem)
+		}
+	}
+	if env.fileErr != nil && !errors.Is(env.fileErr, os.ErrNotExist) {
+		warn("settings file", env.fileErr.Error())
+	}
+	lines := strings.Split(strings.TrimPrefix(string(env.file), "\ufeff"), "\n")
+	for n, line := range lines {
+		line, _, _ = strings.Cut(strings.ReplaceAll(line, "\t", " "), " #") // a trailing comment
+		line = strings.TrimPrefix(strings.TrimSpace(line), "export ")
+		k, v, ok := strings.Cut(line, "=")
+		where := fmt.Sprintf("%s:%d", filepath.Join(env.home, settingsFile), n+1)
+		switch {
+		case line == "" || line[0] == '#':
+		case !ok:
+			warn(where, fmt.Sprintf("not KEY=VALUE: %q", line))
+		default:
+			v = strings.Trim(strings.TrimSpace(v), `"'`) // as a shell would read it
+			warn(where, s.set(strings.TrimPrefix(strings.TrimSpace(k), "TELSON_"), v))
+		}
+	}
 	for _, kv := range env.vars {
 		k, v, _ := strings.Cut(kv, "=")
 		name, ok := strings.CutPrefix(k, "TELSON_")
-		if !ok || slices.Contains(internalEnv, name) {
-			continue
-		}
-		if problem := s.set(name, v); problem != "" {
-			fmt.Fprintf(stderr, "telson: warning: %s: %s\n", k, problem)
+		if ok && !slices.Contains(internalEnv, name) {
+			warn(k, s.set(name, v))
 		}
 	}
 	s.StateDir = expandHome(s.StateDir, env.home)
@@ -346,10 +435,14 @@ func expandHome(path, home string) string {
 }
 
 // set sets key (any case) to value; it says what is wrong instead when the key is unknown or
-// the value does not fit, and keeps the value it had.
+// the value does not fit, and keeps the value it had. TOOLS keeps its known names, and says
+// which are unknown.
 func (s *settings) set(key, value string) string {
 	key = strings.ToUpper(key)
-	if strings.HasPrefix(key, "SEARCH_URL_") {
+	switch {
+	case key == "MODEL": // an agent's settings file may hold it: a server has no model
+		return ""
+	case strings.HasPrefix(key, "SEARCH_URL_"):
 		s.SearchURLs[key] = value
 		return ""
 	}
@@ -367,6 +460,9 @@ func (s *settings) set(key, value string) string {
 		*field = value
 	case *[]string:
 		*field = strings.FieldsFunc(value, func(r rune) bool { return r == ',' || r == ' ' })
+		if key == "TOOLS" {
+			return unknownTools(*field)
+		}
 	case *bool:
 		on, err := strconv.ParseBool(strings.TrimSpace(value))
 		*field = on || err != nil && *field
@@ -406,9 +502,28 @@ func (s *settings) value(f reflect.StructField) string {
 	return fmt.Sprint(v)
 }
 
-// toolEnabled applies TOOLS: all, none, or a comma list of names.
+// toolEnabled applies TOOLS: all or true, none or false, or a comma list of names.
 func (s *settings) toolEnabled(name string) bool {
 	return slices.ContainsFunc(s.Tools, func(n string) bool {
-		return strings.EqualFold(n, name) || strings.EqualFold(n, "all")
+		all, _ := strconv.ParseBool(n)
+		return strings.EqualFold(n, name) || strings.EqualFold(n, "all") || all
 	})
+}
+
+// unknownTools names the TOOLS entries that are no tool's name, nor all, none, true or false;
+// "" when there is none. The others are served.
+func unknownTools(names []string) string {
+	var unknown []string
+	for _, n := range names {
+		isName := func(d *toolDef) bool { return strings.EqualFold(d.name, n) }
+		_, err := strconv.ParseBool(n)
+		known := err == nil || strings.EqualFold(n, "all") || strings.EqualFold(n, "none")
+		if !known && !slices.ContainsFunc(toolTable, isName) {
+			unknown = append(unknown, strconv.Quote(n))
+		}
+	}
+	if len(unknown) == 0 {
+		return ""
+	}
+	return "TOOLS: no tool is named " + strings.Join(unknown, " or ")
 }

@@ -622,12 +622,12 @@ func TestReplyIsCalledOnce(t *testing.T) {
 		`{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"Bash","arguments":{"command":"sleep 30"}}}`}
 	for _, line := range lines {
 		calls := make(chan any, 2)
-		s.handleLine(context.Background(), []byte(line), nil, func(msg any) error {
+		s.handleLine(context.Background(), []byte(line), false, nil, func(msg any) error {
 			calls <- msg
 			return nil
 		})
 		if strings.Contains(line, "sleep 30") {
-			s.handleLine(context.Background(), []byte(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":4}}`), nil, func(any) error { return nil })
+			s.handleLine(context.Background(), []byte(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":4}}`), false, nil, func(any) error { return nil })
 		}
 		select {
 		case msg := <-calls:
@@ -687,8 +687,8 @@ func TestDisabledToolIsUnknown(t *testing.T) {
 	}
 }
 
-// TestSettings reads the env file and the environment: the environment wins, a bad line, an
-// unknown key and a value out of bounds are warnings naming where, and the value is kept.
+// TestSettings reads the environment: an unknown key and a value out of bounds are warnings
+// naming the variable, and the value is kept.
 func TestSettings(t *testing.T) {
 	home := t.TempDir()
 	t.Setenv("HOME", home)
@@ -735,6 +735,111 @@ func TestSettings(t *testing.T) {
 	}
 }
 
+// The settings file ~/.telson/telson-env.txt: KEY=VALUE lines, comments whole or trailing,
+// blank lines; a variable in the environment wins; a malformed line or a bad value is a warning
+// naming the file and line, and is not used; MODEL is read and not used, without a word. A file
+// there that is not a regular one (a FIFO) is a warning, not a wait.
+func TestSettingsFile(t *testing.T) {
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	file := filepath.Join(home, ".telson", "telson-env.txt")
+	os.MkdirAll(filepath.Dir(file), 0o755)
+	os.WriteFile(file, []byte("\ufeff# telson's settings\n\nOUTPUT_LIMIT=1000\nSTREAMING=false # no progress\n"+
+		"MODEL=sonnet\nBASH_TIMEOUT_MS=abc\nthis line is wrong\nTOOLS=Bash,Nope, ReadDocs\t# two tools\n"+
+		"export BG_MAX_TASKS=5\r\nSEARCH_URL_GITHUB=http://127.0.0.1:1/#top\nLOG_LEVEL=\"debug\"\n"), 0o644)
+	env := readEnvironment()
+	env.vars = []string{"TELSON_BG_MAX_TASKS=7", "TELSON_MODEL=opus"}
+	var warnings bytes.Buffer
+	set := loadSettings(env, &warnings)
+	switch {
+	case set.OutputLimit != 1000 || set.Streaming || set.LogLevel != slog.LevelDebug:
+		t.Errorf("the file's values: output limit %d, streaming %v, log level %v", set.OutputLimit,
+			set.Streaming, set.LogLevel)
+	case set.BashTimeout != 30*time.Second:
+		t.Errorf("a bad value was used: %v", set.BashTimeout)
+	case set.BgMaxTasks != 7:
+		t.Errorf("the environment should beat the file: %d", set.BgMaxTasks)
+	case !set.toolEnabled("Bash") || !set.toolEnabled("ReadDocs") || set.toolEnabled("WebSearch"):
+		t.Errorf("tools: %v", set.Tools)
+	case set.SearchURLs["SEARCH_URL_GITHUB"] != "http://127.0.0.1:1/#top":
+		t.Errorf("a # in a value is not a comment: %v", set.SearchURLs)
+	}
+	want := file + ":6: BASH_TIMEOUT_MS=\"abc\" is not a whole number from 1 to 600000; keeping 30000\n" +
+		file + ":7: not KEY=VALUE: \"this line is wrong\"\n" + file + ":8: TOOLS: no tool is named \"Nope\"\n"
+	if got := strings.ReplaceAll(warnings.String(), "telson: warning: ", ""); got != want {
+		t.Errorf("warnings:\n%s\nwant:\n%s", got, want)
+	}
+
+	os.Remove(file)
+	if err := syscall.Mkfifo(file, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	warnings.Reset()
+	set = loadSettings(readEnvironment(), &warnings) // a FIFO would hold the read: the watchdog fails it
+	if !strings.Contains(warnings.String(), file+": not a regular file") || set.OutputLimit != 30000 {
+		t.Errorf("a FIFO as the settings file: %q", warnings.String())
+	}
+}
+
+// TOOLS: true or all serves every tool, false or none no tool, a list the tools it names,
+// whatever their case.
+func TestSettingsTools(t *testing.T) {
+	t.Parallel()
+	for value, want := range map[string]int{"true": len(toolTable), "all": len(toolTable),
+		"false": 0, "none": 0, "Bash,readdocs": 2, "": 0} {
+		var warnings bytes.Buffer
+		set := loadSettings(environment{vars: []string{"TELSON_TOOLS=" + value}}, &warnings)
+		served := 0
+		for _, d := range toolTable {
+			if set.toolEnabled(d.name) {
+				served++
+			}
+		}
+		if served != want || warnings.Len() > 0 {
+			t.Errorf("TOOLS=%s: %d tools served, want %d; warnings %q", value, served, want, warnings.String())
+		}
+	}
+}
+
+// The settings file through the real binary: only the home's is read (a repository's, in the
+// working directory, never), TOOLS=true serves every tool, false none, and an unknown name is
+// a warning naming it; the environment beats the file.
+func TestSettingsFileThroughTheBinary(t *testing.T) {
+	t.Parallel()
+	toolsListed := func(c *testClient) int {
+		c.initialize("2025-11-25")
+		return len(c.request("tools/list", nil)["result"].(map[string]any)["tools"].([]any))
+	}
+	homeWith := func(settings string) string {
+		home := t.TempDir()
+		os.MkdirAll(filepath.Join(home, ".telson"), 0o755)
+		os.WriteFile(filepath.Join(home, ".telson", "telson-env.txt"), []byte(settings), 0o644)
+		return home
+	}
+	state := "TELSON_STATE_DIR=" + t.TempDir()
+	listed := homeWith("TOOLS=Bash,Nope # which tools\nMODEL=sonnet\n")
+	c := startBinary(t, []string{"HOME=" + listed, state})
+	if n := toolsListed(c); n != 1 || !strings.Contains(c.stderr.String(), `TOOLS: no tool is named "Nope"`) ||
+		strings.Contains(c.stderr.String(), "MODEL") {
+		t.Errorf("TOOLS=Bash,Nope: %d tools; stderr:\n%s", n, c.stderr.String())
+	}
+	if n := toolsListed(startBinary(t, []string{"HOME=" + listed, state, "TELSON_TOOLS=true"})); n != len(toolTable) {
+		t.Errorf("TELSON_TOOLS=true over the file's list: %d tools, want %d", n, len(toolTable))
+	}
+	if n := toolsListed(startBinary(t, []string{"HOME=" + homeWith("TOOLS=false\n"), state})); n != 0 {
+		t.Errorf("TOOLS=false: %d tools", n)
+	}
+	repo := homeWith("TOOLS=none\n") // a repository's .telson/telson-env.txt
+	for _, home := range []string{"HOME=", "HOME=.", "HOME=" + t.TempDir()} {
+		cmd := exec.Command(os.Args[0], "call", "Bash", `{"command":"echo served"}`)
+		cmd.Env = append(os.Environ(), "TELSON_RUN_MAIN=1", home, state)
+		cmd.Dir = repo
+		if out, err := cmd.CombinedOutput(); err != nil || string(out) != "served\n" {
+			t.Errorf("%s, in a directory with .telson/telson-env.txt: %v %q", home, err, out)
+		}
+	}
+}
+
 func TestCommandLine(t *testing.T) {
 	t.Setenv("HOME", t.TempDir())
 	t.Setenv("TELSON_STATE_DIR", t.TempDir())
@@ -746,13 +851,53 @@ func TestCommandLine(t *testing.T) {
 	if out, err := runCLI("-version"); err != nil || !strings.HasPrefix(out, "telson ") {
 		t.Errorf("-version: %q %v", out, err)
 	}
-	for _, args := range [][]string{{"frobnicate"}, {"tools"}, {"call", "Bash", "{}"}, {"-output-limit", "5"}, {"-config"}} {
+	if out, err := runCLI("call", "Bash", `{"command":"echo from-cli"}`); err != nil || out != "from-cli\n" {
+		t.Errorf("call: %q %v", out, err)
+	}
+	if out, err := runCLI("call", "Bash", `{"command":"exit 4"}`); err != errToolFailed || !strings.Contains(out, "exit status 4") {
+		t.Errorf("failing call: %q %v", out, err)
+	}
+	for _, args := range [][]string{{"frobnicate"}, {"tools"}, {"call"}, {"-output-limit", "5"}, {"-config"}} {
 		if _, err := runCLI(args...); err == nil {
 			t.Errorf("%v accepted", args)
 		}
 	}
 	if out, err := runCLI("-h"); err != nil || !strings.Contains(out, "-http ADDR") || !strings.Contains(out, "TELSON_<KEY>") {
 		t.Errorf("-h: %q %v", out, err)
+	}
+}
+
+// telson call through the real binary: the tool's text on stdout, exit 1 when the result is
+// an error, and for an unknown tool or arguments that are not JSON a message on stderr; the
+// arguments are checked as a client's are (an integer written 300.0 or 3e2 is 300 ms).
+func TestCallThroughTheBinary(t *testing.T) {
+	t.Parallel()
+	state := "TELSON_STATE_DIR=" + t.TempDir()
+	cases := []struct {
+		args           []string
+		stdout, stderr string
+		code           int
+	}{
+		{[]string{"Bash", `{"command":"echo from-cli"}`}, "from-cli\n", "", 0},
+		{[]string{"ListBgTasks"}, "No background tasks.", "", 0},
+		{[]string{"Bash", `{"command":"echo out; exit 4"}`}, "out\n[exit status 4]", "", 1},
+		{[]string{"Bash", `{"command":"sleep 5","timeout":300.0}`}, "timed out after", "", 1},
+		{[]string{"Bash", `{"command":"sleep 5","timeout":3e2}`}, "timed out after", "", 1},
+		{[]string{"Bash", `{"command":"true","timeout":3.5}`}, `"timeout" must be an integer, got 3.5`, "", 1},
+		{[]string{"Nope", `{}`}, "", `telson: call: unknown tool: "Nope"`, 1},
+		{[]string{"Bash", `{"command":`}, "", "telson: call: the arguments are not valid JSON", 1},
+	}
+	for _, tc := range cases {
+		cmd := exec.Command(os.Args[0], append([]string{"call"}, tc.args...)...)
+		cmd.Env = append(os.Environ(), "TELSON_RUN_MAIN=1", "HOME="+t.TempDir(), state)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		cmd.Run()
+		if cmd.ProcessState.ExitCode() != tc.code || !strings.Contains(stdout.String(), tc.stdout) ||
+			!strings.Contains(stderr.String(), tc.stderr) || tc.stdout == "" && stdout.Len() > 0 {
+			t.Errorf("telson call %q: exit %d, want %d\nstdout %q\nstderr %q", tc.args,
+				cmd.ProcessState.ExitCode(), tc.code, stdout.String(), stderr.String())
+		}
 	}
 }
 
@@ -973,6 +1118,9 @@ func TestArgumentsNormalized(t *testing.T) {
 		`{"n":1,"opts":["A",{"label":"B"}]}`:            `{"n":1,"opts":[{"label":"A"},{"label":"B"}]}`,
 		`{"n":1,"opts":["{\"label\":\"C\"}"]}`:          `{"n":1,"opts":[{"label":"C"}]}`,
 		`"{\"n\":3}"`:                                   `{"n":3}`,
+		`{"n":300.0,"f":3e2}`:                           `{"f":3e2,"n":300}`,
+		`{"n":3e2}`:                                     `{"n":300}`,
+		`{"n":"3.0E3"}`:                                 `{"n":3000}`,
 	}
 	for in, want := range ok {
 		got, problem := schema.check(decodeArgs(t, in))
@@ -984,6 +1132,8 @@ func TestArgumentsNormalized(t *testing.T) {
 		`{}`:                           `"n" is required`,
 		`{"n":"five"}`:                 `"n" must be an integer, got a string`,
 		`{"n":"5.5"}`:                  `"n" must be an integer, got 5.5`,
+		`{"n":3.5}`:                    `"n" must be an integer, got 3.5`,
+		`{"n":1e300}`:                  `"n": 1e300 is out of range`,
 		`{"n":"9001"}`:                 `"n" must be at most 9000`,
 		`{"n":1,"s":1.5}`:              `"s" must be a string, got a number (1.5)`,
 		`{"n":1,"s":1e3}`:              `"s" must be a string`,
@@ -999,6 +1149,22 @@ func TestArgumentsNormalized(t *testing.T) {
 		if _, problem := schema.check(decodeArgs(t, in)); !strings.Contains(problem, want) {
 			t.Errorf("%s: got %q, want %q", in, problem, want)
 		}
+	}
+}
+
+// An integer written with a fraction of zero or an exponent (5.0, 3e2) reaches the tool as
+// that integer: SetCallback's delay_seconds 5.0 fires in 5 s (it was read as missing).
+func TestIntegersWrittenAsDecimals(t *testing.T) {
+	t.Parallel()
+	c := startServer(t)
+	c.initialize("2025-11-25")
+	args := map[string]any{"message": "check", "delay_seconds": json.RawMessage("5.0")}
+	if res := c.callTool("SetCallback", args); isError(res) || !strings.Contains(resultText(res), "fires in 5s") {
+		t.Errorf("delay_seconds 5.0: %s", resultText(res))
+	}
+	args["delay_seconds"] = json.RawMessage("5.5")
+	if res := c.callTool("SetCallback", args); !isError(res) || !strings.Contains(resultText(res), `"delay_seconds" must be an integer`) {
+		t.Errorf("delay_seconds 5.5: %s", resultText(res))
 	}
 }
 
@@ -1045,7 +1211,7 @@ func TestNoListChanges(t *testing.T) {
 	}
 }
 
-// Limits: a client that pipelines 20,000
+// Limits: a batch over maxBatch is refused whole; a client that pipelines 20,000
 // requests and reads nothing makes the session stop reading at maxInflight, with
 // memory bounded, and every request is still answered once the client reads.
 func TestRequestLimits(t *testing.T) {
@@ -1055,10 +1221,22 @@ func TestRequestLimits(t *testing.T) {
 	inR, inW := io.Pipe()
 	s, served := startSession(srv, inR, outW)
 
-	go io.WriteString(inW, `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-03-26"}}`+"\n") // exits when read
+	var batch bytes.Buffer
+	batch.WriteString(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-03-26"}}` + "\n[")
+	for i := range 20000 {
+		if i > 0 {
+			batch.WriteByte(',')
+		}
+		fmt.Fprintf(&batch, `{"jsonrpc":"2.0","id":%d,"method":"tools/list"}`, i+1)
+	}
+	batch.WriteString("]\n")
+	go inW.Write(batch.Bytes()) // exits when read
 	out := bufio.NewReader(outR)
 	if line, _ := out.ReadString('\n'); !strings.Contains(line, `"id":0,"result"`) {
 		t.Fatalf("initialize: %.300s", line)
+	}
+	if line, _ := out.ReadString('\n'); !strings.Contains(line, `"code":-32600`) || !strings.Contains(line, "at most 100") {
+		t.Fatalf("batch of 20,000: %.300s", line)
 	}
 
 	const n = 20000
@@ -1206,6 +1384,32 @@ func openPTY(t *testing.T) (master, tty *os.File) {
 	return master, tty
 }
 
+// telson call prints a tool's text as it is to a pipe, and without control characters to a
+// terminal, where they would drive it; Bash's output is already rendered as a terminal shows it.
+func TestCallStripsControlCharactersOnATerminal(t *testing.T) {
+	t.Setenv("HOME", t.TempDir())
+	t.Setenv("TELSON_STATE_DIR", t.TempDir())
+	bash := []string{"call", "Bash", `{"command":"printf 'a\\033]0;pwned\\007b\\tc\\rd\\033[2Je\\n'"}`}
+	image := []string{"call", "ReadImage", `{"file_path":"/nonexistent/\u001b]0;pwned\u0007x"}`}
+	var piped bytes.Buffer
+	if err := run(context.Background(), strings.NewReader(""), &piped, io.Discard, bash); err != nil {
+		t.Fatal(err)
+	}
+	run(context.Background(), strings.NewReader(""), &piped, io.Discard, image)
+	if want := "de\tc\n\n[the terminal rendering above hid 9 "; !strings.HasPrefix(piped.String(), want) ||
+		!strings.Contains(piped.String(), "\033]0;pwned\007x") {
+		t.Errorf("piped: %q, want it to start with %q and keep the path's bytes", piped.String(), want)
+	}
+	master, tty := openPTY(t)
+	run(context.Background(), strings.NewReader(""), tty, io.Discard, image)
+	tty.Close()
+	master.SetReadDeadline(time.Now().Add(watchdog))
+	got, _ := io.ReadAll(master) // ends with EIO once the terminal side is closed
+	if !strings.Contains(string(got), "/nonexistent/]0;pwnedx") {
+		t.Errorf("on a terminal: %q, want the path without its control characters", got)
+	}
+}
+
 // A person who runs telson in a terminal reads one line saying what it is and how to use it;
 // then telson serves as usual.
 func TestTerminalHint(t *testing.T) {
@@ -1222,8 +1426,9 @@ func TestTerminalHint(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond) // polling the line, bounded by the watchdog
 	}
-	if !strings.Contains(stderr.String(), `claude mcp add telson -- telson`) {
-		t.Errorf("the hint does not say how to add telson to a client: %q", stderr.String())
+	if !strings.Contains(stderr.String(), `claude mcp add telson -- telson`) ||
+		!strings.Contains(stderr.String(), `telson call Bash '{"command":"ls"}'`) {
+		t.Errorf("the hint does not say how to add telson to a client and try a tool: %q", stderr.String())
 	}
 	cancel()
 	master.Close()
@@ -1906,13 +2111,41 @@ func TestHTTPSecurityChecks(t *testing.T) {
 	}
 }
 
-func TestHTTPBatchRefused(t *testing.T) {
+// In 2025-03-26 a POST whose body is a batch gets an array of replies, a batch of
+// notifications only 202 and nothing, an empty one -32600; the POST's version decides (its
+// header, else the one negotiated), and any other version's batch gets -32600.
+func TestHTTPBatchPerVersion(t *testing.T) {
 	t.Parallel()
 	ts := httpStart(t, nil)
 	c := httpClientFor(t, ts.url)
 	c.initialize("2025-03-26")
-	resp, body := c.do("POST", `[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","method":"notifications/x"}]`, nil)
-	httpStatus(t, "batch in 2025-03-26", resp, body, 400, codeInvalidRequest)
+	batch := `[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"tools/list"},{"jsonrpc":"2.0","method":"notifications/x"}]`
+	resp, body := c.do("POST", batch, nil)
+	var replies []map[string]any
+	if resp.StatusCode != 200 || json.Unmarshal(body, &replies) != nil || len(replies) != 2 {
+		t.Fatalf("batch in 2025-03-26: HTTP %d %s", resp.StatusCode, body)
+	}
+	for _, m := range replies {
+		if m["result"] == nil || m["id"] != 1.0 && m["id"] != 2.0 {
+			t.Errorf("batch in 2025-03-26: a reply %v", m)
+		}
+	}
+	resp, body = c.do("POST", `[{"jsonrpc":"2.0","method":"notifications/x"}]`, nil)
+	httpStatus(t, "notification-only batch", resp, body, 202, 0)
+	if len(body) != 0 {
+		t.Errorf("notification-only batch: %q, want nothing", body)
+	}
+	resp, body = c.do("POST", `[]`, nil)
+	httpStatus(t, "empty batch", resp, body, 400, codeInvalidRequest)
+	resp, body = c.do("POST", batch, map[string]string{"MCP-Protocol-Version": "2025-06-18"})
+	httpStatus(t, "batch with a 2025-06-18 header", resp, body, 400, codeInvalidRequest)
+	c.initialize("2025-06-18")
+	resp, body = c.do("POST", batch, map[string]string{"MCP-Protocol-Version": ""})
+	httpStatus(t, "batch after 2025-06-18 was negotiated", resp, body, 400, codeInvalidRequest)
+	resp, body = c.do("POST", batch, map[string]string{"MCP-Protocol-Version": "2025-03-26"})
+	if resp.StatusCode != 200 || json.Unmarshal(body, &replies) != nil || len(replies) != 2 {
+		t.Errorf("batch with a 2025-03-26 header: HTTP %d %s", resp.StatusCode, body)
+	}
 }
 
 // httpRun runs telson's run with args (-http) in-process and returns its URL, cancel and result.
