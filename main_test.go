@@ -5286,7 +5286,7 @@ func TestHTMLToMarkdownGolden(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		pg := htmlToMarkdown(string(src), "https://example.com/docs/guide/page.html", 1<<20)
+		pg := convertHTML(string(src), "https://example.com/docs/guide/page.html", "markdown", 1<<20)
 		got := "title: " + pg.title + "\n\n" + pg.text + "\n"
 		golden := strings.TrimSuffix(in, ".html") + ".md"
 		if *update {
@@ -5447,8 +5447,9 @@ func TestReadDocsChromium(t *testing.T) {
 	check("spa", map[string]any{"url": site.URL + "/spa", "wait_ms": 0}, false, "Fetched article\n", "# Fetched article", "First fetched paragraph.", "Last fetched paragraph.")
 	check("late", map[string]any{"url": site.URL + "/late"}, false, "Parsed text.", "Fetched 300 ms later.")
 	check("timer", map[string]any{"url": site.URL + "/timer"}, false, "Parsed text.", "Added by a timer.")
-	// format, an argument of other servers' fetch tools, is not one telson knows: markdown still.
-	check("format html", map[string]any{"url": site.URL + "/js", "format": "html"}, false, "Added by **script**.")
+	check("text", map[string]any{"url": site.URL + "/js", "format": "text"}, false, "\n\nStatic part\n\nAdded by script.")
+	check("html", map[string]any{"url": site.URL + "/js", "format": "html"}, false,
+		"<h1>Static part</h1>\n\n<p>Added by <b>script</b>.</p>")
 	sc = check("404", map[string]any{"url": site.URL + "/missing"}, false, "HTTP status 404", "# No such page")
 	if sc["status"] != float64(404) {
 		t.Errorf("404: status %v", sc["status"])
@@ -5574,6 +5575,8 @@ func TestReadDocsWithoutBrowser(t *testing.T) {
 	if len(sc["notes"].([]any)) != 1 {
 		t.Errorf("latin1: notes %v", sc["notes"])
 	}
+	check("text", map[string]any{"url": site.URL + "/js", "format": "text"}, false, "\n\nStatic part")
+	check("html", map[string]any{"url": site.URL + "/js", "format": "html"}, false, "\n\n<h1>Static part</h1>")
 	check("404", map[string]any{"url": site.URL + "/missing"}, false, "HTTP status 404", "# No such page")
 	check("binary", map[string]any{"url": site.URL + "/file.bin"}, true, "application/octet-stream")
 	check("download", map[string]any{"url": site.URL + "/download"}, true, "is a download")
@@ -5582,6 +5585,146 @@ func TestReadDocsWithoutBrowser(t *testing.T) {
 	}
 	check("past the end", map[string]any{"url": site.URL + "/long", "start_index": 25013}, false, "No more content: the page has 25011 characters.")
 	check("scheme", map[string]any{"url": "ftp://example.com/"}, true, "only http and https")
+}
+
+// readdocsFormatsPage has what each format renders its own way, text that is
+// hidden three ways, and what html must never pass on: scripts, styles,
+// event handlers, comments, a javascript: link, a relative link.
+const readdocsFormatsPage = `<html><head><title>Formats</title><style>.gone { display: none }</style>
+<script>var x = 1</script></head><body><nav><a href="/">Home</a></nav><main><!-- a comment -->
+<h1>Formats guide</h1>
+<p onclick="steal()">Plain <b>bold</b> and <em>soft</em> words with
+<a href="/next?a=1&amp;b=2" onmouseover="steal()">a link</a>, <code>a&lt;b</code>.</p>
+<p hidden>Hidden attribute text.</p><p style="display:none">Display none text.</p>
+<p class="gone">Style rule text.</p>
+<pre class="language-go">if a &lt; b &amp;&amp; c &gt; "d" {
+	return
+}</pre>
+<table><tr><th>Key</th><th>Value</th></tr><tr><td>alpha</td><td>1</td></tr></table>
+<ul><li>First item</li><li>Second item</li></ul>
+<p>Ends <a href="javascript:steal()">here</a> <img src="pic.png" onerror="steal()" alt='a "quoted" pic'>.</p>
+<script>steal()</script><style>p { color: red }</style></main></body></html>`
+
+// readdocsOurTag matches a tag ReadDocs' html may hold: the elements and
+// attributes the converter reads, links and images absolute.
+var readdocsOurTag = regexp.MustCompile(`^<(/?)(p|h[1-6]|b|strong|i|em|del|s|strike|code|pre|br|` +
+	`hr|ul|ol|li|blockquote|table|caption|tr|th|td|a|img)( href="(https?|mailto):[^"<>]*"| ` +
+	`src="https?:[^"<>]*"| alt="[^"<>]*"| class="language-[^"<>]*"| start="\d+")*>$`)
+
+// readdocsBadHTML returns the first tag of s that is not one of ours or
+// closes another than the last open, or the one left open; "" for none.
+func readdocsBadHTML(s string) string {
+	var open []string
+	for i := strings.IndexByte(s, '<'); i >= 0; i = strings.IndexByte(s, '<') {
+		s = s[i:]
+		end := strings.IndexByte(s, '>') + 1
+		tag := readdocsOurTag.FindStringSubmatch(s[:end])
+		switch {
+		case tag == nil:
+			return s[:min(len(s), 80)]
+		case tag[1] == "/" && (len(open) == 0 || open[len(open)-1] != tag[2]):
+			return s[:end]
+		case tag[1] == "/":
+			open = open[:len(open)-1]
+		case tag[2] != "br" && tag[2] != "hr" && tag[2] != "img":
+			open = append(open, tag[2])
+		}
+		s = s[end:]
+	}
+	if len(open) > 0 {
+		return "<" + open[len(open)-1] + "> left open"
+	}
+	return ""
+}
+
+// readdocsServe serves page at any path but other, which it serves as typ with body.
+func readdocsServe(t *testing.T, page, other, typ, body string) *httptest.Server {
+	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == other {
+			w.Header().Set("Content-Type", typ)
+			io.WriteString(w, body)
+			return
+		}
+		io.WriteString(w, page)
+	}))
+	t.Cleanup(site.Close)
+	return site
+}
+
+// ReadDocs' format (issue 33): markdown, text and html of the same content,
+// with and without a browser: what is hidden is in none of them, text has no
+// markup, html only the converter's elements with absolute links, and each
+// pages by its own length. Another format is an error that names the three.
+func TestReadDocsFormats(t *testing.T) {
+	t.Parallel()
+	site := readdocsServe(t, readdocsFormatsPage, "/notes.txt", "text/plain", "<b>Plain</b> & text")
+	clients := map[string]*testClient{"http": startBinary(t, []string{"TELSON_READDOCS_BROWSER=0"})}
+	if findChrome(testSettings(t)) != "" || os.Getenv("TELSON_REQUIRE_BROWSER") != "" {
+		clients["chromium"] = startBinary(t, nil)
+	}
+	want := map[string][]string{
+		"markdown": {"# Formats guide\n\nPlain **bold** and *soft* words with [a link](" + site.URL +
+			"/next?a=1&b=2), `a<b`.", "```go\nif a < b && c > \"d\" {\n\treturn\n}\n```",
+			"| Key | Value |\n| --- | --- |\n| alpha | 1 |", "- First item\n- Second item",
+			"Ends here ![a \"quoted\" pic](" + site.URL + "/pic.png)."},
+		"text": {"\n\nFormats guide\n\nPlain bold and soft words with a link, a<b.\n\n" +
+			"if a < b && c > \"d\" {\n\treturn\n}\n\nKey\tValue\nalpha\t1\n\n- First item\n" +
+			"- Second item\n\nEnds here a \"quoted\" pic."},
+		"html": {"<h1>Formats guide</h1>\n\n<p>Plain <b>bold</b> and <em>soft</em> words with " +
+			`<a href="` + site.URL + `/next?a=1&amp;b=2">a link</a>, <code>a&lt;b</code>.</p>`,
+			`<pre><code class="language-go">if a &lt; b &amp;&amp; c &gt; &quot;d&quot; {` +
+				"\n\treturn\n}</code></pre>", "<table>\n<tr><th>Key</th><th>Value</th></tr>\n" +
+				"<tr><td>alpha</td><td>1</td></tr>\n</table>",
+			"<ul>\n<li>First item</li>\n<li>Second item</li>\n</ul>",
+			`<p>Ends here <img src="` + site.URL + `/pic.png" alt="a &quot;quoted&quot; pic">.</p>`},
+	}
+	for via, c := range clients {
+		c.initialize("2025-06-18")
+		for format, want := range want {
+			args := map[string]any{"url": site.URL + "/", "format": format}
+			text, sc, isErr := readdocsCall(t, c, args)
+			content, _ := sc["content"].(string)
+			if isErr || sc["via"] != via || sc["format"] != format {
+				t.Errorf("%s %s: %v", via, format, sc)
+			}
+			for _, w := range want {
+				if !strings.Contains(text, w) {
+					t.Errorf("%s %s: lacks %q:\n%s", via, format, w, text)
+				}
+			}
+			for _, gone := range []string{"Hidden attribute", "Display none", "Style rule", "Home",
+				"steal", "comment", "color", "var x"} {
+				if strings.Contains(content, gone) {
+					t.Errorf("%s %s: %q kept:\n%s", via, format, gone, content)
+				}
+			}
+			if format == "text" && strings.ContainsAny(content, "#*[]()|`") {
+				t.Errorf("%s text: markup kept:\n%s", via, content)
+			}
+			if tag := readdocsBadHTML(content); format == "html" && tag != "" {
+				t.Errorf("%s html: %q: not a tag ReadDocs gives, or not nested right:\n%s", via, tag, content)
+			}
+			// In parts of a third, counted on this format's own content.
+			total := int(sc["total_length"].(float64))
+			parts, next := "", 0.0
+			for i := 0; i < 3; i++ {
+				args["start_index"], args["max_length"] = next, total/3+1
+				_, part, _ := readdocsCall(t, c, args)
+				parts += part["content"].(string)
+				next, _ = part["next_start_index"].(float64)
+			}
+			if parts != content || next != 0 {
+				t.Errorf("%s %s: the parts (next %v) differ from the whole:\n%s", via, format, next, parts)
+			}
+		}
+		readdocsCheck(t, c, via+" pdf", map[string]any{"url": site.URL + "/", "format": "pdf"}, true,
+			`"format" must be one of markdown, text, html, got pdf`)
+		// A page that is not HTML is text: as it is, or in html, escaped in a pre.
+		readdocsCheck(t, c, via+" plain text", map[string]any{"url": site.URL + "/notes.txt",
+			"format": "text"}, false, "\n\n<b>Plain</b> & text")
+		readdocsCheck(t, c, via+" plain text in html", map[string]any{"url": site.URL + "/notes.txt",
+			"format": "html"}, false, "\n\n<pre>&lt;b&gt;Plain&lt;/b&gt; &amp; text</pre>")
+	}
 }
 
 // readdocsControls is a page with control characters (terminal escapes, BEL,
@@ -5616,27 +5759,29 @@ func TestReadDocsControlCharacters(t *testing.T) {
 		clients["chromium"].initialize("2025-06-18")
 	}
 	for via, c := range clients {
-		args := map[string]any{"url": site.URL + "/controls"}
-		text, sc, isErr := readdocsCall(t, c, args)
-		fields, _ := json.Marshal(sc)
-		var decoded map[string]any
-		json.Unmarshal(fields, &decoded)
-		all := text + fmt.Sprint(decoded)
-		if i := strings.IndexFunc(all, unseen); i >= 0 || isErr {
-			t.Errorf("%s: a control or invisible character at %d: %q", via, i, all)
-		}
-		want := []string{"]0;owned", "Con[2Jtrol", "Bell backspace 31m c1", "of line.",
-			"Tags, bidi override, zerowidth, softhyphen; kept: 👩\u200d💻 می\u200cخواهم."}
-		if via == "chromium" {
-			want = append(want, "Built[31m by script.")
-		}
-		for _, want := range want {
-			if !strings.Contains(text, want) {
-				t.Errorf("%s: %q missing:\n%s", via, want, text)
+		for _, format := range []string{"markdown", "text", "html"} {
+			args := map[string]any{"url": site.URL + "/controls", "format": format}
+			text, sc, isErr := readdocsCall(t, c, args)
+			fields, _ := json.Marshal(sc)
+			var decoded map[string]any
+			json.Unmarshal(fields, &decoded)
+			all := text + fmt.Sprint(decoded)
+			if i := strings.IndexFunc(all, unseen); i >= 0 || isErr {
+				t.Errorf("%s %s: a control or invisible character at %d: %q", via, format, i, all)
 			}
-		}
-		if sc["via"] != via {
-			t.Errorf("%s: via %v", via, sc["via"])
+			want := []string{"]0;owned", "Con[2Jtrol", "Bell backspace 31m c1", "of line.",
+				"Tags, bidi override, zerowidth, softhyphen; kept: 👩\u200d💻 می\u200cخواهم."}
+			if via == "chromium" {
+				want = append(want, "Built[31m by script.")
+			}
+			for _, want := range want {
+				if !strings.Contains(text, want) {
+					t.Errorf("%s %s: %q missing:\n%s", via, format, want, text)
+				}
+			}
+			if sc["via"] != via {
+				t.Errorf("%s %s: via %v", via, format, sc["via"])
+			}
 		}
 	}
 }
@@ -5748,25 +5893,33 @@ func BenchmarkHTMLToMarkdown(b *testing.B) {
 	b.SetBytes(int64(len(src)))
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		htmlToMarkdown(src, "https://example.com/docs/", 1<<30)
+		convertHTML(src, "https://example.com/docs/", "markdown", 1<<30)
 	}
 	b.ReportMetric(float64(b.Elapsed())/float64(b.N)/float64(parse), "x-parse-only")
 }
 
-// FuzzHTMLToMarkdown feeds the converter arbitrary markup: it must not panic.
+// FuzzHTMLToMarkdown feeds the converter arbitrary markup: it must not
+// panic, and its html holds no tag but the converter's, nested right.
 func FuzzHTMLToMarkdown(f *testing.F) {
-	for _, in := range []string{"<p>a<b>b</p>", "<ul><li>x<ol start=x><li>y", "<pre><code class=lang-", "<table><tr><td colspan=99999>", "<a href='%zz'>x</a><img src=':'>", "<base href='::'><a href=x>y</a>"} {
+	for _, in := range []string{"<p>a<b>b</p>", "<ul><li>x<ol start=x><li>y", "<pre><code class=lang-", "<table><tr><td colspan=99999>", "<a href='%zz'>x</a><img src=':'>", "<base href='::'><a href=x>y</a>",
+		"<a href='java&#10;script:x()'>j</a><img src=x onerror=y alt='\"><script>'><pre class='lang-\"><b>'>\x02" + "1<i>\n\n\x021</pre>",
+		"<h2>a</h2><ul><li>b<h2>c</h2><h2>d</h2></li></ul><blockquote><h3>e</h3><h3>f</h3></blockquote>"} {
 		f.Add(in)
 	}
 	f.Fuzz(func(t *testing.T, src string) {
-		htmlToMarkdown(src, "https://example.com/a/", 1<<20)
+		for _, format := range []string{"markdown", "text", "html"} {
+			out := convertHTML(src, "https://example.com/a/", format, 1<<20).text
+			if tag := readdocsBadHTML(out); format == "html" && tag != "" {
+				t.Errorf("%q: not a tag ReadDocs gives, or not nested right:\n%s", tag, out)
+			}
+		}
 	})
 }
 
 // TestHTMLStrayLessThanIsText: a '<' that opens no markup is text, kept as is.
 func TestHTMLStrayLessThanIsText(t *testing.T) {
 	t.Parallel()
-	md := htmlToMarkdown("<p>a < b </ c <3 and <!-- x --> d</p>", "http://x/", 1000).text
+	md := convertHTML("<p>a < b </ c <3 and <!-- x --> d</p>", "http://x/", "markdown", 1000).text
 	if !strings.Contains(md, "a < b </ c <3 and  d") && !strings.Contains(md, "a < b </ c <3 and d") {
 		t.Errorf("got %q", md)
 	}
@@ -5779,7 +5932,7 @@ func BenchmarkHTMLToMarkdownHostile(b *testing.B) {
 	for _, in := range []string{strings.Repeat("<", 1<<20), strings.Repeat("a<!---->", 1<<17), strings.Repeat("<div>", 200000)} {
 		b.SetBytes(int64(len(in)))
 		for i := 0; i < b.N; i++ {
-			htmlToMarkdown(in, "http://x/", 1<<20)
+			convertHTML(in, "http://x/", "markdown", 1<<20)
 		}
 	}
 }
@@ -5829,7 +5982,7 @@ func BenchmarkHTMLToMarkdownShapes(b *testing.B) {
 	}
 	convert := func(page string) time.Duration {
 		t0 := time.Now()
-		htmlToMarkdown(page, "https://example.com/", 1<<30)
+		convertHTML(page, "https://example.com/", "markdown", 1<<30)
 		return time.Since(t0)
 	}
 	for _, sh := range shapes[1:] {
@@ -5839,7 +5992,7 @@ func BenchmarkHTMLToMarkdownShapes(b *testing.B) {
 				b.StopTimer()
 				flat += convert(shapes[0].page)
 				b.StartTimer()
-				htmlToMarkdown(sh.page, "https://example.com/", 1<<30)
+				convertHTML(sh.page, "https://example.com/", "markdown", 1<<30)
 			}
 			b.SetBytes(int64(len(sh.page)))
 			perByte := float64(b.Elapsed()) / float64(len(sh.page))
@@ -6307,36 +6460,30 @@ Scrolled line 4</pre>
 	}))
 	defer cdn.Close()
 	page = strings.Replace(page, "CDN", strings.Replace(cdn.URL, "127.0.0.1", "localhost", 1), 1)
-	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/theme.css" {
-			w.Header().Set("Content-Type", "text/css")
-			io.WriteString(w, ".promo { display: none }")
-			return
-		}
-		io.WriteString(w, page)
-	}))
-	defer site.Close()
+	site := readdocsServe(t, page, "/theme.css", "text/css", ".promo { display: none }")
 	c := startServer(t)
 	c.initialize("2025-06-18")
-	text, sc, _ := readdocsCall(t, c, map[string]any{"url": site.URL + "/"})
-	for _, want := range []string{"Visible heading", "Visible paragraph.",
-		"Visible after it.", "Shown inside a zero-size block.", "White on black.",
-		"Default ink on the page's black.", "Other tab's text.", "Folded text.",
-		"Grey text.", "Small print.", "Fading-in text.", "Scrolled line 4"} {
-		if !strings.Contains(text, want) {
-			t.Errorf("%q left out:\n%s", want, text)
+	for _, format := range []string{"markdown", "text", "html"} {
+		text, sc, _ := readdocsCall(t, c, map[string]any{"url": site.URL + "/", "format": format})
+		for _, want := range []string{"Visible heading", "Visible paragraph.",
+			"Visible after it.", "Shown inside a zero-size block.", "White on black.",
+			"Default ink on the page's black.", "Other tab's text.", "Folded text.",
+			"Grey text.", "Small print.", "Fading-in text.", "Scrolled line 4"} {
+			if !strings.Contains(text, want) {
+				t.Errorf("%s: %q left out:\n%s", format, want, text)
+			}
 		}
-	}
-	for _, hidden := range []string{"Zero-size", "Off-screen", "Class-hidden",
-		"White on the page", "White on white", "Transparent", "Screen-reader", "Invisible",
-		"Zero-height", "Clip-path", "Near-white", "Faint", "One-pixel", "Scaled-away",
-		"Indented-away", "Stylesheet-hidden"} {
-		if strings.Contains(text, hidden) {
-			t.Errorf("%q kept:\n%s", hidden, text)
+		for _, hidden := range []string{"Zero-size", "Off-screen", "Class-hidden",
+			"White on the page", "White on white", "Transparent", "Screen-reader", "Invisible",
+			"Zero-height", "Clip-path", "Near-white", "Faint", "One-pixel", "Scaled-away",
+			"Indented-away", "Stylesheet-hidden"} {
+			if strings.Contains(text, hidden) {
+				t.Errorf("%s: %q kept:\n%s", format, hidden, text)
+			}
 		}
-	}
-	if sc["via"] != "chromium" {
-		t.Errorf("via %v", sc["via"])
+		if sc["via"] != "chromium" {
+			t.Errorf("%s: via %v", format, sc["via"])
+		}
 	}
 }
 
@@ -6427,7 +6574,7 @@ func checkExtract(t *testing.T, name, file string, want, drop []string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	md := htmlToMarkdown(string(src), "https://example.com/page", 1<<20).text
+	md := convertHTML(string(src), "https://example.com/page", "markdown", 1<<20).text
 	for _, w := range want {
 		if !strings.Contains(md, w) {
 			t.Errorf("%s: lacks %q:\n%s", name, w, md)
@@ -6447,7 +6594,7 @@ func TestReadDocsMath(t *testing.T) {
 		`</mjx-math><mjx-assistive-mml><math><mi>x</mi><mo>=</mo><mn>2</mn></math></mjx-assistive-mml>` +
 		`</mjx-container> be given.</p>`
 	for src, want := range map[string]string{v3: "Let x=2 be given."} {
-		if md := htmlToMarkdown(src, "", 1000).text; md != want {
+		if md := convertHTML(src, "", "markdown", 1000).text; md != want {
 			t.Errorf("%s: got %q, want %q", src, md, want)
 		}
 	}
@@ -6456,7 +6603,7 @@ func TestReadDocsMath(t *testing.T) {
 // TestReadDocsNeverEmpty: a page that is all furniture still gives its text.
 func TestReadDocsNeverEmpty(t *testing.T) {
 	t.Parallel()
-	md := htmlToMarkdown(`<body><div class="sidebar"><p>Only <a href="/x">text</a> of the page.</p></div></body>`, "", 1000).text
+	md := convertHTML(`<body><div class="sidebar"><p>Only <a href="/x">text</a> of the page.</p></div></body>`, "", "markdown", 1000).text
 	if md != "Only [text](/x) of the page." {
 		t.Errorf("got %q", md)
 	}
@@ -6472,14 +6619,17 @@ func TestReadDocsSourceWins(t *testing.T) {
 	}
 	dom := `<html><head><title>Harbour seals</title></head><body><nav><a href="/">Home</a></nav>
 <p>Please enable JavaScript to read this article.</p></body></html>`
-	o := &readDocsOut{body: dom, source: string(src)}
-	md, _ := o.convert(readDocsArgs{MaxLength: 30000})
-	if !strings.Contains(md, "For the first time in forty years") {
-		t.Errorf("got %q", md)
-	}
-	o = &readDocsOut{body: string(src), source: dom} // the page as shown is better: it stays
-	if md, _ := o.convert(readDocsArgs{MaxLength: 30000}); !strings.Contains(md, "Volunteers") {
-		t.Errorf("the page as shown: got %q", md)
+	// The same choice in every format: it is made on the text, not on the markup around it.
+	for _, format := range []string{"markdown", "text", "html"} {
+		o := &readDocsOut{body: dom, source: string(src)}
+		md, _ := o.convert(readDocsArgs{Format: format, MaxLength: 30000})
+		if !strings.Contains(md, "For the first time in forty years") {
+			t.Errorf("%s: got %q", format, md)
+		}
+		o = &readDocsOut{body: string(src), source: dom} // the page as shown is better: it stays
+		if md, _ := o.convert(readDocsArgs{Format: format, MaxLength: 30000}); !strings.Contains(md, "Volunteers") {
+			t.Errorf("%s, the page as shown: got %q", format, md)
+		}
 	}
 }
 
@@ -6615,7 +6765,7 @@ func TestReadDocsHeadingWithoutWords(t *testing.T) {
 		page := `<html><body><h2>` + h + `</h2><p>Short text here.</p>
 <div class="x"><a href="/a">One</a> <a href="/b">Two</a> <a href="/c">Three</a></div>
 <p>Another short paragraph.</p></body></html>`
-		got := htmlToMarkdown(page, "https://example.com/", 1<<20).text
+		got := convertHTML(page, "https://example.com/", "markdown", 1<<20).text
 		if strings.Contains(got, "[One]") || !strings.Contains(got, "Another short paragraph.") {
 			t.Errorf("heading %q:\n%s", h, got)
 		}
@@ -6638,17 +6788,19 @@ func TestReadDocsHiddenMarkup(t *testing.T) {
 <p style="font-size:0.9em">Small print</p><p style="color:#000;background:#fff">Black on white</p>
 <p class="hidden md:block">Shown from 768 pixels</p><p class="screen">Hidden in print only</p>
 <div role="tabpanel" hidden>Another tab</div></main></body></html>`
-	md := htmlToMarkdown(page, "", 1<<20).text
-	for _, w := range []string{"Visible text", "Small print", "Black on white",
-		"Shown from 768 pixels", "Hidden in print only", "Another tab"} {
-		if !strings.Contains(md, w) {
-			t.Errorf("lacks %q:\n%s", w, md)
+	for _, format := range []string{"markdown", "text", "html"} {
+		md := convertHTML(page, "", format, 1<<20).text
+		for _, w := range []string{"Visible text", "Small print", "Black on white",
+			"Shown from 768 pixels", "Hidden in print only", "Another tab"} {
+			if !strings.Contains(md, w) {
+				t.Errorf("%s lacks %q:\n%s", format, w, md)
+			}
 		}
-	}
-	for _, d := range []string{"by class", "by second class", "by id", "for screen readers",
-		"by font size", "off screen", "white on white", "by attribute"} {
-		if strings.Contains(md, d) {
-			t.Errorf("keeps %q:\n%s", d, md)
+		for _, d := range []string{"by class", "by second class", "by id", "for screen readers",
+			"by font size", "off screen", "white on white", "by attribute"} {
+			if strings.Contains(md, d) {
+				t.Errorf("%s keeps %q:\n%s", format, d, md)
+			}
 		}
 	}
 }
@@ -6708,7 +6860,7 @@ func TestReadDocsImpliedEnds(t *testing.T) {
 		`<h2>Outer <h3>Inner</h3></h2><p>Text.</p>`: "## Outer\n\n### Inner\n\nText.",
 	}
 	for src, want := range cases {
-		if md := htmlToMarkdown(src, "https://example.com/", 1<<20).text; md != want {
+		if md := convertHTML(src, "https://example.com/", "markdown", 1<<20).text; md != want {
 			t.Errorf("%s:\ngot:\n%s\nwant:\n%s", src, md, want)
 		}
 	}
@@ -6718,7 +6870,7 @@ func TestReadDocsImpliedEnds(t *testing.T) {
 // page of headings only keeps them.
 func TestReadDocsEmptyHeadingsCode(t *testing.T) {
 	t.Parallel()
-	md := func(src string) string { return htmlToMarkdown(src, "", 1000).text }
+	md := func(src string) string { return convertHTML(src, "", "markdown", 1000).text }
 	code := "## Setup\n\n```sh\n# install\n\n## done\n```"
 	if got := md("<h2>Setup</h2><pre class=lang-sh># install\n\n## done</pre>"); got != code {
 		t.Errorf("code block changed:\n%s", got)

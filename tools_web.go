@@ -320,12 +320,14 @@ func rawText(n *htmlNode) string {
 	return b.String()
 }
 
-// ---- HTML to markdown ----------------------------------------------------
+// ---- HTML to markdown, text or html ------------------------------------------
 //
-// The converter reads the main content only. Paragraphs score their parent,
-// grandparent and great-grandparent (length, commas, few links); class and id
-// words (whole words only) and main/article add to or take from a block's
-// score; the best block is kept with its siblings that read as content. When
+// The converter reads the main content only, in one walk that writes
+// markdown, text or html (mdFormat): what it leaves out is left out of all
+// three. Paragraphs score their parent, grandparent and great-grandparent
+// (length, commas, few links); class and id words (whole words only) and
+// main/article add to or take from a block's score; the best block is kept
+// with its siblings that read as content. When
 // no block clearly wins, or the winner holds far less text than the page (docs
 // with a sidebar, a forum thread, a list), the whole page is read, less its
 // furniture. Output stops once the caller's limit is reached.
@@ -341,14 +343,23 @@ func rawText(n *htmlNode) string {
 // footnotes and asides, and such an id is never read as a class word.
 
 var (
-	mdEscape       = strings.NewReplacer("*", `\*`, "`", "\\`")
+	mdEscape = strings.NewReplacer("*", `\*`, "`", "\\`")
+	// html's text and attribute values; a page's text never holds the heading mark
+	htmlEscape = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", `"`, "&quot;",
+		mdHeading, "")
+	mdFormats = map[string]mdFormat{"markdown": {mdEscape, "  \n", "* * *"},
+		"text": {mdNoEscape, "\n", ""}, "html": {htmlEscape, "<br>\n", "<hr>"}}
 	mdEscapeInLink = strings.NewReplacer("*", `\*`, "`", "\\`", "[", `\[`, "]", `\]`)
 	mdURLEscape    = strings.NewReplacer("(", "%28", ")", "%29", " ", "%20")
 	mdCellEscape   = strings.NewReplacer("  \n", " ", "\n", " ", "|", `\|`)
+	mdTextCell     = strings.NewReplacer("\n", " ", "\t", " ")
+	mdNoEscape     = strings.NewReplacer()
 	// a line's start that reads as a heading, quote or list marker, split before its last character
-	mdLineStart = regexp.MustCompile(`^(#{0,5}|\d{0,9})([#>+.)-])( |$)`)
-	mdSpaces    = regexp.MustCompile(`[ \t\r\n\f]+`)
-	mdBackticks = regexp.MustCompile("`+")
+	mdLineStart   = regexp.MustCompile(`^(#{0,5}|\d{0,9})([#>+.)-])( |$)`)
+	mdSpaces      = regexp.MustCompile(`[ \t\r\n\f]+`)
+	mdBackticks   = regexp.MustCompile("`+")
+	mdHeadingMark = regexp.MustCompile(mdHeading + "[1-6]")
+	mdURLSchemes  = wordSet("http https mailto") // html's links and images
 	// a code block's language in a class: language-ts, lang-ts, highlight-ts, sourceCode ts
 	mdLanguage = regexp.MustCompile(`(?:^|\s)(?:(?:language|lang|highlight)-|sourceCode\s+)(\S+)`)
 	// what hides an element: no display, no visibility, font-size 0,
@@ -404,35 +415,46 @@ const (
 	mdItemDepth     = 2      // levels from an item's text up to its list
 	mdMaxCaption    = 300    // characters of a caption; a longer one is text
 	mdLangDepth     = 3      // levels from a code block up to the wrapper naming its language
-	mdHeading       = "\x02" // starts a heading's line until mdDropEmptyHeadings
+	mdHeading       = "\x02" // and the level start a heading's line until dropEmptyHeadings
 	mdWhite         = `(?:#fff(?:fff)?\b|white\b|rgb\(255, ?255, ?255\))`
 	mdWordTail      = `(?:area|bar|block|box|container|content|holder|info|inner|items?|links?|` +
 		`list|module|panel|posts?|section|widget|wrap|wrapper|zone)?$`
 )
 
-// mdConv turns a parsed page into markdown.
-type mdConv struct {
-	base      *url.URL
-	esc       *strings.Replacer // escapes text (more inside links)
-	all       bool              // keep furniture: it is all the page has
-	page      int32             // text of the page's main area, less links
-	pageParas int32             // text of the paragraphs in the page
-	nest      int               // depth of lists and quotes being rendered
-	nodes     int32             // nodes measured
-	emphasis  int               // depth of emphasis being rendered
-	limit     int               // characters after which output stops
-	made      int               // characters of text rendered so far
-	cands     []*htmlNode       // nodes with a score, in document order
-	doc       *htmlNode         // the document: around the headings that have ids
-	outDoc    bool              // the last heading met opens no section of it
-	tabs      []*htmlNode       // the tabs labelling the tab panels to come
-	hiddenCSS map[string]bool   // selectors the page's style elements hide
-	shownCSS  map[string]bool   // classes and ids they show
+// mdFormat is what the converter writes in a format: markdown, text or html.
+type mdFormat struct {
+	esc    *strings.Replacer // escapes text (more inside markdown's links)
+	br, hr string            // a line break, a thematic break
 }
 
-// mdPage is a converted page; cut: output stopped at the limit.
+// mdConv turns a parsed page into markdown, text (no markup) or html (the
+// elements and attributes it reads): one walk, one judgment for all three.
+type mdConv struct {
+	mdFormat
+	format    string
+	base      *url.URL
+	h1        int             // level-1 headings kept
+	all       bool            // keep furniture: it is all the page has
+	page      int32           // text of the page's main area, less links
+	pageParas int32           // text of the paragraphs in the page
+	nest      int             // depth of lists and quotes being rendered
+	nodes     int32           // nodes measured
+	emphasis  int             // depth of emphasis being rendered
+	limit     int             // characters after which output stops
+	made      int             // characters of text rendered so far
+	cands     []*htmlNode     // nodes with a score, in document order
+	doc       *htmlNode       // the document: around the headings that have ids
+	outDoc    bool            // the last heading met opens no section of it
+	tabs      []*htmlNode     // the tabs labelling the tab panels to come
+	hiddenCSS map[string]bool // selectors the page's style elements hide
+	shownCSS  map[string]bool // classes and ids they show
+}
+
+// mdPage is a converted page; size: characters of the page's text in it; cut: output stopped
+// at the limit.
 type mdPage struct {
 	title, text string
+	size        int
 	cut         bool
 }
 
@@ -441,11 +463,11 @@ func htmlByTag(tag string) func(*htmlNode) bool {
 	return func(n *htmlNode) bool { return n.tag == tag }
 }
 
-// htmlToMarkdown returns the page's title and main content as markdown, links made absolute,
-// stopping after about limit characters.
-func htmlToMarkdown(src, pageURL string, limit int) mdPage {
+// convertHTML returns the page's title and main content in format (a key of mdFormats),
+// links made absolute, stopping after about limit characters.
+func convertHTML(src, pageURL, format string, limit int) mdPage {
 	root := parseHTML(src)
-	m := &mdConv{esc: mdEscape, limit: limit}
+	m := &mdConv{mdFormat: mdFormats[format], format: format, limit: limit}
 	m.base, _ = url.Parse(pageURL)
 	if b := root.find(htmlByTag("base")); b != nil && m.base != nil {
 		if u, err := m.base.Parse(b.attr("href")); err == nil {
@@ -470,40 +492,44 @@ func htmlToMarkdown(src, pageURL string, limit int) mdPage {
 	top := cmp.Or(m.mainContent(body, loose), loose)
 	text := ""
 	for _, content := range []*htmlNode{top, loose, body, body} {
-		m.made, m.outDoc, m.tabs = 0, false, nil // each attempt starts afresh
+		m.made, m.outDoc, m.tabs, m.h1 = 0, false, nil, 0 // each attempt starts afresh
 		if text = m.block(content, false); text != "" {
 			break
 		}
 		m.all = content == body // everything looked like furniture: read it whole
 	}
-	text = mdDropEmptyHeadings(text)
+	text = m.dropEmptyHeadings(text)
 	title := cmp.Or(root.find(htmlByTag("title")), &htmlNode{}).textContent()
-	if title != "" && !strings.Contains("\n"+text, "\n# ") {
+	if title != "" && m.h1 == 0 {
 		// A page without its own heading starts with its title.
-		text = "# " + m.esc.Replace(cutRunes(title, maxTitle)) + "\n\n" + text
+		text = m.wrap(m.esc.Replace(cutRunes(title, maxTitle)), "h1", "# ", "") + "\n\n" + text
 	}
-	return mdPage{title, text, m.made > m.limit}
+	return mdPage{title, text, m.made, m.made > m.limit}
 }
 
-// mdDropEmptyHeadings drops the headings marked with mdHeading (those
-// outside the document's sections) with nothing under them: the next heading
-// is of their level or higher, or the text ends (a thematic break is
+// dropEmptyHeadings drops the headings marked with mdHeading and their level
+// (those outside the document's sections) with nothing under them: the next
+// heading is of their level or higher, or the text ends (a thematic break is
 // nothing); a text of headings only is kept. The marks go.
-func mdDropEmptyHeadings(s string) string {
+func (m *mdConv) dropEmptyHeadings(s string) string {
 	blocks := strings.Split(s, "\n\n")
 	var kept []string
 	next, text := 0, false // the level of what follows: a heading's, 7 for text, 0 for nothing
+	h1 := 0                // level-1 headings dropped
 	for i := len(blocks) - 1; i >= 0; i-- {
 		h, heading := strings.CutPrefix(blocks[i], mdHeading)
 		level := 7
-		if heading {
-			level = strings.IndexByte(h, ' ')
+		if heading = heading && h != ""; heading {
+			level = int(h[0] - '0')
 		}
 		if heading && level >= next {
+			if level == 1 {
+				h1++
+			}
 			continue
 		}
 		kept = append(kept, blocks[i])
-		if blocks[i] != "* * *" {
+		if blocks[i] != m.hr {
 			next = level
 		}
 		text = text || !heading
@@ -511,8 +537,9 @@ func mdDropEmptyHeadings(s string) string {
 	if text {
 		slices.Reverse(kept)
 		s = strings.Join(kept, "\n\n")
+		m.h1 -= h1
 	}
-	return strings.ReplaceAll(s, mdHeading, "")
+	return mdHeadingMark.ReplaceAllString(s, "")
 }
 
 // measure sets what the converter reads of n and the nodes below it (see
@@ -778,7 +805,8 @@ func (m *mdConv) block(n *htmlNode, tight bool) string {
 			return
 		}
 		sep := "\n\n"
-		if tight && (list || prevList) {
+		// html's lists and quotes are closed by tags: what they hold is never a block of its own
+		if tight && (list || prevList) || m.format == "html" && m.nest > 0 {
 			sep = "\n"
 		}
 		if out.Len() > 0 {
@@ -788,7 +816,11 @@ func (m *mdConv) block(n *htmlNode, tight bool) string {
 		prevList = list
 	}
 	para := func() { // the inline text so far, a paragraph unless blank
-		add(mdPara(inl.String()), false)
+		p := m.para(inl.String(), m.br)
+		if !tight {
+			p = m.wrap(p, "p", "", "")
+		}
+		add(p, false)
 		inl.Reset()
 	}
 	var walk func(p *htmlNode)
@@ -812,7 +844,8 @@ func (m *mdConv) block(n *htmlNode, tight bool) string {
 				para()
 				if c.attr("role") == "tabpanel" && len(m.tabs) > 0 {
 					// each panel under its tab's label, in bold
-					add("**"+m.esc.Replace(m.tabs[0].textContent())+"**", false)
+					label := m.wrap(m.esc.Replace(m.tabs[0].textContent()), "strong", "**", "**")
+					add(m.wrap(label, "p", "", ""), false)
 					m.tabs = m.tabs[1:]
 				}
 				if tight || !m.container(c) {
@@ -845,14 +878,17 @@ func (m *mdConv) container(n *htmlNode) bool {
 func (m *mdConv) element(n *htmlNode) string {
 	switch {
 	case mdHeadings[n.tag]:
-		s := strings.ReplaceAll(mdPara(m.inlineChildren(n)), "  \n", " ")
 		mark := strings.Repeat("#", int(n.tag[1]-'0')) + " "
-		if !m.docPart(n) {
-			mark = mdHeading + mark
+		s := m.wrap(m.para(m.inlineChildren(n), " "), n.tag, mark, "")
+		if s != "" && n.tag == "h1" {
+			m.h1++
 		}
-		return mdMark(s, mark, "")
+		if !m.docPart(n) {
+			s = mdMark(s, mdHeading+n.tag[1:], "")
+		}
+		return s
 	case n.tag == "hr":
-		return "* * *"
+		return m.hr
 	case n.tag == "pre":
 		return m.pre(n)
 	case n.tag == "table":
@@ -863,11 +899,30 @@ func (m *mdConv) element(n *htmlNode) string {
 		if n.tag != "blockquote" {
 			return m.list(n)
 		}
-		s := "> " +
-			strings.ReplaceAll(strings.ReplaceAll(m.block(n, false), "\n", "\n> "), "> \n", ">\n")
-		return strings.TrimSuffix(s, "> ") // nothing quoted
+		s := m.block(n, false)
+		switch {
+		case s == "":
+		case m.format == "html":
+			s = "<blockquote>\n" + s + "\n</blockquote>"
+		case m.format == "text":
+			s = "  " + indent(s, 2)
+		default:
+			s = "> " + strings.ReplaceAll(strings.ReplaceAll(s, "\n", "\n> "), "> \n", ">\n")
+			s = strings.TrimSuffix(s, "> ") // nothing quoted
+		}
+		return s
 	}
 	return m.block(n, n.tag == "li")
+}
+
+// wrap puts the format's markup around s: markdown's before and after, or html's tag.
+func (m *mdConv) wrap(s, tag, before, after string) string {
+	if m.format == "html" {
+		before, after = "<"+tag+">", "</"+tag+">"
+	} else if m.format == "text" {
+		before, after = "", ""
+	}
+	return mdMark(s, before, after)
 }
 
 // mdMark puts markup around s, outside its white space; not around nothing.
@@ -901,7 +956,7 @@ func (m *mdConv) inline(b *strings.Builder, n *htmlNode) {
 		b.WriteString(m.link(n))
 	case mk != "" && m.emphasis < mdEmphasisDepth:
 		m.emphasis++
-		b.WriteString(mdMark(m.inlineChildren(n), mk, mk))
+		b.WriteString(m.wrap(m.inlineChildren(n), n.tag, mk, mk))
 		m.emphasis--
 	default:
 		space := "" // around a block
@@ -926,18 +981,24 @@ func (m *mdConv) image(n *htmlNode) string {
 	}
 	// data-src: a lazy image's real source
 	for _, src := range []string{n.attr("src"), n.attr("data-src")} {
-		if src != "" && !strings.HasPrefix(src, "data:") {
+		switch {
+		case src == "" || strings.HasPrefix(src, "data:") || m.format == "text":
+		case m.format == "markdown":
 			return "![" + mdEscapeInLink.Replace(alt) + "](" + m.abs(src) + ")"
+		case m.attrURL(src) != "":
+			return `<img src="` + m.attrURL(src) + `" alt="` + m.esc.Replace(alt) + `">`
 		}
 	}
-	return alt
+	return m.esc.Replace(alt)
 }
 
 func (m *mdConv) code(n *htmlNode) string {
 	s := strings.ReplaceAll(rawText(n), "\n", " ")
 	m.made += len(s)
-	if strings.TrimSpace(s) == "" {
+	if strings.TrimSpace(s) == "" || m.format == "text" {
 		return s
+	} else if m.format == "html" {
+		return "<code>" + m.esc.Replace(s) + "</code>"
 	} else if strings.HasPrefix(s, "`") || strings.HasSuffix(s, "`") {
 		s = " " + s + " "
 	}
@@ -947,18 +1008,34 @@ func (m *mdConv) code(n *htmlNode) string {
 
 func (m *mdConv) link(n *htmlNode) string {
 	esc := m.esc
-	m.esc = mdEscapeInLink
+	if esc == mdEscape {
+		m.esc = mdEscapeInLink
+	}
 	s := m.inlineChildren(n)
 	m.esc = esc
 	href := strings.TrimSpace(n.attr("href"))
 	// A link without words is a permalink (¶, #, an icon glyph, a zero-width
 	// space); one to "#" is a control (back to top).
-	if strings.TrimFunc(s, notWordRune) == "" || href == "#" {
+	switch {
+	case strings.TrimFunc(s, notWordRune) == "" || href == "#":
 		return ""
-	} else if href == "" || strings.HasPrefix(strings.ToLower(href), "javascript:") {
-		return s
+	case href == "" || strings.HasPrefix(strings.ToLower(href), "javascript:") || m.format == "text":
+	case m.format == "markdown":
+		return mdMark(s, "[", "]("+m.abs(href)+")")
+	case m.attrURL(href) != "":
+		return mdMark(s, `<a href="`+m.attrURL(href)+`">`, "</a>")
 	}
-	return mdMark(s, "[", "]("+m.abs(href)+")")
+	return s
+}
+
+// attrURL returns ref made absolute as an html attribute's value: "" unless it is http, https
+// or mailto.
+func (m *mdConv) attrURL(ref string) string {
+	u, err := url.Parse(m.abs(ref))
+	if err != nil || !mdURLSchemes[u.Scheme] {
+		return ""
+	}
+	return htmlEscape.Replace(u.String())
 }
 
 func (m *mdConv) inlineChildren(n *htmlNode) string {
@@ -969,15 +1046,18 @@ func (m *mdConv) inlineChildren(n *htmlNode) string {
 	return b.String()
 }
 
-// mdPara folds white space as a browser does, turns breaks into hard line
-// breaks and escapes what would read as a heading, quote or list marker.
-func mdPara(s string) string {
-	s = mdSpaces.ReplaceAllString(s, " ")
-	lines := strings.Split(strings.ReplaceAll(s, "\u00a0", " "), "\x01")
+// para folds white space as a browser does, turns breaks into br and, in
+// markdown, escapes what would read as a heading, quote or list marker.
+func (m *mdConv) para(s, br string) string {
+	s = strings.ReplaceAll(mdSpaces.ReplaceAllString(s, " "), "\u00a0", " ")
+	lines := strings.Split(strings.Trim(s, " \x01"), "\x01")
 	for i, l := range lines {
-		lines[i] = mdLineStart.ReplaceAllString(strings.TrimSpace(l), `$1\$2$3`) // ##\# \> 1\.
+		lines[i] = strings.TrimSpace(l)
+		if m.format == "markdown" {
+			lines[i] = mdLineStart.ReplaceAllString(lines[i], `$1\$2$3`) // ##\# \> 1\.
+		}
 	}
-	return strings.Trim(strings.Join(lines, "  \n"), " \n")
+	return strings.Join(lines, br)
 }
 
 func (m *mdConv) abs(ref string) string {
@@ -1010,8 +1090,14 @@ func (m *mdConv) pre(n *htmlNode) string {
 		lang = mdLang(a)
 		a = a.parent
 	}
-	if f := fence(s, 3); strings.TrimSpace(s) != "" {
+	switch {
+	case strings.TrimSpace(s) == "" || m.format == "text":
+	case m.format == "markdown":
+		f := fence(s, 3)
 		return f + lang + "\n" + s + "\n" + f
+	default:
+		lang = mdMark(m.esc.Replace(lang), ` class="language-`, `"`)
+		return "<pre><code" + lang + ">" + m.esc.Replace(s) + "</code></pre>"
 	}
 	return s
 }
@@ -1026,9 +1112,14 @@ func mdLang(n *htmlNode) string {
 	return l[1]
 }
 
+// list renders a list: its items marked "- " or numbered (text too), or html's ul or ol.
 func (m *mdConv) list(n *htmlNode) string {
 	num, _ := strconv.Atoi(n.attr("start"))
 	num = max(num, 1)
+	open := n.tag
+	if num > 1 {
+		open += ` start="` + strconv.Itoa(num) + `"`
+	}
 	var items []string
 	for _, c := range n.children {
 		if c.tag == "" || m.skip(c) {
@@ -1039,13 +1130,20 @@ func (m *mdConv) list(n *htmlNode) string {
 			marker = strconv.Itoa(num) + ". "
 			num++
 		}
+		pad := len(marker)
+		if m.format == "html" { // closed by tags: nothing indented (a code block stays as it is)
+			marker, pad = "<li>", 0
+		}
 		switch body := m.block(c, true); {
 		case body == "":
 		case c.tag != "li" && len(items) > 0: // a list in a list belongs to the item before
-			items[len(items)-1] += "\n" + indent(body, 2)
+			items[len(items)-1] += "\n" + indent(body, min(pad, 2))
 		default:
-			items = append(items, marker+indent(body, len(marker)))
+			items = append(items, marker+indent(body, pad))
 		}
+	}
+	if m.format == "html" && len(items) > 0 {
+		return "<" + open + ">\n" + strings.Join(items, "</li>\n") + "</li>\n</" + n.tag + ">"
 	}
 	return strings.Join(items, "\n")
 }
@@ -1058,7 +1156,15 @@ func indent(s string, w int) string {
 
 // table renders a data table; a layout table (one cell, or cells holding
 // blocks) comes as blocks. Only the header row is padded to the widest row.
+// Text gives a row a line, its cells apart by tabs.
 func (m *mdConv) table(n *htmlNode) string {
+	isHTML := m.format == "html"
+	esc, sep, open, close, pad := mdCellEscape, " | ", "| ", " |", ""
+	if m.format == "text" {
+		esc, sep, open, close = mdTextCell, "\t", "", ""
+	} else if isHTML {
+		esc, sep, open, close, pad = mdNoEscape, "", "<tr>", "</tr>", "<td></td>"
+	}
 	isCell := func(c *htmlNode) bool { return c.tag == "td" || c.tag == "th" }
 	layout := n.find(func(d *htmlNode) bool { return mdLayoutCells[d.tag] }) != nil
 	if len(n.findAll(isCell)) < 2 || layout {
@@ -1070,9 +1176,13 @@ func (m *mdConv) table(n *htmlNode) string {
 		var row []string
 		for _, c := range tr.children {
 			if isCell(c) && !m.skip(c) && m.made <= m.limit {
-				row = append(row, mdCellEscape.Replace(m.block(c, false)))
+				cell := esc.Replace(m.block(c, isHTML))
+				if isHTML {
+					cell = "<" + c.tag + ">" + cell + "</" + c.tag + ">"
+				}
+				row = append(row, cell)
 				for span, _ := strconv.Atoi(c.attr("colspan")); span > 1 && span < 100; span-- {
-					row = append(row, "")
+					row = append(row, pad)
 				}
 			}
 		}
@@ -1086,14 +1196,17 @@ func (m *mdConv) table(n *htmlNode) string {
 	}
 	var b strings.Builder
 	if c := n.find(htmlByTag("caption")); c != nil {
-		b.WriteString(strings.TrimPrefix(m.block(c, false)+"\n\n", "\n\n"))
+		b.WriteString(strings.TrimPrefix(m.wrap(m.block(c, isHTML), "caption", "", "")+"\n\n", "\n\n"))
 	}
 	rows[0] = append(rows[0], make([]string, cols-len(rows[0]))...)
 	for i, row := range rows {
-		b.WriteString("| " + strings.Join(row, " | ") + " |\n")
-		if i == 0 {
+		b.WriteString(open + strings.Join(row, sep) + close + "\n")
+		if i == 0 && esc == mdCellEscape {
 			b.WriteString("|" + strings.Repeat(" --- |", cols) + "\n")
 		}
+	}
+	if isHTML {
+		return "<table>\n" + b.String() + "</table>"
 	}
 	return strings.TrimRight(b.String(), "\n")
 }
@@ -1776,10 +1889,13 @@ var readDocsTool = toolDef{
 	name:  "ReadDocs",
 	title: "Read a web page",
 	description: `Reads a web page (documentation, an article, any http or https URL) in headless
-Chromium and returns its main content as markdown: menus, sidebars, related links,
-comments, share and cookie blocks are left out; tables and code blocks are kept; links are
-absolute. Content that JavaScript builds is included.
+Chromium and returns its main content: menus, sidebars, related links, comments, share
+and cookie blocks are left out; tables and code blocks are kept; links are absolute. Content
+that JavaScript builds is included; text a person cannot see is not.
 
+- format: markdown (default), text (the same content without markup; a table row a line, its
+  cells apart by tabs) or html (the same content's HTML, escaped: headings, paragraphs, lists,
+  code, tables, links and images; no scripts, styles or attributes but href, src and alt).
 - wait_ms: extra time for pages that keep changing (default 0, max 30000).
 - Long pages come in parts of max_length characters (default 30000); the reply ends with the
   start_index of the next part.
@@ -1789,6 +1905,8 @@ absolute. Content that JavaScript builds is included.
 Example: {"url": "https://go.dev/doc/effective_go", "max_length": 20000}`,
 	input: `{"type":"object","properties":{
 		"url":{"type":"string","minLength":1,"description":"The http or https URL to read."},
+		"format":{"type":"string","enum":["markdown","text","html"],
+			"description":"Output format: text, html, or markdown (default markdown)."},
 		"wait_ms":{"type":"integer","minimum":0,"maximum":30000,
 			"description":"Extra milliseconds to wait before reading (default 0)."},
 		"max_length":{"type":"integer","minimum":1,"maximum":1000000,
@@ -1801,6 +1919,7 @@ Example: {"url": "https://go.dev/doc/effective_go", "max_length": 20000}`,
 		"final_url":{"type":"string","description":"the URL after redirects"},
 		"title":{"type":"string"},
 		"status":{"type":"integer","description":"HTTP status of the page; 0 when unknown"},
+		"format":{"type":"string","enum":["markdown","text","html"]},
 		"content":{"type":"string","description":"this part of the content"},
 		"truncated":{"type":"boolean","description":"more content follows this part"},
 		"next_start_index":{"type":"integer","description":"start_index of the next part"},
@@ -1809,7 +1928,7 @@ Example: {"url": "https://go.dev/doc/effective_go", "max_length": 20000}`,
 		"message":{"type":"string","description":"where the next part starts, or that none is"},
 		"via":{"type":"string","enum":["chromium","http"]},
 		"notes":{"type":"array","items":{"type":"string"}}},
-		"required":["url","final_url","title","status","content","truncated",
+		"required":["url","final_url","title","status","format","content","truncated",
 			"total_length","via"]}`,
 	hints: toolHints{readOnly: true, idempotent: true, openWorld: true},
 	run:   runReadDocs,
@@ -1817,6 +1936,7 @@ Example: {"url": "https://go.dev/doc/effective_go", "max_length": 20000}`,
 
 type readDocsArgs struct {
 	URL        string `json:"url"`
+	Format     string `json:"format"`
 	WaitMS     int    `json:"wait_ms"`
 	MaxLength  int    `json:"max_length"`
 	StartIndex int    `json:"start_index"`
@@ -1827,6 +1947,7 @@ type readDocsOut struct {
 	FinalURL       string   `json:"final_url"`
 	Title          string   `json:"title"`
 	Status         int      `json:"status"`
+	Format         string   `json:"format"`
 	Content        string   `json:"content"`
 	Truncated      bool     `json:"truncated"`
 	NextStartIndex int      `json:"next_start_index,omitempty"`
@@ -1852,13 +1973,14 @@ const pageJSON = 24 << 20
 const maxTitle = 300
 
 func runReadDocs(ctx context.Context, c *toolCall) toolResult {
-	a := readDocsArgs{MaxLength: 30000}
+	a := readDocsArgs{Format: "markdown", MaxLength: 30000}
 	json.Unmarshal(c.args, &a) // schema-checked
 	o, err := c.s.srv.readPage(ctx, a)
 	if err != nil {
 		return errorResult("%s", stripControls(err.Error()))
 	}
 	o.URL = a.URL
+	o.Format = a.Format
 	content, cut := o.convert(a)
 	// What the page says may hold control characters (terminal escapes):
 	// page text never needs them but tab and newline.
@@ -1897,20 +2019,22 @@ func runReadDocs(ctx context.Context, c *toolCall) toolResult {
 	return structuredResult(text, o)
 }
 
-// convert returns the content as markdown, stopping after the part asked for (cut: it stopped
-// there), and sets the title from the page.
+// convert returns the content in the format asked, stopping after the part asked for (cut: it
+// stopped there), and sets the title from the page.
 func (o *readDocsOut) convert(a readDocsArgs) (content string, cut bool) {
-	if o.isText {
+	if o.isText && a.Format == "html" {
+		return "<pre>" + htmlEscape.Replace(o.body) + "</pre>", false
+	} else if o.isText {
 		return o.body, false
 	}
 	// Twice the part asked for: counting text as it is rendered may run ahead of the output.
 	limit := 2 * (a.StartIndex + a.MaxLength)
-	pg := htmlToMarkdown(o.body, o.FinalURL, limit)
+	pg := convertHTML(o.body, o.FinalURL, a.Format, limit)
 	// Scripts that removed the article lose to the HTML as sent, whose text is
 	// shorter than it: one not twice as long as the text read cannot win.
-	if o.source != "" && !pg.cut && len(o.source) > 2*len(pg.text) {
-		src := htmlToMarkdown(o.source, o.FinalURL, limit)
-		if len(src.text) > 2*len(pg.text) {
+	if o.source != "" && !pg.cut && len(o.source) > 2*pg.size {
+		src := convertHTML(o.source, o.FinalURL, a.Format, limit)
+		if src.size > 2*pg.size {
 			pg = src
 		}
 	}
