@@ -2876,7 +2876,7 @@ func TestBashStreamsProgress(t *testing.T) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var last float64
-	seen := 0
+	var sent []string
 	for _, n := range c.notes {
 		if n["method"] != "notifications/progress" {
 			continue
@@ -2886,10 +2886,17 @@ func TestBashStreamsProgress(t *testing.T) {
 			t.Errorf("bad progress %v", p)
 		}
 		last = p["progress"].(float64)
-		seen++
+		sent = append(sent, p["message"].(string))
 	}
-	if seen == 0 {
-		t.Errorf("no progress notifications; notes %v", c.notes)
+	// each message carries the lines printed since the previous one, not the output so far
+	all := strings.Join(sent, "\n")
+	for i := 1; i <= 4; i++ {
+		if n := strings.Count(all, fmt.Sprintf("line%d", i)); n > 1 {
+			t.Errorf("line%d sent %d times: %q", i, n, sent)
+		}
+	}
+	if len(sent) == 0 || !strings.HasPrefix(all, "line1") {
+		t.Errorf("progress messages %q; notes %v", sent, c.notes)
 	}
 }
 
@@ -3307,7 +3314,7 @@ func TestChildrenGetNoSecrets(t *testing.T) {
 		"TELSON_OUTPUT_LIMIT=5000"})
 	c.initialize("2025-06-18")
 	for _, tool := range []string{"Bash", "BackgroundBash"} {
-		text := resultText(c.callTool(tool, map[string]any{"command": "env | sort > env.txt; cat env.txt"}))
+		text := resultText(c.callTool(tool, map[string]any{"command": "env | sort"})) // no file: issue 34
 		if tool == "BackgroundBash" {
 			text, _ = bgReadToEnd(t, c, 1)
 		}
@@ -3701,6 +3708,15 @@ func TestBgOutputOrderAndSchemas(t *testing.T) {
 	}
 }
 
+// bgSeq is what `seq n` prints.
+func bgSeq(n int) string {
+	var b strings.Builder
+	for i := 1; i <= n; i++ {
+		fmt.Fprintf(&b, "%d\n", i)
+	}
+	return b.String()
+}
+
 // bgFifo makes a named pipe a task blocks on until the test writes a line to it.
 func bgFifo(t *testing.T) (path string, release func()) {
 	t.Helper()
@@ -3825,14 +3841,25 @@ func TestBgDroppedBytes(t *testing.T) {
 	res := bgRead(t, c, id, 0)
 	sc := bgStructured(t, res)
 	out := sc["output"].(string)
-	if sc["dropped_bytes"] != 4005.0 || len(out) != 1000 || !strings.HasSuffix(out, "aaa\nend\n") {
-		t.Errorf("dropped %v, output %d bytes ending %q", sc["dropped_bytes"], len(out), out[max(0, len(out)-10):])
+	// the line whose start was dropped is marked
+	if sc["dropped_bytes"] != 4005.0 || out != "…"+strings.Repeat("a", 995)+"\nend\n" {
+		t.Errorf("dropped %v, output %d bytes: %.20q", sc["dropped_bytes"], len(out), out)
 	}
-	if text := resultText(res); !strings.Contains(text, "[4005 bytes dropped: the task printed more than its 1000-byte buffer holds") {
-		t.Errorf("text does not say what was dropped: %.200q", text)
+	if text := resultText(res); !strings.Contains(text, "[0 lines (4005 bytes) left out above: 4005 bytes dropped, as the task printed more than its 1000-byte buffer holds") ||
+		!strings.Contains(text, "… marks the end of a line whose start was left out; the complete log is "+sc["log_file"].(string)) {
+		t.Errorf("text does not say what was dropped: %.400q", text)
 	}
 	if sc := bgStructured(t, bgRead(t, c, id, 0)); sc["dropped_bytes"] != 0.0 || sc["output"] != "" {
 		t.Errorf("second read: %v", sc)
+	}
+	// lines: the first reply after the overflow begins with the marked end of line 9801
+	id = bgStart(t, c, "seq 10000")
+	bgWaitEnded(t, c, id)
+	sc = bgStructured(t, bgRead(t, c, id, 0))
+	all := bgSeq(10000)
+	if out := sc["output"].(string); out != "…"+all[len(all)-1000:] ||
+		sc["left_out_lines"] != 9800.0 || sc["left_out_bytes"] != 47894.0 {
+		t.Errorf("after an overflow of lines: %v, output %.20q", sc, out)
 	}
 }
 
@@ -3846,7 +3873,8 @@ func TestBgBufferModel(t *testing.T) {
 	for i := 0; i < 20000; i++ {
 		if rng.Intn(3) == 0 {
 			limit := 1 + rng.Intn(400)
-			out, d := bt.take(0, limit)
+			r := bt.take(0, limit)
+			out, d := r.out, r.dropped
 			k := min(limit, len(unread))
 			if out != string(unread[:k]) || d != dropped {
 				t.Fatalf("step %d: took %q, %d dropped; want %q, %d dropped", i, out, d, unread[:k], dropped)
@@ -3874,11 +3902,11 @@ func TestBgBufferModel(t *testing.T) {
 func TestBgTakeHoldsCutCharacter(t *testing.T) {
 	bt := &bgTask{limit: 100, changed: make(chan struct{})}
 	bt.Write([]byte("ab\xc3"))
-	if out, _ := bt.take(0, 100); out != "ab" || len(bt.unread) != 1 {
+	if out := bt.take(0, 100).out; out != "ab" || len(bt.unread) != 1 {
 		t.Errorf("took %q, %d left", out, len(bt.unread))
 	}
 	bt.Write([]byte("\xa9"))
-	if out, _ := bt.take(0, 100); out != "é" {
+	if out := bt.take(0, 100).out; out != "é" {
 		t.Errorf("took %q", out)
 	}
 }
@@ -3893,13 +3921,49 @@ func TestBgReadLimitKeepsCharacters(t *testing.T) {
 	if out := sc["output"].(string); out != strings.Repeat("é", 500) || sc["unread_bytes"] != 2000.0 {
 		t.Errorf("first read: %d characters, unread %v", len([]rune(out)), sc["unread_bytes"])
 	}
-	if text := resultText(res); !strings.Contains(text, "[2000 more bytes waiting: call ReadBgOutput again]") {
+	// more than the next reply holds: it offers the newest lines first; else reading on
+	if text := resultText(res); !strings.Contains(text, "[0 more lines (2000 bytes) waiting: more than one reply holds: ReadBgOutput") {
 		t.Errorf("text does not say more is waiting: %.100q", text[len(text)-100:])
 	}
-	for i := 0; i < 2; i++ {
-		if out := bgStructured(t, bgRead(t, c, id, 0))["output"]; out != strings.Repeat("é", 500) {
-			t.Errorf("read %d: %q", i+2, out)
+	res = bgRead(t, c, id, 0)
+	if text := resultText(res); !strings.Contains(text, "[0 more lines (1000 bytes) waiting: call ReadBgOutput again to read on; the complete log is ") {
+		t.Errorf("text does not say more is waiting: %.100q", text[len(text)-100:])
+	}
+	for _, res := range []map[string]any{res, bgRead(t, c, id, 0)} {
+		if out := bgStructured(t, res)["output"]; out != strings.Repeat("é", 500) {
+			t.Errorf("read: %q", out)
 		}
+	}
+}
+
+// A read cut for size ends at a line's end, says how many lines and bytes wait and offers the
+// newest lines and a search of the complete log; the reads together are the log.
+func TestBgReadCutEndsAtALineEnd(t *testing.T) {
+	t.Parallel()
+	c := bgServer(t, "OUTPUT_LIMIT=1001")
+	id := bgStart(t, c, bgBuildLog)
+	bgWaitEnded(t, c, id)
+	res := bgRead(t, c, id, 0)
+	sc := bgStructured(t, res)
+	logFile := sc["log_file"].(string)
+	want := fmt.Sprintf(`waiting: more than one reply holds: ReadBgOutput {"task_id": 1, "tail": 50} shows the newest lines, or call ReadBgOutput again to read on; `+
+		"the complete log is %[1]s (`grep -n -i -E 'error|fail' %[1]s` finds its errors)]\n[task 1 exited", logFile)
+	if text := resultText(res); !strings.Contains(text, fmt.Sprintf("[%v more lines (%v bytes) ", sc["unread_lines"], sc["unread_bytes"])+want) {
+		t.Errorf("text %q", text[max(0, len(text)-400):])
+	}
+	all := sc["output"].(string)
+	for reads := 1; ; reads++ {
+		if out := sc["output"].(string); len(out) > 1001 || !strings.HasSuffix(out, "\n") {
+			t.Fatalf("read %d: %d bytes ending %q", reads, len(out), out[max(0, len(out)-20):])
+		}
+		if sc["unread_bytes"] == 0.0 {
+			break
+		}
+		sc = bgStructured(t, bgRead(t, c, id, 0))
+		all += sc["output"].(string)
+	}
+	if log, _ := os.ReadFile(logFile); all != string(log) {
+		t.Errorf("the reads are not the log: %d bytes, log %d", len(all), len(log))
 	}
 }
 
@@ -4002,11 +4066,15 @@ func TestBgExitNoticeOnce(t *testing.T) {
 	t.Parallel()
 	c := bgServer(t)
 	fifo, release := bgFifo(t) // the task ends after BackgroundBash has answered
-	bgStart(t, c, "read x < "+shellQuote(fifo)+"; exit 1")
+	res := c.callTool("BackgroundBash", map[string]any{"command": "seq 3; read x < " + shellQuote(fifo) + "; exit 1"})
+	logFile := bgStructured(t, res)["log_file"].(string)
 	release()
 	first := bgWaitNotice(t, c, "background task 1 exited with status 1 after ")
 	items := first["content"].([]any)
-	if len(items) != 2 || !strings.HasPrefix(items[0].(map[string]any)["text"].(string), "background task 1 exited with status 1 after ") {
+	notice := items[0].(map[string]any)["text"].(string)
+	// it says how much of the output the agent has not read, and where the log is
+	want := `; 3 lines (6 bytes) of its output unread (ReadBgOutput {"task_id": 1}); the complete log is ` + logFile
+	if len(items) != 2 || !strings.HasPrefix(notice, "background task 1 exited with status 1 after ") || !strings.Contains(notice, want) {
 		t.Errorf("first result after the exit: %v", items)
 	}
 	if text := resultText(c.callTool("Bash", map[string]any{"command": "echo hi"})); text != "hi\n" {
@@ -4071,10 +4139,7 @@ func TestBgListAndWorkingDir(t *testing.T) {
 func TestBgConcurrentReads(t *testing.T) {
 	t.Parallel()
 	c := bgServer(t)
-	var want strings.Builder
-	for i := 1; i <= 20000; i++ {
-		fmt.Fprintf(&want, "%d\n", i)
-	}
+	want := bgSeq(20000)
 	id := bgStart(t, c, "seq 20000")
 	var total int
 	for ended := false; !ended; {
@@ -4094,15 +4159,15 @@ func TestBgConcurrentReads(t *testing.T) {
 			if !ok {
 				continue // the list
 			}
-			if !strings.Contains(want.String(), out) {
+			if !strings.Contains(want, out) {
 				t.Fatalf("a read returned output that is not a piece of the task's: %.80q", out)
 			}
 			total += len(out)
 			ended = ended || (sc["status"] == "exited" && sc["unread_bytes"] == 0.0)
 		}
 	}
-	if total != want.Len() {
-		t.Errorf("read %d bytes in all, want %d", total, want.Len())
+	if total != len(want) {
+		t.Errorf("read %d bytes in all, want %d", total, len(want))
 	}
 }
 
@@ -4249,6 +4314,49 @@ func BenchmarkReadBgOutput(b *testing.B) {
 	b.ReportMetric(float64(m)/float64(mp), "median/ping")
 }
 
+// BenchmarkBgReadBigLog reports the characters a model reads, in the replies' text, to learn
+// how a 10,000-line log ended and where its error is (bgBuildLog, after the build ended),
+// following the replies' own directions: a read, then the newest lines and the search the
+// reply offers. The target is at most 4 × OUTPUT_LIMIT.
+func BenchmarkBgReadBigLog(b *testing.B) {
+	p := bgBenchStart(b)
+	text := func(res map[string]any) string {
+		var s string
+		for _, it := range res["content"].([]any) {
+			s += it.(map[string]any)["text"].(string)
+		}
+		return s
+	}
+	offers := regexp.MustCompile(`(ReadBgOutput) (\{"task_id": \d+, "tail": \d+\}).*` + "`(grep [^`]+)`")
+	var chars int
+	for i := 1; i <= b.N; i++ {
+		p.tool("BackgroundBash", map[string]any{"command": bgBuildLog})
+		for ended := false; !ended; { // ends within milliseconds: ask until it has
+			sc := p.tool("ListBgTasks", map[string]any{"running_only": true})["structuredContent"]
+			ended = len(sc.(map[string]any)["tasks"].([]any)) == 0
+		}
+		first := text(p.tool("ReadBgOutput", map[string]any{"task_id": i}))
+		m := offers.FindStringSubmatch(first)
+		if m == nil {
+			b.Fatalf("the reply offers no way on: %q", first[max(0, len(first)-600):])
+		}
+		var args map[string]any
+		json.Unmarshal([]byte(m[2]), &args)
+		newest := text(p.tool(m[1], args))
+		search := text(p.tool("Bash", map[string]any{"command": m[3]}))
+		if !strings.Contains(newest, "[10000/10000] Compiling") || !strings.Contains(newest, "exited with status 2") ||
+			!strings.HasPrefix(search, "6000:src/mod6000.c:12:5: error:") {
+			b.Fatalf("not learnt: newest %q, search %q", newest, search)
+		}
+		chars = len([]rune(first + newest + search))
+	}
+	b.ReportMetric(float64(chars), "chars-read")
+	b.ReportMetric(float64(chars)/30000, "×OUTPUT_LIMIT")
+	if chars > 4*30000 {
+		b.Errorf("%d characters read, more than 4 × OUTPUT_LIMIT", chars)
+	}
+}
+
 func TestBgTailLogAndBriefKill(t *testing.T) {
 	t.Parallel()
 	c := bgServer(t, "BG_BUFFER_BYTES=1000")
@@ -4275,8 +4383,40 @@ func TestBgTailLogAndBriefKill(t *testing.T) {
 	if !strings.Contains(text, "\nlast\n") || len(text) > 600 || strings.Contains(text, "\n2990\n") {
 		t.Errorf("kill reply is not brief: %q", text)
 	}
-	if !strings.Contains(text, "dropped") || !strings.Contains(text, "complete output is in") {
+	if !strings.Contains(text, "dropped") || !strings.Contains(text, "complete log is") {
 		t.Errorf("overflow does not name the log: %q", text)
+	}
+}
+
+// bgBuildLog is a build's log: 10,000 lines, its only error at line 6,000, then status 2.
+const bgBuildLog = `awk 'BEGIN { for (i = 1; i <= 10000; i++) if (i == 6000) ` +
+	`print "src/mod6000.c:12:5: error: expected ; before } token"; ` +
+	`else printf "[%5d/10000] Compiling src/module_%05d.c\n", i, i; exit 2 }'`
+
+// After the build has ended, tail 20 says in its text how many unread lines and bytes it passed
+// over (the error among them) and names the complete log; the structured counts agree.
+func TestBgTailSaysWhatItPassedOver(t *testing.T) {
+	t.Parallel()
+	c := startBinary(t, nil)
+	c.initialize("2025-06-18")
+	id := bgStart(t, c, bgBuildLog)
+	bgWaitEnded(t, c, id)
+	res := c.callTool("ReadBgOutput", map[string]any{"task_id": id, "tail": 20})
+	sc := bgStructured(t, res)
+	logFile := sc["log_file"].(string)
+	log, _ := os.ReadFile(logFile)
+	lines := strings.SplitAfter(string(log), "\n")
+	shown := strings.Join(lines[9980:], "")
+	if len(lines) != 10001 || !strings.HasPrefix(lines[5999], "src/mod6000.c:12:5: error:") || sc["output"] != shown {
+		t.Fatalf("log of %d lines; output %.100q", len(lines)-1, sc["output"])
+	}
+	passed := len(log) - len(shown)
+	if sc["left_out_lines"] != 9980.0 || sc["left_out_bytes"] != float64(passed) || sc["unread_bytes"] != 0.0 {
+		t.Errorf("structured counts: %v", sc)
+	}
+	want := fmt.Sprintf("[9980 lines (%d bytes) left out above: the complete log is %s (`grep -n -i -E 'error|fail' %s` finds its errors)]\n", passed, logFile, logFile)
+	if text := resultText(res); !strings.HasPrefix(text, want+shown+"[task 1 exited with status 2 after ") {
+		t.Errorf("text %.400q", text)
 	}
 }
 

@@ -9,6 +9,9 @@
 //   - a task keeps at most BG_BUFFER_BYTES of unread output: beyond that the
 //     oldest unread bytes are dropped and counted; its complete output goes
 //     to a bounded log file;
+//   - a reply or notice that leaves output out says how many lines and bytes,
+//     and names the log; a read ends at a line's end, and … marks a line
+//     whose start was left out;
 //   - a reader waits on a channel closed at every change, never by polling;
 //   - no lock is held across a process start or a file write: a start under way counts
 //     toward BG_MAX_TASKS, and closeAll waits for it;
@@ -40,13 +43,17 @@ const (
 		"exit_code":{"type":"integer","description":"-1 while running or after a signal"},
 		"signal":{"type":"string"},
 		"runtime_ms":{"type":"integer"},"unread_bytes":{"type":"integer"},
+		"unread_lines":{"type":"integer"},
 		"dropped_bytes":{"type":"integer","description":"output lost since the previous read"},
 		"log_file":{"type":"string","description":"the task's complete output"}`
 	bgRequired = `"task_id","pid","command","status","exit_code","runtime_ms",
-		"unread_bytes","dropped_bytes"`
+		"unread_bytes","unread_lines","dropped_bytes"`
 	bgTaskSchema = `{"type":"object","properties":{` + bgProps + `,"hint":{"type":"string"}},
 		"required":[` + bgRequired + `]}`
-	bgReadSchema = `{"type":"object","properties":{` + bgProps + `,"output":{"type":"string"}},
+	bgReadSchema = `{"type":"object","properties":{` + bgProps + `,"output":{"type":"string"},
+		"left_out_bytes":{"type":"integer",
+			"description":"output left out before this reply's: dropped, or passed over by tail"},
+		"left_out_lines":{"type":"integer"}},
 		"required":[` + bgRequired + `,"output"]}`
 	bgIDInput = `"task_id":{"type":"integer","minimum":1}`
 )
@@ -63,7 +70,7 @@ at once: for servers, watchers, long builds.
 - ReadBgOutput reads new output, KillBgTask stops the task and all it started,
   ListBgTasks lists tasks.
 - Up to %d bytes of unread output are kept; up to %d tasks run at once.
-  The next tool result says when a task ends.`,
+  The next tool result says when a task ends, and how much of its output is unread.`,
 			s.srv.set.BgBuffer, s.srv.set.BgMaxTasks)
 	},
 	input: `{"type":"object","properties":{"command":{"type":"string","minLength":1}},
@@ -82,7 +89,8 @@ then its status; a Bash command handed to the background is read the same way.
 
 - wait_ms (max 60000): when nothing is waiting, wait for output or the end.
 - tail: return only the last N lines of the unread output (the newest), passing over the rest.
-- At most %d bytes per reply (OUTPUT_LIMIT); the rest waits for the next read.
+- At most %d bytes per reply (OUTPUT_LIMIT), cut at a line's end; the rest waits for the next read.
+- A reply that leaves output out says how many lines and bytes, and names the complete log.
 - Output reads as a terminal shows it (colours and progress redraws removed); log_file
   keeps the raw bytes.`, s.srv.set.OutputLimit)
 	},
@@ -167,6 +175,9 @@ type bgTask struct {
 	unread  []byte        // at most limit bytes, in buf while the task runs
 	buf     []byte        // the array unread lives in: twice the limit, so memory stays bounded
 	dropped int64         // unread bytes lost since the previous read
+	dropNL  int           // the newlines among them
+	partial bool          // unread begins with the end of a line whose start was dropped
+	sent    int64         // the output up to here went out as progress
 	changed chan struct{} // closed and replaced at new output
 	done    bool
 	runtime time.Duration // from the start to the end
@@ -186,7 +197,10 @@ type bgInfo struct {
 	Signal       string  `json:"signal,omitempty"`
 	RuntimeMS    int64   `json:"runtime_ms"`
 	UnreadBytes  int     `json:"unread_bytes"`
+	UnreadLines  int     `json:"unread_lines"`
 	DroppedBytes int64   `json:"dropped_bytes"`
+	LeftOutBytes int     `json:"left_out_bytes,omitempty"`
+	LeftOutLines int     `json:"left_out_lines,omitempty"`
 	LogFile      string  `json:"log_file,omitempty"`
 	Hint         string  `json:"hint,omitempty"`
 	Output       *string `json:"output,omitempty"`
@@ -353,8 +367,10 @@ func (t *bgTask) run(s *session, ch *child) {
 // announceLocked words t's end and queues it, unless a reply says it; t.mu must be held (a
 // reply's state() then sees it).
 func (t *bgTask) announceLocked(s *session) {
-	_, status := t.infoLocked()
-	t.notice = fmt.Sprintf("background task %d %s", t.id, status)
+	i, status := t.infoLocked()
+	t.notice = fmt.Sprintf("background task %d %s; %d lines (%d bytes) of its output unread "+
+		`(ReadBgOutput {"task_id": %d}); %s`, t.id, status, i.UnreadLines, i.UnreadBytes, t.id,
+		logHint(i.LogFile))
 	if !t.quiet {
 		s.notices.push(t.notice)
 	}
@@ -375,12 +391,19 @@ func (t *bgTask) Write(p []byte) (int, error) {
 	take := min(t.headMax-len(t.head), len(p))
 	t.head = append(t.head, p[:take]...)
 	t.total += int64(len(p))
-	t.lines += bytes.Count(p, []byte{'\n'})
+	t.lines += lineCount(p)
 	kept := p
 	if over := len(t.unread) + len(p) - t.limit; over > 0 {
-		dropUnread := min(over, len(t.unread))
-		t.unread = t.unread[dropUnread:]
-		kept = p[over-dropUnread:]
+		gone := min(over, len(t.unread))
+		t.dropNL += lineCount(t.unread[:gone]) + lineCount(p[:over-gone])
+		if gone > 0 {
+			t.partial = t.unread[gone-1] != '\n'
+		}
+		if over > gone {
+			t.partial = p[over-gone-1] != '\n'
+		}
+		t.unread = t.unread[gone:]
+		kept = p[over-gone:]
 		t.dropped += int64(over)
 	}
 	if len(t.unread)+len(kept) > cap(t.unread) {
@@ -397,15 +420,28 @@ func (t *bgTask) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// take removes unread output and returns it, and the bytes dropped before it. With lines 0 it
-// takes up to limit bytes; else all, of which it returns the last lines, at most limit bytes.
-// It never cuts a character in two: one the pipe delivered in part stays for the next read.
-func (t *bgTask) take(lines, limit int) (string, int64) {
+// bgTake is what a read took: output, and what it left out before it.
+type bgTake struct {
+	out       string
+	leftBytes int // dropped, or passed over by tail
+	leftLines int
+	dropped   int64 // of leftBytes, dropped when the buffer was full
+	partial   bool  // out begins with the end of a line whose start was left out
+}
+
+// take removes unread output and returns it. With lines 0 it takes up to limit bytes, cut at a
+// line's end unless one line is longer; else all, of which it returns the last lines, at most
+// limit bytes. It never cuts a character in two: one the pipe delivered in part stays for the
+// next read.
+func (t *bgTask) take(lines, limit int) bgTake {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	n := len(t.unread)
-	if lines == 0 {
-		n = min(limit, n)
+	if lines == 0 && n > limit {
+		n = limit
+		if end := bytes.LastIndexByte(t.unread[:n], '\n'); end >= 0 {
+			n = end + 1
+		}
 	}
 	for i := n - 1; i >= max(0, n-3) && (n < len(t.unread) || !t.done); i-- {
 		if utf8.RuneStart(t.unread[i]) {
@@ -415,23 +451,48 @@ func (t *bgTask) take(lines, limit int) (string, int64) {
 			break
 		}
 	}
-	out := string(t.unread[:n])
-	dropped := t.dropped
+	out := t.unread[:n]
+	r := bgTake{leftBytes: int(t.dropped), leftLines: t.dropNL, dropped: t.dropped,
+		partial: t.partial && n > 0}
 	t.unread = t.unread[n:]
 	t.dropped = 0
-	if lines == 0 {
-		return out, dropped
+	t.dropNL = 0
+	t.partial = t.partial && n == 0
+	if lines > 0 {
+		i := len(bytes.TrimSuffix(out, []byte{'\n'}))
+		for n := 0; n < lines && i >= 0; n++ {
+			i = bytes.LastIndexByte(out[:i], '\n')
+		}
+		shown := lastLines(out[i+1:], limit)
+		passed := out[:len(out)-len(shown)]
+		r.leftBytes += len(passed)
+		r.leftLines += lineCount(passed)
+		if len(passed) > 0 {
+			r.partial = passed[len(passed)-1] != '\n'
+		}
+		out = shown
 	}
-	body := strings.TrimSuffix(out, "\n")
-	i := len(body)
-	for n := 0; n < lines && i >= 0; n++ {
-		i = strings.LastIndexByte(body[:i], '\n')
+	r.out = string(out)
+	return r
+}
+
+// lineCount is how many lines end in b.
+func lineCount(b []byte) int { return bytes.Count(b, []byte{'\n'}) }
+
+// lastLines is the end of b, at most n bytes, from a line's start unless one line is longer
+// (then from a character's start).
+func lastLines(b []byte, n int) []byte {
+	if len(b) <= n {
+		return b
 	}
-	out = out[i+1:]
-	if len(out) > limit {
-		out = strings.ToValidUTF8(out[len(out)-limit:], "")
+	b = b[len(b)-n:]
+	if i := bytes.IndexByte(b, '\n'); i >= 0 && i < len(b)-1 {
+		return b[i+1:]
 	}
-	return out, dropped
+	for i := 0; i < utf8.UTFMax-1 && len(b) > 0 && !utf8.RuneStart(b[0]); i++ {
+		b = b[1:]
+	}
+	return b
 }
 
 // changes is the channel closed at the next output.
@@ -441,14 +502,16 @@ func (t *bgTask) changes() <-chan struct{} {
 	return t.changed
 }
 
-// newestLines is the last complete lines of the unread output, at most tailBytes, as a
-// terminal shows them: what a progress notification says.
+// newestLines is the complete lines printed since it was last called, at most their last
+// tailBytes, as a terminal shows them: what a progress notification says.
 func (t *bgTask) newestLines() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	end := bytes.LastIndexByte(t.unread, '\n')
-	text, _ := terminalText(string(lastBytes(t.unread[:max(end, 0)], tailBytes)))
-	return text
+	fresh := lastBytes(t.unread, int(t.total-t.sent))
+	end := bytes.LastIndexByte(fresh, '\n') + 1
+	t.sent = t.total - int64(len(fresh)-end)
+	text, _ := terminalText(string(lastLines(fresh[:end], tailBytes)))
+	return strings.TrimSuffix(text, "\n")
 }
 
 // showLocked puts in o what a Bash reply shows of the output so far: all of it when it fits in
@@ -464,13 +527,10 @@ func (t *bgTask) showLocked(o *bashOutcome, limit int) (hidden int) {
 	if i := bytes.LastIndexByte(head, '\n'); i >= 0 {
 		head = head[:i+1]
 	}
-	tail := lastBytes(t.unread, limit/2)
-	if i := bytes.IndexByte(tail, '\n'); i < len(tail)-1 {
-		tail = tail[i+1:]
-	}
+	tail := lastLines(t.unread, limit/2)
 	o.Truncated = true
 	o.OmittedBytes = t.total - int64(len(head)) - int64(len(tail))
-	o.OmittedLines = t.lines - bytes.Count(head, []byte{'\n'}) - bytes.Count(tail, []byte{'\n'})
+	o.OmittedLines = t.lines - lineCount(head) - lineCount(tail)
 	headText, hiddenHead := terminalText(string(head))
 	tailText, hiddenTail := terminalText(string(tail))
 	o.Output = fmt.Sprintf("%s\n[... %d lines (%d bytes) left out; the complete output is in "+
@@ -512,7 +572,8 @@ func (t *bgTask) infoLocked() (bgInfo, string) {
 	}
 	i := bgInfo{TaskID: t.id, Pid: t.leader.Pid, Command: t.command, Status: "running",
 		ExitCode: t.code, Signal: t.signal, RuntimeMS: d.Milliseconds(),
-		UnreadBytes: len(t.unread), DroppedBytes: t.dropped, LogFile: t.log.path}
+		UnreadBytes: len(t.unread), UnreadLines: lineCount(t.unread), DroppedBytes: t.dropped,
+		LogFile: t.log.path}
 	d = d.Truncate(time.Millisecond)
 	if d >= time.Second {
 		d = d.Round(time.Second)
@@ -535,24 +596,47 @@ func (t *bgTask) infoLocked() (bgInfo, string) {
 // report is the reply of ReadBgOutput and KillBgTask: note, the output taken
 // (see take), the task's status.
 func (t *bgTask) report(s *session, note string, lines, limit int) toolResult {
-	out, dropped := t.take(lines, limit)
-	out, hidden := terminalText(out)
+	r := t.take(lines, limit)
+	out, hidden := terminalText(r.out)
+	if r.partial {
+		out = "…" + out
+	}
 	out += terminalNote(hidden, t.log.path)
 	info, status := t.state(s)
 	info.Output = &out
-	info.DroppedBytes = dropped
+	info.DroppedBytes = r.dropped
+	info.LeftOutBytes = r.leftBytes
+	info.LeftOutLines = r.leftLines
 	text := note
-	if dropped > 0 {
-		text += fmt.Sprintf("[%d bytes dropped: the task printed more than its %d-byte buffer "+
-			"holds since the previous read; "+
-			"its complete output is in %s]\n", dropped, t.limit, info.LogFile)
+	if r.leftBytes > 0 {
+		text += fmt.Sprintf("[%d lines (%d bytes) left out above: ", r.leftLines, r.leftBytes)
+		if r.dropped > 0 {
+			text += fmt.Sprintf("%d bytes dropped, as the task printed more than its %d-byte "+
+				"buffer holds since the previous read; ", r.dropped, t.limit)
+		}
+		if r.partial {
+			text += "… marks the end of a line whose start was left out; "
+		}
+		text += logHint(info.LogFile) + "]\n"
 	}
 	text += strings.TrimSuffix(cmp.Or(out, "(no new output)"), "\n") + "\n"
 	if info.UnreadBytes > 0 {
-		text += fmt.Sprintf("[%d more bytes waiting: call ReadBgOutput again]\n", info.UnreadBytes)
+		next := "call ReadBgOutput again to read on"
+		if info.UnreadBytes > limit {
+			next = fmt.Sprintf(`more than one reply holds: ReadBgOutput {"task_id": %d, `+
+				`"tail": 50} shows the newest lines, or %s`, t.id, next)
+		}
+		text += fmt.Sprintf("[%d more lines (%d bytes) waiting: %s; %s]\n", info.UnreadLines,
+			info.UnreadBytes, next, logHint(info.LogFile))
 	}
 	text += fmt.Sprintf("[task %d %s]", t.id, status)
 	return structuredResult(text, info)
+}
+
+// logHint names the complete log and a search for the errors in it.
+func logHint(file string) string {
+	return fmt.Sprintf("the complete log is %[1]s (`grep -n -i -E 'error|fail' %[1]s` finds "+
+		"its errors)", file)
 }
 
 type bgArgs struct {
@@ -627,8 +711,9 @@ func runListBgTasks(ctx context.Context, c *toolCall) toolResult {
 		}
 		info.Command = cutRunes(strings.Join(strings.Fields(info.Command), " "), 80)
 		infos = append(infos, info)
-		text += fmt.Sprintf("task %d: %s, %d bytes unread, pid %d, log %s: %s\n",
-			info.TaskID, status, info.UnreadBytes, info.Pid, info.LogFile, info.Command)
+		text += fmt.Sprintf("task %d: %s, %d lines (%d bytes) unread, pid %d, log %s: %s\n",
+			info.TaskID, status, info.UnreadLines, info.UnreadBytes, info.Pid, info.LogFile,
+			info.Command)
 	}
 	if len(infos) == 0 {
 		text = "No background tasks. Start one with BackgroundBash."
