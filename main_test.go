@@ -7835,6 +7835,52 @@ func BenchmarkWorkflowTaskFile(b *testing.B) {
 	})
 }
 
+// BenchmarkWorkflowTaskListBig measures list and pending on a 4 MB tasks.json as telson writes
+// it, of one task with very many steps and of many tasks, against the baseline of decoding the
+// same file with encoding/json: each costs a few times the decoding, linear in the file's size.
+func BenchmarkWorkflowTaskListBig(b *testing.B) {
+	for _, shape := range []struct {
+		name         string
+		tasks, steps int
+	}{{"one-task", 1, 34000}, {"many-tasks", 3000, 10}} {
+		dir := b.TempDir()
+		srv := newServer(testSettings(b, "STATE_DIR="+dir), io.Discard)
+		s := newSession(srv, nil)
+		project := projectOf(s.shell.dir())
+		tf := taskFile{Current: map[string]string{project: "t1"}}
+		for i := 1; i <= shape.tasks; i++ {
+			t := &taskEntry{ID: fmt.Sprintf("t%d", i), Title: "a task", Project: project, Created: time.Now()}
+			for j := 1; j <= shape.steps; j++ {
+				t.Steps = append(t.Steps, &taskStep{ID: fmt.Sprintf("t%d.%d", i, j), Text: "a step of moderate length", Done: j%2 == 0})
+			}
+			tf.Tasks = append(tf.Tasks, t)
+		}
+		data, _ := json.MarshalIndent(tf, "", "  ")
+		os.WriteFile(filepath.Join(dir, "tasks.json"), data, 0o600)
+		b.Run(shape.name+"/baseline-decode", func(b *testing.B) {
+			b.SetBytes(int64(len(data)))
+			for i := 0; i < b.N; i++ {
+				var tf taskFile
+				if err := json.Unmarshal(data, &tf); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		for _, action := range []string{"list", "pending"} {
+			b.Run(shape.name+"/"+action, func(b *testing.B) {
+				b.SetBytes(int64(len(data)))
+				for i := 0; i < b.N; i++ {
+					res := runTaskManager(context.Background(), &toolCall{s: s, args: json.RawMessage(`{"action":"` + action + `"}`)})
+					if res.isError {
+						b.Fatal(res.content[0].Text)
+					}
+				}
+			})
+		}
+		s.stopWorkflow()
+	}
+}
+
 // wfTimers is the timers of the active callback slots.
 func wfTimers(s *session) []*time.Timer {
 	cb := s.workflow.callbacks
@@ -8664,6 +8710,53 @@ func TestPlanModeHasNoNetworkNorOthersProcesses(t *testing.T) {
 	}
 }
 
+// Plan mode does not hold a background task started before it: enter and status name the ones
+// still running, in the text and the structured content, and such a task can still write.
+// Through the real binary.
+func TestPlanModeNamesTasksStartedBefore(t *testing.T) {
+	t.Parallel()
+	dir := procOutsideTmp(t)
+	fifo := filepath.Join(dir, "go")
+	written := filepath.Join(dir, "written")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := startBinary(t, []string{"TELSON_STATE_DIR=" + t.TempDir()})
+	c.initialize("2025-06-18")
+	wfCall(t, c, "Bash", map[string]any{"command": "cd " + shellQuote(dir)}, false)
+	command := `read -r line < go; echo "$line" > written`
+	writer := bgStart(t, c, command)
+	bgReadToEnd(t, c, bgStart(t, c, "true")) // ended: plan mode has nothing to say of it
+	listed := func(args map[string]any) {
+		t.Helper()
+		res := wfCall(t, c, "PlanMode", args, false, "Started before plan mode, still running outside it",
+			fmt.Sprintf("KillBgTask stops one):\n- task %d: %s", writer, command))
+		if sc := wfStructured(t, res); fmt.Sprint(sc["tasks_outside"]) != fmt.Sprint([]any{float64(writer)}) {
+			t.Errorf("%v: tasks_outside %v", args, sc["tasks_outside"])
+		}
+	}
+	listed(map[string]any{"action": "enter", "goal": "g"})
+	// One started in plan mode is held to it: status does not name it.
+	if res := c.callTool("BackgroundBash", map[string]any{"command": "sleep 1000"}); isError(res) {
+		t.Logf("no sandbox here: %s", resultText(res))
+	}
+	listed(map[string]any{"action": "status"})
+	f, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString("during plan mode\n")
+	f.Close()
+	bgReadToEnd(t, c, writer)
+	if b, _ := os.ReadFile(written); string(b) != "during plan mode\n" {
+		t.Errorf("the task started before plan mode wrote %q", b)
+	}
+	res := wfCall(t, c, "PlanMode", map[string]any{"action": "status"}, false, "ACTIVE")
+	if sc := wfStructured(t, res); strings.Contains(resultText(res), "Started before") || sc["tasks_outside"] != nil {
+		t.Errorf("status after the task ended: %v", res)
+	}
+}
+
 func TestWorkflowPlanModeInlinePlan(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -8927,24 +9020,85 @@ func TestWorkflowPlanModeApprovalModern(t *testing.T) {
 	if sc := wfStructured(t, call(exit, answer("keep planning"))); sc["active"] != true || sc["approval"] != "keep planning" {
 		t.Fatalf("keep planning: %v", sc)
 	}
+	// An answer that is no elicitation result approves nothing.
+	bad := map[string]any{"requestState": first["requestState"], "inputResponses": map[string]any{"approve": "yes"}}
+	if sc := wfStructured(t, call(exit, bad)); sc["active"] != true || sc["approval"] != "no answer" {
+		t.Fatalf("no result: %v", sc)
+	}
 	if sc := wfStructured(t, call(exit, answer("approve"))); sc["active"] != false || sc["approval"] != "approved" {
 		t.Fatalf("approve: %v", sc)
 	}
 }
 
-// A plan's approval waits for the person at most ASK_TIMEOUT_MS, then plan mode ends as without
-// a form.
-func TestWorkflowPlanModeApprovalDeadline(t *testing.T) {
+// Only the person's approval in the form ends plan mode. When the client cancels the call,
+// answers the form with an error or with something that is no answer, the person declines, or
+// ASK_TIMEOUT_MS passes, plan mode stays active, the reply says why, and a command still cannot
+// write. Through the real binary.
+func TestWorkflowPlanModeApprovalFailsClosed(t *testing.T) {
 	t.Parallel()
-	c := startServer(t, "STATE_DIR="+t.TempDir(), "ASK_TIMEOUT_MS=200")
-	uiInitialize(c, "2025-06-18", map[string]any{"elicitation": map[string]any{}})
-	uiResult(t, c.waitResponse(uiStartCall(c, "PlanMode", map[string]any{"action": "enter", "goal": "g"})))
-	id := uiStartCall(c, "PlanMode", map[string]any{"action": "exit", "plan": "step one"})
-	uiNextRequest(c, "elicitation/create") // never answered
-	res := uiResult(t, c.waitResponse(id))
-	if sc := wfStructured(t, res); sc["active"] != false || sc["approval"] != "not asked" {
-		t.Errorf("an unanswered approval: %v", res)
+	dir := procOutsideTmp(t) // the sandbox's /tmp is its own: a write there would not show
+	start := func(timeout string) *testClient {
+		c := startBinary(t, []string{"TELSON_STATE_DIR=" + t.TempDir(), "TELSON_ASK_TIMEOUT_MS=" + timeout})
+		uiInitialize(c, "2025-06-18", map[string]any{"elicitation": map[string]any{}})
+		wfCall(t, c, "PlanMode", map[string]any{"action": "enter", "goal": "g"}, false)
+		return c
 	}
+	c := start("600000")
+	for _, tc := range []struct {
+		name   string
+		answer func(id float64, form map[string]any) // nil: never answered
+		want   []string                              // in the reply; none: no reply
+	}{
+		{"client cancel", func(id float64, form map[string]any) {
+			c.send(fmt.Sprintf(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":%v}}`, id))
+			uiNextRequest(c, "notifications/cancelled") // telson withdraws the form: exit has its answer
+		}, nil},
+		{"client error", func(id float64, form map[string]any) {
+			b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": form["id"], "error": map[string]any{"code": -32603, "message": "no form here"}})
+			c.send(string(b))
+		}, []string{"no answer", "not approved (elicitation/create: client answered -32603 no form here)", "exit again", "reset"}},
+		{"no result", func(id float64, form map[string]any) {
+			uiReply(c, form["id"], map[string]any{"approved": true})
+		}, []string{"no answer", "the client's reply is no elicitation result"}},
+		{"decline", func(id float64, form map[string]any) {
+			uiReply(c, form["id"], map[string]any{"action": "decline"})
+		}, []string{"keep planning", "stays active"}},
+		{"timeout", nil, []string{"no answer", "the user did not answer within 200ms"}},
+	} {
+		if tc.answer == nil {
+			c = start("200")
+		}
+		id := uiStartCall(c, "PlanMode", map[string]any{"action": "exit", "plan": "step one"})
+		form := uiNextRequest(c, "elicitation/create")
+		if tc.answer != nil {
+			tc.answer(id, form)
+		}
+		if tc.want != nil {
+			res := uiResult(t, c.waitResponse(id))
+			sc := wfStructured(t, res)
+			got := fmt.Sprint(sc["approval"]) + " " + resultText(res)
+			for _, w := range tc.want {
+				if !strings.Contains(got, w) {
+					t.Errorf("%s: lacks %q: %s", tc.name, w, got)
+				}
+			}
+			if sc["active"] != true || sc["approved"] != false || sc["message"] != resultText(res) {
+				t.Errorf("%s: %v", tc.name, sc)
+			}
+		}
+		wfCall(t, c, "PlanMode", map[string]any{"action": "status"}, false, "Plan mode: ACTIVE")
+		file := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "-"))
+		if res := c.callTool("Bash", map[string]any{"command": "echo x > " + shellQuote(file)}); !isError(res) || exists(file) {
+			t.Errorf("%s: a write after it: %s", tc.name, resultText(res))
+		}
+	}
+	// The person approves: plan mode ends, and commands write again.
+	id := uiStartCall(c, "PlanMode", map[string]any{"action": "exit", "plan": "step one"})
+	uiReply(c, uiNextRequest(c, "elicitation/create")["id"], map[string]any{"action": "accept", "content": map[string]any{"decision": "approve"}})
+	if sc := wfStructured(t, uiResult(t, c.waitResponse(id))); sc["active"] != false || sc["approval"] != "approved" {
+		t.Errorf("approve: %v", sc)
+	}
+	wfCall(t, c, "Bash", map[string]any{"command": "echo x > " + shellQuote(filepath.Join(dir, "after"))}, false)
 }
 
 // ---- AskUserQuestion ---------------------------------------------------------------------------

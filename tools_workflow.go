@@ -10,6 +10,8 @@
 //   - tasks.json changes only under an flock on tasks.json.lock, is read again inside the lock
 //     and is replaced atomically, through a symlink if it is one; one that does not parse is
 //     kept under another name and a new list started, unless it is a symlink: then it is refused;
+//     list and pending read it under the flock and answer after it; every action is linear in
+//     the file's size;
 //   - a plan is written only to a new file in STATE_DIR/plans; a plan file the agent names is
 //     read, never written;
 //   - the skills are read at each InvokeSkill call and at each tools/list, from Bash's working
@@ -167,34 +169,36 @@ func runTaskManager(ctx context.Context, c *toolCall) toolResult {
 	a.Text = strings.TrimSpace(a.Text)
 	a.project = projectOf(c.s.shell.dir())
 	set := c.s.srv.set
-	var res toolResult
-	err := withStateLock(ctx, set, tasksFile, func() error {
-		tf, kept, err := loadTasks(set)
+	readOnly := a.Action == "list" || a.Action == "pending"
+	var tf *taskFile
+	var kept, text string
+	var shown []map[string]any
+	err := withStateLock(ctx, set, tasksFile, func() (err error) {
+		tf, kept, err = loadTasks(set)
+		if err != nil || readOnly {
+			return err // list and pending change nothing: they answer after the lock
+		}
+		text, shown, err = tf.apply(a)
 		if err != nil {
 			return err
-		}
-		text, shown, err := tf.apply(a)
-		if err != nil {
-			return fmt.Errorf("%s%w", kept, err)
-		}
-		text = kept + text
-		var current any
-		if id := tf.Current[a.project]; id != "" {
-			current = taskNum(id)
-		}
-		res = structuredResult(text, map[string]any{"project": a.project,
-			"current": current, "tasks": shown, "message": text})
-		if a.Action == "list" || a.Action == "pending" {
-			return nil // the list is unchanged
 		}
 		removeStaleTemps(set, tasksFile)
 		out, _ := json.MarshalIndent(tf, "", "  ")
 		return writeState(set, tasksFile, out, true)
 	})
-	if err != nil {
-		return errorResult("%v", err)
+	if err == nil && readOnly {
+		text, shown, err = tf.apply(a)
 	}
-	return res
+	if err != nil {
+		return errorResult("%s%v", kept, err)
+	}
+	text = kept + text
+	var current any
+	if id := tf.Current[a.project]; id != "" {
+		current = taskNum(id)
+	}
+	return structuredResult(text, map[string]any{"project": a.project,
+		"current": current, "tasks": shown, "message": text})
 }
 
 // loadTasks reads tasks.json; a missing file is an empty list. A file that does not parse is
@@ -418,7 +422,8 @@ func (tf *taskFile) complete(t *taskEntry, a taskArgs) (string, error) {
 
 // list is the project's tasks (all: every project's) that each word of the query is in.
 func (tf *taskFile) list(a taskArgs) (string, []map[string]any, error) {
-	text := "Tasks" + matching(a.Query) + " (* = current):"
+	var text strings.Builder // a reply grows linearly: += would copy it at each task
+	text.WriteString("Tasks" + matching(a.Query) + " (* = current):")
 	shown := []map[string]any{}
 	for _, t := range tf.Tasks {
 		texts := []string{t.Title}
@@ -432,35 +437,35 @@ func (tf *taskFile) list(a taskArgs) (string, []map[string]any, error) {
 		if t.ID == tf.Current[a.project] {
 			mark = "\n* "
 		}
-		text += mark + t.line()
+		text.WriteString(mark + t.line())
 		if t.Project != a.project {
-			text += " in " + t.Project
+			text.WriteString(" in " + t.Project)
 		}
 		shown = append(shown, t.view(""))
 	}
 	if len(shown) == 0 {
-		text = "No tasks" + matching(a.Query) + " in " + a.project +
-			". create starts one; all lists every project's."
+		return "No tasks" + matching(a.Query) + " in " + a.project +
+			". create starts one; all lists every project's.", shown, nil
 	}
-	return text, shown, nil
+	return text.String(), shown, nil
 }
 
 // open is t's steps not done that each word of query is in (or t's title), a line each, and
 // how many there are.
 func (t *taskEntry) open(query string) (string, int) {
-	text := ""
+	var text strings.Builder // a reply grows linearly: += would copy it at each step
 	n := 0
 	for _, s := range t.Steps {
 		if s.Done || !hasWords(query, t.Title, s.Text) {
 			continue
 		}
 		n++
-		text += fmt.Sprintf("\n- step %d: %s", t.stepNum(s), s.Text)
+		fmt.Fprintf(&text, "\n- step %d: %s", t.stepNum(s), s.Text)
 		if s.InProgress {
-			text += " (in progress)"
+			text.WriteString(" (in progress)")
 		}
 	}
-	return cmp.Or(text, " none"), n
+	return cmp.Or(text.String(), " none"), n
 }
 
 // line is t on one line: id, title, progress.
@@ -481,10 +486,12 @@ var planModeTool = toolDef{
 	description: `Plan mode: look at the code and write a plan before changing anything.
 
 - enter (goal required): plan mode starts. Until exit, Bash and BackgroundBash run read-only:
-  you can read files, writes fail.
+  you can read files, writes fail. Background tasks started before keep running outside it:
+  enter and status list them.
 - exit: pass the plan as markdown in plan, or write it to the plan file first. An inline plan
   is saved to a new file in STATE_DIR/plans; a plan file you name is read, never written.
-  If the client can ask, the user approves the plan or sends you back to planning with a note.
+  If the client can ask, only the user's approval ends plan mode; they can send you back to
+  planning with a note. If it cannot, exit ends it: show the user the plan first.
 - status: the state. json: the state as JSON (active, goal, plan_file, started_at, plan,
   approved); after exit, of the plan you left with. reset: leave without a plan.
 Plan mode belongs to this connection.`,
@@ -501,7 +508,9 @@ Plan mode belongs to this connection.`,
 		"plan_file":{"type":["string","null"]},"started_at":{"type":["string","null"]},
 		"plan":{"type":["string","null"]},"approved":{"type":"boolean"},
 		"message":{"type":"string"},"note":{"type":"string"},
-		"approval":{"type":"string","enum":["approved","keep planning","not asked"]}}}`,
+		"tasks_outside":{"type":"array","items":{"type":"integer"},
+			"description":"background tasks started before plan mode: running outside it"},
+		"approval":{"type":"string","enum":["approved","keep planning","not asked","no answer"]}}}`,
 	run: runPlanMode,
 }
 
@@ -510,6 +519,7 @@ const (
 	planApproved = "approved"
 	planKeep     = "keep planning"
 	planNotAsked = "not asked"
+	planNoAnswer = "no answer" // the form failed, was cancelled or timed out: plan mode stays
 )
 
 // planApproval is the form that asks the user to approve a plan.
@@ -544,6 +554,7 @@ type planReply struct {
 	Message  string `json:"message"`
 	Approval string `json:"approval,omitempty"`
 	Note     string `json:"note,omitempty"`
+	Outside  []int  `json:"tasks_outside,omitempty"`
 }
 
 // planParams is each parameter but action, with the actions it is for.
@@ -588,11 +599,35 @@ func runPlanMode(ctx context.Context, c *toolCall) toolResult {
 		text += fmt.Sprintf("\nLast plan: %s (goal %q; approval: %s)", left.file, left.goal,
 			left.approval)
 	}
-	if in != nil {
-		text = fmt.Sprintf("Plan mode: ACTIVE\nGoal: %q\nDuration: %s\nPlan file: %s",
-			in.goal, time.Since(in.started).Round(time.Second), in.file)
+	if in == nil {
+		return w.planResult(planReply{Message: text})
 	}
-	return w.planResult(planReply{Message: text})
+	text = fmt.Sprintf("Plan mode: ACTIVE\nGoal: %q\nDuration: %s\nPlan file: %s",
+		in.goal, time.Since(in.started).Round(time.Second), in.file)
+	outside, ids := c.s.tasksOutside(in)
+	return w.planResult(planReply{Message: text + outside, Outside: ids})
+}
+
+// tasksOutside is the session's background tasks that plan mode in does not hold, started
+// before it and still running: a line saying so, and their ids.
+func (s *session) tasksOutside(in *planInfo) (string, []int) {
+	text := ""
+	var ids []int
+	for _, t := range s.bg.list() {
+		select {
+		case <-t.ended:
+		default:
+			if t.start.Before(in.started) {
+				ids = append(ids, t.id)
+				text += fmt.Sprintf("\n- task %d: %s", t.id, cutRunes(t.command, 80))
+			}
+		}
+	}
+	if ids == nil {
+		return "", nil
+	}
+	return "\nStarted before plan mode, still running outside it (they can write; KillBgTask " +
+		"stops one):" + text, ids
 }
 
 // planState is the state now.
@@ -643,7 +678,8 @@ func enterPlan(c *toolCall, goal, file string) toolResult {
 				old.goal)
 		}
 	}
-	return c.s.workflow.planResult(planReply{Message: text})
+	outside, ids := c.s.tasksOutside(in)
+	return c.s.workflow.planResult(planReply{Message: text + outside, Outside: ids})
 }
 
 // planDir is the folder in STATE_DIR that telson writes plans in.
@@ -698,10 +734,13 @@ func exitPlan(ctx context.Context, c *toolCall, in *planInfo, plan, file string)
 	if next.file != from.file {
 		saved += " (" + from.file + " is read, never written)"
 	}
-	// When the client can show a form, the user approves the plan or keeps planning.
+	// When the client can show a form, only the user's approval there ends plan mode: a form
+	// that fails, is cancelled or gets no answer in time keeps it, and the reply says why.
 	approval, note := planNotAsked, ""
+	text := "The user wants more planning: plan mode stays active. Revise the plan, exit again."
 	if canElicit(c.req) {
-		ctx, cancel := context.WithTimeout(ctx, c.s.srv.set.AskTimeout)
+		timeout := c.s.srv.set.AskTimeout
+		ctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
 		raw, ask, err := elicit(ctx, c, "approve", map[string]any{
 			"message":         "Approve this plan?\n\n" + plan,
@@ -714,16 +753,25 @@ func exitPlan(ctx context.Context, c *toolCall, in *planInfo, plan, file string)
 			Action  string
 			Content struct{ Decision, Note string }
 		}
-		if err == nil && json.Unmarshal(raw, &r) == nil {
-			approval, note = planKeep, r.Content.Note
-			if r.Action == "accept" && r.Content.Decision == "approve" {
-				approval = planApproved
-			}
+		json.Unmarshal(raw, &r) // after an error, or a reply that is no result: no action
+		approval, note = planKeep, r.Content.Note
+		switch {
+		case errors.Is(err, context.DeadlineExceeded):
+			err = fmt.Errorf("the user did not answer within %s", timeout)
+		case err == nil && !slices.Contains([]string{"accept", "decline", "cancel"}, r.Action):
+			err = errors.New("the client's reply is no elicitation result")
+		case r.Action == "accept" && r.Content.Decision == "approve":
+			approval = planApproved
+		}
+		if err != nil {
+			approval = planNoAnswer
+			text = fmt.Sprintf("Plan mode stays active: the plan is not approved (%v). Tell the "+
+				"user, then exit again to ask again; if they approve in chat because the form "+
+				"cannot reach them, reset leaves plan mode (the plan stays in %s).", err, next.file)
 		}
 	}
-	text := "The user wants more planning: plan mode stays active. Revise the plan, exit again."
 	left := next
-	if approval != planKeep {
+	if approval == planApproved || approval == planNotAsked {
 		next = nil
 		text = "Exiting plan mode. Returning to execution."
 		left.approval = approval
