@@ -611,6 +611,56 @@ func TestInputSchemasFitEveryModelAPI(t *testing.T) {
 	}
 }
 
+// Some clients (GitHub Copilot CLI) move a parameter's bounds (minimum, maximum, lengths,
+// item counts) into its description, where the model reads them beside telson's own words:
+// a bound telson's words state for a parameter, in the parameter's description or the tool's
+// line on it, is the schema's, so the two never disagree (issue 35).
+func TestDescriptionsAgreeWithBounds(t *testing.T) {
+	srv := newServer(testSettings(t), io.Discard)
+	defer srv.close()
+	s := newSession(srv, newOutbox(false))
+	defer s.close()
+	stated := regexp.MustCompile(`\b(max|min)(?:imum)?[ :]+([0-9]+)\b`)
+	checked := 0
+	var walk func(tool, desc string, props map[string]any)
+	walk = func(tool, desc string, props map[string]any) {
+		for name, v := range props {
+			p := v.(map[string]any)
+			words, _ := p["description"].(string)
+			for _, line := range strings.Split(desc, "\n") {
+				if regexp.MustCompile(`^- ` + name + `\b`).MatchString(line) { // - wait_ms (max 60000):
+					words += "\n" + line
+				}
+			}
+			for _, m := range stated.FindAllStringSubmatch(words, -1) {
+				found := false
+				for _, key := range []string{"imum", "Length", "Items"} {
+					if b, ok := p[m[1]+key].(float64); ok {
+						found = found || strconv.Itoa(int(b)) == m[2]
+					}
+				}
+				if !found {
+					t.Errorf("%s: %s: %q, but the schema: %v", tool, name, m[0], p)
+				}
+				checked++
+			}
+			sub, _ := p["properties"].(map[string]any)
+			if items, ok := p["items"].(map[string]any); ok {
+				sub, _ = items["properties"].(map[string]any)
+			}
+			walk(tool, "", sub)
+		}
+	}
+	for _, d := range toolTable {
+		var schema map[string]any
+		json.Unmarshal([]byte(d.input), &schema)
+		walk(d.name, d.desc(s), schema["properties"].(map[string]any))
+	}
+	if checked < 3 { // Bash's timeout, ReadBgOutput's and ReadDocs's wait_ms
+		t.Errorf("only %d stated bounds found", checked)
+	}
+}
+
 // The reply function a transport hands a line is called exactly once, whatever the line: a
 // request, a notification, a response, a bad line, a batch, a cancelled request.
 func TestReplyIsCalledOnce(t *testing.T) {
@@ -1343,6 +1393,31 @@ func TestNoticeOfACancelledCallIsNotLost(t *testing.T) {
 	text := resultText(c.callTool("ListBgTasks", map[string]any{}))
 	if strings.Count(text, "check the deploy") != 1 {
 		t.Errorf("the next result: %s", text)
+	}
+}
+
+// A notice rides in its own text item before the result's; a client that joins the items with
+// nothing between (GitHub Copilot CLI) still reads it on a line of its own (issue 35, which
+// read "…RCCOPILOT reminderslept").
+func TestNoticeAndResultJoinedStillReadAsLines(t *testing.T) {
+	t.Parallel()
+	c, s := sessionClient(t, "STATE_DIR="+t.TempDir())
+	c.initialize("2025-11-25")
+	for _, call := range []struct {
+		command, want string
+	}{
+		{"echo slept", "[callback 0] COPILOT reminder\nslept\n"},
+		{" ", "[callback 0] COPILOT reminder\nBash: command is empty"},
+	} {
+		s.notices.push("[callback 0] COPILOT reminder")
+		res := c.callTool("Bash", map[string]any{"command": call.command})
+		joined := ""
+		for _, it := range res["content"].([]any) {
+			joined += it.(map[string]any)["text"].(string)
+		}
+		if joined != call.want {
+			t.Errorf("%q: the items joined: %q, want %q", call.command, joined, call.want)
+		}
 	}
 }
 
@@ -9134,7 +9209,7 @@ func TestWorkflowCallbacks(t *testing.T) {
 	// A fire reaches the next tool result, once, and frees its slot.
 	wfFire(t, s, 0)
 	res := cbk(false, map[string]any{"action": "list"}, "Active callbacks (1/8):")
-	if first := res["content"].([]any)[0].(map[string]any)["text"]; first != "[callback 0] check the deploy" {
+	if first := res["content"].([]any)[0].(map[string]any)["text"]; first != "[callback 0] check the deploy\n" {
 		t.Fatalf("notice: %v", res["content"])
 	}
 	if text := resultText(cbk(false, map[string]any{"action": "list"})); strings.Contains(text, "[callback") || strings.Contains(text, "[0]") {
