@@ -981,8 +981,8 @@ func handleToolsCall(ctx context.Context, r *rpcRequest) (map[string]any, error)
 	}
 	notices := r.s.notices.drain()
 	r.notices = notices
-	if len(notices) > 0 {
-		item := contentItem{Type: "text", Text: strings.Join(notices, "\n")}
+	if len(notices) > 0 { // a line each; a client may join the items with nothing between
+		item := contentItem{Type: "text", Text: strings.Join(notices, "\n") + "\n"}
 		content = append([]contentItem{item}, content...)
 		res.structured = withNotices(res.structured, notices)
 	}

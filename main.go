@@ -65,7 +65,9 @@ func main() {
 	case os.Getenv(sandboxEnv) == "1":
 		os.Exit(runSandbox(os.Args[1:]))
 	}
-	signal.Ignore(syscall.SIGPIPE) // a vanished client shows up as a write error, handled
+	// Handled, not ignored: a write to a vanished client fails with EPIPE, and what telson starts
+	// gets the default disposition, as from a terminal (an ignored signal stays ignored in bash).
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM,
 		syscall.SIGHUP)
 	defer stop()

