@@ -390,7 +390,7 @@ var planModeTool = toolDef{
 	description: `Plan mode: look at the code and write a plan before changing anything.
 
 - enter (goal required): plan mode starts. Until exit, Bash and BackgroundBash run read-only:
-  you can read files, writes fail.
+  you can read every file, writes fail (/tmp too: scratch files go to $TMPDIR).
 - exit: pass the plan as markdown in plan, or write it to the plan file first. An inline plan
   is saved to a new file in STATE_DIR/plans; a plan file you name is read, never written.
   If the client can ask, the user approves the plan or sends you back to planning with a note.
@@ -491,7 +491,8 @@ func enterPlan(c *toolCall, goal, file string) toolResult {
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return errorResult("plan_file: %v", err)
 	}
-	gate := "Bash and BackgroundBash run read-only until you exit: read the code, writes fail."
+	gate := "Bash and BackgroundBash run read-only until you exit: read the code, writes fail " +
+		"(scratch files go to $TMPDIR)."
 	if !c.s.srv.set.PlanModeStrict {
 		gate = "Do not change anything until you exit plan mode."
 	}
