@@ -133,13 +133,26 @@ func startServer(t *testing.T, kv ...string) *testClient {
 // startBinary runs telson as a real process (the test binary re-executed).
 func startBinary(t *testing.T, env []string, args ...string) *testClient {
 	t.Helper()
-	return startProcess(t, exec.Command(os.Args[0], args...), env)
+	return runBinary(t, binaryCommand(env, args...))
+}
+
+// binaryCommand is telson as a real process, not yet started.
+func binaryCommand(env []string, args ...string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(append(os.Environ(), "TELSON_RUN_MAIN=1"), env...)
+	return cmd
 }
 
 // startProcess runs cmd, which execs telson, with env besides the test's own.
 func startProcess(t *testing.T, cmd *exec.Cmd, env []string) *testClient {
 	t.Helper()
 	cmd.Env = append(append(os.Environ(), "TELSON_RUN_MAIN=1"), env...)
+	return runBinary(t, cmd)
+}
+
+// runBinary starts cmd, telson as a real process, and returns a client for it.
+func runBinary(t *testing.T, cmd *exec.Cmd) *testClient {
+	t.Helper()
 	c := &testClient{t: t, lines: make(chan []byte, 1024), done: make(chan error, 1), stderr: &syncBuffer{}, cmd: cmd}
 	cmd.Stderr = c.stderr
 	in, err := cmd.StdinPipe()
@@ -8886,9 +8899,9 @@ func TestPlanModeCommandsAreReadOnly(t *testing.T) {
 	if len(entries) != 1 {
 		t.Errorf("plan mode created files: %v", entries)
 	}
-	res := c.callTool("Bash", map[string]any{"command": "cat file; echo y > /tmp/t && cat /tmp/t"})
+	res := c.callTool("Bash", map[string]any{"command": "cat file; echo y > $TMPDIR/t && cat $TMPDIR/t"})
 	if text := resultText(res); isError(res) || text != "orig\ny\n" {
-		t.Errorf("reads and /tmp: %q", text)
+		t.Errorf("reads and TMPDIR: %q", text)
 	}
 	if sc := bgStructured(t, res); sc["cwd"] != dir {
 		t.Errorf("cwd in plan mode: %v, want %s", sc["cwd"], dir)
@@ -8986,6 +8999,262 @@ func TestPlanModeNamesTasksStartedBefore(t *testing.T) {
 	res := wfCall(t, c, "PlanMode", map[string]any{"action": "status"}, false, "ACTIVE")
 	if sc := wfStructured(t, res); strings.Contains(resultText(res), "Started before") || sc["tasks_outside"] != nil {
 		t.Errorf("status after the task ended: %v", res)
+	}
+}
+
+// planBinary starts telson as a binary from cmd (binaryCommand) in plan mode, or skips where
+// there is no sandbox.
+func planBinary(t *testing.T, cmd *exec.Cmd) *testClient {
+	t.Helper()
+	if runtime.GOOS != "linux" {
+		t.Skip("the sandbox needs Linux namespaces")
+	}
+	cmd.Env = append(cmd.Env, "TELSON_STATE_DIR="+t.TempDir())
+	c := runBinary(t, cmd)
+	c.initialize("2025-06-18")
+	wfCall(t, c, "PlanMode", map[string]any{"action": "enter", "goal": "look only"}, false)
+	if res := c.callTool("Bash", map[string]any{"command": "true"}); isError(res) {
+		t.Skipf("no sandbox here: %s", resultText(res))
+	}
+	return c
+}
+
+// needPython skips a test that drives system calls through python3 where there is none.
+func needPython(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("python3 is not installed")
+	}
+}
+
+// In plan mode a command has no controlling terminal and none of the user's terminals: telson
+// runs with a terminal of the test's as its own, and a plan-mode command can neither type into
+// it (TIOCSTI), make itself its foreground, nor write to or read another terminal; TIOCSTI is
+// refused even on a terminal the command makes itself.
+func TestPlanModeLeavesTheUsersTerminalsAlone(t *testing.T) {
+	t.Parallel()
+	needPython(t)
+	master, slave := openPTY(t)
+	cmd := binaryCommand(nil)
+	cmd.ExtraFiles = []*os.File{slave}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 3}
+	c := planBinary(t, cmd)
+	probe := `python3 -c '
+import fcntl, os, pty, signal, termios
+signal.signal(signal.SIGTTOU, signal.SIG_IGN)
+def try_(name, f):
+    try:
+        f()
+        print(name, "done")
+    except OSError as e:
+        print(name, e.strerror)
+try_("TIOCSTI", lambda: fcntl.ioctl(os.open("/dev/tty", os.O_RDONLY), termios.TIOCSTI, b"X"))
+try_("tcsetpgrp", lambda: os.tcsetpgrp(os.open("/dev/tty", os.O_RDONLY), os.getpgrp()))
+pid, fd = pty.fork()
+if pid == 0:
+    try_("own TIOCSTI", lambda: fcntl.ioctl(0, termios.TIOCSTI, b"X"))
+    os._exit(0)
+out = b""
+try:
+    while True:
+        out += os.read(fd, 100)
+except OSError:
+    print(out.decode().strip())
+'
+echo x > ` + slave.Name() + ` || echo "not written"; ls /dev/pts`
+	text := resultText(c.callTool("Bash", map[string]any{"command": probe}))
+	for _, want := range []string{"TIOCSTI No such device or address", "tcsetpgrp No such device or address",
+		"own TIOCSTI Operation not permitted", "not written"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("plan mode lacks %q:\n%s", want, text)
+		}
+	}
+	listed := regexp.MustCompile(`(?m)^` + strings.TrimPrefix(slave.Name(), "/dev/pts/") + `$`)
+	if strings.Contains(text, " done") || listed.MatchString(text) {
+		t.Errorf("plan mode reached a terminal:\n%s", text)
+	}
+	// What is typed next is what the terminal reads: nothing was typed before it.
+	master.Write([]byte("end\n"))
+	slave.SetReadDeadline(time.Now().Add(watchdog))
+	if line, _ := bufio.NewReader(slave).ReadString('\n'); line != "end\n" {
+		t.Errorf("the terminal read %q", line)
+	}
+}
+
+// landlockHere reports whether this kernel has Landlock (LANDLOCK_CREATE_RULESET_VERSION).
+func landlockHere() bool {
+	abi, _, errno := syscall.Syscall(444, 0, 0, 1)
+	return errno == 0 && abi > 0
+}
+
+// In plan mode a command reaches no daemon through a file: a unix socket's listener and a
+// FIFO's reader, both in the test's directory, hear nothing; a socket pair still works.
+func TestPlanModeReachesNoDaemonThroughAFile(t *testing.T) {
+	t.Parallel()
+	needPython(t)
+	c := planBinary(t, binaryCommand(nil))
+	dir := t.TempDir()
+	sock, fifo := filepath.Join(dir, "daemon.sock"), filepath.Join(dir, "fifo")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	heard := make(chan string, 1)
+	go func() { // exits when ln closes
+		if conn, err := ln.Accept(); err == nil {
+			heard <- "a connection"
+			conn.Close()
+		}
+	}()
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	reader, err := os.OpenFile(fifo, os.O_RDONLY|syscall.O_NONBLOCK, 0) // a writer's open does not wait
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close()
+	probe := fmt.Sprintf(`python3 -c '
+import socket, sys
+a, b = socket.socketpair()
+a.send(b"pair works")
+print(b.recv(10).decode())
+try:
+    socket.socket(socket.AF_UNIX).connect(sys.argv[1])
+    print("connected")
+except OSError as e:
+    print("connect:", e.strerror)
+' %s; echo x > %s`, shellQuote(sock), shellQuote(fifo))
+	text := resultText(c.callTool("Bash", map[string]any{"command": probe}))
+	if !strings.Contains(text, "pair works") || !strings.Contains(text, "connect: Operation not permitted") {
+		t.Errorf("plan mode:\n%s", text)
+	}
+	if landlockHere() && !strings.Contains(text, fifo+": Permission denied") {
+		t.Errorf("plan mode opened a FIFO for writing:\n%s", text)
+	} else if !landlockHere() {
+		t.Log("no Landlock in this kernel: a FIFO's writer is not stopped")
+	}
+	ln.Close()
+	select {
+	case h := <-heard:
+		t.Errorf("the socket's listener got %s", h)
+	default:
+	}
+	if n, _ := reader.Read(make([]byte, 10)); n > 0 {
+		t.Errorf("the FIFO's reader got %d bytes", n)
+	}
+}
+
+// In plan mode a command has IPC of its own and no keyring: it sees none of the user's SysV
+// segments, what it makes there ends with it, and add_key is refused.
+func TestPlanModeIPCAndKeyringsArePrivate(t *testing.T) {
+	t.Parallel()
+	needPython(t)
+	if _, err := exec.LookPath("ipcmk"); err != nil {
+		t.Skip("ipcmk (util-linux) is not installed")
+	}
+	c := planBinary(t, binaryCommand(nil))
+	segments := func() []string { // the host's segment ids
+		out, _ := exec.Command("ipcs", "-m").Output()
+		return regexp.MustCompile(`(?m)^0x[0-9a-f]+\s+(\d+)`).FindAllString(string(out), -1)
+	}
+	out, err := exec.Command("ipcmk", "-M", "1024").Output() // the user's own segment
+	m := regexp.MustCompile(`id: (\d+)`).FindSubmatch(out)
+	if err != nil || m == nil {
+		t.Fatalf("ipcmk: %v %s", err, out)
+	}
+	defer exec.Command("ipcrm", "-m", string(m[1])).Run()
+	before := segments()
+	probe := `echo "seen: $(ipcs -m | grep -c '^0x')"; ipcmk -M 1024; python3 -c '
+import ctypes, platform
+nr = {"x86_64": 248, "aarch64": 217}[platform.machine()]
+libc = ctypes.CDLL(None, use_errno=True)
+r = libc.syscall(nr, b"user", b"telson-test", b"v", 1, -2)  # the process keyring
+print("add_key:", "added" if r > 0 else ctypes.get_errno())'`
+	text := resultText(c.callTool("Bash", map[string]any{"command": probe}))
+	after := segments()
+	for _, s := range after { // a segment the command left on the host (without the fix) is removed
+		if !slices.Contains(before, s) {
+			exec.Command("ipcrm", "-m", strings.Fields(s)[1]).Run()
+			t.Errorf("a segment made in plan mode outlived it: %s", s)
+		}
+	}
+	if !strings.Contains(text, "seen: 0") || !strings.Contains(text, "Shared memory id:") ||
+		!strings.Contains(text, "add_key: 1\n") {
+		t.Errorf("plan mode:\n%s", text)
+	}
+}
+
+// As root, a plan-mode command cannot open the host's kernel settings for writing (nothing is
+// written even without the fix: the files are only opened).
+func TestPlanModeKernelSettingsAsRoot(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: as another user the kernel refuses these writes itself")
+	}
+	c := planBinary(t, binaryCommand(nil))
+	probe := `for f in /proc/sys/kernel/domainname /proc/sys/kernel/core_pattern /proc/sysrq-trigger; do
+		(exec 3>>$f) 2>/dev/null && echo "opened $f"; done; echo checked`
+	if text := resultText(c.callTool("Bash", map[string]any{"command": probe})); text != "checked\n" {
+		t.Errorf("plan mode:\n%s", text)
+	}
+}
+
+// A plan-mode command's processes are bounded: forking past 512 fails (the test stops at
+// 600 forks whatever happens, and the sandbox ends them all).
+func TestPlanModeBoundsProcesses(t *testing.T) {
+	t.Parallel()
+	needPython(t)
+	const bound = 512 // the README's
+	var major, minor int
+	release, _ := os.ReadFile("/proc/sys/kernel/osrelease")
+	fmt.Sscanf(string(release), "%d.%d", &major, &minor)
+	if os.Geteuid() == 0 && major*100+minor < 614 {
+		t.Skip("as root, Linux before 6.14 bounds no process count (RLIMIT_NPROC exempts root)")
+	}
+	c := planBinary(t, binaryCommand(nil))
+	probe := `python3 -c '
+import os, signal
+n = 0
+try:
+    for i in range(600):
+        if os.fork() == 0:
+            signal.pause()
+        n += 1
+    print("forked", n)
+except OSError as e:
+    print("bounded after", n, e.strerror)'`
+	text := resultText(c.callTool("Bash", map[string]any{"command": probe}))
+	m := regexp.MustCompile(`bounded after (\d+) Resource temporarily unavailable`).FindStringSubmatch(text)
+	if m == nil {
+		t.Fatalf("plan mode: %s", text)
+	}
+	if n, _ := strconv.Atoi(m[1]); n >= bound {
+		t.Errorf("%d processes in plan mode, more than %d", n, bound)
+	}
+}
+
+// In plan mode the project and its neighbours stay readable wherever they live, /tmp too, and
+// a command writes scratch files to its own TMPDIR.
+func TestPlanModeKeepsTheProjectsNeighbours(t *testing.T) {
+	t.Parallel()
+	dir, _ := filepath.EvalSymlinks(t.TempDir())
+	if !strings.HasPrefix(dir, "/tmp/") {
+		t.Skipf("the test's directory %s is not under /tmp", dir)
+	}
+	os.Mkdir(filepath.Join(dir, "project"), 0o700)
+	os.Mkdir(filepath.Join(dir, "neighbour"), 0o700)
+	os.WriteFile(filepath.Join(dir, "neighbour", "notes"), []byte("beside\n"), 0o600)
+	c := planBinary(t, binaryCommand(nil))
+	c.callTool("Bash", map[string]any{"command": "cd " + shellQuote(filepath.Join(dir, "project"))})
+	text := resultText(c.callTool("Bash", map[string]any{"command": `cat ../neighbour/notes; echo x > ../neighbour/notes
+		f=$(mktemp) && echo scratch > "$f" && cat "$f" && echo "$TMPDIR"; touch /tmp/x`}))
+	for _, want := range []string{"beside\n", "notes: Read-only file system", "scratch\n/dev/shm\n",
+		"/tmp/x': Read-only file system"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("plan mode lacks %q:\n%s", want, text)
+		}
 	}
 }
 

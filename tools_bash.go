@@ -38,7 +38,7 @@ var bashTool = toolDef{
 - Output reads as a terminal shows it (colours and progress redraws removed).
 - Long output keeps its first and last lines; the whole raw output is saved to output_file.
 - run_in_background: true starts it as BackgroundBash does (for servers and watchers).
-- In plan mode the filesystem is read-only (/tmp writable).`,
+- In plan mode every file is read-only, /tmp too: write scratch files to $TMPDIR (private, empty).`,
 	input: `{"type":"object","properties":{
 		"command":{"type":"string","minLength":1},
 		"timeout":{"type":"integer","minimum":1,"maximum":600000},

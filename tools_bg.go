@@ -70,7 +70,8 @@ at once: for servers, watchers, long builds.
 - ReadBgOutput reads new output, KillBgTask stops the task and all it started,
   ListBgTasks lists tasks.
 - Up to %d bytes of unread output are kept; up to %d tasks run at once.
-  The next tool result says when a task ends, and how much of its output is unread.`,
+  The next tool result says when a task ends, and how much of its output is unread.
+- In plan mode every file is read-only, /tmp too: write scratch files to $TMPDIR.`,
 			s.srv.set.BgBuffer, s.srv.set.BgMaxTasks)
 	},
 	input: `{"type":"object","properties":{"command":{"type":"string","minLength":1}},

@@ -486,8 +486,8 @@ var planModeTool = toolDef{
 	description: `Plan mode: look at the code and write a plan before changing anything.
 
 - enter (goal required): plan mode starts. Until exit, Bash and BackgroundBash run read-only:
-  you can read files, writes fail. Background tasks started before keep running outside it:
-  enter and status list them.
+  you can read every file, writes fail (/tmp too: scratch files go to $TMPDIR). Background tasks
+  started before keep running outside it: enter and status list them.
 - exit: pass the plan as markdown in plan, or write it to the plan file first. An inline plan
   is saved to a new file in STATE_DIR/plans; a plan file you name is read, never written.
   If the client can ask, only the user's approval ends plan mode; they can send you back to
@@ -664,7 +664,8 @@ func enterPlan(c *toolCall, goal, file string) toolResult {
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return errorResult("plan_file: %v", err)
 	}
-	gate := "Bash and BackgroundBash run read-only until you exit: read the code, writes fail."
+	gate := "Bash and BackgroundBash run read-only until you exit: read the code, writes fail " +
+		"(scratch files go to $TMPDIR)."
 	if !c.s.srv.set.PlanModeStrict {
 		gate = "Do not change anything until you exit plan mode."
 	}
