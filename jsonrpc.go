@@ -304,9 +304,9 @@ type session struct {
 	version string                     // negotiated by initialize; "" before it
 	caps    map[string]json.RawMessage // every client's: one's handshake keeps another's
 	client  string                     // the clientInfo name of the last initialize
-	// the client's running requests, by idKey: two HTTP clients may both run a request 5,
-	// and a cancel naming it is then ignored
-	inflight map[string][]*inflight
+	// the client's running requests, and each one's idKey: two HTTP clients may both run a
+	// request 5, and a cancel naming it is then ignored
+	inflight map[*inflight]string
 	pending  map[string]chan *rpcMessage // the server's requests awaiting a reply, by idKey
 }
 
@@ -323,7 +323,7 @@ func newSession(srv *server, out *outbox) *session {
 		shell:    &shellState{home: srv.set.env.home, cwd: srv.set.env.wd},
 		bg:       newBgTasks(srv.procs),
 		slots:    make(chan struct{}, maxInflight),
-		inflight: map[string][]*inflight{},
+		inflight: map[*inflight]string{},
 		caps:     map[string]json.RawMessage{},
 		inputEnd: make(chan struct{}),
 		pending:  map[string]chan *rpcMessage{},
@@ -343,10 +343,8 @@ func (s *session) close() {
 func (s *session) cancelAll() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, same := range s.inflight {
-		for _, r := range same {
-			r.cancel()
-		}
+	for r := range s.inflight {
+		r.cancel()
 	}
 }
 
@@ -517,12 +515,11 @@ func (s *session) start(ctx context.Context, m *rpcMessage, out *outbox, reply f
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	inf := &inflight{cancel: cancel}
-	key := idKey(m.ID)
 	s.mu.Lock()
 	// A modern request over HTTP is cancelled by closing its stream, and its id is unique
 	// only among its own client's: it is not registered.
 	if !r.modern || out == s.out {
-		s.inflight[key] = append(s.inflight[key], inf)
+		s.inflight[inf] = idKey(m.ID)
 	}
 	s.mu.Unlock()
 	s.slots <- struct{}{}
@@ -541,11 +538,7 @@ func (s *session) start(ctx context.Context, m *rpcMessage, out *outbox, reply f
 		<-stopped
 		cancel()
 		s.mu.Lock()
-		isThis := func(o *inflight) bool { return o == inf }
-		s.inflight[key] = slices.DeleteFunc(s.inflight[key], isThis)
-		if len(s.inflight[key]) == 0 {
-			delete(s.inflight, key)
-		}
+		delete(s.inflight, inf)
 		cancelled := inf.cancelled
 		s.mu.Unlock()
 		if cancelled {
@@ -608,7 +601,13 @@ func (s *session) handleNotification(m *rpcMessage) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if same := s.inflight[idKey(p.RequestID)]; len(same) == 1 {
+	var same []*inflight
+	for r, key := range s.inflight {
+		if key == idKey(p.RequestID) {
+			same = append(same, r)
+		}
+	}
+	if len(same) == 1 {
 		same[0].cancelled = true
 		same[0].cancel()
 	}
@@ -857,15 +856,6 @@ func (d *toolDef) desc(s *session) string {
 	return d.description
 }
 
-func (srv *server) tool(name string) *toolEntry {
-	for _, t := range srv.tools {
-		if t.def.name == name {
-			return t
-		}
-	}
-	return nil
-}
-
 func handleToolsList(ctx context.Context, r *rpcRequest) (map[string]any, error) {
 	var p struct {
 		Cursor *string
@@ -880,7 +870,7 @@ func handleToolsList(ctx context.Context, r *rpcRequest) (map[string]any, error)
 	for _, t := range r.s.srv.tools {
 		d := t.def
 		listing := map[string]any{"name": d.name, "title": d.title,
-			"description": d.desc(r.s), "inputSchema": t.schema.raw, "icons": telsonIcons,
+			"description": d.desc(r.s), "inputSchema": json.RawMessage(d.input), "icons": telsonIcons,
 			"annotations": map[string]any{
 				"title":           d.title,
 				"readOnlyHint":    d.hints.readOnly,
@@ -919,9 +909,7 @@ type contentItem struct {
 	MimeType string `json:"mimeType,omitempty"`
 }
 
-func textResult(text string) toolResult {
-	return toolResult{content: []contentItem{{Type: "text", Text: text}}}
-}
+func textResult(text string) toolResult { return structuredResult(text, nil) }
 
 // structuredResult is a result whose text and structured content say the same: a client may
 // show the model only one of them.
@@ -953,10 +941,11 @@ func handleToolsCall(ctx context.Context, r *rpcRequest) (map[string]any, error)
 	if err := dec.Decode(&p); err != nil {
 		return nil, invalidParams("%v", err)
 	}
-	t := r.s.srv.tool(p.Name)
-	if t == nil {
+	i := slices.IndexFunc(r.s.srv.tools, func(t *toolEntry) bool { return t.def.name == p.Name })
+	if i < 0 {
 		return nil, newRPCError(codeInvalidParams, "unknown tool: %q", p.Name)
 	}
+	t := r.s.srv.tools[i]
 	if p.Arguments == nil {
 		p.Arguments = map[string]any{}
 	}
@@ -979,21 +968,37 @@ func handleToolsCall(ctx context.Context, r *rpcRequest) (map[string]any, error)
 	if res.named {
 		content[0].Text = t.def.name + ": " + content[0].Text
 	}
+	text := content[len(content)-1].Text
 	notices := r.s.notices.drain()
 	r.notices = notices
 	if len(notices) > 0 {
 		item := contentItem{Type: "text", Text: strings.Join(notices, "\n")}
 		content = append([]contentItem{item}, content...)
-		res.structured = withNotices(res.structured, notices)
 	}
 	m := map[string]any{"content": content}
 	if res.isError {
 		m["isError"] = true
 	}
-	if res.structured != nil && t.output != nil {
-		if r.known().both {
-			res.structured = withoutRepeats(res.structured, res.content[len(res.content)-1].Text)
+	// The notices join the structured content; for a client that shows the model both, a long
+	// string the text carries too is replaced by a pointer to it, so the model reads it once.
+	both := r.known().both
+	var obj map[string]any // the structured content as a JSON object
+	if len(notices) > 0 || both {
+		b, _ := json.Marshal(res.structured) // on failure, Unmarshal fails too
+		json.Unmarshal(b, &obj)
+	}
+	if obj != nil {
+		if len(notices) > 0 {
+			obj["notices"] = notices
 		}
+		for k, v := range obj {
+			if s, ok := v.(string); ok && both && len(s) > 200 && strings.Contains(text, s) {
+				obj[k] = "(in the text)"
+			}
+		}
+		res.structured = obj
+	}
+	if res.structured != nil && t.output != nil {
 		m["structuredContent"] = res.structured
 	}
 	return m, nil
@@ -1057,33 +1062,6 @@ func (r *rpcRequest) outputLimit() int {
 	return r.s.srv.set.OutputLimit
 }
 
-// withoutRepeats is structured content whose long strings that text carries too are replaced
-// by a pointer to it: for a client that shows the model both, so it reads them once.
-func withoutRepeats(structured any, text string) any {
-	b, _ := json.Marshal(structured) // on failure, Unmarshal below fails too
-	var m map[string]any
-	if json.Unmarshal(b, &m) != nil {
-		return structured
-	}
-	for k, v := range m {
-		if s, ok := v.(string); ok && len(s) > 200 && strings.Contains(text, s) {
-			m[k] = "(in the text)"
-		}
-	}
-	return m
-}
-
-// withNotices adds the notices to structured content, which becomes a JSON object.
-func withNotices(structured any, notices []string) any {
-	b, _ := json.Marshal(structured) // on failure, Unmarshal below fails too
-	var m map[string]any
-	if json.Unmarshal(b, &m) != nil || m == nil {
-		return structured
-	}
-	m["notices"] = notices
-	return m
-}
-
 // jsonSchema is the part of JSON Schema that tool inputs use; check applies it.
 type jsonSchema struct {
 	Type        string
@@ -1098,7 +1076,6 @@ type jsonSchema struct {
 	MaxLength   *float64
 	MinItems    *float64
 	MaxItems    *float64
-	raw         json.RawMessage // the schema as written (encoding/json compacts it when sent)
 }
 
 func parseSchema(text string) (*jsonSchema, error) {
@@ -1109,7 +1086,6 @@ func parseSchema(text string) (*jsonSchema, error) {
 	if schema.Type != "object" {
 		return nil, fmt.Errorf("schema: type is %q, want object", schema.Type)
 	}
-	schema.raw = json.RawMessage(text)
 	return &schema, nil
 }
 
