@@ -70,7 +70,6 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -306,14 +305,8 @@ type session struct {
 	client  string                     // the clientInfo name of the last initialize
 	// the client's running requests, and each one's idKey: two HTTP clients may both run a
 	// request 5, and a cancel naming it is then ignored
-	inflight map[*inflight]string
+	inflight map[*rpcRequest]string
 	pending  map[string]chan *rpcMessage // the server's requests awaiting a reply, by idKey
-}
-
-// inflight is a running request of the client's.
-type inflight struct {
-	cancel    context.CancelFunc
-	cancelled bool // by the client: the reply is not sent
 }
 
 func newSession(srv *server, out *outbox) *session {
@@ -323,7 +316,7 @@ func newSession(srv *server, out *outbox) *session {
 		shell:    &shellState{home: srv.set.env.home, cwd: srv.set.env.wd},
 		bg:       newBgTasks(srv.procs),
 		slots:    make(chan struct{}, maxInflight),
-		inflight: map[*inflight]string{},
+		inflight: map[*rpcRequest]string{},
 		caps:     map[string]json.RawMessage{},
 		inputEnd: make(chan struct{}),
 		pending:  map[string]chan *rpcMessage{},
@@ -485,6 +478,8 @@ type rpcRequest struct {
 	progressToken json.RawMessage
 	client        string   // the client's clientInfo name: its own (2026-07-28), else the session's
 	notices       []string // the notices its reply carries: back in the queue if it is not sent
+	cancel        context.CancelFunc
+	cancelled     bool // by the client: the reply is not sent (guarded by s.mu)
 
 	progressMu    sync.Mutex // guards progressCount, and the order of the progress queued
 	progressCount int
@@ -513,13 +508,12 @@ func (s *session) start(ctx context.Context, m *rpcMessage, out *outbox, reply f
 		reply(errorMessage(m.ID, rerr))
 		return
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	inf := &inflight{cancel: cancel}
+	ctx, r.cancel = context.WithCancel(ctx)
 	s.mu.Lock()
 	// A modern request over HTTP is cancelled by closing its stream, and its id is unique
 	// only among its own client's: it is not registered.
 	if !r.modern || out == s.out {
-		s.inflight[inf] = idKey(m.ID)
+		s.inflight[r] = idKey(m.ID)
 	}
 	s.mu.Unlock()
 	s.slots <- struct{}{}
@@ -536,10 +530,10 @@ func (s *session) start(ctx context.Context, m *rpcMessage, out *outbox, reply f
 		var msg any = s.call(ctx, r, handle)
 		close(alive)
 		<-stopped
-		cancel()
+		r.cancel()
 		s.mu.Lock()
-		delete(s.inflight, inf)
-		cancelled := inf.cancelled
+		delete(s.inflight, r)
+		cancelled := r.cancelled
 		s.mu.Unlock()
 		if cancelled {
 			msg = nil
@@ -572,23 +566,10 @@ func (s *session) call(ctx context.Context, r *rpcRequest, handle methodHandler)
 		}
 		return errorMessage(r.id, re)
 	}
-	if result == nil {
-		result = map[string]any{}
-	}
 	if r.modern {
 		completeModern(r, result)
 	}
 	return &outMessage{JSONRPC: "2.0", ID: r.id, Result: result}
-}
-
-// awaitClient runs wait, which waits on the client, without holding a request's slot.
-func (s *session) awaitClient(wait func()) {
-	select {
-	case <-s.slots:
-		defer func() { s.slots <- struct{}{} }()
-	default: // not called from a request
-	}
-	wait()
 }
 
 // handleNotification handles notifications/cancelled; other notifications need nothing.
@@ -601,7 +582,7 @@ func (s *session) handleNotification(m *rpcMessage) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var same []*inflight
+	var same []*rpcRequest
 	for r, key := range s.inflight {
 		if key == idKey(p.RequestID) {
 			same = append(same, r)
@@ -613,7 +594,9 @@ func (s *session) handleNotification(m *rpcMessage) {
 	}
 }
 
-func handlePing(context.Context, *rpcRequest) (map[string]any, error) { return nil, nil }
+func handlePing(context.Context, *rpcRequest) (map[string]any, error) {
+	return map[string]any{}, nil
+}
 
 func handleInitialize(ctx context.Context, r *rpcRequest) (map[string]any, error) {
 	var p struct {
@@ -628,17 +611,18 @@ func handleInitialize(ctx context.Context, r *rpcRequest) (map[string]any, error
 	if !slices.Contains(legacyVersions, v) {
 		v = latestLegacy // never an error: clients hang up on one
 	}
-	r.s.mu.Lock()
-	r.s.version = v
-	r.s.client = p.ClientInfo.Name
-	caps := maps.Clone(r.s.caps) // a new map: running requests hold the old one
+	s := r.s
+	s.mu.Lock()
+	s.version = v
+	s.client = p.ClientInfo.Name
+	caps := maps.Clone(s.caps) // a new map: running requests hold the old one
 	maps.Copy(caps, p.Capabilities)
-	r.s.caps = caps
-	r.s.mu.Unlock()
+	s.caps = caps
+	s.mu.Unlock()
 	return map[string]any{
 		"protocolVersion": v,
 		"capabilities":    serverCapabilities,
-		"serverInfo":      r.s.srv.serverInfo(),
+		"serverInfo":      s.srv.serverInfo(),
 		"instructions":    serverInstructions,
 	}, nil
 }
@@ -657,12 +641,16 @@ func (srv *server) serverInfo() map[string]any {
 		"icons":       telsonIcons}
 }
 
-var telsonIcon = []byte(`<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16">
-<rect width="16" height="16" rx="3" fill="#1f6feb"/>
-<path d="M4 5h8M8 5v7" stroke="#fff" stroke-width="2" fill="none"/></svg>`)
-
+// telsonIcons is telson's icon, this SVG in base64:
+//
+//	<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16">
+//	<rect width="16" height="16" rx="3" fill="#1f6feb"/>
+//	<path d="M4 5h8M8 5v7" stroke="#fff" stroke-width="2" fill="none"/></svg>
 var telsonIcons = []map[string]any{{
-	"src":      "data:image/svg+xml;base64," + base64.StdEncoding.EncodeToString(telsonIcon),
+	"src": "data:image/svg+xml;base64,PHN2ZyB4bWxucz0iaHR0cDovL3d3dy53My5vcmcvMjAwMC9zdmciIHZp" +
+		"ZXdCb3g9IjAgMCAxNiAxNiI+CjxyZWN0IHdpZHRoPSIxNiIgaGVpZ2h0PSIxNiIgcng9IjMiIGZpbGw9IiMxZjZm" +
+		"ZWIiLz4KPHBhdGggZD0iTTQgNWg4TTggNXY3IiBzdHJva2U9IiNmZmYiIHN0cm9rZS13aWR0aD0iMiIgZmlsbD0i" +
+		"bm9uZSIvPjwvc3ZnPg==",
 	"mimeType": "image/svg+xml",
 	"sizes":    []string{"any"},
 }}
@@ -739,13 +727,9 @@ func completeModern(r *rpcRequest, result map[string]any) {
 	if result["resultType"] == nil {
 		result["resultType"] = "complete"
 	}
-	meta, ok := result["_meta"].(map[string]any)
-	if !ok {
-		meta = map[string]any{}
-		result["_meta"] = meta
-	}
-	if meta[metaServerInfo] == nil {
-		meta[metaServerInfo] = map[string]any{"name": "telson", "version": r.s.srv.version}
+	if result["_meta"] == nil { // server/discover's holds the whole serverInfo
+		info := map[string]any{"name": "telson", "version": r.s.srv.version}
+		result["_meta"] = map[string]any{metaServerInfo: info}
 	}
 }
 
@@ -869,8 +853,8 @@ func handleToolsList(ctx context.Context, r *rpcRequest) (map[string]any, error)
 	tools := []map[string]any{}
 	for _, t := range r.s.srv.tools {
 		d := t.def
-		listing := map[string]any{"name": d.name, "title": d.title,
-			"description": d.desc(r.s), "inputSchema": json.RawMessage(d.input), "icons": telsonIcons,
+		listing := map[string]any{"name": d.name, "title": d.title, "description": d.desc(r.s),
+			"inputSchema": json.RawMessage(d.input), "icons": telsonIcons,
 			"annotations": map[string]any{
 				"title":           d.title,
 				"readOnlyHint":    d.hints.readOnly,
@@ -1064,18 +1048,17 @@ func (r *rpcRequest) outputLimit() int {
 
 // jsonSchema is the part of JSON Schema that tool inputs use; check applies it.
 type jsonSchema struct {
-	Type        string
-	Description string
-	Properties  map[string]*jsonSchema
-	Required    []string
-	Items       *jsonSchema
-	Enum        []any
-	Minimum     *float64
-	Maximum     *float64
-	MinLength   *float64
-	MaxLength   *float64
-	MinItems    *float64
-	MaxItems    *float64
+	Type       string
+	Properties map[string]*jsonSchema
+	Required   []string
+	Items      *jsonSchema
+	Enum       []any
+	Minimum    *float64
+	Maximum    *float64
+	MinLength  *float64
+	MaxLength  *float64
+	MinItems   *float64
+	MaxItems   *float64
 }
 
 func parseSchema(text string) (*jsonSchema, error) {
@@ -1282,14 +1265,17 @@ func (r *rpcRequest) request(ctx context.Context, method string, params any) (
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", method, err)
 	}
+	select { // the wait for the client holds no slot of the session's
+	case <-s.slots:
+		defer func() { s.slots <- struct{}{} }()
+	default: // not called from a request
+	}
 	var m *rpcMessage
-	s.awaitClient(func() {
-		select {
-		case m = <-ch:
-		case <-ctx.Done():
-		case <-s.inputEnd:
-		}
-	})
+	select {
+	case m = <-ch:
+	case <-ctx.Done():
+	case <-s.inputEnd:
+	}
 	switch {
 	case m == nil && ctx.Err() == nil:
 		return nil, fmt.Errorf("%s: the client's input ended", method)
