@@ -1116,13 +1116,16 @@ func (schema *jsonSchema) convert(v any) any {
 	return v
 }
 
-// checkValue returns v converted to the schema, or what is wrong with it.
+// checkValue returns v converted to the schema, or what is wrong with it. An object keeps the
+// properties the schema knows, each checked (a "*_json" property, JSON text, also takes the
+// JSON itself); an integer is written as one (300.0 and 3e2 are 300, which a Go int takes).
 func (schema *jsonSchema) checkValue(path string, v any) (any, string) {
 	v = schema.convert(v)
 	kind := jsonType(v)
-	if schema.Type != "" && kind != schema.Type && (kind != "number" || schema.Type != "integer") {
+	num, isNumber := v.(json.Number)
+	if schema.Type != "" && kind != schema.Type && (!isNumber || schema.Type != "integer") {
 		got := withArticle(kind)
-		if num, ok := v.(json.Number); ok {
+		if isNumber {
 			got += " (" + num.String() + ")"
 		}
 		return v, fmt.Sprintf("%s must be %s, got %s", path, withArticle(schema.Type), got)
@@ -1130,14 +1133,56 @@ func (schema *jsonSchema) checkValue(path string, v any) (any, string) {
 	problem := ""
 	switch schema.Type {
 	case "object":
-		v, problem = schema.checkObject(v.(map[string]any))
+		obj := v.(map[string]any)
+		known := map[string]any{}
+		for _, name := range schema.Required {
+			if obj[name] == nil {
+				return v, fmt.Sprintf("%q is required", name)
+			}
+		}
+		for name, prop := range schema.Properties {
+			x := obj[name]
+			if x == nil {
+				continue
+			}
+			if _, text := x.(string); !text && strings.HasSuffix(name, "_json") {
+				b, _ := json.Marshal(x) // a client that parsed the JSON text sends the JSON itself
+				x = string(b)
+			}
+			if known[name], problem = prop.checkValue(strconv.Quote(name), x); problem != "" {
+				return v, problem
+			}
+		}
+		v = known
 	case "string":
 		n := float64(len([]rune(v.(string))))
 		problem = checkRange(path, n, schema.MinLength, schema.MaxLength, " characters")
 	case "integer", "number":
-		v, problem = schema.checkNumber(path, v.(json.Number))
+		f, err := num.Float64()
+		isInteger := schema.Type == "integer"
+		switch {
+		case err != nil || isInteger && math.Abs(f) >= math.MaxInt64: // past float64's, int64's
+			return v, fmt.Sprintf("%s: %s is out of range", path, num)
+		case isInteger && f != math.Trunc(f):
+			return v, fmt.Sprintf("%s must be an integer, got %s", path, num)
+		case isInteger && strings.ContainsAny(num.String(), ".eE"):
+			v = json.Number(strconv.FormatInt(int64(f), 10))
+		}
+		problem = checkRange(path, f, schema.Minimum, schema.Maximum, "")
 	case "array":
-		v, problem = schema.checkArray(path, v.([]any))
+		arr := v.([]any)
+		problem = checkRange(path, float64(len(arr)), schema.MinItems, schema.MaxItems, " items")
+		if problem != "" || schema.Items == nil {
+			break
+		}
+		out := make([]any, len(arr))
+		for i, x := range arr {
+			out[i], problem = schema.Items.checkValue(fmt.Sprintf("%s[%d]", path, i), x)
+			if problem != "" {
+				return v, problem
+			}
+		}
+		v = out
 	}
 	if problem != "" || len(schema.Enum) == 0 {
 		return v, problem
@@ -1150,64 +1195,6 @@ func (schema *jsonSchema) checkValue(path string, v any) (any, string) {
 		}
 	}
 	return v, fmt.Sprintf("%s must be one of %s, got %v", path, strings.Join(opts, ", "), v)
-}
-
-// checkObject keeps the properties the schema knows, each checked; a "*_json" property, JSON
-// text, also takes the JSON itself.
-func (schema *jsonSchema) checkObject(obj map[string]any) (any, string) {
-	for _, name := range schema.Required {
-		if obj[name] == nil {
-			return obj, fmt.Sprintf("%q is required", name)
-		}
-	}
-	known := map[string]any{}
-	for name, prop := range schema.Properties {
-		v := obj[name]
-		if v == nil {
-			continue
-		}
-		if _, text := v.(string); !text && strings.HasSuffix(name, "_json") {
-			b, _ := json.Marshal(v) // a client that parsed the JSON text sends the JSON itself
-			v = string(b)
-		}
-		x, problem := prop.checkValue(strconv.Quote(name), v)
-		if problem != "" {
-			return obj, problem
-		}
-		known[name] = x
-	}
-	return known, ""
-}
-
-// checkNumber returns num, an integer's written as one (300.0 and 3e2 are 300, which a Go int
-// takes), or what is wrong with it.
-func (schema *jsonSchema) checkNumber(path string, num json.Number) (json.Number, string) {
-	f, err := num.Float64()
-	isInteger := schema.Type == "integer"
-	switch {
-	case err != nil || isInteger && math.Abs(f) >= math.MaxInt64: // past float64's, int64's range
-		return num, fmt.Sprintf("%s: %s is out of range", path, num)
-	case isInteger && f != math.Trunc(f):
-		return num, fmt.Sprintf("%s must be an integer, got %s", path, num)
-	case isInteger && strings.ContainsAny(num.String(), ".eE"):
-		num = json.Number(strconv.FormatInt(int64(f), 10))
-	}
-	return num, checkRange(path, f, schema.Minimum, schema.Maximum, "")
-}
-
-func (schema *jsonSchema) checkArray(path string, arr []any) (any, string) {
-	problem := checkRange(path, float64(len(arr)), schema.MinItems, schema.MaxItems, " items")
-	if problem != "" || schema.Items == nil {
-		return arr, problem
-	}
-	out := make([]any, len(arr))
-	for i, x := range arr {
-		out[i], problem = schema.Items.checkValue(fmt.Sprintf("%s[%d]", path, i), x)
-		if problem != "" {
-			return arr, problem
-		}
-	}
-	return out, ""
 }
 
 // checkRange says what is wrong when n (a number, a length, a count of unit) is below min or
