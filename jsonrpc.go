@@ -389,32 +389,33 @@ func (s *session) handleLine(ctx context.Context, line []byte, inBatch bool, out
 	err := json.Unmarshal(line, &m)
 	var syntax *json.SyntaxError
 	var te *json.UnmarshalTypeError
+	var msg any // the reply, unless a batch or a request answers on its own
 	switch {
 	case len(line) == 0:
-		reply(nil)
 	case errors.As(err, &syntax):
-		reply(errorMessage(nil, newRPCError(codeParseError, "parse error: %v", err)))
+		msg = errorMessage(nil, newRPCError(codeParseError, "parse error: %v", err))
 	case line[0] == '[' && !inBatch:
 		s.handleBatch(ctx, line, out, reply)
+		return
 	case line[0] != '{':
-		reply(invalidRequest(nil, "a message must be a JSON object"))
+		msg = invalidRequest(nil, "a message must be a JSON object")
 	case errors.As(err, &te):
-		reply(invalidRequest(m.ID, "%q must not be a %s", te.Field, te.Value))
+		msg = invalidRequest(m.ID, "%q must not be a %s", te.Field, te.Value)
 	case m.JSONRPC != "2.0":
-		reply(invalidRequest(m.ID, `"jsonrpc" must be "2.0"`))
+		msg = invalidRequest(m.ID, `"jsonrpc" must be "2.0"`)
 	case len(m.ID) > 0 && !validID(m.ID):
-		reply(invalidRequest(nil, "id must be a string or a number"))
+		msg = invalidRequest(nil, "id must be a string or a number")
 	case m.Method == "" && (m.Result != nil || m.Error != nil) && len(m.ID) > 0:
 		s.routeResponse(&m)
-		reply(nil)
 	case m.Method == "":
-		reply(invalidRequest(m.ID, "no method"))
+		msg = invalidRequest(m.ID, "no method")
 	case len(m.ID) == 0:
 		s.handleNotification(&m)
-		reply(nil)
 	default:
 		s.start(ctx, &m, out, reply)
+		return
 	}
+	reply(msg)
 }
 
 // handleBatch answers a JSON array of messages with an array of replies, in protocol version
@@ -559,12 +560,8 @@ func (s *session) call(ctx context.Context, r *rpcRequest, handle methodHandler)
 		}
 	}()
 	result, err := handle(ctx, r)
-	if err != nil {
-		re, ok := err.(*rpcError)
-		if !ok {
-			re = newRPCError(codeInternalError, "internal error: %v", err)
-		}
-		return errorMessage(r.id, re)
+	if err != nil { // an *rpcError, as every handler's is (another would panic: -32603 above)
+		return errorMessage(r.id, err.(*rpcError))
 	}
 	if r.modern {
 		completeModern(r, result)
@@ -819,6 +816,7 @@ func newToolEntry(d *toolDef) *toolEntry {
 	if err != nil {
 		panic(fmt.Sprintf("tool %s: %v", d.name, err))
 	}
+	input.aliases = d.aliases
 	t := &toolEntry{def: d, schema: input}
 	if d.output == "" {
 		return t
@@ -933,15 +931,9 @@ func handleToolsCall(ctx context.Context, r *rpcRequest) (map[string]any, error)
 	if p.Arguments == nil {
 		p.Arguments = map[string]any{}
 	}
-	if m, ok := t.schema.convert(p.Arguments).(map[string]any); ok && t.def.aliases != nil {
-		t.def.aliases(m) // on the object, also when sent as JSON text
-		p.Arguments = m
-	}
-	var res toolResult
 	args, problem := t.schema.check(p.Arguments)
-	if problem != "" {
-		res = errorResult("invalid arguments: %s", problem)
-	} else {
+	res := errorResult("invalid arguments: %s", problem)
+	if problem == "" {
 		res = t.def.run(ctx, &toolCall{s: r.s, req: r, args: args})
 	}
 	if res.inputRequired != nil { // only a modern request's tools ask so
@@ -1059,6 +1051,7 @@ type jsonSchema struct {
 	MaxLength  *float64
 	MinItems   *float64
 	MaxItems   *float64
+	aliases    func(args map[string]any) // the tool's, on its arguments object
 }
 
 func parseSchema(text string) (*jsonSchema, error) {
@@ -1134,6 +1127,9 @@ func (schema *jsonSchema) checkValue(path string, v any) (any, string) {
 	switch schema.Type {
 	case "object":
 		obj := v.(map[string]any)
+		if schema.aliases != nil {
+			schema.aliases(obj) // on the object, also when sent as JSON text
+		}
 		known := map[string]any{}
 		for _, name := range schema.Required {
 			if obj[name] == nil {
@@ -1293,12 +1289,6 @@ func (s *session) routeResponse(m *rpcMessage) {
 		return
 	}
 	s.srv.log.Debug("reply to an unknown request ignored", "id", string(m.ID))
-}
-
-// clientHas reports whether the client declared capability name, for this request.
-func (r *rpcRequest) clientHas(name string) bool {
-	_, ok := r.caps[name]
-	return ok
 }
 
 // progress sends notifications/progress with message when the request asked for progress; the

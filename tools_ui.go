@@ -304,7 +304,8 @@ func runAskUserQuestion(ctx context.Context, c *toolCall) toolResult {
 // canElicit reports whether the client declared elicitation in a version that
 // has it. A client that declared URL mode only answers a form with an error.
 func canElicit(r *rpcRequest) bool {
-	return r.clientHas("elicitation") && r.version >= version20250618
+	_, declared := r.caps["elicitation"]
+	return declared && r.version >= version20250618
 }
 
 // elicit shows the user a form under key: in the legacy era as a server
