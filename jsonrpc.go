@@ -1263,11 +1263,10 @@ func (r *rpcRequest) request(ctx context.Context, method string, params any) (
 	case m == nil && ctx.Err() == nil:
 		return nil, fmt.Errorf("%s: the client's input ended", method)
 	case m == nil:
-		cancel := map[string]any{"requestId": id, "reason": ctx.Err().Error()}
-		r.out.send(notification("notifications/cancelled", cancel))
+		r.out.send(notification("notifications/cancelled",
+			map[string]any{"requestId": id, "reason": ctx.Err().Error()}))
 		return nil, fmt.Errorf("%s: %w", method, ctx.Err())
-	}
-	if m.Error != nil {
+	case m.Error != nil:
 		return nil, fmt.Errorf("%s: client answered %d %s", method, m.Error.Code, m.Error.Message)
 	}
 	return m.Result, nil
@@ -1300,9 +1299,8 @@ func (r *rpcRequest) progress(message string) {
 	r.progressMu.Lock() // held across the queueing: that keeps the counts in order
 	defer r.progressMu.Unlock()
 	r.progressCount++
-	p := map[string]any{"progressToken": r.progressToken, "progress": r.progressCount,
-		"message": message}
-	r.out.send(notification("notifications/progress", p))
+	r.out.send(notification("notifications/progress", map[string]any{
+		"progressToken": r.progressToken, "progress": r.progressCount, "message": message}))
 }
 
 // keepAlive sends progress every PROGRESS_INTERVAL_MS until done closes, even when the request

@@ -180,16 +180,16 @@ func callOnce(ctx context.Context, srv *server, stdout io.Writer, args []string)
 	if len(args) != 2 {
 		return errors.New("usage: telson call NAME ['JSON']")
 	}
-	call := map[string]any{"name": args[0], "arguments": json.RawMessage(args[1])}
-	params, err := json.Marshal(call) // fails only on arguments that are not JSON
+	params := map[string]any{"name": args[0], "arguments": json.RawMessage(args[1])}
+	line, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+		"params": params}) // fails only on arguments that are not JSON
 	if err != nil {
 		return fmt.Errorf("call: the arguments are not valid JSON: %s", args[1])
 	}
 	s := newSession(srv, nil)
 	defer s.close()
 	replies := make(chan any, 1)
-	m := &rpcMessage{JSONRPC: "2.0", ID: json.RawMessage("1"), Method: "tools/call", Params: params}
-	s.start(ctx, m, nil, func(reply any) error {
+	s.handleLine(ctx, line, false, nil, func(reply any) error {
 		replies <- reply
 		return nil
 	})
