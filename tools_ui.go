@@ -96,7 +96,8 @@ func runReadImage(ctx context.Context, c *toolCall) toolResult {
 			"(%d px long edge, %s).", info, out.Dx(), out.Dy(), mime, humanBytes(len(data)), edge,
 			humanBytes(maxBytes))
 	}
-	item := contentItem{Type: "image", Data: base64.StdEncoding.EncodeToString(data), MimeType: mime}
+	item := contentItem{Type: "image", Data: base64.StdEncoding.EncodeToString(data),
+		MimeType: mime}
 	return toolResult{content: []contentItem{item, {Type: "text", Text: text}}}
 }
 
