@@ -70,7 +70,6 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -304,16 +303,10 @@ type session struct {
 	version string                     // negotiated by initialize; "" before it
 	caps    map[string]json.RawMessage // every client's: one's handshake keeps another's
 	client  string                     // the clientInfo name of the last initialize
-	// the client's running requests, by idKey: two HTTP clients may both run a request 5,
-	// and a cancel naming it is then ignored
-	inflight map[string][]*inflight
+	// the client's running requests, and each one's idKey: two HTTP clients may both run a
+	// request 5, and a cancel naming it is then ignored
+	inflight map[*rpcRequest]string
 	pending  map[string]chan *rpcMessage // the server's requests awaiting a reply, by idKey
-}
-
-// inflight is a running request of the client's.
-type inflight struct {
-	cancel    context.CancelFunc
-	cancelled bool // by the client: the reply is not sent
 }
 
 func newSession(srv *server, out *outbox) *session {
@@ -323,7 +316,7 @@ func newSession(srv *server, out *outbox) *session {
 		shell:    &shellState{home: srv.set.env.home, cwd: srv.set.env.wd},
 		bg:       newBgTasks(srv.procs),
 		slots:    make(chan struct{}, maxInflight),
-		inflight: map[string][]*inflight{},
+		inflight: map[*rpcRequest]string{},
 		caps:     map[string]json.RawMessage{},
 		inputEnd: make(chan struct{}),
 		pending:  map[string]chan *rpcMessage{},
@@ -343,10 +336,8 @@ func (s *session) close() {
 func (s *session) cancelAll() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, same := range s.inflight {
-		for _, r := range same {
-			r.cancel()
-		}
+	for r := range s.inflight {
+		r.cancel()
 	}
 }
 
@@ -398,32 +389,33 @@ func (s *session) handleLine(ctx context.Context, line []byte, inBatch bool, out
 	err := json.Unmarshal(line, &m)
 	var syntax *json.SyntaxError
 	var te *json.UnmarshalTypeError
+	var msg any // the reply, unless a batch or a request answers on its own
 	switch {
 	case len(line) == 0:
-		reply(nil)
 	case errors.As(err, &syntax):
-		reply(errorMessage(nil, newRPCError(codeParseError, "parse error: %v", err)))
+		msg = errorMessage(nil, newRPCError(codeParseError, "parse error: %v", err))
 	case line[0] == '[' && !inBatch:
 		s.handleBatch(ctx, line, out, reply)
+		return
 	case line[0] != '{':
-		reply(invalidRequest(nil, "a message must be a JSON object"))
+		msg = invalidRequest(nil, "a message must be a JSON object")
 	case errors.As(err, &te):
-		reply(invalidRequest(m.ID, "%q must not be a %s", te.Field, te.Value))
+		msg = invalidRequest(m.ID, "%q must not be a %s", te.Field, te.Value)
 	case m.JSONRPC != "2.0":
-		reply(invalidRequest(m.ID, `"jsonrpc" must be "2.0"`))
+		msg = invalidRequest(m.ID, `"jsonrpc" must be "2.0"`)
 	case len(m.ID) > 0 && !validID(m.ID):
-		reply(invalidRequest(nil, "id must be a string or a number"))
+		msg = invalidRequest(nil, "id must be a string or a number")
 	case m.Method == "" && (m.Result != nil || m.Error != nil) && len(m.ID) > 0:
 		s.routeResponse(&m)
-		reply(nil)
 	case m.Method == "":
-		reply(invalidRequest(m.ID, "no method"))
+		msg = invalidRequest(m.ID, "no method")
 	case len(m.ID) == 0:
 		s.handleNotification(&m)
-		reply(nil)
 	default:
 		s.start(ctx, &m, out, reply)
+		return
 	}
+	reply(msg)
 }
 
 // handleBatch answers a JSON array of messages with an array of replies, in protocol version
@@ -487,6 +479,8 @@ type rpcRequest struct {
 	progressToken json.RawMessage
 	client        string   // the client's clientInfo name: its own (2026-07-28), else the session's
 	notices       []string // the notices its reply carries: back in the queue if it is not sent
+	cancel        context.CancelFunc
+	cancelled     bool // by the client: the reply is not sent (guarded by s.mu)
 
 	progressMu    sync.Mutex // guards progressCount, and the order of the progress queued
 	progressCount int
@@ -515,14 +509,12 @@ func (s *session) start(ctx context.Context, m *rpcMessage, out *outbox, reply f
 		reply(errorMessage(m.ID, rerr))
 		return
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	inf := &inflight{cancel: cancel}
-	key := idKey(m.ID)
+	ctx, r.cancel = context.WithCancel(ctx)
 	s.mu.Lock()
 	// A modern request over HTTP is cancelled by closing its stream, and its id is unique
 	// only among its own client's: it is not registered.
 	if !r.modern || out == s.out {
-		s.inflight[key] = append(s.inflight[key], inf)
+		s.inflight[r] = idKey(m.ID)
 	}
 	s.mu.Unlock()
 	s.slots <- struct{}{}
@@ -539,14 +531,10 @@ func (s *session) start(ctx context.Context, m *rpcMessage, out *outbox, reply f
 		var msg any = s.call(ctx, r, handle)
 		close(alive)
 		<-stopped
-		cancel()
+		r.cancel()
 		s.mu.Lock()
-		isThis := func(o *inflight) bool { return o == inf }
-		s.inflight[key] = slices.DeleteFunc(s.inflight[key], isThis)
-		if len(s.inflight[key]) == 0 {
-			delete(s.inflight, key)
-		}
-		cancelled := inf.cancelled
+		delete(s.inflight, r)
+		cancelled := r.cancelled
 		s.mu.Unlock()
 		if cancelled {
 			msg = nil
@@ -572,30 +560,13 @@ func (s *session) call(ctx context.Context, r *rpcRequest, handle methodHandler)
 		}
 	}()
 	result, err := handle(ctx, r)
-	if err != nil {
-		re, ok := err.(*rpcError)
-		if !ok {
-			re = newRPCError(codeInternalError, "internal error: %v", err)
-		}
-		return errorMessage(r.id, re)
-	}
-	if result == nil {
-		result = map[string]any{}
+	if err != nil { // an *rpcError, as every handler's is (another would panic: -32603 above)
+		return errorMessage(r.id, err.(*rpcError))
 	}
 	if r.modern {
 		completeModern(r, result)
 	}
 	return &outMessage{JSONRPC: "2.0", ID: r.id, Result: result}
-}
-
-// awaitClient runs wait, which waits on the client, without holding a request's slot.
-func (s *session) awaitClient(wait func()) {
-	select {
-	case <-s.slots:
-		defer func() { s.slots <- struct{}{} }()
-	default: // not called from a request
-	}
-	wait()
 }
 
 // handleNotification handles notifications/cancelled; other notifications need nothing.
@@ -608,13 +579,21 @@ func (s *session) handleNotification(m *rpcMessage) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if same := s.inflight[idKey(p.RequestID)]; len(same) == 1 {
+	var same []*rpcRequest
+	for r, key := range s.inflight {
+		if key == idKey(p.RequestID) {
+			same = append(same, r)
+		}
+	}
+	if len(same) == 1 {
 		same[0].cancelled = true
 		same[0].cancel()
 	}
 }
 
-func handlePing(context.Context, *rpcRequest) (map[string]any, error) { return nil, nil }
+func handlePing(context.Context, *rpcRequest) (map[string]any, error) {
+	return map[string]any{}, nil
+}
 
 func handleInitialize(ctx context.Context, r *rpcRequest) (map[string]any, error) {
 	var p struct {
@@ -629,17 +608,18 @@ func handleInitialize(ctx context.Context, r *rpcRequest) (map[string]any, error
 	if !slices.Contains(legacyVersions, v) {
 		v = latestLegacy // never an error: clients hang up on one
 	}
-	r.s.mu.Lock()
-	r.s.version = v
-	r.s.client = p.ClientInfo.Name
-	caps := maps.Clone(r.s.caps) // a new map: running requests hold the old one
+	s := r.s
+	s.mu.Lock()
+	s.version = v
+	s.client = p.ClientInfo.Name
+	caps := maps.Clone(s.caps) // a new map: running requests hold the old one
 	maps.Copy(caps, p.Capabilities)
-	r.s.caps = caps
-	r.s.mu.Unlock()
+	s.caps = caps
+	s.mu.Unlock()
 	return map[string]any{
 		"protocolVersion": v,
 		"capabilities":    serverCapabilities,
-		"serverInfo":      r.s.srv.serverInfo(),
+		"serverInfo":      s.srv.serverInfo(),
 		"instructions":    serverInstructions,
 	}, nil
 }
@@ -658,12 +638,16 @@ func (srv *server) serverInfo() map[string]any {
 		"icons":       telsonIcons}
 }
 
-var telsonIcon = []byte(`<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16">
-<rect width="16" height="16" rx="3" fill="#1f6feb"/>
-<path d="M4 5h8M8 5v7" stroke="#fff" stroke-width="2" fill="none"/></svg>`)
-
+// telsonIcons is telson's icon, this SVG in base64:
+//
+//	<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16">
+//	<rect width="16" height="16" rx="3" fill="#1f6feb"/>
+//	<path d="M4 5h8M8 5v7" stroke="#fff" stroke-width="2" fill="none"/></svg>
 var telsonIcons = []map[string]any{{
-	"src":      "data:image/svg+xml;base64," + base64.StdEncoding.EncodeToString(telsonIcon),
+	"src": "data:image/svg+xml;base64,PHN2ZyB4bWxucz0iaHR0cDovL3d3dy53My5vcmcvMjAwMC9zdmciIHZp" +
+		"ZXdCb3g9IjAgMCAxNiAxNiI+CjxyZWN0IHdpZHRoPSIxNiIgaGVpZ2h0PSIxNiIgcng9IjMiIGZpbGw9IiMxZjZm" +
+		"ZWIiLz4KPHBhdGggZD0iTTQgNWg4TTggNXY3IiBzdHJva2U9IiNmZmYiIHN0cm9rZS13aWR0aD0iMiIgZmlsbD0i" +
+		"bm9uZSIvPjwvc3ZnPg==",
 	"mimeType": "image/svg+xml",
 	"sizes":    []string{"any"},
 }}
@@ -740,13 +724,9 @@ func completeModern(r *rpcRequest, result map[string]any) {
 	if result["resultType"] == nil {
 		result["resultType"] = "complete"
 	}
-	meta, ok := result["_meta"].(map[string]any)
-	if !ok {
-		meta = map[string]any{}
-		result["_meta"] = meta
-	}
-	if meta[metaServerInfo] == nil {
-		meta[metaServerInfo] = map[string]any{"name": "telson", "version": r.s.srv.version}
+	if result["_meta"] == nil { // server/discover's holds the whole serverInfo
+		info := map[string]any{"name": "telson", "version": r.s.srv.version}
+		result["_meta"] = map[string]any{metaServerInfo: info}
 	}
 }
 
@@ -836,6 +816,7 @@ func newToolEntry(d *toolDef) *toolEntry {
 	if err != nil {
 		panic(fmt.Sprintf("tool %s: %v", d.name, err))
 	}
+	input.aliases = d.aliases
 	t := &toolEntry{def: d, schema: input}
 	if d.output == "" {
 		return t
@@ -857,15 +838,6 @@ func (d *toolDef) desc(s *session) string {
 	return d.description
 }
 
-func (srv *server) tool(name string) *toolEntry {
-	for _, t := range srv.tools {
-		if t.def.name == name {
-			return t
-		}
-	}
-	return nil
-}
-
 func handleToolsList(ctx context.Context, r *rpcRequest) (map[string]any, error) {
 	var p struct {
 		Cursor *string
@@ -879,8 +851,8 @@ func handleToolsList(ctx context.Context, r *rpcRequest) (map[string]any, error)
 	tools := []map[string]any{}
 	for _, t := range r.s.srv.tools {
 		d := t.def
-		listing := map[string]any{"name": d.name, "title": d.title,
-			"description": d.desc(r.s), "inputSchema": t.schema.raw, "icons": telsonIcons,
+		listing := map[string]any{"name": d.name, "title": d.title, "description": d.desc(r.s),
+			"inputSchema": json.RawMessage(d.input), "icons": telsonIcons,
 			"annotations": map[string]any{
 				"title":           d.title,
 				"readOnlyHint":    d.hints.readOnly,
@@ -919,9 +891,7 @@ type contentItem struct {
 	MimeType string `json:"mimeType,omitempty"`
 }
 
-func textResult(text string) toolResult {
-	return toolResult{content: []contentItem{{Type: "text", Text: text}}}
-}
+func textResult(text string) toolResult { return structuredResult(text, nil) }
 
 // structuredResult is a result whose text and structured content say the same: a client may
 // show the model only one of them.
@@ -953,22 +923,17 @@ func handleToolsCall(ctx context.Context, r *rpcRequest) (map[string]any, error)
 	if err := dec.Decode(&p); err != nil {
 		return nil, invalidParams("%v", err)
 	}
-	t := r.s.srv.tool(p.Name)
-	if t == nil {
+	i := slices.IndexFunc(r.s.srv.tools, func(t *toolEntry) bool { return t.def.name == p.Name })
+	if i < 0 {
 		return nil, newRPCError(codeInvalidParams, "unknown tool: %q", p.Name)
 	}
+	t := r.s.srv.tools[i]
 	if p.Arguments == nil {
 		p.Arguments = map[string]any{}
 	}
-	if m, ok := t.schema.convert(p.Arguments).(map[string]any); ok && t.def.aliases != nil {
-		t.def.aliases(m) // on the object, also when sent as JSON text
-		p.Arguments = m
-	}
-	var res toolResult
 	args, problem := t.schema.check(p.Arguments)
-	if problem != "" {
-		res = errorResult("invalid arguments: %s", problem)
-	} else {
+	res := errorResult("invalid arguments: %s", problem)
+	if problem == "" {
 		res = t.def.run(ctx, &toolCall{s: r.s, req: r, args: args})
 	}
 	if res.inputRequired != nil { // only a modern request's tools ask so
@@ -979,21 +944,37 @@ func handleToolsCall(ctx context.Context, r *rpcRequest) (map[string]any, error)
 	if res.named {
 		content[0].Text = t.def.name + ": " + content[0].Text
 	}
+	text := content[len(content)-1].Text
 	notices := r.s.notices.drain()
 	r.notices = notices
 	if len(notices) > 0 { // a line each; a client may join the items with nothing between
 		item := contentItem{Type: "text", Text: strings.Join(notices, "\n") + "\n"}
 		content = append([]contentItem{item}, content...)
-		res.structured = withNotices(res.structured, notices)
 	}
 	m := map[string]any{"content": content}
 	if res.isError {
 		m["isError"] = true
 	}
-	if res.structured != nil && t.output != nil {
-		if r.known().both {
-			res.structured = withoutRepeats(res.structured, res.content[len(res.content)-1].Text)
+	// The notices join the structured content; for a client that shows the model both, a long
+	// string the text carries too is replaced by a pointer to it, so the model reads it once.
+	both := r.known().both
+	var obj map[string]any // the structured content as a JSON object
+	if len(notices) > 0 || both {
+		b, _ := json.Marshal(res.structured) // on failure, Unmarshal fails too
+		json.Unmarshal(b, &obj)
+	}
+	if obj != nil {
+		if len(notices) > 0 {
+			obj["notices"] = notices
 		}
+		for k, v := range obj {
+			if s, ok := v.(string); ok && both && len(s) > 200 && strings.Contains(text, s) {
+				obj[k] = "(in the text)"
+			}
+		}
+		res.structured = obj
+	}
+	if res.structured != nil && t.output != nil {
 		m["structuredContent"] = res.structured
 	}
 	return m, nil
@@ -1057,48 +1038,20 @@ func (r *rpcRequest) outputLimit() int {
 	return r.s.srv.set.OutputLimit
 }
 
-// withoutRepeats is structured content whose long strings that text carries too are replaced
-// by a pointer to it: for a client that shows the model both, so it reads them once.
-func withoutRepeats(structured any, text string) any {
-	b, _ := json.Marshal(structured) // on failure, Unmarshal below fails too
-	var m map[string]any
-	if json.Unmarshal(b, &m) != nil {
-		return structured
-	}
-	for k, v := range m {
-		if s, ok := v.(string); ok && len(s) > 200 && strings.Contains(text, s) {
-			m[k] = "(in the text)"
-		}
-	}
-	return m
-}
-
-// withNotices adds the notices to structured content, which becomes a JSON object.
-func withNotices(structured any, notices []string) any {
-	b, _ := json.Marshal(structured) // on failure, Unmarshal below fails too
-	var m map[string]any
-	if json.Unmarshal(b, &m) != nil || m == nil {
-		return structured
-	}
-	m["notices"] = notices
-	return m
-}
-
 // jsonSchema is the part of JSON Schema that tool inputs use; check applies it.
 type jsonSchema struct {
-	Type        string
-	Description string
-	Properties  map[string]*jsonSchema
-	Required    []string
-	Items       *jsonSchema
-	Enum        []any
-	Minimum     *float64
-	Maximum     *float64
-	MinLength   *float64
-	MaxLength   *float64
-	MinItems    *float64
-	MaxItems    *float64
-	raw         json.RawMessage // the schema as written (encoding/json compacts it when sent)
+	Type       string
+	Properties map[string]*jsonSchema
+	Required   []string
+	Items      *jsonSchema
+	Enum       []any
+	Minimum    *float64
+	Maximum    *float64
+	MinLength  *float64
+	MaxLength  *float64
+	MinItems   *float64
+	MaxItems   *float64
+	aliases    func(args map[string]any) // the tool's, on its arguments object
 }
 
 func parseSchema(text string) (*jsonSchema, error) {
@@ -1109,7 +1062,6 @@ func parseSchema(text string) (*jsonSchema, error) {
 	if schema.Type != "object" {
 		return nil, fmt.Errorf("schema: type is %q, want object", schema.Type)
 	}
-	schema.raw = json.RawMessage(text)
 	return &schema, nil
 }
 
@@ -1157,13 +1109,16 @@ func (schema *jsonSchema) convert(v any) any {
 	return v
 }
 
-// checkValue returns v converted to the schema, or what is wrong with it.
+// checkValue returns v converted to the schema, or what is wrong with it. An object keeps the
+// properties the schema knows, each checked (a "*_json" property, JSON text, also takes the
+// JSON itself); an integer is written as one (300.0 and 3e2 are 300, which a Go int takes).
 func (schema *jsonSchema) checkValue(path string, v any) (any, string) {
 	v = schema.convert(v)
 	kind := jsonType(v)
-	if schema.Type != "" && kind != schema.Type && (kind != "number" || schema.Type != "integer") {
+	num, isNumber := v.(json.Number)
+	if schema.Type != "" && kind != schema.Type && (!isNumber || schema.Type != "integer") {
 		got := withArticle(kind)
-		if num, ok := v.(json.Number); ok {
+		if isNumber {
 			got += " (" + num.String() + ")"
 		}
 		return v, fmt.Sprintf("%s must be %s, got %s", path, withArticle(schema.Type), got)
@@ -1171,14 +1126,59 @@ func (schema *jsonSchema) checkValue(path string, v any) (any, string) {
 	problem := ""
 	switch schema.Type {
 	case "object":
-		v, problem = schema.checkObject(v.(map[string]any))
+		obj := v.(map[string]any)
+		if schema.aliases != nil {
+			schema.aliases(obj) // on the object, also when sent as JSON text
+		}
+		known := map[string]any{}
+		for _, name := range schema.Required {
+			if obj[name] == nil {
+				return v, fmt.Sprintf("%q is required", name)
+			}
+		}
+		for name, prop := range schema.Properties {
+			x := obj[name]
+			if x == nil {
+				continue
+			}
+			if _, text := x.(string); !text && strings.HasSuffix(name, "_json") {
+				b, _ := json.Marshal(x) // a client that parsed the JSON text sends the JSON itself
+				x = string(b)
+			}
+			if known[name], problem = prop.checkValue(strconv.Quote(name), x); problem != "" {
+				return v, problem
+			}
+		}
+		v = known
 	case "string":
 		n := float64(len([]rune(v.(string))))
 		problem = checkRange(path, n, schema.MinLength, schema.MaxLength, " characters")
 	case "integer", "number":
-		v, problem = schema.checkNumber(path, v.(json.Number))
+		f, err := num.Float64()
+		isInteger := schema.Type == "integer"
+		switch {
+		case err != nil || isInteger && math.Abs(f) >= math.MaxInt64: // past float64's, int64's
+			return v, fmt.Sprintf("%s: %s is out of range", path, num)
+		case isInteger && f != math.Trunc(f):
+			return v, fmt.Sprintf("%s must be an integer, got %s", path, num)
+		case isInteger && strings.ContainsAny(num.String(), ".eE"):
+			v = json.Number(strconv.FormatInt(int64(f), 10))
+		}
+		problem = checkRange(path, f, schema.Minimum, schema.Maximum, "")
 	case "array":
-		v, problem = schema.checkArray(path, v.([]any))
+		arr := v.([]any)
+		problem = checkRange(path, float64(len(arr)), schema.MinItems, schema.MaxItems, " items")
+		if problem != "" || schema.Items == nil {
+			break
+		}
+		out := make([]any, len(arr))
+		for i, x := range arr {
+			out[i], problem = schema.Items.checkValue(fmt.Sprintf("%s[%d]", path, i), x)
+			if problem != "" {
+				return v, problem
+			}
+		}
+		v = out
 	}
 	if problem != "" || len(schema.Enum) == 0 {
 		return v, problem
@@ -1191,64 +1191,6 @@ func (schema *jsonSchema) checkValue(path string, v any) (any, string) {
 		}
 	}
 	return v, fmt.Sprintf("%s must be one of %s, got %v", path, strings.Join(opts, ", "), v)
-}
-
-// checkObject keeps the properties the schema knows, each checked; a "*_json" property, JSON
-// text, also takes the JSON itself.
-func (schema *jsonSchema) checkObject(obj map[string]any) (any, string) {
-	for _, name := range schema.Required {
-		if obj[name] == nil {
-			return obj, fmt.Sprintf("%q is required", name)
-		}
-	}
-	known := map[string]any{}
-	for name, prop := range schema.Properties {
-		v := obj[name]
-		if v == nil {
-			continue
-		}
-		if _, text := v.(string); !text && strings.HasSuffix(name, "_json") {
-			b, _ := json.Marshal(v) // a client that parsed the JSON text sends the JSON itself
-			v = string(b)
-		}
-		x, problem := prop.checkValue(strconv.Quote(name), v)
-		if problem != "" {
-			return obj, problem
-		}
-		known[name] = x
-	}
-	return known, ""
-}
-
-// checkNumber returns num, an integer's written as one (300.0 and 3e2 are 300, which a Go int
-// takes), or what is wrong with it.
-func (schema *jsonSchema) checkNumber(path string, num json.Number) (json.Number, string) {
-	f, err := num.Float64()
-	isInteger := schema.Type == "integer"
-	switch {
-	case err != nil || isInteger && math.Abs(f) >= math.MaxInt64: // past float64's, int64's range
-		return num, fmt.Sprintf("%s: %s is out of range", path, num)
-	case isInteger && f != math.Trunc(f):
-		return num, fmt.Sprintf("%s must be an integer, got %s", path, num)
-	case isInteger && strings.ContainsAny(num.String(), ".eE"):
-		num = json.Number(strconv.FormatInt(int64(f), 10))
-	}
-	return num, checkRange(path, f, schema.Minimum, schema.Maximum, "")
-}
-
-func (schema *jsonSchema) checkArray(path string, arr []any) (any, string) {
-	problem := checkRange(path, float64(len(arr)), schema.MinItems, schema.MaxItems, " items")
-	if problem != "" || schema.Items == nil {
-		return arr, problem
-	}
-	out := make([]any, len(arr))
-	for i, x := range arr {
-		out[i], problem = schema.Items.checkValue(fmt.Sprintf("%s[%d]", path, i), x)
-		if problem != "" {
-			return arr, problem
-		}
-	}
-	return out, ""
 }
 
 // checkRange says what is wrong when n (a number, a length, a count of unit) is below min or
@@ -1306,23 +1248,25 @@ func (r *rpcRequest) request(ctx context.Context, method string, params any) (
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", method, err)
 	}
+	select { // the wait for the client holds no slot of the session's
+	case <-s.slots:
+		defer func() { s.slots <- struct{}{} }()
+	default: // not called from a request
+	}
 	var m *rpcMessage
-	s.awaitClient(func() {
-		select {
-		case m = <-ch:
-		case <-ctx.Done():
-		case <-s.inputEnd:
-		}
-	})
+	select {
+	case m = <-ch:
+	case <-ctx.Done():
+	case <-s.inputEnd:
+	}
 	switch {
 	case m == nil && ctx.Err() == nil:
 		return nil, fmt.Errorf("%s: the client's input ended", method)
 	case m == nil:
-		cancel := map[string]any{"requestId": id, "reason": ctx.Err().Error()}
-		r.out.send(notification("notifications/cancelled", cancel))
+		r.out.send(notification("notifications/cancelled",
+			map[string]any{"requestId": id, "reason": ctx.Err().Error()}))
 		return nil, fmt.Errorf("%s: %w", method, ctx.Err())
-	}
-	if m.Error != nil {
+	case m.Error != nil:
 		return nil, fmt.Errorf("%s: client answered %d %s", method, m.Error.Code, m.Error.Message)
 	}
 	return m.Result, nil
@@ -1346,12 +1290,6 @@ func (s *session) routeResponse(m *rpcMessage) {
 	s.srv.log.Debug("reply to an unknown request ignored", "id", string(m.ID))
 }
 
-// clientHas reports whether the client declared capability name, for this request.
-func (r *rpcRequest) clientHas(name string) bool {
-	_, ok := r.caps[name]
-	return ok
-}
-
 // progress sends notifications/progress with message when the request asked for progress; the
 // count grows with every notification, in the order they are queued.
 func (r *rpcRequest) progress(message string) {
@@ -1361,9 +1299,8 @@ func (r *rpcRequest) progress(message string) {
 	r.progressMu.Lock() // held across the queueing: that keeps the counts in order
 	defer r.progressMu.Unlock()
 	r.progressCount++
-	p := map[string]any{"progressToken": r.progressToken, "progress": r.progressCount,
-		"message": message}
-	r.out.send(notification("notifications/progress", p))
+	r.out.send(notification("notifications/progress", map[string]any{
+		"progressToken": r.progressToken, "progress": r.progressCount, "message": message}))
 }
 
 // keepAlive sends progress every PROGRESS_INTERVAL_MS until done closes, even when the request

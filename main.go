@@ -182,16 +182,16 @@ func callOnce(ctx context.Context, srv *server, stdout io.Writer, args []string)
 	if len(args) != 2 {
 		return errors.New("usage: telson call NAME ['JSON']")
 	}
-	if !json.Valid([]byte(args[1])) {
+	params := map[string]any{"name": args[0], "arguments": json.RawMessage(args[1])}
+	line, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+		"params": params}) // fails only on arguments that are not JSON
+	if err != nil {
 		return fmt.Errorf("call: the arguments are not valid JSON: %s", args[1])
 	}
-	call := map[string]any{"name": args[0], "arguments": json.RawMessage(args[1])}
-	params, _ := json.Marshal(call) // valid JSON encodes
 	s := newSession(srv, nil)
 	defer s.close()
 	replies := make(chan any, 1)
-	m := &rpcMessage{JSONRPC: "2.0", ID: json.RawMessage("1"), Method: "tools/call", Params: params}
-	s.start(ctx, m, nil, func(reply any) error {
+	s.handleLine(ctx, line, false, nil, func(reply any) error {
 		replies <- reply
 		return nil
 	})
@@ -402,8 +402,7 @@ func loadSettings(env environment, stderr io.Writer) *settings {
 	if env.fileErr != nil && !errors.Is(env.fileErr, os.ErrNotExist) {
 		warn("settings file", env.fileErr.Error())
 	}
-	lines := strings.Split(strings.TrimPrefix(string(env.file), "\ufeff"), "\n")
-	for n, line := range lines {
+	for n, line := range strings.Split(strings.TrimPrefix(string(env.file), "\ufeff"), "\n") {
 		line, _, _ = strings.Cut(strings.ReplaceAll(line, "\t", " "), " #") // a trailing comment
 		line = strings.TrimPrefix(strings.TrimSpace(line), "export ")
 		k, v, ok := strings.Cut(line, "=")
@@ -456,8 +455,10 @@ func (s *settings) set(key, value string) string {
 		return "unknown key " + key
 	}
 	f := fields[i]
+	v := reflect.ValueOf(s).Elem().FieldByIndex(f.Index)
+	kept := fmt.Sprint(v) // the value a warning says is kept
 	wrong := ""
-	switch field := reflect.ValueOf(s).Elem().FieldByIndex(f.Index).Addr().Interface().(type) {
+	switch field := v.Addr().Interface().(type) {
 	case *string:
 		*field = value
 	case *[]string:
@@ -467,41 +468,34 @@ func (s *settings) set(key, value string) string {
 		}
 	case *bool:
 		on, err := strconv.ParseBool(strings.TrimSpace(value))
-		*field = on || err != nil && *field
 		if err != nil {
 			wrong = "a boolean (1/0, true/false)"
+			break
 		}
+		*field = on
 	case *int, *time.Duration:
+		unit := 1
+		if _, ok := field.(*time.Duration); ok {
+			unit = int(time.Millisecond) // a duration is set, and said, in milliseconds
+		}
 		var lo, hi int // every number has both bounds: a duration's keep it from overflowing
 		fmt.Sscan(f.Tag.Get("bounds"), &lo, &hi)
 		n, err := strconv.Atoi(value)
 		if err != nil || n < lo || n > hi {
 			wrong = fmt.Sprintf("a whole number from %d to %d", lo, hi)
+			kept = fmt.Sprint(v.Int() / int64(unit))
 			break
 		}
-		if d, ok := field.(*time.Duration); ok {
-			*d = time.Duration(n) * time.Millisecond
-		} else {
-			*field.(*int) = n
-		}
+		v.SetInt(int64(n * unit))
 	case encoding.TextUnmarshaler:
 		if field.UnmarshalText([]byte(value)) != nil {
 			wrong = "one of its words"
 		}
 	}
 	if wrong != "" {
-		return fmt.Sprintf("%s=%q is not %s; keeping %s", key, value, wrong, s.value(f))
+		return fmt.Sprintf("%s=%q is not %s; keeping %s", key, value, wrong, kept)
 	}
 	return ""
-}
-
-// value is a setting's value as a warning says it: durations in milliseconds.
-func (s *settings) value(f reflect.StructField) string {
-	v := reflect.ValueOf(*s).FieldByIndex(f.Index).Interface()
-	if d, ok := v.(time.Duration); ok {
-		return strconv.FormatInt(d.Milliseconds(), 10)
-	}
-	return fmt.Sprint(v)
 }
 
 // toolEnabled applies TOOLS: all or true, none or false, or a comma list of names.

@@ -90,14 +90,14 @@ func runReadImage(ctx context.Context, c *toolCall) toolResult {
 	info := fmt.Sprintf("%s: %s, %d×%d px, %s", path, mime, w, h, humanBytes(len(data)))
 	text := info + ", sent as is."
 	if len(data) > maxBytes || max(w, h) > edge {
-		limits := fmt.Sprintf("(%d px long edge, %s)", edge, humanBytes(maxBytes))
 		var out image.Rectangle
 		data, mime, out = shrinkImage(img, edge, maxBytes)
-		text = fmt.Sprintf("%s; scaled to %d×%d and re-encoded as %s (%s) to fit the limits %s.",
-			info, out.Dx(), out.Dy(), mime, humanBytes(len(data)), limits)
+		text = fmt.Sprintf("%s; scaled to %d×%d and re-encoded as %s (%s) to fit the limits "+
+			"(%d px long edge, %s).", info, out.Dx(), out.Dy(), mime, humanBytes(len(data)), edge,
+			humanBytes(maxBytes))
 	}
-	encoded := base64.StdEncoding.EncodeToString(data)
-	item := contentItem{Type: "image", Data: encoded, MimeType: mime}
+	item := contentItem{Type: "image", Data: base64.StdEncoding.EncodeToString(data),
+		MimeType: mime}
 	return toolResult{content: []contentItem{item, {Type: "text", Text: text}}}
 }
 
@@ -111,16 +111,13 @@ func decodeImage(mime string, data []byte) (w, h int, img image.Image, err error
 			"format in Bash first (for a WebP: dwebp IN -o OUT.png, or ffmpeg -i IN OUT.png)")
 	}
 	cfg, _, err := image.DecodeConfig(bytes.NewReader(data))
-	scans := 0
-	if mime == "image/jpeg" {
-		scans = bytes.Count(data, []byte{0xff, 0xda}) // markers only: in JPEG data 0xff is escaped
-	}
+	scans := bytes.Count(data, []byte{0xff, 0xda}) // in a JPEG markers only: its data escapes 0xff
 	switch {
 	case err != nil:
 	case cfg.Width*cfg.Height > imageMaxPixels:
 		return 0, 0, nil, fmt.Errorf("%d×%d px is over the %.1f megapixels telson decodes: "+
 			"shrink it in Bash first", cfg.Width, cfg.Height, imageMaxPixels/1e6)
-	case scans > jpegMaxScans:
+	case mime == "image/jpeg" && scans > jpegMaxScans:
 		return 0, 0, nil, fmt.Errorf("it has %d scans, over the %d telson decodes: "+
 			"re-encode it in Bash first", scans, jpegMaxScans)
 	default:
@@ -175,10 +172,9 @@ func boxScale(img image.Image, scale float64) *image.RGBA {
 			for y := oy * h / dh; y < (oy+1)*h/dh; y++ {
 				for x := ox * w / dw; x < (ox+1)*w/dw; x++ {
 					c := src.RGBA64At(b.Min.X+x, b.Min.Y+y)
-					sum[0] += uint64(c.R)
-					sum[1] += uint64(c.G)
-					sum[2] += uint64(c.B)
-					sum[3] += uint64(c.A)
+					for i, v := range [...]uint16{c.R, c.G, c.B, c.A} {
+						sum[i] += uint64(v)
+					}
 					n += 257
 				}
 			}
@@ -309,7 +305,8 @@ func runAskUserQuestion(ctx context.Context, c *toolCall) toolResult {
 // canElicit reports whether the client declared elicitation in a version that
 // has it. A client that declared URL mode only answers a form with an error.
 func canElicit(r *rpcRequest) bool {
-	return r.clientHas("elicitation") && r.version >= version20250618
+	_, declared := r.caps["elicitation"]
+	return declared && r.version >= version20250618
 }
 
 // elicit shows the user a form under key: in the legacy era as a server

@@ -2899,7 +2899,7 @@ func (e *searchEngine) get(ctx context.Context, client *http.Client, set *settin
 		req.URL.Host = base.Host
 		req.Host = ""
 	}
-	for _, line := range strings.Split(os.Expand(searchAPIHeader+e.header, fill), "\n") {
+	for _, line := range strings.Split(searchAPIHeader+e.header, "\n") {
 		if k, v, ok := strings.Cut(line, ": "); ok {
 			req.Header.Set(k, v)
 		}
@@ -3253,14 +3253,12 @@ func (st *searchState) search(ctx context.Context, set *settings, query string,
 				if p := recover(); p != nil {
 					o.Detail = fmt.Sprint("panic: ", p) // before any status was set
 				}
+				o.Detail = stripControls(o.Detail) // it may quote what an engine said
 			}()
 			st.ask(ctx, set, e, query, o)
 		}()
 	}
 	wg.Wait()
-	for i := range outs { // a detail may quote what an engine said
-		outs[i].Detail = stripControls(outs[i].Detail)
-	}
 	return outs
 }
 
