@@ -822,30 +822,28 @@ type toolDef struct {
 // toolHints are the tool annotations.
 type toolHints struct{ readOnly, destructive, idempotent, openWorld bool }
 
-// toolEntry is a row of the tool table with its parsed input schema.
+// toolEntry is a row of the tool table with its input schema, parsed at the tool's first call
+// (start-up parses none), and its output schema with the notices every result may carry.
 type toolEntry struct {
 	def    *toolDef
-	schema *jsonSchema
-	output json.RawMessage // the output schema with notices declared; nil for none
+	schema func() *jsonSchema
+	output json.RawMessage // nil for none
 }
 
-// newToolEntry parses d's schemas, adding to the output schema the notices every result may
-// carry. The table is code, and a test checks every schema: a bad one is a panic at start.
+// newToolEntry makes d's entry. The table is code, and a test checks every schema: a bad one
+// is a panic (-32603) at the tool's first call.
 func newToolEntry(d *toolDef) *toolEntry {
-	input, err := parseSchema(d.input)
-	if err != nil {
-		panic(fmt.Sprintf("tool %s: %v", d.name, err))
+	t := &toolEntry{def: d, schema: sync.OnceValue(func() *jsonSchema {
+		input, err := parseSchema(d.input)
+		if err != nil {
+			panic(fmt.Sprintf("tool %s: %v", d.name, err))
+		}
+		return input
+	})}
+	if d.output != "" {
+		t.output = json.RawMessage(strings.Replace(d.output, `"properties":{`,
+			`"properties":{"notices":`+noticesSchema+`,`, 1))
 	}
-	t := &toolEntry{def: d, schema: input}
-	if d.output == "" {
-		return t
-	}
-	var m map[string]any
-	if err := json.Unmarshal([]byte(d.output), &m); err != nil {
-		panic(fmt.Sprintf("tool %s: output schema: %v", d.name, err))
-	}
-	m["properties"].(map[string]any)["notices"] = json.RawMessage(noticesSchema)
-	t.output, _ = json.Marshal(m) // decoded JSON encodes
 	return t
 }
 
@@ -880,7 +878,7 @@ func handleToolsList(ctx context.Context, r *rpcRequest) (map[string]any, error)
 	for _, t := range r.s.srv.tools {
 		d := t.def
 		listing := map[string]any{"name": d.name, "title": d.title,
-			"description": d.desc(r.s), "inputSchema": t.schema.raw, "icons": telsonIcons,
+			"description": d.desc(r.s), "inputSchema": json.RawMessage(d.input), "icons": telsonIcons,
 			"annotations": map[string]any{
 				"title":           d.title,
 				"readOnlyHint":    d.hints.readOnly,
@@ -960,12 +958,12 @@ func handleToolsCall(ctx context.Context, r *rpcRequest) (map[string]any, error)
 	if p.Arguments == nil {
 		p.Arguments = map[string]any{}
 	}
-	if m, ok := t.schema.convert(p.Arguments).(map[string]any); ok && t.def.aliases != nil {
+	if m, ok := t.schema().convert(p.Arguments).(map[string]any); ok && t.def.aliases != nil {
 		t.def.aliases(m) // on the object, also when sent as JSON text
 		p.Arguments = m
 	}
 	var res toolResult
-	args, problem := t.schema.check(p.Arguments)
+	args, problem := t.schema().check(p.Arguments)
 	if problem != "" {
 		res = errorResult("invalid arguments: %s", problem)
 	} else {
@@ -1098,7 +1096,6 @@ type jsonSchema struct {
 	MaxLength   *float64
 	MinItems    *float64
 	MaxItems    *float64
-	raw         json.RawMessage // the schema as written (encoding/json compacts it when sent)
 }
 
 func parseSchema(text string) (*jsonSchema, error) {
@@ -1109,7 +1106,6 @@ func parseSchema(text string) (*jsonSchema, error) {
 	if schema.Type != "object" {
 		return nil, fmt.Errorf("schema: type is %q, want object", schema.Type)
 	}
-	schema.raw = json.RawMessage(text)
 	return &schema, nil
 }
 

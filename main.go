@@ -34,6 +34,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 	"unicode"
@@ -375,16 +376,19 @@ func defaultSettings() *settings {
 	return s
 }
 
-// fields lists the settings' tagged fields.
+// fields lists the settings' tagged fields, found once: set looks a key up in them.
 func (s *settings) fields() []reflect.StructField {
-	var fields []reflect.StructField
-	for _, f := range reflect.VisibleFields(reflect.TypeOf(*s)) {
+	return settingsFields()
+}
+
+var settingsFields = sync.OnceValue(func() (fields []reflect.StructField) {
+	for _, f := range reflect.VisibleFields(reflect.TypeFor[settings]()) {
 		if f.Tag.Get("key") != "" {
 			fields = append(fields, f)
 		}
 	}
 	return fields
-}
+})
 
 // loadSettings makes the settings: defaults, then the settings file's KEY=VALUE lines, then
 // the environment's TELSON_<KEY> variables. A warning names the file and line, or the

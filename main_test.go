@@ -3306,6 +3306,39 @@ func TestKeptFilesNeverTakeALiveLog(t *testing.T) {
 	}
 }
 
+// A kept output file is made only when a reply names it or its output passes keptEarly: a Bash
+// call whose reply holds all its output makes none (making a file costs more than running
+// `true`). Named after its output ended, it holds all of it and is finished; discarded, none is
+// made, whatever a process left behind prints.
+func TestKeptFileIsMadeOnlyWhenNamed(t *testing.T) {
+	t.Parallel()
+	srv := newServer(testSettings(t), io.Discard)
+	defer srv.close()
+	short := srv.procs.keepFile("bash")
+	short.keep([]byte("short\n"))
+	short.close()
+	if exists(short.path) {
+		t.Fatalf("%s was made before anything named it", short.path)
+	}
+	if b, err := os.ReadFile(short.name()); string(b) != "short\n" || !short.done.Load() {
+		t.Errorf("named after its end: %q %v, finished %v", b, err, short.done.Load())
+	}
+	big := srv.procs.keepFile("bash")
+	big.keep(bytes.Repeat([]byte("x\n"), keptEarly))
+	if fi, err := os.Stat(big.path); err != nil || fi.Size() != 2*keptEarly {
+		t.Errorf("output past keptEarly: %v %v", fi, err)
+	}
+	big.close()
+	gone := srv.procs.keepFile("bash")
+	gone.keep([]byte("a\n"))
+	srv.procs.discard(gone)
+	gone.keep(bytes.Repeat([]byte("x"), keptEarly+1))
+	gone.close()
+	if exists(gone.path) {
+		t.Errorf("a discarded file was made: %s", gone.path)
+	}
+}
+
 // Telson's own secrets (HTTP_TOKEN, search API keys) never reach a child's environment; the
 // settings that are not secret, and the run marker, do.
 func TestChildrenGetNoSecrets(t *testing.T) {

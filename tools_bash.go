@@ -121,6 +121,7 @@ func runBash(ctx context.Context, c *toolCall) toolResult {
 		case <-ctx.Done():
 			stopRun(t.marker, t.leader)
 			<-t.ended
+			t.log.name()
 			s.notices.push(t.cancelNotice())
 			return bashEnded(s, t, ch, limit, true)
 		case <-changed:
@@ -147,7 +148,7 @@ func bashEnded(s *session, t *bgTask, ch *child, limit int, keep bool) toolResul
 	o.DurationMS = t.runtime.Milliseconds()
 	t.mu.Unlock()
 	if o.Truncated || hidden > 0 {
-		o.OutputFile = t.log.path
+		o.OutputFile = t.log.name()
 	} else if !keep {
 		s.srv.procs.discard(t.log)
 	}
@@ -169,7 +170,7 @@ func bashEnded(s *session, t *bgTask, ch *child, limit int, keep bool) toolResul
 // bashHandOff makes the command, still running at the blocking limit, a background task, and
 // replies with its output so far, which the task's reads then go on from.
 func bashHandOff(s *session, t *bgTask, limit int, timeout time.Duration) toolResult {
-	o := &bashOutcome{Status: "running", OutputFile: t.log.path, ExitCode: -1}
+	o := &bashOutcome{Status: "running", OutputFile: t.log.name(), ExitCode: -1}
 	t.mu.Lock()
 	hidden := t.showLocked(o, limit)
 	t.unread = t.unread[:0] // shown: reads go on from here

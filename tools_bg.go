@@ -163,7 +163,7 @@ type bgTask struct {
 	start    time.Time
 	limit    int           // the most unread bytes kept: BG_BUFFER_BYTES once listed
 	headMax  int           // the first bytes kept for a Bash reply; 0 for a background task
-	log      *keptFile     // the complete output; written by the copying goroutine only
+	log      *keptFile     // the complete output; written by the copying goroutine
 	ended    chan struct{} // closed when bash has exited and the status is final
 	timer    *time.Timer   // a Bash call's timeout, which stops it; nil for a background task
 	timedOut atomic.Bool   // the timeout stopped it
@@ -233,6 +233,7 @@ func runBackgroundBash(ctx context.Context, c *toolCall) toolResult {
 	if err != nil {
 		return errorResult("%v", err)
 	}
+	t.log.name()
 	c.s.adopt(t)
 	info, status := t.state(c.s) // it may have ended already
 	info.Hint = fmt.Sprintf(`Read its output with ReadBgOutput {"task_id": %[1]d, `+

@@ -24,7 +24,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -32,6 +31,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unicode/utf8"
 )
 
 // ---- TaskManager ----
@@ -776,6 +776,7 @@ const (
 	maxSkillsRoot       = 1000      // folders read in one skills folder
 	maxSkillsList       = 200       // skills listed in the description
 	maxSkillDescription = 1024      // characters of a skill's description kept
+	maxSkillName        = 64        // characters of a skill's name (its folder's)
 )
 
 type skillInfo struct{ name, description, source, path string } // path of SKILL.md
@@ -820,13 +821,17 @@ func scanSkills(set *settings, project string) ([]skillInfo, []error) {
 	return skills, broken
 }
 
-// skillName is a name InvokeSkill's description may list: a folder's name can hold anything
-// (a newline, invisible characters) but a slash.
-var skillName = regexp.MustCompile(`^[\p{L}\p{N}._-]{1,64}$`)
+// skillName reports whether name is one InvokeSkill's description may list: a folder's name
+// can hold anything (a newline, invisible characters) but a slash. (A regexp with {1,64} took
+// 2.5 MB and 2 ms at every start.)
+func skillName(name string) bool {
+	return utf8.RuneCountInString(name) <= maxSkillName && !strings.ContainsFunc(name,
+		func(r rune) bool { return notWordRune(r) && !strings.ContainsRune("._-", r) })
+}
 
 // load reads sk's SKILL.md: it sets the description and returns the body.
 func (sk *skillInfo) load() (body string, err error) {
-	if !skillName.MatchString(sk.name) {
+	if !skillName(sk.name) {
 		return "", errors.New("a skill's name (its folder's) is at most 64 letters, digits, '.', '_', '-'")
 	}
 	b, err := readCapped(sk.path, maxSkillBytes)
