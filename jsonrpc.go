@@ -282,7 +282,8 @@ type server struct {
 	set     *settings
 	log     *slog.Logger
 	version string
-	tools   []*toolEntry // the tool table's enabled rows, in table order
+	tools   []*toolEntry      // the tool table's enabled rows, in table order
+	names   *strings.Replacer // puts TOOL_PREFIX before each tool's name (served)
 	procs   *procTracker
 	search  *searchState
 	browser *browserHolder
@@ -640,7 +641,7 @@ func handleInitialize(ctx context.Context, r *rpcRequest) (map[string]any, error
 		"protocolVersion": v,
 		"capabilities":    serverCapabilities,
 		"serverInfo":      r.s.srv.serverInfo(),
-		"instructions":    serverInstructions,
+		"instructions":    r.s.srv.served(serverInstructions),
 	}, nil
 }
 
@@ -754,7 +755,7 @@ func handleDiscover(ctx context.Context, r *rpcRequest) (map[string]any, error) 
 	return map[string]any{
 		"supportedVersions": supportedVersions,
 		"capabilities":      serverCapabilities,
-		"instructions":      serverInstructions,
+		"instructions":      r.s.srv.served(serverInstructions),
 		"ttlMs":             3600000,
 		"cacheScope":        "public",
 		"_meta":             map[string]any{metaServerInfo: r.s.srv.serverInfo()},
@@ -847,17 +848,28 @@ func newToolEntry(d *toolDef) *toolEntry {
 	return t
 }
 
-// desc is the tool's description as it stands now.
+// desc is the tool's description as it stands now, naming tools as served (describe does
+// that itself: the text it adds, such as skills' descriptions, is not telson's).
 func (d *toolDef) desc(s *session) string {
 	if d.describe != nil {
 		return d.describe(s)
 	}
-	return d.description
+	return s.srv.served(d.description)
 }
 
+// served is telson's own text with each tool named as it is served: TOOL_PREFIX, then its name.
+func (srv *server) served(text string) string {
+	if srv.set.ToolPrefix == "" {
+		return text
+	}
+	return srv.names.Replace(text)
+}
+
+// tool is the tool served by name.
 func (srv *server) tool(name string) *toolEntry {
+	name, ok := strings.CutPrefix(name, srv.set.ToolPrefix)
 	for _, t := range srv.tools {
-		if t.def.name == name {
+		if ok && t.def.name == name {
 			return t
 		}
 	}
@@ -877,8 +889,9 @@ func handleToolsList(ctx context.Context, r *rpcRequest) (map[string]any, error)
 	tools := []map[string]any{}
 	for _, t := range r.s.srv.tools {
 		d := t.def
-		listing := map[string]any{"name": d.name, "title": d.title,
-			"description": d.desc(r.s), "inputSchema": json.RawMessage(d.input), "icons": telsonIcons,
+		listing := map[string]any{"name": r.s.srv.set.ToolPrefix + d.name, "title": d.title,
+			"description": d.desc(r.s), "inputSchema": json.RawMessage(r.s.srv.served(d.input)),
+			"icons": telsonIcons,
 			"annotations": map[string]any{
 				"title":           d.title,
 				"readOnlyHint":    d.hints.readOnly,
@@ -974,8 +987,8 @@ func handleToolsCall(ctx context.Context, r *rpcRequest) (map[string]any, error)
 		return res.inputRequired, nil
 	}
 	content := res.content
-	if res.named {
-		content[0].Text = t.def.name + ": " + content[0].Text
+	if res.named { // telson's own words, with the arguments it names
+		content[0].Text = r.s.srv.served(t.def.name + ": " + content[0].Text)
 	}
 	notices := r.s.notices.drain()
 	r.notices = notices
@@ -989,7 +1002,7 @@ func handleToolsCall(ctx context.Context, r *rpcRequest) (map[string]any, error)
 		m["isError"] = true
 	}
 	if res.structured != nil && t.output != nil {
-		if r.known().both {
+		if !r.known().whole {
 			res.structured = withoutRepeats(res.structured, res.content[len(res.content)-1].Text)
 		}
 		m["structuredContent"] = res.structured
@@ -999,40 +1012,48 @@ func handleToolsCall(ctx context.Context, r *rpcRequest) (map[string]any, error)
 
 // knownClient is what telson knows of a client, by its clientInfo name: how long it waits for a
 // tool call by default, how much of a result it passes on to the model, and whether it shows
-// the model both the structured content and the text (others show one).
+// the model the structured content alone (then it keeps its long strings).
 type knownClient struct {
 	name    string        // how its clientInfo name starts
-	timeout time.Duration // its default; 0 when unknown or reset by progress
+	timeout time.Duration // its default; 0 when long or reset by progress
 	output  int           // the command output a reply may carry; 0: OUTPUT_LIMIT
-	both    bool
+	whole   bool
 }
 
-// knownClients are the clients telson adapts to; see the README's client tables.
+// knownClients are the clients whose needs differ from an unknown client's (unknownClient);
+// see the README's client tables.
 var knownClients = []knownClient{
-	{name: "claude-code", timeout: 120 * time.Second}, // moves a longer call to its background
-	{name: "claude-ai", timeout: 60 * time.Second},    // Claude Desktop
-	{name: "codex-mcp-client", timeout: 300 * time.Second, output: 10000},
+	// Claude Code moves a longer call to its background.
+	{name: "claude-code", timeout: 120 * time.Second, whole: true},
+	{name: "codex-mcp-client", timeout: 300 * time.Second, output: 10000, whole: true},
+	{name: "Visual Studio Code", whole: true},
 	{name: "gemini-cli-mcp-client", timeout: 600 * time.Second},
-	{name: "qwen-cli-mcp-client", timeout: 600 * time.Second, output: 24000, both: true},
+	{name: "qwen-cli-mcp-client", timeout: 600 * time.Second, output: 24000},
+	{name: "opencode"}, // resets its 60 s on progress
+	{name: "@cline/core", timeout: 60 * time.Second},
 	{name: "Cline", timeout: 60 * time.Second},
-	{name: "Zed", timeout: 60 * time.Second},
 }
 
-// Bash's blocking limit, when BASH_BLOCK_MS is 0: blockDefault, or a known client's default
+// unknownClient is what telson assumes of a client it does not know: the MCP SDK's request
+// timeout, not reset by progress, and that it may show the model both the text and the
+// structured content.
+var unknownClient = knownClient{timeout: 60 * time.Second}
+
+// Bash's blocking limit, when BASH_BLOCK_MS is 0: blockDefault, or the client's default
 // timeout less clientMargin when that is sooner.
 const (
 	blockDefault = 240 * time.Second
 	clientMargin = 10 * time.Second
 )
 
-// known is what telson knows of the request's client; nothing when it is not known.
+// known is what telson knows of the request's client, or assumes of an unknown one.
 func (r *rpcRequest) known() knownClient {
 	for _, k := range knownClients {
 		if strings.HasPrefix(r.client, k.name) {
 			return k
 		}
 	}
-	return knownClient{}
+	return unknownClient
 }
 
 // blockLimit is how long Bash waits for a command before handing it to the background.
@@ -1056,7 +1077,7 @@ func (r *rpcRequest) outputLimit() int {
 }
 
 // withoutRepeats is structured content whose long strings that text carries too are replaced
-// by a pointer to it: for a client that shows the model both, so it reads them once.
+// by a pointer to it: for a client that may show the model both, so it reads them once.
 func withoutRepeats(structured any, text string) any {
 	b, _ := json.Marshal(structured) // on failure, Unmarshal below fails too
 	var m map[string]any

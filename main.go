@@ -158,11 +158,14 @@ func newServer(set *settings, stderr io.Writer) *server {
 		browser: &browserHolder{tabs: make(chan struct{}, 2), turn: make(chan struct{}, 1)},
 		search:  newSearchState(),
 	}
+	var names []string // each tool's name, then the name it is served by
 	for _, d := range toolTable {
 		if set.toolEnabled(d.name) {
 			srv.tools = append(srv.tools, newToolEntry(d))
 		}
+		names = append(names, d.name, set.ToolPrefix+d.name)
 	}
+	srv.names = strings.NewReplacer(names...)
 	return srv
 }
 
@@ -284,6 +287,7 @@ func stripControls(s string) string {
 // milliseconds), its bounds.
 type settings struct {
 	Tools            []string          `key:"TOOLS" default:"all"`
+	ToolPrefix       string            `key:"TOOL_PREFIX"`
 	LogLevel         slog.Level        `key:"LOG_LEVEL" default:"info"`
 	StateDir         string            `key:"STATE_DIR" default:"~/.telson"`
 	Streaming        bool              `key:"STREAMING" default:"true"`

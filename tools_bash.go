@@ -122,7 +122,7 @@ func runBash(ctx context.Context, c *toolCall) toolResult {
 			stopRun(t.marker, t.leader)
 			<-t.ended
 			t.log.name()
-			s.notices.push(t.cancelNotice())
+			s.notices.push(t.cancelNotice(s))
 			return bashEnded(s, t, ch, limit, true)
 		case <-changed:
 			changed = nil
@@ -155,8 +155,8 @@ func bashEnded(s *session, t *bgTask, ch *child, limit int, keep bool) toolResul
 	o.Output += terminalNote(hidden, o.OutputFile)
 	if o.TimedOut {
 		o.ExitCode = -1
-		o.Hint = "To let it finish, call Bash again with a larger timeout (up to 600000 ms), " +
-			"or use BackgroundBash."
+		o.Hint = s.srv.served("To let it finish, call Bash again with a larger timeout (up to " +
+			"600000 ms), or use BackgroundBash.")
 	}
 	if d := ch.finalDir(); d != "" && !sameDir(d, ch.cmd.Dir) { // only a call that moved
 		s.shell.setDir(d)
@@ -183,9 +183,10 @@ func bashHandOff(s *session, t *bgTask, limit int, timeout time.Duration) toolRe
 	o.Output += terminalNote(hidden, o.OutputFile)
 	o.DurationMS = time.Since(t.start).Milliseconds()
 	o.Cwd = s.shell.dir()
-	o.Hint = fmt.Sprintf(`It goes on as background task %[1]d: ReadBgOutput {"task_id": %[1]d, `+
-		`"wait_ms": 30000} reads what it prints next, KillBgTask {"task_id": %[1]d} stops it; `+
-		`it is stopped when it reaches its timeout, %[2]s after it started.`, t.id, timeout)
+	o.Hint = fmt.Sprintf(s.srv.served(`It goes on as background task %[1]d: ReadBgOutput `+
+		`{"task_id": %[1]d, "wait_ms": 30000} reads what it prints next, KillBgTask `+
+		`{"task_id": %[1]d} stops it; it is stopped when it reaches its timeout, %[2]s after it `+
+		`started.`), t.id, timeout)
 	text := strings.TrimSuffix(cmp.Or(o.Output, "(no output yet)"), "\n") +
 		fmt.Sprintf("\n[still running after %s; its complete output goes to %s]\n%s",
 			time.Duration(o.DurationMS)*time.Millisecond, o.OutputFile, o.Hint)

@@ -629,7 +629,8 @@ func enterPlan(c *toolCall, goal, file string) toolResult {
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return errorResult("plan_file: %v", err)
 	}
-	gate := "Bash and BackgroundBash run read-only until you exit: read the code, writes fail."
+	gate := c.s.srv.served("Bash and BackgroundBash run read-only until you exit: read the " +
+		"code, writes fail.")
 	if !c.s.srv.set.PlanModeStrict {
 		gate = "Do not change anything until you exit plan mode."
 	}
