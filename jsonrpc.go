@@ -281,7 +281,8 @@ type server struct {
 	set     *settings
 	log     *slog.Logger
 	version string
-	tools   []*toolEntry // the tool table's enabled rows, in table order
+	tools   []*toolEntry      // the tool table's enabled rows, in table order
+	names   *strings.Replacer // puts TOOL_PREFIX before each tool's name (served)
 	procs   *procTracker
 	search  *searchState
 	browser *browserHolder
@@ -619,8 +620,8 @@ func handleInitialize(ctx context.Context, r *rpcRequest) (map[string]any, error
 	return map[string]any{
 		"protocolVersion": v,
 		"capabilities":    serverCapabilities,
-		"serverInfo":      s.srv.serverInfo(),
-		"instructions":    serverInstructions,
+		"serverInfo":      r.s.srv.serverInfo(),
+		"instructions":    r.s.srv.served(serverInstructions),
 	}, nil
 }
 
@@ -734,7 +735,7 @@ func handleDiscover(ctx context.Context, r *rpcRequest) (map[string]any, error) 
 	return map[string]any{
 		"supportedVersions": supportedVersions,
 		"capabilities":      serverCapabilities,
-		"instructions":      serverInstructions,
+		"instructions":      r.s.srv.served(serverInstructions),
 		"ttlMs":             3600000,
 		"cacheScope":        "public",
 		"_meta":             map[string]any{metaServerInfo: r.s.srv.serverInfo()},
@@ -802,40 +803,58 @@ type toolDef struct {
 // toolHints are the tool annotations.
 type toolHints struct{ readOnly, destructive, idempotent, openWorld bool }
 
-// toolEntry is a row of the tool table with its parsed input schema.
+// toolEntry is a row of the tool table with its input schema, parsed at the tool's first call
+// (start-up parses none), and its output schema with the notices every result may carry.
 type toolEntry struct {
 	def    *toolDef
-	schema *jsonSchema
-	output json.RawMessage // the output schema with notices declared; nil for none
+	schema func() *jsonSchema
+	output json.RawMessage // nil for none
 }
 
-// newToolEntry parses d's schemas, adding to the output schema the notices every result may
-// carry. The table is code, and a test checks every schema: a bad one is a panic at start.
+// newToolEntry makes d's entry. The table is code, and a test checks every schema: a bad one
+// is a panic (-32603) at the tool's first call.
 func newToolEntry(d *toolDef) *toolEntry {
-	input, err := parseSchema(d.input)
-	if err != nil {
-		panic(fmt.Sprintf("tool %s: %v", d.name, err))
+	t := &toolEntry{def: d, schema: sync.OnceValue(func() *jsonSchema {
+		input, err := parseSchema(d.input)
+		if err != nil {
+			panic(fmt.Sprintf("tool %s: %v", d.name, err))
+		}
+		input.aliases = d.aliases
+		return input
+	})}
+	if d.output != "" {
+		t.output = json.RawMessage(strings.Replace(d.output, `"properties":{`,
+			`"properties":{"notices":`+noticesSchema+`,`, 1))
 	}
-	input.aliases = d.aliases
-	t := &toolEntry{def: d, schema: input}
-	if d.output == "" {
-		return t
-	}
-	var m map[string]any
-	if err := json.Unmarshal([]byte(d.output), &m); err != nil {
-		panic(fmt.Sprintf("tool %s: output schema: %v", d.name, err))
-	}
-	m["properties"].(map[string]any)["notices"] = json.RawMessage(noticesSchema)
-	t.output, _ = json.Marshal(m) // decoded JSON encodes
 	return t
 }
 
-// desc is the tool's description as it stands now.
+// desc is the tool's description as it stands now, naming tools as served (describe does
+// that itself: the text it adds, such as skills' descriptions, is not telson's).
 func (d *toolDef) desc(s *session) string {
 	if d.describe != nil {
 		return d.describe(s)
 	}
-	return d.description
+	return s.srv.served(d.description)
+}
+
+// served is telson's own text with each tool named as it is served: TOOL_PREFIX, then its name.
+func (srv *server) served(text string) string {
+	if srv.set.ToolPrefix == "" {
+		return text
+	}
+	return srv.names.Replace(text)
+}
+
+// tool is the tool served by name.
+func (srv *server) tool(name string) *toolEntry {
+	name, ok := strings.CutPrefix(name, srv.set.ToolPrefix)
+	for _, t := range srv.tools {
+		if ok && t.def.name == name {
+			return t
+		}
+	}
+	return nil
 }
 
 func handleToolsList(ctx context.Context, r *rpcRequest) (map[string]any, error) {
@@ -851,8 +870,9 @@ func handleToolsList(ctx context.Context, r *rpcRequest) (map[string]any, error)
 	tools := []map[string]any{}
 	for _, t := range r.s.srv.tools {
 		d := t.def
-		listing := map[string]any{"name": d.name, "title": d.title, "description": d.desc(r.s),
-			"inputSchema": json.RawMessage(d.input), "icons": telsonIcons,
+		listing := map[string]any{"name": r.s.srv.set.ToolPrefix + d.name, "title": d.title,
+			"description": d.desc(r.s), "inputSchema": json.RawMessage(r.s.srv.served(d.input)),
+			"icons": telsonIcons,
 			"annotations": map[string]any{
 				"title":           d.title,
 				"readOnlyHint":    d.hints.readOnly,
@@ -923,15 +943,14 @@ func handleToolsCall(ctx context.Context, r *rpcRequest) (map[string]any, error)
 	if err := dec.Decode(&p); err != nil {
 		return nil, invalidParams("%v", err)
 	}
-	i := slices.IndexFunc(r.s.srv.tools, func(t *toolEntry) bool { return t.def.name == p.Name })
-	if i < 0 {
+	t := r.s.srv.tool(p.Name)
+	if t == nil {
 		return nil, newRPCError(codeInvalidParams, "unknown tool: %q", p.Name)
 	}
-	t := r.s.srv.tools[i]
 	if p.Arguments == nil {
 		p.Arguments = map[string]any{}
 	}
-	args, problem := t.schema.check(p.Arguments)
+	args, problem := t.schema().check(p.Arguments)
 	res := errorResult("invalid arguments: %s", problem)
 	if problem == "" {
 		res = t.def.run(ctx, &toolCall{s: r.s, req: r, args: args})
@@ -941,8 +960,8 @@ func handleToolsCall(ctx context.Context, r *rpcRequest) (map[string]any, error)
 		return res.inputRequired, nil
 	}
 	content := res.content
-	if res.named {
-		content[0].Text = t.def.name + ": " + content[0].Text
+	if res.named { // telson's own words, with the arguments it names
+		content[0].Text = r.s.srv.served(t.def.name + ": " + content[0].Text)
 	}
 	text := content[len(content)-1].Text
 	notices := r.s.notices.drain()
@@ -957,7 +976,7 @@ func handleToolsCall(ctx context.Context, r *rpcRequest) (map[string]any, error)
 	}
 	// The notices join the structured content; for a client that shows the model both, a long
 	// string the text carries too is replaced by a pointer to it, so the model reads it once.
-	both := r.known().both
+	both := !r.known().whole
 	var obj map[string]any // the structured content as a JSON object
 	if len(notices) > 0 || both {
 		b, _ := json.Marshal(res.structured) // on failure, Unmarshal fails too
@@ -982,40 +1001,48 @@ func handleToolsCall(ctx context.Context, r *rpcRequest) (map[string]any, error)
 
 // knownClient is what telson knows of a client, by its clientInfo name: how long it waits for a
 // tool call by default, how much of a result it passes on to the model, and whether it shows
-// the model both the structured content and the text (others show one).
+// the model the structured content alone (then it keeps its long strings).
 type knownClient struct {
 	name    string        // how its clientInfo name starts
-	timeout time.Duration // its default; 0 when unknown or reset by progress
+	timeout time.Duration // its default; 0 when long or reset by progress
 	output  int           // the command output a reply may carry; 0: OUTPUT_LIMIT
-	both    bool
+	whole   bool
 }
 
-// knownClients are the clients telson adapts to; see the README's client tables.
+// knownClients are the clients whose needs differ from an unknown client's (unknownClient);
+// see the README's client tables.
 var knownClients = []knownClient{
-	{name: "claude-code", timeout: 120 * time.Second}, // moves a longer call to its background
-	{name: "claude-ai", timeout: 60 * time.Second},    // Claude Desktop
-	{name: "codex-mcp-client", timeout: 300 * time.Second, output: 10000},
+	// Claude Code moves a longer call to its background.
+	{name: "claude-code", timeout: 120 * time.Second, whole: true},
+	{name: "codex-mcp-client", timeout: 300 * time.Second, output: 10000, whole: true},
+	{name: "Visual Studio Code", whole: true},
 	{name: "gemini-cli-mcp-client", timeout: 600 * time.Second},
-	{name: "qwen-cli-mcp-client", timeout: 600 * time.Second, output: 24000, both: true},
+	{name: "qwen-cli-mcp-client", timeout: 600 * time.Second, output: 24000},
+	{name: "opencode"}, // resets its 60 s on progress
+	{name: "@cline/core", timeout: 60 * time.Second},
 	{name: "Cline", timeout: 60 * time.Second},
-	{name: "Zed", timeout: 60 * time.Second},
 }
 
-// Bash's blocking limit, when BASH_BLOCK_MS is 0: blockDefault, or a known client's default
+// unknownClient is what telson assumes of a client it does not know: the MCP SDK's request
+// timeout, not reset by progress, and that it may show the model both the text and the
+// structured content.
+var unknownClient = knownClient{timeout: 60 * time.Second}
+
+// Bash's blocking limit, when BASH_BLOCK_MS is 0: blockDefault, or the client's default
 // timeout less clientMargin when that is sooner.
 const (
 	blockDefault = 240 * time.Second
 	clientMargin = 10 * time.Second
 )
 
-// known is what telson knows of the request's client; nothing when it is not known.
+// known is what telson knows of the request's client, or assumes of an unknown one.
 func (r *rpcRequest) known() knownClient {
 	for _, k := range knownClients {
 		if strings.HasPrefix(r.client, k.name) {
 			return k
 		}
 	}
-	return knownClient{}
+	return unknownClient
 }
 
 // blockLimit is how long Bash waits for a command before handing it to the background.

@@ -195,8 +195,10 @@ func (s *session) startCommand(command, marker string, cwd bool) (*child, error)
 }
 
 // wait copies c's output to w until every process holding the pipe has closed it, then closes
-// w; and it waits for the leader. Once the leader has exited, the output has leftWait more to
-// end; then wait returns, and the copy stops, or with follow goes on until the output ends.
+// w; and it waits for the leader, from the output's end or leftWait on (a wait in the kernel
+// while bash runs makes a short command 15% slower). Once the leader has exited, the output
+// has leftWait more to end; then wait returns, and the copy stops, or with follow goes on until
+// the output ends.
 func (c *child) wait(w io.WriteCloser, follow bool) {
 	copied := make(chan struct{})
 	go func() { // exits at the output's end, or at the read deadline set below
@@ -207,6 +209,11 @@ func (c *child) wait(w io.WriteCloser, follow bool) {
 	}()
 	if c.watch {
 		c.dir = watchDir(c.cmd.Process.Pid)
+	} else {
+		select {
+		case <-copied: // the usual end: bash exited, and nothing it left holds the output
+		case <-time.After(leftWait):
+		}
 	}
 	c.cmd.Wait()
 	select {
@@ -407,34 +414,39 @@ func markedPids(marker string) []int {
 // ---- files written --------------------------------------------------------------------------
 
 // Kept output files: each holds up to keptFileBytes; beyond keptFiles, the oldest finished ones
-// are removed.
+// are removed. The first keptEarly bytes wait in memory until more come or the file is named.
 const (
 	keptFileBytes = 16 << 20
 	keptFiles     = 32
+	keptEarly     = 64 << 10
 )
 
-// keptFile is a command's complete output, up to keptFileBytes. One that could not be made
-// keeps nothing, as a nil one. Only its writer writes it.
+// keptFile is a command's complete output, up to keptFileBytes. It is made only when its
+// output passes keptEarly or a reply names it, so most Bash calls make none (making a file
+// costs more than running `true`). One that could not be made keeps nothing. Only its writer
+// writes it, but for what came before it was made, which the one who makes it writes.
 type keptFile struct {
+	path string    // chosen at the start; "" when there is nowhere to keep it
+	once sync.Once // makes the file
 	f    *os.File
-	path string
 	left int64
 	done atomic.Bool // closed: it may be removed to make room
+
+	mu    sync.Mutex // guards the fields below
+	early []byte     // what came before the file was made
+	named bool       // the file is made, or being made: what comes goes to it
+	ended bool       // its writer closed it
 }
 
-// keepFile makes a kept output file named after what, and removes the oldest finished ones
-// beyond keptFiles: a file still being written stays.
+// keepFile picks a kept output file's path, named after what, and removes the oldest finished
+// files beyond keptFiles: a file still being written stays.
 func (pt *procTracker) keepFile(what string) *keptFile {
 	pt.once.Do(pt.startReaper)
+	k := &keptFile{left: keptFileBytes}
 	if pt.outDir == "" { // its making failed, and was logged
-		return &keptFile{}
+		return k
 	}
-	f, err := os.CreateTemp(pt.outDir, what+"-*.log")
-	if err != nil {
-		pt.log.Warn("output files", "err", err)
-		return &keptFile{}
-	}
-	k := &keptFile{f: f, path: f.Name(), left: keptFileBytes}
+	k.path = filepath.Join(pt.outDir, what+"-"+randomHex(8)+".log")
 	pt.mu.Lock()
 	pt.kept = append(pt.kept, k)
 	var drop []*keptFile
@@ -459,30 +471,80 @@ func pruneKept(kept []*keptFile, max int) (keep, drop []*keptFile) {
 	return keep, drop
 }
 
-// discard removes a kept file nobody needs (a Bash reply that was not cut). Its writer may go
-// on writing to it (a process the command left behind), under no name.
+// discard removes a kept file nobody needs (a Bash reply that was not cut), and none is made
+// after. Its writer may go on writing to it (a process the command left behind), under no name.
 func (pt *procTracker) discard(k *keptFile) {
 	pt.mu.Lock()
 	pt.kept = slices.DeleteFunc(pt.kept, func(x *keptFile) bool { return x == k })
 	pt.mu.Unlock()
+	k.once.Do(func() {})
 	if k.f != nil {
 		os.Remove(k.path)
 	}
 }
 
+// keep keeps p: in memory while the output fits in keptEarly and nobody named the file, else
+// in the file.
 func (k *keptFile) keep(p []byte) {
-	if k == nil || k.f == nil {
+	if k == nil {
 		return
 	}
-	n := min(int64(len(p)), k.left)
-	k.f.Write(p[:n])
-	k.left -= n
+	k.mu.Lock()
+	early := !k.named && len(k.early)+len(p) <= keptEarly
+	if early {
+		k.early = append(k.early, p...)
+	}
+	k.mu.Unlock()
+	if !early {
+		k.mark(true, false)
+		k.write(p)
+	}
 }
 
-func (k *keptFile) close() {
-	if k != nil && k.f != nil {
+// name makes the file, unless it is made, and returns its path: a reply names only a file
+// that is there.
+func (k *keptFile) name() string { return k.mark(true, false) }
+
+// close ends the output: its writer's last call.
+func (k *keptFile) close() { k.mark(false, true) }
+
+// mark records that the file is named (then it is made) or that its output ended; once both
+// came, it is closed.
+func (k *keptFile) mark(named, ended bool) string {
+	k.mu.Lock()
+	was := k.named && k.ended
+	k.named = k.named || named
+	k.ended = k.ended || ended
+	named = k.named
+	last := named && k.ended && !was
+	k.mu.Unlock()
+	if named {
+		k.make()
+	}
+	if last && k.f != nil {
 		k.f.Close()
-		k.done.Store(true)
+	}
+	k.done.Store(last || k.done.Load())
+	return k.path
+}
+
+// make makes the file, once, and writes what came before.
+func (k *keptFile) make() {
+	k.once.Do(func() {
+		k.f, _ = os.OpenFile(k.path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		k.mu.Lock()
+		early := k.early
+		k.early = nil
+		k.mu.Unlock()
+		k.write(early)
+	})
+}
+
+func (k *keptFile) write(p []byte) {
+	n := min(int64(len(p)), k.left)
+	if k.f != nil {
+		k.f.Write(p[:n])
+		k.left -= n
 	}
 }
 

@@ -34,6 +34,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 	"unicode"
@@ -159,11 +160,14 @@ func newServer(set *settings, stderr io.Writer) *server {
 		browser: &browserHolder{tabs: make(chan struct{}, 2), turn: make(chan struct{}, 1)},
 		search:  newSearchState(),
 	}
+	var names []string // each tool's name, then the name it is served by
 	for _, d := range toolTable {
 		if set.toolEnabled(d.name) {
 			srv.tools = append(srv.tools, newToolEntry(d))
 		}
+		names = append(names, d.name, set.ToolPrefix+d.name)
 	}
+	srv.names = strings.NewReplacer(names...)
 	return srv
 }
 
@@ -285,6 +289,7 @@ func stripControls(s string) string {
 // milliseconds), its bounds.
 type settings struct {
 	Tools            []string          `key:"TOOLS" default:"all"`
+	ToolPrefix       string            `key:"TOOL_PREFIX"`
 	LogLevel         slog.Level        `key:"LOG_LEVEL" default:"info"`
 	StateDir         string            `key:"STATE_DIR" default:"~/.telson"`
 	Streaming        bool              `key:"STREAMING" default:"true"`
@@ -377,16 +382,19 @@ func defaultSettings() *settings {
 	return s
 }
 
-// fields lists the settings' tagged fields.
+// fields lists the settings' tagged fields, found once: set looks a key up in them.
 func (s *settings) fields() []reflect.StructField {
-	var fields []reflect.StructField
-	for _, f := range reflect.VisibleFields(reflect.TypeOf(*s)) {
+	return settingsFields()
+}
+
+var settingsFields = sync.OnceValue(func() (fields []reflect.StructField) {
+	for _, f := range reflect.VisibleFields(reflect.TypeFor[settings]()) {
 		if f.Tag.Get("key") != "" {
 			fields = append(fields, f)
 		}
 	}
 	return fields
-}
+})
 
 // loadSettings makes the settings: defaults, then the settings file's KEY=VALUE lines, then
 // the environment's TELSON_<KEY> variables. A warning names the file and line, or the

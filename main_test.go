@@ -268,8 +268,10 @@ func (c *testClient) waitResponse(id any) map[string]any {
 
 func (c *testClient) initialize(version string) map[string]any {
 	c.t.Helper()
+	// As a client that shows the model the structured content alone (so telson keeps it whole),
+	// with no timeout of its own: the tests read both.
 	resp := c.request("initialize", map[string]any{"protocolVersion": version, "capabilities": map[string]any{},
-		"clientInfo": map[string]any{"name": "test", "version": "1"}})
+		"clientInfo": map[string]any{"name": "Visual Studio Code", "version": "1"}})
 	c.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
 	return resp
 }
@@ -866,6 +868,62 @@ func TestSettingsTools(t *testing.T) {
 		if served != want || warnings.Len() > 0 {
 			t.Errorf("TOOLS=%s: %d tools served, want %d; warnings %q", value, served, want, warnings.String())
 		}
+	}
+}
+
+// TOOL_PREFIX serves every tool under the prefixed name, for clients that ship tools of the
+// same names (Continue matches its own Bash first, so telson's could never be called), and
+// everything telson says names them so: descriptions and schemas, the instructions, hints,
+// notices and errors. The seed's names are not served beside them.
+func TestSettingsToolPrefix(t *testing.T) {
+	t.Parallel()
+	c := startServer(t, "TOOL_PREFIX=telson_", "BASH_BLOCK_MS=300")
+	init := c.request("initialize", map[string]any{"protocolVersion": "2025-06-18",
+		"capabilities": map[string]any{}, "clientInfo": map[string]any{"name": "cn", "version": "1"}})
+	said := []string{init["result"].(map[string]any)["instructions"].(string)}
+	var names []string
+	tools := c.request("tools/list", nil)["result"].(map[string]any)["tools"].([]any)
+	for _, tool := range tools {
+		m := tool.(map[string]any)
+		schema, _ := json.Marshal(m["inputSchema"])
+		said = append(said, m["description"].(string), string(schema))
+		names = append(names, m["name"].(string))
+	}
+	for i, d := range toolTable {
+		if len(names) != len(toolTable) || names[i] != "telson_"+d.name {
+			t.Fatalf("tools listed: %v", names)
+		}
+	}
+	said = append(said, resultText(c.callTool("telson_Bash", map[string]any{"command": "echo a; sleep 60"})))
+	fifo, release := bgFifo(t)
+	said = append(said, resultText(c.callTool("telson_BackgroundBash", map[string]any{"command": "read x < " + shellQuote(fifo)})))
+	release()
+	for deadline := time.Now().Add(watchdog); !strings.Contains(said[len(said)-1], "background task 2 exited"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("no notice of task 2's end: %q", said[len(said)-1])
+		}
+		said = append(said, resultText(c.callTool("telson_Bash", map[string]any{"command": "true"})))
+	}
+	said = append(said, resultText(c.callTool("telson_ReadBgOutput", map[string]any{"task_id": 9})))
+	var seed []string
+	for _, d := range toolTable {
+		seed = append(seed, d.name)
+	}
+	bare := regexp.MustCompile(`(^|[^_])\b(` + strings.Join(seed, "|") + `)\b`)
+	for _, text := range said {
+		if m := bare.FindString(text); m != "" {
+			t.Errorf("%q names a tool by its seed name:\n%s", m, text)
+		}
+	}
+	for _, want := range []string{`telson_ReadBgOutput {"task_id": 1`, `telson_KillBgTask {"task_id": 2}`,
+		`(telson_ReadBgOutput {"task_id": 2})`, "telson_ReadBgOutput: no background task 9",
+		"telson_ListBgTasks shows"} {
+		if !strings.Contains(strings.Join(said, "\n"), want) {
+			t.Errorf("nothing says %q", want)
+		}
+	}
+	if resp := c.request("tools/call", map[string]any{"name": "Bash", "arguments": map[string]any{"command": "true"}}); resp["error"] == nil {
+		t.Errorf("the seed's name is served too: %v", resp)
 	}
 }
 
@@ -3231,10 +3289,13 @@ func TestProgressKeepsALongCallAlive(t *testing.T) {
 	}
 }
 
-// Clients are told apart by their clientInfo: one that shows the model both the structured
-// content and the text (Qwen Code) gets the output once, in the text; one that cuts long
-// results itself (Codex) gets telson's cut, which says where the rest is; the blocking limit is
-// below a client's known timeout.
+// Clients are told apart by their clientInfo: one that shows the model the structured content
+// alone (Codex, Claude Code, VS Code) gets it whole; any other (Qwen Code and Cline show both,
+// as JSON) gets the output once, in the text; one that cuts long results itself (Codex) gets
+// telson's cut, which says where the rest is; the blocking limit, which a ReadBgOutput wait
+// keeps to as well, is below a client's known timeout. A client telson does not know is taken
+// to give up at the MCP SDK's 60 s and to show both: Cline, which names itself @cline/core,
+// was one, and a 70 s command failed at its timeout while its output reached the model twice.
 func TestClientsSeeTheOutputOnce(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -3246,7 +3307,11 @@ func TestClientsSeeTheOutputOnce(t *testing.T) {
 		{"qwen-cli-mcp-client-telson", 24200, false, 240 * time.Second},
 		{"codex-mcp-client", 10200, true, 240 * time.Second},
 		{"claude-code", 30200, true, 110 * time.Second},
-		{"someone-else", 30200, true, 240 * time.Second},
+		{"Visual Studio Code", 30200, true, 240 * time.Second},
+		{"opencode", 30200, false, 240 * time.Second},
+		{"@cline/core", 30200, false, 50 * time.Second},
+		{"Cline", 30200, false, 50 * time.Second},
+		{"someone-else", 30200, false, 50 * time.Second},
 	} {
 		cut := tc.maxText < 28893 // seq 1 6000 prints 28,893 characters
 		c := startServer(t)
@@ -3550,6 +3615,39 @@ func TestKeptFilesNeverTakeALiveLog(t *testing.T) {
 	}
 	if files, _ := filepath.Glob(filepath.Join(filepath.Dir(last), "*.log")); len(files) != keptFiles {
 		t.Errorf("%d kept files, want %d", len(files), keptFiles)
+	}
+}
+
+// A kept output file is made only when a reply names it or its output passes keptEarly: a Bash
+// call whose reply holds all its output makes none (making a file costs more than running
+// `true`). Named after its output ended, it holds all of it and is finished; discarded, none is
+// made, whatever a process left behind prints.
+func TestKeptFileIsMadeOnlyWhenNamed(t *testing.T) {
+	t.Parallel()
+	srv := newServer(testSettings(t), io.Discard)
+	defer srv.close()
+	short := srv.procs.keepFile("bash")
+	short.keep([]byte("short\n"))
+	short.close()
+	if exists(short.path) {
+		t.Fatalf("%s was made before anything named it", short.path)
+	}
+	if b, err := os.ReadFile(short.name()); string(b) != "short\n" || !short.done.Load() {
+		t.Errorf("named after its end: %q %v, finished %v", b, err, short.done.Load())
+	}
+	big := srv.procs.keepFile("bash")
+	big.keep(bytes.Repeat([]byte("x\n"), keptEarly))
+	if fi, err := os.Stat(big.path); err != nil || fi.Size() != 2*keptEarly {
+		t.Errorf("output past keptEarly: %v %v", fi, err)
+	}
+	big.close()
+	gone := srv.procs.keepFile("bash")
+	gone.keep([]byte("a\n"))
+	srv.procs.discard(gone)
+	gone.keep(bytes.Repeat([]byte("x"), keptEarly+1))
+	gone.close()
+	if exists(gone.path) {
+		t.Errorf("a discarded file was made: %s", gone.path)
 	}
 }
 
@@ -4042,6 +4140,22 @@ func TestBgWaitWakes(t *testing.T) {
 		sc := bgStructured(t, bgRead(t, c, id, 50))
 		if sc["output"] != "" || sc["status"] != "running" || sc["exit_code"] != -1.0 {
 			t.Errorf("got %v", sc)
+		}
+	})
+	// A wait ends, with what there is, before the client gives up on the call, as a Bash call
+	// is handed on: at the blocking limit (50 s for a client that gives up at 60 s, see
+	// TestClientsSeeTheOutputOnce; BASH_BLOCK_MS here). It waited the 60 s asked, and such a
+	// client's read ended in "MCP error -32001: Request timed out".
+	t.Run("client's limit", func(t *testing.T) {
+		t.Parallel()
+		c := bgServer(t, "BASH_BLOCK_MS=300")
+		id := bgStart(t, c, "sleep 1000")
+		res := bgRead(t, c, id, 60000)
+		want := "[waited 300ms, not the 1m0s asked: a call ends before the client gives up on it; " +
+			"call again to wait longer]"
+		if sc := bgStructured(t, res); !strings.HasPrefix(resultText(res), want+"\n(no new output)") ||
+			sc["hint"] != want || sc["status"] != "running" {
+			t.Errorf("got %q %v", resultText(res), sc)
 		}
 	})
 	t.Run("cancelled", func(t *testing.T) {
@@ -9609,11 +9723,12 @@ const uiClaudeQuestions = `{"questions":[{"question":"Which database?","header":
 
 const uiQuestions = `{"questions":[{"text":"Which database?","options":["PostgreSQL","SQLite"]}]}`
 
-// uiInitialize initializes with the given client capabilities.
+// uiInitialize initializes with the given client capabilities (as initialize, a client that
+// shows the model the structured content alone).
 func uiInitialize(c *testClient, version string, caps map[string]any) {
 	c.t.Helper()
 	resp := c.request("initialize", map[string]any{"protocolVersion": version, "capabilities": caps,
-		"clientInfo": map[string]any{"name": "ui-test", "version": "1"}})
+		"clientInfo": map[string]any{"name": "Visual Studio Code", "version": "1"}})
 	if resp["result"] == nil {
 		c.t.Fatalf("initialize: %v", resp)
 	}

@@ -122,7 +122,8 @@ func runBash(ctx context.Context, c *toolCall) toolResult {
 		case <-ctx.Done():
 			stopRun(t.marker, t.leader)
 			<-t.ended
-			s.notices.push(t.cancelNotice())
+			t.log.name()
+			s.notices.push(t.cancelNotice(s))
 			return bashEnded(s, t, ch, limit, true)
 		case <-changed:
 			changed = nil
@@ -148,15 +149,15 @@ func bashEnded(s *session, t *bgTask, ch *child, limit int, keep bool) toolResul
 	o.DurationMS = t.runtime.Milliseconds()
 	t.mu.Unlock()
 	if o.Truncated || hidden > 0 {
-		o.OutputFile = t.log.path
+		o.OutputFile = t.log.name()
 	} else if !keep {
 		s.srv.procs.discard(t.log)
 	}
 	o.Output += terminalNote(hidden, o.OutputFile)
 	if o.TimedOut {
 		o.ExitCode = -1
-		o.Hint = "To let it finish, call Bash again with a larger timeout (up to 600000 ms), " +
-			"or use BackgroundBash."
+		o.Hint = s.srv.served("To let it finish, call Bash again with a larger timeout (up to " +
+			"600000 ms), or use BackgroundBash.")
 	}
 	if d := ch.finalDir(); d != "" && !sameDir(d, ch.cmd.Dir) { // only a call that moved
 		s.shell.setDir(d)
@@ -170,7 +171,7 @@ func bashEnded(s *session, t *bgTask, ch *child, limit int, keep bool) toolResul
 // bashHandOff makes the command, still running at the blocking limit, a background task, and
 // replies with its output so far, which the task's reads then go on from.
 func bashHandOff(s *session, t *bgTask, limit int, timeout time.Duration) toolResult {
-	o := &bashOutcome{Status: "running", OutputFile: t.log.path, ExitCode: -1}
+	o := &bashOutcome{Status: "running", OutputFile: t.log.name(), ExitCode: -1}
 	t.mu.Lock()
 	hidden := t.showLocked(o, limit)
 	t.unread = t.unread[:0] // shown: reads go on from here
@@ -183,9 +184,10 @@ func bashHandOff(s *session, t *bgTask, limit int, timeout time.Duration) toolRe
 	o.Output += terminalNote(hidden, o.OutputFile)
 	o.DurationMS = time.Since(t.start).Milliseconds()
 	o.Cwd = s.shell.dir()
-	o.Hint = fmt.Sprintf(`It goes on as background task %[1]d: ReadBgOutput {"task_id": %[1]d, `+
-		`"wait_ms": 30000} reads what it prints next, KillBgTask {"task_id": %[1]d} stops it; `+
-		`it is stopped when it reaches its timeout, %[2]s after it started.`, t.id, timeout)
+	o.Hint = fmt.Sprintf(s.srv.served(`It goes on as background task %[1]d: ReadBgOutput `+
+		`{"task_id": %[1]d, "wait_ms": 30000} reads what it prints next, KillBgTask `+
+		`{"task_id": %[1]d} stops it; it is stopped when it reaches its timeout, %[2]s after it `+
+		`started.`), t.id, timeout)
 	text := strings.TrimSuffix(cmp.Or(o.Output, "(no output yet)"), "\n") +
 		fmt.Sprintf("\n[still running after %s; its complete output goes to %s]\n%s",
 			time.Duration(o.DurationMS)*time.Millisecond, o.OutputFile, o.Hint)

@@ -51,6 +51,7 @@ const (
 	bgTaskSchema = `{"type":"object","properties":{` + bgProps + `,"hint":{"type":"string"}},
 		"required":[` + bgRequired + `]}`
 	bgReadSchema = `{"type":"object","properties":{` + bgProps + `,"output":{"type":"string"},
+		"hint":{"type":"string"},
 		"left_out_bytes":{"type":"integer",
 			"description":"output left out before this reply's: dropped, or passed over by tail"},
 		"left_out_lines":{"type":"integer"}},
@@ -62,7 +63,8 @@ var backgroundBashTool = toolDef{
 	name:  "BackgroundBash",
 	title: "Start a background command",
 	describe: func(s *session) string {
-		return fmt.Sprintf(`Starts a command with bash -c in the background and returns its task id
+		return fmt.Sprintf(s.srv.served(
+			`Starts a command with bash -c in the background and returns its task id
 at once: for servers, watchers, long builds.
 
 - Runs in Bash's working directory; stdout and stderr merged; the complete
@@ -71,7 +73,7 @@ at once: for servers, watchers, long builds.
   ListBgTasks lists tasks.
 - Up to %d bytes of unread output are kept; up to %d tasks run at once.
   The next tool result says when a task ends, and how much of its output is unread.
-- In plan mode every file is read-only, /tmp too: write scratch files to $TMPDIR.`,
+- In plan mode every file is read-only, /tmp too: write scratch files to $TMPDIR.`),
 			s.srv.set.BgBuffer, s.srv.set.BgMaxTasks)
 	},
 	input: `{"type":"object","properties":{"command":{"type":"string","minLength":1}},
@@ -85,15 +87,17 @@ var readBgOutputTool = toolDef{
 	name:  "ReadBgOutput",
 	title: "Read a background task's output",
 	describe: func(s *session) string {
-		return fmt.Sprintf(`Returns a background task's output since the previous read,
+		return fmt.Sprintf(s.srv.served(
+			`Returns a background task's output since the previous read,
 then its status; a Bash command handed to the background is read the same way.
 
-- wait_ms (max 60000): when nothing is waiting, wait for output or the end.
+- wait_ms (max 60000): when nothing is waiting, wait for output or the end (less where the
+  client gives up on a call sooner: the reply says so).
 - tail: return only the last N lines of the unread output (the newest), passing over the rest.
 - At most %d bytes per reply (OUTPUT_LIMIT), cut at a line's end; the rest waits for the next read.
 - A reply that leaves output out says how many lines and bytes, and names the complete log.
 - Output reads as a terminal shows it (colours and progress redraws removed); log_file
-  keeps the raw bytes.`, s.srv.set.OutputLimit)
+  keeps the raw bytes.`), s.srv.set.OutputLimit)
 	},
 	input: `{"type":"object","properties":{` + bgIDInput + `,
 		"wait_ms":{"type":"integer","minimum":0,"maximum":60000},
@@ -164,7 +168,7 @@ type bgTask struct {
 	start    time.Time
 	limit    int           // the most unread bytes kept: BG_BUFFER_BYTES once listed
 	headMax  int           // the first bytes kept for a Bash reply; 0 for a background task
-	log      *keptFile     // the complete output; written by the copying goroutine only
+	log      *keptFile     // the complete output; written by the copying goroutine
 	ended    chan struct{} // closed when bash has exited and the status is final
 	timer    *time.Timer   // a Bash call's timeout, which stops it; nil for a background task
 	timedOut atomic.Bool   // the timeout stopped it
@@ -234,10 +238,11 @@ func runBackgroundBash(ctx context.Context, c *toolCall) toolResult {
 	if err != nil {
 		return errorResult("%v", err)
 	}
+	t.log.name()
 	c.s.adopt(t)
 	info, status := t.state(c.s) // it may have ended already
-	info.Hint = fmt.Sprintf(`Read its output with ReadBgOutput {"task_id": %[1]d, `+
-		`"wait_ms": 5000}; stop it with KillBgTask {"task_id": %[1]d}.`, t.id)
+	info.Hint = fmt.Sprintf(c.s.srv.served(`Read its output with ReadBgOutput {"task_id": %[1]d, `+
+		`"wait_ms": 5000}; stop it with KillBgTask {"task_id": %[1]d}.`), t.id)
 	text := fmt.Sprintf("Started background task %d (pid %d) in %s, %s; its complete output "+
 		"goes to %s.\n%s", t.id, info.Pid, ch.cmd.Dir, status, info.LogFile, info.Hint)
 	return structuredResult(text, info)
@@ -369,9 +374,9 @@ func (t *bgTask) run(s *session, ch *child) {
 // reply's state() then sees it).
 func (t *bgTask) announceLocked(s *session) {
 	i, status := t.infoLocked()
-	t.notice = fmt.Sprintf("background task %d %s; %d lines (%d bytes) of its output unread "+
-		`(ReadBgOutput {"task_id": %d}); %s`, t.id, status, i.UnreadLines, i.UnreadBytes, t.id,
-		logHint(i.LogFile))
+	t.notice = fmt.Sprintf(s.srv.served("background task %d %s; %d lines (%d bytes) of its "+
+		`output unread (ReadBgOutput {"task_id": %d}); %s`), t.id, status, i.UnreadLines,
+		i.UnreadBytes, t.id, logHint(i.LogFile))
 	if !t.quiet {
 		s.notices.push(t.notice)
 	}
@@ -541,14 +546,14 @@ func (t *bgTask) showLocked(o *bashOutcome, limit int) (hidden int) {
 
 // cancelNotice tells the agent of its Bash call the client cancelled, once the command has
 // ended: the command, how long it ran, its last lines, the file with all of it.
-func (t *bgTask) cancelNotice() string {
+func (t *bgTask) cancelNotice(s *session) string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	tail, _ := terminalText(string(lastBytes(t.unread, tailBytes)))
 	tail = strings.TrimSuffix(tail, "\n")
 	lines := strings.Split(tail, "\n")
-	return fmt.Sprintf("[cancelled] The client cancelled the Bash call of %q after %s, and the "+
-		"command was stopped. Its last lines:\n%s\n[its complete output is in %s]",
+	return fmt.Sprintf(s.srv.served("[cancelled] The client cancelled the Bash call of %q after "+
+		"%s, and the command was stopped. Its last lines:\n%s\n[its complete output is in %s]"),
 		cutRunes(t.command, 200), t.runtime.Round(time.Millisecond),
 		strings.Join(lines[max(0, len(lines)-5):], "\n"), t.log.path)
 }
@@ -605,6 +610,7 @@ func (t *bgTask) report(s *session, note string, lines, limit int) toolResult {
 	out += terminalNote(hidden, t.log.path)
 	info, status := t.state(s)
 	info.Output = &out
+	info.Hint = strings.TrimSuffix(note, "\n")
 	info.DroppedBytes = r.dropped
 	info.LeftOutBytes = r.leftBytes
 	info.LeftOutLines = r.leftLines
@@ -622,10 +628,10 @@ func (t *bgTask) report(s *session, note string, lines, limit int) toolResult {
 	}
 	text += strings.TrimSuffix(cmp.Or(out, "(no new output)"), "\n") + "\n"
 	if info.UnreadBytes > 0 {
-		next := "call ReadBgOutput again to read on"
+		next := s.srv.served("call ReadBgOutput again to read on")
 		if info.UnreadBytes > limit {
-			next = fmt.Sprintf(`more than one reply holds: ReadBgOutput {"task_id": %d, `+
-				`"tail": 50} shows the newest lines, or %s`, t.id, next)
+			next = fmt.Sprintf(s.srv.served(`more than one reply holds: ReadBgOutput `+
+				`{"task_id": %d, "tail": 50} shows the newest lines, or %s`), t.id, next)
 		}
 		text += fmt.Sprintf("[%d more lines (%d bytes) waiting: %s; %s]\n", info.UnreadLines,
 			info.UnreadBytes, next, logHint(info.LogFile))
@@ -668,15 +674,22 @@ func runReadBgOutput(ctx context.Context, c *toolCall) toolResult {
 	idle := len(t.unread) == 0 && !t.done
 	changed := t.changed
 	t.mu.Unlock()
+	wait := time.Duration(a.WaitMS) * time.Millisecond
+	note := ""
+	if limit := c.req.blockLimit(); idle && wait > limit { // the client would give up first
+		note = fmt.Sprintf("[waited %s, not the %s asked: a call ends before the client gives "+
+			"up on it; call again to wait longer]\n", limit, wait)
+		wait = limit
+	}
 	if idle { // wait for new output (which a concurrent read may take first) or the end
 		select {
 		case <-changed:
 		case <-t.ended:
-		case <-time.After(time.Duration(a.WaitMS) * time.Millisecond):
+		case <-time.After(wait):
 		case <-ctx.Done():
 		}
 	}
-	return t.report(c.s, "", a.Tail, c.s.srv.set.OutputLimit)
+	return t.report(c.s, note, a.Tail, c.s.srv.set.OutputLimit)
 }
 
 // runKillBgTask kills the task's marker: its group and what escaped it. Plan
@@ -717,7 +730,7 @@ func runListBgTasks(ctx context.Context, c *toolCall) toolResult {
 			info.Command)
 	}
 	if len(infos) == 0 {
-		text = "No background tasks. Start one with BackgroundBash."
+		text = c.s.srv.served("No background tasks. Start one with BackgroundBash.")
 	}
 	return structuredResult(strings.TrimSuffix(text, "\n"), map[string]any{"tasks": infos})
 }

@@ -37,7 +37,8 @@ var readImageTool = toolDef{
 	name:  "ReadImage",
 	title: "Show an image file",
 	describe: func(s *session) string {
-		return fmt.Sprintf(`Shows you an image file: PNG, JPEG or GIF (told by its bytes).
+		return fmt.Sprintf(s.srv.served(
+			`Shows you an image file: PNG, JPEG or GIF (told by its bytes).
 
 - Relative paths resolve against Bash's working directory.
 - Images larger than %d px on the long edge or %s are scaled down and re-encoded
@@ -45,7 +46,7 @@ var readImageTool = toolDef{
 - Refused, with the reason: a file cut short or that does not decode; an image over
   %.1f megapixels; other formats (WebP, BMP: convert them in Bash first).
 
-Example: {"file_path": "screenshots/home.png"}`,
+Example: {"file_path": "screenshots/home.png"}`),
 			s.srv.set.ImageMaxEdge, humanBytes(s.srv.set.ImageMaxBytes), imageMaxPixels/1e6)
 	},
 	input: `{"type":"object","required":["file_path"],"properties":{"file_path":{

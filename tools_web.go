@@ -2001,8 +2001,8 @@ func runReadDocs(ctx context.Context, c *toolCall) toolResult {
 		o.Message = fmt.Sprintf("No more content: the page has %s characters.", total)
 	case o.Truncated:
 		o.NextStartIndex = end
-		o.Message = fmt.Sprintf("More content: the page has %s characters; call ReadDocs with "+
-			"start_index %d for the next part.", total, end)
+		o.Message = fmt.Sprintf(c.s.srv.served("More content: the page has %s characters; "+
+			"call ReadDocs with start_index %d for the next part."), total, end)
 	}
 	text := cmp.Or(o.Title, "(no title)") + "\n" + o.FinalURL + "\n"
 	if o.Status >= 400 {
