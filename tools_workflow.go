@@ -540,12 +540,12 @@ type planInfo struct {
 // planState is plan mode's state, the json action's reply: the active plan mode, else the plan
 // it was last left with; null and false before either, and after reset.
 type planState struct {
-	Active    bool    `json:"active"`
-	Goal      *string `json:"goal"`
-	PlanFile  *string `json:"plan_file"`
-	StartedAt *string `json:"started_at"` // when that plan mode was entered
-	Plan      *string `json:"plan"`       // the plan exit took
-	Approved  bool    `json:"approved"`   // by the user, through the client's form
+	Active    bool `json:"active"`
+	Goal      any  `json:"goal"`
+	PlanFile  any  `json:"plan_file"`
+	StartedAt any  `json:"started_at"` // when that plan mode was entered
+	Plan      any  `json:"plan"`       // the plan exit took
+	Approved  bool `json:"approved"`   // by the user, through the client's form
 }
 
 // planReply is every other action's structured content.
@@ -577,11 +577,12 @@ func runPlanMode(ctx context.Context, c *toolCall) toolResult {
 	}
 	w := c.s.workflow
 	in := w.plan.Load()
+	file := strings.TrimSpace(a.PlanFile)
 	switch a.Action {
 	case "enter":
-		return enterPlan(c, strings.TrimSpace(a.Goal), strings.TrimSpace(a.PlanFile))
+		return enterPlan(c, strings.TrimSpace(a.Goal), file)
 	case "exit":
-		return exitPlan(ctx, c, in, a.Plan, strings.TrimSpace(a.PlanFile))
+		return exitPlan(ctx, c, in, a.Plan, file)
 	case "reset":
 		text := "Plan mode is not active. Nothing to reset."
 		if w.plan.Swap(nil) != nil {
@@ -599,35 +600,33 @@ func runPlanMode(ctx context.Context, c *toolCall) toolResult {
 		text += fmt.Sprintf("\nLast plan: %s (goal %q; approval: %s)", left.file, left.goal,
 			left.approval)
 	}
-	if in == nil {
-		return w.planResult(planReply{Message: text})
+	if in != nil {
+		text = fmt.Sprintf("Plan mode: ACTIVE\nGoal: %q\nDuration: %s\nPlan file: %s",
+			in.goal, time.Since(in.started).Round(time.Second), in.file)
 	}
-	text = fmt.Sprintf("Plan mode: ACTIVE\nGoal: %q\nDuration: %s\nPlan file: %s",
-		in.goal, time.Since(in.started).Round(time.Second), in.file)
-	outside, ids := c.s.tasksOutside(in)
-	return w.planResult(planReply{Message: text + outside, Outside: ids})
+	return c.s.planOutside(in, text)
 }
 
-// tasksOutside is the session's background tasks that plan mode in does not hold, started
-// before it and still running: a line saying so, and their ids.
-func (s *session) tasksOutside(in *planInfo) (string, []int) {
-	text := ""
-	var ids []int
+// planOutside is the reply of status and enter: text, then the session's background tasks that
+// plan mode in, when active, does not hold, started before it and still running.
+func (s *session) planOutside(in *planInfo, text string) toolResult {
+	r := planReply{Message: text}
+	list := ""
 	for _, t := range s.bg.list() {
 		select {
 		case <-t.ended:
 		default:
-			if t.start.Before(in.started) {
-				ids = append(ids, t.id)
-				text += fmt.Sprintf("\n- task %d: %s", t.id, cutRunes(t.command, 80))
+			if in != nil && t.start.Before(in.started) {
+				r.Outside = append(r.Outside, t.id)
+				list += fmt.Sprintf("\n- task %d: %s", t.id, cutRunes(t.command, 80))
 			}
 		}
 	}
-	if ids == nil {
-		return "", nil
+	if list != "" {
+		r.Message += "\nStarted before plan mode, still running outside it (they can write; " +
+			"KillBgTask stops one):" + list
 	}
-	return "\nStarted before plan mode, still running outside it (they can write; KillBgTask " +
-		"stops one):" + text, ids
+	return s.workflow.planResult(r)
 }
 
 // planState is the state now.
@@ -635,13 +634,14 @@ func (w *sessionWorkflow) planState() planState {
 	active := w.plan.Load()
 	in := cmp.Or(active, w.planLeft.Load())
 	state := planState{Active: active != nil}
-	if in != nil {
-		started := in.started.UTC().Format(time.RFC3339)
-		state.Goal, state.PlanFile, state.StartedAt = &in.goal, &in.file, &started
-		state.Approved = in.approval == planApproved
+	if in == nil {
+		return state
 	}
-	if in != nil && in.plan != "" {
-		state.Plan = &in.plan
+	state.Goal, state.PlanFile = in.goal, in.file
+	state.StartedAt = in.started.UTC().Format(time.RFC3339)
+	state.Approved = in.approval == planApproved
+	if in.plan != "" {
+		state.Plan = in.plan
 	}
 	return state
 }
@@ -656,10 +656,9 @@ func enterPlan(c *toolCall, goal, file string) toolResult {
 	if goal == "" {
 		return errorResult("enter needs goal, what the plan is for")
 	}
-	if file == "" {
-		file = filepath.Join(c.s.srv.set.StateDir, planDir, newPlanName())
-	}
-	file = c.s.shell.resolve(file)
+	w := c.s.workflow
+	file = c.s.shell.resolve(cmp.Or(file, filepath.Join(c.s.srv.set.StateDir, planDir,
+		newPlanName())))
 	_, err := readCapped(file, maxPlanBytes)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return errorResult("plan_file: %v", err)
@@ -673,14 +672,13 @@ func enterPlan(c *toolCall, goal, file string) toolResult {
 		"Plan file: %s\n%s\nThen exit with {\"action\":\"exit\",\"plan\":\"...\"}.",
 		goal, file, gate)
 	in := &planInfo{goal: goal, file: file, started: time.Now()}
-	for !c.s.workflow.plan.CompareAndSwap(nil, in) {
-		if old := c.s.workflow.plan.Load(); old != nil {
+	for !w.plan.CompareAndSwap(nil, in) {
+		if old := w.plan.Load(); old != nil {
 			return errorResult("plan mode is already active (goal %q); exit or reset it first",
 				old.goal)
 		}
 	}
-	outside, ids := c.s.tasksOutside(in)
-	return c.s.workflow.planResult(planReply{Message: text + outside, Outside: ids})
+	return c.s.planOutside(in, text)
 }
 
 // planDir is the folder in STATE_DIR that telson writes plans in.
@@ -691,16 +689,17 @@ func newPlanName() string {
 	return time.Now().Format("20060102-150405.000000") + ".md"
 }
 
-// take returns the plan to exit with, and in with the file holding it. An inline plan is
-// saved to in's file when that is a new one in STATE_DIR/plans, else to a new one there;
-// without one, the plan file is read.
-func (in planInfo) take(set *settings, plan string) (*planInfo, string, error) {
+// take sets in's plan: an inline plan, saved to in's file when that is a new one in
+// STATE_DIR/plans, else to a new one there, which in then names; without one, the plan file's.
+func (in *planInfo) take(set *settings, plan string) error {
+	in.plan = plan
 	if strings.TrimSpace(plan) == "" {
 		b, err := readCapped(in.file, maxPlanBytes)
-		if err == nil && strings.TrimSpace(string(b)) == "" {
+		in.plan = string(b)
+		if err == nil && strings.TrimSpace(in.plan) == "" {
 			err = fmt.Errorf("plan file %s is empty", in.file)
 		}
-		return &in, string(b), err
+		return err
 	}
 	dir := filepath.Join(set.StateDir, planDir)
 	name, err := filepath.Rel(dir, in.file)
@@ -713,27 +712,27 @@ func (in planInfo) take(set *settings, plan string) (*planInfo, string, error) {
 		err = writeState(set, filepath.Join(planDir, name), []byte(plan), false)
 	}
 	in.file = filepath.Join(dir, name)
-	return &in, plan, err
+	return err
 }
 
 // exitPlan leaves plan mode with the plan (file, when given, is the plan file), unless the user
-// asked for more planning; then in stays, holding the file the plan is in.
+// asked for more planning; then plan mode stays, holding the file the plan is in.
 func exitPlan(ctx context.Context, c *toolCall, in *planInfo, plan, file string) toolResult {
 	if in == nil {
 		return errorResult("plan mode is not active; nothing to exit")
 	}
-	from := *in
+	w := c.s.workflow
+	next := *in
 	if file != "" {
-		from.file = c.s.shell.resolve(file)
+		next.file = c.s.shell.resolve(file)
 	}
-	next, plan, err := from.take(c.s.srv.set, plan)
-	if err != nil {
+	named := next.file
+	if err := next.take(c.s.srv.set, plan); err != nil {
 		return errorResult("%v. Pass the plan as plan (or reset to leave without one).", err)
 	}
-	next.plan = plan
 	saved := "Plan saved to " + next.file
-	if next.file != from.file {
-		saved += " (" + from.file + " is read, never written)"
+	if next.file != named {
+		saved += " (" + named + " is read, never written)"
 	}
 	// When the client can show a form, only the user's approval there ends plan mode: a form
 	// that fails, is cancelled or gets no answer in time keeps it, and the reply says why.
@@ -744,10 +743,10 @@ func exitPlan(ctx context.Context, c *toolCall, in *planInfo, plan, file string)
 		ctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
 		raw, ask, err := elicit(ctx, c, "approve", map[string]any{
-			"message":         "Approve this plan?\n\n" + plan,
+			"message":         "Approve this plan?\n\n" + next.plan,
 			"requestedSchema": json.RawMessage(planApproval)})
 		if ask != nil { // the 2026-07-28 era: the answer comes with the retried call
-			c.s.workflow.plan.CompareAndSwap(in, next)
+			w.plan.CompareAndSwap(in, &next)
 			return toolResult{inputRequired: ask}
 		}
 		var r struct {
@@ -771,23 +770,23 @@ func exitPlan(ctx context.Context, c *toolCall, in *planInfo, plan, file string)
 				"cannot reach them, reset leaves plan mode (the plan stays in %s).", err, next.file)
 		}
 	}
-	left := next
-	if approval == planApproved || approval == planNotAsked {
-		next = nil
+	next.approval = approval
+	stay := &next // plan mode stays, with the plan's file
+	switch approval {
+	case planApproved:
+		text = "The user approved the plan. Exiting plan mode. Returning to execution."
+		stay = nil
+	case planNotAsked:
 		text = "Exiting plan mode. Returning to execution."
-		left.approval = approval
+		stay = nil
 	}
-	if approval == planApproved {
-		text = "The user approved the plan. " + text
-	}
-	w := c.s.workflow
-	if w.plan.CompareAndSwap(in, next) && next == nil {
-		w.planLeft.Store(left)
+	if w.plan.CompareAndSwap(in, stay) && stay == nil {
+		w.planLeft.Store(&next)
 	}
 	if note != "" {
 		text += "\nNote from the user: " + note
 	}
-	text = saved + "\n" + text + "\n\n" + plan
+	text = saved + "\n" + text + "\n\n" + next.plan
 	return w.planResult(planReply{Message: text, Approval: approval, Note: note})
 }
 
