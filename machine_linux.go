@@ -200,7 +200,8 @@ func loopbackUp() error {
 	defer syscall.Close(fd)
 	// struct ifreq: the name, then the flags, whose low byte comes first on amd64 and arm64
 	// (little-endian), the only architectures the sandbox runs on
-	ifreq := [syscall.IFNAMSIZ + 24]byte{'l', 'o', syscall.IFNAMSIZ: syscall.IFF_UP | syscall.IFF_RUNNING}
+	ifreq := [syscall.IFNAMSIZ + 24]byte{'l', 'o',
+		syscall.IFNAMSIZ: syscall.IFF_UP | syscall.IFF_RUNNING}
 	_, _, errno := syscall.Syscall(syscall.SYS_IOCTL, uintptr(fd), syscall.SIOCSIFFLAGS,
 		uintptr(unsafe.Pointer(&ifreq)))
 	return errnoErr(errno)

@@ -204,11 +204,8 @@ func runTaskManager(ctx context.Context, c *toolCall) toolResult {
 // loadTasks reads tasks.json; a missing file is an empty list. A file that does not parse is
 // kept under another name and a new list started: kept says so.
 func loadTasks(set *settings) (tf *taskFile, kept string, err error) {
-	path, err := statePath(set, tasksFile)
-	var data []byte
-	if err == nil {
-		data, err = readCapped(path, maxTaskFile)
-	}
+	path, _ := statePath(set, tasksFile) // a name inside STATE_DIR
+	data, err := readCapped(path, maxTaskFile)
 	if errors.Is(err, os.ErrNotExist) {
 		data, err = []byte("{}"), nil
 	}
@@ -297,14 +294,19 @@ func (tf *taskFile) apply(a taskArgs) (string, []map[string]any, error) {
 	case "list":
 		return tf.list(a)
 	case "create":
-		return tf.create(a)
+		if err := tf.create(a); err != nil {
+			return "", nil, err
+		}
 	}
-	t, err := tf.find(a)
+	t, err := tf.find(a) // create made its task the current one
 	if err != nil {
 		return "", nil, err
 	}
 	text := ""
 	switch a.Action {
+	case "create":
+		text = fmt.Sprintf("Created task %d %q; it is now the current task.", taskNum(t.ID),
+			t.Title)
 	case "add":
 		text, err = t.add(a.Text)
 	case "start":
@@ -346,11 +348,12 @@ func (tf *taskFile) find(a taskArgs) (*taskEntry, error) {
 	return tf.Tasks[i], nil
 }
 
-func (tf *taskFile) create(a taskArgs) (string, []map[string]any, error) {
+// create adds a task titled text to the project's and makes it the current one.
+func (tf *taskFile) create(a taskArgs) error {
 	if len(tf.Tasks) >= maxTasks {
 		i := slices.IndexFunc(tf.Tasks, func(x *taskEntry) bool { return x.Done })
 		if i < 0 {
-			return "", nil, fmt.Errorf("the list holds %d open tasks, the most it keeps", maxTasks)
+			return fmt.Errorf("the list holds %d open tasks, the most it keeps", maxTasks)
 		}
 		tf.Tasks = slices.Delete(tf.Tasks, i, i+1) // the oldest completed task
 	}
@@ -362,8 +365,7 @@ func (tf *taskFile) create(a taskArgs) (string, []map[string]any, error) {
 		Created: time.Now().UTC(), Steps: []*taskStep{}}
 	tf.Tasks = append(tf.Tasks, t)
 	tf.Current[a.project] = t.ID
-	return fmt.Sprintf("Created task %d %q; it is now the current task.", next, t.Title),
-		[]map[string]any{t.view("")}, nil
+	return nil
 }
 
 func (t *taskEntry) add(text string) (string, error) {
