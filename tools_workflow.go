@@ -234,8 +234,8 @@ func parseTasks(data []byte) (*taskFile, error) {
 		if t == nil || slices.Contains(t.Steps, nil) {
 			return tf, cmp.Or(err, errors.New("a task or step is null"))
 		}
-		bad := func(s *taskStep) bool { return t.stepNum(s) == 0 }
-		if taskNum(t.ID) == 0 || slices.ContainsFunc(t.Steps, bad) {
+		if taskNum(t.ID) == 0 ||
+			slices.ContainsFunc(t.Steps, func(s *taskStep) bool { return t.stepNum(s) == 0 }) {
 			err = cmp.Or(err, fmt.Errorf("task %q or a step of it has an id telson does not write",
 				t.ID))
 		}
@@ -372,8 +372,7 @@ func (t *taskEntry) add(text string) (string, error) {
 	if len(t.Steps) >= maxTaskSteps {
 		return "", fmt.Errorf("task %d has %d steps, the most it keeps", taskNum(t.ID), maxTaskSteps)
 	}
-	s := &taskStep{ID: fmt.Sprintf("%s.%d", t.ID, len(t.Steps)+1), Text: text}
-	t.Steps = append(t.Steps, s)
+	t.Steps = append(t.Steps, &taskStep{ID: fmt.Sprintf("%s.%d", t.ID, len(t.Steps)+1), Text: text})
 	t.Done = false
 	return fmt.Sprintf("Added step %d to task %s.", len(t.Steps), t.line()), nil
 }
@@ -830,30 +829,19 @@ const (
 
 type skillInfo struct{ name, description, source, path string } // path of SKILL.md
 
-// scanSkills returns the skills of the project of dir, in search order, and logs the broken
-// ones.
-func (srv *server) scanSkills(dir string) []skillInfo {
-	skills, broken := scanSkills(srv.set, projectOf(dir))
-	for _, err := range broken {
-		srv.log.Warn("skills", "err", err)
-	}
-	return skills
-}
-
 // skillSources names a skill's origin by its folder's place in the search order.
 var skillSources = []string{"Project Skill", "User Skill", "User Skill", "Additional Skill"}
 
-// scanSkills reads the skills in project's skill folders. Their search order:
-// .claude/skills in project, ~/.claude/skills, ~/.telson/skills, then
+// scanSkills reads the skills in the skill folders of dir's project, and logs the broken ones.
+// Their search order: .claude/skills in the project, ~/.claude/skills, ~/.telson/skills, then
 // ADDITIONAL_SKILLS; the first folder holding a name wins.
-func scanSkills(set *settings, project string) ([]skillInfo, []error) {
+func (srv *server) scanSkills(dir string) []skillInfo {
 	// ADDITIONAL_SKILLS is a comma list; an entry may also be a colon list, as PATH is
-	roots := append([]string{project + "/.claude/skills", "~/.claude/skills", "~/.telson/skills"},
-		filepath.SplitList(strings.Join(set.AdditionalSkills, ":"))...)
+	roots := append([]string{projectOf(dir) + "/.claude/skills", "~/.claude/skills",
+		"~/.telson/skills"}, filepath.SplitList(strings.Join(srv.set.AdditionalSkills, ":"))...)
 	var skills []skillInfo
-	var broken []error
 	for i, root := range roots {
-		root = expandHome(root, set.env.home)
+		root = expandHome(root, srv.set.env.home)
 		for _, e := range listDir(root, maxSkillsRoot) {
 			sk := skillInfo{name: e.Name(), source: skillSources[min(i, 3)],
 				path: filepath.Join(root, e.Name(), "SKILL.md")}
@@ -861,13 +849,13 @@ func scanSkills(set *settings, project string) ([]skillInfo, []error) {
 			switch {
 			case errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ENOTDIR):
 			case err != nil:
-				broken = append(broken, fmt.Errorf("skipping %s: %w", sk.path, err))
+				srv.log.Warn("skills", "err", fmt.Errorf("skipping %s: %w", sk.path, err))
 			case !slices.ContainsFunc(skills, func(s skillInfo) bool { return s.name == sk.name }):
 				skills = append(skills, sk) // unless an earlier folder has it
 			}
 		}
 	}
-	return skills, broken
+	return skills
 }
 
 // skillName is a name InvokeSkill's description may list: a folder's name can hold anything
@@ -1022,10 +1010,10 @@ func (cb *callbackSlots) fire(i int, sl *callbackSlot) {
 	if mine {
 		cb.slots[i] = nil
 		sl.left--
-	}
-	if mine && sl.left > 0 {
-		cb.arm(i, sl)
-		line += fmt.Sprintf(" (%d more to come; cancel with callback_id %d)", sl.left, i)
+		if sl.left > 0 {
+			cb.arm(i, sl)
+			line += fmt.Sprintf(" (%d more to come; cancel with callback_id %d)", sl.left, i)
+		}
 	}
 	cb.mu.Unlock()
 	if mine {
@@ -1057,17 +1045,16 @@ func (cb *callbackSlots) list() toolResult {
 	text := ""
 	n := 0
 	for i, sl := range cb.slots {
-		if sl == nil {
-			continue
+		if sl != nil {
+			left := max(time.Until(sl.fireAt), 0).Round(time.Second)
+			text += fmt.Sprintf("\n  [%d] %q - fires in %s (%d left)", i, sl.message, left, sl.left)
+			n++
 		}
-		left := max(time.Until(sl.fireAt), 0).Round(time.Second)
-		text += fmt.Sprintf("\n  [%d] %q - fires in %s (%d left)", i, sl.message, left, sl.left)
-		n++
 	}
 	if n == 0 {
 		return textResult("No active callbacks.")
 	}
-	return textResult(fmt.Sprintf("Active callbacks (%d/%d):", n, callbackSlotCount) + text)
+	return textResult(fmt.Sprintf("Active callbacks (%d/%d):%s", n, callbackSlotCount, text))
 }
 
 // cancel stops slot id, or every slot when id < 0; the caller holds cb.mu.
@@ -1084,9 +1071,9 @@ func (cb *callbackSlots) cancel(id int64) toolResult {
 	}
 	switch {
 	case id < 0 && n == 1:
-		return textResult("Cancelled 1 callback.")
+		text = "Cancelled 1 callback."
 	case id < 0:
-		return textResult(fmt.Sprintf("Cancelled %d callbacks.", n))
+		text = fmt.Sprintf("Cancelled %d callbacks.", n)
 	case n == 0:
 		return errorResult("callback slot %d is not active", id)
 	}
