@@ -309,10 +309,8 @@ func (tf *taskFile) apply(a taskArgs) (string, []map[string]any, error) {
 			t.Title)
 	case "add":
 		text, err = t.add(a.Text)
-	case "start":
-		text, err = t.mark(a.StepID, false)
-	case "complete":
-		text, err = tf.complete(t, a)
+	case "start", "complete":
+		text, err = tf.mark(t, a)
 	case "pending":
 		open, _ := t.open(a.Query)
 		text = "Open steps of task " + t.line() + matching(a.Query) + ":" + open
@@ -377,12 +375,34 @@ func (t *taskEntry) add(text string) (string, error) {
 	return fmt.Sprintf("Added step %d to task %s.", len(t.Steps), t.line()), nil
 }
 
-// mark sets step n of t done, or else in progress, the only one of its task.
-func (t *taskEntry) mark(n int64, done bool) (string, error) {
-	i := slices.IndexFunc(t.Steps, func(s *taskStep) bool { return int64(t.stepNum(s)) == n })
+// mark starts step_id, the only step of t in progress then, or completes it; complete without
+// step_id completes t with its steps, with steps open only if force.
+func (tf *taskFile) mark(t *taskEntry, a taskArgs) (string, error) {
+	open, n := t.open("")
+	done := a.Action == "complete"
+	if done && a.StepID == 0 {
+		if n > 0 && !a.Force {
+			return "", fmt.Errorf("task %d has open steps; complete them, or pass force: true:%s",
+				taskNum(t.ID), open)
+		}
+		for _, s := range t.Steps {
+			s.Done = true
+			s.InProgress = false
+		}
+		t.Done = true
+		text := fmt.Sprintf("Completed task %s.", t.line())
+		if tf.Current[a.project] == t.ID {
+			delete(tf.Current, a.project)
+			text += " No task is current now."
+		}
+		return text, nil
+	}
+	i := slices.IndexFunc(t.Steps, func(s *taskStep) bool {
+		return int64(t.stepNum(s)) == a.StepID
+	})
 	if i < 0 {
-		open, _ := t.open("")
-		return "", fmt.Errorf("task %d has no step %d; its open steps:%s", taskNum(t.ID), n, open)
+		return "", fmt.Errorf("task %d has no step %d; its open steps:%s", taskNum(t.ID), a.StepID,
+			open)
 	}
 	for _, s := range t.Steps {
 		s.InProgress = s.InProgress && done
@@ -391,34 +411,10 @@ func (t *taskEntry) mark(n int64, done bool) (string, error) {
 	s.Done = done
 	s.InProgress = !done
 	if done {
-		return fmt.Sprintf("Completed step %d of task %s.", n, t.line()), nil
+		return fmt.Sprintf("Completed step %d of task %s.", a.StepID, t.line()), nil
 	}
 	t.Done = false
-	return fmt.Sprintf("Step %d of task %s is in progress.", n, t.line()), nil
-}
-
-// complete marks step_id done, else t with its steps; with steps open only
-// if force.
-func (tf *taskFile) complete(t *taskEntry, a taskArgs) (string, error) {
-	if a.StepID != 0 {
-		return t.mark(a.StepID, true)
-	}
-	open, n := t.open("")
-	if n > 0 && !a.Force {
-		return "", fmt.Errorf("task %d has open steps; complete them, or pass force: true:%s",
-			taskNum(t.ID), open)
-	}
-	for _, s := range t.Steps {
-		s.Done = true
-		s.InProgress = false
-	}
-	t.Done = true
-	text := fmt.Sprintf("Completed task %s.", t.line())
-	if tf.Current[a.project] == t.ID {
-		delete(tf.Current, a.project)
-		text += " No task is current now."
-	}
-	return text, nil
+	return fmt.Sprintf("Step %d of task %s is in progress.", a.StepID, t.line()), nil
 }
 
 // list is the project's tasks (all: every project's) that each word of the query is in.
