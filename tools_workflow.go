@@ -630,13 +630,11 @@ func (s *session) planOutside(in *planInfo, text string) toolResult {
 func (w *sessionWorkflow) planState() planState {
 	active := w.plan.Load()
 	in := cmp.Or(active, w.planLeft.Load())
-	state := planState{Active: active != nil}
 	if in == nil {
-		return state
+		return planState{}
 	}
-	state.Goal, state.PlanFile = in.goal, in.file
-	state.StartedAt = in.started.UTC().Format(time.RFC3339)
-	state.Approved = in.approval == planApproved
+	state := planState{Active: active != nil, Goal: in.goal, PlanFile: in.file,
+		StartedAt: in.started.UTC().Format(time.RFC3339), Approved: in.approval == planApproved}
 	if in.plan != "" {
 		state.Plan = in.plan
 	}
