@@ -248,8 +248,8 @@ func parseTasks(data []byte) (*taskFile, error) {
 
 // taskNum is the number of task id "t3", 3; 0 for an id telson does not write.
 func taskNum(id string) int {
-	n, err := strconv.Atoi(strings.TrimPrefix(id, "t"))
-	if err != nil || n < 1 || "t"+strconv.Itoa(n) != id {
+	n, _ := strconv.Atoi(strings.TrimPrefix(id, "t")) // what it cannot read is not n again
+	if n < 1 || "t"+strconv.Itoa(n) != id {
 		return 0
 	}
 	return n
@@ -1091,8 +1091,8 @@ func (cb *callbackSlots) set(a callbackArgs) toolResult {
 	if sl.left > 1 {
 		times = fmt.Sprintf("fires every %ds, %d times.", a.DelaySeconds, sl.left)
 	}
-	return textResult(fmt.Sprintf("Callback scheduled in slot %d: %s "+
-		`Cancel it with {"action":"cancel","callback_id":%d}.`, i, times, i))
+	return textResult(fmt.Sprintf("Callback scheduled in slot %[1]d: %[2]s "+
+		`Cancel it with {"action":"cancel","callback_id":%[1]d}.`, i, times))
 }
 
 // ---- the parameters an action uses ----
@@ -1105,11 +1105,13 @@ func unusedParam(args json.RawMessage, action string, uses []string) error {
 	json.Unmarshal(args, &given) // schema-checked
 	for _, u := range uses {
 		name, actions, _ := strings.Cut(u, " ")
-		v := given[name]
-		used := slices.Contains(strings.Fields(actions), action)
-		if v != nil && v != "" && v != false && v != 0.0 && !used {
-			return fmt.Errorf("%q does nothing with action %s: leave it out (it is for %s)", name,
-				action, strings.ReplaceAll(actions, " ", ", "))
+		switch given[name] {
+		case nil, "", false, 0.0:
+		default:
+			if !slices.Contains(strings.Fields(actions), action) {
+				return fmt.Errorf("%q does nothing with action %s: leave it out (it is for %s)",
+					name, action, strings.ReplaceAll(actions, " ", ", "))
+			}
 		}
 	}
 	return nil
