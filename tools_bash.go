@@ -303,20 +303,22 @@ func terminalText(s string) (text string, hidden int) {
 				continue
 			}
 			seq := terminalEscape.FindStringSubmatch(line[i:])
-			i += len(seq[0])
+			esc := seq[0]
+			i += len(esc)
 			for _, r := range seq[1] {
 				if unicode.IsGraphic(r) && !unicode.IsSpace(r) {
 					hidden++
 				}
 			}
-			if len(seq[0]) > 1 && seq[0][0] == '[' {
-				sc.csi(seq[0][1:len(seq[0])-1], seq[0][len(seq[0])-1])
+			if len(esc) > 1 && esc[0] == '[' {
+				sc.csi(esc[1:len(esc)-1], esc[len(esc)-1])
 			}
 		}
 	}
-	lines := make([]string, len(sc.rows))
-	for i, row := range sc.rows { // blank cells: spaces, none at a line's end
-		lines[i] = strings.ReplaceAll(strings.TrimRight(string(row), "\x00"), "\x00", " ")
+	var lines []string
+	for _, row := range sc.rows { // blank cells: spaces, none at a line's end
+		lines = append(lines,
+			strings.ReplaceAll(strings.TrimRight(string(row), "\x00"), "\x00", " "))
 	}
 	return stripControls(strings.Join(lines, "\n")), hidden
 }
