@@ -54,24 +54,9 @@ const (
 	seccompFilterOn = 2 // SECCOMP_MODE_FILTER
 )
 
-// sandbox makes cmd start as runSandbox, telson re-executed, in a new session and in new user,
-// mount, network, PID, IPC and UTS namespaces, as root mapped to the caller; runSandbox then
-// runs cmd's program. It refuses where the seccomp filter is not written for the architecture.
+// sandbox makes cmd start as runSandbox, as root mapped to the caller (sandboxCommand).
 func sandbox(cmd *exec.Cmd, exe string) error {
-	if audit, _ := seccompRules(runtime.GOARCH); audit == 0 {
-		return fmt.Errorf("no seccomp filter for %s", runtime.GOARCH)
-	}
-	cmd.Args = append([]string{exe}, cmd.Args...)
-	cmd.Path = exe
-	cmd.Env = append(cmd.Env, sandboxEnv+"=1")
-	// A new session, without a controlling terminal (/dev/tty cannot be opened), whose leader
-	// leads its process group as Setpgid would.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true,
-		Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWNET |
-			syscall.CLONE_NEWPID | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS,
-		UidMappings: []syscall.SysProcIDMap{{HostID: os.Getuid(), Size: 1}},
-		GidMappings: []syscall.SysProcIDMap{{HostID: os.Getgid(), Size: 1}}}
-	return nil
+	return sandboxCommand(cmd, exe, os.Getuid(), os.Getgid())
 }
 
 // runSandbox is telson started by sandbox, the first process of its namespaces: it makes the
@@ -87,8 +72,7 @@ func runSandbox(args []string) int {
 	// stdin stays /dev/null
 	cmd.Stdout = os.Stdout
 	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS,
-		UidMappings: []syscall.SysProcIDMap{{Size: 1}}, GidMappings: []syscall.SysProcIDMap{{Size: 1}}}
+	cmd.SysProcAttr = namespaces(syscall.CLONE_NEWNS, 0, 0)
 	err := readOnlyMounts()
 	if err == nil {
 		err = loopbackUp()
@@ -114,7 +98,7 @@ func runSandbox(args []string) int {
 // readOnlyMounts makes every mount of this mount namespace private and read-only, then mounts
 // sandboxMounts, each where its target exists. mount_setattr(2) needs Linux 5.12.
 func readOnlyMounts() error {
-	err := mountSetattr("/", mountAttrRdonly, 0)
+	err := mountReadOnly("/")
 	for _, m := range sandboxMounts() {
 		if _, serr := os.Stat(m.target); err == nil && serr == nil {
 			err = syscall.Mount(m.fstype, m.target, m.fstype, m.flags, m.data)
@@ -147,7 +131,7 @@ func confine(args []string) int {
 	os.Setenv("TMPDIR", privateTmp)
 	// fails only where the limit is lower already
 	syscall.Setrlimit(rlimitNproc, &syscall.Rlimit{Cur: maxProcs, Max: maxProcs})
-	err := mountSetattr("/proc", mountAttrRdonly, 0)
+	err := mountReadOnly("/proc")
 	if err == nil {
 		err = restrictWrites()
 	}
@@ -188,26 +172,21 @@ func restrictWrites() error {
 // installFilter sets no_new_privs and installs the seccomp filter on this thread.
 func installFilter() error {
 	prog := seccompFilter(seccompRules(runtime.GOARCH))
-	fprog := syscall.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
 	_, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, prSetNoNewPrivs, 1, 0)
 	if errno == 0 {
 		_, _, errno = syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_SECCOMP, seccompFilterOn,
-			uintptr(unsafe.Pointer(&fprog)))
+			uintptr(unsafe.Pointer(prog)))
 	}
 	return errnoErr(errno)
 }
 
-// mountSetattr sets and clears attributes of the mount tree at path and makes it private
-// (mount_setattr(2), which syscall lacks).
-func mountSetattr(path string, set, clear uint64) error {
-	attr := [4]uint64{set, clear, syscall.MS_PRIVATE, 0} // struct mount_attr
-	name, err := syscall.BytePtrFromString(path)
-	if err != nil {
-		return err
-	}
-	_, _, errno := syscall.Syscall6(sysMountSetattr, 0,
-		uintptr(unsafe.Pointer(name)), atRecursive,
-		uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr), 0)
+// mountReadOnly makes the mount tree at path read-only and private (mount_setattr(2), which
+// syscall lacks).
+func mountReadOnly(path string) error {
+	attr := [4]uint64{mountAttrRdonly, 0, syscall.MS_PRIVATE, 0} // struct mount_attr
+	name := []byte(path + "\x00")
+	_, _, errno := syscall.Syscall6(sysMountSetattr, 0, uintptr(unsafe.Pointer(&name[0])),
+		atRecursive, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr), 0)
 	return errnoErr(errno)
 }
 
@@ -219,13 +198,10 @@ func loopbackUp() error {
 		return err
 	}
 	defer syscall.Close(fd)
-	var ifreq struct {
-		name  [syscall.IFNAMSIZ]byte
-		flags uint16
-		_     [22]byte // the rest of the union
-	}
-	copy(ifreq.name[:], "lo")
-	ifreq.flags = syscall.IFF_UP | syscall.IFF_RUNNING
+	// struct ifreq: the name, then the flags, whose low byte comes first on amd64 and arm64
+	// (little-endian), the only architectures the sandbox runs on
+	ifreq := [syscall.IFNAMSIZ + 24]byte{'l', 'o',
+		syscall.IFNAMSIZ: syscall.IFF_UP | syscall.IFF_RUNNING}
 	_, _, errno := syscall.Syscall(syscall.SYS_IOCTL, uintptr(fd), syscall.SIOCSIFFLAGS,
 		uintptr(unsafe.Pointer(&ifreq)))
 	return errnoErr(errno)
@@ -245,17 +221,20 @@ const (
 func watchDir(pid int) string {
 	dir := ""
 	var info [128]byte // siginfo_t
-	for {
+	wait := func(options uintptr) syscall.Errno {
 		_, _, errno := syscall.Syscall6(syscall.SYS_WAITID, pPID, uintptr(pid),
-			uintptr(unsafe.Pointer(&info)), syscall.WEXITED|syscall.WSTOPPED|wNoWait, 0, 0)
+			uintptr(unsafe.Pointer(&info)), options, 0, 0)
+		return errno
+	}
+	for {
+		errno := wait(syscall.WEXITED | syscall.WSTOPPED | wNoWait)
 		if errno == syscall.EINTR {
 			continue
 		}
 		if errno != 0 || info[siCodeAt] != cldStopped {
 			return dir
 		}
-		syscall.Syscall6(syscall.SYS_WAITID, pPID, uintptr(pid), // the stop, taken
-			uintptr(unsafe.Pointer(&info)), syscall.WSTOPPED|syscall.WNOHANG, 0, 0)
+		wait(syscall.WSTOPPED | syscall.WNOHANG) // the stop, taken
 		if d, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/cwd"); err == nil {
 			dir = strings.TrimSuffix(d, " (deleted)")
 		}
@@ -278,6 +257,33 @@ func errnoErr(errno syscall.Errno) error {
 		return errno
 	}
 	return nil
+}
+
+// sandboxCommand makes cmd start as runSandbox, telson (exe) re-executed, in a new session and
+// in new user, mount, network, PID, IPC and UTS namespaces, as root mapped to uid and gid;
+// runSandbox then runs cmd's program. It refuses where the seccomp filter is not written for
+// the architecture.
+func sandboxCommand(cmd *exec.Cmd, exe string, uid, gid int) error {
+	if audit, _ := seccompRules(runtime.GOARCH); audit == 0 {
+		return fmt.Errorf("no seccomp filter for %s", runtime.GOARCH)
+	}
+	cmd.Args = append([]string{exe}, cmd.Args...)
+	cmd.Path = exe
+	cmd.Env = append(cmd.Env, sandboxEnv+"=1")
+	cmd.SysProcAttr = namespaces(syscall.CLONE_NEWNS|syscall.CLONE_NEWNET|syscall.CLONE_NEWPID|
+		syscall.CLONE_NEWIPC|syscall.CLONE_NEWUTS, uid, gid)
+	// A new session, without a controlling terminal (/dev/tty cannot be opened), whose leader
+	// leads its process group as Setpgid would.
+	cmd.SysProcAttr.Setsid = true
+	return nil
+}
+
+// namespaces makes a process start in a new user namespace and the namespaces flags names, as
+// root mapped to uid and gid.
+func namespaces(flags uintptr, uid, gid int) *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUSER | flags,
+		UidMappings: []syscall.SysProcIDMap{{HostID: uid, Size: 1}},
+		GidMappings: []syscall.SysProcIDMap{{HostID: gid, Size: 1}}}
 }
 
 // ownPidMax reports whether Linux of release (6.18.2-arch1) gives each PID namespace its own
@@ -391,15 +397,16 @@ func seccompRules(goarch string) (uint32, []seccompRule) {
 // seccompFilter is the BPF program of rules for the architecture audit: each call a rule
 // matches fails with EPERM, and so does every call of another architecture (32-bit x86 on
 // amd64) or of x32; the rest are allowed.
-func seccompFilter(audit uint32, rules []seccompRule) []syscall.SockFilter {
+func seccompFilter(audit uint32, rules []seccompRule) *syscall.SockFprog {
 	refuse := syscall.SockFilter{Code: bpfRet, K: retRefuse}
 	allow := syscall.SockFilter{Code: bpfRet, K: retAllow}
 	prog := []syscall.SockFilter{{Code: bpfLoad, K: archAt}, {Code: bpfJeq, Jt: 1, K: audit}, refuse,
 		{Code: bpfLoad, K: 0}, {Code: bpfJge, Jf: 1, K: x32Bit}, refuse}
 	for _, r := range rules { // A holds the call's number at each rule's start
-		prog = append(prog, syscall.SockFilter{Code: bpfJeq, Jf: 5, K: r.nr},
-			syscall.SockFilter{Code: bpfLoad, K: r.arg}, syscall.SockFilter{Code: bpfAnd, K: r.mask},
-			syscall.SockFilter{Code: bpfJeq, Jf: 1, K: r.value}, refuse, allow)
+		prog = append(prog, []syscall.SockFilter{{Code: bpfJeq, Jf: 5, K: r.nr},
+			{Code: bpfLoad, K: r.arg}, {Code: bpfAnd, K: r.mask},
+			{Code: bpfJeq, Jf: 1, K: r.value}, refuse, allow}...)
 	}
-	return append(prog, allow)
+	prog = append(prog, allow)
+	return &syscall.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
 }

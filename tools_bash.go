@@ -305,20 +305,22 @@ func terminalText(s string) (text string, hidden int) {
 				continue
 			}
 			seq := terminalEscape.FindStringSubmatch(line[i:])
-			i += len(seq[0])
+			esc := seq[0]
+			i += len(esc)
 			for _, r := range seq[1] {
 				if unicode.IsGraphic(r) && !unicode.IsSpace(r) {
 					hidden++
 				}
 			}
-			if len(seq[0]) > 1 && seq[0][0] == '[' {
-				sc.csi(seq[0][1:len(seq[0])-1], seq[0][len(seq[0])-1])
+			if len(esc) > 1 && esc[0] == '[' {
+				sc.csi(esc[1:len(esc)-1], esc[len(esc)-1])
 			}
 		}
 	}
-	lines := make([]string, len(sc.rows))
-	for i, row := range sc.rows { // blank cells: spaces, none at a line's end
-		lines[i] = strings.ReplaceAll(strings.TrimRight(string(row), "\x00"), "\x00", " ")
+	var lines []string
+	for _, row := range sc.rows { // blank cells: spaces, none at a line's end
+		lines = append(lines,
+			strings.ReplaceAll(strings.TrimRight(string(row), "\x00"), "\x00", " "))
 	}
 	return stripControls(strings.Join(lines, "\n")), hidden
 }
@@ -331,7 +333,8 @@ type screen struct {
 	row, col int
 }
 
-// put draws r at the cursor, or applies it: a line feed, a carriage return, a backspace.
+// put draws r at the cursor, or applies it: a line feed, a carriage return, a backspace (the
+// cursor moves of csi's E, G and D).
 func (sc *screen) put(r rune) {
 	line := sc.rows[sc.row]
 	switch {
@@ -339,11 +342,11 @@ func (sc *screen) put(r rune) {
 		if sc.row == len(sc.rows)-1 {
 			sc.rows = append(sc.rows, nil)
 		}
-		sc.move(sc.row+1, 0)
+		sc.csi("", 'E')
 	case r == '\r':
-		sc.move(sc.row, 0)
+		sc.csi("", 'G')
 	case r == '\b':
-		sc.move(sc.row, sc.col-1)
+		sc.csi("", 'D')
 	case unicode.IsControl(r) && r != '\t': // no column
 	case sc.col < len(line):
 		line[sc.col] = r
@@ -354,16 +357,10 @@ func (sc *screen) put(r rune) {
 	}
 }
 
-// move puts the cursor at row and col, kept within the rows and the row's cells.
-func (sc *screen) move(row, col int) {
-	sc.row = min(max(row, 0), len(sc.rows)-1)
-	sc.col = min(max(col, 0), len(sc.rows[sc.row]))
-}
-
 // csi applies a control sequence, given its parameters and final byte: a cursor move (up, down,
-// right, left, to the next or previous line's start, to a column) or an erase in line (0: to
-// its end, 1: to its start, the cursor's cell included, 2: all of it); the others change no
-// text.
+// right, left, to the next or previous line's start, to a column), kept within the rows and the
+// row's cells, or an erase in line (0: to its end, 1: to its start, the cursor's cell included,
+// 2: all of it); the others change no text.
 func (sc *screen) csi(params string, final byte) {
 	first, _, _ := strings.Cut(params, ";")
 	n, _ := strconv.Atoi(first)
@@ -395,7 +392,8 @@ func (sc *screen) csi(params string, final byte) {
 		}
 		clear(line[from:to])
 	}
-	sc.move(row, col)
+	sc.row = min(max(row, 0), len(sc.rows)-1)
+	sc.col = min(max(col, 0), len(sc.rows[sc.row]))
 }
 
 // terminalNote says that terminalText hid printable characters, and where the raw bytes

@@ -535,7 +535,7 @@ func (t *bgTask) showLocked(o *bashOutcome, limit int) (hidden int) {
 	}
 	tail := lastLines(t.unread, limit/2)
 	o.Truncated = true
-	o.OmittedBytes = t.total - int64(len(head)) - int64(len(tail))
+	o.OmittedBytes = t.total - int64(len(head)+len(tail))
 	o.OmittedLines = t.lines - lineCount(head) - lineCount(tail)
 	headText, hiddenHead := terminalText(string(head))
 	tailText, hiddenTail := terminalText(string(tail))
@@ -550,8 +550,7 @@ func (t *bgTask) cancelNotice(s *session) string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	tail, _ := terminalText(string(lastBytes(t.unread, tailBytes)))
-	tail = strings.TrimSuffix(tail, "\n")
-	lines := strings.Split(tail, "\n")
+	lines := strings.Split(strings.TrimSuffix(tail, "\n"), "\n")
 	return fmt.Sprintf(s.srv.served("[cancelled] The client cancelled the Bash call of %q after "+
 		"%s, and the command was stopped. Its last lines:\n%s\n[its complete output is in %s]"),
 		cutRunes(t.command, 200), t.runtime.Round(time.Millisecond),
@@ -700,15 +699,15 @@ func runKillBgTask(ctx context.Context, c *toolCall) toolResult {
 		return fail
 	}
 	t.mu.Lock()
-	note := fmt.Sprintf("Stopped task %d.\n", t.id)
+	note := "Stopped task %d.\n"
 	if t.done {
-		note = fmt.Sprintf("Task %d had already ended.\n", t.id)
+		note = "Task %d had already ended.\n"
 	}
 	t.quiet = true
 	t.mu.Unlock()
 	stopRun(t.marker, t.leader)
 	<-t.ended // stopRun killed bash last: the status is final within leftWait
-	return t.report(c.s, note, killTailLines, tailBytes)
+	return t.report(c.s, fmt.Sprintf(note, t.id), killTailLines, tailBytes)
 }
 
 func runListBgTasks(ctx context.Context, c *toolCall) toolResult {

@@ -204,11 +204,8 @@ func runTaskManager(ctx context.Context, c *toolCall) toolResult {
 // loadTasks reads tasks.json; a missing file is an empty list. A file that does not parse is
 // kept under another name and a new list started: kept says so.
 func loadTasks(set *settings) (tf *taskFile, kept string, err error) {
-	path, err := statePath(set, tasksFile)
-	var data []byte
-	if err == nil {
-		data, err = readCapped(path, maxTaskFile)
-	}
+	path, _ := statePath(set, tasksFile) // a name inside STATE_DIR
+	data, err := readCapped(path, maxTaskFile)
 	if errors.Is(err, os.ErrNotExist) {
 		data, err = []byte("{}"), nil
 	}
@@ -237,8 +234,8 @@ func parseTasks(data []byte) (*taskFile, error) {
 		if t == nil || slices.Contains(t.Steps, nil) {
 			return tf, cmp.Or(err, errors.New("a task or step is null"))
 		}
-		bad := func(s *taskStep) bool { return t.stepNum(s) == 0 }
-		if taskNum(t.ID) == 0 || slices.ContainsFunc(t.Steps, bad) {
+		if taskNum(t.ID) == 0 ||
+			slices.ContainsFunc(t.Steps, func(s *taskStep) bool { return t.stepNum(s) == 0 }) {
 			err = cmp.Or(err, fmt.Errorf("task %q or a step of it has an id telson does not write",
 				t.ID))
 		}
@@ -251,8 +248,8 @@ func parseTasks(data []byte) (*taskFile, error) {
 
 // taskNum is the number of task id "t3", 3; 0 for an id telson does not write.
 func taskNum(id string) int {
-	n, err := strconv.Atoi(strings.TrimPrefix(id, "t"))
-	if err != nil || n < 1 || "t"+strconv.Itoa(n) != id {
+	n, _ := strconv.Atoi(strings.TrimPrefix(id, "t")) // what it cannot read is not n again
+	if n < 1 || "t"+strconv.Itoa(n) != id {
 		return 0
 	}
 	return n
@@ -297,20 +294,23 @@ func (tf *taskFile) apply(a taskArgs) (string, []map[string]any, error) {
 	case "list":
 		return tf.list(a)
 	case "create":
-		return tf.create(a)
+		if err := tf.create(a); err != nil {
+			return "", nil, err
+		}
 	}
-	t, err := tf.find(a)
+	t, err := tf.find(a) // create made its task the current one
 	if err != nil {
 		return "", nil, err
 	}
 	text := ""
 	switch a.Action {
+	case "create":
+		text = fmt.Sprintf("Created task %d %q; it is now the current task.", taskNum(t.ID),
+			t.Title)
 	case "add":
 		text, err = t.add(a.Text)
-	case "start":
-		text, err = t.mark(a.StepID, false)
-	case "complete":
-		text, err = tf.complete(t, a)
+	case "start", "complete":
+		text, err = tf.mark(t, a)
 	case "pending":
 		open, _ := t.open(a.Query)
 		text = "Open steps of task " + t.line() + matching(a.Query) + ":" + open
@@ -346,11 +346,12 @@ func (tf *taskFile) find(a taskArgs) (*taskEntry, error) {
 	return tf.Tasks[i], nil
 }
 
-func (tf *taskFile) create(a taskArgs) (string, []map[string]any, error) {
+// create adds a task titled text to the project's and makes it the current one.
+func (tf *taskFile) create(a taskArgs) error {
 	if len(tf.Tasks) >= maxTasks {
 		i := slices.IndexFunc(tf.Tasks, func(x *taskEntry) bool { return x.Done })
 		if i < 0 {
-			return "", nil, fmt.Errorf("the list holds %d open tasks, the most it keeps", maxTasks)
+			return fmt.Errorf("the list holds %d open tasks, the most it keeps", maxTasks)
 		}
 		tf.Tasks = slices.Delete(tf.Tasks, i, i+1) // the oldest completed task
 	}
@@ -362,26 +363,46 @@ func (tf *taskFile) create(a taskArgs) (string, []map[string]any, error) {
 		Created: time.Now().UTC(), Steps: []*taskStep{}}
 	tf.Tasks = append(tf.Tasks, t)
 	tf.Current[a.project] = t.ID
-	return fmt.Sprintf("Created task %d %q; it is now the current task.", next, t.Title),
-		[]map[string]any{t.view("")}, nil
+	return nil
 }
 
 func (t *taskEntry) add(text string) (string, error) {
 	if len(t.Steps) >= maxTaskSteps {
 		return "", fmt.Errorf("task %d has %d steps, the most it keeps", taskNum(t.ID), maxTaskSteps)
 	}
-	s := &taskStep{ID: fmt.Sprintf("%s.%d", t.ID, len(t.Steps)+1), Text: text}
-	t.Steps = append(t.Steps, s)
+	t.Steps = append(t.Steps, &taskStep{ID: fmt.Sprintf("%s.%d", t.ID, len(t.Steps)+1), Text: text})
 	t.Done = false
 	return fmt.Sprintf("Added step %d to task %s.", len(t.Steps), t.line()), nil
 }
 
-// mark sets step n of t done, or else in progress, the only one of its task.
-func (t *taskEntry) mark(n int64, done bool) (string, error) {
-	i := slices.IndexFunc(t.Steps, func(s *taskStep) bool { return int64(t.stepNum(s)) == n })
+// mark starts step_id, the only step of t in progress then, or completes it; complete without
+// step_id completes t with its steps, with steps open only if force.
+func (tf *taskFile) mark(t *taskEntry, a taskArgs) (string, error) {
+	open, n := t.open("")
+	done := a.Action == "complete"
+	if done && a.StepID == 0 {
+		if n > 0 && !a.Force {
+			return "", fmt.Errorf("task %d has open steps; complete them, or pass force: true:%s",
+				taskNum(t.ID), open)
+		}
+		for _, s := range t.Steps {
+			s.Done = true
+			s.InProgress = false
+		}
+		t.Done = true
+		text := fmt.Sprintf("Completed task %s.", t.line())
+		if tf.Current[a.project] == t.ID {
+			delete(tf.Current, a.project)
+			text += " No task is current now."
+		}
+		return text, nil
+	}
+	i := slices.IndexFunc(t.Steps, func(s *taskStep) bool {
+		return int64(t.stepNum(s)) == a.StepID
+	})
 	if i < 0 {
-		open, _ := t.open("")
-		return "", fmt.Errorf("task %d has no step %d; its open steps:%s", taskNum(t.ID), n, open)
+		return "", fmt.Errorf("task %d has no step %d; its open steps:%s", taskNum(t.ID), a.StepID,
+			open)
 	}
 	for _, s := range t.Steps {
 		s.InProgress = s.InProgress && done
@@ -390,34 +411,10 @@ func (t *taskEntry) mark(n int64, done bool) (string, error) {
 	s.Done = done
 	s.InProgress = !done
 	if done {
-		return fmt.Sprintf("Completed step %d of task %s.", n, t.line()), nil
+		return fmt.Sprintf("Completed step %d of task %s.", a.StepID, t.line()), nil
 	}
 	t.Done = false
-	return fmt.Sprintf("Step %d of task %s is in progress.", n, t.line()), nil
-}
-
-// complete marks step_id done, else t with its steps; with steps open only
-// if force.
-func (tf *taskFile) complete(t *taskEntry, a taskArgs) (string, error) {
-	if a.StepID != 0 {
-		return t.mark(a.StepID, true)
-	}
-	open, n := t.open("")
-	if n > 0 && !a.Force {
-		return "", fmt.Errorf("task %d has open steps; complete them, or pass force: true:%s",
-			taskNum(t.ID), open)
-	}
-	for _, s := range t.Steps {
-		s.Done = true
-		s.InProgress = false
-	}
-	t.Done = true
-	text := fmt.Sprintf("Completed task %s.", t.line())
-	if tf.Current[a.project] == t.ID {
-		delete(tf.Current, a.project)
-		text += " No task is current now."
-	}
-	return text, nil
+	return fmt.Sprintf("Step %d of task %s is in progress.", a.StepID, t.line()), nil
 }
 
 // list is the project's tasks (all: every project's) that each word of the query is in.
@@ -540,12 +537,12 @@ type planInfo struct {
 // planState is plan mode's state, the json action's reply: the active plan mode, else the plan
 // it was last left with; null and false before either, and after reset.
 type planState struct {
-	Active    bool    `json:"active"`
-	Goal      *string `json:"goal"`
-	PlanFile  *string `json:"plan_file"`
-	StartedAt *string `json:"started_at"` // when that plan mode was entered
-	Plan      *string `json:"plan"`       // the plan exit took
-	Approved  bool    `json:"approved"`   // by the user, through the client's form
+	Active    bool `json:"active"`
+	Goal      any  `json:"goal"`
+	PlanFile  any  `json:"plan_file"`
+	StartedAt any  `json:"started_at"` // when that plan mode was entered
+	Plan      any  `json:"plan"`       // the plan exit took
+	Approved  bool `json:"approved"`   // by the user, through the client's form
 }
 
 // planReply is every other action's structured content.
@@ -577,11 +574,12 @@ func runPlanMode(ctx context.Context, c *toolCall) toolResult {
 	}
 	w := c.s.workflow
 	in := w.plan.Load()
+	file := strings.TrimSpace(a.PlanFile)
 	switch a.Action {
 	case "enter":
-		return enterPlan(c, strings.TrimSpace(a.Goal), strings.TrimSpace(a.PlanFile))
+		return enterPlan(c, strings.TrimSpace(a.Goal), file)
 	case "exit":
-		return exitPlan(ctx, c, in, a.Plan, strings.TrimSpace(a.PlanFile))
+		return exitPlan(ctx, c, in, a.Plan, file)
 	case "reset":
 		text := "Plan mode is not active. Nothing to reset."
 		if w.plan.Swap(nil) != nil {
@@ -599,49 +597,46 @@ func runPlanMode(ctx context.Context, c *toolCall) toolResult {
 		text += fmt.Sprintf("\nLast plan: %s (goal %q; approval: %s)", left.file, left.goal,
 			left.approval)
 	}
-	if in == nil {
-		return w.planResult(planReply{Message: text})
+	if in != nil {
+		text = fmt.Sprintf("Plan mode: ACTIVE\nGoal: %q\nDuration: %s\nPlan file: %s",
+			in.goal, time.Since(in.started).Round(time.Second), in.file)
 	}
-	text = fmt.Sprintf("Plan mode: ACTIVE\nGoal: %q\nDuration: %s\nPlan file: %s",
-		in.goal, time.Since(in.started).Round(time.Second), in.file)
-	outside, ids := c.s.tasksOutside(in)
-	return w.planResult(planReply{Message: text + outside, Outside: ids})
+	return c.s.planOutside(in, text)
 }
 
-// tasksOutside is the session's background tasks that plan mode in does not hold, started
-// before it and still running: a line saying so, and their ids.
-func (s *session) tasksOutside(in *planInfo) (string, []int) {
-	text := ""
-	var ids []int
+// planOutside is the reply of status and enter: text, then the session's background tasks that
+// plan mode in, when active, does not hold, started before it and still running.
+func (s *session) planOutside(in *planInfo, text string) toolResult {
+	r := planReply{Message: text}
+	list := ""
 	for _, t := range s.bg.list() {
 		select {
 		case <-t.ended:
 		default:
-			if t.start.Before(in.started) {
-				ids = append(ids, t.id)
-				text += fmt.Sprintf("\n- task %d: %s", t.id, cutRunes(t.command, 80))
+			if in != nil && t.start.Before(in.started) {
+				r.Outside = append(r.Outside, t.id)
+				list += fmt.Sprintf("\n- task %d: %s", t.id, cutRunes(t.command, 80))
 			}
 		}
 	}
-	if ids == nil {
-		return "", nil
+	if list != "" {
+		r.Message += "\nStarted before plan mode, still running outside it (they can write; " +
+			"KillBgTask stops one):" + list
 	}
-	return "\nStarted before plan mode, still running outside it (they can write; KillBgTask " +
-		"stops one):" + text, ids
+	return s.workflow.planResult(r)
 }
 
 // planState is the state now.
 func (w *sessionWorkflow) planState() planState {
 	active := w.plan.Load()
 	in := cmp.Or(active, w.planLeft.Load())
-	state := planState{Active: active != nil}
-	if in != nil {
-		started := in.started.UTC().Format(time.RFC3339)
-		state.Goal, state.PlanFile, state.StartedAt = &in.goal, &in.file, &started
-		state.Approved = in.approval == planApproved
+	if in == nil {
+		return planState{}
 	}
-	if in != nil && in.plan != "" {
-		state.Plan = &in.plan
+	state := planState{Active: active != nil, Goal: in.goal, PlanFile: in.file,
+		StartedAt: in.started.UTC().Format(time.RFC3339), Approved: in.approval == planApproved}
+	if in.plan != "" {
+		state.Plan = in.plan
 	}
 	return state
 }
@@ -656,10 +651,9 @@ func enterPlan(c *toolCall, goal, file string) toolResult {
 	if goal == "" {
 		return errorResult("enter needs goal, what the plan is for")
 	}
-	if file == "" {
-		file = filepath.Join(c.s.srv.set.StateDir, planDir, newPlanName())
-	}
-	file = c.s.shell.resolve(file)
+	w := c.s.workflow
+	file = c.s.shell.resolve(cmp.Or(file, filepath.Join(c.s.srv.set.StateDir, planDir,
+		newPlanName())))
 	_, err := readCapped(file, maxPlanBytes)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return errorResult("plan_file: %v", err)
@@ -673,14 +667,13 @@ func enterPlan(c *toolCall, goal, file string) toolResult {
 		"Plan file: %s\n%s\nThen exit with {\"action\":\"exit\",\"plan\":\"...\"}.",
 		goal, file, gate)
 	in := &planInfo{goal: goal, file: file, started: time.Now()}
-	for !c.s.workflow.plan.CompareAndSwap(nil, in) {
-		if old := c.s.workflow.plan.Load(); old != nil {
+	for !w.plan.CompareAndSwap(nil, in) {
+		if old := w.plan.Load(); old != nil {
 			return errorResult("plan mode is already active (goal %q); exit or reset it first",
 				old.goal)
 		}
 	}
-	outside, ids := c.s.tasksOutside(in)
-	return c.s.workflow.planResult(planReply{Message: text + outside, Outside: ids})
+	return c.s.planOutside(in, text)
 }
 
 // planDir is the folder in STATE_DIR that telson writes plans in.
@@ -691,16 +684,17 @@ func newPlanName() string {
 	return time.Now().Format("20060102-150405.000000") + ".md"
 }
 
-// take returns the plan to exit with, and in with the file holding it. An inline plan is
-// saved to in's file when that is a new one in STATE_DIR/plans, else to a new one there;
-// without one, the plan file is read.
-func (in planInfo) take(set *settings, plan string) (*planInfo, string, error) {
+// take sets in's plan: an inline plan, saved to in's file when that is a new one in
+// STATE_DIR/plans, else to a new one there, which in then names; without one, the plan file's.
+func (in *planInfo) take(set *settings, plan string) error {
+	in.plan = plan
 	if strings.TrimSpace(plan) == "" {
 		b, err := readCapped(in.file, maxPlanBytes)
-		if err == nil && strings.TrimSpace(string(b)) == "" {
+		in.plan = string(b)
+		if err == nil && strings.TrimSpace(in.plan) == "" {
 			err = fmt.Errorf("plan file %s is empty", in.file)
 		}
-		return &in, string(b), err
+		return err
 	}
 	dir := filepath.Join(set.StateDir, planDir)
 	name, err := filepath.Rel(dir, in.file)
@@ -713,27 +707,27 @@ func (in planInfo) take(set *settings, plan string) (*planInfo, string, error) {
 		err = writeState(set, filepath.Join(planDir, name), []byte(plan), false)
 	}
 	in.file = filepath.Join(dir, name)
-	return &in, plan, err
+	return err
 }
 
 // exitPlan leaves plan mode with the plan (file, when given, is the plan file), unless the user
-// asked for more planning; then in stays, holding the file the plan is in.
+// asked for more planning; then plan mode stays, holding the file the plan is in.
 func exitPlan(ctx context.Context, c *toolCall, in *planInfo, plan, file string) toolResult {
 	if in == nil {
 		return errorResult("plan mode is not active; nothing to exit")
 	}
-	from := *in
+	w := c.s.workflow
+	next := *in
 	if file != "" {
-		from.file = c.s.shell.resolve(file)
+		next.file = c.s.shell.resolve(file)
 	}
-	next, plan, err := from.take(c.s.srv.set, plan)
-	if err != nil {
+	named := next.file
+	if err := next.take(c.s.srv.set, plan); err != nil {
 		return errorResult("%v. Pass the plan as plan (or reset to leave without one).", err)
 	}
-	next.plan = plan
 	saved := "Plan saved to " + next.file
-	if next.file != from.file {
-		saved += " (" + from.file + " is read, never written)"
+	if next.file != named {
+		saved += " (" + named + " is read, never written)"
 	}
 	// When the client can show a form, only the user's approval there ends plan mode: a form
 	// that fails, is cancelled or gets no answer in time keeps it, and the reply says why.
@@ -744,10 +738,10 @@ func exitPlan(ctx context.Context, c *toolCall, in *planInfo, plan, file string)
 		ctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
 		raw, ask, err := elicit(ctx, c, "approve", map[string]any{
-			"message":         "Approve this plan?\n\n" + plan,
+			"message":         "Approve this plan?\n\n" + next.plan,
 			"requestedSchema": json.RawMessage(planApproval)})
 		if ask != nil { // the 2026-07-28 era: the answer comes with the retried call
-			c.s.workflow.plan.CompareAndSwap(in, next)
+			w.plan.CompareAndSwap(in, &next)
 			return toolResult{inputRequired: ask}
 		}
 		var r struct {
@@ -771,23 +765,23 @@ func exitPlan(ctx context.Context, c *toolCall, in *planInfo, plan, file string)
 				"cannot reach them, reset leaves plan mode (the plan stays in %s).", err, next.file)
 		}
 	}
-	left := next
-	if approval == planApproved || approval == planNotAsked {
-		next = nil
+	next.approval = approval
+	stay := &next // plan mode stays, with the plan's file
+	switch approval {
+	case planApproved:
+		text = "The user approved the plan. Exiting plan mode. Returning to execution."
+		stay = nil
+	case planNotAsked:
 		text = "Exiting plan mode. Returning to execution."
-		left.approval = approval
+		stay = nil
 	}
-	if approval == planApproved {
-		text = "The user approved the plan. " + text
-	}
-	w := c.s.workflow
-	if w.plan.CompareAndSwap(in, next) && next == nil {
-		w.planLeft.Store(left)
+	if w.plan.CompareAndSwap(in, stay) && stay == nil {
+		w.planLeft.Store(&next)
 	}
 	if note != "" {
 		text += "\nNote from the user: " + note
 	}
-	text = saved + "\n" + text + "\n\n" + plan
+	text = saved + "\n" + text + "\n\n" + next.plan
 	return w.planResult(planReply{Message: text, Approval: approval, Note: note})
 }
 
@@ -830,30 +824,19 @@ const (
 
 type skillInfo struct{ name, description, source, path string } // path of SKILL.md
 
-// scanSkills returns the skills of the project of dir, in search order, and logs the broken
-// ones.
-func (srv *server) scanSkills(dir string) []skillInfo {
-	skills, broken := scanSkills(srv.set, projectOf(dir))
-	for _, err := range broken {
-		srv.log.Warn("skills", "err", err)
-	}
-	return skills
-}
-
 // skillSources names a skill's origin by its folder's place in the search order.
 var skillSources = []string{"Project Skill", "User Skill", "User Skill", "Additional Skill"}
 
-// scanSkills reads the skills in project's skill folders. Their search order:
-// .claude/skills in project, ~/.claude/skills, ~/.telson/skills, then
+// scanSkills reads the skills in the skill folders of dir's project, and logs the broken ones.
+// Their search order: .claude/skills in the project, ~/.claude/skills, ~/.telson/skills, then
 // ADDITIONAL_SKILLS; the first folder holding a name wins.
-func scanSkills(set *settings, project string) ([]skillInfo, []error) {
+func (srv *server) scanSkills(dir string) []skillInfo {
 	// ADDITIONAL_SKILLS is a comma list; an entry may also be a colon list, as PATH is
-	roots := append([]string{project + "/.claude/skills", "~/.claude/skills", "~/.telson/skills"},
-		filepath.SplitList(strings.Join(set.AdditionalSkills, ":"))...)
+	roots := append([]string{projectOf(dir) + "/.claude/skills", "~/.claude/skills",
+		"~/.telson/skills"}, filepath.SplitList(strings.Join(srv.set.AdditionalSkills, ":"))...)
 	var skills []skillInfo
-	var broken []error
 	for i, root := range roots {
-		root = expandHome(root, set.env.home)
+		root = expandHome(root, srv.set.env.home)
 		for _, e := range listDir(root, maxSkillsRoot) {
 			sk := skillInfo{name: e.Name(), source: skillSources[min(i, 3)],
 				path: filepath.Join(root, e.Name(), "SKILL.md")}
@@ -861,13 +844,13 @@ func scanSkills(set *settings, project string) ([]skillInfo, []error) {
 			switch {
 			case errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ENOTDIR):
 			case err != nil:
-				broken = append(broken, fmt.Errorf("skipping %s: %w", sk.path, err))
+				srv.log.Warn("skills", "err", fmt.Errorf("skipping %s: %w", sk.path, err))
 			case !slices.ContainsFunc(skills, func(s skillInfo) bool { return s.name == sk.name }):
 				skills = append(skills, sk) // unless an earlier folder has it
 			}
 		}
 	}
-	return skills, broken
+	return skills
 }
 
 // skillName reports whether name is one InvokeSkill's description may list: a folder's name
@@ -1026,10 +1009,10 @@ func (cb *callbackSlots) fire(i int, sl *callbackSlot) {
 	if mine {
 		cb.slots[i] = nil
 		sl.left--
-	}
-	if mine && sl.left > 0 {
-		cb.arm(i, sl)
-		line += fmt.Sprintf(" (%d more to come; cancel with callback_id %d)", sl.left, i)
+		if sl.left > 0 {
+			cb.arm(i, sl)
+			line += fmt.Sprintf(" (%d more to come; cancel with callback_id %d)", sl.left, i)
+		}
 	}
 	cb.mu.Unlock()
 	if mine {
@@ -1061,17 +1044,16 @@ func (cb *callbackSlots) list() toolResult {
 	text := ""
 	n := 0
 	for i, sl := range cb.slots {
-		if sl == nil {
-			continue
+		if sl != nil {
+			left := max(time.Until(sl.fireAt), 0).Round(time.Second)
+			text += fmt.Sprintf("\n  [%d] %q - fires in %s (%d left)", i, sl.message, left, sl.left)
+			n++
 		}
-		left := max(time.Until(sl.fireAt), 0).Round(time.Second)
-		text += fmt.Sprintf("\n  [%d] %q - fires in %s (%d left)", i, sl.message, left, sl.left)
-		n++
 	}
 	if n == 0 {
 		return textResult("No active callbacks.")
 	}
-	return textResult(fmt.Sprintf("Active callbacks (%d/%d):", n, callbackSlotCount) + text)
+	return textResult(fmt.Sprintf("Active callbacks (%d/%d):%s", n, callbackSlotCount, text))
 }
 
 // cancel stops slot id, or every slot when id < 0; the caller holds cb.mu.
@@ -1088,9 +1070,9 @@ func (cb *callbackSlots) cancel(id int64) toolResult {
 	}
 	switch {
 	case id < 0 && n == 1:
-		return textResult("Cancelled 1 callback.")
+		text = "Cancelled 1 callback."
 	case id < 0:
-		return textResult(fmt.Sprintf("Cancelled %d callbacks.", n))
+		text = fmt.Sprintf("Cancelled %d callbacks.", n)
 	case n == 0:
 		return errorResult("callback slot %d is not active", id)
 	}
@@ -1114,8 +1096,8 @@ func (cb *callbackSlots) set(a callbackArgs) toolResult {
 	if sl.left > 1 {
 		times = fmt.Sprintf("fires every %ds, %d times.", a.DelaySeconds, sl.left)
 	}
-	return textResult(fmt.Sprintf("Callback scheduled in slot %d: %s "+
-		`Cancel it with {"action":"cancel","callback_id":%d}.`, i, times, i))
+	return textResult(fmt.Sprintf("Callback scheduled in slot %[1]d: %[2]s "+
+		`Cancel it with {"action":"cancel","callback_id":%[1]d}.`, i, times))
 }
 
 // ---- the parameters an action uses ----
@@ -1128,11 +1110,13 @@ func unusedParam(args json.RawMessage, action string, uses []string) error {
 	json.Unmarshal(args, &given) // schema-checked
 	for _, u := range uses {
 		name, actions, _ := strings.Cut(u, " ")
-		v := given[name]
-		used := slices.Contains(strings.Fields(actions), action)
-		if v != nil && v != "" && v != false && v != 0.0 && !used {
-			return fmt.Errorf("%q does nothing with action %s: leave it out (it is for %s)", name,
-				action, strings.ReplaceAll(actions, " ", ", "))
+		switch given[name] {
+		case nil, "", false, 0.0:
+		default:
+			if !slices.Contains(strings.Fields(actions), action) {
+				return fmt.Errorf("%q does nothing with action %s: leave it out (it is for %s)",
+					name, action, strings.ReplaceAll(actions, " ", ", "))
+			}
 		}
 	}
 	return nil
