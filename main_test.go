@@ -6673,8 +6673,12 @@ aside { display: none } .box em { display: none }
 				t.Errorf("%s %s: %q left out:\n%s", via, format, want, text)
 			}
 		}
-		if strings.Contains(text, "Hidden") || strings.Contains(text, "Ruled") {
-			t.Errorf("%s %s: hidden text read:\n%s", via, format, text)
+		// Without a browser a colour alone says nothing (a stylesheet not read may set the
+		// background), and a rule by type alone is not read.
+		for _, hidden := range regexp.MustCompile(`(Hidden|Ruled) [a-z ]+`).FindAllString(text, -1) {
+			if via == "chromium" || !regexp.MustCompile(`near white|pale|by element|by descendant`).MatchString(hidden) {
+				t.Errorf("%s %s: %q read:\n%s", via, format, hidden, text)
+			}
 		}
 	})
 }

@@ -364,8 +364,9 @@ var (
 	mdLanguage = regexp.MustCompile(`(?:^|\s)(?:(?:language|lang|highlight)-|sourceCode\s+)(\S+)`)
 	// what hides an element: no display, no visibility, faint (opacity, a
 	// filter's), tiny (font-size, a scale), blurred, off-screen, clipped to
-	// nothing (a height of 0 and hidden overflow, a clip-path, a clip), a
-	// colour near white and no background, or white on white
+	// nothing (a height of 0 and hidden overflow, a clip-path, a clip), or
+	// white on white (a colour alone says nothing: the background may come
+	// from a stylesheet not read)
 	mdHiddenStyle = regexp.MustCompile(`(?i)display *: *none|visibility *: *hidden|` +
 		`(?:^|[;\s])(?:opacity *: *|opacity\( *)(?:0?\.0\d*|0)\b|` +
 		`font-size *: *(?:0[a-z%]*|[0-3](?:\.\d+)?px) *(?:[;!]|$)|scale\( *0?\.?0*[\s,)]|` +
@@ -373,7 +374,6 @@ var (
 		`(?:^|[;\s])(?:max-)?height *: *0[a-z%]* *(?:[;!]|$).*overflow *: *(?:hidden|clip)|` +
 		`overflow *: *(?:hidden|clip).*(?:^|[;\s])(?:max-)?height *: *0[a-z%]* *(?:[;!]|$)|` +
 		`clip-path *: *(?:inset\( *(?:[5-9]\d|100)%|circle\( *0)|clip *: *rect\( *0[a-z]*[ ,]+0|` +
-		`^(?:[^b]|b[^a])*(?:^|;) *color *: *` + mdLight + `[^;]*(?:;(?:[^b]|b[^a])*)?$|` +
 		`(?:^|;) *color *: *` + mdWhite + `.*background(?:-color)? *: *` + mdWhite + `|` +
 		`background(?:-color)? *: *` + mdWhite + `.*(?:^|;) *color *: *` + mdWhite)
 	// an @media rule true of a desktop screen (1280 pixels wide, or more)
@@ -434,7 +434,6 @@ const (
 	mdLangDepth     = 3      // levels from a code block up to the wrapper naming its language
 	mdHeading       = "\x02" // and the level start a heading's line until dropEmptyHeadings
 	mdWhite         = `(?:#fff(?:fff)?\b|white\b|rgb\(255, ?255, ?255\))`
-	mdLight         = `(?:#f[a-f\d]f[a-f\d]f[a-f\d]\b|#f[a-f\d]{2}\b|white\b|rgb\(2[45]\d, ?2[45]\d, ?2[45]\d\))`
 	mdWordTail      = `(?:area|bar|block|box|container|content|holder|info|inner|items?|links?|` +
 		`list|module|panel|posts?|section|widget|wrap|wrapper|zone)?$`
 )
@@ -772,7 +771,7 @@ func (m *mdConv) readStyles(root *htmlNode) {
 			for _, sel := range strings.Split(r[1], ",") {
 				last := mdLastCompound.FindStringSubmatch(strings.TrimSpace(sel))
 				if !mdPseudoElement.MatchString(sel) && last[0] != "" &&
-					(last[2] != "" || last[0] == last[1]) {
+					last[2] != "" {
 					m.hiddenCSS[cmp.Or(strings.TrimPrefix(last[2], "."), "<"+last[1])] = true
 				}
 			}
