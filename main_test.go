@@ -6653,7 +6653,9 @@ func TestReadDocsHidesMoreThanShows(t *testing.T) {
 .pale { color: #fefefe } .gone { transform: scale(0) } .half { clip-path: inset(50%) }
 aside { display: none } .box em { display: none }
 @media (min-width: 600px) { .wide { display: none } } @media print { .paper { display: none } }
+.slider > a > .note { display: none }
 </style></head><body><main><h1>Widget API</h1>
+<div class="slider"><a href="/s"><p class="note">Ruled in a slider.</p></a></div><p class="note">Kept note.</p>
 <p>Visible one: the widget turns left.</p>
 <p style="opacity:.01">Hidden by opacity.</p><p style="font-size:1px">Hidden by font size.</p>
 <div style="height:0;overflow:hidden"><p>Hidden by a shut wrapper.</p></div>
@@ -6668,7 +6670,7 @@ aside { display: none } .box em { display: none }
 	site := readdocsServe(t, page, "", "", "")
 	readdocsBothPaths(t, site, "/", func(via, format, text string) {
 		for _, want := range []string{"Visible one: the widget turns left.", "Visible two: the widget stops.",
-			"Kept words", "Shown on screen."} {
+			"Kept words", "Shown on screen.", "Kept note."} {
 			if !strings.Contains(text, want) {
 				t.Errorf("%s %s: %q left out:\n%s", via, format, want, text)
 			}
@@ -6681,6 +6683,26 @@ aside { display: none } .box em { display: none }
 			}
 		}
 	})
+}
+
+// A script that replaces the article (an ad-block wall, its own script not
+// loaded) loses to the HTML as sent, less what the rendering judged hidden:
+// a promotion a linked stylesheet scales to nothing stays out.
+func TestBrowserArticleRemovedByScript(t *testing.T) {
+	readdocsNeedBrowser(t)
+	para := strings.Repeat("The widget turns left when the lever is pulled, and stops. ", 8)
+	page := `<html><head><title>Widget</title><link rel="stylesheet" href="/site.css"></head><body>
+<p class="promo">Promotion scaled away.</p><div id="article"><h1>Widget</h1><p>` + para + `</p><p>` + para +
+		`</p><p>Article ends here.</p></div><script>
+document.getElementById('article').innerHTML = '<h3>Please turn off your ad blocker.</h3>';
+</script></body></html>`
+	site := readdocsServe(t, page, "/site.css", "text/css", ".promo { transform: scale(0) }")
+	c := startBinary(t, nil)
+	c.initialize("2025-06-18")
+	text, _, _ := readdocsCall(t, c, map[string]any{"url": site.URL + "/"})
+	if !strings.Contains(text, "Article ends here.") || strings.Contains(text, "Promotion") {
+		t.Errorf("read:\n%s", text)
+	}
 }
 
 // Issue 36: what a person sees is what is read; filters, masks, a box that
@@ -6731,6 +6753,7 @@ func TestReadDocsTabPanes(t *testing.T) {
 .vp-code-group .tabs input { position: absolute; opacity: 0; pointer-events: none }
 .vp-code-group div[class*='language-'] { display: none }
 .vp-code-group div[class*='language-'].active { display: block }
+.pane { display: none } .pane.on { display: block }
 </style></head><body><main><h1>Install</h1><p>Create an environment, then install the widget.</p>
 <div class="tab-set docutils">
 <input checked="True" class="tab-input" id="tab-set--0-input--1" name="tab-set--0" type="radio">
@@ -6750,11 +6773,12 @@ func TestReadDocsTabPanes(t *testing.T) {
 <div class="language-sh vp-adaptive-theme"><span class="lang">sh</span><pre class="shiki"><code>pnpm add -D widget</code></pre></div>
 </div></div>
 <details><summary>Offline install</summary><pre>pip install widget.whl</pre></details>
+<div><div class="pane on"><p>Live report.</p></div><div class="pane"><p>Match facts: the stadium.</p></div></div>
 </main></body></html>`
 	site := readdocsServe(t, page, "", "", "")
 	readdocsBothPaths(t, site, "/", func(via, format, text string) {
 		for _, want := range []string{"python3 -m venv .venv", "py -3 -m venv .venv", "npm add -D widget",
-			"yarn add -D widget", "pnpm add -D widget", "pip install widget.whl"} {
+			"yarn add -D widget", "pnpm add -D widget", "pip install widget.whl", "Match facts: the stadium."} {
 			if !strings.Contains(strings.ReplaceAll(text, "&gt;", ">"), want) {
 				t.Errorf("%s %s: %q left out:\n%s", via, format, want, text)
 			}

@@ -379,9 +379,9 @@ var (
 	// an @media rule true of a desktop screen (1280 pixels wide, or more)
 	mdDesktop = regexp.MustCompile(`^@media *(?:only +)?(?:screen|all)? *(?:and *)?` +
 		`(?:\( *min-width *: *(?:\d{1,3}|1[01]\d\d|12[0-7]\d|1280)px *\) *(?:and *)?)*\{`)
-	// the last compound of a selector: its type, and its first class or id
-	mdLastCompound  = regexp.MustCompile(`([\w-]*)([#.][\w-]+)?[^\s>+~]*$`)
-	mdPseudoElement = regexp.MustCompile(`::|:before|:after`)
+	// a compound selector's parts: a type, *, a class, an id
+	mdSimpleSel = regexp.MustCompile(`[.#]?[\w-]+|\*`)
+	mdKey       = regexp.MustCompile(`[.#][\w-]+`)
 	// a tab set's pane (sphinx-inline-tabs, Bootstrap, MkDocs, sphinx-design, VitePress), which a
 	// reader shows with a click
 	mdPane = regexp.MustCompile(`(?:^|\s)(?:tab-content|tab-pane|tabpanel|tabbed-block|sd-tab-content|language-\S+ vp-adaptive-theme)(?:\s|$)`)
@@ -450,21 +450,22 @@ type mdConv struct {
 	mdFormat
 	format    string
 	base      *url.URL
-	h1        int             // level-1 headings kept
-	all       bool            // keep furniture: it is all the page has
-	page      int32           // text of the page's main area, less links
-	pageParas int32           // text of the paragraphs in the page
-	nest      int             // depth of lists and quotes being rendered
-	nodes     int32           // nodes measured
-	emphasis  int             // depth of emphasis being rendered
-	limit     int             // characters after which output stops
-	made      int             // characters of text rendered so far
-	cands     []*htmlNode     // nodes with a score, in document order
-	doc       *htmlNode       // the document: around the headings that have ids
-	outDoc    bool            // the last heading met opens no section of it
-	tabs      []*htmlNode     // the tabs labelling the tab panels to come
-	hiddenCSS map[string]bool // selectors the page's style elements hide
-	shownCSS  map[string]bool // classes and ids they show
+	h1        int                   // level-1 headings kept
+	all       bool                  // keep furniture: it is all the page has
+	page      int32                 // text of the page's main area, less links
+	pageParas int32                 // text of the paragraphs in the page
+	nest      int                   // depth of lists and quotes being rendered
+	nodes     int32                 // nodes measured
+	emphasis  int                   // depth of emphasis being rendered
+	limit     int                   // characters after which output stops
+	made      int                   // characters of text rendered so far
+	cands     []*htmlNode           // nodes with a score, in document order
+	doc       *htmlNode             // the document: around the headings that have ids
+	outDoc    bool                  // the last heading met opens no section of it
+	tabs      []*htmlNode           // the tabs labelling the tab panels to come
+	hiddenCSS map[string][][]string // the selectors that hide, by their last class or id
+	shownCSS  map[string]bool       // classes and ids they show
+	unseen    map[string]bool       // texts not to read, their spaces collapsed
 }
 
 // mdPage is a converted page; size: characters of the page's text in it; cut: output stopped
@@ -481,10 +482,13 @@ func htmlByTag(tag string) func(*htmlNode) bool {
 }
 
 // convertHTML returns the page's title and main content in format (a key of mdFormats),
-// links made absolute, stopping after about limit characters.
-func convertHTML(src, pageURL, format string, limit int) mdPage {
+// links made absolute, stopping after about limit characters, less the texts unseen.
+func convertHTML(src, pageURL, format string, limit int, unseen ...string) mdPage {
 	root := parseHTML(src)
-	m := &mdConv{mdFormat: mdFormats[format], format: format, limit: limit}
+	m := &mdConv{mdFormat: mdFormats[format], format: format, limit: limit, unseen: wordSet("")}
+	for _, t := range unseen {
+		m.unseen[t] = t != ""
+	}
 	m.base, _ = url.Parse(pageURL)
 	if b := root.find(htmlByTag("base")); b != nil && m.base != nil {
 		if u, err := m.base.Parse(b.attr("href")); err == nil {
@@ -567,6 +571,9 @@ func (m *mdConv) measure(n *htmlNode) {
 	m.nodes++
 	n.pre, n.end = m.nodes, m.nodes+1
 	if n.tag == "" {
+		if m.unseen[strings.Join(strings.Fields(n.text), " ")] {
+			n.text = ""
+		}
 		n.size = int32(len(strings.TrimSpace(n.text)))
 		n.prose = n.size
 		n.commas = int32(strings.Count(n.text, ","))
@@ -729,25 +736,61 @@ func (m *mdConv) hides(n *htmlNode) bool {
 		mdHiddenStyle.MatchString(n.attr("style")) {
 		return true
 	}
-	hidden := m.hiddenCSS["<"+n.tag]
+	hidden := false
 	for _, k := range strings.Fields(n.attr("class") + " #" + n.attr("id")) {
 		if m.shownCSS[k] {
 			return false
 		}
-		hidden = hidden || m.hiddenCSS[k]
+		hidden = hidden || slices.ContainsFunc(m.hiddenCSS[k], n.matches)
 	}
 	return hidden
 }
 
+// matches reports whether n matches sel, compounds and child combinators (>), the
+// nearest ancestor taken for a descendant one.
+func (n *htmlNode) matches(sel []string) bool {
+	is := func(n *htmlNode, compound string) bool {
+		for _, p := range mdSimpleSel.FindAllString(compound, -1) {
+			class := slices.Contains(strings.Fields(n.attr("class")), p[1:])
+			if p[0] == '.' && !class || p[0] == '#' && n.attr("id") != p[1:] ||
+				!strings.ContainsAny(p[:1], ".#*") && !strings.EqualFold(p, n.tag) {
+				return false
+			}
+		}
+		return true
+	}
+	if !is(n, sel[len(sel)-1]) {
+		return false
+	}
+	for i := len(sel) - 2; i >= 0; i-- {
+		child := sel[i] == ">"
+		if child {
+			i--
+		}
+		for n = n.parent; n != nil && i >= 0 && !is(n, sel[i]); n = n.parent {
+			if child {
+				return false
+			}
+		}
+		if n == nil || i < 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // readStyles reads the page's style elements: hiddenCSS gets the selectors
 // of their rules that hide, outside at-rules but @media true of a desktop
-// screen, by their last compound, failing closed: its first class (without
-// the dot, so that .c and #i match) or id, else its type after "<" when it is
-// a type alone (.a p hides every p); shownCSS the classes and ids of any rule
-// that sets another display.
+// screen, by the first class (without the dot, so that .c and #i match) or id
+// of their last compound, when they hold only types, classes, ids and
+// combinators for descendants and children; shownCSS the classes and ids of any
+// rule that sets another display.
 func (m *mdConv) readStyles(root *htmlNode) {
 	// the classes of text for screen readers only hide too
-	m.hiddenCSS = wordSet("sr-only visually-hidden screen-reader-text")
+	m.hiddenCSS = map[string][][]string{}
+	for _, c := range strings.Fields("sr-only visually-hidden screen-reader-text") {
+		m.hiddenCSS[c] = [][]string{{"." + c}}
+	}
 	m.shownCSS = map[string]bool{}
 	for _, st := range root.findAll(htmlByTag("style")) {
 		css := rawText(st)
@@ -769,10 +812,14 @@ func (m *mdConv) readStyles(root *htmlNode) {
 				continue
 			}
 			for _, sel := range strings.Split(r[1], ",") {
-				last := mdLastCompound.FindStringSubmatch(strings.TrimSpace(sel))
-				if !mdPseudoElement.MatchString(sel) && last[0] != "" &&
-					last[2] != "" {
-					m.hiddenCSS[cmp.Or(strings.TrimPrefix(last[2], "."), "<"+last[1])] = true
+				parts := strings.Fields(strings.ReplaceAll(sel, ">", " > "))
+				k := ""
+				if len(parts) > 0 && !strings.ContainsAny(sel, "[:+~()\\") {
+					k = mdKey.FindString(parts[len(parts)-1])
+				}
+				if k != "" {
+					k = strings.TrimPrefix(k, ".")
+					m.hiddenCSS[k] = append(m.hiddenCSS[k], parts)
 				}
 			}
 		}
@@ -1985,8 +2032,10 @@ type readDocsOut struct {
 	Notes          []string `json:"notes,omitempty"`
 	Message        string   `json:"message,omitempty"`
 
-	body   string // the page as read: outerHTML, innerText, or the response body
-	isText bool   // body is text already (innerText, or not HTML)
+	body   string   // the page as read: outerHTML, innerText, or the response body
+	source string   // the main document's HTML as the server sent it ("" when unknown)
+	unseen []string // the texts the rendering judged hidden (nil: unknown)
+	isText bool     // body is text already (innerText, or not HTML)
 }
 
 // pageCap bounds what is taken from a page: characters from the browser, bytes over HTTP.
@@ -2058,6 +2107,15 @@ func (o *readDocsOut) convert(a readDocsArgs) (content string, cut bool) {
 	// Twice the part asked for: counting text as it is rendered may run ahead of the output.
 	limit := 2 * (a.StartIndex + a.MaxLength)
 	pg := convertHTML(o.body, o.FinalURL, a.Format, limit)
+	// Scripts that removed the article lose to the HTML as sent, whose text is
+	// shorter than it (one not twice as long as the text read cannot win),
+	// less every text the rendering judged hidden.
+	if o.source != "" && !pg.cut && len(o.source) > 2*pg.size {
+		src := convertHTML(o.source, o.FinalURL, a.Format, limit, o.unseen...)
+		if src.size > 2*pg.size {
+			pg = src
+		}
+	}
 	o.Title = cmp.Or(o.Title, pg.title)
 	return pg.text, pg.cut
 }
@@ -2468,9 +2526,27 @@ func (b *browser) read(ctx context.Context, srv *server, pageURL string,
 	case <-ctx.Done():
 	}
 	ts.mu.Lock()
-	styled := !ts.unstyled
+	styled, docID := !ts.unstyled, ts.docID
+	if ts.inflight[docID] {
+		docID = "" // it has not all come
+	}
 	ts.mu.Unlock()
+	// The page's HTML as the server sent it, when it has all come ("" on an
+	// error), asked for while the page is read.
+	var src struct {
+		Body          string
+		Base64Encoded bool
+	}
+	sent := make(chan struct{})
+	go func() { // exits when Chrome answers or ctx ends
+		if docID != "" {
+			params := map[string]any{"requestId": docID}
+			b.cdp.call(ctx, sid, "Network.getResponseBody", params, &src)
+		}
+		close(sent)
+	}()
 	pg, err := b.evaluate(ctx, tab, styled)
+	<-sent
 	if err != nil && ctx.Err() != nil {
 		return nil, fmt.Errorf("%s did not answer within %s (a script may be busy)", pageURL,
 			took())
@@ -2488,6 +2564,9 @@ func (b *browser) read(ctx context.Context, srv *server, pageURL string,
 		pg.Notes = append(pg.Notes, note)
 	}
 	ts.mu.Unlock()
+	if !src.Base64Encoded && pg.unseen != nil {
+		pg.source = src.Body[:min(len(src.Body), pageCap)]
+	}
 	return pg, nil
 }
 
@@ -2527,11 +2606,16 @@ const judgePage = `{
 }
 if (b) {
 	// What a click shows is opened, then judged as anything shown: a tab panel beside a tab or
-	// label to click, a closed <details>, what a collapsed button controls.
+	// label to click or beside the pane shown, a closed <details>, what a collapsed button controls.
 	const clickable = '[role=tab], label, input, button, summary, [aria-controls]';
 	const opened = [...b.querySelectorAll('[role=tabpanel], .tab-content, [class*=tab-pane], ' +
 		'[class*=tabpanel], .tabbed-block, .sd-tab-content, .vp-code-group .blocks > *')].filter(e =>
 		[e.parentElement, e.parentElement.parentElement].some(p => p && p.querySelector(clickable)));
+	// The panes beside the one shown (class on, active): those of its class a script shows.
+	for (const a of b.querySelectorAll('.on, .active, .is-active')) {
+		const k = [...a.classList].find(c => !/^(on|active|is-active)$/.test(c));
+		for (const e of a.parentElement.children) if (k && e != a && e.classList.contains(k)) opened.push(e);
+	}
 	for (const c of b.querySelectorAll('[aria-expanded=false][aria-controls]')) {
 		for (const id of c.getAttribute('aria-controls').split(/\s+/)) {
 			const e = document.getElementById(id);
@@ -2707,6 +2791,14 @@ if (b) {
 			texts.push(t);
 		}
 	}
+	// What the HTML as sent may not give either: every text judged hidden.
+	const gone = [], keep = t => gone.push(t.data.replace(/\s+/g, ' ').trim());
+	for (const e of hidden) {
+		const w = document.createTreeWalker(e, NodeFilter.SHOW_TEXT);
+		while (w.nextNode()) keep(w.currentNode);
+	}
+	texts.forEach(keep);
+	unseen = gone.join('\n');
 	for (const e of hidden) e.remove();
 	for (const t of texts) t.remove();
 	// Visibility is decided: the page's styles go, so the markup's hints cannot decide it again.
@@ -2742,7 +2834,7 @@ if (placeholder) placeholder = (main.innerText.trim() || '(nothing)').slice(0, 8
 func (b *browser) evaluate(ctx context.Context, t browserTab, styled bool) (*readDocsOut, error) {
 	expr := fmt.Sprintf(`(async () => {
 		const h = document.documentElement, b = document.body, type = document.contentType;
-		let waited = 0, placeholder = '';
+		let waited = 0, placeholder = '', unseen = '';
 		const styled = %t && [...document.querySelectorAll('link[rel~=stylesheet i]')]
 			.every(l => l.sheet); // none refused, and none still coming
 		const text = !type.includes('html');
@@ -2757,13 +2849,15 @@ func (b *browser) evaluate(ctx context.Context, t browserTab, styled bool) (*rea
 		const nav = performance.getEntriesByType('navigation')[0];
 		return {body: s, read: s.length, full: page.length, title: document.title.slice(0, %d),
 			url: location.href, type, text, status: nav ? nav.responseStatus : 0, waited,
-			placeholder}; })()`, styled, judgePage, pageJSON, pageCap, 4*maxTitle)
+			placeholder, unseen: unseen.length < %[4]d / 4 ? unseen : null}; })()`,
+		styled, judgePage, pageJSON, pageCap, 4*maxTitle)
 	var ev struct {
 		Result struct {
 			Value struct {
 				Body, Title, URL, Type, Placeholder string
 				Read, Full, Status, Waited          int
 				Text                                bool
+				Unseen                              *string
 			}
 		}
 		ExceptionDetails *struct{ Text string }
@@ -2784,6 +2878,9 @@ func (b *browser) evaluate(ctx context.Context, t browserTab, styled bool) (*rea
 	}
 	pg := &readDocsOut{FinalURL: v.URL, Title: v.Title, Status: v.Status, Via: "chromium",
 		body: v.Body, isText: v.Text}
+	if v.Unseen != nil { // else too much to hold: the HTML as sent is not read
+		pg.unseen = strings.Split(*v.Unseen, "\n")
+	}
 	if v.Read < v.Full {
 		pg.Notes = append(pg.Notes, fmt.Sprintf("Only the first %d of %d characters of the page "+
 			"were read.", v.Read, v.Full))
