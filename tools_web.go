@@ -362,12 +362,29 @@ var (
 	mdURLSchemes  = wordSet("http https mailto") // html's links and images
 	// a code block's language in a class: language-ts, lang-ts, highlight-ts, sourceCode ts
 	mdLanguage = regexp.MustCompile(`(?:^|\s)(?:(?:language|lang|highlight)-|sourceCode\s+)(\S+)`)
-	// what hides an element: no display, no visibility, font-size 0,
-	// off-screen, white on white
+	// what hides an element: no display, no visibility, faint (opacity, a
+	// filter's), tiny (font-size, a scale), blurred, off-screen, clipped to
+	// nothing (a height of 0 and hidden overflow, a clip-path, a clip), or
+	// white on white (a colour alone says nothing: the background may come
+	// from a stylesheet not read)
 	mdHiddenStyle = regexp.MustCompile(`(?i)display *: *none|visibility *: *hidden|` +
-		`font-size *: *0[a-z%]* *(?:[;!]|$)|(?:left|top|text-indent) *: *-\d{4}|` +
+		`(?:^|[;\s])(?:opacity *: *|opacity\( *)(?:0?\.0\d*|0)\b|` +
+		`font-size *: *(?:0[a-z%]*|[0-3](?:\.\d+)?px) *(?:[;!]|$)|scale\( *0?\.?0*[\s,)]|` +
+		`blur\( *(?:\d\d|[4-9])|(?:left|top|text-indent|margin-left|margin-top) *: *-\d{4}|` +
+		`(?:^|[;\s])(?:max-)?height *: *0[a-z%]* *(?:[;!]|$).*overflow *: *(?:hidden|clip)|` +
+		`overflow *: *(?:hidden|clip).*(?:^|[;\s])(?:max-)?height *: *0[a-z%]* *(?:[;!]|$)|` +
+		`clip-path *: *(?:inset\( *(?:[5-9]\d|100)%|circle\( *0)|clip *: *rect\( *0[a-z]*[ ,]+0|` +
 		`(?:^|;) *color *: *` + mdWhite + `.*background(?:-color)? *: *` + mdWhite + `|` +
 		`background(?:-color)? *: *` + mdWhite + `.*(?:^|;) *color *: *` + mdWhite)
+	// an @media rule true of a desktop screen (1280 pixels wide, or more)
+	mdDesktop = regexp.MustCompile(`^@media *(?:only +)?(?:screen|all)? *(?:and *)?` +
+		`(?:\( *min-width *: *(?:\d{1,3}|1[01]\d\d|12[0-7]\d|1280)px *\) *(?:and *)?)*\{`)
+	// a compound selector's parts: a type, *, a class, an id
+	mdSimpleSel = regexp.MustCompile(`[.#]?[\w-]+|\*`)
+	mdKey       = regexp.MustCompile(`[.#][\w-]+`)
+	// a tab set's pane (sphinx-inline-tabs, Bootstrap, MkDocs, sphinx-design, VitePress), which a
+	// reader shows with a click
+	mdPane = regexp.MustCompile(`(?:^|\s)(?:tab-content|tab-pane|tabpanel|tabbed-block|sd-tab-content|language-\S+ vp-adaptive-theme)(?:\s|$)`)
 	// a style rule (its selectors, its declarations), and an @media rule or the like around rules
 	mdCSSRule      = regexp.MustCompile(`([^{}]*)\{([^{}]*)\}`)
 	mdAtRule       = regexp.MustCompile(`@[^{}]*\{(?:[^{}]*\{[^{}]*\})*[^{}]*\}`)
@@ -433,21 +450,22 @@ type mdConv struct {
 	mdFormat
 	format    string
 	base      *url.URL
-	h1        int             // level-1 headings kept
-	all       bool            // keep furniture: it is all the page has
-	page      int32           // text of the page's main area, less links
-	pageParas int32           // text of the paragraphs in the page
-	nest      int             // depth of lists and quotes being rendered
-	nodes     int32           // nodes measured
-	emphasis  int             // depth of emphasis being rendered
-	limit     int             // characters after which output stops
-	made      int             // characters of text rendered so far
-	cands     []*htmlNode     // nodes with a score, in document order
-	doc       *htmlNode       // the document: around the headings that have ids
-	outDoc    bool            // the last heading met opens no section of it
-	tabs      []*htmlNode     // the tabs labelling the tab panels to come
-	hiddenCSS map[string]bool // selectors the page's style elements hide
-	shownCSS  map[string]bool // classes and ids they show
+	h1        int                   // level-1 headings kept
+	all       bool                  // keep furniture: it is all the page has
+	page      int32                 // text of the page's main area, less links
+	pageParas int32                 // text of the paragraphs in the page
+	nest      int                   // depth of lists and quotes being rendered
+	nodes     int32                 // nodes measured
+	emphasis  int                   // depth of emphasis being rendered
+	limit     int                   // characters after which output stops
+	made      int                   // characters of text rendered so far
+	cands     []*htmlNode           // nodes with a score, in document order
+	doc       *htmlNode             // the document: around the headings that have ids
+	outDoc    bool                  // the last heading met opens no section of it
+	tabs      []*htmlNode           // the tabs labelling the tab panels to come
+	hiddenCSS map[string][][]string // the selectors that hide, by their last class or id
+	shownCSS  map[string]bool       // classes and ids they show
+	unseen    map[string]bool       // texts not to read, their spaces collapsed
 }
 
 // mdPage is a converted page; size: characters of the page's text in it; cut: output stopped
@@ -464,10 +482,13 @@ func htmlByTag(tag string) func(*htmlNode) bool {
 }
 
 // convertHTML returns the page's title and main content in format (a key of mdFormats),
-// links made absolute, stopping after about limit characters.
-func convertHTML(src, pageURL, format string, limit int) mdPage {
+// links made absolute, stopping after about limit characters, less the texts unseen.
+func convertHTML(src, pageURL, format string, limit int, unseen ...string) mdPage {
 	root := parseHTML(src)
-	m := &mdConv{mdFormat: mdFormats[format], format: format, limit: limit}
+	m := &mdConv{mdFormat: mdFormats[format], format: format, limit: limit, unseen: wordSet("")}
+	for _, t := range unseen {
+		m.unseen[t] = t != ""
+	}
 	m.base, _ = url.Parse(pageURL)
 	if b := root.find(htmlByTag("base")); b != nil && m.base != nil {
 		if u, err := m.base.Parse(b.attr("href")); err == nil {
@@ -550,12 +571,15 @@ func (m *mdConv) measure(n *htmlNode) {
 	m.nodes++
 	n.pre, n.end = m.nodes, m.nodes+1
 	if n.tag == "" {
+		if m.unseen[strings.Join(strings.Fields(n.text), " ")] {
+			n.text = ""
+		}
 		n.size = int32(len(strings.TrimSpace(n.text)))
 		n.prose = n.size
 		n.commas = int32(strings.Count(n.text, ","))
 		return
 	}
-	n.hidden = n.attr("role") != "tabpanel" && (m.hides(n) ||
+	n.hidden = n.attr("role") != "tabpanel" && !mdPane.MatchString(n.attr("class")) && (m.hides(n) ||
 		slices.ContainsFunc(n.attrs, func(a htmlAttr) bool { return a.key == "hidden" }))
 	if mdDropTags[n.tag] || n.hidden {
 		return
@@ -704,9 +728,9 @@ func (m *mdConv) weight(n *htmlNode) float64 {
 }
 
 // hides reports an element the page hides: aria-hidden, its inline style
-// (display, visibility, font-size 0, off-screen, white on white), a class
-// for screen readers only, or a style element's rule for one of its classes
-// or its id, unless a rule shows another of them.
+// (mdHiddenStyle), a class for screen readers only, or a style element's rule
+// for its type, one of its classes or its id, unless a rule shows another of
+// them.
 func (m *mdConv) hides(n *htmlNode) bool {
 	if n.attr("aria-hidden") == "true" ||
 		mdHiddenStyle.MatchString(n.attr("style")) {
@@ -717,18 +741,56 @@ func (m *mdConv) hides(n *htmlNode) bool {
 		if m.shownCSS[k] {
 			return false
 		}
-		hidden = hidden || m.hiddenCSS[k]
+		hidden = hidden || slices.ContainsFunc(m.hiddenCSS[k], n.matches)
 	}
 	return hidden
 }
 
+// matches reports whether n matches sel, compounds and child combinators (>), the
+// nearest ancestor taken for a descendant one.
+func (n *htmlNode) matches(sel []string) bool {
+	is := func(n *htmlNode, compound string) bool {
+		for _, p := range mdSimpleSel.FindAllString(compound, -1) {
+			class := slices.Contains(strings.Fields(n.attr("class")), p[1:])
+			if p[0] == '.' && !class || p[0] == '#' && n.attr("id") != p[1:] ||
+				!strings.ContainsAny(p[:1], ".#*") && !strings.EqualFold(p, n.tag) {
+				return false
+			}
+		}
+		return true
+	}
+	if !is(n, sel[len(sel)-1]) {
+		return false
+	}
+	for i := len(sel) - 2; i >= 0; i-- {
+		child := sel[i] == ">"
+		if child {
+			i--
+		}
+		for n = n.parent; n != nil && i >= 0 && !is(n, sel[i]); n = n.parent {
+			if child {
+				return false
+			}
+		}
+		if n == nil || i < 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // readStyles reads the page's style elements: hiddenCSS gets the selectors
-// of their rules that hide, outside @media and other at-rules (classes
-// without the dot, so that .c and #i match), shownCSS the classes and ids of
-// any rule that sets another display.
+// of their rules that hide, outside at-rules but @media true of a desktop
+// screen, by the first class (without the dot, so that .c and #i match) or id
+// of their last compound, when they hold only types, classes, ids and
+// combinators for descendants and children; shownCSS the classes and ids of any
+// rule that sets another display.
 func (m *mdConv) readStyles(root *htmlNode) {
 	// the classes of text for screen readers only hide too
-	m.hiddenCSS = wordSet("sr-only visually-hidden screen-reader-text")
+	m.hiddenCSS = map[string][][]string{}
+	for _, c := range strings.Fields("sr-only visually-hidden screen-reader-text") {
+		m.hiddenCSS[c] = [][]string{{"." + c}}
+	}
 	m.shownCSS = map[string]bool{}
 	for _, st := range root.findAll(htmlByTag("style")) {
 		css := rawText(st)
@@ -739,12 +801,26 @@ func (m *mdConv) readStyles(root *htmlNode) {
 				}
 			}
 		}
-		for _, r := range mdCSSRule.FindAllStringSubmatch(mdAtRule.ReplaceAllString(css, ""), -1) {
+		css = mdAtRule.ReplaceAllStringFunc(css, func(at string) string {
+			if mdDesktop.MatchString(at) {
+				return at[strings.IndexByte(at, '{')+1 : len(at)-1]
+			}
+			return ""
+		})
+		for _, r := range mdCSSRule.FindAllStringSubmatch(css, -1) {
 			if !mdHiddenStyle.MatchString(r[2]) {
 				continue
 			}
 			for _, sel := range strings.Split(r[1], ",") {
-				m.hiddenCSS[strings.TrimPrefix(strings.TrimSpace(sel), ".")] = true
+				parts := strings.Fields(strings.ReplaceAll(sel, ">", " > "))
+				k := ""
+				if len(parts) > 0 && !strings.ContainsAny(sel, "[:+~()\\") {
+					k = mdKey.FindString(parts[len(parts)-1])
+				}
+				if k != "" {
+					k = strings.TrimPrefix(k, ".")
+					m.hiddenCSS[k] = append(m.hiddenCSS[k], parts)
+				}
 			}
 		}
 	}
@@ -1956,9 +2032,10 @@ type readDocsOut struct {
 	Notes          []string `json:"notes,omitempty"`
 	Message        string   `json:"message,omitempty"`
 
-	body   string // the page as read: outerHTML, innerText, or the response body
-	source string // the main document's HTML as the server sent it ("" when unknown)
-	isText bool   // body is text already (innerText, or not HTML)
+	body   string   // the page as read: outerHTML, innerText, or the response body
+	source string   // the main document's HTML as the server sent it ("" when unknown)
+	unseen []string // the texts the rendering judged hidden (nil: unknown)
+	isText bool     // body is text already (innerText, or not HTML)
 }
 
 // pageCap bounds what is taken from a page: characters from the browser, bytes over HTTP.
@@ -2031,9 +2108,10 @@ func (o *readDocsOut) convert(a readDocsArgs) (content string, cut bool) {
 	limit := 2 * (a.StartIndex + a.MaxLength)
 	pg := convertHTML(o.body, o.FinalURL, a.Format, limit)
 	// Scripts that removed the article lose to the HTML as sent, whose text is
-	// shorter than it: one not twice as long as the text read cannot win.
+	// shorter than it (one not twice as long as the text read cannot win),
+	// less every text the rendering judged hidden.
 	if o.source != "" && !pg.cut && len(o.source) > 2*pg.size {
-		src := convertHTML(o.source, o.FinalURL, a.Format, limit)
+		src := convertHTML(o.source, o.FinalURL, a.Format, limit, o.unseen...)
 		if src.size > 2*pg.size {
 			pg = src
 		}
@@ -2486,40 +2564,85 @@ func (b *browser) read(ctx context.Context, srv *server, pageURL string,
 		pg.Notes = append(pg.Notes, note)
 	}
 	ts.mu.Unlock()
-	if !src.Base64Encoded {
+	if !src.Base64Encoded && pg.unseen != nil {
 		pg.source = src.Body[:min(len(src.Body), pageCap)]
 	}
 	return pg, nil
 }
 
-// markHidden sets the hidden attribute on the elements of the page a person
-// cannot see, judged by rendering (the page's own stylesheets loaded): none
-// shown, faint (their opacity times their ancestors' under a tenth, unless it
-// changes: a script fades them in as they scroll into view), or clipped to
-// nothing by their own or their ancestors' boxes (overflow, clip-path, clip)
-// or the page's edge. It wraps in <span hidden> the text a person cannot read:
-// hidden, faint, without a box of 2×4 px left after clipping (too small,
-// scaled to nothing, pushed off the page), or of too little contrast with what
-// is behind it (text in the default ink only when every stylesheet came: one
-// that did not would set its colour or the box behind it). What a reader
-// reveals with a click (tab panels, a closed <details>) is left as it is.
-// Style is all measured before anything changes; then the page's style
-// elements and attributes are removed.
-const markHidden = `if (b) try {
-	// Left as they are: what a click shows, and what is never text.
-	const untouched = '[role=tabpanel], [class*=tab-pane], [class*=tabpanel], .tabbed-block, ' +
-		'.sd-tab-content, details:not([open]) > :not(summary), script, style, template, noscript';
+// judgePage waits for a page whose main content is still a placeholder (see
+// below), then removes from it what a person cannot see, judged by
+// rendering (the page's own stylesheets loaded), after opening what a click
+// shows (a tab panel beside a tab or label, a closed <details>, what a
+// collapsed button controls), judged as anything shown. An element is gone
+// when it is not shown, faint (its opacity, a filter's, times its ancestors'
+// under a tenth, unless a transition or animation is changing it or it is
+// revealed on scroll), blurred, masked, or clipped to nothing by its own or its
+// ancestors' boxes (overflow, clip-path, clip) or the page's edges (before its
+// start, or far past its end across). A text is gone when it is unseen, faint,
+// of too little contrast with every colour behind it (gradients included; text
+// in the body's colour only when every stylesheet came: one that did not would
+// set its colour or the box behind it), or, measured where a box clips, moves
+// or shrinks it, without a box of 2×4 px left or with less than half of it
+// shown. An element's text is judged once, not each of its text nodes. Style
+// is all measured before anything changes; then the page's style elements and
+// attributes are removed.
+const judgePage = `{
+	// A page whose main content is still a placeholder (no text, "Loading…") is waited for
+	// while its text changes, at most 2 s, and said to be one when it still is.
+	var main = document.querySelector('main, [role=main], article') || b || h;
+	const short = () => main.textContent.trim().length < 1000 && main.innerText.trim();
+	const still = () => {
+		const t = short();
+		return t !== false && t.length < 200 && /^$|^(loading|please wait|one moment)|(…|\.\.\.)$/i.test(t) ||
+			!!document.querySelector('[aria-busy=true]');
+	};
+	for (let last = short(), quiet = 0; still() && waited < 2000 && quiet < 500; waited += 50) {
+		await new Promise(r => setTimeout(r, 50));
+		quiet = short() === last ? quiet + 50 : 0;
+		last = short();
+	}
+	placeholder = still() ? '(nothing)' : '';
+}
+if (b) {
+	// What a click shows is opened, then judged as anything shown: a tab panel beside a tab or
+	// label to click or beside the pane shown, a closed <details>, what a collapsed button controls.
+	const clickable = '[role=tab], label, input, button, summary, [aria-controls]';
+	const opened = [...b.querySelectorAll('[role=tabpanel], .tab-content, [class*=tab-pane], ' +
+		'[class*=tabpanel], .tabbed-block, .sd-tab-content, .vp-code-group .blocks > *')].filter(e =>
+		[e.parentElement, e.parentElement.parentElement].some(p => p && p.querySelector(clickable)));
+	// The panes beside the one shown (class on, active): those of its class a script shows.
+	for (const a of b.querySelectorAll('.on, .active, .is-active')) {
+		const k = [...a.classList].find(c => !/^(on|active|is-active)$/.test(c));
+		for (const e of a.parentElement.children) if (k && e != a && e.classList.contains(k)) opened.push(e);
+	}
+	for (const c of b.querySelectorAll('[aria-expanded=false][aria-controls]')) {
+		for (const id of c.getAttribute('aria-controls').split(/\s+/)) {
+			const e = document.getElementById(id);
+			if (e && b.contains(e) && e != b) opened.push(e);
+		}
+	}
+	for (const d of b.querySelectorAll('details:not([open])')) d.open = true;
+	const show = (e, k, v) => e.style.setProperty(k, v, 'important');
+	for (const e of opened) {
+		e.removeAttribute('hidden');
+		const s = getComputedStyle(e);
+		if (s.display == 'none') show(e, 'display', 'block');
+		if (s.visibility != 'visible') show(e, 'visibility', 'visible');
+		if (s.overflowY != 'visible' && parseFloat(s.height) < 4 || parseFloat(s.maxHeight) < 4) {
+			show(e, 'height', 'auto');
+			show(e, 'max-height', 'none');
+		}
+	}
 	const probe = document.createElement('i');
 	probe.style.background = 'Canvas';
-	probe.style.color = 'CanvasText';
 	b.append(probe);
-	const canvas = getComputedStyle(probe).backgroundColor, ink = getComputedStyle(probe).color;
+	const canvas = getComputedStyle(probe).backgroundColor;
 	probe.remove();
 	// A hidden body is an A/B test's anti-flicker guard, waiting for a script not loaded.
 	const shown = getComputedStyle(b).visibility == 'visible';
-	const styles = new Map(), colours = new Map(), pen = document.createElement('canvas')
+	const colours = new Map(), pen = document.createElement('canvas')
 		.getContext('2d', {willReadFrequently: true});
-	const style = e => styles.get(e) || styles.set(e, getComputedStyle(e)).get(e);
 	const rgba = c => { // a colour as [r, g, b, a], each from 0 to 1
 		if (!colours.has(c)) {
 			pen.clearRect(0, 0, 1, 1);
@@ -2534,21 +2657,28 @@ const markHidden = `if (b) try {
 	const lum = c => [.2126, .7152, .0722].reduce((s, k, i) =>
 		s + k * (c[i] <= .04045 ? c[i] / 12.92 : ((c[i] + .055) / 1.055) ** 2.4), 0);
 	const contrast = (f, g) => (Math.max(lum(f), lum(g)) + .05) / (Math.min(lum(f), lum(g)) + .05);
-	// What is behind an element's text: its background on what is behind it; null: an image.
-	const behind = (e, under) => {
-		const s = style(e), c = rgba(s.backgroundColor);
-		return s.backgroundImage != 'none' || !under ? null : over(c, c[3], under);
+	const listed = v => (v.match(/(rgba?|hsla?|color|oklch|oklab|lab|lch)\([^()]*\)/g) || []).map(rgba);
+	// The colours behind an element's text: its background (each colour of a gradient) on
+	// what is behind it; null: unknown (an image).
+	const behind = (s, under) => {
+		const c = rgba(s.backgroundColor), i = s.backgroundImage;
+		if (!under || /url\(/.test(i)) return null;
+		const base = c[3] ? under.map(u => over(c, c[3], u)) : under;
+		return i == 'none' ? base : listed(i).flatMap(g => base.map(u => over(g, g[3], u)));
 	};
 	// Boxes are {l, t, r, b}; cut returns the part of c inside d.
-	const all = {l: -Infinity, t: -Infinity, r: Infinity, b: Infinity};
+	const inf = {l: -Infinity, t: -Infinity, r: Infinity, b: Infinity};
 	const cut = (c, d) => ({l: Math.max(c.l, d.l), t: Math.max(c.t, d.t),
 		r: Math.min(c.r, d.r), b: Math.min(c.b, d.b)});
+	const area = c => Math.max(0, c.r - c.l) * Math.max(0, c.b - c.t);
 	const big = c => c.r - c.l >= 2 && c.b - c.t >= 4; // enough to read a letter
+	const box = q => ({l: q.left, t: q.top, r: q.right, b: q.bottom});
 	const words = s => s.replace(/[^\p{L}\p{N}]+/gu, ' ').trim();
-	// What a clip-path inset(t r b l) or a clip rect(t, r, b, l) leaves of box r.
+	// What a clip-path inset(t r b l), circle or ellipse, or a clip rect(t, r, b, l) leaves of box r.
 	const clipped = (v, r) => {
+		if (/^(circle|ellipse)\(0(px|%)?[\s)]/.test(v)) return {l: 0, t: 0, r: 0, b: 0};
 		const m = /^(inset|rect)\(([^)]*)\)/.exec(v);
-		if (!m) return all;
+		if (!m) return inf;
 		const [t, rt = t, bo = t, l = rt] = m[2].split(' round ')[0].split(/[\s,]+/);
 		const px = (x, size, none) => {
 			const n = parseFloat(x) * (x.endsWith('%') ? size / 100 : 1);
@@ -2559,77 +2689,152 @@ const markHidden = `if (b) try {
 			{l: r.left + px(l, 0, 0), t: r.top + px(t, 0, 0),
 				r: r.left + px(rt, 0, r.width), b: r.top + px(bo, 0, r.height)};
 	};
-	// The page: nothing before its start is seen, nor past the end of a right-to-left one.
+	// The page: nothing before its start is seen, nor far past its end across, nor past the end
+	// of a right-to-left one.
 	const w = document.documentElement.clientWidth;
-	const page = style(document.documentElement).direction == 'rtl' ?
-		{...all, t: -scrollY, r: w + scrollX} : {...all, l: -scrollX, t: -scrollY};
-	// Per element judged: what clips its content, its opacity, the colour behind it.
-	const clips = new Map([[b, page]]), alphas = new Map([[b, 1]]);
-	const backs = new Map([[b, behind(b, behind(document.documentElement, rgba(canvas)))]]);
-	const hidden = [], texts = [];
-	for (const e of b.querySelectorAll('*')) {
-		const p = e.parentElement, s = style(e);
-		if (!clips.has(p) || e.matches(untouched)) continue;
-		const opacity = +s.opacity, fades = opacity < 1 &&
-			/opacity|all/.test(s.transitionProperty) && parseFloat(s.transitionDuration) > 0;
-		const alpha = alphas.get(p) * (fades ? 1 : opacity);
-		const placed = /absolute|fixed/.test(s.position), path = s.clipPath;
-		// Overflow clips a box (not inline text): hidden to the box, scrolled unless it is none.
-		const flows = s.overflow != 'visible' && s.display != 'inline' && s.display != 'contents';
-		let c = s.position == 'fixed' ? page : placed ? clips.get(e.offsetParent) || page :
-			clips.get(p), off = false;
-		if (placed || flows || path != 'none') { // the box is measured only when it may matter
+	const hs = getComputedStyle(document.documentElement);
+	const page = hs.direction == 'rtl' ? {...inf, t: -scrollY, r: w + scrollX} :
+		{...inf, l: -scrollX, t: -scrollY, r: Math.max(3 * w, 3000) - scrollX};
+	// A reveal on scroll (a script fades it in as it comes into view) is shown; any other
+	// transition that has not run is not.
+	const reveal = '[data-aos], [data-sal], [data-scroll], [data-animate], [class*=reveal], ' +
+		'[class*=fade], [class*=animate], [class*=wow]';
+	// Text in the page's own colour (the body's) is judged by colour only when every
+	// stylesheet came: one that did not would set the colour behind it.
+	const ink = getComputedStyle(b).webkitTextFillColor;
+	const far = v => Math.abs(parseFloat(v) || 0) > 999;
+	// What an element's content is judged with: the box that clips it, its opacity, the
+	// colours behind it; its text: unseen, dim, or to be measured (suspect). null: hidden.
+	const judge = (e, p, s) => {
+		if (s.display == 'none' || s.contentVisibility == 'hidden') return null;
+		let opacity = +s.opacity;
+		const f = s.filter;
+		if (f != 'none') {
+			for (const m of f.matchAll(/opacity\(([\d.]+)(%?)\)/g)) opacity *= m[1] / (m[2] ? 100 : 1);
+			if (/blur\((\d\d|[4-9])/.test(f)) return null;
+		}
+		const mask = s.maskImage;
+		if (mask != 'none' && !/url/.test(mask) && listed(mask).every(c => c[3] < .1)) return null;
+		// An opacity a transition or an animation is changing, or a reveal on scroll, is the end's.
+		const fades = opacity < 1 && (e.getAnimations().length > 0 || e.closest(reveal) &&
+			/opacity|all/.test(s.transitionProperty) && parseFloat(s.transitionDuration) > 0);
+		const alpha = p.alpha * (fades ? 1 : opacity);
+		if (alpha < .1) return null;
+		const st = {clip: p.clip, alpha, back: p.back, suspect: false};
+		const pos = s.position, placed = /absolute|fixed/.test(pos), path = s.clipPath;
+		// Overflow clips a box, not inline text; the body's overflow is the page's, which scrolls.
+		const flows = s.overflow != 'visible' && e != b && !/^(inline|contents)$/.test(s.display);
+		if (placed) st.clip = pos == 'fixed' ? page : (states.get(e.offsetParent) || {clip: page}).clip;
+		const tf = s.transform;
+		const moved = placed || far(s.marginLeft) || far(s.marginTop) ||
+			pos == 'relative' && (far(s.left) || far(s.top)) ||
+			tf != 'none' && !/^matrix\(1, 0, 0, 1, [-\d.]{1,6}, [-\d.]{1,6}\)$/.test(tf) ||
+			s.scale != 'none' || s.translate != 'none';
+		if (moved || flows || path != 'none') {
 			const r = e.getBoundingClientRect(), x = s.overflowX, y = s.overflowY;
-			c = cut(cut(c, clipped(path, r)), placed ? clipped(s.clip, r) : all);
-			const cx = flows && (/hidden|clip/.test(x) || x != 'visible' && r.width < 1);
-			const cy = flows && (/hidden|clip/.test(y) || y != 'visible' && r.height < 1);
+			let c = cut(cut(st.clip, clipped(path, r)), placed ? clipped(s.clip, r) : inf);
+			// Hidden overflow clips to the box's edges when the content does not fit in it.
+			const fits = e.scrollWidth <= e.clientWidth + 1 && e.scrollHeight <= e.clientHeight + 1;
+			const cx = flows && (/hidden|clip/.test(x) && !fits || x != 'visible' && r.width < 1);
+			const cy = flows && (/hidden|clip/.test(y) && !fits || y != 'visible' && r.height < 1);
 			c = cut(c, {l: cx ? r.left : -Infinity, r: cx ? r.right : Infinity,
 				t: cy ? r.top : -Infinity, b: cy ? r.bottom : Infinity});
-			off = placed && (r.right < page.l || r.bottom < page.t || r.left > page.r);
+			// What scrolls across is read however far it goes.
+			if (flows && /auto|scroll/.test(x)) c.r = Infinity;
+			if (!big(c) || area(cut(box(r), c)) == 0 && r.width * r.height > 0) return null;
+			st.suspect = moved || cx || cy || path != 'none';
+			st.clip = c;
 		}
-		if (s.display == 'none' || alpha < .1 || !big(c) || off) {
+		st.suspect = st.suspect || p.suspect;
+		st.back = behind(s, p.back);
+		return st;
+	};
+	// The judgment of an element's own text: unseen, faint, without contrast (unless its fill
+	// is the background's: gradient text), or to be measured.
+	const textOf = (st, s) => {
+		const fill = s.webkitTextFillColor, f = rgba(fill), a = st.alpha * f[3];
+		if (shown && s.visibility != 'visible' || a < .1) return 'hidden';
+		if (st.back && (styled || fill != ink) && s.backgroundClip != 'text' &&
+			st.back.every(g => contrast(over(f, a, g), g) < 1.25)) return 'hidden';
+		const fs = parseFloat(s.fontSize);
+		return st.suspect || fs < 6 || far(s.textIndent) || /-/.test(s.letterSpacing) ? 'measure' : '';
+	};
+	const states = new Map();
+	const top = {clip: page, alpha: 1, back: behind(hs, [rgba(canvas)]), suspect: false};
+	states.set(b, judge(b, top, getComputedStyle(b)) || {...top});
+	const hidden = [], texts = [], verdicts = new Map();
+	for (const e of b.querySelectorAll('*')) {
+		const p = states.get(e.parentElement);
+		if (!p || /^(SCRIPT|STYLE|TEMPLATE|NOSCRIPT)$/.test(e.tagName)) continue;
+		const st = judge(e, p, getComputedStyle(e));
+		if (st) {
+			states.set(e, st);
+		} else if (!/^H\d$/.test(e.tagName) || !words(document.title).includes(words(e.textContent))) {
 			// Not a heading the title holds too (hidden for a logo): the title is read anyway.
-			if (!/^H\d$/.test(e.tagName) || !words(document.title).includes(words(e.textContent)))
-				hidden.push(e);
-			continue;
+			hidden.push(e);
 		}
-		clips.set(e, c);
-		alphas.set(e, alpha);
-		backs.set(e, behind(e, backs.get(p)));
 	}
 	const walk = document.createTreeWalker(b, NodeFilter.SHOW_TEXT), range = document.createRange();
 	while (walk.nextNode()) {
-		const t = walk.currentNode, p = t.parentElement;
-		if (!clips.has(p) || !t.data.trim()) continue;
-		const s = style(p), fill = s.webkitTextFillColor, back = backs.get(p), c = clips.get(p);
-		const f = rgba(fill), a = alphas.get(p) * f[3];
-		range.selectNodeContents(t);
-		// Faint or without contrast, unless its fill is the background's (gradient text).
-		const unseen = shown && s.visibility != 'visible' || ![...range.getClientRects()].some(
-			q => big(cut(c, {l: q.left, t: q.top, r: q.right, b: q.bottom})));
-		const dim = a < .1 ||
-			back && (styled || fill != ink) && contrast(over(f, a, back), back) < 1.25;
-		if (unseen || dim && s.backgroundClip != 'text') texts.push(t);
+		const t = walk.currentNode, p = t.parentElement, st = states.get(p);
+		if (!st || !t.data.trim()) continue;
+		if (!verdicts.has(p)) verdicts.set(p, textOf(st, getComputedStyle(p)));
+		const v = verdicts.get(p);
+		if (v == 'measure') {
+			// Too little of it is left to read after clipping, or less than half of it shows.
+			range.selectNodeContents(t);
+			const rects = [...range.getClientRects()].map(box);
+			const left = rects.map(q => cut(st.clip, q)).filter(big);
+			if (!left.length || left.reduce((n, q) => n + area(q), 0) * 2 <
+				rects.reduce((n, q) => n + area(q), 0)) texts.push(t);
+		} else if (v) {
+			texts.push(t);
+		}
 	}
-	for (const e of hidden) e.setAttribute('hidden', '');
-	for (const t of texts) {
-		const span = document.createElement('span');
-		span.hidden = true;
-		t.replaceWith(span);
-		span.append(t);
+	// What the HTML as sent may not give either: every text judged hidden.
+	const gone = [], keep = t => gone.push(t.data.replace(/\s+/g, ' ').trim());
+	for (const e of hidden) {
+		const w = document.createTreeWalker(e, NodeFilter.SHOW_TEXT);
+		while (w.nextNode()) keep(w.currentNode);
 	}
+	texts.forEach(keep);
+	unseen = gone.join('\n');
+	for (const e of hidden) e.remove();
+	for (const t of texts) t.remove();
 	// Visibility is decided: the page's styles go, so the markup's hints cannot decide it again.
 	for (const e of document.querySelectorAll('style')) e.remove();
 	for (const e of document.querySelectorAll('[style]')) e.removeAttribute('style');
-} catch (e) {}`
+	for (const e of document.querySelectorAll('[hidden]')) e.removeAttribute('hidden');
+}
+// A page that names no charset is decoded by the browser as windows-1252: its text is read
+// again as UTF-8 when all of it was UTF-8 (as the server's bytes were).
+if (document.characterSet != 'UTF-8' && !document.querySelector('meta[charset], meta[http-equiv=content-type i]')) {
+	const codes = new Map([...new TextDecoder(document.characterSet)
+		.decode(Uint8Array.from({length: 256}, (_, i) => i))].map((c, i) => [c, i]));
+	const utf8 = new TextDecoder('utf-8', {fatal: true}), byte = c => {
+		if (!codes.has(c)) throw c; // not from a byte: the page was not read as bytes
+		return codes.get(c);
+	};
+	const walk = document.createTreeWalker(h, NodeFilter.SHOW_TEXT), fixed = new Map();
+	try {
+		while (walk.nextNode()) {
+			const t = walk.currentNode;
+			if (codes.size == 256 && /[^\0-\x7f]/.test(t.data))
+				fixed.set(t, utf8.decode(Uint8Array.from([...t.data], byte)));
+		}
+		for (const [t, v] of fixed) t.data = v;
+	} catch (e) {}
+}
+if (placeholder) placeholder = (main.innerText.trim() || '(nothing)').slice(0, 80);`
 
 // evaluate reads the page's DOM (its text when it is not HTML), hidden
 // parts marked (styled: every stylesheet came), in a world of its own, where
 // the page's scripts cannot replace the built-ins it uses (a slice that cuts
 // nothing); a page of a type that does not read as text is an error.
 func (b *browser) evaluate(ctx context.Context, t browserTab, styled bool) (*readDocsOut, error) {
-	expr := fmt.Sprintf(`(() => {
+	expr := fmt.Sprintf(`(async () => {
 		const h = document.documentElement, b = document.body, type = document.contentType;
+		let waited = 0, placeholder = '', unseen = '';
 		const styled = %t && [...document.querySelectorAll('link[rel~=stylesheet i]')]
 			.every(l => l.sheet); // none refused, and none still coming
 		const text = !type.includes('html');
@@ -2643,20 +2848,22 @@ func (b *browser) evaluate(ctx context.Context, t browserTab, styled bool) (*rea
 		}
 		const nav = performance.getEntriesByType('navigation')[0];
 		return {body: s, read: s.length, full: page.length, title: document.title.slice(0, %d),
-			url: location.href, type, text, status: nav ? nav.responseStatus : 0}; })()`,
-		styled, markHidden, pageJSON, pageCap, 4*maxTitle)
+			url: location.href, type, text, status: nav ? nav.responseStatus : 0, waited,
+			placeholder, unseen: unseen.length < %[4]d / 4 ? unseen : null}; })()`,
+		styled, judgePage, pageJSON, pageCap, 4*maxTitle)
 	var ev struct {
 		Result struct {
 			Value struct {
-				Body, Title, URL, Type string
-				Read, Full, Status     int
-				Text                   bool
+				Body, Title, URL, Type, Placeholder string
+				Read, Full, Status, Waited          int
+				Text                                bool
+				Unseen                              *string
 			}
 		}
 		ExceptionDetails *struct{ Text string }
 	}
 	params, err := b.world(ctx, t)
-	params["expression"] = expr
+	params["expression"], params["awaitPromise"] = expr, true
 	if err == nil {
 		err = b.cdp.call(ctx, t.sid, "Runtime.evaluate", params, &ev)
 	}
@@ -2671,9 +2878,16 @@ func (b *browser) evaluate(ctx context.Context, t browserTab, styled bool) (*rea
 	}
 	pg := &readDocsOut{FinalURL: v.URL, Title: v.Title, Status: v.Status, Via: "chromium",
 		body: v.Body, isText: v.Text}
+	if v.Unseen != nil { // else too much to hold: the HTML as sent is not read
+		pg.unseen = strings.Split(*v.Unseen, "\n")
+	}
 	if v.Read < v.Full {
 		pg.Notes = append(pg.Notes, fmt.Sprintf("Only the first %d of %d characters of the page "+
 			"were read.", v.Read, v.Full))
+	}
+	if v.Placeholder != "" {
+		pg.Notes = append(pg.Notes, fmt.Sprintf("The page still showed a placeholder (%q) after %d ms "+
+			"more; wait_ms 5000 may give its content.", v.Placeholder, v.Waited))
 	}
 	return pg, nil
 }
