@@ -22,7 +22,8 @@
 //   - stdio writer (outbox.writeLines): when serveStdio stops it and the queue is empty, or at
 //     a write error;
 //   - one per request (session.start): when its handler returns and the reply is handed on;
-//     with a progress token, its keep-alive (rpcRequest.keepAlive): before the reply;
+//     its keep-alive (rpcRequest.keepAlive), which sends progress only with a progress token:
+//     before the reply;
 //   - a batch's collector (session.handleBatch): when every message of the batch has answered;
 //   - HTTP: serveHTTP's server, until shutdown; net/http's, one per connection, each the
 //     writer of its POST's reply;
@@ -522,16 +523,10 @@ func (s *session) start(ctx context.Context, m *rpcMessage, out *outbox, reply f
 	s.wg.Add(1)
 	run := func() {
 		defer s.wg.Done()
-		alive, stopped := make(chan struct{}), make(chan struct{})
-		go func() { // exits when the handler has returned: no progress follows the reply
-			defer close(stopped)
-			if len(r.progressToken) > 0 {
-				r.keepAlive(alive)
-			}
-		}()
+		stop := make(chan struct{})
+		go r.keepAlive(stop) // exits when the handler has returned: no progress follows the reply
 		var msg any = s.call(ctx, r, handle)
-		close(alive)
-		<-stopped
+		stop <- struct{}{} // taken between two notifications
 		r.cancel()
 		s.mu.Lock()
 		delete(s.inflight, r)
@@ -1330,16 +1325,16 @@ func (r *rpcRequest) progress(message string) {
 		"progressToken": r.progressToken, "progress": r.progressCount, "message": message}))
 }
 
-// keepAlive sends progress every PROGRESS_INTERVAL_MS until done closes, even when the request
-// has nothing new to say: a client that resets its timeout on progress then waits as long as
-// the request runs.
-func (r *rpcRequest) keepAlive(done <-chan struct{}) {
+// keepAlive sends progress every PROGRESS_INTERVAL_MS, when the request asked for progress,
+// until it takes from stop, even when the request has nothing new to say: a client that resets
+// its timeout on progress then waits as long as the request runs.
+func (r *rpcRequest) keepAlive(stop <-chan struct{}) {
 	start := time.Now()
 	tick := time.NewTicker(r.s.srv.set.ProgressInterval)
 	defer tick.Stop()
 	for {
 		select {
-		case <-done:
+		case <-stop:
 			return
 		case <-tick.C:
 			r.progress(fmt.Sprintf("still working, %s so far", time.Since(start).Round(time.Second)))
