@@ -835,10 +835,7 @@ func (d *toolDef) desc(s *session) string {
 
 // served is telson's own text with each tool named as it is served: TOOL_PREFIX, then its name.
 func (srv *server) served(text string) string {
-	if srv.set.ToolPrefix == "" {
-		return text
-	}
-	return srv.names.Replace(text)
+	return srv.names.Replace(text) // with no TOOL_PREFIX, each name is replaced by itself
 }
 
 // tool is the tool served by name.
