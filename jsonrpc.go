@@ -356,11 +356,9 @@ func (s *session) serve(ctx context.Context, r io.Reader) error {
 		chunk, more, err := br.ReadLine()
 		if err != nil {
 			close(s.inputEnd)
-		}
-		switch {
-		case errors.Is(err, io.EOF):
-			return nil
-		case err != nil:
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
 			return fmt.Errorf("read: %w", err)
 		}
 		tooLong = tooLong || len(line)+len(chunk) > max
@@ -615,8 +613,8 @@ func handleInitialize(ctx context.Context, r *rpcRequest) (map[string]any, error
 	return map[string]any{
 		"protocolVersion": v,
 		"capabilities":    serverCapabilities,
-		"serverInfo":      r.s.srv.serverInfo(),
-		"instructions":    r.s.srv.served(serverInstructions),
+		"serverInfo":      s.srv.serverInfo(),
+		"instructions":    s.srv.served(serverInstructions),
 	}, nil
 }
 
@@ -860,10 +858,11 @@ func handleToolsList(ctx context.Context, r *rpcRequest) (map[string]any, error)
 		return nil, invalidParams("bad cursor %q", *p.Cursor)
 	}
 	tools := []map[string]any{}
-	for _, t := range r.s.srv.tools {
+	srv := r.s.srv
+	for _, t := range srv.tools {
 		d := t.def
-		listing := map[string]any{"name": r.s.srv.set.ToolPrefix + d.name, "title": d.title,
-			"description": d.desc(r.s), "inputSchema": json.RawMessage(r.s.srv.served(d.input)),
+		listing := map[string]any{"name": srv.set.ToolPrefix + d.name, "title": d.title,
+			"description": d.desc(r.s), "inputSchema": json.RawMessage(srv.served(d.input)),
 			"icons": telsonIcons,
 			"annotations": map[string]any{
 				"title":           d.title,
@@ -1190,14 +1189,12 @@ func (schema *jsonSchema) checkValue(path string, v any) (any, string) {
 		if problem != "" || schema.Items == nil {
 			break
 		}
-		out := make([]any, len(arr))
-		for i, x := range arr {
-			out[i], problem = schema.Items.checkValue(fmt.Sprintf("%s[%d]", path, i), x)
+		for i, x := range arr { // in place: arr is this call's, and unused once wrong
+			arr[i], problem = schema.Items.checkValue(fmt.Sprintf("%s[%d]", path, i), x)
 			if problem != "" {
 				return v, problem
 			}
 		}
-		v = out
 	}
 	if problem != "" || len(schema.Enum) == 0 {
 		return v, problem
