@@ -42,7 +42,9 @@
 // them);
 // bgTasks.wg the tasks' goroutines and bgTasks.starts the starts under way (closeAll waits for
 // both); procTracker.starting the process starts under way (closeAll waits); procTracker.once
-// starts the reaper before the first child.
+// starts the reaper before the first child; keptFile.once makes a kept output file (machine.go);
+// toolEntry.schema parses a tool's input schema at its first call; settingsFields (main.go)
+// finds the settings' fields.
 //
 // Mutexes, each a leaf unless said (none is held across I/O, a process start or kill, or a
 // file read; what is found under one is acted on after it is released):
@@ -52,8 +54,8 @@
 //     (a bounded queue, not I/O) so that the counts go out in order;
 //   - noticeQueue.mu: notices waiting for the next tool result;
 //   - connLimiter.mu: the HTTP connections;
-//   - procTracker.mu (machine.go); shellState.mu (tools_bash.go); bgTasks.mu, then bgTask.mu,
-//     then noticeQueue.mu, in that order (tools_bg.go); callbackSlots.mu
+//   - procTracker.mu, keptFile.mu (machine.go); shellState.mu (tools_bash.go); bgTasks.mu,
+//     then bgTask.mu, then noticeQueue.mu, in that order (tools_bg.go); callbackSlots.mu
 //     (tools_workflow.go); cdpClient.mu, tabState.mu, searchState.mu (tools_web.go).
 //
 // Channels as locks: session.slots bounds the requests running at once (the reader waits for a
