@@ -22,7 +22,8 @@
 //   - stdio writer (outbox.writeLines): when serveStdio stops it and the queue is empty, or at
 //     a write error;
 //   - one per request (session.start): when its handler returns and the reply is handed on;
-//     with a progress token, its keep-alive (rpcRequest.keepAlive): before the reply;
+//     its keep-alive (rpcRequest.keepAlive), which sends progress only with a progress token:
+//     before the reply;
 //   - a batch's collector (session.handleBatch): when every message of the batch has answered;
 //   - HTTP: serveHTTP's server, until shutdown; net/http's, one per connection, each the
 //     writer of its POST's reply;
@@ -41,7 +42,9 @@
 // them);
 // bgTasks.wg the tasks' goroutines and bgTasks.starts the starts under way (closeAll waits for
 // both); procTracker.starting the process starts under way (closeAll waits); procTracker.once
-// starts the reaper before the first child.
+// starts the reaper before the first child; keptFile.once makes a kept output file (machine.go);
+// toolEntry.schema parses a tool's input schema at its first call; settingsFields (main.go)
+// finds the settings' fields.
 //
 // Mutexes, each a leaf unless said (none is held across I/O, a process start or kill, or a
 // file read; what is found under one is acted on after it is released):
@@ -51,8 +54,8 @@
 //     (a bounded queue, not I/O) so that the counts go out in order;
 //   - noticeQueue.mu: notices waiting for the next tool result;
 //   - connLimiter.mu: the HTTP connections;
-//   - procTracker.mu (machine.go); shellState.mu (tools_bash.go); bgTasks.mu, then bgTask.mu,
-//     then noticeQueue.mu, in that order (tools_bg.go); callbackSlots.mu
+//   - procTracker.mu, keptFile.mu (machine.go); shellState.mu (tools_bash.go); bgTasks.mu,
+//     then bgTask.mu, then noticeQueue.mu, in that order (tools_bg.go); callbackSlots.mu
 //     (tools_workflow.go); cdpClient.mu, tabState.mu, searchState.mu (tools_web.go).
 //
 // Channels as locks: session.slots bounds the requests running at once (the reader waits for a
@@ -355,11 +358,9 @@ func (s *session) serve(ctx context.Context, r io.Reader) error {
 		chunk, more, err := br.ReadLine()
 		if err != nil {
 			close(s.inputEnd)
-		}
-		switch {
-		case errors.Is(err, io.EOF):
-			return nil
-		case err != nil:
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
 			return fmt.Errorf("read: %w", err)
 		}
 		tooLong = tooLong || len(line)+len(chunk) > max
@@ -522,16 +523,10 @@ func (s *session) start(ctx context.Context, m *rpcMessage, out *outbox, reply f
 	s.wg.Add(1)
 	run := func() {
 		defer s.wg.Done()
-		alive, stopped := make(chan struct{}), make(chan struct{})
-		go func() { // exits when the handler has returned: no progress follows the reply
-			defer close(stopped)
-			if len(r.progressToken) > 0 {
-				r.keepAlive(alive)
-			}
-		}()
+		stop := make(chan struct{})
+		go r.keepAlive(stop) // exits when the handler has returned: no progress follows the reply
 		var msg any = s.call(ctx, r, handle)
-		close(alive)
-		<-stopped
+		stop <- struct{}{} // taken between two notifications
 		r.cancel()
 		s.mu.Lock()
 		delete(s.inflight, r)
@@ -620,8 +615,8 @@ func handleInitialize(ctx context.Context, r *rpcRequest) (map[string]any, error
 	return map[string]any{
 		"protocolVersion": v,
 		"capabilities":    serverCapabilities,
-		"serverInfo":      r.s.srv.serverInfo(),
-		"instructions":    r.s.srv.served(serverInstructions),
+		"serverInfo":      s.srv.serverInfo(),
+		"instructions":    s.srv.served(serverInstructions),
 	}, nil
 }
 
@@ -840,10 +835,7 @@ func (d *toolDef) desc(s *session) string {
 
 // served is telson's own text with each tool named as it is served: TOOL_PREFIX, then its name.
 func (srv *server) served(text string) string {
-	if srv.set.ToolPrefix == "" {
-		return text
-	}
-	return srv.names.Replace(text)
+	return srv.names.Replace(text) // with no TOOL_PREFIX, each name is replaced by itself
 }
 
 // tool is the tool served by name.
@@ -868,10 +860,11 @@ func handleToolsList(ctx context.Context, r *rpcRequest) (map[string]any, error)
 		return nil, invalidParams("bad cursor %q", *p.Cursor)
 	}
 	tools := []map[string]any{}
-	for _, t := range r.s.srv.tools {
+	srv := r.s.srv
+	for _, t := range srv.tools {
 		d := t.def
-		listing := map[string]any{"name": r.s.srv.set.ToolPrefix + d.name, "title": d.title,
-			"description": d.desc(r.s), "inputSchema": json.RawMessage(r.s.srv.served(d.input)),
+		listing := map[string]any{"name": srv.set.ToolPrefix + d.name, "title": d.title,
+			"description": d.desc(r.s), "inputSchema": json.RawMessage(srv.served(d.input)),
 			"icons": telsonIcons,
 			"annotations": map[string]any{
 				"title":           d.title,
@@ -1198,14 +1191,12 @@ func (schema *jsonSchema) checkValue(path string, v any) (any, string) {
 		if problem != "" || schema.Items == nil {
 			break
 		}
-		out := make([]any, len(arr))
-		for i, x := range arr {
-			out[i], problem = schema.Items.checkValue(fmt.Sprintf("%s[%d]", path, i), x)
+		for i, x := range arr { // in place: arr is this call's, and unused once wrong
+			arr[i], problem = schema.Items.checkValue(fmt.Sprintf("%s[%d]", path, i), x)
 			if problem != "" {
 				return v, problem
 			}
 		}
-		v = out
 	}
 	if problem != "" || len(schema.Enum) == 0 {
 		return v, problem
@@ -1330,16 +1321,16 @@ func (r *rpcRequest) progress(message string) {
 		"progressToken": r.progressToken, "progress": r.progressCount, "message": message}))
 }
 
-// keepAlive sends progress every PROGRESS_INTERVAL_MS until done closes, even when the request
-// has nothing new to say: a client that resets its timeout on progress then waits as long as
-// the request runs.
-func (r *rpcRequest) keepAlive(done <-chan struct{}) {
+// keepAlive sends progress every PROGRESS_INTERVAL_MS, when the request asked for progress,
+// until it takes from stop, even when the request has nothing new to say: a client that resets
+// its timeout on progress then waits as long as the request runs.
+func (r *rpcRequest) keepAlive(stop <-chan struct{}) {
 	start := time.Now()
 	tick := time.NewTicker(r.s.srv.set.ProgressInterval)
 	defer tick.Stop()
 	for {
 		select {
-		case <-done:
+		case <-stop:
 			return
 		case <-tick.C:
 			r.progress(fmt.Sprintf("still working, %s so far", time.Since(start).Round(time.Second)))

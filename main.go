@@ -376,23 +376,19 @@ func secretSetting(key string) bool {
 // defaultSettings are the settings the tags give.
 func defaultSettings() *settings {
 	s := &settings{SearchURLs: map[string]string{}}
-	for _, f := range s.fields() {
-		s.set(f.Tag.Get("key"), f.Tag.Get("default"))
+	for key, f := range settingsFields() {
+		s.set(key, f.Tag.Get("default"))
 	}
 	return s
 }
 
-// fields lists the settings' tagged fields, found once: set looks a key up in them.
-func (s *settings) fields() []reflect.StructField {
-	return settingsFields()
-}
-
-var settingsFields = sync.OnceValue(func() (fields []reflect.StructField) {
+// settingsFields are the settings' tagged fields by key, found once: set looks a key up in them.
+var settingsFields = sync.OnceValue(func() map[string]reflect.StructField {
+	fields := map[string]reflect.StructField{}
 	for _, f := range reflect.VisibleFields(reflect.TypeFor[settings]()) {
-		if f.Tag.Get("key") != "" {
-			fields = append(fields, f)
-		}
+		fields[f.Tag.Get("key")] = f
 	}
+	delete(fields, "") // the untagged fields
 	return fields
 })
 
@@ -455,14 +451,10 @@ func (s *settings) set(key, value string) string {
 		s.SearchURLs[key] = value
 		return ""
 	}
-	fields := s.fields()
-	i := slices.IndexFunc(fields, func(f reflect.StructField) bool {
-		return f.Tag.Get("key") == key
-	})
-	if i < 0 {
+	f, ok := settingsFields()[key]
+	if !ok {
 		return "unknown key " + key
 	}
-	f := fields[i]
 	v := reflect.ValueOf(s).Elem().FieldByIndex(f.Index)
 	kept := fmt.Sprint(v) // the value a warning says is kept
 	wrong := ""
