@@ -712,6 +712,13 @@ func (in *planInfo) take(set *settings, plan string) error {
 
 // exitPlan leaves plan mode with the plan (file, when given, is the plan file), unless the user
 // asked for more planning; then plan mode stays, holding the file the plan is in.
+// planEnds is the one decision that turns the sandbox off at exit: plan mode ends only with
+// the user's approval in the client's form, or with a client that has no form; a refusal, a
+// failure or no answer keeps it.
+func planEnds(approval string) bool {
+	return approval == planApproved || approval == planNotAsked
+}
+
 func exitPlan(ctx context.Context, c *toolCall, in *planInfo, plan, file string) toolResult {
 	if in == nil {
 		return errorResult("plan mode is not active; nothing to exit")
@@ -767,13 +774,12 @@ func exitPlan(ctx context.Context, c *toolCall, in *planInfo, plan, file string)
 	}
 	next.approval = approval
 	stay := &next // plan mode stays, with the plan's file
-	switch approval {
-	case planApproved:
-		text = "The user approved the plan. Exiting plan mode. Returning to execution."
-		stay = nil
-	case planNotAsked:
+	if planEnds(approval) {
 		text = "Exiting plan mode. Returning to execution."
 		stay = nil
+	}
+	if approval == planApproved {
+		text = "The user approved the plan. " + text
 	}
 	if w.plan.CompareAndSwap(in, stay) && stay == nil {
 		w.planLeft.Store(&next)
