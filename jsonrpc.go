@@ -87,6 +87,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"reflect"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -135,9 +136,18 @@ type rpcMessage struct {
 	JSONRPC string          `json:"jsonrpc"`
 	ID      json.RawMessage `json:"id,omitempty"`
 	Method  string          `json:"method,omitempty"`
-	Params  json.RawMessage `json:"params,omitempty"`
+	Params  rawJSON         `json:"params,omitempty"`
 	Result  json.RawMessage `json:"result,omitempty"`
 	Error   *rpcError       `json:"error,omitempty"`
+}
+
+// rawJSON is JSON kept in the bytes of the message it came in, which json.RawMessage would copy
+// (a 60 MiB tools/call held twice); every message is read into bytes of its own.
+type rawJSON []byte
+
+func (r *rawJSON) UnmarshalJSON(b []byte) error {
+	*r = b
+	return nil
 }
 
 // outMessage is a message telson sends: a response, a request or a notification.
@@ -352,7 +362,7 @@ func (s *session) cancelAll() {
 func (s *session) serve(ctx context.Context, r io.Reader) error {
 	br := bufio.NewReaderSize(r, 64<<10)
 	max := s.srv.set.MaxMessage
-	var line []byte
+	var line bytes.Buffer // doubles as it grows: an append's smaller steps cost a long line 5 times its size
 	tooLong := false
 	for {
 		chunk, more, err := br.ReadLine()
@@ -363,9 +373,9 @@ func (s *session) serve(ctx context.Context, r io.Reader) error {
 			}
 			return fmt.Errorf("read: %w", err)
 		}
-		tooLong = tooLong || len(line)+len(chunk) > max
+		tooLong = tooLong || line.Len()+len(chunk) > max
 		if !tooLong {
-			line = append(line, chunk...)
+			line.Write(chunk)
 		}
 		switch {
 		case more:
@@ -373,10 +383,10 @@ func (s *session) serve(ctx context.Context, r io.Reader) error {
 		case tooLong:
 			s.out.send(invalidRequest(nil, "message longer than %d bytes skipped", max))
 		default:
-			line = bytes.TrimPrefix(line, []byte("\xef\xbb\xbf"))
-			s.handleLine(ctx, line, false, s.out, s.out.send)
+			bom := []byte("\xef\xbb\xbf")
+			s.handleLine(ctx, bytes.TrimPrefix(line.Bytes(), bom), false, s.out, s.out.send)
 		}
-		line = nil
+		line = bytes.Buffer{} // the request may hold the bytes (rawJSON)
 		tooLong = false
 	}
 }
@@ -677,7 +687,7 @@ func (s *session) newRequest(m *rpcMessage, out *outbox) (*rpcRequest, *rpcError
 		return nil, invalidParams("_meta: %v", err)
 	}
 	meta := p.Meta
-	r := &rpcRequest{s: s, id: m.ID, method: m.Method, params: m.Params, out: out,
+	r := &rpcRequest{s: s, id: m.ID, method: m.Method, params: json.RawMessage(m.Params), out: out,
 		progressToken: meta.ProgressToken}
 	s.mu.Lock()
 	r.version = cmp.Or(out.versionOf(), s.version)
@@ -912,9 +922,12 @@ func structuredResult(text string, structured any) toolResult {
 	return toolResult{content: []contentItem{{Type: "text", Text: text}}, structured: structured}
 }
 
+// maxErrorRunes is the longest error a tool returns: one that quotes a long argument is cut.
+const maxErrorRunes = 10000
+
 // errorResult is a failed call; the dispatcher puts the tool's name in front.
 func errorResult(format string, a ...any) toolResult {
-	r := textResult(fmt.Sprintf(format, a...))
+	r := textResult(cutRunes(fmt.Sprintf(format, a...), maxErrorRunes))
 	r.isError = true
 	r.named = true
 	return r
@@ -929,21 +942,20 @@ const noticesSchema = `{"type":"array","items":{"type":"string"},"description":
 func handleToolsCall(ctx context.Context, r *rpcRequest) (map[string]any, error) {
 	var p struct {
 		Name      string
-		Arguments any
+		Arguments rawJSON
 	}
-	dec := json.NewDecoder(bytes.NewReader(r.params))
-	dec.UseNumber()
-	if err := dec.Decode(&p); err != nil {
+	if err := json.Unmarshal(r.params, &p); err != nil {
 		return nil, invalidParams("%v", err)
 	}
 	t := r.s.srv.tool(p.Name)
 	if t == nil {
 		return nil, newRPCError(codeInvalidParams, "unknown tool: %q", p.Name)
 	}
-	if p.Arguments == nil {
-		p.Arguments = map[string]any{}
+	in, raw := decodeArguments(p.Arguments, true), p.Arguments
+	if in == nil {
+		in, raw = map[string]any{}, nil
 	}
-	args, problem := t.schema().check(p.Arguments)
+	args, problem := t.schema().check(in, raw)
 	res := errorResult("invalid arguments: %s", problem)
 	if problem == "" {
 		res = t.def.run(ctx, &toolCall{s: r.s, req: r, args: args})
@@ -1089,14 +1101,39 @@ func parseSchema(text string) (*jsonSchema, error) {
 // field. Arguments the schema does not know are dropped; values that convert without loss are
 // converted: "5" to 5 for numbers, 5 to "5" for strings, "true" to true for booleans, JSON
 // text to the array or object it holds, "A" to {"label":"A"} for an object whose one
-// required property is a string.
-func (schema *jsonSchema) check(args any) (json.RawMessage, string) {
+// required property is a string. When nothing changed it returns raw, args as they came.
+func (schema *jsonSchema) check(args any, raw []byte) (json.RawMessage, string) {
 	v, problem := schema.checkValue("arguments", args)
-	if problem != "" {
+	switch {
+	case problem != "":
 		return nil, problem
+	case raw != nil && schema.aliases == nil && reflect.DeepEqual(v, args): // aliases change args
+		return raw, "" // a long argument encoded again would cost three times its size
 	}
 	normalized, _ := json.Marshal(v) // decoded JSON, converted without loss, encodes
 	return normalized, ""
+}
+
+// decodeArguments decodes b, valid JSON or nothing (nil), numbers as json.Number: a string by
+// json.Unmarshal, and with members an object member by member, since a json.Decoder first copies
+// what it decodes into a buffer of its own, up to twice as large.
+func decodeArguments(b []byte, members bool) (v any) {
+	var m map[string]rawJSON
+	switch {
+	case bytes.HasPrefix(b, []byte(`"`)):
+		json.Unmarshal(b, &v)
+	case members && json.Unmarshal(b, &m) == nil && m != nil:
+		obj := map[string]any{}
+		for k, raw := range m {
+			obj[k] = decodeArguments(raw, false)
+		}
+		v = obj
+	default:
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.UseNumber()
+		dec.Decode(&v)
+	}
+	return v
 }
 
 // convert returns v as the schema's type when it converts without loss, else v unchanged.
@@ -1498,23 +1535,31 @@ func newHTTPHandler(srv *server, ln net.Listener, addr, token string) *httpHandl
 // httpBanner is what telson says on stderr when it serves HTTP: the header every request must
 // carry, and where.
 func httpBanner(set *settings, token, addr string) string {
+	file := filepath.Join(set.StateDir, httpTokenFile)
+	warning := ""
+	if set.HTTPToken == "" && readableByOthers(file) {
+		warning = "telson: warning: others can read " + file + ", and with it run commands as " +
+			"you: chmod 600 it\n"
+	}
 	return fmt.Sprintf("telson: every request must carry the header \"Authorization: Bearer %s\" "+
-		"(HTTP_TOKEN sets it; else it is kept in %s)\ntelson: serving MCP on http://%s/mcp\n",
-		token, filepath.Join(set.StateDir, httpTokenFile), addr)
+		"(HTTP_TOKEN sets it; else it is kept in %s)\n%stelson: serving MCP on http://%s/mcp\n",
+		token, file, warning, addr)
 }
 
-// httpToken is the bearer token every HTTP request must carry: HTTP_TOKEN, else the one kept
-// in STATE_DIR/http-token, made (random, mode 0600) the first time.
+// httpToken is the bearer token every HTTP request must carry, of minTokenLength characters
+// or more: HTTP_TOKEN, else the one kept in STATE_DIR/http-token, made (random, mode 0600) the
+// first time.
 func httpToken(set *settings) (string, error) {
-	if set.HTTPToken != "" {
-		return set.HTTPToken, nil
+	b, path := []byte(set.HTTPToken), "HTTP_TOKEN"
+	var err error
+	if set.HTTPToken == "" {
+		path = filepath.Join(set.StateDir, httpTokenFile)
+		b, err = readState(set, path, 1024)
 	}
-	path := filepath.Join(set.StateDir, httpTokenFile)
-	b, err := readCapped(path, 1024)
 	if errors.Is(err, os.ErrNotExist) {
 		err = writeState(set, httpTokenFile, []byte(randomHex(24)+"\n"), false)
 		if err == nil || errors.Is(err, os.ErrExist) { // made here, or by another telson
-			b, err = readCapped(path, 1024)
+			b, err = readState(set, path, 1024)
 		}
 	}
 	token := strings.TrimSpace(string(b))
@@ -1553,7 +1598,7 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // this machine's, no Origin but a loopback one, the bearer token, a POST of JSON to /mcp.
 func (h *httpHandler) gate(r *http.Request) (int, string) {
 	origin := r.Header.Get("Origin")
-	got, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	got, bearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	mediaType, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	switch {
 	case !h.hostAllowed(r.Host):
@@ -1562,7 +1607,7 @@ func (h *httpHandler) gate(r *http.Request) (int, string) {
 	case origin != "" && !originLoopback(origin):
 		return http.StatusForbidden, fmt.Sprintf("forbidden: Origin %q is not a loopback one",
 			origin)
-	case subtle.ConstantTimeCompare([]byte(got), []byte(h.token)) != 1:
+	case !bearer || subtle.ConstantTimeCompare([]byte(got), []byte(h.token)) != 1:
 		return http.StatusUnauthorized, "unauthorized: send the header Authorization: Bearer " +
 			"<token>, the token telson printed at start (HTTP_TOKEN, or STATE_DIR/http-token)"
 	case r.URL.Path == "/sse":
@@ -1639,6 +1684,9 @@ func readBody(w http.ResponseWriter, r *http.Request, max int) ([]byte, error) {
 // comes back about it. A dropped connection cancels a 2026-07-28 request, not a
 // legacy request (notifications/cancelled does).
 func (h *httpHandler) post(w http.ResponseWriter, r *http.Request) {
+	if !h.limiter.showed(r.RemoteAddr) {
+		return // closed: more connections than HTTP_MAX_CONNECTIONS have shown the token
+	}
 	body, err := readBody(w, r, h.set.HTTPMaxBody)
 	var tooBig *http.MaxBytesError
 	if errors.As(err, &tooBig) {
@@ -1730,11 +1778,13 @@ func writeEvent(w http.ResponseWriter, data []byte, started bool) {
 	http.NewResponseController(w).Flush()
 }
 
-// connLimiter holds at most max connections. At the cap a new connection takes the place of
-// the oldest one that has been sending its request, or idling between requests, for
-// newcomerGrace or more, so a slow or idle client costs only itself, and a newcomer has time
-// to send its request; a connection whose request arrived whole is never shed. When there is
-// no such connection, the newcomer is closed at once, so it can retry.
+// connLimiter holds at most max connections that have shown the token (sent a request head
+// with it), and as many again that have not. A newcomer at that cap takes the place of the
+// oldest connection that has not shown the token; a connection that shows it beyond max takes
+// the place of the oldest that has, or is closed when each of those is being served. So a
+// flood without the token (or with it in headers that never end) never sheds a client that
+// has shown it, nor keeps a newcomer out; a connection whose request arrived whole is never
+// shed.
 type connLimiter struct {
 	net.Listener
 	max int
@@ -1748,6 +1798,7 @@ type trackedConn struct {
 	addr    string    // its remote address, as net/http names it
 	waiting time.Time // since when it has been sending a request, or idle
 	serving bool      // its request arrived whole and is being answered
+	shown   bool      // it sent a request head with the token
 }
 
 // Accept returns the next connection admit takes, closing those it sheds or refuses.
@@ -1769,38 +1820,67 @@ func (l *connLimiter) Accept() (net.Conn, error) {
 	}
 }
 
-// admit takes tc when there is room, or makes room by shedding the connection that has waited
-// longest, past newcomerGrace; shed is the one to close, nil for none.
+// admit takes tc when there is room, or makes room by shedding the oldest connection that has
+// not shown the token; shed is the one to close, nil for none.
 func (l *connLimiter) admit(tc *trackedConn) (shed *trackedConn, room bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if len(l.conns) >= l.max {
-		shed = l.oldestWaiting(tc.waiting.Add(-newcomerGrace))
+	if len(l.conns) >= 2*l.max {
+		shed, _ = l.oldestWaiting(nil, false)
 	}
 	if shed != nil {
 		delete(l.conns, shed.addr)
 	}
-	room = len(l.conns) < l.max
+	room = len(l.conns) < 2*l.max
 	if room {
 		l.conns[tc.addr] = tc
 	}
 	return shed, room
 }
 
-// newcomerGrace is how long a connection has to send its request before a newcomer at the
-// cap may take its place.
-const newcomerGrace = time.Second
+// showed marks the connection at addr as one that has shown the token, and reports whether it
+// stays (see show), closing the one it sheds.
+func (l *connLimiter) showed(addr string) bool {
+	shed, stays := l.show(addr)
+	if shed != nil {
+		shed.Close()
+	}
+	return stays
+}
 
-// oldestWaiting is the connection not being served that has waited longest, since before
-// since, or nil; l.mu must be held.
-func (l *connLimiter) oldestWaiting(since time.Time) *trackedConn {
-	var oldest *trackedConn
+// show marks the connection at addr as one that has shown the token: beyond max of them, the
+// oldest of the others not being served is to be shed, or else it; stays says whether it is
+// not, and was not shed already.
+func (l *connLimiter) show(addr string) (shed *trackedConn, stays bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c := l.conns[addr]
+	if c == nil {
+		return nil, false
+	}
+	c.shown = true
+	if oldest, n := l.oldestWaiting(c, true); n > l.max {
+		shed = cmp.Or(oldest, c)
+		delete(l.conns, shed.addr)
+	}
+	return shed, shed != c
+}
+
+// oldestWaiting is the connection but except, not being served, that has waited longest among
+// those that have shown the token (shown) or not, nil when there is none; n is how many have
+// (or have not). l.mu must be held.
+func (l *connLimiter) oldestWaiting(except *trackedConn, shown bool) (
+	oldest *trackedConn, n int) {
 	for _, c := range l.conns {
-		if !c.serving && c.waiting.Before(since) && (oldest == nil || c.waiting.Before(oldest.waiting)) {
+		if c.shown != shown {
+			continue
+		}
+		n++
+		if c != except && !c.serving && (oldest == nil || c.waiting.Before(oldest.waiting)) {
 			oldest = c
 		}
 	}
-	return oldest
+	return oldest, n
 }
 
 // track follows net/http's view of a connection Accept gave it: idle between requests, or gone.

@@ -9,13 +9,16 @@
 //     an agent's command starts through session.startCommand, in the plan-mode sandbox
 //     (machine_linux.go) while plan mode is on;
 //   - one kill path, stopRun, ends every process telson started, the browser included: TERM to
-//     every marked process and its group, KILL after killGrace; if telson dies, even by SIGKILL,
-//     the reaper (telson re-executed before the first child) does the same;
+//     every marked process and its group, and to the group of every leader telson started
+//     (leaderGroups), KILL after killGrace; if telson dies, even by SIGKILL, the reaper (telson
+//     re-executed before the first child) does the same for the marked ones; a marker must be
+//     one telson made;
 //   - telson writes only its state files, whole, under STATE_DIR (writeState), its kept output
 //     files in one temporary directory, and the browser's profile; what is temporary goes at the
 //     end, removed by telson or its reaper;
 //   - every file telson reads is a regular file, opened without blocking, read through a cap;
-//     every directory it lists is opened without blocking and listed to a cap;
+//     every directory it lists is opened without blocking and listed to a cap; in STATE_DIR it
+//     reads and writes only what is the user's alone (stateOwn);
 //   - procTracker's lock guards bookkeeping only: processes start and die, and files are made and
 //     removed, outside it.
 package main
@@ -33,6 +36,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -62,13 +66,14 @@ const (
 type procSpec struct {
 	argv    []string // argv[0] is the program's path
 	dir     string
-	env     []string   // besides the environment telson passes on
-	marker  string     // its run marker (see procTracker.scope)
-	sandbox bool       // an agent's command in plan mode
-	output  bool       // its stdout and stderr to one pipe, child.out
-	cwd     bool       // report its final working directory (child.finalDir)
-	files   []*os.File // its descriptors 3, 4, ...
-	stderr  io.Writer  // its stderr, when not to child.out
+	env     []string            // besides the environment telson passes on
+	marker  string              // its run marker (see procTracker.scope)
+	sandbox bool                // an agent's command in plan mode
+	output  bool                // its stdout and stderr to one pipe, child.out
+	cwd     bool                // report its final working directory (child.finalDir)
+	files   []*os.File          // its descriptors 3, 4, ...
+	stderr  io.Writer           // its stderr, when not to child.out
+	cred    *syscall.Credential // the user it runs as; nil: telson's
 }
 
 // child is a process start started, with the read ends of its pipes.
@@ -78,6 +83,7 @@ type child struct {
 	cwd   *os.File // its descriptor dirFD, where its final directory comes; nil unless asked for
 	watch bool     // wait reads its final directory from the kernel (watchDir) into dir
 	dir   string
+	left  bool // once waited for: its process group outlived it (a process it left behind)
 }
 
 // procTracker starts the server's children and ends them. Every child carries a marker: the
@@ -163,15 +169,20 @@ func (pt *procTracker) begin() bool {
 }
 
 // command is spec as a command: the leader of its own process group, with its environment.
+// Wait waits for a stderr that is not a file at most leftWait once the process has exited.
 func command(spec procSpec, env environment) *exec.Cmd {
 	return &exec.Cmd{Path: spec.argv[0], Args: spec.argv, Dir: spec.dir, Stderr: spec.stderr,
-		Env: childEnv(env.vars, spec), ExtraFiles: spec.files,
-		SysProcAttr: &syscall.SysProcAttr{Setpgid: true}}
+		Env: childEnv(env.vars, spec), ExtraFiles: spec.files, WaitDelay: leftWait,
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true, Credential: spec.cred}}
 }
 
 // childEnv is the environment a child gets: telson's, less telson's secrets and internal
-// variables, then spec's, then its marker.
+// variables (none of it for another user's child: that user's processes could read it), then
+// spec's, then its marker.
 func childEnv(vars []string, spec procSpec) []string {
+	if spec.cred != nil {
+		vars = nil
+	}
 	env := slices.DeleteFunc(slices.Clone(vars), func(kv string) bool {
 		name, ok := strings.CutPrefix(kv, "TELSON_")
 		name, _, _ = strings.Cut(name, "=")
@@ -216,6 +227,7 @@ func (c *child) wait(w io.WriteCloser, follow bool) {
 		}
 	}
 	c.cmd.Wait()
+	c.left = syscall.Kill(-c.cmd.Process.Pid, 0) == nil // reaped a moment ago: its pid is not reused
 	select {
 	case <-copied:
 	case <-time.After(leftWait):
@@ -328,6 +340,9 @@ func runReaper(lifeline io.Reader) int {
 	if lines[len(lines)-1] == "." {
 		return 0
 	}
+	if !markerPattern.MatchString(lines[0]) {
+		return 2 // run by hand: what it would kill is no run of telson's
+	}
 	stopRun(lines[0])
 	for _, dir := range lines[1:] {
 		removeWhenQuiet(dir)
@@ -353,16 +368,19 @@ func removeWhenQuiet(dir string) {
 }
 
 // stopRun is the one kill path. It sends TERM to every process whose marker starts with
-// marker and to its process group until they are gone, KILL after killGrace; then it kills
-// each leader through its os.Process, the one its caller waits for. A scan misses a process in
-// the middle of an exec (its environment reads empty then), such as a leader's leftover
-// started as the leader ended: with leaders, it stops at the third scan at the soonest.
+// marker and to its process group, and to the groups of leaders, until they are gone, KILL
+// after killGrace; then it kills each leader through its os.Process, the one its caller waits
+// for (and which someone waits for meanwhile: an unreaped leader keeps its group). A scan
+// misses a process in the middle of an exec (its environment reads empty then), such as a
+// leader's leftover started as the leader ended: with leaders, it stops at the third scan at
+// the soonest.
 func stopRun(marker string, leaders ...*os.Process) {
 	deadline := time.Now().Add(killGrace)
 	signal := syscall.SIGTERM
 	for wait := time.Millisecond; wait < 10*time.Second; wait += min(wait, 50*time.Millisecond) {
 		pids := markedPids(marker)
-		if len(pids) == 0 && (leaders == nil || wait > 2*time.Millisecond) {
+		groups := leaderGroups(leaders)
+		if len(pids)+len(groups) == 0 && (len(leaders) == 0 || wait > 2*time.Millisecond) {
 			break // with leaders, the third scan at the soonest
 		}
 		if time.Now().After(deadline) {
@@ -375,6 +393,9 @@ func stopRun(marker string, leaders ...*os.Process) {
 				syscall.Kill(-pgid, signal)
 			}
 		}
+		for _, p := range groups {
+			syscall.Kill(-p.Pid, signal)
+		}
 		time.Sleep(min(wait, 50*time.Millisecond)) // polling external processes, bounded
 	}
 	for _, p := range leaders {
@@ -382,9 +403,28 @@ func stopRun(marker string, leaders ...*os.Process) {
 	}
 }
 
-// markedPids lists the processes whose marker starts with marker (a zombie has none). Without
-// /proc (macOS) it asks ps, which shows environments.
+// leaderGroups are the process groups of leaders that still have members, which no marker
+// may find (env -i clears it). A group's id is its leader's pid, which the kernel gives no
+// other process while the leader is unreaped or the group has a member: the group is the
+// leader's while os.Process has not reaped it, and after while no process has its pid.
+func leaderGroups(leaders []*os.Process) []*os.Process {
+	return slices.DeleteFunc(slices.Clone(leaders), func(p *os.Process) bool {
+		ours := p.Signal(syscall.Signal(0)) == nil || syscall.Kill(p.Pid, 0) == syscall.ESRCH
+		return !ours || syscall.Kill(-p.Pid, 0) != nil
+	})
+}
+
+// markerPattern is a marker procTracker makes: "", which every marker starts with, or any
+// other is no marker of one run's.
+var markerPattern = regexp.MustCompile(`^[0-9a-f]{16}\.([0-9]+\.)*$`)
+
+// markedPids lists the processes whose marker starts with marker (a zombie has none); none
+// when marker is not one (markerPattern). Without /proc (macOS) it asks ps, which shows
+// environments.
 func markedPids(marker string) []int {
+	if !markerPattern.MatchString(marker) {
+		return nil
+	}
 	want := markerEnv + "=" + marker
 	var pids []int
 	ents, err := os.ReadDir("/proc")
@@ -551,6 +591,36 @@ func (k *keptFile) write(p []byte) {
 // tmpInfix is in the name of writeState's temporary files, then random digits.
 const tmpInfix = ".tmp-"
 
+// stateOwn says why path, in STATE_DIR, is not to be trusted, nil when it is (or is not in
+// STATE_DIR): STATE_DIR, the folder path is in and path, where they exist, must each be the
+// user's and writable by no one else, a symlink and its target both; another user could
+// otherwise have made them first and put a token, tasks or a plan there.
+func stateOwn(set *settings, path string) error {
+	if rel, err := filepath.Rel(set.StateDir, path); err != nil || !filepath.IsLocal(rel) {
+		return nil
+	}
+	for _, p := range []string{set.StateDir, filepath.Dir(path), path} {
+		link, err := os.Lstat(p)
+		target, serr := os.Stat(p)
+		if serr != nil {
+			target = link // a dangling symlink, whose mode means nothing
+		}
+		if err == nil && (notOwn(link, set.env.uid) || notOwn(target, set.env.uid) ||
+			target.Mode()&fs.ModeSymlink == 0 && target.Mode().Perm()&0o022 != 0) {
+			return fmt.Errorf("state: %s is another user's, or others may write it (ls -ldn "+
+				"says which), so another user could have put what telson reads there; use a "+
+				"STATE_DIR only you can write (chown, chmod go-w, or set TELSON_STATE_DIR)", p)
+		}
+	}
+	return nil
+}
+
+// notOwn reports whether another user than uid owns fi.
+func notOwn(fi fs.FileInfo, uid int) bool {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && int(st.Uid) != uid
+}
+
 // statePath is where STATE_DIR/name is, through a symlink there to its target (tasks.json may
 // be one, for the user's own reasons); name must stay inside STATE_DIR.
 func statePath(set *settings, name string) (string, error) {
@@ -567,8 +637,11 @@ func statePath(set *settings, name string) (string, error) {
 // writeState puts data whole in STATE_DIR/name, mode 0600: a temporary file beside it, fsync,
 // then a rename over what is there (replace: a regular file, or nothing), else a link, which
 // fails when anything is there, a dangling symlink too. A symlink at name is written through
-// when replacing (see statePath), never otherwise.
+// when replacing (see statePath), never otherwise; stateOwn must find both the user's.
 func writeState(set *settings, name string, data []byte, replace bool) error {
+	if err := stateOwn(set, filepath.Join(set.StateDir, name)); err != nil {
+		return err
+	}
 	path, err := statePath(set, name)
 	if !replace {
 		path = filepath.Join(set.StateDir, name)
@@ -600,7 +673,8 @@ func writeState(set *settings, name string, data []byte, replace bool) error {
 func withStateLock(ctx context.Context, set *settings, name string, fn func() error) error {
 	os.MkdirAll(set.StateDir, 0o700) // the open below reports a failure
 	path := filepath.Join(set.StateDir, name+".lock")
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR|syscall.O_NONBLOCK, 0o600)
+	// not through a symlink: one another user made would have the user make a file elsewhere
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR|syscall.O_NONBLOCK|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return err
 	}
@@ -665,6 +739,20 @@ func readCapped(path string, limit int64) ([]byte, error) {
 		return nil, fmt.Errorf("read %s: larger than %d bytes", path, limit)
 	}
 	return io.ReadAll(io.LimitReader(f, limit))
+}
+
+// readState is readCapped, once stateOwn finds path the user's own when it is in STATE_DIR.
+func readState(set *settings, path string, limit int64) ([]byte, error) {
+	if err := stateOwn(set, path); err != nil {
+		return nil, err
+	}
+	return readCapped(path, limit)
+}
+
+// readableByOthers reports whether users but the owner may read path.
+func readableByOthers(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode().Perm()&0o044 != 0
 }
 
 // listDir returns max entries of the directory dir (a symlink to one too), opened without

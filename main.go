@@ -330,7 +330,7 @@ type environment struct {
 	wd   string   // the working directory telson started in
 	exe  string   // telson's own executable: the reaper and the sandbox re-execute it
 	tmp  string   // the temporary directory (TMPDIR)
-	root bool     // telson runs as root
+	uid  int      // the user telson runs as (its effective uid; 0: root)
 	bash string   // bash's path ("bash" when PATH has none: its start fails, saying so)
 	file []byte   // the settings file, ~/.telson/telson-env.txt
 	// why the settings file could not be read; nil when it was (or there is no home)
@@ -353,7 +353,7 @@ func readEnvironment() (env environment) {
 	env.wd, _ = os.Getwd()
 	env.exe, _ = os.Executable()
 	env.tmp = os.TempDir()
-	env.root = os.Geteuid() == 0
+	env.uid = os.Geteuid()
 	var err error
 	env.bash, err = exec.LookPath("bash")
 	if err != nil {

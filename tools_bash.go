@@ -118,7 +118,9 @@ func runBash(ctx context.Context, c *toolCall) toolResult {
 		case <-t.ended:
 			return bashEnded(s, t, ch, limit, false)
 		case <-block.C:
-			return bashHandOff(s, t, limit, timeout)
+			if s.bg.reserve(set.BgMaxTasks) == 0 { // else the call waits on, up to its timeout
+				return bashHandOff(s, t, limit, timeout)
+			}
 		case <-ctx.Done():
 			stopRun(t.marker, t.leader)
 			<-t.ended

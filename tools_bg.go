@@ -147,10 +147,11 @@ type bgTasks struct {
 	// starts counts starts under way; closeAll waits for them, so none escapes it
 	starts sync.WaitGroup
 
-	mu       sync.Mutex // guards the fields below
-	tasks    []*bgTask  // oldest first
+	mu       sync.Mutex    // guards the fields below
+	tasks    []*bgTask     // oldest first
+	left     []*os.Process // leaders of commands whose process groups outlived them
 	nextID   int
-	starting int  // tasks being started: they count toward BG_MAX_TASKS
+	starting int  // tasks reserved, not yet listed: they count toward BG_MAX_TASKS
 	closed   bool // the session ended: nothing starts
 }
 
@@ -211,8 +212,8 @@ type bgInfo struct {
 	Output       *string `json:"output,omitempty"`
 }
 
-// runBackgroundBash starts a task. The start itself runs without the lock: it is counted in
-// starting (toward BG_MAX_TASKS) and in starts (which closeAll waits for).
+// runBackgroundBash starts a task. The start itself runs without the lock: it is reserved
+// (toward BG_MAX_TASKS) and counted in starts (which closeAll waits for).
 func runBackgroundBash(ctx context.Context, c *toolCall) toolResult {
 	var a bashArgs
 	json.Unmarshal(c.args, &a) // checked against the input schema: it fits
@@ -221,21 +222,15 @@ func runBackgroundBash(ctx context.Context, c *toolCall) toolResult {
 	}
 	b := c.s.bg
 	most := c.s.srv.set.BgMaxTasks
-	b.mu.Lock()
-	running := b.pruneLocked() + b.starting
-	if running < most {
-		b.starting++
-	}
-	b.mu.Unlock()
-	if running >= most {
+	if running := b.reserve(most); running > 0 {
 		return errorResult("%d tasks are already running, the most allowed (BG_MAX_TASKS=%d); "+
 			"stop one with KillBgTask first", running, most)
 	}
 	t, ch, err := c.s.startTask(a.Command, a.Command, false, 0, 0)
-	b.mu.Lock()
-	b.starting--
-	b.mu.Unlock()
 	if err != nil {
+		b.mu.Lock()
+		b.starting--
+		b.mu.Unlock()
 		return errorResult("%v", err)
 	}
 	t.log.name()
@@ -291,12 +286,26 @@ func (s *session) startTask(command, script string, trackDir bool, headMax int,
 	return t, ch, nil
 }
 
-// adopt lists t, started by startTask, as a background task with a new id: its end is
-// announced, now if it came before.
+// reserve counts a task to come toward BG_MAX_TASKS, unless most run or come already: then it
+// returns how many, else 0. adopt, or a failed start, ends the count.
+func (b *bgTasks) reserve(most int) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	running := b.pruneLocked() + b.starting
+	if running >= most {
+		return running
+	}
+	b.starting++
+	return 0
+}
+
+// adopt lists t, started by startTask and reserved, as a background task with a new id: its
+// end is announced, now if it came before.
 func (s *session) adopt(t *bgTask) {
 	b := s.bg
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.starting--
 	b.nextID++
 	t.mu.Lock()
 	t.id = b.nextID // set before t is listed: the list's readers read it without t.mu
@@ -347,7 +356,10 @@ func (b *bgTasks) closeAll() {
 		leaders = append(leaders, t.leader)
 	}
 	stopRun(b.scope, leaders...)
-	b.wg.Wait() // the leaders are dead: each run ends within leftWait
+	b.wg.Wait()          // the leaders are dead: each run ends within leftWait
+	if len(b.left) > 0 { // no run adds to it now
+		stopRun(b.scope, b.left...) // a group no marker finds (env -i) ends too
+	}
 }
 
 // run copies the task's output to it until bash has exited (and leftWait more), records how it
@@ -356,6 +368,11 @@ func (b *bgTasks) closeAll() {
 func (t *bgTask) run(s *session, ch *child) {
 	defer s.bg.wg.Done()
 	ch.wait(t, true)
+	if ch.left { // closeAll ends its group, where a process may have no marker (env -i)
+		s.bg.mu.Lock()
+		s.bg.left = append(s.bg.left, t.leader)
+		s.bg.mu.Unlock()
+	}
 	if t.timer != nil {
 		t.timer.Stop()
 	}

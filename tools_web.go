@@ -10,8 +10,9 @@
 //     panics on malformed markup;
 //   - the browser is one process group, started lazily, reused, and killed
 //     with the server; it has no port: telson drives it over a socket pair it
-//     inherits (--remote-debugging-pipe). Only a browser the user names
-//     (CHROME_URL) is driven over a port, with our RFC 6455 websocket client.
+//     inherits (--remote-debugging-pipe); when telson is root it runs as nobody,
+//     with Chromium's sandbox where nobody can have it. Only a browser the user
+//     names (CHROME_URL) is driven over a port, with our RFC 6455 websocket client.
 package main
 
 import (
@@ -1808,7 +1809,10 @@ func (h *browserHolder) get(ctx context.Context, srv *server) (*browser, error) 
 	case path == "":
 		err = fmt.Errorf("%w: no Chromium found; set CHROME_PATH", errNoBrowser)
 	default:
-		h.b, err = startBrowser(ctx, srv, path)
+		h.b, err = startBrowser(ctx, srv, path, false)
+		if err != nil && set.env.uid == 0 { // nobody's sandbox needs user namespaces: none here
+			h.b, err = startBrowser(ctx, srv, path, true)
+		}
 		if err != nil {
 			srv.log.Warn("readdocs", "err", err)
 			err = fmt.Errorf("%w: browser start: %v", errNoBrowser, err)
@@ -1852,9 +1856,15 @@ var chromeFlags = []string{"--headless", "--disable-dev-shm-usage", "--no-first-
 // startBrowser runs Chromium with a fresh profile, driven over a socket it inherits as its
 // descriptors 3 and 4 (--remote-debugging-pipe): it opens no port, so no other process can
 // reach it. Chromium writes nothing outside its profile (its home, config, cache and temporary
-// directory), which is removed when it stops, and downloads nothing (connect).
-func startBrowser(ctx context.Context, srv *server, path string) (*browser, error) {
+// directory), which is removed when it stops, and downloads nothing (connect). When telson is
+// root, Chromium runs as nobody, which owns the profile.
+func startBrowser(ctx context.Context, srv *server, path string, noSandbox bool) (*browser,
+	error) {
+	root := srv.set.env.uid == 0
 	dir, err := os.MkdirTemp(profileBase(srv.set.env.tmp), "telson-chromium-")
+	if err == nil && root {
+		err = os.Chown(dir, nobody, nobody)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -1864,7 +1874,7 @@ func startBrowser(ctx context.Context, srv *server, path string) (*browser, erro
 		spare: make(chan browserTab, 1)}
 	stderr := new(tailWriter)
 	if err == nil {
-		b.proc, err = srv.procs.start(chromeSpec(path, dir, b.marker, srv.set.env.root, theirs,
+		b.proc, err = srv.procs.start(chromeSpec(path, dir, b.marker, root, noSandbox, theirs,
 			stderr))
 		theirs.Close() // the browser's alone: when it dies, our reads end
 	}
@@ -1892,16 +1902,25 @@ func profileBase(tmp string) string {
 	return tmp
 }
 
+// nobody is the user the browser runs as when telson is root.
+const nobody = 65534
+
 // chromeSpec is the browser to start: path with the profile dir as its user data, home,
-// config, cache and temporary directory, socket as its descriptors 3 and 4, stderr to stderr.
-func chromeSpec(path, dir, marker string, root bool, socket *os.File, stderr io.Writer) procSpec {
+// config, cache and temporary directory, socket as its descriptors 3 and 4, stderr to stderr;
+// as nobody when telson is root, so that a page that breaks out of its renderer is not root.
+func chromeSpec(path, dir, marker string, root, noSandbox bool, socket *os.File,
+	stderr io.Writer) procSpec {
 	argv := append([]string{path, "--user-data-dir=" + dir}, chromeFlags...)
-	if root {
-		argv = append(argv, "--no-sandbox") // Chromium refuses to run as root with its sandbox
+	if noSandbox {
+		argv = append(argv, "--no-sandbox")
 	}
-	return procSpec{argv: append(argv, "about:blank"), marker: marker, stderr: stderr,
+	spec := procSpec{argv: append(argv, "about:blank"), marker: marker, stderr: stderr,
 		env:   []string{"HOME=" + dir, "XDG_CONFIG_HOME=" + dir, "XDG_CACHE_HOME=" + dir, "TMPDIR=" + dir},
 		files: []*os.File{socket, socket}}
+	if root {
+		spec.cred = &syscall.Credential{Uid: nobody, Gid: nobody}
+	}
+	return spec
 }
 
 // attachBrowser connects to the browser the user runs and named in CHROME_URL, its ws:// URL.
@@ -1954,7 +1973,7 @@ func (b *browser) stop() {
 		b.cdp.conn.Close()
 		return
 	}
-	stopRun(b.marker, b.proc.cmd.Process)
+	stopRun(b.marker) // the marker finds the leader until it dies: Wait reaps it
 	b.proc.cmd.Wait()
 	os.RemoveAll(b.dir)
 }

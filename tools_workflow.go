@@ -5,8 +5,8 @@
 // queue).
 //
 // Rules:
-//   - files are read and written through machine.go only: readCapped and listDir; writeState,
-//     under STATE_DIR; no lock is held across a file read or write;
+//   - files are read and written through machine.go only: readCapped, readState (in STATE_DIR)
+//     and listDir; writeState, under STATE_DIR; no lock is held across a file read or write;
 //   - tasks.json changes only under an flock on tasks.json.lock, is read again inside the lock
 //     and is replaced atomically, through a symlink if it is one; one that does not parse is
 //     kept under another name and a new list started, unless it is a symlink: then it is refused;
@@ -205,7 +205,7 @@ func runTaskManager(ctx context.Context, c *toolCall) toolResult {
 // kept under another name and a new list started: kept says so.
 func loadTasks(set *settings) (tf *taskFile, kept string, err error) {
 	path, _ := statePath(set, tasksFile) // a name inside STATE_DIR
-	data, err := readCapped(path, maxTaskFile)
+	data, err := readState(set, filepath.Join(set.StateDir, tasksFile), maxTaskFile)
 	if errors.Is(err, os.ErrNotExist) {
 		data, err = []byte("{}"), nil
 	}
@@ -654,7 +654,7 @@ func enterPlan(c *toolCall, goal, file string) toolResult {
 	w := c.s.workflow
 	file = c.s.shell.resolve(cmp.Or(file, filepath.Join(c.s.srv.set.StateDir, planDir,
 		newPlanName())))
-	_, err := readCapped(file, maxPlanBytes)
+	_, err := readState(c.s.srv.set, file, maxPlanBytes)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return errorResult("plan_file: %v", err)
 	}
@@ -689,7 +689,7 @@ func newPlanName() string {
 func (in *planInfo) take(set *settings, plan string) error {
 	in.plan = plan
 	if strings.TrimSpace(plan) == "" {
-		b, err := readCapped(in.file, maxPlanBytes)
+		b, err := readState(set, in.file, maxPlanBytes)
 		in.plan = string(b)
 		if err == nil && strings.TrimSpace(in.plan) == "" {
 			err = fmt.Errorf("plan file %s is empty", in.file)
