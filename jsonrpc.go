@@ -1026,12 +1026,13 @@ var knownClients = []knownClient{
 	{name: "opencode"}, // resets its 60 s on progress
 	{name: "@cline/core", timeout: 60 * time.Second},
 	{name: "Cline", timeout: 60 * time.Second},
+	{name: "copilot-cli", timeout: 60 * time.Second},
 }
 
 // unknownClient is what telson assumes of a client it does not know: the MCP SDK's request
-// timeout, not reset by progress, and that it may show the model both the text and the
-// structured content.
-var unknownClient = knownClient{timeout: 60 * time.Second}
+// timeout, not reset by progress; its structured content whole, since a client or harness that
+// reads only the structured content would otherwise lose what it holds.
+var unknownClient = knownClient{timeout: 60 * time.Second, whole: true}
 
 // Bash's blocking limit, when BASH_BLOCK_MS is 0: blockDefault, or the client's default
 // timeout less clientMargin when that is sooner.

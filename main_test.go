@@ -3404,7 +3404,10 @@ func TestClientsSeeTheOutputOnce(t *testing.T) {
 		{"opencode", 30200, false, 240 * time.Second},
 		{"@cline/core", 30200, false, 50 * time.Second},
 		{"Cline", 30200, false, 50 * time.Second},
-		{"someone-else", 30200, false, 50 * time.Second},
+		{"copilot-cli", 30200, false, 50 * time.Second},
+		// an unknown client gets it whole: a harness reading only the structured content
+		// must not lose it (ReadDocs' scorers read structuredContent.content)
+		{"someone-else", 30200, true, 50 * time.Second},
 	} {
 		cut := tc.maxText < 28893 // seq 1 6000 prints 28,893 characters
 		c := startServer(t)
