@@ -71,9 +71,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"crypto/rand"
 	"crypto/subtle"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -1551,15 +1549,16 @@ func httpBanner(set *settings, token, addr string) string {
 // first time.
 func httpToken(set *settings) (string, error) {
 	b, path := []byte(set.HTTPToken), "HTTP_TOKEN"
+	st := set.state()
 	var err error
 	if set.HTTPToken == "" {
-		path = filepath.Join(set.StateDir, httpTokenFile)
-		b, err = readState(set, path, 1024)
+		path = filepath.Join(st.path, httpTokenFile)
+		b, err = readState(st, path, 1024)
 	}
 	if errors.Is(err, os.ErrNotExist) {
-		err = writeState(set, httpTokenFile, []byte(randomHex(24)+"\n"), false)
+		err = writeState(st, httpTokenFile, []byte(randomHex(24)+"\n"), false)
 		if err == nil || errors.Is(err, os.ErrExist) { // made here, or by another telson
-			b, err = readState(set, path, 1024)
+			b, err = readState(st, path, 1024)
 		}
 	}
 	token := strings.TrimSpace(string(b))
@@ -1650,14 +1649,6 @@ func originLoopback(origin string) bool {
 func isLoopbackHost(host string) bool {
 	ip := net.ParseIP(host)
 	return strings.EqualFold(host, "localhost") || ip != nil && ip.IsLoopback()
-}
-
-// randomHex is n bytes from crypto/rand in hex (crypto/rand does not fail on the systems
-// telson runs on: Go's reader panics rather than return short).
-func randomHex(n int) string {
-	b := make([]byte, n)
-	rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 // httpError answers status with a JSON-RPC error saying why.
