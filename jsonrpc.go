@@ -1489,10 +1489,8 @@ func serveHTTP(ctx context.Context, srv *server, addr string, stderr io.Writer) 
 	if err != nil {
 		return fmt.Errorf("http: %w", err)
 	}
-	h := newHTTPHandler(srv, ln, addr, token)
+	h, hs := newHTTPHandler(srv, ln, addr, token)
 	defer h.s.close() // after the shutdown below
-	hs := &http.Server{Handler: h, ReadTimeout: srv.set.HTTPTimeout,
-		IdleTimeout: srv.set.HTTPTimeout, ConnState: h.limiter.track}
 	fmt.Fprint(stderr, httpBanner(srv.set, token, ln.Addr().String()))
 	served := make(chan error, 1)
 	go func() { // exits when the server is shut down or closed
@@ -1520,14 +1518,17 @@ func httpAddr(addr string) string {
 	return addr
 }
 
-// newHTTPHandler is the handler of one HTTP server: one session, the gate's settings, the
+// newHTTPHandler is the handler of one HTTP server, hs: one session, the gate's settings, the
 // connection limiter over ln.
-func newHTTPHandler(srv *server, ln net.Listener, addr, token string) *httpHandler {
+func newHTTPHandler(srv *server, ln net.Listener, addr, token string) (*httpHandler,
+	*http.Server) {
 	host, _, _ := net.SplitHostPort(addr) // net.Listen took it
 	limiter := &connLimiter{Listener: ln, max: srv.set.HTTPMaxConns,
 		conns: map[string]*trackedConn{}}
-	return &httpHandler{s: newSession(srv, nil), set: srv.set, host: host, token: token,
+	h := &httpHandler{s: newSession(srv, nil), set: srv.set, host: host, token: token,
 		limiter: limiter}
+	return h, &http.Server{Handler: h, ReadTimeout: srv.set.HTTPTimeout,
+		IdleTimeout: srv.set.HTTPTimeout, ConnState: limiter.track}
 }
 
 // httpBanner is what telson says on stderr when it serves HTTP: the header every request must

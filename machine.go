@@ -6,7 +6,7 @@
 // Rules:
 //   - every process starts through procTracker.start: the leader of its own process group,
 //     carrying its run marker (TELSON_RUN), with telson's environment less telson's own secrets
-//     (secretEnv), in the plan-mode sandbox (machine_linux.go) when its spec says so: the tools
+//     (withheldEnv), in the plan-mode sandbox (machine_linux.go) when its spec says so: the tools
 //     decide that (session.startCommand, tools_bg.go); this file calls nothing above it;
 //   - one kill path, stopRun, ends every process telson started, the browser included: TERM to
 //     every marked process and its group, and to the group of every leader telson started
@@ -137,6 +137,12 @@ func (pt *procTracker) start(spec procSpec) (*child, error) {
 		return nil, errors.New("start: the server is shutting down")
 	}
 	defer pt.starting.Done()
+	return pt.launch(spec)
+}
+
+// launch starts spec, once the reaper is there: the leader of a new process group (command),
+// in the plan-mode sandbox when spec says so, its pipes made.
+func (pt *procTracker) launch(spec procSpec) (*child, error) {
 	pt.once.Do(pt.startReaper)
 	c := &child{cmd: command(spec, pt.cfg.vars)}
 	var err error
@@ -196,7 +202,7 @@ func childEnv(vars []string, spec procSpec) []string {
 	env := slices.DeleteFunc(slices.Clone(vars), func(kv string) bool {
 		name, ok := strings.CutPrefix(kv, "TELSON_")
 		name, _, _ = strings.Cut(name, "=")
-		return ok && (slices.Contains(secretEnv, name) || slices.Contains(internalEnv, name))
+		return ok && slices.Contains(withheldEnv, name)
 	})
 	return append(append(env, spec.env...), markerEnv+"="+spec.marker)
 }
@@ -204,8 +210,9 @@ func childEnv(vars []string, spec procSpec) []string {
 // internalEnv are the TELSON_ variables that are not settings: markers and the test harness's.
 var internalEnv = []string{"RUN", "RUN_MAIN", "REAPER", "SANDBOX", "REQUIRE_BROWSER"}
 
-// secretEnv are the TELSON_ variables that hold a secret, which no child's environment gets.
-var secretEnv = []string{"HTTP_TOKEN"}
+// withheldEnv are the TELSON_ variables no child's environment gets: the secret ones (the
+// HTTP token), then internalEnv.
+var withheldEnv = append([]string{"HTTP_TOKEN"}, internalEnv...)
 
 // wait copies c's output to w until every process holding the pipe has closed it, then closes
 // w; and it waits for the leader, from the output's end or leftWait on (a wait in the kernel
@@ -274,8 +281,8 @@ func (c *child) status() (code int, signal string) {
 // the kept output files' directory, which the reaper removes if telson dies.
 func (pt *procTracker) startReaper() {
 	pt.started = true
-	exe := pt.cfg.exe
-	cmd := command(procSpec{argv: []string{exe}, env: []string{reaperEnv + "=1"}}, pt.cfg.vars)
+	cmd := command(procSpec{argv: []string{pt.cfg.exe}, env: []string{reaperEnv + "=1"}},
+		pt.cfg.vars)
 	r, w, err := os.Pipe()
 	if err == nil {
 		cmd.Stdin = r
@@ -314,12 +321,7 @@ func (pt *procTracker) removeAtExit(dir string) {
 
 // closeAll kills every process of the server, removes the kept files and lets the reaper go.
 func (pt *procTracker) closeAll() {
-	pt.mu.Lock()
-	pt.closed = true
-	pt.mu.Unlock()
-	pt.starting.Wait()
-	pt.once.Do(func() {}) // none starts from now on; one under way has ended
-	if !pt.started {
+	if !pt.close() {
 		return // nothing was ever started
 	}
 	stopRun(pt.id)
@@ -331,6 +333,17 @@ func (pt *procTracker) closeAll() {
 		pt.lifeline.Close()
 		pt.reaper.Wait()
 	}
+}
+
+// close lets no process start from now on, once those under way have, and reports whether
+// the reaper was ever tried (then something may have started).
+func (pt *procTracker) close() bool {
+	pt.mu.Lock()
+	pt.closed = true
+	pt.mu.Unlock()
+	pt.starting.Wait()
+	pt.once.Do(func() {}) // none starts from now on; one under way has ended
+	return pt.started
 }
 
 // runReaper is the reaper process: when its stdin closes, telson has ended. Unless telson said
@@ -428,18 +441,12 @@ func markedPids(marker string) []int {
 		return nil
 	}
 	want := markerEnv + "=" + marker
-	var pids []int
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
 		out, _ := exec.Command("ps", "-axEww", "-o", "pid=,command=").Output()
-		for _, line := range strings.Split(string(out), "\n") {
-			pid, err := strconv.Atoi(strings.Fields(line + " x")[0])
-			if err == nil && strings.Contains(line, " "+want) {
-				pids = append(pids, pid)
-			}
-		}
-		return pids
+		return psMarked(string(out), want)
 	}
+	var pids []int
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -459,6 +466,19 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// psMarked lists the pids in out, ps's lines of a pid and a command with its environment, whose
+// environment holds want.
+func psMarked(out, want string) []int {
+	var pids []int
+	for _, line := range strings.Split(out, "\n") {
+		pid, err := strconv.Atoi(strings.Fields(line + " x")[0])
+		if err == nil && strings.Contains(line, " "+want) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
 
 // ---- files written --------------------------------------------------------------------------
@@ -492,20 +512,26 @@ type keptFile struct {
 // files beyond keptFiles: a file still being written stays.
 func (pt *procTracker) keepFile(what string) *keptFile {
 	pt.once.Do(pt.startReaper)
-	k := &keptFile{left: keptFileBytes}
-	if pt.outDir == "" { // its making failed, and was logged
-		return k
-	}
-	k.path = filepath.Join(pt.outDir, what+"-"+randomHex(8)+".log")
-	pt.mu.Lock()
-	pt.kept = append(pt.kept, k)
-	var drop []*keptFile
-	pt.kept, drop = pruneKept(pt.kept, keptFiles)
-	pt.mu.Unlock()
+	k, drop := pt.track(what)
 	for _, old := range drop {
 		os.Remove(old.path)
 	}
 	return k
+}
+
+// track makes a kept file, named after what in outDir, and counts it among the kept ones:
+// drop are the oldest finished files beyond keptFiles.
+func (pt *procTracker) track(what string) (k *keptFile, drop []*keptFile) {
+	k = &keptFile{left: keptFileBytes}
+	if pt.outDir == "" { // its making failed, and was logged
+		return k, nil
+	}
+	k.path = filepath.Join(pt.outDir, what+"-"+randomHex(8)+".log")
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	pt.kept = append(pt.kept, k)
+	pt.kept, drop = pruneKept(pt.kept, keptFiles)
+	return k, drop
 }
 
 // pruneKept splits kept, oldest first, into those to keep, at most max unless more are still
@@ -524,13 +550,19 @@ func pruneKept(kept []*keptFile, max int) (keep, drop []*keptFile) {
 // discard removes a kept file nobody needs (a Bash reply that was not cut), and none is made
 // after. Its writer may go on writing to it (a process the command left behind), under no name.
 func (pt *procTracker) discard(k *keptFile) {
+	if pt.forget(k) {
+		os.Remove(k.path)
+	}
+}
+
+// forget drops k from the kept files, and from now on it is never made; it reports whether it
+// was made.
+func (pt *procTracker) forget(k *keptFile) bool {
 	pt.mu.Lock()
 	pt.kept = slices.DeleteFunc(pt.kept, func(x *keptFile) bool { return x == k })
 	pt.mu.Unlock()
 	k.once.Do(func() {})
-	if k.f != nil {
-		os.Remove(k.path)
-	}
+	return k.f != nil
 }
 
 // keep keeps p: in memory while the output fits in keptEarly and nobody named the file, else
@@ -561,13 +593,7 @@ func (k *keptFile) close() { k.mark(false, true) }
 // mark records that the file is named (then it is made) or that its output ended; once both
 // came, it is closed.
 func (k *keptFile) mark(named, ended bool) string {
-	k.mu.Lock()
-	was := k.named && k.ended
-	k.named = k.named || named
-	k.ended = k.ended || ended
-	named = k.named
-	last := named && k.ended && !was
-	k.mu.Unlock()
+	named, last := k.marks(named, ended)
 	if named {
 		k.make()
 	}
@@ -576,6 +602,17 @@ func (k *keptFile) mark(named, ended bool) string {
 	}
 	k.done.Store(last || k.done.Load())
 	return k.path
+}
+
+// marks records named and ended, and reports whether the file is named, and whether both
+// came now, for the first time.
+func (k *keptFile) marks(named, ended bool) (isNamed, last bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	was := k.named && k.ended
+	k.named = k.named || named
+	k.ended = k.ended || ended
+	return k.named, k.named && k.ended && !was
 }
 
 // make makes the file, once, and writes what came before.
@@ -621,14 +658,20 @@ func stateOwn(st stateDir, path string) error {
 		if serr != nil {
 			target = link // a dangling symlink, whose mode means nothing
 		}
-		if err == nil && (notOwn(link, st.uid) || notOwn(target, st.uid) ||
-			target.Mode()&fs.ModeSymlink == 0 && target.Mode().Perm()&0o022 != 0) {
+		if err == nil && notYours(link, target, st.uid) {
 			return fmt.Errorf("state: %s is another user's, or others may write it (ls -ldn "+
 				"says which), so another user could have put what telson reads there; use a "+
 				"STATE_DIR only you can write (chown, chmod go-w, or set TELSON_STATE_DIR)", p)
 		}
 	}
 	return nil
+}
+
+// notYours reports whether a path whose link and target are these (the same when it is no
+// symlink) is not uid's alone: another user owns either, or others may write the target.
+func notYours(link, target fs.FileInfo, uid int) bool {
+	return notOwn(link, uid) || notOwn(target, uid) ||
+		target.Mode()&fs.ModeSymlink == 0 && target.Mode().Perm()&0o022 != 0
 }
 
 // notOwn reports whether another user than uid owns fi.
