@@ -71,9 +71,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"crypto/rand"
 	"crypto/subtle"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -1492,10 +1490,8 @@ func serveHTTP(ctx context.Context, srv *server, addr string, stderr io.Writer) 
 	if err != nil {
 		return fmt.Errorf("http: %w", err)
 	}
-	h := newHTTPHandler(srv, ln, addr, token)
+	h, hs := newHTTPHandler(srv, ln, addr, token)
 	defer h.s.close() // after the shutdown below
-	hs := &http.Server{Handler: h, ReadTimeout: srv.set.HTTPTimeout,
-		IdleTimeout: srv.set.HTTPTimeout, ConnState: h.limiter.track}
 	fmt.Fprint(stderr, httpBanner(srv.set, token, ln.Addr().String()))
 	served := make(chan error, 1)
 	go func() { // exits when the server is shut down or closed
@@ -1523,14 +1519,17 @@ func httpAddr(addr string) string {
 	return addr
 }
 
-// newHTTPHandler is the handler of one HTTP server: one session, the gate's settings, the
+// newHTTPHandler is the handler of one HTTP server, hs: one session, the gate's settings, the
 // connection limiter over ln.
-func newHTTPHandler(srv *server, ln net.Listener, addr, token string) *httpHandler {
+func newHTTPHandler(srv *server, ln net.Listener, addr, token string) (*httpHandler,
+	*http.Server) {
 	host, _, _ := net.SplitHostPort(addr) // net.Listen took it
 	limiter := &connLimiter{Listener: ln, max: srv.set.HTTPMaxConns,
 		conns: map[string]*trackedConn{}}
-	return &httpHandler{s: newSession(srv, nil), set: srv.set, host: host, token: token,
+	h := &httpHandler{s: newSession(srv, nil), set: srv.set, host: host, token: token,
 		limiter: limiter}
+	return h, &http.Server{Handler: h, ReadTimeout: srv.set.HTTPTimeout,
+		IdleTimeout: srv.set.HTTPTimeout, ConnState: limiter.track}
 }
 
 // httpBanner is what telson says on stderr when it serves HTTP: the header every request must
@@ -1552,15 +1551,16 @@ func httpBanner(set *settings, token, addr string) string {
 // first time.
 func httpToken(set *settings) (string, error) {
 	b, path := []byte(set.HTTPToken), "HTTP_TOKEN"
+	st := set.state()
 	var err error
 	if set.HTTPToken == "" {
-		path = filepath.Join(set.StateDir, httpTokenFile)
-		b, err = readState(set, path, 1024)
+		path = filepath.Join(st.path, httpTokenFile)
+		b, err = readState(st, path, 1024)
 	}
 	if errors.Is(err, os.ErrNotExist) {
-		err = writeState(set, httpTokenFile, []byte(randomHex(24)+"\n"), false)
+		err = writeState(st, httpTokenFile, []byte(randomHex(24)+"\n"), false)
 		if err == nil || errors.Is(err, os.ErrExist) { // made here, or by another telson
-			b, err = readState(set, path, 1024)
+			b, err = readState(st, path, 1024)
 		}
 	}
 	token := strings.TrimSpace(string(b))
@@ -1651,14 +1651,6 @@ func originLoopback(origin string) bool {
 func isLoopbackHost(host string) bool {
 	ip := net.ParseIP(host)
 	return strings.EqualFold(host, "localhost") || ip != nil && ip.IsLoopback()
-}
-
-// randomHex is n bytes from crypto/rand in hex (crypto/rand does not fail on the systems
-// telson runs on: Go's reader panics rather than return short).
-func randomHex(n int) string {
-	b := make([]byte, n)
-	rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 // httpError answers status with a JSON-RPC error saying why.

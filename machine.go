@@ -5,9 +5,9 @@
 //
 // Rules:
 //   - every process starts through procTracker.start: the leader of its own process group,
-//     carrying its run marker (TELSON_RUN), with telson's environment less telson's own secrets;
-//     an agent's command starts through session.startCommand, in the plan-mode sandbox
-//     (machine_linux.go) while plan mode is on;
+//     carrying its run marker (TELSON_RUN), with telson's environment less telson's own secrets
+//     (withheldEnv), in the plan-mode sandbox (machine_linux.go) when its spec says so: the tools
+//     decide that (session.startCommand, tools_bg.go); this file calls nothing above it;
 //   - one kill path, stopRun, ends every process telson started, the browser included: TERM to
 //     every marked process and its group, and to the group of every leader telson started
 //     (leaderGroups), KILL after killGrace; if telson dies, even by SIGKILL, the reaper (telson
@@ -28,6 +28,8 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -93,7 +95,7 @@ type child struct {
 // server's marker and removes the directories telson wrote to the lifeline.
 type procTracker struct {
 	log      *slog.Logger
-	set      *settings
+	cfg      procConfig
 	id       string         // the server's marker
 	once     sync.Once      // starts the reaper and makes outDir, before the first child
 	started  bool           // set by once: the reaper was tried
@@ -108,8 +110,16 @@ type procTracker struct {
 	closed bool
 }
 
-func newProcTracker(set *settings, log *slog.Logger) *procTracker {
-	return &procTracker{log: log, set: set, id: randomHex(8) + "."}
+// procConfig is what the processes telson starts get of telson's start: its executable, which
+// the reaper and the sandbox re-execute, and its environment, which childEnv passes on less
+// telson's secrets.
+type procConfig struct {
+	exe  string
+	vars []string
+}
+
+func newProcTracker(cfg procConfig, log *slog.Logger) *procTracker {
+	return &procTracker{log: log, cfg: cfg, id: randomHex(8) + "."}
 }
 
 // scope returns a new marker under parent, a marker.
@@ -127,11 +137,17 @@ func (pt *procTracker) start(spec procSpec) (*child, error) {
 		return nil, errors.New("start: the server is shutting down")
 	}
 	defer pt.starting.Done()
+	return pt.launch(spec)
+}
+
+// launch starts spec, once the reaper is there: the leader of a new process group (command),
+// in the plan-mode sandbox when spec says so, its pipes made.
+func (pt *procTracker) launch(spec procSpec) (*child, error) {
 	pt.once.Do(pt.startReaper)
-	c := &child{cmd: command(spec, pt.set.env)}
+	c := &child{cmd: command(spec, pt.cfg.vars)}
 	var err error
 	if spec.sandbox {
-		err = sandbox(c.cmd, pt.set.env.exe)
+		err = sandbox(c.cmd, pt.cfg.exe)
 	}
 	var outW, cwdW *os.File
 	if spec.output && err == nil {
@@ -170,9 +186,9 @@ func (pt *procTracker) begin() bool {
 
 // command is spec as a command: the leader of its own process group, with its environment.
 // Wait waits for a stderr that is not a file at most leftWait once the process has exited.
-func command(spec procSpec, env environment) *exec.Cmd {
+func command(spec procSpec, vars []string) *exec.Cmd {
 	return &exec.Cmd{Path: spec.argv[0], Args: spec.argv, Dir: spec.dir, Stderr: spec.stderr,
-		Env: childEnv(env.vars, spec), ExtraFiles: spec.files, WaitDelay: leftWait,
+		Env: childEnv(vars, spec), ExtraFiles: spec.files, WaitDelay: leftWait,
 		SysProcAttr: &syscall.SysProcAttr{Setpgid: true, Credential: spec.cred}}
 }
 
@@ -186,24 +202,17 @@ func childEnv(vars []string, spec procSpec) []string {
 	env := slices.DeleteFunc(slices.Clone(vars), func(kv string) bool {
 		name, ok := strings.CutPrefix(kv, "TELSON_")
 		name, _, _ = strings.Cut(name, "=")
-		return ok && (secretSetting(name) || slices.Contains(internalEnv, name))
+		return ok && slices.Contains(withheldEnv, name)
 	})
 	return append(append(env, spec.env...), markerEnv+"="+spec.marker)
 }
 
-// startCommand starts command, the agent's, with bash -c under marker in the shell's working
-// directory, its output (and with cwd its final directory) piped back. While plan mode is on it
-// runs in the read-only sandbox, or is refused where that cannot be made.
-func (s *session) startCommand(command, marker string, cwd bool) (*child, error) {
-	spec := procSpec{argv: []string{s.srv.set.env.bash, "-c", command, "bash"}, dir: s.shell.dir(),
-		marker: marker, sandbox: s.planActive(), output: true, cwd: cwd}
-	c, err := s.srv.procs.start(spec)
-	if err != nil && spec.sandbox {
-		return nil, fmt.Errorf("refused: in plan mode commands run in a read-only sandbox, "+
-			"which this system cannot make (%w); finish planning with PlanMode first", err)
-	}
-	return c, err
-}
+// internalEnv are the TELSON_ variables that are not settings: markers and the test harness's.
+var internalEnv = []string{"RUN", "RUN_MAIN", "REAPER", "SANDBOX", "REQUIRE_BROWSER"}
+
+// withheldEnv are the TELSON_ variables no child's environment gets: the secret ones (the
+// HTTP token), then internalEnv.
+var withheldEnv = append([]string{"HTTP_TOKEN"}, internalEnv...)
 
 // wait copies c's output to w until every process holding the pipe has closed it, then closes
 // w; and it waits for the leader, from the output's end or leftWait on (a wait in the kernel
@@ -272,8 +281,8 @@ func (c *child) status() (code int, signal string) {
 // the kept output files' directory, which the reaper removes if telson dies.
 func (pt *procTracker) startReaper() {
 	pt.started = true
-	exe := pt.set.env.exe
-	cmd := command(procSpec{argv: []string{exe}, env: []string{reaperEnv + "=1"}}, pt.set.env)
+	cmd := command(procSpec{argv: []string{pt.cfg.exe}, env: []string{reaperEnv + "=1"}},
+		pt.cfg.vars)
 	r, w, err := os.Pipe()
 	if err == nil {
 		cmd.Stdin = r
@@ -312,12 +321,7 @@ func (pt *procTracker) removeAtExit(dir string) {
 
 // closeAll kills every process of the server, removes the kept files and lets the reaper go.
 func (pt *procTracker) closeAll() {
-	pt.mu.Lock()
-	pt.closed = true
-	pt.mu.Unlock()
-	pt.starting.Wait()
-	pt.once.Do(func() {}) // none starts from now on; one under way has ended
-	if !pt.started {
+	if !pt.close() {
 		return // nothing was ever started
 	}
 	stopRun(pt.id)
@@ -329,6 +333,17 @@ func (pt *procTracker) closeAll() {
 		pt.lifeline.Close()
 		pt.reaper.Wait()
 	}
+}
+
+// close lets no process start from now on, once those under way have, and reports whether
+// the reaper was ever tried (then something may have started).
+func (pt *procTracker) close() bool {
+	pt.mu.Lock()
+	pt.closed = true
+	pt.mu.Unlock()
+	pt.starting.Wait()
+	pt.once.Do(func() {}) // none starts from now on; one under way has ended
+	return pt.started
 }
 
 // runReaper is the reaper process: when its stdin closes, telson has ended. Unless telson said
@@ -426,18 +441,12 @@ func markedPids(marker string) []int {
 		return nil
 	}
 	want := markerEnv + "=" + marker
-	var pids []int
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
 		out, _ := exec.Command("ps", "-axEww", "-o", "pid=,command=").Output()
-		for _, line := range strings.Split(string(out), "\n") {
-			pid, err := strconv.Atoi(strings.Fields(line + " x")[0])
-			if err == nil && strings.Contains(line, " "+want) {
-				pids = append(pids, pid)
-			}
-		}
-		return pids
+		return psMarked(string(out), want)
 	}
+	var pids []int
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -445,6 +454,27 @@ func markedPids(marker string) []int {
 		}
 		env, _ := os.ReadFile("/proc/" + e.Name() + "/environ")
 		if bytes.Contains(append([]byte{0}, env...), []byte("\x00"+want)) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// randomHex is n bytes from crypto/rand in hex (crypto/rand does not fail on the systems
+// telson runs on: Go's reader panics rather than return short).
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// psMarked lists the pids in out, ps's lines of a pid and a command with its environment, whose
+// environment holds want.
+func psMarked(out, want string) []int {
+	var pids []int
+	for _, line := range strings.Split(out, "\n") {
+		pid, err := strconv.Atoi(strings.Fields(line + " x")[0])
+		if err == nil && strings.Contains(line, " "+want) {
 			pids = append(pids, pid)
 		}
 	}
@@ -482,20 +512,26 @@ type keptFile struct {
 // files beyond keptFiles: a file still being written stays.
 func (pt *procTracker) keepFile(what string) *keptFile {
 	pt.once.Do(pt.startReaper)
-	k := &keptFile{left: keptFileBytes}
-	if pt.outDir == "" { // its making failed, and was logged
-		return k
-	}
-	k.path = filepath.Join(pt.outDir, what+"-"+randomHex(8)+".log")
-	pt.mu.Lock()
-	pt.kept = append(pt.kept, k)
-	var drop []*keptFile
-	pt.kept, drop = pruneKept(pt.kept, keptFiles)
-	pt.mu.Unlock()
+	k, drop := pt.track(what)
 	for _, old := range drop {
 		os.Remove(old.path)
 	}
 	return k
+}
+
+// track makes a kept file, named after what in outDir, and counts it among the kept ones:
+// drop are the oldest finished files beyond keptFiles.
+func (pt *procTracker) track(what string) (k *keptFile, drop []*keptFile) {
+	k = &keptFile{left: keptFileBytes}
+	if pt.outDir == "" { // its making failed, and was logged
+		return k, nil
+	}
+	k.path = filepath.Join(pt.outDir, what+"-"+randomHex(8)+".log")
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	pt.kept = append(pt.kept, k)
+	pt.kept, drop = pruneKept(pt.kept, keptFiles)
+	return k, drop
 }
 
 // pruneKept splits kept, oldest first, into those to keep, at most max unless more are still
@@ -514,13 +550,19 @@ func pruneKept(kept []*keptFile, max int) (keep, drop []*keptFile) {
 // discard removes a kept file nobody needs (a Bash reply that was not cut), and none is made
 // after. Its writer may go on writing to it (a process the command left behind), under no name.
 func (pt *procTracker) discard(k *keptFile) {
+	if pt.forget(k) {
+		os.Remove(k.path)
+	}
+}
+
+// forget drops k from the kept files, and from now on it is never made; it reports whether it
+// was made.
+func (pt *procTracker) forget(k *keptFile) bool {
 	pt.mu.Lock()
 	pt.kept = slices.DeleteFunc(pt.kept, func(x *keptFile) bool { return x == k })
 	pt.mu.Unlock()
 	k.once.Do(func() {})
-	if k.f != nil {
-		os.Remove(k.path)
-	}
+	return k.f != nil
 }
 
 // keep keeps p: in memory while the output fits in keptEarly and nobody named the file, else
@@ -551,13 +593,7 @@ func (k *keptFile) close() { k.mark(false, true) }
 // mark records that the file is named (then it is made) or that its output ended; once both
 // came, it is closed.
 func (k *keptFile) mark(named, ended bool) string {
-	k.mu.Lock()
-	was := k.named && k.ended
-	k.named = k.named || named
-	k.ended = k.ended || ended
-	named = k.named
-	last := named && k.ended && !was
-	k.mu.Unlock()
+	named, last := k.marks(named, ended)
 	if named {
 		k.make()
 	}
@@ -566,6 +602,17 @@ func (k *keptFile) mark(named, ended bool) string {
 	}
 	k.done.Store(last || k.done.Load())
 	return k.path
+}
+
+// marks records named and ended, and reports whether the file is named, and whether both
+// came now, for the first time.
+func (k *keptFile) marks(named, ended bool) (isNamed, last bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	was := k.named && k.ended
+	k.named = k.named || named
+	k.ended = k.ended || ended
+	return k.named, k.named && k.ended && !was
 }
 
 // make makes the file, once, and writes what came before.
@@ -588,6 +635,12 @@ func (k *keptFile) write(p []byte) {
 	}
 }
 
+// stateDir is STATE_DIR, and the user telson runs as, who alone may write there.
+type stateDir struct {
+	path string
+	uid  int
+}
+
 // tmpInfix is in the name of writeState's temporary files, then random digits.
 const tmpInfix = ".tmp-"
 
@@ -595,24 +648,30 @@ const tmpInfix = ".tmp-"
 // STATE_DIR): STATE_DIR, the folder path is in and path, where they exist, must each be the
 // user's and writable by no one else, a symlink and its target both; another user could
 // otherwise have made them first and put a token, tasks or a plan there.
-func stateOwn(set *settings, path string) error {
-	if rel, err := filepath.Rel(set.StateDir, path); err != nil || !filepath.IsLocal(rel) {
+func stateOwn(st stateDir, path string) error {
+	if rel, err := filepath.Rel(st.path, path); err != nil || !filepath.IsLocal(rel) {
 		return nil
 	}
-	for _, p := range []string{set.StateDir, filepath.Dir(path), path} {
+	for _, p := range []string{st.path, filepath.Dir(path), path} {
 		link, err := os.Lstat(p)
 		target, serr := os.Stat(p)
 		if serr != nil {
 			target = link // a dangling symlink, whose mode means nothing
 		}
-		if err == nil && (notOwn(link, set.env.uid) || notOwn(target, set.env.uid) ||
-			target.Mode()&fs.ModeSymlink == 0 && target.Mode().Perm()&0o022 != 0) {
+		if err == nil && notYours(link, target, st.uid) {
 			return fmt.Errorf("state: %s is another user's, or others may write it (ls -ldn "+
 				"says which), so another user could have put what telson reads there; use a "+
 				"STATE_DIR only you can write (chown, chmod go-w, or set TELSON_STATE_DIR)", p)
 		}
 	}
 	return nil
+}
+
+// notYours reports whether a path whose link and target are these (the same when it is no
+// symlink) is not uid's alone: another user owns either, or others may write the target.
+func notYours(link, target fs.FileInfo, uid int) bool {
+	return notOwn(link, uid) || notOwn(target, uid) ||
+		target.Mode()&fs.ModeSymlink == 0 && target.Mode().Perm()&0o022 != 0
 }
 
 // notOwn reports whether another user than uid owns fi.
@@ -623,11 +682,11 @@ func notOwn(fi fs.FileInfo, uid int) bool {
 
 // statePath is where STATE_DIR/name is, through a symlink there to its target (tasks.json may
 // be one, for the user's own reasons); name must stay inside STATE_DIR.
-func statePath(set *settings, name string) (string, error) {
+func statePath(st stateDir, name string) (string, error) {
 	if !filepath.IsLocal(name) {
 		return "", fmt.Errorf("state file %s: not a name inside STATE_DIR", name)
 	}
-	path := filepath.Join(set.StateDir, name)
+	path := filepath.Join(st.path, name)
 	if target, err := filepath.EvalSymlinks(path); err == nil {
 		return target, nil
 	}
@@ -638,13 +697,13 @@ func statePath(set *settings, name string) (string, error) {
 // then a rename over what is there (replace: a regular file, or nothing), else a link, which
 // fails when anything is there, a dangling symlink too. A symlink at name is written through
 // when replacing (see statePath), never otherwise; stateOwn must find both the user's.
-func writeState(set *settings, name string, data []byte, replace bool) error {
-	if err := stateOwn(set, filepath.Join(set.StateDir, name)); err != nil {
+func writeState(st stateDir, name string, data []byte, replace bool) error {
+	if err := stateOwn(st, filepath.Join(st.path, name)); err != nil {
 		return err
 	}
-	path, err := statePath(set, name)
+	path, err := statePath(st, name)
 	if !replace {
-		path = filepath.Join(set.StateDir, name)
+		path = filepath.Join(st.path, name)
 	}
 	if fi, lerr := os.Lstat(path); err == nil && replace && lerr == nil && !fi.Mode().IsRegular() {
 		err = fmt.Errorf("write %s: not a regular file", path)
@@ -670,9 +729,9 @@ func writeState(set *settings, name string, data []byte, replace bool) error {
 
 // withStateLock runs fn holding an exclusive flock on STATE_DIR/name.lock. It gives up after
 // 5 s, so a stuck process cannot hang a tool call.
-func withStateLock(ctx context.Context, set *settings, name string, fn func() error) error {
-	os.MkdirAll(set.StateDir, 0o700) // the open below reports a failure
-	path := filepath.Join(set.StateDir, name+".lock")
+func withStateLock(ctx context.Context, st stateDir, name string, fn func() error) error {
+	os.MkdirAll(st.path, 0o700) // the open below reports a failure
+	path := filepath.Join(st.path, name+".lock")
 	// not through a symlink: one another user made would have the user make a file elsewhere
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR|syscall.O_NONBLOCK|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
@@ -693,8 +752,8 @@ func withStateLock(ctx context.Context, set *settings, name string, fn func() er
 
 // removeStaleTemps removes the temporary files writeState left for name when telson was
 // killed mid-write. The caller holds name's lock: none is in use.
-func removeStaleTemps(set *settings, name string) {
-	path, err := statePath(set, name)
+func removeStaleTemps(st stateDir, name string) {
+	path, err := statePath(st, name)
 	if err != nil {
 		return
 	}
@@ -709,8 +768,8 @@ func removeStaleTemps(set *settings, name string) {
 
 // keepAside renames STATE_DIR/name, which does not parse, to name.corrupt-<time> and returns
 // that path. A symlink is refused, naming it: what it points to is the user's.
-func keepAside(set *settings, name string) (string, error) {
-	path := filepath.Join(set.StateDir, name)
+func keepAside(st stateDir, name string) (string, error) {
+	path := filepath.Join(st.path, name)
 	if fi, err := os.Lstat(path); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
 		return "", fmt.Errorf("%s is a symlink: what it points to stays as it is; fix that, "+
 			"or remove the link", path)
@@ -742,8 +801,8 @@ func readCapped(path string, limit int64) ([]byte, error) {
 }
 
 // readState is readCapped, once stateOwn finds path the user's own when it is in STATE_DIR.
-func readState(set *settings, path string, limit int64) ([]byte, error) {
-	if err := stateOwn(set, path); err != nil {
+func readState(st stateDir, path string, limit int64) ([]byte, error) {
+	if err := stateOwn(st, path); err != nil {
 		return nil, err
 	}
 	return readCapped(path, limit)

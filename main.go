@@ -156,7 +156,7 @@ func newServer(set *settings, stderr io.Writer) *server {
 		set:     set,
 		log:     logger,
 		version: buildVersion(),
-		procs:   newProcTracker(set, logger),
+		procs:   newProcTracker(procConfig{set.env.exe, set.env.vars}, logger),
 		browser: &browserHolder{tabs: make(chan struct{}, 2), turn: make(chan struct{}, 1)},
 		search:  newSearchState(),
 	}
@@ -365,14 +365,6 @@ func readEnvironment() (env environment) {
 	return env
 }
 
-// internalEnv are the TELSON_ variables that are not settings: markers and the test harness's.
-var internalEnv = []string{"RUN", "RUN_MAIN", "REAPER", "SANDBOX", "REQUIRE_BROWSER"}
-
-// secretSetting reports whether key holds a secret, which no child's environment gets.
-func secretSetting(key string) bool {
-	return key == "HTTP_TOKEN"
-}
-
 // defaultSettings are the settings the tags give.
 func defaultSettings() *settings {
 	s := &settings{SearchURLs: map[string]string{}}
@@ -429,6 +421,11 @@ func loadSettings(env environment, stderr io.Writer) *settings {
 	}
 	s.StateDir = expandHome(s.StateDir, env.home)
 	return s
+}
+
+// state is STATE_DIR, for the functions that read and write there (machine.go).
+func (s *settings) state() stateDir {
+	return stateDir{s.StateDir, s.env.uid}
 }
 
 // expandHome replaces a leading ~/ in path by home.

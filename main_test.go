@@ -17,6 +17,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"go/ast"
+	"go/build"
+	"go/importer"
+	"go/parser"
+	"go/scanner"
+	"go/token"
+	"go/types"
 	"hash/crc32"
 	"image"
 	"image/color"
@@ -11056,5 +11063,162 @@ func TestWorkflowCallbackRepeatBinary(t *testing.T) {
 	}
 	if len(seen) != 2 || seen[0] < time.Second || seen[1] < 2*time.Second {
 		t.Fatalf("fired at %v (want after 1s, then after 2s)", seen)
+	}
+}
+
+// ---- the audit map -----------------------------------------------------------------------------
+
+// The README's audit map ("How to audit telson in an afternoon") names every function that
+// touches the machine, and a reader of the map reads at most auditMapBudget tokens: a user
+// auditing a clone runs this test to know the map is whole. A function touches the machine when
+// it calls into the packages of processes, files, the network, system calls or the environment
+// (effectPackages), but for the names of theirs that only compute (pureEffectNames).
+func TestAuditMapNamesEveryEffect(t *testing.T) {
+	bp, err := build.Default.ImportDir(".", 0) // the files this system builds
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	var files []*ast.File
+	for _, name := range bp.GoFiles {
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f)
+	}
+	info := &types.Info{Uses: map[*ast.Ident]types.Object{}}
+	conf := types.Config{Importer: importer.ForCompiler(fset, "source", nil), Error: func(error) {}}
+	conf.Check("main", fset, files, info)
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := auditMapNames(string(readme))
+	found := map[string]bool{}
+	tokens := 0
+	for _, f := range files {
+		src, _ := os.ReadFile(fset.File(f.Pos()).Name())
+		for _, d := range f.Decls {
+			fd, ok := d.(*ast.FuncDecl)
+			if !ok {
+				continue
+			}
+			name := auditFuncName(fd)
+			onMap := named[name] || named[fd.Name.Name]
+			found[name], found[fd.Name.Name] = true, true
+			if onMap {
+				tokens += goTokens(src[fset.Position(fd.Pos()).Offset:fset.Position(fd.End()).Offset])
+			}
+			if touches := machineTouches(fd, info); len(touches) > 0 && !onMap {
+				t.Errorf("%s (%s) touches the machine (%s) but is not on the README's audit map",
+					name, filepath.Base(fset.File(f.Pos()).Name()), strings.Join(touches, ", "))
+			}
+		}
+	}
+	for name := range named {
+		if !found[name] {
+			t.Errorf("the audit map names %s, which is no function", name)
+		}
+	}
+	t.Logf("the audit map names %d functions, %d tokens", len(named), tokens)
+	if tokens > auditMapBudget {
+		t.Errorf("the functions on the audit map are %d tokens, over %d", tokens, auditMapBudget)
+	}
+}
+
+// auditMapBudget is the most an auditor reads: the tokens of the functions the map names.
+const auditMapBudget = 6000
+
+// effectPackages are the packages whose functions touch the machine.
+var effectPackages = []string{"os", "os/exec", "os/signal", "syscall", "net", "net/http", "io/fs",
+	"path/filepath"}
+
+// pureEffectNames are the names in effectPackages that only compute (types, constants and the
+// methods of values that only describe are never counted either).
+var pureEffectNames = regexp.MustCompile(`^(os\.(Is(NotExist|Exist|Permission|Timeout)|NewSyscallError|` +
+	`Getpagesize|Expand)|filepath\.(Join|Base|Dir|Clean|Ext|Rel|IsAbs|Split|ToSlash|FromSlash|Match|` +
+	`SplitList|VolumeName|IsLocal)|fs\.(ValidPath|FormatFileInfo)|http\.(StatusText|CanonicalHeaderKey|` +
+	`NewRequest|NewRequestWithContext|ParseHTTPVersion|DetectContentType|ParseTime)|net\.(ParseIP|` +
+	`ParseCIDR|SplitHostPort|JoinHostPort|IPv4|ParseMAC)|syscall\.(StringBytePtr|BytePtrFromString|` +
+	`ByteSliceFromString)|(os\.FileMode|fs\.FileMode|os\.FileInfo|fs\.FileInfo|fs\.DirEntry|` +
+	`os\.ProcessState|http\.Header|http\.Request|http\.Cookie|net\.IP|net\.IPNet|net\.IPMask|` +
+	`os\.SyscallError|os\.PathError|fs\.PathError|os\.LinkError|exec\.ExitError|exec\.Error|` +
+	`syscall\.WaitStatus|syscall\.Errno|syscall\.Signal|net\.OpError|net\.AddrError|net\.TCPAddr|` +
+	`net\.UDPAddr|net\.UnixAddr|net\.Addr|http\.ProtocolError|http\.MaxBytesError)\..*)$`)
+
+// machineTouches lists what fd calls or reads of effectPackages, but their pure names.
+func machineTouches(fd *ast.FuncDecl, info *types.Info) []string {
+	var touches []string
+	ast.Inspect(fd, func(n ast.Node) bool {
+		sel, ok := n.(*ast.SelectorExpr)
+		if !ok {
+			return true
+		}
+		obj := info.Uses[sel.Sel]
+		if obj == nil || obj.Pkg() == nil || !slices.Contains(effectPackages, obj.Pkg().Path()) {
+			return true
+		}
+		name := obj.Pkg().Name() + "." + obj.Name()
+		switch o := obj.(type) {
+		case *types.Func:
+			if recv := o.Type().(*types.Signature).Recv(); recv != nil {
+				name = strings.TrimPrefix(types.TypeString(recv.Type(), (*types.Package).Name), "*") +
+					"." + o.Name()
+			}
+		case *types.Var:
+			if o.IsField() || !slices.Contains([]string{"Stdin", "Stdout", "Stderr", "Args"}, o.Name()) {
+				return true
+			}
+		default:
+			return true
+		}
+		if !pureEffectNames.MatchString(name) {
+			touches = append(touches, name)
+		}
+		return true
+	})
+	return touches
+}
+
+// auditMapNames are the names in backticks in the README's section whose heading says "audit".
+func auditMapNames(readme string) map[string]bool {
+	_, section, _ := strings.Cut(readme, "## How to audit telson")
+	section, _, _ = strings.Cut(section, "\n## ")
+	names := map[string]bool{}
+	for _, m := range regexp.MustCompile("`([A-Za-z_][A-Za-z0-9_]*(?:\\.[A-Za-z_][A-Za-z0-9_]*)?)`").
+		FindAllStringSubmatch(section, -1) {
+		if !strings.HasSuffix(m[1], ".go") {
+			names[m[1]] = true
+		}
+	}
+	return names
+}
+
+// auditFuncName is Type.method for a method, the name for a function.
+func auditFuncName(fd *ast.FuncDecl) string {
+	if fd.Recv == nil {
+		return fd.Name.Name
+	}
+	recv := fd.Recv.List[0].Type
+	if star, ok := recv.(*ast.StarExpr); ok {
+		recv = star.X
+	}
+	return types.ExprString(recv) + "." + fd.Name.Name
+}
+
+// goTokens counts src's Go tokens, as gosize does: comments and automatic semicolons not.
+func goTokens(src []byte) int {
+	var s scanner.Scanner
+	s.Init(token.NewFileSet().AddFile("", -1, len(src)), src, nil, 0)
+	n := 0
+	for {
+		_, tok, lit := s.Scan()
+		if tok == token.EOF {
+			return n
+		}
+		if tok != token.SEMICOLON || lit != "\n" {
+			n++
+		}
 	}
 }

@@ -286,6 +286,21 @@ func (s *session) startTask(command, script string, trackDir bool, headMax int,
 	return t, ch, nil
 }
 
+// startCommand starts command, the agent's, with bash -c under marker in the shell's working
+// directory, its output (and with cwd its final directory) piped back. The tools' decision:
+// while plan mode is on (planActive) it runs in the read-only sandbox, or is refused where
+// that cannot be made.
+func (s *session) startCommand(command, marker string, cwd bool) (*child, error) {
+	spec := procSpec{argv: []string{s.srv.set.env.bash, "-c", command, "bash"}, dir: s.shell.dir(),
+		marker: marker, sandbox: s.planActive(), output: true, cwd: cwd}
+	c, err := s.srv.procs.start(spec)
+	if err != nil && spec.sandbox {
+		return nil, fmt.Errorf("refused: in plan mode commands run in a read-only sandbox, "+
+			"which this system cannot make (%w); finish planning with PlanMode first", err)
+	}
+	return c, err
+}
+
 // reserve counts a task to come toward BG_MAX_TASKS, unless most run or come already: then it
 // returns how many, else 0. adopt, or a failed start, ends the count.
 func (b *bgTasks) reserve(most int) int {

@@ -1810,7 +1810,7 @@ func (h *browserHolder) get(ctx context.Context, srv *server) (*browser, error) 
 		err = fmt.Errorf("%w: no Chromium found; set CHROME_PATH", errNoBrowser)
 	default:
 		h.b, err = startBrowser(ctx, srv, path, false)
-		if err != nil && set.env.uid == 0 { // nobody's sandbox needs user namespaces: none here
+		if chromeSandboxOff(set.env.uid, err) {
 			h.b, err = startBrowser(ctx, srv, path, true)
 		}
 		if err != nil {
@@ -1819,6 +1819,13 @@ func (h *browserHolder) get(ctx context.Context, srv *server) (*browser, error) 
 		}
 	}
 	return h.b, err
+}
+
+// chromeSandboxOff is the one decision that turns Chromium's own sandbox off (--no-sandbox):
+// only when telson is root (uid 0) and the browser did not start with it: as nobody, its
+// sandbox needs user namespaces, which this system may not give.
+func chromeSandboxOff(uid int, startErr error) bool {
+	return uid == 0 && startErr != nil
 }
 
 // close stops the browser. A start still under way after browserStart is left to the server's
@@ -1883,6 +1890,13 @@ func startBrowser(ctx context.Context, srv *server, path string, noSandbox bool)
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
+	return b.open(ctx, srv, path, ours, stderr)
+}
+
+// open drives b, the browser startBrowser started from path, over ours, its end of the socket;
+// stderr holds the browser's last words.
+func (b *browser) open(ctx context.Context, srv *server, path string, ours *os.File,
+	stderr *tailWriter) (*browser, error) {
 	pipe := &cdpPipe{File: ours, br: bufio.NewReaderSize(ours, 64<<10),
 		maxMsg: srv.set.WSMaxMessage}
 	if err := b.connect(ctx, pipe); err != nil { // stopped: stderr is complete

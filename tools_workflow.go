@@ -168,13 +168,13 @@ func runTaskManager(ctx context.Context, c *toolCall) toolResult {
 	}
 	a.Text = strings.TrimSpace(a.Text)
 	a.project = projectOf(c.s.shell.dir())
-	set := c.s.srv.set
+	st := c.s.srv.set.state()
 	readOnly := a.Action == "list" || a.Action == "pending"
 	var tf *taskFile
 	var kept, text string
 	var shown []map[string]any
-	err := withStateLock(ctx, set, tasksFile, func() (err error) {
-		tf, kept, err = loadTasks(set)
+	err := withStateLock(ctx, st, tasksFile, func() (err error) {
+		tf, kept, err = loadTasks(st)
 		if err != nil || readOnly {
 			return err // list and pending change nothing: they answer after the lock
 		}
@@ -182,9 +182,9 @@ func runTaskManager(ctx context.Context, c *toolCall) toolResult {
 		if err != nil {
 			return err
 		}
-		removeStaleTemps(set, tasksFile)
+		removeStaleTemps(st, tasksFile)
 		out, _ := json.MarshalIndent(tf, "", "  ")
-		return writeState(set, tasksFile, out, true)
+		return writeState(st, tasksFile, out, true)
 	})
 	if err == nil && readOnly {
 		text, shown, err = tf.apply(a)
@@ -203,9 +203,9 @@ func runTaskManager(ctx context.Context, c *toolCall) toolResult {
 
 // loadTasks reads tasks.json; a missing file is an empty list. A file that does not parse is
 // kept under another name and a new list started: kept says so.
-func loadTasks(set *settings) (tf *taskFile, kept string, err error) {
-	path, _ := statePath(set, tasksFile) // a name inside STATE_DIR
-	data, err := readState(set, filepath.Join(set.StateDir, tasksFile), maxTaskFile)
+func loadTasks(st stateDir) (tf *taskFile, kept string, err error) {
+	path, _ := statePath(st, tasksFile) // a name inside STATE_DIR
+	data, err := readState(st, filepath.Join(st.path, tasksFile), maxTaskFile)
 	if errors.Is(err, os.ErrNotExist) {
 		data, err = []byte("{}"), nil
 	}
@@ -217,7 +217,7 @@ func loadTasks(set *settings) (tf *taskFile, kept string, err error) {
 	if err == nil {
 		return tf, "", nil
 	}
-	aside, kerr := keepAside(set, tasksFile)
+	aside, kerr := keepAside(st, tasksFile)
 	if kerr != nil {
 		return nil, "", fmt.Errorf("%s does not parse (%v), and %w", path, err, kerr)
 	}
@@ -654,7 +654,7 @@ func enterPlan(c *toolCall, goal, file string) toolResult {
 	w := c.s.workflow
 	file = c.s.shell.resolve(cmp.Or(file, filepath.Join(c.s.srv.set.StateDir, planDir,
 		newPlanName())))
-	_, err := readState(c.s.srv.set, file, maxPlanBytes)
+	_, err := readState(c.s.srv.set.state(), file, maxPlanBytes)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return errorResult("plan_file: %v", err)
 	}
@@ -686,25 +686,25 @@ func newPlanName() string {
 
 // take sets in's plan: an inline plan, saved to in's file when that is a new one in
 // STATE_DIR/plans, else to a new one there, which in then names; without one, the plan file's.
-func (in *planInfo) take(set *settings, plan string) error {
+func (in *planInfo) take(st stateDir, plan string) error {
 	in.plan = plan
 	if strings.TrimSpace(plan) == "" {
-		b, err := readState(set, in.file, maxPlanBytes)
+		b, err := readState(st, in.file, maxPlanBytes)
 		in.plan = string(b)
 		if err == nil && strings.TrimSpace(in.plan) == "" {
 			err = fmt.Errorf("plan file %s is empty", in.file)
 		}
 		return err
 	}
-	dir := filepath.Join(set.StateDir, planDir)
+	dir := filepath.Join(st.path, planDir)
 	name, err := filepath.Rel(dir, in.file)
 	if err != nil || !filepath.IsLocal(name) {
 		name = newPlanName()
 	}
-	err = writeState(set, filepath.Join(planDir, name), []byte(plan), false)
+	err = writeState(st, filepath.Join(planDir, name), []byte(plan), false)
 	if errors.Is(err, os.ErrExist) {
 		name = newPlanName()
-		err = writeState(set, filepath.Join(planDir, name), []byte(plan), false)
+		err = writeState(st, filepath.Join(planDir, name), []byte(plan), false)
 	}
 	in.file = filepath.Join(dir, name)
 	return err
@@ -729,7 +729,7 @@ func exitPlan(ctx context.Context, c *toolCall, in *planInfo, plan, file string)
 		next.file = c.s.shell.resolve(file)
 	}
 	named := next.file
-	if err := next.take(c.s.srv.set, plan); err != nil {
+	if err := next.take(c.s.srv.set.state(), plan); err != nil {
 		return errorResult("%v. Pass the plan as plan (or reset to leave without one).", err)
 	}
 	saved := "Plan saved to " + next.file
