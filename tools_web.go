@@ -449,7 +449,8 @@ type mdFormat struct {
 // elements and attributes it reads): one walk, one judgment for all three.
 type mdConv struct {
 	mdFormat
-	format    string
+	html      bool // the format: html, text, else markdown
+	text      bool
 	base      *url.URL
 	h1        int                   // level-1 headings kept
 	all       bool                  // keep furniture: it is all the page has
@@ -486,7 +487,8 @@ func htmlByTag(tag string) func(*htmlNode) bool {
 // links made absolute, stopping after about limit characters, less the texts unseen.
 func convertHTML(src, pageURL, format string, limit int, unseen ...string) mdPage {
 	root := parseHTML(src)
-	m := &mdConv{mdFormat: mdFormats[format], format: format, limit: limit, unseen: wordSet("")}
+	m := &mdConv{mdFormat: mdFormats[format], html: format == "html", text: format == "text",
+		limit: limit, unseen: wordSet("")}
 	for _, t := range unseen {
 		m.unseen[t] = t != ""
 	}
@@ -814,12 +816,10 @@ func (m *mdConv) readStyles(root *htmlNode) {
 			}
 			for _, sel := range strings.Split(r[1], ",") {
 				parts := strings.Fields(strings.ReplaceAll(sel, ">", " > "))
-				k := ""
-				if len(parts) > 0 && !strings.ContainsAny(sel, "[:+~()\\") {
-					k = mdKey.FindString(parts[len(parts)-1])
+				if len(parts) == 0 || strings.ContainsAny(sel, "[:+~()\\") {
+					continue
 				}
-				if k != "" {
-					k = strings.TrimPrefix(k, ".")
+				if k := strings.TrimPrefix(mdKey.FindString(parts[len(parts)-1]), "."); k != "" {
 					m.hiddenCSS[k] = append(m.hiddenCSS[k], parts)
 				}
 			}
@@ -883,7 +883,7 @@ func (m *mdConv) block(n *htmlNode, tight bool) string {
 		}
 		sep := "\n\n"
 		// html's lists and quotes are closed by tags: what they hold is never a block of its own
-		if tight && (list || prevList) || m.format == "html" && m.nest > 0 {
+		if tight && (list || prevList) || m.html && m.nest > 0 {
 			sep = "\n"
 		}
 		if out.Len() > 0 {
@@ -979,9 +979,9 @@ func (m *mdConv) element(n *htmlNode) string {
 		s := m.block(n, false)
 		switch {
 		case s == "":
-		case m.format == "html":
+		case m.html:
 			s = "<blockquote>\n" + s + "\n</blockquote>"
-		case m.format == "text":
+		case m.text:
 			s = "  " + indent(s, 2)
 		default:
 			s = "> " + strings.ReplaceAll(strings.ReplaceAll(s, "\n", "\n> "), "> \n", ">\n")
@@ -994,9 +994,9 @@ func (m *mdConv) element(n *htmlNode) string {
 
 // wrap puts the format's markup around s: markdown's before and after, or html's tag.
 func (m *mdConv) wrap(s, tag, before, after string) string {
-	if m.format == "html" {
+	if m.html {
 		before, after = "<"+tag+">", "</"+tag+">"
-	} else if m.format == "text" {
+	} else if m.text {
 		before, after = "", ""
 	}
 	return mdMark(s, before, after)
@@ -1059,8 +1059,8 @@ func (m *mdConv) image(n *htmlNode) string {
 	// data-src: a lazy image's real source
 	for _, src := range []string{n.attr("src"), n.attr("data-src")} {
 		switch {
-		case src == "" || strings.HasPrefix(src, "data:") || m.format == "text":
-		case m.format == "markdown":
+		case src == "" || strings.HasPrefix(src, "data:") || m.text:
+		case !m.html:
 			return "![" + mdEscapeInLink.Replace(alt) + "](" + m.abs(src) + ")"
 		case m.attrURL(src) != "":
 			return `<img src="` + m.attrURL(src) + `" alt="` + m.esc.Replace(alt) + `">`
@@ -1072,9 +1072,9 @@ func (m *mdConv) image(n *htmlNode) string {
 func (m *mdConv) code(n *htmlNode) string {
 	s := strings.ReplaceAll(rawText(n), "\n", " ")
 	m.made += len(s)
-	if strings.TrimSpace(s) == "" || m.format == "text" {
+	if strings.TrimSpace(s) == "" || m.text {
 		return s
-	} else if m.format == "html" {
+	} else if m.html {
 		return "<code>" + m.esc.Replace(s) + "</code>"
 	} else if strings.HasPrefix(s, "`") || strings.HasSuffix(s, "`") {
 		s = " " + s + " "
@@ -1096,8 +1096,8 @@ func (m *mdConv) link(n *htmlNode) string {
 	switch {
 	case strings.TrimFunc(s, notWordRune) == "" || href == "#":
 		return ""
-	case href == "" || strings.HasPrefix(strings.ToLower(href), "javascript:") || m.format == "text":
-	case m.format == "markdown":
+	case href == "" || strings.HasPrefix(strings.ToLower(href), "javascript:") || m.text:
+	case !m.html:
 		return mdMark(s, "[", "]("+m.abs(href)+")")
 	case m.attrURL(href) != "":
 		return mdMark(s, `<a href="`+m.attrURL(href)+`">`, "</a>")
@@ -1130,7 +1130,7 @@ func (m *mdConv) para(s, br string) string {
 	lines := strings.Split(strings.Trim(s, " \x01"), "\x01")
 	for i, l := range lines {
 		lines[i] = strings.TrimSpace(l)
-		if m.format == "markdown" {
+		if !m.html && !m.text {
 			lines[i] = mdLineStart.ReplaceAllString(lines[i], `$1\$2$3`) // ##\# \> 1\.
 		}
 	}
@@ -1168,8 +1168,8 @@ func (m *mdConv) pre(n *htmlNode) string {
 		a = a.parent
 	}
 	switch {
-	case strings.TrimSpace(s) == "" || m.format == "text":
-	case m.format == "markdown":
+	case strings.TrimSpace(s) == "" || m.text:
+	case !m.html:
 		f := fence(s, 3)
 		return f + lang + "\n" + s + "\n" + f
 	default:
@@ -1208,7 +1208,7 @@ func (m *mdConv) list(n *htmlNode) string {
 			num++
 		}
 		pad := len(marker)
-		if m.format == "html" { // closed by tags: nothing indented (a code block stays as it is)
+		if m.html { // closed by tags: nothing indented (a code block stays as it is)
 			marker, pad = "<li>", 0
 		}
 		switch body := m.block(c, true); {
@@ -1219,7 +1219,7 @@ func (m *mdConv) list(n *htmlNode) string {
 			items = append(items, marker+indent(body, pad))
 		}
 	}
-	if m.format == "html" && len(items) > 0 {
+	if m.html && len(items) > 0 {
 		return "<" + open + ">\n" + strings.Join(items, "</li>\n") + "</li>\n</" + n.tag + ">"
 	}
 	return strings.Join(items, "\n")
@@ -1235,16 +1235,15 @@ func indent(s string, w int) string {
 // blocks) comes as blocks. Only the header row is padded to the widest row.
 // Text gives a row a line, its cells apart by tabs.
 func (m *mdConv) table(n *htmlNode) string {
-	isHTML := m.format == "html"
 	esc, sep, open, close, pad := mdCellEscape, " | ", "| ", " |", ""
-	if m.format == "text" {
+	if m.text {
 		esc, sep, open, close = mdTextCell, "\t", "", ""
-	} else if isHTML {
+	} else if m.html {
 		esc, sep, open, close, pad = mdNoEscape, "", "<tr>", "</tr>", "<td></td>"
 	}
 	isCell := func(c *htmlNode) bool { return c.tag == "td" || c.tag == "th" }
-	layout := n.find(func(d *htmlNode) bool { return mdLayoutCells[d.tag] }) != nil
-	if len(n.findAll(isCell)) < 2 || layout {
+	if len(n.findAll(isCell)) < 2 ||
+		n.find(func(d *htmlNode) bool { return mdLayoutCells[d.tag] }) != nil {
 		return m.block(n, false)
 	}
 	var rows [][]string
@@ -1253,8 +1252,8 @@ func (m *mdConv) table(n *htmlNode) string {
 		var row []string
 		for _, c := range tr.children {
 			if isCell(c) && !m.skip(c) && m.made <= m.limit {
-				cell := esc.Replace(m.block(c, isHTML))
-				if isHTML {
+				cell := esc.Replace(m.block(c, m.html))
+				if m.html {
 					cell = "<" + c.tag + ">" + cell + "</" + c.tag + ">"
 				}
 				row = append(row, cell)
@@ -1273,7 +1272,7 @@ func (m *mdConv) table(n *htmlNode) string {
 	}
 	var b strings.Builder
 	if c := n.find(htmlByTag("caption")); c != nil {
-		b.WriteString(strings.TrimPrefix(m.wrap(m.block(c, isHTML), "caption", "", "")+"\n\n", "\n\n"))
+		b.WriteString(strings.TrimPrefix(m.wrap(m.block(c, m.html), "caption", "", "")+"\n\n", "\n\n"))
 	}
 	rows[0] = append(rows[0], make([]string, cols-len(rows[0]))...)
 	for i, row := range rows {
@@ -1282,7 +1281,7 @@ func (m *mdConv) table(n *htmlNode) string {
 			b.WriteString("|" + strings.Repeat(" --- |", cols) + "\n")
 		}
 	}
-	if isHTML {
+	if m.html {
 		return "<table>\n" + b.String() + "</table>"
 	}
 	return strings.TrimRight(b.String(), "\n")
