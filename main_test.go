@@ -11074,7 +11074,7 @@ func TestWorkflowCallbackRepeatBinary(t *testing.T) {
 // it calls into the packages of processes, files, the network, system calls or the environment
 // (effectPackages), but for the names of theirs that only compute (pureEffectNames).
 func TestAuditMapNamesEveryEffect(t *testing.T) {
-	t.Setenv("TMPDIR", t.TempDir()) // the source importer runs cgo on the standard library there
+	t.Setenv("TMPDIR", t.TempDir())            // the source importer runs cgo on the standard library there
 	bp, err := build.Default.ImportDir(".", 0) // the files this system builds
 	if err != nil {
 		t.Fatal(err)
