@@ -11074,7 +11074,8 @@ func TestWorkflowCallbackRepeatBinary(t *testing.T) {
 // it calls into the packages of processes, files, the network, system calls or the environment
 // (effectPackages), but for the names of theirs that only compute (pureEffectNames).
 func TestAuditMapNamesEveryEffect(t *testing.T) {
-	t.Setenv("TMPDIR", t.TempDir())            // the source importer runs cgo on the standard library there
+	// The source importer runs cgo on the standard library in TMPDIR: keep it in the test's own.
+	t.Setenv("TMPDIR", t.TempDir())
 	bp, err := build.Default.ImportDir(".", 0) // the files this system builds
 	if err != nil {
 		t.Fatal(err)
