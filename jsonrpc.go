@@ -353,11 +353,11 @@ func (s *session) cancelAll() {
 	}
 }
 
-// serve dispatches the lines of r until EOF or a read error, without waiting for the requests
-// it started. A line's leading UTF-8 BOM goes; a line over MaxMessage bytes is read to its end
-// without being kept, and answered with an error. Replies and messages go to the session's
-// outbox.
-func (s *session) serve(ctx context.Context, r io.Reader) error {
+// serve dispatches the lines of r until EOF or a read error (logged), without waiting for the
+// requests it started; then it closes inputEnd. A line's leading UTF-8 BOM goes; a line over
+// MaxMessage bytes is read to its end without being kept, and answered with an error. Replies
+// and messages go to the session's outbox.
+func (s *session) serve(ctx context.Context, r io.Reader) {
 	br := bufio.NewReaderSize(r, 64<<10)
 	max := s.srv.set.MaxMessage
 	var line bytes.Buffer // doubles as it grows: an append's smaller steps cost a long line 5 times its size
@@ -366,10 +366,10 @@ func (s *session) serve(ctx context.Context, r io.Reader) error {
 		chunk, more, err := br.ReadLine()
 		if err != nil {
 			close(s.inputEnd)
-			if errors.Is(err, io.EOF) {
-				return nil
+			if !errors.Is(err, io.EOF) {
+				s.srv.log.Error("read: " + err.Error())
 			}
-			return fmt.Errorf("read: %w", err)
+			return
 		}
 		tooLong = tooLong || line.Len()+len(chunk) > max
 		if !tooLong {
@@ -380,9 +380,9 @@ func (s *session) serve(ctx context.Context, r io.Reader) error {
 			continue
 		case tooLong:
 			s.out.send(invalidRequest(nil, "message longer than %d bytes skipped", max))
-		default:
-			bom := []byte("\xef\xbb\xbf")
-			s.handleLine(ctx, bytes.TrimPrefix(line.Bytes(), bom), false, s.out, s.out.send)
+		default: // without a UTF-8 BOM
+			s.handleLine(ctx, bytes.TrimPrefix(line.Bytes(), []byte("\xef\xbb\xbf")), false, s.out,
+				s.out.send)
 		}
 		line = bytes.Buffer{} // the request may hold the bytes (rawJSON)
 		tooLong = false
@@ -729,8 +729,8 @@ func completeModern(r *rpcRequest, result map[string]any) {
 		result["resultType"] = "complete"
 	}
 	if result["_meta"] == nil { // server/discover's holds the whole serverInfo
-		info := map[string]any{"name": "telson", "version": r.s.srv.version}
-		result["_meta"] = map[string]any{metaServerInfo: info}
+		result["_meta"] = map[string]any{
+			metaServerInfo: map[string]any{"name": "telson", "version": r.s.srv.version}}
 	}
 }
 
@@ -970,8 +970,8 @@ func handleToolsCall(ctx context.Context, r *rpcRequest) (map[string]any, error)
 	notices := r.s.notices.drain()
 	r.notices = notices
 	if len(notices) > 0 { // a line each; a client may join the items with nothing between
-		item := contentItem{Type: "text", Text: strings.Join(notices, "\n") + "\n"}
-		content = append([]contentItem{item}, content...)
+		content = append([]contentItem{{Type: "text", Text: strings.Join(notices, "\n") + "\n"}},
+			content...)
 	}
 	m := map[string]any{"content": content}
 	if res.isError {
@@ -1063,10 +1063,7 @@ func (r *rpcRequest) blockLimit() time.Duration {
 // outputLimit is how much command output a reply carries: OUTPUT_LIMIT, or less for a client
 // known to pass on less (else it would cut the reply itself, and what telson says of the cut).
 func (r *rpcRequest) outputLimit() int {
-	if k := r.known(); k.output > 0 {
-		return min(k.output, r.s.srv.set.OutputLimit)
-	}
-	return r.s.srv.set.OutputLimit
+	return min(cmp.Or(r.known().output, math.MaxInt), r.s.srv.set.OutputLimit)
 }
 
 // jsonSchema is the part of JSON Schema that tool inputs use; check applies it.
@@ -1113,9 +1110,10 @@ func (schema *jsonSchema) check(args any, raw []byte) (json.RawMessage, string) 
 	return normalized, ""
 }
 
-// decodeArguments decodes b, valid JSON or nothing (nil), numbers as json.Number: a string by
-// json.Unmarshal, and with members an object member by member, since a json.Decoder first copies
-// what it decodes into a buffer of its own, up to twice as large.
+// decodeArguments decodes b, one JSON value, numbers as json.Number; nil when b is not one
+// (invalid, or followed by more): a string by json.Unmarshal, and with members an object member
+// by member, since a json.Decoder first copies what it decodes into a buffer of its own, up to
+// twice as large.
 func decodeArguments(b []byte, members bool) (v any) {
 	var m map[string]rawJSON
 	switch {
@@ -1130,7 +1128,9 @@ func decodeArguments(b []byte, members bool) (v any) {
 	default:
 		dec := json.NewDecoder(bytes.NewReader(b))
 		dec.UseNumber()
-		dec.Decode(&v)
+		if dec.Decode(&v) != nil || dec.More() {
+			return nil
+		}
 	}
 	return v
 }
@@ -1149,10 +1149,7 @@ func (schema *jsonSchema) convert(v any) any {
 	case isNumber && schema.Type == "string" && !strings.ContainsAny(num.String(), ".eE"):
 		return num.String() // an integer, which a string holds without loss
 	case isString && (schema.Type == "array" || schema.Type == "object"):
-		dec := json.NewDecoder(strings.NewReader(str))
-		dec.UseNumber()
-		var parsed any
-		if dec.Decode(&parsed) == nil && !dec.More() && jsonType(parsed) == schema.Type {
+		if parsed := decodeArguments([]byte(str), false); jsonType(parsed) == schema.Type {
 			return parsed
 		}
 		if schema.Type == "object" && len(schema.Required) == 1 {
@@ -1430,15 +1427,9 @@ func serveStdio(ctx context.Context, srv *server, stdin io.Reader, stdout io.Wri
 	stop := make(chan struct{})
 	go out.writeLines(stdout, stop) // exits once stopped and drained, or at a write error
 	s := newSession(srv, out)
-	readErr := make(chan error, 1)
-	go func() { // exits at EOF or a read error; at shutdown it stays blocked on stdin
-		readErr <- s.serve(ctx, stdin)
-	}()
+	go s.serve(ctx, stdin) // exits at EOF or a read error; at shutdown it stays blocked on stdin
 	select {
-	case err := <-readErr:
-		if err != nil {
-			srv.log.Error(err.Error())
-		}
+	case <-s.inputEnd:
 	case <-ctx.Done():
 	}
 	answered := make(chan struct{})
@@ -1878,10 +1869,7 @@ func (l *connLimiter) oldestWaiting(except *trackedConn, shown bool) (
 
 // track follows net/http's view of a connection Accept gave it: idle between requests, or gone.
 func (l *connLimiter) track(conn net.Conn, state http.ConnState) {
-	tc, ok := conn.(*trackedConn)
-	if !ok {
-		return
-	}
+	tc := conn.(*trackedConn) // Accept made every connection the server has
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch c := l.conns[tc.addr]; {

@@ -118,7 +118,8 @@ func run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, args []
 		return fmt.Errorf("flags: %w", err)
 	}
 	set := loadSettings(readEnvironment(), stderr)
-	switch cmd := fs.Arg(0); {
+	cmd := fs.Arg(0)
+	switch {
 	case *showVersion:
 		fmt.Fprintln(stdout, "telson", buildVersion())
 		return nil
@@ -128,7 +129,7 @@ func run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, args []
 	srv := newServer(set, stderr)
 	defer srv.close()
 	switch {
-	case fs.Arg(0) == "call":
+	case cmd == "call":
 		return callOnce(ctx, srv, stdout, fs.Args()[1:])
 	case *httpAddr != "":
 		return serveHTTP(ctx, srv, *httpAddr, stderr)

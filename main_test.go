@@ -1352,7 +1352,7 @@ func TestRequestLimits(t *testing.T) {
 	defer srv.close()
 	outR, outW := io.Pipe()
 	inR, inW := io.Pipe()
-	s, served := startSession(srv, inR, outW)
+	s := startSession(srv, inR, outW)
 
 	var batch bytes.Buffer
 	batch.WriteString(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-03-26"}}` + "\n[")
@@ -1406,20 +1406,17 @@ func TestRequestLimits(t *testing.T) {
 		}
 	}
 	inW.Close()
-	if err := <-served; err != nil {
-		t.Fatal(err)
-	}
+	<-s.inputEnd
 }
 
 // startSession serves one stdio session on in and out, as serveStdio does, and returns it;
-// served gets serve's result at EOF.
-func startSession(srv *server, in io.Reader, w io.Writer) (s *session, served chan error) {
+// its inputEnd closes at EOF.
+func startSession(srv *server, in io.Reader, w io.Writer) *session {
 	out := newOutbox(true)
 	go out.writeLines(w, nil) // exits at a write error
-	s = newSession(srv, out)
-	served = make(chan error, 1)
-	go func() { served <- s.serve(context.Background(), in) }() // exits at EOF
-	return s, served
+	s := newSession(srv, out)
+	go s.serve(context.Background(), in) // exits at EOF
+	return s
 }
 
 // A client that stops reading its output holds its own replies, and its reader once the
@@ -1430,7 +1427,7 @@ func TestStuckClientHoldsOnlyItself(t *testing.T) {
 	defer srv.close()
 	stuckIn, stuckInW := io.Pipe()
 	stuckOut, stuckOutW := io.Pipe()
-	stuck, _ := startSession(srv, stuckIn, stuckOutW)
+	stuck := startSession(srv, stuckIn, stuckOutW)
 	defer stuck.close()
 	fmt.Fprintln(stuckInW, `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25"}}`)
 	fmt.Fprintln(stuckInW, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"BackgroundBash","arguments":{"command":"yes flood"}}}`)
@@ -1712,11 +1709,11 @@ func sessionClient(t *testing.T, kv ...string) (*testClient, *session) {
 	outR, outW := io.Pipe()
 	c := &testClient{t: t, in: inW, lines: make(chan []byte, 1024), done: make(chan error, 1), stderr: &syncBuffer{}}
 	srv := newServer(testSettings(t, kv...), c.stderr)
-	s, served := startSession(srv, inR, outW)
+	s := startSession(srv, inR, outW)
 	go c.readLines(outR)
 	t.Cleanup(func() {
 		c.in.Close()
-		<-served
+		<-s.inputEnd
 		s.wg.Wait()
 		s.close()
 		srv.close()
