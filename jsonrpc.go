@@ -1006,9 +1006,9 @@ func handleToolsCall(ctx context.Context, r *rpcRequest) (map[string]any, error)
 // tool call by default, how much of a result it passes on to the model, and whether it shows
 // the model the structured content alone (then it keeps its long strings).
 type knownClient struct {
-	name    string        // how its clientInfo name starts
-	timeout time.Duration // its default; 0 when long or reset by progress
-	output  int           // the command output a reply may carry; 0: OUTPUT_LIMIT
+	name    string // how its clientInfo name starts
+	timeout int    // its default, in seconds; 0 when long or reset by progress
+	output  int    // the command output a reply may carry; 0: OUTPUT_LIMIT
 	whole   bool
 }
 
@@ -1016,21 +1016,21 @@ type knownClient struct {
 // see the README's client tables.
 var knownClients = []knownClient{
 	// Claude Code moves a longer call to its background.
-	{name: "claude-code", timeout: 120 * time.Second, whole: true},
-	{name: "codex-mcp-client", timeout: 300 * time.Second, output: 10000, whole: true},
+	{name: "claude-code", timeout: 120, whole: true},
+	{name: "codex-mcp-client", timeout: 300, output: 10000, whole: true},
 	{name: "Visual Studio Code", whole: true},
-	{name: "gemini-cli-mcp-client", timeout: 600 * time.Second},
-	{name: "qwen-cli-mcp-client", timeout: 600 * time.Second, output: 24000},
+	{name: "gemini-cli-mcp-client", timeout: 600},
+	{name: "qwen-cli-mcp-client", timeout: 600, output: 24000},
 	{name: "opencode"}, // resets its 60 s on progress
-	{name: "@cline/core", timeout: 60 * time.Second},
-	{name: "Cline", timeout: 60 * time.Second},
-	{name: "copilot-cli", timeout: 60 * time.Second},
+	{name: "@cline/core", timeout: 60},
+	{name: "Cline", timeout: 60},
+	{name: "copilot-cli", timeout: 60},
 }
 
 // unknownClient is what telson assumes of a client it does not know: the MCP SDK's request
 // timeout, not reset by progress; its structured content whole, since a client or harness that
 // reads only the structured content would otherwise lose what it holds.
-var unknownClient = knownClient{timeout: 60 * time.Second, whole: true}
+var unknownClient = knownClient{timeout: 60, whole: true}
 
 // Bash's blocking limit, when BASH_BLOCK_MS is 0: blockDefault, or the client's default
 // timeout less clientMargin when that is sooner.
@@ -1055,7 +1055,7 @@ func (r *rpcRequest) blockLimit() time.Duration {
 		return set.BashBlock
 	}
 	if k := r.known(); k.timeout > 0 {
-		return min(blockDefault, k.timeout-clientMargin)
+		return min(blockDefault, time.Duration(k.timeout)*time.Second-clientMargin)
 	}
 	return blockDefault
 }
