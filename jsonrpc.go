@@ -438,18 +438,17 @@ func (s *session) handleBatch(ctx context.Context, line []byte, out *outbox,
 	s.mu.Unlock()
 	var items []json.RawMessage
 	json.Unmarshal(line, &items) // line is a valid JSON array
-	why := ""
 	switch {
 	case v != version20250326:
-		why = "batches are taken in protocol version " + version20250326 +
-			" only: send each message on its own"
+		reply(invalidRequest(nil, "batches are taken in protocol version "+version20250326+
+			" only: send each message on its own"))
+		return
 	case len(items) == 0:
-		why = "empty batch"
+		reply(invalidRequest(nil, "empty batch"))
+		return
 	case len(items) > maxBatch:
-		why = fmt.Sprintf("a batch of %d messages; at most %d are allowed", len(items), maxBatch)
-	}
-	if why != "" {
-		reply(invalidRequest(nil, "%s", why))
+		reply(invalidRequest(nil, "a batch of %d messages; at most %d are allowed", len(items),
+			maxBatch))
 		return
 	}
 	answers := make(chan any, len(items))
