@@ -1741,9 +1741,8 @@ func replyStatus(reply any, modern bool) int {
 	switch code := m.Error.Code; {
 	case modern && code == codeMethodNotFound:
 		return http.StatusNotFound
-	case string(m.ID) == "null":
-		return http.StatusBadRequest
-	case modern && (code == codeInvalidRequest || code == codeUnsupportedVersion):
+	case string(m.ID) == "null" ||
+		modern && (code == codeInvalidRequest || code == codeUnsupportedVersion):
 		return http.StatusBadRequest
 	}
 	return http.StatusOK
