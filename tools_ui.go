@@ -97,9 +97,8 @@ func runReadImage(ctx context.Context, c *toolCall) toolResult {
 			"(%d px long edge, %s).", info, out.Dx(), out.Dy(), mime, humanBytes(len(data)), edge,
 			humanBytes(maxBytes))
 	}
-	item := contentItem{Type: "image", Data: base64.StdEncoding.EncodeToString(data),
-		MimeType: mime}
-	return toolResult{content: []contentItem{item, {Type: "text", Text: text}}}
+	return toolResult{content: []contentItem{{Type: "image",
+		Data: base64.StdEncoding.EncodeToString(data), MimeType: mime}, {Type: "text", Text: text}}}
 }
 
 // decodeImage reads an image's size from its header and, when it has at most
@@ -289,16 +288,13 @@ func runAskUserQuestion(ctx context.Context, c *toolCall) toolResult {
 	if params == nil {
 		return askInChat(qs, "This client cannot show these questions to the user as a form.")
 	}
-	timeout := c.s.srv.set.AskTimeout
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
 	raw, ask, err := elicit(ctx, c, "ask", params)
 	switch {
 	case ask != nil:
 		return toolResult{inputRequired: ask}
 	case err != nil:
 		return askInChat(qs, fmt.Sprintf("The client could not show the questions, "+
-			"or the user did not answer within %s (%v).", timeout, err))
+			"or the user did not answer within %s (%v).", c.s.srv.set.AskTimeout, err))
 	}
 	return askAnswer(qs, raw)
 }
@@ -311,11 +307,13 @@ func canElicit(r *rpcRequest) bool {
 }
 
 // elicit shows the user a form under key: in the legacy era as a server
-// request, whose reply is the answer; in the 2026-07-28 era as an
-// input-required result (ask), and the answer comes with the retried call.
-func elicit(ctx context.Context, c *toolCall, key string, params map[string]any) (
+// request, whose reply is the answer, waited for ASK_TIMEOUT_MS at most; in the 2026-07-28
+// era as an input-required result (ask), and the answer comes with the retried call.
+func elicit(ctx context.Context, c *toolCall, key string, params any) (
 	answer json.RawMessage, ask map[string]any, err error) {
 	if !c.req.modern {
+		ctx, cancel := context.WithTimeout(ctx, c.s.srv.set.AskTimeout)
+		defer cancel()
 		answer, err = c.req.request(ctx, "elicitation/create", params)
 		return answer, nil, err
 	}
@@ -448,14 +446,14 @@ func askAnswer(qs []askQuestion, raw json.RawMessage) toolResult {
 	case r.Action != "accept":
 		return errorResult("the client's reply is no elicitation result: %s", raw)
 	}
-	var pairs []string
+	text := "User has answered your questions: "
 	answers := []any{}
 	for i, q := range qs {
 		selected, shown := askSelected(q, r.Content[fmt.Sprintf("q%d", i+1)])
-		pairs = append(pairs, fmt.Sprintf("%q=%q", q.Question, shown))
+		text += fmt.Sprintf("%q=%q, ", q.Question, shown)
 		answers = append(answers, map[string]any{"question": q.Question, "selected": selected})
 	}
-	text := "User has answered your questions: " + strings.Join(pairs, ", ") + "."
+	text = strings.TrimSuffix(text, ", ") + "."
 	structured := map[string]any{"status": "answered", "answers": answers}
 	note, _ := r.Content["remark"].(string)
 	if note = strings.TrimSpace(note); note != "" {

@@ -172,7 +172,7 @@ func runTaskManager(ctx context.Context, c *toolCall) toolResult {
 	readOnly := a.Action == "list" || a.Action == "pending"
 	var tf *taskFile
 	var kept, text string
-	var shown []map[string]any
+	var shown []any
 	err := withStateLock(ctx, st, tasksFile, func() (err error) {
 		tf, kept, err = loadTasks(st)
 		if err != nil || readOnly {
@@ -229,21 +229,22 @@ func loadTasks(st stateDir) (tf *taskFile, kept string, err error) {
 // parseTasks decodes tasks.json and rejects entries apply cannot use.
 func parseTasks(data []byte) (*taskFile, error) {
 	tf := &taskFile{}
-	err := json.Unmarshal(data, tf)
+	if err := json.Unmarshal(data, tf); err != nil {
+		return nil, err
+	}
 	for _, t := range tf.Tasks {
 		if t == nil || slices.Contains(t.Steps, nil) {
-			return tf, cmp.Or(err, errors.New("a task or step is null"))
+			return nil, errors.New("a task or step is null")
 		}
 		if taskNum(t.ID) == 0 ||
 			slices.ContainsFunc(t.Steps, func(s *taskStep) bool { return t.stepNum(s) == 0 }) {
-			err = cmp.Or(err, fmt.Errorf("task %q or a step of it has an id telson does not write",
-				t.ID))
+			return nil, fmt.Errorf("task %q or a step of it has an id telson does not write", t.ID)
 		}
 	}
 	if tf.Current == nil {
 		tf.Current = map[string]string{}
 	}
-	return tf, err
+	return tf, nil
 }
 
 // taskNum is the number of task id "t3", 3; 0 for an id telson does not write.
@@ -263,7 +264,7 @@ func (t *taskEntry) stepNum(s *taskStep) int {
 // view is t as the agent sees it, ids as numbers, with the steps each word of query is in (or
 // in t's title).
 func (t *taskEntry) view(query string) map[string]any {
-	steps := []map[string]any{}
+	steps := []any{}
 	for _, s := range t.Steps {
 		if hasWords(query, t.Title, s.Text) {
 			steps = append(steps, map[string]any{"id": t.stepNum(s), "text": s.Text, "done": s.Done,
@@ -286,7 +287,7 @@ func hasWords(query string, texts ...string) bool {
 }
 
 // apply performs one action and returns its reply and the tasks it shows.
-func (tf *taskFile) apply(a taskArgs) (string, []map[string]any, error) {
+func (tf *taskFile) apply(a taskArgs) (string, []any, error) {
 	if a.Text == "" && (a.Action == "create" || a.Action == "add") {
 		return "", nil, fmt.Errorf("%s needs text: the task's title, or the step", a.Action)
 	}
@@ -318,7 +319,7 @@ func (tf *taskFile) apply(a taskArgs) (string, []map[string]any, error) {
 		tf.Current[a.project] = t.ID
 		text = "Switched to task " + t.line() + "."
 	}
-	return text, []map[string]any{t.view(a.Query)}, err
+	return text, []any{t.view(a.Query)}, err
 }
 
 // matching says what query filters by, if anything.
@@ -418,10 +419,10 @@ func (tf *taskFile) mark(t *taskEntry, a taskArgs) (string, error) {
 }
 
 // list is the project's tasks (all: every project's) that each word of the query is in.
-func (tf *taskFile) list(a taskArgs) (string, []map[string]any, error) {
+func (tf *taskFile) list(a taskArgs) (string, []any, error) {
 	var text strings.Builder // a reply grows linearly: += would copy it at each task
 	text.WriteString("Tasks" + matching(a.Query) + " (* = current):")
-	shown := []map[string]any{}
+	shown := []any{}
 	for _, t := range tf.Tasks {
 		texts := []string{t.Title}
 		for _, s := range t.Steps {
@@ -652,9 +653,9 @@ func enterPlan(c *toolCall, goal, file string) toolResult {
 		return errorResult("enter needs goal, what the plan is for")
 	}
 	w := c.s.workflow
-	file = c.s.shell.resolve(cmp.Or(file, filepath.Join(c.s.srv.set.StateDir, planDir,
-		newPlanName())))
-	_, err := readState(c.s.srv.set.state(), file, maxPlanBytes)
+	st := c.s.srv.set.state()
+	file = c.s.shell.resolve(cmp.Or(file, filepath.Join(st.path, planDir, newPlanName())))
+	_, err := readState(st, file, maxPlanBytes)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return errorResult("plan_file: %v", err)
 	}
@@ -741,9 +742,6 @@ func exitPlan(ctx context.Context, c *toolCall, in *planInfo, plan, file string)
 	approval, note := planNotAsked, ""
 	text := "The user wants more planning: plan mode stays active. Revise the plan, exit again."
 	if canElicit(c.req) {
-		timeout := c.s.srv.set.AskTimeout
-		ctx, cancel := context.WithTimeout(ctx, timeout)
-		defer cancel()
 		raw, ask, err := elicit(ctx, c, "approve", map[string]any{
 			"message":         "Approve this plan?\n\n" + next.plan,
 			"requestedSchema": json.RawMessage(planApproval)})
@@ -759,7 +757,7 @@ func exitPlan(ctx context.Context, c *toolCall, in *planInfo, plan, file string)
 		approval, note = planKeep, r.Content.Note
 		switch {
 		case errors.Is(err, context.DeadlineExceeded):
-			err = fmt.Errorf("the user did not answer within %s", timeout)
+			err = fmt.Errorf("the user did not answer within %s", c.s.srv.set.AskTimeout)
 		case err == nil && !slices.Contains([]string{"accept", "decline", "cancel"}, r.Action):
 			err = errors.New("the client's reply is no elicitation result")
 		case r.Action == "accept" && r.Content.Decision == "approve":
