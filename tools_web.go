@@ -382,11 +382,11 @@ var (
 		`(?:\( *min-width *: *(?:\d{1,3}|1[01]\d\d|12[0-7]\d|1280)px *\) *(?:and *)?)*\{`)
 	// a compound selector's parts: a type, *, a class, an id
 	mdSimpleSel = regexp.MustCompile(`[.#]?[\w-]+|\*`)
-	mdKey       = regexp.MustCompile(`[.#][\w-]+`)
 	// a tab set's pane (sphinx-inline-tabs, Bootstrap, MkDocs, sphinx-design, VitePress), which a
 	// reader shows with a click
 	mdPane = regexp.MustCompile(`(?:^|\s)(?:tab-content|tab-pane|tabpanel|tabbed-block|sd-tab-content|language-\S+ vp-adaptive-theme)(?:\s|$)`)
-	// a style rule (its selectors, its declarations), and an @media rule or the like around rules
+	// a style rule (its selectors, its declarations), an @media rule or the like around rules,
+	// and a class or an id in a selector
 	mdCSSRule      = regexp.MustCompile(`([^{}]*)\{([^{}]*)\}`)
 	mdAtRule       = regexp.MustCompile(`@[^{}]*\{(?:[^{}]*\{[^{}]*\})*[^{}]*\}`)
 	mdSelectorWord = regexp.MustCompile(`[.#](?:[\w-]|\\.)+`)
@@ -819,7 +819,8 @@ func (m *mdConv) readStyles(root *htmlNode) {
 				if len(parts) == 0 || strings.ContainsAny(sel, "[:+~()\\") {
 					continue
 				}
-				if k := strings.TrimPrefix(mdKey.FindString(parts[len(parts)-1]), "."); k != "" {
+				k := mdSelectorWord.FindString(parts[len(parts)-1])
+				if k = strings.TrimPrefix(k, "."); k != "" {
 					m.hiddenCSS[k] = append(m.hiddenCSS[k], parts)
 				}
 			}
@@ -955,7 +956,7 @@ func (m *mdConv) container(n *htmlNode) bool {
 func (m *mdConv) element(n *htmlNode) string {
 	switch {
 	case mdHeadings[n.tag]:
-		mark := strings.Repeat("#", int(n.tag[1]-'0')) + " "
+		mark := "######"[:n.tag[1]-'0'] + " "
 		s := m.wrap(m.para(m.inlineChildren(n), " "), n.tag, mark, "")
 		if s != "" && n.tag == "h1" {
 			m.h1++
