@@ -100,12 +100,12 @@ type procTracker struct {
 	once     sync.Once      // starts the reaper and makes outDir, before the first child
 	started  bool           // set by once: the reaper was tried
 	reaper   *exec.Cmd      // nil when it could not start
-	lifeline *os.File       // the reaper's stdin: each line is one write, whole, without a lock
+	lifeline io.WriteCloser // the reaper's stdin: each line is one write, whole, without a lock
 	outDir   string         // the kept output files; "" when it could not be made
 	starting sync.WaitGroup // starts under way: closeAll waits for them
+	scopes   atomic.Int64   // the scopes made so far
 
-	mu     sync.Mutex // guards the fields below
-	scopes int
+	mu     sync.Mutex  // guards the fields below
 	kept   []*keptFile // oldest first
 	closed bool
 }
@@ -124,16 +124,20 @@ func newProcTracker(cfg procConfig, log *slog.Logger) *procTracker {
 
 // scope returns a new marker under parent, a marker.
 func (pt *procTracker) scope(parent string) string {
-	pt.mu.Lock()
-	defer pt.mu.Unlock()
-	pt.scopes++
-	return parent + strconv.Itoa(pt.scopes) + "."
+	return parent + strconv.FormatInt(pt.scopes.Add(1), 10) + "."
 }
 
 // start starts spec as the leader of a new process group, carrying its marker, with telson's
 // environment less telson's secrets, and in the plan-mode sandbox when spec says so.
+// A start under way is counted, unless the server is closing: then none begins.
 func (pt *procTracker) start(spec procSpec) (*child, error) {
-	if !pt.begin() {
+	pt.mu.Lock()
+	closed := pt.closed
+	if !closed {
+		pt.starting.Add(1)
+	}
+	pt.mu.Unlock()
+	if closed {
 		return nil, errors.New("start: the server is shutting down")
 	}
 	defer pt.starting.Done()
@@ -174,16 +178,6 @@ func (pt *procTracker) launch(spec procSpec) (*child, error) {
 	return c, nil
 }
 
-// begin counts a start under way, unless the server is closing.
-func (pt *procTracker) begin() bool {
-	pt.mu.Lock()
-	defer pt.mu.Unlock()
-	if !pt.closed {
-		pt.starting.Add(1)
-	}
-	return !pt.closed
-}
-
 // command is spec as a command: the leader of its own process group, with its environment.
 // Wait waits for a stderr that is not a file at most leftWait once the process has exited.
 func command(spec procSpec, vars []string) *exec.Cmd {
@@ -217,11 +211,10 @@ var withheldEnv = append([]string{"HTTP_TOKEN"}, internalEnv...)
 // wait copies c's output to w until every process holding the pipe has closed it, then closes
 // w; and it waits for the leader, from the output's end or leftWait on (a wait in the kernel
 // while bash runs makes a short command 15% slower). Once the leader has exited, the output
-// has leftWait more to end; then wait returns, and the copy stops, or with follow goes on until
-// the output ends.
-func (c *child) wait(w io.WriteCloser, follow bool) {
+// has leftWait more to end; then wait returns, and the copy goes on until the output ends.
+func (c *child) wait(w io.WriteCloser) {
 	copied := make(chan struct{})
-	go func() { // exits at the output's end, or at the read deadline set below
+	go func() { // exits at the output's end
 		io.Copy(w, c.out)
 		c.out.Close()
 		w.Close()
@@ -240,10 +233,6 @@ func (c *child) wait(w io.WriteCloser, follow bool) {
 	select {
 	case <-copied:
 	case <-time.After(leftWait):
-		if !follow {
-			c.out.SetReadDeadline(time.Now())
-			<-copied
-		}
 	}
 }
 
@@ -283,20 +272,17 @@ func (pt *procTracker) startReaper() {
 	pt.started = true
 	cmd := command(procSpec{argv: []string{pt.cfg.exe}, env: []string{reaperEnv + "=1"}},
 		pt.cfg.vars)
-	r, w, err := os.Pipe()
+	w, err := cmd.StdinPipe() // closed by a failed start
 	if err == nil {
-		cmd.Stdin = r
-		w.WriteString(pt.id + "\n") // the pipe holds it: the reaper always reads the marker
 		err = cmd.Start()
-		r.Close()
 	}
 	if err == nil {
 		pt.reaper = cmd
 		pt.lifeline = w
 	} else {
-		w.Close()
 		pt.log.Warn("reaper: children may outlive a killed telson", "err", err)
 	}
+	pt.tellReaper(pt.id) // the marker, first: no child has started yet
 	pt.outDir, err = os.MkdirTemp("", "telson-output-*")
 	if err != nil {
 		pt.log.Warn("output files", "err", err)
@@ -307,7 +293,7 @@ func (pt *procTracker) startReaper() {
 // tellReaper writes a line to the lifeline: a directory to remove, or "." for a clean end.
 func (pt *procTracker) tellReaper(line string) {
 	if pt.lifeline != nil && line != "" && !strings.Contains(line, "\n") {
-		pt.lifeline.WriteString(line + "\n") // one short write to a pipe is never interleaved
+		io.WriteString(pt.lifeline, line+"\n") // one short write to a pipe is never interleaved
 	}
 }
 
@@ -325,9 +311,7 @@ func (pt *procTracker) closeAll() {
 		return // nothing was ever started
 	}
 	stopRun(pt.id)
-	if pt.outDir != "" {
-		os.RemoveAll(pt.outDir)
-	}
+	os.RemoveAll(pt.outDir) // "" when it was not made: RemoveAll does nothing
 	if pt.lifeline != nil {
 		pt.tellReaper(".") // everything is stopped and removed: the reaper has nothing to do
 		pt.lifeline.Close()
@@ -519,8 +503,9 @@ func (pt *procTracker) keepFile(what string) *keptFile {
 	return k
 }
 
-// track makes a kept file, named after what in outDir, and counts it among the kept ones:
-// drop are the oldest finished files beyond keptFiles.
+// track makes a kept file, named after what in outDir, and counts it among the kept ones,
+// oldest first: drop are the oldest finished files beyond keptFiles (more are kept while they
+// are still written).
 func (pt *procTracker) track(what string) (k *keptFile, drop []*keptFile) {
 	k = &keptFile{left: keptFileBytes}
 	if pt.outDir == "" { // its making failed, and was logged
@@ -529,22 +514,16 @@ func (pt *procTracker) track(what string) (k *keptFile, drop []*keptFile) {
 	k.path = filepath.Join(pt.outDir, what+"-"+randomHex(8)+".log")
 	pt.mu.Lock()
 	defer pt.mu.Unlock()
-	pt.kept = append(pt.kept, k)
-	pt.kept, drop = pruneKept(pt.kept, keptFiles)
-	return k, drop
-}
-
-// pruneKept splits kept, oldest first, into those to keep, at most max unless more are still
-// written, and the oldest finished ones to remove.
-func pruneKept(kept []*keptFile, max int) (keep, drop []*keptFile) {
-	for _, k := range kept {
-		if len(kept)-len(drop) > max && k.done.Load() {
-			drop = append(drop, k)
+	all := append(pt.kept, k)
+	pt.kept = nil
+	for _, old := range all {
+		if len(all)-len(drop) > keptFiles && old.done.Load() {
+			drop = append(drop, old)
 		} else {
-			keep = append(keep, k)
+			pt.kept = append(pt.kept, old)
 		}
 	}
-	return keep, drop
+	return k, drop
 }
 
 // discard removes a kept file nobody needs (a Bash reply that was not cut), and none is made
@@ -600,7 +579,9 @@ func (k *keptFile) mark(named, ended bool) string {
 	if last && k.f != nil {
 		k.f.Close()
 	}
-	k.done.Store(last || k.done.Load())
+	if last {
+		k.done.Store(true)
+	}
 	return k.path
 }
 
@@ -705,7 +686,7 @@ func writeState(st stateDir, name string, data []byte, replace bool) error {
 	if !replace {
 		path = filepath.Join(st.path, name)
 	}
-	if fi, lerr := os.Lstat(path); err == nil && replace && lerr == nil && !fi.Mode().IsRegular() {
+	if fi, lerr := os.Lstat(path); replace && lerr == nil && !fi.Mode().IsRegular() {
 		err = fmt.Errorf("write %s: not a regular file", path)
 	}
 	if err != nil {
@@ -753,10 +734,7 @@ func withStateLock(ctx context.Context, st stateDir, name string, fn func() erro
 // removeStaleTemps removes the temporary files writeState left for name when telson was
 // killed mid-write. The caller holds name's lock: none is in use.
 func removeStaleTemps(st stateDir, name string) {
-	path, err := statePath(st, name)
-	if err != nil {
-		return
-	}
+	path, _ := statePath(st, name) // "" when name is not local: nothing is listed
 	dir, base := filepath.Split(path)
 	entries, _ := os.ReadDir(dir)
 	for _, e := range entries {

@@ -99,25 +99,19 @@ func runBash(ctx context.Context, c *toolCall) toolResult {
 	s := c.s
 	set := s.srv.set
 	limit := c.req.outputLimit()
-	script := a.Command
-	trackDir := mayChangeDir(script)
-	if trackDir {
-		script = dirTrap + script
-	}
 	timeout := cmp.Or(time.Duration(a.Timeout)*time.Millisecond, set.BashTimeout)
-	t, ch, err := s.startTask(a.Command, script, trackDir, limit, timeout)
+	t, ch, err := s.startTask(a.Command, mayChangeDir(a.Command), limit, timeout)
 	if err != nil {
 		return errorResult("%v", err)
 	}
-	block := time.NewTimer(c.req.blockLimit())
-	defer block.Stop()
+	block := time.After(c.req.blockLimit())
 	changed := t.changes()
 	var calm <-chan time.Time // new lines are sent at most every progressEvery
 	for {
 		select {
 		case <-t.ended:
 			return bashEnded(s, t, ch, limit, false)
-		case <-block.C:
+		case <-block:
 			if s.bg.reserve(set.BgMaxTasks) == 0 { // else the call waits on, up to its timeout
 				return bashHandOff(s, t, limit, timeout)
 			}
@@ -166,7 +160,7 @@ func bashEnded(s *session, t *bgTask, ch *child, limit int, keep bool) toolResul
 	}
 	o.Cwd = s.shell.dir()
 	res := structuredResult(o.text(), o)
-	res.isError = o.ExitCode != 0 || o.TimedOut
+	res.isError = o.ExitCode != 0 // -1 after the timeout
 	return res
 }
 
@@ -199,17 +193,14 @@ func bashHandOff(s *session, t *bgTask, limit int, timeout time.Duration) toolRe
 // text is the reply the model reads: the output, then the status when it is not success.
 func (o *bashOutcome) text() string {
 	text := cmp.Or(o.Output, "(no output)")
-	status := ""
+	status := "exit status " + strconv.Itoa(o.ExitCode)
 	switch {
 	case o.TimedOut:
 		status = fmt.Sprintf("timed out after %s; the command was stopped. %s",
 			time.Duration(o.DurationMS)*time.Millisecond, o.Hint)
 	case o.Signal != "":
 		status = "killed by signal " + o.Signal
-	case o.ExitCode != 0:
-		status = "exit status " + strconv.Itoa(o.ExitCode)
-	}
-	if status == "" {
+	case o.ExitCode == 0:
 		return text
 	}
 	return strings.TrimSuffix(text, "\n") + "\n[" + status + "]"

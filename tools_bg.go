@@ -141,7 +141,6 @@ const (
 
 // bgTasks is one session's background tasks.
 type bgTasks struct {
-	procs *procTracker
 	scope string         // the session's marker: its tasks' and Bash runs' start with it
 	wg    sync.WaitGroup // counts the tasks' wait goroutines
 	// starts counts starts under way; closeAll waits for them, so none escapes it
@@ -156,7 +155,7 @@ type bgTasks struct {
 }
 
 func newBgTasks(procs *procTracker) *bgTasks {
-	return &bgTasks{procs: procs, scope: procs.scope(procs.id)}
+	return &bgTasks{scope: procs.scope(procs.id)}
 }
 
 // bgTask is a command and its output nobody read yet: a background task, or a Bash call's
@@ -220,34 +219,34 @@ func runBackgroundBash(ctx context.Context, c *toolCall) toolResult {
 	if strings.TrimSpace(a.Command) == "" {
 		return errorResult("command is empty")
 	}
-	b := c.s.bg
-	most := c.s.srv.set.BgMaxTasks
-	if running := b.reserve(most); running > 0 {
+	s := c.s
+	most := s.srv.set.BgMaxTasks
+	if running := s.bg.reserve(most); running > 0 {
 		return errorResult("%d tasks are already running, the most allowed (BG_MAX_TASKS=%d); "+
 			"stop one with KillBgTask first", running, most)
 	}
-	t, ch, err := c.s.startTask(a.Command, a.Command, false, 0, 0)
+	t, ch, err := s.startTask(a.Command, false, 0, 0)
 	if err != nil {
-		b.mu.Lock()
-		b.starting--
-		b.mu.Unlock()
+		s.bg.mu.Lock()
+		s.bg.starting--
+		s.bg.mu.Unlock()
 		return errorResult("%v", err)
 	}
 	t.log.name()
-	c.s.adopt(t)
-	info, status := t.state(c.s) // it may have ended already
-	info.Hint = fmt.Sprintf(c.s.srv.served(`Read its output with ReadBgOutput {"task_id": %[1]d, `+
+	s.adopt(t)
+	info, status := t.state(s) // it may have ended already
+	info.Hint = fmt.Sprintf(s.srv.served(`Read its output with ReadBgOutput {"task_id": %[1]d, `+
 		`"wait_ms": 5000}; stop it with KillBgTask {"task_id": %[1]d}.`), t.id)
 	text := fmt.Sprintf("Started background task %d (pid %d) in %s, %s; its complete output "+
 		"goes to %s.\n%s", t.id, info.Pid, ch.cmd.Dir, status, info.LogFile, info.Hint)
 	return structuredResult(text, info)
 }
 
-// startTask starts script (the agent's command, or it with Bash's directory trap) under a new
-// task, which is not listed until adopt; its output is copied to it. headMax keeps the first
-// output bytes, for a Bash reply; a timeout stops it. The start is counted in starts, which
-// closeAll waits for, unless the session is ending: then nothing starts.
-func (s *session) startTask(command, script string, trackDir bool, headMax int,
+// startTask starts command (with trackDir, Bash's directory trap first) under a new task,
+// which is not listed until adopt; its output is copied to it. headMax keeps the first output
+// bytes, for a Bash reply; a timeout stops it. The start is counted in starts, which closeAll
+// waits for, unless the session is ending: then nothing starts.
+func (s *session) startTask(command string, trackDir bool, headMax int,
 	timeout time.Duration) (*bgTask, *child, error) {
 	b := s.bg
 	b.mu.Lock()
@@ -265,32 +264,34 @@ func (s *session) startTask(command, script string, trackDir bool, headMax int,
 	t := &bgTask{command: command, marker: s.srv.procs.scope(b.scope), start: time.Now(),
 		limit: min(most, cmp.Or(headMax, most)+tailBytes), headMax: headMax,
 		ended: make(chan struct{}), code: -1, changed: make(chan struct{}), quiet: true}
-	ch, err := s.startCommand(script, t.marker, trackDir)
+	ch, err := s.startCommand(command, t.marker, trackDir)
 	if err != nil {
 		return nil, nil, err
 	}
 	t.leader = ch.cmd.Process
 	what := "task"
-	if headMax > 0 {
+	if timeout > 0 { // a Bash call's command
 		what = "bash"
-	}
-	t.log = s.srv.procs.keepFile(what)
-	if timeout > 0 {
 		t.timer = time.AfterFunc(timeout, func() {
 			t.timedOut.Store(true)
 			stopRun(t.marker, t.leader)
 		})
 	}
+	t.log = s.srv.procs.keepFile(what)
 	b.wg.Add(1)
 	go t.run(s, ch) // exits once bash has exited and leftWait has passed
 	return t, ch, nil
 }
 
 // startCommand starts command, the agent's, with bash -c under marker in the shell's working
-// directory, its output (and with cwd its final directory) piped back. The tools' decision:
+// directory, its output (and with cwd, behind Bash's directory trap, its final directory) piped
+// back. The tools' decision:
 // while plan mode is on (planActive) it runs in the read-only sandbox, or is refused where
 // that cannot be made.
 func (s *session) startCommand(command, marker string, cwd bool) (*child, error) {
+	if cwd {
+		command = dirTrap + command
+	}
 	spec := procSpec{argv: []string{s.srv.set.env.bash, "-c", command, "bash"}, dir: s.shell.dir(),
 		marker: marker, sandbox: s.planActive(), output: true, cwd: cwd}
 	c, err := s.srv.procs.start(spec)
@@ -382,7 +383,7 @@ func (b *bgTasks) closeAll() {
 // until it ends, which a kill brings about.
 func (t *bgTask) run(s *session, ch *child) {
 	defer s.bg.wg.Done()
-	ch.wait(t, true)
+	ch.wait(t)
 	if ch.left { // closeAll ends its group, where a process may have no marker (env -i)
 		s.bg.mu.Lock()
 		s.bg.left = append(s.bg.left, t.leader)
