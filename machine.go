@@ -25,7 +25,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"cmp"
 	"context"
 	"crypto/rand"
@@ -437,7 +436,7 @@ func markedPids(marker string) []int {
 			continue
 		}
 		env, _ := os.ReadFile("/proc/" + e.Name() + "/environ")
-		if bytes.Contains(append([]byte{0}, env...), []byte("\x00"+want)) {
+		if strings.Contains("\x00"+string(env), "\x00"+want) {
 			pids = append(pids, pid)
 		}
 	}
@@ -547,9 +546,6 @@ func (pt *procTracker) forget(k *keptFile) bool {
 // keep keeps p: in memory while the output fits in keptEarly and nobody named the file, else
 // in the file.
 func (k *keptFile) keep(p []byte) {
-	if k == nil {
-		return
-	}
 	k.mu.Lock()
 	early := !k.named && len(k.early)+len(p) <= keptEarly
 	if early {
@@ -795,12 +791,9 @@ func readableByOthers(path string) bool {
 // listDir returns max entries of the directory dir (a symlink to one too), opened without
 // blocking, sorted by name; none when it is not one.
 func listDir(dir string, max int) []fs.DirEntry {
-	f, err := os.OpenFile(dir, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_DIRECTORY, 0)
-	if err != nil {
-		return nil
-	}
+	f, _ := os.OpenFile(dir, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_DIRECTORY, 0)
 	defer f.Close()
-	entries, _ := f.ReadDir(max)
+	entries, _ := f.ReadDir(max) // none when the open failed (a nil file's calls fail)
 	slices.SortFunc(entries, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
 	return entries
 }

@@ -222,15 +222,12 @@ func mayChangeDir(command string) bool {
 		return !unicode.IsLetter(r) && !unicode.IsDigit(r) && !strings.ContainsRune("._-/+:,@%", r)
 	}
 	for _, w := range strings.FieldsFunc(command, notWord) {
-		if slices.Contains(dirBuiltins, w) {
+		if slices.Contains([]string{"cd", "pushd", "popd", "eval", "source", "."}, w) {
 			return true
 		}
 	}
 	return false
 }
-
-// dirBuiltins are the words that make mayChangeDir true.
-var dirBuiltins = []string{"cd", "pushd", "popd", "eval", "source", "."}
 
 // shellState is the shell's working directory, which Bash's cd changes and
 // BackgroundBash and ReadImage use.
@@ -273,7 +270,7 @@ func (sh *shellState) resolve(path string) string {
 
 // terminalEscape matches what follows an ESC: a CSI (colours, cursor moves, erasing), a string
 // to BEL, ST or the line's end (OSC: titles, links; DCS, SOS, PM, APC; its text the submatch: a
-// terminal shows none of it), or a short one.
+// terminal shows none of it), or a short one. None goes past its line's end.
 var terminalEscape = regexp.MustCompile(`^(?:\[[0-?]*[ -/]*[@-~]?|` +
 	`[\]PX^_]([^\x07\x1b\n]*)(?:\x07|\x1b\\)?|[ -/]*[0-~]?)`)
 
@@ -289,25 +286,23 @@ func terminalText(s string) (text string, hidden int) {
 		return stripControls(s), 0
 	}
 	sc := screen{rows: [][]rune{nil}}
-	for _, line := range strings.SplitAfter(s, "\n") { // an escape sequence ends with its line
-		for i := 0; i < len(line); {
-			r, size := utf8.DecodeRuneInString(line[i:])
-			i += size
-			if r != 0x1b {
-				sc.put(r)
-				continue
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		i += size
+		if r != 0x1b {
+			sc.put(r)
+			continue
+		}
+		seq := terminalEscape.FindStringSubmatch(s[i:])
+		esc := seq[0]
+		i += len(esc)
+		for _, r := range seq[1] {
+			if unicode.IsGraphic(r) && !unicode.IsSpace(r) {
+				hidden++
 			}
-			seq := terminalEscape.FindStringSubmatch(line[i:])
-			esc := seq[0]
-			i += len(esc)
-			for _, r := range seq[1] {
-				if unicode.IsGraphic(r) && !unicode.IsSpace(r) {
-					hidden++
-				}
-			}
-			if len(esc) > 1 && esc[0] == '[' {
-				sc.csi(esc[1:len(esc)-1], esc[len(esc)-1])
-			}
+		}
+		if len(esc) > 1 && esc[0] == '[' {
+			sc.csi(esc[1:len(esc)-1], esc[len(esc)-1])
 		}
 	}
 	var lines []string

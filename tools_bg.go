@@ -427,20 +427,16 @@ func (t *bgTask) Close() error {
 // written.
 func (t *bgTask) Write(p []byte) (int, error) {
 	t.mu.Lock()
-	take := min(t.headMax-len(t.head), len(p))
-	t.head = append(t.head, p[:take]...)
+	t.head = append(t.head, p[:min(t.headMax-len(t.head), len(p))]...)
 	t.total += int64(len(p))
 	t.lines += lineCount(p)
 	kept := p
 	if over := len(t.unread) + len(p) - t.limit; over > 0 {
 		gone := min(over, len(t.unread))
-		t.dropNL += lineCount(t.unread[:gone]) + lineCount(p[:over-gone])
-		if gone > 0 {
-			t.partial = t.unread[gone-1] != '\n'
-		}
-		if over > gone {
-			t.partial = p[over-gone-1] != '\n'
-		}
+		// a copy only when p alone is more than the buffer holds
+		dropped := append(t.unread[:gone:gone], p[:over-gone]...)
+		t.dropNL += lineCount(dropped)
+		t.partial = dropped[over-1] != '\n'
 		t.unread = t.unread[gone:]
 		kept = p[over-gone:]
 		t.dropped += int64(over)
