@@ -566,30 +566,22 @@ func (k *keptFile) name() string { return k.mark(true, false) }
 func (k *keptFile) close() { k.mark(false, true) }
 
 // mark records that the file is named (then it is made) or that its output ended; once both
-// came, it is closed.
+// came, the first time, it is closed.
 func (k *keptFile) mark(named, ended bool) string {
-	named, last := k.marks(named, ended)
-	if named {
-		k.make()
-	}
-	if last && k.f != nil {
-		k.f.Close()
-	}
-	if last {
-		k.done.Store(true)
-	}
-	return k.path
-}
-
-// marks records named and ended, and reports whether the file is named, and whether both
-// came now, for the first time.
-func (k *keptFile) marks(named, ended bool) (isNamed, last bool) {
 	k.mu.Lock()
-	defer k.mu.Unlock()
 	was := k.named && k.ended
 	k.named = k.named || named
 	k.ended = k.ended || ended
-	return k.named, k.named && k.ended && !was
+	named, last := k.named, k.named && k.ended && !was
+	k.mu.Unlock()
+	if named {
+		k.make()
+	}
+	if last {
+		k.f.Close() // a nil file's Close fails, harmlessly
+		k.done.Store(true)
+	}
+	return k.path
 }
 
 // make makes the file, once, and writes what came before.
@@ -688,8 +680,9 @@ func writeState(st stateDir, name string, data []byte, replace bool) error {
 	if err != nil {
 		return err
 	}
-	os.MkdirAll(filepath.Dir(path), 0o700) // the temporary file's making reports a failure
-	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+tmpInfix+"*")
+	dir, base := filepath.Split(path)
+	os.MkdirAll(dir, 0o700) // the temporary file's making reports a failure
+	tmp, err := os.CreateTemp(dir, base+tmpInfix+"*")
 	if err != nil {
 		return err // os's errors name the file
 	}

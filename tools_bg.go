@@ -591,9 +591,7 @@ func (t *bgTask) cancelNotice(s *session) string {
 func (t *bgTask) state(s *session) (bgInfo, string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.done {
-		s.notices.remove(t.notice)
-	}
+	s.notices.remove(t.notice) // "" while it runs: no notice is empty
 	return t.infoLocked()
 }
 
