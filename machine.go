@@ -71,7 +71,7 @@ type procSpec struct {
 	marker  string              // its run marker (see procTracker.scope)
 	sandbox bool                // an agent's command in plan mode
 	output  bool                // its stdout and stderr to one pipe, child.out
-	cwd     bool                // report its final working directory (child.finalDir)
+	cwd     bool                // report its final working directory (child.dir)
 	files   []*os.File          // its descriptors 3, 4, ...
 	stderr  io.Writer           // its stderr, when not to child.out
 	cred    *syscall.Credential // the user it runs as; nil: telson's
@@ -82,9 +82,11 @@ type child struct {
 	cmd   *exec.Cmd
 	out   *os.File // its stdout and stderr; nil unless asked for
 	cwd   *os.File // its descriptor dirFD, where its final directory comes; nil unless asked for
-	watch bool     // wait reads its final directory from the kernel (watchDir) into dir
-	dir   string
-	left  bool // once waited for: its process group outlived it (a process it left behind)
+	watch bool     // wait reads its final directory from the kernel (watchDir), not from cwd
+	// once waited for: the working directory the command ended in, when Bash's EXIT trap
+	// reported it; and whether its process group outlived it (a process it left behind)
+	dir  string
+	left bool
 }
 
 // procTracker starts the server's children and ends them. Every child carries a marker: the
@@ -209,8 +211,10 @@ var withheldEnv = append([]string{"HTTP_TOKEN"}, internalEnv...)
 
 // wait copies c's output to w until every process holding the pipe has closed it, then closes
 // w; and it waits for the leader, from the output's end or leftWait on (a wait in the kernel
-// while bash runs makes a short command 15% slower). Once the leader has exited, the output
-// has leftWait more to end; then wait returns, and the copy goes on until the output ends.
+// while bash runs makes a short command 15% slower), and reads its final directory: from the
+// kernel when Bash's EXIT trap stopped it (watchDir), else what came on dirFD. Once the leader
+// has exited, the output has leftWait more to end; then wait returns, and the copy goes on
+// until the output ends.
 func (c *child) wait(w io.WriteCloser) {
 	copied := make(chan struct{})
 	go func() { // exits at the output's end
@@ -229,26 +233,18 @@ func (c *child) wait(w io.WriteCloser) {
 	}
 	c.cmd.Wait()
 	c.left = syscall.Kill(-c.cmd.Process.Pid, 0) == nil // reaped a moment ago: its pid is not reused
+	if c.cwd != nil {
+		c.cwd.SetReadDeadline(time.Now().Add(leftWait)) // a process left behind may hold it
+		d, err := bufio.NewReader(c.cwd).ReadString('\n')
+		c.cwd.Close()
+		if err == nil {
+			c.dir = strings.TrimSuffix(d, "\n")
+		}
+	}
 	select {
 	case <-copied:
 	case <-time.After(leftWait):
 	}
-}
-
-// finalDir is the working directory the command ended in, once waited for: read from the
-// kernel when Bash's EXIT trap stopped it (watchDir), or what came on dirFD; "" when there is
-// none.
-func (c *child) finalDir() string {
-	if c.cwd == nil {
-		return c.dir
-	}
-	c.cwd.SetReadDeadline(time.Now().Add(leftWait)) // a process left behind may hold it
-	d, err := bufio.NewReader(c.cwd).ReadString('\n')
-	c.cwd.Close()
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSuffix(d, "\n")
 }
 
 // signalNames are the names status gives signals; others are numbers.

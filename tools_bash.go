@@ -155,8 +155,8 @@ func bashEnded(s *session, t *bgTask, ch *child, limit int, keep bool) toolResul
 		o.Hint = s.srv.served("To let it finish, call Bash again with a larger timeout (up to " +
 			"600000 ms), or use BackgroundBash.")
 	}
-	if d := ch.finalDir(); d != "" && !sameDir(d, ch.cmd.Dir) { // only a call that moved
-		s.shell.setDir(d)
+	if ch.dir != "" && !sameDir(ch.dir, ch.cmd.Dir) { // only a call that moved
+		s.shell.setDir(ch.dir)
 	}
 	o.Cwd = s.shell.dir()
 	res := structuredResult(o.text(), o)
