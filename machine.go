@@ -300,9 +300,16 @@ func (pt *procTracker) removeAtExit(dir string) {
 	}
 }
 
-// closeAll kills every process of the server, removes the kept files and lets the reaper go.
+// closeAll lets no process start from now on, once those under way have; then, if the reaper
+// was ever tried (something may have started), it kills every process of the server, removes
+// the kept files and lets the reaper go.
 func (pt *procTracker) closeAll() {
-	if !pt.close() {
+	pt.mu.Lock()
+	pt.closed = true
+	pt.mu.Unlock()
+	pt.starting.Wait()
+	pt.once.Do(func() {}) // none starts from now on; one under way has ended
+	if !pt.started {
 		return // nothing was ever started
 	}
 	stopRun(pt.id)
@@ -312,17 +319,6 @@ func (pt *procTracker) closeAll() {
 		pt.lifeline.Close()
 		pt.reaper.Wait()
 	}
-}
-
-// close lets no process start from now on, once those under way have, and reports whether
-// the reaper was ever tried (then something may have started).
-func (pt *procTracker) close() bool {
-	pt.mu.Lock()
-	pt.closed = true
-	pt.mu.Unlock()
-	pt.starting.Wait()
-	pt.once.Do(func() {}) // none starts from now on; one under way has ended
-	return pt.started
 }
 
 // runReaper is the reaper process: when its stdin closes, telson has ended. Unless telson said

@@ -170,9 +170,9 @@ func bashHandOff(s *session, t *bgTask, limit int, timeout time.Duration) toolRe
 	o := &bashOutcome{Status: "running", OutputFile: t.log.name(), ExitCode: -1}
 	t.mu.Lock()
 	hidden := t.showLocked(o, limit)
-	t.unread = t.unread[:0] // shown: reads go on from here
+	t.unread = nil // shown: reads go on from here
 	t.dropped = 0
-	t.limit = s.srv.set.BgBuffer // a background task's; in a new array once this one is full
+	t.limit = s.srv.set.BgBuffer // a background task's, in a new array from the next write
 	t.buf = nil
 	t.mu.Unlock()
 	s.adopt(t)
