@@ -7,7 +7,7 @@
 //   - every process starts through procTracker.start: the leader of its own process group,
 //     carrying its run marker (TELSON_RUN), with telson's environment less telson's own secrets
 //     (withheldEnv), in the plan-mode sandbox (machine_linux.go) when its spec says so: the tools
-//     decide that (session.startCommand, tools_bg.go); this file calls nothing above it;
+//     decide that (session.startTask, tools_bg.go); this file calls nothing above it;
 //   - one kill path, stopRun, ends every process telson started, the browser included: TERM to
 //     every marked process and its group, and to the group of every leader telson started
 //     (leaderGroups), KILL after killGrace; if telson dies, even by SIGKILL, the reaper (telson

@@ -3,7 +3,7 @@
 // the shell's working directory, which a cd changes.
 //
 // Rules:
-//   - a command starts through session.startCommand (tools_bg.go): its own process group and
+//   - a command starts through session.startTask (tools_bg.go): its own process group and
 //     marker, the plan-mode sandbox while plan mode is on; a timeout or a cancellation ends it
 //     and all it started through stopRun, the one kill path;
 //   - output is captured in bounded memory; a cut output is kept whole in a bounded file; the

@@ -242,10 +242,13 @@ func runBackgroundBash(ctx context.Context, c *toolCall) toolResult {
 	return structuredResult(text, info)
 }
 
-// startTask starts command (with trackDir, Bash's directory trap first) under a new task,
-// which is not listed until adopt; its output is copied to it. headMax keeps the first output
-// bytes, for a Bash reply; a timeout stops it. The start is counted in starts, which closeAll
-// waits for, unless the session is ending: then nothing starts.
+// startTask starts command, the agent's, with bash -c in the shell's working directory under
+// a new task, which is not listed until adopt; its output is copied to it. With trackDir,
+// Bash's directory trap goes first and the command's final directory comes back (child.dir).
+// headMax keeps the first output bytes, for a Bash reply; a timeout stops it. The start is
+// counted in starts, which closeAll waits for, unless the session is ending: then nothing
+// starts. The tools' decision: while plan mode is on (planActive) the command runs in the
+// read-only sandbox, or is refused where that cannot be made.
 func (s *session) startTask(command string, trackDir bool, headMax int,
 	timeout time.Duration) (*bgTask, *child, error) {
 	b := s.bg
@@ -264,7 +267,16 @@ func (s *session) startTask(command string, trackDir bool, headMax int,
 	t := &bgTask{command: command, marker: s.srv.procs.scope(b.scope), start: time.Now(),
 		limit: min(most, cmp.Or(headMax, most)+tailBytes), headMax: headMax,
 		ended: make(chan struct{}), code: -1, changed: make(chan struct{}), quiet: true}
-	ch, err := s.startCommand(command, t.marker, trackDir)
+	if trackDir {
+		command = dirTrap + command
+	}
+	spec := procSpec{argv: []string{s.srv.set.env.bash, "-c", command, "bash"}, dir: s.shell.dir(),
+		marker: t.marker, sandbox: s.planActive(), output: true, cwd: trackDir}
+	ch, err := s.srv.procs.start(spec)
+	if err != nil && spec.sandbox {
+		err = fmt.Errorf("refused: in plan mode commands run in a read-only sandbox, "+
+			"which this system cannot make (%w); finish planning with PlanMode first", err)
+	}
 	if err != nil {
 		return nil, nil, err
 	}
@@ -281,25 +293,6 @@ func (s *session) startTask(command string, trackDir bool, headMax int,
 	b.wg.Add(1)
 	go t.run(s, ch) // exits once bash has exited and leftWait has passed
 	return t, ch, nil
-}
-
-// startCommand starts command, the agent's, with bash -c under marker in the shell's working
-// directory, its output (and with cwd, behind Bash's directory trap, its final directory) piped
-// back. The tools' decision:
-// while plan mode is on (planActive) it runs in the read-only sandbox, or is refused where
-// that cannot be made.
-func (s *session) startCommand(command, marker string, cwd bool) (*child, error) {
-	if cwd {
-		command = dirTrap + command
-	}
-	spec := procSpec{argv: []string{s.srv.set.env.bash, "-c", command, "bash"}, dir: s.shell.dir(),
-		marker: marker, sandbox: s.planActive(), output: true, cwd: cwd}
-	c, err := s.srv.procs.start(spec)
-	if err != nil && spec.sandbox {
-		return nil, fmt.Errorf("refused: in plan mode commands run in a read-only sandbox, "+
-			"which this system cannot make (%w); finish planning with PlanMode first", err)
-	}
-	return c, err
 }
 
 // reserve counts a task to come toward BG_MAX_TASKS, unless most run or come already: then it
