@@ -86,7 +86,9 @@ func runSandbox(args []string) int {
 	if err == nil {
 		dir := watchDir(cmd.Process.Pid)
 		err = cmd.Wait()
-		reportDir(dir)
+		if dir != "" { // the command's final directory, to telson
+			syscall.Write(dirFD, []byte(dir+"\n"))
+		}
 	}
 	if cmd.ProcessState == nil {
 		fmt.Fprintln(os.Stderr, "telson: plan-mode sandbox:", err)
@@ -239,13 +241,6 @@ func watchDir(pid int) string {
 			dir = strings.TrimSuffix(d, " (deleted)")
 		}
 		syscall.Kill(pid, syscall.SIGCONT)
-	}
-}
-
-// reportDir sends dir, the command's final directory, to telson on dirFD.
-func reportDir(dir string) {
-	if dir != "" {
-		syscall.Write(dirFD, []byte(dir+"\n"))
 	}
 }
 

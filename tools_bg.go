@@ -296,11 +296,24 @@ func (s *session) startTask(command string, trackDir bool, headMax int,
 }
 
 // reserve counts a task to come toward BG_MAX_TASKS, unless most run or come already: then it
-// returns how many, else 0. adopt, or a failed start, ends the count.
+// returns how many, else 0. adopt, or a failed start, ends the count. Of the finished tasks,
+// the newest 100 stay listed.
 func (b *bgTasks) reserve(most int) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	running := b.pruneLocked() + b.starting
+	running := b.starting
+	finished := 0
+	for i := len(b.tasks) - 1; i >= 0; i-- {
+		select {
+		case <-b.tasks[i].ended:
+			finished++
+			if finished > 100 {
+				b.tasks = slices.Delete(b.tasks, i, i+1)
+			}
+		default:
+			running++
+		}
+	}
 	if running >= most {
 		return running
 	}
@@ -324,24 +337,6 @@ func (s *session) adopt(t *bgTask) {
 	}
 	t.mu.Unlock()
 	b.tasks = append(b.tasks, t)
-}
-
-// pruneLocked keeps the newest 100 finished tasks and returns how many run. b.mu must be held.
-func (b *bgTasks) pruneLocked() int {
-	running := 0
-	finished := 0
-	for i := len(b.tasks) - 1; i >= 0; i-- {
-		select {
-		case <-b.tasks[i].ended:
-			finished++
-			if finished > 100 {
-				b.tasks = slices.Delete(b.tasks, i, i+1)
-			}
-		default:
-			running++
-		}
-	}
-	return running
 }
 
 // list is the session's tasks, newest first.
