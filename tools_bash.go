@@ -134,9 +134,9 @@ func runBash(ctx context.Context, c *toolCall) toolResult {
 	}
 }
 
-// bashEnded is the reply once the command has ended: its output, status and directory. The
-// kept output file goes unless the reply is cut or keep says (a cancelled call's notice names
-// it).
+// bashEnded is the reply once the command has ended: its output, then its status unless it
+// succeeded, and its directory. The kept output file goes unless the reply is cut or keep says
+// (a cancelled call's notice names it).
 func bashEnded(s *session, t *bgTask, ch *child, limit int, keep bool) toolResult {
 	o := &bashOutcome{TimedOut: t.timedOut.Load()}
 	t.mu.Lock()
@@ -150,17 +150,27 @@ func bashEnded(s *session, t *bgTask, ch *child, limit int, keep bool) toolResul
 		s.srv.procs.discard(t.log)
 	}
 	o.Output += terminalNote(hidden, o.OutputFile)
+	status := "exit status " + strconv.Itoa(o.ExitCode)
+	if o.Signal != "" {
+		status = "killed by signal " + o.Signal
+	}
 	if o.TimedOut {
 		o.ExitCode = -1
 		o.Hint = s.srv.served("To let it finish, call Bash again with a larger timeout (up to " +
 			"600000 ms), or use BackgroundBash.")
+		status = fmt.Sprintf("timed out after %s; the command was stopped. %s",
+			time.Duration(o.DurationMS)*time.Millisecond, o.Hint)
 	}
 	if ch.dir != "" && !sameDir(ch.dir, ch.cmd.Dir) { // only a call that moved
 		s.shell.setDir(ch.dir)
 	}
 	o.Cwd = s.shell.dir()
-	res := structuredResult(o.text(), o)
-	res.isError = o.ExitCode != 0 // -1 after the timeout
+	text := cmp.Or(o.Output, "(no output)")
+	if o.ExitCode != 0 { // -1 after a signal or the timeout: the status follows the output
+		text = strings.TrimSuffix(text, "\n") + "\n[" + status + "]"
+	}
+	res := structuredResult(text, o)
+	res.isError = o.ExitCode != 0
 	return res
 }
 
@@ -188,22 +198,6 @@ func bashHandOff(s *session, t *bgTask, limit int, timeout time.Duration) toolRe
 		fmt.Sprintf("\n[still running after %s; its complete output goes to %s]\n%s",
 			time.Duration(o.DurationMS)*time.Millisecond, o.OutputFile, o.Hint)
 	return structuredResult(text, o)
-}
-
-// text is the reply the model reads: the output, then the status when it is not success.
-func (o *bashOutcome) text() string {
-	text := cmp.Or(o.Output, "(no output)")
-	status := "exit status " + strconv.Itoa(o.ExitCode)
-	switch {
-	case o.TimedOut:
-		status = fmt.Sprintf("timed out after %s; the command was stopped. %s",
-			time.Duration(o.DurationMS)*time.Millisecond, o.Hint)
-	case o.Signal != "":
-		status = "killed by signal " + o.Signal
-	case o.ExitCode == 0:
-		return text
-	}
-	return strings.TrimSuffix(text, "\n") + "\n[" + status + "]"
 }
 
 func lastBytes(b []byte, n int) []byte { return b[max(0, len(b)-n):] }
