@@ -460,11 +460,8 @@ func (t *bgTask) take(lines, limit int) bgTake {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	n := len(t.unread)
-	if lines == 0 && n > limit {
-		n = limit
-		if end := bytes.LastIndexByte(t.unread[:n], '\n'); end >= 0 {
-			n = end + 1
-		}
+	if lines == 0 && n > limit { // to the last line's end, or limit when one line is longer
+		n = cmp.Or(bytes.LastIndexByte(t.unread[:limit], '\n')+1, limit)
 	}
 	for i := n - 1; i >= max(0, n-3) && (n < len(t.unread) || !t.done); i-- {
 		if utf8.RuneStart(t.unread[i]) {
@@ -547,9 +544,7 @@ func (t *bgTask) showLocked(o *bashOutcome, limit int) (hidden int) {
 		return hidden
 	}
 	head := t.head[:min(len(t.head), limit/2)]
-	if i := bytes.LastIndexByte(head, '\n'); i >= 0 {
-		head = head[:i+1]
-	}
+	head = head[:cmp.Or(bytes.LastIndexByte(head, '\n')+1, len(head))] // to its last line's end
 	tail := lastLines(t.unread, limit/2)
 	o.Truncated = true
 	o.OmittedBytes = t.total - int64(len(head)+len(tail))
@@ -688,14 +683,14 @@ func runReadBgOutput(ctx context.Context, c *toolCall) toolResult {
 	idle := len(t.unread) == 0 && !t.done
 	changed := t.changed
 	t.mu.Unlock()
-	wait := time.Duration(a.WaitMS) * time.Millisecond
 	note := ""
-	if limit := c.req.blockLimit(); idle && wait > limit { // the client would give up first
-		note = fmt.Sprintf("[waited %s, not the %s asked: a call ends before the client gives "+
-			"up on it; call again to wait longer]\n", limit, wait)
-		wait = limit
-	}
 	if idle { // wait for new output (which a concurrent read may take first) or the end
+		wait := time.Duration(a.WaitMS) * time.Millisecond
+		if limit := c.req.blockLimit(); wait > limit { // the client would give up first
+			note = fmt.Sprintf("[waited %s, not the %s asked: a call ends before the client "+
+				"gives up on it; call again to wait longer]\n", limit, wait)
+			wait = limit
+		}
 		select {
 		case <-changed:
 		case <-t.ended:
