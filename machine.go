@@ -258,7 +258,7 @@ func (c *child) status() (code int, signal string) {
 	if ws.Signaled() {
 		return -1, cmp.Or(signalNames[ws.Signal()], strconv.Itoa(int(ws.Signal())))
 	}
-	return c.cmd.ProcessState.ExitCode(), ""
+	return ws.ExitStatus(), ""
 }
 
 // startReaper starts the reaper, telson re-executed with the lifeline as its stdin, and makes
@@ -545,7 +545,7 @@ func (k *keptFile) keep(p []byte) {
 	}
 	k.mu.Unlock()
 	if !early {
-		k.mark(true, false)
+		k.name()
 		k.write(p)
 	}
 }
@@ -590,10 +590,8 @@ func (k *keptFile) make() {
 
 func (k *keptFile) write(p []byte) {
 	n := min(int64(len(p)), k.left)
-	if k.f != nil {
-		k.f.Write(p[:n])
-		k.left -= n
-	}
+	k.f.Write(p[:n]) // a file that was not made is nil: its Write fails, harmlessly
+	k.left -= n
 }
 
 // stateDir is STATE_DIR, and the user telson runs as, who alone may write there.
