@@ -130,19 +130,22 @@ func (pt *procTracker) scope(parent string) string {
 
 // start starts spec as the leader of a new process group, carrying its marker, with telson's
 // environment less telson's secrets, and in the plan-mode sandbox when spec says so.
-// A start under way is counted, unless the server is closing: then none begins.
 func (pt *procTracker) start(spec procSpec) (*child, error) {
-	pt.mu.Lock()
-	closed := pt.closed
-	if !closed {
-		pt.starting.Add(1)
-	}
-	pt.mu.Unlock()
-	if closed {
+	if !pt.begin() {
 		return nil, errors.New("start: the server is shutting down")
 	}
 	defer pt.starting.Done()
 	return pt.launch(spec)
+}
+
+// begin counts a start under way, unless the server is closing.
+func (pt *procTracker) begin() bool {
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	if !pt.closed {
+		pt.starting.Add(1)
+	}
+	return !pt.closed
 }
 
 // launch starts spec, once the reaper is there: the leader of a new process group (command),
