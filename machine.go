@@ -7,7 +7,7 @@
 //   - every process starts through procTracker.start: the leader of its own process group,
 //     carrying its run marker (TELSON_RUN), with telson's environment less telson's own secrets
 //     (withheldEnv), in the plan-mode sandbox (machine_linux.go) when its spec says so: the tools
-//     decide that (session.startCommand, tools_bg.go); this file calls nothing above it;
+//     decide that (session.startTask, tools_bg.go); this file calls nothing above it;
 //   - one kill path, stopRun, ends every process telson started, the browser included: TERM to
 //     every marked process and its group, and to the group of every leader telson started
 //     (leaderGroups), KILL after killGrace; if telson dies, even by SIGKILL, the reaper (telson
@@ -25,7 +25,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"cmp"
 	"context"
 	"crypto/rand"
@@ -72,7 +71,7 @@ type procSpec struct {
 	marker  string              // its run marker (see procTracker.scope)
 	sandbox bool                // an agent's command in plan mode
 	output  bool                // its stdout and stderr to one pipe, child.out
-	cwd     bool                // report its final working directory (child.finalDir)
+	cwd     bool                // report its final working directory (child.dir)
 	files   []*os.File          // its descriptors 3, 4, ...
 	stderr  io.Writer           // its stderr, when not to child.out
 	cred    *syscall.Credential // the user it runs as; nil: telson's
@@ -83,9 +82,11 @@ type child struct {
 	cmd   *exec.Cmd
 	out   *os.File // its stdout and stderr; nil unless asked for
 	cwd   *os.File // its descriptor dirFD, where its final directory comes; nil unless asked for
-	watch bool     // wait reads its final directory from the kernel (watchDir) into dir
-	dir   string
-	left  bool // once waited for: its process group outlived it (a process it left behind)
+	watch bool     // wait reads its final directory from the kernel (watchDir), not from cwd
+	// once waited for: the working directory the command ended in, when Bash's EXIT trap
+	// reported it; and whether its process group outlived it (a process it left behind)
+	dir  string
+	left bool
 }
 
 // procTracker starts the server's children and ends them. Every child carries a marker: the
@@ -100,12 +101,12 @@ type procTracker struct {
 	once     sync.Once      // starts the reaper and makes outDir, before the first child
 	started  bool           // set by once: the reaper was tried
 	reaper   *exec.Cmd      // nil when it could not start
-	lifeline *os.File       // the reaper's stdin: each line is one write, whole, without a lock
+	lifeline io.WriteCloser // the reaper's stdin: each line is one write, whole, without a lock
 	outDir   string         // the kept output files; "" when it could not be made
 	starting sync.WaitGroup // starts under way: closeAll waits for them
+	scopes   atomic.Int64   // the scopes made so far
 
-	mu     sync.Mutex // guards the fields below
-	scopes int
+	mu     sync.Mutex  // guards the fields below
 	kept   []*keptFile // oldest first
 	closed bool
 }
@@ -124,10 +125,7 @@ func newProcTracker(cfg procConfig, log *slog.Logger) *procTracker {
 
 // scope returns a new marker under parent, a marker.
 func (pt *procTracker) scope(parent string) string {
-	pt.mu.Lock()
-	defer pt.mu.Unlock()
-	pt.scopes++
-	return parent + strconv.Itoa(pt.scopes) + "."
+	return parent + strconv.FormatInt(pt.scopes.Add(1), 10) + "."
 }
 
 // start starts spec as the leader of a new process group, carrying its marker, with telson's
@@ -138,6 +136,16 @@ func (pt *procTracker) start(spec procSpec) (*child, error) {
 	}
 	defer pt.starting.Done()
 	return pt.launch(spec)
+}
+
+// begin counts a start under way, unless the server is closing.
+func (pt *procTracker) begin() bool {
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	if !pt.closed {
+		pt.starting.Add(1)
+	}
+	return !pt.closed
 }
 
 // launch starts spec, once the reaper is there: the leader of a new process group (command),
@@ -174,16 +182,6 @@ func (pt *procTracker) launch(spec procSpec) (*child, error) {
 	return c, nil
 }
 
-// begin counts a start under way, unless the server is closing.
-func (pt *procTracker) begin() bool {
-	pt.mu.Lock()
-	defer pt.mu.Unlock()
-	if !pt.closed {
-		pt.starting.Add(1)
-	}
-	return !pt.closed
-}
-
 // command is spec as a command: the leader of its own process group, with its environment.
 // Wait waits for a stderr that is not a file at most leftWait once the process has exited.
 func command(spec procSpec, vars []string) *exec.Cmd {
@@ -216,12 +214,13 @@ var withheldEnv = append([]string{"HTTP_TOKEN"}, internalEnv...)
 
 // wait copies c's output to w until every process holding the pipe has closed it, then closes
 // w; and it waits for the leader, from the output's end or leftWait on (a wait in the kernel
-// while bash runs makes a short command 15% slower). Once the leader has exited, the output
-// has leftWait more to end; then wait returns, and the copy stops, or with follow goes on until
-// the output ends.
-func (c *child) wait(w io.WriteCloser, follow bool) {
+// while bash runs makes a short command 15% slower), and reads its final directory: from the
+// kernel when Bash's EXIT trap stopped it (watchDir), else what came on dirFD. Once the leader
+// has exited, the output has leftWait more to end; then wait returns, and the copy goes on
+// until the output ends.
+func (c *child) wait(w io.WriteCloser) {
 	copied := make(chan struct{})
-	go func() { // exits at the output's end, or at the read deadline set below
+	go func() { // exits at the output's end
 		io.Copy(w, c.out)
 		c.out.Close()
 		w.Close()
@@ -237,30 +236,18 @@ func (c *child) wait(w io.WriteCloser, follow bool) {
 	}
 	c.cmd.Wait()
 	c.left = syscall.Kill(-c.cmd.Process.Pid, 0) == nil // reaped a moment ago: its pid is not reused
+	if c.cwd != nil {
+		c.cwd.SetReadDeadline(time.Now().Add(leftWait)) // a process left behind may hold it
+		d, err := bufio.NewReader(c.cwd).ReadString('\n')
+		c.cwd.Close()
+		if err == nil {
+			c.dir = strings.TrimSuffix(d, "\n")
+		}
+	}
 	select {
 	case <-copied:
 	case <-time.After(leftWait):
-		if !follow {
-			c.out.SetReadDeadline(time.Now())
-			<-copied
-		}
 	}
-}
-
-// finalDir is the working directory the command ended in, once waited for: read from the
-// kernel when Bash's EXIT trap stopped it (watchDir), or what came on dirFD; "" when there is
-// none.
-func (c *child) finalDir() string {
-	if c.cwd == nil {
-		return c.dir
-	}
-	c.cwd.SetReadDeadline(time.Now().Add(leftWait)) // a process left behind may hold it
-	d, err := bufio.NewReader(c.cwd).ReadString('\n')
-	c.cwd.Close()
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSuffix(d, "\n")
 }
 
 // signalNames are the names status gives signals; others are numbers.
@@ -274,7 +261,7 @@ func (c *child) status() (code int, signal string) {
 	if ws.Signaled() {
 		return -1, cmp.Or(signalNames[ws.Signal()], strconv.Itoa(int(ws.Signal())))
 	}
-	return c.cmd.ProcessState.ExitCode(), ""
+	return ws.ExitStatus(), ""
 }
 
 // startReaper starts the reaper, telson re-executed with the lifeline as its stdin, and makes
@@ -283,20 +270,17 @@ func (pt *procTracker) startReaper() {
 	pt.started = true
 	cmd := command(procSpec{argv: []string{pt.cfg.exe}, env: []string{reaperEnv + "=1"}},
 		pt.cfg.vars)
-	r, w, err := os.Pipe()
+	w, err := cmd.StdinPipe() // closed by a failed start
 	if err == nil {
-		cmd.Stdin = r
-		w.WriteString(pt.id + "\n") // the pipe holds it: the reaper always reads the marker
 		err = cmd.Start()
-		r.Close()
 	}
 	if err == nil {
 		pt.reaper = cmd
 		pt.lifeline = w
 	} else {
-		w.Close()
 		pt.log.Warn("reaper: children may outlive a killed telson", "err", err)
 	}
+	pt.tellReaper(pt.id) // the marker, first: no child has started yet
 	pt.outDir, err = os.MkdirTemp("", "telson-output-*")
 	if err != nil {
 		pt.log.Warn("output files", "err", err)
@@ -307,7 +291,7 @@ func (pt *procTracker) startReaper() {
 // tellReaper writes a line to the lifeline: a directory to remove, or "." for a clean end.
 func (pt *procTracker) tellReaper(line string) {
 	if pt.lifeline != nil && line != "" && !strings.Contains(line, "\n") {
-		pt.lifeline.WriteString(line + "\n") // one short write to a pipe is never interleaved
+		io.WriteString(pt.lifeline, line+"\n") // one short write to a pipe is never interleaved
 	}
 }
 
@@ -319,31 +303,25 @@ func (pt *procTracker) removeAtExit(dir string) {
 	}
 }
 
-// closeAll kills every process of the server, removes the kept files and lets the reaper go.
+// closeAll lets no process start from now on, once those under way have; then, if the reaper
+// was ever tried (something may have started), it kills every process of the server, removes
+// the kept files and lets the reaper go.
 func (pt *procTracker) closeAll() {
-	if !pt.close() {
-		return // nothing was ever started
-	}
-	stopRun(pt.id)
-	if pt.outDir != "" {
-		os.RemoveAll(pt.outDir)
-	}
-	if pt.lifeline != nil {
-		pt.tellReaper(".") // everything is stopped and removed: the reaper has nothing to do
-		pt.lifeline.Close()
-		pt.reaper.Wait()
-	}
-}
-
-// close lets no process start from now on, once those under way have, and reports whether
-// the reaper was ever tried (then something may have started).
-func (pt *procTracker) close() bool {
 	pt.mu.Lock()
 	pt.closed = true
 	pt.mu.Unlock()
 	pt.starting.Wait()
 	pt.once.Do(func() {}) // none starts from now on; one under way has ended
-	return pt.started
+	if !pt.started {
+		return // nothing was ever started
+	}
+	stopRun(pt.id)
+	os.RemoveAll(pt.outDir) // "" when it was not made: RemoveAll does nothing
+	if pt.lifeline != nil {
+		pt.tellReaper(".") // everything is stopped and removed: the reaper has nothing to do
+		pt.lifeline.Close()
+		pt.reaper.Wait()
+	}
 }
 
 // runReaper is the reaper process: when its stdin closes, telson has ended. Unless telson said
@@ -453,7 +431,7 @@ func markedPids(marker string) []int {
 			continue
 		}
 		env, _ := os.ReadFile("/proc/" + e.Name() + "/environ")
-		if bytes.Contains(append([]byte{0}, env...), []byte("\x00"+want)) {
+		if strings.Contains("\x00"+string(env), "\x00"+want) {
 			pids = append(pids, pid)
 		}
 	}
@@ -519,8 +497,9 @@ func (pt *procTracker) keepFile(what string) *keptFile {
 	return k
 }
 
-// track makes a kept file, named after what in outDir, and counts it among the kept ones:
-// drop are the oldest finished files beyond keptFiles.
+// track makes a kept file, named after what in outDir, and counts it among the kept ones,
+// oldest first: drop are the oldest finished files beyond keptFiles (more are kept while they
+// are still written).
 func (pt *procTracker) track(what string) (k *keptFile, drop []*keptFile) {
 	k = &keptFile{left: keptFileBytes}
 	if pt.outDir == "" { // its making failed, and was logged
@@ -529,22 +508,16 @@ func (pt *procTracker) track(what string) (k *keptFile, drop []*keptFile) {
 	k.path = filepath.Join(pt.outDir, what+"-"+randomHex(8)+".log")
 	pt.mu.Lock()
 	defer pt.mu.Unlock()
-	pt.kept = append(pt.kept, k)
-	pt.kept, drop = pruneKept(pt.kept, keptFiles)
-	return k, drop
-}
-
-// pruneKept splits kept, oldest first, into those to keep, at most max unless more are still
-// written, and the oldest finished ones to remove.
-func pruneKept(kept []*keptFile, max int) (keep, drop []*keptFile) {
-	for _, k := range kept {
-		if len(kept)-len(drop) > max && k.done.Load() {
-			drop = append(drop, k)
+	all := append(pt.kept, k)
+	pt.kept = nil
+	for _, old := range all {
+		if len(all)-len(drop) > keptFiles && old.done.Load() {
+			drop = append(drop, old)
 		} else {
-			keep = append(keep, k)
+			pt.kept = append(pt.kept, old)
 		}
 	}
-	return keep, drop
+	return k, drop
 }
 
 // discard removes a kept file nobody needs (a Bash reply that was not cut), and none is made
@@ -568,9 +541,6 @@ func (pt *procTracker) forget(k *keptFile) bool {
 // keep keeps p: in memory while the output fits in keptEarly and nobody named the file, else
 // in the file.
 func (k *keptFile) keep(p []byte) {
-	if k == nil {
-		return
-	}
 	k.mu.Lock()
 	early := !k.named && len(k.early)+len(p) <= keptEarly
 	if early {
@@ -578,7 +548,7 @@ func (k *keptFile) keep(p []byte) {
 	}
 	k.mu.Unlock()
 	if !early {
-		k.mark(true, false)
+		k.name()
 		k.write(p)
 	}
 }
@@ -591,28 +561,22 @@ func (k *keptFile) name() string { return k.mark(true, false) }
 func (k *keptFile) close() { k.mark(false, true) }
 
 // mark records that the file is named (then it is made) or that its output ended; once both
-// came, it is closed.
+// came, the first time, it is closed.
 func (k *keptFile) mark(named, ended bool) string {
-	named, last := k.marks(named, ended)
-	if named {
-		k.make()
-	}
-	if last && k.f != nil {
-		k.f.Close()
-	}
-	k.done.Store(last || k.done.Load())
-	return k.path
-}
-
-// marks records named and ended, and reports whether the file is named, and whether both
-// came now, for the first time.
-func (k *keptFile) marks(named, ended bool) (isNamed, last bool) {
 	k.mu.Lock()
-	defer k.mu.Unlock()
 	was := k.named && k.ended
 	k.named = k.named || named
 	k.ended = k.ended || ended
-	return k.named, k.named && k.ended && !was
+	named, last := k.named, k.named && k.ended && !was
+	k.mu.Unlock()
+	if named {
+		k.make()
+	}
+	if last {
+		k.f.Close() // a nil file's Close fails, harmlessly
+		k.done.Store(true)
+	}
+	return k.path
 }
 
 // make makes the file, once, and writes what came before.
@@ -629,10 +593,8 @@ func (k *keptFile) make() {
 
 func (k *keptFile) write(p []byte) {
 	n := min(int64(len(p)), k.left)
-	if k.f != nil {
-		k.f.Write(p[:n])
-		k.left -= n
-	}
+	k.f.Write(p[:n]) // a file that was not made is nil: its Write fails, harmlessly
+	k.left -= n
 }
 
 // stateDir is STATE_DIR, and the user telson runs as, who alone may write there.
@@ -705,14 +667,15 @@ func writeState(st stateDir, name string, data []byte, replace bool) error {
 	if !replace {
 		path = filepath.Join(st.path, name)
 	}
-	if fi, lerr := os.Lstat(path); err == nil && replace && lerr == nil && !fi.Mode().IsRegular() {
+	if fi, lerr := os.Lstat(path); replace && lerr == nil && !fi.Mode().IsRegular() {
 		err = fmt.Errorf("write %s: not a regular file", path)
 	}
 	if err != nil {
 		return err
 	}
-	os.MkdirAll(filepath.Dir(path), 0o700) // the temporary file's making reports a failure
-	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+tmpInfix+"*")
+	dir, base := filepath.Split(path)
+	os.MkdirAll(dir, 0o700) // the temporary file's making reports a failure
+	tmp, err := os.CreateTemp(dir, base+tmpInfix+"*")
 	if err != nil {
 		return err // os's errors name the file
 	}
@@ -753,10 +716,7 @@ func withStateLock(ctx context.Context, st stateDir, name string, fn func() erro
 // removeStaleTemps removes the temporary files writeState left for name when telson was
 // killed mid-write. The caller holds name's lock: none is in use.
 func removeStaleTemps(st stateDir, name string) {
-	path, err := statePath(st, name)
-	if err != nil {
-		return
-	}
+	path, _ := statePath(st, name) // "" when name is not local: nothing is listed
 	dir, base := filepath.Split(path)
 	entries, _ := os.ReadDir(dir)
 	for _, e := range entries {
@@ -817,12 +777,9 @@ func readableByOthers(path string) bool {
 // listDir returns max entries of the directory dir (a symlink to one too), opened without
 // blocking, sorted by name; none when it is not one.
 func listDir(dir string, max int) []fs.DirEntry {
-	f, err := os.OpenFile(dir, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_DIRECTORY, 0)
-	if err != nil {
-		return nil
-	}
+	f, _ := os.OpenFile(dir, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_DIRECTORY, 0)
 	defer f.Close()
-	entries, _ := f.ReadDir(max)
+	entries, _ := f.ReadDir(max) // none when the open failed (a nil file's calls fail)
 	slices.SortFunc(entries, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
 	return entries
 }

@@ -8,8 +8,8 @@
 // namespace, where the read-only flags are locked: it makes /proc read-only, bounds the
 // processes, lets writes reach only the private places (Landlock, where the kernel has it),
 // installs a seccomp filter that refuses unix sockets, TIOCSTI, the keyrings and mounts, and
-// executes the command in its place. What the filter and Landlock's rules hold is computed by
-// the pure functions at the end of this file.
+// executes the command in its place. What the filter and Landlock's rules hold is data, and
+// pure functions, at the end of this file.
 package main
 
 import (
@@ -86,7 +86,9 @@ func runSandbox(args []string) int {
 	if err == nil {
 		dir := watchDir(cmd.Process.Pid)
 		err = cmd.Wait()
-		reportDir(dir)
+		if dir != "" { // the command's final directory, to telson
+			syscall.Write(dirFD, []byte(dir+"\n"))
+		}
 	}
 	if cmd.ProcessState == nil {
 		fmt.Fprintln(os.Stderr, "telson: plan-mode sandbox:", err)
@@ -99,7 +101,7 @@ func runSandbox(args []string) int {
 // sandboxMounts, each where its target exists. mount_setattr(2) needs Linux 5.12.
 func readOnlyMounts() error {
 	err := mountReadOnly("/")
-	for _, m := range sandboxMounts() {
+	for _, m := range sandboxMounts {
 		if _, serr := os.Stat(m.target); err == nil && serr == nil {
 			err = syscall.Mount(m.fstype, m.target, m.fstype, m.flags, m.data)
 		}
@@ -148,13 +150,13 @@ func confine(args []string) int {
 // restrictWrites lets this thread, and what it executes, write only where landlockRules allow
 // (Landlock, Linux 5.13+); where the kernel has no Landlock it does nothing.
 func restrictWrites() error {
-	handled, rules := landlockRules()
+	handled := uint64(landlockWrites)
 	set, _, errno := syscall.Syscall(sysLandlockCreateRuleset, uintptr(unsafe.Pointer(&handled)),
 		unsafe.Sizeof(handled), 0)
 	if errno == syscall.ENOSYS || errno == syscall.EOPNOTSUPP {
 		return nil // no Landlock: the read-only mounts still hold
 	}
-	for _, r := range rules {
+	for _, r := range landlockRules {
 		fd, err := syscall.Open(r.path, oPath|syscall.O_CLOEXEC, 0)
 		if err != nil || errno != 0 {
 			continue // nothing there to allow
@@ -242,13 +244,6 @@ func watchDir(pid int) string {
 	}
 }
 
-// reportDir sends dir, the command's final directory, to telson on dirFD.
-func reportDir(dir string) {
-	if dir != "" {
-		syscall.Write(dirFD, []byte(dir+"\n"))
-	}
-}
-
 // ---- what the sandbox holds: pure computation ----
 
 // errnoErr is errno as an error; nil for 0.
@@ -301,18 +296,18 @@ type sandboxMount struct {
 	data           string
 }
 
+// mountPrivate are the flags of every file system the sandbox mounts.
+const mountPrivate = syscall.MS_NOSUID | syscall.MS_NODEV
+
 // sandboxMounts are the file systems mounted over the read-only view: the PID namespace's own
 // /proc (writable until confine: the nested namespace's ID maps are written there), an empty
 // read-only /run (where the user's daemons keep their sockets and FIFOs), the private TMPDIR,
 // a devpts of its own (none of the user's terminals) and the IPC namespace's message queues.
-func sandboxMounts() []sandboxMount {
-	const private = syscall.MS_NOSUID | syscall.MS_NODEV
-	return []sandboxMount{{"proc", "/proc", private | syscall.MS_NOEXEC, ""},
-		{"tmpfs", "/run", private | syscall.MS_RDONLY, ""},
-		{"tmpfs", privateTmp, private, "size=25%"},
-		{"devpts", "/dev/pts", private | syscall.MS_NOEXEC, "newinstance,ptmxmode=0666"},
-		{"mqueue", "/dev/mqueue", private | syscall.MS_NOEXEC, ""}}
-}
+var sandboxMounts = []sandboxMount{{"proc", "/proc", mountPrivate | syscall.MS_NOEXEC, ""},
+	{"tmpfs", "/run", mountPrivate | syscall.MS_RDONLY, ""},
+	{"tmpfs", privateTmp, mountPrivate, "size=25%"},
+	{"devpts", "/dev/pts", mountPrivate | syscall.MS_NOEXEC, "newinstance,ptmxmode=0666"},
+	{"mqueue", "/dev/mqueue", mountPrivate | syscall.MS_NOEXEC, ""}}
 
 // Landlock's calls and the rights it handles (Linux 5.13+), which syscall lacks; the numbers
 // are the same on every architecture.
@@ -340,15 +335,13 @@ type pathBeneath struct {
 	fd     int32
 }
 
-// landlockRules are the writes Landlock handles, and the places a plan-mode command may still
-// write: its private TMPDIR, its own terminals, and the devices that discard or give bytes.
-// Anywhere else a file, a FIFO or a device cannot be opened for writing, nor a file made or
-// removed.
-func landlockRules() (uint64, []landlockRule) {
-	return landlockWrites, []landlockRule{{privateTmp, landlockWrites}, {"/dev/pts", landlockWrites},
-		{"/dev/ptmx", landlockWriteFile}, {"/dev/null", landlockWriteFile},
-		{"/dev/zero", landlockWriteFile}, {"/dev/full", landlockWriteFile}}
-}
+// landlockRules are the places a plan-mode command may still write, of the writes Landlock
+// handles (landlockWrites): its private TMPDIR, its own terminals, and the devices that discard
+// or give bytes. Anywhere else a file, a FIFO or a device cannot be opened for writing, nor a
+// file made or removed.
+var landlockRules = []landlockRule{{privateTmp, landlockWrites}, {"/dev/pts", landlockWrites},
+	{"/dev/ptmx", landlockWriteFile}, {"/dev/null", landlockWriteFile},
+	{"/dev/zero", landlockWriteFile}, {"/dev/full", landlockWriteFile}}
 
 // BPF and seccomp(2) values, which syscall lacks.
 const (

@@ -4361,7 +4361,8 @@ func TestBgDroppedBytes(t *testing.T) {
 // TestBgBufferModel appends and takes random amounts and checks the ring against a plain model.
 func TestBgBufferModel(t *testing.T) {
 	rng := rand.New(rand.NewSource(1))
-	bt := &bgTask{limit: 300, changed: make(chan struct{})}
+	// a log with no path keeps no file
+	bt := &bgTask{limit: 300, changed: make(chan struct{}), log: &keptFile{}}
 	var unread []byte // what the ring should hold
 	var dropped int64
 	var printed byte
@@ -4395,7 +4396,7 @@ func TestBgBufferModel(t *testing.T) {
 
 // TestBgTakeHoldsCutCharacter: a character the pipe delivered in two pieces is returned whole.
 func TestBgTakeHoldsCutCharacter(t *testing.T) {
-	bt := &bgTask{limit: 100, changed: make(chan struct{})}
+	bt := &bgTask{limit: 100, changed: make(chan struct{}), log: &keptFile{}}
 	bt.Write([]byte("ab\xc3"))
 	if out := bt.take(0, 100).out; out != "ab" || len(bt.unread) != 1 {
 		t.Errorf("took %q, %d left", out, len(bt.unread))

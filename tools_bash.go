@@ -3,7 +3,7 @@
 // the shell's working directory, which a cd changes.
 //
 // Rules:
-//   - a command starts through session.startCommand (tools_bg.go): its own process group and
+//   - a command starts through session.startTask (tools_bg.go): its own process group and
 //     marker, the plan-mode sandbox while plan mode is on; a timeout or a cancellation ends it
 //     and all it started through stopRun, the one kill path;
 //   - output is captured in bounded memory; a cut output is kept whole in a bounded file; the
@@ -99,25 +99,19 @@ func runBash(ctx context.Context, c *toolCall) toolResult {
 	s := c.s
 	set := s.srv.set
 	limit := c.req.outputLimit()
-	script := a.Command
-	trackDir := mayChangeDir(script)
-	if trackDir {
-		script = dirTrap + script
-	}
 	timeout := cmp.Or(time.Duration(a.Timeout)*time.Millisecond, set.BashTimeout)
-	t, ch, err := s.startTask(a.Command, script, trackDir, limit, timeout)
+	t, ch, err := s.startTask(a.Command, mayChangeDir(a.Command), limit, timeout)
 	if err != nil {
 		return errorResult("%v", err)
 	}
-	block := time.NewTimer(c.req.blockLimit())
-	defer block.Stop()
+	block := time.After(c.req.blockLimit())
 	changed := t.changes()
 	var calm <-chan time.Time // new lines are sent at most every progressEvery
 	for {
 		select {
 		case <-t.ended:
 			return bashEnded(s, t, ch, limit, false)
-		case <-block.C:
+		case <-block:
 			if s.bg.reserve(set.BgMaxTasks) == 0 { // else the call waits on, up to its timeout
 				return bashHandOff(s, t, limit, timeout)
 			}
@@ -140,9 +134,9 @@ func runBash(ctx context.Context, c *toolCall) toolResult {
 	}
 }
 
-// bashEnded is the reply once the command has ended: its output, status and directory. The
-// kept output file goes unless the reply is cut or keep says (a cancelled call's notice names
-// it).
+// bashEnded is the reply once the command has ended: its output, then its status unless it
+// succeeded, and its directory. The kept output file goes unless the reply is cut or keep says
+// (a cancelled call's notice names it).
 func bashEnded(s *session, t *bgTask, ch *child, limit int, keep bool) toolResult {
 	o := &bashOutcome{TimedOut: t.timedOut.Load()}
 	t.mu.Lock()
@@ -156,17 +150,27 @@ func bashEnded(s *session, t *bgTask, ch *child, limit int, keep bool) toolResul
 		s.srv.procs.discard(t.log)
 	}
 	o.Output += terminalNote(hidden, o.OutputFile)
+	status := "exit status " + strconv.Itoa(o.ExitCode)
+	if o.Signal != "" {
+		status = "killed by signal " + o.Signal
+	}
 	if o.TimedOut {
 		o.ExitCode = -1
 		o.Hint = s.srv.served("To let it finish, call Bash again with a larger timeout (up to " +
 			"600000 ms), or use BackgroundBash.")
+		status = fmt.Sprintf("timed out after %s; the command was stopped. %s",
+			time.Duration(o.DurationMS)*time.Millisecond, o.Hint)
 	}
-	if d := ch.finalDir(); d != "" && !sameDir(d, ch.cmd.Dir) { // only a call that moved
-		s.shell.setDir(d)
+	if ch.dir != "" && !sameDir(ch.dir, ch.cmd.Dir) { // only a call that moved
+		s.shell.setDir(ch.dir)
 	}
 	o.Cwd = s.shell.dir()
-	res := structuredResult(o.text(), o)
-	res.isError = o.ExitCode != 0 || o.TimedOut
+	text := cmp.Or(o.Output, "(no output)")
+	if o.ExitCode != 0 { // -1 after a signal or the timeout: the status follows the output
+		text = strings.TrimSuffix(text, "\n") + "\n[" + status + "]"
+	}
+	res := structuredResult(text, o)
+	res.isError = o.ExitCode != 0
 	return res
 }
 
@@ -176,9 +180,9 @@ func bashHandOff(s *session, t *bgTask, limit int, timeout time.Duration) toolRe
 	o := &bashOutcome{Status: "running", OutputFile: t.log.name(), ExitCode: -1}
 	t.mu.Lock()
 	hidden := t.showLocked(o, limit)
-	t.unread = t.unread[:0] // shown: reads go on from here
+	t.unread = nil // shown: reads go on from here
 	t.dropped = 0
-	t.limit = s.srv.set.BgBuffer // a background task's; in a new array once this one is full
+	t.limit = s.srv.set.BgBuffer // a background task's, in a new array from the next write
 	t.buf = nil
 	t.mu.Unlock()
 	s.adopt(t)
@@ -194,25 +198,6 @@ func bashHandOff(s *session, t *bgTask, limit int, timeout time.Duration) toolRe
 		fmt.Sprintf("\n[still running after %s; its complete output goes to %s]\n%s",
 			time.Duration(o.DurationMS)*time.Millisecond, o.OutputFile, o.Hint)
 	return structuredResult(text, o)
-}
-
-// text is the reply the model reads: the output, then the status when it is not success.
-func (o *bashOutcome) text() string {
-	text := cmp.Or(o.Output, "(no output)")
-	status := ""
-	switch {
-	case o.TimedOut:
-		status = fmt.Sprintf("timed out after %s; the command was stopped. %s",
-			time.Duration(o.DurationMS)*time.Millisecond, o.Hint)
-	case o.Signal != "":
-		status = "killed by signal " + o.Signal
-	case o.ExitCode != 0:
-		status = "exit status " + strconv.Itoa(o.ExitCode)
-	}
-	if status == "" {
-		return text
-	}
-	return strings.TrimSuffix(text, "\n") + "\n[" + status + "]"
 }
 
 func lastBytes(b []byte, n int) []byte { return b[max(0, len(b)-n):] }
@@ -231,15 +216,12 @@ func mayChangeDir(command string) bool {
 		return !unicode.IsLetter(r) && !unicode.IsDigit(r) && !strings.ContainsRune("._-/+:,@%", r)
 	}
 	for _, w := range strings.FieldsFunc(command, notWord) {
-		if slices.Contains(dirBuiltins, w) {
+		if slices.Contains([]string{"cd", "pushd", "popd", "eval", "source", "."}, w) {
 			return true
 		}
 	}
 	return false
 }
-
-// dirBuiltins are the words that make mayChangeDir true.
-var dirBuiltins = []string{"cd", "pushd", "popd", "eval", "source", "."}
 
 // shellState is the shell's working directory, which Bash's cd changes and
 // BackgroundBash and ReadImage use.
@@ -282,7 +264,7 @@ func (sh *shellState) resolve(path string) string {
 
 // terminalEscape matches what follows an ESC: a CSI (colours, cursor moves, erasing), a string
 // to BEL, ST or the line's end (OSC: titles, links; DCS, SOS, PM, APC; its text the submatch: a
-// terminal shows none of it), or a short one.
+// terminal shows none of it), or a short one. None goes past its line's end.
 var terminalEscape = regexp.MustCompile(`^(?:\[[0-?]*[ -/]*[@-~]?|` +
 	`[\]PX^_]([^\x07\x1b\n]*)(?:\x07|\x1b\\)?|[ -/]*[0-~]?)`)
 
@@ -298,25 +280,23 @@ func terminalText(s string) (text string, hidden int) {
 		return stripControls(s), 0
 	}
 	sc := screen{rows: [][]rune{nil}}
-	for _, line := range strings.SplitAfter(s, "\n") { // an escape sequence ends with its line
-		for i := 0; i < len(line); {
-			r, size := utf8.DecodeRuneInString(line[i:])
-			i += size
-			if r != 0x1b {
-				sc.put(r)
-				continue
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		i += size
+		if r != 0x1b {
+			sc.put(r)
+			continue
+		}
+		seq := terminalEscape.FindStringSubmatch(s[i:])
+		esc := seq[0]
+		i += len(esc)
+		for _, r := range seq[1] {
+			if unicode.IsGraphic(r) && !unicode.IsSpace(r) {
+				hidden++
 			}
-			seq := terminalEscape.FindStringSubmatch(line[i:])
-			esc := seq[0]
-			i += len(esc)
-			for _, r := range seq[1] {
-				if unicode.IsGraphic(r) && !unicode.IsSpace(r) {
-					hidden++
-				}
-			}
-			if len(esc) > 1 && esc[0] == '[' {
-				sc.csi(esc[1:len(esc)-1], esc[len(esc)-1])
-			}
+		}
+		if len(esc) > 1 && esc[0] == '[' {
+			sc.csi(esc[1:len(esc)-1], esc[len(esc)-1])
 		}
 	}
 	var lines []string

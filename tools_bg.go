@@ -141,7 +141,6 @@ const (
 
 // bgTasks is one session's background tasks.
 type bgTasks struct {
-	procs *procTracker
 	scope string         // the session's marker: its tasks' and Bash runs' start with it
 	wg    sync.WaitGroup // counts the tasks' wait goroutines
 	// starts counts starts under way; closeAll waits for them, so none escapes it
@@ -156,7 +155,7 @@ type bgTasks struct {
 }
 
 func newBgTasks(procs *procTracker) *bgTasks {
-	return &bgTasks{procs: procs, scope: procs.scope(procs.id)}
+	return &bgTasks{scope: procs.scope(procs.id)}
 }
 
 // bgTask is a command and its output nobody read yet: a background task, or a Bash call's
@@ -220,34 +219,37 @@ func runBackgroundBash(ctx context.Context, c *toolCall) toolResult {
 	if strings.TrimSpace(a.Command) == "" {
 		return errorResult("command is empty")
 	}
-	b := c.s.bg
-	most := c.s.srv.set.BgMaxTasks
-	if running := b.reserve(most); running > 0 {
+	s := c.s
+	most := s.srv.set.BgMaxTasks
+	if running := s.bg.reserve(most); running > 0 {
 		return errorResult("%d tasks are already running, the most allowed (BG_MAX_TASKS=%d); "+
 			"stop one with KillBgTask first", running, most)
 	}
-	t, ch, err := c.s.startTask(a.Command, a.Command, false, 0, 0)
+	t, ch, err := s.startTask(a.Command, false, 0, 0)
 	if err != nil {
-		b.mu.Lock()
-		b.starting--
-		b.mu.Unlock()
+		s.bg.mu.Lock()
+		s.bg.starting--
+		s.bg.mu.Unlock()
 		return errorResult("%v", err)
 	}
 	t.log.name()
-	c.s.adopt(t)
-	info, status := t.state(c.s) // it may have ended already
-	info.Hint = fmt.Sprintf(c.s.srv.served(`Read its output with ReadBgOutput {"task_id": %[1]d, `+
+	s.adopt(t)
+	info, status := t.state(s) // it may have ended already
+	info.Hint = fmt.Sprintf(s.srv.served(`Read its output with ReadBgOutput {"task_id": %[1]d, `+
 		`"wait_ms": 5000}; stop it with KillBgTask {"task_id": %[1]d}.`), t.id)
 	text := fmt.Sprintf("Started background task %d (pid %d) in %s, %s; its complete output "+
 		"goes to %s.\n%s", t.id, info.Pid, ch.cmd.Dir, status, info.LogFile, info.Hint)
 	return structuredResult(text, info)
 }
 
-// startTask starts script (the agent's command, or it with Bash's directory trap) under a new
-// task, which is not listed until adopt; its output is copied to it. headMax keeps the first
-// output bytes, for a Bash reply; a timeout stops it. The start is counted in starts, which
-// closeAll waits for, unless the session is ending: then nothing starts.
-func (s *session) startTask(command, script string, trackDir bool, headMax int,
+// startTask starts command, the agent's, with bash -c in the shell's working directory under
+// a new task, which is not listed until adopt; its output is copied to it. With trackDir,
+// Bash's directory trap goes first and the command's final directory comes back (child.dir).
+// headMax keeps the first output bytes, for a Bash reply; a timeout stops it. The start is
+// counted in starts, which closeAll waits for, unless the session is ending: then nothing
+// starts. The tools' decision: while plan mode is on (planActive) the command runs in the
+// read-only sandbox, or is refused where that cannot be made.
+func (s *session) startTask(command string, trackDir bool, headMax int,
 	timeout time.Duration) (*bgTask, *child, error) {
 	b := s.bg
 	b.mu.Lock()
@@ -265,48 +267,53 @@ func (s *session) startTask(command, script string, trackDir bool, headMax int,
 	t := &bgTask{command: command, marker: s.srv.procs.scope(b.scope), start: time.Now(),
 		limit: min(most, cmp.Or(headMax, most)+tailBytes), headMax: headMax,
 		ended: make(chan struct{}), code: -1, changed: make(chan struct{}), quiet: true}
-	ch, err := s.startCommand(script, t.marker, trackDir)
+	if trackDir {
+		command = dirTrap + command
+	}
+	spec := procSpec{argv: []string{s.srv.set.env.bash, "-c", command, "bash"}, dir: s.shell.dir(),
+		marker: t.marker, sandbox: s.planActive(), output: true, cwd: trackDir}
+	ch, err := s.srv.procs.start(spec)
+	if err != nil && spec.sandbox {
+		err = fmt.Errorf("refused: in plan mode commands run in a read-only sandbox, "+
+			"which this system cannot make (%w); finish planning with PlanMode first", err)
+	}
 	if err != nil {
 		return nil, nil, err
 	}
 	t.leader = ch.cmd.Process
 	what := "task"
-	if headMax > 0 {
+	if timeout > 0 { // a Bash call's command
 		what = "bash"
-	}
-	t.log = s.srv.procs.keepFile(what)
-	if timeout > 0 {
 		t.timer = time.AfterFunc(timeout, func() {
 			t.timedOut.Store(true)
 			stopRun(t.marker, t.leader)
 		})
 	}
+	t.log = s.srv.procs.keepFile(what)
 	b.wg.Add(1)
 	go t.run(s, ch) // exits once bash has exited and leftWait has passed
 	return t, ch, nil
 }
 
-// startCommand starts command, the agent's, with bash -c under marker in the shell's working
-// directory, its output (and with cwd its final directory) piped back. The tools' decision:
-// while plan mode is on (planActive) it runs in the read-only sandbox, or is refused where
-// that cannot be made.
-func (s *session) startCommand(command, marker string, cwd bool) (*child, error) {
-	spec := procSpec{argv: []string{s.srv.set.env.bash, "-c", command, "bash"}, dir: s.shell.dir(),
-		marker: marker, sandbox: s.planActive(), output: true, cwd: cwd}
-	c, err := s.srv.procs.start(spec)
-	if err != nil && spec.sandbox {
-		return nil, fmt.Errorf("refused: in plan mode commands run in a read-only sandbox, "+
-			"which this system cannot make (%w); finish planning with PlanMode first", err)
-	}
-	return c, err
-}
-
 // reserve counts a task to come toward BG_MAX_TASKS, unless most run or come already: then it
-// returns how many, else 0. adopt, or a failed start, ends the count.
+// returns how many, else 0. adopt, or a failed start, ends the count. Of the finished tasks,
+// the newest 100 stay listed.
 func (b *bgTasks) reserve(most int) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	running := b.pruneLocked() + b.starting
+	running := b.starting
+	finished := 0
+	for i := len(b.tasks) - 1; i >= 0; i-- {
+		select {
+		case <-b.tasks[i].ended:
+			finished++
+			if finished > 100 {
+				b.tasks = slices.Delete(b.tasks, i, i+1)
+			}
+		default:
+			running++
+		}
+	}
 	if running >= most {
 		return running
 	}
@@ -330,24 +337,6 @@ func (s *session) adopt(t *bgTask) {
 	}
 	t.mu.Unlock()
 	b.tasks = append(b.tasks, t)
-}
-
-// pruneLocked keeps the newest 100 finished tasks and returns how many run. b.mu must be held.
-func (b *bgTasks) pruneLocked() int {
-	running := 0
-	finished := 0
-	for i := len(b.tasks) - 1; i >= 0; i-- {
-		select {
-		case <-b.tasks[i].ended:
-			finished++
-			if finished > 100 {
-				b.tasks = slices.Delete(b.tasks, i, i+1)
-			}
-		default:
-			running++
-		}
-	}
-	return running
 }
 
 // list is the session's tasks, newest first.
@@ -382,7 +371,7 @@ func (b *bgTasks) closeAll() {
 // until it ends, which a kill brings about.
 func (t *bgTask) run(s *session, ch *child) {
 	defer s.bg.wg.Done()
-	ch.wait(t, true)
+	ch.wait(t)
 	if ch.left { // closeAll ends its group, where a process may have no marker (env -i)
 		s.bg.mu.Lock()
 		s.bg.left = append(s.bg.left, t.leader)
@@ -426,20 +415,16 @@ func (t *bgTask) Close() error {
 // written.
 func (t *bgTask) Write(p []byte) (int, error) {
 	t.mu.Lock()
-	take := min(t.headMax-len(t.head), len(p))
-	t.head = append(t.head, p[:take]...)
+	t.head = append(t.head, p[:min(t.headMax-len(t.head), len(p))]...)
 	t.total += int64(len(p))
 	t.lines += lineCount(p)
 	kept := p
 	if over := len(t.unread) + len(p) - t.limit; over > 0 {
 		gone := min(over, len(t.unread))
-		t.dropNL += lineCount(t.unread[:gone]) + lineCount(p[:over-gone])
-		if gone > 0 {
-			t.partial = t.unread[gone-1] != '\n'
-		}
-		if over > gone {
-			t.partial = p[over-gone-1] != '\n'
-		}
+		// a copy only when p alone is more than the buffer holds
+		dropped := append(t.unread[:gone:gone], p[:over-gone]...)
+		t.dropNL += lineCount(dropped)
+		t.partial = dropped[over-1] != '\n'
 		t.unread = t.unread[gone:]
 		kept = p[over-gone:]
 		t.dropped += int64(over)
@@ -475,11 +460,8 @@ func (t *bgTask) take(lines, limit int) bgTake {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	n := len(t.unread)
-	if lines == 0 && n > limit {
-		n = limit
-		if end := bytes.LastIndexByte(t.unread[:n], '\n'); end >= 0 {
-			n = end + 1
-		}
+	if lines == 0 && n > limit { // to the last line's end, or limit when one line is longer
+		n = cmp.Or(bytes.LastIndexByte(t.unread[:limit], '\n')+1, limit)
 	}
 	for i := n - 1; i >= max(0, n-3) && (n < len(t.unread) || !t.done); i-- {
 		if utf8.RuneStart(t.unread[i]) {
@@ -562,9 +544,7 @@ func (t *bgTask) showLocked(o *bashOutcome, limit int) (hidden int) {
 		return hidden
 	}
 	head := t.head[:min(len(t.head), limit/2)]
-	if i := bytes.LastIndexByte(head, '\n'); i >= 0 {
-		head = head[:i+1]
-	}
+	head = head[:cmp.Or(bytes.LastIndexByte(head, '\n')+1, len(head))] // to its last line's end
 	tail := lastLines(t.unread, limit/2)
 	o.Truncated = true
 	o.OmittedBytes = t.total - int64(len(head)+len(tail))
@@ -594,9 +574,7 @@ func (t *bgTask) cancelNotice(s *session) string {
 func (t *bgTask) state(s *session) (bgInfo, string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.done {
-		s.notices.remove(t.notice)
-	}
+	s.notices.remove(t.notice) // "" while it runs: no notice is empty
 	return t.infoLocked()
 }
 
@@ -705,14 +683,14 @@ func runReadBgOutput(ctx context.Context, c *toolCall) toolResult {
 	idle := len(t.unread) == 0 && !t.done
 	changed := t.changed
 	t.mu.Unlock()
-	wait := time.Duration(a.WaitMS) * time.Millisecond
 	note := ""
-	if limit := c.req.blockLimit(); idle && wait > limit { // the client would give up first
-		note = fmt.Sprintf("[waited %s, not the %s asked: a call ends before the client gives "+
-			"up on it; call again to wait longer]\n", limit, wait)
-		wait = limit
-	}
 	if idle { // wait for new output (which a concurrent read may take first) or the end
+		wait := time.Duration(a.WaitMS) * time.Millisecond
+		if limit := c.req.blockLimit(); wait > limit { // the client would give up first
+			note = fmt.Sprintf("[waited %s, not the %s asked: a call ends before the client "+
+				"gives up on it; call again to wait longer]\n", limit, wait)
+			wait = limit
+		}
 		select {
 		case <-changed:
 		case <-t.ended:
