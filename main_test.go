@@ -3333,6 +3333,28 @@ func TestBashHandsALongCommandToTheBackground(t *testing.T) {
 	if _, res := bgReadToEnd(t, c, 2); !strings.Contains(resultText(res), "stopped at its timeout") {
 		t.Errorf("a handed-off command past its timeout: %v", res)
 	}
+
+	// What the call left out before the hand-off was said in its reply: the task's first read
+	// says nothing left out and begins with a whole line.
+	cmd = "seq 1 300000; while [ ! -e " + dir + "/go3 ]; do sleep 0.05; done; echo third"
+	res = c.callTool("Bash", map[string]any{"command": cmd, "timeout": 60000})
+	if sc := bgStructured(t, res); sc["task_id"] != float64(3) {
+		t.Fatalf("third hand-off: %v", res)
+	}
+	os.WriteFile(dir+"/go3", nil, 0o644)
+	var texts strings.Builder
+	var out string
+	for res = nil; res == nil || bgStructured(t, res)["status"] == "running"; {
+		res = bgRead(t, c, 3, 10000)
+		texts.WriteString(resultText(res))
+		out += bgStructured(t, res)["output"].(string)
+		if n := bgStructured(t, res)["left_out_lines"]; n != nil && n != float64(0) {
+			t.Errorf("a read after the hand-off says lines were left out: %v", res)
+		}
+	}
+	if out != "third\n" || strings.Contains(texts.String(), "left out") {
+		t.Errorf("the reads after a hand-off that left output out: %q\n%s", out, texts.String())
+	}
 }
 
 // A Bash call the client cancels loses nothing it printed: the command is stopped, and the next

@@ -182,6 +182,8 @@ func bashHandOff(s *session, t *bgTask, limit int, timeout time.Duration) toolRe
 	hidden := t.showLocked(o, limit)
 	t.unread = nil // shown: reads go on from here
 	t.dropped = 0
+	t.dropNL = 0
+	t.partial = false
 	t.limit = s.srv.set.BgBuffer // a background task's, in a new array from the next write
 	t.buf = nil
 	t.mu.Unlock()
