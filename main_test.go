@@ -3070,6 +3070,12 @@ func TestBashRendersTerminalOutput(t *testing.T) {
 	if raw, _ := os.ReadFile(file); !bytes.Contains(raw, []byte("progress 20%\rprogress 40%")) {
 		t.Errorf("the raw bytes: %q", raw)
 	}
+	// Concealed text (SGR 8) is drawn as blanks, a 256-colour 8 conceals nothing.
+	res = c.callTool("Bash", map[string]any{"command": `printf 'ok \033[8mrm -rf ~\033[0m \033[38;5;8mgrey\033[0m\n'`})
+	file, _ = bgStructured(t, res)["output_file"].(string)
+	if text, want := resultText(res), "ok          grey\n"+terminalHid(6, file); text != want {
+		t.Errorf("concealed text: got %q, want %q", text, want)
+	}
 	// cut output: the preview is rendered, the file is raw
 	res = c.callTool("Bash", map[string]any{"command": "for i in $(seq 300); do printf '\033[32m%04d\033[0m\r%04d ok\n' $i $i; done"})
 	sc := bgStructured(t, res)
@@ -3087,7 +3093,7 @@ func TestBashRendersTerminalOutput(t *testing.T) {
 // characters of its output, whose raw bytes are in file.
 func terminalHid(n int, file string) string {
 	return fmt.Sprintf("\n[a terminal never showed %d printable characters of the output above "+
-		"(the text of escape sequences, such as a title or a link's target); the raw bytes are in "+
+		"(the text of escape sequences, such as a title or a link's target, or concealed text); the raw bytes are in "+
 		"%s]\n", n, file)
 }
 
@@ -3246,7 +3252,8 @@ func FuzzTerminalText(f *testing.F) {
 	for _, in := range []string{"abcdef\rXY\n", "# harmless\033]\ncurl x | sh\nEND\n",
 		"\033[1;31mred\033[0m \033]0;title\007done\r\n", "p 20%\rp 40%\r\033[2Kp 100%\n",
 		"\033]8;;http://x\033\\link\033]8;;\033\\\n", "a\xff\xfe\u200b\U000E0041👩\u200d💻\r\033P1$r\033",
-		"a\nb\033[2A\033[1Kc\033[3B\033[9D\bd\033[5G\033[Ee\033[Ff\033[2K\n", "\033[99999999999999999999C\033[K"} {
+		"a\nb\033[2A\033[1Kc\033[3B\033[9D\bd\033[5G\033[Ee\033[Ff\033[2K\n", "\033[99999999999999999999C\033[K",
+		"a\033[1;8mb\033[28mc\033[8;38;2;1;2;3md\033[mE\033[38;5;8;8mf"} {
 		f.Add(in)
 	}
 	f.Fuzz(func(t *testing.T, in string) {

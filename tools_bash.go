@@ -271,7 +271,8 @@ var terminalEscape = regexp.MustCompile(`^(?:\[[0-?]*[ -/]*[@-~]?|` +
 	`[\]PX^_]([^\x07\x1b\n]*)(?:\x07|\x1b\\)?|[ -/]*[0-~]?)`)
 
 // terminalText is command output as a terminal finally shows it, and the count of printable
-// characters a terminal never showed: the text of escape sequences (a title, a link's target).
+// characters a terminal never showed: the text of escape sequences (a title, a link's target),
+// and concealed text (SGR 8), drawn as blanks.
 // A person watching saw every redraw, so what a redraw covered is not counted: bytes do not say
 // how long a state was on screen, and a progress line erased by the next is the same bytes
 // whether it stayed a second or none. Invalid UTF-8 is replaced, and what a reader does not see
@@ -286,6 +287,10 @@ func terminalText(s string) (text string, hidden int) {
 		r, size := utf8.DecodeRuneInString(s[i:])
 		i += size
 		if r != 0x1b {
+			if sc.conceal && unicode.IsGraphic(r) && !unicode.IsSpace(r) {
+				hidden++
+				r = ' ' // as a terminal draws it
+			}
 			sc.put(r)
 			continue
 		}
@@ -315,6 +320,7 @@ func terminalText(s string) (text string, hidden int) {
 type screen struct {
 	rows     [][]rune
 	row, col int
+	conceal  bool // SGR 8: characters are drawn as blanks
 }
 
 // put draws r at the cursor, or applies it: a line feed, a carriage return, a backspace (the
@@ -344,7 +350,7 @@ func (sc *screen) put(r rune) {
 // csi applies a control sequence, given its parameters and final byte: a cursor move (up, down,
 // right, left, to the next or previous line's start, to a column), kept within the rows and the
 // row's cells, or an erase in line (0: to its end, 1: to its start, the cursor's cell included,
-// 2: all of it); the others change no text.
+// 2: all of it), or concealed text's start and end (SGR 8, 28); the others change no text.
 func (sc *screen) csi(params string, final byte) {
 	first, _, _ := strings.Cut(params, ";")
 	n, _ := strconv.Atoi(first)
@@ -375,6 +381,21 @@ func (sc *screen) csi(params string, final byte) {
 			to = min(col+1, to)
 		}
 		clear(line[from:to])
+	case 'm': // SGR: 8 conceals what follows, 0 and 28 end it; a colour's numbers are skipped
+		ps := strings.Split(params, ";")
+		for i := 0; i < len(ps); i++ {
+			switch ps[i] {
+			case "", "0", "28":
+				sc.conceal = false
+			case "8":
+				sc.conceal = true
+			case "38", "48", "58": // 5;n or 2;r;g;b
+				i += 2
+				if i < len(ps) && ps[i-1] == "2" {
+					i += 2
+				}
+			}
+		}
 	}
 	sc.row = min(max(row, 0), len(sc.rows)-1)
 	sc.col = min(max(col, 0), len(sc.rows[sc.row]))
@@ -391,5 +412,6 @@ func terminalNote(hidden int, file string) string {
 		where = "the raw bytes are in " + file
 	}
 	return fmt.Sprintf("\n[a terminal never showed %d printable characters of the output above "+
-		"(the text of escape sequences, such as a title or a link's target); %s]\n", hidden, where)
+		"(the text of escape sequences, such as a title or a link's target, or concealed text); %s]\n",
+		hidden, where)
 }
