@@ -6651,7 +6651,7 @@ func BenchmarkReadDocsBigPage(b *testing.B) {
 		io.WriteString(w, page.String())
 	}))
 	defer site.Close()
-	args := readDocsArgs{URL: site.URL + "/api.html", MaxLength: 1 << 20}
+	args := readDocsArgs{URL: site.URL + "/api.html", Format: "markdown", MaxLength: 1 << 20}
 	median := func(kv ...string) float64 {
 		srv := newServer(testSettings(b, kv...), io.Discard)
 		defer srv.close()
