@@ -6649,6 +6649,63 @@ func BenchmarkReadDocsWarm(b *testing.B) {
 	b.ReportMetric(first/get, "first-x-http-get")
 }
 
+// BenchmarkReadDocsBigPage reads a generated API reference of 25,000
+// elements (most of them code spans, as Sphinx writes them) with the browser,
+// where every element is judged for what a person sees, and without it
+// (READDOCS_BROWSER=0) as the baseline in the same run: the medians of each
+// whole read (page to markdown) and their ratio.
+// go test -run XXX -bench ReadDocsBigPage -benchtime 5x
+func BenchmarkReadDocsBigPage(b *testing.B) {
+	if findChrome(testSettings(b)) == "" {
+		b.Skip("no Chromium found")
+	}
+	entry := `<dl class="py function"><dt id="f%[1]d"><span class="sig-name"><span class="pre">` +
+		`func%[1]d</span></span><span class="sig-paren">(</span><em class="sig-param"><span class="n">` +
+		`arg</span></em><span class="sig-paren">)</span></dt><dd><p>Returns <code><span class="pre">` +
+		`%[1]d</span></code> for <em>arg</em>.</p><div class="highlight"><pre><span class="k">def</span> ` +
+		`<span class="nf">func%[1]d</span><span class="p">(</span><span class="n">arg</span>` +
+		`<span class="p">):</span> <span class="k">return</span> <span class="mi">%[1]d</span></pre>` +
+		`</div></dd></dl>`
+	var page strings.Builder
+	page.WriteString(`<html><head><title>API</title><style>.k{color:#008000}.n{color:#333}` +
+		`.highlight{overflow:auto;background:#f8f8f8}</style></head><body><main><h1>API</h1>`)
+	for i := 0; strings.Count(page.String(), "</") < 25000; i++ {
+		fmt.Fprintf(&page, entry, i)
+	}
+	page.WriteString("</main></body></html>")
+	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		io.WriteString(w, page.String())
+	}))
+	defer site.Close()
+	args := readDocsArgs{URL: site.URL + "/api.html", Format: "markdown", MaxLength: 1 << 20}
+	median := func(kv ...string) float64 {
+		srv := newServer(testSettings(b, kv...), io.Discard)
+		defer srv.close()
+		var d []time.Duration
+		for i := -1; i < max(b.N, 3); i++ { // the first starts the browser: not counted
+			t0 := time.Now()
+			pg, err := srv.readPage(context.Background(), args)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if md, _ := pg.convert(args); !strings.Contains(md, "func999") {
+				b.Fatalf("the page read lacks func999: %.200q", md)
+			}
+			if i >= 0 {
+				d = append(d, time.Since(t0))
+			}
+		}
+		slices.Sort(d)
+		return float64(d[len(d)/2].Microseconds()) / 1000
+	}
+	browser := median()
+	plain := median("READDOCS_BROWSER=0")
+	b.ReportMetric(browser, "browser-median-ms")
+	b.ReportMetric(plain, "plain-median-ms")
+	b.ReportMetric(browser/plain, "x-plain")
+}
+
 // BenchmarkHTMLToMarkdown converts a 1 MB documentation page (MB/s); parsing
 // alone is the baseline in the same run.
 func BenchmarkHTMLToMarkdown(b *testing.B) {

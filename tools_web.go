@@ -2625,25 +2625,25 @@ const judgePage = `{
 	// while its text changes, at most 2 s, and said to be one when it still is.
 	var main = document.querySelector('main, [role=main], article') || b || h;
 	const short = () => main.textContent.trim().length < 1000 && main.innerText.trim();
-	const still = () => {
-		const t = short();
-		return t !== false && t.length < 200 && /^$|^(loading|please wait|one moment)|(…|\.\.\.)$/i.test(t) ||
-			!!document.querySelector('[aria-busy=true]');
-	};
-	for (let last = short(), quiet = 0; still() && waited < 2000 && quiet < 500; waited += 50) {
+	const still = t => t !== false && t.length < 200 &&
+		/^$|^(loading|please wait|one moment)|(…|\.\.\.)$/i.test(t) || !!document.querySelector('[aria-busy=true]');
+	let last = short(); // its text is taken once a turn: on a big page, that is what costs
+	for (let quiet = 0; still(last) && waited < 2000 && quiet < 500; waited += 50) {
 		await new Promise(r => setTimeout(r, 50));
-		quiet = short() === last ? quiet + 50 : 0;
-		last = short();
+		const t = short();
+		quiet = t === last ? quiet + 50 : 0;
+		last = t;
 	}
-	placeholder = still() ? '(nothing)' : '';
+	placeholder = still(last) ? '(nothing)' : '';
 }
 if (b) {
 	// What a click shows is opened, then judged as anything shown: a tab panel beside a tab or
 	// label to click or beside the pane shown, a closed <details>, what a collapsed button controls.
-	const clickable = '[role=tab], label, input, button, summary, [aria-controls]';
+	const clickable = '[role=tab], label, input, button, summary, [aria-controls]', clicks = new Map();
+	const holds = p => p && (clicks.has(p) || clicks.set(p, !!p.querySelector(clickable))) && clicks.get(p);
 	const opened = [...b.querySelectorAll('[role=tabpanel], .tab-content, [class*=tab-pane], ' +
 		'[class*=tabpanel], .tabbed-block, .sd-tab-content, .vp-code-group .blocks > *')].filter(e =>
-		[e.parentElement, e.parentElement.parentElement].some(p => p && p.querySelector(clickable)));
+		holds(e.parentElement) || holds(e.parentElement.parentElement));
 	// The panes beside the one shown (class on, active): those of its class a script shows.
 	for (const a of b.querySelectorAll('.on, .active, .is-active')) {
 		const k = [...a.classList].find(c => !/^(on|active|is-active)$/.test(c));
@@ -2657,15 +2657,19 @@ if (b) {
 	}
 	for (const d of b.querySelectorAll('details:not([open])')) d.open = true;
 	const show = (e, k, v) => e.style.setProperty(k, v, 'important');
-	for (const e of opened) {
-		e.removeAttribute('hidden');
-		const s = getComputedStyle(e);
-		if (s.display == 'none') show(e, 'display', 'block');
-		if (s.visibility != 'visible') show(e, 'visibility', 'visible');
-		if (s.overflowY != 'visible' && parseFloat(s.height) < 4 || parseFloat(s.maxHeight) < 4) {
-			show(e, 'height', 'auto');
-			show(e, 'max-height', 'none');
-		}
+	// Each is read before any is changed, and measured once all are shown: one layout, not one each.
+	for (const e of opened) e.removeAttribute('hidden');
+	const closed = opened.map(e => [e, getComputedStyle(e)]).map(([e, s]) =>
+		[e, s, s.display == 'none', s.visibility != 'visible']);
+	for (const [e, , none, unseen] of closed) {
+		if (none) show(e, 'display', 'block');
+		if (unseen) show(e, 'visibility', 'visible');
+	}
+	const flat = closed.filter(([, s]) =>
+		s.overflowY != 'visible' && parseFloat(s.height) < 4 || parseFloat(s.maxHeight) < 4);
+	for (const [e] of flat) {
+		show(e, 'height', 'auto');
+		show(e, 'max-height', 'none');
 	}
 	const probe = document.createElement('i');
 	probe.style.background = 'Canvas';
@@ -2673,7 +2677,7 @@ if (b) {
 	const canvas = getComputedStyle(probe).backgroundColor;
 	probe.remove();
 	// A hidden body is an A/B test's anti-flicker guard, waiting for a script not loaded.
-	const shown = getComputedStyle(b).visibility == 'visible';
+	const bs = getComputedStyle(b), shown = bs.visibility == 'visible';
 	const colours = new Map(), pen = document.createElement('canvas')
 		.getContext('2d', {willReadFrequently: true});
 	const rgba = c => { // a colour as [r, g, b, a], each from 0 to 1
@@ -2690,12 +2694,20 @@ if (b) {
 	const lum = c => [.2126, .7152, .0722].reduce((s, k, i) =>
 		s + k * (c[i] <= .04045 ? c[i] / 12.92 : ((c[i] + .055) / 1.055) ** 2.4), 0);
 	const contrast = (f, g) => (Math.max(lum(f), lum(g)) + .05) / (Math.min(lum(f), lum(g)) + .05);
+	// Whether a fill at alpha a has too little contrast with every colour behind, once per each.
+	const faints = new Map();
+	const faint = (back, fill, a) => {
+		const k = fill + ' ' + a, m = faints.get(back) || faints.set(back, new Map()).get(back);
+		if (!m.has(k)) m.set(k, back.every(g => contrast(over(rgba(fill), a, g), g) < 1.25));
+		return m.get(k);
+	};
 	const listed = v => (v.match(/(rgba?|hsla?|color|oklch|oklab|lab|lch)\([^()]*\)/g) || []).map(rgba);
 	// The colours behind an element's text: its background (each colour of a gradient) on
 	// what is behind it; null: unknown (an image).
 	const behind = (s, under) => {
+		if (!under) return null;
 		const c = rgba(s.backgroundColor), i = s.backgroundImage;
-		if (!under || /url\(/.test(i)) return null;
+		if (/url\(/.test(i)) return null;
 		const base = c[3] ? under.map(u => over(c, c[3], u)) : under;
 		return i == 'none' ? base : listed(i).flatMap(g => base.map(u => over(g, g[3], u)));
 	};
@@ -2734,12 +2746,14 @@ if (b) {
 		'[class*=fade], [class*=animate], [class*=wow]';
 	// Text in the page's own colour (the body's) is judged by colour only when every
 	// stylesheet came: one that did not would set the colour behind it.
-	const ink = getComputedStyle(b).webkitTextFillColor;
+	const ink = bs.webkitTextFillColor;
 	const far = v => Math.abs(parseFloat(v) || 0) > 999;
 	// What an element's content is judged with: the box that clips it, its opacity, the
-	// colours behind it; its text: unseen, dim, or to be measured (suspect). null: hidden.
+	// colours behind it; its text: unseen, dim, or to be measured (suspect); its style s, read
+	// again for its text. null: hidden.
 	const judge = (e, p, s) => {
-		if (s.display == 'none' || s.contentVisibility == 'hidden') return null;
+		const display = s.display;
+		if (display == 'none' || s.contentVisibility == 'hidden') return null;
 		let opacity = +s.opacity;
 		const f = s.filter;
 		if (f != 'none') {
@@ -2753,15 +2767,14 @@ if (b) {
 			/opacity|all/.test(s.transitionProperty) && parseFloat(s.transitionDuration) > 0);
 		const alpha = p.alpha * (fades ? 1 : opacity);
 		if (alpha < .1) return null;
-		const st = {clip: p.clip, alpha, back: p.back, suspect: false};
+		const st = {clip: p.clip, alpha, back: p.back, suspect: false, s};
 		const pos = s.position, placed = /absolute|fixed/.test(pos), path = s.clipPath;
 		// Overflow clips a box, not inline text; the body's overflow is the page's, which scrolls.
-		const flows = s.overflow != 'visible' && e != b && !/^(inline|contents)$/.test(s.display);
+		const flows = e != b && !/^(inline|contents)$/.test(display) && s.overflow != 'visible';
 		if (placed) st.clip = pos == 'fixed' ? page : (states.get(e.offsetParent) || {clip: page}).clip;
-		const tf = s.transform;
 		const moved = placed || far(s.marginLeft) || far(s.marginTop) ||
 			pos == 'relative' && (far(s.left) || far(s.top)) ||
-			tf != 'none' && !/^matrix\(1, 0, 0, 1, [-\d.]{1,6}, [-\d.]{1,6}\)$/.test(tf) ||
+			!/^(none|matrix\(1, 0, 0, 1, [-\d.]{1,6}, [-\d.]{1,6}\))$/.test(s.transform) ||
 			s.scale != 'none' || s.translate != 'none';
 		if (moved || flows || path != 'none') {
 			const r = e.getBoundingClientRect(), x = s.overflowX, y = s.overflowY;
@@ -2784,44 +2797,47 @@ if (b) {
 	};
 	// The judgment of an element's own text: unseen, faint, without contrast (unless its fill
 	// is the background's: gradient text), or to be measured.
-	const textOf = (st, s) => {
-		const fill = s.webkitTextFillColor, f = rgba(fill), a = st.alpha * f[3];
+	const textOf = st => {
+		const s = st.s, fill = s.webkitTextFillColor, a = st.alpha * rgba(fill)[3];
 		if (shown && s.visibility != 'visible' || a < .1) return 'hidden';
-		if (st.back && (styled || fill != ink) && s.backgroundClip != 'text' &&
-			st.back.every(g => contrast(over(f, a, g), g) < 1.25)) return 'hidden';
-		const fs = parseFloat(s.fontSize);
-		return st.suspect || fs < 6 || far(s.textIndent) || /-/.test(s.letterSpacing) ? 'measure' : '';
+		if (st.back && (styled || fill != ink) && faint(st.back, fill, a) && s.backgroundClip != 'text') {
+			return 'hidden';
+		}
+		return st.suspect || parseFloat(s.fontSize) < 6 || far(s.textIndent) || /-/.test(s.letterSpacing) ?
+			'measure' : '';
 	};
-	const states = new Map();
+	const hidden = [], texts = [], range = document.createRange();
+	// An element's own texts (not its children's), judged once for all of them.
+	const own = (e, st) => {
+		for (let t = e.firstChild; t; t = t.nextSibling) {
+			if (t.nodeType != Node.TEXT_NODE || !/\S/.test(t.data)) continue;
+			const v = st.text ??= textOf(st);
+			if (!v) return;
+			if (v == 'measure') {
+				// Too little of it is left to read after clipping, or less than half of it shows.
+				range.selectNodeContents(t);
+				const rects = [...range.getClientRects()].map(box);
+				const left = rects.map(q => cut(st.clip, q)).filter(big);
+				if (left.length && left.reduce((n, q) => n + area(q), 0) * 2 >=
+					rects.reduce((n, q) => n + area(q), 0)) continue;
+			}
+			texts.push(t);
+		}
+	};
+	const states = new Map(), all = b.getElementsByTagName('*');
 	const top = {clip: page, alpha: 1, back: behind(hs, [rgba(canvas)]), suspect: false};
-	states.set(b, judge(b, top, getComputedStyle(b)) || {...top});
-	const hidden = [], texts = [], verdicts = new Map();
-	for (const e of b.querySelectorAll('*')) {
-		const p = states.get(e.parentElement);
+	states.set(b, judge(b, top, bs) || {...top, s: bs});
+	own(b, states.get(b));
+	for (let i = 0; i < all.length; i++) {
+		const e = all[i], p = states.get(e.parentElement);
 		if (!p || /^(SCRIPT|STYLE|TEMPLATE|NOSCRIPT)$/.test(e.tagName)) continue;
 		const st = judge(e, p, getComputedStyle(e));
 		if (st) {
 			states.set(e, st);
+			own(e, st);
 		} else if (!/^H\d$/.test(e.tagName) || !words(document.title).includes(words(e.textContent))) {
 			// Not a heading the title holds too (hidden for a logo): the title is read anyway.
 			hidden.push(e);
-		}
-	}
-	const walk = document.createTreeWalker(b, NodeFilter.SHOW_TEXT), range = document.createRange();
-	while (walk.nextNode()) {
-		const t = walk.currentNode, p = t.parentElement, st = states.get(p);
-		if (!st || !t.data.trim()) continue;
-		if (!verdicts.has(p)) verdicts.set(p, textOf(st, getComputedStyle(p)));
-		const v = verdicts.get(p);
-		if (v == 'measure') {
-			// Too little of it is left to read after clipping, or less than half of it shows.
-			range.selectNodeContents(t);
-			const rects = [...range.getClientRects()].map(box);
-			const left = rects.map(q => cut(st.clip, q)).filter(big);
-			if (!left.length || left.reduce((n, q) => n + area(q), 0) * 2 <
-				rects.reduce((n, q) => n + area(q), 0)) texts.push(t);
-		} else if (v) {
-			texts.push(t);
 		}
 	}
 	// What the HTML as sent may not give either: every text judged hidden.
