@@ -3583,19 +3583,23 @@ func BenchmarkBashBigOutput(b *testing.B) {
 	}
 }
 
-// BenchmarkBigToolsCall: one 60 MiB tools/call line (a Bash command, and a tool that does not
-// exist); reports telson's peak resident memory, which must stay under 300 MB: the line is read
+// BenchmarkBigToolsCall: one 60 MiB tools/call line (a Bash command, a tool that does not
+// exist, and a ReadDocs url, refused by its schema's length: it peaked at 890 MB); reports telson's peak resident memory, which must stay under 300 MB: the line is read
 // into a buffer that doubles, its params and arguments are held in the line's own bytes, a long
 // string is decoded without a json.Decoder's copy, and arguments the check leaves as they came
 // are not encoded again (peaks were 450 to 550 MB for Bash, about 400 for the unknown tool).
 func BenchmarkBigToolsCall(b *testing.B) {
 	long := strings.Repeat("a", 60<<20)
 	for i := 0; i < b.N; i++ {
-		for _, tool := range []string{"Bash", "NoSuchTool"} {
+		for _, tool := range []string{"Bash", "NoSuchTool", "ReadDocs"} {
 			p := startBenchProc(b)
 			p.roundTrip(b, benchInit)
+			args := map[string]string{"command": "true #" + long}
+			if tool == "ReadDocs" {
+				args = map[string]string{"url": "http://127.0.0.1:9/" + long}
+			}
 			call, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-				"params": map[string]any{"name": tool, "arguments": map[string]string{"command": "true #" + long}}})
+				"params": map[string]any{"name": tool, "arguments": args}})
 			if resp := p.roundTrip(b, string(call)+"\n"); !bytes.Contains(resp, []byte(`"id":1`)) {
 				b.Fatalf("%s: %.300s", tool, resp)
 			}

@@ -2013,7 +2013,7 @@ that JavaScript builds is included; text a person cannot see is not.
 
 Example: {"url": "https://go.dev/doc/effective_go", "max_length": 20000}`,
 	input: `{"type":"object","properties":{
-		"url":{"type":"string","minLength":1,"description":"The http or https URL to read."},
+		"url":{"type":"string","minLength":1,"maxLength":65536,"description":"The http or https URL to read."},
 		"format":{"type":"string","enum":["markdown","text","html"],
 			"description":"Output format: text, html, or markdown (default markdown)."},
 		"wait_ms":{"type":"integer","minimum":0,"maximum":30000,
