@@ -40,6 +40,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"regexp"
 	"runtime"
@@ -6941,6 +6942,178 @@ func TestBrowserReadsWhenContentIsThere(t *testing.T) {
 	}
 }
 
+// Only the page's own site is fetched (issue 36), in the browser telson
+// starts and in the user's (CHROME_URL): what the page asks of another site (a
+// stylesheet, an import, a font, a script, a fetch, a beacon, a frame) is
+// blocked in the browser, no frame is loaded, a worker (dedicated or service)
+// never runs, and telson's browser fetches no image and runs no shared worker
+// (the user's browser does); a server's redirect to another site is read from
+// there, where the site it came from is another site.
+func TestBrowserFetchesOnlyItsSite(t *testing.T) {
+	readdocsNeedBrowser(t)
+	var mu sync.Mutex
+	asked := map[string]bool{} // host and path of every request either server had
+	serve := func(body string) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			asked[r.Host[:strings.IndexByte(r.Host, ':')]+r.URL.Path] = true
+			mu.Unlock()
+			if strings.HasSuffix(r.URL.Path, ".css") {
+				w.Header().Set("Content-Type", "text/css")
+			}
+			io.WriteString(w, body)
+		}
+	}
+	otherMux := http.NewServeMux()
+	other := httptest.NewServer(otherMux)
+	defer other.Close()
+	other.URL = strings.Replace(other.URL, "127.0.0.1", "localhost", 1) // another site
+	mux := http.NewServeMux()
+	site := httptest.NewServer(mux)
+	defer site.Close()
+	otherMux.HandleFunc("/", serve("p { color: red }"))
+	otherMux.HandleFunc("/elsewhere", serve(`<html><head><title>Elsewhere</title>
+<link rel="stylesheet" href="/own.css"><link rel="stylesheet" href="`+site.URL+`/back.css"></head>
+<body><p>Another page.</p><script>fetch('`+site.URL+`/back')</script></body></html>`))
+	mux.HandleFunc("/", serve("p { color: black }"))
+	mux.HandleFunc("/away", http.RedirectHandler(other.URL+"/elsewhere", http.StatusFound).ServeHTTP)
+	mux.HandleFunc("/page", serve(`<html><head><title>Page</title><link rel="stylesheet" href="/own.css">
+<link rel="stylesheet" href="`+other.URL+`/s.css"><script src="`+other.URL+`/t.js"></script>
+<style>@import url(`+other.URL+`/i.css); @font-face { font-family: f; src: url(`+other.URL+`/f.woff) }
+p { font-family: f }</style></head><body><p>Page text.</p><img src="/own.png"><img src="`+other.URL+`/o.png">
+<iframe src="/frame"></iframe><iframe src="`+other.URL+`/frame"></iframe>
+<script>fetch('`+other.URL+`/fetch'); navigator.sendBeacon('`+other.URL+`/beacon'); new Worker('/worker.js');
+navigator.serviceWorker.register('/worker.js?service'); try { new SharedWorker('/worker.js?shared') } catch {}</script></body></html>`))
+	mux.HandleFunc("/worker.js", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/javascript")
+		io.WriteString(w, "fetch('"+other.URL+"/"+r.URL.RawQuery+"worker')")
+	})
+	// The browser telson starts, then one the user runs (CHROME_URL), which fetches images.
+	for _, env := range [][]string{nil, {"TELSON_CHROME_URL=" + browserOwn(t)}} {
+		c := startBinary(t, env)
+		c.initialize("2025-06-18")
+		browserRead(t, c, map[string]any{"url": site.URL + "/page"}, false)
+		mu.Lock()
+		want := map[string]bool{"127.0.0.1/page": true, "127.0.0.1/own.css": true,
+			"127.0.0.1/own.png": false, "127.0.0.1/frame": false}
+		if env != nil {
+			delete(want, "127.0.0.1/own.png")
+		}
+		for path, want := range want {
+			if asked[path] != want {
+				t.Errorf("%v: %s fetched: %v, want %v", env, path, asked[path], want)
+			}
+		}
+		for path := range asked {
+			if strings.HasPrefix(path, "localhost") && (env == nil || path != "localhost/sharedworker") {
+				t.Errorf("%v: another site's %s fetched", env, path)
+			}
+		}
+		clear(asked)
+		mu.Unlock()
+		text, sc, _ := browserRead(t, c, map[string]any{"url": site.URL + "/away"}, false)
+		if !strings.Contains(text, "Another page.") || sc["final_url"] != other.URL+"/elsewhere" {
+			t.Errorf("%v: redirect to another site: final_url %v:\n%s", env, sc["final_url"], text)
+		}
+		mu.Lock()
+		if !asked["localhost/own.css"] || asked["127.0.0.1/back.css"] || asked["127.0.0.1/back"] {
+			t.Errorf("%v: after a redirect to another site, fetched %v", env, asked)
+		}
+		clear(asked)
+		mu.Unlock()
+	}
+}
+
+// Nothing of a page runs once its read has ended (issue 36, item 5): a page
+// whose timer and WebSocket keep sending every 200 ms sends nothing after
+// ReadDocs returned (each beacon carries the time it was sent; the server
+// counts them until the next read, which waits a second for its page, has
+// returned), and its WebSocket is closed; its worker never runs. Twice: the
+// second time in the tab the first read left, at the same URL with a fragment.
+func TestBrowserPageEndsWithRead(t *testing.T) {
+	readdocsNeedBrowser(t)
+	var mu sync.Mutex
+	sent := map[string][]int64{} // when each beacon was sent, by who sent it
+	closed := make(chan struct{}, 2)
+	mux := http.NewServeMux()
+	mux.HandleFunc("/beacon", func(w http.ResponseWriter, r *http.Request) {
+		from, at, _ := strings.Cut(r.URL.RawQuery, "=")
+		ms, _ := strconv.ParseInt(at, 10, 64)
+		mu.Lock()
+		sent[from] = append(sent[from], ms)
+		mu.Unlock()
+	})
+	mux.HandleFunc("/ws", func(w http.ResponseWriter, r *http.Request) {
+		conn, rw, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		sum := sha1.Sum([]byte(r.Header.Get("Sec-WebSocket-Key") + wsGUID))
+		fmt.Fprintf(rw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"+
+			"Connection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n\r\n", base64.StdEncoding.EncodeToString(sum[:]))
+		rw.Flush()
+		for b, err := rw.ReadByte(); err == nil; b, err = rw.ReadByte() {
+			if b == 0x88 { // a close frame
+				break
+			}
+		}
+		closed <- struct{}{}
+	})
+	keeps := "setInterval(() => fetch('/beacon?%s=' + Date.now()), 200);"
+	mux.HandleFunc("/worker.js", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/javascript")
+		fmt.Fprintf(w, keeps, "worker")
+	})
+	mux.HandleFunc("/keeps", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, `<html><head><title>Keeps</title></head><body><p>A page that keeps sending.</p>
+<script>new Worker('/worker.js'); `+keeps+` const ws = new WebSocket('ws://' + location.host + '/ws');
+ws.onopen = () => setInterval(() => { ws.send('x'); fetch('/beacon?socket=' + Date.now()) }, 200)</script></body></html>`, "page")
+	})
+	mux.HandleFunc("/slow", func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-time.After(time.Second):
+		case <-r.Context().Done():
+		}
+		io.WriteString(w, "<html><head><title>Slow</title></head><body><p>A slow page.</p></body></html>")
+	})
+	site := httptest.NewServer(mux)
+	defer site.Close()
+	c := startBinary(t, nil)
+	c.initialize("2025-06-18")
+	for _, url := range []string{site.URL + "/keeps", site.URL + "/keeps#again"} {
+		mu.Lock()
+		clear(sent)
+		mu.Unlock()
+		// wait_ms: the page runs half a second within the read.
+		if text, _, isErr := readdocsCall(t, c, map[string]any{"url": url, "wait_ms": 500}); isErr || !strings.Contains(text, "keeps sending") {
+			t.Fatalf("%s: %s", url, text)
+		}
+		ended := time.Now().UnixMilli()
+		select {
+		case <-closed:
+		case <-time.After(10 * time.Second): // a watchdog
+			t.Errorf("%s: the page's WebSocket is still open after the read", url)
+		}
+		if text, _, isErr := readdocsCall(t, c, map[string]any{"url": site.URL + "/slow"}); isErr || !strings.Contains(text, "A slow page.") {
+			t.Fatalf("slow: %s", text)
+		}
+		mu.Lock()
+		for _, from := range []string{"page", "worker", "socket"} {
+			after := 0
+			for _, ms := range sent[from] {
+				if ms > ended {
+					after++
+				}
+			}
+			if (len(sent[from]) == after) != (from == "worker") || after > 0 {
+				t.Errorf("%s: the %s sent %d beacons during the read, %d after it had ended", url, from, len(sent[from])-after, after)
+			}
+		}
+		mu.Unlock()
+	}
+}
+
 // What is read is the page as its scripts left it, not as the server sent it.
 func TestBrowserSource(t *testing.T) {
 	readdocsNeedBrowser(t)
@@ -7574,6 +7747,103 @@ Array.prototype.map = function () { return this }; JSON.stringify = () => 'x'.re
 	if peak := procStatusKB(c.cmd.Process.Pid, "VmHWM") / 1024; peak >= 300 {
 		t.Errorf("peak memory %.0f MB, want under 300", peak)
 	}
+}
+
+// browserRSS sums the resident memory of the browser's processes (its process group), in MB.
+func browserRSS(pgid int) float64 {
+	var kb float64
+	for _, pid := range readdocsGroupAlive(pgid) {
+		n, _ := strconv.Atoi(pid)
+		kb += procStatusKB(n, "VmRSS")
+	}
+	return kb / 1024
+}
+
+// Agents send parallel calls (issue 36, item 6): 16 reads of 2 MB pages at
+// once, whose stylesheet and script come a second late and whose images and
+// other sites never come, each answer with their page, though together they
+// take longer than one read may (READDOCS_TIMEOUT_MS); the browser's peak
+// memory (its processes' resident memory summed) is logged.
+func TestReadDocsConcurrentLargePages(t *testing.T) {
+	readdocsNeedBrowser(t)
+	if testing.Short() {
+		t.Skip("16 pages of 2 MB")
+	}
+	stop := make(chan struct{})
+	late := func(d time.Duration, w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-stop:
+		case <-r.Context().Done():
+		case <-time.After(d):
+		}
+	}
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		late(time.Hour, w, r)
+	}))
+	other.URL = strings.Replace(other.URL, "127.0.0.1", "localhost", 1) // another site
+	paras := strings.Repeat("<p>A paragraph of a large page, with words enough to read as text.</p>\n", 2<<20/72)
+	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch path.Ext(r.URL.Path) {
+		case ".css", ".js":
+			late(time.Second, w, r)
+			return
+		case ".png":
+			late(time.Hour, w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		n := r.URL.Path[1:]
+		fmt.Fprintf(w, `<html><head><title>Page %s</title><link rel="stylesheet" href="/s.css?%[1]s">
+</head><body><main><h1>Page %[1]s</h1>%s<img src="/i.png?%[1]s"><script src="/s.js?%[1]s"></script>
+<script>fetch('%s/beacon')</script></main></body></html>`, n, paras, other.URL)
+	}))
+	defer func() {
+		close(stop)
+		site.Close()
+		other.Close()
+	}()
+	// A read has 15 s from its turn: the 16 together take longer, two at a time.
+	c := startBinary(t, []string{"TELSON_READDOCS_TIMEOUT_MS=15000"})
+	c.initialize("2025-06-18")
+	if text, _, isErr := readdocsCall(t, c, map[string]any{"url": site.URL + "/0", "max_length": 100}); isErr {
+		t.Fatalf("the browser's start: %s", text) // not counted
+	}
+	var pid int
+	fmt.Sscanf(c.stderr.String()[strings.Index(c.stderr.String(), "started Chromium pid "):], "started Chromium pid %d", &pid)
+	sampled := make(chan float64)
+	done := make(chan struct{})
+	go func() { // exits when the reads are done
+		peak := 0.0
+		for {
+			peak = max(peak, browserRSS(pid))
+			select {
+			case <-done:
+				sampled <- peak
+				return
+			case <-time.After(20 * time.Millisecond): // sampling, not waiting
+			}
+		}
+	}()
+	t0 := time.Now()
+	ids := map[float64]int{}
+	for n := 0; n < 16; n++ {
+		ids[bgSend(c, "ReadDocs", map[string]any{"url": fmt.Sprintf("%s/%d", site.URL, n), "max_length": 1000})] = n
+	}
+	for len(ids) > 0 {
+		m := c.recv()
+		n, ok := ids[m["id"].(float64)]
+		if !ok {
+			continue
+		}
+		delete(ids, m["id"].(float64))
+		res := m["result"].(map[string]any)
+		if text := resultText(res); isError(res) || !strings.Contains(text, fmt.Sprintf("# Page %d\n", n)) {
+			t.Errorf("page %d after %s: %.300s", n, time.Since(t0).Round(time.Millisecond), text)
+		}
+	}
+	close(done)
+	t.Logf("16 reads of 2 MB pages in %s; the browser's peak: %.0f MB resident, summed over its processes",
+		time.Since(t0).Round(time.Millisecond), <-sampled)
 }
 
 // readdocsGone says whether path no longer exists.

@@ -1856,8 +1856,10 @@ const maxTempDir = 24
 var chromeFlags = []string{"--headless", "--disable-dev-shm-usage", "--no-first-run",
 	"--disable-background-networking", "--disable-component-update", "--disable-extensions",
 	"--mute-audio", "--disable-background-timer-throttling", "--disable-renderer-backgrounding",
+	"--blink-settings=imagesEnabled=false",  // a reader needs no image: none is fetched
+	"--disable-blink-features=SharedWorker", // it outlives the page, and the tab's rules
 	"--disable-features=WebUIOmniboxPopup,WebUIOmniboxAimPopup,Translate,MediaRouter," +
-		"OptimizationHints,AutofillServerCommunication",
+		"OptimizationHints,AutofillServerCommunication,BackForwardCache", // a page left is gone
 	"--remote-debugging-pipe"}
 
 // startBrowser runs Chromium with a fresh profile, driven over a socket it inherits as its
@@ -2192,22 +2194,38 @@ func (srv *server) readPage(ctx context.Context, a readDocsArgs) (*readDocsOut, 
 // widgets) never holds it.
 const readSettle = 40 * time.Millisecond
 
-// readBlockedHosts match ad, tracker and cookie-banner hosts: a reader never needs them.
-var readBlockedHosts = []string{"*doubleclick.net*", "*googlesyndication.com*",
-	"*googletagmanager.com*", "*googletagservices.com*", "*google-analytics.com*",
-	"*adservice.google.*", "*amazon-adsystem.com*", "*facebook.net*", "*scorecardresearch.com*",
-	"*hotjar.com*", "*taboola.com*", "*outbrain.com*", "*criteo.*", "*adnxs.com*", "*chartbeat.*",
-	"*quantserve.com*", "*cookielaw.org*", "*cookiebot.com*"}
+// sitePatterns are the parameters of Network.setBlockedURLs that let a page fetch from site
+// and from nowhere else, and no font (a reader needs none), in the browser, without a round
+// trip a request: the first pattern that matches decides. Navigations are not matched: the
+// tab pauses those (admits). Nor are a WebSocket and what a worker asks (newTab).
+func sitePatterns(site string) json.RawMessage {
+	host := "{*.}?" + site           // and its subdomains
+	if strings.Contains(site, ":") { // an IPv6 address
+		host = "[" + strings.ReplaceAll(site, ":", `\\:`) + "]"
+	}
+	return json.RawMessage(fmt.Sprintf(`{"urlPatterns": [
+		{"urlPattern": "*://*:*/*.woff2", "block": true},
+		{"urlPattern": "*://*:*/*.ttf", "block": true},
+		{"urlPattern": "*://*:*/*.woff", "block": true},
+		{"urlPattern": "*://*:*/*.otf", "block": true},
+		{"urlPattern": "*://%s:*/*", "block": false}, {"urlPattern": "*://*:*/*", "block": true}]}`,
+		host))
+}
 
-// siteOf returns a URL's origin and site (its host's last two labels): the
-// page may move only within its origin, and only its site holds the read.
+// siteOf returns a URL's origin and site (its host's last two labels, or its
+// IP address): the page may move only within its origin, and fetch only from
+// its site, whose requests alone hold the read.
 func siteOf(rawURL string) (origin, site string) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return "", ""
 	}
-	labels := strings.Split(u.Hostname(), ".")
-	return u.Scheme + "://" + u.Host, strings.Join(labels[max(0, len(labels)-2):], ".")
+	site = u.Hostname()
+	if net.ParseIP(site) == nil {
+		labels := strings.Split(site, ".")
+		site = strings.Join(labels[max(0, len(labels)-2):], ".")
+	}
+	return u.Scheme + "://" + u.Host, site
 }
 
 // tabState is what a tab's events have said; the reader goroutine writes it.
@@ -2216,9 +2234,9 @@ type tabState struct {
 	cdp     *cdpClient
 	tab     browserTab
 	changed chan struct{} // a token after every change
-	site    string        // the site of the URL asked for
 
 	mu        sync.Mutex      // guards the fields below
+	site      string          // the page's own site: the URL asked for's, or a redirect's
 	loader    string          // the main frame's current document
 	dcl       time.Time       // when it fired DOMContentLoaded; zero until then
 	loaded    bool            // it fired load
@@ -2226,14 +2244,14 @@ type tabState struct {
 	lastNet   time.Time       // when one of them last started or ended
 	docID     string          // request id of the page's own response
 	docOrigin string          // and its origin
-	moved     string          // where the page's scripts tried to go, refused
-	unstyled  bool            // a stylesheet was refused or failed
+	moved     string          // where the page tried to go, refused: by script, or by a redirect
+	unstyled  bool            // a stylesheet was blocked or failed
 }
 
 // tabEvent is the part of a tab's events that tabState reads.
 type tabEvent struct {
 	Name, LoaderID, RequestID, FrameID string
-	Type, ResourceType                 string
+	Type                               string
 	Request, Initiator                 struct{ URL, Type string }
 	Response                           struct {
 		URL    string
@@ -2242,7 +2260,7 @@ type tabEvent struct {
 }
 
 // event records what a tab's event says and answers it when it waits for
-// an answer: dialogs are dismissed, paused requests refused or let through.
+// an answer: dialogs are dismissed, paused documents refused or let through.
 func (ts *tabState) event(method string, params json.RawMessage) {
 	var e tabEvent
 	json.Unmarshal(params, &e)
@@ -2255,7 +2273,7 @@ func (ts *tabState) event(method string, params json.RawMessage) {
 		args = map[string]any{"accept": false}
 	case "Fetch.requestPaused":
 		reply = "Fetch.continueRequest"
-		if ts.blocks(e) {
+		if !ts.admits(e) {
 			reply = "Fetch.failRequest"
 			args["errorReason"] = "Aborted"
 		}
@@ -2268,7 +2286,7 @@ func (ts *tabState) event(method string, params json.RawMessage) {
 		}
 	case "Network.responseReceived":
 		ts.unstyled = ts.unstyled || e.Type == "Stylesheet" && e.Response.Status >= 400
-		if e.Type == "Document" && e.FrameID == ts.tab.targetID && ts.docID == "" {
+		if e.Type == "Document" && ts.docID == "" { // the tab's own: it refuses frames
 			ts.docID = e.RequestID
 			ts.docOrigin, _ = siteOf(e.Response.URL)
 		}
@@ -2306,40 +2324,37 @@ func (ts *tabState) lifecycle(e tabEvent) {
 	}
 }
 
-// holds says whether a request keeps the read waiting: one the page makes to
-// its own site, that the tab lets through and that ends. Not what the
-// browser asks for by itself (a favicon, a manifest, a worker's script, whose
-// end the tab may never hear), nor what the tab refuses (images, fonts,
-// media, frames), nor streams.
+// holds says whether a request keeps the read waiting: one the page makes
+// and that ends (another site's ends at once: sitePatterns blocks it). Not
+// what the browser asks for by itself (a favicon, a manifest, a worker's
+// script, whose end the tab may never hear), nor what a reader does not need
+// (images, fonts, media), nor streams.
 func (ts *tabState) holds(e tabEvent) bool {
-	_, site := siteOf(e.Request.URL)
 	switch e.Type {
 	case "Image", "Font", "Media", "EventSource", "WebSocket":
 		return false
-	case "Document":
-		return e.FrameID == ts.tab.targetID && site == ts.site
 	}
-	return e.Initiator.Type != "other" && site == ts.site
+	return e.Type == "Document" || e.Initiator.Type != "other"
 }
 
-// blocks says whether a request the browser paused is refused: all but the
-// page itself and its own site's stylesheets (how a person sees it), and
-// moves of the page to another origin once it has come. Another site's
-// stylesheet (a CDN's) is refused: it would hold the page's scripts and its
-// parsing, and the text it may set a colour to is then not judged by colour.
-func (ts *tabState) blocks(e tabEvent) bool {
-	_, site := siteOf(e.Request.URL)
+// admits says whether a document request the tab paused goes on: the page
+// asked for and the server's redirects of it within its site (one to
+// another site is refused, and read follows it), then moves of the page
+// within its origin; no frame (a read never reads one), and no script moves
+// the read to another origin. Everything else the page fetches is decided by
+// sitePatterns: its own site's, stylesheets included (how a person sees it);
+// another site's never (a CDN's stylesheet would hold the page's scripts and
+// its parsing, and the text it may colour is then not judged by colour).
+func (ts *tabState) admits(e tabEvent) bool {
+	origin, site := siteOf(e.Request.URL)
 	switch {
-	case e.ResourceType == "Stylesheet":
-		ts.unstyled = ts.unstyled || site != ts.site
-		return site != ts.site
-	case e.ResourceType != "Document" || e.FrameID != ts.tab.targetID:
-		return true
-	case ts.docOrigin == "" || strings.HasPrefix(e.Request.URL, ts.docOrigin+"/"):
+	case e.FrameID != ts.tab.targetID:
 		return false
+	case origin == ts.docOrigin || ts.docOrigin == "" && site == ts.site:
+		return true
 	}
 	ts.moved = e.Request.URL
-	return true
+	return false
 }
 
 // waitReady waits until the page is parsed, loaded (at most twice readSettle
@@ -2423,40 +2438,33 @@ func (b *browser) world(ctx context.Context, t browserTab) (map[string]any, erro
 	return map[string]any{"contextId": w.ExecutionContextID, "returnByValue": true}, err
 }
 
-// browserTab is an open tab and its DevTools session.
-type browserTab struct{ targetID, sid string }
+// browserTab is an open tab, its DevTools session and the site whose sitePatterns it has.
+type browserTab struct{ targetID, sid, site string }
 
-// newTab opens a tab that pauses every document and stylesheet (to let only
-// the page's own through) and what a reader never needs: images, fonts, media
-// and known ad hosts. Nobody hears its events yet.
+// newTab opens a tab that pauses every document (admits). Nobody hears its events yet.
 func (b *browser) newTab(ctx context.Context) (browserTab, error) {
 	var t struct{ TargetID, SessionID string }
 	// In the background: it paints nothing (a read needs the layout, not the
 	// pixels), and in the user's browser it opens behind the one they look at.
-	create := map[string]any{"url": "about:blank", "background": true}
+	create := json.RawMessage(`{"url": "about:blank", "background": true}`)
 	err := b.cdp.call(ctx, "", "Target.createTarget", create, &t)
 	if err != nil {
 		return browserTab{}, err
 	}
 	attach := map[string]any{"targetId": t.TargetID, "flatten": true}
 	err = b.cdp.call(ctx, "", "Target.attachToTarget", attach, &t)
-	tab := browserTab{t.TargetID, t.SessionID}
+	tab := browserTab{t.TargetID, t.SessionID, ""}
 	if err != nil {
-		b.closeTab(tab)
+		b.closeTab(tab, false)
 		return browserTab{}, err
-	}
-	var paused []map[string]string
-	for _, r := range []string{"Document", "Image", "Font", "Media", "Stylesheet"} {
-		paused = append(paused, map[string]string{"resourceType": r})
-	}
-	for _, h := range readBlockedHosts {
-		paused = append(paused, map[string]string{"urlPattern": h})
 	}
 	setup := map[string]any{
 		"Page.enable":                    nil,
-		"Page.setLifecycleEventsEnabled": map[string]any{"enabled": true},
+		"Page.setLifecycleEventsEnabled": json.RawMessage(`{"enabled": true}`),
 		"Network.enable":                 nil,
-		"Fetch.enable":                   map[string]any{"patterns": paused},
+		"Fetch.enable":                   json.RawMessage(`{"patterns":[{"resourceType":"Document"}]}`), // admits
+		// A worker waits, never run: its requests and sockets would pass sitePatterns.
+		"Target.setAutoAttach": json.RawMessage(`{"autoAttach": true, "waitForDebuggerOnStart": true, "flatten": true}`),
 	}
 	errs := make(chan error, len(setup))
 	for method, params := range setup { // all at once: each costs a round trip
@@ -2468,36 +2476,47 @@ func (b *browser) newTab(ctx context.Context) (browserTab, error) {
 		err = cmp.Or(err, <-errs) // the first error
 	}
 	if err != nil {
-		b.closeTab(tab)
+		b.closeTab(tab, false)
 		return browserTab{}, err
 	}
 	return tab, nil
 }
 
-// closeTab closes a tab, waiting for Chrome's answer at most two seconds.
-func (b *browser) closeTab(t browserTab) {
+// closeTab closes a tab, or keeps it for the next read (keep) with its page
+// gone: nothing of the page (its timers, workers, sockets) runs once its read
+// has ended. It waits for Chrome's answers two seconds at most in all.
+func (b *browser) closeTab(t browserTab, keep bool) {
 	b.cdp.subscribe(t.sid, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
+	if keep && b.cdp.call(ctx, t.sid, "Page.navigate", json.RawMessage(`{"url": "about:blank"}`), nil) == nil {
+		select {
+		case b.spare <- t:
+			return
+		default: // another read left one
+		}
+	}
 	b.cdp.call(ctx, "", "Target.closeTarget", map[string]any{"targetId": t.targetID}, nil)
 }
 
+// parkMax is the longest page whose tab is kept for the next read: a longer
+// one's renderer would keep much of the memory it took, which closing returns.
+const parkMax = 1 << 20
+
 // read loads pageURL in a tab, when one of srv's tab slots is free, and
 // reads it once its content is there (see readSettle), and extra later; the
-// slot's wait and the read take at most READDOCS_TIMEOUT_MS and extra (the
-// browser's start is not counted).
+// read takes at most READDOCS_TIMEOUT_MS and extra from when it has its slot
+// (reads under load wait their turn: each slot is held that long at most).
 func (b *browser) read(ctx context.Context, srv *server, pageURL string,
 	extra time.Duration) (*readDocsOut, error) {
-	timeout := srv.set.ReadDocsTimeout + extra
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
 	select {
 	case srv.browser.tabs <- struct{}{}:
 		defer func() { <-srv.browser.tabs }()
 	case <-ctx.Done():
-		return nil, fmt.Errorf("no free browser tab within %s", timeout)
+		return nil, fmt.Errorf("readdocs: waiting for a browser tab: %w", ctx.Err())
 	}
-	idleCap := srv.set.ReadDocsIdle
+	ctx, cancel := context.WithTimeout(ctx, srv.set.ReadDocsTimeout+extra)
+	defer cancel()
 	t0 := time.Now()
 	took := func() time.Duration { return time.Since(t0).Round(time.Millisecond) }
 	var tab browserTab
@@ -2511,23 +2530,10 @@ func (b *browser) read(ctx context.Context, srv *server, pageURL string,
 		return nil, err
 	}
 	reuse := false // the read went well: the next one navigates the tab (a new one costs)
-	defer func() {
-		switch {
-		case b.proc == nil: // the user's browser: the tab goes before telson may disconnect
-			b.closeTab(tab)
-		case reuse:
-			select {
-			case b.spare <- tab:
-			default:
-				go b.closeTab(tab) // another read left one
-			}
-		default: // the next read opens a new one
-			go b.closeTab(tab) // exits when Chrome answers or after two seconds
-		}
-	}()
+	// In the user's browser the tab goes before telson may disconnect.
+	defer func() { b.closeTab(tab, reuse && b.proc != nil) }()
 	sid := tab.sid
-	_, site := siteOf(pageURL)
-	ts := &tabState{ctx: ctx, cdp: b.cdp, tab: tab, changed: make(chan struct{}, 1), site: site,
+	ts := &tabState{ctx: ctx, cdp: b.cdp, tab: tab, changed: make(chan struct{}, 1),
 		inflight: map[string]bool{}}
 	b.cdp.subscribe(sid, ts.event)
 	// The waits end early enough to leave time to read what the page shows.
@@ -2535,10 +2541,28 @@ func (b *browser) read(ctx context.Context, srv *server, pageURL string,
 	waitCtx, cancelWait := context.WithDeadline(ctx, dl.Add(-min(5*time.Second, time.Until(dl)/4)))
 	defer cancelWait()
 	var nav struct {
-		LoaderID, ErrorText string
-		IsDownload          bool
+		ErrorText  string
+		IsDownload bool
 	}
-	err = b.cdp.call(waitCtx, sid, "Page.navigate", map[string]any{"url": pageURL}, &nav)
+	// The page's own site is let through, and no other; a redirect to another
+	// site, refused, is read from there, as far as a browser follows redirects.
+	for to, hops := pageURL, 0; to != "" && hops <= 20; hops++ {
+		pageURL = to
+		ts.mu.Lock()
+		_, ts.site = siteOf(pageURL)
+		ts.moved, nav.ErrorText = "", ""
+		ts.mu.Unlock()
+		if tab.site != ts.site { // a parked tab keeps them
+			err = b.cdp.call(waitCtx, sid, "Network.setBlockedURLs", sitePatterns(ts.site), nil)
+			tab.site = ts.site
+		}
+		if err == nil {
+			err = b.cdp.call(waitCtx, sid, "Page.navigate", map[string]any{"url": pageURL}, &nav)
+		}
+		ts.mu.Lock()
+		to = ts.moved
+		ts.mu.Unlock()
+	}
 	switch {
 	case err != nil && waitCtx.Err() != nil:
 		return nil, fmt.Errorf("%s sent no response within %s", pageURL, took())
@@ -2548,12 +2572,8 @@ func (b *browser) read(ctx context.Context, srv *server, pageURL string,
 		return nil, fmt.Errorf("%s is a download, not a page", pageURL)
 	case nav.ErrorText != "":
 		return nil, fmt.Errorf("loading %s failed: %s", pageURL, nav.ErrorText)
-	case nav.LoaderID == "": // the page the tab shows, at another fragment
-		ts.mu.Lock()
-		ts.dcl, ts.loaded = time.Now(), true
-		ts.mu.Unlock()
 	}
-	b.settle(waitCtx, ts, idleCap)
+	b.settle(waitCtx, ts, srv.set.ReadDocsIdle)
 	select {
 	case <-time.After(extra):
 	case <-ctx.Done():
@@ -2586,7 +2606,7 @@ func (b *browser) read(ctx context.Context, srv *server, pageURL string,
 	} else if err != nil {
 		return nil, err
 	}
-	reuse = true
+	reuse = len(pg.body) <= parkMax
 	ts.mu.Lock()
 	if ts.dcl.IsZero() {
 		pg.Notes = append(pg.Notes, fmt.Sprintf("The page had not finished loading after %s; "+
