@@ -7830,12 +7830,19 @@ func TestReadDocsConcurrentLargePages(t *testing.T) {
 		ids[bgSend(c, "ReadDocs", map[string]any{"url": fmt.Sprintf("%s/%d", site.URL, n), "max_length": 1000})] = n
 	}
 	for len(ids) > 0 {
-		m := c.recv()
-		n, ok := ids[m["id"].(float64)]
+		var m map[string]any
+		select {
+		case line := <-c.lines:
+			json.Unmarshal(line, &m)
+		case <-time.After(2 * time.Minute): // a watchdog: under -race a reply may take longer than recv waits
+			t.Fatalf("%d reads unanswered after %s", len(ids), time.Since(t0))
+		}
+		id, _ := m["id"].(float64)
+		n, ok := ids[id]
 		if !ok {
 			continue
 		}
-		delete(ids, m["id"].(float64))
+		delete(ids, id)
 		res := m["result"].(map[string]any)
 		if text := resultText(res); isError(res) || !strings.Contains(text, fmt.Sprintf("# Page %d\n", n)) {
 			t.Errorf("page %d after %s: %.300s", n, time.Since(t0).Round(time.Millisecond), text)

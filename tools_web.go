@@ -2438,8 +2438,8 @@ func (b *browser) world(ctx context.Context, t browserTab) (map[string]any, erro
 	return map[string]any{"contextId": w.ExecutionContextID, "returnByValue": true}, err
 }
 
-// browserTab is an open tab, its DevTools session and the site whose sitePatterns it has.
-type browserTab struct{ targetID, sid, site string }
+// browserTab is an open tab and its DevTools session.
+type browserTab struct{ targetID, sid string }
 
 // newTab opens a tab that pauses every document (admits). Nobody hears its events yet.
 func (b *browser) newTab(ctx context.Context) (browserTab, error) {
@@ -2453,7 +2453,7 @@ func (b *browser) newTab(ctx context.Context) (browserTab, error) {
 	}
 	attach := map[string]any{"targetId": t.TargetID, "flatten": true}
 	err = b.cdp.call(ctx, "", "Target.attachToTarget", attach, &t)
-	tab := browserTab{t.TargetID, t.SessionID, ""}
+	tab := browserTab{t.TargetID, t.SessionID}
 	if err != nil {
 		b.closeTab(tab, false)
 		return browserTab{}, err
@@ -2552,10 +2552,9 @@ func (b *browser) read(ctx context.Context, srv *server, pageURL string,
 		_, ts.site = siteOf(pageURL)
 		ts.moved, nav.ErrorText = "", ""
 		ts.mu.Unlock()
-		if tab.site != ts.site { // a parked tab keeps them
-			err = b.cdp.call(waitCtx, sid, "Network.setBlockedURLs", sitePatterns(ts.site), nil)
-			tab.site = ts.site
-		}
+		// Set again for each read: a navigation at once after the tab's last
+		// (to about:blank) may never be answered.
+		err = b.cdp.call(waitCtx, sid, "Network.setBlockedURLs", sitePatterns(ts.site), nil)
 		if err == nil {
 			err = b.cdp.call(waitCtx, sid, "Page.navigate", map[string]any{"url": pageURL}, &nav)
 		}
