@@ -2499,8 +2499,9 @@ func (b *browser) closeTab(t browserTab, keep bool) {
 	b.cdp.call(ctx, "", "Target.closeTarget", map[string]any{"targetId": t.targetID}, nil)
 }
 
-// parkMax is the longest page whose tab is kept for the next read: a longer
-// one's renderer would keep much of the memory it took, which closing returns.
+// parkMax is the longest page whose tab is kept for the next read (when it was
+// parsed): a longer one's renderer would keep much of the memory it took, which
+// closing returns.
 const parkMax = 1 << 20
 
 // read loads pageURL in a tab, when one of srv's tab slots is free, and
@@ -2605,8 +2606,9 @@ func (b *browser) read(ctx context.Context, srv *server, pageURL string,
 	} else if err != nil {
 		return nil, err
 	}
-	reuse = len(pg.body) <= parkMax
 	ts.mu.Lock()
+	// A page still not parsed is busy: the next read would wait for it to leave.
+	reuse = len(pg.body) <= parkMax && !ts.dcl.IsZero()
 	if ts.dcl.IsZero() {
 		pg.Notes = append(pg.Notes, fmt.Sprintf("The page had not finished loading after %s; "+
 			"this is what it showed then.", took()))
