@@ -1673,6 +1673,9 @@ func (c *cdpClient) readLoop() {
 	c.conn.Close()
 }
 
+// cdpLostWait bounds how long a failed write waits for the reader to see the connection end.
+const cdpLostWait = time.Second
+
 // call sends a command (on a session when session is not "") and decodes its result.
 func (c *cdpClient) call(ctx context.Context, session, method string, params, result any) error {
 	m := cdpMessage{SessionID: session, Method: method}
@@ -1696,6 +1699,12 @@ func (c *cdpClient) call(ctx context.Context, session, method string, params, re
 	}
 	data, _ := json.Marshal(m)
 	if err := c.conn.writeMessage(data); err != nil {
+		// The other end is gone, which the reader learns too: waiting for it lets the
+		// caller see the connection lost (a dead browser is started again).
+		select {
+		case <-c.done:
+		case <-time.After(cdpLostWait):
+		}
 		return fmt.Errorf("cdp %s: %w", method, err)
 	}
 	select {
